@@ -1,0 +1,187 @@
+"""What the engine needs from a Kubernetes cluster: the one port, two adapters.
+
+Objects cross this port as plain JSON-shaped dicts exactly as the API server stores
+them (camelCase keys, ``metadata.resourceVersion`` as a string). The in-memory adapter
+(``memory.py``) and the official-client adapter must behave alike; one contract suite
+runs against both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal, Protocol
+
+import attrs
+
+Obj = dict[str, Any]
+
+
+@attrs.frozen
+class Kind:
+    """A resource type: where it lives in the API and whether it is namespaced."""
+
+    group: str  # "" for the core group
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def __str__(self) -> str:
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+POD = Kind("", "v1", "Pod", "pods", True)
+NODE = Kind("", "v1", "Node", "nodes", False)
+NAMESPACE = Kind("", "v1", "Namespace", "namespaces", False)
+EVENT = Kind("", "v1", "Event", "events", True)
+LEASE = Kind("coordination.k8s.io", "v1", "Lease", "leases", True)
+POD_NETWORK = Kind("podnet.io", "v1alpha1", "PodNetwork", "podnetworks", True)
+NODE_NETWORK = Kind("podnet.io", "v1alpha1", "NodeNetwork", "nodenetworks", False)
+STATEFUL_SET = Kind("apps", "v1", "StatefulSet", "statefulsets", True)
+
+KINDS = (POD, NODE, NAMESPACE, EVENT, LEASE, POD_NETWORK, NODE_NETWORK, STATEFUL_SET)
+
+
+class ApiError(Exception):
+    """An error status from the API; ``code`` is the HTTP status."""
+
+    code = 500
+    reason = "InternalError"
+
+    def __init__(self, message: str, *, code: int | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class NotFound(ApiError):
+    code = 404
+    reason = "NotFound"
+
+
+class Conflict(ApiError):
+    """409: a write carried a stale ``resourceVersion``."""
+
+    code = 409
+    reason = "Conflict"
+
+
+class AlreadyExists(Conflict):
+    """409: create of a name that exists."""
+
+    reason = "AlreadyExists"
+
+
+class Gone(ApiError):
+    """410: a watch asked for a ``resourceVersion`` the server no longer has."""
+
+    code = 410
+    reason = "Expired"
+
+
+class Invalid(ApiError):
+    """422: the object does not pass validation."""
+
+    code = 422
+    reason = "Invalid"
+
+
+@attrs.frozen
+class ListResult:
+    items: list[Obj]
+    resource_version: str
+
+
+WatchType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
+
+
+@attrs.frozen
+class WatchEvent:
+    type: WatchType
+    object: Obj
+
+
+class Watch(Protocol):
+    """A stream of events after a resourceVersion.
+
+    ``poll`` returns the events available within ``timeout`` seconds (possibly none);
+    once the server has dropped the watch (a timeout, a fault) ``closed`` is true and
+    ``poll`` returns what was left. Raising :class:`Gone` means: re-list.
+    """
+
+    def poll(self, timeout: float = 0.0) -> list[WatchEvent]: ...
+
+    def __iter__(self) -> Iterator[WatchEvent]: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def stop(self) -> None: ...
+
+
+class Cluster(Protocol):
+    """The engine's whole view of the API server."""
+
+    def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj: ...
+
+    def list(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> ListResult: ...
+
+    def watch(
+        self,
+        kind: Kind,
+        resource_version: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: float | None = None,
+    ) -> Watch: ...
+
+    def create(self, kind: Kind, obj: Obj) -> Obj: ...
+
+    def update(self, kind: Kind, obj: Obj) -> Obj:
+        """Replace the object; 409 :class:`Conflict` when its resourceVersion is stale.
+        Status is not changed by this call (status subresource semantics)."""
+
+    def update_status(self, kind: Kind, obj: Obj) -> Obj:
+        """Replace only ``status``; guarded by resourceVersion like ``update``."""
+
+    def patch(
+        self,
+        kind: Kind,
+        name: str,
+        patch: Mapping[str, Any] | list[dict[str, Any]],
+        namespace: str | None = None,
+        patch_type: Literal["merge", "json", "strategic"] = "merge",
+        subresource: Literal["status"] | None = None,
+    ) -> Obj: ...
+
+    def delete(
+        self,
+        kind: Kind,
+        name: str,
+        namespace: str | None = None,
+        uid: str | None = None,
+        grace_period_seconds: int | None = None,
+    ) -> None:
+        """Delete; with finalizers present only sets ``deletionTimestamp``. ``uid`` is a
+        precondition: 409 when the live object has another uid. Dependents (owner
+        references) are deleted by the cluster's garbage collector."""
+
+    def emit_event(
+        self,
+        involved: Obj,
+        reason: str,
+        message: str,
+        type: Literal["Normal", "Warning"] = "Normal",
+    ) -> None:
+        """Record a core/v1 Event about ``involved`` (any object with kind/metadata)."""

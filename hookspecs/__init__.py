@@ -1,0 +1,287 @@
+"""The provider contract: every hook podnet calls, typed and documented.
+
+A provider is a pluggy plugin of project ``podnet``. Hooks that concern one provider take
+``provider`` (or an object naming it, ``pod_network.spec.provider``) and a plugin answers
+only for its own name, returning ``None`` otherwise, so that with ``firstresult`` the
+provider in charge answers and the others stay silent — the idiom of pytest's
+``pytest_collect_file``.
+
+Every hook must be idempotent: the engine may call it again after a crash, with the same
+arguments, and the second call must converge to the same outcome without creating a
+second resource. Hooks raise :class:`podnet.core.errors.ProviderError` (or the SDK's own
+exception, classified by ``podnet_classify_error``) when they fail; the engine then leaves
+the machine's state unchanged, records a condition and an Event, and retries with backoff.
+
+Order in which the engine calls them (see docs/writing-a-provider.md):
+
+1. ``podnet_register_provider``, ``podnet_configure`` — once, at start.
+2. ``podnet_select_provider``, ``podnet_select_networks`` — per node and per pod.
+3. ``podnet_node_inventory`` — per node, before its pool is used, and on resync.
+4. ``podnet_interface_create`` / ``podnet_interface_dispose``,
+   ``podnet_pool_grow`` / ``podnet_pool_shrink`` — by the node pool reconciler.
+5. ``podnet_allocate`` → ``podnet_route`` → (``podnet_verify`` on resync) →
+   ``podnet_release`` — by the pod network reconciler, one per transition.
+6. ``podnet_hold_address`` — while a sticky pod network waits for its pod to return.
+7. ``podnet_classify_error`` — whenever a hook raised something not a ProviderError.
+8. ``podnet_transition`` — after every transition attempt, to every plugin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pluggy
+
+from podnet.core.errors import ErrorKind
+from podnet.core.models import NodeInfo, PodInfo
+from podnet.hookspecs.types import (
+    AllocateContext,
+    Allocation,
+    CloudInterface,
+    Inventory,
+    NetworkAttachment,
+    NodeContext,
+    PodNetworkContext,
+    PoolEntry,
+    ProviderInfo,
+    ReleaseResult,
+    RouteResult,
+    TransitionEvent,
+    VerifyResult,
+)
+
+PROJECT = "podnet"
+#: Entry-point group third-party plugins are discovered through.
+ENTRY_POINT_GROUP = "podnet.plugins"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "PROJECT",
+    "hookimpl",
+    "hookspec",
+]
+
+
+# --- registration and configuration ----------------------------------------------------
+
+
+@hookspec
+def podnet_register_provider() -> ProviderInfo | None:
+    """Declare the provider this plugin implements.
+
+    :return: the provider's name, version and policy defaults, or ``None`` for a plugin
+        that only listens (e.g. to ``podnet_transition``).
+
+    Called on every plugin once at start; all results are collected. Two plugins
+    declaring the same name is a start-up error.
+
+    .. versionadded:: 0.1.0
+    """
+
+
+@hookspec
+def podnet_configure(provider: str, config: Mapping[str, Any]) -> None:
+    """Hand a provider its section of the config file (endpoint, credentials, subnets).
+
+    :param provider: the provider name the section belongs to; ignore other names.
+    :param config: the section, already parsed; never log it, it may hold credentials.
+    :raise ConfigError: naming the offending key, when the section is invalid.
+
+    Called on every plugin once per configured provider, before anything else runs.
+
+    .. versionadded:: 0.1.0
+    """
+
+
+# --- who serves what ---------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def podnet_select_provider(node: NodeInfo) -> str | None:
+    """Name the provider that serves this node's default network.
+
+    :return: a provider name, or ``None`` when this plugin does not claim the node.
+
+    First result wins. When no plugin claims a node the configured default provider
+    serves it.
+
+    .. versionadded:: 0.1.0
+    """
+
+
+@hookspec
+def podnet_select_networks(pod: PodInfo, node: NodeInfo) -> Sequence[NetworkAttachment] | None:
+    """Name extra networks this pod attaches to, besides its default network.
+
+    :return: attachments this plugin serves for the pod; results of all plugins are
+        concatenated. Each attachment gets its own PodNetwork, machine and trace.
+
+    .. versionadded:: 0.1.0
+    """
+
+
+# --- node inventory and pool -------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def podnet_node_inventory(provider: str, node: NodeContext) -> Inventory | None:
+    """Report what the cloud says is attached to ``node``: interfaces and their addresses.
+
+    The engine rebuilds the node's pool from this plus the PodNetwork records before it
+    allocates anything on the node, and compares them again on resync.
+
+    :return: the inventory, or ``None`` when ``provider`` is not yours.
+
+    .. versionadded:: 0.1.0
+    """
+
+
+@hookspec(firstresult=True)
+def podnet_pool_grow(
+    provider: str, node: NodeContext, interface: CloudInterface | None, count: int,
+    subnet: str | None,
+) -> Sequence[PoolEntry] | None:
+    """Add up to ``count`` addresses to ``interface`` (in ``subnet`` when given), in one call.
+
+    Core decides how many (batch policy, demand, capacity) and on which interface; the
+    provider makes one cloud call and reports the addresses it got, which may be fewer.
+    A retry after a crash must not add a second batch the engine cannot see: the engine
+    reads back the inventory after a failure, so addresses added by a lost call are found.
+
+    :return: the new entries, or ``None`` when ``provider`` is not yours.
+
+    .. versionadded:: 0.1.0
+    """
+
+
+@hookspec(firstresult=True)
+def podnet_pool_shrink(
+    provider: str, node: NodeContext, entries: Sequence[PoolEntry]
+) -> Sequence[str] | None:
+    """Give idle addresses back to the cloud, batched.
+
+    Already-absent addresses count as given back. :return: the addresses now gone, or
+    ``None`` when ``provider`` is not yours.
+
+    .. versionadded:: 0.1.0
+    """
+
+
+@hookspec(firstresult=True)
+def podnet_interface_create(
+    provider: str, node: NodeContext, subnet: str | None, ip_count: int
+) -> CloudInterface | None:
+    """Create and attach a new interface with ``ip_count`` secondary addresses.
+
+    Drives the ENI machine's ``attached`` (success) or ``fail`` (raise) trigger. A partial
+    failure (created, not attached) must be rolled back by the provider or be visible in
+    the next inventory so the engine disposes it.
+
+    .. versionadded:: 0.1.0
+    """
+
+
+@hookspec(firstresult=True)
+def podnet_interface_dispose(
+    provider: str, node: NodeContext, interface: CloudInterface
+) -> bool | None:
+    """Detach and delete an interface holding no address in use. Never a trunk or
+    primary interface: the engine never asks for one, and a provider must refuse.
+
+    :return: ``True`` once the cloud confirms it is gone (the ``gone`` trigger),
+        ``False`` while deletion is in progress, ``None`` when not yours.
+
+    .. versionadded:: 0.1.0
+    """
+
+
+# --- one pod network ---------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def podnet_allocate(context: AllocateContext) -> Allocation | None:
+    """Choose the address of a pending pod network (``pending → allocated``).
+
+    Pool providers take an entry from ``context.pool`` (honouring a static address, a
+    pool or subnets requested in ``context.pod_network.spec.requests``); raise
+    :class:`PoolEmpty` when none fits. Overlay providers allocate from their own IPAM.
+    Invalid requests raise :class:`InvalidRequest` naming the field.
+
+    :return: the allocation, or ``None`` when ``context.pod_network.spec.provider`` is
+        not yours.
+
+    .. versionadded:: 0.1.0
+    """
+
+
+@hookspec(firstresult=True)
+def podnet_route(context: PodNetworkContext) -> RouteResult | None:
+    """Wire the recorded address into the dataplane (``allocated → routed``).
+
+    Confirm the cloud attachment, or write the logical port, routes and NAT. Called again
+    after ``repair`` and after crashes: must converge, never duplicate.
+
+    .. versionadded:: 0.1.0
+    """
+
+
+@hookspec(firstresult=True)
+def podnet_verify(context: PodNetworkContext) -> VerifyResult | None:
+    """Check a routed pod network against the dataplane, on resync only.
+
+    A result with ``ok=False`` fires ``repair`` (``routed → allocated``) and then
+    ``route`` again. Must make no write.
+
+    .. versionadded:: 0.1.0
+    """
+
+
+@hookspec(firstresult=True)
+def podnet_release(context: PodNetworkContext) -> ReleaseResult | None:
+    """Undo ``route`` and free the address (``releasing → deleted``).
+
+    Called only when the pod is gone, terminal, or past its deletion grace. Idempotent:
+    a second call after a crash finds nothing to do and succeeds.
+
+    .. versionadded:: 0.1.0
+    """
+
+
+@hookspec(firstresult=True)
+def podnet_hold_address(context: PodNetworkContext) -> bool | None:
+    """Whether a releasing sticky pod network should keep its address a while longer.
+
+    ``True`` holds it (the pod may come back: ``reclaim``), ``False`` releases it now
+    (e.g. its StatefulSet scaled down below its ordinal). ``None`` leaves it to core's
+    ``sticky_hold`` window.
+
+    .. versionadded:: 0.1.0
+    """
+
+
+# --- errors and listeners ----------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def podnet_classify_error(provider: str, error: BaseException) -> ErrorKind | None:
+    """Map a provider's own exception (an SDK error) to a kind core can act on.
+
+    :return: the kind, or ``None`` when the error is not yours. Unclassified errors are
+        treated as ``transient``.
+
+    .. versionadded:: 0.1.0
+    """
+
+
+@hookspec
+def podnet_transition(event: TransitionEvent) -> None:
+    """Notification after every transition attempt of any machine, to every plugin.
+
+    Must not block or raise: the engine logs and ignores a listener's exception.
+
+    .. versionadded:: 0.1.0
+    """

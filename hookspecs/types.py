@@ -1,0 +1,165 @@
+"""Values passed through the provider hooks.
+
+Frozen attrs classes: a provider receives them, returns them, never mutates them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+import attrs
+
+from podnet.core.models import NodeInfo, NodeNetwork, PodInfo, PodNetwork
+from podnet.core.policy import PoolPolicy
+
+
+@attrs.frozen
+class ProviderInfo:
+    """What a provider says about itself when it registers."""
+
+    name: str
+    version: str
+    #: True when addresses come from per-node pools that core keeps (cloud providers);
+    #: False when the provider does its own address management (an overlay's IPAM).
+    uses_node_pool: bool = True
+    #: True when the provider creates and disposes interfaces (ENI machines run).
+    manages_interfaces: bool = False
+    policy: PoolPolicy = PoolPolicy()
+    description: str = ""
+
+
+@attrs.frozen
+class CloudInterface:
+    """An interface as the provider's inventory reports it."""
+
+    id: str
+    mac: str | None = None
+    subnet: str | None = None
+    primary: bool = False
+    trunk: bool = False
+    #: secondary addresses on it (never the primary address: that one is not poolable)
+    ips: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class Inventory:
+    """What the cloud (or overlay) says is attached to a node, and its physical limits."""
+
+    interfaces: tuple[CloudInterface, ...] = ()
+    max_interfaces: int = 1
+    ips_per_interface: int = 0
+
+    @property
+    def capacity(self) -> int:
+        return self.max_interfaces * self.ips_per_interface
+
+    def all_ips(self) -> dict[str, CloudInterface]:
+        return {ip: itf for itf in self.interfaces for ip in itf.ips}
+
+
+@attrs.frozen
+class NodeContext:
+    """A node as a provider sees it: the Node, its NodeNetwork record, its inventory."""
+
+    node: NodeInfo
+    network: NodeNetwork | None = None
+    inventory: Inventory | None = None
+
+
+@attrs.frozen
+class PoolEntry:
+    address: str
+    interface: str | None = None
+    subnet: str | None = None
+
+
+class PoolView(Protocol):
+    """The node's idle addresses, as handed to ``podnet_allocate``.
+
+    ``take`` reserves an entry for the pod network being allocated; core commits the
+    reservation only once the record is written, and returns it to the pool otherwise.
+    """
+
+    def idle(self, subnet: str | None = None) -> Sequence[PoolEntry]: ...
+
+    def take(self, address: str | None = None, subnet: str | None = None) -> PoolEntry: ...
+
+    def owner_of(self, address: str) -> str | None: ...
+
+
+@attrs.frozen
+class AllocateContext:
+    pod_network: PodNetwork
+    node: NodeContext
+    pod: PodInfo | None = None
+    #: ``None`` for providers that do not use node pools
+    pool: PoolView | None = None
+
+
+@attrs.frozen
+class Allocation:
+    """The address chosen for one pod network. Recorded before anything relies on it."""
+
+    ip: str
+    ipv6: str | None = None
+    mac: str | None = None
+    subnet: str | None = None
+    gateway: str | None = None
+    interface: str | None = None
+
+
+@attrs.frozen
+class PodNetworkContext:
+    """One recorded pod network, for route / verify / release."""
+
+    pod_network: PodNetwork
+    node: NodeContext | None = None
+    pod: PodInfo | None = None
+
+
+@attrs.frozen
+class RouteResult:
+    """Routing done; ``interface`` overrides the recorded one when the provider chose it."""
+
+    interface: str | None = None
+
+
+@attrs.frozen
+class VerifyResult:
+    ok: bool
+    reason: str = ""
+
+
+@attrs.frozen
+class ReleaseResult:
+    """Release done. ``return_to_pool`` hands the address back to the node pool (core
+    then keeps it idle or deletes it in the cloud); ``False`` when the provider freed it
+    itself."""
+
+    return_to_pool: bool = True
+
+
+@attrs.frozen
+class TransitionEvent:
+    """Broadcast after every transition attempt, successful or not."""
+
+    machine: str
+    trigger: str
+    source: str
+    dest: str | None
+    object_key: str
+    provider: str
+    ok: bool
+    error: str | None = None
+    at: datetime | None = None
+    attributes: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class NetworkAttachment:
+    """An extra network a pod attaches to, and the provider that serves it."""
+
+    network: str
+    provider: str

@@ -1,0 +1,634 @@
+"""Tracing: one span per reconcile, one per transition attempt, one per cloud or OVN call.
+
+A PodNetwork's whole lifecycle is one trace. Its first transition starts a new root span
+(linked, not parented, to the reconcile that ran it); the caller stores that span's W3C
+``traceparent`` in the record's status, and every later transition of the record is a child
+of that stored context, again linked to its own reconcile. Provider calls are CLIENT
+children of the transition running them.
+
+The tracer provider is always injected: ``Tracing(None)`` is the no-op mode, whose context
+managers are shared stateless objects so that tracing off costs close to nothing.
+
+Exception messages go through :func:`redact` before they reach a span: cloud SDK errors
+echo request parameters, and traces leave the cluster.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import functools
+import json
+import os
+import re
+import threading
+import traceback
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from contextvars import Token
+from types import TracebackType
+from typing import IO, Any, Final
+
+from opentelemetry import context as context_api
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+from opentelemetry.trace import (
+    INVALID_SPAN,
+    Link,
+    NoOpTracerProvider,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TracerProvider,
+)
+from opentelemetry.util.types import AttributeValue
+
+__all__ = [
+    "ATTR_ERROR_TYPE",
+    "ATTR_FROM",
+    "ATTR_INTERFACE",
+    "ATTR_IP",
+    "ATTR_MACHINE",
+    "ATTR_NAMESPACE",
+    "ATTR_NODE",
+    "ATTR_OBJECT",
+    "ATTR_POD",
+    "ATTR_PROVIDER",
+    "ATTR_RPC_METHOD",
+    "ATTR_RPC_SYSTEM",
+    "ATTR_TO",
+    "ATTR_TRIGGER",
+    "JsonLinesSpanExporter",
+    "Tracing",
+    "TransitionSpan",
+    "encode_json_line",
+    "format_traceparent",
+    "make_tracer_provider",
+    "parse_traceparent",
+    "read_trace_file",
+    "redact",
+]
+
+ATTR_MACHINE: Final = "podnet.machine"
+ATTR_TRIGGER: Final = "podnet.trigger"
+ATTR_FROM: Final = "podnet.state.from"
+ATTR_TO: Final = "podnet.state.to"
+ATTR_PROVIDER: Final = "podnet.provider"
+ATTR_OBJECT: Final = "podnet.object"
+ATTR_POD: Final = "k8s.pod.name"
+ATTR_NAMESPACE: Final = "k8s.namespace.name"
+ATTR_NODE: Final = "k8s.node.name"
+ATTR_IP: Final = "podnet.ip"
+ATTR_INTERFACE: Final = "podnet.interface"
+ATTR_ERROR_TYPE: Final = "error.type"
+ATTR_RPC_SYSTEM: Final = "rpc.system"
+ATTR_RPC_METHOD: Final = "rpc.method"
+
+#: Instrumentation scope of every podnet span.
+SCOPE_NAME: Final = "podnet"
+
+_REDACTED: Final = "[REDACTED]"
+
+# Ordered: an Authorization value runs to the end of the line (scheme and credentials),
+# so it goes first; the generic key=value rule then catches signed query parameters,
+# SDK debug dumps (`'AccessKeySecret': 'x'`) and JSON bodies.
+_REDACT_RULES: Final = (
+    (
+        re.compile(r"""(\b(?:proxy-)?authorization["']?\s*[:=]\s*["']?)[^\r\n"']+""", re.I),
+        r"\g<1>" + _REDACTED,
+    ),
+    (
+        re.compile(
+            r"""(\b(?:AccessKey|\w*(?:secret|password|passwd|token|credential))\w*"""
+            r"""["']?\s*[:=]\s*["']?)[^\s"',;&)}\]]+""",
+            re.I,
+        ),
+        r"\g<1>" + _REDACTED,
+    ),
+    # user:password@ in URLs
+    (re.compile(r"(://[^/\s:@]+:)[^@\s/]+@"), r"\g<1>" + _REDACTED + "@"),
+)
+
+
+def redact(text: str) -> str:
+    """Hide credential values (access keys, secrets, passwords, tokens, Authorization)."""
+    for pattern, replacement in _REDACT_RULES:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _error_type(exc: BaseException) -> str:
+    kind = getattr(exc, "kind", None)
+    if kind is None:
+        return type(exc).__qualname__
+    # ErrorKind is a StrEnum; a plain Enum's str() would be "Cls.MEMBER", so take the value
+    return str(kind.value) if isinstance(kind, enum.Enum) else str(kind)
+
+
+def _mark_failed(span: Span, exc: BaseException, *, event: bool) -> None:
+    if not span.is_recording():
+        return
+    error_type = _error_type(exc)
+    message = redact(str(exc))
+    span.set_attribute(ATTR_ERROR_TYPE, error_type)
+    span.set_status(Status(StatusCode.ERROR, f"{error_type}: {message}"))
+    if event:
+        cls = type(exc)
+        module = cls.__module__
+        # Our own event instead of span.record_exception: that one writes the raw message
+        # and a stack trace that repeats it.
+        span.add_event(
+            "exception",
+            {
+                "exception.type": cls.__qualname__
+                if module == "builtins"
+                else f"{module}.{cls.__qualname__}",
+                "exception.message": message,
+                "exception.stacktrace": redact("".join(traceback.format_exception(exc))),
+            },
+        )
+
+
+# -- traceparent -------------------------------------------------------------------------
+
+_TRACEPARENT_RE: Final = re.compile(
+    r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-[^\s]*)?"
+)
+
+
+def format_traceparent(span_context: SpanContext) -> str:
+    """W3C ``traceparent`` (version 00) of a span context; ValueError if it is invalid."""
+    if not span_context.is_valid:
+        raise ValueError("cannot format an invalid span context as traceparent")
+    return (
+        f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}"
+        f"-{span_context.trace_flags & 0xFF:02x}"
+    )
+
+
+def parse_traceparent(value: str) -> SpanContext | None:
+    """The remote span context in a W3C ``traceparent``; None when it is not valid."""
+    if not isinstance(value, str) or len(value) > 512:
+        return None
+    return _parse_traceparent(value)
+
+
+# A record's later transitions all parse the same stored value; SpanContext is an
+# immutable tuple, so sharing one is safe.
+@functools.lru_cache(maxsize=4096)
+def _parse_traceparent(value: str) -> SpanContext | None:
+    match = _TRACEPARENT_RE.fullmatch(value.strip())
+    if match is None:
+        return None
+    version, trace_hex, span_hex, flags_hex, rest = match.groups()
+    # ff is forbidden; version 00 has exactly four fields, later versions may append more
+    if version == "ff" or (version == "00" and rest):
+        return None
+    trace_id = int(trace_hex, 16)
+    span_id = int(span_hex, 16)
+    if not trace_id or not span_id:
+        return None
+    return SpanContext(
+        trace_id=trace_id,
+        span_id=span_id,
+        is_remote=True,
+        trace_flags=TraceFlags(int(flags_hex, 16)),
+    )
+
+
+# -- context managers ---------------------------------------------------------------------
+
+
+class _NoopScope(AbstractContextManager[Span]):
+    """Shared, stateless: what reconcile() and client() return when tracing is off."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> Span:
+        return INVALID_SPAN
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+
+_NOOP_SCOPE: Final = _NoopScope()
+# never mutated: the no-op TransitionSpan only holds it
+_EMPTY_ATTRS: Final[dict[str, AttributeValue]] = {}
+
+
+class _SpanScope(AbstractContextManager[Span]):
+    """Starts a span on enter, makes it current, marks failure and ends it on exit.
+
+    A plain class rather than @contextmanager: a generator per span costs measurably at
+    thousands of spans a second.
+    """
+
+    __slots__ = ("_attributes", "_kind", "_name", "_span", "_token", "_tracer")
+
+    def __init__(
+        self,
+        tracer: trace.Tracer,
+        name: str,
+        kind: SpanKind,
+        attributes: dict[str, AttributeValue],
+    ) -> None:
+        self._tracer = tracer
+        self._name = name
+        self._kind = kind
+        self._attributes = attributes
+        self._span: Span = INVALID_SPAN
+        self._token: Token[Context] | None = None
+
+    def __enter__(self) -> Span:
+        span = self._tracer.start_span(
+            self._name,
+            kind=self._kind,
+            attributes=self._attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+        self._span = span
+        self._token = context_api.attach(trace.set_span_in_context(span))
+        return span
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._token is not None:
+            context_api.detach(self._token)
+        span = self._span
+        # like OpenTelemetry's use_span: BaseException (cancel, exit) is not a failure
+        if isinstance(exc, Exception):
+            _mark_failed(span, exc, event=False)
+        span.end()
+
+
+class TransitionSpan(AbstractContextManager["TransitionSpan"]):
+    """One transition attempt; returned by :meth:`Tracing.transition`, entered by ``with``.
+
+    While the body runs the span is current, so provider client spans nest under it. If the
+    body raises, the span gets status ERROR, ``error.type`` and a redacted exception event,
+    and the exception goes on.
+    """
+
+    __slots__ = ("_attributes", "_name", "_span", "_token", "_traceparent", "_tracer")
+
+    def __init__(
+        self,
+        tracer: trace.Tracer | None,
+        name: str,
+        attributes: dict[str, AttributeValue],
+        traceparent: str | None,
+    ) -> None:
+        self._tracer = tracer
+        self._name = name
+        self._attributes = attributes
+        self._traceparent = traceparent
+        self._span: Span = INVALID_SPAN
+        self._token: Token[Context] | None = None
+
+    @property
+    def traceparent(self) -> str | None:
+        """What the caller stores in status.traceparent: the lifecycle trace's context.
+
+        The one given if it was valid, else this (root) span's own; None with tracing off
+        and no stored value.
+        """
+        if self._traceparent is None:
+            ctx = self._span.get_span_context()
+            if ctx.is_valid:
+                self._traceparent = format_traceparent(ctx)
+        return self._traceparent
+
+    @property
+    def span(self) -> Span:
+        return self._span
+
+    def set(self, key: str, value: AttributeValue | None) -> None:
+        """Set an attribute; None is skipped so callers can pass optional fields as they are."""
+        if value is not None:
+            self._span.set_attribute(key, value)
+
+    def succeeded(self, dest: str) -> None:
+        """Record the state the transition reached."""
+        self._span.set_attribute(ATTR_TO, dest)
+
+    def __enter__(self) -> TransitionSpan:
+        tracer = self._tracer
+        if tracer is None:
+            return self
+        current = trace.get_current_span().get_span_context()
+        links = (Link(current),) if current.is_valid else ()
+        parent = parse_traceparent(self._traceparent) if self._traceparent else None
+        if parent is None:
+            # first transition (or an unusable stored value): a new root, so the lifecycle
+            # trace does not hang under one reconcile
+            self._traceparent = None
+            parent_ctx = Context()
+        else:
+            parent_ctx = trace.set_span_in_context(trace.NonRecordingSpan(parent))
+        span = tracer.start_span(
+            self._name,
+            context=parent_ctx,
+            kind=SpanKind.INTERNAL,
+            attributes=self._attributes,
+            links=links,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+        self._span = span
+        self._token = context_api.attach(trace.set_span_in_context(span))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._tracer is None:
+            return None
+        if self._token is not None:
+            context_api.detach(self._token)
+        span = self._span
+        if isinstance(exc, Exception):
+            _mark_failed(span, exc, event=True)
+        span.end()
+        return None
+
+
+class Tracing:
+    """The engine's handle on tracing; ``Tracing(None)`` is off and nearly free."""
+
+    __slots__ = ("_enabled", "_tracer")
+
+    def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
+        self._enabled = tracer_provider is not None and not isinstance(
+            tracer_provider, NoOpTracerProvider
+        )
+        self._tracer: trace.Tracer | None = (
+            tracer_provider.get_tracer(SCOPE_NAME)
+            if tracer_provider is not None and self._enabled
+            else None
+        )
+
+    @property
+    def enabled(self) -> bool:
+        return self._enabled
+
+    def reconcile(self, controller: str, key: str) -> AbstractContextManager[Span]:
+        """Span for one reconcile of ``key``, current while the body runs."""
+        if self._tracer is None:
+            return _NOOP_SCOPE
+        return _SpanScope(
+            self._tracer, f"reconcile {controller}", SpanKind.INTERNAL, {ATTR_OBJECT: key}
+        )
+
+    def transition(
+        self,
+        machine: str,
+        trigger: str,
+        *,
+        source: str,
+        provider: str,
+        obj: str,
+        traceparent: str | None,
+        attributes: Mapping[str, str | int | bool | None] | None = None,
+    ) -> TransitionSpan:
+        """Span for one attempt of ``machine.trigger`` from state ``source``.
+
+        ``traceparent`` is the record's stored lifecycle context (None on its first
+        transition); read the value to store back from the returned span's ``traceparent``.
+        """
+        if self._tracer is None:
+            return TransitionSpan(None, "", _EMPTY_ATTRS, traceparent)
+        attrs: dict[str, AttributeValue] = {
+            ATTR_MACHINE: machine,
+            ATTR_TRIGGER: trigger,
+            ATTR_FROM: source,
+            ATTR_PROVIDER: provider,
+            ATTR_OBJECT: obj,
+        }
+        if attributes:
+            for k, v in attributes.items():
+                if v is not None:
+                    attrs[k] = v
+        return TransitionSpan(self._tracer, f"{machine}.{trigger}", attrs, traceparent)
+
+    def client(self, provider: str, api: str) -> AbstractContextManager[Span]:
+        """CLIENT span for one cloud or OVN call, child of the current transition."""
+        if self._tracer is None:
+            return _NOOP_SCOPE
+        return _SpanScope(
+            self._tracer,
+            f"{provider}.{api}",
+            SpanKind.CLIENT,
+            {ATTR_PROVIDER: provider, ATTR_RPC_SYSTEM: provider, ATTR_RPC_METHOD: api},
+        )
+
+
+# -- OTLP JSON file --------------------------------------------------------------------------
+
+_ID_FIELDS: Final = ("traceId", "spanId", "parentSpanId")
+
+
+def _b64_to_hex(value: str) -> str:
+    return base64.b64decode(value).hex()
+
+
+def encode_json_line(spans: Sequence[ReadableSpan]) -> str:
+    """One ExportTraceServiceRequest in OTLP/JSON (ids as lowercase hex), without newline."""
+    # imported here: protobuf is only paid for when a trace file is written
+    from google.protobuf import json_format
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    data = json_format.MessageToDict(encode_spans(spans), use_integers_for_enums=True)
+    # ProtoJSON writes bytes as base64; OTLP/JSON wants trace and span ids in hex
+    for resource_spans in data.get("resourceSpans", ()):
+        for scope_spans in resource_spans.get("scopeSpans", ()):
+            for span in scope_spans.get("spans", ()):
+                for field in _ID_FIELDS:
+                    if field in span:
+                        span[field] = _b64_to_hex(span[field])
+                for link in span.get("links", ()):
+                    for field in _ID_FIELDS:
+                        if field in link:
+                            link[field] = _b64_to_hex(link[field])
+    return json.dumps(data, separators=(",", ":"))
+
+
+class JsonLinesSpanExporter(SpanExporter):
+    """Appends one OTLP/JSON ExportTraceServiceRequest per export() call, one per line."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._path = os.fspath(path)
+        parent = os.path.dirname(self._path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        self._lock = threading.Lock()
+        self._file: IO[str] | None = open(self._path, "a", encoding="utf-8")  # noqa: SIM115
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if not spans:
+            return SpanExportResult.SUCCESS
+        # encode outside the lock: it is the expensive part
+        line = encode_json_line(spans) + "\n"
+        with self._lock:
+            if self._file is None:
+                return SpanExportResult.FAILURE
+            try:
+                self._file.write(line)
+                self._file.flush()
+            except OSError:
+                return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+        return True
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+
+def _any_value(value: Mapping[str, Any]) -> Any:
+    if "stringValue" in value:
+        return value["stringValue"]
+    if "boolValue" in value:
+        return bool(value["boolValue"])
+    if "intValue" in value:
+        return int(value["intValue"])
+    if "doubleValue" in value:
+        return float(value["doubleValue"])
+    if "arrayValue" in value:
+        return [_any_value(v) for v in value["arrayValue"].get("values", ())]
+    if "kvlistValue" in value:
+        return _attributes(value["kvlistValue"].get("values", ()))
+    if "bytesValue" in value:
+        return base64.b64decode(value["bytesValue"])
+    return None
+
+
+def _attributes(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    return {kv["key"]: _any_value(kv.get("value", {})) for kv in items}
+
+
+def read_trace_file(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The spans of an OTLP/JSON lines file, flattened into plain dicts.
+
+    Each dict has: name, traceId, spanId, parentSpanId (None for a root), kind (OTLP
+    integer: 1 internal, 3 client), attributes {key: python value}, status
+    {"code": int, "message": str} and statusCode (0 unset, 1 ok, 2 error), events
+    [{name, attributes}], links [{traceId, spanId, attributes}], startTimeUnixNano,
+    endTimeUnixNano (ints), service (resource service.name) and scope (its name).
+    """
+    spans: list[dict[str, Any]] = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            request = json.loads(line)
+            for resource_spans in request.get("resourceSpans", ()):
+                resource = _attributes(resource_spans.get("resource", {}).get("attributes", ()))
+                for scope_spans in resource_spans.get("scopeSpans", ()):
+                    scope = scope_spans.get("scope", {}).get("name", "")
+                    for raw in scope_spans.get("spans", ()):
+                        status = raw.get("status", {})
+                        code = int(status.get("code", 0))
+                        spans.append(
+                            {
+                                "name": raw.get("name", ""),
+                                "traceId": raw.get("traceId", ""),
+                                "spanId": raw.get("spanId", ""),
+                                "parentSpanId": raw.get("parentSpanId") or None,
+                                "kind": int(raw.get("kind", 0)),
+                                "attributes": _attributes(raw.get("attributes", ())),
+                                "status": {"code": code, "message": status.get("message", "")},
+                                "statusCode": code,
+                                "events": [
+                                    {
+                                        "name": ev.get("name", ""),
+                                        "attributes": _attributes(ev.get("attributes", ())),
+                                    }
+                                    for ev in raw.get("events", ())
+                                ],
+                                "links": [
+                                    {
+                                        "traceId": ln.get("traceId", ""),
+                                        "spanId": ln.get("spanId", ""),
+                                        "attributes": _attributes(ln.get("attributes", ())),
+                                    }
+                                    for ln in raw.get("links", ())
+                                ],
+                                "startTimeUnixNano": int(raw.get("startTimeUnixNano", 0)),
+                                "endTimeUnixNano": int(raw.get("endTimeUnixNano", 0)),
+                                "service": resource.get(SERVICE_NAME),
+                                "scope": scope,
+                            }
+                        )
+    return spans
+
+
+# -- provider ------------------------------------------------------------------------------
+
+
+def make_tracer_provider(
+    *,
+    service_name: str = "podnet",
+    trace_file: str | None = None,
+    otlp_endpoint: str | None = None,
+    exporters: Sequence[SpanExporter] = (),
+    batch: bool = True,
+) -> SdkTracerProvider:
+    """An SDK provider exporting to an OTLP/JSON lines file, an OTLP/HTTP endpoint and/or
+    the given exporters.
+
+    ``otlp_endpoint`` is the full signal URL, e.g. ``http://collector:4318/v1/traces``.
+    ``batch=False`` exports synchronously on span end (tests, short demo runs).
+    """
+    provider = SdkTracerProvider(resource=Resource.create({SERVICE_NAME: service_name}))
+    chosen: list[SpanExporter] = []
+    if trace_file is not None:
+        chosen.append(JsonLinesSpanExporter(trace_file))
+    if otlp_endpoint is not None:
+        # imported here: requests is only paid for when OTLP is configured
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        chosen.append(OTLPSpanExporter(endpoint=otlp_endpoint))
+    chosen.extend(exporters)
+    for exporter in chosen:
+        processor: SpanProcessor = (
+            BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter)
+        )
+        provider.add_span_processor(processor)
+    return provider

@@ -27,6 +27,9 @@ class ProviderInfo:
     #: True when the provider creates and disposes interfaces (ENI machines run).
     manages_interfaces: bool = False
     policy: PoolPolicy = PoolPolicy()
+    #: controller kinds whose pods keep their address across restarts (sticky), e.g.
+    #: ("StatefulSet", "VirtualMachineInstance"); their records are owned by the workload
+    sticky_kinds: tuple[str, ...] = ()
     description: str = ""
 
 

@@ -1,0 +1,36 @@
+# Two entry points: `make demo` and `make test`. Each bootstraps what it needs.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# Debian packages the tests and the demo use (installed when missing, as root).
+DEBS   ?=
+
+.PHONY: demo test check lint typecheck importlint unit bench clean
+
+$(STAMP): pyproject.toml
+	@bash scripts/bootstrap.sh "$(PYTHON)" "$(VENV)" "$(DEBS)"
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/podnet demo $(ARGS)
+
+test: $(STAMP) lint typecheck importlint unit
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+typecheck: $(STAMP)
+	@bash scripts/typecheck.sh "$(VENV)"
+
+importlint: $(STAMP)
+	$(VENV)/bin/lint-imports
+
+unit: $(STAMP)
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) bench/core_overhead.py
+
+clean:
+	rm -rf $(VENV) .typecheck .pytest_cache .mypy_cache .ruff_cache build *.egg-info

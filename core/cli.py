@@ -1,0 +1,166 @@
+"""The ``podnet`` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad flags give one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value < 0 or value != value:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = _non_negative_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="podnet", description="Kubernetes pod-network controller")
+    parser.add_argument("-v", "--verbose", action="count", default=0)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    demo = sub.add_parser("demo", help="run the engine on an embedded cluster and cloud")
+    demo.add_argument("--provider", default="reference")
+    demo.add_argument("--nodes", type=_positive_int, default=20)
+    demo.add_argument("--pods", type=_positive_int, default=500)
+    demo.add_argument("--churn", type=_positive_int, default=0,
+                      help="delete and recreate this many pods after the burst")
+    demo.add_argument("--seed", type=_positive_int, default=1)
+    demo.add_argument("--cloud-latency-ms", type=_non_negative_float, default=0.0)
+    demo.add_argument("--cloud-rate", type=_non_negative_float, default=None,
+                      help="cloud calls per second per API")
+    demo.add_argument("--fault-rate", type=_fraction, default=0.0)
+    demo.add_argument("--trace-file", default=None, help="write OTLP JSON lines here")
+    demo.add_argument("--workers", type=_positive_int, default=4)
+    demo.add_argument("--timeout", type=_non_negative_float, default=600.0)
+    demo.add_argument("--json", action="store_true", help="print one JSON summary")
+
+    sub.add_parser("plugins", help="list discovered plugins and the hooks they implement")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(args.verbose, 2),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    if args.command == "demo":
+        return _demo(parser, args)
+    if args.command == "plugins":
+        return _plugins()
+    parser.error(f"unknown command {args.command!r}")
+
+
+def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from podnet.core.demo import DemoOptions, run_demo
+
+    if args.nodes < 1:
+        parser.error("argument --nodes: must be at least 1")
+    if args.churn > args.pods:
+        parser.error(f"argument --churn: {args.churn} exceeds --pods {args.pods}")
+    if args.provider not in ("reference",):
+        parser.error(f"argument --provider: {args.provider!r} is not available "
+                     "(available: reference)")
+    opts = DemoOptions(
+        provider=args.provider, nodes=args.nodes, pods=args.pods, churn=args.churn,
+        seed=args.seed, cloud_latency_ms=args.cloud_latency_ms, cloud_rate=args.cloud_rate,
+        fault_rate=args.fault_rate, trace_file=args.trace_file, workers=max(1, args.workers),
+        timeout_s=args.timeout,
+    )
+    if args.json:
+        report = run_demo(opts)
+        print(json.dumps(report.as_json(), sort_keys=True))
+    else:
+        report = _demo_with_progress(opts)
+    ok = report.settled and report.leaked_ips == 0 and report.duplicate_ips == 0
+    return 0 if ok else 1
+
+
+def _demo_with_progress(opts: object) -> object:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+    from rich.table import Table
+
+    from podnet.core.demo import DemoOptions, DemoReport, run_demo
+
+    assert isinstance(opts, DemoOptions)
+    console = Console()
+    tasks: dict[str, int] = {}
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console) as bar:
+        def progress(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(f"{stage}: pods routed", total=total)
+            bar.update(tasks[stage], completed=done)
+
+        report: DemoReport = run_demo(opts, progress)
+    table = Table(title=f"podnet demo — provider {report.provider}")
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    for label, value in [
+        ("pods", report.pods), ("routed", report.routed), ("released", report.released),
+        ("leaked IPs", report.leaked_ips), ("duplicate IPs", report.duplicate_ips),
+        ("settled", report.settled), ("duration (s)", report.duration_s),
+        ("cloud calls", sum(report.cloud_calls.values())),
+    ]:
+        table.add_row(label, str(value))
+    for name, count in report.transitions.items():
+        table.add_row(f"transition {name}", str(count))
+    console.print(table)
+    if report.trace_file:
+        console.print(f"traces written to {report.trace_file}")
+    return report
+
+
+def _plugins() -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from podnet.core.plugin import load_plugins, new_plugin_manager, plugin_records
+
+    pm = new_plugin_manager()
+    load_plugins(pm)
+    table = Table(title="podnet plugins")
+    for col in ("name", "version", "source", "hooks"):
+        table.add_column(col)
+    for rec in plugin_records(pm):
+        table.add_row(rec.name, rec.version, rec.source,
+                      ", ".join(h.removeprefix("podnet_") for h in rec.hooks))
+    Console(width=200).print(table)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

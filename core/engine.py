@@ -1,0 +1,358 @@
+"""The engine: caches, the work queue, the reconcilers, and the calls into providers.
+
+One Engine runs one controller process's worth of work. It can be driven two ways:
+``run()`` with worker threads (``podnet run``, the demo), or step by step with
+``run_until_idle()`` on a FakeClock (tests, the chaos harness), which is deterministic.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import attrs
+import pluggy
+
+from podnet.core.clock import Clock, SystemClock
+from podnet.core.cluster.informer import Informer
+from podnet.core.cluster.port import (
+    NODE,
+    NODE_NETWORK,
+    POD,
+    POD_NETWORK,
+    ApiError,
+    Cluster,
+    Conflict,
+    Kind,
+    NotFound,
+    Obj,
+)
+from podnet.core.convert import RecordError, from_wire, to_wire
+from podnet.core.errors import ErrorKind, PodnetError, ProviderError, TerminalError
+from podnet.core.models import NodeInfo, NodeNetwork, PodInfo, PodNetwork
+from podnet.core.objects import node_info, pod_info
+from podnet.core.plugin import Providers
+from podnet.core.policy import PoolPolicy
+from podnet.core.pool import Pools
+from podnet.core.reconcile.result import Result
+from podnet.core.tracing import Tracing
+from podnet.core.workqueue import WorkQueue
+
+log = logging.getLogger("podnet.engine")
+
+T = TypeVar("T")
+M = TypeVar("M", PodNetwork, NodeNetwork)
+
+#: Queue keys: ("pod", "namespace/name"), ("node", "name"), ("gc", "").
+Key = tuple[str, str]
+GC_KEY: Key = ("gc", "")
+
+
+@attrs.define
+class EngineOptions:
+    #: provider serving nodes no plugin claims
+    default_provider: str | None = None
+    #: policy overrides per provider (merged over the provider's own defaults)
+    policies: dict[str, PoolPolicy] = attrs.field(factory=dict)
+    #: config sections handed to ``podnet_configure``, by provider
+    provider_config: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    workers: int = 4
+    seed: int | None = None
+
+
+@attrs.define
+class Stats:
+    """Counters the demo, the metrics endpoint and the tests read."""
+
+    transitions: Counter[str] = attrs.field(factory=Counter)
+    failed_transitions: Counter[str] = attrs.field(factory=Counter)
+    provider_calls: Counter[str] = attrs.field(factory=Counter)
+    reconciles: Counter[str] = attrs.field(factory=Counter)
+    reconcile_errors: Counter[str] = attrs.field(factory=Counter)
+    writes: Counter[str] = attrs.field(factory=Counter)
+
+
+def _pn_transform(obj: Obj) -> PodNetwork | None:
+    try:
+        return from_wire(PodNetwork, obj)
+    except RecordError as exc:
+        # A record we cannot read must not stop the cache; the GC reports it.
+        log.warning("unreadable PodNetwork %s: %s", obj.get("metadata", {}).get("name"), exc)
+        return None
+
+
+def _nn_transform(obj: Obj) -> NodeNetwork | None:
+    try:
+        return from_wire(NodeNetwork, obj)
+    except RecordError as exc:
+        log.warning("unreadable NodeNetwork %s: %s", obj.get("metadata", {}).get("name"), exc)
+        return None
+
+
+class Engine:
+    def __init__(
+        self,
+        cluster: Cluster,
+        pm: pluggy.PluginManager,
+        *,
+        clock: Clock | None = None,
+        tracing: Tracing | None = None,
+        options: EngineOptions | None = None,
+    ) -> None:
+        from podnet.core.reconcile.gc import GarbageCollector
+        from podnet.core.reconcile.nodepool import NodePoolReconciler
+        from podnet.core.reconcile.podnetwork import PodNetworkReconciler
+
+        self.cluster = cluster
+        self.pm = pm
+        self.hook = pm.hook
+        self.clock: Clock = clock or SystemClock()
+        self.tracing = tracing or Tracing(None)
+        self.options = options or EngineOptions()
+        self.random = random.Random(self.options.seed)
+        self.providers = Providers(pm)
+        for name, section in self.options.provider_config.items():
+            self.providers.configure(name, section)
+        if self.options.default_provider is not None:
+            self.providers[self.options.default_provider]  # unknown name: ConfigError now
+        self.stats = Stats()
+        self.pools = Pools()
+        self.queue: WorkQueue = WorkQueue(self.clock, name="podnet")
+
+        self.pods: Informer[PodInfo] = Informer(cluster, POD, pod_info, name="pods")
+        self.nodes: Informer[NodeInfo] = Informer(cluster, NODE, node_info, name="nodes")
+        self.pod_networks: Informer[PodNetwork] = Informer(
+            cluster, POD_NETWORK, _pn_transform, name="podnetworks"
+        )
+        self.node_networks: Informer[NodeNetwork] = Informer(
+            cluster, NODE_NETWORK, _nn_transform, name="nodenetworks"
+        )
+        self.pods.add_index("node", lambda p: [p.node_name] if p.node_name else [])
+        self.pod_networks.add_index(
+            "pod", lambda pn: [f"{pn.metadata.namespace}/{pn.spec.pod_name}"]
+        )
+        self.pod_networks.add_index("node", lambda pn: [pn.spec.node_name])
+        self.informers: list[Informer[Any]] = [
+            self.nodes, self.node_networks, self.pod_networks, self.pods,
+        ]
+
+        self.podnetworks = PodNetworkReconciler(self)
+        self.nodepools = NodePoolReconciler(self)
+        self.gc = GarbageCollector(self)
+        self._reconcilers: dict[str, Callable[[str], Result]] = {
+            "pod": self.podnetworks.reconcile,
+            "node": self.nodepools.reconcile,
+            "gc": self.gc.reconcile,
+        }
+        self.started = False
+
+    # --- policies and providers -------------------------------------------------------
+
+    def policy(self, provider: str) -> PoolPolicy:
+        return self.options.policies.get(provider) or self.providers[provider].policy
+
+    def provider_for_node(self, node: NodeInfo) -> str | None:
+        chosen = self.hook.podnet_select_provider(node=node)
+        if chosen is not None and chosen in self.providers:
+            return str(chosen)
+        return self.options.default_provider
+
+    def call(self, provider: str, hook: str, **kwargs: Any) -> Any:
+        """Call one provider hook inside a CLIENT span; raises what the provider raised."""
+        self.stats.provider_calls[f"{provider}.{hook.removeprefix('podnet_')}"] += 1
+        with self.tracing.client(provider, hook.removeprefix("podnet_")):
+            return getattr(self.hook, hook)(**kwargs)
+
+    def classify(self, provider: str, exc: BaseException) -> ErrorKind:
+        if isinstance(exc, ProviderError):
+            return exc.kind
+        if isinstance(exc, Conflict):
+            return ErrorKind.CONFLICT
+        if isinstance(exc, NotFound):
+            return ErrorKind.NOT_FOUND
+        if isinstance(exc, ApiError):
+            return ErrorKind.TRANSIENT
+        try:
+            kind = self.hook.podnet_classify_error(provider=provider, error=exc)
+        except Exception:  # a broken classifier must not hide the original error
+            log.exception("podnet_classify_error failed for %s", provider)
+            kind = None
+        return ErrorKind(kind) if kind is not None else ErrorKind.TRANSIENT
+
+    # --- record writes (all go through here: counted, and fed back into the caches) ----
+
+    def create(self, kind: Kind, model: M) -> M:
+        created = self.cluster.create(kind, to_wire(model))
+        self.stats.writes[f"create.{kind.plural}"] += 1
+        return self._assume(kind, created, type(model))
+
+    def update(self, kind: Kind, model: M) -> M:
+        updated = self.cluster.update(kind, to_wire(model))
+        self.stats.writes[f"update.{kind.plural}"] += 1
+        return self._assume(kind, updated, type(model))
+
+    def update_status(self, kind: Kind, model: M) -> M:
+        updated = self.cluster.update_status(kind, to_wire(model))
+        self.stats.writes[f"status.{kind.plural}"] += 1
+        return self._assume(kind, updated, type(model))
+
+    def delete(self, kind: Kind, model: PodNetwork | NodeNetwork) -> None:
+        meta = model.metadata
+        self.cluster.delete(kind, meta.name, meta.namespace, uid=meta.uid)
+        self.stats.writes[f"delete.{kind.plural}"] += 1
+
+    def _assume(self, kind: Kind, obj: Obj, cls: type[M]) -> M:
+        informer = self.pod_networks if kind == POD_NETWORK else self.node_networks
+        informer.assume(obj)
+        return from_wire(cls, obj)
+
+    def event(self, obj: PodNetwork | NodeNetwork | Obj, reason: str, message: str,
+              warning: bool = True) -> None:
+        """Record an Event; never fails the caller (events are best effort)."""
+        involved = obj if isinstance(obj, dict) else to_wire(obj)
+        try:
+            self.cluster.emit_event(
+                involved, reason, message, type="Warning" if warning else "Normal"
+            )
+            self.stats.writes["events"] += 1
+        except ApiError as exc:
+            log.debug("event %s dropped: %s", reason, exc)
+
+    # --- queue ------------------------------------------------------------------------
+
+    def enqueue_pod(self, key: str) -> None:
+        self.queue.add(("pod", key))
+
+    def enqueue_node(self, name: str, after: float = 0.0) -> None:
+        if after > 0:
+            self.queue.add_after(("node", name), after)
+        else:
+            self.queue.add(("node", name))
+
+    def _on_pod(self, _event: str, key: str, _old: Any, _new: Any) -> None:
+        self.enqueue_pod(key)
+
+    def _on_pod_network(self, _event: str, _key: str, old: PodNetwork | None,
+                        new: PodNetwork | None) -> None:
+        pn = new or old
+        if pn is not None:
+            self.enqueue_pod(f"{pn.metadata.namespace}/{pn.spec.pod_name}")
+
+    def _on_node(self, event: str, key: str, _old: Any, _new: Any) -> None:
+        self.enqueue_node(key)
+        if event == "DELETED":
+            for pod in self.pods.by_index("node", key):
+                self.enqueue_pod(pod.key)
+            for pn in self.pod_networks.by_index("node", key):
+                self.enqueue_pod(f"{pn.metadata.namespace}/{pn.spec.pod_name}")
+
+    # --- running ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """List every cache, then queue every object: level-triggered from the start."""
+        self.pods.add_handler(self._on_pod)
+        self.pod_networks.add_handler(self._on_pod_network)
+        self.nodes.add_handler(self._on_node)
+        for informer in self.informers:
+            informer.start()
+        self.queue.add(GC_KEY)
+        self.started = True
+
+    def pump(self, timeout: float = 0.0) -> int:
+        return sum(informer.pump(timeout) for informer in self.informers)
+
+    def process(self, key: Key) -> None:
+        kind, name = key
+        self.stats.reconciles[kind] += 1
+        try:
+            with self.tracing.reconcile(kind, name):
+                result = self._reconcilers[kind](name)
+        except TerminalError as exc:
+            log.info("%s %s: %s (not retried)", kind, name, exc)
+            self.queue.forget(key)
+        except (PodnetError, ApiError, RecordError) as exc:
+            self.stats.reconcile_errors[kind] += 1
+            log.debug("%s %s failed: %s", kind, name, exc)
+            self.queue.add_rate_limited(key)
+        except Exception:
+            self.stats.reconcile_errors[kind] += 1
+            log.exception("%s %s failed unexpectedly", kind, name)
+            self.queue.add_rate_limited(key)
+        else:
+            self.queue.forget(key)
+            if result.requeue_after is not None:
+                self.queue.add_after(key, result.requeue_after)
+        finally:
+            self.queue.done(key)
+
+    def step(self) -> bool:
+        """Process one ready key, if any. Deterministic single-threaded driving."""
+        self.pump()
+        key = self.queue.get_nowait()
+        if key is None:
+            return False
+        self.process(key)
+        return True
+
+    def run_until_idle(self, *, max_steps: int = 1_000_000, advance: float | None = None) -> int:
+        """Process keys until nothing is ready. With ``advance`` (seconds), a FakeClock is
+        moved to each delayed key's due time as long as that is within ``advance``."""
+        steps = 0
+        deadline = self.clock.monotonic() + advance if advance is not None else None
+        while steps < max_steps:
+            if self.step():
+                steps += 1
+                continue
+            if deadline is None:
+                break
+            due = self.queue.next_due()
+            if due is None or due > deadline:
+                break
+            advance_to = getattr(self.clock, "advance", None)
+            if advance_to is None:
+                break
+            advance_to(max(0.0, due - self.clock.monotonic()))
+        return steps
+
+    def run(self, stop: threading.Event, workers: int | None = None) -> None:
+        """Threaded: one thread per informer, ``workers`` reconcile threads."""
+        threads = [
+            threading.Thread(target=inf.run, args=(stop,), name=f"informer-{i}", daemon=True)
+            for i, inf in enumerate(self.informers)
+        ]
+        for n in range(workers or self.options.workers):
+            threads.append(
+                threading.Thread(target=self._worker, args=(stop,), name=f"worker-{n}",
+                                 daemon=True)
+            )
+        for t in threads:
+            t.start()
+        stop.wait()
+        self.queue.shutdown()
+        for t in threads:
+            t.join(timeout=5)
+
+    def _worker(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            key = self.queue.get(timeout=0.2)
+            if key is not None:
+                self.process(key)
+
+    def is_idle(self) -> bool:
+        return self.queue.is_idle()
+
+    # --- helpers used by reconcilers ---------------------------------------------------
+
+    def pod_key_of(self, pn: PodNetwork) -> str:
+        return f"{pn.metadata.namespace}/{pn.spec.pod_name}"
+
+    def wake(self, pn_keys: Mapping[str, Any]) -> None:
+        """Queue the pods of these PodNetwork keys again."""
+        for pn_key in pn_keys:
+            pn = self.pod_networks.get(pn_key)
+            if pn is not None:
+                self.enqueue_pod(self.pod_key_of(pn))

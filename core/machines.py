@@ -1,0 +1,145 @@
+"""The two state machines, built with ``transitions``: one Machine per kind, built once.
+
+State lives in the records (``status.phase`` of a PodNetwork, ``state`` of an interface in
+a NodeNetwork), never in the machine. To work on an object the engine wraps its recorded
+state in a short-lived model, adds it to the kind's Machine, fires one trigger and removes
+it again: a registered model costs memory and makes ``add_model`` slower for every other
+one, so none stays registered between passes.
+
+A trigger fires with an ``action``: the provider step of the transition. The action runs
+in transitions' ``before`` callback, so when it raises the state is left unchanged and the
+exception reaches the caller, who records a condition and an Event.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from transitions import Machine, MachineError
+
+from podnet.core.errors import TransitionRefused
+
+T = TypeVar("T")
+
+DELETED = "deleted"
+
+
+class _Subject:
+    """The short-lived model a Machine drives: just a state and the action's result."""
+
+    def __init__(self, state: str) -> None:
+        self.state = state
+        self.result: Any = None
+
+    def __repr__(self) -> str:
+        return f"_Subject({self.state!r})"
+
+
+class StateMachine:
+    """One kind's transition table, and the only way to change that kind's state."""
+
+    def __init__(
+        self,
+        name: str,
+        states: Iterable[str],
+        transitions: Iterable[tuple[str, str | list[str], str]],
+    ) -> None:
+        self.name = name
+        self.states = tuple(states)
+        self.table: dict[str, dict[str, str]] = {}
+        spec = []
+        for trigger, sources, dest in transitions:
+            for source in [sources] if isinstance(sources, str) else sources:
+                self.table.setdefault(trigger, {})[source] = dest
+            spec.append({"trigger": trigger, "source": sources, "dest": dest})
+        self._machine = Machine(
+            model=None,
+            states=list(self.states),
+            transitions=spec,
+            initial=None,
+            auto_transitions=False,
+            ignore_invalid_triggers=False,
+            send_event=True,
+            before_state_change=[self._run_action],
+            model_attribute="state",
+        )
+        # transitions' model list is not safe for concurrent add/remove.
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _run_action(event: Any) -> None:
+        action = event.kwargs.get("action")
+        if action is not None:
+            event.model.result = action()
+
+    def allowed(self, trigger: str, state: str) -> bool:
+        return state in self.table.get(trigger, {})
+
+    def target(self, trigger: str, state: str) -> str:
+        """The state ``trigger`` leads to from ``state``; refused when not in the table."""
+        try:
+            return self.table[trigger][state]
+        except KeyError:
+            raise TransitionRefused(self.name, trigger, state) from None
+
+    def triggers(self, state: str) -> list[str]:
+        return sorted(t for t, sources in self.table.items() if state in sources)
+
+    def fire(self, state: str, trigger: str, action: Callable[[], T] | None = None) -> tuple[str, T]:
+        """Fire ``trigger`` from ``state``, running ``action`` first.
+
+        :return: the new state and the action's result.
+        :raise TransitionRefused: the table does not allow ``trigger`` from ``state``.
+        Whatever ``action`` raises propagates, and no state changes.
+        """
+        if not self.allowed(trigger, state):
+            raise TransitionRefused(self.name, trigger, state)
+        subject = _Subject(state)
+        with self._lock:
+            self._machine.add_model(subject, initial=state)
+        try:
+            subject.trigger(trigger, action=action)  # type: ignore[attr-defined]
+        except MachineError as exc:  # the table and transitions disagree: a bug here
+            raise TransitionRefused(self.name, trigger, state) from exc
+        finally:
+            with self._lock:
+                self._machine.remove_model(subject)
+        return subject.state, subject.result
+
+    @property
+    def registered_models(self) -> int:
+        """How many models are attached right now (0 between passes)."""
+        return len(self._machine.models)
+
+
+POD_NETWORK_STATES = ("pending", "allocated", "routed", "releasing", DELETED)
+
+POD_NETWORK_MACHINE = StateMachine(
+    "pod_network",
+    POD_NETWORK_STATES,
+    [
+        ("allocate", "pending", "allocated"),
+        ("route", "allocated", "routed"),
+        ("repair", "routed", "allocated"),
+        ("release", ["pending", "allocated", "routed"], "releasing"),
+        ("reclaim", "releasing", "allocated"),
+        ("finish", "releasing", DELETED),
+    ],
+)
+
+ENI_STATES = ("initializing", "ready", "inhibited", "disposing", DELETED)
+
+ENI_MACHINE = StateMachine(
+    "eni",
+    ENI_STATES,
+    [
+        ("attached", "initializing", "ready"),
+        ("inhibit", "ready", "inhibited"),
+        ("recover", "inhibited", "ready"),
+        ("dispose", ["ready", "inhibited"], "disposing"),
+        ("fail", "initializing", "disposing"),
+        ("gone", "disposing", DELETED),
+    ],
+)

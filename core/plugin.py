@@ -1,0 +1,150 @@
+"""The plugin manager: built-in providers, entry-point plugins, and the registry of providers.
+
+Built-in plugins are named here by module path and imported lazily, so core's own import
+graph stays free of providers (import-linter checks it); third-party plugins come from the
+``podnet.plugins`` entry-point group. ``PODNET_DISABLE_PLUGINS`` (comma-separated plugin
+names) blocks any of them before it is imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+import pluggy
+
+import podnet.hookspecs as hookspecs
+from podnet.core.errors import ConfigError
+from podnet.hookspecs.types import ProviderInfo
+
+log = logging.getLogger(__name__)
+
+DISABLE_ENV = "PODNET_DISABLE_PLUGINS"
+
+#: Built-in plugins: name -> module exposing hook implementations (module-level or a
+#: ``plugin`` attribute). Only those whose module exists are loaded.
+BUILTIN_PLUGINS: dict[str, str] = {
+    "reference": "podnet.testing.reference",
+    "bbc": "podnet.plugins.bbc.provider",
+    "ecs": "podnet.plugins.ecs.provider",
+    "ovn": "podnet.plugins.ovn.provider",
+}
+
+
+@attrs.frozen
+class PluginRecord:
+    name: str
+    version: str
+    source: str  # "builtin" | "entrypoint" | "registered"
+    hooks: tuple[str, ...]
+
+
+def disabled_plugins(environ: Mapping[str, str] | None = None) -> frozenset[str]:
+    raw = (environ if environ is not None else os.environ).get(DISABLE_ENV, "")
+    return frozenset(p.strip() for p in raw.split(",") if p.strip())
+
+
+def new_plugin_manager() -> pluggy.PluginManager:
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    return pm
+
+
+def _plugin_object(module: Any) -> Any:
+    return getattr(module, "plugin", module)
+
+
+def load_plugins(
+    pm: pluggy.PluginManager,
+    *,
+    builtins: Iterable[str] | None = None,
+    entry_points: bool = True,
+    environ: Mapping[str, str] | None = None,
+) -> None:
+    """Register built-in plugins (all, or those named) and entry-point plugins."""
+    blocked = disabled_plugins(environ)
+    for name in blocked:
+        pm.set_blocked(name)
+    names = BUILTIN_PLUGINS if builtins is None else list(builtins)
+    for name in names:
+        if name in blocked or pm.has_plugin(name):
+            continue
+        module_path = BUILTIN_PLUGINS.get(name)
+        if module_path is None:
+            raise ConfigError("providers", f"no built-in provider named {name!r}")
+        try:
+            module = importlib.import_module(module_path)
+        except ModuleNotFoundError as exc:
+            # A provider package still empty is not an error; a broken import inside is.
+            if exc.name == module_path:
+                continue
+            raise
+        pm.register(_plugin_object(module), name=name)
+    if entry_points:
+        # pluggy skips blocked names and records each plugin's distribution (its version).
+        pm.load_setuptools_entrypoints(hookspecs.ENTRY_POINT_GROUP)
+
+
+def plugin_records(pm: pluggy.PluginManager) -> list[PluginRecord]:
+    """Every registered plugin with its version and the hooks it implements."""
+    dists = {id(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
+    out = []
+    for name, plugin in pm.list_name_plugin():
+        if plugin is None:
+            continue
+        hooks = tuple(sorted(h.name for h in pm.get_hookcallers(plugin) or ()))
+        dist = dists.get(id(plugin))
+        if dist is not None:
+            version, source = dist.version, "entrypoint"
+        else:
+            version = _version_of(plugin)
+            source = "builtin" if name in BUILTIN_PLUGINS else "registered"
+        out.append(PluginRecord(name=name, version=version, source=source, hooks=hooks))
+    return sorted(out, key=lambda r: r.name)
+
+
+def _version_of(plugin: Any) -> str:
+    version = getattr(plugin, "__version__", None)
+    if isinstance(version, str):
+        return version
+    try:
+        return importlib.metadata.version("podnet")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - source checkout
+        return "0+unknown"
+
+
+class Providers:
+    """The providers the registered plugins declare, by name."""
+
+    def __init__(self, pm: pluggy.PluginManager) -> None:
+        self.pm = pm
+        pm.check_pending()
+        self.infos: dict[str, ProviderInfo] = {}
+        for info in pm.hook.podnet_register_provider():
+            if info is None:
+                continue
+            if info.name in self.infos:
+                raise ConfigError("providers", f"two plugins declare provider {info.name!r}")
+            self.infos[info.name] = info
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.infos
+
+    def __getitem__(self, name: str) -> ProviderInfo:
+        try:
+            return self.infos[name]
+        except KeyError:
+            known = ", ".join(sorted(self.infos)) or "none"
+            raise ConfigError("provider", f"unknown provider {name!r} (known: {known})") from None
+
+    def names(self) -> list[str]:
+        return sorted(self.infos)
+
+    def configure(self, provider: str, config: Mapping[str, Any]) -> None:
+        self[provider]
+        self.pm.hook.podnet_configure(provider=provider, config=config)

@@ -1,0 +1,318 @@
+"""Per-node address pools: which addresses a node holds, who owns each, which are idle.
+
+Pools are in-memory bookkeeping, rebuilt on every start from the provider's inventory
+(what exists) and the records (who owns what): a crash loses nothing that matters. The
+engine commits an address to a pod network only after the record naming it is written;
+an address returns to the pool only after the record releasing it is gone.
+
+Providers see a pool only through :class:`Reservation` (the ``PoolView`` protocol) during
+``podnet_allocate``; the helpers here are public for them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+from podnet.core.errors import PoolEmpty
+from podnet.core.models import InterfaceState
+from podnet.hookspecs.types import CloudInterface, Inventory, PoolEntry
+
+
+@attrs.define
+class Address:
+    address: str
+    interface: str | None = None
+    subnet: str | None = None
+    #: ``namespace/name`` of the PodNetwork owning it; None when idle
+    owner: str | None = None
+    #: monotonic time before which an idle address is not handed out again
+    cooldown_until: float = 0.0
+
+
+@attrs.define
+class Interface:
+    id: str
+    state: InterfaceState = InterfaceState.READY
+    mac: str | None = None
+    subnet: str | None = None
+    primary: bool = False
+    trunk: bool = False
+    inhibited_until: float = 0.0
+
+    def cloud(self, ips: Iterable[str] = ()) -> CloudInterface:
+        return CloudInterface(
+            id=self.id, mac=self.mac, subnet=self.subnet, primary=self.primary,
+            trunk=self.trunk, ips=tuple(ips),
+        )
+
+
+class NodePool:
+    """One node's addresses for one provider. Thread-safe; cheap to query."""
+
+    def __init__(self, node: str, provider: str) -> None:
+        self.node = node
+        self.provider = provider
+        self.lock = threading.RLock()
+        self.addresses: dict[str, Address] = {}
+        self.interfaces: dict[str, Interface] = {}
+        self.max_interfaces = 1
+        self.ips_per_interface = 0
+        self.synced = False
+        #: PodNetwork keys waiting for an address on this node, with the subnet they need
+        self.waiting: dict[str, str | None] = {}
+        self.waiting_since: float | None = None
+        #: addresses the cloud has that nobody owns and no pool record holds: first seen
+        self.suspects: dict[str, float] = {}
+        #: batch policy state (halved on quota errors, reset on success)
+        self.batch: int = 0
+        self.grow_failures = 0
+        self.grow_blocked_until = 0.0
+        self.last_error: str | None = None
+
+    # --- queries ----------------------------------------------------------------------
+
+    @property
+    def capacity(self) -> int:
+        return self.max_interfaces * self.ips_per_interface
+
+    def total(self) -> int:
+        return len(self.addresses)
+
+    def owned(self) -> int:
+        return sum(1 for a in self.addresses.values() if a.owner is not None)
+
+    def idle_addresses(self, now: float, subnet: str | None = None) -> list[Address]:
+        """Idle addresses ready to hand out: not in cooldown, interface not disposing."""
+        out = []
+        for a in self.addresses.values():
+            if a.owner is not None or a.cooldown_until > now:
+                continue
+            if subnet is not None and a.subnet != subnet:
+                continue
+            itf = self.interfaces.get(a.interface) if a.interface else None
+            if itf is not None and itf.state is InterfaceState.DISPOSING:
+                continue
+            out.append(a)
+        return out
+
+    def idle_count(self) -> int:
+        return sum(1 for a in self.addresses.values() if a.owner is None)
+
+    def owner_of(self, address: str) -> str | None:
+        entry = self.addresses.get(address)
+        return entry.owner if entry else None
+
+    def ips_on(self, interface: str) -> list[str]:
+        return [a.address for a in self.addresses.values() if a.interface == interface]
+
+    # --- changes ----------------------------------------------------------------------
+
+    def rebuild(
+        self, inventory: Inventory, owners: dict[str, str], pooled: set[str], now: float
+    ) -> list[str]:
+        """Replace the pool with ``inventory``; owners from the records.
+
+        Addresses the cloud has that no record owns and the last recorded pool did not
+        hold become suspects, not idle: whoever added them, podnet must not hand them out
+        until GC decides. :return: record owners whose address the cloud lacks.
+        """
+        with self.lock:
+            self.max_interfaces = inventory.max_interfaces
+            self.ips_per_interface = inventory.ips_per_interface
+            old_interfaces = self.interfaces
+            self.interfaces = {}
+            for itf in inventory.interfaces:
+                prev = old_interfaces.get(itf.id)
+                self.interfaces[itf.id] = Interface(
+                    id=itf.id, mac=itf.mac, subnet=itf.subnet, primary=itf.primary,
+                    trunk=itf.trunk,
+                    state=prev.state if prev else InterfaceState.READY,
+                    inhibited_until=prev.inhibited_until if prev else 0.0,
+                )
+            old = self.addresses
+            self.addresses = {}
+            for ip, itf in inventory.all_ips().items():
+                owner = owners.get(ip)
+                if owner is None and ip not in pooled and ip not in old:
+                    self.suspects.setdefault(ip, now)
+                    continue
+                prev_addr = old.get(ip)
+                self.addresses[ip] = Address(
+                    address=ip, interface=itf.id, subnet=itf.subnet, owner=owner,
+                    cooldown_until=prev_addr.cooldown_until if prev_addr else 0.0,
+                )
+                self.suspects.pop(ip, None)
+            # a suspect the cloud no longer has is nobody's problem any more
+            for ip in list(self.suspects):
+                if ip not in inventory.all_ips():
+                    del self.suspects[ip]
+            self.synced = True
+            return [owner for ip, owner in owners.items() if ip not in self.addresses]
+
+    def observe(self, inventory: Inventory, owners: dict[str, str], now: float) -> list[str]:
+        """Compare a fresh inventory with the pool while it is in use (GC resync).
+
+        New addresses nobody owns become suspects; idle addresses the cloud dropped leave
+        the pool; addresses in flight (reserved, releasing) are left alone.
+        :return: owners whose address the cloud no longer has.
+        """
+        with self.lock:
+            cloud = inventory.all_ips()
+            for ip, itf in cloud.items():
+                if ip in self.addresses:
+                    continue
+                owner = owners.get(ip)
+                if owner is not None:
+                    self.addresses[ip] = Address(ip, itf.id, itf.subnet, owner=owner)
+                    self.suspects.pop(ip, None)
+                else:
+                    self.suspects.setdefault(ip, now)
+            lost = []
+            for ip, entry in list(self.addresses.items()):
+                if ip in cloud:
+                    continue
+                if entry.owner is None:
+                    del self.addresses[ip]
+                elif entry.owner in owners.values():
+                    lost.append(entry.owner)
+            for ip in list(self.suspects):
+                if ip not in cloud:
+                    del self.suspects[ip]
+            return lost
+
+    def add(self, entries: Sequence[PoolEntry]) -> None:
+        with self.lock:
+            for e in entries:
+                if e.address not in self.addresses:
+                    self.addresses[e.address] = Address(e.address, e.interface, e.subnet)
+                self.suspects.pop(e.address, None)
+
+    def adopt(self, address: str, owner: str, interface: str | None, subnet: str | None) -> None:
+        """A record owns ``address``: make the pool agree (restart, suspects in use)."""
+        with self.lock:
+            entry = self.addresses.get(address)
+            if entry is None:
+                self.addresses[address] = Address(address, interface, subnet, owner=owner)
+            else:
+                entry.owner = owner
+            self.suspects.pop(address, None)
+
+    def remove(self, addresses: Iterable[str]) -> None:
+        with self.lock:
+            for ip in addresses:
+                self.addresses.pop(ip, None)
+                self.suspects.pop(ip, None)
+
+    def give_back(self, address: str, owner: str, cooldown_until: float) -> bool:
+        """The record owning ``address`` is gone: the address is idle again."""
+        with self.lock:
+            entry = self.addresses.get(address)
+            if entry is None or entry.owner != owner:
+                return False
+            entry.owner = None
+            entry.cooldown_until = cooldown_until
+            return True
+
+    def wait_for_address(self, key: str, subnet: str | None, now: float) -> None:
+        with self.lock:
+            if not self.waiting:
+                self.waiting_since = now
+            self.waiting[key] = subnet
+
+    def stop_waiting(self, key: str) -> None:
+        with self.lock:
+            self.waiting.pop(key, None)
+            if not self.waiting:
+                self.waiting_since = None
+
+    def reserve(self, owner: str, now: float) -> Reservation:
+        return Reservation(self, owner, now)
+
+
+class Reservation:
+    """The ``PoolView`` a provider gets in ``podnet_allocate``: takes at most one address
+    for one pod network, held until the engine commits or rolls it back."""
+
+    def __init__(self, pool: NodePool, owner: str, now: float) -> None:
+        self._pool = pool
+        self._owner = owner
+        self._now = now
+        self.taken: str | None = None
+
+    def idle(self, subnet: str | None = None) -> Sequence[PoolEntry]:
+        with self._pool.lock:
+            return [
+                PoolEntry(a.address, a.interface, a.subnet)
+                for a in self._pool.idle_addresses(self._now, subnet)
+            ]
+
+    def take(self, address: str | None = None, subnet: str | None = None) -> PoolEntry:
+        pool = self._pool
+        with pool.lock:
+            if self.taken is not None:
+                self.rollback()
+            if address is not None:
+                entry = pool.addresses.get(address)
+                if entry is None or entry.owner is not None:
+                    raise PoolEmpty(f"address {address} is not idle on node {pool.node}",
+                                    subnet=subnet)
+            else:
+                candidates = pool.idle_addresses(self._now, subnet)
+                if not candidates:
+                    where = f" in subnet {subnet}" if subnet else ""
+                    raise PoolEmpty(f"no idle address{where} on node {pool.node}", subnet=subnet)
+                # oldest entry first: deterministic, and released ones go to the back
+                entry = candidates[0]
+            entry.owner = self._owner
+            self.taken = entry.address
+            return PoolEntry(entry.address, entry.interface, entry.subnet)
+
+    def owner_of(self, address: str) -> str | None:
+        return self._pool.owner_of(address)
+
+    def rollback(self) -> None:
+        with self._pool.lock:
+            if self.taken is not None:
+                entry = self._pool.addresses.get(self.taken)
+                if entry is not None and entry.owner == self._owner:
+                    entry.owner = None
+                self.taken = None
+
+
+class Pools:
+    """All node pools of the engine, by (provider, node)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pools: dict[tuple[str, str], NodePool] = {}
+
+    def get(self, provider: str, node: str) -> NodePool:
+        with self._lock:
+            pool = self._pools.get((provider, node))
+            if pool is None:
+                pool = self._pools[(provider, node)] = NodePool(node, provider)
+            return pool
+
+    def find(self, provider: str, node: str) -> NodePool | None:
+        return self._pools.get((provider, node))
+
+    def drop_node(self, node: str) -> None:
+        with self._lock:
+            for key in [k for k in self._pools if k[1] == node]:
+                del self._pools[key]
+
+    def all(self) -> list[NodePool]:
+        with self._lock:
+            return list(self._pools.values())
+
+    def owner_map(self) -> dict[str, list[str]]:
+        """address -> owners across every pool (more than one is a double assignment)."""
+        out: dict[str, list[str]] = {}
+        for pool in self.all():
+            for a in pool.addresses.values():
+                if a.owner is not None:
+                    out.setdefault(a.address, []).append(a.owner)
+        return out

@@ -1,0 +1,85 @@
+"""Garbage collection: what no event will ever bring back to a reconciler's attention.
+
+- records whose pod or node is gone are queued for their pod (level-triggered catch-all:
+  a missed watch event cannot strand a record);
+- pools of nodes that left the cluster are dropped;
+- each node's inventory is read again every ``gc_period``: an address the cloud has that
+  no record owns and no pool holds becomes a suspect (mark), and is deleted in the cloud
+  once it has stayed a suspect for ``leaked_ip_expiry`` (sweep) — unless a record turns
+  out to own it, which clears it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from podnet.core.reconcile.result import Result
+from podnet.hookspecs.types import NodeContext, PoolEntry
+
+if TYPE_CHECKING:
+    from podnet.core.engine import Engine
+    from podnet.core.pool import NodePool
+
+log = logging.getLogger("podnet.gc")
+
+
+class GarbageCollector:
+    def __init__(self, engine: Engine) -> None:
+        self.e = engine
+        self._inventory_at: dict[tuple[str, str], float] = {}
+        self.swept: int = 0
+
+    def reconcile(self, _key: str) -> Result:
+        e = self.e
+        for pn in e.pod_networks.values():
+            pod = e.pods.get(f"{pn.metadata.namespace}/{pn.spec.pod_name}")
+            if pod is None or pod.uid != pn.spec.pod_uid or e.nodes.get(pn.spec.node_name) is None:
+                e.enqueue_pod(e.pod_key_of(pn))
+        period = min((e.policy(p).gc_period for p in e.providers.names()), default=60.0)
+        for pool in e.pools.all():
+            if e.nodes.get(pool.node) is None:
+                e.pools.drop_node(pool.node)
+                continue
+            if pool.synced:
+                try:
+                    self._resync(pool)
+                except Exception as exc:
+                    log.info("gc of node %s: %s", pool.node, exc)
+        return Result(requeue_after=period)
+
+    def _owners(self, pool: NodePool) -> dict[str, str]:
+        return {
+            pn.status.ip: pn.key
+            for pn in self.e.pod_networks.by_index("node", pool.node)
+            if pn.spec.provider == pool.provider and pn.status.ip
+        }
+
+    def _resync(self, pool: NodePool) -> None:
+        e = self.e
+        policy = e.policy(pool.provider)
+        now = e.clock.monotonic()
+        key = (pool.provider, pool.node)
+        if now - self._inventory_at.get(key, -1e18) < policy.gc_period:
+            return
+        node = e.nodes.get(pool.node)
+        if node is None:
+            return
+        self._inventory_at[key] = now
+        inventory = e.nodepools.inventory(node, e.node_networks.get(pool.node), pool.provider)
+        owners = self._owners(pool)
+        for owner in pool.observe(inventory, owners, now):
+            log.warning("%s records an address the cloud no longer has", owner)
+        expired = [ip for ip, seen in pool.suspects.items()
+                   if now - seen >= policy.leaked_ip_expiry and ip not in owners]
+        if not expired:
+            return
+        where = inventory.all_ips()
+        entries = [PoolEntry(ip, where[ip].id, where[ip].subnet) for ip in expired if ip in where]
+        gone = e.call(pool.provider, "podnet_pool_shrink", provider=pool.provider,
+                      node=NodeContext(node=node, network=e.node_networks.get(pool.node)),
+                      entries=entries)
+        for ip in gone or ():
+            pool.suspects.pop(ip, None)
+            self.swept += 1
+        log.info("node %s: deleted %d leaked addresses", pool.node, len(gone or ()))

@@ -1,0 +1,468 @@
+"""The NodePool reconciler: one node's idle addresses within bounds, and its interfaces.
+
+Keyed by node name. Before a node's pool serves anything it is rebuilt from the
+provider's inventory plus the records (who owns what) plus the last recorded pool (which
+idle addresses were podnet's). Then, each pass:
+
+- interfaces whose inhibit window is over ``recover``;
+- demand (pod networks waiting) plus ``min_idle`` beyond what is idle → one grow call,
+  after the aggregation window, batched, rate-limited; a new interface when none has room
+  (ENI machine ``attached`` / ``fail``); quota or exhaustion errors halve the batch and,
+  at batch 1, back off; the interface to blame is ``inhibit``-ed;
+- idle beyond ``max_idle`` with nobody waiting → one shrink call; an interface left with
+  no address is ``dispose``-d (never a primary or trunk interface) until the cloud
+  confirms it ``gone``;
+- the pool is written to the NodeNetwork's status whenever its membership changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from podnet.core.cluster.port import NODE_NETWORK, Conflict, NotFound
+from podnet.core.errors import ErrorKind, PodnetError, ProviderError
+from podnet.core.machines import DELETED, ENI_MACHINE
+from podnet.core.models import (
+    InterfaceState,
+    InterfaceStatus,
+    IpStatus,
+    NodeInfo,
+    NodeNetwork,
+    NodeNetworkSpec,
+    NodeNetworkStatus,
+    ObjectMeta,
+    OwnerReference,
+    Phase,
+)
+from podnet.core.policy import PoolPolicy
+from podnet.core.pool import Interface, NodePool
+from podnet.core.reconcile.result import DONE, Result
+from podnet.core.tracing import ATTR_INTERFACE, ATTR_NODE
+from podnet.hookspecs.types import (
+    CloudInterface,
+    Inventory,
+    NodeContext,
+    PoolEntry,
+    TransitionEvent,
+)
+
+if TYPE_CHECKING:
+    from podnet.core.engine import Engine
+
+log = logging.getLogger("podnet.nodepool")
+
+_STATE_NAME = {s: s.value.lower() for s in InterfaceState}
+_NAME_STATE = {v: k for k, v in _STATE_NAME.items()}
+#: after a rate-limit answer, wait about this long (with jitter) before the next call
+_THROTTLE_WAIT = 0.2
+
+
+class NodePoolReconciler:
+    def __init__(self, engine: Engine) -> None:
+        self.e = engine
+
+    def reconcile(self, name: str) -> Result:
+        e = self.e
+        node = e.nodes.get(name)
+        if node is None or node.deletion_timestamp is not None:
+            e.pools.drop_node(name)
+            return DONE
+        provider = e.provider_for_node(node)
+        if provider is None or not e.providers[provider].uses_node_pool:
+            return DONE
+        pool = e.pools.get(provider, name)
+        nn = e.node_networks.get(name) or self._create_record(node, provider)
+        policy = self.policy_for(provider, nn, pool)
+        with pool.lock:
+            before = self._snapshot(pool)
+        results: list[Result] = []
+        if not pool.synced:
+            self._rebuild(node, nn, provider, pool)
+            policy = self.policy_for(provider, nn, pool)
+        self._recover(node, pool, provider)
+        results.append(self._grow(node, nn, provider, pool, policy))
+        if not pool.waiting:
+            results.append(self._shrink(node, nn, provider, pool, policy))
+            results.append(self._dispose(node, nn, provider, pool, policy))
+        if self._snapshot(pool) != before or nn.status.last_inventory_sync is None:
+            self._write(nn, pool)
+        results.append(Result(requeue_after=policy.refill_period))
+        return Result.soonest(results)
+
+    def policy_for(self, provider: str, nn: NodeNetwork | None, pool: NodePool) -> PoolPolicy:
+        policy = self.e.policy(provider)
+        if nn is not None:
+            bounds = nn.spec.pool
+            if bounds.min_idle is not None or bounds.max_idle is not None:
+                max_idle = bounds.max_idle if bounds.max_idle is not None else policy.max_idle
+                min_idle = bounds.min_idle if bounds.min_idle is not None else policy.min_idle
+                policy = attrs.evolve(policy, min_idle=min(min_idle, max_idle), max_idle=max_idle)
+        return policy.clamp(pool.capacity) if pool.synced else policy
+
+    # --- records ----------------------------------------------------------------------
+
+    def _create_record(self, node: NodeInfo, provider: str) -> NodeNetwork:
+        nn = NodeNetwork(
+            metadata=ObjectMeta(
+                name=node.name,
+                owner_references=(OwnerReference(
+                    api_version="v1", kind="Node", name=node.name, uid=node.uid),),
+            ),
+            spec=NodeNetworkSpec(provider=provider, instance_id=node.provider_id),
+        )
+        try:
+            return self.e.create(NODE_NETWORK, nn)
+        except Conflict:
+            found = self.e.node_networks.get(node.name)
+            if found is None:
+                raise
+            return found
+
+    def _snapshot(self, pool: NodePool) -> tuple[Any, ...]:
+        return (
+            tuple(sorted((a.address, a.interface) for a in pool.addresses.values())),
+            tuple(sorted((i.id, i.state, i.inhibited_until) for i in pool.interfaces.values())),
+        )
+
+    def _write(self, nn: NodeNetwork, pool: NodePool) -> None:
+        e = self.e
+        mono, wall = e.clock.monotonic(), e.clock.now()
+        from datetime import timedelta
+
+        with pool.lock:
+            by_itf: dict[str | None, list[IpStatus]] = {}
+            for a in sorted(pool.addresses.values(), key=lambda a: a.address):
+                by_itf.setdefault(a.interface, []).append(
+                    IpStatus(address=a.address, owner=a.owner, subnet=a.subnet))
+            interfaces = []
+            for itf in pool.interfaces.values():
+                until = None
+                if itf.inhibited_until > mono:
+                    until = wall + timedelta(seconds=itf.inhibited_until - mono)
+                interfaces.append(InterfaceStatus(
+                    id=itf.id, state=itf.state, mac=itf.mac, subnet=itf.subnet,
+                    primary=itf.primary, trunk=itf.trunk, ips=tuple(by_itf.get(itf.id, ())),
+                    inhibited_until=until.replace(microsecond=0) if until else None,
+                ))
+        status = attrs.evolve(nn.status, interfaces=tuple(interfaces), last_inventory_sync=wall)
+        current = e.node_networks.get(nn.metadata.name) or nn
+        try:
+            e.update_status(NODE_NETWORK, attrs.evolve(current, status=status))
+        except (Conflict, NotFound):
+            e.enqueue_node(nn.metadata.name)  # written again from a fresh read
+
+    # --- rebuild ----------------------------------------------------------------------
+
+    def _rebuild(self, node: NodeInfo, nn: NodeNetwork, provider: str, pool: NodePool) -> None:
+        """Inventory (what exists) + records (who owns it) + last pool (what was idle)."""
+        e = self.e
+        inventory = self.inventory(node, nn, provider)
+        owners: dict[str, str] = {}
+        for pn in e.pod_networks.by_index("node", node.name):
+            if pn.spec.provider == provider and pn.status.ip and pn.status.phase in (
+                Phase.ALLOCATED, Phase.ROUTED, Phase.RELEASING,
+            ):
+                if pn.status.ip in owners:
+                    log.error("address %s recorded by %s and %s", pn.status.ip,
+                              owners[pn.status.ip], pn.key)
+                    e.event(pn, "DuplicateAddress",
+                            f"address {pn.status.ip} is also recorded by {owners[pn.status.ip]}")
+                    continue
+                owners[pn.status.ip] = pn.key
+        pooled = {ip.address for itf in nn.status.interfaces for ip in itf.ips}
+        now = e.clock.monotonic()
+        lost = pool.rebuild(inventory, owners, pooled, now)
+        wall = e.clock.now()
+        for recorded in nn.status.interfaces:
+            itf = pool.interfaces.get(recorded.id)
+            if itf is None:
+                continue
+            itf.state = recorded.state
+            if recorded.inhibited_until is not None:
+                left = (recorded.inhibited_until - wall).total_seconds()
+                itf.inhibited_until = now + max(0.0, left)
+        for owner in lost:
+            log.warning("%s records an address the cloud no longer has", owner)
+        e.wake(dict(pool.waiting))
+
+    def inventory(self, node: NodeInfo, nn: NodeNetwork | None, provider: str) -> Inventory:
+        ctx = NodeContext(node=node, network=nn)
+        inventory: Inventory | None = self.e.call(provider, "podnet_node_inventory",
+                                                  provider=provider, node=ctx)
+        if inventory is None:
+            raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} gave no inventory")
+        return inventory
+
+    # --- interfaces: the ENI machine --------------------------------------------------
+
+    def _eni(self, node: NodeInfo, provider: str, itf: Interface, trigger: str,
+             action: Callable[[], Any] | None = None) -> Any:
+        e = self.e
+        source = _STATE_NAME[itf.state]
+        with e.tracing.transition(
+            "eni", trigger, source=source, provider=provider, obj=f"{node.name}/{itf.id}",
+            traceparent=None, attributes={ATTR_NODE: node.name, ATTR_INTERFACE: itf.id},
+        ) as span:
+            try:
+                dest, result = ENI_MACHINE.fire(source, trigger, action)
+            except BaseException as exc:
+                e.stats.failed_transitions[f"eni.{trigger}"] += 1
+                self._broadcast(node, provider, itf, trigger, source, None, exc)
+                raise
+            span.succeeded(dest)
+        e.stats.transitions[f"eni.{trigger}"] += 1
+        if dest != DELETED:
+            itf.state = _NAME_STATE[dest]
+        self._broadcast(node, provider, itf, trigger, source, dest, None)
+        return result
+
+    def _broadcast(self, node: NodeInfo, provider: str, itf: Interface, trigger: str,
+                   source: str, dest: str | None, exc: BaseException | None) -> None:
+        event = TransitionEvent(
+            machine="eni", trigger=trigger, source=source, dest=dest,
+            object_key=f"{node.name}/{itf.id}", provider=provider, ok=exc is None,
+            error=type(exc).__name__ if exc else None,
+        )
+        try:
+            self.e.hook.podnet_transition(event=event)
+        except Exception:
+            log.exception("a podnet_transition listener failed")
+
+    def _recover(self, node: NodeInfo, pool: NodePool, provider: str) -> None:
+        now = self.e.clock.monotonic()
+        for itf in list(pool.interfaces.values()):
+            if itf.state is InterfaceState.INHIBITED and itf.inhibited_until <= now:
+                self._eni(node, provider, itf, "recover")
+                itf.inhibited_until = 0.0
+
+    def _inhibit(self, node: NodeInfo, pool: NodePool, provider: str, itf: Interface,
+                 seconds: float) -> None:
+        if itf.state is not InterfaceState.READY:
+            return
+        self._eni(node, provider, itf, "inhibit")
+        itf.inhibited_until = self.e.clock.monotonic() + seconds
+
+    # --- grow -------------------------------------------------------------------------
+
+    def _grow(self, node: NodeInfo, nn: NodeNetwork, provider: str, pool: NodePool,
+              policy: PoolPolicy) -> Result:
+        e = self.e
+        now = e.clock.monotonic()
+        with pool.lock:
+            waiting = dict(pool.waiting)
+            available = len(pool.idle_addresses(now))
+            cooling = pool.idle_count() - available
+            need = len(waiting) + policy.min_idle - available
+            if not waiting:
+                # idle addresses cooling down count toward min_idle: they'll be ready soon
+                need -= cooling
+            free = pool.capacity - pool.total()
+        if need <= 0:
+            if waiting:
+                e.wake(waiting)
+            return DONE
+        if free <= 0:
+            pool.last_error = (f"node {node.name} is at its capacity of {pool.capacity} "
+                               "addresses")
+            return Result(requeue_after=policy.refill_period)
+        if now < pool.grow_blocked_until:
+            return Result(requeue_after=pool.grow_blocked_until - now)
+        window_end = (pool.waiting_since or now) + policy.aggregation_window
+        if waiting and now < window_end and len(waiting) < policy.max_batch_size:
+            return Result(requeue_after=window_end - now)  # gather more demand first
+        batch = pool.batch or policy.batch_size
+        count = min(max(need, batch), policy.max_batch_size, free)
+        if pool.batch and pool.batch < policy.batch_size:
+            count = min(count, pool.batch)  # halved after quota errors: stay small
+        subnet = next((s for s in waiting.values() if s), None)
+        info = e.providers[provider]
+        itf = self._pick_interface(pool, subnet) if info.manages_interfaces else None
+        try:
+            if info.manages_interfaces and itf is None:
+                entries = self._new_interface(node, nn, provider, pool, policy, subnet, count)
+                if entries is None:
+                    return Result(requeue_after=policy.refill_period)
+            else:
+                if itf is not None:
+                    count = min(count, pool.ips_per_interface - len(pool.ips_on(itf.id)))
+                self._rate_limit(provider)
+                ctx = NodeContext(node=node, network=nn)
+                got = e.call(provider, "podnet_pool_grow", provider=provider, node=ctx,
+                             interface=itf.cloud(pool.ips_on(itf.id)) if itf else None,
+                             count=count, subnet=subnet)
+                entries = list(got or ())
+        except Exception as exc:
+            return self._grow_failed(node, provider, pool, policy, itf, subnet, exc)
+        pool.add(entries)
+        pool.batch = 0
+        pool.grow_failures = 0
+        pool.grow_blocked_until = 0.0
+        pool.last_error = None
+        e.wake(waiting)
+        return Result(requeue_after=0.0) if len(entries) < need else DONE
+
+    def _rate_limit(self, provider: str) -> None:
+        """Client-side token bucket per provider: wait for a token before a cloud call."""
+        e = self.e
+        bucket = getattr(self, "_buckets", {}).get(provider)
+        if bucket is None:
+            from podnet.core.ratelimit import TokenBucket
+
+            self._buckets: dict[str, TokenBucket] = getattr(self, "_buckets", {})
+            bucket = self._buckets[provider] = TokenBucket.from_policy(
+                e.policy(provider).cloud_rate, e.clock)
+        bucket.acquire()
+
+    def _pick_interface(self, pool: NodePool, subnet: str | None) -> Interface | None:
+        """The ready interface with room and the fewest addresses (keeps them balanced)."""
+        best, best_count = None, math.inf
+        for itf in pool.interfaces.values():
+            if itf.state is not InterfaceState.READY or itf.trunk:
+                continue
+            if subnet is not None and itf.subnet not in (None, subnet):
+                continue
+            used = len(pool.ips_on(itf.id))
+            if used < pool.ips_per_interface and used < best_count:
+                best, best_count = itf, used
+        return best
+
+    def _new_interface(self, node: NodeInfo, nn: NodeNetwork, provider: str, pool: NodePool,
+                       policy: PoolPolicy, subnet: str | None, count: int
+                       ) -> list[PoolEntry] | None:
+        e = self.e
+        if len(pool.interfaces) >= pool.max_interfaces:
+            pool.last_error = (f"node {node.name} has all {pool.max_interfaces} interfaces "
+                               "in use and full or inhibited")
+            return None
+        count = min(count, pool.ips_per_interface)
+        itf = Interface(id=f"pending-{len(pool.interfaces)}", state=InterfaceState.INITIALIZING,
+                        subnet=subnet)
+        ctx = NodeContext(node=node, network=nn)
+
+        def create() -> CloudInterface:
+            self._rate_limit(provider)
+            created: CloudInterface | None = e.call(
+                provider, "podnet_interface_create", provider=provider, node=ctx,
+                subnet=subnet, ip_count=count)
+            if created is None:
+                raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} made no interface")
+            return created
+
+        try:
+            created = self._eni(node, provider, itf, "attached", create)
+        except Exception:
+            try:
+                self._eni(node, provider, itf, "fail")
+            except PodnetError:
+                pass
+            pool.synced = False  # a half-made interface shows up in the next inventory
+            raise
+        with pool.lock:
+            pool.interfaces[created.id] = Interface(
+                id=created.id, mac=created.mac, subnet=created.subnet,
+                primary=created.primary, trunk=created.trunk, state=InterfaceState.READY,
+            )
+        return [PoolEntry(ip, created.id, created.subnet) for ip in created.ips]
+
+    def _grow_failed(self, node: NodeInfo, provider: str, pool: NodePool, policy: PoolPolicy,
+                     itf: Interface | None, subnet: str | None, exc: Exception) -> Result:
+        e = self.e
+        kind = e.classify(provider, exc)
+        subject = getattr(exc, "subject", None) or subnet or (itf.subnet if itf else None)
+        where = f" ({subject})" if subject else ""
+        pool.last_error = f"growing the pool failed: {kind.value}{where}: {exc}"
+        now = e.clock.monotonic()
+        if kind is ErrorKind.THROTTLED:
+            return Result(requeue_after=_THROTTLE_WAIT * (1 + e.random.random()))
+        if kind in (ErrorKind.QUOTA_EXCEEDED, ErrorKind.SUBNET_EXHAUSTED):
+            if itf is not None:
+                window = (policy.inhibit_exhausted if kind is ErrorKind.SUBNET_EXHAUSTED
+                          else policy.inhibit_quota)
+                self._inhibit(node, pool, provider, itf, window)
+            batch = pool.batch or policy.batch_size
+            if policy.halve_batch_on_quota and batch > 1:
+                pool.batch = max(1, batch // 2)
+                return Result(requeue_after=0.0)
+            pool.batch = 1
+        pool.grow_failures += 1
+        delay = policy.grow_backoff.delay(pool.grow_failures)
+        pool.grow_blocked_until = now + delay
+        e.wake(dict(pool.waiting))  # waiting pod networks record the reason
+        return Result(requeue_after=delay)
+
+    # --- shrink and dispose -----------------------------------------------------------
+
+    def _shrink(self, node: NodeInfo, nn: NodeNetwork, provider: str, pool: NodePool,
+                policy: PoolPolicy) -> Result:
+        e = self.e
+        with pool.lock:
+            idle = [a for a in pool.addresses.values() if a.owner is None]
+            excess = len(idle) - policy.max_idle
+            if excess <= 0:
+                return DONE
+            # free whole interfaces first: fewest owned addresses on the interface first
+            owned_on: dict[str | None, int] = {}
+            for a in pool.addresses.values():
+                if a.owner is not None:
+                    owned_on[a.interface] = owned_on.get(a.interface, 0) + 1
+            idle.sort(key=lambda a: (owned_on.get(a.interface, 0), a.cooldown_until))
+            victims = idle[: min(excess, policy.max_batch_size)]
+            entries = [PoolEntry(a.address, a.interface, a.subnet) for a in victims]
+            # out of the pool before the call: nobody takes an address being deleted
+            for a in victims:
+                a.owner = "podnet:releasing"
+        try:
+            self._rate_limit(provider)
+            gone = e.call(provider, "podnet_pool_shrink", provider=provider,
+                          node=NodeContext(node=node, network=nn), entries=entries)
+        except Exception as exc:
+            with pool.lock:
+                for a in victims:
+                    if a.owner == "podnet:releasing":
+                        a.owner = None
+            kind = e.classify(provider, exc)
+            if kind is ErrorKind.THROTTLED:
+                return Result(requeue_after=_THROTTLE_WAIT * (1 + e.random.random()))
+            raise
+        gone_set = set(gone or ())
+        with pool.lock:
+            for a in victims:
+                if a.owner == "podnet:releasing" and a.address not in gone_set:
+                    a.owner = None
+        pool.remove(gone_set)
+        return Result(requeue_after=0.0) if excess > len(victims) else DONE
+
+    def _dispose(self, node: NodeInfo, nn: NodeNetwork, provider: str, pool: NodePool,
+                 policy: PoolPolicy) -> Result:
+        """An interface with no address left goes (never primary, never trunk)."""
+        e = self.e
+        if not e.providers[provider].manages_interfaces:
+            return DONE
+        for itf in list(pool.interfaces.values()):
+            if itf.primary or itf.trunk or pool.ips_on(itf.id):
+                continue
+            if itf.state in (InterfaceState.READY, InterfaceState.INHIBITED):
+                self._eni(node, provider, itf, "dispose")
+            if itf.state is not InterfaceState.DISPOSING:
+                continue
+            ctx = NodeContext(node=node, network=nn)
+            self._rate_limit(provider)
+
+            def dispose(itf: Interface = itf) -> None:
+                done = e.call(provider, "podnet_interface_dispose", provider=provider,
+                              node=ctx, interface=itf.cloud())
+                if not done:
+                    raise ProviderError(ErrorKind.TRANSIENT, f"{itf.id} is still detaching")
+
+            try:
+                self._eni(node, provider, itf, "gone", dispose)
+            except Exception:
+                return Result(requeue_after=policy.refill_period)
+            with pool.lock:
+                pool.interfaces.pop(itf.id, None)
+        return DONE

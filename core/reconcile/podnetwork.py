@@ -1,0 +1,628 @@
+"""The PodNetwork reconciler: a pod's desired networks against its recorded ones.
+
+Keyed by pod (``namespace/name``): every record of one pod is handled by one worker at a
+time, and a record whose pod is gone is still found through the ``pod`` index. Each
+pass compares what the pod should have (alive, scheduled, not terminal, its node still
+there) with the records, and fires at most one trigger per record per step:
+
+- missing record → create it (Pending), record first;
+- pending → ``allocate``; allocated → ``route``; routed → ``verify`` when due
+  (→ ``repair`` → ``route`` on drift);
+- not wanted any more → ``release``, then ``finish`` (provider release, finalizer off,
+  record deleted, address back to the pool) — or, for a sticky record whose pod may come
+  back, hold it, and ``reclaim`` when it does.
+
+Every transition writes the record before anything relies on it; a failed step leaves
+the phase as it was, with a ``Ready=False`` condition saying why and a Warning Event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import attrs
+
+from podnet.core.annotations import parse_network_request
+from podnet.core.cluster.port import POD, POD_NETWORK, Conflict, NotFound
+from podnet.core.errors import (
+    ErrorKind,
+    InvalidRequest,
+    PodnetError,
+    PoolEmpty,
+    ProviderError,
+    TerminalError,
+)
+from podnet.core.machines import POD_NETWORK_MACHINE
+from podnet.core.models import (
+    DEFAULT_NETWORK,
+    FINALIZER,
+    LABEL_NODE,
+    LABEL_POD,
+    Condition,
+    NetworkRequest,
+    NodeInfo,
+    ObjectMeta,
+    OwnerReference,
+    Phase,
+    PodInfo,
+    PodNetwork,
+    PodNetworkSpec,
+    PodNetworkStatus,
+)
+from podnet.core.objects import pod_is_terminal
+from podnet.core.pool import Reservation
+from podnet.core.reconcile.result import DONE, Result
+from podnet.core.tracing import (
+    ATTR_INTERFACE,
+    ATTR_IP,
+    ATTR_NAMESPACE,
+    ATTR_NODE,
+    ATTR_POD,
+)
+from podnet.hookspecs.types import (
+    AllocateContext,
+    Allocation,
+    NodeContext,
+    PodNetworkContext,
+    ReleaseResult,
+    RouteResult,
+    TransitionEvent,
+    VerifyResult,
+)
+
+if TYPE_CHECKING:
+    from podnet.core.engine import Engine
+
+log = logging.getLogger("podnet.podnetwork")
+
+T = TypeVar("T")
+
+READY = "Ready"
+_PHASE_STATE = {
+    Phase.PENDING: "pending",
+    Phase.ALLOCATED: "allocated",
+    Phase.ROUTED: "routed",
+    Phase.RELEASING: "releasing",
+}
+_STATE_PHASE = {v: k for k, v in _PHASE_STATE.items()}
+#: how long to wait before looking again at a pod network waiting for an address
+_WAIT_RECHECK = 5.0
+
+
+@attrs.frozen
+class Desired:
+    provider: str
+    request: NetworkRequest
+    sticky: bool
+    #: the problem with the pod's annotations, if any: recorded, nothing allocated
+    invalid: InvalidRequest | None = None
+
+
+def record_name(pod: PodInfo, network: str, sticky: bool) -> str:
+    """Sticky records are named after the pod alone, so a pod returning under the same
+    name finds its address; others carry the pod's uid, so a new pod under an old name
+    never inherits a record by accident."""
+    base = f"{pod.name}.{network}" if sticky else f"{pod.name}.{network}.{pod.uid[:8]}"
+    if len(base) <= 253:
+        return base
+    digest = hashlib.sha256(base.encode()).hexdigest()[:10]
+    return f"{base[:242]}.{digest}"
+
+
+def set_condition(
+    conditions: tuple[Condition, ...], new: Condition
+) -> tuple[Condition, ...]:
+    """Replace the condition of the same type; keep its transition time if unchanged."""
+    out = []
+    for c in conditions:
+        if c.type == new.type:
+            if c.status == new.status:
+                new = attrs.evolve(new, last_transition_time=c.last_transition_time)
+            continue
+        out.append(c)
+    out.append(new)
+    return tuple(out)
+
+
+def ready_condition(pn: PodNetwork) -> Condition | None:
+    for c in pn.status.conditions:
+        if c.type == READY:
+            return c
+    return None
+
+
+class PodNetworkReconciler:
+    def __init__(self, engine: Engine) -> None:
+        self.e = engine
+        #: monotonic time each routed record is next verified at (in memory only)
+        self._verify_at: dict[str, float] = {}
+
+    # --- the pass ---------------------------------------------------------------------
+
+    def reconcile(self, pod_key: str) -> Result:
+        e = self.e
+        pod = e.pods.get(pod_key)
+        records = sorted(e.pod_networks.by_index("pod", pod_key), key=lambda r: r.metadata.name)
+        desired = self.desired(pod)
+        results = []
+        covered: set[str] = set()
+        for pn in records:
+            if self._wanted(pn, pod, desired):
+                covered.add(pn.spec.network)
+                assert pod is not None
+                results.append(self._advance(pn, pod, desired[pn.spec.network]))
+            else:
+                results.append(self._wind_down(pn, pod))
+        for network, want in desired.items():
+            if network not in covered:
+                assert pod is not None
+                results.append(self._create(pod, network, want))
+        return Result.soonest(results)
+
+    def desired(self, pod: PodInfo | None) -> dict[str, Desired]:
+        """The networks a pod should have now; empty when its networks must go."""
+        e = self.e
+        if pod is None or pod.host_network or not pod.node_name:
+            return {}
+        if pod_is_terminal(pod):
+            return {}
+        if pod.deletion_timestamp is not None and e.clock.now() >= pod.deletion_timestamp:
+            return {}  # past its deletion grace: the pod no longer runs
+        node = e.nodes.get(pod.node_name)
+        if node is None or node.deletion_timestamp is not None:
+            return {}
+        provider = e.provider_for_node(node)
+        if provider is None:
+            return {}
+        invalid = None
+        try:
+            request = parse_network_request(pod.annotations)
+        except InvalidRequest as exc:
+            request, invalid = NetworkRequest(), exc
+        info = e.providers[provider]
+        sticky = _controller_kind(pod) in info.sticky_kinds
+        out = {DEFAULT_NETWORK: Desired(provider, request, sticky, invalid)}
+        for extra in e.hook.podnet_select_networks(pod=pod, node=node):
+            for attachment in extra or ():
+                if attachment.provider in e.providers:
+                    out.setdefault(
+                        attachment.network,
+                        Desired(attachment.provider, NetworkRequest(), sticky, None),
+                    )
+        return out
+
+    def _wanted(self, pn: PodNetwork, pod: PodInfo | None, desired: dict[str, Desired]) -> bool:
+        if pod is None or pn.metadata.deletion_timestamp is not None:
+            return False
+        want = desired.get(pn.spec.network)
+        if want is None or want.provider != pn.spec.provider:
+            return False
+        if pn.spec.pod_uid == pod.uid:
+            return pn.status.phase is not Phase.RELEASING or pn.spec.sticky
+        # another pod under the same name: only a sticky record carries over
+        return pn.spec.sticky and want.sticky
+
+    # --- create -----------------------------------------------------------------------
+
+    def _create(self, pod: PodInfo, network: str, want: Desired) -> Result:
+        e = self.e
+        owner = _sticky_owner(pod) if want.sticky else None
+        if owner is None:
+            owner = OwnerReference(api_version="v1", kind="Pod", name=pod.name, uid=pod.uid)
+        node = pod.node_name or ""
+        pn = PodNetwork(
+            metadata=ObjectMeta(
+                name=record_name(pod, network, want.sticky),
+                namespace=pod.namespace,
+                labels={LABEL_NODE: node, LABEL_POD: pod.name},
+                finalizers=(FINALIZER,),
+                owner_references=(owner,),
+            ),
+            spec=PodNetworkSpec(
+                pod_name=pod.name, pod_uid=pod.uid, node_name=node,
+                provider=want.provider, network=network, sticky=want.sticky,
+                requests=want.request,
+            ),
+        )
+        try:
+            created = e.create(POD_NETWORK, pn)
+        except Conflict:
+            # exists already (a sticky record, or an earlier pass): next pass sees it
+            return Result(requeue_after=0.0)
+        except NotFound:
+            return DONE  # namespace going away
+        return self._advance(created, pod, want)
+
+    # --- forward ----------------------------------------------------------------------
+
+    def _advance(self, pn: PodNetwork, pod: PodInfo, want: Desired) -> Result:
+        if pn.spec.pod_uid != pod.uid or pn.spec.node_name != pod.node_name:
+            if pn.status.phase is Phase.RELEASING:
+                return self._reclaim(pn, pod)
+            if pn.spec.node_name != pod.node_name:
+                # a sticky pod came back on another node: the old address stays behind
+                return self._wind_down(pn, None)
+            pn = self._adopt_pod(pn, pod)
+        if want.invalid is not None:
+            return self._invalid(pn, pod, want.invalid)
+        if pn.status.phase is Phase.PENDING and pn.spec.requests != want.request:
+            pn = self.e.update(POD_NETWORK, attrs.evolve(
+                pn, spec=attrs.evolve(pn.spec, requests=want.request)))
+        phase = pn.status.phase
+        if phase is Phase.PENDING:
+            pn = self._allocate(pn, pod)
+            if pn.status.phase is Phase.PENDING:
+                return Result(requeue_after=_WAIT_RECHECK)
+        if pn.status.phase is Phase.ALLOCATED:
+            pn = self._route(pn, pod)
+        if pn.status.phase is Phase.ROUTED:
+            return self._maybe_verify(pn, pod)
+        return DONE
+
+    def _adopt_pod(self, pn: PodNetwork, pod: PodInfo) -> PodNetwork:
+        """A sticky record serves the pod now running under its name."""
+        return self.e.update(POD_NETWORK, attrs.evolve(
+            pn, spec=attrs.evolve(pn.spec, pod_uid=pod.uid)))
+
+    def _invalid(self, pn: PodNetwork, pod: PodInfo, exc: InvalidRequest) -> Result:
+        """Bad input: say so on the record and the pod, allocate nothing, don't retry."""
+        message = f"pod {pod.key}: {exc}"
+        if self._set_ready(pn, "False", "InvalidRequest", message):
+            self.e.event(pn, "InvalidRequest", message)
+            self.e.event(_pod_ref(pod), "InvalidRequest", message)
+        return DONE
+
+    def _allocate(self, pn: PodNetwork, pod: PodInfo) -> PodNetwork:
+        e = self.e
+        provider = pn.spec.provider
+        info = e.providers[provider]
+        node_ctx = self._node_context(pn.spec.node_name)
+        reservation: Reservation | None = None
+        if info.uses_node_pool:
+            pool = e.pools.get(provider, pn.spec.node_name)
+            if not pool.synced:
+                # the pool is rebuilt from inventory + records before any allocation
+                pool.wait_for_address(pn.key, None, e.clock.monotonic())
+                e.enqueue_node(pn.spec.node_name)
+                return pn
+            reservation = pool.reserve(pn.key, e.clock.monotonic())
+        ctx = AllocateContext(pod_network=pn, node=node_ctx, pod=pod, pool=reservation)
+
+        def allocate() -> PodNetwork:
+            allocation: Allocation | None = e.call(provider, "podnet_allocate", context=ctx)
+            if allocation is None:
+                raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} did not allocate")
+            return self._write_phase(pn, Phase.ALLOCATED, span, ip=allocation.ip,
+                                     ipv6=allocation.ipv6, mac=allocation.mac,
+                                     subnet=allocation.subnet, gateway=allocation.gateway,
+                                     interface=allocation.interface)
+
+        try:
+            with self._transition(pn, "allocate", pod) as span:
+                updated = self._fire(pn, "allocate", allocate, span)
+        except BaseException as exc:
+            if reservation is not None:
+                reservation.rollback()
+            return self._failed(pn, "allocate", exc)
+        if reservation is not None:
+            pool = e.pools.get(provider, pn.spec.node_name)
+            pool.stop_waiting(pn.key)
+            if updated.status.ip and reservation.taken != updated.status.ip:
+                # the provider chose without the pool (a static address it added itself)
+                reservation.rollback()
+                pool.adopt(updated.status.ip, pn.key, updated.status.interface,
+                           updated.status.subnet)
+        return updated
+
+    def _route(self, pn: PodNetwork, pod: PodInfo | None) -> PodNetwork:
+        e = self.e
+        provider = pn.spec.provider
+        ctx = PodNetworkContext(pod_network=pn, node=self._node_context(pn.spec.node_name),
+                                pod=pod)
+
+        def route() -> PodNetwork:
+            result: RouteResult | None = e.call(provider, "podnet_route", context=ctx)
+            if result is None:
+                raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} did not route")
+            return self._write_phase(pn, Phase.ROUTED, span,
+                                     interface=result.interface or pn.status.interface)
+
+        try:
+            with self._transition(pn, "route", pod) as span:
+                updated = self._fire(pn, "route", route, span)
+        except BaseException as exc:
+            return self._failed(pn, "route", exc)
+        self._verify_at[pn.key] = e.clock.monotonic() + e.policy(provider).verify_period
+        return updated
+
+    def _maybe_verify(self, pn: PodNetwork, pod: PodInfo) -> Result:
+        e = self.e
+        now = e.clock.monotonic()
+        period = e.policy(pn.spec.provider).verify_period
+        due = self._verify_at.setdefault(pn.key, now + period)
+        if now < due:
+            return Result(requeue_after=due - now)
+        self._verify_at[pn.key] = now + period
+        ctx = PodNetworkContext(pod_network=pn, node=self._node_context(pn.spec.node_name),
+                                pod=pod)
+        try:
+            verdict: VerifyResult | None = e.call(pn.spec.provider, "podnet_verify", context=ctx)
+        except Exception as exc:
+            log.info("verify %s failed: %s", pn.key, exc)
+            return Result(requeue_after=period)
+        if verdict is None or verdict.ok:
+            return Result(requeue_after=period)
+        # drift: back to allocated, then route writes the dataplane again
+        try:
+            with self._transition(pn, "repair", pod) as span:
+                span.set("podnet.drift", verdict.reason)
+                pn = self._fire(pn, "repair", lambda: self._write_phase(
+                    pn, Phase.ALLOCATED, span, reason="Repairing", message=verdict.reason),
+                    span)
+        except BaseException as exc:
+            self._failed(pn, "repair", exc)
+            return Result(requeue_after=0.0)
+        pn = self._route(pn, pod)
+        return Result(requeue_after=period if pn.status.phase is Phase.ROUTED else 0.0)
+
+    # --- backward ---------------------------------------------------------------------
+
+    def _wind_down(self, pn: PodNetwork, pod: PodInfo | None) -> Result:
+        e = self.e
+        if pn.status.phase is not Phase.RELEASING:
+            try:
+                with self._transition(pn, "release", pod) as span:
+                    pn = self._fire(pn, "release", lambda: self._write_phase(
+                        pn, Phase.RELEASING, span, reason="Releasing",
+                        message=self._release_reason(pn, pod)), span)
+            except BaseException as exc:
+                self._failed(pn, "release", exc)
+                return Result(requeue_after=0.0)
+        if pn.spec.sticky and pn.metadata.deletion_timestamp is None:
+            hold = self._hold(pn, pod)
+            if hold is not None:
+                return hold
+        return self._finish(pn, pod)
+
+    def _release_reason(self, pn: PodNetwork, pod: PodInfo | None) -> str:
+        if pn.metadata.deletion_timestamp is not None:
+            return "record deleted"
+        if pod is None:
+            return f"pod {pn.metadata.namespace}/{pn.spec.pod_name} is gone"
+        if pod.uid != pn.spec.pod_uid:
+            return f"pod {pod.key} was replaced (uid {pod.uid})"
+        if pod_is_terminal(pod):
+            return f"pod {pod.key} is {pod.phase}"
+        return f"pod {pod.key} no longer runs on a served node"
+
+    def _hold(self, pn: PodNetwork, pod: PodInfo | None) -> Result | None:
+        """A sticky record keeps its address while its pod may come back."""
+        e = self.e
+        ctx = PodNetworkContext(pod_network=pn, pod=pod)
+        verdict = e.hook.podnet_hold_address(context=ctx)
+        if verdict is False:
+            return None
+        since = pn.status.last_transition_time
+        window = e.policy(pn.spec.provider).sticky_hold
+        if since is None:
+            return None
+        left = window - (e.clock.now() - since).total_seconds()
+        if verdict is True:
+            return Result(requeue_after=max(left, 1.0))
+        return Result(requeue_after=left) if left > 0 else None
+
+    def _reclaim(self, pn: PodNetwork, pod: PodInfo) -> Result:
+        e = self.e
+        try:
+            with self._transition(pn, "reclaim", pod) as span:
+                def reclaim() -> PodNetwork:
+                    moved = e.update(POD_NETWORK, attrs.evolve(
+                        pn, spec=attrs.evolve(pn.spec, pod_uid=pod.uid)))
+                    return self._write_phase(moved, Phase.ALLOCATED, span, reason="Reclaimed",
+                                             message=f"pod {pod.key} came back")
+                pn = self._fire(pn, "reclaim", reclaim, span)
+        except BaseException as exc:
+            self._failed(pn, "reclaim", exc)
+            return Result(requeue_after=0.0)
+        pn = self._route(pn, pod)
+        return Result(requeue_after=0.0) if pn.status.phase is not Phase.ROUTED else DONE
+
+    def _finish(self, pn: PodNetwork, pod: PodInfo | None) -> Result:
+        e = self.e
+        provider = pn.spec.provider
+        ctx = PodNetworkContext(pod_network=pn, node=self._node_context(pn.spec.node_name),
+                                pod=pod)
+        released: list[ReleaseResult | None] = []
+
+        def finish() -> None:
+            released.append(e.call(provider, "podnet_release", context=ctx)
+                            if provider in e.providers else ReleaseResult())
+            self._remove_record(pn)
+            span.succeeded("deleted")
+
+        try:
+            with self._transition(pn, "finish", pod) as span:
+                POD_NETWORK_MACHINE.fire("releasing", "finish", finish)
+                self._broadcast(pn, "finish", "releasing", "deleted", True, None)
+        except BaseException as exc:
+            self._failed(pn, "finish", exc)
+            return Result(requeue_after=0.0)
+        self._verify_at.pop(pn.key, None)
+        result = released[0] if released else None
+        if pn.status.ip and (result is None or result.return_to_pool):
+            self._give_back(pn)
+        return DONE
+
+    def _remove_record(self, pn: PodNetwork) -> None:
+        """Finalizer off and record gone; each step may be redone after a crash."""
+        e = self.e
+        current = pn
+        if FINALIZER in current.metadata.finalizers:
+            meta = attrs.evolve(current.metadata, finalizers=tuple(
+                f for f in current.metadata.finalizers if f != FINALIZER))
+            try:
+                current = e.update(POD_NETWORK, attrs.evolve(current, metadata=meta))
+            except NotFound:
+                return
+        if pn.metadata.deletion_timestamp is None:
+            try:
+                e.delete(POD_NETWORK, current)
+            except NotFound:
+                pass
+        e.pod_networks.forget(pn.key)
+
+    def _give_back(self, pn: PodNetwork) -> None:
+        e = self.e
+        pool = e.pools.find(pn.spec.provider, pn.spec.node_name)
+        if pool is None or pn.status.ip is None:
+            return
+        cooldown = e.clock.monotonic() + e.policy(pn.spec.provider).reuse_cooldown
+        if pool.give_back(pn.status.ip, pn.key, cooldown):
+            e.enqueue_node(pn.spec.node_name)  # trim to max_idle or serve waiters
+
+    # --- transitions: span, machine, record, notification -------------------------------
+
+    def _transition(self, pn: PodNetwork, trigger: str, pod: PodInfo | None) -> Any:
+        return self.e.tracing.transition(
+            "pod_network", trigger,
+            source=_PHASE_STATE[pn.status.phase],
+            provider=pn.spec.provider,
+            obj=pn.key,
+            traceparent=pn.status.traceparent,
+            attributes={
+                ATTR_POD: pn.spec.pod_name,
+                ATTR_NAMESPACE: pn.metadata.namespace,
+                ATTR_NODE: pn.spec.node_name,
+                ATTR_IP: pn.status.ip,
+                ATTR_INTERFACE: pn.status.interface,
+            },
+        )
+
+    def _fire(self, pn: PodNetwork, trigger: str, action: Callable[[], PodNetwork],
+              span: Any) -> PodNetwork:
+        source = _PHASE_STATE[pn.status.phase]
+        try:
+            dest, updated = POD_NETWORK_MACHINE.fire(source, trigger, action)
+        except BaseException as exc:
+            self._broadcast(pn, trigger, source, None, False, exc)
+            raise
+        span.succeeded(dest)
+        span.set(ATTR_IP, updated.status.ip)
+        span.set(ATTR_INTERFACE, updated.status.interface)
+        self._broadcast(updated, trigger, source, dest, True, None)
+        return updated
+
+    def _write_phase(self, pn: PodNetwork, phase: Phase, span: Any, *, reason: str | None = None,
+                     message: str = "", **fields: Any) -> PodNetwork:
+        e = self.e
+        now = e.clock.now()
+        ready = phase is Phase.ROUTED
+        condition = Condition(
+            type=READY, status="True" if ready else "False",
+            reason=reason or phase.value, message=message, last_transition_time=now,
+        )
+        status = attrs.evolve(
+            pn.status, phase=phase, last_transition_time=now,
+            conditions=set_condition(pn.status.conditions, condition),
+            traceparent=span.traceparent or pn.status.traceparent,
+            **fields,
+        )
+        return e.update_status(POD_NETWORK, attrs.evolve(pn, status=status))
+
+    def _broadcast(self, pn: PodNetwork, trigger: str, source: str, dest: str | None, ok: bool,
+                   exc: BaseException | None) -> None:
+        e = self.e
+        name = f"pod_network.{trigger}"
+        if ok:
+            e.stats.transitions[name] += 1
+        else:
+            e.stats.failed_transitions[name] += 1
+        event = TransitionEvent(
+            machine="pod_network", trigger=trigger, source=source, dest=dest,
+            object_key=pn.key, provider=pn.spec.provider, ok=ok,
+            error=type(exc).__name__ if exc is not None else None,
+            attributes={"ip": pn.status.ip, "node": pn.spec.node_name},
+        )
+        try:
+            e.hook.podnet_transition(event=event)
+        except Exception:
+            log.exception("a podnet_transition listener failed")
+
+    def _failed(self, pn: PodNetwork, trigger: str, exc: BaseException) -> PodNetwork:
+        """Record why a transition did not happen; decide whether and when to retry."""
+        e = self.e
+        if not isinstance(exc, Exception):
+            raise exc  # KeyboardInterrupt, SystemExit: not ours to swallow
+        if isinstance(exc, Conflict):
+            raise exc  # stale cache: the queue retries at once with a fresh read
+        kind = e.classify(pn.spec.provider, exc)
+        if isinstance(exc, PoolEmpty):
+            pool = e.pools.get(pn.spec.provider, pn.spec.node_name)
+            pool.wait_for_address(pn.key, exc.subnet, e.clock.monotonic())
+            e.enqueue_node(pn.spec.node_name)
+            reason = "WaitingForAddress"
+            blocked = pool.last_error
+            message = f"{exc}" + (f"; {blocked}" if blocked else "")
+            self._set_ready(pn, "False", reason, message)
+            return pn
+        reason = "InvalidRequest" if kind is ErrorKind.INVALID else f"{trigger.capitalize()}Failed"
+        message = f"{trigger}: {_describe(exc)}"
+        if self._set_ready(pn, "False", reason, message):
+            e.event(pn, reason, message)
+        if kind is ErrorKind.INVALID:
+            raise TerminalError(message, field=getattr(exc, "field", None))
+        if isinstance(exc, PodnetError | ProviderError):
+            raise exc
+        raise ProviderError(kind, message) from exc
+
+    def _set_ready(self, pn: PodNetwork, status: str, reason: str, message: str) -> bool:
+        """Write the Ready condition if it changed. :return: whether it changed."""
+        current = ready_condition(pn)
+        if current is not None and (current.status, current.reason, current.message) == (
+            status, reason, message
+        ):
+            return False
+        condition = Condition(type=READY, status=status, reason=reason, message=message,
+                              last_transition_time=self.e.clock.now())
+        try:
+            self.e.update_status(POD_NETWORK, attrs.evolve(pn, status=attrs.evolve(
+                pn.status, conditions=set_condition(pn.status.conditions, condition))))
+        except (Conflict, NotFound):
+            pass  # the next pass writes it from a fresh read
+        return True
+
+    def _node_context(self, node_name: str) -> NodeContext:
+        e = self.e
+        node = e.nodes.get(node_name) or NodeInfo(name=node_name, uid="")
+        return NodeContext(node=node, network=e.node_networks.get(node_name))
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ProviderError):
+        subject = f" ({exc.subject})" if exc.subject else ""
+        return f"{exc.kind.value}: {exc}{subject}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _controller_kind(pod: PodInfo) -> str | None:
+    for ref in pod.owner_references:
+        if ref.controller:
+            return ref.kind
+    return None
+
+
+def _sticky_owner(pod: PodInfo) -> OwnerReference | None:
+    for ref in pod.owner_references:
+        if ref.controller:
+            return OwnerReference(api_version=ref.api_version, kind=ref.kind, name=ref.name,
+                                  uid=ref.uid)
+    return None
+
+
+def _pod_ref(pod: PodInfo) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": POD.kind,
+            "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid}}
+

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Create the virtualenv and install podnet with its test tools; on Debian as root, also
+# install the Debian packages named in $3 when they are missing.
+set -euo pipefail
+python=${1:-python3}
+venv=${2:-.venv}
+debs=${3:-}
+
+missing=()
+for pkg in $debs; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "bootstrap: installing Debian packages: ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "bootstrap: please install these Debian packages: ${missing[*]}" >&2
+  fi
+fi
+
+if [ ! -x "$venv/bin/python" ]; then
+  echo "bootstrap: creating $venv"
+  "$python" -m venv "$venv"
+fi
+log="$venv/bootstrap.log"
+echo "bootstrap: installing podnet and its test tools (log: $log)"
+if ! { "$venv/bin/python" -m pip install --upgrade pip && "$venv/bin/python" -m pip install -e '.[test]'; } >"$log" 2>&1; then
+  tail -n 40 "$log" >&2
+  exit 1
+fi
+"$venv/bin/python" -c "import podnet.core, podnet.hookspecs, podnet.testing"

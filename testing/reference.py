@@ -1,0 +1,426 @@
+"""The reference provider: podnet's provider contract, implemented with no cloud at all.
+
+Copy this file to start a provider of your own. Every hook a pool provider implements is
+here, in the order the engine calls them, each answering only for its own provider name.
+
+Addresses come from each node's ``spec.podCIDR``. A small in-process "cloud"
+(:class:`ReferenceCloud`) plays the part of the real API: it keeps which addresses are
+attached to which interface of which node, survives controller restarts (tests keep the
+same instance across them), can be slowed down and made to fail, and counts calls.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, ProviderError
+from podnet.core.policy import PoolPolicy
+from podnet.hookspecs import hookimpl
+from podnet.hookspecs.types import (
+    AllocateContext,
+    Allocation,
+    CloudInterface,
+    Inventory,
+    NodeContext,
+    PodNetworkContext,
+    PoolEntry,
+    ProviderInfo,
+    ReleaseResult,
+    RouteResult,
+    VerifyResult,
+)
+
+NAME = "reference"
+__version__ = "0.1.0"
+
+ANNOTATION_FIELD = "metadata.annotations[podnet.io/{}]"
+
+
+class ReferenceCloudError(Exception):
+    """What the reference cloud raises; ``code`` is classified by ``podnet_classify_error``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+#: the reference cloud's error codes and the kinds core acts on
+ERROR_KINDS = {
+    "Throttling": ErrorKind.THROTTLED,
+    "QuotaExceeded": ErrorKind.QUOTA_EXCEEDED,
+    "SubnetExhausted": ErrorKind.SUBNET_EXHAUSTED,
+    "NotFound": ErrorKind.NOT_FOUND,
+    "Conflict": ErrorKind.CONFLICT,
+    "InternalError": ErrorKind.TRANSIENT,
+}
+
+
+@attrs.define
+class _Node:
+    cidr: ipaddress.IPv4Network | ipaddress.IPv6Network
+    #: interface id -> addresses on it, in the order they were added
+    interfaces: dict[str, list[str]] = attrs.field(factory=dict)
+    next_interface: int = 1
+
+
+class ReferenceCloud:
+    """A stand-in cloud: nodes, interfaces, addresses, routes; latency and faults."""
+
+    def __init__(self, *, latency: float = 0.0, fault_rate: float = 0.0, seed: int = 0,
+                 max_interfaces: int = 4, ips_per_interface: int = 32) -> None:
+        self.lock = threading.Lock()
+        self.nodes: dict[str, _Node] = {}
+        self.routes: dict[str, str] = {}  # address -> pod network key
+        self.latency = latency
+        self.fault_rate = fault_rate
+        self.random = random.Random(seed)
+        self.max_interfaces = max_interfaces
+        self.ips_per_interface = ips_per_interface
+        self.calls: Counter[str] = Counter()
+        #: faults to raise on the next calls of one API, for tests: api -> [codes]
+        self.scripted: dict[str, list[str]] = {}
+
+    def _call(self, api: str) -> None:
+        self.calls[api] += 1
+        if self.latency:
+            time.sleep(self.latency)
+        scripted = self.scripted.get(api)
+        if scripted:
+            raise ReferenceCloudError(scripted.pop(0), f"{api} failed (scripted)")
+        if self.fault_rate and self.random.random() < self.fault_rate:
+            code = self.random.choice(["Throttling", "InternalError"])
+            raise ReferenceCloudError(code, f"{api} failed (injected)")
+
+    def _node(self, name: str, cidr: str | None) -> _Node:
+        node = self.nodes.get(name)
+        if node is None:
+            if not cidr:
+                raise ProviderError(ErrorKind.FATAL, f"node {name} has no podCIDR",
+                                    field="spec.podCIDR")
+            try:
+                network = ipaddress.ip_network(cidr, strict=True)
+            except ValueError as exc:
+                raise ProviderError(ErrorKind.FATAL, f"node {name}: {exc}",
+                                    field="spec.podCIDR") from None
+            node = self.nodes[name] = _Node(cidr=network, interfaces={"eth0": []})
+        return node
+
+    # --- the "cloud API" ------------------------------------------------------------------
+
+    def describe(self, name: str, cidr: str | None) -> dict[str, list[str]]:
+        self._call("Describe")
+        with self.lock:
+            return {k: list(v) for k, v in self._node(name, cidr).interfaces.items()}
+
+    def capacity(self, name: str, cidr: str | None) -> tuple[int, int]:
+        with self.lock:
+            node = self._node(name, cidr)
+            usable = max(0, node.cidr.num_addresses - 2)  # network and gateway
+            per = min(self.ips_per_interface, usable // self.max_interfaces)
+            return self.max_interfaces, per
+
+    def add(self, name: str, cidr: str | None, interface: str, count: int,
+            address: str | None = None) -> list[str]:
+        self._call("AddAddresses")
+        with self.lock:
+            node = self._node(name, cidr)
+            if interface not in node.interfaces:
+                raise ReferenceCloudError("NotFound", f"interface {interface} not on {name}")
+            used = {ip for ips in node.interfaces.values() for ip in ips}
+            if address is not None:
+                if address in node.interfaces[interface]:
+                    return [address]
+                if address in used:
+                    raise ReferenceCloudError("Conflict", f"{address} is on another interface")
+                node.interfaces[interface].append(address)
+                return [address]
+            _, per = self.capacity_unlocked(node)
+            room = per - len(node.interfaces[interface])
+            if room <= 0:
+                raise ReferenceCloudError("QuotaExceeded", f"interface {interface} is full")
+            out = []
+            hosts = node.cidr.hosts()
+            next(hosts, None)  # the first host is the gateway
+            for host in hosts:
+                if len(out) >= min(count, room):
+                    break
+                ip = str(host)
+                if ip not in used:
+                    out.append(ip)
+            if not out:
+                raise ReferenceCloudError("SubnetExhausted", f"{node.cidr} has no address left")
+            node.interfaces[interface].extend(out)
+            return out
+
+    def capacity_unlocked(self, node: _Node) -> tuple[int, int]:
+        usable = max(0, node.cidr.num_addresses - 2)
+        return self.max_interfaces, min(self.ips_per_interface, usable // self.max_interfaces)
+
+    def remove(self, name: str, addresses: Sequence[str]) -> list[str]:
+        self._call("RemoveAddresses")
+        with self.lock:
+            node = self.nodes.get(name)
+            if node is None:
+                return list(addresses)
+            gone = set(addresses)
+            for ips in node.interfaces.values():
+                ips[:] = [ip for ip in ips if ip not in gone]
+            return list(addresses)
+
+    def create_interface(self, name: str, cidr: str | None, count: int) -> tuple[str, list[str]]:
+        self._call("CreateInterface")
+        with self.lock:
+            node = self._node(name, cidr)
+            if len(node.interfaces) >= self.max_interfaces:
+                raise ReferenceCloudError("QuotaExceeded", f"{name} has all its interfaces")
+            itf = f"eth{node.next_interface}"
+            node.next_interface += 1
+            node.interfaces[itf] = []
+        return itf, self.add(name, cidr, itf, count) if count else []
+
+    def delete_interface(self, name: str, interface: str) -> None:
+        self._call("DeleteInterface")
+        with self.lock:
+            node = self.nodes.get(name)
+            if node is None or interface not in node.interfaces:
+                return
+            if interface == "eth0":
+                raise ReferenceCloudError("Conflict", "the primary interface stays")
+            if node.interfaces[interface]:
+                raise ReferenceCloudError("Conflict", f"{interface} still has addresses")
+            del node.interfaces[interface]
+
+    def set_route(self, address: str, key: str) -> None:
+        self._call("SetRoute")
+        with self.lock:
+            self.routes[address] = key
+
+    def delete_route(self, address: str, key: str) -> None:
+        self._call("DeleteRoute")
+        with self.lock:
+            if self.routes.get(address) == key:
+                del self.routes[address]
+
+    def all_addresses(self) -> dict[str, str]:
+        """Ground truth: every attached address -> node name."""
+        with self.lock:
+            return {ip: name for name, node in self.nodes.items()
+                    for ips in node.interfaces.values() for ip in ips}
+
+
+class ReferenceProvider:
+    """The plugin. One instance per controller; the cloud may outlive it."""
+
+    def __init__(self, cloud: ReferenceCloud | None = None, *, name: str = NAME,
+                 policy: PoolPolicy | None = None) -> None:
+        self.cloud = cloud or ReferenceCloud()
+        self.name = name
+        self.policy = policy or PoolPolicy(min_idle=2, max_idle=8, batch_size=4,
+                                           max_batch_size=16, reuse_cooldown=0.0)
+
+    # 1. registration and configuration
+
+    @hookimpl
+    def podnet_register_provider(self) -> ProviderInfo:
+        return ProviderInfo(
+            name=self.name, version=__version__, uses_node_pool=True, manages_interfaces=True,
+            policy=self.policy, sticky_kinds=("StatefulSet",),
+            description="addresses from each node's podCIDR; no cloud",
+        )
+
+    @hookimpl
+    def podnet_configure(self, provider: str, config: Mapping[str, Any]) -> None:
+        if provider != self.name:
+            return
+        known = {"latency_ms", "fault_rate", "seed", "max_interfaces", "ips_per_interface"}
+        for key in config:
+            if key not in known:
+                raise ConfigError(f"{provider}.{key}", "unknown option")
+        number = _config_number
+        self.cloud.latency = number(config, provider, "latency_ms", 0.0, 0, 60_000) / 1000
+        self.cloud.fault_rate = number(config, provider, "fault_rate", 0.0, 0, 1)
+        self.cloud.random.seed(int(number(config, provider, "seed", 0, 0, 2**32)))
+        self.cloud.max_interfaces = int(number(config, provider, "max_interfaces",
+                                               self.cloud.max_interfaces, 1, 64))
+        self.cloud.ips_per_interface = int(number(config, provider, "ips_per_interface",
+                                                  self.cloud.ips_per_interface, 1, 4096))
+
+    # 3. inventory
+
+    @hookimpl
+    def podnet_node_inventory(self, provider: str, node: NodeContext) -> Inventory | None:
+        if provider != self.name:
+            return None
+        n = node.node
+        interfaces = self.cloud.describe(n.name, n.pod_cidr)
+        max_itf, per = self.cloud.capacity(n.name, n.pod_cidr)
+        subnet = n.pod_cidr
+        return Inventory(
+            interfaces=tuple(
+                CloudInterface(id=itf, subnet=subnet, primary=itf == "eth0", ips=tuple(ips),
+                               mac=_mac_for(f"{n.name}/{itf}"))
+                for itf, ips in sorted(interfaces.items())
+            ),
+            max_interfaces=max_itf, ips_per_interface=per,
+        )
+
+    # 4. pool and interfaces
+
+    @hookimpl
+    def podnet_pool_grow(self, provider: str, node: NodeContext,
+                         interface: CloudInterface | None, count: int,
+                         subnet: str | None) -> Sequence[PoolEntry] | None:
+        if provider != self.name:
+            return None
+        itf = interface.id if interface else "eth0"
+        added = self.cloud.add(node.node.name, node.node.pod_cidr, itf, count)
+        return [PoolEntry(ip, itf, node.node.pod_cidr) for ip in added]
+
+    @hookimpl
+    def podnet_pool_shrink(self, provider: str, node: NodeContext,
+                           entries: Sequence[PoolEntry]) -> Sequence[str] | None:
+        if provider != self.name:
+            return None
+        return self.cloud.remove(node.node.name, [e.address for e in entries])
+
+    @hookimpl
+    def podnet_interface_create(self, provider: str, node: NodeContext, subnet: str | None,
+                                ip_count: int) -> CloudInterface | None:
+        if provider != self.name:
+            return None
+        n = node.node
+        itf, ips = self.cloud.create_interface(n.name, n.pod_cidr, ip_count)
+        return CloudInterface(id=itf, subnet=n.pod_cidr, ips=tuple(ips),
+                              mac=_mac_for(f"{n.name}/{itf}"))
+
+    @hookimpl
+    def podnet_interface_dispose(self, provider: str, node: NodeContext,
+                                 interface: CloudInterface) -> bool | None:
+        if provider != self.name:
+            return None
+        if interface.primary or interface.trunk:
+            raise ProviderError(ErrorKind.FATAL, f"{interface.id} is never disposed")
+        self.cloud.delete_interface(node.node.name, interface.id)
+        return True
+
+    # 5. one pod network
+
+    @hookimpl
+    def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
+        pn = context.pod_network
+        if pn.spec.provider != self.name:
+            return None
+        node = context.node.node
+        pool = context.pool
+        assert pool is not None, "the reference provider uses node pools"
+        req = pn.spec.requests
+        cidr = ipaddress.ip_network(node.pod_cidr) if node.pod_cidr else None
+        if req.subnets and node.pod_cidr not in req.subnets:
+            raise InvalidRequest(ANNOTATION_FIELD.format("subnets"),
+                                 f"none of {', '.join(req.subnets)} is served on node "
+                                 f"{node.name} (its subnet is {node.pod_cidr})")
+        if req.ip_address is not None:
+            entry = self._static(context, req.ip_address, "ip-address")
+        elif req.ip_pool:
+            entry = None
+            for candidate in req.ip_pool:
+                if cidr is not None and ipaddress.ip_address(candidate) not in cidr:
+                    continue
+                if pool.owner_of(candidate) is None and candidate in {
+                        e.address for e in pool.idle()}:
+                    entry = pool.take(candidate)
+                    break
+            if entry is None:
+                raise InvalidRequest(ANNOTATION_FIELD.format("ip-pool"),
+                                     f"no address of the pool is free on node {node.name}")
+        else:
+            entry = pool.take()
+        mac = req.mac_address or _mac_for(entry.address)
+        gateway = str(next(cidr.hosts())) if cidr is not None else None
+        return Allocation(ip=entry.address, mac=mac, subnet=node.pod_cidr, gateway=gateway,
+                          interface=entry.interface)
+
+    def _static(self, context: AllocateContext, address: str, key: str) -> PoolEntry:
+        node = context.node.node
+        pool = context.pool
+        assert pool is not None
+        field = ANNOTATION_FIELD.format(key)
+        cidr = ipaddress.ip_network(node.pod_cidr) if node.pod_cidr else None
+        if cidr is None or ipaddress.ip_address(address) not in cidr:
+            raise InvalidRequest(field, f"{address} is outside node {node.name}'s subnet "
+                                        f"{node.pod_cidr}")
+        owner = pool.owner_of(address)
+        if owner is not None and owner != context.pod_network.key:
+            raise InvalidRequest(field, f"{address} is already used by {owner}")
+        if address in {e.address for e in pool.idle()}:
+            return pool.take(address)
+        # not in the pool yet: attach it (idempotent: already attached is fine)
+        added = self.cloud.add(node.name, node.pod_cidr, "eth0", 1, address=address)
+        return PoolEntry(added[0], "eth0", node.pod_cidr)
+
+    @hookimpl
+    def podnet_route(self, context: PodNetworkContext) -> RouteResult | None:
+        pn = context.pod_network
+        if pn.spec.provider != self.name:
+            return None
+        if pn.status.ip is None:
+            raise ProviderError(ErrorKind.FATAL, "route without an address", field="status.ip")
+        self.cloud.set_route(pn.status.ip, pn.key)
+        return RouteResult()
+
+    @hookimpl
+    def podnet_verify(self, context: PodNetworkContext) -> VerifyResult | None:
+        pn = context.pod_network
+        if pn.spec.provider != self.name:
+            return None
+        routed_to = self.cloud.routes.get(pn.status.ip or "")
+        if routed_to != pn.key:
+            return VerifyResult(ok=False, reason=f"route for {pn.status.ip} is {routed_to}")
+        return VerifyResult(ok=True)
+
+    @hookimpl
+    def podnet_release(self, context: PodNetworkContext) -> ReleaseResult | None:
+        pn = context.pod_network
+        if pn.spec.provider != self.name:
+            return None
+        if pn.status.ip is not None:
+            self.cloud.delete_route(pn.status.ip, pn.key)
+        return ReleaseResult(return_to_pool=True)
+
+    # 7. errors
+
+    @hookimpl
+    def podnet_classify_error(self, provider: str, error: BaseException) -> ErrorKind | None:
+        if provider != self.name or not isinstance(error, ReferenceCloudError):
+            return None
+        return ERROR_KINDS.get(error.code, ErrorKind.TRANSIENT)
+
+
+def _mac_for(seed: str) -> str:
+    """A stable locally administered unicast MAC derived from ``seed``."""
+    import hashlib
+
+    digest = hashlib.blake2s(seed.encode(), digest_size=5).digest()
+    return "0a:" + ":".join(f"{b:02x}" for b in digest)
+
+
+def _config_number(config: Mapping[str, Any], provider: str, key: str, default: float,
+                   low: float, high: float) -> float:
+    value = config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{provider}.{key}", f"must be a number, got {value!r}")
+    if not low <= value <= high:
+        raise ConfigError(f"{provider}.{key}", f"must be between {low} and {high}, got {value}")
+    return float(value)
+
+
+#: what the host registers as the built-in ``reference`` plugin
+plugin = ReferenceProvider()

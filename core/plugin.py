@@ -12,6 +12,7 @@ import importlib
 import importlib.metadata
 import logging
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -109,9 +110,12 @@ def plugin_records(pm: pluggy.PluginManager) -> list[PluginRecord]:
 
 
 def _version_of(plugin: Any) -> str:
-    version = getattr(plugin, "__version__", None)
-    if isinstance(version, str):
-        return version
+    # a module plugin carries __version__ itself; an instance's module does
+    module = sys.modules.get(getattr(type(plugin), "__module__", ""), None)
+    for holder in (plugin, module):
+        version = getattr(holder, "__version__", None)
+        if isinstance(version, str):
+            return version
     try:
         return importlib.metadata.version("podnet")
     except importlib.metadata.PackageNotFoundError:  # pragma: no cover - source checkout

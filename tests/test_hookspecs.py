@@ -1,0 +1,181 @@
+"""Meta-tests of the provider contract: every hook is a typed, documented, versioned spec."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import podnet.hookspecs as hookspecs
+import pytest
+from podnet.core.plugin import new_plugin_manager
+from podnet.testing.reference import ReferenceCloud, ReferenceProvider
+
+SPEC_ATTR = f"{hookspecs.PROJECT}_spec"
+IMPL_ATTR = f"{hookspecs.PROJECT}_impl"
+
+#: hooks a pool provider may leave to core's defaults or to listeners
+OPTIONAL_FOR_REFERENCE = frozenset(
+    {
+        "podnet_select_provider",
+        "podnet_select_networks",
+        "podnet_hold_address",
+        "podnet_transition",
+    }
+)
+
+#: hooks the reference provider must implement, whatever the dynamic list says
+REFERENCE_MUST_IMPLEMENT = frozenset(
+    f"podnet_{name}"
+    for name in (
+        "register_provider", "configure", "node_inventory", "pool_grow", "pool_shrink",
+        "interface_create", "interface_dispose", "allocate", "route", "verify", "release",
+        "classify_error",
+    )
+)
+
+#: per-provider hooks that every plugin receives anyway (each answers for its own name)
+BROADCAST_PER_PROVIDER = frozenset({"podnet_configure"})
+
+
+def _hook_functions() -> dict[str, Callable[..., Any]]:
+    return {
+        name: obj
+        for name, obj in vars(hookspecs).items()
+        if name.startswith("podnet_") and inspect.isfunction(obj)
+    }
+
+
+HOOKS = _hook_functions()
+HOOK_NAMES = sorted(HOOKS)
+
+
+def _spec(name: str) -> dict[str, Any]:
+    opts = getattr(HOOKS[name], SPEC_ATTR, None)
+    assert isinstance(opts, dict), f"{name} is not a hookspec"
+    return opts
+
+
+def test_the_contract_has_the_design_hooks() -> None:
+    assert len(HOOK_NAMES) >= 15
+    assert {"podnet_allocate", "podnet_register_provider", "podnet_transition"} <= set(HOOKS)
+
+
+def test_every_podnet_function_is_registered_as_a_hookspec() -> None:
+    pm = new_plugin_manager()
+    for name in HOOK_NAMES:
+        caller = getattr(pm.hook, name, None)
+        assert caller is not None, name
+        assert caller.spec is not None, name
+        assert caller.spec.function is HOOKS[name]
+    registered = {name for name in dir(pm.hook) if name.startswith("podnet_")}
+    assert registered == set(HOOK_NAMES)
+
+
+@pytest.mark.parametrize("name", HOOK_NAMES)
+def test_hook_has_the_spec_marker(name: str) -> None:
+    opts = _spec(name)
+    assert {"firstresult", "historic"} <= set(opts)
+    assert opts["historic"] is False
+    assert not hasattr(HOOKS[name], IMPL_ATTR)
+
+
+@pytest.mark.parametrize("name", HOOK_NAMES)
+def test_hook_docstring_says_when_it_was_added(name: str) -> None:
+    doc = inspect.getdoc(HOOKS[name])
+    assert doc, f"{name} has no docstring"
+    assert ".. versionadded::" in doc
+    # the directive names a version
+    line = next(x for x in doc.splitlines() if ".. versionadded::" in x)
+    assert line.split("::", 1)[1].strip(), f"{name}: versionadded without a version"
+
+
+@pytest.mark.parametrize("name", HOOK_NAMES)
+def test_hook_is_fully_annotated(name: str) -> None:
+    func = HOOKS[name]
+    signature = inspect.signature(func)
+    for param in signature.parameters.values():
+        assert param.annotation is not inspect.Parameter.empty, f"{name}({param.name})"
+        assert param.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD, f"{name}({param.name})"
+        assert param.default is inspect.Parameter.empty, f"{name}({param.name})"
+    assert signature.return_annotation is not inspect.Signature.empty, name
+    # the annotations resolve (no typo hiding behind ``from __future__ import annotations``)
+    hints = typing.get_type_hints(func, vars(hookspecs))
+    assert set(hints) == {*signature.parameters, "return"}
+
+
+def _per_provider(name: str) -> bool:
+    params = inspect.signature(HOOKS[name]).parameters
+    return "provider" in params or "context" in params
+
+
+PER_PROVIDER = [n for n in HOOK_NAMES if _per_provider(n)]
+
+
+def test_per_provider_hooks_are_found() -> None:
+    assert {"podnet_allocate", "podnet_classify_error", "podnet_configure"} <= set(PER_PROVIDER)
+    assert "podnet_register_provider" not in PER_PROVIDER
+    assert "podnet_transition" not in PER_PROVIDER
+    assert set(PER_PROVIDER) >= BROADCAST_PER_PROVIDER
+
+
+@pytest.mark.parametrize("name", PER_PROVIDER)
+def test_per_provider_hook_is_firstresult(name: str) -> None:
+    firstresult = _spec(name)["firstresult"]
+    if name in BROADCAST_PER_PROVIDER:
+        assert firstresult is False, f"{name} must reach every plugin"
+    else:
+        assert firstresult is True, f"{name} is answered by one provider"
+
+
+@pytest.mark.parametrize(
+    "name", ["podnet_register_provider", "podnet_select_networks", "podnet_transition"]
+)
+def test_collecting_hooks_are_not_firstresult(name: str) -> None:
+    assert _spec(name)["firstresult"] is False
+
+
+def test_module_docstring_lists_every_hook() -> None:
+    doc = hookspecs.__doc__
+    assert doc
+    missing = [name for name in HOOK_NAMES if f"``{name}``" not in doc]
+    assert missing == []
+
+
+def _reference_impls() -> dict[str, dict[str, Any]]:
+    return {
+        name: getattr(getattr(ReferenceProvider, name), IMPL_ATTR)
+        for name in dir(ReferenceProvider)
+        if hasattr(getattr(ReferenceProvider, name), IMPL_ATTR)
+    }
+
+
+def test_reference_implements_every_required_hook() -> None:
+    impls = set(_reference_impls())
+    required = set(HOOK_NAMES) - OPTIONAL_FOR_REFERENCE
+    assert set(HOOK_NAMES) >= OPTIONAL_FOR_REFERENCE, "an optional hook no longer exists"
+    assert sorted(required - impls) == []
+    assert sorted(REFERENCE_MUST_IMPLEMENT - impls) == []
+    # the explicit list and the dynamic one agree: a new hook must be implemented or
+    # declared optional here
+    assert required == REFERENCE_MUST_IMPLEMENT
+
+
+def test_reference_implements_only_known_hooks() -> None:
+    impls = _reference_impls()
+    assert set(impls) <= set(HOOK_NAMES)
+    pm = new_plugin_manager()
+    provider = ReferenceProvider(ReferenceCloud())
+    pm.register(provider, name="reference")
+    pm.check_pending()
+    callers = {h.name for h in pm.get_hookcallers(provider) or ()}
+    assert callers == set(impls)
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE_MUST_IMPLEMENT))
+def test_reference_impl_takes_the_spec_arguments(name: str) -> None:
+    spec_params = list(inspect.signature(HOOKS[name]).parameters)
+    impl_params = list(inspect.signature(getattr(ReferenceProvider, name)).parameters)
+    assert impl_params[0] == "self"
+    assert impl_params[1:] == spec_params

@@ -8,6 +8,8 @@ runs against both.
 
 from __future__ import annotations
 
+import builtins
+
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal, Protocol
 
@@ -159,7 +161,7 @@ class Cluster(Protocol):
         self,
         kind: Kind,
         name: str,
-        patch: Mapping[str, Any] | list[dict[str, Any]],
+        patch: Mapping[str, Any] | builtins.list[dict[str, Any]],
         namespace: str | None = None,
         patch_type: Literal["merge", "json", "strategic"] = "merge",
         subresource: Literal["status"] | None = None,

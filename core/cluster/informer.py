@@ -1,0 +1,362 @@
+"""A list-watch cache of one kind, holding only the lean value a controller needs.
+
+``Informer`` lists once, then follows a watch from the list's resourceVersion. When the
+watch ends it re-watches from the last resourceVersion seen; when the server answers
+410 Gone it re-lists and reconciles the cache against the fresh list, firing a handler
+call for every difference, so a controller never misses a change (level-triggered).
+
+The same version of an object can reach the cache twice (the controller's own write
+through :meth:`Informer.assume`, then the watch event): anything not newer than what is
+cached is ignored, so handlers fire once per real change. Handlers also stay quiet when
+a newer version transforms to a value equal to the cached one: the lean value is all
+the controller can see, so nothing changed for it.
+
+Use it threaded (:meth:`Informer.run` in its own thread) or deterministically (tests
+call :meth:`Informer.pump`); the cache is guarded by a lock either way.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from typing import Generic, Literal, NamedTuple, TypeVar
+
+from .port import ApiError, Cluster, Gone, Kind, Obj, Watch
+
+__all__ = ["EventType", "Handler", "Informer"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+Handler = Callable[[EventType, str, T | None, T | None], None]
+
+#: How many deleted keys remember their last resourceVersion, so that a late, older
+#: event (or a stale ``assume``) cannot bring a deleted object back.
+TOMBSTONES = 10_000
+
+
+def newer(rv: str, than: str | None) -> bool:
+    """Whether resourceVersion ``rv`` is newer than ``than`` (None: nothing cached).
+
+    resourceVersions are opaque to clients; the ones we meet are integers, which we
+    compare as such. Two non-integer versions can only be told apart, not ordered.
+    """
+    if than is None:
+        return True
+    if rv.isdigit() and than.isdigit():
+        return int(rv) > int(than)
+    return rv != than
+
+
+class _Seen(NamedTuple):
+    rv: str
+    uid: str | None
+
+
+class Informer(Generic[T]):
+    def __init__(
+        self,
+        cluster: Cluster,
+        kind: Kind,
+        transform: Callable[[Obj], T | None],
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.kind = kind
+        self.name = name or kind.plural
+        self._transform = transform
+        self._namespace = namespace
+        self._label_selector = label_selector
+        self._field_selector = field_selector
+        self._lock = threading.RLock()  # cache, indexes, handler calls
+        self._pump_lock = threading.Lock()  # one list/watch driver at a time
+        self._cache: dict[str, T] = {}
+        self._seen: dict[str, _Seen] = {}
+        self._tombstones: OrderedDict[str, str] = OrderedDict()
+        self._handlers: list[Handler[T]] = []
+        self._index_fns: dict[str, Callable[[T], Iterable[str]]] = {}
+        self._indexes: dict[str, dict[str, set[str]]] = {}
+        self._indexed: dict[str, dict[str, tuple[str, ...]]] = {}  # index -> key -> values
+        self._watch: Watch | None = None
+        self._rv = ""
+        self._synced = False
+        self._need_relist = False
+        self._stopped = threading.Event()
+
+    # --- reading -------------------------------------------------------------------
+
+    @property
+    def has_synced(self) -> bool:
+        return self._synced
+
+    @property
+    def last_resource_version(self) -> str:
+        """The watch stream's position: the last resourceVersion listed or watched."""
+        return self._rv
+
+    def key_of(self, obj: Obj) -> str:
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        return f"{meta.get('namespace', '')}/{name}" if self.kind.namespaced else name
+
+    def get(self, key: str) -> T | None:
+        with self._lock:
+            return self._cache.get(key)
+
+    def resource_version(self, key: str) -> str | None:
+        """The resourceVersion of the cached value for ``key``."""
+        with self._lock:
+            seen = self._seen.get(key)
+            return seen.rv if seen else None
+
+    def keys(self) -> list[str]:
+        with self._lock:
+            return list(self._cache)
+
+    def values(self) -> list[T]:
+        with self._lock:
+            return list(self._cache.values())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._cache)
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            return key in self._cache
+
+    # --- handlers and indexes ------------------------------------------------------
+
+    def add_handler(self, fn: Handler[T]) -> None:
+        """``fn(event, key, old, new)``; called with the cache lock held, in order."""
+        with self._lock:
+            self._handlers.append(fn)
+
+    def add_index(self, name: str, fn: Callable[[T], Iterable[str]]) -> None:
+        with self._lock:
+            self._index_fns[name] = fn
+            self._indexes[name] = {}
+            self._indexed[name] = {}
+            for key, value in self._cache.items():
+                self._index_one(name, key, value)
+
+    def by_index(self, name: str, value: str) -> list[T]:
+        """Cached values whose index ``name`` yields ``value``, ordered by key."""
+        with self._lock:
+            if name not in self._indexes:
+                raise KeyError(f"informer {self.name!r} has no index {name!r}")
+            keys = sorted(self._indexes[name].get(value, ()))
+            return [self._cache[k] for k in keys]
+
+    def _index_one(self, name: str, key: str, value: T) -> None:
+        values = tuple(dict.fromkeys(self._index_fns[name](value)))
+        if values:
+            self._indexed[name][key] = values
+            buckets = self._indexes[name]
+            for v in values:
+                buckets.setdefault(v, set()).add(key)
+
+    def _unindex_one(self, name: str, key: str) -> None:
+        buckets = self._indexes[name]
+        for v in self._indexed[name].pop(key, ()):
+            bucket = buckets.get(v)
+            if bucket is not None:
+                bucket.discard(key)
+                if not bucket:
+                    del buckets[v]
+
+    # --- cache changes (lock held) -------------------------------------------------
+
+    def _fire(self, event: EventType, key: str, old: T | None, new: T | None) -> None:
+        for fn in self._handlers:
+            try:
+                fn(event, key, old, new)
+            except Exception:
+                # one broken handler must not stop the cache from following the cluster
+                log.exception("informer %s: handler failed on %s %s", self.name, event, key)
+
+    def _tombstone(self, key: str, rv: str) -> None:
+        current = self._tombstones.pop(key, None)
+        if current is not None and rv and not newer(rv, current):
+            rv = current
+        self._tombstones[key] = rv
+        while len(self._tombstones) > TOMBSTONES:
+            self._tombstones.popitem(last=False)
+
+    def _drop(self, key: str, rv: str) -> bool:
+        if key not in self._cache:
+            return False
+        old = self._cache.pop(key)
+        seen = self._seen.pop(key)
+        for name in self._indexes:
+            self._unindex_one(name, key)
+        self._tombstone(key, rv or seen.rv)
+        self._fire("DELETED", key, old, None)
+        return True
+
+    def _apply(self, event: str, obj: Obj) -> bool:
+        """Fold one object version into the cache; True when the cache changed."""
+        meta = obj.get("metadata") or {}
+        key = self.key_of(obj)
+        rv = str(meta.get("resourceVersion") or "")
+        uid = meta.get("uid")
+        seen = self._seen.get(key)
+        if event == "DELETED":
+            if seen is None:
+                if rv:
+                    self._tombstone(key, rv)
+                return False
+            if uid and seen.uid and uid != seen.uid and rv and not newer(rv, seen.rv):
+                return False  # the delete of an earlier object of the same name
+            return self._drop(key, rv)
+        reference = seen.rv if seen is not None else self._tombstones.get(key)
+        if rv and reference and not newer(rv, reference):
+            return False  # already have this version or a later one
+        value = self._transform(obj)
+        if value is None:
+            return self._drop(key, rv)
+        self._tombstones.pop(key, None)
+        old = self._cache.get(key)
+        self._cache[key] = value
+        self._seen[key] = _Seen(rv, uid if isinstance(uid, str) else None)
+        for name in self._indexes:
+            self._unindex_one(name, key)
+            self._index_one(name, key, value)
+        if seen is None:
+            self._fire("ADDED", key, None, value)
+        elif old != value:
+            self._fire("MODIFIED", key, old, value)
+        return True
+
+    # --- the controller's own writes -----------------------------------------------
+
+    def assume(self, obj: Obj) -> bool:
+        """Apply an object the controller just wrote, ahead of its watch event.
+
+        Ignored unless newer than the cached version; returns whether it was applied.
+        """
+        with self._lock:
+            return self._apply("MODIFIED", obj)
+
+    def forget(self, key: str) -> bool:
+        """Drop ``key`` after the controller saw it deleted; returns whether it was cached."""
+        with self._lock:
+            seen = self._seen.get(key)
+            return self._drop(key, seen.rv) if seen is not None else False
+
+    # --- list and watch ------------------------------------------------------------
+
+    def start(self) -> None:
+        """List, fill the cache (ADDED for each) and open the watch. List errors raise."""
+        with self._pump_lock:
+            if not self._synced:
+                self._relist(raise_errors=True)
+
+    def _relist(self, *, raise_errors: bool = False) -> int:
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
+        try:
+            result = self.cluster.list(
+                self.kind, self._namespace, self._label_selector, self._field_selector
+            )
+        except ApiError as exc:
+            if raise_errors:
+                raise
+            log.debug("informer %s: re-list failed, will retry: %s", self.name, exc)
+            self._need_relist = True
+            return 0
+        changed = 0
+        with self._lock:
+            fresh = {self.key_of(item): item for item in result.items}
+            for key in [k for k in self._seen if k not in fresh]:
+                # keep what the controller assumed after this list was taken
+                if not newer(self._seen[key].rv, result.resource_version):
+                    changed += self._drop(key, result.resource_version)
+            for item in result.items:
+                changed += self._apply("MODIFIED", item)
+            self._rv = result.resource_version
+            self._synced = True
+            self._need_relist = False
+        self._open_watch()  # on Gone the next pump re-lists
+        return changed
+
+    def _open_watch(self) -> bool:
+        """Open the watch from the last resourceVersion; True when that version expired."""
+        try:
+            self._watch = self.cluster.watch(
+                self.kind,
+                self._rv,
+                self._namespace,
+                self._label_selector,
+                self._field_selector,
+            )
+        except Gone:
+            log.debug("informer %s: resourceVersion %s expired, re-listing", self.name, self._rv)
+            self._need_relist = True
+            return True
+        except ApiError as exc:
+            log.debug("informer %s: watch failed, will retry: %s", self.name, exc)
+        return False
+
+    def pump(self, timeout: float = 0.0) -> int:
+        """Process what the watch has (waiting up to ``timeout``); returns changes applied."""
+        if self._stopped.is_set():
+            return 0
+        with self._pump_lock:
+            if not self._synced or self._need_relist:
+                return self._relist()
+            if self._watch is None and self._open_watch():
+                return self._relist()
+            watch = self._watch
+            if watch is None:
+                return 0
+            try:
+                events = watch.poll(timeout)
+            except Gone:
+                return self._relist()
+            except ApiError as exc:
+                log.debug("informer %s: watch broke, re-watching: %s", self.name, exc)
+                watch.stop()
+                self._watch = None
+                return 0
+            applied = 0
+            with self._lock:
+                for ev in events:
+                    rv = (ev.object.get("metadata") or {}).get("resourceVersion")
+                    if ev.type != "BOOKMARK" and self._apply(ev.type, ev.object):
+                        applied += 1
+                    if rv:
+                        self._rv = str(rv)
+            if watch.closed and not self._stopped.is_set():
+                # it gave us all it had; pick up from the last resourceVersion seen
+                self._watch = None
+                if self._open_watch():
+                    applied += self._relist()
+            return applied
+
+    def run(self, stop: threading.Event, poll_interval: float = 0.5) -> None:
+        """Follow the cluster until ``stop`` (or :meth:`stop`) is set; for a thread."""
+        while not stop.is_set() and not self._stopped.is_set():
+            try:
+                self.pump(timeout=poll_interval)
+            except Exception:
+                log.exception("informer %s: pump failed", self.name)
+                stop.wait(poll_interval)
+                continue
+            if self._watch is None:
+                stop.wait(poll_interval)  # the server refuses us: don't spin
+
+    def stop(self) -> None:
+        self._stopped.set()
+        with self._lock:
+            watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.stop()

@@ -1,0 +1,911 @@
+"""An in-memory API server: the Cluster port with the semantics controllers trip over.
+
+What it keeps faithful, because podnet's correctness depends on it:
+
+* one global resourceVersion counter (as etcd) and optimistic concurrency on writes;
+* the status subresource: ``update`` cannot change status, ``update_status`` only can;
+* finalizers: delete only marks ``deletionTimestamp`` until the last finalizer goes;
+  a strategic-merge patch that omits a finalizer keeps it (lists merge as a union);
+* pod graceful deletion, owner-reference garbage collection (background propagation);
+* watches that replay from a resourceVersion, answer 410 Gone once history is
+  compacted, deliver objects that leave a selector as DELETED, and carry bookmarks.
+
+Objects are stored as plain JSON-shaped dicts and never mutated once stored (every
+write builds a new dict), so stored versions can share unchanged subtrees and watch
+history can hold references instead of copies. Callers always get copies.
+
+``faults`` injects conflicts, 500s, one-off failures, dropped watches and compaction
+for the chaos harness; ``stats`` counts calls by (operation, plural).
+"""
+
+from __future__ import annotations
+
+import builtins
+import random
+import threading
+import time
+import uuid
+from collections import Counter, deque
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
+
+import attrs
+
+from ..clock import Clock, SystemClock
+from .patch import (
+    PRIMITIVE,
+    MergeRules,
+    clone,
+    clone_obj,
+    json_patch,
+    merge_patch,
+    strategic_merge_patch,
+)
+from .port import (
+    EVENT,
+    NODE,
+    NODE_NETWORK,
+    POD,
+    POD_NETWORK,
+    AlreadyExists,
+    ApiError,
+    Conflict,
+    Gone,
+    Invalid,
+    Kind,
+    ListResult,
+    NotFound,
+    Obj,
+    WatchEvent,
+    WatchType,
+)
+from .selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
+
+if TYPE_CHECKING:
+    from .port import Cluster
+
+__all__ = ["STATUS_SUBRESOURCE", "Faults", "InMemoryCluster", "MemoryWatch"]
+
+#: Kinds whose status is written only through the status subresource.
+STATUS_SUBRESOURCE: Final = frozenset({POD, NODE, POD_NETWORK, NODE_NETWORK})
+
+OPS: Final = frozenset(
+    {"create", "update", "update_status", "patch", "delete", "get", "list", "watch"}
+)
+
+_COMMON_RULES: Final[dict[tuple[str, ...], str]] = {
+    ("metadata", "finalizers"): PRIMITIVE,
+    ("metadata", "ownerReferences"): "uid",
+}
+
+#: Strategic-merge keys per kind (the patchMergeKey tags of the upstream Go types).
+MERGE_RULES: Final[dict[Kind, MergeRules]] = {
+    POD: {
+        **_COMMON_RULES,
+        ("spec", "containers"): "name",
+        ("spec", "initContainers"): "name",
+        ("spec", "containers", "env"): "name",
+        ("spec", "containers", "ports"): "containerPort",
+        ("spec", "containers", "volumeMounts"): "mountPath",
+        ("spec", "volumes"): "name",
+        ("status", "conditions"): "type",
+    },
+    NODE: {
+        **_COMMON_RULES,
+        ("status", "conditions"): "type",
+        ("status", "addresses"): "type",
+    },
+}
+
+_TIME_FORMAT: Final = "%Y-%m-%dT%H:%M:%SZ"
+# what upstream's names.SimpleNameGenerator draws from
+_NAME_ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"
+_CONFLICT_MESSAGE: Final = (
+    "the object has been modified; please apply your changes to the latest version and try again"
+)
+
+
+def format_time(moment: datetime) -> str:
+    """RFC 3339 in UTC with seconds precision, as metav1.Time serialises."""
+    return moment.astimezone(UTC).strftime(_TIME_FORMAT)
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.strptime(text, _TIME_FORMAT).replace(tzinfo=UTC)
+
+
+def _spec_view(obj: Obj) -> dict[str, Any]:
+    # generation follows everything a user declares: all but metadata and status
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+
+
+def _owner_uids(meta: Mapping[str, Any]) -> list[str]:
+    refs = meta.get("ownerReferences") or []
+    return [r["uid"] for r in refs if isinstance(r, dict) and isinstance(r.get("uid"), str)]
+
+
+@attrs.define
+class _PlannedFailure:
+    op: str
+    kind: Kind | None
+    exc: Exception
+    remaining: int
+
+
+@attrs.define(eq=False)
+class Faults:
+    """Chaos knobs. Rates draw from ``rng`` (seeded by the cluster) only when non-zero."""
+
+    _cluster: InMemoryCluster = attrs.field(repr=False)
+    rng: random.Random
+    conflict_rate: float = 0.0
+    error_rate: float = 0.0
+    _planned: list[_PlannedFailure] = attrs.field(factory=list)
+
+    def fail_next(self, op: str, kind: Kind | None, exc: Exception, times: int = 1) -> None:
+        """Answer the next ``times`` calls of ``op`` on ``kind`` (None: any) with ``exc``."""
+        if op not in OPS:
+            raise ValueError(f"unknown operation {op!r}; expected one of {sorted(OPS)}")
+        if times > 0:
+            with self._cluster._lock:
+                self._planned.append(_PlannedFailure(op, kind, exc, times))
+
+    def drop_watches(self) -> int:
+        """Close every open watch, as an API server restart would; returns how many."""
+        return self._cluster._drop_watches()
+
+    def compact(self) -> None:
+        """Forget all watch history: a watch from any older resourceVersion gets Gone."""
+        self._cluster._compact()
+
+    def clear(self) -> None:
+        with self._cluster._lock:
+            self.conflict_rate = 0.0
+            self.error_rate = 0.0
+            self._planned.clear()
+
+    def _check(self, op: str, kind: Kind) -> None:
+        """Raise the fault due for this call, if any (called under the cluster lock)."""
+        for i, planned in enumerate(self._planned):
+            if planned.op == op and (planned.kind is None or planned.kind == kind):
+                planned.remaining -= 1
+                if planned.remaining <= 0:
+                    del self._planned[i]
+                raise planned.exc
+        if self.error_rate > 0 and self.rng.random() < self.error_rate:
+            raise ApiError(f"injected fault: {op} {kind.plural} failed")
+        if (
+            op in ("update", "update_status", "patch")
+            and self.conflict_rate > 0
+            and self.rng.random() < self.conflict_rate
+        ):
+            raise Conflict(f"injected fault: {_CONFLICT_MESSAGE}")
+
+
+class _Record(NamedTuple):
+    """One write, as kept in the watch history (a tuple: thousands are made per second)."""
+
+    rv: int
+    kind: Kind
+    type: WatchType
+    obj: Obj
+    old: Obj | None  # the previous version, for MODIFIED: selectors need both
+
+
+class MemoryWatch:
+    """A watch on one kind; events are queued by the cluster as writes happen."""
+
+    def __init__(
+        self,
+        cluster: InMemoryCluster,
+        kind: Kind,
+        namespace: str | None,
+        labels: LabelSelector,
+        fields: FieldSelector,
+        deadline: float | None,
+        allow_bookmarks: bool,
+        limit: int,
+    ) -> None:
+        self._cluster = cluster
+        self._cond = cluster._cond
+        self.kind = kind
+        self._namespace = namespace
+        self._labels = labels
+        self._fields = fields
+        self._deadline = deadline
+        self.allow_bookmarks = allow_bookmarks
+        self._limit = limit
+        self._queue: deque[tuple[WatchType, Obj]] = deque()
+        self._closed = False
+
+    def _matches(self, obj: Obj) -> bool:
+        meta = obj["metadata"]
+        if self._namespace is not None and meta.get("namespace") != self._namespace:
+            return False
+        return self._labels.matches(meta.get("labels")) and self._fields.matches(obj)
+
+    def _offer(self, rec: _Record) -> None:
+        """Queue ``rec`` as this watch sees it (cluster lock held)."""
+        if self._closed or self._expired():
+            return
+        if rec.type == "MODIFIED" and rec.old is not None:
+            now_in, was_in = self._matches(rec.obj), self._matches(rec.old)
+            if now_in:
+                self._push("MODIFIED" if was_in else "ADDED", rec.obj)
+            elif was_in:
+                # left the selector: upstream sends the previous content at the new RV
+                gone = {**rec.old, "metadata": {**rec.old["metadata"]}}
+                gone["metadata"]["resourceVersion"] = str(rec.rv)
+                self._push("DELETED", gone)
+        elif self._matches(rec.obj):
+            self._push(rec.type, rec.obj)
+
+    def _push(self, type_: WatchType, obj: Obj) -> None:
+        if len(self._queue) >= self._limit:
+            # a consumer this far behind is cut off, as the real watch cache does; it
+            # re-watches from its last resourceVersion (or re-lists on Gone)
+            self._queue.clear()
+            self._close()
+            return
+        self._queue.append((type_, obj))
+
+    def _expired(self) -> bool:
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            self._close()
+            return True
+        return False
+
+    def _close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._cluster._unregister(self)
+            self._cond.notify_all()
+
+    def poll(self, timeout: float = 0.0) -> list[WatchEvent]:
+        with self._cond:
+            end = time.monotonic() + max(timeout, 0.0)
+            while not self._queue and not self._closed and not self._expired():
+                wait = end - time.monotonic()
+                if self._deadline is not None:
+                    wait = min(wait, self._deadline - time.monotonic())
+                if wait <= 0:
+                    break
+                self._cond.wait(wait)
+            taken = list(self._queue)
+            self._queue.clear()
+        # stored objects are immutable, so copying can happen outside the lock
+        return [WatchEvent(t, clone_obj(o)) for t, o in taken]
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        while True:
+            events = self.poll(0.5)
+            yield from events
+            if not events and self.closed:
+                return
+
+    @property
+    def closed(self) -> bool:
+        with self._cond:
+            return self._closed or self._expired()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._close()
+
+
+class InMemoryCluster:
+    """A thread-safe, in-process API server for tests, the simulator and benchmarks."""
+
+    def __init__(self, clock: Clock | None = None, history: int = 10000, seed: int = 0) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._ids = random.Random(seed)
+        self.faults = Faults(self, random.Random(f"faults/{seed}"))
+        self.stats: Counter[tuple[str, str]] = Counter()
+        # kind -> namespace ("" when cluster-scoped) -> name -> object
+        self._store: dict[Kind, dict[str, dict[str, Obj]]] = {}
+        self._by_uid: dict[str, tuple[Kind, str, str]] = {}
+        self._dependents: dict[str, set[str]] = {}  # owner uid -> dependent uids
+        # dedupe of emit_event: (involved, reason, message, type) <-> (namespace, name)
+        self._event_keys: dict[tuple[str, str, str, str], tuple[str, str]] = {}
+        self._event_key_of: dict[tuple[str, str], tuple[str, str, str, str]] = {}
+        self._event_seq = 0
+        self._rv = 1  # as a fresh etcd: a list never answers "0", which watch reads as "now"
+        self._history: deque[_Record] = deque()
+        self._history_limit = max(1, history)
+        self._compacted_rv = 0  # events up to this RV may be missing from history
+        self._watches: dict[Kind, set[MemoryWatch]] = {}
+        self._gc_queue: deque[str] = deque()
+
+    # --- small helpers -------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> str:
+        with self._lock:
+            return str(self._rv)
+
+    def count(self, kind: Kind) -> int:
+        with self._lock:
+            return sum(len(b) for b in self._store.get(kind, {}).values())
+
+    def _begin(self, op: str, kind: Kind) -> None:
+        self.stats[(op, kind.plural)] += 1
+        self.faults._check(op, kind)
+
+    def _namespace(self, kind: Kind, namespace: str | None) -> str:
+        if not kind.namespaced:
+            return ""  # upstream ignores a namespace on cluster-scoped kinds
+        if not namespace:
+            raise Invalid(f"{kind.plural} are namespaced: metadata.namespace is required")
+        return namespace
+
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def _new_uid(self) -> str:
+        return str(uuid.UUID(int=self._ids.getrandbits(128), version=4))
+
+    def _find(self, kind: Kind, name: str, namespace: str | None) -> Obj:
+        ns = self._namespace(kind, namespace)
+        obj = self._store.get(kind, {}).get(ns, {}).get(name)
+        if obj is None:
+            where = f" in namespace {ns!r}" if ns else ""
+            raise NotFound(f'{kind.plural} "{name}" not found{where}')
+        return obj
+
+    def _meta_of(self, obj: Any) -> dict[str, Any]:
+        if not isinstance(obj, Mapping):
+            raise Invalid("object must be a JSON object")
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            raise Invalid("metadata: Required value")
+        return meta
+
+    # --- history and watchers ------------------------------------------------------
+
+    def _record(self, kind: Kind, type_: WatchType, obj: Obj, old: Obj | None = None) -> None:
+        rec = _Record(int(obj["metadata"]["resourceVersion"]), kind, type_, obj, old)
+        if len(self._history) >= self._history_limit:
+            self._compacted_rv = self._history.popleft().rv
+        self._history.append(rec)
+        watches = self._watches.get(kind)
+        if watches:
+            for w in list(watches):
+                w._offer(rec)
+            self._cond.notify_all()
+
+    def _unregister(self, w: MemoryWatch) -> None:
+        ws = self._watches.get(w.kind)
+        if ws is not None:
+            ws.discard(w)
+
+    def _drop_watches(self) -> int:
+        with self._lock:
+            open_ = [w for ws in self._watches.values() for w in ws]
+            for w in open_:
+                w._close()
+            self._cond.notify_all()
+            return len(open_)
+
+    def _compact(self) -> None:
+        with self._lock:
+            self._history.clear()
+            self._compacted_rv = self._rv
+
+    def bookmark(self) -> None:
+        """Send a BOOKMARK at the current resourceVersion to watches that allow them."""
+        with self._lock:
+            rv = str(self._rv)
+            for kind, ws in self._watches.items():
+                mark: Obj = {
+                    "kind": kind.kind,
+                    "apiVersion": kind.api_version,
+                    "metadata": {"resourceVersion": rv},
+                }
+                for w in list(ws):
+                    if w.allow_bookmarks and not w._expired():
+                        w._push("BOOKMARK", mark)
+            self._cond.notify_all()
+
+    # --- indexes -------------------------------------------------------------------
+
+    def _index(self, kind: Kind, obj: Obj) -> None:
+        meta = obj["metadata"]
+        uid = meta["uid"]
+        self._by_uid[uid] = (kind, meta.get("namespace", ""), meta["name"])
+        for owner in _owner_uids(meta):
+            self._dependents.setdefault(owner, set()).add(uid)
+
+    def _unindex_owners(self, meta: Mapping[str, Any]) -> None:
+        uid = meta["uid"]
+        for owner in _owner_uids(meta):
+            deps = self._dependents.get(owner)
+            if deps is not None:
+                deps.discard(uid)
+                if not deps:
+                    del self._dependents[owner]
+
+    def _put(self, kind: Kind, obj: Obj) -> None:
+        meta = obj["metadata"]
+        self._store.setdefault(kind, {}).setdefault(meta.get("namespace", ""), {})[meta["name"]] = (
+            obj
+        )
+
+    # --- reads ---------------------------------------------------------------------
+
+    def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj:
+        with self._lock:
+            self._begin("get", kind)
+            obj = self._find(kind, name, namespace)
+        return clone_obj(obj)
+
+    def list(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> ListResult:
+        with self._lock:
+            self._begin("list", kind)
+            labels = parse_label_selector(label_selector)
+            fields = parse_field_selector(field_selector, kind)
+            buckets = self._store.get(kind, {})
+            if namespace and kind.namespaced:
+                spaces = [namespace] if namespace in buckets else []
+            else:
+                spaces = sorted(buckets)
+            items: list[Obj] = []
+            for ns in spaces:
+                bucket = buckets[ns]
+                for name in sorted(bucket):
+                    obj = bucket[name]
+                    if (labels.empty or labels.matches(obj["metadata"].get("labels"))) and (
+                        fields.empty or fields.matches(obj)
+                    ):
+                        items.append(obj)
+            rv = str(self._rv)
+        return ListResult([clone_obj(o) for o in items], rv)
+
+    def watch(
+        self,
+        kind: Kind,
+        resource_version: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: float | None = None,
+        allow_bookmarks: bool = True,
+    ) -> MemoryWatch:
+        with self._lock:
+            self._begin("watch", kind)
+            labels = parse_label_selector(label_selector)
+            fields = parse_field_selector(field_selector, kind)
+            if resource_version in ("", "0"):
+                start = self._rv
+            else:
+                try:
+                    start = int(resource_version)
+                except (TypeError, ValueError):
+                    raise Invalid(f"invalid resourceVersion {resource_version!r}") from None
+                if start < self._compacted_rv:
+                    raise Gone(f"too old resource version: {start} ({self._compacted_rv + 1})")
+            deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+            w = MemoryWatch(
+                self,
+                kind,
+                namespace if kind.namespaced and namespace else None,
+                labels,
+                fields,
+                deadline,
+                allow_bookmarks,
+                self._history_limit,
+            )
+            backlog: list[_Record] = []
+            for rec in reversed(self._history):
+                if rec.rv <= start:
+                    break
+                if rec.kind == kind:
+                    backlog.append(rec)
+            for rec in reversed(backlog):
+                w._offer(rec)
+            self._watches.setdefault(kind, set()).add(w)
+            return w
+
+    # --- writes --------------------------------------------------------------------
+
+    def create(self, kind: Kind, obj: Obj) -> Obj:
+        with self._lock:
+            self._begin("create", kind)
+            new = clone_obj(obj)
+            meta = self._meta_of(new)
+            if meta.get("resourceVersion"):
+                raise Invalid("metadata.resourceVersion: must not be set on create")
+            if meta.get("deletionTimestamp"):
+                raise Invalid("metadata.deletionTimestamp: may not be set on create")
+            ns = self._namespace(kind, meta.get("namespace"))
+            bucket = self._store.get(kind, {}).get(ns, {})
+            name = meta.get("name")
+            if not name:
+                prefix = meta.get("generateName")
+                if not prefix:
+                    raise Invalid("metadata.name: Required value: name or generateName")
+                name = prefix + "".join(self._ids.choice(_NAME_ALPHABET) for _ in range(5))
+                while name in bucket:
+                    name = prefix + "".join(self._ids.choice(_NAME_ALPHABET) for _ in range(5))
+            if not isinstance(name, str):
+                raise Invalid("metadata.name: must be a string")
+            if name in bucket:
+                raise AlreadyExists(f'{kind.plural} "{name}" already exists')
+            self._validate(meta)
+            if not meta.get("finalizers"):
+                meta.pop("finalizers", None)  # omitempty, as the API serialises it
+            meta["name"] = name
+            if ns:
+                meta["namespace"] = ns
+            else:
+                meta.pop("namespace", None)
+            meta["uid"] = self._new_uid()
+            meta["creationTimestamp"] = format_time(self.clock.now())
+            meta["generation"] = 1
+            meta.pop("deletionGracePeriodSeconds", None)
+            meta["resourceVersion"] = self._next_rv()
+            # the server's apiVersion/kind win, listed first as the API prints them
+            body = {k: v for k, v in new.items() if k not in ("apiVersion", "kind")}
+            new = {"apiVersion": kind.api_version, "kind": kind.kind, **body}
+            self._put(kind, new)
+            self._index(kind, new)
+            self._record(kind, "ADDED", new)
+        return clone_obj(new)
+
+    def _validate(self, meta: Mapping[str, Any]) -> None:
+        fins = meta.get("finalizers")
+        if fins is not None and (
+            not isinstance(fins, list) or not all(isinstance(f, str) and f for f in fins)
+        ):
+            raise Invalid("metadata.finalizers: must be a list of non-empty strings")
+        refs = meta.get("ownerReferences")
+        if refs is not None:
+            if not isinstance(refs, list):
+                raise Invalid("metadata.ownerReferences: must be a list")
+            for ref in refs:
+                if not isinstance(ref, dict) or not all(
+                    isinstance(ref.get(k), str) and ref.get(k)
+                    for k in ("apiVersion", "kind", "name", "uid")
+                ):
+                    raise Invalid(
+                        "metadata.ownerReferences: apiVersion, kind, name and uid are required"
+                    )
+
+    def _check_rv(self, kind: Kind, stored: Obj, rv: Any) -> None:
+        if not rv:
+            raise Conflict(
+                f'{kind.plural} "{stored["metadata"]["name"]}": metadata.resourceVersion '
+                "must be specified for an update"
+            )
+        if rv != stored["metadata"]["resourceVersion"]:
+            raise Conflict(
+                f'Operation cannot be fulfilled on {kind} "{stored["metadata"]["name"]}": '
+                + _CONFLICT_MESSAGE
+            )
+
+    def update(self, kind: Kind, obj: Obj) -> Obj:
+        with self._lock:
+            self._begin("update", kind)
+            meta = self._meta_of(obj)
+            stored = self._find(kind, meta.get("name", ""), meta.get("namespace"))
+            self._check_rv(kind, stored, meta.get("resourceVersion"))
+            new = clone_obj(obj)
+            if kind in STATUS_SUBRESOURCE:
+                self._keep_status(new, stored)
+            result = self._replace(kind, stored, new)
+        return clone_obj(result)
+
+    def update_status(self, kind: Kind, obj: Obj) -> Obj:
+        with self._lock:
+            self._begin("update_status", kind)
+            meta = self._meta_of(obj)
+            if kind not in STATUS_SUBRESOURCE:
+                raise NotFound(f"{kind.plural} have no status subresource")
+            stored = self._find(kind, meta.get("name", ""), meta.get("namespace"))
+            self._check_rv(kind, stored, meta.get("resourceVersion"))
+            new = {**stored, "metadata": dict(stored["metadata"])}
+            self._keep_status(new, obj)
+            result = self._replace(kind, stored, new)
+        return clone_obj(result)
+
+    @staticmethod
+    def _keep_status(new: Obj, source: Mapping[str, Any]) -> None:
+        if "status" in source:
+            new["status"] = clone(source["status"])
+        else:
+            new.pop("status", None)
+
+    def patch(
+        self,
+        kind: Kind,
+        name: str,
+        patch: Mapping[str, Any] | builtins.list[dict[str, Any]],
+        namespace: str | None = None,
+        patch_type: Literal["merge", "json", "strategic"] = "merge",
+        subresource: Literal["status"] | None = None,
+    ) -> Obj:
+        with self._lock:
+            self._begin("patch", kind)
+            if subresource not in (None, "status"):
+                raise NotFound(f"{kind.plural} have no {subresource!r} subresource")
+            if subresource == "status" and kind not in STATUS_SUBRESOURCE:
+                raise NotFound(f"{kind.plural} have no status subresource")
+            stored = self._find(kind, name, namespace)
+            patched: Any
+            if patch_type == "json":
+                if not isinstance(patch, list):
+                    raise Invalid("a json patch is a list of operations")
+                patched = json_patch(stored, patch)
+            elif not isinstance(patch, Mapping):
+                raise Invalid(f"a {patch_type} patch is a JSON object")
+            elif patch_type == "merge":
+                patched = merge_patch(stored, patch)
+            elif patch_type == "strategic":
+                patched = strategic_merge_patch(stored, patch, MERGE_RULES.get(kind, _COMMON_RULES))
+            else:
+                raise Invalid(f"unsupported patch type {patch_type!r}")
+            meta = self._meta_of(patched)
+            rv = meta.get("resourceVersion")
+            if rv is not None and rv != stored["metadata"]["resourceVersion"]:
+                self._check_rv(kind, stored, rv)  # a precondition the patch carried
+            if subresource == "status":
+                new = {**stored, "metadata": dict(stored["metadata"])}
+                self._keep_status(new, patched)
+            else:
+                new = patched
+                if kind in STATUS_SUBRESOURCE:
+                    self._keep_status(new, stored)
+            result = self._replace(kind, stored, new)
+        return clone_obj(result)
+
+    def _replace(self, kind: Kind, stored: Obj, new: Obj) -> Obj:
+        """Store ``new`` over ``stored`` (lock held); returns what was stored."""
+        old_meta = stored["metadata"]
+        meta = dict(self._meta_of(new))  # a fresh dict: patches may share stored ones
+        new["metadata"] = meta
+        if meta.get("name") != old_meta["name"] or (
+            kind.namespaced and meta.get("namespace") != old_meta.get("namespace")
+        ):
+            raise Invalid("metadata.name and metadata.namespace are immutable")
+        for field in (
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+        ):
+            if field in old_meta:
+                meta[field] = old_meta[field]
+            else:
+                meta.pop(field, None)
+        if not kind.namespaced:
+            meta.pop("namespace", None)
+        self._validate(meta)
+        deleting = "deletionTimestamp" in old_meta
+        fins: list[str] = meta.get("finalizers") or []
+        old_fins: list[str] = old_meta.get("finalizers") or []
+        if deleting and any(f not in old_fins for f in fins):
+            raise Invalid(
+                "metadata.finalizers: Forbidden: no new finalizers can be added if the "
+                "object is being deleted"
+            )
+        if not fins:
+            meta.pop("finalizers", None)
+        new["apiVersion"] = kind.api_version
+        new["kind"] = kind.kind
+        if _spec_view(new) != _spec_view(stored):
+            meta["generation"] = int(old_meta.get("generation", 1)) + 1
+        meta["resourceVersion"] = old_meta["resourceVersion"]
+        if new == stored:
+            return stored  # a no-op write keeps the resourceVersion, as etcd does
+        if deleting and old_fins and not fins and not self._grace_pending(kind, meta):
+            self._unindex_owners(old_meta)
+            self._remove(kind, new)
+            self._collect_garbage()
+            return new
+        meta["resourceVersion"] = self._next_rv()
+        if _owner_uids(meta) != _owner_uids(old_meta):
+            self._unindex_owners(old_meta)
+            self._index(kind, new)
+        self._put(kind, new)
+        self._record(kind, "MODIFIED", new, stored)
+        return new
+
+    @staticmethod
+    def _grace_pending(kind: Kind, meta: Mapping[str, Any]) -> bool:
+        # only pods wait out a grace period (the kubelet confirms with grace 0)
+        return kind == POD and int(meta.get("deletionGracePeriodSeconds") or 0) > 0
+
+    def delete(
+        self,
+        kind: Kind,
+        name: str,
+        namespace: str | None = None,
+        uid: str | None = None,
+        grace_period_seconds: int | None = None,
+    ) -> None:
+        with self._lock:
+            self._begin("delete", kind)
+            stored = self._find(kind, name, namespace)
+            if uid is not None and uid != stored["metadata"]["uid"]:
+                raise Conflict(
+                    f'Precondition failed for {kind} "{name}": UID in precondition: {uid}, '
+                    f"UID in object meta: {stored['metadata']['uid']}"
+                )
+            self._delete(kind, stored, grace_period_seconds)
+            self._collect_garbage()
+
+    def _delete(self, kind: Kind, stored: Obj, grace: int | None) -> None:
+        meta = stored["metadata"]
+        now = self.clock.now().replace(microsecond=0)
+        marked = meta.get("deletionTimestamp")
+        if kind == POD:
+            if grace is None and marked and self._grace_pending(kind, meta):
+                if parse_time(marked) > now:
+                    return  # still terminating; the kubelet has not confirmed yet
+                grace = 0
+            if grace is not None and grace > 0:
+                deadline = now + timedelta(seconds=grace)
+                if marked and parse_time(marked) <= deadline:
+                    return  # already terminating at least that fast
+                self._mark_deleting(kind, stored, deadline, grace)
+                return
+        if meta.get("finalizers"):
+            if marked and not self._grace_pending(kind, meta):
+                return  # deleting again changes nothing
+            self._mark_deleting(kind, stored, now, 0)
+            return
+        self._remove(kind, stored)
+
+    def _mark_deleting(self, kind: Kind, stored: Obj, when: datetime, grace: int) -> None:
+        meta = {
+            **stored["metadata"],
+            "deletionTimestamp": format_time(when),
+            "deletionGracePeriodSeconds": grace,
+            "resourceVersion": self._next_rv(),
+        }
+        new = {**stored, "metadata": meta}
+        self._put(kind, new)
+        self._record(kind, "MODIFIED", new, stored)
+
+    def _remove(self, kind: Kind, obj: Obj) -> None:
+        """Drop ``obj`` for real: DELETED at a new RV, then queue its dependents for GC."""
+        meta = obj["metadata"]
+        ns = meta.get("namespace", "")
+        buckets = self._store.get(kind, {})
+        bucket = buckets.get(ns, {})
+        bucket.pop(meta["name"], None)
+        if not bucket:
+            buckets.pop(ns, None)
+        self._by_uid.pop(meta["uid"], None)
+        self._unindex_owners(meta)
+        if kind == EVENT:
+            key = self._event_key_of.pop((ns, meta["name"]), None)
+            if key is not None:
+                self._event_keys.pop(key, None)
+        final = {**obj, "metadata": {**meta, "resourceVersion": self._next_rv()}}
+        self._record(kind, "DELETED", final)
+        self._gc_queue.append(meta["uid"])
+
+    def _collect_garbage(self) -> None:
+        """Background propagation: delete dependents whose owners are all gone."""
+        while self._gc_queue:
+            owner = self._gc_queue.popleft()
+            for dep in sorted(self._dependents.pop(owner, ())):
+                where = self._by_uid.get(dep)
+                if where is None:
+                    continue
+                kind, ns, name = where
+                obj = self._store[kind][ns][name]
+                if any(o in self._by_uid for o in _owner_uids(obj["metadata"])):
+                    continue
+                self._delete(kind, obj, None)
+
+    # --- events --------------------------------------------------------------------
+
+    def emit_event(
+        self,
+        involved: Obj,
+        reason: str,
+        message: str,
+        type: Literal["Normal", "Warning"] = "Normal",
+    ) -> None:
+        meta = involved.get("metadata") or {}
+        ns = meta.get("namespace") or "default"
+        ref = {
+            "apiVersion": involved.get("apiVersion", ""),
+            "kind": involved.get("kind", ""),
+            "name": meta.get("name", ""),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+        }
+        ref = {k: v for k, v in ref.items() if v is not None}
+        identity = meta.get("uid") or f"{ref['kind']}/{ns}/{ref['name']}"
+        key = (identity, reason, message, type)
+        with self._lock:
+            self.stats[("emit_event", EVENT.plural)] += 1
+            now = format_time(self.clock.now())
+            where = self._event_keys.get(key)
+            existing = self._store.get(EVENT, {}).get(where[0], {}).get(where[1]) if where else None
+            if existing is not None:
+                new = {
+                    **existing,
+                    "involvedObject": ref,
+                    "count": int(existing.get("count", 1)) + 1,
+                    "lastTimestamp": now,
+                    "metadata": {**existing["metadata"], "resourceVersion": self._next_rv()},
+                }
+                self._put(EVENT, new)
+                self._record(EVENT, "MODIFIED", new, existing)
+                return
+            self._event_seq += 1
+            name = f"{ref['name']}.{self._event_seq:016x}"
+            event: Obj = {
+                "apiVersion": EVENT.api_version,
+                "kind": EVENT.kind,
+                "metadata": {
+                    "name": name,
+                    "namespace": ns,
+                    "uid": self._new_uid(),
+                    "creationTimestamp": now,
+                    "generation": 1,
+                    "resourceVersion": self._next_rv(),
+                },
+                "involvedObject": ref,
+                "reason": reason,
+                "message": message,
+                "type": type,
+                "count": 1,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "source": {"component": "podnet"},
+                "reportingComponent": "podnet",
+            }
+            self._put(EVENT, event)
+            self._index(EVENT, event)
+            self._event_keys[key] = (ns, name)
+            self._event_key_of[(ns, name)] = key
+            self._record(EVENT, "ADDED", event)
+
+    def events_for(
+        self, involved: Obj | str, namespace: str | None = None, reason: str | None = None
+    ) -> builtins.list[Obj]:
+        """Events about an object (matched by uid) or a name, oldest first; for tests."""
+        uid: str | None
+        name: str | None
+        if isinstance(involved, str):
+            uid, name = None, involved
+        else:
+            meta = involved.get("metadata") or {}
+            uid, name = meta.get("uid"), meta.get("name")
+            namespace = namespace or meta.get("namespace")
+        with self._lock:
+            found: builtins.list[Obj] = []
+            for ns, bucket in self._store.get(EVENT, {}).items():
+                if namespace and ns != namespace:
+                    continue
+                for ev in bucket.values():
+                    ref = ev.get("involvedObject") or {}
+                    if uid is not None and ref.get("uid") != uid:
+                        continue
+                    if uid is None and ref.get("name") != name:
+                        continue
+                    if reason is not None and ev.get("reason") != reason:
+                        continue
+                    found.append(ev)
+        found.sort(key=lambda e: (e.get("firstTimestamp") or "", e["metadata"]["name"]))
+        return [clone_obj(e) for e in found]
+
+
+if TYPE_CHECKING:
+    _conforms: Cluster = InMemoryCluster()

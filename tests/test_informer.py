@@ -1,0 +1,262 @@
+"""The informer follows the cluster through drops, compaction and its own writes."""
+
+from __future__ import annotations
+
+import threading
+
+import attrs
+import pytest
+from podnet.core.clock import FakeClock
+from podnet.core.cluster.informer import Informer, newer
+from podnet.core.cluster.memory import InMemoryCluster
+from podnet.core.cluster.port import POD, POD_NETWORK, ApiError, Obj
+
+
+@attrs.frozen
+class Lean:
+    name: str
+    node: str
+    phase: str
+
+
+def lean(obj: Obj) -> Lean | None:
+    if obj["metadata"].get("labels", {}).get("skip"):
+        return None  # not cached at all
+    return Lean(obj["metadata"]["name"], obj["spec"]["nodeName"], obj["status"]["phase"])
+
+
+def pod(name: str, node: str = "n1", ns: str = "default", **labels: str) -> Obj:
+    return {
+        "metadata": {"name": name, "namespace": ns, "labels": dict(labels)},
+        "spec": {"nodeName": node},
+        "status": {"phase": "Running"},
+    }
+
+
+Seen = list[tuple[str, str, Lean | None, Lean | None]]
+
+
+@pytest.fixture
+def cluster() -> InMemoryCluster:
+    return InMemoryCluster(FakeClock())
+
+
+def recording(informer: Informer[Lean]) -> Seen:
+    seen: Seen = []
+    informer.add_handler(lambda ev, key, old, new: seen.append((ev, key, old, new)))
+    return seen
+
+
+def test_initial_sync_fires_added(cluster: InMemoryCluster) -> None:
+    cluster.create(POD, pod("a"))
+    cluster.create(POD, pod("b", ns="other"))
+    cluster.create(POD, pod("c", skip="yes"))
+    inf = Informer(cluster, POD, lean)
+    seen = recording(inf)
+    assert not inf.has_synced
+    inf.start()
+    assert inf.has_synced
+    assert [(ev, key) for ev, key, _, _ in seen] == [("ADDED", "default/a"), ("ADDED", "other/b")]
+    assert inf.last_resource_version == cluster.resource_version
+    assert inf.get("default/a") == Lean("a", "n1", "Running")
+    assert inf.get("default/c") is None and len(inf) == 2
+    assert sorted(inf.keys()) == ["default/a", "other/b"]
+
+
+def test_pump_applies_changes(cluster: InMemoryCluster) -> None:
+    inf = Informer(cluster, POD, lean)
+    seen = recording(inf)
+    inf.start()
+    cluster.create(POD, pod("a"))
+    cluster.patch(POD, "a", {"spec": {"nodeName": "n2"}}, "default")
+    cluster.patch(POD, "a", {"metadata": {"annotations": {"x": "y"}}}, "default")  # not in Lean
+    assert inf.pump() == 3
+    cluster.delete(POD, "a", "default")
+    assert inf.pump() == 1
+    assert seen == [
+        ("ADDED", "default/a", None, Lean("a", "n1", "Running")),
+        ("MODIFIED", "default/a", Lean("a", "n1", "Running"), Lean("a", "n2", "Running")),
+        ("DELETED", "default/a", Lean("a", "n2", "Running"), None),
+    ]
+    assert inf.last_resource_version == cluster.resource_version
+    assert inf.pump() == 0
+
+
+def test_cluster_scoped_keys_and_selectors(cluster: InMemoryCluster) -> None:
+    cluster.create(POD, pod("a", app="web"))
+    cluster.create(POD, pod("b", app="db"))
+    inf = Informer(cluster, POD, lean, label_selector="app=web", namespace="default")
+    seen = recording(inf)
+    inf.start()
+    assert inf.keys() == ["default/a"]
+    cluster.patch(POD, "a", {"metadata": {"labels": {"app": "db"}}}, "default")
+    inf.pump()
+    assert seen[-1][0] == "DELETED" and len(inf) == 0
+
+
+def test_indexes_follow_changes(cluster: InMemoryCluster) -> None:
+    inf = Informer(cluster, POD, lean)
+    cluster.create(POD, pod("a", node="n1"))
+    inf.start()
+    inf.add_index("node", lambda v: [v.node])  # added after sync: built from the cache
+    cluster.create(POD, pod("b", node="n1"))
+    cluster.create(POD, pod("c", node="n2"))
+    inf.pump()
+    assert [v.name for v in inf.by_index("node", "n1")] == ["a", "b"]
+    cluster.patch(POD, "a", {"spec": {"nodeName": "n2"}}, "default")
+    cluster.delete(POD, "b", "default")
+    inf.pump()
+    assert inf.by_index("node", "n1") == []
+    assert [v.name for v in inf.by_index("node", "n2")] == ["a", "c"]
+    with pytest.raises(KeyError):
+        inf.by_index("nope", "x")
+
+
+def test_rewatch_after_drop_loses_nothing(cluster: InMemoryCluster) -> None:
+    inf = Informer(cluster, POD, lean)
+    seen = recording(inf)
+    inf.start()
+    cluster.create(POD, pod("a"))
+    cluster.faults.drop_watches()
+    cluster.create(POD, pod("b"))  # happens while no watch is open
+    inf.pump()  # drains what the dropped watch held, then re-watches from its RV
+    cluster.create(POD, pod("c"))
+    inf.pump()
+    assert [key for _, key, _, _ in seen] == ["default/a", "default/b", "default/c"]
+    assert cluster.stats[("watch", "pods")] == 2
+    assert cluster.stats[("list", "pods")] == 1  # no re-list was needed
+
+
+def test_relist_after_compaction_reconciles(cluster: InMemoryCluster) -> None:
+    for name in ("keep", "change", "drop"):
+        cluster.create(POD, pod(name))
+    inf = Informer(cluster, POD, lean)
+    inf.start()
+    seen = recording(inf)
+    cluster.faults.drop_watches()
+    cluster.patch(POD, "change", {"status": {"phase": "Failed"}}, "default", subresource="status")
+    cluster.delete(POD, "drop", "default")
+    cluster.create(POD, pod("new"))
+    cluster.faults.compact()
+    applied = inf.pump()
+    assert applied == 3
+    assert sorted((ev, key) for ev, key, _, _ in seen) == [
+        ("ADDED", "default/new"),
+        ("DELETED", "default/drop"),
+        ("MODIFIED", "default/change"),
+    ]
+    assert sorted(inf.keys()) == ["default/change", "default/keep", "default/new"]
+    assert cluster.stats[("list", "pods")] == 2
+    cluster.create(POD, pod("after"))
+    inf.pump()
+    assert seen[-1][:2] == ("ADDED", "default/after")
+
+
+def test_gone_from_the_watch_itself_relists(cluster: InMemoryCluster) -> None:
+    inf = Informer(cluster, POD, lean)
+    inf.start()
+    cluster.faults.drop_watches()
+    cluster.faults.fail_next("watch", POD, ApiError("unavailable"))
+    cluster.create(POD, pod("a"))
+    inf.pump()  # re-watch fails: swallowed
+    assert inf.get("default/a") is None
+    cluster.faults.compact()
+    cluster.faults.fail_next("list", POD, ApiError("unavailable"))
+    inf.pump()  # Gone -> re-list fails: swallowed, retried next time
+    assert inf.get("default/a") is None
+    inf.pump()
+    assert inf.get("default/a") == Lean("a", "n1", "Running")
+
+
+def test_assume_then_late_watch_event_fires_once(cluster: InMemoryCluster) -> None:
+    cluster.create(POD, pod("a"))
+    inf = Informer(cluster, POD, lean)
+    inf.start()
+    seen = recording(inf)
+    older = cluster.patch(POD, "a", {"spec": {"nodeName": "n2"}}, "default")  # someone else
+    mine = cluster.patch(POD, "a", {"spec": {"nodeName": "n3"}}, "default")
+    assert inf.assume(mine)
+    assert not inf.assume(mine)  # same version again
+    assert not inf.assume(older)
+    assert inf.pump() == 0  # both watch events are not newer than the cache
+    assert [(ev, new) for ev, _, _, new in seen] == [("MODIFIED", Lean("a", "n3", "Running"))]
+    assert inf.resource_version("default/a") == mine["metadata"]["resourceVersion"]
+
+
+def test_forget_and_deleted_events(cluster: InMemoryCluster) -> None:
+    cluster.create(POD, pod("a"))
+    inf = Informer(cluster, POD, lean)
+    inf.start()
+    seen = recording(inf)
+    stale = cluster.patch(POD, "a", {"spec": {"nodeName": "n2"}}, "default")
+    inf.assume(stale)
+    cluster.delete(POD, "a", "default")
+    assert inf.forget("default/a")
+    assert not inf.forget("default/a")
+    assert not inf.assume(stale)  # a late copy cannot bring it back
+    inf.pump()
+    assert [ev for ev, *_ in seen] == ["MODIFIED", "DELETED"]
+    cluster.create(POD, pod("a"))  # same name, new object
+    inf.pump()
+    assert seen[-1][0] == "ADDED"
+
+
+def test_deleted_event_drops_key_whatever_its_version(cluster: InMemoryCluster) -> None:
+    cluster.create(POD, pod("a"))
+    inf = Informer(cluster, POD, lean)
+    inf.start()
+    seen = recording(inf)
+    live = cluster.get(POD, "a", "default")
+    with_odd_rv = {**live, "metadata": {**live["metadata"], "resourceVersion": "0"}}
+    assert inf._apply("DELETED", with_odd_rv)
+    assert inf.get("default/a") is None and seen[-1][0] == "DELETED"
+
+
+def test_bookmark_only_moves_the_resource_version(cluster: InMemoryCluster) -> None:
+    inf = Informer(cluster, POD, lean)
+    seen = recording(inf)
+    inf.start()
+    cluster.create(POD_NETWORK, {"metadata": {"name": "x", "namespace": "d"}, "spec": {}})
+    cluster.bookmark()
+    assert inf.pump() == 0
+    assert inf.last_resource_version == cluster.resource_version
+    assert seen == []
+
+
+def test_handler_failure_does_not_stop_the_informer(cluster: InMemoryCluster) -> None:
+    inf = Informer(cluster, POD, lean)
+
+    def broken(*_: object) -> None:
+        raise RuntimeError("handler bug")
+
+    inf.add_handler(broken)
+    seen = recording(inf)
+    inf.start()
+    cluster.create(POD, pod("a"))
+    cluster.create(POD, pod("b"))
+    assert inf.pump() == 2
+    assert len(seen) == 2
+
+
+def test_threaded_run_sees_created_object(cluster: InMemoryCluster) -> None:
+    inf = Informer(cluster, POD, lean)
+    arrived = threading.Event()
+    inf.add_handler(lambda ev, key, old, new: arrived.set() if key == "default/a" else None)
+    stop = threading.Event()
+    thread = threading.Thread(target=inf.run, args=(stop,), kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        cluster.create(POD, pod("a"))
+        assert arrived.wait(10)
+        assert inf.get("default/a") == Lean("a", "n1", "Running")
+    finally:
+        stop.set()
+        inf.stop()
+        thread.join(10)
+    assert not thread.is_alive()
+
+
+def test_resource_version_order() -> None:
+    assert newer("10", "9") and not newer("9", "10") and not newer("5", "5")
+    assert newer("1", None)
+    assert newer("abc", "abd") and not newer("abc", "abc")

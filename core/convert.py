@@ -1,0 +1,525 @@
+"""The one cattrs converter between podnet's records and their wire form.
+
+The wire form is the custom resources' camelCase JSON as the API server stores it. All
+wire rules live here, not on the models: key renaming (generated for every attrs class in
+``podnet.core.models``), lean output (``None`` and empty optional collections omitted),
+RFC 3339 timestamps, strict types, unknown-key policy and value checks (IPs, MACs,
+non-empty names, pool bounds). ``from_wire`` raises :class:`RecordError` naming the first
+offending field in wire form (``status.interfaces[2].ips[0].address``), never a raw
+cattrs exception.
+
+Structuring uses cattrs' generated functions with detailed validation: the extra cost
+is a ``try`` per attribute, which is free in CPython 3.11 until something fails, and in
+return every failure carries the attribute it happened at.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import re
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from types import UnionType
+from typing import Any, TypeVar, Union, get_args, get_origin
+
+import attrs
+import cattrs
+from cattrs.errors import (
+    AttributeValidationNote,
+    ClassValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationError,
+    IterableValidationNote,
+)
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+from podnet.core import models
+from podnet.core.annotations import (
+    check_ip,
+    check_ip_address,
+    check_ip_pool,
+    check_ips,
+    check_mac,
+    check_references,
+    show,
+)
+
+__all__ = ["RecordError", "converter", "from_wire", "to_wire"]
+
+T = TypeVar("T")
+Hook = Callable[[Any, Any], Any]
+
+
+class RecordError(ValueError):
+    """A wire object does not fit its record; ``field`` is the camelCase path to blame."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(field, message)  # both in args, so it pickles
+        self.field = field
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+class _Invalid(ValueError):
+    """A wire rule failed; ``path`` continues the path from where the hook was called."""
+
+    def __init__(self, message: str, path: tuple[str | int, ...] = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+
+
+class _Key(str):
+    """A mapping key in an error path, printed as ``[key]`` rather than ``.key``."""
+
+
+converter = cattrs.Converter(detailed_validation=True, forbid_extra_keys=True)
+
+
+# --- names ----------------------------------------------------------------------------------
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def _model_classes() -> tuple[type, ...]:
+    found = []
+    for value in vars(models).values():
+        if isinstance(value, type) and attrs.has(value) and value.__module__ == models.__name__:
+            attrs.resolve_types(value)
+            found.append(value)
+    return tuple(found)
+
+
+_CLASSES = _model_classes()
+#: Python attribute name -> wire key, per class; also used to name fields in errors.
+_WIRE_NAMES: dict[type, dict[str, str]] = {
+    cls: {a.name: _camel(a.name) for a in attrs.fields(cls)} for cls in _CLASSES
+}
+# The API server adds metadata podnet does not model (managedFields, selfLink, ...).
+_LENIENT = frozenset({models.ObjectMeta, models.OwnerReference})
+
+
+# --- primitives -------------------------------------------------------------------------------
+
+
+def _expected(kind: str, value: object) -> _Invalid:
+    return _Invalid(f"expected {kind}, got {show(value)}")
+
+
+def _str(value: Any, _: Any = None) -> str:
+    if value.__class__ is str:
+        return value
+    if not isinstance(value, str):
+        raise _expected("string", value)
+    return str(value)
+
+
+def _int(value: Any, _: Any = None) -> int:
+    # bool is an int subclass; JSON true is not a count.
+    if value.__class__ is not int and (not isinstance(value, int) or isinstance(value, bool)):
+        raise _expected("integer", value)
+    return int(value)
+
+
+def _bool(value: Any, _: Any = None) -> bool:
+    if value is not True and value is not False:
+        raise _expected("boolean", value)
+    return bool(value)
+
+
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})?")
+
+
+def _parse_time(value: Any, _: Any = None) -> datetime:
+    if value.__class__ is str and _RFC3339.fullmatch(value):
+        # 3.11's fromisoformat takes "Z" and any number of fraction digits; the regex
+        # keeps out the other ISO 8601 shapes it would accept (dates alone, basic format).
+        try:
+            parsed = datetime.fromisoformat(value if value[-1] != "z" else value[:-1] + "Z")
+        except ValueError:
+            raise _expected("RFC3339 timestamp", value) from None
+    elif isinstance(value, datetime):
+        parsed = value
+    else:
+        raise _expected("RFC3339 timestamp", value)
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=UTC)
+    return parsed if parsed.tzinfo is UTC else parsed.astimezone(UTC)
+
+
+def _format_time(value: datetime) -> str:
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC)
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _enum_hook(cls: type[enum.Enum]) -> Hook:
+    by_value = {member.value: member for member in cls}
+    allowed = ", ".join(str(v) for v in by_value)
+
+    def structure(value: Any, _: Any) -> enum.Enum:
+        try:
+            return by_value[value]
+        except (KeyError, TypeError):
+            raise _Invalid(f"expected one of {allowed}, got {show(value)}") from None
+
+    return structure
+
+
+def _enum_value(member: enum.Enum) -> Any:
+    return member.value
+
+
+def _is_tuple(t: Any) -> bool:
+    args = get_args(t)
+    return get_origin(t) is tuple and len(args) == 2 and args[1] is Ellipsis
+
+
+def _is_dict(t: Any) -> bool:
+    return get_origin(t) is dict
+
+
+def _tuple_structure(t: Any) -> Hook:
+    item_type = get_args(t)[0]
+    item = converter.get_structure_hook(item_type)
+
+    def structure(value: Any, _: Any) -> tuple[Any, ...]:
+        if not isinstance(value, list | tuple):
+            raise _expected("list", value)
+        out = []
+        for index, element in enumerate(value):
+            try:
+                out.append(item(element, item_type))
+            except Exception as exc:
+                exc.add_note(IterableValidationNote(f"@ index {index}", index, item_type))
+                raise IterableValidationError("While structuring a list", [exc], t) from None
+        return tuple(out)
+
+    return structure
+
+
+def _dict_structure(t: Any) -> Hook:
+    key_type, value_type = get_args(t)
+    key_hook = converter.get_structure_hook(key_type)
+    value_hook = converter.get_structure_hook(value_type)
+
+    def structure(value: Any, _: Any) -> dict[Any, Any]:
+        if not isinstance(value, Mapping):
+            raise _expected("object", value)
+        out = {}
+        for key, element in value.items():
+            try:
+                out[key_hook(key, key_type)] = value_hook(element, value_type)
+            except Exception as exc:
+                exc.add_note(IterableValidationNote(f"@ key {key!r}", str(key), value_type))
+                raise IterableValidationError("While structuring a map", [exc], t) from None
+        return out
+
+    return structure
+
+
+def _is_optional(t: Any) -> bool:
+    args = get_args(t)
+    return len(args) == 2 and type(None) in args and get_origin(t) in (Union, UnionType)
+
+
+def _optional_structure(t: Any) -> Hook:
+    # cattrs' own Optional hook dispatches on the inner type at every call.
+    inner_type = next(a for a in get_args(t) if a is not type(None))
+    inner = converter.get_structure_hook(inner_type)
+    return lambda value, _: None if value is None else inner(value, inner_type)
+
+
+def _tuple_unstructure(t: Any) -> Callable[[Any], Any]:
+    item_type = get_args(t)[0]
+    if item_type in (str, int, bool):
+        return list
+    item = converter.get_unstructure_hook(item_type)
+    return lambda value: [item(v) for v in value]
+
+
+# singledispatch hooks, which cattrs consults first; the str enums get their own below
+# because the str hook would otherwise take them (they subclass str).
+converter.register_structure_hook(str, _str)
+converter.register_structure_hook(int, _int)
+converter.register_structure_hook(bool, _bool)
+converter.register_structure_hook(datetime, _parse_time)
+converter.register_unstructure_hook(datetime, _format_time)
+for _enum in (models.Phase, models.InterfaceState):
+    converter.register_structure_hook(_enum, _enum_hook(_enum))
+    converter.register_unstructure_hook(_enum, _enum_value)
+converter.register_structure_hook_factory(_is_optional, _optional_structure)
+converter.register_structure_hook_factory(_is_tuple, _tuple_structure)
+converter.register_unstructure_hook_factory(_is_tuple, _tuple_unstructure)
+converter.register_structure_hook_factory(_is_dict, _dict_structure)
+converter.register_unstructure_hook_factory(_is_dict, lambda _: dict)
+
+
+# --- field rules ------------------------------------------------------------------------------
+
+
+def _nonempty(value: Any, _: Any = None) -> str:
+    text = _str(value)
+    if not text:
+        raise _Invalid("must not be empty")
+    return text
+
+
+def _checked(check: Callable[[str], object]) -> Hook:
+    """A string hook that validates with ``check`` but keeps the value as written."""
+    # The same addresses come back on every watch event; failures are never cached.
+    check = functools.lru_cache(maxsize=4096)(check)
+
+    def structure(value: Any, _: Any = None) -> str:
+        text = _str(value)
+        try:
+            check(text)
+        except ValueError as exc:
+            raise _Invalid(str(exc)) from None
+        return text
+
+    return structure
+
+
+def _checked_list(check: Callable[[tuple[str, ...]], object]) -> Hook:
+    strings = converter.get_structure_hook(tuple[str, ...])
+    check = functools.lru_cache(maxsize=4096)(check)
+
+    def structure(value: Any, _: Any = None) -> tuple[str, ...]:
+        items: tuple[str, ...] = strings(value, tuple[str, ...])
+        try:
+            check(items)
+        except ValueError as exc:
+            raise _Invalid(str(exc)) from None
+        return items
+
+    return structure
+
+
+def _optional(hook: Hook) -> Hook:
+    def structure(value: Any, t: Any = None) -> Any:
+        return None if value is None else hook(value, t)
+
+    return structure
+
+
+def _non_negative(value: Any, _: Any = None) -> int:
+    number = _int(value)
+    if number < 0:
+        raise _Invalid(f"must not be negative, got {number}")
+    return number
+
+
+def _one_of(*allowed: str) -> Hook:
+    def structure(value: Any, _: Any = None) -> str:
+        text = _str(value)
+        if text not in allowed:
+            raise _Invalid(f"expected one of {', '.join(allowed)}, got {show(value)}")
+        return text
+
+    return structure
+
+
+def _api_version(value: Any, _: Any = None) -> str:
+    text = _str(value)
+    if not text.startswith(f"{models.GROUP}/"):
+        raise _Invalid(f"expected {models.GROUP}/<version>, got {show(value)}")
+    return text
+
+
+_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_IPV4 = re.compile(rf"{_OCTET}(\.{_OCTET}){{3}}")
+
+
+def _ip_check(
+    version: int | None, check: Callable[..., object] = check_ip
+) -> Callable[[str], object]:
+    # Dotted quads are by far the common case; the regex accepts exactly what ipaddress
+    # accepts for them at a fraction of the cost (a cold list of 100k objects). The rest
+    # goes to the shared check.
+    def fast(text: str) -> object:
+        if version != 6 and _IPV4.fullmatch(text):
+            return text
+        return check(text) if version is None else check(text, version)
+
+    return fast
+
+
+_ip = _checked(_ip_check(None))
+_mac = _optional(_checked(check_mac))
+
+_FIELD_HOOKS: dict[tuple[type, str], Hook] = {
+    (models.ObjectMeta, "name"): _nonempty,
+    (models.Condition, "type"): _nonempty,
+    (models.Condition, "status"): _one_of("True", "False", "Unknown"),
+    (models.NetworkRequest, "subnets"): _checked_list(check_references),
+    (models.NetworkRequest, "ip_address"): _optional(_checked(_ip_check(None, check_ip_address))),
+    (models.NetworkRequest, "ip_pool"): _checked_list(check_ip_pool),
+    (models.NetworkRequest, "mac_address"): _mac,
+    (models.NetworkRequest, "security_groups"): _checked_list(check_references),
+    (models.NetworkRequest, "vips"): _checked_list(check_ips),
+    (models.NetworkRequest, "eip"): _optional(_ip),
+    (models.PodNetworkSpec, "pod_name"): _nonempty,
+    (models.PodNetworkSpec, "pod_uid"): _nonempty,
+    (models.PodNetworkSpec, "node_name"): _nonempty,
+    (models.PodNetworkSpec, "provider"): _nonempty,
+    (models.PodNetworkSpec, "network"): _nonempty,
+    (models.PodNetworkStatus, "ip"): _optional(_checked(_ip_check(4))),
+    (models.PodNetworkStatus, "ipv6"): _optional(_checked(_ip_check(6))),
+    (models.PodNetworkStatus, "gateway"): _optional(_ip),
+    (models.PodNetworkStatus, "mac"): _mac,
+    (models.PodNetwork, "api_version"): _api_version,
+    (models.PodNetwork, "kind"): _one_of("PodNetwork"),
+    (models.NodeNetworkSpec, "provider"): _nonempty,
+    (models.NodeNetworkSpec, "subnets"): _checked_list(check_references),
+    (models.PoolBounds, "min_idle"): _optional(_non_negative),
+    (models.PoolBounds, "max_idle"): _optional(_non_negative),
+    (models.IpStatus, "address"): _ip,
+    (models.InterfaceStatus, "id"): _nonempty,
+    (models.InterfaceStatus, "mac"): _mac,
+    (models.NodeNetwork, "api_version"): _api_version,
+    (models.NodeNetwork, "kind"): _one_of("NodeNetwork"),
+}
+
+
+def _check_pool(bounds: models.PoolBounds) -> None:
+    low, high = bounds.min_idle, bounds.max_idle
+    if low is not None and high is not None and low > high:
+        raise _Invalid(f"minIdle {low} is greater than maxIdle {high}", ("minIdle",))
+
+
+def _check_request(request: models.NetworkRequest) -> None:
+    # Each is fine alone; together the pod would ask for two different addresses.
+    if request.ip_address is not None and request.ip_pool:
+        raise _Invalid("conflicts with ipAddress: set only one of them", ("ipPool",))
+
+
+#: Checks across fields of one record, run after it is built.
+_CLASS_CHECKS: dict[type, Callable[[Any], None]] = {
+    models.PoolBounds: _check_pool,
+    models.NetworkRequest: _check_request,
+}
+
+
+# --- generated record hooks -------------------------------------------------------------------
+
+
+def _omittable(a: attrs.Attribute[Any]) -> bool:
+    # Only "nothing here" defaults are dropped, so a value that means something (a phase,
+    # a false flag) is always written out.
+    default = a.default
+    factory = getattr(default, "factory", None)  # an attrs Factory
+    if factory is not None:
+        return factory in (dict, tuple, list)
+    return default is None or default == ()
+
+
+def _record_unstructure(cls: type) -> Callable[[Any], dict[str, Any]]:
+    names = _WIRE_NAMES[cls]
+    overrides: dict[str, Any] = {
+        a.name: override(rename=names[a.name], omit_if_default=_omittable(a))
+        for a in attrs.fields(cls)
+    }
+    return make_dict_unstructure_fn(cls, converter, **overrides)
+
+
+def _record_structure(cls: type) -> Hook:
+    names = _WIRE_NAMES[cls]
+    overrides: dict[str, Any] = {
+        a.name: override(rename=names[a.name], struct_hook=_FIELD_HOOKS.get((cls, a.name)))
+        for a in attrs.fields(cls)
+    }
+    generated: Callable[[Any], Any] = make_dict_structure_fn(
+        cls, converter, _cattrs_forbid_extra_keys=cls not in _LENIENT, **overrides
+    )
+    check = _CLASS_CHECKS.get(cls)
+
+    def structure(value: Any, _: Any = None) -> Any:
+        if value.__class__ is not dict and not isinstance(value, Mapping):
+            raise _expected("object", value)
+        record = generated(value)
+        if check is not None:
+            check(record)
+        return record
+
+    return structure
+
+
+converter.register_structure_hook_factory(lambda t: t in _WIRE_NAMES, _record_structure)
+converter.register_unstructure_hook_factory(lambda t: t in _WIRE_NAMES, _record_unstructure)
+
+# Generate every record's hooks now: the first PodNetwork should not pay for codegen.
+for _cls in _CLASSES:
+    converter.get_structure_hook(_cls)
+    converter.get_unstructure_hook(_cls)
+
+
+# --- public API -------------------------------------------------------------------------------
+
+
+def to_wire(obj: Any) -> dict[str, Any]:
+    """An attrs record as the JSON-ready dict the API server stores."""
+    result: dict[str, Any] = converter.unstructure(obj)
+    return result
+
+
+def from_wire(cls: type[T], data: Mapping[str, Any]) -> T:
+    """Build ``cls`` from its wire form; :class:`RecordError` names what is wrong."""
+    try:
+        return converter.structure(data, cls)
+    except Exception as exc:
+        path, message = _locate(exc, ())
+        raise RecordError(_format_path(path), message) from exc
+
+
+def _note(exc: BaseException, kind: type[T]) -> T | None:
+    for note in getattr(exc, "__notes__", ()):
+        if note.__class__ is kind:
+            return note
+    return None
+
+
+def _locate(exc: BaseException, path: tuple[str | int, ...]) -> tuple[tuple[str | int, ...], str]:
+    """Walk cattrs' error tree down to the first failure: its wire path and a message."""
+    if isinstance(exc, ClassValidationError):
+        # An unknown key first: a misspelt key otherwise shows up as "required field missing".
+        for sub in exc.exceptions:
+            if isinstance(sub, ForbiddenExtraKeysError):
+                return _locate(sub, path)
+        for sub in exc.exceptions:
+            attr_note = _note(sub, AttributeValidationNote)
+            if attr_note is None:
+                continue
+            key = _WIRE_NAMES.get(exc.cl, {}).get(attr_note.name, attr_note.name)
+            if type(sub) is KeyError:
+                return (*path, key), "required field missing"
+            return _locate(sub, (*path, key))
+        return _locate(exc.exceptions[0], path)
+    if isinstance(exc, IterableValidationError):
+        sub = exc.exceptions[0]
+        item_note = _note(sub, IterableValidationNote)
+        if item_note is None:
+            return _locate(sub, path)
+        index = item_note.index
+        return _locate(sub, (*path, index if isinstance(index, int) else _Key(index)))
+    if isinstance(exc, ForbiddenExtraKeysError):
+        key = sorted(exc.extra_fields)[0]
+        return (*path, key), f"unknown field {key!r}"
+    if isinstance(exc, _Invalid):
+        return (*path, *exc.path), exc.message
+    return path, str(exc) or type(exc).__name__
+
+
+def _format_path(path: tuple[str | int, ...]) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int | _Key):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out

@@ -1,0 +1,152 @@
+"""Lean read views of the built-in objects the engine caches: Pods and Nodes.
+
+The engine must hold 100,000 pods (and everything else) in under 1 GiB, so a view keeps
+only the fields podnet acts on: annotations are cut down to ``podnet.io/*`` keys, and
+strings repeated across many objects (namespaces, node names, phases, owner kinds,
+label keys and values) are interned so each distinct one is stored once. Owner
+references are shared too: the pods of one ReplicaSet point at a single record.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import weakref
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from podnet.core.annotations import PREFIX
+from podnet.core.convert import converter
+from podnet.core.models import NodeInfo, OwnerReference, PodInfo
+
+#: Controller kinds whose pods keep their network identity across restarts.
+STICKY_KINDS = frozenset({"StatefulSet", "VirtualMachineInstance"})
+#: Pod phases after which no container of the pod runs again.
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+_intern = sys.intern
+_ORDINAL = re.compile(r".+-(0|[1-9][0-9]*)")
+_owners: weakref.WeakValueDictionary[tuple[str, str, str, str, bool, bool], OwnerReference] = (
+    weakref.WeakValueDictionary()
+)
+
+
+def _opt(value: Any) -> str | None:
+    return None if value is None else _intern(str(value))
+
+
+def _time(value: Any) -> datetime | None:
+    # The converter's parser, so Pods and PodNetworks read timestamps the same way.
+    return None if value is None else converter.structure(value, datetime)
+
+
+def _labels(raw: Mapping[str, Any] | None) -> dict[str, str]:
+    if not raw:
+        return {}
+    return {_intern(k): _intern(str(v)) for k, v in raw.items()}
+
+
+def _podnet_annotations(raw: Mapping[str, Any] | None) -> dict[str, str]:
+    if not raw:
+        return {}
+    return {_intern(k): str(v) for k, v in raw.items() if k.startswith(PREFIX)}
+
+
+def _owner(raw: Mapping[str, Any]) -> OwnerReference:
+    key = (
+        _intern(raw.get("apiVersion", "")),
+        _intern(raw.get("kind", "")),
+        _intern(raw.get("name", "")),
+        _intern(raw.get("uid", "")),
+        bool(raw.get("controller", False)),
+        bool(raw.get("blockOwnerDeletion", False)),
+    )
+    ref = _owners.get(key)
+    if ref is None:
+        ref = OwnerReference(*key)
+        _owners[key] = ref
+    return ref
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta: Mapping[str, Any] = obj.get("metadata") or {}
+    return meta
+
+
+def pod_info(obj: Mapping[str, Any]) -> PodInfo:
+    """The view of a Pod as the API server returns it (camelCase JSON)."""
+    meta = _meta(obj)
+    spec: Mapping[str, Any] = obj.get("spec") or {}
+    status: Mapping[str, Any] = obj.get("status") or {}
+    grace = meta.get("deletionGracePeriodSeconds")
+    return PodInfo(
+        namespace=_intern(meta.get("namespace") or "default"),
+        name=meta["name"],
+        uid=meta.get("uid", ""),
+        node_name=_opt(spec.get("nodeName")),
+        phase=_intern(status.get("phase") or "Pending"),
+        restart_policy=_intern(spec.get("restartPolicy") or "Always"),
+        reason=_opt(status.get("reason")),
+        deletion_timestamp=_time(meta.get("deletionTimestamp")),
+        deletion_grace_period_seconds=None if grace is None else int(grace),
+        labels=_labels(meta.get("labels")),
+        annotations=_podnet_annotations(meta.get("annotations")),
+        owner_references=tuple(_owner(r) for r in meta.get("ownerReferences") or ()),
+        host_network=bool(spec.get("hostNetwork", False)),
+    )
+
+
+def node_info(obj: Mapping[str, Any]) -> NodeInfo:
+    """The view of a Node: identity, pod CIDR, provider id and InternalIP addresses."""
+    meta = _meta(obj)
+    spec: Mapping[str, Any] = obj.get("spec") or {}
+    status: Mapping[str, Any] = obj.get("status") or {}
+    addresses = status.get("addresses") or ()
+    return NodeInfo(
+        name=_intern(meta["name"]),
+        uid=meta.get("uid", ""),
+        pod_cidr=spec.get("podCIDR"),
+        provider_id=spec.get("providerID"),
+        labels=_labels(meta.get("labels")),
+        annotations=_podnet_annotations(meta.get("annotations")),
+        internal_ips=tuple(
+            a["address"] for a in addresses if a.get("type") == "InternalIP" and a.get("address")
+        ),
+        deletion_timestamp=_time(meta.get("deletionTimestamp")),
+    )
+
+
+def pod_is_terminal(pod: PodInfo) -> bool:
+    """Whether the pod is done for good and its address can be released.
+
+    Phase alone decides. ``restartPolicy`` governs restarting *containers* inside a
+    running pod; once the kubelet records ``Succeeded`` or ``Failed`` the pod never runs
+    again, whatever its policy (a pod under ``Always`` reaches these phases on eviction or
+    graceful node shutdown, and stays there). An ``Evicted`` pod is ``Failed``, hence
+    terminal. A deletion timestamp is not terminal by itself: the pod may still be running
+    its grace period and needs its address until it stops.
+    """
+    return pod.phase in TERMINAL_PHASES
+
+
+def pod_is_sticky_kind(pod: PodInfo) -> str | None:
+    """``StatefulSet`` or ``VirtualMachineInstance`` when the pod's controller is one.
+
+    Only the kind is compared, not the API group, so look-alike controllers with stable
+    pod identity (such as OpenKruise's Advanced StatefulSet) are sticky as well.
+    """
+    for ref in pod.owner_references:
+        kind: str = ref.kind
+        if ref.controller and kind in STICKY_KINDS:
+            return kind
+    return None
+
+
+def statefulset_ordinal(pod_name: str) -> int | None:
+    """The ordinal of a StatefulSet pod name (``web-3`` -> 3), or ``None``.
+
+    StatefulSet ordinals carry no leading zeros, so ``web-03`` is not one.
+    """
+    match = _ORDINAL.fullmatch(pod_name)
+    return int(match.group(1)) if match else None

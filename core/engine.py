@@ -161,10 +161,11 @@ class Engine:
             return str(chosen)
         return self.options.default_provider
 
-    def call(self, provider: str, hook: str, **kwargs: Any) -> Any:
+    def call(self, provider_name: str, hook: str, /, **kwargs: Any) -> Any:
         """Call one provider hook inside a CLIENT span; raises what the provider raised."""
-        self.stats.provider_calls[f"{provider}.{hook.removeprefix('podnet_')}"] += 1
-        with self.tracing.client(provider, hook.removeprefix("podnet_")):
+        api = hook.removeprefix("podnet_")
+        self.stats.provider_calls[f"{provider_name}.{api}"] += 1
+        with self.tracing.client(provider_name, api):
             return getattr(self.hook, hook)(**kwargs)
 
     def classify(self, provider: str, exc: BaseException) -> ErrorKind:

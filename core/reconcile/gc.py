@@ -60,7 +60,8 @@ class GarbageCollector:
         policy = e.policy(pool.provider)
         now = e.clock.monotonic()
         key = (pool.provider, pool.node)
-        if now - self._inventory_at.get(key, -1e18) < policy.gc_period:
+        # the pool was just rebuilt from an inventory: the first look is one period later
+        if now - self._inventory_at.setdefault(key, now) < policy.gc_period:
             return
         node = e.nodes.get(pool.node)
         if node is None:

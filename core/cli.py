@@ -7,7 +7,10 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from podnet.core.demo import DemoOptions, DemoReport
 
 
 class _Parser(argparse.ArgumentParser):
@@ -108,16 +111,21 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def _demo_with_progress(opts: object) -> object:
+def _demo_with_progress(opts: DemoOptions) -> DemoReport:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TaskID,
+        TimeElapsedColumn,
+    )
     from rich.table import Table
 
-    from podnet.core.demo import DemoOptions, DemoReport, run_demo
+    from podnet.core.demo import run_demo
 
-    assert isinstance(opts, DemoOptions)
     console = Console()
-    tasks: dict[str, int] = {}
+    tasks: dict[str, TaskID] = {}
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console) as bar:
         def progress(stage: str, done: int, total: int) -> None:
@@ -125,7 +133,7 @@ def _demo_with_progress(opts: object) -> object:
                 tasks[stage] = bar.add_task(f"{stage}: pods routed", total=total)
             bar.update(tasks[stage], completed=done)
 
-        report: DemoReport = run_demo(opts, progress)
+        report = run_demo(opts, progress)
     table = Table(title=f"podnet demo — provider {report.provider}")
     table.add_column("what")
     table.add_column("value", justify="right")

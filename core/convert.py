@@ -33,6 +33,7 @@ from cattrs.errors import (
     IterableValidationNote,
 )
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
 from podnet.core import models
 from podnet.core.annotations import (
     check_ip,

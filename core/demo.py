@@ -66,7 +66,8 @@ def node_obj(i: int) -> dict[str, Any]:
         "metadata": {"name": f"node-{i:04d}", "labels": {"kubernetes.io/os": "linux"}},
         "spec": {"podCIDR": f"10.{64 + i // 256}.{i % 256}.0/24",
                  "providerID": f"demo://node-{i:04d}"},
-        "status": {"addresses": [{"type": "InternalIP", "address": f"192.168.{i // 256}.{i % 256}"}]},
+        "status": {"addresses": [
+            {"type": "InternalIP", "address": f"192.168.{i // 256}.{i % 256}"}]},
     }
 
 

@@ -121,7 +121,7 @@ class Engine:
             self.providers[self.options.default_provider]  # unknown name: ConfigError now
         self.stats = Stats()
         self.pools = Pools()
-        self.queue: WorkQueue = WorkQueue(self.clock, name="podnet")
+        self.queue: WorkQueue[Key] = WorkQueue(self.clock, name="podnet")
 
         self.pods: Informer[PodInfo] = Informer(cluster, POD, pod_info, name="pods")
         self.nodes: Informer[NodeInfo] = Informer(cluster, NODE, node_info, name="nodes")

@@ -87,7 +87,9 @@ class StateMachine:
     def triggers(self, state: str) -> list[str]:
         return sorted(t for t, sources in self.table.items() if state in sources)
 
-    def fire(self, state: str, trigger: str, action: Callable[[], T] | None = None) -> tuple[str, T]:
+    def fire(
+        self, state: str, trigger: str, action: Callable[[], T] | None = None
+    ) -> tuple[str, T]:
         """Fire ``trigger`` from ``state``, running ``action`` first.
 
         :return: the new state and the action's result.

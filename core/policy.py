@@ -6,17 +6,19 @@ operators override them per provider in the config file. Durations are seconds.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from podnet.core.errors import ConfigError
 
 
-def _non_negative(_inst: object, attribute: attrs.Attribute[float], value: float) -> None:
+def _non_negative(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if value < 0:
         raise ConfigError(attribute.name, f"must be >= 0, got {value!r}")
 
 
-def _positive(_inst: object, attribute: attrs.Attribute[float], value: float) -> None:
+def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if value <= 0:
         raise ConfigError(attribute.name, f"must be > 0, got {value!r}")
 

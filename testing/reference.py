@@ -146,7 +146,7 @@ class ReferenceCloud:
             room = per - len(node.interfaces[interface])
             if room <= 0:
                 raise ReferenceCloudError("QuotaExceeded", f"interface {interface} is full")
-            out = []
+            out: list[str] = []
             hosts = node.cidr.hosts()
             next(hosts, None)  # the first host is the gateway
             for host in hosts:
@@ -330,23 +330,30 @@ class ReferenceProvider:
         if req.ip_address is not None:
             entry = self._static(context, req.ip_address, "ip-address")
         elif req.ip_pool:
-            entry = None
-            for candidate in req.ip_pool:
-                if cidr is not None and ipaddress.ip_address(candidate) not in cidr:
-                    continue
-                if pool.owner_of(candidate) is None and candidate in {
-                        e.address for e in pool.idle()}:
-                    entry = pool.take(candidate)
-                    break
-            if entry is None:
-                raise InvalidRequest(ANNOTATION_FIELD.format("ip-pool"),
-                                     f"no address of the pool is free on node {node.name}")
+            entry = self._from_ip_pool(context, req.ip_pool)
         else:
             entry = pool.take()
         mac = req.mac_address or _mac_for(entry.address)
         gateway = str(next(cidr.hosts())) if cidr is not None else None
         return Allocation(ip=entry.address, mac=mac, subnet=node.pod_cidr, gateway=gateway,
                           interface=entry.interface)
+
+    def _from_ip_pool(self, context: AllocateContext, ip_pool: tuple[str, ...]) -> PoolEntry:
+        node = context.node.node
+        pool = context.pool
+        assert pool is not None
+        field = ANNOTATION_FIELD.format("ip-pool")
+        cidr = ipaddress.ip_network(node.pod_cidr) if node.pod_cidr else None
+        if len(ip_pool) == 1 and not _is_ip(ip_pool[0]):
+            raise InvalidRequest(field, f"named pool {ip_pool[0]!r} is not defined for the "
+                                        "reference provider (give a list of addresses)")
+        idle = {e.address for e in pool.idle()}
+        for candidate in ip_pool:
+            if cidr is not None and ipaddress.ip_address(candidate) not in cidr:
+                continue
+            if candidate in idle:
+                return pool.take(candidate)
+        raise InvalidRequest(field, f"no address of the pool is free on node {node.name}")
 
     def _static(self, context: AllocateContext, address: str, key: str) -> PoolEntry:
         node = context.node.node
@@ -402,6 +409,14 @@ class ReferenceProvider:
         if provider != self.name or not isinstance(error, ReferenceCloudError):
             return None
         return ERROR_KINDS.get(error.code, ErrorKind.TRANSIENT)
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _mac_for(seed: str) -> str:

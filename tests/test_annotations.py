@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from podnet.core import annotations as a
 from podnet.core.errors import ErrorKind, InvalidRequest
 from podnet.core.models import NetworkRequest

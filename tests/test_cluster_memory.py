@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 import pytest
+
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.patch import json_patch, merge_patch

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+
 from podnet.core import models as m
 from podnet.core.convert import RecordError, converter, from_wire, to_wire
 

@@ -7,8 +7,9 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-import podnet.hookspecs as hookspecs
 import pytest
+
+import podnet.hookspecs as hookspecs
 from podnet.core.plugin import new_plugin_manager
 from podnet.testing.reference import ReferenceCloud, ReferenceProvider
 

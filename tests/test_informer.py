@@ -6,6 +6,7 @@ import threading
 
 import attrs
 import pytest
+
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.informer import Informer, newer
 from podnet.core.cluster.memory import InMemoryCluster

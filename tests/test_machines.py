@@ -11,11 +11,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import podnet.core.machines as machines
 import pytest
+from transitions import Machine
+
+import podnet.core.machines as machines
 from podnet.core.errors import TransitionRefused
 from podnet.core.machines import ENI_MACHINE, POD_NETWORK_MACHINE, StateMachine
-from transitions import Machine
 
 #: trigger -> {source: dest}, as in the design
 POD_NETWORK_DESIGN: dict[str, dict[str, str]] = {

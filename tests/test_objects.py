@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 import pytest
+
 from podnet.core.models import NodeInfo, OwnerReference, PodInfo
 from podnet.core.objects import (
     node_info,

@@ -10,8 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pluggy
-import podnet.testing.reference as reference
 import pytest
+
+import podnet.testing.reference as reference
 from podnet.core import plugin as plugin_mod
 from podnet.core.errors import ConfigError, ErrorKind
 from podnet.core.models import NodeInfo

@@ -3,6 +3,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+
 from podnet.core.clock import FakeClock
 from podnet.core.policy import QUEUE_ITEM_BACKOFF, QUEUE_RATE, Backoff, RateLimit
 from podnet.core.ratelimit import ItemBackoff, MaxOfRateLimiter, TokenBucket

@@ -24,6 +24,7 @@ from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NoOpTracerProvider, SpanKind, StatusCode
+
 from podnet.core.errors import ErrorKind, ProviderError
 from podnet.core.tracing import (
     ATTR_ERROR_TYPE,

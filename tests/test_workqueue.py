@@ -5,6 +5,7 @@ import threading
 import time
 
 import pytest
+
 from podnet.core.clock import FakeClock, SystemClock
 from podnet.core.policy import Backoff
 from podnet.core.ratelimit import ItemBackoff, MaxOfRateLimiter, TokenBucket

@@ -9,7 +9,6 @@ runs against both.
 from __future__ import annotations
 
 import builtins
-
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal, Protocol
 

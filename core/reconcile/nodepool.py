@@ -34,7 +34,6 @@ from podnet.core.models import (
     NodeInfo,
     NodeNetwork,
     NodeNetworkSpec,
-    NodeNetworkStatus,
     ObjectMeta,
     OwnerReference,
     Phase,
@@ -453,7 +452,7 @@ class NodePoolReconciler:
             ctx = NodeContext(node=node, network=nn)
             self._rate_limit(provider)
 
-            def dispose(itf: Interface = itf) -> None:
+            def dispose(itf: Interface = itf, ctx: NodeContext = ctx) -> None:
                 done = e.call(provider, "podnet_interface_dispose", provider=provider,
                               node=ctx, interface=itf.cloud())
                 if not done:

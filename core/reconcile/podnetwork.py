@@ -50,7 +50,6 @@ from podnet.core.models import (
     PodInfo,
     PodNetwork,
     PodNetworkSpec,
-    PodNetworkStatus,
 )
 from podnet.core.objects import pod_is_terminal
 from podnet.core.pool import Reservation
@@ -371,7 +370,6 @@ class PodNetworkReconciler:
     # --- backward ---------------------------------------------------------------------
 
     def _wind_down(self, pn: PodNetwork, pod: PodInfo | None) -> Result:
-        e = self.e
         if pn.status.phase is not Phase.RELEASING:
             try:
                 with self._transition(pn, "release", pod) as span:

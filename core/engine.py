@@ -166,7 +166,15 @@ class Engine:
         api = hook.removeprefix("podnet_")
         self.stats.provider_calls[f"{provider_name}.{api}"] += 1
         with self.tracing.client(provider_name, api):
-            return getattr(self.hook, hook)(**kwargs)
+            try:
+                return getattr(self.hook, hook)(**kwargs)
+            except (PodnetError, ApiError):
+                raise
+            except Exception as exc:
+                # the provider boundary: past it, every error carries a kind core acts on
+                kind = self.classify(provider_name, exc)
+                raise ProviderError(kind, f"{type(exc).__name__}: {exc}",
+                                    code=getattr(exc, "code", None)) from exc
 
     def classify(self, provider: str, exc: BaseException) -> ErrorKind:
         if isinstance(exc, ProviderError):

@@ -41,6 +41,8 @@ class Interface:
     primary: bool = False
     trunk: bool = False
     inhibited_until: float = 0.0
+    #: why it was inhibited, for the conditions of the pod networks waiting on it
+    reason: str | None = None
 
     def cloud(self, ips: Iterable[str] = ()) -> CloudInterface:
         return CloudInterface(
@@ -61,6 +63,8 @@ class NodePool:
         self.max_interfaces = 1
         self.ips_per_interface = 0
         self.synced = False
+        #: monotonic time of the last inventory read (rebuild or GC resync)
+        self.inventory_at = 0.0
         #: PodNetwork keys waiting for an address on this node, with the subnet they need
         self.waiting: dict[str, str | None] = {}
         self.waiting_since: float | None = None
@@ -150,6 +154,7 @@ class NodePool:
                 if ip not in inventory.all_ips():
                     del self.suspects[ip]
             self.synced = True
+            self.inventory_at = now
             return [owner for ip, owner in owners.items() if ip not in self.addresses]
 
     def observe(self, inventory: Inventory, owners: dict[str, str], now: float) -> list[str]:
@@ -160,6 +165,7 @@ class NodePool:
         :return: owners whose address the cloud no longer has.
         """
         with self.lock:
+            self.inventory_at = now
             cloud = inventory.all_ips()
             for ip, itf in cloud.items():
                 if ip in self.addresses:

@@ -27,7 +27,6 @@ log = logging.getLogger("podnet.gc")
 class GarbageCollector:
     def __init__(self, engine: Engine) -> None:
         self.e = engine
-        self._inventory_at: dict[tuple[str, str], float] = {}
         self.swept: int = 0
 
     def reconcile(self, _key: str) -> Result:
@@ -59,14 +58,11 @@ class GarbageCollector:
         e = self.e
         policy = e.policy(pool.provider)
         now = e.clock.monotonic()
-        key = (pool.provider, pool.node)
-        # the pool was just rebuilt from an inventory: the first look is one period later
-        if now - self._inventory_at.setdefault(key, now) < policy.gc_period:
+        if now - pool.inventory_at < policy.gc_period:
             return
         node = e.nodes.get(pool.node)
         if node is None:
             return
-        self._inventory_at[key] = now
         inventory = e.nodepools.inventory(node, e.node_networks.get(pool.node), pool.provider)
         owners = self._owners(pool)
         for owner in pool.observe(inventory, owners, now):

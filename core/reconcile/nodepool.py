@@ -238,13 +238,15 @@ class NodePoolReconciler:
             if itf.state is InterfaceState.INHIBITED and itf.inhibited_until <= now:
                 self._eni(node, provider, itf, "recover")
                 itf.inhibited_until = 0.0
+                itf.reason = None
 
     def _inhibit(self, node: NodeInfo, pool: NodePool, provider: str, itf: Interface,
-                 seconds: float) -> None:
+                 seconds: float, reason: str) -> None:
         if itf.state is not InterfaceState.READY:
             return
         self._eni(node, provider, itf, "inhibit")
         itf.inhibited_until = self.e.clock.monotonic() + seconds
+        itf.reason = reason
 
     # --- grow -------------------------------------------------------------------------
 
@@ -335,8 +337,11 @@ class NodePoolReconciler:
                        ) -> list[PoolEntry] | None:
         e = self.e
         if len(pool.interfaces) >= pool.max_interfaces:
+            blocked = "; ".join(f"{i.id} inhibited: {i.reason}" for i in pool.interfaces.values()
+                                if i.state is InterfaceState.INHIBITED and i.reason)
             pool.last_error = (f"node {node.name} has all {pool.max_interfaces} interfaces "
-                               "in use and full or inhibited")
+                               "in use and none can take more addresses"
+                               + (f" ({blocked})" if blocked else ""))
             return None
         count = min(count, pool.ips_per_interface)
         itf = Interface(id=f"pending-{len(pool.interfaces)}", state=InterfaceState.INITIALIZING,
@@ -382,7 +387,7 @@ class NodePoolReconciler:
             if itf is not None:
                 window = (policy.inhibit_exhausted if kind is ErrorKind.SUBNET_EXHAUSTED
                           else policy.inhibit_quota)
-                self._inhibit(node, pool, provider, itf, window)
+                self._inhibit(node, pool, provider, itf, window, pool.last_error)
             batch = pool.batch or policy.batch_size
             if policy.halve_batch_on_quota and batch > 1:
                 pool.batch = max(1, batch // 2)

@@ -305,7 +305,7 @@ class PodNetworkReconciler:
         except BaseException as exc:
             if reservation is not None:
                 reservation.rollback()
-            return self._failed(pn, "allocate", exc)
+            return self._failed(pn, "allocate", exc, span)
         if reservation is not None:
             pool = e.pools.get(provider, pn.spec.node_name)
             pool.stop_waiting(pn.key)
@@ -333,7 +333,7 @@ class PodNetworkReconciler:
             with self._transition(pn, "route", pod) as span:
                 updated = self._fire(pn, "route", route, span)
         except BaseException as exc:
-            return self._failed(pn, "route", exc)
+            return self._failed(pn, "route", exc, span)
         self._verify_at[pn.key] = e.clock.monotonic() + e.policy(provider).verify_period
         return updated
 
@@ -362,7 +362,7 @@ class PodNetworkReconciler:
                     pn, Phase.ALLOCATED, span, reason="Repairing", message=verdict.reason),
                     span)
         except BaseException as exc:
-            self._failed(pn, "repair", exc)
+            self._failed(pn, "repair", exc, span)
             return Result(requeue_after=0.0)
         pn = self._route(pn, pod)
         return Result(requeue_after=period if pn.status.phase is Phase.ROUTED else 0.0)
@@ -377,7 +377,7 @@ class PodNetworkReconciler:
                         pn, Phase.RELEASING, span, reason="Releasing",
                         message=self._release_reason(pn, pod)), span)
             except BaseException as exc:
-                self._failed(pn, "release", exc)
+                self._failed(pn, "release", exc, span)
                 return Result(requeue_after=0.0)
         if pn.spec.sticky and pn.metadata.deletion_timestamp is None:
             hold = self._hold(pn, pod)
@@ -423,7 +423,7 @@ class PodNetworkReconciler:
                                              message=f"pod {pod.key} came back")
                 pn = self._fire(pn, "reclaim", reclaim, span)
         except BaseException as exc:
-            self._failed(pn, "reclaim", exc)
+            self._failed(pn, "reclaim", exc, span)
             return Result(requeue_after=0.0)
         pn = self._route(pn, pod)
         return Result(requeue_after=0.0) if pn.status.phase is not Phase.ROUTED else DONE
@@ -446,7 +446,7 @@ class PodNetworkReconciler:
                 POD_NETWORK_MACHINE.fire("releasing", "finish", finish)
                 self._broadcast(pn, "finish", "releasing", "deleted", True, None)
         except BaseException as exc:
-            self._failed(pn, "finish", exc)
+            self._failed(pn, "finish", exc, span)
             return Result(requeue_after=0.0)
         self._verify_at.pop(pn.key, None)
         result = released[0] if released else None
@@ -549,7 +549,7 @@ class PodNetworkReconciler:
         except Exception:
             log.exception("a podnet_transition listener failed")
 
-    def _failed(self, pn: PodNetwork, trigger: str, exc: BaseException) -> PodNetwork:
+    def _failed(self, pn: PodNetwork, trigger: str, exc: BaseException, span: Any) -> PodNetwork:
         """Record why a transition did not happen; decide whether and when to retry."""
         e = self.e
         if not isinstance(exc, Exception):
@@ -564,11 +564,11 @@ class PodNetworkReconciler:
             reason = "WaitingForAddress"
             blocked = pool.last_error
             message = f"{exc}" + (f"; {blocked}" if blocked else "")
-            self._set_ready(pn, "False", reason, message)
+            self._set_ready(pn, "False", reason, message, span.traceparent)
             return pn
         reason = "InvalidRequest" if kind is ErrorKind.INVALID else f"{trigger.capitalize()}Failed"
         message = f"{trigger}: {_describe(exc)}"
-        if self._set_ready(pn, "False", reason, message):
+        if self._set_ready(pn, "False", reason, message, span.traceparent):
             e.event(pn, reason, message)
         if kind is ErrorKind.INVALID:
             raise TerminalError(message, field=getattr(exc, "field", None))
@@ -576,18 +576,23 @@ class PodNetworkReconciler:
             raise exc
         raise ProviderError(kind, message) from exc
 
-    def _set_ready(self, pn: PodNetwork, status: str, reason: str, message: str) -> bool:
-        """Write the Ready condition if it changed. :return: whether it changed."""
+    def _set_ready(self, pn: PodNetwork, status: str, reason: str, message: str,
+                   traceparent: str | None = None) -> bool:
+        """Write the Ready condition if it changed, and the lifecycle's trace if it has
+        none yet (a failed first attempt starts the trace too). :return: whether the
+        condition changed."""
         current = ready_condition(pn)
+        traceparent = pn.status.traceparent or traceparent
         if current is not None and (current.status, current.reason, current.message) == (
             status, reason, message
-        ):
+        ) and traceparent == pn.status.traceparent:
             return False
         condition = Condition(type=READY, status=status, reason=reason, message=message,
                               last_transition_time=self.e.clock.now())
         try:
             self.e.update_status(POD_NETWORK, attrs.evolve(pn, status=attrs.evolve(
-                pn.status, conditions=set_condition(pn.status.conditions, condition))))
+                pn.status, conditions=set_condition(pn.status.conditions, condition),
+                traceparent=traceparent)))
         except (Conflict, NotFound):
             pass  # the next pass writes it from a fresh read
         return True

@@ -1,0 +1,543 @@
+"""The engine end to end on the in-memory cluster, driven deterministically on a fake clock."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from podnet.core.clock import FakeClock
+from podnet.core.cluster.memory import InMemoryCluster, format_time
+from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Obj
+from podnet.core.demo import node_obj, pod_obj
+from podnet.core.engine import Engine, EngineOptions
+from podnet.core.models import FINALIZER
+from podnet.core.plugin import new_plugin_manager
+from podnet.core.policy import PoolPolicy
+from podnet.core.tracing import Tracing
+from podnet.hookspecs import hookimpl
+from podnet.testing.reference import ReferenceCloud, ReferenceProvider
+
+NS = "demo"
+
+
+class Crash(BaseException):
+    """The process dies: nothing after this line runs."""
+
+
+class CrashingProvider(ReferenceProvider):
+    """The reference provider, dying right after the hooks named in ``crash_after``."""
+
+    crash_after: set[str] = set()
+
+    def _maybe_crash(self, hook: str) -> None:
+        if hook in self.crash_after:
+            self.crash_after.discard(hook)
+            raise Crash(hook)
+
+    @hookimpl
+    def podnet_pool_grow(self, provider: str, node: Any, interface: Any, count: int,
+                         subnet: str | None) -> Any:
+        result = super().podnet_pool_grow(provider, node, interface, count, subnet)
+        self._maybe_crash("pool_grow")
+        return result
+
+    @hookimpl
+    def podnet_allocate(self, context: Any) -> Any:
+        result = super().podnet_allocate(context)
+        self._maybe_crash("allocate")
+        return result
+
+    @hookimpl
+    def podnet_release(self, context: Any) -> Any:
+        result = super().podnet_release(context)
+        self._maybe_crash("release")
+        return result
+
+
+class Rig:
+    """A cluster, a reference cloud and an engine that can be restarted over them."""
+
+    def __init__(self, *, policy: PoolPolicy | None = None, tracing: Tracing | None = None,
+                 cloud: ReferenceCloud | None = None) -> None:
+        self.clock = FakeClock()
+        self.cluster = InMemoryCluster(clock=self.clock)
+        self.cloud = cloud or ReferenceCloud()
+        self.policy = policy or PoolPolicy(min_idle=2, max_idle=4, batch_size=4,
+                                           max_batch_size=8, reuse_cooldown=0.0)
+        self.tracing = tracing
+        self.cluster.create(NAMESPACE, {"metadata": {"name": NS}})
+        self.engine = self._engine()
+
+    def _engine(self) -> Engine:
+        pm = new_plugin_manager()
+        self.plugin = CrashingProvider(self.cloud, policy=self.policy)
+        self.plugin.crash_after = set()
+        pm.register(self.plugin, name="reference")
+        engine = Engine(self.cluster, pm, clock=self.clock, tracing=self.tracing,
+                        options=EngineOptions(default_provider="reference"))
+        engine.start()
+        return engine
+
+    def restart(self) -> None:
+        self.engine = self._engine()
+
+    def settle(self, advance: float = 0.0) -> None:
+        self.engine.run_until_idle(advance=advance)
+
+    def node(self, i: int) -> str:
+        return str(self.cluster.create(NODE, node_obj(i))["metadata"]["name"])
+
+    def pod(self, name: str, node: str, **meta: Any) -> Obj:
+        obj = pod_obj(name, node)
+        obj["metadata"].update(meta)
+        return self.cluster.create(POD, obj)
+
+    def records(self) -> list[Obj]:
+        return self.cluster.list(POD_NETWORK).items
+
+    def record_of(self, pod: Obj) -> Obj:
+        uid = pod["metadata"]["uid"]
+        found = [r for r in self.records() if r["spec"]["podUid"] == uid]
+        assert len(found) == 1, found
+        return found[0]
+
+    def owners(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for r in self.records():
+            ip = r.get("status", {}).get("ip")
+            if ip:
+                out.setdefault(ip, []).append(r["metadata"]["name"])
+        return out
+
+    def assert_no_leak(self) -> None:
+        owned = self.owners()
+        assert all(len(v) == 1 for v in owned.values()), owned
+        pooled = {a.address for p in self.engine.pools.all() for a in p.addresses.values()}
+        stray = set(self.cloud.all_addresses()) - set(owned) - pooled
+        assert not stray, f"addresses nobody owns or pools: {sorted(stray)}"
+
+
+def phase(record: Obj) -> str:
+    return str(record.get("status", {}).get("phase", "Pending"))
+
+
+def test_pod_gets_a_routed_network_and_gives_it_back() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    pod = rig.pod("web", node)
+    rig.settle()
+    record = rig.record_of(pod)
+    assert phase(record) == "Routed"
+    assert record["metadata"]["finalizers"] == [FINALIZER]
+    assert record["metadata"]["ownerReferences"][0]["uid"] == pod["metadata"]["uid"]
+    ip = record["status"]["ip"]
+    assert ip in rig.cloud.all_addresses()
+    assert rig.cloud.routes[ip] == f"{NS}/{record['metadata']['name']}"
+    ready = {c["type"]: c for c in record["status"]["conditions"]}["Ready"]
+    assert ready["status"] == "True"
+
+    rig.cluster.delete(POD, "web", NS)
+    rig.settle()
+    assert rig.records() == []
+    assert ip not in rig.cloud.routes
+    pool = rig.engine.pools.find("reference", node)
+    assert pool is not None and pool.addresses[ip].owner is None
+    assert rig.engine.stats.transitions["pod_network.finish"] == 1
+    rig.assert_no_leak()
+
+
+def test_settled_pod_costs_no_provider_call_and_no_write_on_a_second_pass() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    rig.pod("web", node)
+    rig.settle()
+    calls = dict(rig.engine.stats.provider_calls)
+    writes = dict(rig.cluster.stats)
+    rig.engine.enqueue_pod(f"{NS}/web")
+    rig.settle()
+    assert dict(rig.engine.stats.provider_calls) == calls
+    assert dict(rig.cluster.stats) == writes
+
+
+def test_pool_is_topped_up_to_min_idle_and_trimmed_to_max_idle() -> None:
+    rig = Rig(policy=PoolPolicy(min_idle=3, max_idle=5, batch_size=2, max_batch_size=10,
+                                reuse_cooldown=0.0))
+    node = rig.node(0)
+    rig.settle()
+    pool = rig.engine.pools.find("reference", node)
+    assert pool is not None and pool.idle_count() == 3
+    for i in range(10):
+        rig.pod(f"p{i}", node)
+    rig.settle()
+    assert all(phase(r) == "Routed" for r in rig.records())
+    assert pool.idle_count() >= 3
+    for i in range(10):
+        rig.cluster.delete(POD, f"p{i}", NS)
+    rig.settle()
+    assert pool.idle_count() == 5
+    assert len(rig.cloud.all_addresses()) == 5
+    rig.assert_no_leak()
+
+
+def test_terminating_pod_keeps_its_address_until_its_grace_period_ends() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    pod = rig.pod("web", node)
+    rig.settle()
+    ip = rig.record_of(pod)["status"]["ip"]
+    rig.cluster.delete(POD, "web", NS, grace_period_seconds=30)
+    rig.settle()
+    record = rig.record_of(pod)
+    assert phase(record) == "Routed" and record["status"]["ip"] == ip
+    # a new pod meanwhile must not get the terminating pod's address
+    other = rig.pod("other", node)
+    rig.settle()
+    assert rig.record_of(other)["status"]["ip"] != ip
+    rig.clock.advance(31)
+    rig.engine.enqueue_pod(f"{NS}/web")
+    rig.settle()
+    assert [r for r in rig.records() if r["spec"]["podName"] == "web"] == []
+
+
+@pytest.mark.parametrize("terminal_phase", ["Succeeded", "Failed"])
+def test_terminal_pod_releases_its_network(terminal_phase: str) -> None:
+    rig = Rig()
+    node = rig.node(0)
+    pod = rig.pod("job", node)
+    rig.settle()
+    assert phase(rig.record_of(pod)) == "Routed"
+    pod = rig.cluster.get(POD, "job", NS)
+    pod["status"]["phase"] = terminal_phase
+    rig.cluster.update_status(POD, pod)
+    rig.settle()
+    assert rig.records() == []
+    rig.assert_no_leak()
+
+
+def test_pod_recreated_under_the_same_name_never_inherits_the_old_record() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    old = rig.pod("web", node)
+    rig.settle()
+    old_record = rig.record_of(old)
+    rig.cluster.delete(POD, "web", NS)
+    new = rig.pod("web", node)
+    rig.settle()
+    records = rig.records()
+    assert len(records) == 1
+    assert records[0]["spec"]["podUid"] == new["metadata"]["uid"]
+    assert records[0]["metadata"]["name"] != old_record["metadata"]["name"]
+    rig.assert_no_leak()
+
+
+def test_sticky_statefulset_pod_gets_its_address_back() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    owner = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "sts-uid-1",
+              "controller": True}]
+    first = rig.pod("db-0", node, ownerReferences=owner)
+    rig.settle()
+    record = rig.record_of(first)
+    ip = record["status"]["ip"]
+    assert record["spec"]["sticky"] is True
+    assert record["metadata"]["ownerReferences"][0]["kind"] == "StatefulSet"
+    rig.cluster.delete(POD, "db-0", NS)
+    rig.settle()
+    assert phase(rig.records()[0]) == "Releasing"  # held for the pod's return
+    again = rig.pod("db-0", node, ownerReferences=owner)
+    rig.settle()
+    record = rig.record_of(again)
+    assert phase(record) == "Routed" and record["status"]["ip"] == ip
+    assert rig.engine.stats.transitions["pod_network.reclaim"] == 1
+
+
+def test_sticky_hold_expires() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    owner = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "sts-uid-1",
+              "controller": True}]
+    rig.pod("db-0", node, ownerReferences=owner)
+    rig.settle()
+    rig.cluster.delete(POD, "db-0", NS)
+    rig.settle(advance=rig.policy.sticky_hold + 1)
+    assert rig.records() == []
+    rig.assert_no_leak()
+
+
+def test_invalid_annotation_is_reported_on_the_record_and_the_pod_and_others_proceed() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    bad = rig.pod("bad", node, annotations={"podnet.io/ip-address": "10.0.0.300"})
+    good = rig.pod("good", node)
+    rig.settle()
+    assert phase(rig.record_of(good)) == "Routed"
+    record = rig.record_of(bad)
+    assert phase(record) == "Pending" and "ip" not in record["status"]
+    ready = {c["type"]: c for c in record["status"]["conditions"]}["Ready"]
+    assert ready["reason"] == "InvalidRequest"
+    assert "metadata.annotations[podnet.io/ip-address]" in ready["message"]
+    events = rig.cluster.events_for(bad)
+    assert any("podnet.io/ip-address" in e["message"] for e in events)
+    # fixing the annotation lets it proceed
+    pod = rig.cluster.get(POD, "bad", NS)
+    pod["metadata"]["annotations"] = {}
+    rig.cluster.update(POD, pod)
+    rig.settle()
+    assert phase(rig.record_of(bad)) == "Routed"
+
+
+def test_static_address_owned_by_another_pod_is_refused_with_a_condition() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    first = rig.pod("first", node)
+    rig.settle()
+    taken = rig.record_of(first)["status"]["ip"]
+    second = rig.pod("second", node, annotations={"podnet.io/ip-address": taken})
+    rig.settle()
+    record = rig.record_of(second)
+    assert phase(record) == "Pending"
+    ready = {c["type"]: c for c in record["status"]["conditions"]}["Ready"]
+    assert ready["reason"] == "InvalidRequest" and "already used" in ready["message"]
+    assert rig.owners()[taken] == [rig.record_of(first)["metadata"]["name"]]
+
+
+def test_static_address_is_honoured() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    pod = rig.pod("fixed", node, annotations={"podnet.io/ip-address": "10.64.0.200"})
+    rig.settle()
+    record = rig.record_of(pod)
+    assert phase(record) == "Routed" and record["status"]["ip"] == "10.64.0.200"
+    rig.cluster.delete(POD, "fixed", NS)
+    rig.settle()
+    rig.assert_no_leak()
+
+
+def test_deleted_node_releases_its_pod_networks_and_drops_its_pool() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    rig.pod("web", node)
+    rig.settle()
+    rig.cluster.delete(NODE, node)
+    rig.settle()
+    assert rig.records() == []
+    assert rig.engine.pools.find("reference", node) is None
+
+
+def test_restart_rebuilds_pools_from_inventory_and_records_without_duplicates() -> None:
+    rig = Rig()
+    nodes = [rig.node(i) for i in range(2)]
+    for i in range(8):
+        rig.pod(f"p{i}", nodes[i % 2])
+    rig.settle()
+    before = {r["metadata"]["name"]: r["status"]["ip"] for r in rig.records()}
+    rig.restart()
+    for i in range(8, 12):
+        rig.pod(f"p{i}", nodes[i % 2])
+    rig.settle()
+    after = {r["metadata"]["name"]: r["status"]["ip"] for r in rig.records()}
+    assert all(after[k] == v for k, v in before.items())
+    assert len(set(after.values())) == len(after) == 12
+    rig.assert_no_leak()
+
+
+def test_crash_between_the_cloud_call_and_the_record_write_recovers() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    pod = rig.pod("web", node)
+    rig.plugin.crash_after = {"pool_grow"}
+    with pytest.raises(Crash):
+        rig.settle()
+    added = set(rig.cloud.all_addresses())
+    assert added, "the cloud call happened before the crash"
+    rig.restart()  # a new engine: all memory gone
+    rig.settle()
+    record = rig.record_of(pod)
+    assert phase(record) == "Routed"
+    # the lost batch is held as suspects, never handed out, and swept after the expiry
+    pool = rig.engine.pools.find("reference", node)
+    assert pool is not None
+    assert record["status"]["ip"] not in added
+    assert set(pool.suspects) == added
+    rig.settle(advance=rig.policy.leaked_ip_expiry + 2 * rig.policy.gc_period)
+    assert not pool.suspects
+    assert not (added & set(rig.cloud.all_addresses()))
+    rig.assert_no_leak()
+
+
+def test_crash_after_allocate_before_the_record_write_hands_out_no_duplicate() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    rig.settle()
+    first = rig.pod("a", node)
+    rig.plugin.crash_after = {"allocate"}
+    with pytest.raises(Crash):
+        rig.settle()
+    rig.restart()
+    second = rig.pod("b", node)
+    rig.settle()
+    a, b = rig.record_of(first), rig.record_of(second)
+    assert phase(a) == phase(b) == "Routed"
+    assert a["status"]["ip"] != b["status"]["ip"]
+    rig.assert_no_leak()
+
+
+def test_crash_after_release_before_the_finalizer_is_removed_recovers() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    rig.pod("web", node)
+    rig.settle()
+    rig.plugin.crash_after = {"release"}
+    rig.cluster.delete(POD, "web", NS)
+    with pytest.raises(Crash):
+        rig.settle()
+    assert len(rig.records()) == 1  # the finalizer still holds the record
+    rig.restart()
+    rig.pod("next", node)
+    rig.settle()
+    records = rig.records()
+    assert [r["spec"]["podName"] for r in records] == ["next"]
+    rig.assert_no_leak()
+
+
+def test_record_write_conflicts_are_retried_without_duplicates() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    rig.cluster.faults.conflict_rate = 0.5
+    for i in range(10):
+        rig.pod(f"p{i}", node)
+    rig.settle(advance=60)
+    rig.cluster.faults.clear()
+    rig.settle(advance=60)
+    assert len(rig.records()) == 10 and all(phase(r) == "Routed" for r in rig.records())
+    rig.assert_no_leak()
+
+
+def test_quota_errors_halve_the_batch_and_inhibit_then_recover_the_interface() -> None:
+    rig = Rig(policy=PoolPolicy(min_idle=0, max_idle=8, batch_size=8, max_batch_size=8,
+                                reuse_cooldown=0.0, inhibit_quota=60.0))
+    node = rig.node(0)
+    rig.settle()
+    rig.cloud.scripted["AddAddresses"] = ["QuotaExceeded"]
+    rig.pod("web", node)
+    rig.settle()
+    pool = rig.engine.pools.find("reference", node)
+    assert pool is not None
+    assert rig.engine.stats.transitions["eni.inhibit"] == 1
+    # with the only interface inhibited a second one is created, with the halved batch
+    assert rig.engine.stats.transitions["eni.attached"] == 1
+    assert len(pool.ips_on("eth1")) == 4
+    assert phase(rig.records()[0]) == "Routed"
+    rig.settle(advance=61)
+    assert rig.engine.stats.transitions["eni.recover"] == 1
+
+
+def test_grow_failure_leaves_the_pod_pending_with_a_condition_naming_why() -> None:
+    rig = Rig(cloud=ReferenceCloud(max_interfaces=1),
+              policy=PoolPolicy(min_idle=0, max_idle=4, reuse_cooldown=0.0))
+    node = rig.node(0)
+    rig.settle()
+    rig.cloud.scripted["AddAddresses"] = ["SubnetExhausted"] * 50
+    pod = rig.pod("web", node)
+    rig.settle(advance=1)
+    record = rig.record_of(pod)
+    assert phase(record) == "Pending"
+    ready = {c["type"]: c for c in record["status"]["conditions"]}["Ready"]
+    assert ready["reason"] == "WaitingForAddress"
+    assert "subnet_exhausted" in ready["message"]
+    rig.cloud.scripted.clear()
+    rig.settle(advance=700)
+    assert phase(rig.record_of(pod)) == "Routed"
+
+
+def test_address_added_outside_podnet_is_deleted_after_the_expiry_and_not_before() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    rig.pod("web", node)
+    rig.settle()
+    stray = rig.cloud.add(node, "10.64.0.0/24", "eth0", 1, address="10.64.0.250")[0]
+    rig.settle(advance=rig.policy.gc_period + 1)
+    pool = rig.engine.pools.find("reference", node)
+    assert pool is not None and stray in pool.suspects
+    rig.settle(advance=rig.policy.leaked_ip_expiry - 2 * rig.policy.gc_period)
+    assert stray in rig.cloud.all_addresses()
+    rig.settle(advance=3 * rig.policy.gc_period)
+    assert stray not in rig.cloud.all_addresses()
+
+
+def test_verify_drift_repairs_and_routes_again() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    pod = rig.pod("web", node)
+    rig.settle()
+    ip = rig.record_of(pod)["status"]["ip"]
+    del rig.cloud.routes[ip]  # changed behind podnet's back
+    rig.settle(advance=rig.policy.verify_period + 1)
+    assert rig.engine.stats.transitions["pod_network.repair"] == 1
+    assert ip in rig.cloud.routes
+    assert phase(rig.record_of(pod)) == "Routed"
+
+
+def test_every_transition_attempt_is_one_span_and_a_lifecycle_is_one_trace() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    rig = Rig(tracing=Tracing(provider))
+    node = rig.node(0)
+    rig.settle()
+    rig.cloud.scripted["SetRoute"] = ["InternalError"]
+    pod = rig.pod("web", node)
+    rig.settle(advance=1)
+    name = rig.record_of(pod)["metadata"]["name"]
+    rig.cluster.delete(POD, "web", NS)
+    rig.settle()
+    spans = [s for s in exporter.get_finished_spans()
+             if s.name.startswith("pod_network.")
+             and s.attributes and s.attributes.get("podnet.object") == f"{NS}/{name}"]
+    names = [s.name for s in spans]
+    assert names == ["pod_network.allocate", "pod_network.route", "pod_network.route",
+                     "pod_network.release", "pod_network.finish"]
+    assert len({s.context.trace_id for s in spans}) == 1
+    failed = spans[1]
+    assert failed.status.status_code is StatusCode.ERROR
+    assert failed.attributes is not None and failed.attributes["error.type"] == "transient"
+    ok = spans[2]
+    assert ok.attributes is not None
+    for key, value in {
+        "podnet.machine": "pod_network", "podnet.trigger": "route",
+        "podnet.state.from": "allocated", "podnet.state.to": "routed",
+        "podnet.provider": "reference", "k8s.pod.name": "web", "k8s.namespace.name": NS,
+        "k8s.node.name": node,
+    }.items():
+        assert ok.attributes[key] == value, key
+    assert ok.attributes["podnet.ip"]
+    all_transitions = sum(rig.engine.stats.transitions.values()) + sum(
+        rig.engine.stats.failed_transitions.values())
+    transition_spans = [s for s in exporter.get_finished_spans()
+                        if s.name.startswith(("pod_network.", "eni."))]
+    assert len(transition_spans) == all_transitions
+    clients = [s for s in exporter.get_finished_spans()
+               if s.name == "reference.route" and s.parent is not None]
+    assert {s.parent.span_id for s in clients if s.parent} <= {
+        s.context.span_id for s in spans}
+
+
+def test_pod_on_a_node_without_pod_cidr_gets_a_condition_not_a_crash() -> None:
+    rig = Rig()
+    rig.cluster.create(NODE, {"metadata": {"name": "bare"}, "spec": {}})
+    good_node = rig.node(0)
+    rig.pod("stuck", "bare")
+    good = rig.pod("fine", good_node)
+    rig.settle(advance=1)
+    assert phase(rig.record_of(good)) == "Routed"
+
+
+def test_deletion_timestamp_helper_formats_like_the_api() -> None:
+    clock = FakeClock()
+    assert format_time(clock.now() + timedelta(seconds=1)).endswith("Z")

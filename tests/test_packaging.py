@@ -1,0 +1,39 @@
+"""A regular (non-editable) install imports every package, and ships its type marker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_wheel_installs_and_imports(tmp_path: Path) -> None:
+    wheel_dir = tmp_path / "wheel"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(wheel_dir), str(ROOT)],
+        check=True, capture_output=True, text=True, timeout=300,
+    )
+    wheels = list(wheel_dir.glob("podnet-*.whl"))
+    assert len(wheels) == 1
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
+         str(wheels[0])],
+        check=True, capture_output=True, text=True, timeout=300,
+    )
+    assert (target / "podnet" / "core" / "py.typed").exists()
+    assert (target / "podnet" / "hookspecs" / "py.typed").exists()
+    code = (
+        "import podnet.core.engine, podnet.hookspecs, podnet.testing.reference, "
+        "podnet.plugins.bbc, podnet.plugins.ecs, podnet.plugins.ovn, podnet.sim; "
+        "import podnet.core, sys; print(podnet.core.__file__)"
+    )
+    # run from an empty folder so the source tree cannot be imported by accident
+    env = dict(os.environ, PYTHONPATH=str(target))
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=True,
+                         capture_output=True, text=True, timeout=60).stdout
+    assert str(target) in out

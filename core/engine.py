@@ -76,23 +76,6 @@ class Stats:
     writes: Counter[str] = attrs.field(factory=Counter)
 
 
-def _pn_transform(obj: Obj) -> PodNetwork | None:
-    try:
-        return from_wire(PodNetwork, obj)
-    except RecordError as exc:
-        # A record we cannot read must not stop the cache; the GC reports it.
-        log.warning("unreadable PodNetwork %s: %s", obj.get("metadata", {}).get("name"), exc)
-        return None
-
-
-def _nn_transform(obj: Obj) -> NodeNetwork | None:
-    try:
-        return from_wire(NodeNetwork, obj)
-    except RecordError as exc:
-        log.warning("unreadable NodeNetwork %s: %s", obj.get("metadata", {}).get("name"), exc)
-        return None
-
-
 class Engine:
     def __init__(
         self,
@@ -125,17 +108,23 @@ class Engine:
 
         self.pods: Informer[PodInfo] = Informer(cluster, POD, pod_info, name="pods")
         self.nodes: Informer[NodeInfo] = Informer(cluster, NODE, node_info, name="nodes")
+        #: records that do not parse, by queue key, with the error: reported, not used
+        self.unreadable: dict[str, tuple[Kind, Obj, RecordError]] = {}
+        self._reported: dict[str, str] = {}
         self.pod_networks: Informer[PodNetwork] = Informer(
-            cluster, POD_NETWORK, _pn_transform, name="podnetworks"
+            cluster, POD_NETWORK, lambda o: self._read(POD_NETWORK, PodNetwork, o),
+            name="podnetworks",
         )
         self.node_networks: Informer[NodeNetwork] = Informer(
-            cluster, NODE_NETWORK, _nn_transform, name="nodenetworks"
+            cluster, NODE_NETWORK, lambda o: self._read(NODE_NETWORK, NodeNetwork, o),
+            name="nodenetworks",
         )
         self.pods.add_index("node", lambda p: [p.node_name] if p.node_name else [])
         self.pod_networks.add_index(
             "pod", lambda pn: [f"{pn.metadata.namespace}/{pn.spec.pod_name}"]
         )
         self.pod_networks.add_index("node", lambda pn: [pn.spec.node_name])
+        self.pod_networks.add_index("ip", lambda pn: [pn.status.ip] if pn.status.ip else [])
         self.informers: list[Informer[Any]] = [
             self.nodes, self.node_networks, self.pod_networks, self.pods,
         ]
@@ -147,6 +136,7 @@ class Engine:
             "pod": self.podnetworks.reconcile,
             "node": self.nodepools.reconcile,
             "gc": self.gc.reconcile,
+            "invalid": self._report_unreadable,
         }
         self.started = False
 
@@ -191,6 +181,45 @@ class Engine:
             log.exception("podnet_classify_error failed for %s", provider)
             kind = None
         return ErrorKind(kind) if kind is not None else ErrorKind.TRANSIENT
+
+    # --- records that do not parse -----------------------------------------------------
+
+    def _read(self, kind: Kind, cls: type[M], obj: Obj) -> M | None:
+        """Informer transform: a record that does not parse stays out of the cache (so
+        nothing acts on it) and is reported on the object itself."""
+        meta = obj.get("metadata", {})
+        key = "/".join(p for p in (kind.plural, meta.get("namespace"), meta.get("name")) if p)
+        try:
+            model = from_wire(cls, obj)
+        except RecordError as exc:
+            # our own condition patch brings the object back here: report each error once
+            if self._reported.get(key) != str(exc):
+                self._reported[key] = str(exc)
+                self.unreadable[key] = (kind, obj, exc)
+                self.queue.add(("invalid", key))
+            return None
+        self._reported.pop(key, None)
+        return model
+
+    def _report_unreadable(self, key: str) -> Result:
+        entry = self.unreadable.pop(key, None)
+        if entry is None:
+            return Result()
+        kind, obj, exc = entry
+        meta = obj.get("metadata", {})
+        name = f"{kind.kind} {'/'.join(p for p in (meta.get('namespace'), meta.get('name')) if p)}"
+        message = f"{name} is invalid: {exc}"
+        log.warning("%s", message)
+        self.event(obj, "InvalidRecord", message)
+        condition = {"type": "Ready", "status": "False", "reason": "InvalidRecord",
+                     "message": message,
+                     "lastTransitionTime": self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")}
+        try:
+            self.cluster.patch(kind, meta.get("name", ""), {"status": {"conditions": [condition]}},
+                               meta.get("namespace"), subresource="status")
+        except ApiError as err:
+            log.debug("could not mark %s: %s", name, err)
+        return Result()
 
     # --- record writes (all go through here: counted, and fed back into the caches) ----
 

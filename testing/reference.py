@@ -360,6 +360,9 @@ class ReferenceProvider:
         pool = context.pool
         assert pool is not None
         field = ANNOTATION_FIELD.format(key)
+        if "," in address:
+            raise InvalidRequest(field, f"{address}: dual-stack pairs are not served by the "
+                                        "reference provider")
         cidr = ipaddress.ip_network(node.pod_cidr) if node.pod_cidr else None
         if cidr is None or ipaddress.ip_address(address) not in cidr:
             raise InvalidRequest(field, f"{address} is outside node {node.name}'s subnet "

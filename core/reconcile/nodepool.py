@@ -42,6 +42,7 @@ from podnet.core.policy import PoolPolicy
 from podnet.core.pool import Interface, NodePool
 from podnet.core.reconcile.result import DONE, Result
 from podnet.core.tracing import ATTR_INTERFACE, ATTR_NODE
+from podnet.core.validate import check_entries, check_inventory
 from podnet.hookspecs.types import (
     CloudInterface,
     Inventory,
@@ -195,7 +196,7 @@ class NodePoolReconciler:
                                                   provider=provider, node=ctx)
         if inventory is None:
             raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} gave no inventory")
-        return inventory
+        return check_inventory(provider, inventory)
 
     # --- interfaces: the ENI machine --------------------------------------------------
 
@@ -296,7 +297,7 @@ class NodePoolReconciler:
                 got = e.call(provider, "podnet_pool_grow", provider=provider, node=ctx,
                              interface=itf.cloud(pool.ips_on(itf.id)) if itf else None,
                              count=count, subnet=subnet)
-                entries = list(got or ())
+                entries = check_entries(provider, "pool_grow", got)
         except Exception as exc:
             return self._grow_failed(node, provider, pool, policy, itf, subnet, exc)
         pool.add(entries)
@@ -366,12 +367,14 @@ class NodePoolReconciler:
                 pass
             pool.synced = False  # a half-made interface shows up in the next inventory
             raise
+        entries = check_entries(provider, "interface_create", [
+            PoolEntry(ip, created.id, created.subnet) for ip in created.ips])
         with pool.lock:
             pool.interfaces[created.id] = Interface(
                 id=created.id, mac=created.mac, subnet=created.subnet,
                 primary=created.primary, trunk=created.trunk, state=InterfaceState.READY,
             )
-        return [PoolEntry(ip, created.id, created.subnet) for ip in created.ips]
+        return entries
 
     def _grow_failed(self, node: NodeInfo, provider: str, pool: NodePool, policy: PoolPolicy,
                      itf: Interface | None, subnet: str | None, exc: Exception) -> Result:

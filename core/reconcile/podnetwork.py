@@ -61,6 +61,7 @@ from podnet.core.tracing import (
     ATTR_NODE,
     ATTR_POD,
 )
+from podnet.core.validate import check_allocation
 from podnet.hookspecs.types import (
     AllocateContext,
     Allocation,
@@ -291,9 +292,16 @@ class PodNetworkReconciler:
         ctx = AllocateContext(pod_network=pn, node=node_ctx, pod=pod, pool=reservation)
 
         def allocate() -> PodNetwork:
-            allocation: Allocation | None = e.call(provider, "podnet_allocate", context=ctx)
-            if allocation is None:
+            answer: Allocation | None = e.call(provider, "podnet_allocate", context=ctx)
+            if answer is None:
                 raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} did not allocate")
+            allocation = check_allocation(provider, answer)
+            holders = [r.key for r in e.pod_networks.by_index("ip", allocation.ip)
+                       if r.key != pn.key]
+            if holders:
+                # never two records for one address, whatever the provider says
+                raise ProviderError(ErrorKind.CONFLICT, f"address {allocation.ip} is already "
+                                    f"recorded by {holders[0]}", field="allocate.ip")
             return self._write_phase(pn, Phase.ALLOCATED, span, ip=allocation.ip,
                                      ipv6=allocation.ipv6, mac=allocation.mac,
                                      subnet=allocation.subnet, gateway=allocation.gateway,

@@ -1,0 +1,89 @@
+"""Checks on what providers return: a provider's bad answer must never reach a record.
+
+Each check raises :class:`ProviderError` of kind ``fatal`` naming the offending field of
+the hook's return value, so the object waiting on it gets a clear condition and Event
+and nothing is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from podnet.core.annotations import check_ip, check_mac
+from podnet.core.errors import ErrorKind, ProviderError
+from podnet.hookspecs.types import Allocation, Inventory, PoolEntry
+
+
+def _bad(provider: str, hook: str, field: str, message: str) -> ProviderError:
+    return ProviderError(
+        ErrorKind.FATAL, f"provider {provider!r} returned a bad {hook} answer: {message}",
+        field=f"{hook}.{field}",
+    )
+
+
+def check_allocation(provider: str, allocation: object) -> Allocation:
+    if not isinstance(allocation, Allocation):
+        raise _bad(provider, "allocate", "", f"expected an Allocation, got "
+                   f"{type(allocation).__name__}")
+    for name, version in (("ip", None), ("ipv6", 6), ("gateway", None)):
+        value = getattr(allocation, name)
+        if value is None and name != "ip":
+            continue
+        if not isinstance(value, str):
+            raise _bad(provider, "allocate", name, f"expected an address, got {value!r}")
+        try:
+            check_ip(value, version)
+        except ValueError as exc:
+            raise _bad(provider, "allocate", name, str(exc)) from None
+    if allocation.mac is not None:
+        try:
+            check_mac(allocation.mac)
+        except ValueError as exc:
+            raise _bad(provider, "allocate", "mac", str(exc)) from None
+    return allocation
+
+
+def check_entries(provider: str, hook: str, entries: object) -> list[PoolEntry]:
+    if entries is None:
+        return []
+    if not isinstance(entries, Sequence) or isinstance(entries, str | bytes):
+        raise _bad(provider, hook, "", f"expected a list of entries, got {entries!r}")
+    out = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, PoolEntry):
+            raise _bad(provider, hook, f"[{i}]", f"expected a PoolEntry, got {entry!r}")
+        try:
+            check_ip(entry.address)
+        except (ValueError, TypeError) as exc:
+            raise _bad(provider, hook, f"[{i}].address", str(exc)) from None
+        out.append(entry)
+    return out
+
+
+def check_inventory(provider: str, inventory: object) -> Inventory:
+    hook = "node_inventory"
+    if not isinstance(inventory, Inventory):
+        raise _bad(provider, hook, "", f"expected an Inventory, got {inventory!r}")
+    if not isinstance(inventory.max_interfaces, int) or inventory.max_interfaces < 1:
+        raise _bad(provider, hook, "max_interfaces",
+                   f"must be a whole number >= 1, got {inventory.max_interfaces!r}")
+    if not isinstance(inventory.ips_per_interface, int) or inventory.ips_per_interface < 0:
+        raise _bad(provider, hook, "ips_per_interface",
+                   f"must be a whole number >= 0, got {inventory.ips_per_interface!r}")
+    seen: dict[str, str] = {}
+    ids: set[str] = set()
+    for i, itf in enumerate(inventory.interfaces):
+        if not itf.id or itf.id in ids:
+            raise _bad(provider, hook, f"interfaces[{i}].id",
+                       f"missing or repeated interface id {itf.id!r}")
+        ids.add(itf.id)
+        for j, ip in enumerate(itf.ips):
+            try:
+                check_ip(ip)
+            except (ValueError, TypeError) as exc:
+                raise _bad(provider, hook, f"interfaces[{i}].ips[{j}]", str(exc)) from None
+            if ip in seen:
+                raise _bad(provider, hook, f"interfaces[{i}].ips[{j}]",
+                           f"{ip} is also on {seen[ip]}")
+            seen[ip] = itf.id
+    return inventory

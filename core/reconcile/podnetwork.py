@@ -155,6 +155,11 @@ class PodNetworkReconciler:
                 assert pod is not None
                 results.append(self._advance(pn, pod, desired[pn.spec.network]))
             else:
+                if pod is not None and pn.spec.pod_uid == pod.uid:
+                    # this pod's record is going away (deleted, or the pod is leaving):
+                    # a new one waits for a pass that sees the record gone and the pod
+                    # still here, never the same pass (the pod cache may be behind)
+                    covered.add(pn.spec.network)
                 results.append(self._wind_down(pn, pod))
         for network, want in desired.items():
             if network not in covered:

@@ -31,6 +31,7 @@ from podnet.core.cluster.port import (
     NotFound,
     Obj,
 )
+from podnet.core.config import apply_policy
 from podnet.core.convert import RecordError, from_wire, to_wire
 from podnet.core.errors import ErrorKind, PodnetError, ProviderError, TerminalError
 from podnet.core.models import NodeInfo, NodeNetwork, PodInfo, PodNetwork
@@ -56,8 +57,8 @@ GC_KEY: Key = ("gc", "")
 class EngineOptions:
     #: provider serving nodes no plugin claims
     default_provider: str | None = None
-    #: policy overrides per provider (merged over the provider's own defaults)
-    policies: dict[str, PoolPolicy] = attrs.field(factory=dict)
+    #: policy overrides per provider, merged over the provider's own defaults
+    policies: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     #: config sections handed to ``podnet_configure``, by provider
     provider_config: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     workers: int = 4
@@ -102,6 +103,13 @@ class Engine:
             self.providers.configure(name, section)
         if self.options.default_provider is not None:
             self.providers[self.options.default_provider]  # unknown name: ConfigError now
+        for name in self.options.policies:
+            self.providers[name]
+        self._policies = {
+            name: apply_policy(f"policies.{name}", info.policy,
+                               self.options.policies.get(name, {}))
+            for name, info in self.providers.infos.items()
+        }
         self.stats = Stats()
         self.pools = Pools()
         self.queue: WorkQueue[Key] = WorkQueue(self.clock, name="podnet")
@@ -143,7 +151,10 @@ class Engine:
     # --- policies and providers -------------------------------------------------------
 
     def policy(self, provider: str) -> PoolPolicy:
-        return self.options.policies.get(provider) or self.providers[provider].policy
+        try:
+            return self._policies[provider]
+        except KeyError:
+            return self.providers[provider].policy
 
     def provider_for_node(self, node: NodeInfo) -> str | None:
         chosen = self.hook.podnet_select_provider(node=node)

@@ -1,0 +1,196 @@
+"""The controller's config file: which providers, their sections, policies, host settings.
+
+YAML (or JSON, which is YAML)::
+
+    defaultProvider: reference
+    providers:
+      reference:              # the section handed to podnet_configure (may hold secrets)
+        latency_ms: 0
+    policies:
+      reference:              # PoolPolicy overrides, snake_case or camelCase keys
+        minIdle: 2
+        maxIdle: 8
+    workers: 4
+    listen: 127.0.0.1:8080
+    leaderElection:
+      enabled: true
+      namespace: kube-system
+      name: podnet
+      leaseDurationSeconds: 15
+      renewDeadlineSeconds: 10
+      retryPeriodSeconds: 2
+
+Every error names the offending key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import yaml
+
+from podnet.core.errors import ConfigError
+from podnet.core.policy import Backoff, PoolPolicy, RateLimit
+
+_CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def _snake(key: str) -> str:
+    return _CAMEL.sub("_", key).lower()
+
+
+@attrs.frozen
+class LeaderElectionConfig:
+    enabled: bool = True
+    namespace: str = "kube-system"
+    name: str = "podnet"
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+
+@attrs.frozen
+class Config:
+    default_provider: str | None = None
+    providers: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    #: validated PoolPolicy overrides per provider, merged over the provider's defaults
+    policies: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    workers: int = 4
+    listen: str = "127.0.0.1:8080"
+    leader_election: LeaderElectionConfig = LeaderElectionConfig()
+
+
+_TOP_KEYS = {"defaultProvider", "providers", "policies", "workers", "listen", "leaderElection"}
+_LEADER_KEYS = {
+    "enabled": ("enabled", bool),
+    "namespace": ("namespace", str),
+    "name": ("name", str),
+    "leaseDurationSeconds": ("lease_duration", float),
+    "renewDeadlineSeconds": ("renew_deadline", float),
+    "retryPeriodSeconds": ("retry_period", float),
+}
+
+
+def load_config(path: str | Path) -> Config:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError("--config", f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError("--config", f"{path} is not valid YAML: {exc}") from None
+    return parse_config(data if data is not None else {})
+
+
+def parse_config(data: object) -> Config:
+    if not isinstance(data, Mapping):
+        raise ConfigError("(top level)", f"expected a mapping, got {type(data).__name__}")
+    for key in data:
+        if key not in _TOP_KEYS:
+            raise ConfigError(str(key), f"unknown key (known: {', '.join(sorted(_TOP_KEYS))})")
+    providers = data.get("providers") or {}
+    if not isinstance(providers, Mapping):
+        raise ConfigError("providers", "expected a mapping of provider name to section")
+    sections: dict[str, dict[str, Any]] = {}
+    for name, section in providers.items():
+        if not isinstance(section, Mapping | None):
+            raise ConfigError(f"providers.{name}", "expected a mapping")
+        sections[str(name)] = dict(section or {})
+    default = data.get("defaultProvider")
+    if default is not None and not isinstance(default, str):
+        raise ConfigError("defaultProvider", f"expected a provider name, got {default!r}")
+    policies_raw = data.get("policies") or {}
+    if not isinstance(policies_raw, Mapping):
+        raise ConfigError("policies", "expected a mapping of provider name to policy")
+    policies = {str(name): policy_overrides(f"policies.{name}", raw)
+                for name, raw in policies_raw.items()}
+    workers = data.get("workers", 4)
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 256:
+        raise ConfigError("workers", f"expected a whole number from 1 to 256, got {workers!r}")
+    listen = data.get("listen", "127.0.0.1:8080")
+    parse_listen("listen", listen)
+    return Config(
+        default_provider=default, providers=sections, policies=policies, workers=workers,
+        listen=listen, leader_election=_leader(data.get("leaderElection") or {}),
+    )
+
+
+def parse_listen(key: str, value: object) -> tuple[str, int]:
+    if not isinstance(value, str) or ":" not in value:
+        raise ConfigError(key, f"expected HOST:PORT, got {value!r}")
+    host, _, port = value.rpartition(":")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(key, f"bad port in {value!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _leader(raw: object) -> LeaderElectionConfig:
+    if not isinstance(raw, Mapping):
+        raise ConfigError("leaderElection", "expected a mapping")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in _LEADER_KEYS:
+            raise ConfigError(f"leaderElection.{key}", "unknown key")
+        field, typ = _LEADER_KEYS[key]
+        if typ is float and isinstance(value, int | float) and not isinstance(value, bool):
+            if value <= 0:
+                raise ConfigError(f"leaderElection.{key}", f"must be > 0, got {value}")
+            values[field] = float(value)
+        elif isinstance(value, typ) and not (typ is not bool and isinstance(value, bool)):
+            values[field] = value
+        else:
+            raise ConfigError(f"leaderElection.{key}", f"expected {typ.__name__}, got {value!r}")
+    cfg = LeaderElectionConfig(**values)
+    if not cfg.lease_duration > cfg.renew_deadline > cfg.retry_period:
+        raise ConfigError("leaderElection", "needs leaseDuration > renewDeadline > retryPeriod")
+    return cfg
+
+
+_NESTED = {"cloud_rate": RateLimit, "grow_backoff": Backoff}
+
+
+def policy_overrides(where: str, raw: object) -> dict[str, Any]:
+    """PoolPolicy overrides from a mapping; unknown keys and bad values name the key."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(where, "expected a mapping")
+    fields = {f.name: f for f in attrs.fields(PoolPolicy)}
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = _snake(str(key))
+        if name not in fields:
+            raise ConfigError(f"{where}.{key}", "unknown policy key")
+        if name in _NESTED:
+            cls = _NESTED[name]
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{where}.{key}", "expected a mapping")
+            nested = {_snake(str(k)): v for k, v in value.items()}
+            known = {f.name for f in attrs.fields(cls)}
+            for k in nested:
+                if k not in known:
+                    raise ConfigError(f"{where}.{key}.{k}", "unknown key")
+            values[name] = _build(f"{where}.{key}", cls, nested)
+        elif isinstance(value, bool) != (fields[name].type in (bool, "bool")):
+            raise ConfigError(f"{where}.{key}", f"wrong type: {value!r}")
+        elif not isinstance(value, int | float):
+            raise ConfigError(f"{where}.{key}", f"expected a number, got {value!r}")
+        else:
+            values[name] = value
+    apply_policy(where, PoolPolicy(), values)  # each value valid on its own
+    return values
+
+
+def apply_policy(where: str, base: PoolPolicy, overrides: Mapping[str, Any]) -> PoolPolicy:
+    """The provider's defaults with the operator's overrides; checked as a whole."""
+    return _build(where, PoolPolicy, dict(overrides), base)
+
+
+def _build(where: str, cls: type[Any], values: dict[str, Any], base: Any = None) -> Any:
+    try:
+        return attrs.evolve(base, **values) if base is not None else cls(**values)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}.{exc.key}", str(exc).split(": ", 1)[-1]) from None

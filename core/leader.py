@@ -1,0 +1,154 @@
+"""Leader election on a ``coordination.k8s.io/v1`` Lease, through the cluster port.
+
+The official Python client ships no lock, so this is one: every write is an update
+guarded by the Lease's resourceVersion, so two replicas can never both believe they
+renewed. A holder renews every ``retry_period`` and gives up leadership when it could not
+renew for ``renew_deadline``; a candidate takes the Lease once ``lease_duration`` has
+passed since the holder's last renewal (measured on the candidate's own clock from when it
+last saw the renewal change, so clock skew between replicas does not matter).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime
+
+from podnet.core.clock import Clock, SystemClock
+from podnet.core.cluster.port import LEASE, AlreadyExists, ApiError, Cluster, Conflict, NotFound
+
+log = logging.getLogger("podnet.leader")
+
+_MICRO = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def _micro(moment: datetime) -> str:
+    return moment.strftime(_MICRO)
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        namespace: str,
+        name: str,
+        identity: str,
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+        clock: Clock | None = None,
+    ) -> None:
+        if not lease_duration > renew_deadline > retry_period > 0:
+            raise ValueError("need lease_duration > renew_deadline > retry_period > 0")
+        self.cluster = cluster
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.lease_duration = lease_duration
+        self.renew_deadline = renew_deadline
+        self.retry_period = retry_period
+        self.clock = clock or SystemClock()
+        self.leading = False
+        self.transitions = 0
+        # what we last saw of someone else's lease, and when (our monotonic clock)
+        self._observed: tuple[str | None, str | None] = (None, None)
+        self._observed_at = 0.0
+        self._last_renew = 0.0
+
+    def try_acquire_or_renew(self) -> bool:
+        """One attempt. :return: whether this replica holds the Lease now."""
+        now_mono = self.clock.monotonic()
+        now = _micro(self.clock.now())
+        try:
+            lease = self.cluster.get(LEASE, self.name, self.namespace)
+        except NotFound:
+            return self._create(now)
+        except ApiError as exc:
+            log.debug("lease read failed: %s", exc)
+            return self._still_leading(now_mono)
+        spec = lease.setdefault("spec", {})
+        holder = spec.get("holderIdentity") or None
+        seen = (holder, spec.get("renewTime"))
+        if seen != self._observed:
+            self._observed, self._observed_at = seen, now_mono
+        duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
+        if holder not in (None, self.identity) and now_mono - self._observed_at < duration:
+            self.leading = False
+            return False
+        if holder != self.identity:
+            spec["acquireTime"] = now
+            spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
+        spec.update(holderIdentity=self.identity, renewTime=now,
+                    leaseDurationSeconds=int(self.lease_duration))
+        try:
+            self.cluster.update(LEASE, lease)
+        except (Conflict, NotFound):
+            return self._still_leading(now_mono, lost_race=True)
+        except ApiError as exc:
+            log.debug("lease update failed: %s", exc)
+            return self._still_leading(now_mono)
+        return self._won(now_mono)
+
+    def _create(self, now: str) -> bool:
+        lease = {
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": {"holderIdentity": self.identity, "acquireTime": now, "renewTime": now,
+                     "leaseDurationSeconds": int(self.lease_duration), "leaseTransitions": 0},
+        }
+        try:
+            self.cluster.create(LEASE, lease)
+        except (AlreadyExists, Conflict):
+            return False
+        except ApiError as exc:
+            log.debug("lease create failed: %s", exc)
+            return False
+        return self._won(self.clock.monotonic())
+
+    def _won(self, now_mono: float) -> bool:
+        if not self.leading:
+            self.transitions += 1
+            log.info("%s became leader of %s/%s", self.identity, self.namespace, self.name)
+        self.leading = True
+        self._last_renew = now_mono
+        return True
+
+    def _still_leading(self, now_mono: float, lost_race: bool = False) -> bool:
+        """After a failed renewal: keep leading only within the renew deadline."""
+        if self.leading and not lost_race and now_mono - self._last_renew < self.renew_deadline:
+            return True
+        if self.leading:
+            log.warning("%s lost the lease %s/%s", self.identity, self.namespace, self.name)
+        self.leading = False
+        return False
+
+    def release(self) -> None:
+        """Hand the Lease back on a clean shutdown so the next replica need not wait."""
+        if not self.leading:
+            return
+        self.leading = False
+        try:
+            lease = self.cluster.get(LEASE, self.name, self.namespace)
+            if lease.get("spec", {}).get("holderIdentity") == self.identity:
+                lease["spec"]["holderIdentity"] = None
+                lease["spec"]["leaseDurationSeconds"] = 1
+                self.cluster.update(LEASE, lease)
+        except ApiError as exc:
+            log.debug("lease release failed: %s", exc)
+
+    def run(self, stop: threading.Event, on_started: Callable[[], None],
+            on_stopped: Callable[[], None]) -> None:
+        """Campaign until ``stop``; call back when leadership starts and when it ends."""
+        while not stop.is_set():
+            was = self.leading
+            now = self.try_acquire_or_renew()
+            if now and not was:
+                on_started()
+            elif was and not now:
+                on_stopped()
+                return  # like controller-runtime: a replica that lost the lease exits
+            stop.wait(self.retry_period)
+        if self.leading:
+            self.release()
+            on_stopped()

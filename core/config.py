@@ -186,7 +186,8 @@ def policy_overrides(where: str, raw: object) -> dict[str, Any]:
 
 def apply_policy(where: str, base: PoolPolicy, overrides: Mapping[str, Any]) -> PoolPolicy:
     """The provider's defaults with the operator's overrides; checked as a whole."""
-    return _build(where, PoolPolicy, dict(overrides), base)
+    policy: PoolPolicy = _build(where, PoolPolicy, dict(overrides), base)
+    return policy
 
 
 def _build(where: str, cls: type[Any], values: dict[str, Any], base: Any = None) -> Any:

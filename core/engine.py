@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -34,6 +35,7 @@ from podnet.core.cluster.port import (
 from podnet.core.config import apply_policy
 from podnet.core.convert import RecordError, from_wire, to_wire
 from podnet.core.errors import ErrorKind, PodnetError, ProviderError, TerminalError
+from podnet.core.metrics import Metrics
 from podnet.core.models import NodeInfo, NodeNetwork, PodInfo, PodNetwork
 from podnet.core.objects import node_info, pod_info
 from podnet.core.plugin import Providers
@@ -147,6 +149,8 @@ class Engine:
             "invalid": self._report_unreadable,
         }
         self.started = False
+        #: set by the host to observe durations; None costs nothing
+        self.metrics: Metrics | None = None
 
     # --- policies and providers -------------------------------------------------------
 
@@ -166,9 +170,13 @@ class Engine:
         """Call one provider hook inside a CLIENT span; raises what the provider raised."""
         api = hook.removeprefix("podnet_")
         self.stats.provider_calls[f"{provider_name}.{api}"] += 1
+        started = time.perf_counter() if self.metrics is not None else 0.0
+        ok = False
         with self.tracing.client(provider_name, api):
             try:
-                return getattr(self.hook, hook)(**kwargs)
+                result = getattr(self.hook, hook)(**kwargs)
+                ok = True
+                return result
             except (PodnetError, ApiError):
                 raise
             except Exception as exc:
@@ -176,6 +184,10 @@ class Engine:
                 kind = self.classify(provider_name, exc)
                 raise ProviderError(kind, f"{type(exc).__name__}: {exc}",
                                     code=getattr(exc, "code", None)) from exc
+            finally:
+                if self.metrics is not None:
+                    self.metrics.provider_call(provider_name, api,
+                                               time.perf_counter() - started, ok)
 
     def classify(self, provider: str, exc: BaseException) -> ErrorKind:
         if isinstance(exc, ProviderError):
@@ -317,10 +329,13 @@ class Engine:
     def process(self, key: Key) -> None:
         kind, name = key
         self.stats.reconciles[kind] += 1
+        started = time.perf_counter()
+        outcome = "error"
         try:
             with self.tracing.reconcile(kind, name):
                 result = self._reconcilers[kind](name)
         except TerminalError as exc:
+            outcome = "terminal"
             log.info("%s %s: %s (not retried)", kind, name, exc)
             self.queue.forget(key)
         except (PodnetError, ApiError, RecordError) as exc:
@@ -332,11 +347,14 @@ class Engine:
             log.exception("%s %s failed unexpectedly", kind, name)
             self.queue.add_rate_limited(key)
         else:
+            outcome = "success"
             self.queue.forget(key)
             if result.requeue_after is not None:
                 self.queue.add_after(key, result.requeue_after)
         finally:
             self.queue.done(key)
+            if self.metrics is not None:
+                self.metrics.reconcile(kind, time.perf_counter() - started, outcome)
 
     def step(self) -> bool:
         """Process one ready key, if any. Deterministic single-threaded driving."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,7 @@ from podnet.core.models import (
 )
 from podnet.core.policy import PoolPolicy
 from podnet.core.pool import Interface, NodePool
+from podnet.core.ratelimit import TokenBucket
 from podnet.core.reconcile.result import DONE, Result
 from podnet.core.tracing import ATTR_INTERFACE, ATTR_NODE
 from podnet.core.validate import check_entries, check_inventory
@@ -65,6 +67,8 @@ _THROTTLE_WAIT = 0.2
 class NodePoolReconciler:
     def __init__(self, engine: Engine) -> None:
         self.e = engine
+        self._buckets: dict[str, TokenBucket] = {}
+        self._buckets_lock = threading.Lock()
 
     def reconcile(self, name: str) -> Result:
         e = self.e
@@ -310,15 +314,16 @@ class NodePoolReconciler:
 
     def _rate_limit(self, provider: str) -> None:
         """Client-side token bucket per provider: wait for a token before a cloud call."""
-        e = self.e
-        bucket = getattr(self, "_buckets", {}).get(provider)
-        if bucket is None:
-            from podnet.core.ratelimit import TokenBucket
-
-            self._buckets: dict[str, TokenBucket] = getattr(self, "_buckets", {})
-            bucket = self._buckets[provider] = TokenBucket.from_policy(
-                e.policy(provider).cloud_rate, e.clock)
+        with self._buckets_lock:
+            bucket = self._buckets.get(provider)
+            if bucket is None:
+                bucket = self._buckets[provider] = TokenBucket.from_policy(
+                    self.e.policy(provider).cloud_rate, self.e.clock)
         bucket.acquire()
+
+    def buckets(self) -> dict[str, TokenBucket]:
+        with self._buckets_lock:
+            return dict(self._buckets)
 
     def _pick_interface(self, pool: NodePool, subnet: str | None) -> Interface | None:
         """The ready interface with room and the fewest addresses (keeps them balanced)."""

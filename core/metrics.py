@@ -1,0 +1,85 @@
+"""Prometheus metrics of one engine, on a registry of its own (never the global one).
+
+Durations are observed as they happen (reconciles, provider calls); everything else is
+read from the engine's own state at scrape time, so metrics cost nothing between scrapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from podnet.core.engine import Engine
+
+_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.reconcile_seconds = Histogram(
+            "podnet_reconcile_duration_seconds", "Time spent in one reconcile.",
+            ["controller", "outcome"], buckets=_BUCKETS, registry=self.registry,
+        )
+        self.provider_call_seconds = Histogram(
+            "podnet_provider_call_duration_seconds", "Latency of provider hook calls.",
+            ["provider", "api", "outcome"], buckets=_BUCKETS, registry=self.registry,
+        )
+
+    def attach(self, engine: Engine) -> None:
+        self.registry.register(_EngineCollector(engine))
+
+    def reconcile(self, controller: str, seconds: float, outcome: str) -> None:
+        self.reconcile_seconds.labels(controller, outcome).observe(seconds)
+
+    def provider_call(self, provider: str, api: str, seconds: float, ok: bool) -> None:
+        self.provider_call_seconds.labels(provider, api, "ok" if ok else "error").observe(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _EngineCollector(Collector):
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        e = self.engine
+        depth = GaugeMetricFamily("podnet_queue_depth", "Keys ready to be reconciled.")
+        depth.add_metric([], len(e.queue))
+        yield depth
+        delayed = GaugeMetricFamily("podnet_queue_delayed", "Keys waiting for a requeue time.")
+        delayed.add_metric([], e.queue.pending_delayed())
+        yield delayed
+        pool = GaugeMetricFamily("podnet_pool_addresses", "Addresses in node pools.",
+                                 labels=["provider", "node", "state"])
+        for p in e.pools.all():
+            owned = p.owned()
+            pool.add_metric([p.provider, p.node, "total"], p.total())
+            pool.add_metric([p.provider, p.node, "allocated"], owned)
+            pool.add_metric([p.provider, p.node, "idle"], p.total() - owned)
+            pool.add_metric([p.provider, p.node, "suspect"], len(p.suspects))
+        yield pool
+        transitions = CounterMetricFamily("podnet_transitions", "Transitions by trigger.",
+                                          labels=["transition", "outcome"])
+        for name, count in e.stats.transitions.items():
+            transitions.add_metric([name, "ok"], count)
+        for name, count in e.stats.failed_transitions.items():
+            transitions.add_metric([name, "error"], count)
+        yield transitions
+        writes = CounterMetricFamily("podnet_record_writes", "Writes to the API server.",
+                                     labels=["write"])
+        for name, count in e.stats.writes.items():
+            writes.add_metric([name], count)
+        yield writes
+        waited = CounterMetricFamily("podnet_rate_limiter_wait_seconds",
+                                     "Time spent waiting for cloud-call tokens.",
+                                     labels=["provider"])
+        for provider, bucket in e.nodepools.buckets().items():
+            waited.add_metric([provider], bucket.waited_seconds)
+        yield waited

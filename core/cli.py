@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
@@ -69,6 +70,27 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true", help="print one JSON summary")
 
     sub.add_parser("plugins", help="list discovered plugins and the hooks they implement")
+
+    run = sub.add_parser("run", help="run the controller against a cluster")
+    run.add_argument("--kubeconfig", default=None,
+                     help="kubeconfig file (default: in-cluster config, else $KUBECONFIG)")
+    run.add_argument("--context", default=None)
+    run.add_argument("--provider", action="append", default=[],
+                     help="enable this built-in provider (repeatable; default: all installed)")
+    run.add_argument("--config", default=None, help="config file (YAML)")
+    run.add_argument("--listen", default=None,
+                     help="HOST:PORT for /healthz, /readyz, /metrics (default 127.0.0.1:8080)")
+    run.add_argument("--identity", default=None, help="leader-election identity")
+    run.add_argument("--no-leader-elect", action="store_true")
+    run.add_argument("--workers", type=_positive_int, default=None)
+    run.add_argument("--trace-file", default=None)
+    run.add_argument("--otlp-endpoint", default=None)
+    run.add_argument("--log-format", choices=["json", "text"], default="json")
+
+    apiserver = sub.add_parser("apiserver", help="serve the Kubernetes API emulator")
+    from podnet.sim.apiserver import add_arguments
+
+    add_arguments(apiserver)
     return parser
 
 
@@ -83,7 +105,56 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _demo(parser, args)
     if args.command == "plugins":
         return _plugins()
+    if args.command == "run":
+        return _run(parser, args)
+    if args.command == "apiserver":
+        from podnet.sim.apiserver import run as run_apiserver
+
+        return run_apiserver(args)
     parser.error(f"unknown command {args.command!r}")
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    import attrs
+
+    from podnet.core.cluster.kube import KubeCluster
+    from podnet.core.config import Config, load_config
+    from podnet.core.errors import ConfigError
+    from podnet.core.host import Host, JsonLogFormatter
+    from podnet.core.plugin import load_plugins, new_plugin_manager
+    from podnet.core.tracing import Tracing, make_tracer_provider
+
+    if args.log_format == "json":
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonLogFormatter())
+    try:
+        config = load_config(args.config) if args.config else Config()
+        if args.workers:
+            config = attrs.evolve(config, workers=args.workers)
+        if args.listen:
+            config = attrs.evolve(config, listen=args.listen)
+        pm = new_plugin_manager()
+        load_plugins(pm, builtins=args.provider or None)
+        if args.kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            cluster = KubeCluster.from_kubeconfig(args.kubeconfig, args.context)
+        else:
+            cluster = KubeCluster.in_cluster()
+        tracer_provider = None
+        if args.trace_file or args.otlp_endpoint:
+            tracer_provider = make_tracer_provider(trace_file=args.trace_file,
+                                                   otlp_endpoint=args.otlp_endpoint)
+        host = Host(cluster, pm, config, identity=args.identity,
+                    tracing=Tracing(tracer_provider),
+                    leader_elect=False if args.no_leader_elect else None)
+    except ConfigError as exc:
+        print(f"podnet run: {exc}", file=sys.stderr)
+        return 2
+    host.install_signal_handlers()
+    host.serve(config.listen)
+    code = host.run()
+    if tracer_provider is not None:
+        tracer_provider.shutdown()
+    return code
 
 
 def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

@@ -1,0 +1,160 @@
+"""``podnet run``: the controller host.
+
+Loads plugins and the config file, serves ``/healthz``, ``/readyz`` and ``/metrics`` on
+127.0.0.1 unless told otherwise, campaigns for the Lease, and runs the engine only while
+leading. SIGTERM (or SIGINT) stops taking new work, lets in-flight reconciles finish,
+hands the Lease back, and exits 0. A replica that loses the Lease exits too (non-zero), so
+its supervisor restarts it as a fresh candidate — as controller-runtime does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pluggy
+
+from podnet.core.cluster.port import Cluster
+from podnet.core.config import Config, parse_listen
+from podnet.core.engine import Engine, EngineOptions
+from podnet.core.leader import LeaderElector
+from podnet.core.metrics import Metrics
+from podnet.core.tracing import Tracing
+
+log = logging.getLogger("podnet.host")
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line: what log pipelines index without parsing."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+class Host:
+    def __init__(self, cluster: Cluster, pm: pluggy.PluginManager, config: Config, *,
+                 identity: str | None = None, tracing: Tracing | None = None,
+                 leader_elect: bool | None = None) -> None:
+        self.cluster = cluster
+        self.config = config
+        self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
+        self.engine = Engine(
+            cluster, pm, tracing=tracing,
+            options=EngineOptions(
+                default_provider=config.default_provider, policies=config.policies,
+                provider_config=config.providers, workers=config.workers,
+            ),
+        )
+        self.metrics = Metrics()
+        self.engine.metrics = self.metrics
+        self.metrics.attach(self.engine)
+        le = config.leader_election
+        self.leader_elect = le.enabled if leader_elect is None else leader_elect
+        self.elector = LeaderElector(
+            cluster, namespace=le.namespace, name=le.name, identity=self.identity,
+            lease_duration=le.lease_duration, renew_deadline=le.renew_deadline,
+            retry_period=le.retry_period,
+        )
+        self.stop = threading.Event()
+        self._engine_stop = threading.Event()
+        self._engine_thread: threading.Thread | None = None
+        self.leading = False
+        self.lost_lease = False
+        self._server: ThreadingHTTPServer | None = None
+
+    # --- health and metrics ---------------------------------------------------------------
+
+    def ready(self) -> bool:
+        """Ready when it can do its job: a standby is ready to take over; a leader once
+        its caches are synced."""
+        if not self.leading:
+            return True
+        return self.engine.started and all(i.has_synced for i in self.engine.informers)
+
+    def serve(self, listen: str) -> tuple[str, int]:
+        host, port = parse_listen("listen", listen)
+        handler = _handler(self)
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, name="http", daemon=True).start()
+        bound = self._server.server_address
+        log.info("serving /healthz /readyz /metrics on %s:%s", bound[0], bound[1])
+        return str(bound[0]), int(bound[1])
+
+    # --- leading ----------------------------------------------------------------------
+
+    def _start_engine(self) -> None:
+        self.leading = True
+        log.info("leading: starting the engine")
+        self.engine.start()
+        self._engine_thread = threading.Thread(
+            target=self.engine.run, args=(self._engine_stop,), name="engine", daemon=True)
+        self._engine_thread.start()
+
+    def _stop_engine(self) -> None:
+        if not self.stop.is_set():
+            self.lost_lease = True
+        self._engine_stop.set()
+        if self._engine_thread is not None:
+            self._engine_thread.join(timeout=30)
+        self.leading = False
+
+    def run(self) -> int:
+        if self.leader_elect:
+            self.elector.run(self.stop, self._start_engine, self._stop_engine)
+            if self.leading:
+                self._stop_engine()
+        else:
+            self._start_engine()
+            self.stop.wait()
+            self._stop_engine()
+        if self._server is not None:
+            self._server.shutdown()
+        return 1 if self.lost_lease else 0
+
+    def install_signal_handlers(self) -> None:
+        def handle(signum: int, _frame: Any) -> None:
+            log.info("signal %d: finishing in-flight work", signum)
+            self.stop.set()
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)
+
+
+def _handler(host: Host) -> type[BaseHTTPRequestHandler]:
+    routes: dict[str, Callable[[], tuple[int, str, bytes]]] = {
+        "/healthz": lambda: (200, "text/plain", b"ok\n"),
+        "/readyz": lambda: (200, "text/plain", b"ok\n") if host.ready()
+        else (503, "text/plain", b"caches not synced\n"),
+        "/metrics": lambda: (200, "text/plain; version=0.0.4", host.metrics.render()),
+    }
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            route = routes.get(self.path.split("?", 1)[0])
+            code, ctype, body = route() if route else (404, "text/plain", b"not found\n")
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("http: " + format, *args)
+
+    return Handler

@@ -57,7 +57,7 @@ class Host:
             cluster, pm, tracing=tracing,
             options=EngineOptions(
                 default_provider=config.default_provider, policies=config.policies,
-                provider_config=config.providers, workers=config.workers,
+                provider_config=config.providers, workers=config.workers, freeze_gc=True,
             ),
         )
         self.metrics = Metrics()

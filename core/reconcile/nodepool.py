@@ -288,6 +288,9 @@ class NodePoolReconciler:
         subnet = next((s for s in waiting.values() if s), None)
         info = e.providers[provider]
         itf = self._pick_interface(pool, subnet) if info.manages_interfaces else None
+        wait = self._take_token(provider)
+        if wait:
+            return Result(requeue_after=wait)
         try:
             if info.manages_interfaces and itf is None:
                 entries = self._new_interface(node, nn, provider, pool, policy, subnet, count)
@@ -296,7 +299,6 @@ class NodePoolReconciler:
             else:
                 if itf is not None:
                     count = min(count, pool.ips_per_interface - len(pool.ips_on(itf.id)))
-                self._rate_limit(provider)
                 ctx = NodeContext(node=node, network=nn)
                 got = e.call(provider, "podnet_pool_grow", provider=provider, node=ctx,
                              interface=itf.cloud(pool.ips_on(itf.id)) if itf else None,
@@ -312,14 +314,20 @@ class NodePoolReconciler:
         e.wake(waiting)
         return Result(requeue_after=0.0) if len(entries) < need else DONE
 
-    def _rate_limit(self, provider: str) -> None:
-        """Client-side token bucket per provider: wait for a token before a cloud call."""
+    def _take_token(self, provider: str) -> float:
+        """Client-side token bucket per provider, taken before each cloud call.
+
+        :return: 0 when a token was taken; else the seconds until one is there. The
+        caller requeues the node for then instead of sleeping on a worker.
+        """
         with self._buckets_lock:
             bucket = self._buckets.get(provider)
             if bucket is None:
                 bucket = self._buckets[provider] = TokenBucket.from_policy(
                     self.e.policy(provider).cloud_rate, self.e.clock)
-        bucket.acquire()
+        if bucket.try_acquire():
+            return 0.0
+        return max((1.0 - bucket.available()) / bucket.rate, 0.001)
 
     def buckets(self) -> dict[str, TokenBucket]:
         with self._buckets_lock:
@@ -355,7 +363,6 @@ class NodePoolReconciler:
         ctx = NodeContext(node=node, network=nn)
 
         def create() -> CloudInterface:
-            self._rate_limit(provider)
             created: CloudInterface | None = e.call(
                 provider, "podnet_interface_create", provider=provider, node=ctx,
                 subnet=subnet, ip_count=count)
@@ -424,12 +431,14 @@ class NodePoolReconciler:
                     owned_on[a.interface] = owned_on.get(a.interface, 0) + 1
             idle.sort(key=lambda a: (owned_on.get(a.interface, 0), a.cooldown_until))
             victims = idle[: min(excess, policy.max_batch_size)]
+            wait = self._take_token(provider)
+            if wait:
+                return Result(requeue_after=wait)
             entries = [PoolEntry(a.address, a.interface, a.subnet) for a in victims]
             # out of the pool before the call: nobody takes an address being deleted
             for a in victims:
                 a.owner = "podnet:releasing"
         try:
-            self._rate_limit(provider)
             gone = e.call(provider, "podnet_pool_shrink", provider=provider,
                           node=NodeContext(node=node, network=nn), entries=entries)
         except Exception as exc:
@@ -463,7 +472,9 @@ class NodePoolReconciler:
             if itf.state is not InterfaceState.DISPOSING:
                 continue
             ctx = NodeContext(node=node, network=nn)
-            self._rate_limit(provider)
+            wait = self._take_token(provider)
+            if wait:
+                return Result(requeue_after=wait)
 
             def dispose(itf: Interface = itf, ctx: NodeContext = ctx) -> None:
                 done = e.call(provider, "podnet_interface_dispose", provider=provider,

@@ -718,3 +718,56 @@ def test_transition_span_cost_is_printed(memory: InMemorySpanExporter) -> None:
     provider.shutdown()
     print(f"\ntransition span: traced {us_on:.1f} us, no-op {us_off:.2f} us")
     assert len(memory.get_finished_spans()) == n
+
+
+def test_json_line_matches_the_official_protobuf_encoding() -> None:
+    """The hand-built OTLP/JSON equals ProtoJSON of the official encoder, ids in hex."""
+    import base64
+    import json as _json
+
+    from google.protobuf import json_format
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    from podnet.core.tracing import encode_json_line
+
+    exporter = InMemorySpanExporter()
+    provider = SdkTracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing = Tracing(provider)
+    with tracing.reconcile("pod", "ns/p"):
+        try:
+            with tracing.transition("pod_network", "allocate", source="pending",
+                                    provider="reference", obj="ns/pn", traceparent=None,
+                                    attributes={"podnet.ip": "10.0.0.1", "x.count": 3,
+                                                "x.ok": True, "x.ratio": 0.5}) as span:
+                with tracing.client("reference", "allocate"):
+                    pass
+                span.succeeded("allocated")
+                raise RuntimeError("boom")
+        except RuntimeError:
+            pass
+    spans = exporter.get_finished_spans()
+    ours = _json.loads(encode_json_line(spans))
+    theirs = json_format.MessageToDict(encode_spans(spans), use_integers_for_enums=True)
+    for rs in theirs["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for sp in ss["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in sp:
+                        sp[key] = base64.b64decode(sp[key]).hex()
+                for link in sp.get("links", ()):
+                    for key in ("traceId", "spanId"):
+                        link[key] = base64.b64decode(link[key]).hex()
+                    link.pop("flags", None)
+                sp.pop("flags", None)
+    for rs in ours["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for sp in ss["spans"]:
+                sp.pop("flags", None)
+                for ev in sp.get("events", ()):
+                    if not ev.get("attributes"):
+                        ev.pop("attributes", None)
+                for link in sp.get("links", ()):
+                    if not link.get("attributes"):
+                        link.pop("attributes", None)
+    assert ours == theirs

@@ -109,7 +109,8 @@ def record_name(pod: PodInfo, network: str, sticky: bool) -> str:
     if len(base) <= 253:
         return base
     digest = hashlib.sha256(base.encode()).hexdigest()[:10]
-    return f"{base[:242]}.{digest}"
+    # a DNS-1123 subdomain's labels end alphanumeric: trim what the cut left dangling
+    return f"{base[:242].rstrip('.-')}.{digest}"
 
 
 def set_condition(

@@ -1,0 +1,1435 @@
+"""A Kubernetes API server emulator: an :class:`InMemoryCluster` served over HTTP.
+
+Enough of the real API for kubectl and the official Python client: discovery, JSON
+objects and lists, chunked watch streams (bookmarks, 410 as an ERROR event), server-side
+tables for ``kubectl get``, the three patch formats, the status subresource, and the
+podnet CRDs' schemas enforced on writes (422 naming the field). Standard library only
+(plus PyYAML for the CRD files); binds 127.0.0.1 unless told otherwise.
+
+    with ApiServer() as server:
+        server.write_kubeconfig("kubeconfig")
+        ...  # kubectl --kubeconfig kubeconfig get pn
+
+Where it departs from a real server, on purpose:
+
+* unknown fields in podnet objects are rejected (422) unless the request says
+  ``fieldValidation=Ignore`` or ``Warn`` (then pruned, as a real server does by default);
+* pods keep the status they are created with (a real server resets it to Pending), so a
+  harness can create running pods in one call; podnet objects lose it, as upstream;
+* no authentication, no admission, no namespace lifecycle, ``dryRun`` is refused,
+  ``limit``/``continue`` are ignored (a list is always whole).
+
+Fault injection for chaos tests (emulator only): ``POST /_podnet/faults`` with a JSON
+object, any of::
+
+    {"conflictRate": 0.1,      # share of updates/patches answered 409
+     "errorRate": 0.05,        # share of all calls answered 500
+     "dropWatches": true,      # close every open watch now (an API server restart)
+     "compact": true,          # forget watch history: older resourceVersions get 410
+     "bookmark": true,         # send a BOOKMARK now to watches that allow them
+     "failNext": {"op": "update", "resource": "podnetworks", "code": 409, "times": 2},
+     "clear": true}            # rates back to 0, planned failures dropped (applied first)
+
+answers the current rates (``GET`` too). ``POST /_podnet/bookmark`` is a shortcut.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import re
+import select
+import signal
+import socket
+import socketserver
+import sys
+import threading
+import time
+import types
+import urllib.parse
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Final, Literal, cast
+
+import yaml
+
+from podnet.core.cluster.memory import STATUS_SUBRESOURCE, InMemoryCluster, MemoryWatch
+from podnet.core.cluster.patch import clone_obj, json_patch, merge_patch
+from podnet.core.cluster.port import (
+    EVENT,
+    LEASE,
+    NAMESPACE,
+    NODE,
+    POD,
+    STATEFUL_SET,
+    ApiError,
+    Conflict,
+    Gone,
+    Invalid,
+    Kind,
+    NotFound,
+    Obj,
+    WatchEvent,
+)
+from podnet.core.cluster.selectors import parse_field_selector, parse_label_selector
+
+from .schema import CustomResource, FieldError, PrinterColumn, find_path, load_crds, validate
+
+__all__ = ["ApiServer", "Resource", "add_arguments", "main", "run"]
+
+#: The version /version reports; the kubectl on PATH may pick its own version by it.
+SERVER_VERSION: Final = {
+    "major": "1",
+    "minor": "32",
+    "gitVersion": "v1.32.0",
+    "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean",
+    "buildDate": "2024-12-11T00:00:00Z",
+    "goVersion": "go1.23.3",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+
+VERBS: Final = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+STATUS_VERBS: Final = ["get", "patch", "update"]
+DEFAULT_WATCH_TIMEOUT: Final = 1800.0  # upstream's minimum request timeout
+_POLL: Final = 0.25  # how often a quiet watch checks for a gone client or a stop
+_TABLE_GROUP: Final = "meta.k8s.io"
+_NAME_DESCRIPTION: Final = (
+    "Name must be unique within a namespace. Is required when creating resources, although "
+    "some resources may allow a client to request the generation of an appropriate name "
+    "automatically."
+)
+_AGE_DESCRIPTION: Final = (
+    "CreationTimestamp is a timestamp representing the server time when this object was "
+    "created."
+)
+_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_FIELD_MESSAGE: Final = re.compile(r"([A-Za-z][\w.\[\]/-]*): (.+)", re.S)
+_REASONS: Final = {
+    400: "BadRequest",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    406: "NotAcceptable",
+    409: "Conflict",
+    410: "Expired",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    500: "InternalError",
+}
+_PATCH_TYPES: Final[dict[str, Literal["merge", "json", "strategic"]]] = {
+    "application/merge-patch+json": "merge",
+    "application/json-patch+json": "json",
+    "application/strategic-merge-patch+json": "strategic",
+}
+_CR_PATCH_TYPES: Final = (
+    "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+)
+
+Cell = Callable[[Obj], Any]
+
+
+class HttpError(Exception):
+    """An answer other than success, carried as a Kubernetes ``Status``."""
+
+    def __init__(
+        self, code: int, message: str, reason: str | None = None, details: Obj | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.reason = reason or _REASONS.get(code, "Unknown")
+        self.details = details
+
+    def status(self) -> Obj:
+        return _status(self.code, self.reason, self.message, self.details)
+
+
+class _ClientGone(Exception):
+    """The client closed the connection in the middle of an answer."""
+
+
+def _status(code: int, reason: str, message: str, details: Obj | None = None) -> Obj:
+    body: Obj = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if details:
+        body["details"] = details
+    return body
+
+
+# --- resources --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One served resource: its kind and what discovery, selectors and tables say of it."""
+
+    kind: Kind
+    singular: str
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    #: field selectors the real server accepts; None leaves it to the cluster
+    field_selectors: frozenset[str] | None = None
+    crd: CustomResource | None = None
+    #: table columns besides Name (and Age, unless the CRD declares its own)
+    columns: tuple[tuple[Obj, Cell], ...] = field(default=(), compare=False)
+
+    @property
+    def has_status(self) -> bool:
+        return self.kind in STATUS_SUBRESOURCE
+
+    @property
+    def age_column(self) -> bool:
+        return self.crd is None or not self.crd.columns
+
+    @property
+    def list_kind(self) -> str:
+        return self.crd.list_kind if self.crd else self.kind.kind + "List"
+
+    def discovery(self) -> list[Obj]:
+        main: Obj = {
+            "name": self.kind.plural,
+            "singularName": self.singular,
+            "namespaced": self.kind.namespaced,
+            "kind": self.kind.kind,
+            "verbs": VERBS,
+        }
+        if self.short_names:
+            main["shortNames"] = list(self.short_names)
+        if self.categories:
+            main["categories"] = list(self.categories)
+        out = [main]
+        if self.has_status:
+            out.append(
+                {
+                    "name": f"{self.kind.plural}/status",
+                    "singularName": "",
+                    "namespaced": self.kind.namespaced,
+                    "kind": self.kind.kind,
+                    "verbs": STATUS_VERBS,
+                }
+            )
+        return out
+
+
+def _column(name: str, type_: str = "string", priority: int = 0, **extra: str) -> Obj:
+    base: Obj = {"name": name, "type": type_, "format": "", "description": "", "priority": priority}
+    return base | extra
+
+
+def _get(obj: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def human_duration(seconds: float) -> str:
+    """An age as kubectl prints it (upstream's ``duration.HumanDuration``)."""
+    s = int(seconds)
+    if s < -1:
+        return "<invalid>"
+    if s < 0:
+        return "0s"
+    if s < 120:
+        return f"{s}s"
+    minutes = s // 60
+    if minutes < 10:
+        return f"{minutes}m{s % 60}s" if s % 60 else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = minutes // 60
+    if hours < 8:
+        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        return f"{hours // 24}d{hours % 24}h" if hours % 24 else f"{hours // 24}d"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        years, days = hours // 24 // 365, (hours // 24) % 365
+        return f"{years}y{days}d" if days else f"{years}y"
+    return f"{hours // 24 // 365}y"
+
+
+def _pod_status(pod: Obj) -> str:
+    if _get(pod, "metadata", "deletionTimestamp"):
+        return "Terminating"
+    return str(_get(pod, "status", "reason") or _get(pod, "status", "phase") or "Pending")
+
+
+def _node_status(node: Obj) -> str:
+    ready = "Unknown"
+    for cond in _get(node, "status", "conditions") or ():
+        if isinstance(cond, dict) and cond.get("type") == "Ready":
+            ready = "Ready" if cond.get("status") == "True" else "NotReady"
+    return ready + (",SchedulingDisabled" if _get(node, "spec", "unschedulable") else "")
+
+
+def _event_object(ev: Obj) -> str:
+    ref = ev.get("involvedObject") or {}
+    return f"{str(ref.get('kind', '')).lower()}/{ref.get('name', '')}"
+
+
+def _ready_replicas(sts: Obj) -> str:
+    return f"{_get(sts, 'status', 'readyReplicas') or 0}/{_get(sts, 'spec', 'replicas') or 0}"
+
+
+_POD_COLUMNS: Final = (
+    (_column("Status"), _pod_status),
+    (_column("Node"), lambda o: _get(o, "spec", "nodeName")),
+    (_column("IP", priority=1), lambda o: _get(o, "status", "podIP")),
+)
+_EVENT_COLUMNS: Final = (
+    (_column("Type"), lambda o: o.get("type")),
+    (_column("Reason"), lambda o: o.get("reason")),
+    (_column("Object"), _event_object),
+    (_column("Message"), lambda o: o.get("message")),
+)
+_NAME_AND_NAMESPACE: Final = frozenset({"metadata.name", "metadata.namespace"})
+
+#: The built-in resources, their table columns (besides Name and Age) and the field
+#: selectors the real server takes for them (None: pods and events, as the cluster's).
+_BUILTINS: Final = (
+    Resource(POD, "pod", ("po",), ("all",), columns=_POD_COLUMNS),
+    Resource(
+        NODE,
+        "node",
+        ("no",),
+        field_selectors=frozenset({"metadata.name", "spec.unschedulable"}),
+        columns=((_column("Status"), _node_status),),
+    ),
+    Resource(
+        NAMESPACE,
+        "namespace",
+        ("ns",),
+        field_selectors=frozenset({"metadata.name", "status.phase"}),
+        columns=((_column("Status"), lambda o: _get(o, "status", "phase") or "Active"),),
+    ),
+    Resource(EVENT, "event", ("ev",), columns=_EVENT_COLUMNS),
+    Resource(
+        LEASE,
+        "lease",
+        field_selectors=_NAME_AND_NAMESPACE,
+        columns=((_column("Holder"), lambda o: _get(o, "spec", "holderIdentity")),),
+    ),
+    Resource(
+        STATEFUL_SET,
+        "statefulset",
+        ("sts",),
+        ("all",),
+        field_selectors=_NAME_AND_NAMESPACE,
+        columns=((_column("Ready"), _ready_replicas),),
+    ),
+)
+
+
+def _crd_cell(col: PrinterColumn) -> Cell:
+    def cell(obj: Obj) -> Any:
+        found = find_path(obj, col.json_path)
+        if not found:
+            return None
+        value = found[0]  # upstream shows the first match only
+        if col.type == "string":
+            return value if isinstance(value, str) else json.dumps(value)
+        if col.type == "integer" and isinstance(value, int | float):
+            return int(value)
+        if col.type == "number" and isinstance(value, int | float):
+            return float(value)
+        if col.type == "boolean" and isinstance(value, bool):
+            return value
+        if col.type == "date" and isinstance(value, str):
+            return value  # made an age by the table builder, which knows the clock
+        return None
+
+    return cell
+
+
+def _crd_resource(crd: CustomResource) -> Resource:
+    columns = tuple(
+        (
+            _column(
+                c.name,
+                c.type,
+                c.priority,
+                format=c.format,
+                description=c.description or f"Custom resource definition column (in JSONPath "
+                f"format): {c.json_path}",
+            ),
+            _crd_cell(c),
+        )
+        for c in crd.columns
+    )
+    return Resource(
+        crd.ref,
+        crd.singular,
+        crd.short_names,
+        crd.categories,
+        field_selectors=crd.field_selectors,
+        crd=crd,
+        columns=columns,
+    )
+
+
+# --- the server -------------------------------------------------------------------------
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], api: ApiServer) -> None:
+        self.api = api
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind resolves the host's FQDN, a DNS round trip for nothing
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), int(port)
+
+
+class ApiServer:
+    """The emulator: serve ``cluster`` (a fresh one, with a ``default`` namespace, when
+    None) on ``host:port`` (0: any free port). ``start`` runs it on a thread."""
+
+    def __init__(
+        self,
+        cluster: InMemoryCluster | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        bookmark_interval: float = 1.0,
+        crd_dir: Path | None = None,
+    ) -> None:
+        if cluster is None:
+            cluster = InMemoryCluster()
+            cluster.create(NAMESPACE, {"metadata": {"name": "default"}})
+        self.cluster = cluster
+        self.host = host
+        self.bookmark_interval = bookmark_interval
+        self.crds = load_crds(crd_dir)
+        self.resources: dict[str, dict[str, Resource]] = {}  # "group/version" -> plural -> it
+        for res in (*_BUILTINS, *(_crd_resource(c) for c in self.crds)):
+            self.resources.setdefault(res.kind.api_version, {})[res.kind.plural] = res
+        self._httpd = _HTTPServer((host, port), self)
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._watches: set[MemoryWatch] = set()
+        self._connections: set[socket.socket] = set()
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> ApiServer:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._httpd.serve_forever,
+                kwargs={"poll_interval": 0.05},
+                name=f"podnet-apiserver:{self.port}",
+                daemon=True,
+            )
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving: end the watches, close the connections, release the port."""
+        self._stopping.set()
+        with self._lock:
+            watches, conns = list(self._watches), list(self._connections)
+        for w in watches:
+            w.stop()  # wakes the streams; they end their answers cleanly
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join(5)
+            self._thread = None
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        self._httpd.server_close()
+
+    def __enter__(self) -> ApiServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: types.TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def kubeconfig(self, context: str = "podnet-sim", namespace: str = "default") -> Obj:
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": context, "cluster": {"server": self.url}}],
+            "users": [{"name": context, "user": {}}],
+            "contexts": [
+                {
+                    "name": context,
+                    "context": {"cluster": context, "user": context, "namespace": namespace},
+                }
+            ],
+            "current-context": context,
+            "preferences": {},
+        }
+
+    def write_kubeconfig(
+        self, path: str | Path, context: str = "podnet-sim", namespace: str = "default"
+    ) -> Path:
+        """A kubeconfig for this server (no auth), its context current; returns the path."""
+        out = Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(yaml.safe_dump(self.kubeconfig(context, namespace), sort_keys=False))
+        return out
+
+    # --- bookkeeping for the handlers --------------------------------------------------
+
+    def by_plural(self, plural: str) -> Resource | None:
+        for served in self.resources.values():
+            if plural in served:
+                return served[plural]
+        return None
+
+    def peek(self, kind: Kind, name: str, namespace: str | None) -> Obj | None:
+        """The stored object, read as the server's own bookkeeping: counted in no stats,
+        drawing no injected fault. Callers that act on it hold :meth:`locked`."""
+        with self.locked():
+            store = self.cluster._store.get(kind, {})
+            obj = store.get((namespace or "") if kind.namespaced else "", {}).get(name)
+            return clone_obj(obj) if obj is not None else None
+
+    def locked(self) -> contextlib.AbstractContextManager[Any]:
+        # the cluster's own (reentrant) lock: a check and the write it guards are atomic
+        return cast(contextlib.AbstractContextManager[Any], self.cluster._lock)
+
+    def track(self, item: MemoryWatch | socket.socket, add: bool) -> None:
+        with self._lock:
+            bucket: set[Any] = self._watches if isinstance(item, MemoryWatch) else self._connections
+            if add:
+                bucket.add(item)
+            else:
+                bucket.discard(item)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def age(self, timestamp: Any) -> str | None:
+        if not isinstance(timestamp, str):
+            return None
+        try:
+            then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+        except ValueError:
+            return "<invalid>"
+        if then.tzinfo is None:
+            then = then.replace(tzinfo=UTC)
+        return human_duration((self.cluster.clock.now() - then).total_seconds())
+
+
+# --- requests ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Target:
+    resource: Resource
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+    watch: bool  # the legacy /watch/ path prefix
+
+
+def _flag(value: str | None) -> bool:
+    return value is not None and value.lower() in ("1", "true", "yes")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _HTTPServer
+    server_version = "podnet-apiserver"
+    query: dict[str, str]
+    body: bytes
+    warnings: list[str]
+
+    # --- plumbing ----------------------------------------------------------------------
+
+    def setup(self) -> None:
+        super().setup()
+        with contextlib.suppress(OSError):
+            # headers and body go out in separate writes; don't let Nagle hold the second
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.api.track(self.connection, True)
+
+    def finish(self) -> None:
+        self.server.api.track(self.connection, False)
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # a test run makes thousands of requests; the client sees every status
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def do_PUT(self) -> None:
+        self._serve("PUT")
+
+    def do_PATCH(self) -> None:
+        self._serve("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._serve("DELETE")
+
+    @property
+    def api(self) -> ApiServer:
+        return self.server.api
+
+    def _serve(self, method: str) -> None:
+        url = urllib.parse.urlsplit(self.path)
+        self.query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query, True).items()}
+        self.warnings: list[str] = []
+        try:
+            self.body = self._read_body()
+            self._route(method, url.path.rstrip("/") or "/")
+        except _ClientGone:
+            self.close_connection = True
+        except HttpError as exc:
+            self._send(exc.code, exc.status())
+        except ApiError as exc:
+            self._send(exc.code, _status(exc.code, exc.reason, str(exc), _causes(exc)))
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as exc:  # a bug here must still answer, as a 500
+            self._send(500, _status(500, "InternalError", f"{type(exc).__name__}: {exc}"))
+
+    def _read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            parts: list[bytes] = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return b"".join(parts)
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _send(self, code: int, body: Any, content_type: str = "application/json") -> None:
+        data = json.dumps(body, separators=(",", ":")).encode()
+        try:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            for warning in self.warnings:
+                self.send_header("Warning", f'299 - "{warning}"')
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _json_body(self) -> Any:
+        ctype = self.headers.get("Content-Type", "application/json").split(";")[0].strip()
+        if not self.body:
+            raise HttpError(400, "the request body is empty")
+        try:
+            if "yaml" in ctype:
+                return yaml.safe_load(self.body)
+            return json.loads(self.body)
+        except (ValueError, yaml.YAMLError) as exc:
+            raise HttpError(400, f"the request body is not valid JSON: {exc}") from None
+
+    def _object_body(self) -> Obj:
+        body = self._json_body()
+        if not isinstance(body, dict):
+            raise HttpError(400, "the request body must be a JSON object")
+        return cast(Obj, body)
+
+    # --- routing -----------------------------------------------------------------------
+
+    def _route(self, method: str, path: str) -> None:
+        if path.startswith("/_podnet/"):
+            return self._admin(method, path)
+        if method == "GET":
+            doc = self._discovery(path)
+            if doc is not None:
+                return self._send(200, doc)
+        target = self._target(path)
+        if target is None:
+            raise HttpError(404, "the server could not find the requested resource")
+        if _flag(self.query.get("dryRun")) or self.query.get("dryRun") == "All":
+            raise HttpError(400, "dryRun is not supported by the podnet emulator")
+        res, name, sub = target.resource, target.name, target.subresource
+        if sub is not None and (sub != "status" or not res.has_status):
+            raise HttpError(404, f"{res.kind.plural} have no {sub!r} subresource")
+        if target.watch or (method == "GET" and name is None and _flag(self.query.get("watch"))):
+            if method != "GET" or sub is not None:
+                raise HttpError(405, f"{method} is not allowed on a watch")
+            return self._watch(target)
+        if name is None:
+            if method == "GET":
+                return self._list(target)
+            if method == "POST":
+                return self._create(target)
+            if method == "DELETE":
+                return self._delete_collection(target)
+        else:
+            if method == "GET":
+                obj = self.api.cluster.get(res.kind, name, target.namespace)
+                return self._send_object(res, obj)
+            if method == "PUT":
+                return self._update(target)
+            if method == "PATCH":
+                return self._patch(target)
+            if method == "DELETE":
+                return self._delete(target)
+        raise HttpError(405, f"{method} is not supported on {self.path}")
+
+    def _target(self, path: str) -> _Target | None:
+        parts = path.strip("/").split("/")
+        if parts[0] == "api" and len(parts) >= 3 and parts[1] == "v1":
+            group_version, rest = "v1", parts[2:]
+        elif parts[0] == "apis" and len(parts) >= 4:
+            group_version, rest = f"{parts[1]}/{parts[2]}", parts[3:]
+        else:
+            return None
+        watch = rest[0] == "watch"
+        if watch:
+            rest = rest[1:]
+        served = self.api.resources.get(group_version, {})
+        namespace = None
+        if len(rest) >= 3 and rest[0] == "namespaces" and served.get(rest[2]) is not None:
+            namespace, rest = rest[1], rest[2:]
+        if not rest or len(rest) > 3:
+            return None
+        res = served.get(rest[0])
+        if res is None or (namespace is not None and not res.kind.namespaced):
+            return None
+        name = rest[1] if len(rest) > 1 else None
+        if name is not None and res.kind.namespaced and namespace is None:
+            return None
+        return _Target(res, namespace, name, rest[2] if len(rest) > 2 else None, watch)
+
+    # --- discovery ---------------------------------------------------------------------
+
+    def _discovery(self, path: str) -> Obj | None:
+        api = self.api
+        if path == "/version":
+            return dict(SERVER_VERSION)
+        if path in ("/healthz", "/livez", "/readyz"):
+            return {"status": "ok"}
+        if path == "/api":
+            return {
+                "kind": "APIVersions",
+                "versions": ["v1"],
+                "serverAddressByClientCIDRs": [
+                    {"clientCIDR": "0.0.0.0/0", "serverAddress": api.url.split("//", 1)[1]}
+                ],
+            }
+        if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
+            return self._openapi(path.removeprefix("/openapi/v3").strip("/"))
+        groups = self._groups()
+        if path == "/apis":
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": list(groups.values())}
+        parts = path.strip("/").split("/")
+        if parts[0] == "apis" and len(parts) == 2 and parts[1] in groups:
+            return {"kind": "APIGroup", "apiVersion": "v1", **groups[parts[1]]}
+        if path == "/api/v1" or (parts[0] == "apis" and len(parts) == 3):
+            group_version = "v1" if path == "/api/v1" else f"{parts[1]}/{parts[2]}"
+            served = api.resources.get(group_version)
+            if served is None:
+                return None
+            return {
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": group_version,
+                "resources": [d for res in served.values() for d in res.discovery()],
+            }
+        return None
+
+    def _openapi(self, group_path: str) -> Obj | None:
+        """Just enough OpenAPI v3 for kubectl: each PATCH operation declares the
+        ``fieldValidation`` parameter, so kubectl leaves validation to the server (without
+        it kubectl wants /openapi/v2 to validate client-side, and fails)."""
+        docs: dict[str, Obj] = {}
+        for group_version, served in self.api.resources.items():
+            paths: Obj = {}
+            schemas: Obj = {}
+            for res in served.values():
+                kind = res.kind
+                gvk = {"group": kind.group, "version": kind.version, "kind": kind.kind}
+                if res.crd is not None:
+                    # the CRDs' schemas, so that `kubectl explain pn` works
+                    group = ".".join(reversed(kind.group.split(".")))
+                    schemas[f"{group}.{kind.version}.{kind.kind}"] = {
+                        **res.crd.schema,
+                        "x-kubernetes-group-version-kind": [gvk],
+                    }
+                prefix = "/api/v1" if not kind.group else f"/apis/{group_version}"
+                where = "/namespaces/{namespace}" if kind.namespaced else ""
+                paths[f"{prefix}{where}/{kind.plural}/{{name}}"] = {
+                    "patch": {
+                        "x-kubernetes-group-version-kind": gvk,
+                        "parameters": [
+                            {"name": p, "in": "query", "schema": {"type": "string"}}
+                            for p in ("dryRun", "fieldManager", "fieldValidation", "force")
+                        ],
+                        "responses": {},
+                    }
+                }
+            key = "api/v1" if group_version == "v1" else f"apis/{group_version}"
+            docs[key] = {
+                "openapi": "3.0.0",
+                "info": {"title": "podnet emulator", "version": SERVER_VERSION["gitVersion"]},
+                "paths": paths,
+                "components": {"schemas": schemas},
+            }
+        if not group_path:
+            index = {}
+            for key, doc in docs.items():
+                digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+                index[key] = {"serverRelativeURL": f"/openapi/v3/{key}?hash={digest[:32].upper()}"}
+            return {"paths": index}
+        return docs.get(group_path)
+
+    def _groups(self) -> dict[str, Obj]:
+        groups: dict[str, Obj] = {}
+        for group_version in self.api.resources:
+            if "/" not in group_version:
+                continue
+            group, version = group_version.split("/", 1)
+            entry = {"groupVersion": group_version, "version": version}
+            found = groups.setdefault(
+                group, {"name": group, "versions": [], "preferredVersion": entry}
+            )
+            found["versions"].append(entry)
+        return groups
+
+    # --- admin (faults) ----------------------------------------------------------------
+
+    def _admin(self, method: str, path: str) -> None:
+        faults = self.api.cluster.faults
+        if path == "/_podnet/bookmark" and method == "POST":
+            self.api.cluster.bookmark()
+            return self._send(200, {"bookmark": True})
+        if path != "/_podnet/faults" or method not in ("GET", "POST"):
+            raise HttpError(404, f"no admin endpoint {method} {path}")
+        answer: Obj = {}
+        if method == "POST":
+            spec = self._object_body()
+            if spec.get("clear"):
+                faults.clear()
+            for key, attr in (("conflictRate", "conflict_rate"), ("errorRate", "error_rate")):
+                if key in spec:
+                    rate = spec[key]
+                    if not isinstance(rate, int | float) or not 0 <= rate <= 1:
+                        raise HttpError(400, f"{key}: expected a number in [0, 1]")
+                    with self.api.locked():
+                        setattr(faults, attr, float(rate))
+            if "failNext" in spec:
+                self._fail_next(spec["failNext"])
+            if spec.get("compact"):
+                faults.compact()
+            if spec.get("dropWatches"):
+                answer["droppedWatches"] = faults.drop_watches()
+            if spec.get("bookmark"):
+                self.api.cluster.bookmark()
+        answer.update(conflictRate=faults.conflict_rate, errorRate=faults.error_rate)
+        self._send(200, answer)
+
+    def _fail_next(self, spec: Any) -> None:
+        if not isinstance(spec, dict) or not isinstance(spec.get("op"), str):
+            raise HttpError(400, 'failNext: expected {"op": ..., "resource": ..., "code": ...}')
+        kind = None
+        if spec.get("resource"):
+            res = self.api.by_plural(str(spec["resource"]))
+            if res is None:
+                raise HttpError(400, f"failNext: unknown resource {spec['resource']!r}")
+            kind = res.kind
+        code = int(spec.get("code", 500))
+        message = str(spec.get("message") or f"injected fault: {code}")
+        errors: dict[int, type[ApiError]] = {404: NotFound, 409: Conflict, 410: Gone, 422: Invalid}
+        exc = errors.get(code, ApiError)(message, code=code)
+        try:
+            self.api.cluster.faults.fail_next(spec["op"], kind, exc, int(spec.get("times", 1)))
+        except ValueError as err:
+            raise HttpError(400, f"failNext: {err}") from None
+
+    # --- reads -------------------------------------------------------------------------
+
+    def _selectors(self, res: Resource) -> tuple[str | None, str | None]:
+        labels, fields = self.query.get("labelSelector"), self.query.get("fieldSelector")
+        try:
+            parse_label_selector(labels or None)
+            parse_field_selector(fields or None, res.kind)
+        except Invalid as exc:
+            raise HttpError(400, str(exc)) from None
+        if fields and res.field_selectors is not None:
+            for term in re.split(r"(?<!\\),", fields):
+                name = re.split(r"!=|==|=", term, maxsplit=1)[0].strip()
+                if name and name not in res.field_selectors:
+                    raise HttpError(
+                        400,
+                        f'field label not supported: "{name}" is not a field selector for '
+                        f"{res.kind}",
+                    )
+        return labels or None, fields or None
+
+    def _accept(self) -> str | None:
+        """The meta.k8s.io form asked for (Table, PartialObjectMetadata...), if any."""
+        for option in self.headers.get("Accept", "").split(","):
+            params: dict[str, str] = {}
+            for param in option.split(";")[1:]:
+                key, _, value = param.strip().partition("=")
+                params[key] = value
+            if params.get("g") == _TABLE_GROUP and params.get("v") in ("v1", "v1beta1"):
+                return params.get("as")
+        return None
+
+    def _list(self, target: _Target) -> None:
+        res = target.resource
+        labels, fields = self._selectors(res)
+        listed = self.api.cluster.list(res.kind, target.namespace, labels, fields)
+        form = self._accept()
+        if form == "Table":
+            return self._send(200, self._table(res, listed.items, listed.resource_version))
+        if form in ("PartialObjectMetadataList", "PartialObjectMetadata"):
+            return self._send(
+                200,
+                {
+                    "kind": "PartialObjectMetadataList",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": {"resourceVersion": listed.resource_version},
+                    "items": [_partial(o) for o in listed.items],
+                },
+            )
+        self._send(
+            200,
+            {
+                "kind": res.list_kind,
+                "apiVersion": res.kind.api_version,
+                "metadata": {"resourceVersion": listed.resource_version},
+                "items": listed.items,
+            },
+        )
+
+    def _send_object(self, res: Resource, obj: Obj, code: int = 200) -> None:
+        form = self._accept()
+        if form == "Table":
+            rv = str(_get(obj, "metadata", "resourceVersion") or "")
+            return self._send(code, self._table(res, [obj], rv))
+        if form == "PartialObjectMetadata":
+            return self._send(code, _partial(obj))
+        self._send(code, obj)
+
+    def _table(self, res: Resource, objs: Iterable[Obj], rv: str) -> Obj:
+        columns = res.columns
+        defs = [_column("Name", format="name", description=_NAME_DESCRIPTION)]
+        defs += [d for d, _ in columns]
+        if res.age_column:
+            defs.append(_column("Age", description=_AGE_DESCRIPTION))
+        include = self.query.get("includeObject", "Metadata")
+        rows = []
+        for obj in objs:
+            cells: list[Any] = [_get(obj, "metadata", "name")]
+            for d, cell in columns:
+                value = cell(obj)
+                cells.append(self.api.age(value) if d["type"] == "date" else value)
+            if res.age_column:
+                cells.append(self.api.age(_get(obj, "metadata", "creationTimestamp")))
+            row: Obj = {"cells": cells}
+            if include == "Object":
+                row["object"] = obj
+            elif include != "None":
+                row["object"] = _partial(obj)
+            rows.append(row)
+        return {
+            "kind": "Table",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": {"resourceVersion": rv},
+            "columnDefinitions": defs,
+            "rows": rows,
+        }
+
+    # --- watch -------------------------------------------------------------------------
+
+    def _watch(self, target: _Target) -> None:
+        api, res = self.api, target.resource
+        labels, fields = self._selectors(res)
+        if target.name is not None:  # the legacy /watch/.../NAME form watches one object
+            one = f"metadata.name={target.name}"
+            fields = f"{fields},{one}" if fields else one
+        rv = self.query.get("resourceVersion", "")
+        bookmarks = _flag(self.query.get("allowWatchBookmarks"))
+        initial_events = _flag(self.query.get("sendInitialEvents"))
+        try:
+            timeout = float(self.query.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
+        except ValueError:
+            raise HttpError(400, "timeoutSeconds: expected a number") from None
+        form = self._accept()
+        initial: list[WatchEvent] = []
+        try:
+            if rv in ("", "0") or initial_events:
+                # upstream starts such a watch with the current objects as ADDED events
+                listed = api.cluster.list(res.kind, target.namespace, labels, fields)
+                initial = [WatchEvent("ADDED", o) for o in listed.items]
+                rv = listed.resource_version
+            w = api.cluster.watch(
+                res.kind, rv, target.namespace, labels, fields, timeout, allow_bookmarks=bookmarks
+            )
+        except Gone as exc:
+            # upstream answers 200 and sends the 410 as the stream's only event
+            self._start_stream()
+            self._chunk({"type": "ERROR", "object": _status(410, "Expired", str(exc))})
+            return self._end_stream()
+        if initial_events:
+            end = {"k8s.io/initial-events-end": "true"}
+            initial.append(WatchEvent("BOOKMARK", _bookmark(res.kind, rv, **end)))
+        api.track(w, True)
+        try:
+            self._start_stream()
+            for ev in initial:
+                self._event(res, ev, form)
+            self._pump(res, w, form, bookmarks)
+            self._end_stream()
+        except _ClientGone:
+            raise
+        except Exception:
+            # past the headers no Status can be sent: cut the stream, the client re-watches
+            self.close_connection = True
+            raise _ClientGone from None
+        finally:
+            w.stop()
+            api.track(w, False)
+
+    def _pump(self, res: Resource, w: MemoryWatch, form: str | None, bookmarks: bool) -> None:
+        api = self.api
+        quiet_since = time.monotonic()
+        while not api.stopping:
+            wait = _POLL
+            if bookmarks:
+                wait = max(0.01, min(wait, quiet_since + api.bookmark_interval - time.monotonic()))
+            events = w.poll(wait)
+            for ev in events:
+                self._event(res, ev, form)
+            if events:
+                quiet_since = time.monotonic()
+                continue
+            if w.closed:
+                return
+            if bookmarks and time.monotonic() - quiet_since >= api.bookmark_interval:
+                # read the RV first: whatever was written up to it is queued by now
+                rv = api.cluster.resource_version
+                late = w.poll(0)
+                for ev in late:
+                    self._event(res, ev, form)
+                if not late:
+                    self._event(res, WatchEvent("BOOKMARK", _bookmark(res.kind, rv)), form)
+                quiet_since = time.monotonic()
+            if self._client_gone():
+                raise _ClientGone
+
+    def _event(self, res: Resource, ev: WatchEvent, form: str | None) -> None:
+        obj = ev.object
+        if ev.type != "BOOKMARK":
+            if form == "Table":
+                rv = str(_get(obj, "metadata", "resourceVersion") or "")
+                obj = self._table(res, [obj], rv)
+            elif form in ("PartialObjectMetadata", "PartialObjectMetadataList"):
+                obj = _partial(obj)
+        self._chunk({"type": ev.type, "object": obj})
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+
+    def _chunk(self, payload: Obj) -> None:
+        data = json.dumps(payload, separators=(",", ":")).encode() + b"\n"
+        try:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+        except OSError:
+            raise _ClientGone from None
+
+    def _end_stream(self) -> None:
+        try:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            raise _ClientGone from None
+
+    def _client_gone(self) -> bool:
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    # --- writes ------------------------------------------------------------------------
+
+    def _prune(self) -> bool:
+        mode = self.query.get("fieldValidation", "Strict")
+        if mode not in ("Strict", "Warn", "Ignore"):
+            raise HttpError(400, f"fieldValidation: {mode!r} is not one of Strict, Warn, Ignore")
+        return mode != "Strict"
+
+    def _check_identity(self, target: _Target, obj: Obj) -> Obj:
+        """The body's apiVersion, kind, namespace and name against the URL's."""
+        kind = target.resource.kind
+        version, body_kind = obj.get("apiVersion"), obj.get("kind")
+        if version and version != kind.api_version:
+            raise HttpError(
+                400,
+                f"the API version in the data ({version}) does not match the expected API "
+                f"version ({kind.api_version})",
+            )
+        if body_kind and body_kind != kind.kind:
+            raise HttpError(
+                400,
+                f"the kind in the data ({body_kind}) does not match the expected kind "
+                f"({kind.kind})",
+            )
+        meta = obj.get("metadata")
+        if meta is None:
+            meta = obj["metadata"] = {}
+        if not isinstance(meta, dict):
+            raise HttpError(400, "metadata: expected an object")
+        if kind.namespaced:
+            if meta.get("namespace") and meta["namespace"] != target.namespace:
+                raise HttpError(
+                    400,
+                    "the namespace of the provided object does not match the namespace sent "
+                    "on the request",
+                )
+            meta["namespace"] = target.namespace
+        if target.name is not None:
+            if meta.get("name") and meta["name"] != target.name:
+                raise HttpError(
+                    400,
+                    f"the name of the object ({meta['name']}) does not match the name on the "
+                    f"URL ({target.name})",
+                )
+            meta["name"] = target.name
+        return obj
+
+    def _admit(self, res: Resource, obj: Obj, only: str | None = None) -> Obj:
+        """Check a podnet object against its CRD's schema; the (pruned) object to write."""
+        if res.crd is None:
+            return obj
+        checked = validate(res.crd.schema, obj, prune=self._prune(), only=only)
+        if checked.errors:
+            raise _invalid(res, _get(obj, "metadata", "name") or "", checked.errors)
+        if checked.unknown and self.query.get("fieldValidation") == "Warn":
+            self.warnings += [f'unknown field "{f}"' for f in checked.unknown]
+        return cast(Obj, checked.value)
+
+    def _create(self, target: _Target) -> None:
+        res = target.resource
+        if res.kind.namespaced and target.namespace is None:
+            raise HttpError(405, f"create {res.kind.plural} in a namespace")
+        obj = self._check_identity(target, self._object_body())
+        meta = obj["metadata"]
+        name = meta.get("name")
+        if name:
+            _check_name(res, name)
+        if res.crd is not None and res.crd.status_subresource:
+            obj.pop("status", None)  # upstream drops it: status is written through /status
+        obj = self._admit(res, obj)
+        created = self.api.cluster.create(res.kind, obj)
+        self._send_object(res, created, 201)
+
+    def _update(self, target: _Target) -> None:
+        res = target.resource
+        obj = self._check_identity(target, self._object_body())
+        cluster = self.api.cluster
+        if target.subresource == "status":
+            obj = self._admit(res, obj, only="status")
+            result = cluster.update_status(res.kind, obj)
+        else:
+            if res.crd is not None:
+                # status is the stored one's whatever the body says; check the rest
+                rest = self._admit(res, _without_status(obj))
+                obj = rest | ({"status": obj["status"]} if "status" in obj else {})
+            result = cluster.update(res.kind, obj)
+        self._send_object(res, result)
+
+    def _patch(self, target: _Target) -> None:
+        res, name = target.resource, cast(str, target.name)
+        ctype = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        ptype = _PATCH_TYPES.get(ctype)
+        if ptype is None or (ptype == "strategic" and res.crd is not None):
+            accepted = _CR_PATCH_TYPES if res.crd else ", ".join(_PATCH_TYPES)
+            raise HttpError(
+                415,
+                f"the body of the request was in an unknown format - accepted media types "
+                f"include: {accepted}",
+            )
+        patch = self._json_body()
+        sub = cast(Literal["status"] | None, target.subresource)
+        cluster, kind = self.api.cluster, res.kind
+        if res.crd is None:
+            result = cluster.patch(kind, name, patch, target.namespace, ptype, sub)
+            return self._send_object(res, result)
+        with self.api.locked():
+            stored = self.api.peek(kind, name, target.namespace)
+            if stored is not None:
+                if ptype == "json":
+                    if not isinstance(patch, list):
+                        raise HttpError(400, "a json patch is a list of operations")
+                    patched = json_patch(stored, patch)
+                else:
+                    patched = merge_patch(stored, patch)
+                if not isinstance(patched, dict):
+                    raise HttpError(422, "the patch does not leave an object")
+                if sub == "status":
+                    admitted = self._admit(res, patched, only="status")
+                else:
+                    admitted = self._admit(res, _without_status(patched))
+                kept = {k: v for k, v in patched.items() if k in admitted}
+                if self._prune() and admitted != kept:
+                    # fields were pruned: write the pruned object, guarded by its RV
+                    write = cluster.update_status if sub == "status" else cluster.update
+                    admitted["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
+                    return self._send_object(res, write(kind, admitted | _status_of(patched, sub)))
+            result = cluster.patch(kind, name, patch, target.namespace, ptype, sub)
+        self._send_object(res, result)
+
+    def _delete_options(self) -> Obj:
+        opts: Obj = {}
+        if self.body:
+            body = self._json_body()
+            if isinstance(body, dict):
+                opts = body
+        if "gracePeriodSeconds" in self.query:
+            opts["gracePeriodSeconds"] = self.query["gracePeriodSeconds"]
+        if opts.get("dryRun"):
+            raise HttpError(400, "dryRun is not supported by the podnet emulator")
+        return opts
+
+    def _delete(self, target: _Target) -> None:
+        res, name, ns = target.resource, cast(str, target.name), target.namespace
+        opts = self._delete_options()
+        grace = opts.get("gracePeriodSeconds")
+        try:
+            grace = None if grace is None else int(grace)
+        except (TypeError, ValueError):
+            raise HttpError(400, "gracePeriodSeconds: expected an integer") from None
+        pre = opts.get("preconditions") or {}
+        cluster = self.api.cluster
+        with self.api.locked():
+            before = self.api.peek(res.kind, name, ns)
+            want_rv = pre.get("resourceVersion")
+            if before is not None and want_rv and want_rv != before["metadata"]["resourceVersion"]:
+                raise Conflict(
+                    f'Precondition failed for {res.kind} "{name}": ResourceVersion in '
+                    f"precondition: {want_rv}, ResourceVersion in object meta: "
+                    f"{before['metadata']['resourceVersion']}"
+                )
+            cluster.delete(res.kind, name, ns, uid=pre.get("uid"), grace_period_seconds=grace)
+            after = self.api.peek(res.kind, name, ns)
+        if after is not None:
+            return self._send_object(res, after)  # finalizers or a grace period hold it
+        if res.kind == POD and before is not None:
+            return self._send_object(res, before)  # pods answer with what was deleted
+        details: Obj = {"name": name, "group": res.kind.group, "kind": res.kind.plural}
+        if before is not None:
+            details["uid"] = before["metadata"]["uid"]
+        self._send(
+            200,
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "details": details,
+            },
+        )
+
+    def _delete_collection(self, target: _Target) -> None:
+        res = target.resource
+        if res.kind.namespaced and target.namespace is None:
+            raise HttpError(405, f"delete {res.kind.plural} in a namespace")
+        labels, fields = self._selectors(res)
+        opts = self._delete_options()
+        grace = opts.get("gracePeriodSeconds")
+        cluster = self.api.cluster
+        listed = cluster.list(res.kind, target.namespace, labels, fields)
+        for obj in listed.items:
+            meta = obj["metadata"]
+            with contextlib.suppress(NotFound):
+                cluster.delete(
+                    res.kind,
+                    meta["name"],
+                    meta.get("namespace"),
+                    grace_period_seconds=None if grace is None else int(grace),
+                )
+        self._send(
+            200,
+            {
+                "kind": res.list_kind,
+                "apiVersion": res.kind.api_version,
+                "metadata": {"resourceVersion": cluster.resource_version},
+                "items": listed.items,
+            },
+        )
+
+
+def _bookmark(kind: Kind, rv: str, **annotations: str) -> Obj:
+    meta: Obj = {"resourceVersion": rv}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"kind": kind.kind, "apiVersion": kind.api_version, "metadata": meta}
+
+
+def _without_status(obj: Obj) -> Obj:
+    return {k: v for k, v in obj.items() if k != "status"}
+
+
+def _status_of(obj: Obj, sub: str | None) -> Obj:
+    return {"status": obj["status"]} if sub is None and "status" in obj else {}
+
+
+def _partial(obj: Obj) -> Obj:
+    return {
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata", {}),
+    }
+
+
+def _qualified(kind: Kind) -> str:
+    return f"{kind.kind}.{kind.group}" if kind.group else kind.kind
+
+
+def _invalid(res: Resource, name: str, errors: Sequence[FieldError]) -> HttpError:
+    what = f'{_qualified(res.kind)} "{name}" is invalid: '
+    shown = str(errors[0]) if len(errors) == 1 else "[" + ", ".join(map(str, errors)) + "]"
+    details: Obj = {
+        "name": name,
+        "group": res.kind.group,
+        "kind": res.kind.kind,
+        "causes": [{"reason": e.reason, "message": e.message, "field": e.field} for e in errors],
+    }
+    return HttpError(422, what + shown, "Invalid", details)
+
+
+def _check_name(res: Resource, name: Any) -> None:
+    pattern, limit, what = (
+        (_LABEL, 63, "RFC 1123 label")
+        if res.kind == NAMESPACE
+        else (_SUBDOMAIN, 253, "RFC 1123 subdomain")
+    )
+    if not isinstance(name, str) or len(name) > limit or not pattern.fullmatch(name):
+        error = FieldError(
+            "metadata.name",
+            "FieldValueInvalid",
+            f"Invalid value: {json.dumps(name)}: a lowercase {what} must consist of lower case "
+            "alphanumeric characters, '-' or '.', and must start and end with an "
+            f"alphanumeric character (at most {limit} characters)",
+        )
+        raise _invalid(res, str(name), [error])
+
+
+def _causes(exc: ApiError) -> Obj | None:
+    if not isinstance(exc, Invalid):
+        return None
+    m = _FIELD_MESSAGE.fullmatch(str(exc))
+    cause: Obj = {"reason": "FieldValueInvalid", "message": str(exc)}
+    if m is not None:
+        cause.update(field=m.group(1), message=m.group(2))
+    return {"causes": [cause]}
+
+
+# --- command line -----------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``podnet apiserver`` options."""
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default: %(default)s)"
+    )
+    parser.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one")
+    parser.add_argument(
+        "--kubeconfig-out", type=Path, default=None, metavar="PATH",
+        help="write a kubeconfig for the server here (no auth, its context current)",
+    )
+    parser.add_argument(
+        "--bookmark-interval", type=float, default=1.0, metavar="SECONDS",
+        help="send a BOOKMARK after this long without events (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--crds", type=Path, default=None, metavar="DIR",
+        help="directory with podnetworks.yaml and nodenetworks.yaml (default: the shipped ones)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM or SIGINT; the URL goes to stdout as the first line."""
+    done = threading.Event()
+    previous: dict[signal.Signals, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, lambda *_: done.set())
+    try:
+        server = ApiServer(
+            host=args.host,
+            port=args.port,
+            bookmark_interval=args.bookmark_interval,
+            crd_dir=args.crds,
+        )
+        with server:
+            if args.kubeconfig_out is not None:
+                server.write_kubeconfig(args.kubeconfig_out)
+            print(server.url, flush=True)
+            while not done.wait(0.5):
+                pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="podnet apiserver",
+        description="Serve an in-memory Kubernetes API (with podnet's CRDs) over HTTP.",
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""The manifests in deploy/ validate against Kubernetes' schemas and keep least privilege."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from podnet.core.config import parse_config
+from podnet.core.plugin import BUILTIN_PLUGINS
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+K8S_VERSION = "1.30"
+
+
+def documents() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for path in sorted(DEPLOY.rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                out.append((f"{path.relative_to(DEPLOY)}:{doc['kind']}/{doc['metadata']['name']}",
+                            doc))
+    return out
+
+
+DOCS = documents()
+
+
+@pytest.mark.parametrize("name, doc", DOCS, ids=[n for n, _ in DOCS])
+def test_manifest_validates_strictly(name: str, doc: dict[str, Any]) -> None:
+    kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_every_kind_we_ship_is_there() -> None:
+    kinds = sorted({doc["kind"] for _, doc in DOCS})
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap",
+                     "CustomResourceDefinition", "Deployment", "Role", "RoleBinding",
+                     "ServiceAccount"]
+
+
+def test_rbac_has_no_wildcards_and_no_secrets() -> None:
+    for _, doc in DOCS:
+        for rule in doc.get("rules", ()):
+            for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert "*" not in rule.get(field, []), (doc["metadata"]["name"], rule)
+            assert "secrets" not in rule.get("resources", [])
+
+
+def test_rbac_covers_what_the_engine_does() -> None:
+    rules = [r for _, d in DOCS if d["kind"] == "ClusterRole" for r in d["rules"]]
+
+    def allowed(group: str, resource: str, verb: str) -> bool:
+        return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"]
+                   for r in rules)
+
+    for resource in ("pods", "nodes"):
+        for verb in ("get", "list", "watch"):
+            assert allowed("", resource, verb)
+        assert not allowed("", resource, "update"), "podnet never writes pods or nodes"
+    for resource in ("podnetworks", "nodenetworks"):
+        for verb in ("get", "list", "watch", "create", "update", "delete"):
+            assert allowed("podnet.io", resource, verb)
+        assert allowed("podnet.io", f"{resource}/status", "update")
+    assert allowed("", "events", "create")
+
+
+def test_deployment_probes_and_resources() -> None:
+    (dep,) = [d for _, d in DOCS if d["kind"] == "Deployment"]
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["host"] == "127.0.0.1"
+    assert container["resources"]["requests"]["cpu"]
+    assert container["resources"]["requests"]["memory"]
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_configmap_holds_a_valid_config_consistent_with_the_deployment() -> None:
+    (cm,) = [d for _, d in DOCS if d["kind"] == "ConfigMap"]
+    config = parse_config(yaml.safe_load(cm["data"]["config.yaml"]))
+    assert config.default_provider in BUILTIN_PLUGINS
+    (dep,) = [d for _, d in DOCS if d["kind"] == "Deployment"]
+    port = dep["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGet"]["port"]
+    assert config.listen == f"127.0.0.1:{port}"
+    (role,) = [d for _, d in DOCS if d["kind"] == "Role"]
+    assert role["metadata"]["namespace"] == config.leader_election.namespace
+    names = {n for r in role["rules"] for n in r.get("resourceNames", [])}
+    assert names == {config.leader_election.name}
+
+
+def test_crds_have_status_printer_columns_and_short_names() -> None:
+    crds = {d["spec"]["names"]["plural"]: d for _, d in DOCS
+            if d["kind"] == "CustomResourceDefinition"}
+    assert crds["podnetworks"]["spec"]["names"]["shortNames"] == ["pn"]
+    assert crds["nodenetworks"]["spec"]["names"]["shortNames"] == ["nn"]
+    for crd in crds.values():
+        (version,) = crd["spec"]["versions"]
+        assert version["subresources"] == {"status": {}}
+        assert version["schema"]["openAPIV3Schema"]["type"] == "object"
+    columns = [c["name"] for c in crds["podnetworks"]["spec"]["versions"][0][
+        "additionalPrinterColumns"]]
+    assert columns[:3] == ["Phase", "IP", "Node"]

@@ -10,6 +10,10 @@ missing=()
 for pkg in $debs; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
+# commands the tests drive, and the Debian package that brings each when it is absent
+for pair in kubectl:kubernetes-client; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair##*:}")
+done
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "bootstrap: installing Debian packages: ${missing[*]}"

@@ -12,6 +12,8 @@ same instance across them), can be slowed down and made to fail, and counts call
 from __future__ import annotations
 
 import ipaddress
+import json
+import os
 import random
 import threading
 import time
@@ -87,6 +89,41 @@ class ReferenceCloud:
         self.calls: Counter[str] = Counter()
         #: faults to raise on the next calls of one API, for tests: api -> [codes]
         self.scripted: dict[str, list[str]] = {}
+        #: where the cloud keeps its state when it must outlive the controller process
+        self.state_file: str | None = None
+
+    # --- persistence: a real cloud survives the controller's crashes; so does this one -----
+
+    def persist_to(self, path: str) -> None:
+        """Load the state in ``path`` if there is one, and write every change back to it."""
+        with self.lock:
+            self.state_file = path
+            try:
+                with open(path, encoding="utf-8") as f:
+                    data = json.load(f)
+            except FileNotFoundError:
+                self._save_locked()
+                return
+            self.nodes = {
+                name: _Node(cidr=ipaddress.ip_network(n["cidr"]), interfaces=n["interfaces"],
+                            next_interface=n["nextInterface"])
+                for name, n in data["nodes"].items()
+            }
+            self.routes = dict(data["routes"])
+
+    def _save_locked(self) -> None:
+        if self.state_file is None:
+            return
+        data = {
+            "nodes": {name: {"cidr": str(n.cidr), "interfaces": n.interfaces,
+                             "nextInterface": n.next_interface}
+                      for name, n in self.nodes.items()},
+            "routes": self.routes,
+        }
+        tmp = f"{self.state_file}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(tmp, self.state_file)  # atomic: a crash leaves the old or the new state
 
     def _call(self, api: str) -> None:
         self.calls[api] += 1
@@ -111,6 +148,7 @@ class ReferenceCloud:
                 raise ProviderError(ErrorKind.FATAL, f"node {name}: {exc}",
                                     field="spec.podCIDR") from None
             node = self.nodes[name] = _Node(cidr=network, interfaces={"eth0": []})
+            self._save_locked()
         return node
 
     # --- the "cloud API" ------------------------------------------------------------------
@@ -141,6 +179,7 @@ class ReferenceCloud:
                 if address in used:
                     raise ReferenceCloudError("Conflict", f"{address} is on another interface")
                 node.interfaces[interface].append(address)
+                self._save_locked()
                 return [address]
             _, per = self.capacity_unlocked(node)
             room = per - len(node.interfaces[interface])
@@ -158,6 +197,7 @@ class ReferenceCloud:
             if not out:
                 raise ReferenceCloudError("SubnetExhausted", f"{node.cidr} has no address left")
             node.interfaces[interface].extend(out)
+            self._save_locked()
             return out
 
     def capacity_unlocked(self, node: _Node) -> tuple[int, int]:
@@ -173,6 +213,7 @@ class ReferenceCloud:
             gone = set(addresses)
             for ips in node.interfaces.values():
                 ips[:] = [ip for ip in ips if ip not in gone]
+            self._save_locked()
             return list(addresses)
 
     def create_interface(self, name: str, cidr: str | None, count: int) -> tuple[str, list[str]]:
@@ -184,6 +225,7 @@ class ReferenceCloud:
             itf = f"eth{node.next_interface}"
             node.next_interface += 1
             node.interfaces[itf] = []
+            self._save_locked()
         return itf, self.add(name, cidr, itf, count) if count else []
 
     def delete_interface(self, name: str, interface: str) -> None:
@@ -197,17 +239,20 @@ class ReferenceCloud:
             if node.interfaces[interface]:
                 raise ReferenceCloudError("Conflict", f"{interface} still has addresses")
             del node.interfaces[interface]
+            self._save_locked()
 
     def set_route(self, address: str, key: str) -> None:
         self._call("SetRoute")
         with self.lock:
             self.routes[address] = key
+            self._save_locked()
 
     def delete_route(self, address: str, key: str) -> None:
         self._call("DeleteRoute")
         with self.lock:
             if self.routes.get(address) == key:
                 del self.routes[address]
+                self._save_locked()
 
     def all_addresses(self) -> dict[str, str]:
         """Ground truth: every attached address -> node name."""
@@ -240,7 +285,8 @@ class ReferenceProvider:
     def podnet_configure(self, provider: str, config: Mapping[str, Any]) -> None:
         if provider != self.name:
             return
-        known = {"latency_ms", "fault_rate", "seed", "max_interfaces", "ips_per_interface"}
+        known = {"latency_ms", "fault_rate", "seed", "max_interfaces", "ips_per_interface",
+                 "state_file"}
         for key in config:
             if key not in known:
                 raise ConfigError(f"{provider}.{key}", "unknown option")
@@ -252,6 +298,14 @@ class ReferenceProvider:
                                                self.cloud.max_interfaces, 1, 64))
         self.cloud.ips_per_interface = int(number(config, provider, "ips_per_interface",
                                                   self.cloud.ips_per_interface, 1, 4096))
+        state_file = config.get("state_file")
+        if state_file is not None:
+            if not isinstance(state_file, str) or not state_file:
+                raise ConfigError(f"{provider}.state_file", "expected a file path")
+            try:
+                self.cloud.persist_to(state_file)
+            except (OSError, ValueError, KeyError) as exc:
+                raise ConfigError(f"{provider}.state_file", f"unusable: {exc}") from None
 
     # 3. inventory
 

@@ -1,0 +1,517 @@
+"""KubeCluster specifics: informers over real HTTP watches, errors, and memory cost.
+
+The shared behaviour of both adapters is in ``test_cluster_contract.py``; here the
+informer runs over :class:`KubeCluster` against the API server emulator and must survive
+dropped watch connections and 410 Gone exactly as it does in memory.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import tracemalloc
+import urllib.request
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from podnet.core.cluster.informer import Informer
+from podnet.core.cluster.kube import KubeCluster, KubeWatch
+from podnet.core.cluster.memory import InMemoryCluster
+from podnet.core.cluster.port import (
+    NODE,
+    POD,
+    POD_NETWORK,
+    ApiError,
+    Conflict,
+    Gone,
+    Invalid,
+    ListResult,
+    NotFound,
+    Obj,
+)
+from podnet.core.errors import ConfigError
+from podnet.core.objects import pod_info
+from podnet.sim.apiserver import ApiServer
+
+NS = "default"
+
+
+@attrs.frozen
+class Emulated:
+    store: InMemoryCluster
+    server: ApiServer
+    kube: KubeCluster
+
+    def admin(self, spec: Obj) -> Obj:
+        """POST the emulator's fault endpoint, as a chaos run would."""
+        req = urllib.request.Request(
+            f"{self.server.url}/_podnet/faults",
+            data=json.dumps(spec).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            answer: Obj = json.loads(resp.read())
+        return answer
+
+
+@pytest.fixture
+def emu(tmp_path: Path) -> Iterator[Emulated]:
+    store = InMemoryCluster()
+    with ApiServer(store, bookmark_interval=0.5) as server:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        with KubeCluster.from_kubeconfig(str(kubeconfig)) as kube:
+            yield Emulated(store, server, kube)
+
+
+def pod(name: str, node: str = "n1", **labels: str) -> Obj:
+    return {
+        "metadata": {"name": name, "namespace": NS, "labels": dict(labels)},
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "demo"}]},
+    }
+
+
+def until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.02)
+
+
+def raw(obj: Obj) -> Obj:
+    return obj
+
+
+Seen = dict[str, list[tuple[str, str]]]
+
+
+def recorder(informer: Informer[Obj]) -> Seen:
+    """Every handler call per key, as (event, resourceVersion)."""
+    seen: Seen = defaultdict(list)
+
+    def handle(event: str, key: str, old: Obj | None, new: Obj | None) -> None:
+        # a DELETED handler sees the last cached version: its own version is not passed
+        seen[key].append((event, new["metadata"]["resourceVersion"] if new else "-"))
+
+    informer.add_handler(handle)
+    return seen
+
+
+def count_lists(kube: KubeCluster) -> list[int]:
+    """Count the adapter's list calls (the store's own stats also count our checks)."""
+    calls = [0]
+    real = kube.list
+
+    def counted(*args: Any, **kwargs: Any) -> ListResult:
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    kube.list = counted
+    return calls
+
+
+def converged(informer: Informer[Obj], store: InMemoryCluster) -> bool:
+    live = {f"{NS}/{o['metadata']['name']}": o for o in store.list(POD).items}
+    cached = {k: informer.get(k) for k in informer.keys()}  # noqa: SIM118
+    return cached == live
+
+
+# --- the informer over HTTP -------------------------------------------------------------
+
+
+def test_informer_survives_dropped_watches_without_losing_events(emu: Emulated) -> None:
+    lists = count_lists(emu.kube)
+    informer: Informer[Obj] = Informer(emu.kube, POD, raw)
+    seen = recorder(informer)
+    informer.start()
+    stop = threading.Event()
+    runner = threading.Thread(target=informer.run, args=(stop, 0.05), daemon=True)
+    runner.start()
+    expected: Seen = defaultdict(list)
+
+    def wrote(obj: Obj, event: str) -> None:
+        meta = obj["metadata"]
+        expected[f"{NS}/{meta['name']}"].append((event, meta["resourceVersion"]))
+
+    drops = 0
+    try:
+        for i in range(60):
+            made = emu.store.create(POD, pod(f"p{i}", app="web"))
+            wrote(made, "ADDED")
+            if i % 3 == 0:
+                patched = emu.store.patch(POD, f"p{i}", {"metadata": {"labels": {"i": str(i)}}}, NS)
+                wrote(patched, "MODIFIED")
+            if i % 5 == 4:
+                emu.store.delete(POD, f"p{i - 2}", NS)
+                expected[f"{NS}/p{i - 2}"].append(("DELETED", "-"))
+            if i % 10 == 9:
+                drops += emu.admin({"dropWatches": True}).get("droppedWatches", 0)
+                time.sleep(0.05)  # let the informer notice, re-watch, and catch up
+        until(lambda: converged(informer, emu.store))
+    finally:
+        stop.set()
+        runner.join(5)
+        informer.stop()
+    assert drops >= 3  # the informer's watch really was cut, several times
+    assert dict(seen) == dict(expected)  # every change, once, in order
+    assert lists == [1]  # resumed from its version each time, never re-listed
+    assert emu.store.stats[("watch", "pods")] > drops
+
+
+def test_informer_relists_after_gone_and_fires_deletes(emu: Emulated) -> None:
+    for i in range(10):
+        emu.store.create(POD, pod(f"p{i}"))
+    lists = count_lists(emu.kube)
+    informer: Informer[Obj] = Informer(emu.kube, POD, raw)
+    seen = recorder(informer)
+    informer.start()
+    assert len(informer) == 10
+    seen.clear()
+    watch = informer._watch  # private: wait for the cut before writing
+    assert isinstance(watch, KubeWatch)
+    emu.admin({"dropWatches": True})
+    until(lambda: watch.closed)
+    # while nobody watches: deletes, a create, an update; then history is compacted
+    for i in range(5):
+        emu.store.delete(POD, f"p{i}", NS)
+    emu.store.create(POD, pod("q0"))
+    emu.store.patch(POD, "p5", {"metadata": {"labels": {"v": "2"}}}, NS)
+    emu.admin({"compact": True})
+    until(lambda: informer.pump(0.1) >= 0 and converged(informer, emu.store))
+    assert lists == [2]  # 410 Gone: re-listed once
+    events = {key: [e for e, _ in calls] for key, calls in seen.items()}
+    assert events == {
+        **{f"{NS}/p{i}": ["DELETED"] for i in range(5)},
+        f"{NS}/q0": ["ADDED"],
+        f"{NS}/p5": ["MODIFIED"],
+    }
+    # and it follows the cluster again from the fresh list
+    emu.store.create(POD, pod("q1"))
+    until(lambda: informer.pump(0.1) >= 0 and f"{NS}/q1" in informer)
+    informer.stop()
+
+
+# --- adapter specifics ------------------------------------------------------------------
+
+
+def test_watch_stop_is_prompt_and_ends_the_reader(emu: Emulated) -> None:
+    w = emu.kube.watch(POD, emu.store.resource_version, timeout_seconds=600)
+    assert w.poll(0.05) == []
+    started = time.monotonic()
+    w.stop()
+    w.join(2)
+    assert time.monotonic() - started < 1.0
+    assert w.closed and w.poll(0) == []
+    # the pool still serves requests afterwards
+    emu.kube.create(POD, pod("a"))
+    assert [o["metadata"]["name"] for o in emu.kube.list(POD).items] == ["a"]
+
+
+def test_watch_timeout_is_jittered_whole_seconds(emu: Emulated) -> None:
+    sent: list[str] = []
+    real = emu.kube.api_client.call_api
+
+    def spy(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        sent.append(url)
+        return real(method, url, *args, **kwargs)
+
+    emu.kube.api_client.call_api = spy
+    for _ in range(3):
+        emu.kube.watch(POD, "1").stop()
+    timeouts = [int(u.split("timeoutSeconds=")[1].split("&")[0]) for u in sent]
+    assert all(300 <= t <= 600 for t in timeouts)
+    assert all("allowWatchBookmarks=true" in u and "watch=1" in u for u in sent)
+
+
+def test_http_errors_map_to_port_errors(emu: Emulated) -> None:
+    emu.store.faults.fail_next("get", POD, ApiError("injected", code=500))
+    with pytest.raises(ApiError) as info:
+        emu.kube.get(POD, "a", NS)
+    assert info.value.code == 500 and type(info.value) is ApiError
+    with pytest.raises(NotFound):
+        emu.kube.get(POD, "a", NS)
+    # the emulator checks the CRD schema: 422 names the field
+    with pytest.raises(Invalid, match="provider"):
+        emu.kube.create(
+            POD_NETWORK,
+            {
+                "metadata": {"name": "x", "namespace": NS},
+                "spec": {"podName": "x", "podUid": "u", "nodeName": "n1"},
+            },
+        )
+    emu.admin({"failNext": {"op": "update", "resource": "pods", "code": 409, "times": 1}})
+    made = emu.kube.create(POD, pod("a"))
+    with pytest.raises(Conflict):
+        emu.kube.update(POD, made)
+    emu.admin({"failNext": {"op": "watch", "resource": "pods", "code": 410, "times": 1}})
+    with pytest.raises(Gone):
+        emu.kube.watch(POD, made["metadata"]["resourceVersion"]).poll(5)
+
+
+def test_unreachable_server_is_an_api_error(tmp_path: Path) -> None:
+    server = ApiServer().start()
+    kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+    server.stop()
+    with KubeCluster.from_kubeconfig(str(kubeconfig)) as kube:
+        with pytest.raises(ApiError) as info:
+            kube.list(POD)
+        assert info.value.code == 503 and "unreachable" in str(info.value)
+        with pytest.raises(ApiError):
+            kube.watch(POD, "1")
+
+
+def test_bad_kubeconfig_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="kubeconfig"):
+        KubeCluster.from_kubeconfig(str(tmp_path / "missing"))
+
+
+def test_list_follows_continue_tokens_and_survives_their_expiry(
+    emu: Emulated, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the emulator always answers whole lists, so pages are played back here
+    pages = {
+        "": {"metadata": {"continue": "t1", "resourceVersion": "7"}, "items": [{"a": 1}]},
+        "t1": {"metadata": {"continue": "t2", "resourceVersion": "7"}, "items": [{"b": 1}]},
+        "t2": {"metadata": {"resourceVersion": "7"}, "items": [{"c": 1}]},
+    }
+    queries: list[dict[str, Any]] = []
+    expire = {"t2"}
+
+    def call(method: str, path: str, *, query: Any = None, **_: Any) -> Any:
+        q = dict(query or [])
+        queries.append(q)
+        token = q.get("continue", "")
+        if token in expire:
+            expire.clear()
+            raise Gone("continue token expired")
+        if "limit" not in q:  # the unpaged fallback
+            return {"metadata": {"resourceVersion": "9"}, "items": [{"a": 2}, {"z": 1}]}
+        return pages[token]
+
+    monkeypatch.setattr(emu.kube, "_call", call)
+    result = emu.kube.list(POD, label_selector="app=web")
+    assert result == ListResult(
+        [{"a": 2, "kind": "Pod", "apiVersion": "v1"}, {"z": 1, "kind": "Pod", "apiVersion": "v1"}],
+        "9",
+    )
+    assert [q.get("continue") for q in queries] == [None, "t1", "t2", None]
+    assert all(q["labelSelector"] == "app=web" for q in queries)
+    again = emu.kube.list(POD)
+    assert [next(iter(o)) for o in again.items] == ["a", "b", "c"]
+    assert again.resource_version == "7"
+
+
+# --- memory: the cost of caching pods through an informer -------------------------------
+
+
+def realistic_pod(i: int) -> Obj:
+    """A Deployment's pod roughly as the API serves it (~4 KiB of JSON)."""
+    name = f"web-7d9c8b6f5-{i:05d}"
+    node = f"node-{i % 200:03d}"
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": f"team-{i % 20}",
+            "labels": {"app": "web", "pod-template-hash": "7d9c8b6f5", "tier": "frontend"},
+            "annotations": {
+                "podnet.io/subnets": "subnet-a,subnet-b",
+                "kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z",
+                "prometheus.io/scrape": "true",
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": "web-7d9c8b6f5",
+                    "uid": "5b6c8c1e-0f57-4a8e-9e0e-3c1d2a4b5c6d",
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+            "managedFields": [
+                {
+                    "manager": "kube-controller-manager",
+                    "operation": "Update",
+                    "apiVersion": "v1",
+                    "time": "2026-01-01T00:00:00Z",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {
+                        "f:metadata": {"f:labels": {".": {}, "f:app": {}, "f:tier": {}}},
+                        "f:spec": {"f:containers": {'k:{"name":"web"}': {".": {}}}},
+                    },
+                }
+            ],
+        },
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Always",
+            "serviceAccountName": "web",
+            "terminationGracePeriodSeconds": 30,
+            "dnsPolicy": "ClusterFirst",
+            "schedulerName": "default-scheduler",
+            "containers": [
+                {
+                    "name": "web",
+                    "image": "registry.example.com/team/web:1.42.0",
+                    "ports": [{"containerPort": 8080, "name": "http", "protocol": "TCP"}],
+                    "env": [
+                        {"name": "LOG_LEVEL", "value": "info"},
+                        {
+                            "name": "POD_NAME",
+                            "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+                        },
+                    ],
+                    "resources": {
+                        "requests": {"cpu": "250m", "memory": "256Mi"},
+                        "limits": {"memory": "512Mi"},
+                    },
+                    "volumeMounts": [
+                        {
+                            "name": "kube-api-access-x7k2p",
+                            "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                            "readOnly": True,
+                        }
+                    ],
+                    "readinessProbe": {
+                        "httpGet": {"path": "/healthz", "port": 8080, "scheme": "HTTP"},
+                        "periodSeconds": 10,
+                    },
+                    "imagePullPolicy": "IfNotPresent",
+                    "terminationMessagePath": "/dev/termination-log",
+                }
+            ],
+            "volumes": [
+                {
+                    "name": "kube-api-access-x7k2p",
+                    "projected": {
+                        "defaultMode": 420,
+                        "sources": [
+                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                            {
+                                "configMap": {
+                                    "name": "kube-root-ca.crt",
+                                    "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                                }
+                            },
+                        ],
+                    },
+                }
+            ],
+            "tolerations": [
+                {
+                    "key": "node.kubernetes.io/not-ready",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                }
+            ],
+        },
+        "status": {
+            "phase": "Running",
+            "qosClass": "Burstable",
+            "hostIP": f"10.1.{i % 200}.1",
+            "podIP": f"10.2.{i // 250}.{i % 250}",
+            "podIPs": [{"ip": f"10.2.{i // 250}.{i % 250}"}],
+            "startTime": "2026-01-01T00:00:00Z",
+            "conditions": [
+                {"type": t, "status": "True", "lastTransitionTime": "2026-01-01T00:00:05Z"}
+                for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady")
+            ],
+            "containerStatuses": [
+                {
+                    "name": "web",
+                    "ready": True,
+                    "restartCount": 0,
+                    "started": True,
+                    "image": "registry.example.com/team/web:1.42.0",
+                    "imageID": "registry.example.com/team/web@sha256:" + "ab" * 32,
+                    "containerID": f"containerd://{i:064x}",
+                    "state": {"running": {"startedAt": "2026-01-01T00:00:04Z"}},
+                }
+            ],
+        },
+    }
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+# Serves ``count`` realistic pods from another process, so that tracemalloc and RSS in
+# this one see only the client's side: the response, json.loads, the transform, the cache.
+_SERVE = """
+import sys, threading
+sys.path.insert(0, sys.argv[1])
+from test_cluster_kube import realistic_pod
+from podnet.core.cluster.memory import InMemoryCluster
+from podnet.core.cluster.port import POD
+from podnet.sim.apiserver import ApiServer
+
+store = InMemoryCluster()
+for i in range(int(sys.argv[2])):
+    store.create(POD, realistic_pod(i))
+with ApiServer(store, bookmark_interval=600) as server:
+    server.write_kubeconfig(sys.argv[3])
+    print(server.url, flush=True)
+    sys.stdin.read()  # until the test closes our stdin
+"""
+
+
+@pytest.mark.slow
+def test_memory_of_caching_pods_lean_versus_raw(tmp_path: Path) -> None:
+    """Prints (does not assert) what 10,000 cached pods cost, and the 100,000 estimate."""
+    count = 10_000
+    kubeconfig = tmp_path / "kubeconfig"
+    server = subprocess.Popen(
+        [sys.executable, "-c", _SERVE, str(Path(__file__).parent), str(count), str(kubeconfig)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None and server.stdout.readline().startswith("http")
+        size = sum(len(json.dumps(realistic_pod(i))) for i in range(100)) / 100
+        print(f"\n{count} pods, {size / 1024:.1f} KiB of JSON each (as created)")
+        transforms: dict[str, Callable[[Obj], Any]] = {"pod_info": pod_info, "raw dict": raw}
+        with KubeCluster.from_kubeconfig(str(kubeconfig)) as kube:
+            kube.list(NODE)  # warm the connection pool and imports outside the measurement
+            for label, transform in transforms.items():
+                gc.collect()
+                rss_before = _rss()
+                tracemalloc.start()
+                base = tracemalloc.get_traced_memory()[0]
+                started = time.perf_counter()
+                informer: Informer[Any] = Informer(kube, POD, transform)
+                informer.start()
+                took = time.perf_counter() - started
+                informer.stop()  # the watch thread and its buffers are not the cache
+                gc.collect()
+                held, peak = tracemalloc.get_traced_memory()
+                tracemalloc.stop()
+                rss_after = _rss()
+                assert len(informer) == count
+                per_pod = (held - base) / count / 1024
+                print(
+                    f"{label:>9}: {per_pod:6.2f} KiB/pod held (tracemalloc) "
+                    f"-> {per_pod * 100_000 / 1024:7.1f} MiB for 100,000 pods; "
+                    f"peak during list {(peak - base) / 2**20:6.2f} MiB; "
+                    f"RSS +{(rss_after - rss_before) / 2**20:6.1f} MiB; "
+                    f"list+cache {took:.2f} s (traced)"
+                )
+                del informer
+    finally:
+        assert server.stdin is not None
+        server.stdin.close()
+        if server.wait(10) is None:
+            server.kill()

@@ -1,0 +1,212 @@
+"""End to end, as an operator would: separate processes, kubectl, the real client.
+
+``podnet apiserver`` serves the emulated API; ``podnet run --provider reference`` is the
+controller (its reference cloud keeps its state in a file, as a real cloud outlives the
+controller); kubectl creates nodes and pods and reads the records back.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Cluster:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.kubeconfig = tmp / "kubeconfig"
+        self.procs: list[subprocess.Popen[str]] = []
+        self.apiserver = self.spawn(["apiserver", "--port", "0", "--kubeconfig-out",
+                                     str(self.kubeconfig)], "apiserver")
+        assert self.apiserver.stdout is not None
+        self.url = self.apiserver.stdout.readline().strip()
+        assert self.url.startswith("http://127.0.0.1:"), self.url
+        self.state = tmp / "cloud.json"
+
+    def spawn(self, args: list[str], name: str) -> subprocess.Popen[str]:
+        log = open(self.tmp / f"{name}.log", "a")  # noqa: SIM115 - lives with the process
+        proc = subprocess.Popen([sys.executable, "-m", "podnet.core.cli", *args],
+                                stdout=subprocess.PIPE, stderr=log, text=True)
+        self.procs.append(proc)
+        return proc
+
+    def controller(self, identity: str, port: int, lease: float = 15.0) -> subprocess.Popen[str]:
+        config = self.tmp / f"{identity}.yaml"
+        config.write_text(yaml.safe_dump({
+            "defaultProvider": "reference",
+            "providers": {"reference": {"state_file": str(self.state)}},
+            "policies": {"reference": {"minIdle": 2, "maxIdle": 6}},
+            "listen": f"127.0.0.1:{port}",
+            "leaderElection": {"namespace": "kube-system", "name": "podnet",
+                               "leaseDurationSeconds": lease,
+                               "renewDeadlineSeconds": lease * 2 / 3,
+                               "retryPeriodSeconds": lease / 6},
+        }))
+        return self.spawn(["run", "--kubeconfig", str(self.kubeconfig), "--provider",
+                           "reference", "--config", str(config), "--identity", identity],
+                          identity)
+
+    def kubectl(self, *args: str, input: str | None = None) -> str:
+        run = subprocess.run(["kubectl", "--kubeconfig", str(self.kubeconfig),
+                              "--request-timeout=20s", *args], input=input,
+                             capture_output=True, text=True, timeout=60, check=False)
+        assert run.returncode == 0, f"kubectl {' '.join(args)}: {run.stderr}"
+        return run.stdout
+
+    def get(self, resource: str) -> list[dict[str, Any]]:
+        return list(json.loads(self.kubectl("get", resource, "-A", "-o", "json"))["items"])
+
+    def create(self, docs: list[dict[str, Any]]) -> None:
+        self.kubectl("create", "-f", "-", input=yaml.safe_dump_all(docs))
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=10)
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def nodes(n: int) -> list[dict[str, Any]]:
+    return [{"apiVersion": "v1", "kind": "Node",
+             "metadata": {"name": f"node-{i:02d}"},
+             "spec": {"podCIDR": f"10.90.{i}.0/24"}} for i in range(n)]
+
+
+def pods(names: list[str], n_nodes: int) -> list[dict[str, Any]]:
+    return [{"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": name, "namespace": "default"},
+             "spec": {"nodeName": f"node-{i % n_nodes:02d}",
+                      "containers": [{"name": "c", "image": "busybox"}]},
+             "status": {"phase": "Running"}} for i, name in enumerate(names)]
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def routed(c: Cluster) -> dict[str, str]:
+    """pod name -> IP of its routed default network."""
+    return {pn["spec"]["podName"]: pn["status"]["ip"] for pn in c.get("podnetworks")
+            if pn.get("status", {}).get("phase") == "Routed"}
+
+
+def assert_no_leak_and_no_double(c: Cluster) -> None:
+    records = c.get("podnetworks")
+    ips = [pn["status"]["ip"] for pn in records if pn.get("status", {}).get("ip")]
+    assert len(ips) == len(set(ips)), "an address is recorded twice"
+    pooled = {ip["address"] for nn in c.get("nodenetworks")
+              for itf in nn.get("status", {}).get("interfaces", ()) for ip in itf.get("ips", ())}
+    state = json.loads(c.state.read_text())
+    cloud = {ip for node in state["nodes"].values() for itf in node["interfaces"].values()
+             for ip in itf}
+    assert cloud <= set(ips) | pooled, f"leaked: {sorted(cloud - set(ips) - pooled)[:5]}"
+
+
+def metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return r.read().decode()
+
+
+def transitions(port: int) -> float:
+    total = 0.0
+    for line in metrics(port).splitlines():
+        if line.startswith("podnet_transitions_total{") and 'outcome="ok"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_operator_path_burst_delete_and_kill_9(cluster: Cluster) -> None:
+    c = cluster
+    port = free_port()
+    controller = c.controller("one", port)
+    c.create(nodes(20))
+    first = [f"a-{i:03d}" for i in range(200)]
+    c.create(pods(first, 20))
+    wait_for("200 routed pod networks", lambda: set(routed(c)) >= set(first))
+    table = c.kubectl("get", "pn")
+    assert "PHASE" in table and "Routed" in table
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
+        assert r.status == 200
+
+    c.kubectl("delete", "pod", "--wait=false", *first[:100])
+    wait_for("100 records released", lambda: len(c.get("podnetworks")) == 100)
+    assert_no_leak_and_no_double(c)
+
+    second = [f"b-{i:03d}" for i in range(200)]
+    c.create(pods(second, 20))
+    wait_for("the burst under way", lambda: len(routed(c)) > 130, timeout=60)
+    controller.send_signal(signal.SIGKILL)
+    controller.wait(timeout=10)
+    c.controller("one-again", port)
+    wanted = set(first[100:]) | set(second)
+    wait_for("300 routed pod networks after the restart",
+             lambda: set(routed(c)) >= wanted, timeout=180)
+    assert len(c.get("podnetworks")) == 300
+    assert_no_leak_and_no_double(c)
+
+
+def test_two_replicas_one_leader_and_takeover(cluster: Cluster) -> None:
+    c = cluster
+    lease = 3.0
+    ports = {"a": free_port(), "b": free_port()}
+    procs = {name: c.controller(name, port, lease=lease) for name, port in ports.items()}
+    c.create(nodes(2))
+    c.create(pods([f"p-{i}" for i in range(10)], 2))
+    wait_for("10 routed", lambda: len(routed(c)) == 10, timeout=60)
+    holder = json.loads(c.kubectl("get", "lease", "podnet", "-n", "kube-system", "-o",
+                                  "json"))["spec"]["holderIdentity"]
+    other = "b" if holder == "a" else "a"
+    assert transitions(ports[holder]) > 0
+    assert transitions(ports[other]) == 0, "the standby reconciled"
+
+    procs[holder].send_signal(signal.SIGKILL)
+    procs[holder].wait(timeout=10)
+    killed_at = time.monotonic()
+    c.create(pods([f"q-{i}" for i in range(5)], 2))
+    wait_for("the standby to take over", lambda: transitions(ports[other]) > 0, timeout=30)
+    took = time.monotonic() - killed_at
+    wait_for("15 routed", lambda: len(routed(c)) == 15, timeout=60)
+    new_holder = json.loads(c.kubectl("get", "lease", "podnet", "-n", "kube-system", "-o",
+                                      "json"))["spec"]["holderIdentity"]
+    assert new_holder == other
+    # within the lease duration plus a retry period and scheduling slack
+    assert took < lease + lease / 6 + 5, took

@@ -586,6 +586,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.server.api.track(self.connection, True)
 
+    def handle(self) -> None:
+        # a client dropping an idle keep-alive connection is not an error worth a traceback
+        with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+            super().handle()
+
     def finish(self) -> None:
         self.server.api.track(self.connection, False)
         with contextlib.suppress(OSError):

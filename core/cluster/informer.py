@@ -21,7 +21,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from typing import Generic, Literal, NamedTuple, TypeVar
+from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 from .port import ApiError, Cluster, Gone, Kind, Obj, Watch
 
@@ -54,6 +54,15 @@ def newer(rv: str, than: str | None) -> bool:
 class _Seen(NamedTuple):
     rv: str
     uid: str | None
+
+
+class _Digest(NamedTuple, Generic[T]):
+    key: str
+    rv: str
+    uid: str | None
+    obj: Any  # the raw object until transformed, then None
+    value: T | None
+    transformed: bool
 
 
 class Informer(Generic[T]):
@@ -201,12 +210,22 @@ class Informer(Generic[T]):
         self._fire("DELETED", key, old, None)
         return True
 
-    def _apply(self, event: str, obj: Obj) -> bool:
-        """Fold one object version into the cache; True when the cache changed."""
+    def _digest(self, obj: Obj) -> _Digest[T]:
+        """What the cache needs of one object version; the raw object is not kept."""
         meta = obj.get("metadata") or {}
-        key = self.key_of(obj)
-        rv = str(meta.get("resourceVersion") or "")
         uid = meta.get("uid")
+        return _Digest(self.key_of(obj), str(meta.get("resourceVersion") or ""),
+                       uid if isinstance(uid, str) else None, obj, None, False)
+
+    def _listed(self, obj: Obj) -> _Digest[T]:
+        """List transform: the lean value, computed as each page arrives."""
+        digest = self._digest(obj)
+        return digest._replace(obj=None, value=self._transform(obj), transformed=True)
+
+    def _apply(self, event: str, obj: Obj | _Digest[T]) -> bool:
+        """Fold one object version into the cache; True when the cache changed."""
+        digest = obj if isinstance(obj, _Digest) else self._digest(obj)
+        key, rv, uid = digest.key, digest.rv, digest.uid
         seen = self._seen.get(key)
         if event == "DELETED":
             if seen is None:
@@ -219,7 +238,7 @@ class Informer(Generic[T]):
         reference = seen.rv if seen is not None else self._tombstones.get(key)
         if rv and reference and not newer(rv, reference):
             return False  # already have this version or a later one
-        value = self._transform(obj)
+        value = digest.value if digest.transformed else self._transform(digest.obj)
         if value is None:
             return self._drop(key, rv)
         self._tombstones.pop(key, None)
@@ -265,7 +284,8 @@ class Informer(Generic[T]):
             self._watch = None
         try:
             result = self.cluster.list(
-                self.kind, self._namespace, self._label_selector, self._field_selector
+                self.kind, self._namespace, self._label_selector, self._field_selector,
+                transform=self._listed,
             )
         except ApiError as exc:
             if raise_errors:
@@ -275,7 +295,7 @@ class Informer(Generic[T]):
             return 0
         changed = 0
         with self._lock:
-            fresh = {self.key_of(item): item for item in result.items}
+            fresh = {item.key: item for item in result.items}
             for key in [k for k in self._seen if k not in fresh]:
                 # keep what the controller assumed after this list was taken
                 if not newer(self._seen[key].rv, result.resource_version):

@@ -32,7 +32,7 @@ import threading
 import time
 import urllib.parse
 from collections import OrderedDict, deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
@@ -463,6 +463,7 @@ class KubeCluster:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        transform: Callable[[Obj], Any] | None = None,
     ) -> ListResult:
         path = self._path(kind, namespace)
         base: builtins.list[tuple[str, Any]] = []
@@ -470,7 +471,7 @@ class KubeCluster:
             base.append(("labelSelector", label_selector))
         if field_selector:
             base.append(("fieldSelector", field_selector))
-        items: builtins.list[Obj] = []
+        items: builtins.list[Any] = []
         token = ""
         while True:
             query = [*base]
@@ -488,8 +489,11 @@ class KubeCluster:
                 page = self._call("GET", path, query=base)
                 items.clear()
                 token = ""
-            items.extend(_typed(o, kind) for o in page.get("items") or ())
+            raw = (_typed(o, kind) for o in page.get("items") or ())
+            # transform page by page: only one page of raw objects is alive at a time
+            items.extend(map(transform, raw) if transform is not None else raw)
             meta = page.get("metadata") or {}
+            del page
             token = meta.get("continue") or ""
             if not token:
                 return ListResult(items, str(meta.get("resourceVersion") or ""))

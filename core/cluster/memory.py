@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 
@@ -448,6 +448,7 @@ class InMemoryCluster:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        transform: Callable[[Obj], Any] | None = None,
     ) -> ListResult:
         with self._lock:
             self._begin("list", kind)
@@ -468,6 +469,8 @@ class InMemoryCluster:
                     ):
                         items.append(obj)
             rv = str(self._rv)
+        if transform is not None:
+            return ListResult([transform(clone_obj(o)) for o in items], rv)
         return ListResult([clone_obj(o) for o in items], rv)
 
     def watch(

@@ -9,7 +9,7 @@ runs against both.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, Protocol
 
 import attrs
@@ -93,7 +93,8 @@ class Invalid(ApiError):
 
 @attrs.frozen
 class ListResult:
-    items: list[Obj]
+    #: the objects, or what ``transform`` made of each
+    items: list[Any]
     resource_version: str
 
 
@@ -135,7 +136,11 @@ class Cluster(Protocol):
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
-    ) -> ListResult: ...
+        transform: Callable[[Obj], Any] | None = None,
+    ) -> ListResult:
+        """All matching objects. With ``transform``, ``items`` holds what it returned for
+        each object, applied as pages arrive, so a large list never holds every raw
+        object at once (100,000 raw pods are ~2 GiB; their cache entries ~0.1 GiB)."""
 
     def watch(
         self,

@@ -371,9 +371,6 @@ def test_strategic_patch_merges_lists_by_key(cluster: Cluster) -> None:
 def test_strategic_patch_of_a_custom_resource_is_refused(
     request: pytest.FixtureRequest, backend: Backend
 ) -> None:
-    known_difference(
-        request, backend, "memory", "memory.py InMemoryCluster.patch strategic-merges CRs"
-    )
     backend.cluster.create(POD_NETWORK, podnet("a"))
     with pytest.raises(ApiError) as info:  # 415 Unsupported Media Type, as upstream
         backend.cluster.patch(POD_NETWORK, "a", {"spec": {"network": "x"}}, NS, "strategic")
@@ -540,13 +537,6 @@ def test_watch_ends_at_its_timeout(cluster: Cluster) -> None:
 def test_watch_from_zero_starts_with_current_objects(
     request: pytest.FixtureRequest, backend: Backend
 ) -> None:
-    known_difference(
-        request,
-        backend,
-        "memory",
-        'memory.py InMemoryCluster.watch reads resourceVersion "0" as "from now"; upstream '
-        "and the emulator first send every current object as ADDED",
-    )
     backend.cluster.create(POD, pod("a"))
     w = backend.cluster.watch(POD, "0")
     try:

@@ -46,6 +46,13 @@ def pod(name: str, ns: str = "default", node: str = "n1", **labels: str) -> Obj:
     }
 
 
+def pod_with(name: str, owners: list[Obj] | None = None, **meta: Any) -> Obj:
+    """A pod carrying extra metadata: built-in kinds take strategic-merge patches."""
+    obj = pod(name)
+    obj["metadata"].update(podnet(name, owners=owners, **meta)["metadata"])
+    return obj
+
+
 def podnet(name: str, ns: str = "default", owners: list[Obj] | None = None, **meta: Any) -> Obj:
     refs = [
         {
@@ -321,10 +328,10 @@ def test_patch_resource_version_is_a_precondition(cluster: InMemoryCluster) -> N
 def test_strategic_merge_lists(cluster: InMemoryCluster) -> None:
     owner1 = cluster.create(POD, pod("o1"))
     owner2 = cluster.create(POD, pod("o2"))
-    cluster.create(POD_NETWORK, podnet("a", owners=[owner1]))
+    cluster.create(POD, pod_with("a", owners=[owner1]))
     ref2 = {"apiVersion": "v1", "kind": "Pod", "name": "o2", "uid": owner2["metadata"]["uid"]}
     out = cluster.patch(
-        POD_NETWORK,
+        POD,
         "a",
         {"metadata": {"ownerReferences": [ref2]}},
         "default",
@@ -389,9 +396,16 @@ def test_finalizer_holds_object_until_json_patch_removes_it(
     assert held["metadata"]["deletionGracePeriodSeconds"] == 0
     cluster.delete(POD_NETWORK, "a", "default")  # again: nothing changes
     assert cluster.get(POD_NETWORK, "a", "default") == held
-    # the trap: a strategic-merge dict patch that omits the finalizer keeps it
+    # custom resources take no strategic-merge patch at all (415, as upstream)
+    with pytest.raises(ApiError) as refused:
+        cluster.patch(
+            POD_NETWORK, "a", {"metadata": {"finalizers": []}}, "default", patch_type="strategic"
+        )
+    assert refused.value.code == 415
+    # the trap, on a built-in kind: a strategic dict patch that omits the finalizer keeps it
+    cluster.create(POD, pod_with("p", finalizers=[FIN]))
     kept = cluster.patch(
-        POD_NETWORK, "a", {"metadata": {"finalizers": []}}, "default", patch_type="strategic"
+        POD, "p", {"metadata": {"finalizers": []}}, "default", patch_type="strategic"
     )
     assert kept["metadata"]["finalizers"] == [FIN]
     with pytest.raises(Invalid):  # no new finalizers on an object being deleted
@@ -425,16 +439,16 @@ def test_finalizer_removed_by_guarded_update(cluster: InMemoryCluster) -> None:
 
 
 def test_strategic_finalizers_merge_as_union(cluster: InMemoryCluster) -> None:
-    cluster.create(POD_NETWORK, podnet("a", finalizers=[FIN]))
+    cluster.create(POD, pod_with("a", finalizers=[FIN]))
     out = cluster.patch(
-        POD_NETWORK,
+        POD,
         "a",
         {"metadata": {"finalizers": ["other/x"]}},
         "default",
         patch_type="strategic",
     )
     assert out["metadata"]["finalizers"] == [FIN, "other/x"]
-    merged = cluster.patch(POD_NETWORK, "a", {"metadata": {"finalizers": ["other/x"]}}, "default")
+    merged = cluster.patch(POD, "a", {"metadata": {"finalizers": ["other/x"]}}, "default")
     assert merged["metadata"]["finalizers"] == ["other/x"]  # a merge patch replaces lists
 
 
@@ -448,16 +462,16 @@ def test_client_cannot_clear_deletion_timestamp(cluster: InMemoryCluster) -> Non
 
 
 def test_strategic_delete_directive_removes_finalizer(cluster: InMemoryCluster) -> None:
-    cluster.create(POD_NETWORK, podnet("a", finalizers=[FIN]))
-    cluster.delete(POD_NETWORK, "a", "default")
+    cluster.create(POD, pod_with("a", finalizers=[FIN]))
+    cluster.delete(POD, "a", "default")
     cluster.patch(
-        POD_NETWORK,
+        POD,
         "a",
         {"metadata": {"$deleteFromPrimitiveList/finalizers": [FIN]}},
         "default",
         patch_type="strategic",
     )
-    assert not exists(cluster, POD_NETWORK, "a")
+    assert not exists(cluster, POD, "a")
 
 
 def test_delete_uid_precondition(cluster: InMemoryCluster) -> None:
@@ -602,10 +616,11 @@ def test_watch_replays_from_resource_version(cluster: InMemoryCluster) -> None:
     cluster.create(POD, pod("b"))
     from_mark = cluster.watch(POD, mark)
     assert [(e.type, e.object["metadata"]["name"]) for e in from_mark.poll()] == [("ADDED", "b")]
-    assert cluster.watch(POD, "0").poll() == []  # "0": from now on
+    # "0": any version, so the current objects first, as upstream
+    assert [e.object["metadata"]["name"] for e in cluster.watch(POD, "0").poll()] == ["a", "b"]
     everything = cluster.watch(POD, str(rv(a) - 1))
     assert [e.object["metadata"]["name"] for e in everything.poll()] == ["a", "b"]
-    live = cluster.watch(POD, "", namespace="default")
+    live = cluster.watch(POD, cluster.resource_version, namespace="default")
     cluster.patch(POD, "a", {"metadata": {"labels": {"x": "y"}}}, "default")
     cluster.create(POD, pod("z", ns="other"))
     [ev] = live.poll()
@@ -645,8 +660,9 @@ def test_bookmarks(cluster: InMemoryCluster) -> None:
 
 def test_object_leaving_selector_is_deleted_for_that_watch(cluster: InMemoryCluster) -> None:
     cluster.create(POD, pod("a", app="web"))
-    by_label = cluster.watch(POD, "0", label_selector="app=web")
-    by_node = cluster.watch(POD, "0", field_selector="spec.nodeName=n1")
+    now = cluster.resource_version
+    by_label = cluster.watch(POD, now, label_selector="app=web")
+    by_node = cluster.watch(POD, now, field_selector="spec.nodeName=n1")
     cluster.patch(POD, "a", {"metadata": {"labels": {"app": "db"}}}, "default")
     [ev] = by_label.poll()
     assert ev.type == "DELETED"

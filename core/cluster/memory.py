@@ -507,6 +507,11 @@ class InMemoryCluster:
                 allow_bookmarks,
                 self._history_limit,
             )
+            if resource_version in ("", "0"):
+                # "any version": upstream starts with every current object as ADDED
+                for bucket in self._store.get(kind, {}).values():
+                    for obj in bucket.values():
+                        w._offer(_Record(self._rv, kind, "ADDED", obj, None))
             backlog: list[_Record] = []
             for rec in reversed(self._history):
                 if rec.rv <= start:
@@ -652,6 +657,10 @@ class InMemoryCluster:
                 raise Invalid(f"a {patch_type} patch is a JSON object")
             elif patch_type == "merge":
                 patched = merge_patch(stored, patch)
+            elif patch_type == "strategic" and kind.group == "podnet.io":
+                # custom resources have no strategic-merge schema: upstream answers 415
+                raise ApiError("strategic merge patch is not supported for custom resources",
+                               code=415)
             elif patch_type == "strategic":
                 patched = strategic_merge_patch(stored, patch, MERGE_RULES.get(kind, _COMMON_RULES))
             else:

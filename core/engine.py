@@ -311,12 +311,14 @@ class Engine:
             self.enqueue_pod(f"{pn.metadata.namespace}/{pn.spec.pod_name}")
 
     def _on_node(self, event: str, key: str, _old: Any, _new: Any) -> None:
+        # level-triggered: whatever changed about a node (it came, it went, its labels
+        # moved it to another provider) its pods are looked at again. Heartbeats do not
+        # reach here: the cache keeps only fields that matter, and equal values fire nothing.
         self.enqueue_node(key)
-        if event == "DELETED":
-            for pod in self.pods.by_index("node", key):
-                self.enqueue_pod(pod.key)
-            for pn in self.pod_networks.by_index("node", key):
-                self.enqueue_pod(f"{pn.metadata.namespace}/{pn.spec.pod_name}")
+        for pod in self.pods.by_index("node", key):
+            self.enqueue_pod(pod.key)
+        for pn in self.pod_networks.by_index("node", key):
+            self.enqueue_pod(f"{pn.metadata.namespace}/{pn.spec.pod_name}")
 
     # --- running ----------------------------------------------------------------------
 

@@ -206,6 +206,8 @@ class PodNetworkReconciler:
         want = desired.get(pn.spec.network)
         if want is None or want.provider != pn.spec.provider:
             return False
+        if pn.spec.node_name != pod.node_name and self.e.providers[pn.spec.provider].uses_node_pool:
+            return False  # an address from one node's pool cannot follow its pod elsewhere
         if pn.spec.pod_uid == pod.uid:
             return pn.status.phase is not Phase.RELEASING or pn.spec.sticky
         # another pod under the same name: only a sticky record carries over
@@ -248,9 +250,6 @@ class PodNetworkReconciler:
         if pn.spec.pod_uid != pod.uid or pn.spec.node_name != pod.node_name:
             if pn.status.phase is Phase.RELEASING:
                 return self._reclaim(pn, pod)
-            if pn.spec.node_name != pod.node_name:
-                # a sticky pod came back on another node: the old address stays behind
-                return self._wind_down(pn, None)
             pn = self._adopt_pod(pn, pod)
         if want.invalid is not None:
             return self._invalid(pn, pod, want.invalid)
@@ -269,9 +268,12 @@ class PodNetworkReconciler:
         return DONE
 
     def _adopt_pod(self, pn: PodNetwork, pod: PodInfo) -> PodNetwork:
-        """A sticky record serves the pod now running under its name."""
+        """A sticky record serves the pod now running under its name (on whichever node,
+        for providers whose addresses are not tied to a node's pool)."""
+        node = pod.node_name or pn.spec.node_name
+        meta = attrs.evolve(pn.metadata, labels={**pn.metadata.labels, LABEL_NODE: node})
         return self.e.update(POD_NETWORK, attrs.evolve(
-            pn, spec=attrs.evolve(pn.spec, pod_uid=pod.uid)))
+            pn, metadata=meta, spec=attrs.evolve(pn.spec, pod_uid=pod.uid, node_name=node)))
 
     def _invalid(self, pn: PodNetwork, pod: PodInfo, exc: InvalidRequest) -> Result:
         """Bad input: say so on the record and the pod, allocate nothing, don't retry."""
@@ -393,7 +395,8 @@ class PodNetworkReconciler:
             except BaseException as exc:
                 self._failed(pn, "release", exc, span)
                 return Result(requeue_after=0.0)
-        if pn.spec.sticky and pn.metadata.deletion_timestamp is None:
+        pod_is_back = pod is not None and pod.name == pn.spec.pod_name
+        if pn.spec.sticky and pn.metadata.deletion_timestamp is None and not pod_is_back:
             hold = self._hold(pn, pod)
             if hold is not None:
                 return hold
@@ -427,12 +430,10 @@ class PodNetworkReconciler:
         return Result(requeue_after=left) if left > 0 else None
 
     def _reclaim(self, pn: PodNetwork, pod: PodInfo) -> Result:
-        e = self.e
         try:
             with self._transition(pn, "reclaim", pod) as span:
                 def reclaim() -> PodNetwork:
-                    moved = e.update(POD_NETWORK, attrs.evolve(
-                        pn, spec=attrs.evolve(pn.spec, pod_uid=pod.uid)))
+                    moved = self._adopt_pod(pn, pod)
                     return self._write_phase(moved, Phase.ALLOCATED, span, reason="Reclaimed",
                                              message=f"pod {pod.key} came back")
                 pn = self._fire(pn, "reclaim", reclaim, span)
@@ -457,7 +458,11 @@ class PodNetworkReconciler:
 
         try:
             with self._transition(pn, "finish", pod) as span:
-                POD_NETWORK_MACHINE.fire("releasing", "finish", finish)
+                try:
+                    POD_NETWORK_MACHINE.fire("releasing", "finish", finish)
+                except BaseException as exc:
+                    self._broadcast(pn, "finish", "releasing", None, False, exc)
+                    raise
                 self._broadcast(pn, "finish", "releasing", "deleted", True, None)
         except BaseException as exc:
             self._failed(pn, "finish", exc, span)

@@ -45,6 +45,7 @@ from podnet.core.pool import Pools
 from podnet.core.reconcile.result import Result
 from podnet.core.tracing import Tracing
 from podnet.core.workqueue import WorkQueue
+from podnet.hookspecs.types import TransitionEvent
 
 log = logging.getLogger("podnet.engine")
 
@@ -247,6 +248,17 @@ class Engine:
         except ApiError as err:
             log.debug("could not mark %s: %s", name, err)
         return Result()
+
+    # --- listeners ----------------------------------------------------------------------
+
+    def notify(self, event: TransitionEvent) -> None:
+        """``podnet_transition`` to every listener, each on its own: one that raises must
+        not keep the event from the others (a plain hook call stops at the first error)."""
+        for impl in self.hook.podnet_transition.get_hookimpls():
+            try:
+                impl.function(**({"event": event} if "event" in impl.argnames else {}))
+            except Exception:
+                log.exception("podnet_transition listener %s failed", impl.plugin_name)
 
     # --- record writes (all go through here: counted, and fed back into the caches) ----
 

@@ -24,20 +24,6 @@ class ErrorKind(enum.StrEnum):
     INVALID = "invalid"
 
 
-#: Kinds worth retrying with backoff; the rest are recorded and wait for a change.
-RETRYABLE = frozenset(
-    {
-        ErrorKind.THROTTLED,
-        ErrorKind.QUOTA_EXCEEDED,
-        ErrorKind.SUBNET_EXHAUSTED,
-        ErrorKind.CONFLICT,
-        ErrorKind.TRANSIENT,
-        ErrorKind.POOL_EMPTY,
-        ErrorKind.NOT_FOUND,
-    }
-)
-
-
 class PodnetError(Exception):
     """Base of every error podnet raises on purpose."""
 

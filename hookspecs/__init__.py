@@ -281,7 +281,8 @@ def podnet_classify_error(provider: str, error: BaseException) -> ErrorKind | No
 def podnet_transition(event: TransitionEvent) -> None:
     """Notification after every transition attempt of any machine, to every plugin.
 
-    Must not block or raise: the engine logs and ignores a listener's exception.
+    Must not block. A listener that raises is logged and skipped; the others still get
+    the event (the engine calls each listener on its own).
 
     .. versionadded:: 0.1.0
     """

@@ -232,10 +232,7 @@ class NodePoolReconciler:
             object_key=f"{node.name}/{itf.id}", provider=provider, ok=exc is None,
             error=type(exc).__name__ if exc else None,
         )
-        try:
-            self.e.hook.podnet_transition(event=event)
-        except Exception:
-            log.exception("a podnet_transition listener failed")
+        self.e.notify(event)
 
     def _recover(self, node: NodeInfo, pool: NodePool, provider: str) -> None:
         now = self.e.clock.monotonic()
@@ -261,12 +258,24 @@ class NodePoolReconciler:
         now = e.clock.monotonic()
         with pool.lock:
             waiting = dict(pool.waiting)
-            available = len(pool.idle_addresses(now))
+            idle_now = pool.idle_addresses(now)
+            available = len(idle_now)
             cooling = pool.idle_count() - available
-            need = len(waiting) + policy.min_idle - available
+            anywhere = sum(1 for s in waiting.values() if s is None)
+            need = anywhere + policy.min_idle - available
             if not waiting:
                 # idle addresses cooling down count toward min_idle: they'll be ready soon
                 need -= cooling
+            # a waiter for a subnet is served only by an idle address in that subnet
+            short: dict[str, int] = {}
+            for wanted in waiting.values():
+                if wanted is not None:
+                    short[wanted] = short.get(wanted, 0) + 1
+            for a in idle_now:
+                if a.subnet in short:
+                    short[a.subnet] -= 1
+            short = {s: n for s, n in short.items() if n > 0}
+            need = max(need, 0) + sum(short.values())
             free = pool.capacity - pool.total()
         if need <= 0:
             if waiting:
@@ -285,7 +294,7 @@ class NodePoolReconciler:
         count = min(max(need, batch), policy.max_batch_size, free)
         if pool.batch and pool.batch < policy.batch_size:
             count = min(count, pool.batch)  # halved after quota errors: stay small
-        subnet = next((s for s in waiting.values() if s), None)
+        subnet = max(short, key=lambda s: short[s]) if short else None
         info = e.providers[provider]
         itf = self._pick_interface(pool, subnet) if info.manages_interfaces else None
         wait = self._take_token(provider)

@@ -194,9 +194,20 @@ class PodNetworkReconciler:
         for extra in e.hook.podnet_select_networks(pod=pod, node=node):
             for attachment in extra or ():
                 if attachment.provider in e.providers:
+                    served = e.providers[attachment.provider]
+                    problem = None
+                    if served.uses_node_pool and attachment.provider != provider:
+                        # a node has one pool owner: its default network's provider
+                        problem = InvalidRequest(
+                            f"networks[{attachment.network}]",
+                            f"provider {attachment.provider!r} allocates from node pools, "
+                            f"but node {node.name}'s pool belongs to {provider!r}; an "
+                            "attachment network needs a provider with its own address "
+                            "management")
                     out.setdefault(
                         attachment.network,
-                        Desired(attachment.provider, NetworkRequest(), sticky, None),
+                        Desired(attachment.provider, NetworkRequest(),
+                                _controller_kind(pod) in served.sticky_kinds, problem),
                     )
         return out
 
@@ -563,10 +574,7 @@ class PodNetworkReconciler:
             error=type(exc).__name__ if exc is not None else None,
             attributes={"ip": pn.status.ip, "node": pn.spec.node_name},
         )
-        try:
-            e.hook.podnet_transition(event=event)
-        except Exception:
-            log.exception("a podnet_transition listener failed")
+        e.notify(event)
 
     def _failed(self, pn: PodNetwork, trigger: str, exc: BaseException, span: Any) -> PodNetwork:
         """Record why a transition did not happen; decide whether and when to retry."""

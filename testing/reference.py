@@ -11,6 +11,8 @@ same instance across them), can be slowed down and made to fail, and counts call
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import ipaddress
 import json
 import os
@@ -18,7 +20,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -95,21 +97,46 @@ class ReferenceCloud:
     # --- persistence: a real cloud survives the controller's crashes; so does this one -----
 
     def persist_to(self, path: str) -> None:
-        """Load the state in ``path`` if there is one, and write every change back to it."""
+        """Keep the state in ``path``: every call reads it first and writes changes back,
+        under a file lock, so several controller processes (a leader and its standby)
+        see one cloud, as they would a real one."""
         with self.lock:
             self.state_file = path
+            with self._file_lock():
+                if not os.path.exists(path):
+                    self._save_locked()
+                self._load_locked()
+
+    def _load_locked(self) -> None:
+        if self.state_file is None:
+            return
+        with open(self.state_file, encoding="utf-8") as f:
+            data = json.load(f)
+        self.nodes = {
+            name: _Node(cidr=ipaddress.ip_network(n["cidr"]), interfaces=n["interfaces"],
+                        next_interface=n["nextInterface"])
+            for name, n in data["nodes"].items()
+        }
+        self.routes = dict(data["routes"])
+
+    @contextlib.contextmanager
+    def _file_lock(self) -> Iterator[None]:
+        if self.state_file is None:
+            yield
+            return
+        with open(f"{self.state_file}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
             try:
-                with open(path, encoding="utf-8") as f:
-                    data = json.load(f)
-            except FileNotFoundError:
-                self._save_locked()
-                return
-            self.nodes = {
-                name: _Node(cidr=ipaddress.ip_network(n["cidr"]), interfaces=n["interfaces"],
-                            next_interface=n["nextInterface"])
-                for name, n in data["nodes"].items()
-            }
-            self.routes = dict(data["routes"])
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def _txn(self) -> Iterator[None]:
+        """One cloud call: the process lock, and with a state file, the file's truth."""
+        with self.lock, self._file_lock():
+            self._load_locked()
+            yield
 
     def _save_locked(self) -> None:
         if self.state_file is None:
@@ -155,11 +182,11 @@ class ReferenceCloud:
 
     def describe(self, name: str, cidr: str | None) -> dict[str, list[str]]:
         self._call("Describe")
-        with self.lock:
+        with self._txn():
             return {k: list(v) for k, v in self._node(name, cidr).interfaces.items()}
 
     def capacity(self, name: str, cidr: str | None) -> tuple[int, int]:
-        with self.lock:
+        with self._txn():
             node = self._node(name, cidr)
             usable = max(0, node.cidr.num_addresses - 2)  # network and gateway
             per = min(self.ips_per_interface, usable // self.max_interfaces)
@@ -168,7 +195,7 @@ class ReferenceCloud:
     def add(self, name: str, cidr: str | None, interface: str, count: int,
             address: str | None = None) -> list[str]:
         self._call("AddAddresses")
-        with self.lock:
+        with self._txn():
             node = self._node(name, cidr)
             if interface not in node.interfaces:
                 raise ReferenceCloudError("NotFound", f"interface {interface} not on {name}")
@@ -206,7 +233,7 @@ class ReferenceCloud:
 
     def remove(self, name: str, addresses: Sequence[str]) -> list[str]:
         self._call("RemoveAddresses")
-        with self.lock:
+        with self._txn():
             node = self.nodes.get(name)
             if node is None:
                 return list(addresses)
@@ -218,7 +245,7 @@ class ReferenceCloud:
 
     def create_interface(self, name: str, cidr: str | None, count: int) -> tuple[str, list[str]]:
         self._call("CreateInterface")
-        with self.lock:
+        with self._txn():
             node = self._node(name, cidr)
             if len(node.interfaces) >= self.max_interfaces:
                 raise ReferenceCloudError("QuotaExceeded", f"{name} has all its interfaces")
@@ -230,7 +257,7 @@ class ReferenceCloud:
 
     def delete_interface(self, name: str, interface: str) -> None:
         self._call("DeleteInterface")
-        with self.lock:
+        with self._txn():
             node = self.nodes.get(name)
             if node is None or interface not in node.interfaces:
                 return
@@ -243,20 +270,24 @@ class ReferenceCloud:
 
     def set_route(self, address: str, key: str) -> None:
         self._call("SetRoute")
-        with self.lock:
+        with self._txn():
             self.routes[address] = key
             self._save_locked()
 
     def delete_route(self, address: str, key: str) -> None:
         self._call("DeleteRoute")
-        with self.lock:
+        with self._txn():
             if self.routes.get(address) == key:
                 del self.routes[address]
                 self._save_locked()
 
+    def route_of(self, address: str) -> str | None:
+        with self._txn():
+            return self.routes.get(address)
+
     def all_addresses(self) -> dict[str, str]:
         """Ground truth: every attached address -> node name."""
-        with self.lock:
+        with self._txn():
             return {ip: name for name, node in self.nodes.items()
                     for ips in node.interfaces.values() for ip in ips}
 
@@ -445,7 +476,7 @@ class ReferenceProvider:
         pn = context.pod_network
         if pn.spec.provider != self.name:
             return None
-        routed_to = self.cloud.routes.get(pn.status.ip or "")
+        routed_to = self.cloud.route_of(pn.status.ip or "")
         if routed_to != pn.key:
             return VerifyResult(ok=False, reason=f"route for {pn.status.ip} is {routed_to}")
         return VerifyResult(ok=True)

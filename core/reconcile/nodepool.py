@@ -29,6 +29,7 @@ from podnet.core.cluster.port import NODE_NETWORK, Conflict, NotFound
 from podnet.core.errors import ErrorKind, PodnetError, ProviderError
 from podnet.core.machines import DELETED, ENI_MACHINE
 from podnet.core.models import (
+    Condition,
     InterfaceState,
     InterfaceStatus,
     IpStatus,
@@ -85,18 +86,47 @@ class NodePoolReconciler:
         with pool.lock:
             before = self._snapshot(pool)
         results: list[Result] = []
-        if not pool.synced:
-            self._rebuild(node, nn, provider, pool)
-            policy = self.policy_for(provider, nn, pool)
-        self._recover(node, pool, provider)
-        results.append(self._grow(node, nn, provider, pool, policy))
-        if not pool.waiting:
-            results.append(self._shrink(node, nn, provider, pool, policy))
-            results.append(self._dispose(node, nn, provider, pool, policy))
+        try:
+            if not pool.synced:
+                self._rebuild(node, nn, provider, pool)
+                policy = self.policy_for(provider, nn, pool)
+            self._recover(node, pool, provider)
+            results.append(self._grow(node, nn, provider, pool, policy))
+            if not pool.waiting:
+                results.append(self._shrink(node, nn, provider, pool, policy))
+                results.append(self._dispose(node, nn, provider, pool, policy))
+        except Exception as exc:
+            self._report(nn, f"{type(exc).__name__}: {exc}" if not isinstance(
+                exc, ProviderError) else f"{exc.kind.value}: {exc}")
+            raise
         if self._snapshot(pool) != before or nn.status.last_inventory_sync is None:
             self._write(nn, pool)
+        self._report(nn, pool.last_error)
         results.append(Result(requeue_after=policy.refill_period))
         return Result.soonest(results)
+
+    def _report(self, nn: NodeNetwork, problem: str | None) -> None:
+        """``PoolReady`` on the NodeNetwork says whether the pool can serve, and why not;
+        a new problem is also an Event. Written only when it changes."""
+        e = self.e
+        current = e.node_networks.get(nn.metadata.name) or nn
+        old = next((c for c in current.status.conditions if c.type == "PoolReady"), None)
+        status, reason = ("False", "PoolError") if problem else ("True", "Ready")
+        message = problem or ""
+        if old is not None and (old.status, old.message) == (status, message):
+            return
+        if old is None and problem is None:
+            return  # healthy from the start: nothing worth a write
+        condition = Condition(type="PoolReady", status=status, reason=reason,
+                              message=message, last_transition_time=e.clock.now())
+        others = tuple(c for c in current.status.conditions if c.type != "PoolReady")
+        try:
+            e.update_status(NODE_NETWORK, attrs.evolve(current, status=attrs.evolve(
+                current.status, conditions=(*others, condition))))
+        except (Conflict, NotFound):
+            return
+        if problem:
+            e.event(current, "PoolError", f"node {nn.metadata.name}: {problem}")
 
     def policy_for(self, provider: str, nn: NodeNetwork | None, pool: NodePool) -> PoolPolicy:
         policy = self.e.policy(provider)

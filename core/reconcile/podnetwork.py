@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
-from podnet.core.annotations import parse_network_request
+from podnet.core.annotations import parse_network_request, parse_networks
 from podnet.core.cluster.port import POD, POD_NETWORK, Conflict, NotFound
 from podnet.core.errors import (
     ErrorKind,
@@ -186,6 +186,7 @@ class PodNetworkReconciler:
         invalid = None
         try:
             request = parse_network_request(pod.annotations)
+            parse_networks(pod.annotations)  # which attachments: validated here, served below
         except InvalidRequest as exc:
             request, invalid = NetworkRequest(), exc
         info = e.providers[provider]

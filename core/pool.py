@@ -20,6 +20,9 @@ from podnet.core.errors import PoolEmpty
 from podnet.core.models import InterfaceState
 from podnet.hookspecs.types import CloudInterface, Inventory, PoolEntry
 
+#: owner of an address while a shrink call deletes it: out of the pool, owned by nobody
+SHRINKING = "podnet:shrinking"
+
 
 @attrs.define
 class Address:
@@ -139,7 +142,10 @@ class NodePool:
             old = self.addresses
             self.addresses = {}
             for ip, itf in inventory.all_ips().items():
-                owner = owners.get(ip)
+                # an address reserved in memory but not yet recorded stays reserved
+                prev = old.get(ip)
+                kept = prev.owner if prev is not None and prev.owner != SHRINKING else None
+                owner = owners.get(ip) or kept
                 if owner is None and ip not in pooled and ip not in old:
                     self.suspects.setdefault(ip, now)
                     continue
@@ -221,6 +227,14 @@ class NodePool:
             entry.owner = None
             entry.cooldown_until = cooldown_until
             return True
+
+    def release_others(self, owner: str, keep: str | None) -> None:
+        """``owner``'s record now names ``keep``: any other address held for it (by a
+        write whose answer was lost) is idle again."""
+        with self.lock:
+            for a in self.addresses.values():
+                if a.owner == owner and a.address != keep:
+                    a.owner = None
 
     def wait_for_address(self, key: str, subnet: str | None, now: float) -> None:
         with self.lock:

@@ -41,7 +41,7 @@ from podnet.core.models import (
     Phase,
 )
 from podnet.core.policy import PoolPolicy
-from podnet.core.pool import Interface, NodePool
+from podnet.core.pool import SHRINKING, Interface, NodePool
 from podnet.core.ratelimit import TokenBucket
 from podnet.core.reconcile.result import DONE, Result
 from podnet.core.tracing import ATTR_INTERFACE, ATTR_NODE
@@ -476,23 +476,27 @@ class NodePoolReconciler:
             entries = [PoolEntry(a.address, a.interface, a.subnet) for a in victims]
             # out of the pool before the call: nobody takes an address being deleted
             for a in victims:
-                a.owner = "podnet:releasing"
+                a.owner = SHRINKING
         try:
             gone = e.call(provider, "podnet_pool_shrink", provider=provider,
                           node=NodeContext(node=node, network=nn), entries=entries)
         except Exception as exc:
-            with pool.lock:
-                for a in victims:
-                    if a.owner == "podnet:releasing":
-                        a.owner = None
             kind = e.classify(provider, exc)
             if kind is ErrorKind.THROTTLED:
+                # refused before it ran: the addresses are still there, and idle
+                with pool.lock:
+                    for a in victims:
+                        if a.owner == SHRINKING:
+                            a.owner = None
                 return Result(requeue_after=_THROTTLE_WAIT * (1 + e.random.random()))
+            # the cloud may have removed them (a lost answer): they stay out of the pool
+            # until the next inventory says which are still there
+            pool.synced = False
             raise
         gone_set = set(gone or ())
         with pool.lock:
             for a in victims:
-                if a.owner == "podnet:releasing" and a.address not in gone_set:
+                if a.owner == SHRINKING and a.address not in gone_set:
                     a.owner = None
         pool.remove(gone_set)
         return Result(requeue_after=0.0) if excess > len(victims) else DONE

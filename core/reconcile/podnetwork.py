@@ -310,8 +310,10 @@ class PodNetworkReconciler:
                 return pn
             reservation = pool.reserve(pn.key, e.clock.monotonic())
         ctx = AllocateContext(pod_network=pn, node=node_ctx, pod=pod, pool=reservation)
+        writing = False
 
         def allocate() -> PodNetwork:
+            nonlocal writing
             answer: Allocation | None = e.call(provider, "podnet_allocate", context=ctx)
             if answer is None:
                 raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} did not allocate")
@@ -322,6 +324,7 @@ class PodNetworkReconciler:
                 # never two records for one address, whatever the provider says
                 raise ProviderError(ErrorKind.CONFLICT, f"address {allocation.ip} is already "
                                     f"recorded by {holders[0]}", field="allocate.ip")
+            writing = True
             return self._write_phase(pn, Phase.ALLOCATED, span, ip=allocation.ip,
                                      ipv6=allocation.ipv6, mac=allocation.mac,
                                      subnet=allocation.subnet, gateway=allocation.gateway,
@@ -331,12 +334,17 @@ class PodNetworkReconciler:
             with self._transition(pn, "allocate", pod) as span:
                 updated = self._fire(pn, "allocate", allocate, span)
         except BaseException as exc:
-            if reservation is not None:
+            # a write whose answer was lost may have landed: the address stays with this
+            # record until a later write proves otherwise (a 409 or 404 proves it did not)
+            maybe_written = writing and not isinstance(exc, Conflict | NotFound)
+            if reservation is not None and not maybe_written:
                 reservation.rollback()
             return self._failed(pn, "allocate", exc, span)
         if reservation is not None:
             pool = e.pools.get(provider, pn.spec.node_name)
             pool.stop_waiting(pn.key)
+            # this write succeeded: any address an earlier, unanswered write held is free
+            pool.release_others(pn.key, keep=updated.status.ip)
             if updated.status.ip and reservation.taken != updated.status.ip:
                 # the provider chose without the pool (a static address it added itself)
                 reservation.rollback()

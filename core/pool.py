@@ -143,8 +143,8 @@ class NodePool:
             self.addresses = {}
             for ip, itf in inventory.all_ips().items():
                 # an address reserved in memory but not yet recorded stays reserved
-                prev = old.get(ip)
-                kept = prev.owner if prev is not None and prev.owner != SHRINKING else None
+                held = old.get(ip)
+                kept = held.owner if held is not None and held.owner != SHRINKING else None
                 owner = owners.get(ip) or kept
                 if owner is None and ip not in pooled and ip not in old:
                     self.suspects.setdefault(ip, now)

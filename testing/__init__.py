@@ -1,0 +1,35 @@
+"""The reference provider, and the kit for provider authors.
+
+``pytest_plugins = ["podnet.testing"]`` opts a test suite into the kit's fixtures
+(``podnet.testing.plugin``). The production host imports ``podnet.testing.reference``
+too, where pytest may be missing: then the fixtures are simply not offered.
+
+PYTEST_DONT_REWRITE: this module asserts nothing; a test module may import the kit before
+pytest loads it as a plugin, and pytest would warn that it came too late to rewrite it.
+"""
+
+try:
+    import pytest
+except ImportError:  # pragma: no cover - production install without test extras
+    pass
+else:
+    # the kit's own asserts explain themselves in a failing provider's test run
+    pytest.register_assert_rewrite(
+        "podnet.testing.harness", "podnet.testing.conformance", "podnet.testing.chaos",
+        "podnet.testing.plugin",
+    )
+    from podnet.testing.plugin import (  # noqa: F401
+        cluster,
+        engine_factory,
+        fake_clock,
+        fault_injector,
+        ground_truth,
+        hook_calls,
+        plugin_manager,
+        provider_name,
+        provider_plugin,
+        span_exporter,
+        tracer_provider,
+        tracing,
+        world,
+    )

@@ -1,0 +1,380 @@
+"""``static-pool``: a podnet provider that hands out pod addresses from fixed ranges.
+
+A third-party plugin, packaged on its own and discovered through the ``podnet.plugins``
+entry point. It is the smallest useful pool provider:
+
+- the operator lists address ranges (CIDRs) in the provider's config section, and how
+  many addresses one node may hold (``per_node``);
+- each node gets a share of those ranges on demand (``podnet_pool_grow``) and gives idle
+  ones back (``podnet_pool_shrink``); core keeps the per-node pools and decides when;
+- there are no interfaces to create: every node has one pseudo-interface, ``static0``,
+  and ``manages_interfaces`` is ``False``, so the engine never runs the ENI machine;
+- "routing" a pod network means writing ``address -> pod network`` into the backend's
+  route table, and "releasing" it removes that entry again.
+
+The backend (:class:`StaticBackend`) stands in for whatever really records assignments
+(an IPAM service, a database, a router's API). It lives outside the plugin object, so a
+controller restarting in the same process (the tests do that) finds it as it was. This
+module imports only ``podnet.hookspecs`` and the public parts of ``podnet.core``
+(``models``, ``errors``, ``policy``), never the engine.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from podnet.core.errors import (
+    ConfigError,
+    ErrorKind,
+    InvalidRequest,
+    ProviderError,
+)
+from podnet.core.policy import PoolPolicy
+from podnet.hookspecs import hookimpl
+from podnet.hookspecs.types import (
+    AllocateContext,
+    Allocation,
+    CloudInterface,
+    Inventory,
+    NodeContext,
+    PodNetworkContext,
+    PoolEntry,
+    ProviderInfo,
+    ReleaseResult,
+    RouteResult,
+    VerifyResult,
+)
+
+__version__ = "0.2.0"
+__all__ = [
+    "BACKEND",
+    "INTERFACE",
+    "NAME",
+    "StaticBackend",
+    "StaticPoolError",
+    "StaticPoolProvider",
+    "plugin",
+]
+
+NAME = "static-pool"
+#: the one pseudo-interface every node has
+INTERFACE = "static0"
+DEFAULT_RANGES: tuple[str, ...] = ("172.30.0.0/16",)
+DEFAULT_PER_NODE = 32
+MAX_PER_NODE = 4096
+
+_ANNOTATION = "metadata.annotations[podnet.io/{}]"
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class StaticPoolError(Exception):
+    """What the backend raises. ``code`` is mapped to a kind by ``podnet_classify_error``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+#: the backend's error codes and the kinds core acts on
+ERROR_KINDS: dict[str, ErrorKind] = {
+    "Throttled": ErrorKind.THROTTLED,
+    "NodeFull": ErrorKind.QUOTA_EXCEEDED,
+    "RangesExhausted": ErrorKind.SUBNET_EXHAUSTED,
+    "Unavailable": ErrorKind.TRANSIENT,
+}
+
+
+def _usable(network: Network) -> Iterator[str]:
+    """Addresses of ``network`` a pod may get: the first host is kept for the gateway."""
+    hosts = network.hosts()
+    if network.num_addresses >= 4:
+        next(hosts, None)
+    for host in hosts:
+        yield str(host)
+
+
+def _gateway(network: Network) -> str | None:
+    if network.num_addresses < 4:
+        return None
+    return str(next(network.hosts()))
+
+
+class StaticBackend:
+    """A registry of address assignments and routes, shared across controller restarts.
+
+    Every method is one "API call": counted in ``calls``, and failing with the next code
+    queued in ``faults[api]`` when a test queued one.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        #: address -> node holding it, in the order they were assigned
+        self.assigned: dict[str, str] = {}
+        #: address -> ``namespace/name`` of the pod network it is routed to
+        self.routes: dict[str, str] = {}
+        self.calls: Counter[str] = Counter()
+        #: error codes to raise on the next calls of one API, for tests: api -> codes
+        self.faults: dict[str, list[str]] = {}
+
+    def _call(self, api: str) -> None:
+        self.calls[api] += 1
+        queued = self.faults.get(api)
+        if queued:
+            raise StaticPoolError(queued.pop(0), f"{api} failed (injected)")
+
+    def held_by(self, node: str) -> list[str]:
+        self._call("HeldBy")
+        with self.lock:
+            return [ip for ip, holder in self.assigned.items() if holder == node]
+
+    def assign(self, node: str, count: int, ranges: Sequence[Network],
+               per_node: int) -> list[str]:
+        """Give ``node`` up to ``count`` free addresses of ``ranges``; at least one."""
+        self._call("Assign")
+        with self.lock:
+            held = sum(1 for holder in self.assigned.values() if holder == node)
+            room = min(count, per_node - held)
+            if room <= 0:
+                raise StaticPoolError("NodeFull", f"node {node} holds {held} addresses "
+                                      f"(per_node is {per_node})")
+            out: list[str] = []
+            for network in ranges:
+                for ip in _usable(network):
+                    if len(out) == room:
+                        break
+                    if ip not in self.assigned:
+                        out.append(ip)
+            if not out:
+                names = ", ".join(str(n) for n in ranges)
+                raise StaticPoolError("RangesExhausted", f"no free address left in {names}")
+            for ip in out:
+                self.assigned[ip] = node
+            return out
+
+    def unassign(self, node: str, addresses: Sequence[str]) -> list[str]:
+        """Take addresses back from ``node``. One it does not hold counts as taken back."""
+        self._call("Unassign")
+        with self.lock:
+            for ip in addresses:
+                if self.assigned.get(ip) == node:
+                    del self.assigned[ip]
+                    self.routes.pop(ip, None)
+            return list(addresses)
+
+    def route(self, address: str, key: str) -> None:
+        self._call("Route")
+        with self.lock:
+            self.routes[address] = key
+
+    def unroute(self, address: str, key: str) -> None:
+        """Remove the route of ``address`` if it still leads to ``key`` (never another's)."""
+        self._call("Unroute")
+        with self.lock:
+            if self.routes.get(address) == key:
+                del self.routes[address]
+
+    def route_of(self, address: str) -> str | None:
+        with self.lock:
+            return self.routes.get(address)
+
+    def all_addresses(self) -> dict[str, str]:
+        """Ground truth for tests: every assigned address -> the node holding it."""
+        with self.lock:
+            return dict(self.assigned)
+
+
+class StaticPoolProvider:
+    """The plugin: one instance per controller; the backend may outlive it."""
+
+    def __init__(self, backend: StaticBackend | None = None, *, name: str = NAME,
+                 policy: PoolPolicy | None = None,
+                 ranges: Sequence[str] = DEFAULT_RANGES,
+                 per_node: int = DEFAULT_PER_NODE) -> None:
+        self.backend = backend if backend is not None else StaticBackend()
+        self.name = name
+        self.policy = policy or PoolPolicy(min_idle=1, max_idle=4, batch_size=4,
+                                           max_batch_size=8, reuse_cooldown=5.0)
+        self.ranges: tuple[Network, ...] = _parse_ranges(name, list(ranges))
+        self.per_node = per_node
+
+    # 1. registration and configuration
+
+    @hookimpl
+    def podnet_register_provider(self) -> ProviderInfo:
+        return ProviderInfo(
+            name=self.name, version=__version__, uses_node_pool=True,
+            manages_interfaces=False, policy=self.policy, sticky_kinds=("StatefulSet",),
+            description="addresses from fixed ranges, no interfaces",
+        )
+
+    @hookimpl
+    def podnet_configure(self, provider: str, config: Mapping[str, Any]) -> None:
+        if provider != self.name:
+            return
+        for key in config:
+            if key not in ("ranges", "per_node"):
+                raise ConfigError(f"{provider}.{key}", "unknown option (known: ranges, "
+                                                       "per_node)")
+        ranges = config.get("ranges", list(DEFAULT_RANGES))
+        per_node = config.get("per_node", DEFAULT_PER_NODE)
+        if isinstance(per_node, bool) or not isinstance(per_node, int):
+            raise ConfigError(f"{provider}.per_node", f"must be a whole number, got "
+                                                      f"{per_node!r}")
+        if not 1 <= per_node <= MAX_PER_NODE:
+            raise ConfigError(f"{provider}.per_node", f"must be between 1 and {MAX_PER_NODE}, "
+                                                      f"got {per_node}")
+        # validate everything before changing anything: a bad section leaves the old one
+        self.ranges = _parse_ranges(provider, ranges)
+        self.per_node = per_node
+
+    # 3. inventory
+
+    @hookimpl
+    def podnet_node_inventory(self, provider: str, node: NodeContext) -> Inventory | None:
+        if provider != self.name:
+            return None
+        ips = self.backend.held_by(node.node.name)
+        return Inventory(
+            interfaces=(CloudInterface(id=INTERFACE, primary=True, ips=tuple(ips)),),
+            max_interfaces=1, ips_per_interface=self.per_node,
+        )
+
+    # 4. the node pool
+
+    @hookimpl
+    def podnet_pool_grow(self, provider: str, node: NodeContext,
+                         interface: CloudInterface | None, count: int,
+                         subnet: str | None) -> Sequence[PoolEntry] | None:
+        if provider != self.name:
+            return None
+        ranges = self.ranges
+        if subnet is not None:
+            ranges = tuple(r for r in self.ranges if str(r) == subnet)
+            if not ranges:
+                raise ProviderError(ErrorKind.FATAL, f"{subnet} is not a configured range",
+                                    subject=subnet)
+        added = self.backend.assign(node.node.name, count, ranges, self.per_node)
+        return [PoolEntry(ip, INTERFACE) for ip in added]
+
+    @hookimpl
+    def podnet_pool_shrink(self, provider: str, node: NodeContext,
+                           entries: Sequence[PoolEntry]) -> Sequence[str] | None:
+        if provider != self.name:
+            return None
+        return self.backend.unassign(node.node.name, [e.address for e in entries])
+
+    # 5. one pod network
+
+    @hookimpl
+    def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
+        pn = context.pod_network
+        if pn.spec.provider != self.name:
+            return None
+        pool = context.pool
+        if pool is None:
+            raise ProviderError(ErrorKind.FATAL, "static-pool allocates from node pools only")
+        request = pn.spec.requests
+        if request.ip_address is not None:
+            raise InvalidRequest(_ANNOTATION.format("ip-address"),
+                                 "static-pool does not serve fixed addresses")
+        if request.ip_pool:
+            raise InvalidRequest(_ANNOTATION.format("ip-pool"),
+                                 "static-pool does not serve address pools")
+        # take() picks an idle address, or raises PoolEmpty: core grows the pool and retries
+        entry = self._take_in(context, request.subnets) if request.subnets else pool.take()
+        network = self._range_of(entry.address)
+        return Allocation(
+            ip=entry.address, interface=entry.interface or INTERFACE,
+            subnet=str(network) if network is not None else None,
+            gateway=_gateway(network) if network is not None else None,
+        )
+
+    def _take_in(self, context: AllocateContext, subnets: Sequence[str]) -> PoolEntry:
+        pool = context.pool
+        assert pool is not None
+        wanted = [r for r in self.ranges if str(r) in subnets]
+        if not wanted:
+            served = ", ".join(str(r) for r in self.ranges)
+            raise InvalidRequest(_ANNOTATION.format("subnets"),
+                                 f"none of {', '.join(subnets)} is a configured range "
+                                 f"(ranges: {served})")
+        for entry in pool.idle():
+            if any(ipaddress.ip_address(entry.address) in r for r in wanted):
+                return pool.take(entry.address)
+        # None idle there: assign one address directly, as the reference provider does for
+        # a fixed address. Core adopts it into the pool once the record names it; if the
+        # answer is lost, the address is one no record owns, which core's GC gives back.
+        added = self.backend.assign(context.node.node.name, 1, wanted, self.per_node)
+        return PoolEntry(added[0], INTERFACE)
+
+    def _range_of(self, address: str) -> Network | None:
+        ip = ipaddress.ip_address(address)
+        return next((r for r in self.ranges if ip in r), None)
+
+    @hookimpl
+    def podnet_route(self, context: PodNetworkContext) -> RouteResult | None:
+        pn = context.pod_network
+        if pn.spec.provider != self.name:
+            return None
+        if pn.status.ip is None:
+            raise ProviderError(ErrorKind.FATAL, "route without an address", field="status.ip")
+        self.backend.route(pn.status.ip, pn.key)  # setting it twice changes nothing
+        return RouteResult()
+
+    @hookimpl
+    def podnet_verify(self, context: PodNetworkContext) -> VerifyResult | None:
+        pn = context.pod_network
+        if pn.spec.provider != self.name:
+            return None
+        routed_to = self.backend.route_of(pn.status.ip or "")
+        if routed_to != pn.key:
+            return VerifyResult(ok=False, reason=f"{pn.status.ip} is routed to {routed_to}")
+        return VerifyResult(ok=True)
+
+    @hookimpl
+    def podnet_release(self, context: PodNetworkContext) -> ReleaseResult | None:
+        pn = context.pod_network
+        if pn.spec.provider != self.name:
+            return None
+        if pn.status.ip is not None:
+            self.backend.unroute(pn.status.ip, pn.key)  # nothing to remove: also fine
+        return ReleaseResult(return_to_pool=True)
+
+    # 7. errors
+
+    @hookimpl
+    def podnet_classify_error(self, provider: str, error: BaseException) -> ErrorKind | None:
+        if provider != self.name or not isinstance(error, StaticPoolError):
+            return None
+        return ERROR_KINDS.get(error.code, ErrorKind.TRANSIENT)
+
+
+def _parse_ranges(provider: str, value: object) -> tuple[Network, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple) or not value:
+        raise ConfigError(f"{provider}.ranges", f"must be a non-empty list of CIDRs, got "
+                                                f"{value!r}")
+    out: list[Network] = []
+    for i, text in enumerate(value):
+        key = f"{provider}.ranges[{i}]"
+        if not isinstance(text, str):
+            raise ConfigError(key, f"must be a CIDR string, got {text!r}")
+        try:
+            network = ipaddress.ip_network(text, strict=True)
+        except ValueError as exc:
+            raise ConfigError(key, str(exc)) from None
+        for other in out:
+            if network.version == other.version and network.overlaps(other):
+                raise ConfigError(key, f"{network} overlaps {other}")
+        out.append(network)
+    return tuple(out)
+
+
+#: the backend of this process: a controller restarted in-process finds it unchanged
+BACKEND = StaticBackend()
+#: what the ``podnet.plugins`` entry point names
+plugin = StaticPoolProvider(BACKEND)

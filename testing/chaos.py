@@ -1,0 +1,273 @@
+"""The chaos machine: hypothesis drives the engine through pod and node churn, controller
+crashes at hook boundaries, restarts, cloud and API-server faults and clock jumps, in any
+interleaving, and checks the invariants after every step.
+
+Generic over providers::
+
+    Chaos = make_chaos_machine(lambda: MyProvider(FakeClient()),
+                               lambda plugin: plugin.client.addresses_by_node())
+    TestMyProviderChaos = Chaos.TestCase
+    TestMyProviderChaos.settings = chaos_settings()
+
+The API server may also commit a write of the engine and lose the answer.
+
+Invariants, after every step: no address is recorded (``status.ip``) by two PodNetworks
+at once; no two live pods are routed on one address; no allocated or routed record
+points at an address its node does not have in the cloud. At the end, with every fault
+cleared and the clock moved past the leaked-address expiry plus two GC periods: every
+pod routed, no stray record, every cloud address owned or pooled (nothing leaked).
+
+``PODNET_CHAOS_EXAMPLES`` sets how many examples run (CI default 200); runs are
+derandomized and keep no example database, so a failure reproduces on every machine.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, event, settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from podnet.core.clock import FakeClock
+from podnet.core.cluster.memory import InMemoryCluster
+from podnet.core.cluster.port import NODE_NETWORK, POD_NETWORK, ApiError, Conflict, Kind
+from podnet.core.errors import ErrorKind, ProviderError
+from podnet.testing.harness import (
+    EngineFactory,
+    FaultInjector,
+    LossyCluster,
+    World,
+    build_plugin_manager,
+    provider_name_of,
+)
+
+__all__ = ["CHAOS_HOOKS", "EXAMPLES_ENV", "chaos_settings", "make_chaos_machine"]
+
+EXAMPLES_ENV = "PODNET_CHAOS_EXAMPLES"
+#: hooks the machine crashes or fails the provider at
+CHAOS_HOOKS = ("allocate", "route", "release", "pool_grow", "pool_shrink", "interface_create",
+               "interface_dispose", "node_inventory")
+#: kinds of injected provider errors: all retryable (an invalid request rightly stops)
+FAULT_KINDS = (ErrorKind.THROTTLED, ErrorKind.TRANSIENT, ErrorKind.QUOTA_EXCEEDED,
+               ErrorKind.SUBNET_EXHAUSTED, ErrorKind.CONFLICT)
+#: writes of the engine's own records the API server may fail (pods and nodes are the
+#: test driver's, and a read failing is covered by error_rate)
+_FAILING_OPS = ("create", "update", "update_status", "delete")
+_FAILING_KINDS: tuple[Kind, ...] = (POD_NETWORK, NODE_NETWORK)
+#: bound on one settle while faults are on: far above any backoff-limited retry count
+_SETTLE_STEPS = 20_000
+
+
+def chaos_settings(max_examples: int | None = None, *, step_count: int = 30) -> settings:
+    """CI settings: ``max_examples`` (default ``$PODNET_CHAOS_EXAMPLES`` or 200), steps per
+    example, no deadline (one example replays a lot), deterministic, no database."""
+    examples = max_examples if max_examples is not None else int(
+        os.environ.get(EXAMPLES_ENV, "200"))
+    return settings(
+        max_examples=examples,
+        stateful_step_count=step_count,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+def make_chaos_machine(
+    provider_factory: Callable[[], Any],
+    cloud_addresses: Callable[[Any], Mapping[str, str]],
+    *,
+    cloud_fault_rate: Callable[[Any, float], None] | None = None,
+    nodes: int = 3,
+    pods: int = 6,
+    sticky: bool = True,
+    without: Collection[str] = (),
+    name: str = "ChaosMachine",
+) -> type[RuleBasedStateMachine]:
+    """A state machine class over a fresh provider per example.
+
+    :param provider_factory: a new plugin object (and its fake cloud) per example.
+    :param cloud_addresses: the ground truth of that plugin: address -> node name.
+    :param cloud_fault_rate: sets the cloud's own random fault rate, if it has one.
+    :param nodes: node indexes drawn from ``range(nodes)``; ``pods``: pod names ``p0..``.
+    :param sticky: whether pods may be StatefulSet pods (sticky addresses).
+    :param without: faults to leave out, while a known bug they trigger is open:
+        ``provider_fault:<hook>:<before|after>`` (e.g. ``provider_fault:pool_shrink:after``)
+        and ``lose_answers:<op>:<plural>`` (e.g. ``lose_answers:update_status:podnetworks``).
+    """
+    node_ids = st.integers(min_value=0, max_value=nodes - 1)
+    pod_names = st.sampled_from([f"p{i}" for i in range(pods)])
+    hooks = st.sampled_from(CHAOS_HOOKS)
+    moments = st.sampled_from(["before", "after"])
+    skipped = frozenset(without)
+    provider_faults = st.tuples(hooks, moments).filter(
+        lambda hw: f"provider_fault:{hw[0]}:{hw[1]}" not in skipped)
+    lost_answers = st.tuples(st.sampled_from(_FAILING_OPS), st.sampled_from(_FAILING_KINDS)
+                             ).filter(lambda ok: f"lose_answers:{ok[0]}:{ok[1].plural}"
+                                      not in skipped)
+
+    def set_rate(plugin: Any, rate: float) -> None:
+        if cloud_fault_rate is not None:
+            cloud_fault_rate(plugin, rate)
+
+    class ChaosMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.plugin = provider_factory()
+            self.clock = FakeClock()
+            self.cluster = InMemoryCluster(clock=self.clock)
+            self.injector = FaultInjector()
+            self.api = LossyCluster(self.cluster)
+            pm = build_plugin_manager(self.plugin, injector=self.injector)
+            factory = EngineFactory(self.cluster, pm, self.clock, provider=provider_name_of(pm),
+                                    api=self.api.as_cluster())
+            self.world = World(self.cluster, self.clock, factory,
+                               lambda: cloud_addresses(self.plugin))
+            self.world.start()
+
+        # --- the cluster ----------------------------------------------------------------
+
+        @initialize(up=st.integers(min_value=1, max_value=nodes),
+                    running=st.integers(min_value=0, max_value=pods))
+        def populate(self, up: int, running: int) -> None:
+            """Start from some nodes and pods: churn needs something to churn."""
+            for i in range(up):
+                self.world.add_node(i)
+            for p in range(running):
+                self.world.add_pod(f"p{p}", p % up)
+
+        @rule(i=node_ids)
+        def add_node(self, i: int) -> None:
+            if not self.world.has_node(i):
+                self.world.add_node(i)
+
+        @rule(i=node_ids)
+        def delete_node(self, i: int) -> None:
+            if self.world.has_node(i):
+                self.world.delete_node(i)
+
+        @rule(pod=pod_names, i=node_ids, stateful=st.booleans() if sticky else st.just(False))
+        def add_pod(self, pod: str, i: int, stateful: bool) -> None:
+            if self.world.pod(pod) is None and self.world.has_node(i):
+                self.world.add_pod(pod, i, owner=("StatefulSet", "web") if stateful else None)
+
+        @rule(pod=pod_names, graceful=st.booleans())
+        def delete_pod(self, pod: str, graceful: bool) -> None:
+            obj = self.world.pod(pod)
+            if obj is not None and not obj["metadata"].get("deletionTimestamp"):
+                self.world.delete_pod(pod, grace=30 if graceful else None)
+
+        @rule(pod=pod_names)
+        def kubelet_confirms(self, pod: str) -> None:
+            obj = self.world.pod(pod)
+            if obj is not None and obj["metadata"].get("deletionTimestamp"):
+                self.world.confirm_pod_deleted(pod)
+
+        @rule(pod=pod_names, i=node_ids, same_node=st.booleans())
+        def recreate_pod(self, pod: str, i: int, same_node: bool) -> None:
+            """Same name, new uid, before the old one's release could finish."""
+            if self.world.pod(pod) is None:
+                return
+            if same_node:
+                self.world.recreate_pod(pod)
+            elif self.world.has_node(i):
+                self.world.recreate_pod(pod, i)
+
+        # --- the controller ---------------------------------------------------------------
+
+        @rule(n=st.integers(min_value=1, max_value=30))
+        def step(self, n: int) -> None:
+            self.world.step(n)
+
+        @rule(seconds=st.sampled_from([0.0, 1.0, 5.0, 60.0]))
+        def settle(self, seconds: float) -> None:
+            self.world.settle(advance=seconds, max_steps=_SETTLE_STEPS)
+
+        @rule(seconds=st.sampled_from([0.01, 0.5, 5.0, 30.0, 120.0, 700.0]))
+        def advance_clock(self, seconds: float) -> None:
+            self.world.advance(seconds)
+
+        @rule()
+        def restart(self) -> None:
+            self.world.restart()
+
+        @rule(hook=hooks, when=moments)
+        def crash_at(self, hook: str, when: Any) -> None:
+            """The controller dies at the next call of ``hook``: before it, or after the
+            cloud did the work and before the engine recorded it."""
+            self.injector.crash(hook, when=when)
+
+        # --- faults ------------------------------------------------------------------------
+
+        @rule(where=provider_faults, kind=st.sampled_from(FAULT_KINDS),
+              times=st.integers(min_value=1, max_value=3))
+        def provider_fault(self, where: tuple[str, Any], kind: ErrorKind, times: int) -> None:
+            """The provider fails a call (``after``: the cloud did it, the answer got lost)."""
+            hook, when = where
+            self.injector.fail(hook, lambda: ProviderError(kind, f"injected {kind.value}"),
+                               when=when, times=times)
+
+        if cloud_fault_rate is not None:
+
+            @rule(rate=st.sampled_from([0.0, 0.1, 0.3]))
+            def cloud_faults(self, rate: float) -> None:
+                set_rate(self.plugin, rate)
+
+        @rule(conflict=st.sampled_from([0.0, 0.1, 0.3]), error=st.sampled_from([0.0, 0.1, 0.3]))
+        def cluster_fault_rates(self, conflict: float, error: float) -> None:
+            self.cluster.faults.conflict_rate = conflict
+            self.cluster.faults.error_rate = error
+
+        @rule(op=st.sampled_from(_FAILING_OPS), kind=st.sampled_from(_FAILING_KINDS),
+              conflict=st.booleans(), times=st.integers(min_value=1, max_value=3))
+        def cluster_fail_next(self, op: str, kind: Kind, conflict: bool, times: int) -> None:
+            exc = (Conflict("injected conflict") if conflict
+                   else ApiError("injected server error"))
+            self.cluster.faults.fail_next(op, kind, exc, times=times)
+
+        @rule(what=lost_answers, times=st.integers(min_value=1, max_value=2))
+        def lose_answers(self, what: tuple[str, Kind], times: int) -> None:
+            """The API server commits the engine's write and the answer is lost."""
+            op, kind = what
+            self.api.lose_next(op, kind, times=times)
+
+        @rule()
+        def drop_watches(self) -> None:
+            self.cluster.faults.drop_watches()
+
+        @rule()
+        def compact(self) -> None:
+            self.cluster.faults.compact()
+
+        # --- invariants -------------------------------------------------------------------
+
+        @invariant()
+        def no_address_owned_twice(self) -> None:
+            self.world.assert_no_double_owner()
+
+        @invariant()
+        def records_point_at_real_addresses(self) -> None:
+            problems = self.world.dangling_problems()
+            assert not problems, "\n".join(problems)
+
+        def teardown(self) -> None:
+            try:
+                self.cluster.faults.clear()
+                self.api.clear()
+                self.injector.clear()
+                set_rate(self.plugin, 0.0)
+                self.world.settle(advance=self.world.gc_grace(), max_steps=_SETTLE_STEPS)
+                self.world.assert_converged()
+                # shown by --hypothesis-show-statistics: what the examples went through
+                event(f"pods routed at the end: {len(self.world.live_pod_ips())}")
+                event(f"controller crashes: {min(self.world.crashes, 3)}")
+                event(f"restarts: {min(self.world.restarts, 3)}")
+                event(f"leaked addresses swept: {self.world.engine.gc.swept > 0}")
+            finally:
+                self.world.close()
+
+    ChaosMachine.__name__ = ChaosMachine.__qualname__ = name
+    return ChaosMachine

@@ -1,0 +1,452 @@
+"""The provider conformance suite: what every provider must do for the engine to be right.
+
+Subclass :class:`ProviderConformance` in a test module of your provider::
+
+    pytest_plugins = ["podnet.testing"]
+
+    class TestMyProvider(ProviderConformance):
+        provider_name = "mine"
+
+        @pytest.fixture
+        def provider_plugin(self):
+            return MyProvider(client=FakeClient())
+
+        def cloud_addresses(self, plugin):
+            return plugin.client.addresses_by_node()  # address -> node name
+
+        def error_samples(self):
+            return [(MySdkError("Throttling"), ErrorKind.THROTTLED), ...]
+
+Every test runs the real engine on an in-memory cluster and a fake clock, against the
+provider's own ground truth: lifecycle, no-op resync, idempotency under crashes at each
+hook, finalizers, transition spans, error classification and the records' wire form.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import pluggy
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from podnet.core.cluster.memory import InMemoryCluster
+from podnet.core.cluster.port import NODE_NETWORK, POD, POD_NETWORK, NotFound, Obj
+from podnet.core.convert import from_wire, to_wire
+from podnet.core.errors import ErrorKind, ProviderError
+from podnet.core.models import (
+    FINALIZER,
+    NodeInfo,
+    NodeNetwork,
+    ObjectMeta,
+    Phase,
+    PodNetwork,
+    PodNetworkSpec,
+)
+from podnet.core.plugin import Providers
+from podnet.core.tracing import (
+    ATTR_ERROR_TYPE,
+    ATTR_FROM,
+    ATTR_IP,
+    ATTR_MACHINE,
+    ATTR_NAMESPACE,
+    ATTR_NODE,
+    ATTR_OBJECT,
+    ATTR_POD,
+    ATTR_PROVIDER,
+    ATTR_TO,
+    ATTR_TRIGGER,
+)
+from podnet.hookspecs.types import (
+    AllocateContext,
+    CloudInterface,
+    NodeContext,
+    PodNetworkContext,
+)
+from podnet.testing.harness import Crash, FaultInjector, HookRecorder, World, hook_name
+
+__all__ = ["CRASH_HOOKS", "ProviderConformance"]
+
+#: the hooks a crash is injected at, each right after (or before) the provider's work
+CRASH_HOOKS = ("allocate", "route", "release", "pool_grow", "pool_shrink", "interface_create")
+_POOL_HOOKS = frozenset({"pool_grow", "pool_shrink", "interface_create"})
+
+_LIFECYCLE = [
+    ("allocate", "pending", "allocated"),
+    ("route", "allocated", "routed"),
+    ("release", "routed", "releasing"),
+    ("finish", "releasing", "deleted"),
+]
+_WRITE_OPS = frozenset({"create", "update", "update_status", "patch", "delete", "emit_event"})
+_POD_SPAN_ATTRS = (ATTR_MACHINE, ATTR_TRIGGER, ATTR_FROM, ATTR_PROVIDER, ATTR_OBJECT, ATTR_POD,
+                   ATTR_NAMESPACE, ATTR_NODE)
+_ENI_SPAN_ATTRS = (ATTR_MACHINE, ATTR_TRIGGER, ATTR_FROM, ATTR_PROVIDER, ATTR_OBJECT, ATTR_NODE)
+
+
+def _write_count(cluster: InMemoryCluster) -> int:
+    return sum(n for (op, _plural), n in cluster.stats.items() if op in _WRITE_OPS)
+
+
+def _attrs(span: ReadableSpan) -> Mapping[str, Any]:
+    return span.attributes or {}
+
+
+class ProviderConformance(abc.ABC):
+    """Base class of a provider's conformance tests; see the module docstring."""
+
+    #: the name the plugin registers its provider under
+    provider_name: ClassVar[str]
+    #: the hooks the crash tests cover (narrow it for a provider without some of them)
+    crash_hooks: ClassVar[tuple[str, ...]] = CRASH_HOOKS
+
+    # --- what the subclass supplies -----------------------------------------------------
+
+    @abc.abstractmethod
+    def cloud_addresses(self, plugin: Any) -> Mapping[str, str]:
+        """The provider's ground truth: every address its cloud holds -> node name."""
+
+    @abc.abstractmethod
+    def error_samples(self) -> Sequence[tuple[BaseException, ErrorKind]]:
+        """Errors the provider's SDK raises, each with the kind it must be classified as."""
+
+    @pytest.fixture
+    def ground_truth(self, provider_plugin: Any) -> Callable[[], Mapping[str, str]]:
+        return lambda: self.cloud_addresses(provider_plugin)
+
+    # --- helpers ------------------------------------------------------------------------
+
+    @staticmethod
+    def _bring_up(world: World, pods: int = 1, node: int = 0) -> list[str]:
+        """A node with its pool ready, then ``pods`` pods on it, all settled."""
+        if not world.has_node(node):
+            world.add_node(node)
+        world.settle()
+        names = [f"p{i}" for i in range(pods)]
+        for name in names:
+            world.add_pod(name, node)
+        world.settle()
+        return names
+
+    @staticmethod
+    def _steady(world: World) -> None:
+        """Settled including the pool's periodic top-up and trim: nothing left to do."""
+        world.settle(advance=2 * world.policy().refill_period)
+
+    def _uses_pool(self, world: World) -> bool:
+        return world.engine.providers[world.provider].uses_node_pool
+
+    # --- registration -------------------------------------------------------------------
+
+    def test_registers_and_validates(self, plugin_manager: pluggy.PluginManager,
+                                     provider_plugin: Any, provider_name: str) -> None:
+        plugin_manager.check_pending()  # every hookimpl matches a spec
+        assert provider_name == self.provider_name
+        info = Providers(plugin_manager)[provider_name]
+        assert info.version
+        implemented = {h.name for h in plugin_manager.get_hookcallers(provider_plugin) or ()}
+        required = {"podnet_register_provider", "podnet_allocate", "podnet_route",
+                    "podnet_release"}
+        if info.uses_node_pool:
+            required |= {"podnet_node_inventory", "podnet_pool_grow", "podnet_pool_shrink"}
+        if info.manages_interfaces:
+            required |= {"podnet_interface_create", "podnet_interface_dispose"}
+        assert required <= implemented, f"missing hooks: {sorted(required - implemented)}"
+
+    def test_answers_only_for_its_own_name(self, plugin_manager: pluggy.PluginManager,
+                                           hook_calls: HookRecorder,
+                                           ground_truth: Callable[[], Mapping[str, str]]
+                                           ) -> None:
+        other = f"not-{self.provider_name}"
+        hook = plugin_manager.hook
+        before = dict(ground_truth())
+        node = NodeContext(node=NodeInfo(name="node-x", uid="uid-x", pod_cidr="10.250.0.0/24"))
+        pn = PodNetwork(metadata=ObjectMeta(name="x.default.00000000", namespace="demo"),
+                        spec=PodNetworkSpec(pod_name="x", pod_uid="00000000", node_name="node-x",
+                                            provider=other))
+        hook.podnet_configure(provider=other, config={"no-such-option": 1})
+        assert hook.podnet_node_inventory(provider=other, node=node) is None
+        assert hook.podnet_pool_grow(provider=other, node=node, interface=None, count=1,
+                                     subnet=None) is None
+        assert hook.podnet_pool_shrink(provider=other, node=node, entries=[]) is None
+        assert hook.podnet_interface_create(provider=other, node=node, subnet=None,
+                                            ip_count=1) is None
+        assert hook.podnet_interface_dispose(provider=other, node=node,
+                                             interface=CloudInterface(id="itf-x")) is None
+        assert hook.podnet_allocate(context=AllocateContext(pod_network=pn, node=node)) is None
+        ctx = PodNetworkContext(pod_network=pn, node=node)
+        assert hook.podnet_route(context=ctx) is None
+        assert hook.podnet_verify(context=ctx) is None
+        assert hook.podnet_release(context=ctx) is None
+        assert hook.podnet_classify_error(provider=other, error=RuntimeError("x")) is None
+        assert dict(ground_truth()) == before, "a call for another provider changed the cloud"
+        assert all(c.error is None for c in hook_calls), [c for c in hook_calls if c.error]
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def test_lifecycle_pending_to_routed_and_back(self, world: World, hook_calls: HookRecorder
+                                                  ) -> None:
+        self._bring_up(world)
+        pn = world.record_of("p0")
+        assert pn is not None and pn.status.phase is Phase.ROUTED, pn
+        assert pn.status.ip and FINALIZER in pn.metadata.finalizers
+        assert world.live_pod_ips() == {"demo/p0": pn.status.ip}
+        ip = pn.status.ip
+
+        world.delete_pod("p0")
+        world.settle()
+        with pytest.raises(NotFound):
+            world.cluster.get(POD_NETWORK, pn.metadata.name, pn.metadata.namespace)
+        seen = [(e.trigger, e.source, e.dest)
+                for e in hook_calls.transitions("pod_network", ok=True) if e.object_key == pn.key]
+        assert seen == _LIFECYCLE
+        transitions = world.engine.stats.transitions
+        assert [transitions[f"pod_network.{t}"] for t, _, _ in _LIFECYCLE] == [1, 1, 1, 1]
+        assert ip not in world.owners()
+        if self._uses_pool(world):
+            pool = world.engine.pools.find(world.provider, pn.spec.node_name)
+            assert pool is not None
+            # back in the pool as idle, or already given back to the cloud
+            assert (ip in pool.addresses and pool.owner_of(ip) is None) or \
+                ip not in world.cloud_addresses()
+        world.assert_converged()
+
+    def test_settled_reconcile_makes_no_call_and_no_write(self, world: World,
+                                                          hook_calls: HookRecorder) -> None:
+        self._bring_up(world, pods=2)
+        self._steady(world)
+        world.assert_converged()
+        engine = world.engine
+        writes, calls = dict(engine.stats.writes), dict(engine.stats.provider_calls)
+        cluster_writes = _write_count(world.cluster)
+        hook_calls.clear()
+        for pod in ("demo/p0", "demo/p1"):
+            engine.enqueue_pod(pod)
+        engine.enqueue_node(world.node_name(0))
+        engine.queue.add(("gc", ""))
+        assert world.settle() >= 4
+        assert hook_calls.provider_calls() == []
+        assert dict(engine.stats.provider_calls) == calls
+        assert dict(engine.stats.writes) == writes
+        assert _write_count(world.cluster) == cluster_writes
+
+    def test_verify_on_resync_makes_no_write(self, world: World, hook_calls: HookRecorder
+                                             ) -> None:
+        self._bring_up(world, pods=2)
+        self._steady(world)
+        engine = world.engine
+        writes, cluster_writes = dict(engine.stats.writes), _write_count(world.cluster)
+        hook_calls.clear()
+        world.settle(advance=world.policy().verify_period + 1)
+        assert len(hook_calls.of("verify")) >= 2
+        assert [c for c in hook_calls.provider_calls()
+                if c not in ("podnet_verify", "podnet_node_inventory")] == []
+        assert dict(engine.stats.writes) == writes
+        assert _write_count(world.cluster) == cluster_writes
+        world.assert_converged()
+
+    def test_restart_adopts_a_settled_world(self, world: World, hook_calls: HookRecorder
+                                            ) -> None:
+        """A new controller process reads what is there and changes nothing of it."""
+        self._bring_up(world, pods=3)
+        self._steady(world)
+        before = {pn.key: (pn.metadata.resource_version, pn.status.ip)
+                  for pn in world.records()}
+        hook_calls.clear()
+        world.restart()
+        world.settle()
+        assert [c for c in hook_calls.provider_calls() if c != "podnet_node_inventory"] == []
+        assert {pn.key: (pn.metadata.resource_version, pn.status.ip)
+                for pn in world.records()} == before
+        assert world.engine.stats.writes["status.podnetworks"] == 0
+        world.assert_converged()
+
+    @pytest.mark.parametrize("how", ["pod deleted", "pod terminal", "record deleted",
+                                     "node deleted", "pod deleted with grace"])
+    def test_finalizer_removed_after_release(self, world: World, how: str) -> None:
+        self._bring_up(world)
+        pn = world.record_of("p0")
+        assert pn is not None and FINALIZER in pn.metadata.finalizers
+        cluster, name, ns = world.cluster, pn.metadata.name, pn.metadata.namespace
+        if how == "pod deleted":
+            world.delete_pod("p0")
+        elif how == "pod terminal":
+            pod = cluster.get(POD, "p0", "demo")
+            pod["status"]["phase"] = "Succeeded"
+            cluster.update_status(POD, pod)
+        elif how == "record deleted":
+            cluster.delete(POD_NETWORK, name, ns)
+        elif how == "node deleted":
+            world.delete_node(0)
+        else:
+            world.delete_pod("p0", grace=30)
+            world.settle()
+            assert world.record_of("p0") is not None, "released during the pod's grace period"
+            # the kubelet never confirms here: past its grace the pod no longer runs
+            world.settle(advance=30 + world.policy().verify_period)
+        world.settle()
+        if how == "record deleted":
+            # the pod still runs: a new record (same name, new uid) serves it
+            again = world.record_of("p0")
+            assert again is not None and again.metadata.uid != pn.metadata.uid
+            assert again.status.phase is Phase.ROUTED
+        else:
+            with pytest.raises(NotFound):
+                cluster.get(POD_NETWORK, name, ns)
+        world.settle(advance=world.gc_grace())
+        world.assert_converged()
+
+    # --- crashes: every hook is idempotent ------------------------------------------------
+
+    def _drive_to(self, world: World, hook: str) -> None:
+        """Bring the world to where the engine calls ``hook``."""
+        if hook in ("allocate", "route", "pool_grow"):
+            self._bring_up(world)
+        elif hook == "release":
+            self._bring_up(world)
+            world.delete_pod("p0")
+            world.settle()
+        elif hook == "pool_shrink":
+            world.add_node(0)
+            world.settle()
+            names = self._bring_up(world, pods=world.policy().max_idle + 2)
+            for name in names:
+                world.delete_pod(name)
+            world.settle()
+        elif hook == "interface_create":
+            world.add_node(0)
+            world.settle()
+            pool = world.engine.pools.find(world.provider, world.node_name(0))
+            assert pool is not None and pool.ips_per_interface > 0
+            self._bring_up(world, pods=pool.ips_per_interface + 1)
+        else:  # pragma: no cover - CRASH_HOOKS and this table go together
+            raise ValueError(hook)
+
+    @pytest.mark.parametrize("when", ["after", "before"])
+    @pytest.mark.parametrize("hook", CRASH_HOOKS)
+    def test_crash_at_hook_converges(self, world: World, fault_injector: FaultInjector,
+                                     hook: str, when: Any) -> None:
+        """The process dies right after the provider's work (before the record says so),
+        or right before it; a new engine converges to the same outcome: no second
+        resource, no duplicate address, nothing leaked after the GC grace."""
+        if hook not in self.crash_hooks:
+            pytest.skip(f"{hook} is not in crash_hooks")
+        info = world.engine.providers[world.provider]
+        if hook in _POOL_HOOKS and not info.uses_node_pool:
+            pytest.skip("the provider keeps no node pools")
+        if hook == "interface_create" and not info.manages_interfaces:
+            pytest.skip("the provider manages no interfaces")
+        fault_injector.crash(hook, when=when)
+        self._drive_to(world, hook)
+        assert [h for h, _, _ in fault_injector.fired] == [hook_name(hook)], \
+            f"the scenario never called {hook}"
+        assert world.crashes == 1
+        world.assert_no_double_owner()
+        world.settle(advance=world.gc_grace())
+        world.assert_converged()
+        if info.uses_node_pool:
+            # no second resource: what a lost call made is swept or in use, not piling up
+            policy = world.policy()
+            for pool in world.engine.pools.all():
+                assert pool.idle_count() <= max(policy.max_idle, policy.min_idle), \
+                    f"{pool.node} keeps {pool.idle_count()} idle addresses"
+
+    # --- tracing ------------------------------------------------------------------------
+
+    @pytest.mark.parametrize("failing", [
+        "route",
+        "release",
+        "allocate",
+    ])
+    def test_transition_spans(self, world: World, span_exporter: InMemorySpanExporter,
+                              fault_injector: FaultInjector, hook_calls: HookRecorder,
+                              failing: str) -> None:
+        """One span ``{machine}.{trigger}`` per transition attempt, with the contract's
+        attributes; one trace per PodNetwork; a failed attempt is an ERROR span."""
+        world.add_node(0)
+        world.settle()
+        span_exporter.clear()
+        hook_calls.clear()
+        fault_injector.fail(failing, ProviderError(ErrorKind.TRANSIENT, f"injected {failing}"))
+        world.add_pod("p0", 0)
+        world.settle(advance=1)
+        world.delete_pod("p0")
+        world.settle(advance=1)
+        assert len(fault_injector.fired) == 1
+        world.assert_converged()
+
+        stats = world.engine.stats
+        spans = [s for s in span_exporter.get_finished_spans() if ATTR_MACHINE in _attrs(s)]
+        attempts = stats.transitions + stats.failed_transitions
+        assert Counter(s.name for s in spans) == +attempts
+        events = hook_calls.transitions()
+        assert Counter(f"{e.machine}.{e.trigger}" for e in events) == +attempts
+
+        traces: dict[str, set[int]] = {}
+        for span in spans:
+            attrs = _attrs(span)
+            machine, trigger = attrs[ATTR_MACHINE], attrs[ATTR_TRIGGER]
+            assert span.name == f"{machine}.{trigger}"
+            required = _POD_SPAN_ATTRS if machine == "pod_network" else _ENI_SPAN_ATTRS
+            missing = [a for a in required if a not in attrs]
+            assert not missing, f"{span.name} lacks {missing}"
+            assert attrs[ATTR_PROVIDER] == world.provider
+            failed = span.status.status_code is StatusCode.ERROR
+            assert (ATTR_TO in attrs) is not failed, f"{span.name}: {dict(attrs)}"
+            assert (ATTR_ERROR_TYPE in attrs) is failed
+            if machine == "pod_network":
+                if attrs[ATTR_FROM] != "pending" or not failed:
+                    assert ATTR_IP in attrs, f"{span.name} from {attrs[ATTR_FROM]} has no ip"
+                assert span.context is not None
+                traces.setdefault(str(attrs[ATTR_OBJECT]), set()).add(span.context.trace_id)
+        assert traces and all(len(ids) == 1 for ids in traces.values()), traces
+
+        failed_spans = [s for s in spans if s.status.status_code is StatusCode.ERROR]
+        trigger = "finish" if failing == "release" else failing
+        assert [s.name for s in failed_spans] == [f"pod_network.{trigger}"]
+        assert _attrs(failed_spans[0])[ATTR_ERROR_TYPE] == ErrorKind.TRANSIENT.value
+
+    # --- errors -------------------------------------------------------------------------
+
+    def test_error_classification(self, plugin_manager: pluggy.PluginManager,
+                                  world: World, provider_name: str) -> None:
+        samples = self.error_samples()
+        assert samples, "error_samples() must name at least one error"
+        hook = plugin_manager.hook
+        for error, kind in samples:
+            assert hook.podnet_classify_error(provider=provider_name, error=error) == kind, error
+            assert world.engine.classify(provider_name, error) is kind
+            assert hook.podnet_classify_error(provider=f"not-{provider_name}",
+                                              error=error) is None
+        assert hook.podnet_classify_error(provider=provider_name,
+                                          error=RuntimeError("not an SDK error")) is None
+
+    # --- the records' wire form ---------------------------------------------------------
+
+    def test_records_round_trip(self, world: World) -> None:
+        self._bring_up(world, pods=3)
+        world.delete_pod("p2")
+        world.settle()
+        items: list[tuple[type[Any], Obj]] = [
+            (PodNetwork, obj) for obj in world.cluster.list(POD_NETWORK).items]
+        items += [(NodeNetwork, obj) for obj in world.cluster.list(NODE_NETWORK).items]
+        assert len(items) == 3
+        for cls, stored in items:
+            model = from_wire(cls, stored)
+            assert to_wire(model) == stored
+            assert from_wire(cls, to_wire(model)) == model
+
+    # --- a crash during the whole of a run ----------------------------------------------
+
+    def test_crash_is_not_swallowed(self, world: World, fault_injector: FaultInjector) -> None:
+        """Crash is a BaseException: the engine must let it end the 'process'."""
+        world.add_node(0)
+        world.settle()
+        fault_injector.crash("allocate", when="before")
+        world.add_pod("p0", 0)
+        with pytest.raises(Crash):
+            world.engine.run_until_idle()

@@ -1,0 +1,851 @@
+"""The shared driver of the provider test kit: a cluster, a fake clock, one provider, and
+the engine on top, plus the ground truth to judge the outcome by.
+
+:class:`World` is what the conformance suite (``podnet.testing.conformance``) and the
+chaos machine (``podnet.testing.chaos``) drive: it adds and removes nodes and pods, runs
+the engine step by step or until idle on a :class:`FakeClock`, restarts it (a new
+process: nothing kept in memory, everything rebuilt from the records and the provider's
+inventory), and checks the result against the provider's ground truth.
+
+:class:`FaultInjector` is a pluggy wrapper around the provider's hooks: it raises
+:class:`Crash` (the process dies) or a provider error just before a hook runs or just
+after it returned, when the cloud did the work but the controller never learnt of it.
+:class:`HookRecorder` records every hook call through pluggy's call monitoring.
+"""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from collections import Counter
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal, cast
+
+import attrs
+import pluggy
+
+from podnet.core.clock import FakeClock
+from podnet.core.cluster.memory import InMemoryCluster
+from podnet.core.cluster.port import (
+    NAMESPACE,
+    NODE,
+    POD,
+    POD_NETWORK,
+    ApiError,
+    Cluster,
+    Kind,
+    NotFound,
+    Obj,
+)
+from podnet.core.convert import from_wire
+from podnet.core.demo import node_obj
+from podnet.core.engine import Engine, EngineOptions
+from podnet.core.models import DEFAULT_NETWORK, FINALIZER, Phase, PodNetwork
+from podnet.core.plugin import Providers, new_plugin_manager
+from podnet.core.policy import PoolPolicy
+from podnet.core.tracing import Tracing
+from podnet.hookspecs import hookimpl
+from podnet.hookspecs.types import TransitionEvent
+
+__all__ = [
+    "EFFECT_HOOKS",
+    "PROVIDER_HOOKS",
+    "Crash",
+    "EngineFactory",
+    "FaultInjector",
+    "HookCall",
+    "HookRecorder",
+    "LossyCluster",
+    "NotSettled",
+    "World",
+    "build_plugin_manager",
+    "hook_name",
+    "provider_name_of",
+]
+
+NAMESPACE_NAME = "demo"
+
+#: hooks that change something in the cloud or dataplane: the ones crashes are injected at
+EFFECT_HOOKS: tuple[str, ...] = (
+    "podnet_allocate",
+    "podnet_route",
+    "podnet_release",
+    "podnet_pool_grow",
+    "podnet_pool_shrink",
+    "podnet_interface_create",
+    "podnet_interface_dispose",
+)
+#: every hook the engine calls through ``Engine.call`` (counted in ``stats.provider_calls``)
+PROVIDER_HOOKS: tuple[str, ...] = (*EFFECT_HOOKS, "podnet_node_inventory", "podnet_verify")
+
+Moment = Literal["before", "after"]
+
+
+def hook_name(hook: str) -> str:
+    """``allocate`` or ``podnet_allocate`` -> ``podnet_allocate``."""
+    return hook if hook.startswith("podnet_") else f"podnet_{hook}"
+
+
+class Crash(BaseException):
+    """The controller process dies here.
+
+    A BaseException, so no ``except Exception`` in the engine swallows it: it unwinds
+    the reconcile as a SIGKILL would end it, and :class:`World` restarts the engine.
+    """
+
+
+class NotSettled(AssertionError):
+    """The engine kept finding work: a livelock, or a hot retry loop."""
+
+
+# --- hook-call recording ---------------------------------------------------------------
+
+
+@attrs.define
+class HookCall:
+    name: str
+    kwargs: dict[str, Any]
+    result: Any = None
+    error: BaseException | None = None
+    done: bool = False
+
+    def __iter__(self) -> Iterator[Any]:
+        # ``name, kwargs = call``
+        return iter((self.name, self.kwargs))
+
+
+class _TransitionListener:
+    """Hears ``podnet_transition`` as a listener plugin: the engine hands events to each
+    listener on its own, past pluggy's call monitoring."""
+
+    def __init__(self, recorder: HookRecorder) -> None:
+        self.recorder = recorder
+
+    @hookimpl
+    def podnet_transition(self, event: TransitionEvent) -> None:
+        call = HookCall("podnet_transition", {"event": event}, done=True)
+        self.recorder.append(call)
+
+
+class HookRecorder(list[HookCall]):
+    """Every hook call made through a plugin manager, in order (pluggy call monitoring),
+    and every ``podnet_transition`` event (as a listener plugin). A list of
+    :class:`HookCall`, each unpacking as ``(hook name, kwargs)``."""
+
+    LISTENER_NAME = "podnet-testing-recorder"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._open: list[HookCall] = []
+
+    @property
+    def calls(self) -> list[HookCall]:
+        return self
+
+    def attach(self, pm: pluggy.PluginManager) -> Callable[[], None]:
+        """Start recording ``pm``'s hook calls; returns the function that stops it."""
+        listener = _TransitionListener(self)
+        pm.register(listener, name=self.LISTENER_NAME)
+        undo_monitoring = pm.add_hookcall_monitoring(self._before, self._after)
+
+        def undo() -> None:
+            undo_monitoring()
+            pm.unregister(listener)
+
+        return undo
+
+    def _before(self, hook_name: str, _impls: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        if hook_name == "podnet_transition":
+            return  # the listener records it, however the engine delivers it
+        call = HookCall(hook_name, dict(kwargs))
+        self.append(call)
+        self._open.append(call)
+
+    def _after(self, outcome: Any, hook_name: str, _impls: Sequence[Any],
+               _kwargs: Mapping[str, Any]) -> None:
+        if hook_name == "podnet_transition":
+            return
+        # calls do not nest in practice, but a stack keeps the pairing right if they do
+        for i in range(len(self._open) - 1, -1, -1):
+            if self._open[i].name == hook_name:
+                call = self._open.pop(i)
+                call.error = outcome.exception
+                if call.error is None:
+                    call.result = outcome.get_result()
+                call.done = True
+                break
+
+    def clear(self) -> None:
+        super().clear()
+        self._open.clear()
+
+    def names(self) -> list[str]:
+        return [c.name for c in self]
+
+    def of(self, hook: str) -> list[HookCall]:
+        name = hook_name(hook)
+        return [c for c in self if c.name == name]
+
+    def provider_calls(self) -> list[str]:
+        """Names of calls to hooks that reach the provider's cloud or dataplane."""
+        return [c.name for c in self if c.name in PROVIDER_HOOKS]
+
+    def transitions(self, machine: str | None = None, *, ok: bool | None = None
+                    ) -> list[TransitionEvent]:
+        """The ``podnet_transition`` events broadcast, optionally of one machine."""
+        out = []
+        for call in self.of("podnet_transition"):
+            event: TransitionEvent = call.kwargs["event"]
+            if machine is not None and event.machine != machine:
+                continue
+            if ok is not None and event.ok is not ok:
+                continue
+            out.append(event)
+        return out
+
+
+# --- fault injection -------------------------------------------------------------------
+
+
+@attrs.define
+class _Planned:
+    hook: str
+    when: Moment
+    make: Callable[[], BaseException]
+    skip: int
+    times: int
+
+
+class FaultInjector:
+    """Raises planned exceptions at the provider's hook boundaries.
+
+    Registered as a pluggy ``wrapper=True`` plugin, so it works for any provider: a fault
+    ``before`` a hook means the call never reached the cloud; ``after`` means the cloud
+    did the work and the controller never heard back (a lost response, or with
+    :class:`Crash` a process killed between the cloud call and the record write).
+    """
+
+    NAME = "podnet-testing-faults"
+
+    def __init__(self) -> None:
+        self._planned: list[_Planned] = []
+        #: faults raised so far: (hook, moment, exception)
+        self.fired: list[tuple[str, Moment, BaseException]] = []
+        #: calls seen per hook (``after`` counts only calls the provider answered)
+        self.calls: Counter[str] = Counter()
+
+    def install(self, pm: pluggy.PluginManager) -> FaultInjector:
+        if not pm.is_registered(self):
+            pm.register(self, name=self.NAME)
+        return self
+
+    def crash(self, hook: str, when: Moment = "after", nth: int = 1) -> None:
+        """Kill the controller at the ``nth`` next call of ``hook``."""
+        self.fail(hook, Crash, when=when, nth=nth)
+
+    def fail(self, hook: str, exc: BaseException | Callable[[], BaseException],
+             when: Moment = "before", times: int = 1, nth: int = 1) -> None:
+        """Raise ``exc`` (or what the factory makes) at ``times`` calls of ``hook``, from
+        its ``nth`` next call on."""
+        make: Callable[[], BaseException] = (lambda: exc) if isinstance(exc, BaseException) \
+            else exc
+        self._planned.append(_Planned(hook_name(hook), when, make, max(0, nth - 1), times))
+
+    def clear(self) -> None:
+        self._planned.clear()
+
+    @property
+    def armed(self) -> bool:
+        return bool(self._planned)
+
+    def _take(self, hook: str, when: Moment) -> BaseException | None:
+        for planned in self._planned:
+            if planned.hook != hook or planned.when != when:
+                continue
+            if planned.skip > 0:
+                planned.skip -= 1
+                return None
+            planned.times -= 1
+            if planned.times <= 0:
+                self._planned.remove(planned)
+            exc = planned.make()
+            self.fired.append((hook, when, exc))
+            return exc
+        return None
+
+    def _around(self, hook: str) -> Generator[None, Any, Any]:
+        fault = self._take(hook, "before")
+        if fault is not None:
+            raise fault
+        result = yield
+        if result is None:
+            return None  # not the provider in charge: it did nothing
+        self.calls[hook] += 1
+        fault = self._take(hook, "after")
+        if fault is not None:
+            raise fault
+        return result
+
+    @hookimpl(wrapper=True)
+    def podnet_allocate(self) -> Generator[None, Any, Any]:
+        return (yield from self._around("podnet_allocate"))
+
+    @hookimpl(wrapper=True)
+    def podnet_route(self) -> Generator[None, Any, Any]:
+        return (yield from self._around("podnet_route"))
+
+    @hookimpl(wrapper=True)
+    def podnet_release(self) -> Generator[None, Any, Any]:
+        return (yield from self._around("podnet_release"))
+
+    @hookimpl(wrapper=True)
+    def podnet_verify(self) -> Generator[None, Any, Any]:
+        return (yield from self._around("podnet_verify"))
+
+    @hookimpl(wrapper=True)
+    def podnet_node_inventory(self) -> Generator[None, Any, Any]:
+        return (yield from self._around("podnet_node_inventory"))
+
+    @hookimpl(wrapper=True)
+    def podnet_pool_grow(self) -> Generator[None, Any, Any]:
+        return (yield from self._around("podnet_pool_grow"))
+
+    @hookimpl(wrapper=True)
+    def podnet_pool_shrink(self) -> Generator[None, Any, Any]:
+        return (yield from self._around("podnet_pool_shrink"))
+
+    @hookimpl(wrapper=True)
+    def podnet_interface_create(self) -> Generator[None, Any, Any]:
+        return (yield from self._around("podnet_interface_create"))
+
+    @hookimpl(wrapper=True)
+    def podnet_interface_dispose(self) -> Generator[None, Any, Any]:
+        return (yield from self._around("podnet_interface_dispose"))
+
+
+# --- lost answers from the API server ---------------------------------------------------
+
+
+@attrs.define
+class _Loss:
+    op: str
+    kind: Kind | None
+    times: int
+
+
+class LossyCluster:
+    """The API server as the engine sees it, losing answers on request: a planned write
+    is committed, then the client gets a 500 (a timeout after the server applied it).
+    Everything else goes straight to the cluster underneath."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.inner = cluster
+        self._planned: builtins.list[_Loss] = []
+        #: answers lost so far: (operation, plural)
+        self.lost: builtins.list[tuple[str, str]] = []
+
+    def lose_next(self, op: str, kind: Kind | None = None, times: int = 1) -> None:
+        """Lose the answers of the next ``times`` successful ``op`` calls on ``kind``."""
+        self._planned.append(_Loss(op, kind, times))
+
+    def clear(self) -> None:
+        self._planned.clear()
+
+    def _answer(self, op: str, kind: Kind) -> None:
+        for loss in self._planned:
+            if loss.op == op and (loss.kind is None or loss.kind == kind):
+                loss.times -= 1
+                if loss.times <= 0:
+                    self._planned.remove(loss)
+                self.lost.append((op, kind.plural))
+                raise ApiError(f"lost answer: {op} {kind.plural} was applied, the client "
+                               "timed out")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)  # reads and watches: untouched
+
+    def as_cluster(self) -> Cluster:
+        """This proxy, typed as the port it stands in for (reads go through __getattr__)."""
+        return cast(Cluster, self)
+
+    def create(self, kind: Kind, obj: Obj) -> Obj:
+        created = self.inner.create(kind, obj)
+        self._answer("create", kind)
+        return created
+
+    def update(self, kind: Kind, obj: Obj) -> Obj:
+        updated = self.inner.update(kind, obj)
+        self._answer("update", kind)
+        return updated
+
+    def update_status(self, kind: Kind, obj: Obj) -> Obj:
+        updated = self.inner.update_status(kind, obj)
+        self._answer("update_status", kind)
+        return updated
+
+    def patch(self, kind: Kind, name: str, patch: Mapping[str, Any] | builtins.list[dict[str, Any]],
+              namespace: str | None = None,
+              patch_type: Literal["merge", "json", "strategic"] = "merge",
+              subresource: Literal["status"] | None = None) -> Obj:
+        patched = self.inner.patch(kind, name, patch, namespace, patch_type, subresource)
+        self._answer("patch", kind)
+        return patched
+
+    def delete(self, kind: Kind, name: str, namespace: str | None = None,
+               uid: str | None = None, grace_period_seconds: int | None = None) -> None:
+        self.inner.delete(kind, name, namespace, uid, grace_period_seconds)
+        self._answer("delete", kind)
+
+    def emit_event(self, involved: Obj, reason: str, message: str,
+                   type: Literal["Normal", "Warning"] = "Normal") -> None:
+        self.inner.emit_event(involved, reason, message, type)
+
+
+# --- plugin manager and engines ---------------------------------------------------------
+
+
+def build_plugin_manager(plugin: object, *, name: str | None = None,
+                         recorder: HookRecorder | None = None,
+                         injector: FaultInjector | None = None) -> pluggy.PluginManager:
+    """A plugin manager holding only ``plugin`` (plus the kit's recorder and injector)."""
+    pm = new_plugin_manager()
+    pm.register(plugin, name=name)
+    pm.check_pending()
+    if injector is not None:
+        injector.install(pm)
+    if recorder is not None:
+        recorder.attach(pm)
+    return pm
+
+
+def provider_name_of(pm: pluggy.PluginManager) -> str:
+    """The one provider the plugins in ``pm`` declare."""
+    names = Providers(pm).names()
+    if len(names) != 1:
+        raise ValueError(f"expected exactly one provider, the plugins declare {names}")
+    return names[0]
+
+
+class EngineFactory:
+    """Builds engines on one cluster, clock and plugin manager: calling it again is a
+    controller restart (same records, same provider object and cloud; no memory)."""
+
+    def __init__(self, cluster: InMemoryCluster, pm: pluggy.PluginManager, clock: FakeClock,
+                 *, provider: str, tracing: Tracing | None = None,
+                 options: EngineOptions | None = None, api: Cluster | None = None) -> None:
+        self.cluster = cluster
+        #: what the engines talk to: the cluster itself, or a proxy of it (LossyCluster)
+        self.api: Cluster = api if api is not None else cluster
+        self.pm = pm
+        self.clock = clock
+        self.provider = provider
+        self.tracing = tracing or Tracing(None)
+        # seeded: jitter and backoff draws repeat, so a failing run replays exactly
+        self.options = options or EngineOptions(default_provider=provider, seed=0)
+        self.engines: list[Engine] = []
+
+    def __call__(self, *, start: bool = False, **overrides: Any) -> Engine:
+        options = attrs.evolve(self.options, **overrides) if overrides else self.options
+        engine = Engine(self.api, self.pm, clock=self.clock, tracing=self.tracing,
+                        options=options)
+        self.engines.append(engine)
+        if start:
+            engine.start()
+        return engine
+
+    @staticmethod
+    def stop(engine: Engine) -> None:
+        """Close the engine's watches: a dead process holds none."""
+        for informer in engine.informers:
+            informer.stop()
+        engine.queue.shutdown()
+
+    def close(self) -> None:
+        for engine in self.engines:
+            self.stop(engine)
+        self.engines.clear()
+
+
+# --- the world --------------------------------------------------------------------------
+
+
+def _pod_uid(pod: Obj) -> str:
+    return str(pod["metadata"]["uid"])
+
+
+class World:
+    """A cluster with nodes and pods, the engine reconciling it, and the checks.
+
+    ``cloud_addresses`` is the provider's ground truth: every address the cloud (or the
+    overlay's IPAM) holds, mapped to the node it is on.
+    """
+
+    def __init__(self, cluster: InMemoryCluster, clock: FakeClock, engines: EngineFactory,
+                 cloud_addresses: Callable[[], Mapping[str, str]], *,
+                 namespace: str = NAMESPACE_NAME, start_attempts: int = 20) -> None:
+        self.cluster = cluster
+        self.clock = clock
+        self.engines = engines
+        self.cloud_addresses = cloud_addresses
+        self.namespace = namespace
+        self.start_attempts = start_attempts
+        self._engine: Engine | None = None
+        #: controller deaths (Crash) survived, and restarts done (crashes included)
+        self.crashes = 0
+        self.restarts = 0
+        with self.quiet():
+            try:
+                cluster.create(NAMESPACE, {"metadata": {"name": namespace}})
+            except ApiError:
+                pass  # exists: a second World on the same cluster
+
+    # --- the engine ---------------------------------------------------------------------
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine if self._engine is not None else self.start()
+
+    @property
+    def provider(self) -> str:
+        return self.engines.provider
+
+    def policy(self) -> PoolPolicy:
+        return self.engine.policy(self.provider)
+
+    def gc_grace(self) -> float:
+        """How long a leaked address may live: the leaked-IP expiry plus two GC periods."""
+        policy = self.policy()
+        return policy.leaked_ip_expiry + 2 * policy.gc_period
+
+    def start(self) -> Engine:
+        """Start an engine; an API server failing the first lists is retried, as a
+        crash-looping pod would be."""
+        if self._engine is not None:
+            return self._engine
+        for attempt in range(self.start_attempts + 1):
+            engine = self.engines()
+            try:
+                if attempt < self.start_attempts:
+                    engine.start()
+                else:
+                    with self.quiet():  # enough: let the last attempt through
+                        engine.start()
+            except ApiError:
+                self.engines.stop(engine)
+                continue
+            self._engine = engine
+            return engine
+        raise AssertionError("unreachable: the last start attempt runs without faults")
+
+    def restart(self) -> Engine:
+        """Drop the engine and everything it kept in memory; start a new one."""
+        if self._engine is not None:
+            self.engines.stop(self._engine)
+            self._engine = None
+        self.restarts += 1
+        return self.start()
+
+    def _crashed(self) -> None:
+        self.crashes += 1
+        self.restart()
+
+    def step(self, n: int = 1) -> int:
+        """Process at most ``n`` ready keys (fewer when the queue runs dry); a Crash
+        restarts the engine and counts as a step."""
+        done = 0
+        for _ in range(n):
+            try:
+                if not self.engine.step():
+                    break
+            except Crash:
+                self._crashed()
+            done += 1
+        return done
+
+    def settle(self, advance: float = 0.0, *, max_steps: int = 50_000) -> int:
+        """Run until idle, moving the fake clock up to ``advance`` seconds ahead to each
+        delayed key's due time; the clock ends ``advance`` seconds later. Crashes restart
+        the engine. :raise NotSettled: still busy after ``max_steps`` steps."""
+        deadline = self.clock.monotonic() + advance
+        steps = 0
+        while True:
+            left = max(0.0, deadline - self.clock.monotonic())
+            try:
+                steps += self.engine.run_until_idle(advance=left, max_steps=max_steps - steps)
+            except Crash:
+                steps += 1
+                self._crashed()
+                continue
+            if steps >= max_steps:
+                raise NotSettled(
+                    f"engine still busy after {steps} steps at t={self.clock.monotonic()}: "
+                    f"{self.engine.queue!r}, reconciles {dict(self.engine.stats.reconciles)}")
+            if self.clock.monotonic() < deadline:
+                self.clock.advance(deadline - self.clock.monotonic())
+                continue  # anything due exactly at the deadline
+            return steps
+
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    def close(self) -> None:
+        self.engines.close()
+        self._engine = None
+
+    @contextmanager
+    def quiet(self) -> Iterator[None]:
+        """Cluster fault rates off for the test driver's own calls (it is not the engine)."""
+        faults = self.cluster.faults
+        saved = faults.conflict_rate, faults.error_rate
+        faults.conflict_rate = faults.error_rate = 0.0
+        try:
+            yield
+        finally:
+            faults.conflict_rate, faults.error_rate = saved
+
+    # --- the cluster ------------------------------------------------------------------------
+
+    @staticmethod
+    def node_name(node: int | str) -> str:
+        return node if isinstance(node, str) else str(node_obj(node)["metadata"]["name"])
+
+    def add_node(self, i: int) -> str:
+        with self.quiet():
+            return str(self.cluster.create(NODE, node_obj(i))["metadata"]["name"])
+
+    def delete_node(self, node: int | str) -> None:
+        """Delete the Node object; its pods stay (bound to a node that is gone)."""
+        with self.quiet():
+            self.cluster.delete(NODE, self.node_name(node))
+
+    def has_node(self, node: int | str) -> bool:
+        with self.quiet():
+            try:
+                self.cluster.get(NODE, self.node_name(node))
+            except NotFound:
+                return False
+        return True
+
+    def add_pod(self, name: str, node: int | str, annotations: Mapping[str, str] | None = None,
+                owner: tuple[str, str] | None = None) -> Obj:
+        """Create a running pod bound to ``node``; ``owner`` is its controller as
+        ``(kind, name)``, e.g. ``("StatefulSet", "web")`` for a sticky pod."""
+        meta: dict[str, Any] = {"name": name, "namespace": self.namespace,
+                                "labels": {"app": "podnet-test"}}
+        if annotations:
+            meta["annotations"] = dict(annotations)
+        if owner is not None:
+            kind, owner_name = owner
+            meta["ownerReferences"] = [{
+                "apiVersion": "apps/v1", "kind": kind, "name": owner_name,
+                "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{kind}/{owner_name}")),
+                "controller": True,
+            }]
+        pod = {
+            "metadata": meta,
+            "spec": {"nodeName": self.node_name(node),
+                     "containers": [{"name": "app", "image": "podnet-test"}]},
+            "status": {"phase": "Running"},
+        }
+        with self.quiet():
+            return self.cluster.create(POD, pod)
+
+    def pod(self, name: str) -> Obj | None:
+        with self.quiet():
+            try:
+                return self.cluster.get(POD, name, self.namespace)
+            except NotFound:
+                return None
+
+    def delete_pod(self, name: str, grace: int | None = None) -> None:
+        """Delete a pod; with ``grace`` it is marked terminating and stays that long (and
+        until :meth:`confirm_pod_deleted`, the kubelet's part)."""
+        with self.quiet():
+            self.cluster.delete(POD, name, self.namespace, grace_period_seconds=grace)
+
+    def confirm_pod_deleted(self, name: str) -> None:
+        """The kubelet confirms a terminating pod stopped: it goes for good."""
+        with self.quiet():
+            self.cluster.delete(POD, name, self.namespace, grace_period_seconds=0)
+
+    def recreate_pod(self, name: str, node: int | str | None = None) -> Obj:
+        """Delete the pod and create it again at once under the same name (new uid), on
+        ``node`` or the same node; annotations and owner carry over. A terminating pod is
+        force-deleted first."""
+        old = self.pod(name)
+        if old is None:
+            raise KeyError(f"no pod {name}")
+        self.delete_pod(name, grace=0)
+        meta = old["metadata"]
+        owner = None
+        for ref in meta.get("ownerReferences") or ():
+            owner = (ref["kind"], ref["name"])
+        return self.add_pod(name, node if node is not None else old["spec"]["nodeName"],
+                            meta.get("annotations"), owner)
+
+    # --- ground truth -------------------------------------------------------------------
+
+    def records(self) -> list[PodNetwork]:
+        """Every PodNetwork as the API server holds it."""
+        with self.quiet():
+            items = self.cluster.list(POD_NETWORK).items
+        return [from_wire(PodNetwork, obj) for obj in items]
+
+    def record_of(self, pod: str, network: str = DEFAULT_NETWORK) -> PodNetwork | None:
+        """The record of the pod now running under ``pod`` (None when it has none)."""
+        obj = self.pod(pod)
+        if obj is None:
+            return None
+        for pn in self.records():
+            if (pn.spec.pod_name == pod and pn.spec.pod_uid == _pod_uid(obj)
+                    and pn.spec.network == network):
+                return pn
+        return None
+
+    def owners(self) -> dict[str, list[PodNetwork]]:
+        """address -> the records holding it in ``status.ip``."""
+        out: dict[str, list[PodNetwork]] = {}
+        for pn in self.records():
+            if pn.status.ip:
+                out.setdefault(pn.status.ip, []).append(pn)
+        return out
+
+    def live_nodes(self) -> dict[str, Obj]:
+        with self.quiet():
+            items = self.cluster.list(NODE).items
+        return {n["metadata"]["name"]: n for n in items
+                if not n["metadata"].get("deletionTimestamp")}
+
+    def wanted_pods(self) -> dict[str, Obj]:
+        """Pods that must have a network now: running on a live node, not terminating."""
+        nodes = self.live_nodes()
+        with self.quiet():
+            items = self.cluster.list(POD).items
+        out = {}
+        for pod in items:
+            meta, spec = pod["metadata"], pod.get("spec") or {}
+            if meta.get("deletionTimestamp") or spec.get("hostNetwork"):
+                continue
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            if spec.get("nodeName") in nodes:
+                out[f"{meta['namespace']}/{meta['name']}"] = pod
+        return out
+
+    def live_pod_ips(self) -> dict[str, str]:
+        """pod key -> address of its routed default network, for pods that exist now."""
+        with self.quiet():
+            pods = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": _pod_uid(p)
+                    for p in self.cluster.list(POD).items}
+        out = {}
+        for pn in self.records():
+            key = f"{pn.metadata.namespace}/{pn.spec.pod_name}"
+            if (pods.get(key) == pn.spec.pod_uid and pn.spec.network == DEFAULT_NETWORK
+                    and pn.status.phase is Phase.ROUTED and pn.status.ip):
+                out[key] = pn.status.ip
+        return out
+
+    def pooled(self) -> set[str]:
+        """Addresses the engine's node pools hold (idle or owned)."""
+        if self._engine is None:
+            return set()
+        return {a.address for pool in self._engine.pools.all() for a in pool.addresses.values()}
+
+    def leaked(self) -> dict[str, str]:
+        """Cloud addresses on live nodes that no record owns and no pool holds."""
+        owned = set(self.owners())
+        pooled = self.pooled()
+        nodes = self.live_nodes()
+        return {ip: node for ip, node in self.cloud_addresses().items()
+                if node in nodes and ip not in owned and ip not in pooled}
+
+    # --- checks ---------------------------------------------------------------------------
+
+    def double_owner_problems(self) -> list[str]:
+        """No address in two records at once; no two live pods routed on one address."""
+        problems = [
+            f"address {ip} is recorded by {len(pns)} records: "
+            + ", ".join(f"{pn.key} ({pn.status.phase.value})" for pn in pns)
+            for ip, pns in sorted(self.owners().items()) if len(pns) > 1
+        ]
+        by_ip: dict[str, list[str]] = {}
+        for pod, ip in self.live_pod_ips().items():
+            by_ip.setdefault(ip, []).append(pod)
+        problems += [f"live pods {', '.join(sorted(pods))} are all routed on {ip}"
+                     for ip, pods in sorted(by_ip.items()) if len(pods) > 1]
+        return problems
+
+    def assert_no_double_owner(self) -> None:
+        problems = self.double_owner_problems()
+        if problems:
+            raise AssertionError("double assignment:\n  " + "\n  ".join(problems))
+
+    def dangling_problems(self) -> list[str]:
+        """Allocated or routed records on live nodes whose address the cloud lacks."""
+        cloud = self.cloud_addresses()
+        nodes = self.live_nodes()
+        return [
+            f"{pn.key} is {pn.status.phase.value} on {pn.status.ip}, which the cloud does "
+            f"not have on {pn.spec.node_name} (cloud: {cloud.get(pn.status.ip)})"
+            for pn in self.records()
+            if pn.status.ip and pn.status.phase in (Phase.ALLOCATED, Phase.ROUTED)
+            and pn.spec.node_name in nodes and cloud.get(pn.status.ip) != pn.spec.node_name
+        ]
+
+    def convergence_problems(self) -> list[str]:
+        problems: list[str] = []
+        wanted = self.wanted_pods()
+        records = self.records()
+        by_pod: dict[str, list[PodNetwork]] = {}
+        for pn in records:
+            by_pod.setdefault(f"{pn.metadata.namespace}/{pn.spec.pod_name}", []).append(pn)
+        for key, pod in sorted(wanted.items()):
+            mine = [pn for pn in by_pod.get(key, ())
+                    if pn.spec.network == DEFAULT_NETWORK and pn.spec.pod_uid == _pod_uid(pod)]
+            if len(mine) != 1:
+                problems.append(f"pod {key} has {len(mine)} default PodNetworks")
+                continue
+            pn = mine[0]
+            if pn.status.phase is not Phase.ROUTED or not pn.status.ip:
+                ready = [c for c in pn.status.conditions if c.type == "Ready"]
+                why = f" ({ready[0].reason}: {ready[0].message})" if ready else ""
+                problems.append(f"pod {key}: {pn.key} is {pn.status.phase.value}{why}")
+            elif pn.spec.node_name != pod["spec"]["nodeName"]:
+                problems.append(f"pod {key} runs on {pod['spec']['nodeName']}, its network "
+                                f"{pn.key} is on {pn.spec.node_name}")
+            elif FINALIZER not in pn.metadata.finalizers:
+                problems.append(f"{pn.key} is routed without the {FINALIZER} finalizer")
+        for pn in records:
+            key = f"{pn.metadata.namespace}/{pn.spec.pod_name}"
+            running = wanted.get(key)
+            if running is None or _pod_uid(running) != pn.spec.pod_uid:
+                problems.append(f"{pn.key} ({pn.status.phase.value}, {pn.status.ip}) outlives "
+                                f"its pod {key} (uid {pn.spec.pod_uid[:8]})")
+            if pn.metadata.deletion_timestamp is not None:
+                problems.append(f"{pn.key} is stuck deleting with finalizers "
+                                f"{list(pn.metadata.finalizers)}")
+        problems += self.double_owner_problems()
+        problems += self.dangling_problems()
+        problems += [f"address {ip} on {node} is leaked: no record owns it, no pool holds it"
+                     for ip, node in sorted(self.leaked().items())]
+        if self._engine is not None:
+            for pn in records:
+                pool = self._engine.pools.find(pn.spec.provider, pn.spec.node_name)
+                if pool is None or not pn.status.ip or pn.status.phase is not Phase.ROUTED:
+                    continue
+                owner = pool.owner_of(pn.status.ip)
+                if owner != pn.key:
+                    problems.append(f"{pn.key} is routed on {pn.status.ip}, which the engine's "
+                                    f"pool of {pn.spec.node_name} gives to {owner}")
+        return problems
+
+    def assert_converged(self) -> None:
+        """Every wanted pod has one routed default network and no record outlives its pod;
+        no address is owned twice, dangling or leaked; the engine's pools agree."""
+        problems = self.convergence_problems()
+        if problems:
+            raise AssertionError(
+                f"not converged at t={self.clock.monotonic():.1f} "
+                f"(crashes {self.crashes}, restarts {self.restarts}):\n  "
+                + "\n  ".join(problems))

@@ -1,0 +1,471 @@
+"""What the engine does with each hook's answer, driven end to end on a fake clock.
+
+tests/test_engine.py covers the pod network lifecycle through the reference provider;
+here each hook is looked at on its own: when the engine calls it, with what, and what
+follows from the answer. Listener and selector plugins are registered next to the
+provider(s), as a deployment would have them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from podnet.core.clock import FakeClock
+from podnet.core.cluster.memory import InMemoryCluster
+from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Obj
+from podnet.core.demo import node_obj, pod_obj
+from podnet.core.engine import Engine, EngineOptions
+from podnet.core.errors import ConfigError
+from podnet.core.models import NodeInfo, PodInfo
+from podnet.core.plugin import new_plugin_manager
+from podnet.core.policy import PoolPolicy
+from podnet.hookspecs import hookimpl
+from podnet.hookspecs.types import (
+    AllocateContext,
+    Allocation,
+    CloudInterface,
+    NetworkAttachment,
+    NodeContext,
+    PodNetworkContext,
+    PoolEntry,
+    ProviderInfo,
+    ReleaseResult,
+    RouteResult,
+    TransitionEvent,
+    VerifyResult,
+)
+from podnet.testing.reference import ReferenceCloud, ReferenceProvider
+
+NS = "demo"
+POLICY = PoolPolicy(min_idle=1, max_idle=4, batch_size=4, max_batch_size=8, reuse_cooldown=0.0)
+STS = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "sts-1",
+        "controller": True}]
+
+
+class Rig:
+    """A cluster and an engine over the reference provider plus ``extra`` plugins."""
+
+    def __init__(self, *extra: object, provider: ReferenceProvider | None = None,
+                 config: Mapping[str, dict[str, Any]] | None = None) -> None:
+        self.clock = FakeClock()
+        self.cluster = InMemoryCluster(clock=self.clock)
+        self.cluster.create(NAMESPACE, {"metadata": {"name": NS}})
+        self.provider = provider or ReferenceProvider(ReferenceCloud(), policy=POLICY)
+        self.pm = new_plugin_manager()
+        self.pm.register(self.provider, name="reference")
+        for i, plugin in enumerate(extra):
+            self.pm.register(plugin, name=f"extra-{i}")
+        self.engine = Engine(self.cluster, self.pm, clock=self.clock, options=EngineOptions(
+            default_provider="reference", provider_config=dict(config or {}), seed=0))
+        self.engine.start()
+
+    def settle(self, advance: float = 10.0) -> None:
+        self.engine.run_until_idle(advance=advance)
+
+    def node(self, i: int, labels: dict[str, str] | None = None) -> str:
+        obj = node_obj(i)
+        obj["metadata"]["labels"].update(labels or {})
+        return str(self.cluster.create(NODE, obj)["metadata"]["name"])
+
+    def pod(self, name: str, node: str, **meta: Any) -> Obj:
+        obj = pod_obj(name, node)
+        obj["metadata"].update(meta)
+        return self.cluster.create(POD, obj)
+
+    def records(self, pod: str | None = None) -> list[Obj]:
+        items = self.cluster.list(POD_NETWORK).items
+        return [r for r in items if pod is None or r["spec"]["podName"] == pod]
+
+
+def phase(record: Obj) -> str:
+    return str(record.get("status", {}).get("phase", "Pending"))
+
+
+# --- podnet_transition ---------------------------------------------------------------------
+
+
+class Listener:
+    """Declares no provider; only listens."""
+
+    def __init__(self) -> None:
+        self.events: list[TransitionEvent] = []
+
+    @hookimpl
+    def podnet_transition(self, event: TransitionEvent) -> None:
+        self.events.append(event)
+
+
+class BrokenListener:
+    @hookimpl
+    def podnet_transition(self, event: TransitionEvent) -> None:
+        raise RuntimeError("listener bug")
+
+
+def test_podnet_transition_reports_every_attempt_in_order_to_a_listener() -> None:
+    listener = Listener()
+    rig = Rig(listener)
+    node = rig.node(0)
+    rig.settle()
+    rig.provider.cloud.scripted["SetRoute"] = ["InternalError"]
+    rig.pod("web", node)
+    rig.settle()
+    key = f"{NS}/{rig.records('web')[0]['metadata']['name']}"
+    rig.cluster.delete(POD, "web", NS)
+    rig.settle()
+    mine = [(e.trigger, e.source, e.dest, e.ok, e.error) for e in listener.events
+            if e.machine == "pod_network" and e.object_key == key]
+    assert mine == [
+        ("allocate", "pending", "allocated", True, None),
+        ("route", "allocated", None, False, "ProviderError"),
+        ("route", "allocated", "routed", True, None),
+        ("release", "routed", "releasing", True, None),
+        ("finish", "releasing", "deleted", True, None),
+    ]
+    routed = next(e for e in listener.events if e.object_key == key and e.trigger == "route"
+                  and e.ok)
+    assert routed.provider == "reference"
+    assert routed.attributes["node"] == node and routed.attributes["ip"]
+    # every counted transition was broadcast, and nothing else
+    stats = rig.engine.stats
+    counted = sum(stats.transitions.values()) + sum(stats.failed_transitions.values())
+    assert len(listener.events) == counted
+
+
+def test_a_failing_podnet_transition_listener_does_not_stop_the_engine() -> None:
+    rig = Rig(BrokenListener())
+    node = rig.node(0)
+    rig.pod("web", node)
+    rig.settle()
+    assert phase(rig.records("web")[0]) == "Routed"
+    rig.cluster.delete(POD, "web", NS)
+    rig.settle()
+    assert rig.records() == []
+
+
+# --- podnet_select_provider -----------------------------------------------------------------
+
+
+class ClaimByLabel:
+    """Claims nodes labelled ``podnet.io/provider`` for the provider the label names."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    @hookimpl
+    def podnet_select_provider(self, node: NodeInfo) -> str | None:
+        self.asked.append(node.name)
+        return node.labels.get("podnet.io/provider")
+
+
+def test_podnet_select_provider_claims_labelled_nodes_for_another_provider() -> None:
+    edge = ReferenceProvider(ReferenceCloud(), name="edge", policy=POLICY)
+    claim = ClaimByLabel()
+    rig = Rig(edge, claim)
+    plain = rig.node(0)
+    labelled = rig.node(1, {"podnet.io/provider": "edge"})
+    unknown = rig.node(2, {"podnet.io/provider": "no-such-provider"})
+    for i, node in enumerate((plain, labelled, unknown)):
+        rig.pod(f"p{i}", node)
+    rig.settle()
+    assert {plain, labelled, unknown} <= set(claim.asked)
+    by_pod = {r["spec"]["podName"]: r for r in rig.records()}
+    assert all(phase(r) == "Routed" for r in by_pod.values())
+    assert by_pod["p0"]["spec"]["provider"] == "reference"
+    assert by_pod["p1"]["spec"]["provider"] == "edge"
+    # a claim naming a provider nobody declares falls back to the default provider
+    assert by_pod["p2"]["spec"]["provider"] == "reference"
+    assert by_pod["p1"]["status"]["ip"] in edge.cloud.all_addresses()
+    assert by_pod["p1"]["status"]["ip"] not in rig.provider.cloud.all_addresses()
+    assert set(edge.cloud.nodes) == {labelled}
+    assert labelled not in rig.provider.cloud.nodes
+    assert rig.engine.pools.find("edge", labelled) is not None
+    assert rig.engine.pools.find("reference", labelled) is None
+
+
+# --- podnet_select_networks -----------------------------------------------------------------
+
+
+class OverlayIpam:
+    """A provider without node pools (``uses_node_pool=False``): its own IPAM, one /24."""
+
+    def __init__(self) -> None:
+        self.next = 10
+        self.by_key: dict[str, str] = {}
+        self.routes: dict[str, str] = {}
+
+    @hookimpl
+    def podnet_register_provider(self) -> ProviderInfo:
+        return ProviderInfo(name="storage", version="1.0", uses_node_pool=False)
+
+    @hookimpl
+    def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
+        pn = context.pod_network
+        if pn.spec.provider != "storage":
+            return None
+        assert context.pool is None
+        ip = self.by_key.get(pn.key)
+        if ip is None:
+            ip = self.by_key[pn.key] = f"192.168.50.{self.next}"
+            self.next += 1
+        return Allocation(ip=ip, subnet="192.168.50.0/24", gateway="192.168.50.1")
+
+    @hookimpl
+    def podnet_route(self, context: PodNetworkContext) -> RouteResult | None:
+        pn = context.pod_network
+        if pn.spec.provider != "storage":
+            return None
+        self.routes[pn.status.ip or ""] = pn.key
+        return RouteResult(interface="net1")
+
+    @hookimpl
+    def podnet_release(self, context: PodNetworkContext) -> ReleaseResult | None:
+        pn = context.pod_network
+        if pn.spec.provider != "storage":
+            return None
+        self.routes.pop(pn.status.ip or "", None)
+        self.by_key.pop(pn.key, None)
+        return ReleaseResult(return_to_pool=False)
+
+
+class AttachStorage:
+    """Pods labelled ``storage=yes`` also join the ``storage`` network."""
+
+    @hookimpl
+    def podnet_select_networks(self, pod: PodInfo, node: NodeInfo
+                               ) -> Sequence[NetworkAttachment] | None:
+        if pod.labels.get("storage") != "yes":
+            return None
+        return [NetworkAttachment(network="storage", provider="storage")]
+
+
+def test_podnet_select_networks_gives_a_pod_a_second_pod_network() -> None:
+    overlay = OverlayIpam()
+    rig = Rig(overlay, AttachStorage())
+    node = rig.node(0)
+    rig.pod("db", node, labels={"app": "demo", "storage": "yes"})
+    rig.pod("web", node)
+    rig.settle()
+    db = {r["spec"]["network"]: r for r in rig.records("db")}
+    assert set(db) == {"default", "storage"}
+    assert db["default"]["spec"]["provider"] == "reference"
+    assert db["storage"]["spec"]["provider"] == "storage"
+    assert all(phase(r) == "Routed" for r in db.values())
+    storage = db["storage"]["status"]
+    assert storage["ip"].startswith("192.168.50.") and storage["interface"] == "net1"
+    assert overlay.routes == {storage["ip"]: f"{NS}/{db['storage']['metadata']['name']}"}
+    assert [r["spec"]["network"] for r in rig.records("web")] == ["default"]
+
+    rig.cluster.delete(POD, "db", NS)
+    rig.settle()
+    assert rig.records("db") == []
+    assert overlay.routes == {} and overlay.by_key == {}
+
+
+# --- podnet_hold_address --------------------------------------------------------------------
+
+
+class Holder:
+    """Answers ``podnet_hold_address`` with ``verdict`` and remembers what it was asked."""
+
+    def __init__(self, verdict: bool | None) -> None:
+        self.verdict = verdict
+        self.asked: list[PodNetworkContext] = []
+
+    @hookimpl
+    def podnet_hold_address(self, context: PodNetworkContext) -> bool | None:
+        self.asked.append(context)
+        return self.verdict
+
+
+def test_podnet_hold_address_false_releases_a_sticky_record_at_once() -> None:
+    holder = Holder(False)
+    rig = Rig(holder)
+    node = rig.node(0)
+    rig.pod("db-0", node, ownerReferences=STS)
+    rig.settle()
+    record = rig.records("db-0")[0]
+    assert record["spec"]["sticky"] is True and phase(record) == "Routed"
+    ip = record["status"]["ip"]
+    rig.cluster.delete(POD, "db-0", NS)
+    rig.settle(advance=0)  # no time passes: not the sticky_hold window running out
+    assert rig.records() == []
+    assert holder.asked and holder.asked[0].pod is None
+    assert holder.asked[0].pod_network.spec.sticky
+    assert ip not in rig.provider.cloud.routes
+    assert rig.engine.stats.transitions["pod_network.finish"] == 1
+
+
+def test_podnet_hold_address_true_holds_past_the_sticky_window_until_it_changes() -> None:
+    holder = Holder(True)
+    rig = Rig(holder)
+    node = rig.node(0)
+    rig.pod("db-0", node, ownerReferences=STS)
+    rig.settle()
+    ip = rig.records("db-0")[0]["status"]["ip"]
+    rig.cluster.delete(POD, "db-0", NS)
+    rig.settle(advance=POLICY.sticky_hold * 2)
+    (held,) = rig.records("db-0")
+    assert phase(held) == "Releasing" and held["status"]["ip"] == ip
+    pool = rig.engine.pools.find("reference", node)
+    assert pool is not None and pool.owner_of(ip) is not None  # never handed to another
+    holder.verdict = None  # back to core's sticky_hold window, long over by now
+    rig.settle(advance=5)
+    assert rig.records() == []
+
+
+# --- podnet_configure -----------------------------------------------------------------------
+
+
+class ConfigRecorder:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, dict[str, Any]]] = []
+
+    @hookimpl
+    def podnet_configure(self, provider: str, config: Mapping[str, Any]) -> None:
+        self.seen.append((provider, dict(config)))
+
+
+def test_podnet_configure_hands_each_provider_its_section_before_anything_runs() -> None:
+    recorder = ConfigRecorder()
+    rig = Rig(recorder, config={"reference": {"max_interfaces": 2, "ips_per_interface": 3}})
+    # every plugin sees the call; the provider named in it applies it
+    assert recorder.seen == [("reference", {"max_interfaces": 2, "ips_per_interface": 3})]
+    assert rig.provider.cloud.max_interfaces == 2
+    node = rig.node(0)
+    rig.settle()
+    pool = rig.engine.pools.find("reference", node)
+    assert pool is not None and pool.capacity == 6
+
+
+def test_podnet_configure_refusing_a_section_stops_the_engine_naming_the_key() -> None:
+    with pytest.raises(ConfigError) as info:
+        Rig(config={"reference": {"max_interfaces": 2, "latency": 5}})
+    assert info.value.key == "reference.latency"
+
+
+# --- podnet_verify --------------------------------------------------------------------------
+
+
+class CountingProvider(ReferenceProvider):
+    """The reference provider, counting some hook calls and recording their arguments."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.verified: list[str] = []
+        self.shrunk: list[list[str]] = []
+        self.created: list[int] = []
+        self.disposed: list[str] = []
+        #: how many dispose calls answer "still detaching" (False) before "gone"
+        self.detaching = 0
+
+    @hookimpl
+    def podnet_verify(self, context: PodNetworkContext) -> VerifyResult | None:
+        result = super().podnet_verify(context)
+        if result is not None:
+            self.verified.append(context.pod_network.key)
+        return result
+
+    @hookimpl
+    def podnet_pool_shrink(self, provider: str, node: NodeContext,
+                           entries: Sequence[PoolEntry]) -> Sequence[str] | None:
+        if provider == self.name:
+            self.shrunk.append([e.address for e in entries])
+        return super().podnet_pool_shrink(provider, node, entries)
+
+    @hookimpl
+    def podnet_interface_create(self, provider: str, node: NodeContext, subnet: str | None,
+                                ip_count: int) -> CloudInterface | None:
+        if provider == self.name:
+            self.created.append(ip_count)
+        return super().podnet_interface_create(provider, node, subnet, ip_count)
+
+    @hookimpl
+    def podnet_interface_dispose(self, provider: str, node: NodeContext,
+                                 interface: CloudInterface) -> bool | None:
+        if provider != self.name:
+            return None
+        self.disposed.append(interface.id)
+        if self.detaching > 0:
+            self.detaching -= 1
+            return False
+        return super().podnet_interface_dispose(provider, node, interface)
+
+
+def test_podnet_verify_runs_once_per_verify_period_and_an_ok_answer_writes_nothing() -> None:
+    provider = CountingProvider(ReferenceCloud(), policy=POLICY)
+    rig = Rig(provider=provider)
+    node = rig.node(0)
+    rig.pod("web", node)
+    rig.settle(advance=POLICY.verify_period - 10)
+    assert provider.verified == []  # never on the way to routed, only on resync
+    writes = dict(rig.cluster.stats)
+    rig.settle(advance=20)
+    key = f"{NS}/{rig.records('web')[0]['metadata']['name']}"
+    assert provider.verified == [key]
+    changed = {k: v for k, v in rig.cluster.stats.items()
+               if k[1] == "podnetworks" and v != writes.get(k) and k[0] != "list"}
+    assert changed == {}
+    rig.settle(advance=POLICY.verify_period)
+    assert provider.verified == [key, key]
+
+
+# --- podnet_pool_shrink ---------------------------------------------------------------------
+
+
+def test_podnet_pool_shrink_gets_only_idle_addresses_and_trims_to_max_idle() -> None:
+    provider = CountingProvider(ReferenceCloud(), policy=POLICY)
+    rig = Rig(provider=provider)
+    node = rig.node(0)
+    for i in range(8):
+        rig.pod(f"p{i}", node)
+    rig.settle()
+    for i in range(6):
+        rig.cluster.delete(POD, f"p{i}", NS)
+    rig.settle()
+    owned = {r["status"]["ip"] for r in rig.records()}
+    assert len(owned) == 2
+    assert provider.shrunk, "idle beyond max_idle was never given back"
+    assert all(not owned & set(batch) for batch in provider.shrunk)
+    assert all(len(batch) <= POLICY.max_batch_size for batch in provider.shrunk)
+    pool = rig.engine.pools.find("reference", node)
+    assert pool is not None and pool.idle_count() == POLICY.max_idle
+    gone = {ip for batch in provider.shrunk for ip in batch}
+    assert not gone & set(provider.cloud.all_addresses())
+    assert set(provider.cloud.all_addresses()) == set(pool.addresses)
+
+
+# --- podnet_interface_create / podnet_interface_dispose -------------------------------------
+
+
+def test_podnet_interface_create_and_dispose_drive_the_eni_machine() -> None:
+    policy = PoolPolicy(min_idle=0, max_idle=0, batch_size=4, max_batch_size=4,
+                        reuse_cooldown=0.0)
+    provider = CountingProvider(ReferenceCloud(max_interfaces=3, ips_per_interface=4),
+                                policy=policy)
+    provider.detaching = 1
+    listener = Listener()
+    rig = Rig(listener, provider=provider)
+    node = rig.node(0)
+    for i in range(6):  # more than the primary interface holds
+        rig.pod(f"p{i}", node)
+    rig.settle()
+    assert all(phase(r) == "Routed" for r in rig.records())
+    assert provider.created == [policy.batch_size]  # one batch, on the new interface
+    assert set(provider.cloud.nodes[node].interfaces) == {"eth0", "eth1"}
+
+    for i in range(6):
+        rig.cluster.delete(POD, f"p{i}", NS)
+    rig.settle(advance=2 * policy.refill_period)
+    # the emptied secondary interface went, after one "still detaching" answer; never eth0
+    assert provider.disposed == ["eth1", "eth1"]
+    assert set(provider.cloud.nodes[node].interfaces) == {"eth0"}
+    eni = [(e.trigger, e.source, e.dest, e.ok) for e in listener.events if e.machine == "eni"]
+    assert eni == [
+        ("attached", "initializing", "ready", True),
+        ("dispose", "ready", "disposing", True),
+        ("gone", "disposing", None, False),
+        ("gone", "disposing", "deleted", True),
+    ]

@@ -21,6 +21,7 @@ from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.models import Phase
 from podnet.core.plugin import new_plugin_manager
+from podnet.core.policy import RateLimit
 from podnet.core.tracing import Tracing, make_tracer_provider
 
 NAMESPACE_NAME = "demo"
@@ -98,10 +99,15 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
     pm = new_plugin_manager()
     pm.register(plugin, name=opts.provider)
     tracer_provider = make_tracer_provider(trace_file=opts.trace_file) if opts.trace_file else None
+    policies: dict[str, dict[str, Any]] = {}
+    if opts.cloud_rate:
+        # the reference cloud has no server-side limit: podnet's own bucket plays it
+        policies[opts.provider] = {"cloud_rate": RateLimit(
+            rate=opts.cloud_rate, burst=max(1, int(opts.cloud_rate)))}
     engine = Engine(
         cluster, pm, clock=SystemClock(), tracing=Tracing(tracer_provider),
         options=EngineOptions(default_provider=opts.provider, workers=opts.workers,
-                              seed=opts.seed),
+                              seed=opts.seed, policies=policies),
     )
     report = DemoReport(provider=opts.provider, trace_file=opts.trace_file)
     cluster.create(NAMESPACE, {"metadata": {"name": NAMESPACE_NAME}})

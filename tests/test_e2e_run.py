@@ -223,3 +223,20 @@ def test_two_replicas_one_leader_and_takeover(cluster: Cluster) -> None:
     assert new_holder == other
     # within the lease duration plus a retry period and scheduling slack
     assert took < lease + lease / 6 + 5, took
+
+
+def test_sigterm_finishes_and_hands_the_lease_back(cluster: Cluster) -> None:
+    c = cluster
+    port = free_port()
+    proc = c.controller("solo", port, lease=6.0)
+    c.create(nodes(1))
+    c.create(pods(["t-0"], 1))
+    wait_for("the pod routed", lambda: "t-0" in routed(c), timeout=60)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
+        assert r.status == 200
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    lease = json.loads(c.kubectl("get", "lease", "podnet", "-n", "kube-system", "-o", "json"))
+    assert not lease["spec"].get("holderIdentity"), "the lease was not handed back"
+    log = (c.tmp / "solo.log").read_text().splitlines()
+    assert all(json.loads(line)["level"] for line in log if line.startswith("{"))

@@ -166,6 +166,12 @@ def make_chaos_machine(
             if obj is not None and obj["metadata"].get("deletionTimestamp"):
                 self.world.confirm_pod_deleted(pod)
 
+        @rule(pod=pod_names, phase=st.sampled_from(["Succeeded", "Failed"]))
+        def pod_finishes(self, pod: str, phase: str) -> None:
+            """The pod's containers are done for good: its address can go."""
+            if self.world.pod(pod) is not None:
+                self.world.finish_pod(pod, phase)
+
         @rule(pod=pod_names, i=node_ids, same_node=st.booleans())
         def recreate_pod(self, pod: str, i: int, same_node: bool) -> None:
             """Same name, new uid, before the old one's release could finish."""
@@ -233,6 +239,13 @@ def make_chaos_machine(
             """The API server commits the engine's write and the answer is lost."""
             op, kind = what
             self.api.lose_next(op, kind, times=times)
+
+        @rule(what=lost_answers)
+        def crash_after_write(self, what: tuple[str, Kind]) -> None:
+            """The controller dies right after the API server committed one of its writes
+            (between two writes of one transition, say)."""
+            op, kind = what
+            self.api.crash_after(op, kind)
 
         @rule()
         def drop_watches(self) -> None:

@@ -36,7 +36,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from podnet.core.cluster.memory import InMemoryCluster
-from podnet.core.cluster.port import NODE_NETWORK, POD, POD_NETWORK, NotFound, Obj
+from podnet.core.cluster.port import NODE_NETWORK, POD_NETWORK, NotFound, Obj
 from podnet.core.convert import from_wire, to_wire
 from podnet.core.errors import ErrorKind, ProviderError
 from podnet.core.models import (
@@ -275,9 +275,7 @@ class ProviderConformance(abc.ABC):
         if how == "pod deleted":
             world.delete_pod("p0")
         elif how == "pod terminal":
-            pod = cluster.get(POD, "p0", "demo")
-            pod["status"]["phase"] = "Succeeded"
-            cluster.update_status(POD, pod)
+            world.finish_pod("p0")
         elif how == "record deleted":
             cluster.delete(POD_NETWORK, name, ns)
         elif how == "node deleted":
@@ -369,6 +367,7 @@ class ProviderConformance(abc.ABC):
         attributes; one trace per PodNetwork; a failed attempt is an ERROR span."""
         world.add_node(0)
         world.settle()
+        before = self._attempts(world)
         span_exporter.clear()
         hook_calls.clear()
         fault_injector.fail(failing, ProviderError(ErrorKind.TRANSIENT, f"injected {failing}"))
@@ -378,13 +377,53 @@ class ProviderConformance(abc.ABC):
         world.settle(advance=1)
         assert len(fault_injector.fired) == 1
         world.assert_converged()
+        failed = self._check_spans(world, span_exporter, hook_calls, before)
+        trigger = "finish" if failing == "release" else failing
+        assert [s.name for s in failed] == [f"pod_network.{trigger}"]
+        assert _attrs(failed[0])[ATTR_ERROR_TYPE] == ErrorKind.TRANSIENT.value
 
+    def test_interface_transition_spans(self, world: World,
+                                        span_exporter: InMemorySpanExporter,
+                                        fault_injector: FaultInjector,
+                                        hook_calls: HookRecorder) -> None:
+        """The ENI machine's attempts are spans too, a failed interface creation an ERROR
+        one; the pods waiting on it get their networks once it is retried."""
+        if not world.engine.providers[world.provider].manages_interfaces:
+            pytest.skip("the provider manages no interfaces")
+        world.add_node(0)
+        world.settle()
+        pool = world.engine.pools.find(world.provider, world.node_name(0))
+        assert pool is not None and pool.ips_per_interface > 0
+        before = self._attempts(world)
+        span_exporter.clear()
+        hook_calls.clear()
+        fault_injector.fail("interface_create",
+                            ProviderError(ErrorKind.THROTTLED, "injected interface_create"))
+        self._bring_up(world, pods=pool.ips_per_interface + 1)
+        world.settle(advance=world.policy().grow_backoff.cap)
+        assert len(fault_injector.fired) == 1
+        world.assert_converged()
+        failed = self._check_spans(world, span_exporter, hook_calls, before)
+        eni = [s for s in failed if _attrs(s)[ATTR_MACHINE] == "eni"]
+        assert [s.name for s in eni] == ["eni.attached"]
+        assert _attrs(eni[0])[ATTR_ERROR_TYPE] == ErrorKind.THROTTLED.value
+        # the pods meanwhile wait for an address, and say so
+        assert {_attrs(s)[ATTR_ERROR_TYPE] for s in failed if s not in eni} <= {
+            ErrorKind.POOL_EMPTY.value}
+
+    @staticmethod
+    def _attempts(world: World) -> Counter[str]:
         stats = world.engine.stats
-        spans = [s for s in span_exporter.get_finished_spans() if ATTR_MACHINE in _attrs(s)]
-        attempts = stats.transitions + stats.failed_transitions
-        assert Counter(s.name for s in spans) == +attempts
+        return stats.transitions + stats.failed_transitions
+
+    def _check_spans(self, world: World, exporter: InMemorySpanExporter,
+                     hook_calls: HookRecorder, before: Counter[str]) -> list[ReadableSpan]:
+        """Spans and events match the attempts since ``before``; returns the failed spans."""
+        spans = [s for s in exporter.get_finished_spans() if ATTR_MACHINE in _attrs(s)]
+        attempts = self._attempts(world) - before
+        assert Counter(s.name for s in spans) == attempts
         events = hook_calls.transitions()
-        assert Counter(f"{e.machine}.{e.trigger}" for e in events) == +attempts
+        assert Counter(f"{e.machine}.{e.trigger}" for e in events) == attempts
 
         traces: dict[str, set[int]] = {}
         for span in spans:
@@ -404,11 +443,7 @@ class ProviderConformance(abc.ABC):
                 assert span.context is not None
                 traces.setdefault(str(attrs[ATTR_OBJECT]), set()).add(span.context.trace_id)
         assert traces and all(len(ids) == 1 for ids in traces.values()), traces
-
-        failed_spans = [s for s in spans if s.status.status_code is StatusCode.ERROR]
-        trigger = "finish" if failing == "release" else failing
-        assert [s.name for s in failed_spans] == [f"pod_network.{trigger}"]
-        assert _attrs(failed_spans[0])[ATTR_ERROR_TYPE] == ErrorKind.TRANSIENT.value
+        return [s for s in spans if s.status.status_code is StatusCode.ERROR]
 
     # --- errors -------------------------------------------------------------------------
 
@@ -431,10 +466,13 @@ class ProviderConformance(abc.ABC):
         self._bring_up(world, pods=3)
         world.delete_pod("p2")
         world.settle()
-        items: list[tuple[type[Any], Obj]] = [
-            (PodNetwork, obj) for obj in world.cluster.list(POD_NETWORK).items]
-        items += [(NodeNetwork, obj) for obj in world.cluster.list(NODE_NETWORK).items]
-        assert len(items) == 3
+        pod_networks = world.cluster.list(POD_NETWORK).items
+        node_networks = world.cluster.list(NODE_NETWORK).items
+        assert len(pod_networks) == 2
+        # a NodeNetwork records a node's pool: only pool providers have one
+        assert len(node_networks) == (1 if self._uses_pool(world) else 0)
+        items: list[tuple[type[Any], Obj]] = [(PodNetwork, obj) for obj in pod_networks]
+        items += [(NodeNetwork, obj) for obj in node_networks]
         for cls, stored in items:
             model = from_wire(cls, stored)
             assert to_wire(model) == stored

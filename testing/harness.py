@@ -10,7 +10,9 @@ inventory), and checks the result against the provider's ground truth.
 :class:`FaultInjector` is a pluggy wrapper around the provider's hooks: it raises
 :class:`Crash` (the process dies) or a provider error just before a hook runs or just
 after it returned, when the cloud did the work but the controller never learnt of it.
-:class:`HookRecorder` records every hook call through pluggy's call monitoring.
+:class:`LossyCluster` does the same to the API server: a write is committed and its
+answer lost, or the controller dies right after it. :class:`HookRecorder` records every
+hook call (pluggy's call monitoring) and every transition event (as a listener).
 """
 
 from __future__ import annotations
@@ -332,12 +334,14 @@ class _Loss:
     op: str
     kind: Kind | None
     times: int
+    crash: bool
 
 
 class LossyCluster:
     """The API server as the engine sees it, losing answers on request: a planned write
-    is committed, then the client gets a 500 (a timeout after the server applied it).
-    Everything else goes straight to the cluster underneath."""
+    is committed, then the client gets a 500 (a timeout after the server applied it), or
+    the controller dies (:class:`Crash`) before it hears back. Everything else goes
+    straight to the cluster underneath."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.inner = cluster
@@ -347,7 +351,11 @@ class LossyCluster:
 
     def lose_next(self, op: str, kind: Kind | None = None, times: int = 1) -> None:
         """Lose the answers of the next ``times`` successful ``op`` calls on ``kind``."""
-        self._planned.append(_Loss(op, kind, times))
+        self._planned.append(_Loss(op, kind, times, crash=False))
+
+    def crash_after(self, op: str, kind: Kind | None = None) -> None:
+        """Kill the controller right after the next successful ``op`` on ``kind``."""
+        self._planned.append(_Loss(op, kind, 1, crash=True))
 
     def clear(self) -> None:
         self._planned.clear()
@@ -359,6 +367,8 @@ class LossyCluster:
                 if loss.times <= 0:
                     self._planned.remove(loss)
                 self.lost.append((op, kind.plural))
+                if loss.crash:
+                    raise Crash(f"died after {op} {kind.plural} was committed")
                 raise ApiError(f"lost answer: {op} {kind.plural} was applied, the client "
                                "timed out")
 
@@ -668,6 +678,13 @@ class World:
         """The kubelet confirms a terminating pod stopped: it goes for good."""
         with self.quiet():
             self.cluster.delete(POD, name, self.namespace, grace_period_seconds=0)
+
+    def finish_pod(self, name: str, phase: str = "Succeeded") -> None:
+        """The kubelet reports the pod terminal (``Succeeded`` or ``Failed``)."""
+        with self.quiet():
+            pod = self.cluster.get(POD, name, self.namespace)
+            pod["status"] = {**(pod.get("status") or {}), "phase": phase}
+            self.cluster.update_status(POD, pod)
 
     def recreate_pod(self, name: str, node: int | str | None = None) -> Obj:
         """Delete the pod and create it again at once under the same name (new uid), on

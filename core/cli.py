@@ -87,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--otlp-endpoint", default=None)
     run.add_argument("--log-format", choices=["json", "text"], default="json")
 
+    sim = sub.add_parser("sim", help="serve a cloud simulator (bbc, ecs) on loopback")
+    sim.add_argument("cloud", choices=["bbc", "ecs"])
+    sim.add_argument("options", nargs=argparse.REMAINDER,
+                     help="the simulator's own flags, e.g. --port 0")
+
     apiserver = sub.add_parser("apiserver", help="serve the Kubernetes API emulator")
     from podnet.sim.apiserver import add_arguments
 
@@ -107,6 +112,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _plugins()
     if args.command == "run":
         return _run(parser, args)
+    if args.command == "sim":
+        import importlib
+
+        try:
+            module = importlib.import_module(f"podnet.plugins.{args.cloud}.sim")
+        except ModuleNotFoundError:
+            parser.error(f"the {args.cloud} simulator is not installed")
+        code: int = module.main(args.options)
+        return code
     if args.command == "apiserver":
         from podnet.sim.apiserver import run as run_apiserver
 
@@ -164,9 +178,12 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error("argument --nodes: must be at least 1")
     if args.churn > args.pods:
         parser.error(f"argument --churn: {args.churn} exceeds --pods {args.pods}")
-    if args.provider not in ("reference",):
+    from podnet.core.demo import demo_providers
+
+    available = demo_providers()
+    if args.provider not in available:
         parser.error(f"argument --provider: {args.provider!r} is not available "
-                     "(available: reference)")
+                     f"(available: {', '.join(available)})")
     opts = DemoOptions(
         provider=args.provider, nodes=args.nodes, pods=args.pods, churn=args.churn,
         seed=args.seed, cloud_latency_ms=args.cloud_latency_ms, cloud_rate=args.cloud_rate,

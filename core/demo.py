@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -80,21 +80,49 @@ def pod_obj(name: str, node: str) -> dict[str, Any]:
     }
 
 
-def _build_provider(opts: DemoOptions) -> tuple[Any, Callable[[], dict[str, str]],
-                                                Callable[[], Counter[str]]]:
-    """The provider plugin, its ground truth (address -> node) and its call counts."""
+DemoProvider = tuple[Any, Callable[[], Mapping[str, str]], Callable[[], Counter[str]],
+                     Callable[[dict[str, Any]], dict[str, Any]]]
+
+
+def demo_providers() -> list[str]:
+    """Providers the demo can run: the reference one, and each built-in provider that
+    ships a ``demo`` module (its simulator, in-process over loopback HTTP)."""
+    import importlib.util
+
+    names = ["reference"]
+    for name in ("bbc", "ecs", "ovn"):
+        try:
+            found = importlib.util.find_spec(f"podnet.plugins.{name}.demo") is not None
+        except ModuleNotFoundError:
+            found = False
+        if found:
+            names.append(name)
+    return names
+
+
+def _build_provider(opts: DemoOptions) -> DemoProvider:
+    """The provider plugin, its ground truth (address -> node), its call counts, and what
+    it adds to each node (an instance id, labels) before the node is created."""
     if opts.provider == "reference":
         from podnet.testing.reference import ReferenceCloud, ReferenceProvider
 
         cloud = ReferenceCloud(latency=opts.cloud_latency_ms / 1000, fault_rate=opts.fault_rate,
                                seed=opts.seed)
-        return ReferenceProvider(cloud), cloud.all_addresses, lambda: cloud.calls
-    raise ValueError(f"--provider: {opts.provider!r} is not available yet (known: reference)")
+        return (ReferenceProvider(cloud), cloud.all_addresses, lambda: cloud.calls,
+                lambda node: node)
+    if opts.provider not in demo_providers():
+        raise ValueError(f"--provider: {opts.provider!r} is not available "
+                         f"(available: {', '.join(demo_providers())})")
+    import importlib
+
+    module = importlib.import_module(f"podnet.plugins.{opts.provider}.demo")
+    built: DemoProvider = module.build(opts)
+    return built
 
 
 def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None = None
              ) -> DemoReport:
-    plugin, ground_truth, calls = _build_provider(opts)
+    plugin, ground_truth, calls, setup_node = _build_provider(opts)
     cluster = InMemoryCluster()
     pm = new_plugin_manager()
     pm.register(plugin, name=opts.provider)
@@ -111,7 +139,8 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
     )
     report = DemoReport(provider=opts.provider, trace_file=opts.trace_file)
     cluster.create(NAMESPACE, {"metadata": {"name": NAMESPACE_NAME}})
-    nodes = [cluster.create(NODE, node_obj(i))["metadata"]["name"] for i in range(opts.nodes)]
+    nodes = [cluster.create(NODE, setup_node(node_obj(i)))["metadata"]["name"]
+             for i in range(opts.nodes)]
     engine.start()
     stop = threading.Event()
     runner = threading.Thread(target=engine.run, args=(stop,), name="engine", daemon=True)
@@ -173,7 +202,7 @@ def _wait_settled(cluster: InMemoryCluster, pods: int, deadline: float,
 
 
 def _audit(report: DemoReport, cluster: InMemoryCluster, engine: Engine,
-           cloud: dict[str, str]) -> None:
+           cloud: Mapping[str, str]) -> None:
     owners: dict[str, list[str]] = {}
     for pn in cluster.list(POD_NETWORK).items:
         ip = pn.get("status", {}).get("ip")

@@ -262,7 +262,11 @@ class PodNetworkReconciler:
         if pn.spec.pod_uid != pod.uid or pn.spec.node_name != pod.node_name:
             if pn.status.phase is Phase.RELEASING:
                 return self._reclaim(pn, pod)
+            moved = pn.spec.node_name != pod.node_name
             pn = self._adopt_pod(pn, pod)
+            if moved and pn.status.phase is Phase.ROUTED:
+                # an address that follows its pod: the dataplane is rewritten on the new node
+                pn = self._repair(pn, pod, f"pod {pod.key} moved to node {pod.node_name}")
         if want.invalid is not None:
             return self._invalid(pn, pod, want.invalid)
         if pn.status.phase is Phase.PENDING and pn.spec.requests != want.request:
@@ -390,18 +394,20 @@ class PodNetworkReconciler:
             return Result(requeue_after=period)
         if verdict is None or verdict.ok:
             return Result(requeue_after=period)
-        # drift: back to allocated, then route writes the dataplane again
+        pn = self._repair(pn, pod, verdict.reason)
+        return Result(requeue_after=period if pn.status.phase is Phase.ROUTED else 0.0)
+
+    def _repair(self, pn: PodNetwork, pod: PodInfo, why: str) -> PodNetwork:
+        """Drift (or a move): back to allocated, then route writes the dataplane again."""
         try:
             with self._transition(pn, "repair", pod) as span:
-                span.set("podnet.drift", verdict.reason)
+                span.set("podnet.drift", why)
                 pn = self._fire(pn, "repair", lambda: self._write_phase(
-                    pn, Phase.ALLOCATED, span, reason="Repairing", message=verdict.reason),
-                    span)
+                    pn, Phase.ALLOCATED, span, reason="Repairing", message=why), span)
         except BaseException as exc:
             self._failed(pn, "repair", exc, span)
-            return Result(requeue_after=0.0)
-        pn = self._route(pn, pod)
-        return Result(requeue_after=period if pn.status.phase is Phase.ROUTED else 0.0)
+            return pn
+        return self._route(pn, pod)
 
     # --- backward ---------------------------------------------------------------------
 

@@ -1,0 +1,52 @@
+"""The OVN provider on a throwaway Northbound server, for ``podnet demo --provider ovn``.
+
+:func:`build` starts an ``ovsdb-server`` with the OVN Northbound schema in a temporary
+folder (stopped and removed at interpreter exit), and a provider connected to it over a
+unix socket. When ovsdb-server is not installed it raises :class:`NbServerMissing`, whose
+message says how to install it (Debian ``ovn-central``).
+"""
+
+from __future__ import annotations
+
+import atexit
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from podnet.plugins.ovn.nbserver import NbServer, NbServerMissing
+from podnet.plugins.ovn.provider import OvnProvider
+
+__all__ = ["SUBNETS", "NbServerMissing", "build"]
+
+#: the demo's default subnet: room for any demo size
+SUBNETS = [{"name": "ovn-default", "cidr": "10.16.0.0/16", "default": True,
+            "gateway_type": "distributed"}]
+
+
+def build(opts: Any) -> tuple[OvnProvider, Callable[[], Mapping[str, str]],
+                              Callable[[], Counter[str]],
+                              Callable[[dict[str, Any]], dict[str, Any]]]:
+    """``(plugin, ground_truth, calls, setup_node)``.
+
+    ``calls()`` counts NB transactions (``ovn_transactions``), the pod networks whose
+    commands shared a transaction with others (``ovn_batched``) and the provider's hook
+    calls. ``seed`` is read from ``opts``; cloud latency, rate and faults do not apply to
+    a real NB server.
+    """
+    server = NbServer().start()
+    atexit.register(server.close)
+    plugin = OvnProvider(server.remote, SUBNETS, seed=int(getattr(opts, "seed", 0) or 0),
+                         batch_window=0.002)
+    plugin.nb_server = server  # type: ignore[attr-defined]  # kept alive with the plugin
+
+    def calls() -> Counter[str]:
+        out = Counter(plugin.calls)
+        client = plugin.client
+        out["ovn_transactions"] = client.transactions
+        out["ovn_batched"] = client.batcher.batched
+        return out
+
+    def setup_node(node: dict[str, Any]) -> dict[str, Any]:
+        return node  # an overlay needs nothing from the node
+
+    return plugin, plugin.nb_addresses, calls, setup_node

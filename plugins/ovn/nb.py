@@ -1,0 +1,375 @@
+"""The provider's Northbound client: one ovsdbapp connection per server, idempotent
+"ensure" commands, and a group-commit batcher that puts several pods' commands into one
+transaction.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from ovsdbapp.backend.ovs_idl import command as ovs_command
+from ovsdbapp.backend.ovs_idl import connection as ovs_connection
+from ovsdbapp.exceptions import TimeoutException
+from ovsdbapp.schema.ovn_northbound.impl_idl import OvnNbApiIdlImpl
+
+from podnet.plugins.ovn.rows import GROUPS, KEY, OWNER, OWNER_VALUE
+
+__all__ = ["GROUPS", "KEY", "OWNER", "OWNER_VALUE", "Batcher", "NbClient", "PortSpec", "connect"]
+
+_counter = 0
+_counter_lock = threading.Lock()
+
+
+def connect(remote: str, timeout: float) -> Any:
+    """An ``OvnNbApiIdlImpl`` of its own: the backend keeps the connection on the class,
+    so every server gets a subclass (a second server would otherwise reuse the first
+    connection)."""
+    global _counter
+    with _counter_lock:
+        _counter += 1
+        name = f"PodnetNbApi{_counter}"
+    idl = ovs_connection.OvsdbIdl.from_server(remote, "OVN_Northbound")
+    conn = ovs_connection.Connection(idl, timeout=timeout)
+    cls = type(name, (OvnNbApiIdlImpl,), {"_ovsdb_connection": None})
+    return cls(conn)
+
+
+class PortSpec:
+    """What one logical switch port should look like, and what goes with it."""
+
+    __slots__ = (
+        "addresses",
+        "external_ids",
+        "name",
+        "nats",
+        "port_groups",
+        "port_security",
+        "router",
+        "routes",
+        "switch",
+    )
+
+    def __init__(self, name: str, switch: str, addresses: Sequence[str],
+                 external_ids: Mapping[str, str], port_security: Sequence[str] = (),
+                 port_groups: Sequence[str] | None = None, router: str | None = None,
+                 nats: Sequence[tuple[str, str, str]] = (),
+                 routes: Sequence[tuple[str, str]] = ()) -> None:
+        self.name = name
+        self.switch = switch
+        self.addresses = list(addresses)
+        self.external_ids = dict(external_ids)
+        self.port_security = list(port_security)
+        #: None: leave memberships alone (allocate); a list: exactly these podnet groups
+        self.port_groups = None if port_groups is None else list(port_groups)
+        self.router = router
+        #: (type, external_ip, logical_ip)
+        self.nats = list(nats)
+        #: (ip_prefix, nexthop), source-IP policy
+        self.routes = list(routes)
+
+
+def _find_by_key(table: Any, key: str) -> list[Any]:
+    return [row for row in table.rows.values() if row.external_ids.get(KEY) == key]
+
+
+class EnsurePort(ovs_command.BaseCommand):
+    """Create or correct a port, its switch, its group memberships, its NAT and routes."""
+
+    def __init__(self, api: Any, spec: PortSpec) -> None:
+        super().__init__(api)
+        self.spec = spec
+
+    def run_idl(self, txn: Any) -> None:
+        s = self.spec
+        api = self.api
+        tables = api.tables
+        key = s.external_ids[KEY]
+        ls = _by_name(tables["Logical_Switch"], s.switch)
+        if ls is None:
+            raise RuntimeError(f"logical switch {s.switch} is missing")
+        lsp = api.lookup("Logical_Switch_Port", s.name, default=None)
+        new = lsp is None
+        if lsp is None:
+            lsp = txn.insert(tables["Logical_Switch_Port"])
+            lsp.name = s.name
+            lsp.addresses = s.addresses
+            lsp.port_security = s.port_security
+            ls.addvalue("ports", lsp)
+        else:
+            # an existing port is on a switch (a port no switch holds is gone); moving it
+            # to another subnet's switch is not a thing a record does
+            if list(lsp.addresses) != s.addresses:
+                lsp.addresses = s.addresses
+            if list(lsp.port_security) != s.port_security:
+                lsp.port_security = s.port_security
+        if s.port_groups is not None:
+            # memberships podnet gave the port are remembered on it: no scan of the groups
+            before = set() if new else set(
+                filter(None, lsp.external_ids.get(GROUPS, "").split(",")))
+            wanted = set(s.port_groups)
+            for name in sorted(before - wanted):
+                pg = api.lookup("Port_Group", name, default=None)
+                if pg is not None:
+                    pg.delvalue("ports", lsp)
+            for name in sorted(wanted):
+                pg = api.lookup("Port_Group", name, default=None)
+                if pg is None:
+                    raise RuntimeError(f"port group {name} is missing")
+                pg.addvalue("ports", lsp)  # a no-op for a member: converges after drift
+            s.external_ids[GROUPS] = ",".join(sorted(wanted))
+        elif not new and GROUPS in lsp.external_ids:
+            s.external_ids[GROUPS] = lsp.external_ids[GROUPS]
+        if new or dict(lsp.external_ids) != s.external_ids:
+            lsp.external_ids = s.external_ids
+        if s.router is not None or s.nats or s.routes:
+            self._nat_and_routes(txn, key)
+
+    def _nat_and_routes(self, txn: Any, key: str) -> None:
+        s = self.spec
+        api = self.api
+        tables = api.tables
+        lr = _by_name(tables["Logical_Router"], s.router) if s.router else None
+        if lr is None and s.router:
+            raise RuntimeError(f"logical router {s.router} is missing")
+        have_nat = {(n.type, n.external_ip, n.logical_ip): n
+                    for n in _find_by_key(tables["NAT"], key)}
+        for triple, row in have_nat.items():
+            if triple not in s.nats:
+                for router in tables["Logical_Router"].rows.values():
+                    if any(n.uuid == row.uuid for n in router.nat):
+                        router.delvalue("nat", row)
+                row.delete()
+        for kind, external, logical in s.nats:
+            if (kind, external, logical) in have_nat or lr is None:
+                continue
+            nat = txn.insert(tables["NAT"])
+            nat.type = kind
+            nat.external_ip = external
+            nat.logical_ip = logical
+            nat.external_ids = {KEY: key, OWNER: OWNER_VALUE}
+            lr.addvalue("nat", nat)
+        have_route = {(r.ip_prefix, r.nexthop): r
+                      for r in _find_by_key(tables["Logical_Router_Static_Route"], key)}
+        for pair, row in have_route.items():
+            if pair not in s.routes:
+                for router in tables["Logical_Router"].rows.values():
+                    if any(r.uuid == row.uuid for r in router.static_routes):
+                        router.delvalue("static_routes", row)
+                row.delete()
+        for prefix, nexthop in s.routes:
+            if (prefix, nexthop) in have_route or lr is None:
+                continue
+            route = txn.insert(tables["Logical_Router_Static_Route"])
+            route.ip_prefix = prefix
+            route.nexthop = nexthop
+            route.policy = "src-ip"
+            route.external_ids = {KEY: key, OWNER: OWNER_VALUE}
+            lr.addvalue("static_routes", route)
+
+
+def _by_name(table: Any, name: str | None) -> Any:
+    for row in table.rows.values():
+        if row.name == name:
+            return row
+    return None
+
+
+class EnsureInfra(ovs_command.BaseCommand):
+    """Create the switches, routers and port groups ports refer to, when missing."""
+
+    def __init__(self, api: Any, switches: Sequence[str], routers: Sequence[str],
+                 port_groups: Sequence[str]) -> None:
+        super().__init__(api)
+        self.switches = list(switches)
+        self.routers = list(routers)
+        self.port_groups = list(port_groups)
+
+    def run_idl(self, txn: Any) -> None:
+        tables = self.api.tables
+        for table, names in (("Logical_Switch", self.switches),
+                             ("Logical_Router", self.routers),
+                             ("Port_Group", self.port_groups)):
+            for name in names:
+                if _by_name(tables[table], name) is None:
+                    row = txn.insert(tables[table])
+                    row.name = name
+                    row.external_ids = {OWNER: OWNER_VALUE}
+
+
+class DeletePort(ovs_command.BaseCommand):
+    """Remove a port and every NAT rule and route carrying its record's key."""
+
+    def __init__(self, api: Any, name: str, key: str) -> None:
+        super().__init__(api)
+        self.name = name
+        self.key = key
+
+    def run_idl(self, txn: Any) -> None:
+        api = self.api
+        tables = api.tables
+        lsp = api.lookup("Logical_Switch_Port", self.name, default=None)
+        if lsp is not None and lsp.external_ids.get(KEY) in (self.key, None):
+            switch = _by_name(tables["Logical_Switch"], lsp.external_ids.get("subnet"))
+            if switch is not None:
+                switch.delvalue("ports", lsp)
+            else:
+                for ls in tables["Logical_Switch"].rows.values():
+                    if any(p.uuid == lsp.uuid for p in ls.ports):
+                        ls.delvalue("ports", lsp)
+            # port groups hold ports weakly: the database drops the references itself
+            lsp.delete()
+        for table, column in (("NAT", "nat"), ("Logical_Router_Static_Route", "static_routes")):
+            rows = _find_by_key(tables[table], self.key)
+            if not rows:
+                continue
+            ids = {r.uuid for r in rows}
+            for router in tables["Logical_Router"].rows.values():
+                for ref in list(getattr(router, column)):
+                    if ref.uuid in ids:
+                        router.delvalue(column, ref)
+            for row in rows:
+                row.delete()
+
+
+class Batcher:
+    """Group commit: a caller whose commands find no transaction in flight commits them
+    at once (after ``window`` seconds, to gather company); commands arriving meanwhile
+    ride together in the next transaction. When a shared transaction fails, each caller's
+    commands are committed on their own, so one bad command fails only its caller."""
+
+    def __init__(self, api: Any, window: float = 0.0, max_batch: int = 500) -> None:
+        self.api = api
+        self.window = window
+        self.max_batch = max_batch
+        self._lock = threading.Lock()
+        self._pending: list[tuple[list[Any], Future[None]]] = []
+        self._committing = False
+        #: transactions committed; callers whose commands shared one with others; shared
+        #: transactions that failed and were split into one per caller
+        self.transactions = 0
+        self.batched = 0
+        self.split = 0
+
+    def run(self, commands: Iterable[Any]) -> None:
+        future: Future[None] = Future()
+        with self._lock:
+            self._pending.append((list(commands), future))
+            leader = not self._committing
+            if leader:
+                self._committing = True
+        if leader:
+            self._lead()
+        future.result()
+
+    def _lead(self) -> None:
+        try:
+            while True:
+                if self.window:
+                    time.sleep(self.window)
+                with self._lock:
+                    batch = self._pending[:self.max_batch]
+                    del self._pending[:self.max_batch]
+                    if not batch:
+                        self._committing = False
+                        return
+                self._commit(batch)
+        except BaseException:
+            with self._lock:
+                self._committing = False
+                left, self._pending = self._pending, []
+            for _, future in left:
+                if not future.done():
+                    future.set_exception(RuntimeError("batch leader died"))
+            raise
+
+    def _commit_one(self, commands: list[Any]) -> None:
+        self.transactions += 1
+        with self.api.transaction(check_error=True) as txn:
+            for cmd in commands:
+                txn.add(cmd)
+
+    def _commit(self, batch: list[tuple[list[Any], Future[None]]]) -> None:
+        if len(batch) > 1:
+            self.batched += len(batch)
+        try:
+            self._commit_one([cmd for cmds, _ in batch for cmd in cmds])
+        except Exception as exc:
+            if len(batch) == 1 or isinstance(exc, TimeoutException):
+                for _, future in batch:
+                    future.set_exception(exc)
+                return
+            for cmds, future in batch:
+                try:
+                    self._commit_one(cmds)
+                except Exception as one:
+                    future.set_exception(one)
+                else:
+                    future.set_result(None)
+            self.split += 1
+            return
+        for _, future in batch:
+            future.set_result(None)
+
+
+class NbClient:
+    """The connection, the batcher and read helpers over the IDL's replica."""
+
+    def __init__(self, remote: str, timeout: float = 10.0, window: float = 0.0) -> None:
+        self.remote = remote
+        self.api = connect(remote, timeout)
+        self.batcher = Batcher(self.api, window)
+        self._infra_lock = threading.Lock()
+
+    def close(self) -> None:
+        try:
+            self.api.ovsdb_connection.stop()
+        except Exception:  # pragma: no cover - best effort at shutdown
+            pass
+
+    def run(self, commands: Iterable[Any]) -> None:
+        self.batcher.run(commands)
+
+    def ensure_port(self, spec: PortSpec) -> EnsurePort:
+        return EnsurePort(self.api, spec)
+
+    def ensure_infra(self, switches: Sequence[str] = (), routers: Sequence[str] = (),
+                     port_groups: Sequence[str] = ()) -> None:
+        """Commit the missing ones now, in a transaction of their own (routes and NAT may
+        not share a transaction with the router's creation)."""
+        tables = self.api.tables
+        with self._infra_lock:
+            missing = [
+                (t, n) for t, names in (("Logical_Switch", switches),
+                                        ("Logical_Router", routers),
+                                        ("Port_Group", port_groups))
+                for n in names if _by_name(tables[t], n) is None]
+            if not missing:
+                return
+            self.batcher.transactions += 1
+            EnsureInfra(self.api, [n for t, n in missing if t == "Logical_Switch"],
+                        [n for t, n in missing if t == "Logical_Router"],
+                        [n for t, n in missing if t == "Port_Group"]).execute(check_error=True)
+
+    def delete_port(self, name: str, key: str) -> DeletePort:
+        return DeletePort(self.api, name, key)
+
+    def port(self, name: str) -> Any:
+        return self.api.lookup("Logical_Switch_Port", name, default=None)
+
+    def ports(self) -> list[Any]:
+        return list(self.api.tables["Logical_Switch_Port"].rows.values())
+
+    def in_port_group(self, group: str, lsp: Any) -> bool:
+        pg = self.api.lookup("Port_Group", group, default=None)
+        return pg is not None and any(p.uuid == lsp.uuid for p in pg.ports)
+
+    def rows(self, table: str) -> list[Any]:
+        return list(self.api.tables[table].rows.values())
+
+    @property
+    def transactions(self) -> int:
+        return self.batcher.transactions

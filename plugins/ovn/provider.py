@@ -1,0 +1,780 @@
+"""The OVN provider: pod addresses from its own IPAM, written as logical switch ports,
+port groups, NAT rules and routes into a real OVN Northbound database through ovsdbapp.
+
+The Northbound database is the IPAM's durable memory: ``allocate`` writes the port with
+its address before the engine records it, so an address survives a controller crash in
+NB, and a restarted controller rebuilds its IPAM from the ports it finds there. An address
+in NB that no record claims stays held (never handed to a second pod) until its port goes.
+``route`` completes the port (port security, security groups, the node's group for a
+distributed gateway, VIPs, EIP/SNAT with a source route); ``release`` removes it all.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+import re
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, ProviderError
+from podnet.core.models import DEFAULT_NETWORK, NodeInfo, PodInfo, PodNetwork
+from podnet.core.policy import PoolPolicy
+from podnet.hookspecs import hookimpl
+from podnet.hookspecs.types import (
+    AllocateContext,
+    Allocation,
+    NetworkAttachment,
+    PodNetworkContext,
+    ProviderInfo,
+    ReleaseResult,
+    RouteResult,
+    VerifyResult,
+)
+from podnet.plugins.ovn.rows import GROUPS, KEY, OWNER, OWNER_VALUE
+
+if TYPE_CHECKING:
+    from podnet.plugins.ovn.nb import NbClient, PortSpec
+
+NAME = "ovn"
+__version__ = "0.1.0"
+
+ANN = "metadata.annotations[podnet.io/{}]"
+NETWORKS_ANNOTATION = "podnet.io/networks"
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+EXT_POD = "pod"
+EXT_NAMESPACE = "namespace"
+EXT_SUBNET = "subnet"
+EXT_NODE = "node"
+EXT_IP = "podnet/ip"
+EXT_IPV6 = "podnet/ipv6"
+EXT_MAC = "podnet/mac"
+_ORDINAL = re.compile(r"-(\d+)$")
+_PG_SAFE = re.compile(r"[^A-Za-z0-9_]")
+
+
+def _field(name: str) -> str:
+    return ANN.format(name)
+
+
+def port_name(pn: PodNetwork) -> str:
+    """The logical switch port of a record: named after its key (stable for sticky pods)."""
+    return f"{pn.metadata.namespace}/{pn.metadata.name}"
+
+
+def pg_name(prefix: str, name: str) -> str:
+    """A port group name OVN accepts (letters, digits, underscores)."""
+    return f"{prefix}_{_PG_SAFE.sub('_', name)}"
+
+
+@attrs.define
+class Subnet:
+    name: str
+    v4: ipaddress.IPv4Network | None
+    v6: ipaddress.IPv6Network | None
+    gateway: str | None
+    gateway6: str | None
+    excluded: set[str]
+    namespaces: tuple[str, ...] = ()
+    gateway_type: str = "distributed"
+    router: str | None = None
+    ip_pools: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
+    default: bool = False
+
+    def networks(self) -> list[IPNetwork]:
+        return [n for n in (self.v4, self.v6) if n is not None]
+
+    def describe(self) -> str:
+        return f"subnet {self.name} ({', '.join(str(n) for n in self.networks())})"
+
+
+@attrs.define
+class Router:
+    name: str
+    external_ip: str | None = None
+    external_gateway: str = "100.64.0.1"
+
+
+@attrs.define
+class _Held:
+    """One address the IPAM holds: the port that has it (``None``: nobody we know)."""
+
+    port: str | None
+
+
+class Ipam:
+    """Addresses and MACs in use, per subnet; rebuilt from the NB ports."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.used: dict[str, _Held] = {}
+        self.macs: dict[str, str] = {}
+        self.random = random.Random(seed)
+
+    def owner(self, ip: str) -> str | None:
+        held = self.used.get(ip)
+        return None if held is None else (held.port or "a port podnet does not own")
+
+    def take(self, port: str, ips: Sequence[str], mac: str | None) -> None:
+        for ip in ips:
+            self.used[ip] = _Held(port)
+        if mac:
+            self.macs[mac] = port
+
+    def free(self, port: str) -> None:
+        for ip in [ip for ip, h in self.used.items() if h.port == port]:
+            del self.used[ip]
+        for mac in [m for m, p in self.macs.items() if p == port]:
+            del self.macs[mac]
+
+    def random_free(self, network: IPNetwork, blocked: set[str]) -> str | None:
+        first = int(network.network_address) + 1
+        last = int(network.broadcast_address) - (1 if network.version == 4 else 0)
+        size = last - first + 1
+        if size <= 0:
+            return None
+        start = self.random.randrange(size)
+        limit = min(size, 1 << 20)
+        for step in range(limit):
+            addr = ipaddress.ip_address(first + (start + step) % size)
+            ip = str(addr)
+            if ip not in self.used and ip not in blocked:
+                return ip
+        return None
+
+    def new_mac(self) -> str:
+        while True:
+            digits = [self.random.randrange(256) for _ in range(5)]
+            mac = "0a:" + ":".join(f"{b:02x}" for b in digits)
+            if mac not in self.macs:
+                return mac
+
+
+class OvnProvider:
+    """The plugin. Configure it (``podnet_configure``) or pass ``remote`` and subnets."""
+
+    def __init__(self, remote: str | None = None, subnets: Sequence[Mapping[str, Any]] = (),
+                 *, name: str = NAME, timeout: float = 10.0, batch_window: float = 0.0,
+                 routers: Sequence[Mapping[str, Any]] = (), seed: int | None = None,
+                 networks: Mapping[str, str] | None = None,
+                 policy: PoolPolicy | None = None,
+                 workload_exists: Callable[[str, str, str, str], bool | None] | None = None
+                 ) -> None:
+        self.name = name
+        self.remote = remote
+        self.timeout = timeout
+        self.batch_window = batch_window
+        self.policy = policy or PoolPolicy(reuse_cooldown=0.0)
+        self.subnets: dict[str, Subnet] = {}
+        #: attachment networks this provider serves (``podnet.io/networks``) -> subnet
+        self.networks: dict[str, str] = {}
+        self.routers: dict[str, Router] = {}
+        self.ipam = Ipam(seed)
+        self.lock = threading.RLock()
+        self._client: NbClient | None = None
+        self._synced = False
+        #: hook calls that did work, by hook (for the demo's summary)
+        self.calls: Counter[str] = Counter()
+        #: (kind, namespace, workload name, pod name) -> whether the workload still wants
+        #: that pod (exists, and for a StatefulSet, has replicas above the pod's ordinal);
+        #: None: cannot tell, core's sticky_hold window decides
+        self.workload_exists = workload_exists
+        self._configure({"subnets": list(subnets) or [_DEFAULT_SUBNET],
+                         "routers": list(routers), "networks": dict(networks or {})},
+                        check_keys=False)
+
+    # --- the connection and the IPAM's rebuild ---------------------------------------------
+
+    @property
+    def client(self) -> NbClient:
+        with self.lock:
+            if self._client is None:
+                if not self.remote:
+                    raise ConfigError(f"{self.name}.remote", "no Northbound remote configured")
+                try:
+                    from podnet.plugins.ovn.nb import NbClient
+                except ImportError as exc:  # pragma: no cover - a broken install
+                    raise ConfigError(f"{self.name}", f"the OVN provider needs ovsdbapp and "
+                                      f"ovs (pip install ovsdbapp): {exc}") from None
+                self._client = NbClient(self.remote, self.timeout, self.batch_window)
+            if not self._synced:
+                self._rebuild(self._client)
+                self._synced = True
+            return self._client
+
+    def close(self) -> None:
+        with self.lock:
+            if self._client is not None:
+                self._client.close()
+            self._client = None
+            self._synced = False
+
+    def _rebuild(self, client: NbClient) -> None:
+        """Every address on a port in NB is held: podnet's ports by their record, the
+        others (router ports, someone else's) by nobody."""
+        ipam = Ipam()
+        ipam.random = self.ipam.random
+        for lsp in client.ports():
+            ext = dict(lsp.external_ids)
+            port = lsp.name if ext.get(OWNER) == OWNER_VALUE else None
+            for entry in lsp.addresses:
+                parts = entry.split()
+                if not parts or parts[0] in ("router", "unknown", "dynamic"):
+                    continue
+                ips = [p.split("/")[0] for p in parts[1:]]
+                ipam.take(port or f"foreign:{lsp.name}", ips, parts[0])
+                if port is None:
+                    for ip in ips:
+                        ipam.used[ip] = _Held(None)
+        self.ipam = ipam
+
+    # --- configuration ---------------------------------------------------------------------
+
+    def _configure(self, config: Mapping[str, Any], check_keys: bool = True) -> None:
+        p = self.name
+        if check_keys:
+            known = {"remote", "subnets", "routers", "timeout", "batch_window_ms", "seed",
+                     "networks"}
+            for key in config:
+                if key not in known:
+                    raise ConfigError(f"{p}.{key}", "unknown option")
+        if "remote" in config:
+            remote = config["remote"]
+            if not isinstance(remote, str) or not remote.startswith(("unix:", "tcp:", "ssl:")):
+                raise ConfigError(f"{p}.remote", "expected unix:PATH, tcp:HOST:PORT or ssl:...")
+            self.remote = remote
+        if "timeout" in config:
+            self.timeout = _number(config, p, "timeout", 0.1, 300)
+        if "batch_window_ms" in config:
+            self.batch_window = _number(config, p, "batch_window_ms", 0, 1000) / 1000
+        if "seed" in config:
+            self.ipam.random.seed(int(_number(config, p, "seed", 0, 2**32)))
+        routers: dict[str, Router] = {}
+        raw_routers = config.get("routers", [])
+        if not isinstance(raw_routers, list):
+            raise ConfigError(f"{p}.routers", "expected a list")
+        for i, r in enumerate(raw_routers):
+            where = f"{p}.routers[{i}]"
+            if not isinstance(r, Mapping) or not isinstance(r.get("name"), str):
+                raise ConfigError(f"{where}.name", "each router needs a name")
+            for key in r:
+                if key not in ("name", "external_ip", "external_gateway"):
+                    raise ConfigError(f"{where}.{key}", "unknown option")
+            routers[r["name"]] = Router(
+                r["name"], _opt_ip(r, where, "external_ip"),
+                _opt_ip(r, where, "external_gateway") or "100.64.0.1")
+        if "subnets" in config:
+            raw = config["subnets"]
+            if not isinstance(raw, list) or not raw:
+                raise ConfigError(f"{p}.subnets", "expected a non-empty list of subnets")
+            subnets = [_subnet(s, f"{p}.subnets[{i}]") for i, s in enumerate(raw)]
+            names = [s.name for s in subnets]
+            if len(set(names)) != len(names):
+                raise ConfigError(f"{p}.subnets", "subnet names must be unique")
+            defaults = [s for s in subnets if s.default]
+            if len(defaults) > 1:
+                raise ConfigError(f"{p}.subnets", "only one subnet may be the default")
+            if not defaults:
+                subnets[0].default = True
+            for s in subnets:
+                if s.router and s.router not in routers:
+                    routers[s.router] = Router(s.router)
+            self.subnets = {s.name: s for s in subnets}
+        self.routers = routers or self.routers
+        if "networks" in config:
+            networks = config["networks"]
+            if not isinstance(networks, Mapping):
+                raise ConfigError(f"{p}.networks", "expected attachment network -> subnet")
+            for net, sub in networks.items():
+                if not isinstance(sub, str) or sub not in self.subnets:
+                    raise ConfigError(f"{p}.networks.{net}", f"unknown subnet {sub!r}")
+                if net == DEFAULT_NETWORK:
+                    raise ConfigError(f"{p}.networks.{net}", "the default network is implicit")
+            self.networks = {str(k): str(v) for k, v in networks.items()}
+
+    # --- hooks: registration ---------------------------------------------------------------
+
+    @hookimpl
+    def podnet_register_provider(self) -> ProviderInfo:
+        return ProviderInfo(
+            name=self.name, version=__version__, uses_node_pool=False,
+            manages_interfaces=False, policy=self.policy,
+            sticky_kinds=("StatefulSet", "VirtualMachineInstance"),
+            description="OVN overlay: logical switch ports in the Northbound DB",
+        )
+
+    @hookimpl
+    def podnet_configure(self, provider: str, config: Mapping[str, Any]) -> None:
+        if provider != self.name:
+            return
+        with self.lock:
+            self._configure(config)
+
+    @hookimpl
+    def podnet_select_networks(self, pod: PodInfo, node: NodeInfo
+                               ) -> Sequence[NetworkAttachment] | None:
+        """The attachment networks of ``podnet.io/networks`` that this provider serves;
+        core validates the annotation, and unplugs a network the pod no longer names."""
+        raw = pod.annotations.get(NETWORKS_ANNOTATION, "")
+        names = [n.strip() for n in raw.split(",") if n.strip()]
+        mine = [NetworkAttachment(network=n, provider=self.name)
+                for n in names if n in self.networks]
+        return mine or None
+
+    # --- allocate ----------------------------------------------------------------------------
+
+    def _subnet_for(self, pn: PodNetwork) -> Subnet:
+        req = pn.spec.requests
+        if pn.spec.network != DEFAULT_NETWORK:
+            attached = self.networks.get(pn.spec.network)
+            if attached is None:
+                raise InvalidRequest(_field("networks"), f"network {pn.spec.network!r} is not "
+                                     f"served by provider {self.name}")
+            return self.subnets[attached]
+        if req.subnets:
+            for name in req.subnets:
+                if name not in self.subnets:
+                    raise InvalidRequest(_field("subnets"), f"unknown subnet {name!r}; known: "
+                                         f"{', '.join(sorted(self.subnets))}")
+            return self.subnets[req.subnets[0]]
+        for s in self.subnets.values():
+            if pn.metadata.namespace in s.namespaces:
+                return s
+        return next(s for s in self.subnets.values() if s.default)
+
+    def _blocked(self, subnet: Subnet, ctx: AllocateContext) -> dict[str, str]:
+        blocked = {ip: "an excluded address" for ip in subnet.excluded}
+        for gw in (subnet.gateway, subnet.gateway6):
+            if gw:
+                blocked[gw] = "the subnet's gateway"
+        for ip in ctx.node.node.internal_ips:
+            blocked[ip] = f"node {ctx.node.node.name}'s internal address"
+        return blocked
+
+    def _check_wanted(self, ip: str, subnet: Subnet, blocked: Mapping[str, str],
+                      field: str) -> IPAddress:
+        addr = ipaddress.ip_address(ip)
+        net = subnet.v4 if addr.version == 4 else subnet.v6
+        if net is None or addr not in net or addr in (net.network_address,) or (
+                addr.version == 4 and addr == net.broadcast_address):
+            raise InvalidRequest(_field(field), f"{ip} is outside {subnet.describe()}")
+        if ip in blocked:
+            raise InvalidRequest(_field(field), f"{ip} is {blocked[ip]} in {subnet.describe()}")
+        return addr
+
+    def _pick(self, pn: PodNetwork, ctx: AllocateContext, subnet: Subnet, name: str
+              ) -> tuple[str | None, str | None]:
+        req = pn.spec.requests
+        blocked = self._blocked(subnet, ctx)
+        v4: str | None = None
+        v6: str | None = None
+        if req.ip_address:
+            for ip in req.ip_address.split(","):
+                addr = self._check_wanted(ip.strip(), subnet, blocked, "ip-address")
+                owner = self.ipam.owner(str(addr))
+                if owner is not None and owner != name:
+                    raise ProviderError(ErrorKind.CONFLICT, f"{addr} is already used by {owner}",
+                                        field=_field("ip-address"))
+                if addr.version == 4:
+                    v4 = str(addr)
+                else:
+                    v6 = str(addr)
+            return v4, v6
+        if req.ip_pool:
+            pool = list(req.ip_pool)
+            if len(pool) == 1 and not _is_ip(pool[0]):
+                named = subnet.ip_pools.get(pool[0])
+                if named is None:
+                    raise InvalidRequest(_field("ip-pool"), f"no IP pool {pool[0]!r} in "
+                                         f"{subnet.describe()}")
+                pool = list(named)
+            for ip in pool:
+                self._check_wanted(ip, subnet, blocked, "ip-pool")
+            ordinal = _ordinal(ctx, pn)
+            candidates = pool
+            if ordinal is not None and ordinal < len(pool):
+                candidates = [pool[ordinal]]
+            for ip in candidates:
+                owner = self.ipam.owner(ip)
+                if owner is None or owner == name:
+                    v4, v6 = (ip, None) if ipaddress.ip_address(ip).version == 4 else (None, ip)
+                    return v4, v6
+            raise ProviderError(ErrorKind.SUBNET_EXHAUSTED,
+                                f"every address of the IP pool is in use ({', '.join(pool)})",
+                                field=_field("ip-pool"))
+        if subnet.v4 is not None:
+            v4 = self.ipam.random_free(subnet.v4, set(blocked))
+            if v4 is None:
+                raise ProviderError(ErrorKind.SUBNET_EXHAUSTED, f"{subnet.describe()} is full",
+                                    subject=subnet.name)
+        if subnet.v6 is not None:
+            v6 = self.ipam.random_free(subnet.v6, set(blocked))
+            if v6 is None:
+                raise ProviderError(ErrorKind.SUBNET_EXHAUSTED, f"{subnet.describe()} is full",
+                                    subject=subnet.name)
+        return v4, v6
+
+    def _external_ids(self, pn: PodNetwork, subnet: str, v4: str | None, v6: str | None,
+                      mac: str, node: str) -> dict[str, str]:
+        ext: dict[str, str] = {KEY: pn.key, OWNER: OWNER_VALUE, EXT_POD: pn.spec.pod_name,
+               EXT_NAMESPACE: pn.metadata.namespace or "", EXT_SUBNET: subnet, EXT_NODE: node,
+               EXT_MAC: mac}
+        if v4:
+            ext[EXT_IP] = v4
+        if v6:
+            ext[EXT_IPV6] = v6
+        return ext
+
+    @hookimpl
+    def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
+        pn = context.pod_network
+        if pn.spec.provider != self.name:
+            return None
+        self.calls["allocate"] += 1
+        client = self.client
+        name = port_name(pn)
+        with self.lock:
+            existing = client.port(name)
+            if existing is not None and existing.external_ids.get(KEY) == pn.key:
+                found = self._allocation_of(existing)
+                if found is not None:
+                    return found
+            subnet = self._subnet_for(pn)
+            v4, v6 = self._pick(pn, context, subnet, name)
+            mac = pn.spec.requests.mac_address
+            if mac:
+                mac = mac.lower()
+                owner = self.ipam.macs.get(mac)
+                if owner is not None and owner != name:
+                    raise ProviderError(ErrorKind.CONFLICT, f"MAC {mac} is already used by "
+                                        f"{owner}", field=_field("mac-address"))
+            else:
+                mac = self.ipam.new_mac()
+            ips = [ip for ip in (v4, v6) if ip]
+            self.ipam.free(name)
+            self.ipam.take(name, ips, mac)
+        from podnet.plugins.ovn.nb import PortSpec
+
+        spec = PortSpec(name, subnet.name, [" ".join([mac, *ips])],
+                        self._external_ids(pn, subnet.name, v4, v6, mac, pn.spec.node_name))
+        try:
+            client.ensure_infra(switches=[subnet.name])
+            client.run([client.ensure_port(spec)])
+        except BaseException:
+            with self.lock:
+                self.ipam.free(name)
+            raise
+        return Allocation(ip=v4 or v6 or "", ipv6=v6 if v4 else None, mac=mac,
+                          subnet=subnet.name, gateway=subnet.gateway if v4 else subnet.gateway6,
+                          interface=name)
+
+    def _allocation_of(self, lsp: Any) -> Allocation | None:
+        ext = lsp.external_ids
+        v4, v6, mac = ext.get(EXT_IP), ext.get(EXT_IPV6), ext.get(EXT_MAC)
+        subnet = self.subnets.get(ext.get(EXT_SUBNET, ""))
+        if not (v4 or v6) or subnet is None:
+            return None
+        self.ipam.take(lsp.name, [ip for ip in (v4, v6) if ip], mac)
+        return Allocation(ip=v4 or v6 or "", ipv6=v6 if v4 else None, mac=mac,
+                          subnet=subnet.name, gateway=subnet.gateway if v4 else subnet.gateway6,
+                          interface=lsp.name)
+
+    # --- route / verify ------------------------------------------------------------------------
+
+    def _desired(self, pn: PodNetwork, node: str) -> tuple[PortSpec, list[str], list[str]]:
+        """The port as it should be, the port groups and the routers it needs."""
+        st = pn.status
+        req = pn.spec.requests
+        subnet = self.subnets.get(st.subnet or "")
+        if subnet is None:
+            raise ProviderError(ErrorKind.FATAL, f"record {pn.key} names subnet "
+                                f"{st.subnet!r}, which is not configured", field="status.subnet")
+        ips = [ip for ip in (st.ip, st.ipv6) if ip]
+        mac = st.mac or ""
+        entry = " ".join([mac, *ips, *req.vips])
+        groups = [pg_name("sg", g) for g in req.security_groups]
+        if subnet.gateway_type == "distributed" and node:
+            groups.append(pg_name("node", node))
+        nats: list[tuple[str, str, str]] = []
+        routes: list[tuple[str, str]] = []
+        router = self.routers.get(subnet.router) if subnet.router else None
+        if (req.eip or req.snat) and router is None:
+            raise InvalidRequest(_field("eip" if req.eip else "snat"),
+                                 f"{subnet.describe()} has no router for NAT")
+        if router is not None and st.ip:
+            if req.eip and not req.snat:
+                nats.append(("dnat_and_snat", req.eip, st.ip))
+            elif req.snat:
+                external = req.eip or router.external_ip
+                if not external:
+                    raise InvalidRequest(_field("snat"), f"router {router.name} has no "
+                                         "external_ip and the pod names no eip")
+                nats.append(("snat", external, st.ip))
+            if nats:
+                routes.append((st.ip, router.external_gateway))
+        v4 = st.ip if st.ip and ipaddress.ip_address(st.ip).version == 4 else None
+        v6 = st.ipv6 or (st.ip if st.ip and not v4 else None)
+        from podnet.plugins.ovn.nb import PortSpec
+
+        spec = PortSpec(
+            port_name(pn), subnet.name, [entry],
+            self._external_ids(pn, subnet.name, v4, v6, mac, node),
+            port_security=[entry] if req.port_security else [],
+            port_groups=groups, router=router.name if router else None,
+            nats=nats, routes=routes)
+        return spec, groups, [router.name] if router else []
+
+    @hookimpl
+    def podnet_route(self, context: PodNetworkContext) -> RouteResult | None:
+        pn = context.pod_network
+        if pn.spec.provider != self.name:
+            return None
+        self.calls["route"] += 1
+        if not pn.status.ip or not pn.status.mac:
+            raise ProviderError(ErrorKind.FATAL, f"record {pn.key} has no address to route",
+                                field="status.ip")
+        client = self.client
+        spec, groups, routers = self._desired(pn, pn.spec.node_name)
+        with self.lock:
+            self.ipam.take(spec.name, [ip for ip in (pn.status.ip, pn.status.ipv6) if ip],
+                           pn.status.mac)
+        client.ensure_infra(switches=[spec.switch], routers=routers, port_groups=groups)
+        client.run([client.ensure_port(spec)])
+        return RouteResult(interface=spec.name)
+
+    @hookimpl
+    def podnet_verify(self, context: PodNetworkContext) -> VerifyResult | None:
+        pn = context.pod_network
+        if pn.spec.provider != self.name:
+            return None
+        self.calls["verify"] += 1
+        client = self.client
+        spec, groups, _ = self._desired(pn, pn.spec.node_name)
+        lsp = client.port(spec.name)
+        if lsp is None:
+            return VerifyResult(ok=False, reason=f"logical switch port {spec.name} is missing")
+        if list(lsp.addresses) != spec.addresses:
+            return VerifyResult(ok=False, reason=f"port {spec.name} has addresses "
+                                f"{list(lsp.addresses)}, wants {spec.addresses}")
+        if list(lsp.port_security) != spec.port_security:
+            return VerifyResult(ok=False, reason=f"port {spec.name} has port security "
+                                f"{list(lsp.port_security)}, wants {spec.port_security}")
+        recorded = dict(lsp.external_ids)
+        recorded.pop(GROUPS, None)
+        if recorded != spec.external_ids:
+            return VerifyResult(ok=False, reason=f"port {spec.name}'s external_ids changed")
+        missing = [g for g in groups if not client.in_port_group(g, lsp)]
+        if missing:
+            return VerifyResult(ok=False, reason=f"port {spec.name} is not in {missing}")
+        return VerifyResult(ok=True)
+
+    # --- release ---------------------------------------------------------------------------
+
+    @hookimpl
+    def podnet_release(self, context: PodNetworkContext) -> ReleaseResult | None:
+        pn = context.pod_network
+        if pn.spec.provider != self.name:
+            return None
+        self.calls["release"] += 1
+        client = self.client
+        name = port_name(pn)
+        client.run([client.delete_port(name, pn.key)])
+        with self.lock:
+            self.ipam.free(name)
+        return ReleaseResult(return_to_pool=False)
+
+    @hookimpl
+    def podnet_hold_address(self, context: PodNetworkContext) -> bool | None:
+        pn = context.pod_network
+        if pn.spec.provider != self.name or self.workload_exists is None:
+            return None
+        owner = next((o for o in pn.metadata.owner_references), None)
+        if owner is None:
+            return None
+        exists = self.workload_exists(owner.kind, pn.metadata.namespace or "", owner.name,
+                                      pn.spec.pod_name)
+        if exists is None:
+            return None
+        return exists
+
+    # --- errors ----------------------------------------------------------------------------
+
+    @hookimpl
+    def podnet_classify_error(self, provider: str, error: BaseException) -> ErrorKind | None:
+        if provider != self.name:
+            return None
+        try:
+            from ovsdbapp.exceptions import OvsdbAppException
+        except ImportError:  # pragma: no cover - a broken install
+            pass
+        else:
+            if isinstance(error, OvsdbAppException):
+                return ErrorKind.TRANSIENT
+        if isinstance(error, RuntimeError) and str(error).startswith(
+                ("OVSDB Error", "OVS transaction timed out")):
+            return ErrorKind.TRANSIENT
+        if isinstance(error, TimeoutError | ConnectionError):
+            return ErrorKind.TRANSIENT
+        return None
+
+    # --- ground truth, for tests and the demo ----------------------------------------------
+
+    def nb_addresses(self) -> dict[str, str]:
+        """The primary address (IPv4, or IPv6 on a v6-only subnet) of every podnet port in
+        NB -> the node its external_ids name: what records carry in ``status.ip``."""
+        out: dict[str, str] = {}
+        for lsp in self.client.ports():
+            ext = lsp.external_ids
+            if ext.get(OWNER) != OWNER_VALUE:
+                continue
+            ip = ext.get(EXT_IP) or ext.get(EXT_IPV6)
+            if ip:
+                out[ip] = ext.get(EXT_NODE, "")
+        return out
+
+
+_DEFAULT_SUBNET: Mapping[str, Any] = {"name": "ovn-default", "cidr": "10.16.0.0/16",
+                                      "default": True}
+
+
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _ordinal(ctx: AllocateContext, pn: PodNetwork) -> int | None:
+    """A StatefulSet pod's ordinal (the number its name ends with)."""
+    owners = ctx.pod.owner_references if ctx.pod is not None else pn.metadata.owner_references
+    if not any(o.kind == "StatefulSet" for o in owners):
+        return None
+    match = _ORDINAL.search(pn.spec.pod_name)
+    return int(match.group(1)) if match else None
+
+
+def _number(config: Mapping[str, Any], provider: str, key: str, low: float, high: float
+            ) -> float:
+    value = config[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{provider}.{key}", f"must be a number, got {value!r}")
+    if not low <= value <= high:
+        raise ConfigError(f"{provider}.{key}", f"must be between {low} and {high}, got {value}")
+    return float(value)
+
+
+def _opt_ip(raw: Mapping[str, Any], where: str, key: str) -> str | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _is_ip(value):
+        raise ConfigError(f"{where}.{key}", f"expected an IP address, got {value!r}")
+    return value
+
+
+def _subnet(raw: Any, where: str) -> Subnet:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(where, "expected a mapping")
+    known = {"name", "cidr", "cidrs", "gateway", "exclude_ips", "namespaces", "gateway_type",
+             "router", "default", "ip_pools"}
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"{where}.{key}", "unknown option")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name or any(c.isspace() for c in name):
+        raise ConfigError(f"{where}.name", "expected a subnet name without whitespace")
+    cidrs = raw.get("cidrs", raw.get("cidr"))
+    if isinstance(cidrs, str):
+        cidrs = [c.strip() for c in cidrs.split(",") if c.strip()]
+    if not isinstance(cidrs, list) or not 1 <= len(cidrs) <= 2:
+        raise ConfigError(f"{where}.cidr", "expected one CIDR, or one IPv4 and one IPv6")
+    v4: ipaddress.IPv4Network | None = None
+    v6: ipaddress.IPv6Network | None = None
+    for c in cidrs:
+        try:
+            net = ipaddress.ip_network(c, strict=True)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{where}.cidr", str(exc)) from None
+        if isinstance(net, ipaddress.IPv4Network):
+            if v4 is not None:
+                raise ConfigError(f"{where}.cidr", "two IPv4 CIDRs")
+            if net.prefixlen > 30:
+                raise ConfigError(f"{where}.cidr", f"{net} is too small")
+            v4 = net
+        else:
+            if v6 is not None:
+                raise ConfigError(f"{where}.cidr", "two IPv6 CIDRs")
+            if net.prefixlen > 126:
+                raise ConfigError(f"{where}.cidr", f"{net} is too small")
+            v6 = net
+    gateways = raw.get("gateway")
+    gw4 = str(v4.network_address + 1) if v4 else None
+    gw6 = str(v6.network_address + 1) if v6 else None
+    if gateways is not None:
+        if not isinstance(gateways, str):
+            raise ConfigError(f"{where}.gateway", "expected an address (or v4,v6)")
+        for g in gateways.split(","):
+            g = g.strip()
+            if not _is_ip(g):
+                raise ConfigError(f"{where}.gateway", f"{g!r} is not an IP address")
+            addr = ipaddress.ip_address(g)
+            inside = (v4 is not None and isinstance(addr, ipaddress.IPv4Address)
+                      and addr in v4) or (v6 is not None
+                                          and isinstance(addr, ipaddress.IPv6Address)
+                                          and addr in v6)
+            if not inside:
+                raise ConfigError(f"{where}.gateway", f"{g} is outside the subnet")
+            if addr.version == 4:
+                gw4 = g
+            else:
+                gw6 = g
+    excluded: set[str] = set()
+    for item in raw.get("exclude_ips", []) or []:
+        if not isinstance(item, str):
+            raise ConfigError(f"{where}.exclude_ips", f"{item!r} is not an address or range")
+        try:
+            if ".." in item:
+                lo_s, hi_s = item.split("..", 1)
+                lo, hi = ipaddress.ip_address(lo_s), ipaddress.ip_address(hi_s)
+                if lo.version != hi.version or int(hi) < int(lo) or int(hi) - int(lo) > 65536:
+                    raise ValueError("bad range")
+                excluded.update(str(ipaddress.ip_address(i))
+                                for i in range(int(lo), int(hi) + 1))
+            else:
+                excluded.add(str(ipaddress.ip_address(item)))
+        except ValueError:
+            raise ConfigError(f"{where}.exclude_ips", f"{item!r} is not an address or "
+                              "a range a..b") from None
+    namespaces = raw.get("namespaces", []) or []
+    if not isinstance(namespaces, list) or not all(isinstance(n, str) for n in namespaces):
+        raise ConfigError(f"{where}.namespaces", "expected a list of namespace names")
+    gateway_type = raw.get("gateway_type", "distributed")
+    if gateway_type not in ("distributed", "centralized"):
+        raise ConfigError(f"{where}.gateway_type", "expected distributed or centralized")
+    router = raw.get("router")
+    if router is not None and not isinstance(router, str):
+        raise ConfigError(f"{where}.router", "expected a router name")
+    pools_raw = raw.get("ip_pools", {}) or {}
+    if not isinstance(pools_raw, Mapping):
+        raise ConfigError(f"{where}.ip_pools", "expected name -> list of addresses")
+    pools: dict[str, tuple[str, ...]] = {}
+    for pool, ips in pools_raw.items():
+        if not isinstance(ips, list) or not all(isinstance(i, str) and _is_ip(i) for i in ips):
+            raise ConfigError(f"{where}.ip_pools.{pool}", "expected a list of addresses")
+        pools[str(pool)] = tuple(ips)
+    default = raw.get("default", False)
+    if not isinstance(default, bool):
+        raise ConfigError(f"{where}.default", "expected true or false")
+    return Subnet(name=name, v4=v4, v6=v6, gateway=gw4, gateway6=gw6, excluded=excluded,
+                  namespaces=tuple(namespaces), gateway_type=gateway_type, router=router,
+                  ip_pools=pools, default=default)
+
+
+#: what the host registers as the built-in ``ovn`` plugin
+plugin = OvnProvider()

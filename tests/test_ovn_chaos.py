@@ -1,0 +1,79 @@
+"""The chaos machine against the OVN provider on a real NB server, with an extra rule:
+the NB server restarts (same database file) between any two steps.
+
+``PODNET_CHAOS_EXAMPLES`` sets the example count (default here: a small number, to keep
+the module quick; CI runs 200)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+from hypothesis.stateful import rule
+
+from podnet.plugins.ovn.nbserver import NbServer, ovsdb_server_available
+from podnet.testing.chaos import EXAMPLES_ENV, chaos_settings, make_chaos_machine
+
+pytest_plugins = ["podnet.testing"]
+
+_MISSING = ovsdb_server_available()
+pytestmark = pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")
+
+#: examples when PODNET_CHAOS_EXAMPLES is not set
+DEFAULT_EXAMPLES = 25
+
+
+class _Server:
+    """One NB server for the module; each example gets a fresh database on it."""
+
+    server: NbServer | None = None
+
+
+def _provider() -> Any:
+    from podnet.plugins.ovn.provider import OvnProvider
+
+    server = _Server.server
+    assert server is not None
+    server.stop()
+    if server.db.exists():
+        server.db.unlink()
+    server.start()
+    return OvnProvider(server.remote, seed=0, timeout=10.0)
+
+
+def _addresses(plugin: Any) -> Mapping[str, str]:
+    addresses: dict[str, str] = plugin.nb_addresses()
+    return addresses
+
+
+_Base = make_chaos_machine(_provider, _addresses, name="OvnChaosBase")
+
+
+class OvnChaos(_Base):  # type: ignore[misc,valid-type]
+    @rule()
+    def nb_server_restarts(self) -> None:
+        """The Northbound server goes away and comes back on the same database."""
+        server = _Server.server
+        assert server is not None
+        server.restart()
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            self.plugin.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _nb_server() -> Iterator[None]:
+    with NbServer() as server:
+        _Server.server = server
+        yield
+        _Server.server = None
+
+
+TestOvnChaos = OvnChaos.TestCase
+TestOvnChaos.settings = chaos_settings(
+    int(os.environ.get(EXAMPLES_ENV, str(DEFAULT_EXAMPLES))))

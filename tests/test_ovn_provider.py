@@ -1,0 +1,460 @@
+"""The OVN provider's own behaviour against a real NB server: sticky StatefulSet
+addresses, static-address contention, drift repaired after a port is deleted behind
+podnet's back, the IPAM rebuilt from NB, the dataplane rows, and the batcher."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from podnet.core.models import Phase
+from podnet.plugins.ovn.nbserver import NbServer, ovsdb_server_available
+from podnet.testing.harness import HookRecorder, World
+
+pytest_plugins = ["podnet.testing"]
+
+_MISSING = ovsdb_server_available()
+pytestmark = pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")
+
+ANN = "podnet.io/"
+STS = ("StatefulSet", "web")
+SUBNETS = [
+    {"name": "ovn-default", "cidr": "10.16.0.0/16", "default": True},
+    {"name": "tiny", "cidr": "10.18.0.0/29"},
+    {"name": "edge", "cidr": "10.19.0.0/24", "router": "lr-edge", "gateway_type": "centralized"},
+    {"name": "pooled", "cidr": "10.20.0.0/24", "namespaces": ["pooled-ns"],
+     "ip_pools": {"gold": ["10.20.0.50", "10.20.0.51"]}},
+    {"name": "lan", "cidr": "192.168.0.0/24", "gateway": "192.168.0.254"},
+    {"name": "storage", "cidr": "10.21.0.0/24"},
+    {"name": "dual", "cidr": "10.22.0.0/24,fd00:22::/120"},
+]
+ROUTERS = [{"name": "lr-edge", "external_ip": "203.0.113.1",
+            "external_gateway": "100.64.0.254"}]
+
+
+@pytest.fixture(scope="module")
+def nb_server() -> Iterator[NbServer]:
+    with NbServer() as server:
+        yield server
+
+
+class Workloads:
+    """What the provider may ask about the cluster's workloads, set by each test."""
+
+    def __init__(self) -> None:
+        self.answer: bool | None = None
+
+    def __call__(self, kind: str, namespace: str, name: str, pod: str) -> bool | None:
+        return self.answer
+
+
+@pytest.fixture
+def workloads() -> Workloads:
+    return Workloads()
+
+
+@pytest.fixture
+def provider_plugin(nb_server: NbServer, workloads: Workloads) -> Iterator[Any]:
+    from podnet.plugins.ovn.provider import OvnProvider
+
+    nb_server.restart_fresh()
+    plugin = OvnProvider(nb_server.remote, SUBNETS, routers=ROUTERS, seed=1,
+                         workload_exists=workloads, networks={"storage": "storage"})
+    yield plugin
+    plugin.close()
+
+
+@pytest.fixture
+def ground_truth(provider_plugin: Any) -> Callable[[], dict[str, str]]:
+    reader: Callable[[], dict[str, str]] = provider_plugin.nb_addresses
+    return reader
+
+
+def _nbctl(server: NbServer, *args: str) -> str:
+    out = subprocess.run(["ovn-nbctl", f"--db={server.remote}", *args], check=True,
+                         capture_output=True, text=True, timeout=30)
+    return out.stdout
+
+
+def _wait(predicate: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def _routed(world: World, pod: str) -> Any:
+    pn = world.record_of(pod)
+    assert pn is not None and pn.status.phase is Phase.ROUTED, pn
+    return pn
+
+
+# --- sticky StatefulSet addresses ------------------------------------------------------------
+
+
+def test_statefulset_pod_recreated_gets_the_same_address(world: World) -> None:
+    world.add_node(0)
+    world.add_node(1)
+    world.add_pod("web-0", 0, owner=STS)
+    world.settle()
+    first = _routed(world, "web-0")
+    world.delete_pod("web-0")
+    world.settle(advance=10)
+    world.add_pod("web-0", 1, owner=STS)  # a new pod under the same name, elsewhere
+    world.settle()
+    again = _routed(world, "web-0")
+    assert (again.status.ip, again.status.mac) == (first.status.ip, first.status.mac)
+    assert again.spec.node_name == world.node_name(1)
+    assert world.cloud_addresses()[first.status.ip] == world.node_name(1)
+    world.recreate_pod("web-0")  # and at once, on the same node
+    world.settle()
+    assert _routed(world, "web-0").status.ip == first.status.ip
+    world.assert_converged()
+
+
+def test_statefulset_pod_recreated_elsewhere_port_follows_at_once(world: World) -> None:
+    world.add_node(0)
+    world.add_node(1)
+    world.add_pod("web-0", 0, owner=STS)
+    world.settle()
+    ip = _routed(world, "web-0").status.ip
+    world.recreate_pod("web-0", 1)
+    world.settle()
+    assert world.dangling_problems() == []
+    assert world.cloud_addresses()[ip] == world.node_name(1)
+
+
+def test_statefulset_pod_recreated_elsewhere_port_follows_by_verify(
+        world: World, hook_calls: HookRecorder) -> None:
+    """Until the engine routes an adopted record again, verify finds the port on the old
+    node and repairs it."""
+    world.add_node(0)
+    world.add_node(1)
+    world.add_pod("web-0", 0, owner=STS)
+    world.settle()
+    ip = _routed(world, "web-0").status.ip
+    world.recreate_pod("web-0", 1)
+    world.settle(advance=world.policy().verify_period + 1)
+    assert world.cloud_addresses()[ip] == world.node_name(1)
+    assert [e.trigger for e in hook_calls.transitions("pod_network", ok=True)][-2:] == \
+        ["repair", "route"]
+    world.assert_converged()
+
+
+def test_statefulset_scale_down_releases_the_address(world: World, provider_plugin: Any,
+                                                     workloads: Workloads) -> None:
+    world.add_node(0)
+    world.add_pod("web-0", 0, owner=STS)
+    world.add_pod("web-1", 0, owner=STS)
+    world.settle()
+    kept = _routed(world, "web-0").status.ip
+    gone = _routed(world, "web-1").status.ip
+    workloads.answer = False  # the StatefulSet scaled down to one replica
+    world.delete_pod("web-1")
+    world.settle()
+    assert gone not in world.cloud_addresses()
+    assert provider_plugin.client.port("demo/web-1.default") is None
+    assert provider_plugin.ipam.owner(gone) is None
+    assert kept in world.cloud_addresses()
+    world.assert_converged()
+
+
+def test_statefulset_address_held_while_the_workload_exists(world: World,
+                                                            workloads: Workloads) -> None:
+    world.add_node(0)
+    world.add_pod("web-0", 0, owner=STS)
+    world.settle()
+    ip = _routed(world, "web-0").status.ip
+    workloads.answer = True
+    world.delete_pod("web-0")
+    world.settle(advance=3 * world.policy().sticky_hold)
+    assert ip in world.cloud_addresses(), "released while its StatefulSet still exists"
+    world.add_pod("web-0", 0, owner=STS)
+    world.settle()
+    assert _routed(world, "web-0").status.ip == ip
+
+
+def test_statefulset_ordinal_takes_its_pool_entry(world: World) -> None:
+    world.add_node(0)
+    pool = {f"{ANN}ip-pool": "10.16.5.10,10.16.5.11,10.16.5.12"}
+    for name in ("web-2", "web-0"):
+        world.add_pod(name, 0, annotations=pool, owner=STS)
+    world.settle()
+    assert _routed(world, "web-0").status.ip == "10.16.5.10"
+    assert _routed(world, "web-2").status.ip == "10.16.5.12"
+
+
+def test_named_ip_pool(world: World) -> None:
+    world.add_node(0)
+    gold = {f"{ANN}subnets": "pooled", f"{ANN}ip-pool": "gold"}
+    for name in ("g1", "g2", "g3"):
+        world.add_pod(name, 0, annotations=gold)
+    world.settle()
+    records = [world.record_of(n) for n in ("g1", "g2", "g3")]
+    assert all(r is not None for r in records)
+    routed = sorted(str(r.status.ip) for r in records
+                    if r is not None and r.status.phase is Phase.ROUTED)
+    waiting = [r for r in records if r is not None and r.status.phase is Phase.PENDING]
+    assert routed == ["10.20.0.50", "10.20.0.51"]
+    assert len(waiting) == 1  # the pool is used up: the third waits, with a condition
+    assert any("podnet.io/ip-pool" in c.message for c in waiting[0].status.conditions)
+
+
+# --- static addresses -------------------------------------------------------------------------
+
+
+def test_two_pods_asking_for_one_static_address(world: World) -> None:
+    world.add_node(0)
+    static = {f"{ANN}ip-address": "10.16.9.9"}
+    world.add_pod("first", 0, annotations=static)
+    world.settle()
+    assert _routed(world, "first").status.ip == "10.16.9.9"
+    world.add_pod("second", 0, annotations=static)
+    world.settle(advance=5)
+    second = world.record_of("second")
+    assert second is not None and second.status.phase is Phase.PENDING
+    ready = [c for c in second.status.conditions if c.type == "Ready"]
+    assert ready and "podnet.io/ip-address" in ready[0].message, ready
+    assert "10.16.9.9 is already used by demo/" in ready[0].message
+    world.delete_pod("first")
+    world.settle(advance=120)  # the retry after backoff gets it, now free
+    assert _routed(world, "second").status.ip == "10.16.9.9"
+    world.assert_converged()
+
+
+def test_never_a_node_address(world: World) -> None:
+    """node_obj(1)'s internal address is 192.168.0.1; in a subnet covering it, a pod on
+    that node asking for it by name is refused with a condition saying why."""
+    world.add_node(1)
+    world.add_pod("p", 1, annotations={f"{ANN}subnets": "lan",
+                                       f"{ANN}ip-address": "192.168.0.1"})
+    world.settle()
+    pn = world.record_of("p")
+    assert pn is not None and pn.status.phase is Phase.PENDING
+    ready = [c for c in pn.status.conditions if c.type == "Ready"]
+    assert ready and "internal address" in ready[0].message, ready
+    assert "192.168.0.1" not in world.cloud_addresses()
+
+
+# --- drift and restart --------------------------------------------------------------------------
+
+
+def test_port_deleted_behind_podnets_back_comes_back(world: World, nb_server: NbServer,
+                                                     provider_plugin: Any,
+                                                     hook_calls: HookRecorder) -> None:
+    world.add_node(0)
+    world.add_pod("p0", 0, annotations={f"{ANN}port-security": "true",
+                                        f"{ANN}security-groups": "sg-web"})
+    world.settle()
+    pn = _routed(world, "p0")
+    port = pn.status.interface
+    assert port and provider_plugin.client.port(port) is not None
+    _nbctl(nb_server, "lsp-del", port)
+    _wait(lambda: provider_plugin.client.port(port) is None, "the deletion to reach the IDL")
+    hook_calls.clear()
+    world.settle(advance=world.policy().verify_period + 1)
+    mine = [(e.trigger, e.ok) for e in hook_calls.transitions("pod_network")
+            if e.object_key == pn.key]
+    assert mine == [("repair", True), ("route", True)], mine
+    lsp = provider_plugin.client.port(port)
+    assert lsp is not None
+    assert list(lsp.addresses) == [f"{pn.status.mac} {pn.status.ip}"]
+    assert list(lsp.port_security) == list(lsp.addresses)
+    groups = _nbctl(nb_server, "--bare", "--columns=name,ports", "list", "Port_Group")
+    assert "sg_sg_web" in groups and str(lsp.uuid) in groups
+    assert _routed(world, "p0").status.ip == pn.status.ip
+    world.assert_converged()
+
+
+def test_port_changed_behind_podnets_back_is_rewritten(world: World, nb_server: NbServer,
+                                                       provider_plugin: Any) -> None:
+    world.add_node(0)
+    world.add_pod("p0", 0)
+    world.settle()
+    pn = _routed(world, "p0")
+    port = pn.status.interface
+    _nbctl(nb_server, "lsp-set-addresses", port, "0a:00:00:00:00:99 10.16.99.99")
+    _wait(lambda: list(provider_plugin.client.port(port).addresses)
+          == ["0a:00:00:00:00:99 10.16.99.99"], "the change to reach the IDL")
+    world.settle(advance=world.policy().verify_period + 1)
+    assert list(provider_plugin.client.port(port).addresses) == \
+        [f"{pn.status.mac} {pn.status.ip}"]
+    world.assert_converged()
+
+
+def test_dual_stack_subnet_gives_both_families(world: World, provider_plugin: Any) -> None:
+    world.add_node(0)
+    world.add_pod("d", 0, annotations={f"{ANN}subnets": "dual"})
+    world.settle()
+    pn = _routed(world, "d")
+    assert pn.status.ip and pn.status.ip.startswith("10.22.0.")
+    assert pn.status.ipv6 and pn.status.ipv6.startswith("fd00:22::")
+    assert pn.status.gateway == "10.22.0.1"
+    lsp = provider_plugin.client.port(pn.status.interface)
+    assert list(lsp.addresses) == [f"{pn.status.mac} {pn.status.ip} {pn.status.ipv6}"]
+    assert set(world.cloud_addresses()) == {pn.status.ip}  # the kit counts status.ip
+    world.assert_converged()
+
+
+def test_restart_rebuilds_the_ipam_and_holds_unknown_ports(world: World, nb_server: NbServer,
+                                                          provider_plugin: Any) -> None:
+    """An address on a port podnet does not own is never handed out; addresses on
+    podnet's ports survive a controller restart with an empty memory."""
+    world.add_node(0)
+    world.settle()
+    _nbctl(nb_server, "ls-add", "tiny", "--", "lsp-add", "tiny", "stranger", "--",
+           "lsp-set-addresses", "stranger", "0a:00:00:00:99:01 10.18.0.2")
+    world.add_pod("a", 0, annotations={f"{ANN}subnets": "tiny"})
+    world.settle()
+    first = _routed(world, "a").status.ip
+    provider_plugin.close()  # the provider forgets everything: it reads NB again
+    world.restart()
+    for name in ("b", "c", "d"):
+        world.add_pod(name, 0, annotations={f"{ANN}subnets": "tiny"})
+    world.settle()
+    got = {_routed(world, n).status.ip for n in ("b", "c", "d")}
+    assert "10.18.0.2" not in got and first not in got
+    assert got | {first} == {"10.18.0.3", "10.18.0.4", "10.18.0.5", "10.18.0.6"}
+    world.add_pod("e", 0, annotations={f"{ANN}subnets": "tiny"})
+    world.settle(advance=5)
+    e = world.record_of("e")
+    assert e is not None and e.status.phase is Phase.PENDING  # the subnet is full
+
+
+def test_nb_server_restart(world: World, nb_server: NbServer, provider_plugin: Any) -> None:
+    """The NB server goes away and comes back on the same database: what was written
+    stays, and the provider's connection carries on for new and departing pods."""
+    world.add_node(0)
+    world.add_pod("a", 0)
+    world.settle()
+    a = _routed(world, "a")
+    nb_server.restart()
+    world.add_pod("b", 0)
+    world.delete_pod("a")
+    world.settle(advance=30)
+    b = _routed(world, "b")
+    assert world.cloud_addresses() == {b.status.ip: world.node_name(0)}
+    assert provider_plugin.client.port(a.status.interface) is None
+    world.assert_converged()
+
+
+# --- the dataplane rows -------------------------------------------------------------------------
+
+
+def test_route_writes_port_groups_vips_nat_and_routes(world: World, nb_server: NbServer,
+                                                      provider_plugin: Any) -> None:
+    world.add_node(0)
+    world.add_pod("fe", 0, annotations={
+        f"{ANN}subnets": "edge", f"{ANN}eip": "203.0.113.20",
+        f"{ANN}vips": "10.19.0.200", f"{ANN}mac-address": "0a:00:00:00:00:07"})
+    world.add_pod("out", 0, annotations={f"{ANN}subnets": "edge", f"{ANN}snat": "true"})
+    world.add_pod("plain", 0)
+    world.settle()
+    fe, out, plain = (_routed(world, n) for n in ("fe", "out", "plain"))
+    assert fe.status.mac == "0a:00:00:00:00:07"
+    lsp = provider_plugin.client.port(fe.status.interface)
+    assert list(lsp.addresses) == [f"0a:00:00:00:00:07 {fe.status.ip} 10.19.0.200"]
+    nat = _nbctl(nb_server, "lr-nat-list", "lr-edge")
+    assert "dnat_and_snat" in nat and "203.0.113.20" in nat and fe.status.ip in nat
+    assert "snat" in nat and "203.0.113.1" in nat and out.status.ip in nat
+    routes = _nbctl(nb_server, "lr-route-list", "lr-edge")
+    assert fe.status.ip in routes and "100.64.0.254" in routes and "src-ip" in routes
+    # distributed gateway (the default subnet): the port joins its node's group
+    groups = _nbctl(nb_server, "--bare", "--columns=name", "list", "Port_Group")
+    assert "node_node_0000" in groups
+    world.delete_pod("fe")
+    world.delete_pod("out")
+    world.delete_pod("plain")
+    world.settle()
+    assert _nbctl(nb_server, "lr-nat-list", "lr-edge").strip() == ""
+    assert "100.64.0.254" not in _nbctl(nb_server, "lr-route-list", "lr-edge")
+    assert world.cloud_addresses() == {}
+    assert plain.status.subnet == "ovn-default"
+
+
+def test_namespace_rule_picks_the_subnet(world: World) -> None:
+    from podnet.core.cluster.port import NAMESPACE
+
+    world.cluster.create(NAMESPACE, {"metadata": {"name": "pooled-ns"}})
+    world.add_node(0)
+    other = World(world.cluster, world.clock, world.engines, world.cloud_addresses,
+                  namespace="pooled-ns")
+    other._engine = world.engine
+    other.add_pod("p", 0)
+    world.settle()
+    pn = other.record_of("p")
+    assert pn is not None and pn.status.subnet == "pooled"
+    assert pn.status.ip and pn.status.ip.startswith("10.20.0.")
+
+
+def test_attachment_network_gets_its_own_port_and_unplugs(world: World,
+                                                         provider_plugin: Any) -> None:
+    from podnet.core.cluster.port import POD
+
+    world.add_node(0)
+    world.add_pod("db", 0, annotations={f"{ANN}networks": "storage"})
+    world.settle()
+    main, extra = _routed(world, "db"), world.record_of("db", "storage")
+    assert extra is not None and extra.status.phase is Phase.ROUTED
+    assert main.status.subnet == "ovn-default" and extra.status.subnet == "storage"
+    assert provider_plugin.client.port(extra.status.interface) is not None
+    pod = world.pod("db")
+    assert pod is not None
+    pod["metadata"]["annotations"] = {}
+    world.cluster.update(POD, pod)
+    world.settle()
+    assert world.record_of("db", "storage") is None
+    assert provider_plugin.client.port(extra.status.interface) is None
+    assert extra.status.ip not in world.cloud_addresses()
+    assert _routed(world, "db").status.ip == main.status.ip
+    world.assert_converged()
+
+
+# --- batching -------------------------------------------------------------------------------
+
+
+def test_a_burst_shares_transactions_and_one_bad_command_fails_alone(
+        nb_server: NbServer) -> None:
+    from ovsdbapp.backend.ovs_idl import command as ovs_command
+
+    from podnet.plugins.ovn.nb import KEY, NbClient, PortSpec
+
+    nb_server.restart_fresh()
+    client = NbClient(nb_server.remote, window=0.02)
+    try:
+        client.ensure_infra(switches=["burst"])
+
+        class Broken(ovs_command.BaseCommand):
+            def run_idl(self, txn: Any) -> None:
+                raise ValueError("a bad command")
+
+        errors: dict[int, BaseException] = {}
+
+        def one(i: int) -> None:
+            spec = PortSpec(f"burst-{i}", "burst", [f"0a:00:00:00:01:{i:02x} 10.30.0.{i + 2}"],
+                            {KEY: f"demo/burst-{i}"})
+            cmds: list[Any] = [client.ensure_port(spec)]
+            if i == 3:
+                cmds.append(Broken(client.api))
+            try:
+                client.run(cmds)
+            except BaseException as exc:
+                errors[i] = exc
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert list(errors) == [3] and isinstance(errors[3], ValueError)
+        names = {p.name for p in client.ports()}
+        assert names == {f"burst-{i}" for i in range(20) if i != 3}
+        assert client.batcher.batched >= 2, "no two callers ever shared a transaction"
+    finally:
+        client.close()

@@ -1,0 +1,76 @@
+"""The BBC provider on its loopback simulator, for ``podnet demo --provider bbc`` and tests.
+
+:func:`build` returns what the demo needs: the plugin, the cloud's ground truth (address
+-> node name), its call counts, and ``setup_node`` which turns a demo Node object into a
+BBC node (instance-type label, providerID) and registers its instance in the simulator.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from podnet.plugins.bbc.provider import DEFAULT_TYPE_LABEL, BbcProvider
+from podnet.plugins.bbc.sim import BbcSimulator
+
+#: the demo's subnets: the ENIs' own, and a second candidate
+SUBNETS = {"sbn-demo-a": "10.128.0.0/14", "sbn-demo-b": "10.132.0.0/14"}
+PRIMARY_SUBNET = "sbn-demo-a"
+#: simulator credentials: it never checks signatures
+DEMO_AK, DEMO_SK = "demo-ak", "demo-sk"
+
+
+def start_simulator(*, latency: float = 0.0, rate: float | None = None,
+                    fault_rate: float = 0.0, seed: int = 0) -> BbcSimulator:
+    sim = BbcSimulator(latency=latency, rate=rate, fault_rate=fault_rate, seed=seed)
+    for subnet, cidr in SUBNETS.items():
+        sim.add_subnet(subnet, cidr)
+    return sim.start()
+
+
+def instance_of(node_name: str) -> str:
+    """The simulated instance id of a demo node: its name."""
+    return node_name
+
+
+def provider_for(sim: BbcSimulator, *, ip_cap: int = 40, **kwargs: Any) -> BbcProvider:
+    return BbcProvider(endpoint=sim.endpoint, access_key_id=DEMO_AK,
+                       secret_access_key=DEMO_SK, max_ips_per_node=ip_cap, **kwargs)
+
+
+def register_nodes(sim: BbcSimulator, names: list[str], ip_cap: int = 40) -> None:
+    for name in names:
+        sim.add_instance(instance_of(name), PRIMARY_SUBNET, ip_cap)
+
+
+def build(opts: Any) -> tuple[BbcProvider, Callable[[], Mapping[str, str]],
+                              Callable[[], Counter[str]], Callable[[dict[str, Any]],
+                                                                   dict[str, Any]]]:
+    """``opts``: the demo's options (``cloud_latency_ms``, ``fault_rate``, ``seed``, and
+    optionally ``ip_cap``). The simulator runs in-process on loopback HTTP until exit.
+
+    The client-side rate limit (``--cloud-rate``) is core's token bucket, set by the
+    demo through the policy; the simulator itself is not rate-limited here.
+    """
+    sim = start_simulator(latency=float(getattr(opts, "cloud_latency_ms", 0.0)) / 1000,
+                          fault_rate=float(getattr(opts, "fault_rate", 0.0)),
+                          seed=int(getattr(opts, "seed", 0)))
+    ip_cap = int(getattr(opts, "ip_cap", 40))
+    plugin = provider_for(sim, ip_cap=ip_cap)
+    plugin.simulator = sim  # type: ignore[attr-defined]  # kept alive with the plugin
+
+    def setup_node(node: dict[str, Any]) -> dict[str, Any]:
+        out = copy.deepcopy(node)
+        meta = out.setdefault("metadata", {})
+        name = str(meta["name"])
+        meta.setdefault("labels", {})[DEFAULT_TYPE_LABEL] = "BBC"
+        out.setdefault("spec", {})["providerID"] = f"cce://{instance_of(name)}"
+        sim.add_instance(instance_of(name), PRIMARY_SUBNET, ip_cap)
+        return out
+
+    def calls() -> Counter[str]:
+        return Counter(sim.calls)
+
+    return plugin, sim.addresses, calls, setup_node

@@ -1,0 +1,717 @@
+"""The Baidu BBC provider: secondary addresses added in batches to a bare-metal instance's
+one ENI, through bce-python-sdk.
+
+``BbcClient.batch_add_ip`` / ``batch_delete_ip`` come from the SDK; the routes it lacks
+(``batchAddIpCrossSubnet``, ``GET /v1/vpcPort/{instanceId}``) go through the same
+client's signed-request path. The SDK's retries are off: core owns backoff, batching
+and rate limits, the provider classifies errors.
+
+Config section (``providers.bbc`` in the config file, or constructor keywords)::
+
+    endpoint: bbc.bj.baidubce.com       # host[:port]; http unless protocol: https
+    vpcEndpoint: bcc.bj.baidubce.com     # the subnet API (default: endpoint)
+    accessKeyId / secretAccessKey        # or env BCE_ACCESS_KEY_ID / BCE_SECRET_ACCESS_KEY
+    subnets: [sbn-a, sbn-b]              # candidate subnets for new addresses
+    instanceTypeLabel: node.kubernetes.io/instance-type
+    instanceTypePrefix: BBC              # label values starting so are BBC nodes
+    instanceIdLabel: ...                 # else the instance id is the providerID's tail
+    maxIpsPerNode: 40                    # secondary addresses one instance can hold
+    timeoutMs: 10000
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+from baidubce.auth.bce_credentials import BceCredentials
+from baidubce.bce_client_configuration import BceClientConfiguration
+from baidubce.exception import BceError, BceHttpClientError, BceServerError
+from baidubce.http import http_methods
+from baidubce.retry.retry_policy import NoRetryPolicy
+from baidubce.services.bbc.bbc_client import BbcClient
+from baidubce.services.subnet.subnet_client import SubnetClient
+
+from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, PoolEmpty, ProviderError
+from podnet.core.models import NodeInfo
+from podnet.core.policy import Backoff, PoolPolicy, RateLimit
+from podnet.hookspecs import hookimpl
+from podnet.hookspecs.types import (
+    AllocateContext,
+    Allocation,
+    CloudInterface,
+    Inventory,
+    NodeContext,
+    PodNetworkContext,
+    PoolEntry,
+    ProviderInfo,
+    ReleaseResult,
+    RouteResult,
+    VerifyResult,
+)
+
+NAME = "bbc"
+__version__ = "0.1.0"
+
+ANNOTATION_FIELD = "metadata.annotations[podnet.io/{}]"
+DEFAULT_TYPE_LABEL = "node.kubernetes.io/instance-type"
+DEFAULT_TYPE_PREFIX = "BBC"
+DEFAULT_MAX_IPS = 40
+
+#: BBC error codes (matched as substrings of the answer's code, as the reference does)
+ERROR_CODES: tuple[tuple[str, ErrorKind], ...] = (
+    ("ExceedLimitException", ErrorKind.QUOTA_EXCEEDED),
+    ("VmMemoryCanNotAttachMoreIpException", ErrorKind.QUOTA_EXCEEDED),
+    ("QuotaLimitExceeded", ErrorKind.QUOTA_EXCEEDED),
+    ("SubnetHasNoMoreIpException", ErrorKind.SUBNET_EXHAUSTED),
+    ("RateLimit", ErrorKind.THROTTLED),
+    ("PrivateIPNotExistException", ErrorKind.NOT_FOUND),
+    ("PrivateIpInUseException", ErrorKind.CONFLICT),
+    ("EniIdException", ErrorKind.CONFLICT),
+    ("InstanceNotFound", ErrorKind.NOT_FOUND),
+    ("NoSuchObject", ErrorKind.NOT_FOUND),
+    ("InvalidSubnetId", ErrorKind.SUBNET_EXHAUSTED),
+)
+
+_KNOWN_KEYS = frozenset({
+    "endpoint", "vpcEndpoint", "protocol", "accessKeyId", "secretAccessKey", "subnets",
+    "instanceTypeLabel", "instanceTypePrefix", "instanceIdLabel", "maxIpsPerNode",
+    "timeoutMs",
+})
+
+
+def error_code(error: BaseException) -> tuple[str | None, int | None]:
+    """The BBC code and HTTP status of an SDK error (``None`` when it has none)."""
+    inner: BaseException | None = error
+    if isinstance(error, BceHttpClientError):
+        inner = error.last_error
+    if isinstance(inner, BceServerError):
+        code = inner.code
+        if isinstance(code, bytes):
+            code = code.decode(errors="replace")
+        return (str(code) if code is not None else None), inner.status_code
+    return None, None
+
+
+def classify(error: BaseException) -> ErrorKind | None:
+    """The kind of an SDK error; ``None`` for what is not an SDK error."""
+    if isinstance(error, ProviderError):
+        return error.kind
+    if not isinstance(error, BceError):
+        return None
+    code, status = error_code(error)
+    if code:
+        for needle, kind in ERROR_CODES:
+            if needle in code:
+                return kind
+    if status is not None and status >= 500:
+        return ErrorKind.TRANSIENT
+    if status == 429:
+        return ErrorKind.THROTTLED
+    return ErrorKind.TRANSIENT
+
+
+def _has_code(error: BaseException, needle: str) -> bool:
+    code, _ = error_code(error)
+    return bool(code) and needle in str(code)
+
+
+@attrs.frozen
+class PortIp:
+    address: str
+    subnet: str
+    primary: bool
+
+
+@attrs.frozen
+class Port:
+    """What ``GET /v1/vpcPort/{instanceId}`` says: the instance's one ENI."""
+
+    eni_id: str
+    mac: str | None
+    subnet: str
+    status: str
+    ips: tuple[PortIp, ...]
+
+    def secondary(self) -> list[PortIp]:
+        return [ip for ip in self.ips if not ip.primary]
+
+
+@attrs.frozen
+class SubnetInfo:
+    id: str
+    cidr: str
+    available: int
+
+
+def _bad_reply(what: str, field: str, detail: str) -> ProviderError:
+    return ProviderError(ErrorKind.FATAL, f"malformed {what} reply: {detail}",
+                         field=f"{what}.{field}", code="MalformedReply")
+
+
+def parse_port(data: Any) -> Port:
+    """Validate a vpcPort reply; a malformed one is a ProviderError naming the field."""
+    what = "vpcPort"
+    if not isinstance(data, dict):
+        raise _bad_reply(what, "", f"expected an object, got {type(data).__name__}")
+    eni = data.get("eniId")
+    if not isinstance(eni, str) or not eni:
+        raise _bad_reply(what, "eniId", f"expected an ENI id, got {eni!r}")
+    subnet = data.get("subnetId")
+    if not isinstance(subnet, str) or not subnet:
+        raise _bad_reply(what, "subnetId", f"expected a subnet id, got {subnet!r}")
+    mac = data.get("macAddress")
+    if mac is not None and not isinstance(mac, str):
+        raise _bad_reply(what, "macAddress", f"expected a MAC, got {mac!r}")
+    items = data.get("privateIpSet")
+    if not isinstance(items, list):
+        raise _bad_reply(what, "privateIpSet", f"expected a list, got {items!r}")
+    ips: list[PortIp] = []
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        where = f"privateIpSet[{i}]"
+        if not isinstance(item, dict):
+            raise _bad_reply(what, where, f"expected an object, got {item!r}")
+        address = item.get("privateIpAddress")
+        try:
+            parsed = ipaddress.ip_address(address if isinstance(address, str) else "")
+        except ValueError:
+            raise _bad_reply(what, f"{where}.privateIpAddress",
+                             f"not an IP address: {address!r}") from None
+        if str(parsed) in seen:
+            raise _bad_reply(what, f"{where}.privateIpAddress", f"{address} listed twice")
+        seen.add(str(parsed))
+        ip_subnet = item.get("subnetId") or subnet
+        if not isinstance(ip_subnet, str):
+            raise _bad_reply(what, f"{where}.subnetId", f"expected a subnet id, got {ip_subnet!r}")
+        ips.append(PortIp(str(parsed), ip_subnet, item.get("primary") is True))
+    return Port(eni_id=eni, mac=mac, subnet=subnet, status=str(data.get("status") or ""),
+                ips=tuple(ips))
+
+
+def parse_added(data: Any, what: str) -> list[str]:
+    if not isinstance(data, dict) or not isinstance(data.get("privateIps"), list):
+        raise _bad_reply(what, "privateIps", f"expected a list, got {data!r}")
+    out = []
+    for i, ip in enumerate(data["privateIps"]):
+        try:
+            out.append(str(ipaddress.ip_address(ip if isinstance(ip, str) else "")))
+        except ValueError:
+            raise _bad_reply(what, f"privateIps[{i}]", f"not an IP address: {ip!r}") from None
+    return out
+
+
+def parse_subnet(data: Any, subnet_id: str) -> SubnetInfo:
+    what = "subnet"
+    body = data.get("subnet") if isinstance(data, dict) else None
+    if not isinstance(body, dict):
+        raise _bad_reply(what, "subnet", f"expected an object for {subnet_id}")
+    cidr, available = body.get("cidr"), body.get("availableIp")
+    try:
+        ipaddress.ip_network(cidr if isinstance(cidr, str) else "", strict=False)
+    except ValueError:
+        raise _bad_reply(what, "cidr", f"not a CIDR: {cidr!r}") from None
+    if isinstance(available, bool) or not isinstance(available, int) or available < 0:
+        raise _bad_reply(what, "availableIp", f"expected a count, got {available!r}")
+    return SubnetInfo(id=str(body.get("subnetId") or subnet_id), cidr=str(cidr),
+                      available=available)
+
+
+class BbcApi:
+    """The BBC and VPC calls podnet makes, through bce-python-sdk, retries off."""
+
+    def __init__(self, endpoint: str, access_key_id: str, secret_access_key: str, *,
+                 vpc_endpoint: str | None = None, protocol: str = "http",
+                 timeout_ms: int = 10_000) -> None:
+        def config(host: str) -> BceClientConfiguration:
+            return BceClientConfiguration(
+                credentials=BceCredentials(access_key_id, secret_access_key),
+                endpoint=host if "://" in host else f"{protocol}://{host}",
+                retry_policy=NoRetryPolicy(), connection_timeout_in_mills=timeout_ms)
+
+        # the SDK logs request headers and signing input (the Authorization header names the
+        # access key) at DEBUG: keep it quiet unless someone set its level on purpose
+        sdk_log = logging.getLogger("baidubce")
+        if sdk_log.level == logging.NOTSET:
+            sdk_log.setLevel(logging.INFO)
+        self.bbc = BbcClient(config(endpoint))
+        self.vpc = SubnetClient(config(vpc_endpoint or endpoint))
+
+    def __repr__(self) -> str:  # never the credentials
+        return "BbcApi()"
+
+    @staticmethod
+    def _json(response: Any) -> Any:
+        raw = getattr(response, "raw_data", None)
+        if raw is None:
+            return {}
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise ProviderError(ErrorKind.TRANSIENT, "reply is not JSON",
+                                code="MalformedReply") from None
+
+    def add_ips(self, instance_id: str, count: int | None = None,
+                ips: Sequence[str] | None = None) -> list[str]:
+        reply = self.bbc.batch_add_ip(
+            instance_id, private_ips=list(ips) if ips is not None else None,
+            secondary_private_ip_address_count=count)
+        return parse_added(self._json(reply), "batchAddIp")
+
+    def add_ips_cross_subnet(self, instance_id: str, eni_id: str, subnet_id: str,
+                             count: int) -> list[str]:
+        body = {"instanceId": instance_id, "singleEniAndSubentIps": [
+            {"eniId": eni_id, "subnetId": subnet_id, "secondaryPrivateIpAddressCount": count}]}
+        reply = self.bbc._send_request(http_methods.PUT, b"/instance/batchAddIpCrossSubnet",
+                                       json.dumps(body))
+        return parse_added(self._json(reply), "batchAddIpCrossSubnet")
+
+    def delete_ips(self, instance_id: str, ips: Sequence[str]) -> None:
+        self.bbc.batch_delete_ip(instance_id, list(ips))
+
+    def port(self, instance_id: str) -> Port:
+        path = b"/vpcPort/" + instance_id.encode()
+        return parse_port(self._json(self.bbc._send_request(http_methods.GET, path)))
+
+    def subnet(self, subnet_id: str) -> SubnetInfo:
+        return parse_subnet(self._json(self.vpc.get_subnet(subnet_id)), subnet_id)
+
+
+@attrs.define
+class _InstanceState:
+    port: Port | None = None
+    #: last grow failed on quota or exhaustion: check before the next write call
+    suspect: bool = False
+    #: addresses a verify found missing: route puts them back
+    missing: set[str] = attrs.field(factory=set)
+
+
+class BbcProvider:
+    """The plugin. One per controller; its memory is a cache, rebuilt from the cloud."""
+
+    def __init__(self, *, endpoint: str | None = None, access_key_id: str | None = None,
+                 secret_access_key: str | None = None, vpc_endpoint: str | None = None,
+                 subnets: Sequence[str] = (), instance_type_label: str = DEFAULT_TYPE_LABEL,
+                 instance_type_prefix: str = DEFAULT_TYPE_PREFIX,
+                 instance_id_label: str | None = None, max_ips_per_node: int = DEFAULT_MAX_IPS,
+                 policy: PoolPolicy | None = None, name: str = NAME,
+                 api_factory: Callable[..., BbcApi] = BbcApi) -> None:
+        self.name = name
+        self.policy = policy or default_policy()
+        self.subnets: tuple[str, ...] = tuple(subnets)
+        self.instance_type_label = instance_type_label
+        self.instance_type_prefix = instance_type_prefix
+        self.instance_id_label = instance_id_label
+        self.max_ips = max_ips_per_node
+        self._api_factory = api_factory
+        self._api: BbcApi | None = None
+        self._lock = threading.Lock()
+        self._instances: dict[str, _InstanceState] = {}
+        self._subnet_cache: dict[str, SubnetInfo] = {}
+        if endpoint is not None:
+            self._connect(endpoint, access_key_id, secret_access_key, vpc_endpoint, "http",
+                          10_000)
+
+    def __repr__(self) -> str:  # never the credentials
+        return f"BbcProvider(name={self.name!r})"
+
+    def _connect(self, endpoint: str, ak: str | None, sk: str | None, vpc: str | None,
+                 protocol: str, timeout_ms: int) -> None:
+        ak = ak or os.environ.get("BCE_ACCESS_KEY_ID")
+        sk = sk or os.environ.get("BCE_SECRET_ACCESS_KEY")
+        if not ak or not sk:
+            raise ConfigError(f"{self.name}.accessKeyId",
+                              "credentials missing (config or BCE_ACCESS_KEY_ID / "
+                              "BCE_SECRET_ACCESS_KEY)")
+        self._api = self._api_factory(endpoint, ak, sk, vpc_endpoint=vpc, protocol=protocol,
+                                      timeout_ms=timeout_ms)
+
+    @property
+    def api(self) -> BbcApi:
+        if self._api is None:
+            raise ProviderError(ErrorKind.FATAL, f"provider {self.name} has no endpoint "
+                                "configured", field=f"{self.name}.endpoint")
+        return self._api
+
+    # 1. registration and configuration
+
+    @hookimpl
+    def podnet_register_provider(self) -> ProviderInfo:
+        return ProviderInfo(
+            name=self.name, version=__version__, uses_node_pool=True, manages_interfaces=False,
+            policy=self.policy, sticky_kinds=("StatefulSet",),
+            description="Baidu BBC: secondary IPs in batches on the instance's one ENI",
+        )
+
+    @hookimpl
+    def podnet_configure(self, provider: str, config: Mapping[str, Any]) -> None:
+        if provider != self.name:
+            return
+        for key in config:
+            if key not in _KNOWN_KEYS:
+                raise ConfigError(f"{provider}.{key}", "unknown option")
+
+        def text(key: str, default: str | None = None) -> str | None:
+            value = config.get(key, default)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ConfigError(f"{provider}.{key}", "expected a non-empty string")
+            return value
+
+        subnets = config.get("subnets", list(self.subnets))
+        if not isinstance(subnets, list | tuple) or not all(
+                isinstance(s, str) and s for s in subnets):
+            raise ConfigError(f"{provider}.subnets", "expected a list of subnet ids")
+        max_ips = config.get("maxIpsPerNode", self.max_ips)
+        if isinstance(max_ips, bool) or not isinstance(max_ips, int) or not 1 <= max_ips <= 4096:
+            raise ConfigError(f"{provider}.maxIpsPerNode", "expected a whole number 1..4096")
+        timeout = config.get("timeoutMs", 10_000)
+        if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1:
+            raise ConfigError(f"{provider}.timeoutMs", "expected a positive whole number")
+        protocol = text("protocol", "http")
+        if protocol not in ("http", "https"):
+            raise ConfigError(f"{provider}.protocol", "expected http or https")
+        self.subnets = tuple(subnets)
+        self.max_ips = max_ips
+        self.instance_type_label = text("instanceTypeLabel", self.instance_type_label) or ""
+        self.instance_type_prefix = text("instanceTypePrefix", self.instance_type_prefix) or ""
+        self.instance_id_label = text("instanceIdLabel", self.instance_id_label)
+        endpoint = text("endpoint")
+        if endpoint is not None:
+            self._connect(endpoint, text("accessKeyId"), text("secretAccessKey"),
+                          text("vpcEndpoint"), protocol or "http", timeout)
+
+    # 2. who serves what
+
+    @hookimpl
+    def podnet_select_provider(self, node: NodeInfo) -> str | None:
+        value = node.labels.get(self.instance_type_label, "")
+        if value and value.upper().startswith(self.instance_type_prefix.upper()):
+            return self.name
+        return None
+
+    # helpers: the node's instance, its ENI, its subnets
+
+    def instance_id(self, node: NodeInfo) -> str:
+        if self.instance_id_label:
+            value = node.labels.get(self.instance_id_label)
+            if value:
+                return value
+        pid = node.provider_id or ""
+        tail = pid.rsplit("/", 1)[-1] if pid else ""
+        if not tail:
+            label = f" or label {self.instance_id_label}" if self.instance_id_label else ""
+            raise ProviderError(ErrorKind.FATAL, f"node {node.name} names no BBC instance "
+                                f"(spec.providerID{label})", field="spec.providerID")
+        return tail
+
+    def _state(self, instance: str) -> _InstanceState:
+        with self._lock:
+            state = self._instances.get(instance)
+            if state is None:
+                state = self._instances[instance] = _InstanceState()
+            return state
+
+    def forget(self, instance: str) -> None:
+        """Drop what the provider remembers about an instance."""
+        with self._lock:
+            self._instances.pop(instance, None)
+
+    def remembered(self) -> set[str]:
+        with self._lock:
+            return set(self._instances)
+
+    def _port(self, instance: str, *, fresh: bool = False) -> Port:
+        state = self._state(instance)
+        if state.port is None or fresh:
+            state.port = self.api.port(instance)
+        return state.port
+
+    def _subnet(self, subnet: str, *, fresh: bool = False) -> SubnetInfo:
+        cached = self._subnet_cache.get(subnet)
+        if cached is None or fresh:
+            cached = self._subnet_cache[subnet] = self.api.subnet(subnet)
+        return cached
+
+    def candidates(self, node: NodeContext) -> tuple[str, ...]:
+        if node.network is not None and node.network.spec.subnets:
+            return tuple(node.network.spec.subnets)
+        return self.subnets
+
+    def _by_free(self, subnets: Sequence[str]) -> list[str]:
+        """Candidate subnets, most free addresses first; unreadable ones last."""
+        scored: list[tuple[int, int, str]] = []
+        for i, s in enumerate(subnets):
+            try:
+                free = self._subnet(s, fresh=True).available
+            except Exception:  # an unreadable subnet is tried last, not dropped
+                free = -1
+            scored.append((-free, i, s))
+        return [s for _, _, s in sorted(scored)]
+
+    # 3. inventory
+
+    @hookimpl
+    def podnet_node_inventory(self, provider: str, node: NodeContext) -> Inventory | None:
+        if provider != self.name:
+            return None
+        port = self._port(self.instance_id(node.node), fresh=True)
+        return Inventory(
+            interfaces=(CloudInterface(
+                id=port.eni_id, mac=port.mac, subnet=port.subnet, primary=True,
+                ips=tuple(ip.address for ip in port.secondary())),),
+            max_interfaces=1, ips_per_interface=self.max_ips)
+
+    # 4. pool
+
+    def _precheck(self, instance: str, subnet: str, count: int) -> None:
+        """After a quota or exhaustion failure: fail fast, with no write call, when the
+        node is at its cap or the subnet has nothing left."""
+        port = self._port(instance, fresh=True)
+        held = len(port.secondary())
+        if held >= self.max_ips:
+            raise ProviderError(ErrorKind.QUOTA_EXCEEDED,
+                                f"instance {instance} holds {held} secondary IPs, its cap is "
+                                f"{self.max_ips} (checked before calling)", subject=instance)
+        info = self._subnet(subnet, fresh=True)
+        if info.available < 1:
+            raise ProviderError(ErrorKind.SUBNET_EXHAUSTED,
+                                f"subnet {subnet} has no free IP (checked before calling)",
+                                subject=subnet)
+
+    @hookimpl
+    def podnet_pool_grow(self, provider: str, node: NodeContext,
+                         interface: CloudInterface | None, count: int,
+                         subnet: str | None) -> Sequence[PoolEntry] | None:
+        if provider != self.name:
+            return None
+        instance = self.instance_id(node.node)
+        state = self._state(instance)
+        port = self._port(instance)
+        count = max(1, min(count, self.max_ips))
+        subnets = [subnet] if subnet else list(self.candidates(node))
+        try:
+            if not subnets:
+                if state.suspect:
+                    self._precheck(instance, port.subnet, count)
+                added = self.api.add_ips(instance, count=count)
+                entries = [PoolEntry(ip, port.eni_id, port.subnet) for ip in added]
+            else:
+                entries = self._grow_cross(instance, port, subnets, count, state.suspect)
+        except Exception as exc:
+            if classify(exc) in (ErrorKind.QUOTA_EXCEEDED, ErrorKind.SUBNET_EXHAUSTED):
+                state.suspect = True
+            if _has_code(exc, "EniIdException"):
+                state.port = None  # the ENI changed: read it again next time
+            raise
+        state.suspect = False
+        return entries
+
+    def _grow_cross(self, instance: str, port: Port, subnets: Sequence[str], count: int,
+                    check: bool) -> list[PoolEntry]:
+        ordered = self._by_free(subnets) if len(subnets) > 1 else list(subnets)
+        last: Exception | None = None
+        for s in ordered:
+            try:
+                if check:
+                    self._precheck(instance, s, count)
+                added = self.api.add_ips_cross_subnet(instance, port.eni_id, s, count)
+            except Exception as exc:
+                if classify(exc) is ErrorKind.SUBNET_EXHAUSTED:
+                    last = exc
+                    continue  # fall through to the next candidate
+                raise
+            return [PoolEntry(ip, port.eni_id, s) for ip in added]
+        assert last is not None
+        raise last
+
+    @hookimpl
+    def podnet_pool_shrink(self, provider: str, node: NodeContext,
+                           entries: Sequence[PoolEntry]) -> Sequence[str] | None:
+        if provider != self.name:
+            return None
+        wanted = [e.address for e in entries]
+        if not wanted:
+            return []
+        instance = self.instance_id(node.node)
+        try:
+            self.api.delete_ips(instance, wanted)
+        except Exception as exc:
+            if _has_code(exc, "InstanceNotFound"):
+                self.forget(instance)
+                return wanted  # the instance is gone, and its addresses with it
+            if not _has_code(exc, "PrivateIPNotExistException"):
+                raise
+            # some are gone already: delete the rest
+            present = {ip.address for ip in self._port(instance, fresh=True).secondary()}
+            rest = [ip for ip in wanted if ip in present]
+            if rest:
+                self.api.delete_ips(instance, rest)
+        self._state(instance).suspect = False
+        return wanted
+
+    # 5. one pod network
+
+    @hookimpl
+    def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
+        pn = context.pod_network
+        if pn.spec.provider != self.name:
+            return None
+        pool = context.pool
+        assert pool is not None, "the BBC provider uses node pools"
+        instance = self.instance_id(context.node.node)
+        port = self._port(instance)
+        req = pn.spec.requests
+        if req.ip_address is not None:
+            entry = self._static(context, instance, port, req.ip_address)
+        elif req.ip_pool:
+            entry = self._from_ip_pool(context, req.ip_pool)
+        elif req.subnets:
+            entry = self._from_subnets(context, port, req.subnets)
+        else:
+            entry = pool.take()
+        subnet = entry.subnet or port.subnet
+        gateway = None
+        try:
+            cidr = ipaddress.ip_network(self._subnet(subnet).cidr, strict=False)
+            gateway = str(next(cidr.hosts()))
+        except (ProviderError, BceError, StopIteration):
+            gateway = None  # the subnet API is unreachable: the record goes without it
+        return Allocation(ip=entry.address, mac=port.mac, subnet=subnet, gateway=gateway,
+                          interface=port.eni_id)
+
+    def _from_subnets(self, context: AllocateContext, port: Port,
+                      wanted: Sequence[str]) -> PoolEntry:
+        pool = context.pool
+        assert pool is not None
+        known = {port.subnet, *self.candidates(context.node)}
+        unknown = [s for s in wanted if s not in known]
+        if unknown:
+            raise InvalidRequest(ANNOTATION_FIELD.format("subnets"),
+                                 f"{', '.join(unknown)} not served on node "
+                                 f"{context.node.node.name} (known: {', '.join(sorted(known))})")
+        for s in wanted:
+            if pool.idle(s):
+                return pool.take(subnet=s)
+        best = self._by_free(wanted)[0] if len(wanted) > 1 else wanted[0]
+        raise PoolEmpty(f"no idle address in {', '.join(wanted)}", subnet=best)
+
+    def _from_ip_pool(self, context: AllocateContext, ip_pool: Sequence[str]) -> PoolEntry:
+        pool = context.pool
+        assert pool is not None
+        field = ANNOTATION_FIELD.format("ip-pool")
+        if len(ip_pool) == 1 and not _is_ip(ip_pool[0]):
+            raise InvalidRequest(field, f"named pool {ip_pool[0]!r} is not defined for the "
+                                        "BBC provider (give a list of addresses)")
+        idle = {e.address for e in pool.idle()}
+        for candidate in ip_pool:
+            if candidate in idle:
+                return pool.take(candidate)
+        raise InvalidRequest(field, f"no address of the pool is idle on node "
+                                    f"{context.node.node.name}")
+
+    def _static(self, context: AllocateContext, instance: str, port: Port,
+                address: str) -> PoolEntry:
+        pool = context.pool
+        assert pool is not None
+        field = ANNOTATION_FIELD.format("ip-address")
+        if "," in address:
+            raise InvalidRequest(field, f"{address}: dual-stack pairs are not served by BBC")
+        cidr = ipaddress.ip_network(self._subnet(port.subnet).cidr, strict=False)
+        if ipaddress.ip_address(address) not in cidr:
+            raise InvalidRequest(field, f"{address} is outside subnet {port.subnet} ({cidr}) "
+                                        f"of node {context.node.node.name}")
+        owner = pool.owner_of(address)
+        if owner is not None and owner != context.pod_network.key:
+            raise InvalidRequest(field, f"{address} is already used by {owner}")
+        if address in {e.address for e in pool.idle()}:
+            return pool.take(address)
+        try:
+            self.api.add_ips(instance, ips=[address])
+        except Exception as exc:
+            if not _has_code(exc, "PrivateIpInUseException"):
+                raise
+            fresh = self._port(instance, fresh=True)
+            if address not in {ip.address for ip in fresh.secondary()}:
+                raise InvalidRequest(field, f"{address} is in use outside node "
+                                            f"{context.node.node.name}") from None
+        return PoolEntry(address, port.eni_id, port.subnet)
+
+    @hookimpl
+    def podnet_route(self, context: PodNetworkContext) -> RouteResult | None:
+        pn = context.pod_network
+        if pn.spec.provider != self.name:
+            return None
+        ip = pn.status.ip
+        if ip is None:
+            raise ProviderError(ErrorKind.FATAL, "route without an address", field="status.ip")
+        node = context.node.node if context.node is not None else None
+        if node is None:
+            return RouteResult()
+        instance = self.instance_id(node)
+        state = self._state(instance)
+        if ip in state.missing:
+            # a verify found it gone from the ENI: put it back (idempotent)
+            try:
+                self.api.add_ips(instance, ips=[ip])
+            except Exception as exc:
+                if not _has_code(exc, "PrivateIpInUseException"):
+                    raise
+            state.missing.discard(ip)
+        return RouteResult(interface=state.port.eni_id if state.port else None)
+
+    @hookimpl
+    def podnet_verify(self, context: PodNetworkContext) -> VerifyResult | None:
+        pn = context.pod_network
+        if pn.spec.provider != self.name:
+            return None
+        if context.node is None or not pn.status.ip:
+            return VerifyResult(ok=True)
+        instance = self.instance_id(context.node.node)
+        port = self._port(instance, fresh=True)
+        if pn.status.ip not in {ip.address for ip in port.secondary()}:
+            self._state(instance).missing.add(pn.status.ip)
+            return VerifyResult(ok=False, reason=f"{pn.status.ip} is not on {port.eni_id}")
+        return VerifyResult(ok=True)
+
+    @hookimpl
+    def podnet_release(self, context: PodNetworkContext) -> ReleaseResult | None:
+        if context.pod_network.spec.provider != self.name:
+            return None
+        # core keeps the address idle while the pool is under max_idle, else deletes it
+        return ReleaseResult(return_to_pool=True)
+
+    # 7. errors
+
+    @hookimpl
+    def podnet_classify_error(self, provider: str, error: BaseException) -> ErrorKind | None:
+        if provider != self.name:
+            return None
+        return classify(error)
+
+
+def default_policy() -> PoolPolicy:
+    """CCE's BBC defaults (see ANCHORS.md)."""
+    return PoolPolicy(
+        min_idle=0, max_idle=6, batch_size=4, max_batch_size=10, halve_batch_on_quota=True,
+        grow_backoff=Backoff(base=2.0, factor=2.0, cap=60.0),
+        cloud_rate=RateLimit(rate=10.0, burst=5), leaked_ip_expiry=600.0,
+        min_ip_lifetime=3.0, refill_period=5.0,
+    )
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+#: what the host registers as the built-in ``bbc`` plugin
+plugin = BbcProvider()

@@ -1,0 +1,503 @@
+"""A loopback Baidu BBC simulator that speaks the wire format bce-python-sdk sends.
+
+Routes (the SDK adds ``/v1``; signatures are never checked):
+
+- ``PUT /v1/instance/batchAddIp`` ``{instanceId, privateIps?, secondaryPrivateIpAddressCount?}``
+  -> ``{privateIps: [...]}``
+- ``PUT /v1/instance/batchDelIp`` ``{instanceId, privateIps}``
+- ``PUT /v1/instance/batchAddIpCrossSubnet``
+  ``{instanceId, singleEniAndSubentIps: [{eniId, subnetId, secondaryPrivateIpAddressCount}]}``
+- ``GET /v1/vpcPort/{instanceId}`` -> ``{eniId, macAddress, subnetId, status, privateIpSet}``
+- ``GET /v1/subnet/{subnetId}`` -> ``{subnet: {..., availableIp}}`` and ``GET /v1/subnet``
+
+The model: instances with one primary ENI and a cap on secondary addresses, subnets with
+a CIDR and finite free addresses. Errors are ``{code, message, requestId}`` with BBC's
+codes. Latency, per-API token buckets, random and scripted faults; :meth:`addresses` is
+the ground truth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import ipaddress
+import json
+import random
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import attrs
+
+API_ADD = "batchAddIp"
+API_DEL = "batchDelIp"
+API_ADD_CROSS = "batchAddIpCrossSubnet"
+API_PORT = "vpcPort"
+API_SUBNET = "getSubnet"
+API_SUBNETS = "listSubnets"
+WRITE_APIS = (API_ADD, API_DEL, API_ADD_CROSS)
+
+
+class SimError(Exception):
+    """An error answer: HTTP status, BBC code, message."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+@attrs.define
+class _Subnet:
+    id: str
+    network: ipaddress.IPv4Network
+    used: set[str] = attrs.field(factory=set)
+
+    def hosts_free(self) -> int:
+        # the network address, the gateway (first host) and broadcast are never handed out
+        return max(0, self.network.num_addresses - 3) - len(self.used)
+
+    def take(self, count: int) -> list[str]:
+        out: list[str] = []
+        hosts = self.network.hosts()
+        next(hosts, None)  # gateway
+        for host in hosts:
+            if len(out) >= count:
+                break
+            ip = str(host)
+            if ip not in self.used:
+                out.append(ip)
+        self.used.update(out)
+        return out
+
+
+@attrs.define
+class _Instance:
+    id: str
+    eni_id: str
+    mac: str
+    subnet: str
+    primary_ip: str
+    ip_cap: int
+    #: secondary address -> its subnet, in the order added
+    ips: dict[str, str] = attrs.field(factory=dict)
+
+
+class _Bucket:
+    def __init__(self, rate: float, burst: float) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.tokens = burst
+        self.at = time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return True
+        return False
+
+
+class BbcSimulator:
+    """The simulated cloud; :meth:`start` serves it on loopback HTTP."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, latency: float = 0.0,
+                 rate: float | None = None, fault_rate: float = 0.0, seed: int = 0) -> None:
+        self.host = host
+        self.port = port
+        self.latency = latency
+        #: per-API requests per second (burst = max(1, rate)); None: unlimited
+        self.rate = rate
+        self.fault_rate = fault_rate
+        self.random = random.Random(seed)
+        self.lock = threading.Lock()
+        self.instances: dict[str, _Instance] = {}
+        self.subnets: dict[str, _Subnet] = {}
+        self.calls: Counter[str] = Counter()
+        #: errors to answer on the next calls of one API: api -> [(status, code)]
+        self.scripted: dict[str, list[tuple[int, str]]] = {}
+        #: malformed replies, for tests: (api, instance id) -> change of the reply
+        self.mangle: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {}
+        self._buckets: dict[str, _Bucket] = {}
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    def start(self) -> BbcSimulator:
+        sim = self
+
+        class Handler(_Handler):
+            simulator = sim
+
+        self._server = ThreadingHTTPServer((self.host, self.port), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        server = self._server
+        self._thread = threading.Thread(target=lambda: server.serve_forever(poll_interval=0.02),
+                                        name="bbc-sim", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    @property
+    def endpoint(self) -> str:
+        """``host:port``, as BceClientConfiguration takes it."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.endpoint}"
+
+    def __enter__(self) -> BbcSimulator:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    # --- the model, for tests --------------------------------------------------------
+
+    def add_subnet(self, subnet_id: str, cidr: str) -> None:
+        with self.lock:
+            network = ipaddress.ip_network(cidr, strict=True)
+            if not isinstance(network, ipaddress.IPv4Network):
+                raise ValueError("IPv4 subnets only")
+            self.subnets[subnet_id] = _Subnet(subnet_id, network)
+
+    def add_instance(self, instance_id: str, subnet_id: str, ip_cap: int = 40) -> None:
+        """An instance with its primary ENI in ``subnet_id`` (idempotent)."""
+        with self.lock:
+            if instance_id in self.instances:
+                return
+            subnet = self.subnets[subnet_id]
+            got = subnet.take(1)
+            if not got:
+                raise ValueError(f"subnet {subnet_id} is full")
+            digest = hashlib.blake2s(instance_id.encode(), digest_size=5).digest()
+            self.instances[instance_id] = _Instance(
+                id=instance_id, eni_id=f"eni-{digest.hex()[:10]}",
+                mac="fa:" + ":".join(f"{b:02x}" for b in digest), subnet=subnet_id,
+                primary_ip=got[0], ip_cap=ip_cap)
+
+    def remove_instance(self, instance_id: str) -> None:
+        with self.lock:
+            inst = self.instances.pop(instance_id, None)
+            if inst is None:
+                return
+            for ip, sid in [(inst.primary_ip, inst.subnet), *inst.ips.items()]:
+                self.subnets[sid].used.discard(ip)
+
+    def reset(self) -> None:
+        """Forget every instance, address, fault and count; subnets stay (empty)."""
+        with self.lock:
+            self.instances.clear()
+            for subnet in self.subnets.values():
+                subnet.used.clear()
+            self.calls.clear()
+            self.scripted.clear()
+            self.mangle.clear()
+            self._buckets.clear()
+            self.fault_rate = 0.0
+
+    def add_outside(self, instance_id: str, ip: str | None = None) -> str:
+        """An address added to the instance by someone else than podnet."""
+        with self.lock:
+            inst = self.instances[instance_id]
+            subnet = self.subnets[inst.subnet]
+            if ip is None:
+                ip = subnet.take(1)[0]
+            else:
+                subnet.used.add(ip)
+            inst.ips[ip] = inst.subnet
+            return ip
+
+    def script(self, api: str, code: str, status: int = 400, times: int = 1) -> None:
+        """Answer the next ``times`` calls of ``api`` with the error ``code``."""
+        with self.lock:
+            self.scripted.setdefault(api, []).extend([(status, code)] * times)
+
+    def addresses(self) -> dict[str, str]:
+        """Ground truth: every secondary address -> instance id."""
+        with self.lock:
+            return {ip: inst.id for inst in self.instances.values() for ip in inst.ips}
+
+    def eni_of(self, instance_id: str) -> str:
+        with self.lock:
+            return self.instances[instance_id].eni_id
+
+    def free_ips(self, subnet_id: str) -> int:
+        with self.lock:
+            return self.subnets[subnet_id].hosts_free()
+
+    # --- the API ---------------------------------------------------------------------
+
+    def _gate(self, api: str) -> None:
+        """Count, delay, rate-limit and fault one call (before any change)."""
+        with self.lock:
+            self.calls[api] += 1
+        if self.latency:
+            time.sleep(self.latency)
+        with self.lock:
+            if self.rate is not None:
+                bucket = self._buckets.get(api)
+                if bucket is None:
+                    bucket = self._buckets[api] = _Bucket(self.rate, max(1.0, self.rate))
+                if not bucket.take():
+                    raise SimError(429, "RateLimit", f"{api}: too many requests")
+            scripted = self.scripted.get(api)
+            if scripted:
+                status, code = scripted.pop(0)
+                raise SimError(status, code, f"{api} failed (scripted)")
+            if self.fault_rate and self.random.random() < self.fault_rate:
+                if self.random.random() < 0.5:
+                    raise SimError(429, "RateLimit", f"{api}: too many requests (injected)")
+                raise SimError(500, "InternalError", f"{api} failed (injected)")
+
+    def _instance(self, body: dict[str, Any]) -> _Instance:
+        iid = body.get("instanceId")
+        if not isinstance(iid, str) or not iid:
+            raise SimError(400, "MalformedJSON", "instanceId is required")
+        inst = self.instances.get(iid)
+        if inst is None:
+            raise SimError(404, "InstanceNotFound", f"instance {iid} does not exist")
+        return inst
+
+    @staticmethod
+    def _count(value: Any, name: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SimError(400, "MalformedJSON", f"{name} must be a positive integer")
+        return value
+
+    def _room(self, inst: _Instance, count: int) -> None:
+        if len(inst.ips) + count > inst.ip_cap:
+            raise SimError(400, "ExceedLimitException",
+                           f"instance {inst.id} can hold {inst.ip_cap} secondary IPs, has "
+                           f"{len(inst.ips)}, asked for {count} more")
+
+    def batch_add(self, body: dict[str, Any]) -> dict[str, Any]:
+        self._gate(API_ADD)
+        with self.lock:
+            inst = self._instance(body)
+            subnet = self.subnets[inst.subnet]
+            wanted = body.get("privateIps")
+            if wanted is not None:
+                if not isinstance(wanted, list) or not all(isinstance(i, str) for i in wanted):
+                    raise SimError(400, "MalformedJSON", "privateIps must be a list of IPs")
+                self._room(inst, len(wanted))
+                for ip in wanted:
+                    try:
+                        addr = ipaddress.ip_address(ip)
+                    except ValueError:
+                        raise SimError(400, "InvalidPrivateIp", f"{ip} is not an IP") from None
+                    if addr not in subnet.network:
+                        raise SimError(400, "InvalidPrivateIp",
+                                       f"{ip} is outside subnet {subnet.id}")
+                    if ip in subnet.used:
+                        raise SimError(400, "PrivateIpInUseException", f"{ip} is in use")
+                subnet.used.update(wanted)
+                for ip in wanted:
+                    inst.ips[ip] = subnet.id
+                return {"privateIps": list(wanted)}
+            count = self._count(body.get("secondaryPrivateIpAddressCount"),
+                                "secondaryPrivateIpAddressCount")
+            self._room(inst, count)
+            if subnet.hosts_free() < count:
+                raise SimError(400, "SubnetHasNoMoreIpException",
+                               f"subnet {subnet.id} has {subnet.hosts_free()} free IPs")
+            got = subnet.take(count)
+            for ip in got:
+                inst.ips[ip] = subnet.id
+            return {"privateIps": got}
+
+    def batch_add_cross(self, body: dict[str, Any]) -> dict[str, Any]:
+        self._gate(API_ADD_CROSS)
+        with self.lock:
+            inst = self._instance(body)
+            items = body.get("singleEniAndSubentIps")
+            if not isinstance(items, list) or not items:
+                raise SimError(400, "MalformedJSON", "singleEniAndSubentIps is required")
+            plan: list[tuple[_Subnet, int]] = []
+            for item in items:
+                if not isinstance(item, dict):
+                    raise SimError(400, "MalformedJSON", "singleEniAndSubentIps items")
+                if item.get("eniId") != inst.eni_id:
+                    raise SimError(400, "EniIdException",
+                                   f"ENI {item.get('eniId')} is not on {inst.id}")
+                subnet = self.subnets.get(str(item.get("subnetId")))
+                if subnet is None:
+                    raise SimError(400, "InvalidSubnetId",
+                                   f"subnet {item.get('subnetId')} does not exist")
+                plan.append((subnet, self._count(item.get("secondaryPrivateIpAddressCount"),
+                                                 "secondaryPrivateIpAddressCount")))
+            self._room(inst, sum(n for _, n in plan))
+            for subnet, n in plan:
+                if subnet.hosts_free() < n:
+                    raise SimError(400, "SubnetHasNoMoreIpException",
+                                   f"subnet {subnet.id} has {subnet.hosts_free()} free IPs")
+            out: list[str] = []
+            for subnet, n in plan:
+                for ip in subnet.take(n):
+                    inst.ips[ip] = subnet.id
+                    out.append(ip)
+            return {"privateIps": out}
+
+    def batch_delete(self, body: dict[str, Any]) -> dict[str, Any]:
+        self._gate(API_DEL)
+        with self.lock:
+            inst = self._instance(body)
+            ips = body.get("privateIps")
+            if not isinstance(ips, list) or not ips or not all(isinstance(i, str) for i in ips):
+                raise SimError(400, "MalformedJSON", "privateIps must be a non-empty list")
+            missing = [ip for ip in ips if ip not in inst.ips]
+            if missing:
+                raise SimError(400, "PrivateIPNotExistException",
+                               f"{', '.join(missing)} not on instance {inst.id}")
+            for ip in ips:
+                sid = inst.ips.pop(ip)
+                self.subnets[sid].used.discard(ip)
+            return {}
+
+    def vpc_port(self, instance_id: str) -> dict[str, Any]:
+        self._gate(API_PORT)
+        with self.lock:
+            inst = self._instance({"instanceId": instance_id})
+            ips = [{"privateIpAddress": inst.primary_ip, "subnetId": inst.subnet,
+                    "primary": True}]
+            ips += [{"privateIpAddress": ip, "subnetId": sid, "primary": False}
+                    for ip, sid in inst.ips.items()]
+            answer = {"eniId": inst.eni_id, "macAddress": inst.mac, "subnetId": inst.subnet,
+                      "status": "available", "privateIpSet": ips}
+            change = self.mangle.get((API_PORT, instance_id))
+            return change(answer) if change is not None else answer
+
+    def _subnet_json(self, subnet: _Subnet) -> dict[str, Any]:
+        return {"subnetId": subnet.id, "name": subnet.id, "zoneName": "zoneA",
+                "cidr": str(subnet.network), "vpcId": "vpc-sim", "subnetType": "BCC",
+                "description": "", "availableIp": subnet.hosts_free()}
+
+    def get_subnet(self, subnet_id: str) -> dict[str, Any]:
+        self._gate(API_SUBNET)
+        with self.lock:
+            subnet = self.subnets.get(subnet_id)
+            if subnet is None:
+                raise SimError(404, "NoSuchObject", f"subnet {subnet_id} does not exist")
+            return {"subnet": self._subnet_json(subnet)}
+
+    def list_subnets(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        self._gate(API_SUBNETS)
+        with self.lock:
+            wanted: set[str] | None = None
+            if "subnetIds" in query:
+                wanted = {s.strip("[]'\" ") for v in query["subnetIds"] for s in v.split(",")}
+            subnets = [self._subnet_json(s) for s in self.subnets.values()
+                       if wanted is None or s.id in wanted]
+            return {"subnets": subnets, "marker": "", "isTruncated": False, "nextMarker": "",
+                    "maxKeys": 1000}
+
+    def handle(self, method: str, path: str, query: dict[str, list[str]],
+               body: dict[str, Any]) -> dict[str, Any]:
+        if method == "PUT" and path == "/v1/instance/batchAddIp":
+            return self.batch_add(body)
+        if method == "PUT" and path == "/v1/instance/batchDelIp":
+            return self.batch_delete(body)
+        if method == "PUT" and path == "/v1/instance/batchAddIpCrossSubnet":
+            return self.batch_add_cross(body)
+        if method == "GET" and path.startswith("/v1/vpcPort/"):
+            return self.vpc_port(path.removeprefix("/v1/vpcPort/"))
+        if method == "GET" and path == "/v1/subnet":
+            return self.list_subnets(query)
+        if method == "GET" and path.startswith("/v1/subnet/"):
+            return self.get_subnet(path.removeprefix("/v1/subnet/"))
+        raise SimError(404, "NotFound", f"no route {method} {path}")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    simulator: BbcSimulator
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return  # quiet: the SDK's requests carry authorization headers
+
+    def _serve(self, method: str) -> None:
+        parts = urlsplit(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        request_id = str(uuid.uuid4())
+        try:
+            try:
+                body = json.loads(raw) if raw else {}
+            except ValueError:
+                raise SimError(400, "MalformedJSON", "the body is not JSON") from None
+            if not isinstance(body, dict):
+                raise SimError(400, "MalformedJSON", "the body is not an object")
+            answer = self.simulator.handle(method, parts.path, parse_qs(parts.query), body)
+            status = 200
+        except SimError as exc:
+            status = exc.status
+            answer = {"code": exc.code, "message": exc.message, "requestId": request_id}
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json;charset=UTF-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("x-bce-request-id", request_id)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_PUT(self) -> None:
+        self._serve("PUT")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``podnet sim bbc``: serve a simulator with a few subnets and instances."""
+    parser = argparse.ArgumentParser(prog="podnet sim bbc")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--rate", type=float, default=None)
+    parser.add_argument("--fault-rate", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--instances", type=int, default=3)
+    parser.add_argument("--ip-cap", type=int, default=40)
+    args = parser.parse_args(argv)
+    sim = BbcSimulator(args.host, args.port, args.latency_ms / 1000, args.rate,
+                       args.fault_rate, args.seed)
+    sim.add_subnet("sbn-a", "10.64.0.0/16")
+    sim.add_subnet("sbn-b", "10.65.0.0/16")
+    for i in range(args.instances):
+        sim.add_instance(f"i-{i:04d}", "sbn-a", args.ip_cap)
+    sim.start()
+    print(sim.url, flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sim.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,122 @@
+"""The bad-input catalogue against the BBC provider, plus BBC's own cases: malformed
+cloud replies and requests only BBC can judge (its subnets, its address space)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from podnet.plugins.bbc.demo import (
+    PRIMARY_SUBNET,
+    provider_for,
+    register_nodes,
+    start_simulator,
+)
+from podnet.plugins.bbc.provider import BbcProvider
+from podnet.plugins.bbc.sim import API_PORT, BbcSimulator
+from podnet.testing.badinput import (
+    ANN,
+    BadConfig,
+    BadInput,
+    BadInputSuite,
+    Target,
+    bad_annotation,
+)
+from podnet.testing.harness import World
+
+pytest_plugins = ["podnet.testing"]
+
+#: the simulator of the running test, for the cases that corrupt its replies
+_CURRENT: list[BbcSimulator] = []
+#: a node the catalogue's world does not use: its instance answers malformed replies
+BAD_NODE = 7
+
+
+@pytest.fixture
+def bbc_sim() -> Iterator[BbcSimulator]:
+    sim = start_simulator()
+    register_nodes(sim, [World.node_name(i) for i in range(BAD_NODE + 1)])
+    _CURRENT.append(sim)
+    yield sim
+    _CURRENT.remove(sim)
+    sim.stop()
+
+
+def _malformed_port(case_id: str, change: Callable[[dict[str, Any]], dict[str, Any]],
+                    field: str) -> BadInput:
+    """The vpcPort reply of a new node's instance is malformed: its NodeNetwork says so,
+    naming the reply's field; other nodes go on."""
+
+    def setup(world: World) -> Target:
+        sim = _CURRENT[-1]
+        sim.mangle[(API_PORT, World.node_name(BAD_NODE))] = change
+        world.add_node(BAD_NODE)
+        return Target("nodenetwork", World.node_name(BAD_NODE))
+
+    return BadInput(case_id, setup, field)
+
+
+class TestBbcBadInput(BadInputSuite):
+    provider_name = "bbc"
+
+    @pytest.fixture
+    def provider_plugin(self, bbc_sim: BbcSimulator) -> BbcProvider:
+        provider = provider_for(bbc_sim, subnets=[PRIMARY_SUBNET])
+        provider.sim = bbc_sim  # type: ignore[attr-defined]
+        return provider
+
+    @pytest.fixture
+    def ground_truth(self, provider_plugin: Any) -> Callable[[], Any]:
+        sim: BbcSimulator = provider_plugin.sim
+        return sim.addresses
+
+    def bad_inputs(self) -> Sequence[BadInput]:
+        return [
+            *super().bad_inputs(),
+            bad_annotation("ip-outside-every-subnet", {f"{ANN}ip-address": "192.0.2.10"},
+                           "ip-address"),
+            bad_annotation("unknown-subnet", {f"{ANN}subnets": "sbn-nope"}, "subnets"),
+            bad_annotation("named-ip-pool", {f"{ANN}ip-pool": "gold"}, "ip-pool"),
+            bad_annotation("ip-pool-outside-node", {f"{ANN}ip-pool": "192.0.2.1,192.0.2.2"},
+                           "ip-pool"),
+            bad_annotation("dual-stack-unsupported",
+                           {f"{ANN}ip-address": "10.128.0.9,fd00::9"}, "ip-address"),
+            _malformed_port("vpcport-ip-garbage", lambda d: {**d, "privateIpSet": [
+                {"privateIpAddress": "10.128.0.999", "subnetId": PRIMARY_SUBNET}]},
+                "vpcPort.privateIpSet[0].privateIpAddress"),
+            _malformed_port("vpcport-no-eni", lambda d: {k: v for k, v in d.items()
+                                                         if k != "eniId"}, "vpcPort.eniId"),
+            _malformed_port("vpcport-ipset-not-a-list",
+                            lambda d: {**d, "privateIpSet": "10.128.0.5"},
+                            "vpcPort.privateIpSet"),
+        ]
+
+    def bad_configs(self, provider: str) -> Sequence[BadConfig]:
+        return [*super().bad_configs(provider)]
+
+
+@pytest.mark.parametrize(("config", "key"), [
+    ({"bogus": 1}, "bbc.bogus"),
+    ({"subnets": "sbn-a"}, "bbc.subnets"),
+    ({"maxIpsPerNode": 0}, "bbc.maxIpsPerNode"),
+    ({"protocol": "ftp"}, "bbc.protocol"),
+    ({"endpoint": ""}, "bbc.endpoint"),
+])
+def test_bad_provider_config_names_the_key(config: dict[str, Any], key: str) -> None:
+    from podnet.core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        BbcProvider().podnet_configure(provider="bbc", config=config)
+    assert key in str(info.value)
+
+
+def test_missing_credentials_name_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    from podnet.core.errors import ConfigError
+
+    monkeypatch.delenv("BCE_ACCESS_KEY_ID", raising=False)
+    monkeypatch.delenv("BCE_SECRET_ACCESS_KEY", raising=False)
+    with pytest.raises(ConfigError) as info:
+        BbcProvider().podnet_configure(provider="bbc", config={"endpoint": "127.0.0.1:1"})
+    assert "accessKeyId" in str(info.value)

@@ -286,6 +286,11 @@ class NodePoolReconciler:
               policy: PoolPolicy) -> Result:
         e = self.e
         now = e.clock.monotonic()
+        # demand is what still waits: a record deleted or allocated meanwhile asks nothing
+        for key in list(pool.waiting):
+            waiter = e.pod_networks.get(key)
+            if waiter is None or waiter.status.phase is not Phase.PENDING:
+                pool.stop_waiting(key)
         with pool.lock:
             waiting = dict(pool.waiting)
             idle_now = pool.idle_addresses(now)
@@ -437,6 +442,10 @@ class NodePoolReconciler:
         now = e.clock.monotonic()
         if kind is ErrorKind.THROTTLED:
             return Result(requeue_after=_THROTTLE_WAIT * (1 + e.random.random()))
+        if kind not in (ErrorKind.QUOTA_EXCEEDED, ErrorKind.SUBNET_EXHAUSTED):
+            # the outcome is unknown (a lost answer, a malformed one): read the truth
+            # again before growing, so a batch that landed is seen, not added twice
+            pool.synced = False
         if kind in (ErrorKind.QUOTA_EXCEEDED, ErrorKind.SUBNET_EXHAUSTED):
             if itf is not None:
                 window = (policy.inhibit_exhausted if kind is ErrorKind.SUBNET_EXHAUSTED
@@ -499,6 +508,10 @@ class NodePoolReconciler:
                 if a.owner == SHRINKING and a.address not in gone_set:
                     a.owner = None
         pool.remove(gone_set)
+        if gone_set:
+            # a call the cloud accepted clears the grow backoff, as a successful add does
+            pool.grow_failures = 0
+            pool.grow_blocked_until = 0.0
         return Result(requeue_after=0.0) if excess > len(victims) else DONE
 
     def _dispose(self, node: NodeInfo, nn: NodeNetwork, provider: str, pool: NodePool,

@@ -494,6 +494,9 @@ class PodNetworkReconciler:
             self._failed(pn, "finish", exc, span)
             return Result(requeue_after=0.0)
         self._verify_at.pop(pn.key, None)
+        waiting_in = e.pools.find(pn.spec.provider, pn.spec.node_name)
+        if waiting_in is not None:
+            waiting_in.stop_waiting(pn.key)
         result = released[0] if released else None
         if pn.status.ip and (result is None or result.return_to_pool):
             self._give_back(pn)

@@ -1,0 +1,128 @@
+"""The ECS provider on its loopback simulator, in-process over HTTP (the real SDK path):
+for ``podnet demo --provider ecs`` and for tests.
+
+Nodes are mapped to instances by name: node ``node-0001`` is instance ``i-node0001``
+(:func:`instance_id_for`); :func:`build` returns a ``setup_node`` that writes the
+instance id into the Node's ``spec.providerID`` (``<region>.<instance id>``, the Alibaba
+Cloud controller manager's form) and registers the instance in the simulator.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from podnet.core.policy import PoolPolicy
+from podnet.plugins.ecs.provider import POLICY, EcsProvider
+from podnet.plugins.ecs.sim import EcsSimulator
+
+REGION = "cn-hangzhou"
+INSTANCE_TYPE = "ecs.g7.large"
+#: the demo's nodes: 8 ENIs of 30 addresses, a common Terway node size (g7.large holds 27
+#: pods at most, and 20 pods a node need 5 write calls there: an ENI create is 2 calls)
+DEMO_INSTANCE_TYPE = "ecs.g7.4xlarge"
+#: the simulator's vSwitches: a big one, and a second one for fail-over
+VSWITCHES = {"vsw-sim-a": "10.0.0.0/16", "vsw-sim-b": "10.1.0.0/16"}
+SECURITY_GROUPS = ("sg-sim-1",)
+#: the provider's policy for the test kit's scenarios, which settle without moving the
+#: clock (no 300 ms gathering wait) and expect a warm pool (Terway keeps none idle)
+KIT_POLICY = attrs.evolve(POLICY, aggregation_window=0.0, min_idle=2)
+
+
+def node_name(i: int) -> str:
+    """The name core's demo (and the test kit's World) gives node ``i``."""
+    return f"node-{i:04d}"
+
+
+def instance_id_for(node_name: str) -> str:
+    return "i-" + "".join(ch for ch in node_name if ch.isalnum())
+
+
+def provider_config(sim: EcsSimulator, **overrides: Any) -> dict[str, Any]:
+    """The provider's config section for a simulator (dummy credentials: the simulator
+    never checks signatures)."""
+    config: dict[str, Any] = {
+        "endpoint": sim.endpoint, "protocol": "http", "region": REGION,
+        "access_key_id": "sim-access-key", "access_key_secret": "sim-secret",
+        "vswitches": list(sim.vswitches), "security_groups": list(SECURITY_GROUPS),
+        "instance_type": INSTANCE_TYPE, "poll_interval": 0.001,
+    }
+    config.update(overrides)
+    return config
+
+
+class EcsWorld:
+    """A started simulator and a configured provider talking to it: ``vswitches_in_cloud``
+    (id -> CIDR) are the simulator's; ``config`` overrides the provider's section (its
+    ``vswitches`` default to all of them)."""
+
+    def __init__(self, *, nodes: int = 0, latency: float = 0.0,
+                 rate: float | Mapping[str, float] | None = None, fault_rate: float = 0.0,
+                 seed: int = 0, vswitches_in_cloud: Mapping[str, str] | None = None,
+                 policy: PoolPolicy | None = None, **config: Any) -> None:
+        self.sim = EcsSimulator(latency=latency, rate=rate, fault_rate=fault_rate, seed=seed)
+        for vid, cidr in (vswitches_in_cloud or VSWITCHES).items():
+            self.sim.add_vswitch(vid, cidr)
+        self.sim.start()
+        self.plugin = EcsProvider(policy=policy)
+        self.node_of: dict[str, str] = {}
+        self._lock = threading.Lock()
+        names = [node_name(i) for i in range(nodes)]
+        if names:
+            ids = {n: instance_id_for(n) for n in names}
+            ids.update(config.pop("instance_ids", {}))
+            config["instance_ids"] = ids
+        self.config = provider_config(self.sim, **config)
+        self.plugin.podnet_configure("ecs", self.config)
+        for name in names:
+            self.add_node(name)
+
+    def add_node(self, node_name: str, instance_type: str = INSTANCE_TYPE) -> str:
+        iid = instance_id_for(node_name)
+        with self._lock:
+            self.node_of[iid] = node_name
+        self.sim.add_instance(iid, instance_type, next(iter(self.sim.vswitches)))
+        return iid
+
+    def addresses(self) -> dict[str, str]:
+        """Ground truth: every secondary address the cloud holds -> node name."""
+        with self._lock:
+            node_of = dict(self.node_of)
+        return {ip: node_of.get(iid, iid) for ip, iid in self.sim.addresses().items()}
+
+    def close(self) -> None:
+        self.sim.stop()
+
+
+def build(opts: Any) -> tuple[Any, Callable[[], Mapping[str, str]],
+                              Callable[[], Counter[str]], Callable[[dict[str, Any]],
+                                                                   dict[str, Any]]]:
+    """For ``podnet demo --provider ecs``: ``(plugin, ground_truth, calls, setup_node)``.
+
+    Reads ``cloud_latency_ms``, ``cloud_rate`` (calls/s per API, 0: none), ``fault_rate``,
+    ``seed`` and ``instance_type`` (default :data:`DEMO_INSTANCE_TYPE`) from ``opts`` when
+    present.
+    """
+    itype = str(getattr(opts, "instance_type", None) or DEMO_INSTANCE_TYPE)
+    latency = float(getattr(opts, "cloud_latency_ms", 0) or 0) / 1000
+    rate = float(getattr(opts, "cloud_rate", 0) or 0) or None
+    world = EcsWorld(latency=latency, rate=rate,
+                     fault_rate=float(getattr(opts, "fault_rate", 0) or 0),
+                     seed=int(getattr(opts, "seed", 0) or 0), instance_type=itype)
+
+    def calls() -> Counter[str]:
+        return Counter(world.sim.calls)
+
+    def setup_node(node: dict[str, Any]) -> dict[str, Any]:
+        name = str(node["metadata"]["name"])
+        iid = world.add_node(name, itype)
+        node.setdefault("spec", {})["providerID"] = f"{REGION}.{iid}"
+        labels = node["metadata"].setdefault("labels", {})
+        labels["node.kubernetes.io/instance-type"] = itype
+        return node
+
+    return world.plugin, world.addresses, calls, setup_node

@@ -1,0 +1,923 @@
+"""The ECS provider: ENI multi-IP pod networking on Alibaba Cloud, through the official SDK
+(``alibabacloud_ecs20140526``) and nothing else.
+
+Each node is an ECS instance. Its ENIs are the node pool's interfaces: the primary ENI
+(never detached, its own address never pooled) and secondary ENIs the provider creates in
+a configured vSwitch, each holding up to ``EniPrivateIpAddressQuantity - 1`` secondary
+addresses. Core keeps the pool (batching, aggregation, inhibit windows, rate limits); the
+provider makes one cloud call per hook and reports what the cloud says.
+
+The node's instance id comes, in this order, from the ``instance_ids`` config map (node
+name -> instance id), the node's ``spec.providerID`` (``<region>.<instance id>``, as the
+Alibaba Cloud controller manager writes it, optionally with a ``scheme://`` prefix), or
+the node label ``podnet.io/ecs-instance-id``. Its instance type from the ``instance_type``
+config key, else the label ``node.kubernetes.io/instance-type``.
+
+Config section (``providers.ecs``): ``endpoint``, ``region``, ``protocol`` (https),
+``access_key_id`` / ``access_key_secret`` (or the environment's
+``ALIBABA_CLOUD_ACCESS_KEY_ID`` / ``ALIBABA_CLOUD_ACCESS_KEY_SECRET``), ``vswitches`` (list),
+``vswitch_policy`` (``ordered`` | ``most`` | ``random``), ``security_groups`` (list),
+``instance_type``, ``instance_ids``, ``eni_cap_ratio`` (1.0), ``eni_cap_shift`` (0),
+``max_enis`` (0: no cap), ``attach_timeout`` (s), ``poll_interval`` (s), ``timeout`` (s).
+Credentials are kept only inside the SDK's config: never logged, traced or put in a
+message.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import attrs
+
+from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, PoolEmpty, ProviderError
+from podnet.core.policy import PoolPolicy, RateLimit
+from podnet.hookspecs import hookimpl
+from podnet.hookspecs.types import (
+    AllocateContext,
+    Allocation,
+    CloudInterface,
+    Inventory,
+    NodeContext,
+    PodNetworkContext,
+    PoolEntry,
+    ProviderInfo,
+    ReleaseResult,
+    RouteResult,
+    VerifyResult,
+)
+
+NAME = "ecs"
+__version__ = "0.1.0"
+
+ANNOTATION_FIELD = "metadata.annotations[podnet.io/{}]"
+INSTANCE_LABEL = "podnet.io/ecs-instance-id"
+TYPE_LABEL = "node.kubernetes.io/instance-type"
+#: what the provider writes as the description of the ENIs it creates
+DESCRIPTION_PREFIX = "podnet:"
+
+#: ECS error codes and the kinds core acts on (matched exactly, then by prefix)
+ERROR_KINDS: dict[str, ErrorKind] = {
+    "Throttling": ErrorKind.THROTTLED,
+    "InvalidVSwitchId.IpNotEnough": ErrorKind.SUBNET_EXHAUSTED,
+    "InvalidOperation.Ipv4CountExceeded": ErrorKind.QUOTA_EXCEEDED,
+    "QuotaExceeded.PrivateIpAddress": ErrorKind.QUOTA_EXCEEDED,
+    "EniPerInstanceLimitExceeded": ErrorKind.QUOTA_EXCEEDED,
+    "InvalidEniId.NotFound": ErrorKind.NOT_FOUND,
+    "InvalidEcsId.NotFound": ErrorKind.NOT_FOUND,
+    "InvalidIp.IpUnassigned": ErrorKind.NOT_FOUND,
+    "Operation.Conflict": ErrorKind.CONFLICT,
+    "IdempotentFailed": ErrorKind.CONFLICT,
+    "InvalidPrivateIpAddress.Duplicated": ErrorKind.CONFLICT,
+    "InvalidOperation.InvalidEniState": ErrorKind.TRANSIENT,
+    "InvalidVSwitchId.NotFound": ErrorKind.FATAL,
+}
+
+#: Terway's eni-multi-ip defaults: idle 0..5, up to 10 addresses per call after a
+#: 300 ms gathering wait, ENI blocked 10 min on vSwitch exhaustion and 1 min on a limit,
+#: at most 3 ENI operations per node at once; AssignPrivateIpAddresses 400/min
+POLICY = PoolPolicy(min_idle=0, max_idle=5, batch_size=10, max_batch_size=10,
+                    aggregation_window=0.3, inhibit_exhausted=600.0, inhibit_quota=60.0,
+                    max_interface_ops=3, cloud_rate=RateLimit(rate=400 / 60, burst=10))
+
+_T = TypeVar("_T")
+_PROVIDER_ID = re.compile(r"^(?:[a-z]+://)?(?:[a-z0-9-]+\.)?(i-[A-Za-z0-9]+)$")
+_KNOWN = {"endpoint", "region", "protocol", "access_key_id", "access_key_secret",
+          "vswitches", "vswitch_policy", "security_groups", "instance_type", "instance_ids",
+          "eni_cap_ratio", "eni_cap_shift", "max_enis", "attach_timeout", "poll_interval",
+          "timeout", "seed"}
+
+
+def error_code(error: BaseException) -> str | None:
+    """The ECS error code an SDK exception carries, if any."""
+    code = getattr(error, "code", None)
+    return code if isinstance(code, str) and code else None
+
+
+def classify(error: BaseException) -> ErrorKind | None:
+    """The kind of an SDK exception; ``None`` when it is not one."""
+    try:
+        from Tea.exceptions import TeaException
+    except ImportError:  # pragma: no cover - the SDK is a dependency
+        return None
+    if not isinstance(error, TeaException):
+        return None
+    code = error_code(error) or ""
+    kind = ERROR_KINDS.get(code)
+    if kind is None:
+        for prefix, k in ERROR_KINDS.items():
+            if code.startswith(prefix + "."):
+                kind = k
+                break
+    if kind is not None:
+        return kind
+    status = getattr(error, "status_code", None) or getattr(error, "statusCode", None)
+    if isinstance(status, int) and status >= 500:
+        return ErrorKind.TRANSIENT
+    return ErrorKind.TRANSIENT
+
+
+@attrs.frozen
+class EcsConfig:
+    endpoint: str = "ecs.aliyuncs.com"
+    region: str = "cn-hangzhou"
+    protocol: str = "https"
+    vswitches: tuple[str, ...] = ()
+    vswitch_policy: str = "ordered"
+    security_groups: tuple[str, ...] = ()
+    instance_type: str | None = None
+    instance_ids: Mapping[str, str] = attrs.field(factory=dict)
+    eni_cap_ratio: float = 1.0
+    eni_cap_shift: int = 0
+    max_enis: int = 0
+    attach_timeout: float = 30.0
+    poll_interval: float = 0.05
+    timeout: float = 10.0
+
+
+@attrs.frozen
+class _Limits:
+    enis: int
+    ipv4: int
+    ipv6: int
+
+
+@attrs.frozen
+class _Eni:
+    id: str
+    status: str
+    kind: str
+    vswitch: str
+    mac: str | None
+    primary_ip: str | None
+    secondary: tuple[str, ...]
+    security_groups: tuple[str, ...]
+
+
+class EcsProvider:
+    """The plugin. One instance per controller process."""
+
+    def __init__(self, *, name: str = NAME, policy: PoolPolicy | None = None) -> None:
+        self.name = name
+        self.policy = policy or POLICY
+        self.config = EcsConfig()
+        self._credentials: tuple[str, str] | None = None
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._limits: dict[str, _Limits] = {}
+        self._cidrs: dict[str, ipaddress.IPv4Network] = {}
+        #: ENIs made whose rollback failed: deleted again on the node's next inventory
+        self._orphans: dict[str, set[str]] = {}
+        self._random = random.Random(0)
+        #: what the cloud last said is on each instance: instance -> (when, ip -> ENI
+        #: status); kept up to date by the provider's own writes, so that route does not
+        #: describe the node's ENIs once per pod
+        self._seen: dict[str, tuple[float, dict[str, str]]] = {}
+        #: how long verify trusts that view (seconds, wall clock)
+        self.verify_cache_ttl = 1.0
+        self._generation = 0
+        self.sdk_calls: dict[str, int] = {}
+
+    # --- the SDK ------------------------------------------------------------------------
+
+    def _client(self) -> Any:
+        client = getattr(self._local, "client", None)
+        if client is not None and getattr(self._local, "generation", -1) == self._generation:
+            return client
+        if self._credentials is None:
+            raise ProviderError(ErrorKind.FATAL, "the ecs provider is not configured "
+                                                 "(no access key)")
+        from alibabacloud_ecs20140526.client import Client
+        from alibabacloud_tea_openapi import models as open_api_models
+
+        key_id, secret = self._credentials
+        cfg = self.config
+        ms = int(cfg.timeout * 1000)
+        client = Client(open_api_models.Config(
+            access_key_id=key_id, access_key_secret=secret, region_id=cfg.region,
+            endpoint=cfg.endpoint, protocol=cfg.protocol, read_timeout=ms,
+            connect_timeout=ms))
+        self._local.client = client
+        self._local.generation = self._generation
+        return client
+
+    def _call(self, api: str, request: Any, subject: str | None = None) -> Any:
+        """One SDK call; its error comes back as a ProviderError core can act on (the
+        ``subject`` names the vSwitch or ENI to blame)."""
+        method = getattr(self._client(), _snake(api))
+        with self._lock:
+            self.sdk_calls[api] = self.sdk_calls.get(api, 0) + 1
+        try:
+            response = method(request)
+        except ProviderError:
+            raise
+        except Exception as exc:
+            kind = classify(exc) or ErrorKind.TRANSIENT
+            code = error_code(exc) or type(exc).__name__
+            raise ProviderError(kind, f"{api}: {code}{f' ({subject})' if subject else ''}",
+                                subject=subject) from None
+        body = getattr(response, "body", None)
+        if body is None:
+            raise ProviderError(ErrorKind.TRANSIENT, f"{api}: empty reply", subject=subject)
+        return body
+
+    # --- registration and configuration -------------------------------------------------
+
+    @hookimpl
+    def podnet_register_provider(self) -> ProviderInfo:
+        return ProviderInfo(
+            name=self.name, version=__version__, uses_node_pool=True, manages_interfaces=True,
+            policy=self.policy, sticky_kinds=("StatefulSet",),
+            description="Alibaba Cloud ECS: ENI multi-IP through alibabacloud_ecs20140526",
+        )
+
+    @hookimpl
+    def podnet_configure(self, provider: str, config: Mapping[str, Any]) -> None:
+        if provider != self.name:
+            return
+        for key in config:
+            if key not in _KNOWN:
+                raise ConfigError(f"{provider}.{key}", "unknown option")
+        s = _Section(provider, config)
+        policy = s.choice("vswitch_policy", ("ordered", "most", "random"), "ordered")
+        protocol = s.choice("protocol", ("http", "https"), "https")
+        ids = config.get("instance_ids", {})
+        if not isinstance(ids, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) and v for k, v in ids.items()):
+            raise ConfigError(f"{provider}.instance_ids",
+                              "expected a map of node name to instance id")
+        cfg = EcsConfig(
+            endpoint=s.text("endpoint", "ecs.aliyuncs.com"),
+            region=s.text("region", "cn-hangzhou"), protocol=protocol,
+            vswitches=s.names("vswitches"), vswitch_policy=policy,
+            security_groups=s.names("security_groups"),
+            instance_type=s.text("instance_type", None), instance_ids=dict(ids),
+            eni_cap_ratio=s.number("eni_cap_ratio", 1.0, 0.0, 1.0),
+            eni_cap_shift=int(s.number("eni_cap_shift", 0, -64, 64)),
+            max_enis=int(s.number("max_enis", 0, 0, 64)),
+            attach_timeout=s.number("attach_timeout", 30.0, 0.0, 3600.0),
+            poll_interval=s.number("poll_interval", 0.05, 0.0, 60.0),
+            timeout=s.number("timeout", 10.0, 0.1, 600.0),
+        )
+        key_id = config.get("access_key_id", os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID"))
+        secret = config.get("access_key_secret",
+                            os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET"))
+        for key, value in (("access_key_id", key_id), ("access_key_secret", secret)):
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"{provider}.{key}", "missing: set it or the environment's "
+                                                       f"ALIBABA_CLOUD_{key.upper()}")
+        if not cfg.vswitches:
+            raise ConfigError(f"{provider}.vswitches", "at least one vSwitch id is required")
+        if not cfg.security_groups:
+            raise ConfigError(f"{provider}.security_groups",
+                              "at least one security group id is required")
+        self._random.seed(int(s.number("seed", 0, 0, 2**32)))
+        with self._lock:
+            self.config = cfg
+            self._credentials = (str(key_id), str(secret))
+            self._generation += 1
+            self._limits.clear()
+            self._cidrs.clear()
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def instance_id(self, node: NodeContext) -> str:
+        n = node.node
+        mapped = self.config.instance_ids.get(n.name)
+        if mapped:
+            return mapped
+        if n.provider_id:
+            m = _PROVIDER_ID.match(n.provider_id)
+            if m:
+                return m.group(1)
+        label = n.labels.get(INSTANCE_LABEL)
+        if label:
+            return label
+        raise ProviderError(ErrorKind.FATAL, f"node {n.name}: no ECS instance id (spec."
+                            "providerID '<region>.i-...', the label "
+                            f"{INSTANCE_LABEL} or the config's instance_ids)",
+                            field="spec.providerID")
+
+    def limits(self, node: NodeContext) -> _Limits:
+        n = node.node
+        itype = self.config.instance_type or n.labels.get(TYPE_LABEL)
+        if not itype:
+            raise ProviderError(ErrorKind.FATAL, f"node {n.name}: no instance type (label "
+                                f"{TYPE_LABEL} or the config's instance_type)",
+                                field=f"metadata.labels[{TYPE_LABEL}]")
+        with self._lock:
+            cached = self._limits.get(itype)
+        if cached is not None:
+            return cached
+        from alibabacloud_ecs20140526 import models as m
+
+        body = self._call("DescribeInstanceTypes",
+                          m.DescribeInstanceTypesRequest(instance_types=[itype]))
+        found = [t for t in _items(body, "instance_types", "instance_type")
+                 if getattr(t, "instance_type_id", None) == itype]
+        if not found:
+            raise ProviderError(ErrorKind.FATAL, f"instance type {itype} is unknown to ECS",
+                                field=f"metadata.labels[{TYPE_LABEL}]")
+        t = found[0]
+        enis, ipv4 = getattr(t, "eni_quantity", None), getattr(t, "eni_private_ip_address_quantity",
+                                                               None)
+        if not isinstance(enis, int) or not isinstance(ipv4, int) or enis < 1 or ipv4 < 1:
+            raise ProviderError(ErrorKind.TRANSIENT, f"DescribeInstanceTypes: malformed reply "
+                                f"for {itype} (EniQuantity / EniPrivateIpAddressQuantity)")
+        limits = _Limits(enis=enis, ipv4=ipv4, ipv6=int(getattr(t, "eni_ipv_6address_quantity",
+                                                                0) or 0))
+        with self._lock:
+            self._limits[itype] = limits
+        return limits
+
+    def max_interfaces(self, limits: _Limits) -> int:
+        """Terway's secondary-ENI count ``adapters * ratio + shift - 1`` (capped by
+        ``max_enis``), plus the primary ENI, which core counts among the interfaces."""
+        cfg = self.config
+        secondary = int(limits.enis * cfg.eni_cap_ratio) + cfg.eni_cap_shift - 1
+        if cfg.max_enis:
+            secondary = min(secondary, cfg.max_enis)
+        return max(1, secondary + 1)
+
+    def describe_enis(self, *, instance: str | None = None,
+                      ids: Sequence[str] = ()) -> list[_Eni]:
+        from alibabacloud_ecs20140526 import models as m
+
+        out: list[_Eni] = []
+        token: str | None = None
+        for _ in range(100):
+            req = m.DescribeNetworkInterfacesRequest(
+                region_id=self.config.region, instance_id=instance,
+                network_interface_id=list(ids) or None, max_results=500, next_token=token)
+            body = self._call("DescribeNetworkInterfaces", req, subject=instance)
+            for raw in _items(body, "network_interface_sets", "network_interface_set"):
+                out.append(_eni_of(raw))
+            token = getattr(body, "next_token", None) or None
+            if not token:
+                break
+        if instance is not None and not ids:
+            view = {ip: eni.status for eni in out for ip in eni.secondary}
+            with self._lock:
+                self._seen[instance] = (time.monotonic(), view)
+        return out
+
+    def _note(self, instance: str, added: Sequence[str] = (), removed: Sequence[str] = (),
+              status: str = "InUse") -> None:
+        """Keep the instance's view in step with a write the provider made."""
+        with self._lock:
+            seen = self._seen.get(instance)
+            if seen is None:
+                return
+            view = seen[1]
+            for ip in removed:
+                view.pop(ip, None)
+            for ip in added:
+                view[ip] = status
+
+    def _vswitches(self) -> dict[str, tuple[ipaddress.IPv4Network | None, int]]:
+        """Every vSwitch of the region the cloud reports: id -> (CIDR, free addresses)."""
+        from alibabacloud_ecs20140526 import models as m
+
+        body = self._call("DescribeVSwitches",
+                          m.DescribeVSwitchesRequest(region_id=self.config.region,
+                                                     page_size=50))
+        out: dict[str, tuple[ipaddress.IPv4Network | None, int]] = {}
+        for v in _items(body, "v_switches", "v_switch"):
+            vid = getattr(v, "v_switch_id", None)
+            if not vid:
+                continue
+            try:
+                cidr: ipaddress.IPv4Network | None = ipaddress.IPv4Network(v.cidr_block)
+            except (ValueError, TypeError):
+                cidr = None
+            free = getattr(v, "available_ip_address_count", None)
+            out[vid] = (cidr, int(free) if isinstance(free, int) else 0)
+            if cidr is not None:
+                with self._lock:
+                    self._cidrs[vid] = cidr
+        return out
+
+    def _cidr_map(self) -> dict[str, ipaddress.IPv4Network]:
+        with self._lock:
+            known = dict(self._cidrs)
+        if all(v in known for v in self.config.vswitches):
+            return known
+        self._vswitches()
+        with self._lock:
+            return dict(self._cidrs)
+
+    def _drop_orphans(self, instance: str) -> None:
+        with self._lock:
+            orphans = set(self._orphans.get(instance, ()))
+        for eni_id in orphans:
+            try:
+                self._delete(eni_id)
+            except ProviderError as exc:
+                if exc.kind is not ErrorKind.NOT_FOUND:
+                    continue
+            with self._lock:
+                self._orphans.get(instance, set()).discard(eni_id)
+
+    def _delete(self, eni_id: str) -> None:
+        from alibabacloud_ecs20140526 import models as m
+
+        self._call("DeleteNetworkInterface",
+                   m.DeleteNetworkInterfaceRequest(region_id=self.config.region,
+                                                   network_interface_id=eni_id),
+                   subject=eni_id)
+
+    # --- inventory ----------------------------------------------------------------------
+
+    @hookimpl
+    def podnet_node_inventory(self, provider: str, node: NodeContext) -> Inventory | None:
+        if provider != self.name:
+            return None
+        instance = self.instance_id(node)
+        limits = self.limits(node)
+        self._drop_orphans(instance)
+        interfaces = []
+        for eni in self.describe_enis(instance=instance):
+            if eni.status not in ("InUse", "Attaching"):
+                continue  # detaching: on its way out, nothing to pool on it
+            interfaces.append(CloudInterface(
+                id=eni.id, mac=eni.mac, subnet=eni.vswitch, primary=eni.kind == "Primary",
+                trunk=eni.kind == "Trunk", ips=eni.secondary))
+        interfaces.sort(key=lambda i: (not i.primary, i.id))
+        return Inventory(interfaces=tuple(interfaces),
+                         max_interfaces=self.max_interfaces(limits),
+                         ips_per_interface=max(0, limits.ipv4 - 1))
+
+    # --- pool ---------------------------------------------------------------------------
+
+    def _primary(self, instance: str) -> _Eni:
+        for eni in self.describe_enis(instance=instance):
+            if eni.kind == "Primary":
+                return eni
+        raise ProviderError(ErrorKind.NOT_FOUND, f"instance {instance} has no primary ENI",
+                            subject=instance)
+
+    @hookimpl
+    def podnet_pool_grow(self, provider: str, node: NodeContext,
+                         interface: CloudInterface | None, count: int,
+                         subnet: str | None) -> Sequence[PoolEntry] | None:
+        if provider != self.name:
+            return None
+        from alibabacloud_ecs20140526 import models as m
+
+        instance = self.instance_id(node)
+        if interface is None:
+            p = self._primary(instance)
+            interface = CloudInterface(id=p.id, subnet=p.vswitch, primary=True)
+        if interface.trunk:
+            raise ProviderError(ErrorKind.FATAL, f"{interface.id} is a trunk ENI")
+        if count <= 0:
+            return []
+        subject = interface.subnet or interface.id
+        body = self._call("AssignPrivateIpAddresses", m.AssignPrivateIpAddressesRequest(
+            region_id=self.config.region, network_interface_id=interface.id,
+            secondary_private_ip_address_count=count), subject=subject)
+        assigned = getattr(body, "assigned_private_ip_addresses_set", None)
+        ip_set = getattr(assigned, "private_ip_set", None)
+        ips = getattr(ip_set, "private_ip_address", None)
+        if not isinstance(ips, list) or not all(isinstance(ip, str) for ip in ips):
+            # the addresses were assigned: the next inventory finds them
+            raise ProviderError(ErrorKind.TRANSIENT, "AssignPrivateIpAddresses: malformed "
+                                "reply (no AssignedPrivateIpAddressesSet.PrivateIpSet)",
+                                subject=interface.id)
+        self._note(instance, added=ips)
+        return [PoolEntry(ip, interface.id, interface.subnet) for ip in ips]
+
+    @hookimpl
+    def podnet_pool_shrink(self, provider: str, node: NodeContext,
+                           entries: Sequence[PoolEntry]) -> Sequence[str] | None:
+        if provider != self.name:
+            return None
+        if not entries:
+            return []
+        instance = self.instance_id(node)
+        by_eni: dict[str | None, list[str]] = {}
+        for e in entries:
+            by_eni.setdefault(e.interface, []).append(e.address)
+        if None in by_eni:
+            # interface unknown: find each address on the node's ENIs
+            loose = set(by_eni.pop(None))
+            for eni in self.describe_enis(instance=instance):
+                here = [ip for ip in eni.secondary if ip in loose]
+                if here:
+                    by_eni.setdefault(eni.id, []).extend(here)
+        for eni_id, ips in by_eni.items():
+            assert eni_id is not None
+            self._unassign(eni_id, ips)
+            self._note(instance, removed=ips)
+        # unassigned now, or on none of the node's ENIs (already gone): all gone
+        return list(dict.fromkeys(e.address for e in entries))
+
+    def _unassign(self, eni_id: str, ips: Sequence[str]) -> None:
+        from alibabacloud_ecs20140526 import models as m
+
+        def call(addresses: Sequence[str]) -> None:
+            self._call("UnassignPrivateIpAddresses", m.UnassignPrivateIpAddressesRequest(
+                region_id=self.config.region, network_interface_id=eni_id,
+                private_ip_address=list(addresses)), subject=eni_id)
+
+        try:
+            call(ips)
+        except ProviderError as exc:
+            if exc.kind is not ErrorKind.NOT_FOUND:
+                raise
+            # some are already gone (or the ENI is): give back only what is still there
+            found = self.describe_enis(ids=[eni_id])
+            still = [ip for ip in ips if found and ip in found[0].secondary]
+            if still:
+                call(still)
+
+    # --- interfaces ---------------------------------------------------------------------
+
+    def choose_vswitch(self, wanted: str | None, count: int) -> str:
+        """The vSwitch of a new ENI, by the configured policy, among those with room."""
+        candidates = [wanted] if wanted else list(self.config.vswitches)
+        seen = self._vswitches()
+        ready = [(v, seen[v][1]) for v in candidates if v in seen and seen[v][1] >= count + 1]
+        if not ready:
+            unknown = [v for v in candidates if v not in seen]
+            if unknown and len(unknown) == len(candidates):
+                raise ProviderError(ErrorKind.FATAL, f"vSwitch {', '.join(unknown)} does not "
+                                    "exist", subject=unknown[0])
+            names = ", ".join(candidates)
+            raise ProviderError(ErrorKind.SUBNET_EXHAUSTED,
+                                f"vSwitch {names} has not enough free addresses "
+                                f"for a new ENI with {count}", subject=candidates[0])
+        policy = self.config.vswitch_policy
+        if policy == "most":
+            return max(ready, key=lambda r: r[1])[0]
+        if policy == "random":
+            return self._random.choice(ready)[0]
+        return ready[0][0]
+
+    @hookimpl
+    def podnet_interface_create(self, provider: str, node: NodeContext, subnet: str | None,
+                                ip_count: int) -> CloudInterface | None:
+        if provider != self.name:
+            return None
+        from alibabacloud_ecs20140526 import models as m
+
+        instance = self.instance_id(node)
+        limits = self.limits(node)
+        count = max(0, min(ip_count, limits.ipv4 - 1))
+        vswitch = self.choose_vswitch(subnet, count)
+        body = self._call("CreateNetworkInterface", m.CreateNetworkInterfaceRequest(
+            region_id=self.config.region, v_switch_id=vswitch,
+            security_group_ids=list(self.config.security_groups),
+            secondary_private_ip_address_count=count or None,
+            description=f"{DESCRIPTION_PREFIX}{instance}"), subject=vswitch)
+        eni_id = getattr(body, "network_interface_id", None)
+        if not isinstance(eni_id, str) or not eni_id:
+            raise ProviderError(ErrorKind.TRANSIENT,
+                                "CreateNetworkInterface: malformed reply (no NetworkInterfaceId)",
+                                subject=vswitch)
+        try:
+            self._call("AttachNetworkInterface", m.AttachNetworkInterfaceRequest(
+                region_id=self.config.region, network_interface_id=eni_id,
+                instance_id=instance), subject=eni_id)
+            eni = self._wait(eni_id, "InUse")
+        except BaseException:
+            self._rollback(instance, eni_id)
+            raise
+        self._note(instance, added=eni.secondary)
+        return CloudInterface(id=eni.id, mac=eni.mac, subnet=eni.vswitch, ips=eni.secondary)
+
+    def _rollback(self, instance: str, eni_id: str) -> None:
+        """A made ENI that never got attached goes again; if that fails too, the node's
+        next inventory retries."""
+        from alibabacloud_ecs20140526 import models as m
+
+        try:
+            found = self.describe_enis(ids=[eni_id])
+            if found and found[0].status in ("InUse", "Attaching"):
+                self._call("DetachNetworkInterface", m.DetachNetworkInterfaceRequest(
+                    region_id=self.config.region, network_interface_id=eni_id,
+                    instance_id=instance), subject=eni_id)
+                self._wait(eni_id, "Available")
+            self._delete(eni_id)
+        except ProviderError as exc:
+            if exc.kind is ErrorKind.NOT_FOUND:
+                return
+            with self._lock:
+                self._orphans.setdefault(instance, set()).add(eni_id)
+
+    def _wait(self, eni_id: str, status: str, timeout: float | None = None) -> _Eni:
+        deadline = time.monotonic() + (self.config.attach_timeout if timeout is None
+                                       else timeout)
+        while True:
+            found = self.describe_enis(ids=[eni_id])
+            if not found:
+                raise ProviderError(ErrorKind.NOT_FOUND, f"ENI {eni_id} is gone",
+                                    subject=eni_id)
+            if found[0].status == status:
+                return found[0]
+            if time.monotonic() >= deadline:
+                raise ProviderError(ErrorKind.TRANSIENT, f"ENI {eni_id} is still "
+                                    f"{found[0].status}, not {status}", subject=eni_id)
+            time.sleep(self.config.poll_interval)
+
+    @hookimpl
+    def podnet_interface_dispose(self, provider: str, node: NodeContext,
+                                 interface: CloudInterface) -> bool | None:
+        if provider != self.name:
+            return None
+        if interface.primary or interface.trunk:
+            raise ProviderError(ErrorKind.FATAL, f"{interface.id} is a primary or trunk ENI: "
+                                "never disposed", subject=interface.id)
+        from alibabacloud_ecs20140526 import models as m
+
+        instance = self.instance_id(node)
+        found = self.describe_enis(ids=[interface.id])
+        if not found:
+            return True
+        eni = found[0]
+        if eni.kind != "Secondary":
+            raise ProviderError(ErrorKind.FATAL, f"{eni.id} is a {eni.kind} ENI: never "
+                                "disposed", subject=eni.id)
+        self._note(instance, removed=eni.secondary)
+        if eni.status in ("InUse", "Attaching"):
+            self._call("DetachNetworkInterface", m.DetachNetworkInterfaceRequest(
+                region_id=self.config.region, network_interface_id=eni.id,
+                instance_id=instance), subject=eni.id)
+            try:
+                eni = self._wait(eni.id, "Available", timeout=min(5.0,
+                                                                   self.config.attach_timeout))
+            except ProviderError as exc:
+                # gone already, or still detaching (core asks again)
+                return exc.kind is ErrorKind.NOT_FOUND
+        if eni.status != "Available":
+            return False
+        try:
+            self._delete(eni.id)
+        except ProviderError as exc:
+            if exc.kind is ErrorKind.NOT_FOUND:
+                return True
+            raise
+        return True
+
+    # --- one pod network ----------------------------------------------------------------
+
+    @hookimpl
+    def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
+        pn = context.pod_network
+        if pn.spec.provider != self.name:
+            return None
+        pool = context.pool
+        if pool is None:
+            raise ProviderError(ErrorKind.FATAL, "the ecs provider uses node pools")
+        req = pn.spec.requests
+        subnets = tuple(req.subnets or ())
+        if subnets:
+            known = set(self.config.vswitches)
+            unknown = [s for s in subnets if s not in known]
+            if len(unknown) == len(subnets):
+                raise InvalidRequest(ANNOTATION_FIELD.format("subnets"),
+                                     f"vSwitch {', '.join(unknown)} is not configured for the "
+                                     f"ecs provider (configured: "
+                                     f"{', '.join(self.config.vswitches)})")
+            subnets = tuple(s for s in subnets if s in known)
+        if req.ip_address is not None:
+            entry = self._static(context, req.ip_address, subnets)
+        elif req.ip_pool:
+            entry = self._from_ip_pool(context, tuple(req.ip_pool))
+        elif subnets:
+            entry = self._take_in(pool, subnets)
+        else:
+            entry = pool.take()
+        cidr = self._cidr_map().get(entry.subnet or "")
+        gateway = str(next(cidr.hosts())) if cidr is not None else None
+        return Allocation(ip=entry.address, mac=req.mac_address, subnet=entry.subnet,
+                          gateway=gateway, interface=entry.interface)
+
+    @staticmethod
+    def _take_in(pool: Any, subnets: Sequence[str]) -> PoolEntry:
+        for s in subnets:
+            if pool.idle(s):
+                entry: PoolEntry = pool.take(subnet=s)
+                return entry
+        raise PoolEmpty(f"no idle address in vSwitch {', '.join(subnets)}", subnet=subnets[0])
+
+    def _vswitch_of(self, address: str) -> str | None:
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return None
+        for vid, cidr in self._cidr_map().items():
+            if vid in self.config.vswitches and ip in cidr:
+                return vid
+        return None
+
+    def _static(self, context: AllocateContext, address: str,
+                subnets: Sequence[str]) -> PoolEntry:
+        pool = context.pool
+        assert pool is not None
+        field = ANNOTATION_FIELD.format("ip-address")
+        if "," in address:
+            raise InvalidRequest(field, f"{address}: dual-stack pairs are not served by the "
+                                        "ecs provider yet")
+        vswitch = self._vswitch_of(address)
+        if vswitch is None:
+            raise InvalidRequest(field, f"{address} is outside every configured vSwitch "
+                                        f"({', '.join(self.config.vswitches)})")
+        if subnets and vswitch not in subnets:
+            raise InvalidRequest(field, f"{address} is in vSwitch {vswitch}, not in "
+                                        f"{', '.join(subnets)}")
+        owner = pool.owner_of(address)
+        if owner is not None and owner != context.pod_network.key:
+            raise InvalidRequest(field, f"{address} is already used by {owner}")
+        if address in {e.address for e in pool.idle()}:
+            return pool.take(address)
+        # not on the node yet: assign it explicitly to an ENI of the node in its vSwitch
+        from alibabacloud_ecs20140526 import models as m
+
+        instance = self.instance_id(context.node)
+        enis = [e for e in self.describe_enis(instance=instance)
+                if e.vswitch == vswitch and e.status == "InUse" and e.kind != "Trunk"]
+        for eni in enis:
+            if address in eni.secondary:
+                return PoolEntry(address, eni.id, vswitch)
+        if not enis:
+            raise PoolEmpty(f"no ENI of the node in vSwitch {vswitch} for {address}",
+                            subnet=vswitch)
+        eni = min(enis, key=lambda e: len(e.secondary))
+        self._call("AssignPrivateIpAddresses", m.AssignPrivateIpAddressesRequest(
+            region_id=self.config.region, network_interface_id=eni.id,
+            private_ip_address=[address]), subject=vswitch)
+        self._note(instance, added=[address])
+        return PoolEntry(address, eni.id, vswitch)
+
+    def _from_ip_pool(self, context: AllocateContext, ip_pool: tuple[str, ...]) -> PoolEntry:
+        pool = context.pool
+        assert pool is not None
+        field = ANNOTATION_FIELD.format("ip-pool")
+        if len(ip_pool) == 1 and self._vswitch_of(ip_pool[0]) is None and not _is_ip(
+                ip_pool[0]):
+            raise InvalidRequest(field, f"named pool {ip_pool[0]!r} is not defined for the "
+                                        "ecs provider (give a list of addresses)")
+        idle = {e.address for e in pool.idle()}
+        for candidate in ip_pool:
+            if candidate in idle:
+                return pool.take(candidate)
+        raise InvalidRequest(field, f"no address of the pool is idle on node "
+                                    f"{context.node.node.name}")
+
+    def _on_node(self, context: PodNetworkContext, max_age: float | None) -> tuple[bool, str]:
+        """Whether the recorded address is on an InUse ENI of the node: from the view the
+        provider keeps when it is there and (``max_age``) fresh enough, else described."""
+        pn = context.pod_network
+        ip = pn.status.ip
+        if ip is None:
+            return False, "no address recorded"
+        if context.node is None:
+            return False, "no node"
+        instance = self.instance_id(context.node)
+        with self._lock:
+            seen = self._seen.get(instance)
+        if seen is not None and seen[1].get(ip) == "InUse" and (
+                max_age is None or time.monotonic() - seen[0] <= max_age):
+            return True, ""
+        for eni in self.describe_enis(instance=instance):
+            if ip in eni.secondary:
+                if eni.status != "InUse":
+                    return False, f"{ip} is on {eni.id}, which is {eni.status}"
+                return True, ""
+        return False, f"{ip} is on no ENI of instance {instance}"
+
+    @hookimpl
+    def podnet_route(self, context: PodNetworkContext) -> RouteResult | None:
+        pn = context.pod_network
+        if pn.spec.provider != self.name:
+            return None
+        if pn.status.ip is None:
+            raise ProviderError(ErrorKind.FATAL, "route without an address", field="status.ip")
+        ok, reason = self._on_node(context, None)
+        if not ok:
+            raise ProviderError(ErrorKind.NOT_FOUND, reason)
+        return RouteResult()
+
+    @hookimpl
+    def podnet_verify(self, context: PodNetworkContext) -> VerifyResult | None:
+        pn = context.pod_network
+        if pn.spec.provider != self.name:
+            return None
+        ok, reason = self._on_node(context, self.verify_cache_ttl)
+        return VerifyResult(ok=ok, reason=reason)
+
+    @hookimpl
+    def podnet_release(self, context: PodNetworkContext) -> ReleaseResult | None:
+        pn = context.pod_network
+        if pn.spec.provider != self.name:
+            return None
+        # nothing to undo on the ENI: the address goes back to the node's pool, and core
+        # keeps it idle or unassigns it (pool_shrink)
+        return ReleaseResult(return_to_pool=True)
+
+    # --- errors -------------------------------------------------------------------------
+
+    @hookimpl
+    def podnet_classify_error(self, provider: str, error: BaseException) -> ErrorKind | None:
+        if provider != self.name:
+            return None
+        return classify(error)
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+class _Section:
+    def __init__(self, provider: str, config: Mapping[str, Any]) -> None:
+        self.provider = provider
+        self.config = config
+
+    def _key(self, key: str) -> str:
+        return f"{self.provider}.{key}"
+
+    def text(self, key: str, default: _T) -> str | _T:
+        value = self.config.get(key, default)
+        if value is default:
+            return default
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(self._key(key), "expected a non-empty string")
+        return value.strip()
+
+    def choice(self, key: str, options: Sequence[str], default: str) -> str:
+        value = self.config.get(key, default)
+        if value not in options:
+            raise ConfigError(self._key(key), f"expected one of {', '.join(options)}, got "
+                                              f"{value!r}")
+        return str(value)
+
+    def names(self, key: str) -> tuple[str, ...]:
+        value = self.config.get(key, ())
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list | tuple) or not all(
+                isinstance(v, str) and v for v in value):
+            raise ConfigError(self._key(key), "expected a list of ids")
+        return tuple(value)
+
+    def number(self, key: str, default: float, low: float, high: float) -> float:
+        value = self.config.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(self._key(key), f"must be a number, got {value!r}")
+        if not low <= value <= high:
+            raise ConfigError(self._key(key), f"must be between {low} and {high}, got {value}")
+        return float(value)
+
+
+def _snake(api: str) -> str:
+    special = {"DescribeVSwitches": "describe_vswitches"}
+    if api in special:
+        return special[api]
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", api).lower()
+
+
+def _items(body: Any, outer: str, inner: str) -> list[Any]:
+    holder = getattr(body, outer, None)
+    items = getattr(holder, inner, None) if holder is not None else None
+    return list(items) if isinstance(items, list) else []
+
+
+def _eni_of(raw: Any) -> _Eni:
+    ips = _items(raw, "private_ip_sets", "private_ip_set")
+    eni_id = getattr(raw, "network_interface_id", None)
+    if not isinstance(eni_id, str) or not eni_id:
+        raise ProviderError(ErrorKind.TRANSIENT, "DescribeNetworkInterfaces: malformed reply "
+                            "(an ENI without NetworkInterfaceId)")
+    if getattr(raw, "private_ip_sets", None) is None:
+        raise ProviderError(ErrorKind.TRANSIENT, "DescribeNetworkInterfaces: malformed reply "
+                            f"({eni_id} has no PrivateIpSets)", subject=eni_id)
+    primary_ip = getattr(raw, "private_ip_address", None)
+    secondary = tuple(str(p.private_ip_address) for p in ips
+                      if not getattr(p, "primary", False) and p.private_ip_address
+                      and p.private_ip_address != primary_ip)
+    groups = _items(raw, "security_group_ids", "security_group_id")
+    return _Eni(id=eni_id, status=str(getattr(raw, "status", "") or ""),
+                kind=str(getattr(raw, "type", "") or "Secondary"),
+                vswitch=str(getattr(raw, "v_switch_id", "") or ""),
+                mac=getattr(raw, "mac_address", None), primary_ip=primary_ip,
+                secondary=secondary, security_groups=tuple(str(g) for g in groups))
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+Callback = Callable[[], None]
+
+#: what the host registers as the built-in ``ecs`` plugin
+plugin = EcsProvider()

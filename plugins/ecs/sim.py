@@ -1,0 +1,716 @@
+"""A loopback Alibaba Cloud ECS: the ENI and private-IP APIs, spoken as the official SDK
+(``alibabacloud_ecs20140526``) speaks them, over plain HTTP on 127.0.0.1.
+
+Wire: ``POST /`` with the action in the ``x-acs-action`` header, every parameter in the
+query string (lists flattened as ``Name.1``, ``Name.2``), JSON replies, errors as
+``{"RequestId", "Code", "Message"}`` with the HTTP status ECS uses. Signatures are never
+checked.
+
+Modelled: instance types with their ENI and IPv4-per-ENI limits, instances with a primary
+ENI, vSwitches with a CIDR and a finite number of free addresses, ENI states (Available,
+Attaching, InUse, Detaching) with a configurable latency, per-API rate limits answering
+``Throttling``, injectable faults (a random error rate, scripted errors, a vSwitch running
+dry, malformed replies) and a ground-truth view for tests (:meth:`EcsSimulator.addresses`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import itertools
+import json
+import random
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import attrs
+
+#: instance types as the catalogue lists them: ENIs (primary included), IPv4 per ENI
+#: (the ENI's primary address included), IPv6 per ENI
+INSTANCE_TYPES: dict[str, tuple[int, int, int]] = {
+    "ecs.g7.large": (3, 10, 10),
+    "ecs.g7.xlarge": (4, 15, 15),
+    "ecs.g7.2xlarge": (6, 15, 15),
+    "ecs.g7.4xlarge": (8, 30, 30),
+    "ecs.c7.large": (3, 10, 10),
+    "ecs.t6-c1m1.large": (2, 2, 0),
+    #: not in the catalogue: small limits so that tests create and dispose ENIs often
+    "ecs.sim.tiny": (4, 4, 0),
+}
+
+#: the HTTP status ECS answers each error code with
+STATUS: dict[str, int] = {
+    "Throttling": 400,
+    "InvalidVSwitchId.IpNotEnough": 403,
+    "InvalidOperation.Ipv4CountExceeded": 403,
+    "QuotaExceeded.PrivateIpAddress": 403,
+    "EniPerInstanceLimitExceeded": 403,
+    "Operation.Conflict": 403,
+    "InvalidEniId.NotFound": 404,
+    "InvalidEcsId.NotFound": 404,
+    "InvalidVSwitchId.NotFound": 404,
+    "InvalidOperation.InvalidEniState": 400,
+    "InvalidOperation.InvalidEniType": 400,
+    "InvalidIp.IpUnassigned": 400,
+    "InvalidPrivateIpAddress.Duplicated": 400,
+    "IdempotentFailed": 400,
+    "MissingParameter": 400,
+    "InvalidParameter": 400,
+    "InvalidAction": 400,
+    "InternalError": 500,
+    "ServiceUnavailable": 503,
+}
+
+APIS = ("DescribeInstanceTypes", "DescribeNetworkInterfaces", "CreateNetworkInterface",
+        "AttachNetworkInterface", "AssignPrivateIpAddresses", "UnassignPrivateIpAddresses",
+        "DetachNetworkInterface", "DeleteNetworkInterface", "DescribeVSwitches")
+
+
+class EcsError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.status = STATUS.get(code, 400)
+
+
+@attrs.define
+class VSwitch:
+    id: str
+    cidr: ipaddress.IPv4Network
+    zone: str = "cn-hangzhou-k"
+    #: addresses handed out (ENI primaries and secondaries)
+    used: set[str] = attrs.field(factory=set)
+    #: a fault: the vSwitch answers as if it had no free address
+    dry: bool = False
+    #: a cap on the free addresses (None: the CIDR's size decides)
+    limit: int | None = None
+
+    def usable(self) -> Iterator[str]:
+        hosts = self.cidr.hosts()
+        next(hosts, None)  # the gateway
+        for host in hosts:
+            yield str(host)
+
+    def total(self) -> int:
+        n = max(0, self.cidr.num_addresses - 3)  # network, gateway, broadcast
+        return n if self.limit is None else min(n, self.limit + len(self.used))
+
+    def available(self) -> int:
+        return 0 if self.dry else max(0, self.total() - len(self.used))
+
+    def take(self, count: int) -> list[str]:
+        if count > self.available():
+            raise EcsError("InvalidVSwitchId.IpNotEnough",
+                           f"The vSwitch {self.id} has not enough free IP addresses.")
+        out: list[str] = []
+        for ip in self.usable():
+            if len(out) >= count:
+                break
+            if ip not in self.used:
+                out.append(ip)
+        self.used.update(out)
+        return out
+
+
+@attrs.define
+class Eni:
+    id: str
+    vswitch: str
+    mac: str
+    primary_ip: str
+    kind: str = "Secondary"  # Primary | Secondary | Trunk
+    status: str = "Available"  # Available | Attaching | InUse | Detaching
+    instance_id: str | None = None
+    #: the instance it was created for / last attached to (ground truth of a detached ENI)
+    owner: str | None = None
+    secondary: list[str] = attrs.field(factory=list)
+    ipv6: list[str] = attrs.field(factory=list)
+    security_groups: list[str] = attrs.field(factory=list)
+    description: str = ""
+    #: when (time.monotonic) a pending state change completes, and to what
+    settles_at: float = 0.0
+    settles_to: str | None = None
+
+
+@attrs.define
+class Instance:
+    id: str
+    type: str
+    primary_eni: str
+
+
+class _Bucket:
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.tokens = max(1.0, rate)
+        self.stamp = time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(max(1.0, self.rate), self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+class EcsSimulator:
+    """The loopback ECS. ``rate``: calls per second per API (a number, or a mapping of API
+    name to rate); ``latency``: seconds each call and each ENI state change takes."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, latency: float = 0.0,
+                 rate: float | Mapping[str, float] | None = None, fault_rate: float = 0.0,
+                 seed: int = 0, region: str = "cn-hangzhou") -> None:
+        self.host = host
+        self.port = port
+        self.latency = latency
+        #: seconds an ENI stays Attaching / Detaching (defaults to the call latency)
+        self.state_latency = latency
+        self.fault_rate = fault_rate
+        #: share of calls answered ``Throttling`` at random (on top of the rate limits)
+        self.throttle_rate = 0.0
+        self.region = region
+        self.random = random.Random(seed)
+        self.lock = threading.RLock()
+        self.calls: Counter[str] = Counter()
+        self.throttled: Counter[str] = Counter()
+        self.vswitches: dict[str, VSwitch] = {}
+        self.instances: dict[str, Instance] = {}
+        self.enis: dict[str, Eni] = {}
+        #: errors to answer the next calls of one API with: api -> [codes]
+        self.scripted: dict[str, list[str]] = {}
+        #: keys to drop from the next reply of one API (malformed replies): api -> [keys]
+        self.malformed: dict[str, list[str]] = {}
+        #: keys to drop from every reply of one API to calls with these parameters:
+        #: api -> [(key, parameters)]
+        self.malformed_when: dict[str, list[tuple[str, dict[str, str]]]] = {}
+        self._buckets: dict[str, _Bucket] = {}
+        self._rates: dict[str, float] = {}
+        self.set_rate(rate)
+        self._ids = itertools.count(1)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> EcsSimulator:
+        if self._server is not None:
+            return self
+        sim = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
+            def do_POST(self) -> None:
+                sim._handle(self)
+
+            do_GET = do_POST
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer((self.host, self.port), Handler)
+        self._server.daemon_threads = True
+        self.port = int(self._server.server_address[1])
+        # a short poll: stop() (shutdown) waits for the loop to notice
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.01,),
+                                        name="ecs-sim", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> EcsSimulator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def endpoint(self) -> str:
+        """``host:port``, as the SDK's ``Config.endpoint`` takes it."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.endpoint}"
+
+    # --- the world ----------------------------------------------------------------------
+
+    def set_rate(self, rate: float | Mapping[str, float] | None) -> None:
+        with self.lock:
+            if rate is None:
+                self._rates = {}
+            elif isinstance(rate, Mapping):
+                self._rates = {k: float(v) for k, v in rate.items()}
+            else:
+                self._rates = {api: float(rate) for api in APIS}
+            self._buckets = {api: _Bucket(r) for api, r in self._rates.items() if r > 0}
+
+    def add_vswitch(self, id: str, cidr: str, *, zone: str = "cn-hangzhou-k",
+                    limit: int | None = None) -> VSwitch:
+        with self.lock:
+            vsw = self.vswitches[id] = VSwitch(id=id, cidr=ipaddress.IPv4Network(cidr),
+                                               zone=zone, limit=limit)
+            return vsw
+
+    def add_instance(self, instance_id: str, instance_type: str = "ecs.g7.large",
+                     vswitch: str | None = None) -> Instance:
+        """An instance with its primary ENI (InUse, one address) in ``vswitch``."""
+        with self.lock:
+            if instance_id in self.instances:
+                return self.instances[instance_id]
+            if instance_type not in INSTANCE_TYPES:
+                raise ValueError(f"unknown instance type {instance_type}")
+            vsw = self._vswitch(vswitch or next(iter(self.vswitches)))
+            eni = self._new_eni(vsw, [], kind="Primary")
+            eni.status, eni.instance_id, eni.owner = "InUse", instance_id, instance_id
+            inst = self.instances[instance_id] = Instance(instance_id, instance_type, eni.id)
+            return inst
+
+    def exhaust(self, vswitch: str, dry: bool = True) -> None:
+        """A vSwitch running dry (``dry=False``: it has addresses again)."""
+        with self.lock:
+            self.vswitches[vswitch].dry = dry
+
+    def fail_next(self, api: str, code: str, times: int = 1) -> None:
+        with self.lock:
+            self.scripted.setdefault(api, []).extend([code] * times)
+
+    def malform_next(self, api: str, key: str) -> None:
+        """Drop ``key`` (anywhere in the reply) from the next reply of ``api``."""
+        with self.lock:
+            self.malformed.setdefault(api, []).append(key)
+
+    def malform_when(self, api: str, key: str, **params: str) -> None:
+        """Drop ``key`` from every reply of ``api`` to a call with ``params`` (e.g.
+        ``InstanceId='i-1'``), until :meth:`clear_faults`."""
+        with self.lock:
+            self.malformed_when.setdefault(api, []).append((key, dict(params)))
+
+    def clear_faults(self) -> None:
+        with self.lock:
+            self.scripted.clear()
+            self.malformed.clear()
+            self.malformed_when.clear()
+            self.fault_rate = self.throttle_rate = 0.0
+            for vsw in self.vswitches.values():
+                vsw.dry = False
+
+    def addresses(self) -> dict[str, str]:
+        """Ground truth: every secondary address of every ENI -> the instance the ENI is
+        attached to (or was made for, when detached)."""
+        with self.lock:
+            self._settle_all()
+            return {ip: eni.instance_id or eni.owner or ""
+                    for eni in self.enis.values() for ip in eni.secondary}
+
+    def eni_states(self) -> dict[str, str]:
+        with self.lock:
+            self._settle_all()
+            return {eni.id: eni.status for eni in self.enis.values()}
+
+    def enis_of(self, instance_id: str) -> list[Eni]:
+        with self.lock:
+            self._settle_all()
+            return [e for e in self.enis.values()
+                    if e.instance_id == instance_id or e.owner == instance_id]
+
+    # --- internals ----------------------------------------------------------------------
+
+    def _new_id(self, prefix: str) -> str:
+        salt = uuid.UUID(int=self.random.getrandbits(128)).hex[:8]
+        return f"{prefix}-{next(self._ids):08x}{salt}"
+
+    def _new_eni(self, vsw: VSwitch, secondary: Sequence[str] | int, *,
+                 kind: str = "Secondary") -> Eni:
+        count = secondary if isinstance(secondary, int) else len(secondary)
+        if isinstance(secondary, int):
+            ips = vsw.take(1 + count)
+        else:
+            self._claim(vsw, secondary)
+            ips = vsw.take(1) + list(secondary)
+        eni_id = self._new_id("eni")
+        mac = "00:16:3e:" + ":".join(f"{self.random.randrange(256):02x}" for _ in range(3))
+        eni = self.enis[eni_id] = Eni(id=eni_id, vswitch=vsw.id, mac=mac, primary_ip=ips[0],
+                                      kind=kind, secondary=ips[1:])
+        return eni
+
+    def _claim(self, vsw: VSwitch, ips: Sequence[str]) -> None:
+        for ip in ips:
+            try:
+                addr = ipaddress.IPv4Address(ip)
+            except ValueError:
+                raise EcsError("InvalidParameter", f"{ip} is not an IPv4 address") from None
+            if addr not in vsw.cidr:
+                raise EcsError("InvalidParameter", f"{ip} is not in vSwitch {vsw.id}")
+            if ip in vsw.used:
+                raise EcsError("InvalidPrivateIpAddress.Duplicated", f"{ip} is in use")
+        if vsw.dry:
+            raise EcsError("InvalidVSwitchId.IpNotEnough",
+                           f"The vSwitch {vsw.id} has not enough free IP addresses.")
+        vsw.used.update(ips)
+
+    def _vswitch(self, vsw_id: str) -> VSwitch:
+        vsw = self.vswitches.get(vsw_id)
+        if vsw is None:
+            raise EcsError("InvalidVSwitchId.NotFound", f"The vSwitch {vsw_id} does not exist.")
+        return vsw
+
+    def _eni(self, eni_id: str | None) -> Eni:
+        if not eni_id:
+            raise EcsError("MissingParameter", "NetworkInterfaceId is mandatory")
+        eni = self.enis.get(eni_id)
+        if eni is None:
+            raise EcsError("InvalidEniId.NotFound", f"The ENI {eni_id} does not exist.")
+        self._settle(eni)
+        return eni
+
+    def _instance(self, instance_id: str | None) -> Instance:
+        inst = self.instances.get(instance_id or "")
+        if inst is None:
+            raise EcsError("InvalidEcsId.NotFound", f"The instance {instance_id} does not exist.")
+        return inst
+
+    def _settle(self, eni: Eni) -> None:
+        if eni.settles_to is not None and time.monotonic() >= eni.settles_at:
+            eni.status = eni.settles_to
+            eni.settles_to = None
+            if eni.status == "Available":
+                eni.instance_id = None
+
+    def _settle_all(self) -> None:
+        for eni in self.enis.values():
+            self._settle(eni)
+
+    def _change(self, eni: Eni, transient: str, final: str) -> None:
+        if self.state_latency > 0:
+            eni.status, eni.settles_to = transient, final
+            eni.settles_at = time.monotonic() + self.state_latency
+        else:
+            eni.status = final
+            if final == "Available":
+                eni.instance_id = None
+
+    # --- HTTP ---------------------------------------------------------------------------
+
+    def _handle(self, req: BaseHTTPRequestHandler) -> None:
+        length = int(req.headers.get("content-length") or 0)
+        body = req.rfile.read(length) if length else b""
+        params: dict[str, str] = dict(parse_qsl(urlsplit(req.path).query,
+                                                keep_blank_values=True))
+        if body and "json" not in (req.headers.get("content-type") or ""):
+            params.update(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+        action = req.headers.get("x-acs-action") or params.get("Action") or ""
+        request_id = str(uuid.UUID(int=self.random.getrandbits(128)))
+        try:
+            reply = self.dispatch(action, params)
+            status = 200
+            reply = {"RequestId": request_id, **reply}
+        except EcsError as exc:
+            status = exc.status
+            reply = {"RequestId": request_id, "Code": exc.code, "Message": exc.message,
+                     "HostId": "ecs.aliyuncs.com"}
+        data = json.dumps(reply).encode()
+        req.send_response(status)
+        req.send_header("Content-Type", "application/json;charset=utf-8")
+        req.send_header("Content-Length", str(len(data)))
+        req.send_header("x-acs-request-id", request_id)
+        req.end_headers()
+        req.wfile.write(data)
+
+    def dispatch(self, action: str, params: Mapping[str, str]) -> dict[str, Any]:
+        """One API call, without HTTP: what the server answers (raises :class:`EcsError`)."""
+        handler = getattr(self, f"_api_{action}", None)
+        if action not in APIS or handler is None:
+            raise EcsError("InvalidAction", f"{action or 'no action'} is not supported")
+        with self.lock:
+            self.calls[action] += 1
+            bucket = self._buckets.get(action)
+            throttled = bucket is not None and not bucket.take()
+            scripted = self.scripted.get(action)
+            code = scripted.pop(0) if scripted else None
+            injected = (self.fault_rate > 0 and code is None and not throttled
+                        and self.random.random() < self.fault_rate)
+            if injected:
+                code = self.random.choice(["Throttling", "InternalError", "ServiceUnavailable"])
+            elif (code is None and not throttled and self.throttle_rate > 0
+                  and self.random.random() < self.throttle_rate):
+                code, injected = "Throttling", True
+        if self.latency:
+            time.sleep(self.latency)
+        if throttled:
+            with self.lock:
+                self.throttled[action] += 1
+            raise EcsError("Throttling", "Request was denied due to request throttling.")
+        if code is not None:
+            raise EcsError(code, f"{action} failed ({'injected' if injected else 'scripted'})")
+        with self.lock:
+            reply: dict[str, Any] = handler(params)
+            drop = self.malformed.get(action)
+            if drop:
+                reply = _drop_key(reply, drop.pop(0))
+            for key, when in self.malformed_when.get(action, ()):
+                if all(params.get(k) == v for k, v in when.items()):
+                    reply = _drop_key(reply, key)
+            return reply
+
+    # --- the APIs -----------------------------------------------------------------------
+
+    def _api_DescribeInstanceTypes(self, p: Mapping[str, str]) -> dict[str, Any]:
+        wanted = _list(p, "InstanceTypes")
+        out = []
+        for name, (enis, ips, ipv6) in INSTANCE_TYPES.items():
+            if wanted and name not in wanted:
+                continue
+            out.append({"InstanceTypeId": name, "EniQuantity": enis,
+                        "EniTotalQuantity": enis, "EniPrivateIpAddressQuantity": ips,
+                        "EniIpv6AddressQuantity": ipv6, "EniTrunkSupported": True})
+        return {"InstanceTypes": {"InstanceType": out}}
+
+    def _eni_view(self, eni: Eni) -> dict[str, Any]:
+        ips = [{"PrivateIpAddress": eni.primary_ip, "Primary": True}]
+        ips += [{"PrivateIpAddress": ip, "Primary": False} for ip in eni.secondary]
+        return {
+            "NetworkInterfaceId": eni.id, "Status": eni.status, "Type": eni.kind,
+            "InstanceId": eni.instance_id or "", "VSwitchId": eni.vswitch,
+            "ZoneId": self.vswitches[eni.vswitch].zone, "VpcId": "vpc-sim",
+            "MacAddress": eni.mac, "PrivateIpAddress": eni.primary_ip,
+            "Description": eni.description,
+            "PrivateIpSets": {"PrivateIpSet": ips},
+            "Ipv6Sets": {"Ipv6Set": [{"Ipv6Address": a} for a in eni.ipv6]},
+            "SecurityGroupIds": {"SecurityGroupId": list(eni.security_groups)},
+        }
+
+    def _api_DescribeNetworkInterfaces(self, p: Mapping[str, str]) -> dict[str, Any]:
+        ids = set(_list(p, "NetworkInterfaceId"))
+        instance = p.get("InstanceId")
+        status = p.get("Status")
+        vsw = p.get("VSwitchId")
+        self._settle_all()
+        found = [e for e in self.enis.values()
+                 if (not ids or e.id in ids) and (not instance or e.instance_id == instance)
+                 and (not status or e.status == status) and (not vsw or e.vswitch == vsw)]
+        return {"NetworkInterfaceSets": {"NetworkInterfaceSet": [self._eni_view(e)
+                                                                  for e in found]},
+                "TotalCount": len(found), "NextToken": ""}
+
+    def _api_DescribeVSwitches(self, p: Mapping[str, str]) -> dict[str, Any]:
+        wanted = p.get("VSwitchId")
+        out = [{"VSwitchId": v.id, "CidrBlock": str(v.cidr), "ZoneId": v.zone,
+                "VpcId": "vpc-sim", "Status": "Available",
+                "AvailableIpAddressCount": v.available()}
+               for v in self.vswitches.values() if not wanted or v.id == wanted]
+        return {"VSwitches": {"VSwitch": out}, "TotalCount": len(out), "PageNumber": 1,
+                "PageSize": 50}
+
+    def _api_CreateNetworkInterface(self, p: Mapping[str, str]) -> dict[str, Any]:
+        vsw = self._vswitch(p.get("VSwitchId") or "")
+        groups = _list(p, "SecurityGroupIds") or ([p["SecurityGroupId"]]
+                                                   if p.get("SecurityGroupId") else [])
+        if not groups:
+            raise EcsError("MissingParameter", "SecurityGroupId is mandatory")
+        explicit = _list(p, "PrivateIpAddress")
+        count = _int(p, "SecondaryPrivateIpAddressCount", 0)
+        if count and explicit:
+            raise EcsError("InvalidParameter", "give a count or addresses, not both")
+        if 1 + max(count, len(explicit)) > max(v[1] for v in INSTANCE_TYPES.values()):
+            raise EcsError("InvalidOperation.Ipv4CountExceeded", "too many addresses")
+        eni = self._new_eni(vsw, explicit or count)
+        eni.security_groups = groups
+        eni.description = p.get("Description", "")
+        eni.owner = _owner_of(eni.description)
+        view = self._eni_view(eni)
+        return {k: view[k] for k in ("NetworkInterfaceId", "Status", "Type", "VSwitchId",
+                                     "ZoneId", "VpcId", "MacAddress", "PrivateIpAddress",
+                                     "PrivateIpSets", "SecurityGroupIds", "Ipv6Sets")}
+
+    def _api_AttachNetworkInterface(self, p: Mapping[str, str]) -> dict[str, Any]:
+        eni = self._eni(p.get("NetworkInterfaceId"))
+        inst = self._instance(p.get("InstanceId"))
+        if eni.instance_id == inst.id and eni.status in ("Attaching", "InUse"):
+            return {}  # already there
+        if eni.status != "Available":
+            raise EcsError("InvalidOperation.InvalidEniState",
+                           f"The ENI {eni.id} is {eni.status}.")
+        self._settle_all()
+        attached = [e for e in self.enis.values() if e.instance_id == inst.id]
+        if len(attached) >= INSTANCE_TYPES[inst.type][0]:
+            raise EcsError("EniPerInstanceLimitExceeded",
+                           f"The instance {inst.id} has all its network interfaces.")
+        eni.instance_id = eni.owner = inst.id
+        self._change(eni, "Attaching", "InUse")
+        return {}
+
+    def _api_DetachNetworkInterface(self, p: Mapping[str, str]) -> dict[str, Any]:
+        eni = self._eni(p.get("NetworkInterfaceId"))
+        if eni.kind != "Secondary":
+            raise EcsError("InvalidOperation.InvalidEniType", f"{eni.id} is a {eni.kind} ENI")
+        if eni.status == "Detaching":
+            return {}
+        if eni.status != "InUse":
+            raise EcsError("InvalidOperation.InvalidEniState",
+                           f"The ENI {eni.id} is {eni.status}.")
+        if p.get("InstanceId") and p["InstanceId"] != eni.instance_id:
+            raise EcsError("InvalidEcsId.NotFound", f"{eni.id} is not on {p['InstanceId']}")
+        self._change(eni, "Detaching", "Available")
+        return {}
+
+    def _api_DeleteNetworkInterface(self, p: Mapping[str, str]) -> dict[str, Any]:
+        eni = self._eni(p.get("NetworkInterfaceId"))
+        if eni.kind != "Secondary":
+            raise EcsError("InvalidOperation.InvalidEniType", f"{eni.id} is a {eni.kind} ENI")
+        if eni.status != "Available":
+            raise EcsError("InvalidOperation.InvalidEniState",
+                           f"The ENI {eni.id} is {eni.status}.")
+        vsw = self.vswitches[eni.vswitch]
+        vsw.used.difference_update([eni.primary_ip, *eni.secondary])
+        del self.enis[eni.id]
+        return {}
+
+    def _ipv4_limit(self, eni: Eni) -> int:
+        inst = self.instances.get(eni.instance_id or eni.owner or "")
+        return INSTANCE_TYPES[inst.type][1] if inst else 10
+
+    def _api_AssignPrivateIpAddresses(self, p: Mapping[str, str]) -> dict[str, Any]:
+        eni = self._eni(p.get("NetworkInterfaceId"))
+        if eni.status not in ("InUse", "Available"):
+            raise EcsError("InvalidOperation.InvalidEniState",
+                           f"The ENI {eni.id} is {eni.status}.")
+        explicit = _list(p, "PrivateIpAddress")
+        count = _int(p, "SecondaryPrivateIpAddressCount", 0)
+        if not explicit and count <= 0:
+            raise EcsError("MissingParameter", "SecondaryPrivateIpAddressCount or "
+                                               "PrivateIpAddress is mandatory")
+        wanted = len(explicit) or count
+        if 1 + len(eni.secondary) + wanted > self._ipv4_limit(eni):
+            raise EcsError("InvalidOperation.Ipv4CountExceeded",
+                           f"The ENI {eni.id} cannot take {wanted} more IPv4 addresses.")
+        vsw = self.vswitches[eni.vswitch]
+        if explicit:
+            self._claim(vsw, explicit)
+            got = list(explicit)
+        else:
+            got = vsw.take(count)
+        eni.secondary.extend(got)
+        v6count = _int(p, "Ipv6AddressCount", 0)
+        for _ in range(v6count):
+            eni.ipv6.append(f"2408:4000:{self.random.randrange(1 << 16):x}::"
+                            f"{self.random.randrange(1 << 16):x}")
+        return {"AssignedPrivateIpAddressesSet": {
+            "NetworkInterfaceId": eni.id, "PrivateIpSet": {"PrivateIpAddress": got}}}
+
+    def _api_UnassignPrivateIpAddresses(self, p: Mapping[str, str]
+                                        ) -> dict[str, Any]:
+        eni = self._eni(p.get("NetworkInterfaceId"))
+        ips = _list(p, "PrivateIpAddress")
+        if not ips:
+            raise EcsError("MissingParameter", "PrivateIpAddress is mandatory")
+        if eni.primary_ip in ips:
+            raise EcsError("InvalidOperation.InvalidEniState",
+                           f"{eni.primary_ip} is the primary address of {eni.id}")
+        missing = [ip for ip in ips if ip not in eni.secondary]
+        if missing:
+            raise EcsError("InvalidIp.IpUnassigned",
+                           f"{', '.join(missing)} not assigned to {eni.id}")
+        eni.secondary = [ip for ip in eni.secondary if ip not in ips]
+        self.vswitches[eni.vswitch].used.difference_update(ips)
+        return {}
+
+
+def _owner_of(description: str) -> str | None:
+    # the provider writes "podnet:<instance id>" as the description of the ENIs it makes
+    if description.startswith("podnet:"):
+        return description.split(":", 1)[1] or None
+    return None
+
+
+def _list(p: Mapping[str, str], name: str) -> list[str]:
+    out: list[tuple[int, str]] = []
+    prefix = f"{name}."
+    for key, value in p.items():
+        if key.startswith(prefix) and key[len(prefix):].isdigit():
+            out.append((int(key[len(prefix):]), value))
+    if not out and p.get(name, "").startswith("["):
+        try:
+            parsed = json.loads(p[name])
+        except ValueError:
+            parsed = []
+        return [str(v) for v in parsed]
+    return [v for _, v in sorted(out)]
+
+
+def _int(p: Mapping[str, str], name: str, default: int) -> int:
+    raw = p.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise EcsError("InvalidParameter", f"{name} must be a number") from None
+
+
+def _drop_key(value: Any, key: str) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_key(v, key) for k, v in value.items() if k != key}
+    if isinstance(value, list):
+        return [_drop_key(v, key) for v in value]
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``podnet sim ecs``: serve a loopback ECS until interrupted; prints its URL."""
+    parser = argparse.ArgumentParser(prog="podnet sim ecs")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--rate", type=float, default=None, help="calls/s per API")
+    parser.add_argument("--fault-rate", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--vswitch", action="append", default=[],
+                        help="ID=CIDR (repeatable); default vsw-sim-1=10.0.0.0/16")
+    parser.add_argument("--instance", action="append", default=[],
+                        help="ID[=TYPE] (repeatable)")
+    args = parser.parse_args(argv)
+    sim = EcsSimulator(host=args.host, port=args.port, latency=args.latency_ms / 1000,
+                       rate=args.rate, fault_rate=args.fault_rate, seed=args.seed)
+    for spec in args.vswitch or ["vsw-sim-1=10.0.0.0/16"]:
+        vid, _, cidr = spec.partition("=")
+        sim.add_vswitch(vid, cidr)
+    for spec in args.instance:
+        iid, _, itype = spec.partition("=")
+        sim.add_instance(iid, itype or "ecs.g7.large")
+    sim.start()
+    print(sim.url, flush=True)
+    try:
+        _serve_until_interrupted()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sim.stop()
+    return 0
+
+
+def _serve_until_interrupted() -> None:
+    threading.Event().wait()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

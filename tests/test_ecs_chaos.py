@@ -1,0 +1,72 @@
+"""The chaos machine against the ECS provider on its loopback simulator.
+
+``PODNET_CHAOS_EXAMPLES`` sets the example count of each machine; the default here (100)
+keeps the file near 30 s (every example starts a simulator and drives the real SDK over
+HTTP); at 200 it takes about a minute.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from podnet.plugins.ecs.demo import KIT_POLICY, EcsWorld
+from podnet.plugins.ecs.provider import EcsProvider
+from podnet.testing.chaos import EXAMPLES_ENV, chaos_settings, make_chaos_machine
+
+pytest_plugins = ["podnet.testing"]
+
+#: the simulator of each provider the machine made; the previous one is stopped when the
+#: next example starts (an example's machine outlives no other)
+_WORLDS: dict[int, EcsWorld] = {}
+
+DEFAULT_EXAMPLES = 100
+
+
+def _new(world: EcsWorld) -> EcsProvider:
+    for old in list(_WORLDS.values()):
+        old.close()
+    _WORLDS.clear()
+    _WORLDS[id(world.plugin)] = world
+    return world.plugin
+
+
+def _factory() -> EcsProvider:
+    return _new(EcsWorld(nodes=3, policy=KIT_POLICY))
+
+
+def _tight() -> EcsProvider:
+    """Tiny instances (4 ENIs of 3 secondary addresses) and tight pool bounds: new ENIs,
+    disposal, rollbacks and the ENI limit all happen with a handful of pods."""
+    policy = attrs.evolve(KIT_POLICY, min_idle=1, max_idle=2, batch_size=2, max_batch_size=4,
+                          reuse_cooldown=0.0)
+    world = EcsWorld(policy=policy, instance_type="ecs.sim.tiny")
+    for n in range(3):
+        world.add_node(f"node-{n:04d}", "ecs.sim.tiny")
+    world.plugin.podnet_configure("ecs", {**world.config, "instance_ids": {
+        f"node-{n:04d}": f"i-node{n:04d}" for n in range(3)}})
+    return _new(world)
+
+
+def _addresses(plugin: Any) -> Mapping[str, str]:
+    return _WORLDS[id(plugin)].addresses()
+
+
+def _fault_rate(plugin: Any, rate: float) -> None:
+    _WORLDS[id(plugin)].sim.fault_rate = rate
+
+
+EcsChaos = make_chaos_machine(_factory, _addresses, cloud_fault_rate=_fault_rate,
+                              name="EcsChaos")
+TestEcsChaos = EcsChaos.TestCase
+TestEcsChaos.settings = chaos_settings(
+    int(os.environ.get(EXAMPLES_ENV, str(DEFAULT_EXAMPLES))))
+
+TightEcsChaos = make_chaos_machine(_tight, _addresses, cloud_fault_rate=_fault_rate, pods=8,
+                                   name="TightEcsChaos")
+TestTightEcsChaos = TightEcsChaos.TestCase
+TestTightEcsChaos.settings = chaos_settings(
+    int(os.environ.get(EXAMPLES_ENV, str(DEFAULT_EXAMPLES))))

@@ -1,0 +1,184 @@
+"""The ECS provider's hooks, one by one, against the loopback simulator."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import pytest
+
+from podnet.core.demo import node_obj
+from podnet.core.errors import ErrorKind, ProviderError
+from podnet.core.models import NodeInfo
+from podnet.hookspecs.types import CloudInterface, NodeContext, PoolEntry
+from podnet.plugins.ecs import demo
+from podnet.plugins.ecs.demo import EcsWorld
+from podnet.plugins.ecs.provider import EcsProvider, _Limits
+
+SECRET = "top-SECRET-value"
+
+
+@pytest.fixture
+def ecs() -> Iterator[EcsWorld]:
+    world = EcsWorld(nodes=1, access_key_secret=SECRET)
+    yield world
+    world.close()
+
+
+def ctx(name: str = "node-0000", **kw: object) -> NodeContext:
+    return NodeContext(node=NodeInfo(name=name, uid="u", **kw))  # type: ignore[arg-type]
+
+
+def test_instance_id_from_provider_id_label_or_config() -> None:
+    p = EcsProvider()
+    assert p.instance_id(ctx("n", provider_id="cn-hangzhou.i-bp1abc")) == "i-bp1abc"
+    assert p.instance_id(ctx("n", provider_id="alicloud://cn-beijing.i-2ze9")) == "i-2ze9"
+    assert p.instance_id(ctx("n", labels={"podnet.io/ecs-instance-id": "i-x1"})) == "i-x1"
+    with pytest.raises(ProviderError) as info:
+        p.instance_id(ctx("n", provider_id="demo://n"))
+    assert info.value.field == "spec.providerID"
+
+
+def test_max_interfaces_follows_terway(ecs: EcsWorld) -> None:
+    p = ecs.plugin
+    assert p.max_interfaces(_Limits(enis=3, ipv4=10, ipv6=0)) == 3  # 2 secondaries + primary
+    p.podnet_configure("ecs", {**ecs.config, "eni_cap_ratio": 0.5, "eni_cap_shift": 1})
+    assert p.max_interfaces(_Limits(enis=8, ipv4=10, ipv6=0)) == 5
+    p.podnet_configure("ecs", {**ecs.config, "max_enis": 1})
+    assert p.max_interfaces(_Limits(enis=8, ipv4=10, ipv6=0)) == 2
+
+
+def test_inventory_reports_the_primary_without_its_address(ecs: EcsWorld) -> None:
+    inv = ecs.plugin.podnet_node_inventory("ecs", ctx())
+    assert inv is not None
+    [primary] = inv.interfaces
+    assert primary.primary and primary.ips == () and primary.subnet == "vsw-sim-a"
+    assert (inv.max_interfaces, inv.ips_per_interface) == (3, 9)
+    calls = ecs.sim.calls["DescribeInstanceTypes"]
+    ecs.plugin.podnet_node_inventory("ecs", ctx())
+    assert ecs.sim.calls["DescribeInstanceTypes"] == calls  # the limits are cached
+
+
+def test_grow_shrink_and_already_gone(ecs: EcsWorld) -> None:
+    p = ecs.plugin
+    inv = p.podnet_node_inventory("ecs", ctx())
+    assert inv is not None
+    got = p.podnet_pool_grow("ecs", ctx(), inv.interfaces[0], 4, None)
+    assert got is not None and len(got) == 4
+    assert ecs.sim.calls["AssignPrivateIpAddresses"] == 1
+    assert set(ecs.addresses()) == {e.address for e in got}
+    gone = p.podnet_pool_shrink("ecs", ctx(), [got[0], got[1]])
+    assert gone is not None and set(gone) == {got[0].address, got[1].address}
+    # one already gone, one still there: both count as gone
+    again = p.podnet_pool_shrink("ecs", ctx(), [got[0], got[2]])
+    assert again is not None and set(again) == {got[0].address, got[2].address}
+    assert set(ecs.addresses()) == {got[3].address}
+    # the interface unknown: found on the node's ENIs
+    assert p.podnet_pool_shrink("ecs", ctx(), [PoolEntry(got[3].address)]) == [got[3].address]
+    assert ecs.addresses() == {}
+
+
+def test_create_rolls_back_a_failed_attach(ecs: EcsWorld) -> None:
+    ecs.sim.fail_next("AttachNetworkInterface", "EniPerInstanceLimitExceeded")
+    with pytest.raises(ProviderError) as info:
+        ecs.plugin.podnet_interface_create("ecs", ctx(), None, 3)
+    assert info.value.kind is ErrorKind.QUOTA_EXCEEDED
+    assert [e.kind for e in ecs.sim.enis_of("i-node0000")] == ["Primary"]
+    assert ecs.addresses() == {}
+
+
+def test_failed_rollback_is_retried_by_the_next_inventory(ecs: EcsWorld) -> None:
+    ecs.sim.fail_next("AttachNetworkInterface", "InternalError")
+    ecs.sim.fail_next("DeleteNetworkInterface", "InternalError")
+    with pytest.raises(ProviderError):
+        ecs.plugin.podnet_interface_create("ecs", ctx(), None, 3)
+    assert len(ecs.addresses()) == 3  # the orphan, attributed to the instance
+    ecs.plugin.podnet_node_inventory("ecs", ctx())
+    assert ecs.addresses() == {}
+
+
+def test_create_attach_and_dispose(ecs: EcsWorld) -> None:
+    p = ecs.plugin
+    itf = p.podnet_interface_create("ecs", ctx(), None, 5)
+    assert itf is not None and len(itf.ips) == 5 and itf.subnet == "vsw-sim-a"
+    assert ecs.sim.eni_states()[itf.id] == "InUse"
+    with pytest.raises(ProviderError):
+        p.podnet_interface_dispose("ecs", ctx(), CloudInterface(id="eni-x", primary=True))
+    assert p.podnet_interface_dispose("ecs", ctx(), itf) is True
+    assert itf.id not in ecs.sim.eni_states()
+    assert p.podnet_interface_dispose("ecs", ctx(), itf) is True  # gone is gone
+
+
+def test_dispose_waits_for_a_slow_detach(ecs: EcsWorld) -> None:
+    p = ecs.plugin
+    itf = p.podnet_interface_create("ecs", ctx(), None, 0)
+    assert itf is not None
+    ecs.sim.state_latency = 30.0
+    p.podnet_configure("ecs", {**ecs.config, "attach_timeout": 0.05})
+    assert p.podnet_interface_dispose("ecs", ctx(), itf) is False  # still detaching
+    assert ecs.sim.eni_states()[itf.id] == "Detaching"
+
+
+@pytest.mark.parametrize(("policy", "expected"), [
+    ("ordered", "vsw-sim-a"), ("most", "vsw-sim-b")])
+def test_vswitch_policy(policy: str, expected: str) -> None:
+    world = EcsWorld(nodes=1, vswitch_policy=policy,
+                     vswitches_in_cloud={"vsw-sim-a": "10.0.0.0/26",
+                                         "vsw-sim-b": "10.1.0.0/24"})
+    try:
+        assert world.plugin.choose_vswitch(None, 3) == expected
+        world.sim.exhaust(expected)
+        other = {"vsw-sim-a", "vsw-sim-b"} - {expected}
+        assert world.plugin.choose_vswitch(None, 3) in other
+        world.sim.exhaust(next(iter(other)))
+        with pytest.raises(ProviderError) as info:
+            world.plugin.choose_vswitch(None, 3)
+        assert info.value.kind is ErrorKind.SUBNET_EXHAUSTED
+    finally:
+        world.close()
+
+
+def test_sdk_errors_become_provider_errors_naming_the_subject(ecs: EcsWorld) -> None:
+    inv = ecs.plugin.podnet_node_inventory("ecs", ctx())
+    assert inv is not None
+    for code, kind in [("Throttling", ErrorKind.THROTTLED),
+                       ("InvalidVSwitchId.IpNotEnough", ErrorKind.SUBNET_EXHAUSTED),
+                       ("QuotaExceeded.PrivateIpAddress", ErrorKind.QUOTA_EXCEEDED),
+                       ("ServiceUnavailable", ErrorKind.TRANSIENT)]:
+        ecs.sim.fail_next("AssignPrivateIpAddresses", code)
+        with pytest.raises(ProviderError) as info:
+            ecs.plugin.podnet_pool_grow("ecs", ctx(), inv.interfaces[0], 2, None)
+        assert info.value.kind is kind and code in str(info.value)
+        assert "vsw-sim-a" in str(info.value)
+
+
+def test_credentials_never_leak(ecs: EcsWorld, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    ecs.sim.fault_rate = 1.0
+    messages = []
+    for _ in range(3):
+        try:
+            ecs.plugin.podnet_node_inventory("ecs", ctx())
+        except ProviderError as exc:
+            messages.append(repr(exc) + str(exc))
+    assert messages
+    assert all(SECRET not in m for m in messages)
+    assert SECRET not in caplog.text
+    assert SECRET not in repr(ecs.plugin.config)
+
+
+def test_demo_builder_sets_up_nodes() -> None:
+    opts = SimpleNamespace(cloud_latency_ms=0, cloud_rate=0, fault_rate=0.0, seed=0,
+                           instance_type="ecs.g7.large")
+    plugin, truth, calls, setup_node = demo.build(opts)
+    node = setup_node(node_obj(3))
+    assert node["spec"]["providerID"] == "cn-hangzhou.i-node0003"
+    info = NodeInfo(name="node-0003", uid="u", provider_id=node["spec"]["providerID"],
+                    labels=node["metadata"]["labels"])
+    inv = plugin.podnet_node_inventory("ecs", NodeContext(node=info))
+    assert inv is not None and inv.interfaces[0].primary
+    got = plugin.podnet_pool_grow("ecs", NodeContext(node=info), inv.interfaces[0], 2, None)
+    assert set(truth()) == {e.address for e in got}
+    assert set(truth().values()) == {"node-0003"}
+    assert calls()["AssignPrivateIpAddresses"] == 1

@@ -1,0 +1,251 @@
+"""The official SDK (alibabacloud_ecs20140526) against the loopback ECS simulator: every
+API, error codes with their HTTP status, throttling, ENI states, faults, ground truth."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from alibabacloud_ecs20140526 import models as m
+from alibabacloud_ecs20140526.client import Client
+from alibabacloud_tea_openapi import models as open_api_models
+from alibabacloud_tea_openapi.exceptions import ClientException, ServerException
+
+from podnet.plugins.ecs.sim import EcsSimulator, main
+
+REGION = "cn-hangzhou"
+
+
+@pytest.fixture
+def sim() -> Iterator[EcsSimulator]:
+    s = EcsSimulator()
+    s.add_vswitch("vsw-a", "10.0.0.0/24")
+    s.add_vswitch("vsw-b", "10.0.1.0/28")
+    s.add_instance("i-1", "ecs.g7.large", "vsw-a")
+    with s:
+        yield s
+
+
+@pytest.fixture
+def client(sim: EcsSimulator) -> Client:
+    return Client(open_api_models.Config(access_key_id="id", access_key_secret="secret",
+                                         region_id=REGION, endpoint=sim.endpoint,
+                                         protocol="http"))
+
+
+def create(client: Client, vsw: str = "vsw-a", count: int = 2) -> Any:
+    return client.create_network_interface(m.CreateNetworkInterfaceRequest(
+        region_id=REGION, v_switch_id=vsw, security_group_ids=["sg-1", "sg-2"],
+        secondary_private_ip_address_count=count, description="podnet:i-1")).body
+
+
+def enis(client: Client, **kw: Any) -> list[Any]:
+    body = client.describe_network_interfaces(m.DescribeNetworkInterfacesRequest(
+        region_id=REGION, **kw)).body
+    return list(body.network_interface_sets.network_interface_set)
+
+
+def error_of(call: Any) -> ClientException | ServerException:
+    with pytest.raises((ClientException, ServerException)) as info:
+        call()
+    err = info.value
+    assert isinstance(err, ClientException | ServerException)
+    return err
+
+
+def test_url_and_endpoint(sim: EcsSimulator) -> None:
+    assert sim.port > 0
+    assert sim.url == f"http://127.0.0.1:{sim.port}" and sim.endpoint.endswith(str(sim.port))
+
+
+def test_instance_types_carry_eni_limits(client: Client) -> None:
+    body = client.describe_instance_types(m.DescribeInstanceTypesRequest(
+        instance_types=["ecs.g7.large"])).body
+    [t] = body.instance_types.instance_type
+    assert (t.instance_type_id, t.eni_quantity, t.eni_private_ip_address_quantity) == (
+        "ecs.g7.large", 3, 10)
+
+
+def test_primary_eni_of_an_instance(client: Client) -> None:
+    [eni] = enis(client, instance_id="i-1")
+    assert eni.type == "Primary" and eni.status == "InUse"
+    [ip] = eni.private_ip_sets.private_ip_set
+    assert ip.primary and ip.private_ip_address == eni.private_ip_address
+
+
+def test_eni_lifecycle_through_the_sdk(client: Client, sim: EcsSimulator) -> None:
+    made = create(client)
+    assert made.status == "Available" and made.v_switch_id == "vsw-a"
+    assert len(made.private_ip_sets.private_ip_set) == 3  # primary + 2
+    assert made.security_group_ids.security_group_id == ["sg-1", "sg-2"]
+    eni_id = made.network_interface_id
+    client.attach_network_interface(m.AttachNetworkInterfaceRequest(
+        region_id=REGION, network_interface_id=eni_id, instance_id="i-1"))
+    assert {e.network_interface_id: e.status for e in enis(client, instance_id="i-1")}[
+        eni_id] == "InUse"
+    got = client.assign_private_ip_addresses(m.AssignPrivateIpAddressesRequest(
+        region_id=REGION, network_interface_id=eni_id,
+        secondary_private_ip_address_count=3)).body
+    new = got.assigned_private_ip_addresses_set.private_ip_set.private_ip_address
+    assert len(new) == 3
+    explicit = client.assign_private_ip_addresses(m.AssignPrivateIpAddressesRequest(
+        region_id=REGION, network_interface_id=eni_id, private_ip_address=["10.0.0.200"]
+    )).body.assigned_private_ip_addresses_set.private_ip_set.private_ip_address
+    assert explicit == ["10.0.0.200"]
+    truth = sim.addresses()
+    assert set(new) | {"10.0.0.200"} <= set(truth) and truth["10.0.0.200"] == "i-1"
+    client.unassign_private_ip_addresses(m.UnassignPrivateIpAddressesRequest(
+        region_id=REGION, network_interface_id=eni_id, private_ip_address=new[:2]))
+    assert not set(new[:2]) & set(sim.addresses())
+    client.detach_network_interface(m.DetachNetworkInterfaceRequest(
+        region_id=REGION, network_interface_id=eni_id, instance_id="i-1"))
+    assert sim.eni_states()[eni_id] == "Available"
+    client.delete_network_interface(m.DeleteNetworkInterfaceRequest(
+        region_id=REGION, network_interface_id=eni_id))
+    assert eni_id not in sim.eni_states()
+    assert sim.addresses() == {}
+    assert sim.calls["AssignPrivateIpAddresses"] == 2
+
+
+def test_vswitches_report_free_addresses(client: Client, sim: EcsSimulator) -> None:
+    def free() -> dict[str, int]:
+        body = client.describe_vswitches(m.DescribeVSwitchesRequest(region_id=REGION)).body
+        return {v.v_switch_id: v.available_ip_address_count for v in body.v_switches.v_switch}
+
+    before = free()
+    assert before["vsw-b"] == 13
+    create(client, "vsw-b", 4)
+    assert free()["vsw-b"] == 8
+    sim.exhaust("vsw-b")
+    assert free()["vsw-b"] == 0
+
+
+@pytest.mark.parametrize(("code", "status", "call"), [
+    ("InvalidEniId.NotFound", 404, lambda c: c.delete_network_interface(
+        m.DeleteNetworkInterfaceRequest(region_id=REGION, network_interface_id="eni-nope"))),
+    ("InvalidEcsId.NotFound", 404, lambda c: c.attach_network_interface(
+        m.AttachNetworkInterfaceRequest(region_id=REGION, instance_id="i-nope",
+                                        network_interface_id=create(c).network_interface_id))),
+    ("InvalidVSwitchId.IpNotEnough", 403, lambda c: create(c, "vsw-b", 20)),
+    ("InvalidOperation.Ipv4CountExceeded", 403, lambda c: c.assign_private_ip_addresses(
+        m.AssignPrivateIpAddressesRequest(
+            region_id=REGION, network_interface_id=enis(c, instance_id="i-1")[0]
+            .network_interface_id, secondary_private_ip_address_count=10))),
+    ("InvalidIp.IpUnassigned", 400, lambda c: c.unassign_private_ip_addresses(
+        m.UnassignPrivateIpAddressesRequest(
+            region_id=REGION, network_interface_id=enis(c, instance_id="i-1")[0]
+            .network_interface_id, private_ip_address=["10.0.0.99"]))),
+    ("InvalidOperation.InvalidEniState", 400, lambda c: c.delete_network_interface(
+        m.DeleteNetworkInterfaceRequest(
+            region_id=REGION, network_interface_id=_attached(c)))),
+])
+def test_errors_carry_code_and_status(client: Client, code: str, status: int,
+                                      call: Any) -> None:
+    err = error_of(lambda: call(client))
+    assert (err.code, err.status_code) == (code, status)
+
+
+def _attached(client: Client) -> str:
+    eni_id: str = create(client).network_interface_id
+    client.attach_network_interface(m.AttachNetworkInterfaceRequest(
+        region_id=REGION, network_interface_id=eni_id, instance_id="i-1"))
+    return eni_id
+
+
+def test_eni_limit_per_instance(client: Client) -> None:
+    _attached(client)
+    _attached(client)  # the primary and two secondaries: ecs.g7.large's 3
+    err = error_of(lambda: _attached(client))
+    assert (err.code, err.status_code) == ("EniPerInstanceLimitExceeded", 403)
+
+
+def test_eni_states_take_their_latency(client: Client, sim: EcsSimulator) -> None:
+    sim.state_latency = 0.2
+    eni_id = _attached(client)
+    assert sim.eni_states()[eni_id] == "Attaching"
+    err = error_of(lambda: client.assign_private_ip_addresses(
+        m.AssignPrivateIpAddressesRequest(region_id=REGION, network_interface_id=eni_id,
+                                          secondary_private_ip_address_count=1)))
+    assert err.code == "InvalidOperation.InvalidEniState"
+    time.sleep(0.25)
+    assert sim.eni_states()[eni_id] == "InUse"
+    client.detach_network_interface(m.DetachNetworkInterfaceRequest(
+        region_id=REGION, network_interface_id=eni_id, instance_id="i-1"))
+    assert sim.eni_states()[eni_id] == "Detaching"
+    time.sleep(0.25)
+    assert sim.eni_states()[eni_id] == "Available"
+
+
+def test_primary_eni_is_never_detached(client: Client) -> None:
+    primary = enis(client, instance_id="i-1")[0].network_interface_id
+    err = error_of(lambda: client.detach_network_interface(m.DetachNetworkInterfaceRequest(
+        region_id=REGION, network_interface_id=primary, instance_id="i-1")))
+    assert err.status_code == 400
+
+
+def test_rate_limit_answers_throttling(sim: EcsSimulator, client: Client) -> None:
+    sim.set_rate({"DescribeVSwitches": 2})
+    codes = []
+    for _ in range(6):
+        try:
+            client.describe_vswitches(m.DescribeVSwitchesRequest(region_id=REGION))
+            codes.append("ok")
+        except ClientException as exc:
+            codes.append(f"{exc.status_code} {exc.code}")
+    assert "400 Throttling" in codes and codes[0] == "ok"
+    assert sim.throttled["DescribeVSwitches"] >= 1
+    # other APIs are not limited
+    client.describe_instance_types(m.DescribeInstanceTypesRequest())
+
+
+def test_scripted_and_random_faults_no_sdk_retry(sim: EcsSimulator, client: Client) -> None:
+    sim.fail_next("DescribeVSwitches", "InternalError")
+    err = error_of(lambda: client.describe_vswitches(m.DescribeVSwitchesRequest(
+        region_id=REGION)))
+    assert isinstance(err, ServerException) and err.status_code == 500
+    assert sim.calls["DescribeVSwitches"] == 1  # the SDK did not retry
+    sim.fault_rate = 1.0
+    error_of(lambda: client.describe_instance_types(m.DescribeInstanceTypesRequest()))
+    sim.clear_faults()
+    client.describe_instance_types(m.DescribeInstanceTypesRequest())
+
+
+def test_malformed_reply(sim: EcsSimulator, client: Client) -> None:
+    sim.malform_next("DescribeNetworkInterfaces", "PrivateIpSets")
+    [eni] = enis(client, instance_id="i-1")
+    assert eni.private_ip_sets is None
+    [eni] = enis(client, instance_id="i-1")
+    assert eni.private_ip_sets is not None
+
+
+def test_wire_is_post_with_action_header(sim: EcsSimulator) -> None:
+    import json
+    import urllib.request
+
+    req = urllib.request.Request(
+        f"{sim.url}/?RegionId={REGION}&InstanceTypes.1=ecs.g7.large", method="POST",
+        headers={"x-acs-action": "DescribeInstanceTypes", "x-acs-version": "2014-05-26"})
+    with urllib.request.urlopen(req) as resp:
+        body = json.loads(resp.read())
+    assert body["RequestId"] and body["InstanceTypes"]["InstanceType"][0]["EniQuantity"] == 3
+    bad = urllib.request.Request(f"{sim.url}/", method="POST",
+                                 headers={"x-acs-action": "RunInstances"})
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(bad)
+    assert info.value.code == 400
+    assert json.loads(info.value.read())["Code"] == "InvalidAction"
+
+
+def test_cli_prints_the_url(capsys: pytest.CaptureFixture[str],
+                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from podnet.plugins.ecs import sim as sim_module
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sim_module, "_serve_until_interrupted", interrupted)
+    assert main(["--port", "0", "--instance", "i-9=ecs.g7.xlarge"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("http://127.0.0.1:") and not out.endswith(":0")

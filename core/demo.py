@@ -57,6 +57,10 @@ class DemoReport:
     settled: bool = False
     trace_file: str | None = None
     provider: str = ""
+    #: the fewest cloud write calls a perfect controller could make (GOALS P1b), and the
+    #: time the slowest rate-limited API needs for its fewest calls, plus one latency (P2)
+    min_write_calls: int | None = None
+    lower_bound_s: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -128,7 +132,7 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
     pm.register(plugin, name=opts.provider)
     tracer_provider = make_tracer_provider(trace_file=opts.trace_file) if opts.trace_file else None
     policies: dict[str, dict[str, Any]] = {}
-    if opts.cloud_rate:
+    if opts.cloud_rate and opts.provider == "reference":
         # the reference cloud has no server-side limit: podnet's own bucket plays it
         policies[opts.provider] = {"cloud_rate": RateLimit(
             rate=opts.cloud_rate, burst=max(1, int(opts.cloud_rate)))}
@@ -172,7 +176,26 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
     report.cloud_calls = dict(sorted(calls().items()))
     report.provider_calls = dict(sorted(engine.stats.provider_calls.items()))
     report.writes = dict(sorted(engine.stats.writes.items()))
+    _lower_bound(report, opts, len(nodes))
     return report
+
+
+def _lower_bound(report: DemoReport, opts: DemoOptions, nodes: int) -> None:
+    """From the provider's own count of the fewest calls (``demo.min_calls``), if any."""
+    if opts.provider == "reference":
+        return
+    import importlib
+
+    module = importlib.import_module(f"podnet.plugins.{opts.provider}.demo")
+    min_calls = getattr(module, "min_calls", None)
+    if min_calls is None:
+        return
+    per_node = [opts.pods // nodes + (1 if i < opts.pods % nodes else 0) for i in range(nodes)]
+    calls: dict[str, tuple[int, bool]] = min_calls(per_node)
+    report.min_write_calls = sum(n for n, write in calls.values() if write)
+    if opts.cloud_rate:
+        slowest = max(n for n, _ in calls.values()) / opts.cloud_rate
+        report.lower_bound_s = round(slowest + opts.cloud_latency_ms / 1000, 3)
 
 
 def _routed_for_live_pods(cluster: InMemoryCluster) -> tuple[int, int]:

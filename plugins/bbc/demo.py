@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from podnet.plugins.bbc.provider import DEFAULT_TYPE_LABEL, BbcProvider
+from podnet.plugins.bbc.provider import DEFAULT_TYPE_LABEL, BbcProvider, default_policy
 from podnet.plugins.bbc.sim import BbcSimulator
 
 #: the demo's subnets: the ENIs' own, and a second candidate
@@ -74,3 +74,14 @@ def build(opts: Any) -> tuple[BbcProvider, Callable[[], Mapping[str, str]],
         return Counter(sim.calls)
 
     return plugin, sim.addresses, calls, setup_node
+
+
+def min_calls(pods_per_node: Sequence[int]) -> dict[str, tuple[int, bool]]:
+    """The fewest calls a perfect controller could make for this burst, per API, and
+    whether each is a write: one vpcPort read per node, and batchAddIp in full batches of
+    the policy's largest batch."""
+    per_call = default_policy().max_batch_size
+    return {
+        "batchAddIp": (sum(-(-p // per_call) for p in pods_per_node if p), True),
+        "vpcPort": (len(pods_per_node), False),
+    }

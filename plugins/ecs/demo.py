@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -126,3 +126,14 @@ def build(opts: Any) -> tuple[Any, Callable[[], Mapping[str, str]],
         return node
 
     return world.plugin, world.addresses, calls, setup_node
+
+
+def min_calls(pods_per_node: Sequence[int]) -> dict[str, tuple[int, bool]]:
+    """The fewest calls a perfect controller could make for this burst, per API, and
+    whether each is a write: one inventory read per node, and AssignPrivateIpAddresses in
+    full batches of the API's maximum (10) on the demo's roomy ENIs."""
+    per_call = POLICY.max_batch_size
+    return {
+        "AssignPrivateIpAddresses": (sum(-(-p // per_call) for p in pods_per_node if p), True),
+        "DescribeNetworkInterfaces": (len(pods_per_node), False),
+    }

@@ -131,7 +131,7 @@ class _Corrupt:
 
     def _wrap(self, hook: str, affected: bool) -> Any:
         outcome = yield
-        if hook == self.hook and affected:
+        if hook == self.hook and affected and outcome.exception is None:
             result = outcome.get_result()
             if result is not None:
                 outcome.force_result(self.change(result))

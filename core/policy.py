@@ -61,8 +61,9 @@ class PoolPolicy:
     aggregation_window: float = attrs.field(default=0.0, validator=_non_negative)
     #: a released address is not handed out again before this
     reuse_cooldown: float = attrs.field(default=30.0, validator=_non_negative)
-    #: "not found" on release counts as gone only for records at least this old
-    min_ip_lifetime: float = attrs.field(default=3.0, validator=_non_negative)
+    #: an idle address younger than this is not given back: a cloud whose reads lag its
+    #: writes may answer "not found" for it, and that answer must not be believed (BBC: 3 s)
+    min_ip_lifetime: float = attrs.field(default=0.0, validator=_non_negative)
     #: cloud addresses nobody owns and no pool holds are deleted after this
     leaked_ip_expiry: float = attrs.field(default=600.0, validator=_non_negative)
     #: interface blocked this long when its subnet has no address left
@@ -81,6 +82,8 @@ class PoolPolicy:
     sticky_hold: float = attrs.field(default=300.0, validator=_non_negative)
     cloud_rate: RateLimit = RateLimit()
     grow_backoff: Backoff = Backoff()
+    #: cap each grow backoff at cap / (log2(batch_size)+1) / #subnets (CCE's BBC rule)
+    backoff_cap_per_try: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.min_idle > self.max_idle:

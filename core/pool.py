@@ -33,6 +33,8 @@ class Address:
     owner: str | None = None
     #: monotonic time before which an idle address is not handed out again
     cooldown_until: float = 0.0
+    #: monotonic time it joined the pool (0: before this process started)
+    added_at: float = 0.0
 
 
 @attrs.define
@@ -195,11 +197,12 @@ class NodePool:
                     del self.suspects[ip]
             return lost
 
-    def add(self, entries: Sequence[PoolEntry]) -> None:
+    def add(self, entries: Sequence[PoolEntry], now: float = 0.0) -> None:
         with self.lock:
             for e in entries:
                 if e.address not in self.addresses:
-                    self.addresses[e.address] = Address(e.address, e.interface, e.subnet)
+                    self.addresses[e.address] = Address(e.address, e.interface, e.subnet,
+                                                        added_at=now)
                 self.suspects.pop(e.address, None)
 
     def adopt(self, address: str, owner: str, interface: str | None, subnet: str | None) -> None:

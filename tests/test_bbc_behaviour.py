@@ -87,15 +87,16 @@ def test_quota_errors_halve_the_batch_then_back_off(world: World, bbc_sim: BbcSi
     world.assert_converged()
 
 
-def test_backoff_is_capped_at_60s(world: World, bbc_sim: BbcSimulator,
-                                  provider_plugin: RecordingBbc) -> None:
+def test_backoff_cap_is_shared_by_the_tries(world: World, bbc_sim: BbcSimulator,
+                                            provider_plugin: RecordingBbc) -> None:
+    """The cap is 60 s / (log2(batch 4) + 1) / 1 subnet = 20 s, as CCE's BBC IPAM has it."""
     _ready(world)
     bbc_sim.script(API_ADD, "VmMemoryCanNotAttachMoreIpException", times=10)
     world.add_pod("p0", 0)
     world.settle(advance=600)
     times = [t for t, _ in provider_plugin.grows]
     gaps = [round(b - a) for a, b in itertools.pairwise(times)]
-    assert gaps[2:] == [2, 4, 8, 16, 32, 60, 60, 60]
+    assert gaps[2:] == [2, 4, 8, 16, 20, 20, 20, 20]
     world.assert_converged()
 
 

@@ -541,3 +541,18 @@ def test_pod_on_a_node_without_pod_cidr_gets_a_condition_not_a_crash() -> None:
 def test_deletion_timestamp_helper_formats_like_the_api() -> None:
     clock = FakeClock()
     assert format_time(clock.now() + timedelta(seconds=1)).endswith("Z")
+
+
+def test_young_idle_addresses_are_not_given_back_before_their_minimum_lifetime() -> None:
+    rig = Rig(policy=PoolPolicy(min_idle=0, max_idle=0, batch_size=4, max_batch_size=4,
+                                reuse_cooldown=0.0, min_ip_lifetime=3.0))
+    node = rig.node(0)
+    rig.pod("web", node)
+    rig.settle()  # one batch of 4 arrives: 1 owned, 3 idle above max_idle
+    pool = rig.engine.pools.find("reference", node)
+    assert pool is not None and pool.idle_count() == 3
+    rig.settle(advance=2)
+    assert pool.idle_count() == 3, "trimmed before the cloud surely knew the addresses"
+    rig.settle(advance=rig.policy.refill_period + 3)
+    assert pool.idle_count() == 0
+    rig.assert_no_leak()

@@ -349,8 +349,8 @@ class NodePoolReconciler:
                              count=count, subnet=subnet)
                 entries = check_entries(provider, "pool_grow", got)
         except Exception as exc:
-            return self._grow_failed(node, provider, pool, policy, itf, subnet, exc)
-        pool.add(entries)
+            return self._grow_failed(node, provider, pool, policy, itf, subnet, exc, nn)
+        pool.add(entries, now)
         pool.batch = 0
         pool.grow_failures = 0
         pool.grow_blocked_until = 0.0
@@ -433,7 +433,8 @@ class NodePoolReconciler:
         return entries
 
     def _grow_failed(self, node: NodeInfo, provider: str, pool: NodePool, policy: PoolPolicy,
-                     itf: Interface | None, subnet: str | None, exc: Exception) -> Result:
+                     itf: Interface | None, subnet: str | None, exc: Exception,
+                     nn: NodeNetwork | None = None) -> Result:
         e = self.e
         kind = e.classify(provider, exc)
         subject = getattr(exc, "subject", None) or subnet or (itf.subnet if itf else None)
@@ -458,6 +459,12 @@ class NodePoolReconciler:
             pool.batch = 1
         pool.grow_failures += 1
         delay = policy.grow_backoff.delay(pool.grow_failures)
+        if policy.backoff_cap_per_try:
+            # the whole retry ladder (one try per halving, per candidate subnet) must fit
+            # in one cap: each step's share of it is the step's ceiling
+            tries = int(math.log2(max(1, policy.batch_size))) + 1
+            subnets = max(1, len(nn.spec.subnets)) if nn is not None else 1
+            delay = min(delay, policy.grow_backoff.cap / tries / subnets)
         pool.grow_blocked_until = now + delay
         e.wake(dict(pool.waiting))  # waiting pod networks record the reason
         return Result(requeue_after=delay)
@@ -467,9 +474,13 @@ class NodePoolReconciler:
     def _shrink(self, node: NodeInfo, nn: NodeNetwork, provider: str, pool: NodePool,
                 policy: PoolPolicy) -> Result:
         e = self.e
+        now = e.clock.monotonic()
         with pool.lock:
             idle = [a for a in pool.addresses.values() if a.owner is None]
             excess = len(idle) - policy.max_idle
+            # a cloud may not yet know an address it just added (replica lag): its "not
+            # found" on delete would be believed, so the youngest addresses stay a while
+            idle = [a for a in idle if now - a.added_at >= policy.min_ip_lifetime]
             if excess <= 0:
                 return DONE
             # free whole interfaces first: fewest owned addresses on the interface first

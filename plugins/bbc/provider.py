@@ -701,7 +701,7 @@ def default_policy() -> PoolPolicy:
         min_idle=0, max_idle=6, batch_size=4, max_batch_size=10, halve_batch_on_quota=True,
         grow_backoff=Backoff(base=2.0, factor=2.0, cap=60.0),
         cloud_rate=RateLimit(rate=10.0, burst=5), leaked_ip_expiry=600.0,
-        min_ip_lifetime=3.0, refill_period=5.0,
+        min_ip_lifetime=3.0, refill_period=5.0, backoff_cap_per_try=True,
     )
 
 

@@ -113,6 +113,22 @@ def test_grow_falls_through_an_exhausted_subnet(sim: BbcSimulator) -> None:
     assert {e.subnet for e in got} == {"sbn-demo-b"}
 
 
+def test_a_subnet_reported_empty_is_marked_and_not_called_blind(sim: BbcSimulator) -> None:
+    sim.add_subnet("sbn-full", "10.141.0.0/29")
+    sim.add_instance("filler", "sbn-full")
+    for _ in range(4):
+        sim.add_outside("filler")
+    p = provider_for(sim, subnets=["sbn-full", "sbn-demo-b"])
+    port = p.api.port("node-0000")
+    p._grow_cross("node-0000", port, ["sbn-full", "sbn-demo-b"], 1, False)
+    assert p.empty_subnets == {"sbn-full"}
+    calls = sim.calls[API_ADD_CROSS]
+    # next time the marked subnet goes last, and only after a free-IP check: no blind call
+    with pytest.raises(ProviderError, match="no free IP"):
+        p._grow_cross("node-0000", port, ["sbn-full"], 1, False)
+    assert sim.calls[API_ADD_CROSS] == calls
+
+
 def test_shrink_counts_absent_addresses_as_gone(sim: BbcSimulator) -> None:
     p = provider_for(sim)
     ctx = NodeContext(node=_node(provider_id="cce://node-0000"))

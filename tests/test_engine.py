@@ -556,3 +556,22 @@ def test_young_idle_addresses_are_not_given_back_before_their_minimum_lifetime()
     rig.settle(advance=rig.policy.refill_period + 3)
     assert pool.idle_count() == 0
     rig.assert_no_leak()
+
+
+def test_a_corrupted_pool_is_dropped_and_rebuilt() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    pod = rig.pod("web", node)
+    rig.settle()
+    pool = rig.engine.pools.find("reference", node)
+    assert pool is not None
+    from podnet.core.pool import Address
+
+    for i in range(pool.capacity + 5):  # bookkeeping gone wrong: more than the node holds
+        pool.addresses[f"10.250.{i // 250}.{i % 250}"] = Address(f"10.250.{i // 250}.{i % 250}")
+    rig.engine.enqueue_node(node)
+    rig.settle()
+    assert pool.total() <= pool.capacity
+    assert not any(a.startswith("10.250.") for a in pool.addresses)
+    assert pool.owner_of(rig.record_of(pod)["status"]["ip"]) is not None
+    rig.assert_no_leak()

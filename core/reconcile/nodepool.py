@@ -86,6 +86,12 @@ class NodePoolReconciler:
         with pool.lock:
             before = self._snapshot(pool)
         results: list[Result] = []
+        if pool.synced and pool.capacity and pool.total() > pool.capacity:
+            # more addresses than the node can hold: the bookkeeping is wrong, not the
+            # cloud. Drop it and rebuild from the inventory and the records.
+            log.warning("node %s: pool holds %d addresses, capacity %d: rebuilding", name,
+                        pool.total(), pool.capacity)
+            pool.synced = False
         try:
             if not pool.synced:
                 self._rebuild(node, nn, provider, pool)

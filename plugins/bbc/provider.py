@@ -313,6 +313,8 @@ class BbcProvider:
         self._api: BbcApi | None = None
         self._lock = threading.Lock()
         self._instances: dict[str, _InstanceState] = {}
+        #: subnets the cloud reported empty: tried last, and only after a free-IP check
+        self.empty_subnets: set[str] = set()
         self._subnet_cache: dict[str, SubnetInfo] = {}
         if endpoint is not None:
             self._connect(endpoint, access_key_id, secret_access_key, vpc_endpoint, "http",
@@ -515,17 +517,20 @@ class BbcProvider:
     def _grow_cross(self, instance: str, port: Port, subnets: Sequence[str], count: int,
                     check: bool) -> list[PoolEntry]:
         ordered = self._by_free(subnets) if len(subnets) > 1 else list(subnets)
+        ordered.sort(key=lambda s: s in self.empty_subnets)  # stable: marked ones last
         last: Exception | None = None
         for s in ordered:
             try:
-                if check:
+                if check or s in self.empty_subnets:
                     self._precheck(instance, s, count)
                 added = self.api.add_ips_cross_subnet(instance, port.eni_id, s, count)
             except Exception as exc:
                 if classify(exc) is ErrorKind.SUBNET_EXHAUSTED:
+                    self.empty_subnets.add(s)
                     last = exc
                     continue  # fall through to the next candidate
                 raise
+            self.empty_subnets.discard(s)
             return [PoolEntry(ip, port.eni_id, s) for ip in added]
         assert last is not None
         raise last

@@ -98,6 +98,16 @@ def check_ip(value: str, version: int | None = None) -> str:
     return str(ip)
 
 
+def is_ip(value: str) -> bool:
+    """Whether ``value`` is one IPv4 or IPv6 address (no scope id): for providers telling
+    an address from a name (an IP pool entry, a subnet reference)."""
+    try:
+        check_ip(value)
+    except ValueError:
+        return False
+    return True
+
+
 def check_ip_address(value: str) -> str:
     """One IP, or a dual-stack pair ``v4,v6`` (either order); returned as ``v4,v6``."""
     parts = [p.strip() for p in value.split(",")]

@@ -25,6 +25,7 @@ from typing import Any
 
 import attrs
 
+from podnet.core.annotations import is_ip
 from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, ProviderError
 from podnet.core.policy import PoolPolicy
 from podnet.hookspecs import hookimpl
@@ -429,7 +430,7 @@ class ReferenceProvider:
         assert pool is not None
         field = ANNOTATION_FIELD.format("ip-pool")
         cidr = ipaddress.ip_network(node.pod_cidr) if node.pod_cidr else None
-        if len(ip_pool) == 1 and not _is_ip(ip_pool[0]):
+        if len(ip_pool) == 1 and not is_ip(ip_pool[0]):
             raise InvalidRequest(field, f"named pool {ip_pool[0]!r} is not defined for the "
                                         "reference provider (give a list of addresses)")
         idle = {e.address for e in pool.idle()}
@@ -498,13 +499,6 @@ class ReferenceProvider:
             return None
         return ERROR_KINDS.get(error.code, ErrorKind.TRANSIENT)
 
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _mac_for(seed: str) -> str:

@@ -38,6 +38,7 @@ from baidubce.retry.retry_policy import NoRetryPolicy
 from baidubce.services.bbc.bbc_client import BbcClient
 from baidubce.services.subnet.subnet_client import SubnetClient
 
+from podnet.core.annotations import is_ip
 from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, PoolEmpty, ProviderError
 from podnet.core.models import NodeInfo
 from podnet.core.policy import Backoff, PoolPolicy, RateLimit
@@ -610,7 +611,7 @@ class BbcProvider:
         pool = context.pool
         assert pool is not None
         field = ANNOTATION_FIELD.format("ip-pool")
-        if len(ip_pool) == 1 and not _is_ip(ip_pool[0]):
+        if len(ip_pool) == 1 and not is_ip(ip_pool[0]):
             raise InvalidRequest(field, f"named pool {ip_pool[0]!r} is not defined for the "
                                         "BBC provider (give a list of addresses)")
         idle = {e.address for e in pool.idle()}
@@ -709,13 +710,6 @@ def default_policy() -> PoolPolicy:
         min_ip_lifetime=3.0, refill_period=5.0, backoff_cap_per_try=True,
     )
 
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 #: what the host registers as the built-in ``bbc`` plugin

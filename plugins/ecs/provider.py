@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 import attrs
 
+from podnet.core.annotations import is_ip
 from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, PoolEmpty, ProviderError
 from podnet.core.policy import PoolPolicy, RateLimit
 from podnet.hookspecs import hookimpl
@@ -760,7 +761,7 @@ class EcsProvider:
         pool = context.pool
         assert pool is not None
         field = ANNOTATION_FIELD.format("ip-pool")
-        if len(ip_pool) == 1 and self._vswitch_of(ip_pool[0]) is None and not _is_ip(
+        if len(ip_pool) == 1 and self._vswitch_of(ip_pool[0]) is None and not is_ip(
                 ip_pool[0]):
             raise InvalidRequest(field, f"named pool {ip_pool[0]!r} is not defined for the "
                                         "ecs provider (give a list of addresses)")
@@ -908,13 +909,6 @@ def _eni_of(raw: Any) -> _Eni:
                 mac=getattr(raw, "mac_address", None), primary_ip=primary_ip,
                 secondary=secondary, security_groups=tuple(str(g) for g in groups))
 
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 Callback = Callable[[], None]

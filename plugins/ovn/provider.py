@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from podnet.core.annotations import is_ip
 from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, ProviderError
 from podnet.core.models import DEFAULT_NETWORK, NodeInfo, PodInfo, PodNetwork
 from podnet.core.policy import PoolPolicy
@@ -387,7 +388,7 @@ class OvnProvider:
             return v4, v6
         if req.ip_pool:
             pool = list(req.ip_pool)
-            if len(pool) == 1 and not _is_ip(pool[0]):
+            if len(pool) == 1 and not is_ip(pool[0]):
                 named = subnet.ip_pools.get(pool[0])
                 if named is None:
                     raise InvalidRequest(_field("ip-pool"), f"no IP pool {pool[0]!r} in "
@@ -642,13 +643,6 @@ _DEFAULT_SUBNET: Mapping[str, Any] = {"name": "ovn-default", "cidr": "10.16.0.0/
                                       "default": True}
 
 
-def _is_ip(value: str) -> bool:
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        return False
-    return True
-
 
 def _ordinal(ctx: AllocateContext, pn: PodNetwork) -> int | None:
     """A StatefulSet pod's ordinal (the number its name ends with)."""
@@ -673,7 +667,7 @@ def _opt_ip(raw: Mapping[str, Any], where: str, key: str) -> str | None:
     value = raw.get(key)
     if value is None:
         return None
-    if not isinstance(value, str) or not _is_ip(value):
+    if not isinstance(value, str) or not is_ip(value):
         raise ConfigError(f"{where}.{key}", f"expected an IP address, got {value!r}")
     return value
 
@@ -721,7 +715,7 @@ def _subnet(raw: Any, where: str) -> Subnet:
             raise ConfigError(f"{where}.gateway", "expected an address (or v4,v6)")
         for g in gateways.split(","):
             g = g.strip()
-            if not _is_ip(g):
+            if not is_ip(g):
                 raise ConfigError(f"{where}.gateway", f"{g!r} is not an IP address")
             addr = ipaddress.ip_address(g)
             inside = (v4 is not None and isinstance(addr, ipaddress.IPv4Address)
@@ -765,7 +759,7 @@ def _subnet(raw: Any, where: str) -> Subnet:
         raise ConfigError(f"{where}.ip_pools", "expected name -> list of addresses")
     pools: dict[str, tuple[str, ...]] = {}
     for pool, ips in pools_raw.items():
-        if not isinstance(ips, list) or not all(isinstance(i, str) and _is_ip(i) for i in ips):
+        if not isinstance(ips, list) or not all(isinstance(i, str) and is_ip(i) for i in ips):
             raise ConfigError(f"{where}.ip_pools.{pool}", "expected a list of addresses")
         pools[str(pool)] = tuple(ips)
     default = raw.get("default", False)

@@ -3,6 +3,11 @@
 YAML (or JSON, which is YAML)::
 
     defaultProvider: reference
+    nodeProviders:            # first match wins, before any plugin's own claim
+      - provider: bbc
+        nodeSelector: "node.kubernetes.io/instance-type in (bbc.g5.c32m128)"
+    networks:                 # attachment networks a pod names in podnet.io/networks
+      overlay: {provider: ovn}
     providers:
       reference:              # the section handed to podnet_configure (may hold secrets)
         latency_ms: 0
@@ -33,6 +38,9 @@ from typing import Any
 import attrs
 import yaml
 
+from podnet.core.annotations import is_dns1123_label
+from podnet.core.cluster.port import Invalid
+from podnet.core.cluster.selectors import LabelSelector, parse_label_selector
 from podnet.core.errors import ConfigError
 from podnet.core.policy import Backoff, PoolPolicy, RateLimit
 
@@ -54,8 +62,22 @@ class LeaderElectionConfig:
 
 
 @attrs.frozen
+class NodeProviderRule:
+    """Nodes whose labels match ``selector`` have their default network served by
+    ``provider``."""
+
+    provider: str
+    selector: LabelSelector
+    #: the selector as written, for messages
+    text: str = ""
+
+
+@attrs.frozen
 class Config:
     default_provider: str | None = None
+    node_providers: tuple[NodeProviderRule, ...] = ()
+    #: attachment network name -> provider serving it
+    networks: dict[str, str] = attrs.field(factory=dict)
     providers: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     #: validated PoolPolicy overrides per provider, merged over the provider's defaults
     policies: dict[str, dict[str, Any]] = attrs.field(factory=dict)
@@ -64,7 +86,8 @@ class Config:
     leader_election: LeaderElectionConfig = LeaderElectionConfig()
 
 
-_TOP_KEYS = {"defaultProvider", "providers", "policies", "workers", "listen", "leaderElection"}
+_TOP_KEYS = {"defaultProvider", "nodeProviders", "networks", "providers", "policies", "workers",
+             "listen", "leaderElection"}
 _LEADER_KEYS = {
     "enabled": ("enabled", bool),
     "namespace": ("namespace", str),
@@ -115,9 +138,62 @@ def parse_config(data: object) -> Config:
     listen = data.get("listen", "127.0.0.1:8080")
     parse_listen("listen", listen)
     return Config(
-        default_provider=default, providers=sections, policies=policies, workers=workers,
-        listen=listen, leader_election=_leader(data.get("leaderElection") or {}),
+        default_provider=default, node_providers=_node_providers(data.get("nodeProviders")),
+        networks=_networks(data.get("networks")), providers=sections, policies=policies,
+        workers=workers, listen=listen, leader_election=_leader(data.get("leaderElection") or {}),
     )
+
+
+def _node_providers(raw: object) -> tuple[NodeProviderRule, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ConfigError("nodeProviders", "expected a list of {provider, nodeSelector}")
+    rules = []
+    for i, item in enumerate(raw):
+        where = f"nodeProviders[{i}]"
+        if not isinstance(item, Mapping):
+            raise ConfigError(where, "expected a mapping with provider and nodeSelector")
+        for key in item:
+            if key not in ("provider", "nodeSelector"):
+                raise ConfigError(f"{where}.{key}", "unknown key (known: nodeSelector, provider)")
+        provider = item.get("provider")
+        if not isinstance(provider, str) or not provider:
+            raise ConfigError(f"{where}.provider", f"expected a provider name, got {provider!r}")
+        text = item.get("nodeSelector")
+        if not isinstance(text, str) or not text.strip():
+            # an empty selector would claim every node: say what was meant instead
+            raise ConfigError(f"{where}.nodeSelector", "expected a label selector such as "
+                              "'node.kubernetes.io/instance-type in (a,b)'; to serve every "
+                              "node, set defaultProvider")
+        try:
+            selector = parse_label_selector(text)
+        except Invalid as exc:
+            raise ConfigError(f"{where}.nodeSelector", str(exc)) from None
+        rules.append(NodeProviderRule(provider=provider, selector=selector, text=text))
+    return tuple(rules)
+
+
+def _networks(raw: object) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError("networks", "expected a mapping of network name to {provider}")
+    out: dict[str, str] = {}
+    for name, item in raw.items():
+        where = f"networks.{name}"
+        if not isinstance(name, str) or not is_dns1123_label(name) or name == "default":
+            raise ConfigError(where, "a network name is a DNS-1123 label other than 'default'")
+        if not isinstance(item, Mapping):
+            raise ConfigError(where, "expected a mapping with provider")
+        for key in item:
+            if key != "provider":
+                raise ConfigError(f"{where}.{key}", "unknown key (known: provider)")
+        provider = item.get("provider")
+        if not isinstance(provider, str) or not provider:
+            raise ConfigError(f"{where}.provider", f"expected a provider name, got {provider!r}")
+        out[name] = provider
+    return out
 
 
 def parse_listen(key: str, value: object) -> tuple[str, int]:

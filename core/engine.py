@@ -33,7 +33,7 @@ from podnet.core.cluster.port import (
     NotFound,
     Obj,
 )
-from podnet.core.config import apply_policy
+from podnet.core.config import Config, NodeProviderRule, apply_policy
 from podnet.core.convert import RecordError, from_wire, to_wire
 from podnet.core.errors import ErrorKind, PodnetError, ProviderError, TerminalError
 from podnet.core.metrics import Metrics
@@ -59,8 +59,12 @@ GC_KEY: Key = ("gc", "")
 
 @attrs.define
 class EngineOptions:
-    #: provider serving nodes no plugin claims
+    #: provider serving nodes no rule and no plugin claims
     default_provider: str | None = None
+    #: the operator's node -> provider rules, first match wins, before plugins' claims
+    node_providers: tuple[NodeProviderRule, ...] = ()
+    #: attachment network -> provider, from config (plugins may add their own)
+    networks: dict[str, str] = attrs.field(factory=dict)
     #: policy overrides per provider, merged over the provider's own defaults
     policies: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     #: config sections handed to ``podnet_configure``, by provider
@@ -70,6 +74,17 @@ class EngineOptions:
     #: move everything loaded at start out of the cyclic collector's sight (long-lived
     #: processes only: tests that build many engines would never free them)
     freeze_gc: bool = False
+
+    @classmethod
+    def from_config(cls, config: Config, **overrides: Any) -> EngineOptions:
+        """What the config file says about the engine; ``overrides`` win."""
+        values: dict[str, Any] = dict(
+            default_provider=config.default_provider, node_providers=config.node_providers,
+            networks=dict(config.networks), policies=config.policies,
+            provider_config=config.providers, workers=config.workers,
+        )
+        values.update(overrides)
+        return cls(**values)
 
 
 @attrs.define
@@ -112,6 +127,10 @@ class Engine:
             self.providers[self.options.default_provider]  # unknown name: ConfigError now
         for name in self.options.policies:
             self.providers[name]
+        for i, rule in enumerate(self.options.node_providers):
+            self.providers.require(rule.provider, f"nodeProviders[{i}].provider")
+        for network, name in self.options.networks.items():
+            self.providers.require(name, f"networks.{network}.provider")
         self._policies = {
             name: apply_policy(f"policies.{name}", info.policy,
                                self.options.policies.get(name, {}))
@@ -166,6 +185,10 @@ class Engine:
             return self.providers[provider].policy
 
     def provider_for_node(self, node: NodeInfo) -> str | None:
+        """The operator's rules first, then the plugins' claims, then the default."""
+        for rule in self.options.node_providers:
+            if rule.selector.matches(node.labels):
+                return rule.provider
         chosen = self.hook.podnet_select_provider(node=node)
         if chosen is not None and chosen in self.providers:
             return str(chosen)

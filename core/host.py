@@ -55,10 +55,7 @@ class Host:
         self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
         self.engine = Engine(
             cluster, pm, tracing=tracing,
-            options=EngineOptions(
-                default_provider=config.default_provider, policies=config.policies,
-                provider_config=config.providers, workers=config.workers, freeze_gc=True,
-            ),
+            options=EngineOptions.from_config(config, freeze_gc=True),
         )
         self.metrics = Metrics()
         self.engine.metrics = self.metrics

@@ -140,11 +140,15 @@ class Providers:
         return name in self.infos
 
     def __getitem__(self, name: str) -> ProviderInfo:
+        return self.require(name, "provider")
+
+    def require(self, name: str, key: str) -> ProviderInfo:
+        """The provider named at config key ``key``; a ConfigError naming the key if none."""
         try:
             return self.infos[name]
         except KeyError:
             known = ", ".join(sorted(self.infos)) or "none"
-            raise ConfigError("provider", f"unknown provider {name!r} (known: {known})") from None
+            raise ConfigError(key, f"unknown provider {name!r} (known: {known})") from None
 
     def names(self) -> list[str]:
         return sorted(self.infos)

@@ -250,6 +250,19 @@ def generic_config_cases(provider: str) -> list[BadConfig]:
         BadConfig("lease-timings", {"leaderElection": {"leaseDurationSeconds": 1}},
                   "leaderElection"),
         BadConfig("unknown-default-provider", {"defaultProvider": "nope"}, "provider"),
+        BadConfig("node-rule-unknown-provider",
+                  {"nodeProviders": [{"provider": "nope", "nodeSelector": "a=b"}]},
+                  "nodeProviders[0].provider"),
+        BadConfig("node-rule-bad-selector",
+                  {"nodeProviders": [{"provider": provider, "nodeSelector": "a in b"}]},
+                  "nodeProviders[0].nodeSelector"),
+        BadConfig("node-rule-empty-selector",
+                  {"nodeProviders": [{"provider": provider, "nodeSelector": ""}]},
+                  "nodeProviders[0].nodeSelector"),
+        BadConfig("network-unknown-provider", {"networks": {"blue": {"provider": "nope"}}},
+                  "networks.blue.provider"),
+        BadConfig("network-bad-name", {"networks": {"Blue_1": {"provider": provider}}},
+                  "networks.Blue_1"),
     ]
 
 
@@ -304,9 +317,10 @@ class BadInputSuite:
 
         with pytest.raises(ConfigError) as info:
             config = parse_config(dict(bad_config.config))
-            Engine(world.cluster, world.engines.pm, clock=world.clock, options=EngineOptions(
-                default_provider=config.default_provider or world.provider,
-                policies=config.policies))
+            Engine(world.cluster, world.engines.pm, clock=world.clock,
+                   options=EngineOptions.from_config(
+                       config, default_provider=config.default_provider or world.provider,
+                       provider_config={}))
         assert bad_config.key in str(info.value), str(info.value)
 
 

@@ -65,3 +65,35 @@ def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
     bad.write_text("providers: [\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad)
+
+
+def test_node_rules_and_networks_parse_in_order() -> None:
+    cfg = parse_config({
+        "defaultProvider": "ecs",
+        "nodeProviders": [
+            {"provider": "bbc",
+             "nodeSelector": "node.kubernetes.io/instance-type in (bbc.a, bbc.b)"},
+            {"provider": "ecs", "nodeSelector": "pool=ecs"},
+        ],
+        "networks": {"overlay": {"provider": "ovn"}},
+    })
+    assert [r.provider for r in cfg.node_providers] == ["bbc", "ecs"]
+    first = cfg.node_providers[0].selector
+    assert first.matches({"node.kubernetes.io/instance-type": "bbc.b"})
+    assert not first.matches({"node.kubernetes.io/instance-type": "ecs.g7"})
+    assert cfg.networks == {"overlay": "ovn"}
+
+
+@pytest.mark.parametrize(("data", "key"), [
+    ({"nodeProviders": {"provider": "bbc"}}, "nodeProviders"),
+    ({"nodeProviders": [{"provider": "bbc", "nodeSelector": "a=b", "x": 1}]},
+     "nodeProviders[0].x"),
+    ({"nodeProviders": [{"nodeSelector": "a=b"}]}, "nodeProviders[0].provider"),
+    ({"networks": ["overlay"]}, "networks"),
+    ({"networks": {"default": {"provider": "ovn"}}}, "networks.default"),
+    ({"networks": {"overlay": {"provider": "ovn", "subnet": "x"}}}, "networks.overlay.subnet"),
+])
+def test_bad_node_rules_and_networks_name_the_key(data: dict[str, object], key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(data)
+    assert info.value.key == key

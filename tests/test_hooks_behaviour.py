@@ -15,7 +15,8 @@ import pytest
 
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.memory import InMemoryCluster
-from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Obj
+from podnet.core.cluster.port import EVENT, NAMESPACE, NODE, POD, POD_NETWORK, Obj
+from podnet.core.config import parse_config
 from podnet.core.demo import node_obj, pod_obj
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.errors import ConfigError
@@ -49,7 +50,8 @@ class Rig:
     """A cluster and an engine over the reference provider plus ``extra`` plugins."""
 
     def __init__(self, *extra: object, provider: ReferenceProvider | None = None,
-                 config: Mapping[str, dict[str, Any]] | None = None) -> None:
+                 config: Mapping[str, dict[str, Any]] | None = None,
+                 file: Mapping[str, Any] | None = None) -> None:
         self.clock = FakeClock()
         self.cluster = InMemoryCluster(clock=self.clock)
         self.cluster.create(NAMESPACE, {"metadata": {"name": NS}})
@@ -58,8 +60,11 @@ class Rig:
         self.pm.register(self.provider, name="reference")
         for i, plugin in enumerate(extra):
             self.pm.register(plugin, name=f"extra-{i}")
-        self.engine = Engine(self.cluster, self.pm, clock=self.clock, options=EngineOptions(
-            default_provider="reference", provider_config=dict(config or {}), seed=0))
+        # ``file``: what an operator's config file would say (nodeProviders, networks)
+        options = EngineOptions.from_config(
+            parse_config({"defaultProvider": "reference", **(file or {})}),
+            provider_config=dict(config or {}), seed=0)
+        self.engine = Engine(self.cluster, self.pm, clock=self.clock, options=options)
         self.engine.start()
 
     def settle(self, advance: float = 10.0) -> None:
@@ -262,6 +267,78 @@ def test_podnet_select_networks_gives_a_pod_a_second_pod_network() -> None:
     rig.settle()
     assert rig.records("db") == []
     assert overlay.routes == {} and overlay.by_key == {}
+
+
+# --- the operator's config: nodeProviders and networks ---------------------------------------
+
+
+def test_node_rules_in_the_config_beat_the_plugins_claims_and_the_default() -> None:
+    edge = ReferenceProvider(ReferenceCloud(), name="edge", policy=POLICY)
+    claim = ClaimByLabel()  # claims nodes labelled podnet.io/provider=edge for "edge"
+    rig = Rig(edge, claim, file={"nodeProviders": [
+        {"provider": "reference", "nodeSelector": "podnet.io/provider=edge,pinned=yes"},
+        {"provider": "edge", "nodeSelector": "instance-type in (e1,e2)"},
+    ]})
+    nodes = [rig.node(0, {"podnet.io/provider": "edge", "pinned": "yes"}),  # rule 1 wins
+             rig.node(1, {"instance-type": "e2"}),                        # rule 2
+             rig.node(2, {"podnet.io/provider": "edge"}),                 # the plugin's claim
+             rig.node(3, {"instance-type": "e9"})]             # nothing: the default
+    for i, node in enumerate(nodes):
+        rig.pod(f"p{i}", node)
+    rig.settle()
+    providers = {r["spec"]["podName"]: r["spec"]["provider"] for r in rig.records()}
+    assert providers == {"p0": "reference", "p1": "edge", "p2": "edge", "p3": "reference"}
+    assert all(phase(r) == "Routed" for r in rig.records())
+    assert set(edge.cloud.nodes) == {nodes[1], nodes[2]}
+
+
+def test_networks_in_the_config_attach_by_annotation_and_unplug_one_by_one() -> None:
+    overlay = OverlayIpam()
+    rig = Rig(overlay, file={"networks": {"blue": {"provider": "storage"},
+                                          "green": {"provider": "storage"}}})
+    node = rig.node(0)
+    rig.pod("app", node, annotations={"podnet.io/networks": "blue, green"})
+    rig.settle()
+    records = {r["spec"]["network"]: r for r in rig.records("app")}
+    assert set(records) == {"default", "blue", "green"}
+    assert all(phase(r) == "Routed" for r in records.values())
+    assert {records[n]["spec"]["provider"] for n in ("blue", "green")} == {"storage"}
+    kept = {n: records[n]["status"]["ip"] for n in ("default", "green")}
+
+    pod = rig.cluster.get(POD, "app", NS)
+    pod["metadata"]["annotations"]["podnet.io/networks"] = "green"
+    rig.cluster.update(POD, pod)
+    rig.settle()
+    after = {r["spec"]["network"]: r for r in rig.records("app")}
+    assert set(after) == {"default", "green"}  # only blue was unplugged
+    assert {n: after[n]["status"]["ip"] for n in after} == kept
+    assert records["blue"]["status"]["ip"] not in overlay.routes
+    assert set(overlay.routes) == {kept["green"]}
+
+
+def test_a_network_nobody_serves_gets_a_record_with_a_condition_naming_it() -> None:
+    overlay = OverlayIpam()
+    rig = Rig(overlay, file={"networks": {"blue": {"provider": "storage"}}})
+    node = rig.node(0)
+    rig.pod("app", node, annotations={"podnet.io/networks": "blue,purple"})
+    rig.pod("bystander", node)
+    rig.settle()
+    records = {r["spec"]["network"]: r for r in rig.records("app")}
+    assert phase(records["default"]) == "Routed" and phase(records["blue"]) == "Routed"
+    purple = records["purple"]
+    assert phase(purple) == "Pending" and not purple.get("status", {}).get("ip")
+    ready = next(c for c in purple["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "InvalidRequest"
+    assert "'purple' is not served" in ready["message"] and "blue" in ready["message"]
+    events = [e for e in rig.cluster.list(EVENT, NS).items
+              if e["involvedObject"]["kind"] == "Pod" and e["involvedObject"]["name"] == "app"]
+    assert any("purple" in e["message"] for e in events)
+    assert phase(rig.records("bystander")[0]) == "Routed"
+
+    rig.cluster.delete(POD, "app", NS)
+    rig.settle()
+    assert rig.records("app") == [] and overlay.routes.keys() == {
+        r["status"]["ip"] for r in rig.records() if r["spec"]["provider"] == "storage"}
 
 
 # --- podnet_hold_address --------------------------------------------------------------------

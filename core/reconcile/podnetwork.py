@@ -184,33 +184,46 @@ class PodNetworkReconciler:
         if provider is None:
             return {}
         invalid = None
+        names: tuple[str, ...] = ()
         try:
             request = parse_network_request(pod.annotations)
-            parse_networks(pod.annotations)  # which attachments: validated here, served below
+            names = parse_networks(pod.annotations)
         except InvalidRequest as exc:
             request, invalid = NetworkRequest(), exc
         info = e.providers[provider]
         sticky = _controller_kind(pod) in info.sticky_kinds
         out = {DEFAULT_NETWORK: Desired(provider, request, sticky, invalid)}
+        # who serves each attachment: the operator's config first, then the plugins
+        served_by = {n: e.options.networks[n] for n in names if n in e.options.networks}
         for extra in e.hook.podnet_select_networks(pod=pod, node=node):
             for attachment in extra or ():
                 if attachment.provider in e.providers:
-                    served = e.providers[attachment.provider]
-                    problem = None
-                    if served.uses_node_pool and attachment.provider != provider:
-                        # a node has one pool owner: its default network's provider
-                        problem = InvalidRequest(
-                            f"networks[{attachment.network}]",
-                            f"provider {attachment.provider!r} allocates from node pools, "
-                            f"but node {node.name}'s pool belongs to {provider!r}; an "
-                            "attachment network needs a provider with its own address "
-                            "management")
-                    out.setdefault(
-                        attachment.network,
-                        Desired(attachment.provider, NetworkRequest(),
-                                _controller_kind(pod) in served.sticky_kinds, problem),
-                    )
+                    served_by.setdefault(attachment.network, attachment.provider)
+        for network in dict.fromkeys((*names, *served_by)):
+            if network in served_by:
+                out[network] = self._attachment(pod, node, provider, network,
+                                                served_by[network])
+            else:
+                # still a record, so the pod's owner sees why on `kubectl get pn`
+                known = sorted({*e.options.networks, *served_by}) or ["none"]
+                out[network] = Desired(provider, NetworkRequest(), False, InvalidRequest(
+                    f"networks[{network}]", f"network {network!r} is not served by any "
+                    f"provider (configured: {', '.join(known)})"))
         return out
+
+    def _attachment(self, pod: PodInfo, node: NodeInfo, default_provider: str, network: str,
+                    provider: str) -> Desired:
+        served = self.e.providers[provider]
+        problem = None
+        if served.uses_node_pool and provider != default_provider:
+            # a node has one pool owner: its default network's provider
+            problem = InvalidRequest(
+                f"networks[{network}]",
+                f"provider {provider!r} allocates from node pools, but node {node.name}'s "
+                f"pool belongs to {default_provider!r}; an attachment network needs a "
+                "provider with its own address management")
+        return Desired(provider, NetworkRequest(),
+                       _controller_kind(pod) in served.sticky_kinds, problem)
 
     def _wanted(self, pn: PodNetwork, pod: PodInfo | None, desired: dict[str, Desired]) -> bool:
         if pod is None or pn.metadata.deletion_timestamp is not None:

@@ -1,12 +1,18 @@
 """``podnet demo``: the engine on its embedded default, start to finish in one process.
 
-An in-memory cluster, nodes with pod CIDRs, a burst of pods, optional churn (pods
-deleted and recreated under the same names), then a check of the outcome against the
-provider's ground truth: every pod routed, no address owned twice, nothing leaked.
+An in-memory cluster, nodes, a burst of pods, optional churn (pods deleted and recreated
+under the same names), then a check of the outcome against each provider's ground truth:
+every pod network routed, no address owned twice, nothing leaked.
+
+The default (``--provider mixed``) is the cluster podnet is built for: half the nodes are
+BBC machines and half ECS instances, each on its loopback simulator (the real SDKs over
+HTTP), and every third pod also attaches to an OVN overlay network on a throwaway
+Northbound server (left out, with the install command, when ovsdb-server is missing).
 """
 
 from __future__ import annotations
 
+import importlib
 import threading
 import time
 from collections import Counter
@@ -17,19 +23,36 @@ import attrs
 
 from podnet.core.clock import SystemClock
 from podnet.core.cluster.memory import InMemoryCluster
-from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK
+from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Obj
+from podnet.core.config import Config, parse_config
 from podnet.core.engine import Engine, EngineOptions
-from podnet.core.models import Phase
+from podnet.core.models import DEFAULT_NETWORK, Phase
 from podnet.core.plugin import new_plugin_manager
 from podnet.core.policy import RateLimit
 from podnet.core.tracing import Tracing, make_tracer_provider
+from podnet.hookspecs import hookimpl
+from podnet.hookspecs.types import TransitionEvent
 
 NAMESPACE_NAME = "demo"
+MIXED = "mixed"
+#: the mixed cluster's attachment network, served by the OVN provider
+OVERLAY_NETWORK = "overlay"
+#: the mixed cluster's config, as an operator would write it: BBC machines are picked by
+#: their instance-type label, everything else is ECS, the overlay is OVN's
+MIXED_CONFIG: dict[str, Any] = {
+    "defaultProvider": "ecs",
+    "nodeProviders": [
+        {"provider": "bbc", "nodeSelector": "node.kubernetes.io/instance-type=BBC"},
+    ],
+    "networks": {OVERLAY_NETWORK: {"provider": "ovn"}},
+}
+#: every how many pods one also attaches to the overlay
+ATTACH_EVERY = 3
 
 
 @attrs.frozen
 class DemoOptions:
-    provider: str = "reference"
+    provider: str = MIXED
     nodes: int = 20
     pods: int = 500
     churn: int = 0
@@ -43,8 +66,23 @@ class DemoOptions:
 
 
 @attrs.define
+class ProviderReport:
+    """One provider's share of the outcome."""
+
+    nodes: int = 0
+    #: pod networks this provider should serve at the end, and how many it routed
+    pod_networks: int = 0
+    routed: int = 0
+    released: int = 0
+    leaked_ips: int = 0
+    duplicate_ips: int = 0
+    cloud_calls: dict[str, int] = attrs.field(factory=dict)
+
+
+@attrs.define
 class DemoReport:
     pods: int = 0
+    #: live pods whose every network is routed
     routed: int = 0
     released: int = 0
     leaked_ips: int = 0
@@ -57,8 +95,15 @@ class DemoReport:
     settled: bool = False
     trace_file: str | None = None
     provider: str = ""
+    #: the same, per provider
+    providers: dict[str, ProviderReport] = attrs.field(factory=dict)
+    #: providers the demo left out, and why (e.g. ovsdb-server not installed)
+    skipped: dict[str, str] = attrs.field(factory=dict)
+    #: Northbound transactions, when the OVN provider took part
+    ovn_transactions: int | None = None
     #: the fewest cloud write calls a perfect controller could make (GOALS P1b), and the
-    #: time the slowest rate-limited API needs for its fewest calls, plus one latency (P2)
+    #: time the slowest rate-limited API needs for its fewest calls, plus one latency (P2);
+    #: single-provider runs only
     min_write_calls: int | None = None
     lower_bound_s: float | None = None
 
@@ -76,21 +121,35 @@ def node_obj(i: int) -> dict[str, Any]:
     }
 
 
-def pod_obj(name: str, node: str) -> dict[str, Any]:
+def pod_obj(name: str, node: str, networks: tuple[str, ...] = ()) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": NAMESPACE_NAME, "labels": {"app": "demo"}}
+    if networks:
+        meta["annotations"] = {"podnet.io/networks": ",".join(networks)}
     return {
-        "metadata": {"name": name, "namespace": NAMESPACE_NAME, "labels": {"app": "demo"}},
+        "metadata": meta,
         "spec": {"nodeName": node, "containers": [{"name": "app", "image": "demo"}]},
         "status": {"phase": "Running"},
     }
 
 
-DemoProvider = tuple[Any, Callable[[], Mapping[str, str]], Callable[[], Counter[str]],
-                     Callable[[dict[str, Any]], dict[str, Any]]]
+@attrs.frozen
+class Member:
+    """One provider taking part: its plugin, its ground truth (address -> node), its call
+    counts, and what it adds to a Node it serves (instance id, labels) before creation."""
+
+    name: str
+    plugin: Any
+    ground_truth: Callable[[], Mapping[str, str]]
+    calls: Callable[[], Counter[str]]
+    setup_node: Callable[[dict[str, Any]], dict[str, Any]]
+    #: serves nodes (a pool provider) rather than only attachment networks
+    serves_nodes: bool = True
 
 
 def demo_providers() -> list[str]:
     """Providers the demo can run: the reference one, and each built-in provider that
-    ships a ``demo`` module (its simulator, in-process over loopback HTTP)."""
+    ships a ``demo`` module (its simulator, in-process over loopback HTTP); ``mixed`` when
+    both cloud providers are there."""
     import importlib.util
 
     names = ["reference"]
@@ -101,50 +160,95 @@ def demo_providers() -> list[str]:
             found = False
         if found:
             names.append(name)
+    if {"bbc", "ecs"} <= set(names):
+        names.insert(0, MIXED)
     return names
 
 
-def _build_provider(opts: DemoOptions) -> DemoProvider:
-    """The provider plugin, its ground truth (address -> node), its call counts, and what
-    it adds to each node (an instance id, labels) before the node is created."""
-    if opts.provider == "reference":
+def _member(name: str, opts: DemoOptions) -> Member:
+    if name == "reference":
         from podnet.testing.reference import ReferenceCloud, ReferenceProvider
 
         cloud = ReferenceCloud(latency=opts.cloud_latency_ms / 1000, fault_rate=opts.fault_rate,
                                seed=opts.seed)
-        return (ReferenceProvider(cloud), cloud.all_addresses, lambda: cloud.calls,
-                lambda node: node)
-    if opts.provider not in demo_providers():
-        raise ValueError(f"--provider: {opts.provider!r} is not available "
+        return Member(name, ReferenceProvider(cloud), cloud.all_addresses,
+                      lambda: cloud.calls, lambda node: node)
+    if name not in demo_providers():
+        raise ValueError(f"--provider: {name!r} is not available "
                          f"(available: {', '.join(demo_providers())})")
-    import importlib
+    module = importlib.import_module(f"podnet.plugins.{name}.demo")
+    plugin, truth, calls, setup_node = module.build(opts)
+    return Member(name, plugin, truth, calls, setup_node,
+                  serves_nodes=bool(getattr(module, "SERVES_NODES", True)))
 
-    module = importlib.import_module(f"podnet.plugins.{opts.provider}.demo")
-    built: DemoProvider = module.build(opts)
-    return built
+
+def _members(opts: DemoOptions) -> tuple[list[Member], dict[str, str]]:
+    """The providers of this run, and those left out with the reason."""
+    if opts.provider != MIXED:
+        return [_member(opts.provider, opts)], {}
+    members = [_member("bbc", opts), _member("ecs", opts)]
+    skipped: dict[str, str] = {}
+    try:
+        members.append(_member("ovn", opts))
+    except Exception as exc:  # NbServerMissing, or the ovn plugin not installed
+        skipped["ovn"] = str(exc)
+    return members, skipped
+
+
+def _engine_options(opts: DemoOptions, members: list[Member]) -> EngineOptions:
+    names = {m.name for m in members}
+    if opts.provider == MIXED:
+        file = dict(MIXED_CONFIG)
+        if "ovn" not in names:
+            file.pop("networks")
+        config = parse_config(file)
+    else:
+        config = Config(default_provider=opts.provider)
+    policies: dict[str, dict[str, Any]] = {}
+    if opts.cloud_rate and "reference" in names:
+        # the reference cloud has no server-side limit: podnet's own bucket plays it
+        policies["reference"] = {"cloud_rate": RateLimit(
+            rate=opts.cloud_rate, burst=max(1, int(opts.cloud_rate)))}
+    return EngineOptions.from_config(config, policies=policies, provider_config={},
+                                     workers=opts.workers, seed=opts.seed)
+
+
+class _Releases:
+    """Counts finished pod networks by provider (a ``podnet_transition`` listener)."""
+
+    def __init__(self) -> None:
+        self.by_provider: Counter[str] = Counter()
+
+    @hookimpl
+    def podnet_transition(self, event: TransitionEvent) -> None:
+        if event.ok and event.machine == "pod_network" and event.trigger == "finish":
+            self.by_provider[event.provider] += 1
 
 
 def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None = None
              ) -> DemoReport:
-    plugin, ground_truth, calls, setup_node = _build_provider(opts)
+    members, skipped = _members(opts)
     cluster = InMemoryCluster()
     pm = new_plugin_manager()
-    pm.register(plugin, name=opts.provider)
+    for m in members:
+        pm.register(m.plugin, name=m.name)
+    releases = _Releases()
+    pm.register(releases, name="demo-releases")
     tracer_provider = make_tracer_provider(trace_file=opts.trace_file) if opts.trace_file else None
-    policies: dict[str, dict[str, Any]] = {}
-    if opts.cloud_rate and opts.provider == "reference":
-        # the reference cloud has no server-side limit: podnet's own bucket plays it
-        policies[opts.provider] = {"cloud_rate": RateLimit(
-            rate=opts.cloud_rate, burst=max(1, int(opts.cloud_rate)))}
-    engine = Engine(
-        cluster, pm, clock=SystemClock(), tracing=Tracing(tracer_provider),
-        options=EngineOptions(default_provider=opts.provider, workers=opts.workers,
-                              seed=opts.seed, policies=policies),
-    )
-    report = DemoReport(provider=opts.provider, trace_file=opts.trace_file)
+    engine = Engine(cluster, pm, clock=SystemClock(), tracing=Tracing(tracer_provider),
+                    options=_engine_options(opts, members))
+    report = DemoReport(provider=opts.provider, trace_file=opts.trace_file, skipped=skipped)
     cluster.create(NAMESPACE, {"metadata": {"name": NAMESPACE_NAME}})
-    nodes = [cluster.create(NODE, setup_node(node_obj(i)))["metadata"]["name"]
-             for i in range(opts.nodes)]
+    node_members = [m for m in members if m.serves_nodes] or members[:1]
+    nodes = []
+    for i in range(opts.nodes):
+        member = node_members[i % len(node_members)]  # interleaved: BBC, ECS, BBC, ...
+        nodes.append(cluster.create(NODE, member.setup_node(node_obj(i)))["metadata"]["name"])
+    attach = (OVERLAY_NETWORK,) if opts.provider == MIXED and "ovn" not in skipped else ()
+
+    def networks_of(i: int) -> tuple[str, ...]:
+        return attach if i % ATTACH_EVERY == 0 else ()
+
     engine.start()
     stop = threading.Event()
     runner = threading.Thread(target=engine.run, args=(stop,), name="engine", daemon=True)
@@ -153,13 +257,13 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
     try:
         names = [f"pod-{i:05d}" for i in range(opts.pods)]
         for i, name in enumerate(names):
-            cluster.create(POD, pod_obj(name, nodes[i % len(nodes)]))
+            cluster.create(POD, pod_obj(name, nodes[i % len(nodes)], networks_of(i)))
         deadline = started + opts.timeout_s
         settled = _wait_settled(cluster, opts.pods, deadline, progress, "burst")
         if opts.churn and settled:
             for i, name in enumerate(names[: opts.churn]):
                 cluster.delete(POD, name, NAMESPACE_NAME)
-                cluster.create(POD, pod_obj(name, nodes[(i + 1) % len(nodes)]))
+                cluster.create(POD, pod_obj(name, nodes[(i + 1) % len(nodes)], networks_of(i)))
             settled = _wait_settled(cluster, opts.pods, deadline, progress, "churn")
         report.settled = settled
         report.duration_s = round(time.monotonic() - started, 3)
@@ -169,14 +273,21 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
         if tracer_provider is not None:
             tracer_provider.force_flush()
             tracer_provider.shutdown()
-    _audit(report, cluster, engine, ground_truth())
     report.pods = opts.pods
+    report.routed = _progress(cluster)[0]
+    _audit(report, cluster, engine, members, releases)
     report.transitions = dict(sorted(engine.stats.transitions.items()))
     report.released = engine.stats.transitions.get("pod_network.finish", 0)
-    report.cloud_calls = dict(sorted(calls().items()))
     report.provider_calls = dict(sorted(engine.stats.provider_calls.items()))
     report.writes = dict(sorted(engine.stats.writes.items()))
-    _lower_bound(report, opts, len(nodes))
+    calls: Counter[str] = Counter()
+    for m in members:
+        calls.update(report.providers[m.name].cloud_calls)
+    report.cloud_calls = dict(sorted(calls.items()))
+    if "ovn" in report.providers:
+        report.ovn_transactions = report.providers["ovn"].cloud_calls.get("ovn_transactions", 0)
+    if len(members) == 1:
+        _lower_bound(report, opts, len(nodes))
     return report
 
 
@@ -184,8 +295,6 @@ def _lower_bound(report: DemoReport, opts: DemoOptions, nodes: int) -> None:
     """From the provider's own count of the fewest calls (``demo.min_calls``), if any."""
     if opts.provider == "reference":
         return
-    import importlib
-
     module = importlib.import_module(f"podnet.plugins.{opts.provider}.demo")
     min_calls = getattr(module, "min_calls", None)
     if min_calls is None:
@@ -198,24 +307,32 @@ def _lower_bound(report: DemoReport, opts: DemoOptions, nodes: int) -> None:
         report.lower_bound_s = round(slowest + opts.cloud_latency_ms / 1000, 3)
 
 
-def _routed_for_live_pods(cluster: InMemoryCluster) -> tuple[int, int]:
-    """(live pods with a routed default network, records not belonging to a live pod)."""
-    pods = {p["metadata"]["name"]: p["metadata"]["uid"]
-            for p in cluster.list(POD, NAMESPACE_NAME).items}
-    routed, stray = 0, 0
+def _wanted_networks(pod: Obj) -> set[str]:
+    raw = pod["metadata"].get("annotations", {}).get("podnet.io/networks", "")
+    return {DEFAULT_NETWORK, *(n.strip() for n in raw.split(",") if n.strip())}
+
+
+def _progress(cluster: InMemoryCluster) -> tuple[int, int]:
+    """(live pods with every network routed, records not belonging to a live pod)."""
+    pods = {p["metadata"]["name"]: p for p in cluster.list(POD, NAMESPACE_NAME).items}
+    routed_networks: dict[str, set[str]] = {}
+    stray = 0
     for pn in cluster.list(POD_NETWORK, NAMESPACE_NAME).items:
         spec, status = pn["spec"], pn.get("status", {})
-        if pods.get(spec["podName"]) != spec["podUid"]:
+        pod = pods.get(spec["podName"])
+        if pod is None or pod["metadata"]["uid"] != spec["podUid"]:
             stray += 1
         elif status.get("phase") == Phase.ROUTED.value:
-            routed += 1
+            routed_networks.setdefault(spec["podName"], set()).add(spec["network"])
+    routed = sum(1 for name, pod in pods.items()
+                 if routed_networks.get(name, set()) >= _wanted_networks(pod))
     return routed, stray
 
 
 def _wait_settled(cluster: InMemoryCluster, pods: int, deadline: float,
                   progress: Callable[[str, int, int], None] | None, stage: str) -> bool:
     while time.monotonic() < deadline:
-        routed, stray = _routed_for_live_pods(cluster)
+        routed, stray = _progress(cluster)
         if progress is not None:
             progress(stage, routed, pods)
         if routed == pods and stray == 0:
@@ -225,14 +342,33 @@ def _wait_settled(cluster: InMemoryCluster, pods: int, deadline: float,
 
 
 def _audit(report: DemoReport, cluster: InMemoryCluster, engine: Engine,
-           cloud: Mapping[str, str]) -> None:
+           members: list[Member], releases: _Releases) -> None:
+    """Records against each provider's ground truth: duplicates and leaks, per provider
+    and in total (an address owned twice across providers counts too)."""
     owners: dict[str, list[str]] = {}
+    records: Counter[str] = Counter()
+    routed: Counter[str] = Counter()
+    owners_in: dict[str, dict[str, int]] = {}
     for pn in cluster.list(POD_NETWORK).items:
-        ip = pn.get("status", {}).get("ip")
-        if ip:
-            owners.setdefault(ip, []).append(pn["metadata"]["name"])
-    routed, _ = _routed_for_live_pods(cluster)
-    report.routed = routed
-    report.duplicate_ips = sum(1 for o in owners.values() if len(o) > 1)
+        status, provider = pn.get("status", {}), pn["spec"]["provider"]
+        records[provider] += 1
+        routed[provider] += status.get("phase") == Phase.ROUTED.value
+        for ip in (status.get("ip"), status.get("ipv6")):
+            if ip:
+                owners.setdefault(ip, []).append(pn["metadata"]["name"])
+                mine = owners_in.setdefault(provider, {})
+                mine[ip] = mine.get(ip, 0) + 1
     pooled = {a.address for pool in engine.pools.all() for a in pool.addresses.values()}
-    report.leaked_ips = sum(1 for ip in cloud if ip not in owners and ip not in pooled)
+    nodes = Counter(engine.provider_for_node(n) for n in engine.nodes.values())
+    for m in members:
+        truth = m.ground_truth()
+        report.providers[m.name] = ProviderReport(
+            nodes=nodes.get(m.name, 0) if m.serves_nodes else 0,
+            pod_networks=records[m.name], routed=routed[m.name],
+            released=releases.by_provider.get(m.name, 0),
+            leaked_ips=sum(1 for ip in truth if ip not in owners and ip not in pooled),
+            duplicate_ips=sum(1 for n in owners_in.get(m.name, {}).values() if n > 1),
+            cloud_calls=dict(sorted(m.calls().items())),
+        )
+    report.duplicate_ips = sum(1 for o in owners.values() if len(o) > 1)
+    report.leaked_ips = sum(p.leaked_ips for p in report.providers.values())

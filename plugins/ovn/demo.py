@@ -16,11 +16,16 @@ from typing import Any
 from podnet.plugins.ovn.nbserver import NbServer, NbServerMissing
 from podnet.plugins.ovn.provider import OvnProvider
 
-__all__ = ["SUBNETS", "NbServerMissing", "build"]
+__all__ = ["NETWORKS", "SERVES_NODES", "SUBNETS", "NbServerMissing", "build"]
 
-#: the demo's default subnet: room for any demo size
-SUBNETS = [{"name": "ovn-default", "cidr": "10.16.0.0/16", "default": True,
-            "gateway_type": "distributed"}]
+#: the demo's default subnet (room for any demo size), and the attachment network's
+SUBNETS: list[dict[str, Any]] = [{"name": "ovn-default", "cidr": "10.16.0.0/16", "default": True,
+            "gateway_type": "distributed"},
+           {"name": "ovn-overlay", "cidr": "10.20.0.0/16", "gateway_type": "distributed"}]
+#: attachment networks (``podnet.io/networks``) this provider serves -> subnet
+NETWORKS = {"overlay": "ovn-overlay"}
+#: in the mixed demo, the clouds serve the nodes; OVN serves the overlay attachments
+SERVES_NODES = False
 
 
 def build(opts: Any) -> tuple[OvnProvider, Callable[[], Mapping[str, str]],
@@ -36,7 +41,7 @@ def build(opts: Any) -> tuple[OvnProvider, Callable[[], Mapping[str, str]],
     server = NbServer().start()
     atexit.register(server.close)
     plugin = OvnProvider(server.remote, SUBNETS, seed=int(getattr(opts, "seed", 0) or 0),
-                         batch_window=0.002)
+                         batch_window=0.002, networks=NETWORKS)
     plugin.nb_server = server  # type: ignore[attr-defined]  # kept alive with the plugin
 
     def calls() -> Counter[str]:

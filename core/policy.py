@@ -74,6 +74,8 @@ class PoolPolicy:
     refill_period: float = attrs.field(default=5.0, validator=_positive)
     #: routed pod networks are verified against the provider this often
     verify_period: float = attrs.field(default=300.0, validator=_positive)
+    #: each node is checked by the provider (``podnet_node_check``) this often; 0: never
+    node_check_period: float = attrs.field(default=300.0, validator=_non_negative)
     #: garbage collection period
     gc_period: float = attrs.field(default=60.0, validator=_positive)
     #: at most this many interface create/dispose operations per node at once

@@ -19,11 +19,13 @@ Order in which the engine calls them (see docs/writing-a-provider.md):
 3. ``podnet_node_inventory`` — per node, before its pool is used, and on resync.
 4. ``podnet_interface_create`` / ``podnet_interface_dispose``,
    ``podnet_pool_grow`` / ``podnet_pool_shrink`` — by the node pool reconciler.
-5. ``podnet_allocate`` → ``podnet_route`` → (``podnet_verify`` on resync) →
+5. ``podnet_node_check`` — by the node pool reconciler, at most every
+   ``node_check_period`` per node, after a successful pass: read-only findings.
+6. ``podnet_allocate`` → ``podnet_route`` → (``podnet_verify`` on resync) →
    ``podnet_release`` — by the pod network reconciler, one per transition.
-6. ``podnet_hold_address`` — while a sticky pod network waits for its pod to return.
-7. ``podnet_classify_error`` — whenever a hook raised something not a ProviderError.
-8. ``podnet_transition`` — after every transition attempt, to every plugin.
+7. ``podnet_hold_address`` — while a sticky pod network waits for its pod to return.
+8. ``podnet_classify_error`` — whenever a hook raised something not a ProviderError.
+9. ``podnet_transition`` — after every transition attempt, to every plugin.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from podnet.hookspecs.types import (
     Inventory,
     NetworkAttachment,
     NodeContext,
+    NodeFinding,
     PodNetworkContext,
     PoolEntry,
     ProviderInfo,
@@ -196,6 +199,25 @@ def podnet_interface_dispose(
         ``False`` while deletion is in progress, ``None`` when not yours.
 
     .. versionadded:: 0.1.0
+    """
+
+
+@hookspec(firstresult=True)
+def podnet_node_check(provider: str, node: NodeContext) -> Sequence[NodeFinding] | None:
+    """Look for what is wrong on ``node`` that podnet cannot fix itself (e.g. an interface
+    whose security groups drifted from the configured ones). Must make no write.
+
+    Called by the node pool reconciler after a successful pass on a synced pool, at most
+    every ``PoolPolicy.node_check_period`` seconds per node (``0`` disables it). Each
+    distinct finding becomes one Warning Event (its ``reason`` and ``message``) on the Node
+    and on its NodeNetwork, and the NodeNetwork's ``ProviderCheck`` condition lists them;
+    a finding still there at the next check is not reported again. A check that raises is
+    logged and tried again next period; it never fails the pool pass.
+
+    :return: the findings (empty when all is well), or ``None`` when ``provider`` is not
+        yours.
+
+    .. versionadded:: 0.2.0
     """
 
 

@@ -166,3 +166,19 @@ class NetworkAttachment:
 
     network: str
     provider: str
+
+
+@attrs.frozen
+class NodeFinding:
+    """Something a provider's periodic check found wrong on a node (``podnet_node_check``).
+
+    Core reports each distinct finding once, as a Warning Event on the Node and on its
+    NodeNetwork, and again only after it cleared and came back.
+    """
+
+    #: the Event's reason, CamelCase (e.g. ``"SecurityGroupDrift"``)
+    reason: str
+    #: what is wrong, for people: name the object and what differs
+    message: str
+    #: the interface concerned, if any
+    interface: str | None = None

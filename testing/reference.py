@@ -35,6 +35,7 @@ from podnet.hookspecs.types import (
     CloudInterface,
     Inventory,
     NodeContext,
+    NodeFinding,
     PodNetworkContext,
     PoolEntry,
     ProviderInfo,
@@ -302,6 +303,10 @@ class ReferenceProvider:
         self.name = name
         self.policy = policy or PoolPolicy(min_idle=2, max_idle=8, batch_size=4,
                                            max_batch_size=16, reuse_cooldown=0.0)
+        #: what ``podnet_node_check`` reports, by node name (for tests: set and clear it)
+        self.findings: dict[str, list[NodeFinding]] = {}
+        #: raised by ``podnet_node_check`` when set (for tests)
+        self.check_error: Exception | None = None
 
     # 1. registration and configuration
 
@@ -396,6 +401,18 @@ class ReferenceProvider:
             raise ProviderError(ErrorKind.FATAL, f"{interface.id} is never disposed")
         self.cloud.delete_interface(node.node.name, interface.id)
         return True
+
+    # periodic node check (read only)
+
+    @hookimpl
+    def podnet_node_check(self, provider: str, node: NodeContext
+                          ) -> Sequence[NodeFinding] | None:
+        if provider != self.name:
+            return None
+        if self.check_error is not None:
+            raise self.check_error
+        # a real provider reads the cloud here and compares it with what it configured
+        return list(self.findings.get(node.node.name, ()))
 
     # 5. one pod network
 

@@ -12,7 +12,10 @@ idle addresses were podnet's). Then, each pass:
 - idle beyond ``max_idle`` with nobody waiting → one shrink call; an interface left with
   no address is ``dispose``-d (never a primary or trunk interface) until the cloud
   confirms it ``gone``;
-- the pool is written to the NodeNetwork's status whenever its membership changed.
+- the pool is written to the NodeNetwork's status whenever its membership changed;
+- at most every ``node_check_period``, after a successful pass on a synced pool, the
+  provider's ``podnet_node_check``: each new finding is a Warning Event on the Node and
+  the NodeNetwork, and the ``ProviderCheck`` condition lists what is still found.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -50,6 +53,7 @@ from podnet.hookspecs.types import (
     CloudInterface,
     Inventory,
     NodeContext,
+    NodeFinding,
     PoolEntry,
     TransitionEvent,
 )
@@ -70,15 +74,21 @@ class NodePoolReconciler:
         self.e = engine
         self._buckets: dict[str, TokenBucket] = {}
         self._buckets_lock = threading.Lock()
+        #: per node: when (monotonic) ``podnet_node_check`` is next due, and the findings
+        #: of its last check (reported already: not again while they persist)
+        self._next_check: dict[str, float] = {}
+        self._findings: dict[str, tuple[NodeFinding, ...]] = {}
 
     def reconcile(self, name: str) -> Result:
         e = self.e
         node = e.nodes.get(name)
         if node is None or node.deletion_timestamp is not None:
             e.pools.drop_node(name)
+            self._forget_checks(name)
             return DONE
         provider = e.provider_for_node(node)
         if provider is None or not e.providers[provider].uses_node_pool:
+            self._forget_checks(name)
             return DONE
         pool = e.pools.get(provider, name)
         nn = e.node_networks.get(name) or self._create_record(node, provider)
@@ -108,8 +118,81 @@ class NodePoolReconciler:
         if self._snapshot(pool) != before or nn.status.last_inventory_sync is None:
             self._write(nn, pool)
         self._report(nn, pool.last_error)
+        if pool.synced:
+            results.append(self._check(node, nn, provider, policy))
         results.append(Result(requeue_after=policy.refill_period))
         return Result.soonest(results)
+
+    # --- the provider's node check ----------------------------------------------------
+
+    def _forget_checks(self, name: str) -> None:
+        self._next_check.pop(name, None)
+        self._findings.pop(name, None)
+
+    def _check(self, node: NodeInfo, nn: NodeNetwork, provider: str,
+               policy: PoolPolicy) -> Result:
+        """``podnet_node_check`` when it is due (the first one a period after the node was
+        first seen); its new findings reported. A check that fails is logged and tried
+        again a period later: it never fails the pass."""
+        e = self.e
+        period = policy.node_check_period
+        if period <= 0:
+            self._forget_checks(node.name)
+            return DONE
+        now = e.clock.monotonic()
+        due = self._next_check.setdefault(node.name, now + period)
+        if now < due:
+            return Result(requeue_after=due - now)
+        self._next_check[node.name] = now + period
+        current = e.node_networks.get(nn.metadata.name) or nn
+        try:
+            found = e.call(provider, "podnet_node_check", provider=provider,
+                           node=NodeContext(node=node, network=current))
+            findings = _check_findings(provider, found)
+        except Exception as exc:
+            log.warning("node %s: podnet_node_check of %s failed (tried again in %gs): %s",
+                        node.name, provider, period, exc)
+            return Result(requeue_after=period)
+        previous = set(self._findings.get(node.name, ()))
+        self._findings[node.name] = findings
+        involved = {"apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": node.name, "uid": node.uid}}
+        for finding in findings:
+            if finding in previous:
+                continue  # reported already, and still there
+            log.warning("node %s: %s: %s", node.name, finding.reason, finding.message)
+            e.event(involved, finding.reason, finding.message)
+            e.event(current, finding.reason, finding.message)
+        self._report_check(current, findings)
+        return Result(requeue_after=period)
+
+    def _report_check(self, nn: NodeNetwork, findings: tuple[NodeFinding, ...]) -> None:
+        """``ProviderCheck`` on the NodeNetwork: False with the findings' messages, True
+        once they cleared. Written only when it changes (never while all is well from the
+        start)."""
+        e = self.e
+        current = e.node_networks.get(nn.metadata.name) or nn
+        old = next((c for c in current.status.conditions if c.type == "ProviderCheck"), None)
+        if findings:
+            reasons = {f.reason for f in findings}
+            status = "False"
+            reason = reasons.pop() if len(reasons) == 1 else "ProviderFindings"
+            message = "; ".join(f.message for f in findings)
+        else:
+            status, reason, message = "True", "NoFindings", ""
+        if old is None and not findings:
+            return
+        if old is not None and (old.status, old.reason, old.message) == (status, reason,
+                                                                         message):
+            return
+        condition = Condition(type="ProviderCheck", status=status, reason=reason,
+                              message=message, last_transition_time=e.clock.now())
+        others = tuple(c for c in current.status.conditions if c.type != "ProviderCheck")
+        try:
+            e.update_status(NODE_NETWORK, attrs.evolve(current, status=attrs.evolve(
+                current.status, conditions=(*others, condition))))
+        except (Conflict, NotFound):
+            pass  # the next check compares with the record again, and writes it
 
     def _report(self, nn: NodeNetwork, problem: str | None) -> None:
         """``PoolReady`` on the NodeNetwork says whether the pool can serve, and why not;
@@ -562,3 +645,17 @@ class NodePoolReconciler:
             with pool.lock:
                 pool.interfaces.pop(itf.id, None)
         return DONE
+
+
+def _check_findings(provider: str, found: Any) -> tuple[NodeFinding, ...]:
+    """What ``podnet_node_check`` answered, checked, in order, each finding once."""
+    if found is None:
+        return ()  # no plugin checks this provider's nodes
+    if isinstance(found, str | bytes) or not isinstance(found, Sequence):
+        raise ProviderError(ErrorKind.FATAL, f"provider {provider!r}: node_check answered "
+                            f"{type(found).__name__}, not a sequence of NodeFinding")
+    for i, finding in enumerate(found):
+        if not isinstance(finding, NodeFinding) or not finding.reason:
+            raise ProviderError(ErrorKind.FATAL, f"provider {provider!r}: node_check[{i}] "
+                                f"is not a NodeFinding with a reason: {finding!r}")
+    return tuple(dict.fromkeys(found))

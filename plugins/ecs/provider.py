@@ -19,6 +19,11 @@ Config section (``providers.ecs``): ``endpoint``, ``region``, ``protocol`` (http
 ``vswitch_policy`` (``ordered`` | ``most`` | ``random``), ``security_groups`` (list),
 ``instance_type``, ``instance_ids``, ``eni_cap_ratio`` (1.0), ``eni_cap_shift`` (0),
 ``max_enis`` (0: no cap), ``attach_timeout`` (s), ``poll_interval`` (s), ``timeout`` (s).
+
+ENIs are created with the configured ``security_groups``; every ``node_check_period`` the
+node check (``podnet_node_check``, one DescribeNetworkInterfaces per node) reports each
+ENI podnet made whose security groups differ from them as a ``SecurityGroupDrift``
+finding, which core turns into a Warning Event on the Node.
 Credentials are kept only inside the SDK's config: never logged, traced or put in a
 message.
 """
@@ -46,6 +51,7 @@ from podnet.hookspecs.types import (
     CloudInterface,
     Inventory,
     NodeContext,
+    NodeFinding,
     PodNetworkContext,
     PoolEntry,
     ProviderInfo,
@@ -159,6 +165,7 @@ class _Eni:
     primary_ip: str | None
     secondary: tuple[str, ...]
     security_groups: tuple[str, ...]
+    description: str = ""
 
 
 class EcsProvider:
@@ -453,6 +460,30 @@ class EcsProvider:
         return Inventory(interfaces=tuple(interfaces),
                          max_interfaces=self.max_interfaces(limits),
                          ips_per_interface=max(0, limits.ipv4 - 1))
+
+    @hookimpl
+    def podnet_node_check(self, provider: str, node: NodeContext
+                          ) -> Sequence[NodeFinding] | None:
+        """One DescribeNetworkInterfaces for the node's instance: each secondary ENI podnet
+        made (its description) whose security groups are not the configured ones, as a
+        set, is a ``SecurityGroupDrift`` finding. Reads only."""
+        if provider != self.name:
+            return None
+        instance = self.instance_id(node)
+        expected = set(self.config.security_groups)
+        findings = []
+        for eni in self.describe_enis(instance=instance):
+            if eni.kind != "Secondary" or not eni.description.startswith(DESCRIPTION_PREFIX):
+                continue  # the primary ENI, a trunk, or an ENI someone else made
+            actual = set(eni.security_groups)
+            if actual == expected:
+                continue
+            findings.append(NodeFinding(
+                reason="SecurityGroupDrift", interface=eni.id,
+                message=f"ENI {eni.id} of instance {instance} has security groups "
+                        f"[{', '.join(sorted(actual))}], expected "
+                        f"[{', '.join(sorted(expected))}]"))
+        return findings
 
     # --- pool ---------------------------------------------------------------------------
 
@@ -907,7 +938,8 @@ def _eni_of(raw: Any) -> _Eni:
                 kind=str(getattr(raw, "type", "") or "Secondary"),
                 vswitch=str(getattr(raw, "v_switch_id", "") or ""),
                 mac=getattr(raw, "mac_address", None), primary_ip=primary_ip,
-                secondary=secondary, security_groups=tuple(str(g) for g in groups))
+                secondary=secondary, security_groups=tuple(str(g) for g in groups),
+                description=str(getattr(raw, "description", "") or ""))
 
 
 

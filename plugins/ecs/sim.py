@@ -11,6 +11,9 @@ ENI, vSwitches with a CIDR and a finite number of free addresses, ENI states (Av
 Attaching, InUse, Detaching) with a configurable latency, per-API rate limits answering
 ``Throttling``, injectable faults (a random error rate, scripted errors, a vSwitch running
 dry, malformed replies) and a ground-truth view for tests (:meth:`EcsSimulator.addresses`).
+An ENI's security groups are kept from CreateNetworkInterface and changed by
+ModifyNetworkInterfaceAttribute, or behind the controller's back with
+:meth:`EcsSimulator.set_security_groups`.
 """
 
 from __future__ import annotations
@@ -70,7 +73,8 @@ STATUS: dict[str, int] = {
 
 APIS = ("DescribeInstanceTypes", "DescribeNetworkInterfaces", "CreateNetworkInterface",
         "AttachNetworkInterface", "AssignPrivateIpAddresses", "UnassignPrivateIpAddresses",
-        "DetachNetworkInterface", "DeleteNetworkInterface", "DescribeVSwitches")
+        "DetachNetworkInterface", "DeleteNetworkInterface", "DescribeVSwitches",
+        "ModifyNetworkInterfaceAttribute")
 
 
 class EcsError(Exception):
@@ -326,6 +330,12 @@ class EcsSimulator:
         with self.lock:
             self._settle_all()
             return {eni.id: eni.status for eni in self.enis.values()}
+
+    def set_security_groups(self, eni_id: str, groups: Sequence[str]) -> None:
+        """Ground truth: give an ENI other security groups, as someone with the console
+        would (no API call counted, no fault or rate limit)."""
+        with self.lock:
+            self._eni(eni_id).security_groups = list(groups)
 
     def enis_of(self, instance_id: str) -> list[Eni]:
         with self.lock:
@@ -583,6 +593,17 @@ class EcsSimulator:
         vsw = self.vswitches[eni.vswitch]
         vsw.used.difference_update([eni.primary_ip, *eni.secondary])
         del self.enis[eni.id]
+        return {}
+
+    def _api_ModifyNetworkInterfaceAttribute(self, p: Mapping[str, str]) -> dict[str, Any]:
+        eni = self._eni(p.get("NetworkInterfaceId"))
+        groups = _list(p, "SecurityGroupId")
+        if len(groups) > 5:
+            raise EcsError("InvalidParameter", "at most 5 security groups per ENI")
+        if groups:
+            eni.security_groups = list(dict.fromkeys(groups))
+        if "Description" in p:
+            eni.description = p["Description"]
         return {}
 
     def _ipv4_limit(self, eni: Eni) -> int:

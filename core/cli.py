@@ -48,23 +48,32 @@ def _fraction(text: str) -> float:
     return value
 
 
+#: where the default demo (mixed) writes its traces, in the current folder
+DEMO_TRACE_FILE = "podnet-demo-trace.jsonl"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="podnet", description="Kubernetes pod-network controller")
     parser.add_argument("-v", "--verbose", action="count", default=0)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     demo = sub.add_parser("demo", help="run the engine on an embedded cluster and cloud")
-    demo.add_argument("--provider", default="reference")
+    demo.add_argument("--provider", default="mixed",
+                      help="mixed (BBC and ECS nodes, an OVN overlay), or one provider: "
+                           "reference, bbc, ecs, ovn")
     demo.add_argument("--nodes", type=_positive_int, default=20)
     demo.add_argument("--pods", type=_positive_int, default=500)
-    demo.add_argument("--churn", type=_positive_int, default=0,
-                      help="delete and recreate this many pods after the burst")
+    demo.add_argument("--churn", type=_positive_int, default=None,
+                      help="delete and recreate this many pods after the burst "
+                           "(default: a fifth of the pods for mixed, else none)")
     demo.add_argument("--seed", type=_positive_int, default=1)
     demo.add_argument("--cloud-latency-ms", type=_non_negative_float, default=0.0)
     demo.add_argument("--cloud-rate", type=_non_negative_float, default=None,
                       help="cloud calls per second per API")
     demo.add_argument("--fault-rate", type=_fraction, default=0.0)
-    demo.add_argument("--trace-file", default=None, help="write OTLP JSON lines here")
+    demo.add_argument("--trace-file", default=None,
+                      help="write OTLP JSON lines here (default for mixed: "
+                           f"{DEMO_TRACE_FILE}; '' for none)")
     demo.add_argument("--workers", type=_positive_int, default=4)
     demo.add_argument("--timeout", type=_non_negative_float, default=600.0)
     demo.add_argument("--json", action="store_true", help="print one JSON summary")
@@ -91,6 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("cloud", choices=["bbc", "ecs"])
     sim.add_argument("options", nargs=argparse.REMAINDER,
                      help="the simulator's own flags, e.g. --port 0")
+
+    from podnet.core.status import add_audit_arguments, add_status_arguments
+
+    add_status_arguments(sub.add_parser(
+        "status", help="per node: pool and interfaces; per pod: its networks"))
+    add_audit_arguments(sub.add_parser(
+        "audit", help="records against the cloud's inventory: leaked and lost addresses"))
 
     apiserver = sub.add_parser("apiserver", help="serve the Kubernetes API emulator")
     from podnet.sim.apiserver import add_arguments
@@ -121,6 +137,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"the {args.cloud} simulator is not installed")
         code: int = module.main(args.options)
         return code
+    if args.command == "status":
+        from podnet.core.status import run_status
+
+        return run_status(args)
+    if args.command == "audit":
+        from podnet.core.status import run_audit
+
+        return run_audit(args)
     if args.command == "apiserver":
         from podnet.sim.apiserver import run as run_apiserver
 
@@ -176,8 +200,13 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
     if args.nodes < 1:
         parser.error("argument --nodes: must be at least 1")
+    mixed = args.provider == "mixed"
+    if args.churn is None:
+        args.churn = args.pods // 5 if mixed else 0
     if args.churn > args.pods:
         parser.error(f"argument --churn: {args.churn} exceeds --pods {args.pods}")
+    if args.trace_file is None and mixed:
+        args.trace_file = DEMO_TRACE_FILE
     from podnet.core.demo import demo_providers
 
     available = demo_providers()
@@ -187,7 +216,8 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     opts = DemoOptions(
         provider=args.provider, nodes=args.nodes, pods=args.pods, churn=args.churn,
         seed=args.seed, cloud_latency_ms=args.cloud_latency_ms, cloud_rate=args.cloud_rate,
-        fault_rate=args.fault_rate, trace_file=args.trace_file, workers=max(1, args.workers),
+        fault_rate=args.fault_rate, trace_file=args.trace_file or None,
+        workers=max(1, args.workers),
         timeout_s=args.timeout,
     )
     if args.json:
@@ -222,19 +252,35 @@ def _demo_with_progress(opts: DemoOptions) -> DemoReport:
             bar.update(tasks[stage], completed=done)
 
         report = run_demo(opts, progress)
-    table = Table(title=f"podnet demo — provider {report.provider}")
-    table.add_column("what")
-    table.add_column("value", justify="right")
-    for label, value in [
-        ("pods", report.pods), ("routed", report.routed), ("released", report.released),
-        ("leaked IPs", report.leaked_ips), ("duplicate IPs", report.duplicate_ips),
-        ("settled", report.settled), ("duration (s)", report.duration_s),
-        ("cloud calls", sum(report.cloud_calls.values())),
-    ]:
-        table.add_row(label, str(value))
-    for name, count in report.transitions.items():
-        table.add_row(f"transition {name}", str(count))
+    for name, why in report.skipped.items():
+        console.print(f"[yellow]{name} left out:[/yellow] {why}")
+    names = list(report.providers)
+    table = Table(title=f"podnet demo — {report.provider}: {report.pods} pods, "
+                        f"{report.duration_s} s, {'settled' if report.settled else 'NOT settled'}")
+    table.add_column("")
+    for name in names:
+        table.add_column(name, justify="right")
+    if len(names) > 1:
+        table.add_column("total", justify="right")
+    rows: list[tuple[str, list[int]]] = [
+        ("nodes", [p.nodes for p in report.providers.values()]),
+        ("pod networks", [p.pod_networks for p in report.providers.values()]),
+        ("routed", [p.routed for p in report.providers.values()]),
+        ("released", [p.released for p in report.providers.values()]),
+        # an overlay's "cloud" is its Northbound DB: its calls are transactions
+        ("cloud calls", [p.cloud_calls.get("ovn_transactions", sum(p.cloud_calls.values()))
+                         for p in report.providers.values()]),
+        ("leaked IPs", [p.leaked_ips for p in report.providers.values()]),
+        ("duplicate IPs", [p.duplicate_ips for p in report.providers.values()]),
+    ]
+    for label, values in rows:
+        cells = [str(v) for v in values]
+        if len(names) > 1:
+            cells.append(str(report.duplicate_ips if label == "duplicate IPs" else sum(values)))
+        table.add_row(label, *cells)
     console.print(table)
+    console.print(f"pods with every network routed: {report.routed} / {report.pods}; "
+                  + ", ".join(f"{k} {v}" for k, v in report.transitions.items()))
     if report.trace_file:
         console.print(f"traces written to {report.trace_file}")
     return report

@@ -12,10 +12,11 @@ import pytest
 from podnet.core.tracing import read_trace_file
 
 
-def podnet(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def podnet(*args: str, timeout: float = 300, cwd: Path | None = None
+           ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "podnet.core.cli", *args],
-        capture_output=True, text=True, timeout=timeout, check=False,
+        capture_output=True, text=True, timeout=timeout, check=False, cwd=cwd,
     )
 
 
@@ -50,10 +51,39 @@ def test_demo_settles_with_churn_and_traces_every_pod_network(tmp_path: Path) ->
     assert all(len(ids) == 1 for ids in traces.values()), "one trace per lifecycle"
 
 
-def test_demo_without_json_prints_a_summary_table() -> None:
-    run = podnet("demo", "--nodes", "2", "--pods", "10")
+def test_demo_without_json_prints_a_summary_table_per_provider(tmp_path: Path) -> None:
+    run = podnet("demo", "--provider", "reference", "--nodes", "2", "--pods", "10",
+                 cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "routed" in run.stdout and "leaked IPs" in run.stdout
+    assert "reference" in run.stdout
+    assert list(tmp_path.iterdir()) == []  # no trace file unless asked, off the default
+
+
+def test_the_default_demo_is_the_mixed_cluster_and_writes_its_trace(tmp_path: Path) -> None:
+    """No flags but a smaller size: BBC and ECS nodes, every third pod on the OVN overlay
+    (when ovsdb-server is installed), churn by default, the trace file in the folder."""
+    run = podnet("demo", "--nodes", "4", "--pods", "30", "--json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads(run.stdout)
+    assert report["provider"] == "mixed" and report["settled"]
+    assert report["routed"] == 30 and report["leaked_ips"] == 0
+    assert report["duplicate_ips"] == 0
+    providers = report["providers"]
+    assert providers["bbc"]["nodes"] == 2 and providers["ecs"]["nodes"] == 2
+    assert providers["bbc"]["routed"] == providers["ecs"]["routed"] == 15
+    assert providers["bbc"]["released"] + providers["ecs"]["released"] == 6  # churn: 30 // 5
+    assert providers["bbc"]["cloud_calls"] and providers["ecs"]["cloud_calls"]
+    if "ovn" in report["skipped"]:
+        assert "ovn-central" in report["skipped"]["ovn"]
+    else:
+        # pods 0, 3, ..., 27 attach to the overlay; pod 0 and 3 are churned with it
+        assert providers["ovn"]["routed"] == 10 and providers["ovn"]["released"] == 2
+        assert providers["ovn"]["leaked_ips"] == 0 and report["ovn_transactions"] > 0
+    trace = tmp_path / "podnet-demo-trace.jsonl"
+    spans = read_trace_file(trace)
+    providers_traced = {s["attributes"].get("podnet.provider") for s in spans}
+    assert {"bbc", "ecs"} <= providers_traced
 
 
 @pytest.mark.parametrize("args, needle", [

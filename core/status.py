@@ -1,0 +1,538 @@
+"""``podnet status`` and ``podnet audit``: what the records say, and whether the clouds agree.
+
+Both commands only read: they list the records once through the official-client adapter
+and never write, so an operator can run them beside a live controller. ``status`` shows
+the records as they are; ``audit`` asks each node-pool provider for its node inventories
+and compares, which finds what the controller itself cannot see while it is down or
+misconfigured: addresses leaked in the cloud, and records whose address the cloud lost.
+
+The CLI builds its parser on every command, so this module imports only the standard
+library and attrs at import time; the client, the converter and the plugins are imported
+when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+if TYPE_CHECKING:
+    from podnet.core.cluster.kube import KubeCluster
+    from podnet.core.cluster.port import Obj
+    from podnet.core.models import Condition, NodeNetwork, PodNetwork
+    from podnet.core.plugin import Providers
+
+__all__ = [
+    "AuditReport",
+    "Records",
+    "add_audit_arguments",
+    "add_status_arguments",
+    "audit",
+    "read_records",
+    "run_audit",
+    "run_status",
+    "status_report",
+]
+
+#: Exit statuses: clean, findings (audit only), usage or configuration errors.
+EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
+NO_NODE_POOL = "not audited (no node pool)"
+NOT_LOADED = "not audited (provider not loaded)"
+NODE_GONE = "not audited (Node object is gone)"
+
+
+# --- arguments --------------------------------------------------------------------------------
+
+
+def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", default=None,
+                        help="kubeconfig file (default: in-cluster config, else $KUBECONFIG)")
+    parser.add_argument("--context", default=None)
+    parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
+
+
+def add_status_arguments(parser: argparse.ArgumentParser) -> None:
+    _cluster_arguments(parser)
+    parser.add_argument("--node", default=None, help="only this node and its pod networks")
+    parser.add_argument("--namespace", default=None, help="only pod networks in this namespace")
+
+
+def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
+    _cluster_arguments(parser)
+    parser.add_argument("--config", required=True, help="the controller's config file (YAML)")
+    parser.add_argument("--provider", action="append", default=[],
+                        help="enable this built-in provider (repeatable; default: all installed)")
+
+
+# --- reading the records ----------------------------------------------------------------------
+
+
+@attrs.frozen
+class Unreadable:
+    """A record that does not parse: shown with its error, never used for decisions."""
+
+    kind: str  # "NodeNetwork" | "PodNetwork"
+    name: str  # node name, or namespace/name
+    node: str | None
+    provider: str | None
+    error: str
+    #: addresses its raw status claims: an audit must not call them leaked
+    addresses: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class Records:
+    node_networks: tuple[NodeNetwork, ...]
+    pod_networks: tuple[PodNetwork, ...]
+    unreadable: tuple[Unreadable, ...]
+
+
+def _dig(obj: Mapping[str, Any], *path: str) -> str | None:
+    value: Any = obj
+    for key in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value if isinstance(value, str) else None
+
+
+def read_records(cluster: KubeCluster) -> Records:
+    """Every NodeNetwork and PodNetwork, parsed; those that do not parse set apart."""
+    from podnet.core.cluster.port import NODE_NETWORK, POD_NETWORK
+    from podnet.core.convert import RecordError, from_wire
+    from podnet.core.models import NodeNetwork, PodNetwork
+
+    node_networks: list[NodeNetwork] = []
+    pod_networks: list[PodNetwork] = []
+    unreadable: list[Unreadable] = []
+    for obj in cluster.list(NODE_NETWORK).items:
+        try:
+            node_networks.append(from_wire(NodeNetwork, obj))
+        except RecordError as exc:
+            name = _dig(obj, "metadata", "name") or "?"
+            unreadable.append(Unreadable("NodeNetwork", name, name,
+                                         _dig(obj, "spec", "provider"), str(exc)))
+    for obj in cluster.list(POD_NETWORK).items:
+        try:
+            pod_networks.append(from_wire(PodNetwork, obj))
+        except RecordError as exc:
+            key = f"{_dig(obj, 'metadata', 'namespace')}/{_dig(obj, 'metadata', 'name') or '?'}"
+            claimed = tuple(a for a in (_dig(obj, "status", "ip"), _dig(obj, "status", "ipv6"))
+                            if a)
+            unreadable.append(Unreadable("PodNetwork", key, _dig(obj, "spec", "nodeName"),
+                                         _dig(obj, "spec", "provider"), str(exc), claimed))
+    return Records(
+        tuple(sorted(node_networks, key=lambda nn: nn.metadata.name)),
+        tuple(sorted(pod_networks, key=lambda pn: pn.key)),
+        tuple(sorted(unreadable, key=lambda u: (u.kind, u.name))),
+    )
+
+
+def _connect(args: argparse.Namespace) -> KubeCluster:
+    """The cluster as ``podnet run`` finds it; ConfigError when there is no way in."""
+    from podnet.core.cluster.kube import KubeCluster
+    from podnet.core.errors import ConfigError
+
+    if args.kubeconfig is not None and not os.path.isfile(args.kubeconfig):
+        raise ConfigError("kubeconfig", f"no such file: {args.kubeconfig}")
+    if args.kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return KubeCluster.from_kubeconfig(args.kubeconfig, args.context)
+    return KubeCluster.in_cluster()
+
+
+#: Phases in which a record owns its address, as the engine counts them when it rebuilds a pool.
+OWNING_PHASES = frozenset({"Allocated", "Routed", "Releasing"})
+
+
+def _addresses(pn: PodNetwork) -> Iterator[str]:
+    """The addresses ``pn`` owns: none before it is allocated."""
+    if str(pn.status.phase) in OWNING_PHASES:
+        for address in (pn.status.ip, pn.status.ipv6):
+            if address:
+                yield address
+
+
+def _owned(records: Records) -> dict[tuple[str, str], PodNetwork | None]:
+    """(provider, address) -> the record owning it (None: a record that does not parse
+    claims it). Ownership comes from the records, never from a NodeNetwork's ``owner``
+    fields: the engine rewrites those only when the pool's shape changes, so they lag."""
+    owned: dict[tuple[str, str], PodNetwork | None] = {}
+    for pn in records.pod_networks:
+        for address in _addresses(pn):
+            owned[(pn.spec.provider, address)] = pn
+    for bad in records.unreadable:
+        for address in bad.addresses:
+            owned.setdefault((bad.provider or "", address), None)
+    return owned
+
+
+def _time(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _not_true(conditions: Sequence[Condition], type_: str) -> dict[str, str] | None:
+    """The condition of ``type_`` when it is not True (missing counts as fine: not yet
+    written is not a failure to report)."""
+    for cond in conditions:
+        if cond.type == type_ and cond.status != "True":
+            return {"status": cond.status, "reason": cond.reason, "message": cond.message}
+    return None
+
+
+# --- podnet status ----------------------------------------------------------------------------
+
+
+def _node_row(nn: NodeNetwork, owned: Mapping[tuple[str, str], object]) -> dict[str, Any]:
+    interfaces = []
+    for itf in nn.status.interfaces:
+        idle = sum((nn.spec.provider, ip.address) not in owned for ip in itf.ips)
+        interfaces.append({
+            "id": itf.id, "state": str(itf.state), "subnet": itf.subnet, "idle": idle,
+            "allocated": len(itf.ips) - idle, "inhibited_until": _time(itf.inhibited_until),
+        })
+    return {
+        "name": nn.metadata.name, "provider": nn.spec.provider,
+        "instance_id": nn.spec.instance_id, "interfaces": interfaces,
+        "idle": sum(i["idle"] for i in interfaces),
+        "allocated": sum(i["allocated"] for i in interfaces),
+        "pool_not_ready": _not_true(nn.status.conditions, "PoolReady"), "error": None,
+    }
+
+
+def _network_row(pn: PodNetwork) -> dict[str, Any]:
+    s = pn.status
+    return {
+        "record": pn.metadata.name, "network": pn.spec.network, "provider": pn.spec.provider,
+        "phase": str(s.phase), "ip": s.ip, "ipv6": s.ipv6, "node": pn.spec.node_name,
+        "interface": s.interface, "not_ready": _not_true(s.conditions, "Ready"), "error": None,
+    }
+
+
+def status_report(records: Records, *, node: str | None = None,
+                  namespace: str | None = None) -> dict[str, Any]:
+    """``{"nodes": [...], "pods": [...]}``, rows sorted by name; every row of a list has the
+    same keys, unreadable records included (their fields null, ``error`` set). ``node``
+    narrows both lists, ``namespace`` the pods; pool counts always use every record."""
+    owned = _owned(records)
+    nodes = [_node_row(nn, owned) for nn in records.node_networks
+             if node is None or nn.metadata.name == node]
+    pods: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for pn in records.pod_networks:
+        if (node is None or pn.spec.node_name == node) and (
+                namespace is None or pn.metadata.namespace == namespace):
+            pod = (pn.metadata.namespace or "", pn.spec.pod_name)
+            pods.setdefault(pod, []).append(_network_row(pn))
+    for bad in records.unreadable:
+        if node is not None and bad.node != node:
+            continue
+        if namespace is not None and bad.kind == "PodNetwork" and not bad.name.startswith(
+                f"{namespace}/"):
+            continue
+        if bad.kind == "NodeNetwork":
+            nodes.append({"name": bad.name, "provider": bad.provider, "instance_id": None,
+                          "interfaces": [], "idle": 0, "allocated": 0, "pool_not_ready": None,
+                          "error": bad.error})
+        else:
+            namespace, _, name = bad.name.partition("/")
+            # its pod is unknown when the record does not parse: list it under its own name
+            pods.setdefault((namespace, name), []).append({
+                "record": name, "network": None, "provider": bad.provider, "phase": None,
+                "ip": None, "ipv6": None, "node": bad.node, "interface": None,
+                "not_ready": None, "error": bad.error,
+            })
+    return {
+        "nodes": sorted(nodes, key=lambda n: str(n["name"])),
+        "pods": [
+            {"namespace": ns, "name": name,
+             "networks": sorted(rows, key=lambda r: (str(r["network"]), str(r["record"])))}
+            for (ns, name), rows in sorted(pods.items())
+        ],
+    }
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from podnet.core.cluster.port import ApiError
+    from podnet.core.errors import ConfigError
+
+    try:
+        with _connect(args) as cluster:
+            records = read_records(cluster)
+    except (ConfigError, ApiError) as exc:
+        print(f"podnet status: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    report = status_report(records, node=args.node, namespace=args.namespace)
+    if args.output == "json":
+        print(json.dumps(report, sort_keys=True))
+    else:
+        _print_status(report)
+    return EXIT_OK
+
+
+def _one_line(message: object) -> str:
+    """One line, credentials hidden: provider and client errors may quote a request."""
+    from podnet.core.tracing import redact
+
+    return redact(" ".join(str(message).split()))
+
+
+def _cell(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    console = Console()
+    # piped output is read by people and by grep: do not squeeze it to 80 columns
+    return console if console.is_terminal else Console(width=200)
+
+
+def _problem(cond: Mapping[str, str] | None) -> str:
+    if cond is None:
+        return ""
+    return f"{cond['reason']}: {cond['message']}" if cond["message"] else cond["reason"]
+
+
+def _print_status(report: Mapping[str, Any]) -> None:
+    from rich.table import Table
+
+    nodes = Table(title="node pools")
+    for col in ("node", "provider", "instance", "interface", "state", "subnet", "idle",
+                "allocated", "inhibited until", "problem"):
+        nodes.add_column(col, justify="right" if col in ("idle", "allocated") else "left")
+    for n in report["nodes"]:
+        head = [n["name"], _cell(n["provider"]), _cell(n["instance_id"])]
+        for itf in n["interfaces"]:
+            nodes.add_row(*head, itf["id"], itf["state"], _cell(itf["subnet"]),
+                          str(itf["idle"]), str(itf["allocated"]),
+                          _cell(itf["inhibited_until"]), "")
+            head = ["", "", ""]
+        problem = f"invalid: {n['error']}" if n["error"] else _problem(n["pool_not_ready"])
+        if problem and not n["error"]:
+            problem = f"PoolReady={n['pool_not_ready']['status']} {problem}"
+        nodes.add_row(*head, "total", "", "", str(n["idle"]), str(n["allocated"]), "", problem,
+                      end_section=True)
+    pods = Table(title="pod networks")
+    for col in ("pod", "network", "provider", "phase", "ip", "ipv6", "node", "interface",
+                "problem"):
+        pods.add_column(col)
+    for p in report["pods"]:
+        pod = f"{p['namespace']}/{p['name']}"
+        for net in p["networks"]:
+            problem = f"invalid: {net['error']}" if net["error"] else _problem(net["not_ready"])
+            pods.add_row(pod, _cell(net["network"]), _cell(net["provider"]), _cell(net["phase"]),
+                         _cell(net["ip"]), _cell(net["ipv6"]), _cell(net["node"]),
+                         _cell(net["interface"]), problem)
+            pod = ""
+    console = _console()
+    console.print(nodes)
+    console.print(pods)
+
+
+# --- podnet audit -----------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Unowned:
+    """An address the cloud has on a node that no record owns and no pool holds: a leak."""
+
+    node: str
+    provider: str
+    ip: str
+    interface: str
+
+
+@attrs.frozen
+class Lost:
+    """A record whose address the cloud no longer has anywhere the audit looked."""
+
+    pod_network: str
+    node: str
+    ip: str
+
+
+@attrs.frozen
+class Misplaced:
+    """A record whose address the cloud has on another node than the record's."""
+
+    pod_network: str
+    node: str
+    ip: str
+    cloud_node: str
+    interface: str
+
+
+@attrs.frozen
+class AuditError:
+    """A node the audit could not judge: its inventory call failed, or its record is bad."""
+
+    node: str | None
+    provider: str | None
+    error: str
+
+
+@attrs.frozen
+class Skipped:
+    provider: str
+    reason: str
+    nodes: tuple[str, ...]
+
+
+@attrs.frozen
+class AuditReport:
+    unowned: tuple[Unowned, ...] = ()
+    lost: tuple[Lost, ...] = ()
+    misplaced: tuple[Misplaced, ...] = ()
+    errors: tuple[AuditError, ...] = ()
+    skipped: tuple[Skipped, ...] = ()
+
+    @property
+    def clean(self) -> bool:
+        return not (self.unowned or self.lost or self.misplaced or self.errors)
+
+    def as_json(self) -> dict[str, list[dict[str, Any]]]:
+        return {
+            name: [attrs.asdict(row, recurse=False, value_serializer=_json_value)
+                   for row in getattr(self, name)]
+            for name in ("unowned", "lost", "misplaced", "errors", "skipped")
+        }
+
+
+def _json_value(_inst: Any, _field: Any, value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers) -> AuditReport:
+    """Compare the records with each node-pool provider's inventory of each node.
+
+    Addresses are compared per provider: two providers may well reuse one private range.
+    """
+    from podnet.core.objects import node_info
+    from podnet.hookspecs.types import CloudInterface, Inventory, NodeContext
+
+    hook = providers.pm.hook
+    errors: list[AuditError] = []
+    skipped: dict[tuple[str, str], list[str]] = {}
+    #: (provider, node) -> address -> the interface the cloud has it on
+    clouds: dict[tuple[str, str], dict[str, CloudInterface]] = {}
+    audited: dict[tuple[str, str], NodeNetwork] = {}
+    for nn in records.node_networks:
+        name, provider = nn.metadata.name, nn.spec.provider
+        reason = (NOT_LOADED if provider not in providers
+                  else NO_NODE_POOL if not providers[provider].uses_node_pool
+                  else NODE_GONE if name not in nodes else None)
+        if reason is not None:
+            skipped.setdefault((provider, reason), []).append(name)
+            continue
+        context = NodeContext(node=node_info(nodes[name]), network=nn)
+        try:
+            inventory = hook.podnet_node_inventory(provider=provider, node=context)
+        except Exception as exc:  # the provider's own SDK errors: report, go on
+            errors.append(AuditError(name, provider, _one_line(f"{type(exc).__name__}: {exc}")))
+            continue
+        if not isinstance(inventory, Inventory):
+            errors.append(AuditError(name, provider, "the provider reported no inventory"))
+            continue
+        clouds[(provider, name)] = inventory.all_ips()
+        audited[(provider, name)] = nn
+    for bad in records.unreadable:
+        what = "record" if bad.kind == "NodeNetwork" else f"PodNetwork {bad.name}"
+        errors.append(AuditError(bad.node, bad.provider, f"{what} does not parse: {bad.error}"))
+
+    owned = _owned(records)
+    where: dict[tuple[str, str], tuple[str, str]] = {}  # (provider, ip) -> (node, interface)
+    for (provider, node), addresses in clouds.items():
+        for address, itf in addresses.items():
+            where.setdefault((provider, address), (node, itf.id))
+
+    unowned: list[Unowned] = []
+    for (provider, node), addresses in sorted(clouds.items()):
+        # every address the NodeNetwork lists is in the node's pool, whatever its (lagging)
+        # owner field says: the engine's own rule when it rebuilds a pool
+        pooled = {ip.address for itf in audited[(provider, node)].status.interfaces
+                  for ip in itf.ips}
+        for address, itf in sorted(addresses.items()):
+            if (provider, address) not in owned and address not in pooled:
+                unowned.append(Unowned(node, provider, address, itf.id))
+    lost: list[Lost] = []
+    misplaced: list[Misplaced] = []
+    for pn in records.pod_networks:
+        provider, node = pn.spec.provider, pn.spec.node_name
+        on_node = clouds.get((provider, node))
+        if on_node is None:
+            continue  # its node was not audited: nothing to compare with
+        for address in _addresses(pn):
+            if address in on_node:
+                continue
+            elsewhere = where.get((provider, address))
+            if elsewhere is None:
+                lost.append(Lost(pn.key, node, address))
+            else:
+                misplaced.append(Misplaced(pn.key, node, address, *elsewhere))
+    return AuditReport(
+        unowned=tuple(unowned), lost=tuple(lost), misplaced=tuple(misplaced),
+        errors=tuple(sorted(errors, key=lambda e: (e.node or "", e.provider or "", e.error))),
+        skipped=tuple(Skipped(p, r, tuple(sorted(n))) for (p, r), n in sorted(skipped.items())),
+    )
+
+
+def run_audit(args: argparse.Namespace) -> int:
+    from podnet.core.cluster.port import NODE, ApiError
+    from podnet.core.config import load_config
+    from podnet.core.errors import ConfigError
+    from podnet.core.plugin import Providers, load_plugins, new_plugin_manager
+
+    try:
+        # what ``podnet run`` does before its engine starts, so both see the same clouds
+        config = load_config(args.config)
+        pm = new_plugin_manager()
+        load_plugins(pm, builtins=args.provider or None)
+        providers = Providers(pm)
+        for name, section in config.providers.items():
+            providers.configure(name, section)
+        with _connect(args) as cluster:
+            records = read_records(cluster)
+            nodes = {str(n["metadata"]["name"]): n for n in cluster.list(NODE).items}
+    except (ConfigError, ApiError) as exc:
+        print(f"podnet audit: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    report = audit(records, nodes, providers)
+    if args.output == "json":
+        print(json.dumps(report.as_json(), sort_keys=True))
+    else:
+        _print_audit(report)
+    return EXIT_OK if report.clean else EXIT_FOUND
+
+
+def _print_audit(report: AuditReport) -> None:
+    from rich.table import Table
+
+    table = Table(title="podnet audit")
+    for col in ("finding", "node", "provider", "ip", "detail"):
+        table.add_column(col)
+    for u in report.unowned:
+        table.add_row("unowned", u.node, u.provider, u.ip,
+                      f"on {u.interface}; no record owns it and no pool holds it")
+    for lo in report.lost:
+        table.add_row("lost", lo.node, "", lo.ip,
+                      f"{lo.pod_network}: the cloud no longer has it")
+    for m in report.misplaced:
+        table.add_row("misplaced", m.node, "", m.ip,
+                      f"{m.pod_network}: the cloud has it on {m.cloud_node} ({m.interface})")
+    for e in report.errors:
+        table.add_row("error", _cell(e.node), _cell(e.provider), "", e.error)
+    console = _console()
+    if table.row_count:
+        console.print(table)
+    for s in report.skipped:
+        console.print(f"provider {s.provider}: {s.reason}: {', '.join(s.nodes)}")
+    if report.clean:
+        console.print("clean: every cloud address is owned or pooled, every record's "
+                      "address is where it says")

@@ -1,0 +1,271 @@
+"""``podnet status`` and ``podnet audit``, end to end in one process.
+
+An engine with the reference provider routes a few pods on an in-memory cluster; the API
+emulator serves that same cluster on 127.0.0.1 and the commands read it through a
+kubeconfig, as an operator would. The reference cloud keeps its state in a file, so the
+audit's own provider instance sees the cloud the engine built, and the test can change
+that cloud behind everyone's back.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import yaml
+
+from podnet.core.cli import main
+from podnet.core.clock import FakeClock
+from podnet.core.cluster.kube import KubeCluster
+from podnet.core.cluster.memory import InMemoryCluster
+from podnet.core.cluster.port import NODE, NODE_NETWORK, POD_NETWORK
+from podnet.core.plugin import Providers
+from podnet.core.status import NO_NODE_POOL, NOT_LOADED, audit, read_records
+from podnet.hookspecs import hookimpl
+from podnet.hookspecs.types import ProviderInfo
+from podnet.sim.apiserver import ApiServer
+from podnet.testing import reference
+from podnet.testing.harness import EngineFactory, World, build_plugin_manager
+from podnet.testing.reference import ReferenceCloud, ReferenceProvider
+
+PODS = 4
+NODES = 2
+
+
+@attrs.frozen
+class Site:
+    store: InMemoryCluster
+    world: World
+    cloud: ReferenceCloud
+    kubeconfig: Path
+    config: Path
+
+    def podnet(self, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, Any]:
+        """Run a command against the emulator; its exit status and its JSON output."""
+        code = main([*args, "--kubeconfig", str(self.kubeconfig), "-o", "json"])
+        out = capsys.readouterr().out
+        return code, json.loads(out)
+
+    def audit(self, capsys: pytest.CaptureFixture[str]) -> tuple[int, Any]:
+        return self.podnet(capsys, "audit", "--config", str(self.config),
+                           "--provider", "reference")
+
+    def records(self, kind: Any) -> list[dict[str, Any]]:
+        return list(self.store.list(kind).items)
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Site]:
+    state = tmp_path / "cloud.json"
+    cloud = ReferenceCloud()
+    cloud.persist_to(str(state))
+    clock = FakeClock()
+    store = InMemoryCluster(clock=clock)
+    engines = EngineFactory(store, build_plugin_manager(ReferenceProvider(cloud=cloud)), clock,
+                            provider=reference.NAME)
+    world = World(store, clock, engines, cloud.all_addresses)
+    for i in range(NODES):
+        world.add_node(i)
+    for i in range(PODS):
+        world.add_pod(f"web-{i}", i % NODES)
+    world.settle(advance=30)
+    routed = [pn for pn in store.list(POD_NETWORK).items
+              if pn.get("status", {}).get("phase") == "Routed"]
+    assert len(routed) == PODS, "the engine did not route every pod"
+    engines.stop(world.engine)  # the controller is down: the commands read what it left
+
+    config = tmp_path / "podnet.yaml"
+    config.write_text(yaml.safe_dump({
+        "defaultProvider": reference.NAME,
+        "providers": {reference.NAME: {"state_file": str(state)}},
+    }))
+    # `podnet audit` configures the module's own plugin; give it a cloud object of its own
+    # (it is pointed at the state file) and put the shared one back afterwards
+    monkeypatch.setattr(reference.plugin, "cloud", ReferenceCloud())
+    with ApiServer(store) as server:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        yield Site(store, world, cloud, kubeconfig, config)
+    world.close()
+
+
+def _free_address(cloud: ReferenceCloud, cidr: str) -> str:
+    used = set(cloud.all_addresses())
+    hosts = list(ipaddress.ip_network(cidr).hosts())
+    return next(str(h) for h in reversed(hosts) if str(h) not in used)
+
+
+def test_status_json_lists_every_pool_and_pod_network(
+        site: Site, capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = site.podnet(capsys, "status")
+    assert code == 0
+    truth = site.cloud.all_addresses()  # address -> node
+    pns = {(pn["metadata"]["namespace"], pn["spec"]["podName"]): pn
+           for pn in site.records(POD_NETWORK)}
+
+    assert [(p["namespace"], p["name"]) for p in report["pods"]] == sorted(pns)
+    for pod in report["pods"]:
+        (net,) = pod["networks"]
+        record = pns[(pod["namespace"], pod["name"])]
+        assert net["phase"] == "Routed"
+        assert net["ip"] == record["status"]["ip"]
+        assert net["node"] == record["spec"]["nodeName"] == truth[net["ip"]]
+        assert net["provider"] == reference.NAME
+        assert net["ipv6"] is None and net["not_ready"] is None and net["error"] is None
+
+    nns = {nn["metadata"]["name"]: nn for nn in site.records(NODE_NETWORK)}
+    assert [n["name"] for n in report["nodes"]] == sorted(nns) and len(nns) == NODES
+    for node in report["nodes"]:
+        on_node = {ip for ip, name in truth.items() if name == node["name"]}
+        pods_here = {net["ip"] for p in report["pods"] for net in p["networks"]
+                     if net["node"] == node["name"]}
+        assert node["provider"] == reference.NAME
+        assert node["allocated"] == len(pods_here) > 0
+        assert node["idle"] + node["allocated"] == len(on_node)
+        assert node["idle"] >= 1, "the reference policy keeps idle addresses"
+        assert node["idle"] == sum(i["idle"] for i in node["interfaces"])
+        assert node["pool_not_ready"] is None and node["error"] is None
+        recorded = {itf["id"] for itf in nns[node["name"]]["status"]["interfaces"]}
+        assert {i["id"] for i in node["interfaces"]} == recorded
+
+
+def test_status_filters_by_node_and_prints_tables(
+        site: Site, capsys: pytest.CaptureFixture[str]) -> None:
+    node = site.records(NODE)[0]["metadata"]["name"]
+    _, report = site.podnet(capsys, "status", "--node", node)
+    assert [n["name"] for n in report["nodes"]] == [node]
+    assert report["pods"] and all(net["node"] == node
+                                  for p in report["pods"] for net in p["networks"])
+    _, elsewhere = site.podnet(capsys, "status", "--namespace", "no-such-namespace")
+    assert elsewhere["pods"] == [] and len(elsewhere["nodes"]) == NODES
+
+    assert main(["status", "--kubeconfig", str(site.kubeconfig)]) == 0
+    table = capsys.readouterr().out
+    for pn in site.records(POD_NETWORK):
+        assert pn["spec"]["podName"] in table and pn["status"]["ip"] in table
+
+
+def test_a_record_that_does_not_parse_is_shown_as_invalid(
+        site: Site, capsys: pytest.CaptureFixture[str]) -> None:
+    pn = site.records(POD_NETWORK)[0]
+    pn["status"]["ip"] = "not-an-ip"
+    site.store.update_status(POD_NETWORK, pn)
+    code, report = site.podnet(capsys, "status")
+    assert code == 0
+    rows = [net for p in report["pods"] for net in p["networks"] if net["error"]]
+    assert len(rows) == 1 and "status.ip" in rows[0]["error"]
+    assert rows[0]["record"] == pn["metadata"]["name"]
+    assert sum(len(p["networks"]) for p in report["pods"]) == PODS
+
+    code, found = site.audit(capsys)
+    assert code == 1
+    assert [e["node"] for e in found["errors"]] == [pn["spec"]["nodeName"]]
+    assert found["unowned"] == [] and found["lost"] == []
+
+
+def test_audit_is_clean_then_finds_a_leak_a_lost_and_a_misplaced_address(
+        site: Site, capsys: pytest.CaptureFixture[str]) -> None:
+    code, clean = site.audit(capsys)
+    assert code == 0, clean
+    assert clean == {"unowned": [], "lost": [], "misplaced": [], "errors": [], "skipped": []}
+
+    nodes = sorted((n["metadata"]["name"], n["spec"]["podCIDR"]) for n in site.records(NODE))
+    (node_a, cidr_a), (node_b, _) = nodes
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for pn in sorted(site.records(POD_NETWORK), key=lambda p: p["metadata"]["name"]):
+        by_node.setdefault(pn["spec"]["nodeName"], []).append(pn)
+    gone, moved = by_node[node_a][0], by_node[node_b][0]
+    key = "{0[metadata][namespace]}/{0[metadata][name]}".format
+
+    leak = _free_address(site.cloud, cidr_a)
+    site.cloud.add(node_a, None, "eth0", 1, address=leak)
+    site.cloud.remove(node_a, [gone["status"]["ip"]])
+    site.cloud.remove(node_b, [moved["status"]["ip"]])
+    site.cloud.add(node_a, None, "eth0", 1, address=moved["status"]["ip"])
+
+    code, found = site.audit(capsys)
+    assert code == 1
+    assert found["unowned"] == [
+        {"node": node_a, "provider": reference.NAME, "ip": leak, "interface": "eth0"}]
+    assert found["lost"] == [
+        {"pod_network": key(gone), "node": node_a, "ip": gone["status"]["ip"]}]
+    assert found["misplaced"] == [
+        {"pod_network": key(moved), "node": node_b, "ip": moved["status"]["ip"],
+         "cloud_node": node_a, "interface": "eth0"}]
+    assert found["errors"] == [] and found["skipped"] == []
+
+    assert main(["audit", "--config", str(site.config), "--kubeconfig",
+                 str(site.kubeconfig), "--provider", reference.NAME]) == 1
+    table = capsys.readouterr().out
+    assert leak in table and key(gone) in table and key(moved) in table
+
+
+def test_audit_names_the_bad_config_key(site: Site, capsys: pytest.CaptureFixture[str],
+                                        tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"providers": {reference.NAME: {"bogus": 1}}}))
+    code = main(["audit", "--config", str(bad), "--kubeconfig", str(site.kubeconfig),
+                 "--provider", reference.NAME])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and f"{reference.NAME}.bogus" in err
+
+
+@pytest.mark.parametrize("command", [["status"], ["audit", "--config", "CONFIG"]])
+def test_missing_kubeconfig_or_no_server_exits_2_with_one_line(
+        command: list[str], site: Site, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    args = [str(site.config) if a == "CONFIG" else a for a in command]
+    missing = tmp_path / "nowhere" / "kubeconfig"
+    assert main([*args, "--kubeconfig", str(missing)]) == 2
+    err = capsys.readouterr()
+    assert err.out == "" and len(err.err.strip().splitlines()) == 1
+    assert "kubeconfig" in err.err and str(missing) in err.err
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dead = yaml.safe_load(site.kubeconfig.read_text())
+    dead["clusters"][0]["cluster"]["server"] = f"http://127.0.0.1:{port}"
+    (tmp_path / "dead").write_text(yaml.safe_dump(dead))
+    assert main([*args, "--kubeconfig", str(tmp_path / "dead")]) == 2
+    err = capsys.readouterr()
+    assert err.out == "" and len(err.err.strip().splitlines()) == 1
+    assert "unreachable" in err.err
+
+
+class _Overlay:
+    """An overlay provider: its own IPAM, no node pool to audit."""
+
+    @hookimpl
+    def podnet_register_provider(self) -> ProviderInfo:
+        return ProviderInfo(name="overlay", version="0", uses_node_pool=False)
+
+
+def test_audit_skips_providers_without_a_node_pool_and_those_not_loaded(
+        site: Site, capsys: pytest.CaptureFixture[str]) -> None:
+    for name, provider in (("overlay-node", "overlay"), ("other-node", "elsewhere")):
+        site.store.create(NODE, {"metadata": {"name": name}, "spec": {"podCIDR": "10.99.0.0/24"}})
+        site.store.create(NODE_NETWORK, {"apiVersion": "podnet.io/v1alpha1",
+                                         "kind": "NodeNetwork", "metadata": {"name": name},
+                                         "spec": {"provider": provider}})
+    pm = build_plugin_manager(ReferenceProvider(cloud=site.cloud))
+    pm.register(_Overlay(), name="overlay")
+    with KubeCluster.from_kubeconfig(str(site.kubeconfig)) as kube:
+        records = read_records(kube)
+        nodes = {n["metadata"]["name"]: n for n in kube.list(NODE).items}
+    report = audit(records, nodes, Providers(pm))
+    assert report.clean
+    assert report.as_json()["skipped"] == [
+        {"provider": "elsewhere", "reason": NOT_LOADED, "nodes": ["other-node"]},
+        {"provider": "overlay", "reason": NO_NODE_POOL, "nodes": ["overlay-node"]},
+    ]
+
+    code, found = site.audit(capsys)  # the command loads only the reference provider
+    assert code == 0
+    assert {s["provider"] for s in found["skipped"]} == {"overlay", "elsewhere"}

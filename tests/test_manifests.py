@@ -9,7 +9,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from podnet.core.config import parse_config
+from podnet.core.config import load_config, parse_config
 from podnet.core.plugin import BUILTIN_PLUGINS
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
@@ -17,8 +17,11 @@ K8S_VERSION = "1.30"
 
 
 def documents() -> list[tuple[str, dict[str, Any]]]:
+    """Every manifest; deploy/config/ holds podnet config files, not manifests."""
     out = []
     for path in sorted(DEPLOY.rglob("*.yaml")):
+        if path.relative_to(DEPLOY).parts[0] == "config":
+            continue
         for doc in yaml.safe_load_all(path.read_text()):
             if doc:
                 out.append((f"{path.relative_to(DEPLOY)}:{doc['kind']}/{doc['metadata']['name']}",
@@ -103,3 +106,11 @@ def test_crds_have_status_printer_columns_and_short_names() -> None:
     columns = [c["name"] for c in crds["podnetworks"]["spec"]["versions"][0][
         "additionalPrinterColumns"]]
     assert columns[:3] == ["Phase", "IP", "Node"]
+
+
+def test_the_sample_configs_parse_and_name_only_built_in_providers() -> None:
+    for path in sorted((DEPLOY / "config").glob("*.yaml")):
+        config = load_config(path)
+        named = {config.default_provider, *config.providers, *config.networks.values(),
+                 *(rule.provider for rule in config.node_providers)}
+        assert named <= set(BUILTIN_PLUGINS), path.name

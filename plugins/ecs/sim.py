@@ -709,6 +709,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="ID=CIDR (repeatable); default vsw-sim-1=10.0.0.0/16")
     parser.add_argument("--instance", action="append", default=[],
                         help="ID[=TYPE] (repeatable)")
+    parser.add_argument("--instances", type=int, default=0,
+                        help="also add this many instances, i-ecs0000, i-ecs0001, ...")
+    parser.add_argument("--instance-type", default="ecs.g7.large",
+                        help="the type of --instances' instances and of an --instance "
+                             "given without one")
     args = parser.parse_args(argv)
     sim = EcsSimulator(host=args.host, port=args.port, latency=args.latency_ms / 1000,
                        rate=args.rate, fault_rate=args.fault_rate, seed=args.seed)
@@ -717,7 +722,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sim.add_vswitch(vid, cidr)
     for spec in args.instance:
         iid, _, itype = spec.partition("=")
-        sim.add_instance(iid, itype or "ecs.g7.large")
+        sim.add_instance(iid, itype or args.instance_type)
+    for i in range(args.instances):
+        sim.add_instance(f"i-ecs{i:04d}", args.instance_type)
     sim.start()
     print(sim.url, flush=True)
     try:

@@ -1,8 +1,8 @@
 """The chaos machine against the ECS provider on its loopback simulator.
 
-``PODNET_CHAOS_EXAMPLES`` sets the example count of each machine; the default here (100)
-keeps the file near 30 s (every example starts a simulator and drives the real SDK over
-HTTP); at 200 it takes about a minute.
+``PODNET_CHAOS_EXAMPLES`` sets the example count of each machine; the default is the
+kit's 200 (every example starts a simulator and drives the real SDK over HTTP: about a
+minute for the file).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ pytest_plugins = ["podnet.testing"]
 #: next example starts (an example's machine outlives no other)
 _WORLDS: dict[int, EcsWorld] = {}
 
-DEFAULT_EXAMPLES = 100
+DEFAULT_EXAMPLES = 200
 
 
 def _new(world: EcsWorld) -> EcsProvider:

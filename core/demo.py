@@ -77,6 +77,8 @@ class ProviderReport:
     leaked_ips: int = 0
     duplicate_ips: int = 0
     cloud_calls: dict[str, int] = attrs.field(factory=dict)
+    #: calls that changed the cloud (the provider's ``demo.WRITE_APIS``), GOALS P1
+    write_calls: int = 0
 
 
 @attrs.define
@@ -101,6 +103,8 @@ class DemoReport:
     skipped: dict[str, str] = attrs.field(factory=dict)
     #: Northbound transactions, when the OVN provider took part
     ovn_transactions: int | None = None
+    #: cloud calls that changed something, all providers (GOALS P1: per pod)
+    write_calls: int = 0
     #: the fewest cloud write calls a perfect controller could make (GOALS P1b), and the
     #: time the slowest rate-limited API needs for its fewest calls, plus one latency (P2);
     #: single-provider runs only
@@ -144,6 +148,8 @@ class Member:
     setup_node: Callable[[dict[str, Any]], dict[str, Any]]
     #: serves nodes (a pool provider) rather than only attachment networks
     serves_nodes: bool = True
+    #: the cloud APIs that write, for the write-call count
+    write_apis: tuple[str, ...] = ()
 
 
 def demo_providers() -> list[str]:
@@ -179,7 +185,8 @@ def _member(name: str, opts: DemoOptions) -> Member:
     module = importlib.import_module(f"podnet.plugins.{name}.demo")
     plugin, truth, calls, setup_node = module.build(opts)
     return Member(name, plugin, truth, calls, setup_node,
-                  serves_nodes=bool(getattr(module, "SERVES_NODES", True)))
+                  serves_nodes=bool(getattr(module, "SERVES_NODES", True)),
+                  write_apis=tuple(getattr(module, "WRITE_APIS", ())))
 
 
 def _members(opts: DemoOptions) -> tuple[list[Member], dict[str, str]]:
@@ -205,10 +212,12 @@ def _engine_options(opts: DemoOptions, members: list[Member]) -> EngineOptions:
     else:
         config = Config(default_provider=opts.provider)
     policies: dict[str, dict[str, Any]] = {}
-    if opts.cloud_rate and "reference" in names:
-        # the reference cloud has no server-side limit: podnet's own bucket plays it
-        policies["reference"] = {"cloud_rate": RateLimit(
-            rate=opts.cloud_rate, burst=max(1, int(opts.cloud_rate)))}
+    if opts.cloud_rate:
+        # as an operator would: podnet's own bucket set to the cloud's published limit
+        # (for the reference cloud, which has no server-side limit, it plays that limit)
+        for name in names & {"reference", "bbc", "ecs"}:
+            policies[name] = {"cloud_rate": RateLimit(
+                rate=opts.cloud_rate, burst=max(1, int(opts.cloud_rate)))}
     return EngineOptions.from_config(config, policies=policies, provider_config={},
                                      workers=opts.workers, seed=opts.seed)
 
@@ -370,5 +379,8 @@ def _audit(report: DemoReport, cluster: InMemoryCluster, engine: Engine,
             duplicate_ips=sum(1 for n in owners_in.get(m.name, {}).values() if n > 1),
             cloud_calls=dict(sorted(m.calls().items())),
         )
+        report.providers[m.name].write_calls = sum(
+            report.providers[m.name].cloud_calls.get(api, 0) for api in m.write_apis)
     report.duplicate_ips = sum(1 for o in owners.values() if len(o) > 1)
     report.leaked_ips = sum(p.leaked_ips for p in report.providers.values())
+    report.write_calls = sum(p.write_calls for p in report.providers.values())

@@ -13,7 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from podnet.plugins.bbc.provider import DEFAULT_TYPE_LABEL, BbcProvider, default_policy
-from podnet.plugins.bbc.sim import BbcSimulator
+from podnet.plugins.bbc.sim import WRITE_APIS, BbcSimulator
+
+__all__ = ["WRITE_APIS", "build", "min_calls"]
 
 #: the demo's subnets: the ENIs' own, and a second candidate
 SUBNETS = {"sbn-demo-a": "10.128.0.0/14", "sbn-demo-b": "10.132.0.0/14"}

@@ -28,6 +28,10 @@ DEMO_INSTANCE_TYPE = "ecs.g7.4xlarge"
 #: the simulator's vSwitches: a big one, and a second one for fail-over
 VSWITCHES = {"vsw-sim-a": "10.0.0.0/16", "vsw-sim-b": "10.1.0.0/16"}
 SECURITY_GROUPS = ("sg-sim-1",)
+#: the APIs that change the cloud (GOALS P1 counts these per pod)
+WRITE_APIS = ("AssignPrivateIpAddresses", "UnassignPrivateIpAddresses",
+              "CreateNetworkInterface", "AttachNetworkInterface", "DetachNetworkInterface",
+              "DeleteNetworkInterface", "ModifyNetworkInterfaceAttribute")
 #: the provider's policy for the test kit's scenarios, which settle without moving the
 #: clock (no 300 ms gathering wait) and expect a warm pool (Terway keeps none idle)
 KIT_POLICY = attrs.evolve(POLICY, aggregation_window=0.0, min_idle=2)

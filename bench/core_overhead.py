@@ -272,9 +272,12 @@ def p3_build(pods: int, warmup: int, trace_file: str | None, seed: int, metered:
     tracer_provider = None
     if trace_file is not None:
         tracer_provider = make_tracer_provider(trace_file=trace_file, batch=True)
-        tracer_provider.add_span_processor(counter)
+        if isinstance(tracer_provider, SdkTracerProvider):
+            tracer_provider.add_span_processor(counter)
+        else:
+            counter = tracer_provider  # the lean provider counts the spans it ended
     engine = Engine(cluster, pm, clock=clock, tracing=Tracing(tracer_provider),
-                    options=EngineOptions(default_provider=PROVIDER, seed=seed))
+                    options=EngineOptions(default_provider=PROVIDER, seed=seed, freeze_gc=True))
     cluster.create(NAMESPACE, {"metadata": {"name": NAMESPACE_NAME}})
     for i in range(nodes):
         cluster.create(NODE, node_obj(i))

@@ -55,6 +55,8 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import AttributeValue
 
+from podnet.core.filetrace import LeanTracerProvider
+
 __all__ = [
     "ATTR_ERROR_TYPE",
     "ATTR_FROM",
@@ -674,14 +676,20 @@ def make_tracer_provider(
     otlp_endpoint: str | None = None,
     exporters: Sequence[SpanExporter] = (),
     batch: bool = True,
-) -> SdkTracerProvider:
-    """An SDK provider exporting to an OTLP/JSON lines file, an OTLP/HTTP endpoint and/or
-    the given exporters.
+) -> SdkTracerProvider | LeanTracerProvider:
+    """A provider exporting to an OTLP/JSON lines file, an OTLP/HTTP endpoint and/or the
+    given exporters.
 
-    ``otlp_endpoint`` is the full signal URL, e.g. ``http://collector:4318/v1/traces``.
-    ``batch=False`` exports synchronously on span end (tests, short demo runs).
+    The file alone gets the lean provider (:mod:`podnet.core.filetrace`: the same spans
+    and file at a fraction of the SDK's cost on the engine's thread); anything else the
+    SDK with its official exporters. ``otlp_endpoint`` is the full signal URL, e.g.
+    ``http://collector:4318/v1/traces``. ``batch=False`` exports synchronously on span
+    end (tests, short demo runs).
     """
-    provider = SdkTracerProvider(resource=Resource.create({SERVICE_NAME: service_name}))
+    resource = Resource.create({SERVICE_NAME: service_name})
+    if trace_file is not None and otlp_endpoint is None and not exporters and batch:
+        return LeanTracerProvider(JsonLinesSpanExporter(trace_file), resource)
+    provider = SdkTracerProvider(resource=resource)
     chosen: list[SpanExporter] = []
     if trace_file is not None:
         chosen.append(JsonLinesSpanExporter(trace_file))

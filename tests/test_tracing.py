@@ -19,6 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
@@ -26,6 +27,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import NoOpTracerProvider, SpanKind, StatusCode
 
 from podnet.core.errors import ErrorKind, ProviderError
+from podnet.core.filetrace import LeanTracerProvider
 from podnet.core.tracing import (
     ATTR_ERROR_TYPE,
     ATTR_FROM,
@@ -61,20 +63,39 @@ class KindedError(Exception):
         self.kind = kind
 
 
+class FlushingMemory(InMemorySpanExporter):
+    """Flushes its provider before it answers: the lean provider exports on its own thread."""
+
+    flush: Any = None
+
+    def get_finished_spans(self) -> Any:
+        if self.flush is not None:
+            self.flush()
+        return super().get_finished_spans()
+
+
 @pytest.fixture
 def memory() -> InMemorySpanExporter:
-    return InMemorySpanExporter()
+    return FlushingMemory()
 
 
-@pytest.fixture
-def provider(memory: InMemorySpanExporter) -> Iterator[SdkTracerProvider]:
-    tp = make_tracer_provider(exporters=[memory], batch=False)
+@pytest.fixture(params=["sdk", "lean"])
+def provider(request: pytest.FixtureRequest,
+             memory: FlushingMemory) -> Iterator[SdkTracerProvider | LeanTracerProvider]:
+    """Every Tracing test runs on the SDK and on the lean file provider alike."""
+    tp: SdkTracerProvider | LeanTracerProvider
+    if request.param == "sdk":
+        tp = make_tracer_provider(exporters=[memory], batch=False)
+    else:
+        tp = LeanTracerProvider(memory, Resource.create({SERVICE_NAME: "podnet"}))
+        memory.flush = tp.force_flush
     yield tp
+    memory.flush = None
     tp.shutdown()
 
 
 @pytest.fixture
-def tracing(provider: SdkTracerProvider) -> Tracing:
+def tracing(provider: SdkTracerProvider | LeanTracerProvider) -> Tracing:
     return Tracing(provider)
 
 

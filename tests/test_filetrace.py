@@ -1,0 +1,116 @@
+"""The lean file tracer writes what the SDK would, from many threads, and loses nothing.
+
+tests/test_tracing.py runs every Tracing behaviour on both providers; here the file
+itself: same spans as the SDK's file for the same work, every span of a concurrent burst
+written once, flush and shutdown semantics.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+
+from podnet.core.errors import ErrorKind, ProviderError
+from podnet.core.filetrace import LeanTracerProvider
+from podnet.core.tracing import Tracing, make_tracer_provider, read_trace_file
+
+
+def lifecycle(tracing: Tracing, obj: str) -> None:
+    """A pod network's allocate (with a provider call), a failed route, then route: seven
+    spans."""
+    with tracing.reconcile("pod", obj):
+        with tracing.transition("pod_network", "allocate", source="pending", provider="ref",
+                                obj=obj, traceparent=None,
+                                attributes={"k8s.pod.name": obj, "podnet.ip": None}) as t:
+            with tracing.client("ref", "allocate"):
+                pass
+            t.succeeded("allocated")
+            parent = t.traceparent
+    try:
+        with tracing.reconcile("pod", obj), tracing.transition(
+                "pod_network", "route", source="allocated", provider="ref", obj=obj,
+                traceparent=parent):
+            raise ProviderError(ErrorKind.THROTTLED, "slow down, secretKey=abc")
+    except ProviderError:
+        pass
+    with tracing.reconcile("pod", obj), tracing.transition(
+            "pod_network", "route", source="allocated", provider="ref", obj=obj,
+            traceparent=parent) as t:
+        t.succeeded("routed")
+
+
+def shape(spans: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What must match between two files: everything but ids and times, and the
+    parent/trace relations expressed by span name."""
+    names = {s["spanId"]: s["name"] for s in spans}
+    roots = {s["traceId"]: s["name"] for s in spans
+             if s["name"].startswith("pod_network.") and not s.get("parentSpanId")}
+    out = []
+    for s in spans:
+        events = [(e["name"], sorted(e["attributes"])) for e in s.get("events", [])]
+        out.append((s["name"], s["kind"], sorted(s["attributes"].items()),
+                    names.get(s.get("parentSpanId", ""), None), roots.get(s["traceId"]),
+                    len(s.get("links", [])), s.get("status", {}).get("code"), events,
+                    s["service"], s["scope"]))
+    return sorted(out, key=repr)
+
+
+def test_the_lean_file_holds_what_the_sdk_file_holds(tmp_path: Path) -> None:
+    files = {}
+    for kind in ("sdk", "lean"):
+        path = tmp_path / f"{kind}.jsonl"
+        tp = make_tracer_provider(trace_file=str(path), batch=(kind == "lean"))
+        assert isinstance(tp, LeanTracerProvider if kind == "lean" else SdkTracerProvider)
+        tracing = Tracing(tp)
+        lifecycle(tracing, "default/web-0")
+        lifecycle(tracing, "default/web-1")
+        tp.shutdown()
+        files[kind] = read_trace_file(path)
+    assert len(files["lean"]) == len(files["sdk"]) == 14
+    assert shape(files["lean"]) == shape(files["sdk"])
+    # a failed attempt is redacted the same way on both
+    failed = [s for s in files["lean"] if s.get("status", {}).get("code") == 2]
+    assert failed and all("abc" not in str(s) for s in failed)
+
+
+def test_a_concurrent_burst_is_written_once_each_and_flush_waits_for_it(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    tp = make_tracer_provider(trace_file=str(path))
+    assert isinstance(tp, LeanTracerProvider)
+    tracing = Tracing(tp)
+
+    def work(n: int) -> None:
+        for i in range(300):
+            lifecycle(tracing, f"ns/t{n}-{i}")
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert tp.force_flush()
+    spans = read_trace_file(path)  # read before shutdown: flush alone must be enough
+    assert len(spans) == tp.ended == 4 * 300 * 7
+    assert len({s["spanId"] for s in spans}) == len(spans)
+    roots = {s["traceId"] for s in spans if s["name"] == "pod_network.allocate"}
+    assert len(roots) == 4 * 300  # one lifecycle trace per pod network
+    tp.shutdown()
+    lifecycle(tracing, "ns/late")  # after shutdown: dropped, never an error
+    assert len(read_trace_file(path)) == len(spans)
+
+
+def test_a_span_ended_twice_or_changed_after_its_end_is_written_once_as_it_ended(
+        tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    tp = make_tracer_provider(trace_file=str(path))
+    span = tp.get_tracer("podnet").start_span("x", attributes={"a": 1})
+    span.end()
+    span.set_attribute("a", 2)
+    span.update_name("y")
+    span.end()
+    tp.shutdown()
+    spans = read_trace_file(path)
+    assert [(s["name"], s["attributes"]) for s in spans] == [("x", {"a": 1})]

@@ -21,14 +21,13 @@ from podnet.core.tracing import Tracing, make_tracer_provider, read_trace_file
 def lifecycle(tracing: Tracing, obj: str) -> None:
     """A pod network's allocate (with a provider call), a failed route, then route: seven
     spans."""
-    with tracing.reconcile("pod", obj):
-        with tracing.transition("pod_network", "allocate", source="pending", provider="ref",
-                                obj=obj, traceparent=None,
-                                attributes={"k8s.pod.name": obj, "podnet.ip": None}) as t:
-            with tracing.client("ref", "allocate"):
-                pass
-            t.succeeded("allocated")
-            parent = t.traceparent
+    with tracing.reconcile("pod", obj), tracing.transition(
+            "pod_network", "allocate", source="pending", provider="ref", obj=obj,
+            traceparent=None, attributes={"k8s.pod.name": obj, "podnet.ip": None}) as t:
+        with tracing.client("ref", "allocate"):
+            pass
+        t.succeeded("allocated")
+        parent = t.traceparent
     try:
         with tracing.reconcile("pod", obj), tracing.transition(
                 "pod_network", "route", source="allocated", provider="ref", obj=obj,
@@ -52,7 +51,7 @@ def shape(spans: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     for s in spans:
         events = [(e["name"], sorted(e["attributes"])) for e in s.get("events", [])]
         out.append((s["name"], s["kind"], sorted(s["attributes"].items()),
-                    names.get(s.get("parentSpanId", ""), None), roots.get(s["traceId"]),
+                    names.get(s.get("parentSpanId", "")), roots.get(s["traceId"]),
                     len(s.get("links", [])), s.get("status", {}).get("code"), events,
                     s["service"], s["scope"]))
     return sorted(out, key=repr)

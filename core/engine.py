@@ -22,10 +22,12 @@ import pluggy
 from podnet.core.clock import Clock, SystemClock
 from podnet.core.cluster.informer import Informer
 from podnet.core.cluster.port import (
+    NAMESPACE,
     NODE,
     NODE_NETWORK,
     POD,
     POD_NETWORK,
+    STATEFUL_SET,
     ApiError,
     Cluster,
     Conflict,
@@ -37,8 +39,14 @@ from podnet.core.config import Config, NodeProviderRule, apply_policy
 from podnet.core.convert import RecordError, from_wire, to_wire
 from podnet.core.errors import ErrorKind, PodnetError, ProviderError, TerminalError
 from podnet.core.metrics import Metrics
-from podnet.core.models import NodeInfo, NodeNetwork, PodInfo, PodNetwork
-from podnet.core.objects import node_info, pod_info
+from podnet.core.models import NodeInfo, NodeNetwork, Phase, PodInfo, PodNetwork, WorkloadInfo
+from podnet.core.objects import (
+    is_statefulset,
+    namespace_annotations,
+    node_info,
+    pod_info,
+    statefulset_info,
+)
 from podnet.core.plugin import Providers
 from podnet.core.policy import PoolPolicy
 from podnet.core.pool import Pools
@@ -153,14 +161,31 @@ class Engine:
             cluster, NODE_NETWORK, lambda o: self._read(NODE_NETWORK, NodeNetwork, o),
             name="nodenetworks",
         )
+        #: Namespace -> its ``podnet.io/*`` annotations (for ``AllocateContext``)
+        self.namespaces: Informer[dict[str, str]] = Informer(
+            cluster, NAMESPACE, namespace_annotations, name="namespaces")
+        #: StatefulSet (``namespace/name``) -> uid, replicas (for held sticky records)
+        self.statefulsets: Informer[WorkloadInfo] = Informer(
+            cluster, STATEFUL_SET, statefulset_info, name="statefulsets")
         self.pods.add_index("node", lambda p: [p.node_name] if p.node_name else [])
         self.pod_networks.add_index(
             "pod", lambda pn: [f"{pn.metadata.namespace}/{pn.spec.pod_name}"]
         )
         self.pod_networks.add_index("node", lambda pn: [pn.spec.node_name])
         self.pod_networks.add_index("ip", lambda pn: [pn.status.ip] if pn.status.ip else [])
-        self.informers: list[Informer[Any]] = [
+        # sticky records by their StatefulSet, and records waiting for an address by
+        # namespace: few of either, so the indexes stay small
+        self.pod_networks.add_index("statefulset", _statefulset_of)
+        self.pod_networks.add_index(
+            "pending", lambda pn: [pn.metadata.namespace or ""]
+            if pn.status.phase is Phase.PENDING else [])
+        #: what must be listed before the engine starts: pools are rebuilt from these;
+        #: the other caches (namespaces, statefulsets) may sync later
+        self.required_informers: list[Informer[Any]] = [
             self.nodes, self.node_networks, self.pod_networks, self.pods,
+        ]
+        self.informers: list[Informer[Any]] = [
+            *self.required_informers, self.namespaces, self.statefulsets,
         ]
 
         self.podnetworks = PodNetworkReconciler(self)
@@ -355,6 +380,19 @@ class Engine:
         for pn in self.pod_networks.by_index("node", key):
             self.enqueue_pod(f"{pn.metadata.namespace}/{pn.spec.pod_name}")
 
+    def _on_namespace(self, _event: str, key: str, _old: Any, _new: Any) -> None:
+        # its annotations matter only to records still waiting for an address: an
+        # allocated pod network never moves because its namespace changed
+        for pn in self.pod_networks.by_index("pending", key):
+            self.enqueue_pod(self.pod_key_of(pn))
+
+    def _on_statefulset(self, _event: str, key: str, _old: Any, _new: Any) -> None:
+        # created (or first seen), scaled, replaced or deleted: the records it holds for
+        # pods that are gone are looked at again (released once it no longer wants them)
+        for pn in self.pod_networks.by_index("statefulset", key):
+            if pn.status.phase is Phase.RELEASING:
+                self.enqueue_pod(self.pod_key_of(pn))
+
     # --- running ----------------------------------------------------------------------
 
     def start(self) -> None:
@@ -362,8 +400,22 @@ class Engine:
         self.pods.add_handler(self._on_pod)
         self.pod_networks.add_handler(self._on_pod_network)
         self.nodes.add_handler(self._on_node)
-        for informer in self.informers:
+        self.namespaces.add_handler(self._on_namespace)
+        self.statefulsets.add_handler(self._on_statefulset)
+        for informer in self.required_informers:
             informer.start()
+        for informer in self.informers:
+            if informer in self.required_informers:
+                continue
+            # the others only refine decisions, and whoever reads them checks has_synced
+            # (allocation waits for namespaces; a held record without its StatefulSet
+            # falls back to sticky_hold): a failed first list is retried by pump, not a
+            # failed start (one more list that can fail would make every start likelier
+            # to crash-loop on a flaky API server)
+            try:
+                informer.start()
+            except ApiError as exc:
+                log.info("cache %s not listed yet, retrying: %s", informer.name, exc)
         self.queue.add(GC_KEY)
         self.started = True
         if self.options.freeze_gc:
@@ -472,3 +524,12 @@ class Engine:
             pn = self.pod_networks.get(pn_key)
             if pn is not None:
                 self.enqueue_pod(self.pod_key_of(pn))
+
+
+def _statefulset_of(pn: PodNetwork) -> list[str]:
+    """``namespace/name`` of the apps/v1 StatefulSet owning a sticky record (none for
+    others: look-alikes of other API groups are not in the cache)."""
+    if not pn.spec.sticky:
+        return []
+    return [f"{pn.metadata.namespace}/{o.name}" for o in pn.metadata.owner_references
+            if is_statefulset(o)]

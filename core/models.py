@@ -235,3 +235,26 @@ class NodeInfo:
     annotations: dict[str, str] = attrs.field(factory=dict)
     internal_ips: tuple[str, ...] = ()
     deletion_timestamp: datetime | None = None
+
+
+@attrs.frozen
+class WorkloadInfo:
+    """A pod's controller as core's cache sees it (StatefulSets, for now).
+
+    ``exists=False`` means core's cache is synced and holds no such workload: it was
+    deleted (or never existed).
+    """
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str = ""
+    #: ``spec.replicas`` (the API's default, 1, when unset)
+    replicas: int = 1
+    #: ``spec.ordinals.start``: the first ordinal of a StatefulSet's pods
+    ordinal_start: int = 0
+    exists: bool = True
+
+    def wants_ordinal(self, ordinal: int) -> bool:
+        """Whether a pod with this ordinal is one the workload keeps at its current scale."""
+        return self.exists and self.ordinal_start <= ordinal < self.ordinal_start + self.replicas

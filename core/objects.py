@@ -1,4 +1,5 @@
-"""Lean read views of the built-in objects the engine caches: Pods and Nodes.
+"""Lean read views of the built-in objects the engine caches: Pods, Nodes, Namespaces
+and StatefulSets.
 
 The engine must hold 100,000 pods (and everything else) in under 1 GiB, so a view keeps
 only the fields podnet acts on: annotations are cut down to ``podnet.io/*`` keys, and
@@ -18,7 +19,7 @@ from typing import Any
 
 from podnet.core.annotations import PREFIX
 from podnet.core.convert import converter
-from podnet.core.models import NodeInfo, OwnerReference, PodInfo
+from podnet.core.models import NodeInfo, OwnerReference, PodInfo, WorkloadInfo
 
 #: Controller kinds whose pods keep their network identity across restarts.
 STICKY_KINDS = frozenset({"StatefulSet", "VirtualMachineInstance"})
@@ -117,6 +118,27 @@ def node_info(obj: Mapping[str, Any]) -> NodeInfo:
     )
 
 
+def namespace_annotations(obj: Mapping[str, Any]) -> dict[str, str]:
+    """The view of a Namespace: only its ``podnet.io/*`` annotations (usually none)."""
+    return _podnet_annotations(_meta(obj).get("annotations"))
+
+
+def statefulset_info(obj: Mapping[str, Any]) -> WorkloadInfo:
+    """The view of a StatefulSet: identity, ``spec.replicas`` and the first ordinal."""
+    meta = _meta(obj)
+    spec: Mapping[str, Any] = obj.get("spec") or {}
+    replicas = spec.get("replicas")
+    ordinals: Mapping[str, Any] = spec.get("ordinals") or {}
+    return WorkloadInfo(
+        kind="StatefulSet",
+        namespace=_intern(meta.get("namespace") or "default"),
+        name=_intern(meta["name"]),
+        uid=meta.get("uid", ""),
+        replicas=1 if replicas is None else int(replicas),
+        ordinal_start=int(ordinals.get("start") or 0),
+    )
+
+
 def pod_is_terminal(pod: PodInfo) -> bool:
     """Whether the pod is done for good and its address can be released.
 
@@ -141,6 +163,11 @@ def pod_is_sticky_kind(pod: PodInfo) -> str | None:
         if ref.controller and kind in STICKY_KINDS:
             return kind
     return None
+
+
+def is_statefulset(ref: OwnerReference) -> bool:
+    """Whether an owner reference names an ``apps`` StatefulSet (the kind core caches)."""
+    return ref.kind == "StatefulSet" and ref.api_version.split("/")[0] == "apps"
 
 
 def statefulset_ordinal(pod_name: str) -> int | None:

@@ -109,8 +109,11 @@ def podnet_select_provider(node: NodeInfo) -> str | None:
 
     :return: a provider name, or ``None`` when this plugin does not claim the node.
 
-    First result wins. When no plugin claims a node the configured default provider
-    serves it.
+    First result wins. The operator's ``nodeProviders`` rules in the config file are
+    consulted before any plugin; when neither a rule nor a plugin claims a node, the
+    configured default provider serves it.
+
+    .. versionchanged:: 0.2.0 config rules come first.
 
     .. versionadded:: 0.1.0
     """
@@ -121,7 +124,10 @@ def podnet_select_networks(pod: PodInfo, node: NodeInfo) -> Sequence[NetworkAtta
     """Name extra networks this pod attaches to, besides its default network.
 
     :return: attachments this plugin serves for the pod; results of all plugins are
-        concatenated. Each attachment gets its own PodNetwork, machine and trace.
+        concatenated. Each attachment gets its own PodNetwork, machine and trace. The
+        config file's ``networks`` (network -> provider) win over a plugin's claim of the
+        same network; a network the pod names in ``podnet.io/networks`` that nobody
+        serves gets a PodNetwork with a ``Ready=False`` condition saying so.
 
     .. versionadded:: 0.1.0
     """
@@ -233,10 +239,17 @@ def podnet_allocate(context: AllocateContext) -> Allocation | None:
     :class:`PoolEmpty` when none fits. Overlay providers allocate from their own IPAM.
     Invalid requests raise :class:`InvalidRequest` naming the field.
 
+    ``context.namespace_annotations`` holds the ``podnet.io/*`` annotations of the pod's
+    Namespace (a namespace-wide default, e.g. its subnet; the pod's own annotations, in
+    ``spec.requests``, should win). Core allocates only once its Namespace cache is synced;
+    a change to a Namespace later does not move pod networks already allocated.
+
     :return: the allocation, or ``None`` when ``context.pod_network.spec.provider`` is
         not yours.
 
     .. versionadded:: 0.1.0
+    .. versionchanged:: 0.2.0
+       ``context.namespace_annotations``.
     """
 
 
@@ -281,7 +294,14 @@ def podnet_hold_address(context: PodNetworkContext) -> bool | None:
     (e.g. its StatefulSet scaled down below its ordinal). ``None`` leaves it to core's
     ``sticky_hold`` window.
 
+    ``context.workload`` is the record's StatefulSet as core's cache sees it (its uid,
+    ``replicas``, first ordinal; ``exists=False`` once it is deleted), or ``None`` when
+    core does not know. Core asks again whenever that StatefulSet's replicas change or it
+    is deleted, so a held record is released as soon as the answer turns ``False``.
+
     .. versionadded:: 0.1.0
+    .. versionchanged:: 0.2.0
+       ``context.workload``.
     """
 
 

@@ -5,13 +5,13 @@ Frozen attrs classes: a provider receives them, returns them, never mutates them
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
 import attrs
 
-from podnet.core.models import NodeInfo, NodeNetwork, PodInfo, PodNetwork
+from podnet.core.models import NodeInfo, NodeNetwork, PodInfo, PodNetwork, WorkloadInfo
 from podnet.core.policy import PoolPolicy
 
 
@@ -99,6 +99,9 @@ class AllocateContext:
     pod: PodInfo | None = None
     #: ``None`` for providers that do not use node pools
     pool: PoolView | None = None
+    #: the ``podnet.io/*`` annotations of the pod's Namespace (empty when it has none);
+    #: core allocates only once its Namespace cache is synced. Read-only.
+    namespace_annotations: Mapping[str, str] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -120,6 +123,10 @@ class PodNetworkContext:
     pod_network: PodNetwork
     node: NodeContext | None = None
     pod: PodInfo | None = None
+    #: the record's StatefulSet as core's cache sees it (``exists=False``: deleted), for
+    #: ``podnet_hold_address``; ``None`` when core does not know (another owner kind,
+    #: another hook, or its StatefulSet cache not synced yet)
+    workload: WorkloadInfo | None = None
 
 
 @attrs.frozen

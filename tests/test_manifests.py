@@ -70,6 +70,30 @@ def test_rbac_covers_what_the_engine_does() -> None:
     assert allowed("", "events", "create")
 
 
+def test_rbac_lets_the_engine_watch_every_kind_it_caches_and_write_none_it_only_reads(
+) -> None:
+    from podnet.core.cluster.memory import InMemoryCluster
+    from podnet.core.engine import Engine, EngineOptions
+    from podnet.testing.harness import build_plugin_manager
+    from podnet.testing.reference import ReferenceCloud, ReferenceProvider
+
+    rules = [r for _, d in DOCS if d["kind"] == "ClusterRole" for r in d["rules"]]
+
+    def verbs(group: str, resource: str) -> set[str]:
+        return {v for r in rules if group in r["apiGroups"] and resource in r["resources"]
+                for v in r["verbs"]}
+
+    engine = Engine(InMemoryCluster(),
+                    build_plugin_manager(ReferenceProvider(cloud=ReferenceCloud())),
+                    options=EngineOptions(default_provider="reference"))
+    cached = {(i.kind.group, i.kind.plural) for i in engine.informers}
+    assert {("", "namespaces"), ("apps", "statefulsets")} <= cached
+    for group, resource in cached:
+        assert {"get", "list", "watch"} <= verbs(group, resource), (group, resource)
+    for group, resource in (("", "namespaces"), ("apps", "statefulsets")):
+        assert verbs(group, resource) == {"get", "list", "watch"}, "read only"
+
+
 def test_deployment_probes_and_resources() -> None:
     (dep,) = [d for _, d in DOCS if d["kind"] == "Deployment"]
     container = dep["spec"]["template"]["spec"]["containers"][0]

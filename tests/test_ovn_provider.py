@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from podnet.core.cluster.port import NAMESPACE, POD, STATEFUL_SET
 from podnet.core.models import Phase
 from podnet.plugins.ovn.nbserver import NbServer, ovsdb_server_available
 from podnet.testing.harness import HookRecorder, World
@@ -95,18 +96,66 @@ def _routed(world: World, pod: str) -> Any:
     return pn
 
 
+def _statefulset(world: World, name: str, replicas: int) -> dict[str, Any]:
+    """A StatefulSet in the cluster (core watches them; nothing here makes its pods)."""
+    with world.quiet():
+        sts: dict[str, Any] = world.cluster.create(STATEFUL_SET, {
+            "metadata": {"name": name, "namespace": world.namespace},
+            "spec": {"replicas": replicas, "serviceName": name,
+                     "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": {"containers": [{"name": "c", "image": "i"}]}}}})
+    return sts
+
+
+def _scale(world: World, name: str, replicas: int) -> None:
+    with world.quiet():
+        world.cluster.patch(STATEFUL_SET, name, {"spec": {"replicas": replicas}},
+                            world.namespace)
+
+
+def _sts_pod(world: World, sts: dict[str, Any], name: str, node: int) -> None:
+    """A pod of ``sts``, its controller reference carrying the StatefulSet's real uid."""
+    meta = sts["metadata"]
+    with world.quiet():
+        world.cluster.create(POD, {
+            "metadata": {"name": name, "namespace": world.namespace,
+                         "labels": {"app": meta["name"]},
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                                              "name": meta["name"], "uid": meta["uid"],
+                                              "controller": True}]},
+            "spec": {"nodeName": world.node_name(node),
+                     "containers": [{"name": "c", "image": "i"}]},
+            "status": {"phase": "Running"}})
+
+
+def _annotate_namespace(world: World, annotations: dict[str, str | None]) -> None:
+    with world.quiet():
+        world.cluster.patch(NAMESPACE, world.namespace,
+                            {"metadata": {"annotations": annotations}})
+
+
+def _held(world: World, pod: str) -> Any:
+    """The sticky record kept for a pod that is gone (releasing, address still on)."""
+    found = [pn for pn in world.records() if pn.spec.pod_name == pod]
+    assert len(found) == 1, found
+    assert found[0].status.phase is Phase.RELEASING and found[0].status.ip, found[0]
+    return found[0]
+
+
 # --- sticky StatefulSet addresses ------------------------------------------------------------
 
 
 def test_statefulset_pod_recreated_gets_the_same_address(world: World) -> None:
     world.add_node(0)
     world.add_node(1)
-    world.add_pod("web-0", 0, owner=STS)
+    web = _statefulset(world, "web", 1)
+    _sts_pod(world, web, "web-0", 0)
     world.settle()
     first = _routed(world, "web-0")
     world.delete_pod("web-0")
     world.settle(advance=10)
-    world.add_pod("web-0", 1, owner=STS)  # a new pod under the same name, elsewhere
+    _sts_pod(world, web, "web-0", 1)  # a new pod under the same name, elsewhere
     world.settle()
     again = _routed(world, "web-0")
     assert (again.status.ip, again.status.mac) == (first.status.ip, first.status.mac)
@@ -178,6 +227,115 @@ def test_statefulset_address_held_while_the_workload_exists(world: World,
     world.add_pod("web-0", 0, owner=STS)
     world.settle()
     assert _routed(world, "web-0").status.ip == ip
+
+
+def test_statefulset_pod_held_while_its_ordinal_is_within_replicas(
+        world: World, provider_plugin: Any) -> None:
+    """Core's StatefulSet cache answers: held past sticky_hold while db-2 is one of 3
+    replicas; the same address when it comes back."""
+    world.add_node(0)
+    db = _statefulset(world, "db", 3)
+    for i in range(3):
+        _sts_pod(world, db, f"db-{i}", 0)
+    world.settle()
+    ip = _routed(world, "db-2").status.ip
+    world.delete_pod("db-2")
+    world.settle(advance=3 * world.policy().sticky_hold)
+    assert _held(world, "db-2").status.ip == ip
+    assert ip in world.cloud_addresses()
+    assert provider_plugin.ipam.owner(ip) == "demo/db-2.default"
+    _sts_pod(world, db, "db-2", 0)
+    world.settle()
+    assert _routed(world, "db-2").status.ip == ip
+    world.assert_converged()
+
+
+def test_statefulset_scaled_below_the_ordinal_releases_at_once(
+        world: World, provider_plugin: Any) -> None:
+    world.add_node(0)
+    db = _statefulset(world, "db", 3)
+    for i in range(3):
+        _sts_pod(world, db, f"db-{i}", 0)
+    world.settle()
+    ips = {i: _routed(world, f"db-{i}").status.ip for i in range(3)}
+    world.delete_pod("db-2")
+    world.delete_pod("db-1")
+    world.settle(advance=1)  # well inside sticky_hold
+    assert _held(world, "db-2").status.ip == ips[2]
+    assert _held(world, "db-1").status.ip == ips[1]
+    _scale(world, "db", 2)  # db-2 is no longer wanted; db-1 still is
+    world.settle()  # the clock does not move: the StatefulSet's change alone releases it
+    assert [pn.spec.pod_name for pn in world.records()
+            if pn.spec.pod_name == "db-2"] == []
+    assert ips[2] not in world.cloud_addresses()
+    assert provider_plugin.ipam.owner(str(ips[2])) is None
+    assert provider_plugin.client.port("demo/db-2.default") is None
+    assert _held(world, "db-1").status.ip == ips[1]
+    _scale(world, "db", 1)
+    world.settle()
+    assert ips[1] not in world.cloud_addresses()
+    assert _routed(world, "db-0").status.ip == ips[0]
+    world.assert_converged()
+
+
+def test_statefulset_deleted_releases_every_held_address(world: World,
+                                                         provider_plugin: Any) -> None:
+    world.add_node(0)
+    db = _statefulset(world, "db", 3)
+    web = _statefulset(world, "web", 1)
+    for i in range(3):
+        _sts_pod(world, db, f"db-{i}", 0)
+    _sts_pod(world, web, "web-0", 0)
+    world.settle()
+    ips = [_routed(world, f"db-{i}").status.ip for i in range(3)]
+    kept = _routed(world, "web-0").status.ip
+    for i in range(3):
+        world.delete_pod(f"db-{i}")
+    world.settle(advance=1)
+    assert [_held(world, f"db-{i}").status.ip for i in range(3)] == ips
+    with world.quiet():
+        world.cluster.delete(STATEFUL_SET, "db", world.namespace)
+    world.settle()
+    assert not [pn for pn in world.records() if pn.spec.pod_name.startswith("db-")]
+    for ip in ips:
+        assert ip not in world.cloud_addresses()
+        assert provider_plugin.ipam.owner(str(ip)) is None
+    assert kept in world.cloud_addresses()
+    world.assert_converged()
+
+
+@pytest.mark.parametrize(("workload", "pod", "answer"), [
+    (None, "db-1", None),  # core does not know: sticky_hold decides
+    (dict(uid="u1", replicas=3), "db-1", True),
+    (dict(uid="u1", replicas=1), "db-1", False),  # scaled below the ordinal
+    (dict(uid="u1", replicas=2, ordinal_start=2), "db-1", False),  # below the first
+    (dict(uid="u1", replicas=2, ordinal_start=1), "db-1", True),
+    (dict(uid="u2", replicas=3), "db-1", False),  # another StatefulSet of the same name
+    (dict(uid="u1", replicas=0, exists=False), "db-1", False),  # deleted
+    (dict(uid="u1", replicas=3), "db-x", None),  # no ordinal: cannot tell
+])
+def test_hold_answers_from_the_workload_core_sees(
+        provider_plugin: Any, workload: dict[str, Any] | None, pod: str,
+        answer: bool | None) -> None:
+    from podnet.core.models import (
+        ObjectMeta,
+        OwnerReference,
+        PodNetwork,
+        PodNetworkSpec,
+        WorkloadInfo,
+    )
+    from podnet.hookspecs.types import PodNetworkContext
+
+    owner = OwnerReference(api_version="apps/v1", kind="StatefulSet", name="db", uid="u1")
+    pn = PodNetwork(
+        metadata=ObjectMeta(name=f"{pod}.default", namespace="demo",
+                            owner_references=(owner,)),
+        spec=PodNetworkSpec(pod_name=pod, pod_uid="p", node_name="n", provider="ovn",
+                            network="default", sticky=True))
+    info = None if workload is None else WorkloadInfo(
+        kind="StatefulSet", namespace="demo", name="db", **workload)
+    assert provider_plugin.podnet_hold_address(
+        context=PodNetworkContext(pod_network=pn, workload=info)) is answer
 
 
 def test_statefulset_ordinal_takes_its_pool_entry(world: World) -> None:
@@ -458,3 +616,59 @@ def test_a_burst_shares_transactions_and_one_bad_command_fails_alone(
         assert client.batcher.batched >= 2, "no two callers ever shared a transaction"
     finally:
         client.close()
+
+
+# --- the namespace's subnet --------------------------------------------------------------------
+
+
+def test_namespace_annotation_picks_the_subnet_and_the_pod_annotation_wins(
+        world: World) -> None:
+    world.add_node(0)
+    _annotate_namespace(world, {f"{ANN}subnets": "storage"})
+    world.add_pod("plain", 0)
+    world.add_pod("own", 0, annotations={f"{ANN}subnets": "lan"})
+    world.settle()
+    plain, own = _routed(world, "plain"), _routed(world, "own")
+    assert plain.status.subnet == "storage" and plain.status.ip.startswith("10.21.0.")
+    assert own.status.subnet == "lan" and own.status.ip.startswith("192.168.0.")
+    world.assert_converged()
+
+
+def test_changing_the_namespace_annotation_moves_no_routed_pod(world: World) -> None:
+    world.add_node(0)
+    _annotate_namespace(world, {f"{ANN}subnets": "storage"})
+    world.add_pod("before", 0)
+    world.settle()
+    before = _routed(world, "before")
+    _annotate_namespace(world, {f"{ANN}subnets": "dual"})
+    world.add_pod("after", 0)
+    world.settle(advance=2 * world.policy().verify_period)
+    again = _routed(world, "before")
+    assert (again.status.subnet, again.status.ip) == (before.status.subnet, before.status.ip)
+    assert _routed(world, "after").status.subnet == "dual"
+    _annotate_namespace(world, {f"{ANN}subnets": None})
+    world.add_pod("default", 0)
+    world.settle()
+    assert _routed(world, "default").status.subnet == "ovn-default"
+    assert _routed(world, "before").status.ip == before.status.ip
+    world.assert_converged()
+
+
+@pytest.mark.parametrize("value", ["nosuch", "", "storage,storage", "a b"])
+def test_bad_namespace_annotation_is_a_condition_naming_the_namespace(
+        world: World, value: str) -> None:
+    world.add_node(0)
+    _annotate_namespace(world, {f"{ANN}subnets": value})
+    world.add_pod("p", 0)
+    world.settle(advance=30)
+    pn = world.record_of("p")
+    assert pn is not None and pn.status.phase is Phase.PENDING and not pn.status.ip
+    ready = [c for c in pn.status.conditions if c.type == "Ready"]
+    assert ready and ready[0].reason == "InvalidRequest", ready
+    assert "namespace[demo].metadata.annotations[podnet.io/subnets]" in ready[0].message
+    assert "Namespace demo" in ready[0].message
+    # fixing the namespace is enough: its change wakes the waiting record
+    _annotate_namespace(world, {f"{ANN}subnets": "storage"})
+    world.settle()
+    assert _routed(world, "p").status.subnet == "storage"
+    world.assert_converged()

@@ -50,8 +50,9 @@ from podnet.core.models import (
     PodInfo,
     PodNetwork,
     PodNetworkSpec,
+    WorkloadInfo,
 )
-from podnet.core.objects import pod_is_terminal
+from podnet.core.objects import is_statefulset, pod_is_terminal
 from podnet.core.pool import Reservation
 from podnet.core.reconcile.result import DONE, Result
 from podnet.core.tracing import (
@@ -317,6 +318,10 @@ class PodNetworkReconciler:
         provider = pn.spec.provider
         info = e.providers[provider]
         node_ctx = self._node_context(pn.spec.node_name)
+        if not e.namespaces.has_synced:
+            # the namespace's annotations may choose the address, and an address is never
+            # moved later: wait for them (the cache's first list wakes this record)
+            return pn
         reservation: Reservation | None = None
         if info.uses_node_pool:
             pool = e.pools.get(provider, pn.spec.node_name)
@@ -326,7 +331,9 @@ class PodNetworkReconciler:
                 e.enqueue_node(pn.spec.node_name)
                 return pn
             reservation = pool.reserve(pn.key, e.clock.monotonic())
-        ctx = AllocateContext(pod_network=pn, node=node_ctx, pod=pod, pool=reservation)
+        ctx = AllocateContext(pod_network=pn, node=node_ctx, pod=pod, pool=reservation,
+                              namespace_annotations=e.namespaces.get(pn.metadata.namespace or "")
+                              or {})
         writing = False
 
         def allocate() -> PodNetwork:
@@ -455,7 +462,7 @@ class PodNetworkReconciler:
     def _hold(self, pn: PodNetwork, pod: PodInfo | None) -> Result | None:
         """A sticky record keeps its address while its pod may come back."""
         e = self.e
-        ctx = PodNetworkContext(pod_network=pn, pod=pod)
+        ctx = PodNetworkContext(pod_network=pn, pod=pod, workload=self._workload(pn))
         verdict = e.hook.podnet_hold_address(context=ctx)
         if verdict is False:
             return None
@@ -467,6 +474,21 @@ class PodNetworkReconciler:
         if verdict is True:
             return Result(requeue_after=max(left, 1.0))
         return Result(requeue_after=left) if left > 0 else None
+
+    def _workload(self, pn: PodNetwork) -> WorkloadInfo | None:
+        """The record's apps/v1 StatefulSet as the cache has it; ``exists=False`` when a
+        synced cache has none of that name; ``None`` when core cannot tell (another owner,
+        a look-alike of another API group, the cache not synced yet)."""
+        e = self.e
+        owner = next((o for o in pn.metadata.owner_references if is_statefulset(o)), None)
+        if owner is None or not e.statefulsets.has_synced:
+            return None
+        namespace = pn.metadata.namespace or ""
+        found = e.statefulsets.get(f"{namespace}/{owner.name}")
+        if found is None:
+            return WorkloadInfo(kind=owner.kind, namespace=namespace, name=owner.name,
+                                uid=owner.uid, replicas=0, exists=False)
+        return found
 
     def _reclaim(self, pn: PodNetwork, pod: PodInfo) -> Result:
         try:

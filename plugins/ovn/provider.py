@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from podnet.core.annotations import is_ip
+from podnet.core.annotations import SUBNETS, check_references, is_ip, show
 from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, ProviderError
-from podnet.core.models import DEFAULT_NETWORK, NodeInfo, PodInfo, PodNetwork
+from podnet.core.models import DEFAULT_NETWORK, NodeInfo, PodInfo, PodNetwork, WorkloadInfo
+from podnet.core.objects import statefulset_ordinal
 from podnet.core.policy import PoolPolicy
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
@@ -329,7 +330,8 @@ class OvnProvider:
 
     # --- allocate ----------------------------------------------------------------------------
 
-    def _subnet_for(self, pn: PodNetwork) -> Subnet:
+    def _subnet_for(self, pn: PodNetwork, namespace_annotations: Mapping[str, str]
+                    ) -> Subnet:
         req = pn.spec.requests
         if pn.spec.network != DEFAULT_NETWORK:
             attached = self.networks.get(pn.spec.network)
@@ -343,10 +345,33 @@ class OvnProvider:
                     raise InvalidRequest(_field("subnets"), f"unknown subnet {name!r}; known: "
                                          f"{', '.join(sorted(self.subnets))}")
             return self.subnets[req.subnets[0]]
+        chosen = self._namespace_subnet(pn.metadata.namespace or "", namespace_annotations)
+        if chosen is not None:
+            return chosen
         for s in self.subnets.values():
             if pn.metadata.namespace in s.namespaces:
                 return s
         return next(s for s in self.subnets.values() if s.default)
+
+    def _namespace_subnet(self, namespace: str, annotations: Mapping[str, str]
+                          ) -> Subnet | None:
+        """``podnet.io/subnets`` on the pod's Namespace (its first entry), if any."""
+        raw = annotations.get(SUBNETS)
+        if raw is None:
+            return None
+        field = f"namespace[{namespace}].metadata.annotations[{SUBNETS}]"
+        try:
+            if not raw.strip():
+                raise ValueError(f"empty value {show(raw)}")
+            names = check_references([p.strip() for p in raw.split(",")])
+        except ValueError as exc:
+            message = str(exc) if show(raw) in str(exc) else f"{exc} in {show(raw)}"
+            raise InvalidRequest(field, f"Namespace {namespace}: {message}") from None
+        for name in names:
+            if name not in self.subnets:
+                raise InvalidRequest(field, f"Namespace {namespace} names unknown subnet "
+                                     f"{name!r}; known: {', '.join(sorted(self.subnets))}")
+        return self.subnets[names[0]]
 
     def _blocked(self, subnet: Subnet, ctx: AllocateContext) -> dict[str, str]:
         blocked = {ip: "an excluded address" for ip in subnet.excluded}
@@ -445,7 +470,7 @@ class OvnProvider:
                 found = self._allocation_of(existing)
                 if found is not None:
                     return found
-            subnet = self._subnet_for(pn)
+            subnet = self._subnet_for(pn, context.namespace_annotations)
             v4, v6 = self._pick(pn, context, subnet, name)
             mac = pn.spec.requests.mac_address
             if mac:
@@ -591,17 +616,23 @@ class OvnProvider:
 
     @hookimpl
     def podnet_hold_address(self, context: PodNetworkContext) -> bool | None:
+        """Hold a StatefulSet pod's address while its StatefulSet (the same one: same
+        uid) still counts the pod's ordinal among its replicas; release it at once when it
+        scaled below the ordinal or is gone. ``workload_exists``, when given, is asked
+        first; what core does not know is left to the ``sticky_hold`` window."""
         pn = context.pod_network
-        if pn.spec.provider != self.name or self.workload_exists is None:
+        if pn.spec.provider != self.name:
             return None
         owner = next((o for o in pn.metadata.owner_references), None)
         if owner is None:
             return None
-        exists = self.workload_exists(owner.kind, pn.metadata.namespace or "", owner.name,
-                                      pn.spec.pod_name)
-        if exists is None:
-            return None
-        return exists
+        if self.workload_exists is not None:
+            exists = self.workload_exists(owner.kind, pn.metadata.namespace or "", owner.name,
+                                          pn.spec.pod_name)
+            if exists is not None:
+                return exists
+        return _workload_wants(context.workload, owner.kind, owner.name, owner.uid,
+                               pn.spec.pod_name)
 
     # --- errors ----------------------------------------------------------------------------
 
@@ -642,6 +673,19 @@ class OvnProvider:
 _DEFAULT_SUBNET: Mapping[str, Any] = {"name": "ovn-default", "cidr": "10.16.0.0/16",
                                       "default": True}
 
+
+
+def _workload_wants(workload: WorkloadInfo | None, kind: str, name: str, uid: str,
+                    pod_name: str) -> bool | None:
+    """Whether the record's owner still wants its pod back, from core's view of it."""
+    if workload is None or workload.kind != kind or workload.name != name:
+        return None
+    if not workload.exists or (workload.uid and uid and workload.uid != uid):
+        return False  # deleted, or replaced by another StatefulSet of the same name
+    ordinal = statefulset_ordinal(pod_name)
+    if ordinal is None:
+        return None
+    return workload.wants_ordinal(ordinal)
 
 
 def _ordinal(ctx: AllocateContext, pn: PodNetwork) -> int | None:

@@ -381,6 +381,7 @@ _FIELD_HOOKS: dict[tuple[type, str], Hook] = {
     (models.PoolBounds, "min_idle"): _optional(_non_negative),
     (models.PoolBounds, "max_idle"): _optional(_non_negative),
     (models.IpStatus, "address"): _ip,
+    (models.IpStatus, "ipv6"): _optional(_checked(_ip_check(6))),
     (models.InterfaceStatus, "id"): _nonempty,
     (models.InterfaceStatus, "mac"): _mac,
     (models.NodeNetwork, "api_version"): _api_version,
@@ -420,10 +421,17 @@ def _omittable(a: attrs.Attribute[Any]) -> bool:
     return default is None or default == ()
 
 
+#: flags whose default is the common case, added after records were already stored: left
+#: out when default, so that every record written before them reads (and is written) the
+#: same way (``pooled``: an interface that holds no pod address is the exception)
+_OMIT_WHEN_DEFAULT = {(models.InterfaceStatus, "pooled")}
+
+
 def _record_unstructure(cls: type) -> Callable[[Any], dict[str, Any]]:
     names = _WIRE_NAMES[cls]
     overrides: dict[str, Any] = {
-        a.name: override(rename=names[a.name], omit_if_default=_omittable(a))
+        a.name: override(rename=names[a.name],
+                         omit_if_default=_omittable(a) or (cls, a.name) in _OMIT_WHEN_DEFAULT)
         for a in attrs.fields(cls)
     }
     return make_dict_unstructure_fn(cls, converter, **overrides)

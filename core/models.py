@@ -165,11 +165,17 @@ class NodeNetworkSpec:
 
 @attrs.frozen
 class IpStatus:
-    """One address on an interface: owned by a PodNetwork (``namespace/name``) or idle."""
+    """One address on an interface: owned by a PodNetwork (``namespace/name``) or idle.
+
+    On a dual-stack node ``address`` is the IPv4 half and ``ipv6`` the IPv6 half of a
+    pair; an entry without ``ipv6`` there is an invalid half (of either family) waiting to
+    be given back. Absent on the wire for single-stack nodes and older records.
+    """
 
     address: str
     owner: str | None = None
     subnet: str | None = None
+    ipv6: str | None = None
 
 
 @attrs.frozen
@@ -182,6 +188,8 @@ class InterfaceStatus:
     trunk: bool = False
     ips: tuple[IpStatus, ...] = ()
     inhibited_until: datetime | None = None
+    #: False: holds no pod address (an ECS primary ENI); a record without it means True
+    pooled: bool = True
 
 
 @attrs.frozen

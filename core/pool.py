@@ -12,7 +12,7 @@ Providers see a pool only through :class:`Reservation` (the ``PoolView`` protoco
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
@@ -35,6 +35,14 @@ class Address:
     cooldown_until: float = 0.0
     #: monotonic time it joined the pool (0: before this process started)
     added_at: float = 0.0
+    #: the IPv6 half of the pair (dual-stack pools only)
+    ipv6: str | None = None
+    #: an invalid half of a dual-stack pair (``address`` of either family): never handed
+    #: out, given back by the next shrink
+    half: bool = False
+
+    def entry(self) -> PoolEntry:
+        return PoolEntry(self.address, self.interface, self.subnet, self.ipv6)
 
 
 @attrs.define
@@ -48,12 +56,18 @@ class Interface:
     inhibited_until: float = 0.0
     #: why it was inhibited, for the conditions of the pod networks waiting on it
     reason: str | None = None
+    #: False: holds no pod address, never counted, grown on or disposed
+    pooled: bool = True
 
-    def cloud(self, ips: Iterable[str] = ()) -> CloudInterface:
+    def cloud(self, ips: Iterable[str] = (), ipv6: Iterable[str] = ()) -> CloudInterface:
         return CloudInterface(
             id=self.id, mac=self.mac, subnet=self.subnet, primary=self.primary,
-            trunk=self.trunk, ips=tuple(ips),
+            trunk=self.trunk, ips=tuple(ips), pooled=self.pooled, ipv6=tuple(ipv6),
         )
+
+
+def _is_v6(address: str) -> bool:
+    return ":" in address
 
 
 class NodePool:
@@ -67,6 +81,8 @@ class NodePool:
         self.interfaces: dict[str, Interface] = {}
         self.max_interfaces = 1
         self.ips_per_interface = 0
+        #: every pod address is an IPv4/IPv6 pair (``Inventory.dual_stack``)
+        self.dual_stack = False
         self.synced = False
         #: monotonic time of the last inventory read (rebuild or GC resync)
         self.inventory_at = 0.0
@@ -88,7 +104,12 @@ class NodePool:
         return self.max_interfaces * self.ips_per_interface
 
     def total(self) -> int:
-        return len(self.addresses)
+        """Addresses counted against capacity (an IPv6 half takes no IPv4 slot)."""
+        return sum(1 for a in self.addresses.values() if not (a.half and _is_v6(a.address)))
+
+    def pooled_interfaces(self) -> list[Interface]:
+        """The interfaces counted against ``max_interfaces`` (not ``pooled=False`` ones)."""
+        return [i for i in self.interfaces.values() if i.pooled]
 
     def owned(self) -> int:
         return sum(1 for a in self.addresses.values() if a.owner is not None)
@@ -97,7 +118,7 @@ class NodePool:
         """Idle addresses ready to hand out: not in cooldown, interface not disposing."""
         out = []
         for a in self.addresses.values():
-            if a.owner is not None or a.cooldown_until > now:
+            if a.owner is not None or a.cooldown_until > now or a.half:
                 continue
             if subnet is not None and a.subnet != subnet:
                 continue
@@ -108,73 +129,152 @@ class NodePool:
         return out
 
     def idle_count(self) -> int:
-        return sum(1 for a in self.addresses.values() if a.owner is None)
+        return sum(1 for a in self.addresses.values() if a.owner is None and not a.half)
+
+    def halves(self) -> list[Address]:
+        """Invalid halves waiting to be given back (not being given back already)."""
+        return [a for a in self.addresses.values() if a.half and a.owner is None]
 
     def owner_of(self, address: str) -> str | None:
         entry = self.addresses.get(address)
         return entry.owner if entry else None
 
     def ips_on(self, interface: str) -> list[str]:
+        """Every address the pool holds on ``interface``, halves of either family too."""
         return [a.address for a in self.addresses.values() if a.interface == interface]
+
+    def ipv4_on(self, interface: str) -> list[str]:
+        return [a.address for a in self.addresses.values()
+                if a.interface == interface and not _is_v6(a.address)]
+
+    def ipv6_on(self, interface: str) -> list[str]:
+        return [a.ipv6 or a.address for a in self.addresses.values()
+                if a.interface == interface and (a.ipv6 or _is_v6(a.address))]
 
     # --- changes ----------------------------------------------------------------------
 
     def rebuild(
-        self, inventory: Inventory, owners: dict[str, str], pooled: set[str], now: float
+        self, inventory: Inventory, owners: dict[str, str], pooled: set[str], now: float,
+        pairs: Mapping[str, str] | None = None,
     ) -> list[str]:
         """Replace the pool with ``inventory``; owners from the records.
 
         Addresses the cloud has that no record owns and the last recorded pool did not
         hold become suspects, not idle: whoever added them, podnet must not hand them out
         until GC decides. :return: record owners whose address the cloud lacks.
+
+        On a dual-stack node each interface's IPv4 and IPv6 addresses are paired: as
+        ``pairs`` (IPv4 -> IPv6: the pod network records', then the last recorded
+        pool's) says, else as this pool had them, else the idle ones in order. An address
+        podnet knows that is left without its partner is an invalid half (given back by
+        the next shrink), unless a record owns it; an IPv6 address a record names is
+        never paired with another address or given back.
         """
+        pairs = pairs or {}
         with self.lock:
             self.max_interfaces = inventory.max_interfaces
             self.ips_per_interface = inventory.ips_per_interface
+            self.dual_stack = inventory.dual_stack
             old_interfaces = self.interfaces
             self.interfaces = {}
             for itf in inventory.interfaces:
                 prev = old_interfaces.get(itf.id)
                 self.interfaces[itf.id] = Interface(
                     id=itf.id, mac=itf.mac, subnet=itf.subnet, primary=itf.primary,
-                    trunk=itf.trunk,
+                    trunk=itf.trunk, pooled=itf.pooled,
                     state=prev.state if prev else InterfaceState.READY,
                     inhibited_until=prev.inhibited_until if prev else 0.0,
                 )
             old = self.addresses
+            old6 = {a.ipv6: a for a in old.values() if a.ipv6}
+            cloud, cloud6 = inventory.all_ips(), inventory.all_ipv6()
             self.addresses = {}
-            for ip, itf in inventory.all_ips().items():
+            kept: dict[str, str | None] = {}
+            for ip in cloud:
                 # an address reserved in memory but not yet recorded stays reserved
                 held = old.get(ip)
-                kept = held.owner if held is not None and held.owner != SHRINKING else None
-                owner = owners.get(ip) or kept
+                kept[ip] = owners.get(ip) or (
+                    held.owner if held is not None and held.owner != SHRINKING else None)
+            # the IPv6 halves the records name: never anyone else's, never given back
+            named6 = {pairs[ip]: ip for ip in owners if ip in pairs}
+            paired = (self._pair(inventory, kept, pooled, pairs, named6)
+                      if inventory.dual_stack else {})
+            for ip, itf in cloud.items():
+                owner = kept[ip]
                 if owner is None and ip not in pooled and ip not in old:
                     self.suspects.setdefault(ip, now)
                     continue
                 prev_addr = old.get(ip)
+                ipv6 = paired.get(ip)
                 self.addresses[ip] = Address(
                     address=ip, interface=itf.id, subnet=itf.subnet, owner=owner,
                     cooldown_until=prev_addr.cooldown_until if prev_addr else 0.0,
+                    ipv6=ipv6, half=inventory.dual_stack and ipv6 is None and owner is None,
                 )
                 self.suspects.pop(ip, None)
+            used6 = set(paired.values()) | set(named6)
+            for ip6, itf in cloud6.items():
+                if ip6 in used6:
+                    self.suspects.pop(ip6, None)
+                    continue
+                if ip6 not in pooled and ip6 not in old and ip6 not in old6:
+                    self.suspects.setdefault(ip6, now)
+                    continue
+                self.addresses[ip6] = Address(address=ip6, interface=itf.id,
+                                              subnet=itf.subnet, half=True)
+                self.suspects.pop(ip6, None)
             # a suspect the cloud no longer has is nobody's problem any more
             for ip in list(self.suspects):
-                if ip not in inventory.all_ips():
+                if ip not in cloud and ip not in cloud6:
                     del self.suspects[ip]
             self.synced = True
             self.inventory_at = now
             return [owner for ip, owner in owners.items() if ip not in self.addresses]
 
+    def _pair(self, inventory: Inventory, owners: Mapping[str, str | None],
+              pooled: set[str], pairs: Mapping[str, str], named6: Mapping[str, str]
+              ) -> dict[str, str]:
+        """IPv4 -> IPv6 on each interface: by ``pairs``, then as this pool had them, then
+        the idle IPv4 addresses podnet knows with the free IPv6 ones, in order. An IPv6
+        address a record names (``named6``: IPv6 -> the record's IPv4) goes with that
+        IPv4 address or with none."""
+        old = self.addresses
+        out: dict[str, str] = {}
+        for itf in inventory.interfaces:
+            if not itf.pooled:
+                continue
+            free6 = dict.fromkeys(itf.ipv6)
+            for ip in itf.ips:
+                want = pairs.get(ip)
+                if want is None or want not in free6 or named6.get(want, ip) != ip:
+                    continue
+                out[ip] = want
+                del free6[want]
+            for ip6 in named6:
+                free6.pop(ip6, None)
+            for ip in itf.ips:
+                prev = old.get(ip)
+                if ip not in out and prev is not None and prev.ipv6 in free6:
+                    out[ip] = prev.ipv6
+                    del free6[prev.ipv6]
+            rest = [ip for ip in itf.ips if ip not in out and owners.get(ip) is None
+                    and (ip in pooled or ip in old)]
+            for ip, ip6 in zip(rest, list(free6), strict=False):
+                out[ip] = ip6
+        return out
+
     def observe(self, inventory: Inventory, owners: dict[str, str], now: float) -> list[str]:
         """Compare a fresh inventory with the pool while it is in use (GC resync).
 
         New addresses nobody owns become suspects; idle addresses the cloud dropped leave
-        the pool; addresses in flight (reserved, releasing) are left alone.
+        the pool; addresses in flight (reserved, releasing) are left alone. On a
+        dual-stack node ``owners`` names IPv6 addresses too; an idle pair whose IPv6 half
+        the cloud dropped is an invalid half now.
         :return: owners whose address the cloud no longer has.
         """
         with self.lock:
             self.inventory_at = now
-            cloud = inventory.all_ips()
+            cloud, cloud6 = inventory.all_ips(), inventory.all_ipv6()
             for ip, itf in cloud.items():
                 if ip in self.addresses:
                     continue
@@ -184,36 +284,60 @@ class NodePool:
                     self.suspects.pop(ip, None)
                 else:
                     self.suspects.setdefault(ip, now)
+            known6 = {a.ipv6 for a in self.addresses.values() if a.ipv6}
+            for ip6 in cloud6:
+                if ip6 in self.addresses or ip6 in known6 or ip6 in owners:
+                    continue
+                self.suspects.setdefault(ip6, now)
             lost = []
             for ip, entry in list(self.addresses.items()):
-                if ip in cloud:
+                if entry.ipv6 is not None and inventory.dual_stack and (
+                        entry.ipv6 not in cloud6 and entry.owner is None):
+                    entry.ipv6, entry.half = None, True
+                if ip in cloud or ip in cloud6:
                     continue
                 if entry.owner is None:
                     del self.addresses[ip]
                 elif entry.owner in owners.values():
                     lost.append(entry.owner)
             for ip in list(self.suspects):
-                if ip not in cloud:
+                if ip not in cloud and ip not in cloud6:
                     del self.suspects[ip]
             return lost
 
     def add(self, entries: Sequence[PoolEntry], now: float = 0.0) -> None:
+        """New addresses; on a dual-stack node an entry without ``ipv6`` is an invalid
+        half."""
         with self.lock:
             for e in entries:
                 if e.address not in self.addresses:
-                    self.addresses[e.address] = Address(e.address, e.interface, e.subnet,
-                                                        added_at=now)
+                    self.addresses[e.address] = Address(
+                        e.address, e.interface, e.subnet, added_at=now, ipv6=e.ipv6,
+                        half=self.dual_stack and e.ipv6 is None)
                 self.suspects.pop(e.address, None)
+                if e.ipv6 is not None:
+                    self.suspects.pop(e.ipv6, None)
 
-    def adopt(self, address: str, owner: str, interface: str | None, subnet: str | None) -> None:
-        """A record owns ``address``: make the pool agree (restart, suspects in use)."""
+    def adopt(self, address: str, owner: str, interface: str | None, subnet: str | None,
+              ipv6: str | None = None) -> None:
+        """A record owns ``address`` (and ``ipv6``): make the pool agree (restart,
+        suspects in use)."""
         with self.lock:
             entry = self.addresses.get(address)
             if entry is None:
-                self.addresses[address] = Address(address, interface, subnet, owner=owner)
+                self.addresses[address] = Address(address, interface, subnet, owner=owner,
+                                                  ipv6=ipv6)
             else:
                 entry.owner = owner
+                entry.half = False
+                if ipv6 is not None:
+                    entry.ipv6 = ipv6
             self.suspects.pop(address, None)
+            if ipv6 is not None:
+                self.suspects.pop(ipv6, None)
+                stray = self.addresses.get(ipv6)
+                if stray is not None and stray.half:
+                    del self.addresses[ipv6]
 
     def remove(self, addresses: Iterable[str]) -> None:
         with self.lock:
@@ -229,6 +353,8 @@ class NodePool:
                 return False
             entry.owner = None
             entry.cooldown_until = cooldown_until
+            if self.dual_stack and entry.ipv6 is None:
+                entry.half = True  # held without its IPv6 half: not handed out again
             return True
 
     def release_others(self, owner: str, keep: str | None) -> None:
@@ -267,10 +393,7 @@ class Reservation:
 
     def idle(self, subnet: str | None = None) -> Sequence[PoolEntry]:
         with self._pool.lock:
-            return [
-                PoolEntry(a.address, a.interface, a.subnet)
-                for a in self._pool.idle_addresses(self._now, subnet)
-            ]
+            return [a.entry() for a in self._pool.idle_addresses(self._now, subnet)]
 
     def take(self, address: str | None = None, subnet: str | None = None) -> PoolEntry:
         pool = self._pool
@@ -279,7 +402,7 @@ class Reservation:
                 self.rollback()
             if address is not None:
                 entry = pool.addresses.get(address)
-                if entry is None or entry.owner is not None:
+                if entry is None or entry.owner is not None or entry.half:
                     raise PoolEmpty(f"address {address} is not idle on node {pool.node}",
                                     subnet=subnet)
             else:
@@ -291,7 +414,7 @@ class Reservation:
                 entry = candidates[0]
             entry.owner = self._owner
             self.taken = entry.address
-            return PoolEntry(entry.address, entry.interface, entry.subnet)
+            return entry.entry()
 
     def owner_of(self, address: str) -> str | None:
         return self._pool.owner_of(address)

@@ -56,6 +56,16 @@ def check_entries(provider: str, hook: str, entries: object) -> list[PoolEntry]:
             check_ip(entry.address)
         except (ValueError, TypeError) as exc:
             raise _bad(provider, hook, f"[{i}].address", str(exc)) from None
+        if entry.ipv6 is not None:
+            try:
+                check_ip(entry.ipv6, 6)
+            except (ValueError, TypeError) as exc:
+                raise _bad(provider, hook, f"[{i}].ipv6", str(exc)) from None
+            try:
+                check_ip(entry.address, 4)
+            except ValueError as exc:
+                raise _bad(provider, hook, f"[{i}].address", f"the IPv4 half of a pair: "
+                           f"{exc}") from None
         out.append(entry)
     return out
 
@@ -84,6 +94,15 @@ def check_inventory(provider: str, inventory: object) -> Inventory:
                 raise _bad(provider, hook, f"interfaces[{i}].ips[{j}]", str(exc)) from None
             if ip in seen:
                 raise _bad(provider, hook, f"interfaces[{i}].ips[{j}]",
+                           f"{ip} is also on {seen[ip]}")
+            seen[ip] = itf.id
+        for j, ip in enumerate(itf.ipv6):
+            try:
+                check_ip(ip, 6)
+            except (ValueError, TypeError) as exc:
+                raise _bad(provider, hook, f"interfaces[{i}].ipv6[{j}]", str(exc)) from None
+            if ip in seen:
+                raise _bad(provider, hook, f"interfaces[{i}].ipv6[{j}]",
                            f"{ip} is also on {seen[ip]}")
             seen[ip] = itf.id
     return inventory

@@ -143,9 +143,23 @@ def podnet_node_inventory(provider: str, node: NodeContext) -> Inventory | None:
     The engine rebuilds the node's pool from this plus the PodNetwork records before it
     allocates anything on the node, and compares them again on resync.
 
+    An interface reported with ``pooled=False`` holds no pod address (an ECS instance's
+    primary ENI): core never puts pod addresses on it, never counts it toward
+    ``max_interfaces``, never disposes it, and ignores the addresses it reports.
+
+    With ``Inventory.dual_stack`` every pod address is an IPv4/IPv6 pair on one
+    interface: report each interface's IPv6 addresses, unpaired, in ``ipv6``. Core pairs
+    them: the pairs the records name first (``status.ip`` + ``status.ipv6``, then the
+    NodeNetwork's recorded pool), then the remaining idle ones in order. An address
+    podnet knows left without its partner is an invalid half: never handed out, given
+    back through ``podnet_pool_shrink``.
+
     :return: the inventory, or ``None`` when ``provider`` is not yours.
 
     .. versionadded:: 0.1.0
+    .. versionchanged:: 0.2.0
+       ``CloudInterface.pooled``; dual stack (``Inventory.dual_stack``,
+       ``CloudInterface.ipv6``).
     """
 
 
@@ -161,9 +175,17 @@ def podnet_pool_grow(
     A retry after a crash must not add a second batch the engine cannot see: the engine
     reads back the inventory after a failure, so addresses added by a lost call are found.
 
+    ``interface`` is never one reported ``pooled=False``: when no pooled interface has
+    room, core asks ``podnet_interface_create`` instead. On a dual-stack node each entry
+    is a pair (``PoolEntry.ipv6`` set, both halves on ``interface``); give back what got
+    no partner, or raise a ``transient`` error so that the inventory is read again. An
+    entry without ``ipv6`` there is taken as an invalid half and given back.
+
     :return: the new entries, or ``None`` when ``provider`` is not yours.
 
     .. versionadded:: 0.1.0
+    .. versionchanged:: 0.2.0
+       never a ``pooled=False`` interface; dual-stack pairs (``PoolEntry.ipv6``).
     """
 
 
@@ -176,7 +198,13 @@ def podnet_pool_shrink(
     Already-absent addresses count as given back. :return: the addresses now gone, or
     ``None`` when ``provider`` is not yours.
 
+    On a dual-stack node an entry with ``ipv6`` is a pair: give back both halves and
+    return its ``address``. An entry without ``ipv6`` there is an invalid half, of either
+    family (its ``address`` may be an IPv6 address).
+
     .. versionadded:: 0.1.0
+    .. versionchanged:: 0.2.0
+       dual-stack pairs and invalid halves.
     """
 
 
@@ -188,9 +216,13 @@ def podnet_interface_create(
 
     Drives the ENI machine's ``attached`` (success) or ``fail`` (raise) trigger. A partial
     failure (created, not attached) must be rolled back by the provider or be visible in
-    the next inventory so the engine disposes it.
+    the next inventory so the engine disposes it. On a dual-stack node report as many
+    IPv6 addresses in ``ipv6`` as IPv4 ones in ``ips``: core pairs them in order and gives
+    back what is left unpaired.
 
     .. versionadded:: 0.1.0
+    .. versionchanged:: 0.2.0
+       ``ipv6`` on a dual-stack node.
     """
 
 
@@ -198,8 +230,9 @@ def podnet_interface_create(
 def podnet_interface_dispose(
     provider: str, node: NodeContext, interface: CloudInterface
 ) -> bool | None:
-    """Detach and delete an interface holding no address in use. Never a trunk or
-    primary interface: the engine never asks for one, and a provider must refuse.
+    """Detach and delete an interface holding no address in use. Never a trunk, primary
+    or unpooled (``pooled=False``) interface: the engine never asks for one, and a
+    provider must refuse.
 
     :return: ``True`` once the cloud confirms it is gone (the ``gone`` trigger),
         ``False`` while deletion is in progress, ``None`` when not yours.

@@ -44,6 +44,13 @@ class CloudInterface:
     trunk: bool = False
     #: secondary addresses on it (never the primary address: that one is not poolable)
     ips: tuple[str, ...] = ()
+    #: False: core never puts pod addresses on it, never counts it toward
+    #: ``max_interfaces``, never disposes it; addresses it reports are ignored (e.g. an
+    #: ECS instance's primary ENI, which Terway never uses for pods)
+    pooled: bool = True
+    #: IPv6 addresses on it, for a dual-stack inventory (:attr:`Inventory.dual_stack`);
+    #: reported as the cloud has them, unpaired: core pairs them with ``ips``
+    ipv6: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -51,15 +58,29 @@ class Inventory:
     """What the cloud (or overlay) says is attached to a node, and its physical limits."""
 
     interfaces: tuple[CloudInterface, ...] = ()
+    #: how many pooled interfaces the node can have (interfaces with ``pooled=False`` are
+    #: not counted)
     max_interfaces: int = 1
     ips_per_interface: int = 0
+    #: True: every pod address is an IPv4/IPv6 pair on one interface. Core pairs each
+    #: interface's ``ips`` with its ``ipv6``: pairs the records name first, then the rest
+    #: in order; an address left without its partner is an invalid half, never handed
+    #: out and given back through ``podnet_pool_shrink``.
+    dual_stack: bool = False
 
     @property
     def capacity(self) -> int:
         return self.max_interfaces * self.ips_per_interface
 
     def all_ips(self) -> dict[str, CloudInterface]:
-        return {ip: itf for itf in self.interfaces for ip in itf.ips}
+        """Every (IPv4) address of the pooled interfaces -> its interface."""
+        return {ip: itf for itf in self.interfaces if itf.pooled for ip in itf.ips}
+
+    def all_ipv6(self) -> dict[str, CloudInterface]:
+        """Every IPv6 address of the pooled interfaces (dual stack only) -> its interface."""
+        if not self.dual_stack:
+            return {}
+        return {ip: itf for itf in self.interfaces if itf.pooled for ip in itf.ipv6}
 
 
 @attrs.frozen
@@ -73,9 +94,15 @@ class NodeContext:
 
 @attrs.frozen
 class PoolEntry:
+    """One pool address. On a dual-stack node (:attr:`Inventory.dual_stack`) ``address``
+    is the IPv4 half and ``ipv6`` the IPv6 half of a pair; an entry core gives back
+    (``podnet_pool_shrink``) without ``ipv6`` there is an invalid half, of either family
+    (``address`` may then be an IPv6 address)."""
+
     address: str
     interface: str | None = None
     subnet: str | None = None
+    ipv6: str | None = None
 
 
 class PoolView(Protocol):

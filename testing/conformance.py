@@ -302,8 +302,18 @@ class ProviderConformance(abc.ABC):
 
     def _drive_to(self, world: World, hook: str) -> None:
         """Bring the world to where the engine calls ``hook``."""
-        if hook in ("allocate", "route", "pool_grow"):
+        if hook in ("allocate", "route"):
             self._bring_up(world)
+        elif hook == "pool_grow":
+            # a provider whose node's first interface holds no pod address (an ECS
+            # primary ENI) makes a new interface first, and fills it: more pods, one at a
+            # time, until the pool grows on an interface it has
+            names = self._bring_up(world)
+            for i in range(len(names), 64):
+                if world.crashes:
+                    break
+                world.add_pod(f"p{i}", 0)
+                world.settle()
         elif hook == "release":
             self._bring_up(world)
             world.delete_pod("p0")

@@ -480,6 +480,11 @@ class EngineFactory:
 # --- the world --------------------------------------------------------------------------
 
 
+def _cloud_has_ipv6(cloud: Mapping[str, str]) -> bool:
+    """Whether a ground truth reports IPv6 addresses (some clouds' views are IPv4 only)."""
+    return any(":" in address for address in cloud)
+
+
 def _pod_uid(pod: Obj) -> str:
     return str(pod["metadata"]["uid"])
 
@@ -721,11 +726,12 @@ class World:
         return None
 
     def owners(self) -> dict[str, list[PodNetwork]]:
-        """address -> the records holding it in ``status.ip``."""
+        """address -> the records holding it in ``status.ip`` or ``status.ipv6``."""
         out: dict[str, list[PodNetwork]] = {}
         for pn in self.records():
-            if pn.status.ip:
-                out.setdefault(pn.status.ip, []).append(pn)
+            for address in (pn.status.ip, pn.status.ipv6):
+                if address:
+                    out.setdefault(address, []).append(pn)
         return out
 
     def live_nodes(self) -> dict[str, Obj]:
@@ -764,10 +770,17 @@ class World:
         return out
 
     def pooled(self) -> set[str]:
-        """Addresses the engine's node pools hold (idle or owned)."""
+        """Addresses the engine's node pools hold (idle or owned; both halves of a
+        dual-stack pair, and invalid halves waiting to be given back)."""
         if self._engine is None:
             return set()
-        return {a.address for pool in self._engine.pools.all() for a in pool.addresses.values()}
+        out = set()
+        for pool in self._engine.pools.all():
+            for a in pool.addresses.values():
+                out.add(a.address)
+                if a.ipv6:
+                    out.add(a.ipv6)
+        return out
 
     def leaked(self) -> dict[str, str]:
         """Cloud addresses on live nodes that no record owns and no pool holds."""
@@ -799,15 +812,19 @@ class World:
             raise AssertionError("double assignment:\n  " + "\n  ".join(problems))
 
     def dangling_problems(self) -> list[str]:
-        """Allocated or routed records on live nodes whose address the cloud lacks."""
+        """Allocated or routed records on live nodes whose address (either half of a
+        dual-stack pair the cloud reports) the cloud lacks."""
         cloud = self.cloud_addresses()
         nodes = self.live_nodes()
         return [
-            f"{pn.key} is {pn.status.phase.value} on {pn.status.ip}, which the cloud does "
-            f"not have on {pn.spec.node_name} (cloud: {cloud.get(pn.status.ip)})"
+            f"{pn.key} is {pn.status.phase.value} on {address}, which the cloud does "
+            f"not have on {pn.spec.node_name} (cloud: {cloud.get(address)})"
             for pn in self.records()
-            if pn.status.ip and pn.status.phase in (Phase.ALLOCATED, Phase.ROUTED)
-            and pn.spec.node_name in nodes and cloud.get(pn.status.ip) != pn.spec.node_name
+            if pn.status.phase in (Phase.ALLOCATED, Phase.ROUTED)
+            and pn.spec.node_name in nodes
+            for address in (pn.status.ip, pn.status.ipv6)
+            if address and (address == pn.status.ip or _cloud_has_ipv6(cloud))
+            and cloud.get(address) != pn.spec.node_name
         ]
 
     def convergence_problems(self) -> list[str]:

@@ -475,3 +475,22 @@ def test_input_is_not_mutated() -> None:
     before = copy.deepcopy(data)
     from_wire(m.PodNetwork, data)
     assert data == before
+
+
+def test_unpooled_interfaces_and_pairs_keep_older_records_readable() -> None:
+    """``pooled`` (default true) and an address's ``ipv6`` are left out when unset: a
+    record written before them reads the same, and one written now looks the same."""
+    old = {"id": "eni-1", "state": "Ready", "primary": False, "trunk": False,
+           "ips": [{"address": "10.0.0.5", "owner": "ns/a"}]}
+    itf = from_wire(m.InterfaceStatus, old)
+    assert itf.pooled and itf.ips[0].ipv6 is None
+    assert to_wire(itf) == old
+    new = m.InterfaceStatus(id="eni-0", primary=True, pooled=False, ips=(
+        m.IpStatus("10.0.0.6", ipv6="2408:4005::6"),))
+    data = to_wire(new)
+    assert data["pooled"] is False and data["ips"][0]["ipv6"] == "2408:4005::6"
+    assert from_wire(m.InterfaceStatus, data) == new
+    with pytest.raises(RecordError) as info:
+        from_wire(m.InterfaceStatus, {**data, "ips": [{"address": "10.0.0.6",
+                                                        "ipv6": "10.0.0.7"}]})
+    assert info.value.field == "ips[0].ipv6"

@@ -51,6 +51,20 @@ def _tight() -> EcsProvider:
     return _new(world)
 
 
+def _dual() -> EcsProvider:
+    """Dual stack on tiny instances with IPv6 (3 pairs per secondary ENI): every address
+    is a pair, and the machine's leak and double-owner checks count both halves."""
+    policy = attrs.evolve(KIT_POLICY, min_idle=1, max_idle=2, batch_size=2, max_batch_size=4,
+                          reuse_cooldown=0.0)
+    world = EcsWorld(policy=policy, instance_type="ecs.sim.tiny6", ipv6=True,
+                     ip_stack="dual")
+    for n in range(3):
+        world.add_node(f"node-{n:04d}", "ecs.sim.tiny6")
+    world.plugin.podnet_configure("ecs", {**world.config, "instance_ids": {
+        f"node-{n:04d}": f"i-node{n:04d}" for n in range(3)}})
+    return _new(world)
+
+
 def _addresses(plugin: Any) -> Mapping[str, str]:
     return _WORLDS[id(plugin)].addresses()
 
@@ -70,3 +84,12 @@ TightEcsChaos = make_chaos_machine(_tight, _addresses, cloud_fault_rate=_fault_r
 TestTightEcsChaos = TightEcsChaos.TestCase
 TestTightEcsChaos.settings = chaos_settings(
     int(os.environ.get(EXAMPLES_ENV, str(DEFAULT_EXAMPLES))))
+
+#: the dual-stack machine runs fewer examples by default (it adds a second SDK call per
+#: grow and per shrink)
+DUAL_EXAMPLES = 40
+DualEcsChaos = make_chaos_machine(_dual, _addresses, cloud_fault_rate=_fault_rate, pods=8,
+                                  name="DualEcsChaos")
+TestDualEcsChaos = DualEcsChaos.TestCase
+TestDualEcsChaos.settings = chaos_settings(
+    int(os.environ.get(EXAMPLES_ENV, str(DUAL_EXAMPLES))))

@@ -42,11 +42,12 @@ def test_instance_id_from_provider_id_label_or_config() -> None:
 
 def test_max_interfaces_follows_terway(ecs: EcsWorld) -> None:
     p = ecs.plugin
-    assert p.max_interfaces(_Limits(enis=3, ipv4=10, ipv6=0)) == 3  # 2 secondaries + primary
+    # the secondary ENIs only: EniQuantity * ratio + shift - 1 (the primary is not pooled)
+    assert p.max_interfaces(_Limits(enis=3, ipv4=10, ipv6=0)) == 2
     p.podnet_configure("ecs", {**ecs.config, "eni_cap_ratio": 0.5, "eni_cap_shift": 1})
-    assert p.max_interfaces(_Limits(enis=8, ipv4=10, ipv6=0)) == 5
+    assert p.max_interfaces(_Limits(enis=8, ipv4=10, ipv6=0)) == 4
     p.podnet_configure("ecs", {**ecs.config, "max_enis": 1})
-    assert p.max_interfaces(_Limits(enis=8, ipv4=10, ipv6=0)) == 2
+    assert p.max_interfaces(_Limits(enis=8, ipv4=10, ipv6=0)) == 1
 
 
 def test_inventory_reports_the_primary_without_its_address(ecs: EcsWorld) -> None:
@@ -54,17 +55,33 @@ def test_inventory_reports_the_primary_without_its_address(ecs: EcsWorld) -> Non
     assert inv is not None
     [primary] = inv.interfaces
     assert primary.primary and primary.ips == () and primary.subnet == "vsw-sim-a"
-    assert (inv.max_interfaces, inv.ips_per_interface) == (3, 9)
+    assert not primary.pooled  # Terway never puts pod addresses on the primary ENI
+    assert (inv.max_interfaces, inv.ips_per_interface) == (2, 9)
+    assert inv.capacity == 2 * 9  # secondary ENIs x addresses per ENI
     calls = ecs.sim.calls["DescribeInstanceTypes"]
     ecs.plugin.podnet_node_inventory("ecs", ctx())
     assert ecs.sim.calls["DescribeInstanceTypes"] == calls  # the limits are cached
 
 
-def test_grow_shrink_and_already_gone(ecs: EcsWorld) -> None:
+def test_grow_never_goes_onto_the_primary_eni(ecs: EcsWorld) -> None:
     p = ecs.plugin
     inv = p.podnet_node_inventory("ecs", ctx())
     assert inv is not None
-    got = p.podnet_pool_grow("ecs", ctx(), inv.interfaces[0], 4, None)
+    for itf in (None, inv.interfaces[0]):
+        with pytest.raises(ProviderError) as info:
+            p.podnet_pool_grow("ecs", ctx(), itf, 2, None)
+        assert info.value.kind is ErrorKind.FATAL
+    with pytest.raises(ProviderError):
+        p.podnet_interface_dispose("ecs", ctx(), inv.interfaces[0])
+    assert ecs.sim.calls["AssignPrivateIpAddresses"] == 0
+    assert ecs.addresses() == {}
+
+
+def test_grow_shrink_and_already_gone(ecs: EcsWorld) -> None:
+    p = ecs.plugin
+    itf = p.podnet_interface_create("ecs", ctx(), None, 0)
+    assert itf is not None and itf.pooled
+    got = p.podnet_pool_grow("ecs", ctx(), itf, 4, None)
     assert got is not None and len(got) == 4
     assert ecs.sim.calls["AssignPrivateIpAddresses"] == 1
     assert set(ecs.addresses()) == {e.address for e in got}
@@ -140,15 +157,15 @@ def test_vswitch_policy(policy: str, expected: str) -> None:
 
 
 def test_sdk_errors_become_provider_errors_naming_the_subject(ecs: EcsWorld) -> None:
-    inv = ecs.plugin.podnet_node_inventory("ecs", ctx())
-    assert inv is not None
+    itf = ecs.plugin.podnet_interface_create("ecs", ctx(), None, 0)
+    assert itf is not None
     for code, kind in [("Throttling", ErrorKind.THROTTLED),
                        ("InvalidVSwitchId.IpNotEnough", ErrorKind.SUBNET_EXHAUSTED),
                        ("QuotaExceeded.PrivateIpAddress", ErrorKind.QUOTA_EXCEEDED),
                        ("ServiceUnavailable", ErrorKind.TRANSIENT)]:
         ecs.sim.fail_next("AssignPrivateIpAddresses", code)
         with pytest.raises(ProviderError) as info:
-            ecs.plugin.podnet_pool_grow("ecs", ctx(), inv.interfaces[0], 2, None)
+            ecs.plugin.podnet_pool_grow("ecs", ctx(), itf, 2, None)
         assert info.value.kind is kind and code in str(info.value)
         assert "vsw-sim-a" in str(info.value)
 
@@ -178,7 +195,17 @@ def test_demo_builder_sets_up_nodes() -> None:
                     labels=node["metadata"]["labels"])
     inv = plugin.podnet_node_inventory("ecs", NodeContext(node=info))
     assert inv is not None and inv.interfaces[0].primary
-    got = plugin.podnet_pool_grow("ecs", NodeContext(node=info), inv.interfaces[0], 2, None)
+    itf = plugin.podnet_interface_create("ecs", NodeContext(node=info), None, 0)
+    got = plugin.podnet_pool_grow("ecs", NodeContext(node=info), itf, 2, None)
     assert set(truth()) == {e.address for e in got}
     assert set(truth().values()) == {"node-0003"}
     assert calls()["AssignPrivateIpAddresses"] == 1
+
+
+def test_a_throttled_poll_while_attaching_is_polled_again_not_rolled_back(
+        ecs: EcsWorld) -> None:
+    ecs.sim.fail_next("DescribeNetworkInterfaces", "Throttling", times=2)
+    itf = ecs.plugin.podnet_interface_create("ecs", ctx(), None, 2)
+    assert itf is not None and len(itf.ips) == 2
+    assert ecs.sim.eni_states()[itf.id] == "InUse"
+    assert ecs.sim.calls["DeleteNetworkInterface"] == 0

@@ -68,10 +68,27 @@ def eni_triggers(hook_calls: HookRecorder) -> list[str]:
     return [e.trigger for e in hook_calls.transitions("eni", ok=True)]
 
 
-def test_exhausted_vswitch_keeps_pods_pending_then_recovers(
-        world: World, ecs: EcsWorld, hook_calls: HookRecorder) -> None:
+def on_a_secondary_eni_with_no_idle_left(world: World) -> None:
+    """Node 0 with a pod on a secondary ENI podnet made (the primary ENI holds no pod),
+    and its idle addresses taken by more pods: the next pod needs a grow on that ENI."""
     world.add_node(0)
     world.settle()
+    world.add_pod("first", 0)
+    policy = world.policy()
+    world.settle(advance=policy.min_ip_lifetime + 2 * policy.refill_period)
+    pool = world.engine.pools.find(world.provider, World.node_name(0))
+    assert pool is not None
+    [eni] = pool.pooled_interfaces()
+    assert len(pool.ipv4_on(eni.id)) < pool.ips_per_interface  # trimmed to max_idle
+    for i in range(pool.idle_count()):
+        world.add_pod(f"fill{i}", 0)
+    world.settle(advance=1)
+    assert pool.idle_count() == 0 and len(pool.pooled_interfaces()) == 1
+
+
+def test_exhausted_vswitch_keeps_pods_pending_then_recovers(
+        world: World, ecs: EcsWorld, hook_calls: HookRecorder) -> None:
+    on_a_secondary_eni_with_no_idle_left(world)
     ecs.sim.exhaust("vsw-sim-a")
     world.add_pod("p0", 0)
     world.settle(advance=30)
@@ -92,8 +109,7 @@ def test_exhausted_vswitch_keeps_pods_pending_then_recovers(
 @pytest.mark.parametrize("vswitches", [["vsw-sim-a", "vsw-sim-b"]])
 def test_another_configured_vswitch_takes_over(
         world: World, ecs: EcsWorld, hook_calls: HookRecorder) -> None:
-    world.add_node(0)
-    world.settle()
+    on_a_secondary_eni_with_no_idle_left(world)
     ecs.sim.exhaust("vsw-sim-a")
     world.add_pod("p0", 0)
     world.settle(advance=30)
@@ -103,23 +119,26 @@ def test_another_configured_vswitch_takes_over(
                                                                                      "p0")
     assert record.status.subnet == "vsw-sim-b"
     made = [e for e in ecs.sim.enis_of("i-node0000") if e.kind == "Secondary"]
-    assert [e.vswitch for e in made] == ["vsw-sim-b"]
-    assert made[0].security_groups == ["sg-sim-1"]
+    assert sorted(e.vswitch for e in made) == ["vsw-sim-a", "vsw-sim-b"]
+    assert all(e.security_groups == ["sg-sim-1"] for e in made)
     world.assert_converged()
 
 
 @pytest.mark.parametrize("policy", [attrs.evolve(SCENARIO_POLICY, max_idle=0)])
 def test_release_keeps_idle_then_last_address_disposes_the_eni(
         world: World, ecs: EcsWorld, hook_calls: HookRecorder) -> None:
-    """Addresses beyond the primary ENI's go on a new ENI; once all are released and
-    given back (no idle kept here), the empty ENI is detached and deleted, never the
-    primary."""
+    """Pod addresses go on secondary ENIs only (9 each on this type), a new one when
+    those are full; once all are released and given back (no idle kept here), the empty
+    ENIs are detached and deleted, never the primary."""
     world.add_node(0)
     world.settle()
     for i in range(12):
         world.add_pod(f"p{i}", 0)
         world.settle(advance=1)
-    assert len(ecs.sim.enis_of("i-node0000")) == 2
+    enis = ecs.sim.enis_of("i-node0000")
+    assert sorted(e.kind for e in enis) == ["Primary", "Secondary", "Secondary"]
+    primary = next(e for e in enis if e.kind == "Primary")
+    assert primary.secondary == []  # never an address on the primary ENI
     for i in range(12):
         world.delete_pod(f"p{i}")
     world.settle(advance=world.gc_grace())
@@ -190,3 +209,37 @@ def test_pods_deleted_while_waiting_leave_no_demand(world: World, ecs: EcsWorld)
     pool = world.engine.pools.find(world.provider, World.node_name(0))
     assert pool is not None and not pool.waiting, pool.waiting
     assert pool.idle_count() <= world.policy().max_idle
+
+
+@pytest.mark.parametrize("policy", [attrs.evolve(SCENARIO_POLICY, max_idle=0)])
+def test_tiny_node_capacity_is_its_secondary_enis(world: World, ecs: EcsWorld,
+                                                  hook_calls: HookRecorder) -> None:
+    """Terway's count: tiny instances have 4 ENIs of 3 secondary addresses; 3 secondary
+    ENIs (EniQuantity - 1) hold the pods, the primary ENI none: capacity 9. Full ENIs get
+    a new ENI, never an address on the primary; the 10th pod waits at capacity; emptied
+    ENIs go, the primary stays."""
+    iid = "i-tiny0000"
+    ecs.plugin.podnet_configure("ecs", {**ecs.config, "instance_type": "ecs.sim.tiny",
+                                        "instance_ids": {World.node_name(0): iid}})
+    ecs.sim.add_instance(iid, "ecs.sim.tiny", "vsw-sim-a")
+    world.add_node(0)
+    world.settle()
+    pool = world.engine.pools.find(world.provider, World.node_name(0))
+    assert pool is not None and pool.capacity == 3 * 3
+    for i in range(10):
+        world.add_pod(f"p{i}", 0)
+        world.settle(advance=1)
+    enis = ecs.sim.enis_of(iid)
+    primary = [e for e in enis if e.kind == "Primary"]
+    assert len(primary) == 1 and primary[0].secondary == []
+    assert sorted(len(e.secondary) for e in enis if e.kind == "Secondary") == [3, 3, 3]
+    assert ecs.sim.calls["CreateNetworkInterface"] == 3
+    record = world.record_of("p9")
+    assert record is not None and record.status.phase is Phase.PENDING
+    assert any("capacity" in m or "interfaces" in m for m in conditions_of(world, "p9"))
+    for i in range(10):
+        world.delete_pod(f"p{i}")
+    world.settle(advance=world.gc_grace())
+    assert [e.kind for e in ecs.sim.enis_of(iid)] == ["Primary"]
+    assert "gone" in eni_triggers(hook_calls)
+    world.assert_converged()

@@ -48,11 +48,16 @@ class GarbageCollector:
         return Result(requeue_after=period)
 
     def _owners(self, pool: NodePool) -> dict[str, str]:
-        return {
-            pn.status.ip: pn.key
-            for pn in self.e.pod_networks.by_index("node", pool.node)
-            if pn.spec.provider == pool.provider and pn.status.ip
-        }
+        """address -> the record naming it: IPv4 and (dual stack) IPv6 addresses."""
+        out: dict[str, str] = {}
+        for pn in self.e.pod_networks.by_index("node", pool.node):
+            if pn.spec.provider != pool.provider:
+                continue
+            if pn.status.ip:
+                out[pn.status.ip] = pn.key
+            if pn.status.ipv6 and pool.dual_stack:
+                out[pn.status.ipv6] = pn.key
+        return out
 
     def _resync(self, pool: NodePool) -> None:
         e = self.e
@@ -71,7 +76,7 @@ class GarbageCollector:
                    if now - seen >= policy.leaked_ip_expiry and ip not in owners]
         if not expired:
             return
-        where = inventory.all_ips()
+        where = {**inventory.all_ips(), **inventory.all_ipv6()}
         entries = [PoolEntry(ip, where[ip].id, where[ip].subnet) for ip in expired if ip in where]
         gone = e.call(pool.provider, "podnet_pool_shrink", provider=pool.provider,
                       node=NodeContext(node=node, network=e.node_networks.get(pool.node)),

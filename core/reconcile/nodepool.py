@@ -10,8 +10,11 @@ idle addresses were podnet's). Then, each pass:
   (ENI machine ``attached`` / ``fail``); quota or exhaustion errors halve the batch and,
   at batch 1, back off; the interface to blame is ``inhibit``-ed;
 - idle beyond ``max_idle`` with nobody waiting → one shrink call; an interface left with
-  no address is ``dispose``-d (never a primary or trunk interface) until the cloud
-  confirms it ``gone``;
+  no address is ``dispose``-d (never a primary, trunk or unpooled interface) until the
+  cloud confirms it ``gone``; invalid halves of dual-stack pairs are given back by every
+  pass's shrink, even while pod networks wait;
+- interfaces the inventory marks ``pooled=False`` hold no pod address: never grown on,
+  counted against ``max_interfaces`` or disposed;
 - the pool is written to the NodeNetwork's status whenever its membership changed;
 - at most every ``node_check_period``, after a successful pass on a synced pool, the
   provider's ``podnet_node_check``: each new finding is a Warning Event on the Node and
@@ -111,6 +114,9 @@ class NodePoolReconciler:
             if not pool.waiting:
                 results.append(self._shrink(node, nn, provider, pool, policy))
                 results.append(self._dispose(node, nn, provider, pool, policy))
+            elif pool.halves():
+                results.append(self._shrink(node, nn, provider, pool, policy,
+                                            halves_only=True))
         except Exception as exc:
             self._report(nn, f"{type(exc).__name__}: {exc}" if not isinstance(
                 exc, ProviderError) else f"{exc.kind.value}: {exc}")
@@ -248,7 +254,8 @@ class NodePoolReconciler:
 
     def _snapshot(self, pool: NodePool) -> tuple[Any, ...]:
         return (
-            tuple(sorted((a.address, a.interface) for a in pool.addresses.values())),
+            tuple(sorted((a.address, a.interface, a.ipv6 or "", a.half)
+                         for a in pool.addresses.values())),
             tuple(sorted((i.id, i.state, i.inhibited_until) for i in pool.interfaces.values())),
         )
 
@@ -261,7 +268,7 @@ class NodePoolReconciler:
             by_itf: dict[str | None, list[IpStatus]] = {}
             for a in sorted(pool.addresses.values(), key=lambda a: a.address):
                 by_itf.setdefault(a.interface, []).append(
-                    IpStatus(address=a.address, owner=a.owner, subnet=a.subnet))
+                    IpStatus(address=a.address, owner=a.owner, subnet=a.subnet, ipv6=a.ipv6))
             interfaces = []
             for itf in pool.interfaces.values():
                 until = None
@@ -270,6 +277,7 @@ class NodePoolReconciler:
                 interfaces.append(InterfaceStatus(
                     id=itf.id, state=itf.state, mac=itf.mac, subnet=itf.subnet,
                     primary=itf.primary, trunk=itf.trunk, ips=tuple(by_itf.get(itf.id, ())),
+                    pooled=itf.pooled,
                     inhibited_until=until.replace(microsecond=0) if until else None,
                 ))
         status = attrs.evolve(nn.status, interfaces=tuple(interfaces), last_inventory_sync=wall)
@@ -286,6 +294,8 @@ class NodePoolReconciler:
         e = self.e
         inventory = self.inventory(node, nn, provider)
         owners: dict[str, str] = {}
+        #: IPv4 -> IPv6 as the records pair them (dual stack): pod networks first
+        pairs: dict[str, str] = {}
         for pn in e.pod_networks.by_index("node", node.name):
             if pn.spec.provider == provider and pn.status.ip and pn.status.phase in (
                 Phase.ALLOCATED, Phase.ROUTED, Phase.RELEASING,
@@ -297,9 +307,18 @@ class NodePoolReconciler:
                             f"address {pn.status.ip} is also recorded by {owners[pn.status.ip]}")
                     continue
                 owners[pn.status.ip] = pn.key
+                if pn.status.ipv6:
+                    pairs[pn.status.ip] = pn.status.ipv6
         pooled = {ip.address for itf in nn.status.interfaces for ip in itf.ips}
+        named6 = set(pairs.values())
+        for itf_status in nn.status.interfaces:
+            for ip in itf_status.ips:
+                if ip.ipv6:
+                    pooled.add(ip.ipv6)
+                    if ip.address not in pairs and ip.ipv6 not in named6:
+                        pairs[ip.address] = ip.ipv6  # the last recorded pool's pairs
         now = e.clock.monotonic()
-        lost = pool.rebuild(inventory, owners, pooled, now)
+        lost = pool.rebuild(inventory, owners, pooled, now, pairs)
         wall = e.clock.now()
         for recorded in nn.status.interfaces:
             itf = pool.interfaces.get(recorded.id)
@@ -411,16 +430,20 @@ class NodePoolReconciler:
             return Result(requeue_after=policy.refill_period)
         if now < pool.grow_blocked_until:
             return Result(requeue_after=pool.grow_blocked_until - now)
-        window_end = (pool.waiting_since or now) + policy.aggregation_window
-        if waiting and now < window_end and len(waiting) < policy.max_batch_size:
-            return Result(requeue_after=window_end - now)  # gather more demand first
-        batch = pool.batch or policy.batch_size
-        count = min(max(need, batch), policy.max_batch_size, free)
-        if pool.batch and pool.batch < policy.batch_size:
-            count = min(count, pool.batch)  # halved after quota errors: stay small
         subnet = max(short, key=lambda s: short[s]) if short else None
         info = e.providers[provider]
         itf = self._pick_interface(pool, subnet) if info.manages_interfaces else None
+        # one call adds at most a batch to an interface; a new interface is created with
+        # all that is still needed, up to what it holds (one create instead of several adds)
+        creating = info.manages_interfaces and itf is None
+        per_call = max(pool.ips_per_interface, 1) if creating else policy.max_batch_size
+        window_end = (pool.waiting_since or now) + policy.aggregation_window
+        if waiting and now < window_end and len(waiting) < per_call:
+            return Result(requeue_after=window_end - now)  # gather more demand first
+        batch = pool.batch or policy.batch_size
+        count = min(max(need, batch), per_call, free)
+        if pool.batch and pool.batch < policy.batch_size:
+            count = min(count, pool.batch)  # halved after quota errors: stay small
         wait = self._take_token(provider)
         if wait:
             return Result(requeue_after=wait)
@@ -431,10 +454,11 @@ class NodePoolReconciler:
                     return Result(requeue_after=policy.refill_period)
             else:
                 if itf is not None:
-                    count = min(count, pool.ips_per_interface - len(pool.ips_on(itf.id)))
+                    count = min(count, pool.ips_per_interface - len(pool.ipv4_on(itf.id)))
                 ctx = NodeContext(node=node, network=nn)
                 got = e.call(provider, "podnet_pool_grow", provider=provider, node=ctx,
-                             interface=itf.cloud(pool.ips_on(itf.id)) if itf else None,
+                             interface=itf.cloud(pool.ipv4_on(itf.id), pool.ipv6_on(itf.id))
+                             if itf else None,
                              count=count, subnet=subnet)
                 entries = check_entries(provider, "pool_grow", got)
         except Exception as exc:
@@ -470,11 +494,11 @@ class NodePoolReconciler:
         """The ready interface with room and the fewest addresses (keeps them balanced)."""
         best, best_count = None, math.inf
         for itf in pool.interfaces.values():
-            if itf.state is not InterfaceState.READY or itf.trunk:
+            if itf.state is not InterfaceState.READY or itf.trunk or not itf.pooled:
                 continue
             if subnet is not None and itf.subnet not in (None, subnet):
                 continue
-            used = len(pool.ips_on(itf.id))
+            used = len(pool.ipv4_on(itf.id))
             if used < pool.ips_per_interface and used < best_count:
                 best, best_count = itf, used
         return best
@@ -483,7 +507,7 @@ class NodePoolReconciler:
                        policy: PoolPolicy, subnet: str | None, count: int
                        ) -> list[PoolEntry] | None:
         e = self.e
-        if len(pool.interfaces) >= pool.max_interfaces:
+        if len(pool.pooled_interfaces()) >= pool.max_interfaces:
             blocked = "; ".join(f"{i.id} inhibited: {i.reason}" for i in pool.interfaces.values()
                                 if i.state is InterfaceState.INHIBITED and i.reason)
             pool.last_error = (f"node {node.name} has all {pool.max_interfaces} interfaces "
@@ -512,12 +536,12 @@ class NodePoolReconciler:
                 pass
             pool.synced = False  # a half-made interface shows up in the next inventory
             raise
-        entries = check_entries(provider, "interface_create", [
-            PoolEntry(ip, created.id, created.subnet) for ip in created.ips])
+        entries = check_entries(provider, "interface_create", _entries_of(pool, created))
         with pool.lock:
             pool.interfaces[created.id] = Interface(
                 id=created.id, mac=created.mac, subnet=created.subnet,
                 primary=created.primary, trunk=created.trunk, state=InterfaceState.READY,
+                pooled=created.pooled,
             )
         return entries
 
@@ -561,16 +585,20 @@ class NodePoolReconciler:
     # --- shrink and dispose -----------------------------------------------------------
 
     def _shrink(self, node: NodeInfo, nn: NodeNetwork, provider: str, pool: NodePool,
-                policy: PoolPolicy) -> Result:
+                policy: PoolPolicy, halves_only: bool = False) -> Result:
+        """Idle addresses beyond ``max_idle`` go back to the cloud, and every invalid half
+        of a dual-stack pair with them (``halves_only``: just those)."""
         e = self.e
         now = e.clock.monotonic()
         with pool.lock:
-            idle = [a for a in pool.addresses.values() if a.owner is None]
+            idle = [] if halves_only else [a for a in pool.addresses.values()
+                                           if a.owner is None and not a.half]
             excess = len(idle) - policy.max_idle
             # a cloud may not yet know an address it just added (replica lag): its "not
             # found" on delete would be believed, so the youngest addresses stay a while
             idle = [a for a in idle if now - a.added_at >= policy.min_ip_lifetime]
-            if excess <= 0:
+            halves = [a for a in pool.halves() if now - a.added_at >= policy.min_ip_lifetime]
+            if excess <= 0 and not halves:
                 return DONE
             # free whole interfaces first: fewest owned addresses on the interface first
             owned_on: dict[str | None, int] = {}
@@ -578,11 +606,12 @@ class NodePoolReconciler:
                 if a.owner is not None:
                     owned_on[a.interface] = owned_on.get(a.interface, 0) + 1
             idle.sort(key=lambda a: (owned_on.get(a.interface, 0), a.cooldown_until))
-            victims = idle[: min(excess, policy.max_batch_size)]
+            victims = (halves + idle[: max(excess, 0)])[: policy.max_batch_size]
+            excess = max(excess, 0) + len(halves)
             wait = self._take_token(provider)
             if wait:
                 return Result(requeue_after=wait)
-            entries = [PoolEntry(a.address, a.interface, a.subnet) for a in victims]
+            entries = [a.entry() for a in victims]
             # out of the pool before the call: nobody takes an address being deleted
             for a in victims:
                 a.owner = SHRINKING
@@ -621,7 +650,7 @@ class NodePoolReconciler:
         if not e.providers[provider].manages_interfaces:
             return DONE
         for itf in list(pool.interfaces.values()):
-            if itf.primary or itf.trunk or pool.ips_on(itf.id):
+            if itf.primary or itf.trunk or not itf.pooled or pool.ips_on(itf.id):
                 continue
             if itf.state in (InterfaceState.READY, InterfaceState.INHIBITED):
                 self._eni(node, provider, itf, "dispose")
@@ -645,6 +674,19 @@ class NodePoolReconciler:
             with pool.lock:
                 pool.interfaces.pop(itf.id, None)
         return DONE
+
+
+def _entries_of(pool: NodePool, created: CloudInterface) -> list[PoolEntry]:
+    """A new interface's addresses; on a dual-stack node paired in order, and what is
+    left without a partner is an invalid half (given back by the next shrink)."""
+    if not pool.dual_stack:
+        return [PoolEntry(ip, created.id, created.subnet) for ip in created.ips]
+    out = [PoolEntry(ip, created.id, created.subnet, ip6)
+           for ip, ip6 in zip(created.ips, created.ipv6, strict=False)]
+    n = len(out)
+    out += [PoolEntry(ip, created.id, created.subnet)
+            for ip in (*created.ips[n:], *created.ipv6[n:])]
+    return out
 
 
 def _check_findings(provider: str, found: Any) -> tuple[NodeFinding, ...]:

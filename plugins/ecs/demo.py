@@ -18,20 +18,24 @@ import attrs
 
 from podnet.core.policy import PoolPolicy
 from podnet.plugins.ecs.provider import POLICY, EcsProvider
-from podnet.plugins.ecs.sim import EcsSimulator
+from podnet.plugins.ecs.sim import INSTANCE_TYPES, EcsSimulator
 
 REGION = "cn-hangzhou"
 INSTANCE_TYPE = "ecs.g7.large"
-#: the demo's nodes: 8 ENIs of 30 addresses, a common Terway node size (g7.large holds 27
-#: pods at most, and 20 pods a node need 5 write calls there: an ENI create is 2 calls)
+#: the demo's nodes: 8 ENIs of 30 addresses, a common Terway node size (7 secondary ENIs of
+#: 29 pod addresses; g7.large holds 18 pods at most: pods never go on the primary ENI, and
+#: an ENI create is 2 calls)
 DEMO_INSTANCE_TYPE = "ecs.g7.4xlarge"
 #: the simulator's vSwitches: a big one, and a second one for fail-over
 VSWITCHES = {"vsw-sim-a": "10.0.0.0/16", "vsw-sim-b": "10.1.0.0/16"}
+#: their IPv6 CIDRs, for dual-stack worlds (``EcsWorld(ipv6=True)``)
+VSWITCHES_V6 = {"vsw-sim-a": "2408:4005:300:a00::/64", "vsw-sim-b": "2408:4005:300:b00::/64"}
 SECURITY_GROUPS = ("sg-sim-1",)
 #: the APIs that change the cloud (GOALS P1 counts these per pod)
 WRITE_APIS = ("AssignPrivateIpAddresses", "UnassignPrivateIpAddresses",
               "CreateNetworkInterface", "AttachNetworkInterface", "DetachNetworkInterface",
-              "DeleteNetworkInterface", "ModifyNetworkInterfaceAttribute")
+              "DeleteNetworkInterface", "ModifyNetworkInterfaceAttribute",
+              "AssignIpv6Addresses", "UnassignIpv6Addresses")
 #: the provider's policy for the test kit's scenarios, which settle without moving the
 #: clock (no 300 ms gathering wait) and expect a warm pool (Terway keeps none idle)
 KIT_POLICY = attrs.evolve(POLICY, aggregation_window=0.0, min_idle=2)
@@ -61,16 +65,22 @@ def provider_config(sim: EcsSimulator, **overrides: Any) -> dict[str, Any]:
 
 class EcsWorld:
     """A started simulator and a configured provider talking to it: ``vswitches_in_cloud``
-    (id -> CIDR) are the simulator's; ``config`` overrides the provider's section (its
-    ``vswitches`` default to all of them)."""
+    (id -> CIDR) are the simulator's; ``ipv6`` gives them IPv6 CIDRs (``ipv6_cidrs``, id
+    -> CIDR, else :data:`VSWITCHES_V6` or a made-up one); ``config`` overrides the
+    provider's section (its ``vswitches`` default to all of them)."""
 
     def __init__(self, *, nodes: int = 0, latency: float = 0.0,
                  rate: float | Mapping[str, float] | None = None, fault_rate: float = 0.0,
                  seed: int = 0, vswitches_in_cloud: Mapping[str, str] | None = None,
-                 policy: PoolPolicy | None = None, **config: Any) -> None:
+                 policy: PoolPolicy | None = None, ipv6: bool = False,
+                 ipv6_cidrs: Mapping[str, str] | None = None, **config: Any) -> None:
         self.sim = EcsSimulator(latency=latency, rate=rate, fault_rate=fault_rate, seed=seed)
-        for vid, cidr in (vswitches_in_cloud or VSWITCHES).items():
-            self.sim.add_vswitch(vid, cidr)
+        for i, (vid, cidr) in enumerate((vswitches_in_cloud or VSWITCHES).items()):
+            v6 = None
+            if ipv6 or ipv6_cidrs:
+                v6 = ({**VSWITCHES_V6, **(ipv6_cidrs or {})}.get(vid)
+                      or f"2408:4005:300:{0xf00 + i:x}::/64")
+            self.sim.add_vswitch(vid, cidr, ipv6_cidr=v6)
         self.sim.start()
         self.plugin = EcsProvider(policy=policy)
         self.node_of: dict[str, str] = {}
@@ -93,12 +103,14 @@ class EcsWorld:
         return iid
 
     def addresses(self) -> dict[str, str]:
-        """Ground truth: every secondary address the cloud holds -> node name."""
+        """Ground truth: every secondary address (IPv6 ones too) the cloud holds -> node
+        name."""
         with self._lock:
             node_of = dict(self.node_of)
         return {ip: node_of.get(iid, iid) for ip, iid in self.sim.addresses().items()}
 
     def close(self) -> None:
+        self.plugin.close()
         self.sim.stop()
 
 
@@ -134,10 +146,14 @@ def build(opts: Any) -> tuple[Any, Callable[[], Mapping[str, str]],
 
 def min_calls(pods_per_node: Sequence[int]) -> dict[str, tuple[int, bool]]:
     """The fewest calls a perfect controller could make for this burst, per API, and
-    whether each is a write: one inventory read per node, and AssignPrivateIpAddresses in
-    full batches of the API's maximum (10) on the demo's roomy ENIs."""
-    per_call = POLICY.max_batch_size
+    whether each is a write: one inventory read per node; on each node with pods as many
+    secondary ENIs as its pods fill (Terway puts no pod on the primary ENI), each created
+    with all the addresses it will hold and attached (2 calls), its attach confirmed by one
+    DescribeNetworkInterfaces. No AssignPrivateIpAddresses is needed then."""
+    per_eni = INSTANCE_TYPES[DEMO_INSTANCE_TYPE][1] - 1
+    enis = sum(-(-p // per_eni) for p in pods_per_node if p)
     return {
-        "AssignPrivateIpAddresses": (sum(-(-p // per_call) for p in pods_per_node if p), True),
-        "DescribeNetworkInterfaces": (len(pods_per_node), False),
+        "CreateNetworkInterface": (enis, True),
+        "AttachNetworkInterface": (enis, True),
+        "DescribeNetworkInterfaces": (len(pods_per_node) + enis, False),
     }

@@ -1,11 +1,24 @@
 """The ECS provider: ENI multi-IP pod networking on Alibaba Cloud, through the official SDK
 (``alibabacloud_ecs20140526``) and nothing else.
 
-Each node is an ECS instance. Its ENIs are the node pool's interfaces: the primary ENI
-(never detached, its own address never pooled) and secondary ENIs the provider creates in
-a configured vSwitch, each holding up to ``EniPrivateIpAddressQuantity - 1`` secondary
-addresses. Core keeps the pool (batching, aggregation, inhibit windows, rate limits); the
-provider makes one cloud call per hook and reports what the cloud says.
+Each node is an ECS instance. As in Terway's ENI multi-IP mode, pod addresses live only on
+secondary ENIs the provider creates in a configured vSwitch, each holding up to
+``EniPrivateIpAddressQuantity - 1`` secondary addresses; the instance's primary ENI is
+reported ``pooled=False`` (never grown on, counted or detached). The pool's interfaces are
+the secondary ENIs, at most Terway's ``EniQuantity * eni_cap_ratio + eni_cap_shift - 1``
+(capped by ``max_enis``): a node whose secondary ENIs are full gets a new ENI. Core keeps
+the pool (batching, aggregation, inhibit windows, rate limits); the provider makes one
+cloud call per hook (two for a dual-stack grow or shrink) and reports what the cloud says.
+
+``ip_stack: dual`` gives every pod an IPv4/IPv6 pair from one ENI, Terway's way: the
+same count of each (AssignPrivateIpAddresses then AssignIpv6Addresses, a new ENI's
+``Ipv6AddressCount``), at most ``EniIpv6AddressQuantity`` per ENI (an instance type
+without IPv6 is a fatal error naming ``ecs.ip_stack``); a new ENI whose counts differ is
+rolled back; IPv4 addresses whose IPv6 assign failed are unassigned again; shrink unassigns
+both halves (UnassignPrivateIpAddresses + UnassignIpv6Addresses). The inventory reports
+each ENI's IPv6 addresses unpaired: core pairs them by the records on a restart and zips
+the idle rest; a half left over is never handed out and is given back. A static
+``ip-address`` of ``<IPv4>,<IPv6>`` must be an idle pair of the node.
 
 The node's instance id comes, in this order, from the ``instance_ids`` config map (node
 name -> instance id), the node's ``spec.providerID`` (``<region>.<instance id>``, as the
@@ -18,7 +31,8 @@ Config section (``providers.ecs``): ``endpoint``, ``region``, ``protocol`` (http
 ``ALIBABA_CLOUD_ACCESS_KEY_ID`` / ``ALIBABA_CLOUD_ACCESS_KEY_SECRET``), ``vswitches`` (list),
 ``vswitch_policy`` (``ordered`` | ``most`` | ``random``), ``security_groups`` (list),
 ``instance_type``, ``instance_ids``, ``eni_cap_ratio`` (1.0), ``eni_cap_shift`` (0),
-``max_enis`` (0: no cap), ``attach_timeout`` (s), ``poll_interval`` (s), ``timeout`` (s).
+``max_enis`` (0: no cap), ``attach_timeout`` (s), ``poll_interval`` (s), ``timeout`` (s),
+``ip_stack`` (``ipv4`` | ``dual``).
 
 ENIs are created with the configured ``security_groups``; every ``node_check_period`` the
 node check (``podnet_node_check``, one DescribeNetworkInterfaces per node) reports each
@@ -74,6 +88,7 @@ ERROR_KINDS: dict[str, ErrorKind] = {
     "Throttling": ErrorKind.THROTTLED,
     "InvalidVSwitchId.IpNotEnough": ErrorKind.SUBNET_EXHAUSTED,
     "InvalidOperation.Ipv4CountExceeded": ErrorKind.QUOTA_EXCEEDED,
+    "InvalidOperation.Ipv6CountExceeded": ErrorKind.QUOTA_EXCEEDED,
     "QuotaExceeded.PrivateIpAddress": ErrorKind.QUOTA_EXCEEDED,
     "EniPerInstanceLimitExceeded": ErrorKind.QUOTA_EXCEEDED,
     "InvalidEniId.NotFound": ErrorKind.NOT_FOUND,
@@ -98,7 +113,7 @@ _PROVIDER_ID = re.compile(r"^(?:[a-z]+://)?(?:[a-z0-9-]+\.)?(i-[A-Za-z0-9]+)$")
 _KNOWN = {"endpoint", "region", "protocol", "access_key_id", "access_key_secret",
           "vswitches", "vswitch_policy", "security_groups", "instance_type", "instance_ids",
           "eni_cap_ratio", "eni_cap_shift", "max_enis", "attach_timeout", "poll_interval",
-          "timeout", "seed"}
+          "timeout", "seed", "ip_stack"}
 
 
 def error_code(error: BaseException) -> str | None:
@@ -146,6 +161,12 @@ class EcsConfig:
     attach_timeout: float = 30.0
     poll_interval: float = 0.05
     timeout: float = 10.0
+    #: ``ipv4`` | ``dual`` (IPv4/IPv6 pairs)
+    ip_stack: str = "ipv4"
+
+    @property
+    def dual(self) -> bool:
+        return self.ip_stack == "dual"
 
 
 @attrs.frozen
@@ -166,6 +187,7 @@ class _Eni:
     secondary: tuple[str, ...]
     security_groups: tuple[str, ...]
     description: str = ""
+    ipv6: tuple[str, ...] = ()
 
 
 class EcsProvider:
@@ -214,6 +236,18 @@ class EcsProvider:
         self._local.client = client
         self._local.generation = self._generation
         return client
+
+    def close(self) -> None:
+        """Drop the SDK's kept-alive connections to this provider's endpoint.
+
+        The SDK's runtime (darabonba, or Tea in older releases) keeps one HTTP session per
+        endpoint for the life of the process, in a class attribute with no public way to
+        close it. A controller needs no close; tests and demos that start many simulators
+        (one port each) would otherwise keep a socket per endpoint.
+        """
+        endpoint = self.config.endpoint if self.config is not None else None
+        if endpoint:
+            _close_sdk_sessions(endpoint)
 
     def _call(self, api: str, request: Any, subject: str | None = None) -> Any:
         """One SDK call; its error comes back as a ProviderError core can act on (the
@@ -272,6 +306,7 @@ class EcsProvider:
             attach_timeout=s.number("attach_timeout", 30.0, 0.0, 3600.0),
             poll_interval=s.number("poll_interval", 0.05, 0.0, 60.0),
             timeout=s.number("timeout", 10.0, 0.1, 600.0),
+            ip_stack=s.choice("ip_stack", ("ipv4", "dual"), "ipv4"),
         )
         key_id = config.get("access_key_id", os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID"))
         secret = config.get("access_key_secret",
@@ -345,13 +380,14 @@ class EcsProvider:
         return limits
 
     def max_interfaces(self, limits: _Limits) -> int:
-        """Terway's secondary-ENI count ``adapters * ratio + shift - 1`` (capped by
-        ``max_enis``), plus the primary ENI, which core counts among the interfaces."""
+        """Terway's secondary-ENI count ``EniQuantity * ratio + shift - 1`` (capped by
+        ``max_enis``): the pool's interfaces. The primary ENI is reported
+        ``pooled=False`` and core does not count it."""
         cfg = self.config
         secondary = int(limits.enis * cfg.eni_cap_ratio) + cfg.eni_cap_shift - 1
         if cfg.max_enis:
             secondary = min(secondary, cfg.max_enis)
-        return max(1, secondary + 1)
+        return max(1, secondary)
 
     def describe_enis(self, *, instance: str | None = None,
                       ids: Sequence[str] = ()) -> list[_Eni]:
@@ -370,7 +406,7 @@ class EcsProvider:
             if not token:
                 break
         if instance is not None and not ids:
-            view = {ip: eni.status for eni in out for ip in eni.secondary}
+            view = {ip: eni.status for eni in out for ip in (*eni.secondary, *eni.ipv6)}
             with self._lock:
                 self._seen[instance] = (time.monotonic(), view)
         return out
@@ -448,18 +484,34 @@ class EcsProvider:
             return None
         instance = self.instance_id(node)
         limits = self.limits(node)
+        dual = self.config.dual
+        if dual and limits.ipv6 < 1:
+            key = f"{self.name}.ip_stack"
+            raise ProviderError(ErrorKind.FATAL, f"config {key}: dual needs IPv6 on the ENIs, "
+                                f"and node {node.node.name}'s instance type has none "
+                                "(EniIpv6AddressQuantity 0): set ipv4, or use an instance "
+                                "type with IPv6", field=key)
         self._drop_orphans(instance)
         interfaces = []
         for eni in self.describe_enis(instance=instance):
             if eni.status not in ("InUse", "Attaching"):
                 continue  # detaching: on its way out, nothing to pool on it
+            primary = eni.kind == "Primary"
+            # Terway never puts pod addresses on the primary ENI: not pooled
             interfaces.append(CloudInterface(
-                id=eni.id, mac=eni.mac, subnet=eni.vswitch, primary=eni.kind == "Primary",
-                trunk=eni.kind == "Trunk", ips=eni.secondary))
+                id=eni.id, mac=eni.mac, subnet=eni.vswitch, primary=primary,
+                trunk=eni.kind == "Trunk", ips=eni.secondary, pooled=not primary,
+                ipv6=eni.ipv6 if dual else ()))
         interfaces.sort(key=lambda i: (not i.primary, i.id))
         return Inventory(interfaces=tuple(interfaces),
                          max_interfaces=self.max_interfaces(limits),
-                         ips_per_interface=max(0, limits.ipv4 - 1))
+                         ips_per_interface=self.ips_per_eni(limits), dual_stack=dual)
+
+    def ips_per_eni(self, limits: _Limits) -> int:
+        """Pod addresses per secondary ENI: its IPv4 addresses but the primary one; in
+        dual stack, pairs, so also no more than its IPv6 addresses (Terway's rule)."""
+        ipv4 = max(0, limits.ipv4 - 1)
+        return min(ipv4, limits.ipv6) if self.config.dual else ipv4
 
     @hookimpl
     def podnet_node_check(self, provider: str, node: NodeContext
@@ -487,13 +539,6 @@ class EcsProvider:
 
     # --- pool ---------------------------------------------------------------------------
 
-    def _primary(self, instance: str) -> _Eni:
-        for eni in self.describe_enis(instance=instance):
-            if eni.kind == "Primary":
-                return eni
-        raise ProviderError(ErrorKind.NOT_FOUND, f"instance {instance} has no primary ENI",
-                            subject=instance)
-
     @hookimpl
     def podnet_pool_grow(self, provider: str, node: NodeContext,
                          interface: CloudInterface | None, count: int,
@@ -503,9 +548,12 @@ class EcsProvider:
         from alibabacloud_ecs20140526 import models as m
 
         instance = self.instance_id(node)
-        if interface is None:
-            p = self._primary(instance)
-            interface = CloudInterface(id=p.id, subnet=p.vswitch, primary=True)
+        if interface is None or interface.primary or not interface.pooled:
+            # core grows only on the secondary ENIs it pools, and asks for a new ENI
+            # (podnet_interface_create) when none has room: never the primary ENI
+            raise ProviderError(ErrorKind.FATAL, "pod addresses go on secondary ENIs only, "
+                                f"not on {interface.id if interface else 'no ENI'}",
+                                subject=interface.id if interface else None)
         if interface.trunk:
             raise ProviderError(ErrorKind.FATAL, f"{interface.id} is a trunk ENI")
         if count <= 0:
@@ -523,7 +571,50 @@ class EcsProvider:
                                 "reply (no AssignedPrivateIpAddressesSet.PrivateIpSet)",
                                 subject=interface.id)
         self._note(instance, added=ips)
-        return [PoolEntry(ip, interface.id, interface.subnet) for ip in ips]
+        if not self.config.dual or not ips:
+            return [PoolEntry(ip, interface.id, interface.subnet) for ip in ips]
+        v6 = self._assign_ipv6(instance, interface.id, ips, subject)
+        return [PoolEntry(ip, interface.id, interface.subnet, ip6)
+                for ip, ip6 in zip(ips, v6, strict=True)]
+
+    def _assign_ipv6(self, instance: str, eni_id: str, ips: Sequence[str],
+                     subject: str) -> list[str]:
+        """As many IPv6 addresses as ``ips`` (just assigned) on ``eni_id``, for pairs.
+
+        Terway's rule: a half pair is never handed out. Addresses that get no partner are
+        unassigned again; if that fails too, the error is ``transient`` so that core
+        reads the inventory again, finds the halves, and gives them back.
+        """
+        from alibabacloud_ecs20140526 import models as m
+
+        try:
+            body = self._call("AssignIpv6Addresses", m.AssignIpv6AddressesRequest(
+                region_id=self.config.region, network_interface_id=eni_id,
+                ipv_6address_count=len(ips)), subject=subject)
+            got = getattr(getattr(body, "ipv_6sets", None), "ipv_6address", None)
+            if not isinstance(got, list) or not all(isinstance(ip, str) for ip in got):
+                raise ProviderError(ErrorKind.TRANSIENT, "AssignIpv6Addresses: malformed "
+                                    "reply (no Ipv6Sets.Ipv6Address)", subject=eni_id)
+        except ProviderError as exc:
+            self._give_back_halves(instance, eni_id, ips, (), exc)
+            raise
+        self._note(instance, added=got)
+        if len(got) != len(ips):
+            self._give_back_halves(instance, eni_id, ips[len(got):], got[len(ips):], None)
+        return got[: len(ips)]
+
+    def _give_back_halves(self, instance: str, eni_id: str, ips: Sequence[str],
+                          ipv6: Sequence[str], cause: ProviderError | None) -> None:
+        try:
+            if ips:
+                self._unassign(eni_id, ips)
+            if ipv6:
+                self._unassign6(eni_id, ipv6)
+        except ProviderError as exc:
+            raise ProviderError(ErrorKind.TRANSIENT, f"{cause or 'IPv6 shortfall'}; "
+                                f"giving back the unpaired halves failed too: {exc}",
+                                subject=eni_id) from None
+        self._note(instance, removed=[*ips, *ipv6])
 
     @hookimpl
     def podnet_pool_shrink(self, provider: str, node: NodeContext,
@@ -533,19 +624,26 @@ class EcsProvider:
         if not entries:
             return []
         instance = self.instance_id(node)
+        # a pair's two halves, and invalid halves of either family, all given back
         by_eni: dict[str | None, list[str]] = {}
         for e in entries:
-            by_eni.setdefault(e.interface, []).append(e.address)
+            by_eni.setdefault(e.interface, []).extend(
+                ip for ip in (e.address, e.ipv6) if ip is not None)
         if None in by_eni:
             # interface unknown: find each address on the node's ENIs
             loose = set(by_eni.pop(None))
             for eni in self.describe_enis(instance=instance):
-                here = [ip for ip in eni.secondary if ip in loose]
+                here = [ip for ip in (*eni.secondary, *eni.ipv6) if ip in loose]
                 if here:
                     by_eni.setdefault(eni.id, []).extend(here)
         for eni_id, ips in by_eni.items():
             assert eni_id is not None
-            self._unassign(eni_id, ips)
+            v4 = [ip for ip in ips if ":" not in ip]
+            v6 = [ip for ip in ips if ":" in ip]
+            if v4:
+                self._unassign(eni_id, v4)
+            if v6:
+                self._unassign6(eni_id, v6)
             self._note(instance, removed=ips)
         # unassigned now, or on none of the node's ENIs (already gone): all gone
         return list(dict.fromkeys(e.address for e in entries))
@@ -566,6 +664,24 @@ class EcsProvider:
             # some are already gone (or the ENI is): give back only what is still there
             found = self.describe_enis(ids=[eni_id])
             still = [ip for ip in ips if found and ip in found[0].secondary]
+            if still:
+                call(still)
+
+    def _unassign6(self, eni_id: str, ips: Sequence[str]) -> None:
+        from alibabacloud_ecs20140526 import models as m
+
+        def call(addresses: Sequence[str]) -> None:
+            self._call("UnassignIpv6Addresses", m.UnassignIpv6AddressesRequest(
+                region_id=self.config.region, network_interface_id=eni_id,
+                ipv_6address=list(addresses)), subject=eni_id)
+
+        try:
+            call(ips)
+        except ProviderError as exc:
+            if exc.kind is not ErrorKind.NOT_FOUND:
+                raise
+            found = self.describe_enis(ids=[eni_id])
+            still = [ip for ip in ips if found and ip in found[0].ipv6]
             if still:
                 call(still)
 
@@ -601,12 +717,14 @@ class EcsProvider:
 
         instance = self.instance_id(node)
         limits = self.limits(node)
-        count = max(0, min(ip_count, limits.ipv4 - 1))
+        count = max(0, min(ip_count, self.ips_per_eni(limits)))
+        dual = self.config.dual
         vswitch = self.choose_vswitch(subnet, count)
         body = self._call("CreateNetworkInterface", m.CreateNetworkInterfaceRequest(
             region_id=self.config.region, v_switch_id=vswitch,
             security_group_ids=list(self.config.security_groups),
             secondary_private_ip_address_count=count or None,
+            ipv_6address_count=(count or None) if dual else None,
             description=f"{DESCRIPTION_PREFIX}{instance}"), subject=vswitch)
         eni_id = getattr(body, "network_interface_id", None)
         if not isinstance(eni_id, str) or not eni_id:
@@ -618,11 +736,17 @@ class EcsProvider:
                 region_id=self.config.region, network_interface_id=eni_id,
                 instance_id=instance), subject=eni_id)
             eni = self._wait(eni_id, "InUse")
+            if dual and len(eni.ipv6) != len(eni.secondary):
+                # Terway: a new ENI whose IPv4 and IPv6 counts differ is rolled back
+                raise ProviderError(ErrorKind.TRANSIENT, f"ENI {eni_id} came with "
+                                    f"{len(eni.secondary)} IPv4 and {len(eni.ipv6)} IPv6 "
+                                    "addresses: rolled back", subject=eni_id)
         except BaseException:
             self._rollback(instance, eni_id)
             raise
-        self._note(instance, added=eni.secondary)
-        return CloudInterface(id=eni.id, mac=eni.mac, subnet=eni.vswitch, ips=eni.secondary)
+        self._note(instance, added=(*eni.secondary, *eni.ipv6))
+        return CloudInterface(id=eni.id, mac=eni.mac, subnet=eni.vswitch, ips=eni.secondary,
+                              ipv6=eni.ipv6 if dual else ())
 
     def _rollback(self, instance: str, eni_id: str) -> None:
         """A made ENI that never got attached goes again; if that fails too, the node's
@@ -647,7 +771,15 @@ class EcsProvider:
         deadline = time.monotonic() + (self.config.attach_timeout if timeout is None
                                        else timeout)
         while True:
-            found = self.describe_enis(ids=[eni_id])
+            try:
+                found = self.describe_enis(ids=[eni_id])
+            except ProviderError as exc:
+                # a throttled poll says nothing about the ENI: poll again while there is
+                # time (rolling back an ENI that attached fine costs two more writes)
+                if exc.kind is not ErrorKind.THROTTLED or time.monotonic() >= deadline:
+                    raise
+                time.sleep(max(self.config.poll_interval, 0.05))
+                continue
             if not found:
                 raise ProviderError(ErrorKind.NOT_FOUND, f"ENI {eni_id} is gone",
                                     subject=eni_id)
@@ -663,7 +795,7 @@ class EcsProvider:
                                  interface: CloudInterface) -> bool | None:
         if provider != self.name:
             return None
-        if interface.primary or interface.trunk:
+        if interface.primary or interface.trunk or not interface.pooled:
             raise ProviderError(ErrorKind.FATAL, f"{interface.id} is a primary or trunk ENI: "
                                 "never disposed", subject=interface.id)
         from alibabacloud_ecs20140526 import models as m
@@ -676,7 +808,7 @@ class EcsProvider:
         if eni.kind != "Secondary":
             raise ProviderError(ErrorKind.FATAL, f"{eni.id} is a {eni.kind} ENI: never "
                                 "disposed", subject=eni.id)
-        self._note(instance, removed=eni.secondary)
+        self._note(instance, removed=(*eni.secondary, *eni.ipv6))
         if eni.status in ("InUse", "Attaching"):
             self._call("DetachNetworkInterface", m.DetachNetworkInterfaceRequest(
                 region_id=self.config.region, network_interface_id=eni.id,
@@ -728,8 +860,12 @@ class EcsProvider:
             entry = pool.take()
         cidr = self._cidr_map().get(entry.subnet or "")
         gateway = str(next(cidr.hosts())) if cidr is not None else None
-        return Allocation(ip=entry.address, mac=req.mac_address, subnet=entry.subnet,
-                          gateway=gateway, interface=entry.interface)
+        if self.config.dual and entry.ipv6 is None:
+            # core never hands out half a pair; a provider's own static add is paired
+            raise ProviderError(ErrorKind.FATAL, f"{entry.address} has no IPv6 partner",
+                                field="status.ipv6")
+        return Allocation(ip=entry.address, ipv6=entry.ipv6, mac=req.mac_address,
+                          subnet=entry.subnet, gateway=gateway, interface=entry.interface)
 
     @staticmethod
     def _take_in(pool: Any, subnets: Sequence[str]) -> PoolEntry:
@@ -755,8 +891,7 @@ class EcsProvider:
         assert pool is not None
         field = ANNOTATION_FIELD.format("ip-address")
         if "," in address:
-            raise InvalidRequest(field, f"{address}: dual-stack pairs are not served by the "
-                                        "ecs provider yet")
+            return self._static_pair(context, address, field)
         vswitch = self._vswitch_of(address)
         if vswitch is None:
             raise InvalidRequest(field, f"{address} is outside every configured vSwitch "
@@ -776,17 +911,41 @@ class EcsProvider:
         enis = [e for e in self.describe_enis(instance=instance)
                 if e.vswitch == vswitch and e.status == "InUse" and e.kind != "Trunk"]
         for eni in enis:
-            if address in eni.secondary:
+            if address in eni.secondary and not self.config.dual:
                 return PoolEntry(address, eni.id, vswitch)
         if not enis:
             raise PoolEmpty(f"no ENI of the node in vSwitch {vswitch} for {address}",
                             subnet=vswitch)
+        if self.config.dual:
+            # its IPv6 partner would have to be chosen outside the pool: not served
+            raise InvalidRequest(field, f"{address} is not an idle pair on node "
+                                        f"{context.node.node.name} (ip_stack dual: a static "
+                                        "address must be one the node's pool holds)")
         eni = min(enis, key=lambda e: len(e.secondary))
         self._call("AssignPrivateIpAddresses", m.AssignPrivateIpAddressesRequest(
             region_id=self.config.region, network_interface_id=eni.id,
             private_ip_address=[address]), subject=vswitch)
         self._note(instance, added=[address])
         return PoolEntry(address, eni.id, vswitch)
+
+    def _static_pair(self, context: AllocateContext, address: str, field: str) -> PoolEntry:
+        """``<IPv4>,<IPv6>``: a pair the node's pool holds idle (ip_stack dual only)."""
+        pool = context.pool
+        assert pool is not None
+        if not self.config.dual:
+            raise InvalidRequest(field, f"{address}: a dual-stack pair needs the ecs "
+                                        "provider's ip_stack to be dual")
+        parts = sorted((p.strip() for p in address.split(",")), key=lambda p: ":" in p)
+        v4, v6 = parts[0], parts[-1]
+        for entry in pool.idle():
+            if entry.address == v4 and entry.ipv6 == v6:
+                taken: PoolEntry = pool.take(v4)
+                return taken
+        owner = pool.owner_of(v4)
+        if owner is not None and owner != context.pod_network.key:
+            raise InvalidRequest(field, f"{v4} is already used by {owner}")
+        raise InvalidRequest(field, f"{v4},{v6} is not an idle pair on node "
+                                    f"{context.node.node.name}")
 
     def _from_ip_pool(self, context: AllocateContext, ip_pool: tuple[str, ...]) -> PoolEntry:
         pool = context.pool
@@ -804,8 +963,9 @@ class EcsProvider:
                                     f"{context.node.node.name}")
 
     def _on_node(self, context: PodNetworkContext, max_age: float | None) -> tuple[bool, str]:
-        """Whether the recorded address is on an InUse ENI of the node: from the view the
-        provider keeps when it is there and (``max_age``) fresh enough, else described."""
+        """Whether the recorded address (and, dual stack, its IPv6 half) is on an InUse ENI
+        of the node: from the view the provider keeps when it is there and (``max_age``)
+        fresh enough, else described."""
         pn = context.pod_network
         ip = pn.status.ip
         if ip is None:
@@ -813,15 +973,19 @@ class EcsProvider:
         if context.node is None:
             return False, "no node"
         instance = self.instance_id(context.node)
+        # dual stack: the IPv6 half must be there too
+        ip6 = pn.status.ipv6 if self.config.dual else None
         with self._lock:
             seen = self._seen.get(instance)
-        if seen is not None and seen[1].get(ip) == "InUse" and (
+        if seen is not None and all(seen[1].get(a) == "InUse" for a in (ip, ip6) if a) and (
                 max_age is None or time.monotonic() - seen[0] <= max_age):
             return True, ""
         for eni in self.describe_enis(instance=instance):
             if ip in eni.secondary:
                 if eni.status != "InUse":
                     return False, f"{ip} is on {eni.id}, which is {eni.status}"
+                if ip6 is not None and ip6 not in eni.ipv6:
+                    return False, f"{ip6}, the IPv6 half of {ip}, is not on {eni.id}"
                 return True, ""
         return False, f"{ip} is on no ENI of instance {instance}"
 
@@ -908,7 +1072,9 @@ class _Section:
 
 
 def _snake(api: str) -> str:
-    special = {"DescribeVSwitches": "describe_vswitches"}
+    special = {"DescribeVSwitches": "describe_vswitches",
+               "AssignIpv6Addresses": "assign_ipv_6addresses",
+               "UnassignIpv6Addresses": "unassign_ipv_6addresses"}
     if api in special:
         return special[api]
     return re.sub(r"(?<!^)(?=[A-Z])", "_", api).lower()
@@ -934,12 +1100,14 @@ def _eni_of(raw: Any) -> _Eni:
                       if not getattr(p, "primary", False) and p.private_ip_address
                       and p.private_ip_address != primary_ip)
     groups = _items(raw, "security_group_ids", "security_group_id")
+    ipv6 = tuple(str(a.ipv_6address) for a in _items(raw, "ipv_6sets", "ipv_6set")
+                 if getattr(a, "ipv_6address", None))
     return _Eni(id=eni_id, status=str(getattr(raw, "status", "") or ""),
                 kind=str(getattr(raw, "type", "") or "Secondary"),
                 vswitch=str(getattr(raw, "v_switch_id", "") or ""),
                 mac=getattr(raw, "mac_address", None), primary_ip=primary_ip,
                 secondary=secondary, security_groups=tuple(str(g) for g in groups),
-                description=str(getattr(raw, "description", "") or ""))
+                description=str(getattr(raw, "description", "") or ""), ipv6=ipv6)
 
 
 
@@ -947,3 +1115,29 @@ Callback = Callable[[], None]
 
 #: what the host registers as the built-in ``ecs`` plugin
 plugin = EcsProvider()
+
+
+def _close_sdk_sessions(endpoint: str) -> None:
+    import importlib
+
+    for module, cls in (("darabonba.core", "DaraCore"), ("Tea.core", "TeaCore")):
+        try:
+            runtime = getattr(importlib.import_module(module), cls)
+        except (ImportError, AttributeError):
+            continue
+        sessions = getattr(runtime, "_sessions", None)
+        if not isinstance(sessions, dict):
+            continue
+        for key in [k for k in list(sessions) if endpoint in k]:
+            session = sessions.pop(key, None)
+            if session is None:
+                continue
+            # urllib3 2 drops a cleared pool without closing it: its idle sockets would
+            # wait for a full garbage collection. Close them now.
+            for adapter in session.adapters.values():
+                pools = getattr(getattr(adapter, "poolmanager", None), "pools", None)
+                for pool_key in list(pools.keys()) if pools is not None else ():
+                    pool = pools.get(pool_key)
+                    if pool is not None:
+                        pool.close()
+            session.close()

@@ -6,11 +6,14 @@ query string (lists flattened as ``Name.1``, ``Name.2``), JSON replies, errors a
 ``{"RequestId", "Code", "Message"}`` with the HTTP status ECS uses. Signatures are never
 checked.
 
-Modelled: instance types with their ENI and IPv4-per-ENI limits, instances with a primary
-ENI, vSwitches with a CIDR and a finite number of free addresses, ENI states (Available,
+Modelled: instance types with their ENI, IPv4-per-ENI and IPv6-per-ENI limits, instances
+with a primary ENI, vSwitches with a CIDR (and optionally an IPv6 CIDR) and a finite number
+of free addresses, IPv6 addresses (AssignIpv6Addresses / UnassignIpv6Addresses, and
+CreateNetworkInterface's ``Ipv6AddressCount``), ENI states (Available,
 Attaching, InUse, Detaching) with a configurable latency, per-API rate limits answering
 ``Throttling``, injectable faults (a random error rate, scripted errors, a vSwitch running
-dry, malformed replies) and a ground-truth view for tests (:meth:`EcsSimulator.addresses`).
+dry, malformed replies; a scripted error on AssignIpv6Addresses makes half a dual-stack
+pair) and a ground-truth view for tests (:meth:`EcsSimulator.addresses`, IPv6 included).
 An ENI's security groups are kept from CreateNetworkInterface and changed by
 ModifyNetworkInterfaceAttribute, or behind the controller's back with
 :meth:`EcsSimulator.set_security_groups`.
@@ -23,6 +26,7 @@ import ipaddress
 import itertools
 import json
 import random
+import socket
 import sys
 import threading
 import time
@@ -46,6 +50,8 @@ INSTANCE_TYPES: dict[str, tuple[int, int, int]] = {
     "ecs.t6-c1m1.large": (2, 2, 0),
     #: not in the catalogue: small limits so that tests create and dispose ENIs often
     "ecs.sim.tiny": (4, 4, 0),
+    #: the same, with IPv6 (3 secondary IPv4 and 3 IPv6 per ENI): dual-stack tests
+    "ecs.sim.tiny6": (4, 4, 3),
 }
 
 #: the HTTP status ECS answers each error code with
@@ -53,6 +59,8 @@ STATUS: dict[str, int] = {
     "Throttling": 400,
     "InvalidVSwitchId.IpNotEnough": 403,
     "InvalidOperation.Ipv4CountExceeded": 403,
+    "InvalidOperation.Ipv6CountExceeded": 403,
+    "InvalidOperation.Ipv6NotEnabled": 400,
     "QuotaExceeded.PrivateIpAddress": 403,
     "EniPerInstanceLimitExceeded": 403,
     "Operation.Conflict": 403,
@@ -74,7 +82,7 @@ STATUS: dict[str, int] = {
 APIS = ("DescribeInstanceTypes", "DescribeNetworkInterfaces", "CreateNetworkInterface",
         "AttachNetworkInterface", "AssignPrivateIpAddresses", "UnassignPrivateIpAddresses",
         "DetachNetworkInterface", "DeleteNetworkInterface", "DescribeVSwitches",
-        "ModifyNetworkInterfaceAttribute")
+        "ModifyNetworkInterfaceAttribute", "AssignIpv6Addresses", "UnassignIpv6Addresses")
 
 
 class EcsError(Exception):
@@ -96,6 +104,44 @@ class VSwitch:
     dry: bool = False
     #: a cap on the free addresses (None: the CIDR's size decides)
     limit: int | None = None
+    #: the IPv6 CIDR (None: the vSwitch has no IPv6)
+    ipv6_cidr: ipaddress.IPv6Network | None = None
+    used6: set[str] = attrs.field(factory=set)
+
+    def take6(self, count: int) -> list[str]:
+        if count <= 0:
+            return []
+        if self.ipv6_cidr is None:
+            raise EcsError("InvalidOperation.Ipv6NotEnabled",
+                           f"The vSwitch {self.id} has no IPv6 CIDR block.")
+        if self.dry:
+            raise EcsError("InvalidVSwitchId.IpNotEnough",
+                           f"The vSwitch {self.id} has not enough free IP addresses.")
+        out: list[str] = []
+        base = int(self.ipv6_cidr.network_address)
+        n = 2  # ::1 is the gateway
+        while len(out) < count:
+            ip = str(ipaddress.IPv6Address(base + n))
+            n += 1
+            if ip not in self.used6:
+                out.append(ip)
+        self.used6.update(out)
+        return out
+
+    def claim6(self, ips: Sequence[str]) -> None:
+        if self.ipv6_cidr is None:
+            raise EcsError("InvalidOperation.Ipv6NotEnabled",
+                           f"The vSwitch {self.id} has no IPv6 CIDR block.")
+        for ip in ips:
+            try:
+                addr = ipaddress.IPv6Address(ip)
+            except ValueError:
+                raise EcsError("InvalidParameter", f"{ip} is not an IPv6 address") from None
+            if addr not in self.ipv6_cidr:
+                raise EcsError("InvalidParameter", f"{ip} is not in vSwitch {self.id}")
+            if ip in self.used6:
+                raise EcsError("InvalidPrivateIpAddress.Duplicated", f"{ip} is in use")
+        self.used6.update(ips)
 
     def usable(self) -> Iterator[str]:
         hosts = self.cidr.hosts()
@@ -167,6 +213,36 @@ class _Bucket:
         return False
 
 
+class _ClosingHTTPServer(ThreadingHTTPServer):
+    """Closes its clients' kept-alive connections on stop: a stopped simulator must not
+    leave a handler thread and a socket per client behind (tests start hundreds)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            self._connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self._connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        with self._connections_lock:
+            connections, self._connections = self._connections, set()
+        for conn in connections:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
+
+
 class EcsSimulator:
     """The loopback ECS. ``rate``: calls per second per API (a number, or a mapping of API
     name to rate); ``latency``: seconds each call and each ENI state change takes."""
@@ -223,7 +299,7 @@ class EcsSimulator:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer((self.host, self.port), Handler)
+        self._server = _ClosingHTTPServer((self.host, self.port), Handler)
         self._server.daemon_threads = True
         self.port = int(self._server.server_address[1])
         # a short poll: stop() (shutdown) waits for the loop to notice
@@ -236,6 +312,7 @@ class EcsSimulator:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+            self._server.close_connections()
             self._server = None
         if self._thread is not None:
             self._thread.join(timeout=5)
@@ -269,10 +346,11 @@ class EcsSimulator:
             self._buckets = {api: _Bucket(r) for api, r in self._rates.items() if r > 0}
 
     def add_vswitch(self, id: str, cidr: str, *, zone: str = "cn-hangzhou-k",
-                    limit: int | None = None) -> VSwitch:
+                    limit: int | None = None, ipv6_cidr: str | None = None) -> VSwitch:
         with self.lock:
-            vsw = self.vswitches[id] = VSwitch(id=id, cidr=ipaddress.IPv4Network(cidr),
-                                               zone=zone, limit=limit)
+            vsw = self.vswitches[id] = VSwitch(
+                id=id, cidr=ipaddress.IPv4Network(cidr), zone=zone, limit=limit,
+                ipv6_cidr=ipaddress.IPv6Network(ipv6_cidr) if ipv6_cidr else None)
             return vsw
 
     def add_instance(self, instance_id: str, instance_type: str = "ecs.g7.large",
@@ -319,12 +397,21 @@ class EcsSimulator:
                 vsw.dry = False
 
     def addresses(self) -> dict[str, str]:
-        """Ground truth: every secondary address of every ENI -> the instance the ENI is
-        attached to (or was made for, when detached)."""
+        """Ground truth: every secondary address (and every IPv6 address) of every ENI ->
+        the instance the ENI is attached to (or was made for, when detached)."""
         with self.lock:
             self._settle_all()
             return {ip: eni.instance_id or eni.owner or ""
-                    for eni in self.enis.values() for ip in eni.secondary}
+                    for eni in self.enis.values() for ip in (*eni.secondary, *eni.ipv6)}
+
+    def drop_ipv6(self, address: str) -> None:
+        """Ground truth: an IPv6 address leaves its ENI behind the controller's back (its
+        IPv4 partner is then half a pair)."""
+        with self.lock:
+            for eni in self.enis.values():
+                if address in eni.ipv6:
+                    eni.ipv6.remove(address)
+                    self.vswitches[eni.vswitch].used6.discard(address)
 
     def eni_states(self) -> dict[str, str]:
         with self.lock:
@@ -543,7 +630,19 @@ class EcsSimulator:
             raise EcsError("InvalidParameter", "give a count or addresses, not both")
         if 1 + max(count, len(explicit)) > max(v[1] for v in INSTANCE_TYPES.values()):
             raise EcsError("InvalidOperation.Ipv4CountExceeded", "too many addresses")
+        explicit6 = _list(p, "Ipv6Address")
+        count6 = _int(p, "Ipv6AddressCount", 0)
+        if count6 and explicit6:
+            raise EcsError("InvalidParameter", "give an IPv6 count or addresses, not both")
+        if (count6 or explicit6) and vsw.ipv6_cidr is None:
+            raise EcsError("InvalidOperation.Ipv6NotEnabled",
+                           f"The vSwitch {vsw.id} has no IPv6 CIDR block.")
         eni = self._new_eni(vsw, explicit or count)
+        if explicit6:
+            vsw.claim6(explicit6)
+            eni.ipv6 = list(explicit6)
+        else:
+            eni.ipv6 = vsw.take6(count6)
         eni.security_groups = groups
         eni.description = p.get("Description", "")
         eni.owner = _owner_of(eni.description)
@@ -592,6 +691,7 @@ class EcsSimulator:
                            f"The ENI {eni.id} is {eni.status}.")
         vsw = self.vswitches[eni.vswitch]
         vsw.used.difference_update([eni.primary_ip, *eni.secondary])
+        vsw.used6.difference_update(eni.ipv6)
         del self.enis[eni.id]
         return {}
 
@@ -631,12 +731,49 @@ class EcsSimulator:
         else:
             got = vsw.take(count)
         eni.secondary.extend(got)
-        v6count = _int(p, "Ipv6AddressCount", 0)
-        for _ in range(v6count):
-            eni.ipv6.append(f"2408:4000:{self.random.randrange(1 << 16):x}::"
-                            f"{self.random.randrange(1 << 16):x}")
         return {"AssignedPrivateIpAddressesSet": {
             "NetworkInterfaceId": eni.id, "PrivateIpSet": {"PrivateIpAddress": got}}}
+
+    def _ipv6_limit(self, eni: Eni) -> int:
+        inst = self.instances.get(eni.instance_id or eni.owner or "")
+        return INSTANCE_TYPES[inst.type][2] if inst else 10
+
+    def _api_AssignIpv6Addresses(self, p: Mapping[str, str]) -> dict[str, Any]:
+        eni = self._eni(p.get("NetworkInterfaceId"))
+        if eni.status not in ("InUse", "Available"):
+            raise EcsError("InvalidOperation.InvalidEniState",
+                           f"The ENI {eni.id} is {eni.status}.")
+        explicit = _list(p, "Ipv6Address")
+        count = _int(p, "Ipv6AddressCount", 0)
+        if not explicit and count <= 0:
+            raise EcsError("MissingParameter", "Ipv6AddressCount or Ipv6Address is mandatory")
+        if explicit and count:
+            raise EcsError("InvalidParameter", "give a count or addresses, not both")
+        wanted = len(explicit) or count
+        if len(eni.ipv6) + wanted > self._ipv6_limit(eni):
+            raise EcsError("InvalidOperation.Ipv6CountExceeded",
+                           f"The ENI {eni.id} cannot take {wanted} more IPv6 addresses.")
+        vsw = self.vswitches[eni.vswitch]
+        if explicit:
+            vsw.claim6(explicit)
+            got = list(explicit)
+        else:
+            got = vsw.take6(count)
+        eni.ipv6.extend(got)
+        return {"NetworkInterfaceId": eni.id, "Ipv6Sets": {"Ipv6Address": got}}
+
+    def _api_UnassignIpv6Addresses(self, p: Mapping[str, str]) -> dict[str, Any]:
+        eni = self._eni(p.get("NetworkInterfaceId"))
+        ips = _list(p, "Ipv6Address")
+        if not ips:
+            raise EcsError("MissingParameter", "Ipv6Address is mandatory")
+        missing = [ip for ip in ips if ip not in eni.ipv6]
+        if missing:
+            raise EcsError("InvalidIp.IpUnassigned",
+                           f"{', '.join(missing)} not assigned to {eni.id}")
+        eni.ipv6 = [ip for ip in eni.ipv6 if ip not in ips]
+        self.vswitches[eni.vswitch].used6.difference_update(ips)
+        return {}
 
     def _api_UnassignPrivateIpAddresses(self, p: Mapping[str, str]
                                         ) -> dict[str, Any]:

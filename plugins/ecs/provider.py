@@ -1136,7 +1136,9 @@ def _close_sdk_sessions(endpoint: str) -> None:
             # wait for a full garbage collection. Close them now.
             for adapter in session.adapters.values():
                 pools = getattr(getattr(adapter, "poolmanager", None), "pools", None)
-                for pool_key in list(pools.keys()) if pools is not None else ():
+                if pools is None:
+                    continue
+                for pool_key in list(pools.keys()):
                     pool = pools.get(pool_key)
                     if pool is not None:
                         pool.close()

@@ -277,7 +277,7 @@ class EcsSimulator:
         self._rates: dict[str, float] = {}
         self.set_rate(rate)
         self._ids = itertools.count(1)
-        self._server: ThreadingHTTPServer | None = None
+        self._server: _ClosingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     # --- lifecycle ----------------------------------------------------------------------

@@ -277,6 +277,11 @@ class Engine:
         self._reported.pop(key, None)
         return model
 
+    def unreadable_keys(self, kind: Kind) -> set[str]:
+        """Keys (``namespace/name``) of records of ``kind`` that exist but do not parse."""
+        prefix = f"{kind.plural}/"
+        return {key[len(prefix):] for key in list(self._reported) if key.startswith(prefix)}
+
     def _report_unreadable(self, key: str) -> Result:
         entry = self.unreadable.pop(key, None)
         if entry is None:

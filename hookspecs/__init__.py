@@ -24,13 +24,15 @@ Order in which the engine calls them (see docs/writing-a-provider.md):
 6. ``podnet_allocate`` → ``podnet_route`` → (``podnet_verify`` on resync) →
    ``podnet_release`` — by the pod network reconciler, one per transition.
 7. ``podnet_hold_address`` — while a sticky pod network waits for its pod to return.
-8. ``podnet_classify_error`` — whenever a hook raised something not a ProviderError.
-9. ``podnet_transition`` — after every transition attempt, to every plugin.
+8. ``podnet_sweep`` — by the garbage collector, every ``gc_period``, for providers with
+   their own address management: remove what no record owns any more.
+9. ``podnet_classify_error`` — whenever a hook raised something not a ProviderError.
+10. ``podnet_transition`` — after every transition attempt, to every plugin.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import pluggy
@@ -335,6 +337,35 @@ def podnet_hold_address(context: PodNetworkContext) -> bool | None:
     .. versionadded:: 0.1.0
     .. versionchanged:: 0.2.0
        ``context.workload``.
+    """
+
+
+@hookspec(firstresult=True)
+def podnet_sweep(
+    provider: str, owners: Collection[str], remove: Collection[str]
+) -> Sequence[str] | None:
+    """Find, and remove when told, what this provider wrote for pod networks that no
+    longer exist.
+
+    For providers with their own address management (``uses_node_pool=False``, e.g. an
+    overlay's logical ports): a record deleted while its release never ran (a finalizer
+    removed by hand, a namespace force-deleted) leaves its port and address behind, and
+    no event will ever name it again. Node-pool providers need nothing here: core sweeps
+    their addresses through the inventories.
+
+    :param provider: the provider being swept; ignore other names.
+    :param owners: the key (``namespace/name``) of every PodNetwork record of this
+        provider, from a synced cache, including records that do not parse.
+    :param remove: orphans you reported before that have stayed orphans for the grace
+        (``leaked_ip_expiry``): remove each one that still has no owner now.
+    :return: the names of everything of yours no owner claims now, removed ones left out
+        (core keeps the first-seen times), or ``None`` when ``provider`` is not yours.
+
+    Called by the garbage collector at most every ``gc_period``. Report and remove only
+    what you created (mark it, e.g. in the port's external ids); idempotent; a failure is
+    logged and tried again next period.
+
+    .. versionadded:: 0.2.0
     """
 
 

@@ -22,6 +22,7 @@ OPTIONAL_FOR_REFERENCE = frozenset(
         "podnet_select_provider",
         "podnet_select_networks",
         "podnet_hold_address",
+        "podnet_sweep",
         "podnet_transition",
     }
 )

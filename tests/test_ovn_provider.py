@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from podnet.core.cluster.port import NAMESPACE, POD, STATEFUL_SET
+from podnet.core.cluster.port import NAMESPACE, POD, POD_NETWORK, STATEFUL_SET
 from podnet.core.models import Phase
 from podnet.plugins.ovn.nbserver import NbServer, ovsdb_server_available
 from podnet.testing.harness import HookRecorder, World
@@ -468,6 +468,9 @@ def test_restart_rebuilds_the_ipam_and_holds_unknown_ports(world: World, nb_serv
     world.settle()
     _nbctl(nb_server, "ls-add", "tiny", "--", "lsp-add", "tiny", "stranger", "--",
            "lsp-set-addresses", "stranger", "0a:00:00:00:99:01 10.18.0.2")
+    # podnet read NB before the stranger came (GC's first sweep connected it): the port
+    # reaches its replica as a change, which the IPAM follows
+    _wait(lambda: provider_plugin.client.port("stranger") is not None, "the stranger")
     world.add_pod("a", 0, annotations={f"{ANN}subnets": "tiny"})
     world.settle()
     first = _routed(world, "a").status.ip
@@ -672,3 +675,58 @@ def test_bad_namespace_annotation_is_a_condition_naming_the_namespace(
     world.settle()
     assert _routed(world, "p").status.subnet == "storage"
     world.assert_converged()
+
+
+# --- podnet_sweep: ports whose record is gone -----------------------------------------------------
+
+
+def test_a_port_whose_record_vanished_is_swept_after_the_grace(
+        world: World, nb_server: NbServer, provider_plugin: Any) -> None:
+    """podnet_sweep: a record deleted without its release (finalizer removed by hand)
+    leaves its port; GC reports it as an orphan, deletes it once it stayed one for
+    leaked_ip_expiry, and the address is free again. A bystander's port and a port podnet
+    did not make are never touched."""
+    world.add_node(0)
+    world.add_pod("gone", 0)
+    world.add_pod("stays", 0)
+    world.settle()
+    gone, stays = _routed(world, "gone"), _routed(world, "stays")
+    _nbctl(nb_server, "ls-add", "foreign", "--", "lsp-add", "foreign", "not-ours")
+    with world.quiet():
+        record = world.cluster.get(POD_NETWORK, gone.metadata.name, world.namespace)
+        record["metadata"]["finalizers"] = []
+        world.cluster.update(POD_NETWORK, record)
+        world.cluster.delete(POD, "gone", world.namespace)  # its record goes with it
+    world.settle()
+    assert [r.spec.pod_name for r in world.records()] == ["stays"]
+    assert provider_plugin.client.port(gone.status.interface) is not None  # leaked, for now
+    assert gone.status.ip in provider_plugin.ipam.used
+
+    policy = world.policy()
+    world.settle(advance=policy.gc_period + 1)  # first seen as an orphan: kept
+    assert provider_plugin.client.port(gone.status.interface) is not None
+    world.settle(advance=policy.leaked_ip_expiry + 2 * policy.gc_period + 1)
+    _wait(lambda: provider_plugin.client.port(gone.status.interface) is None, "the sweep")
+    assert gone.status.ip not in provider_plugin.ipam.used
+    assert provider_plugin.client.port(stays.status.interface) is not None
+    assert provider_plugin.client.port("not-ours") is not None
+    assert world.engine.gc.swept == 1
+    world.assert_converged()
+
+
+def test_ports_others_create_or_delete_later_are_followed(world: World, nb_server: NbServer,
+                                                          provider_plugin: Any) -> None:
+    """After podnet read NB, a port someone else adds holds its address at once, and
+    its deletion frees the address again (the IPAM follows the replica's changes)."""
+    world.add_node(0)
+    world.add_pod("first", 0)
+    world.settle()  # the provider has read NB by now
+    _nbctl(nb_server, "ls-add", "tiny", "--", "lsp-add", "tiny", "later", "--",
+           "lsp-set-addresses", "later", "0a:00:00:00:99:02 10.18.0.4")
+    # reading ``client`` applies the changes that reached the replica
+    _wait(lambda: provider_plugin.client and provider_plugin.ipam.owner("10.18.0.4")
+          is not None, "the new port's address to be held")
+    assert provider_plugin.ipam.owner("10.18.0.4") == "a port podnet does not own"
+    _nbctl(nb_server, "lsp-del", "later")
+    _wait(lambda: provider_plugin.client and provider_plugin.ipam.owner("10.18.0.4") is None,
+          "the deleted port's address to be freed")

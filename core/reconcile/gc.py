@@ -6,7 +6,9 @@
 - each node's inventory is read again every ``gc_period``: an address the cloud has that
   no record owns and no pool holds becomes a suspect (mark), and is deleted in the cloud
   once it has stayed a suspect for ``leaked_ip_expiry`` (sweep) — unless a record turns
-  out to own it, which clears it.
+  out to own it, which clears it;
+- providers with their own address management report every ``gc_period`` what no record
+  owns (``podnet_sweep``); what stays an orphan for ``leaked_ip_expiry`` they remove.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from podnet.core.cluster.port import POD_NETWORK
 from podnet.core.reconcile.result import Result
 from podnet.hookspecs.types import NodeContext, PoolEntry
 
@@ -28,6 +31,10 @@ class GarbageCollector:
     def __init__(self, engine: Engine) -> None:
         self.e = engine
         self.swept: int = 0
+        #: monotonic time each own-IPAM provider was last swept
+        self._swept_at: dict[str, float] = {}
+        #: provider -> orphan name -> monotonic time first reported
+        self._orphans: dict[str, dict[str, float]] = {}
 
     def reconcile(self, _key: str) -> Result:
         e = self.e
@@ -45,7 +52,39 @@ class GarbageCollector:
                     self._resync(pool)
                 except Exception as exc:
                     log.info("gc of node %s: %s", pool.node, exc)
+        self._sweep_own_ipam()
         return Result(requeue_after=period)
+
+    def _sweep_own_ipam(self) -> None:
+        """``podnet_sweep`` for each provider without node pools, once its period is due."""
+        e = self.e
+        if not e.pod_networks.has_synced:
+            return  # an unsynced cache would make every port look ownerless
+        now = e.clock.monotonic()
+        for name in e.providers.names():
+            if e.providers[name].uses_node_pool:
+                continue
+            policy = e.policy(name)
+            last = self._swept_at.get(name)
+            if last is not None and now - last < policy.gc_period:
+                continue
+            self._swept_at[name] = now
+            owners = {pn.key for pn in e.pod_networks.values() if pn.spec.provider == name}
+            owners |= e.unreadable_keys(POD_NETWORK)  # a record that does not parse still owns
+            seen = self._orphans.setdefault(name, {})
+            expired = frozenset(o for o, first in seen.items()
+                                if now - first >= policy.leaked_ip_expiry and o not in owners)
+            try:
+                found = e.call(name, "podnet_sweep", provider=name, owners=frozenset(owners),
+                               remove=expired)
+            except Exception as exc:
+                log.info("sweep of provider %s: %s", name, exc)
+                continue
+            orphans = set(found or ())
+            for item in sorted(expired - orphans):
+                log.warning("provider %s: removed %s, which no PodNetwork owns", name, item)
+                self.swept += 1
+            self._orphans[name] = {o: seen.get(o, now) for o in orphans}
 
     def _owners(self, pool: NodePool) -> dict[str, str]:
         """address -> the record naming it: IPv4 and (dual stack) IPv6 addresses."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -24,6 +25,29 @@ _counter = 0
 _counter_lock = threading.Lock()
 
 
+class _WatchedIdl(ovs_connection.OvsdbIdl):
+    """Keeps a note of every Logical_Switch_Port change the server sends (ports created or
+    changed by others after podnet read NB, whose addresses its IPAM must hold too).
+
+    ``notify`` runs on the connection's thread: it only records, the provider applies the
+    notes under its own lock when it next uses the client (no lock taken here).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.port_changes: deque[tuple[str, str, dict[str, str], list[str]]] = deque()
+
+    def notify(self, event: str, row: Any, updates: Any = None) -> None:
+        table = getattr(row, "_table", None)
+        if table is None or table.name != "Logical_Switch_Port":
+            return
+        try:
+            self.port_changes.append((event, str(row.name), dict(row.external_ids),
+                                      list(row.addresses)))
+        except Exception:  # pragma: no cover - a row without the columns: nothing to hold
+            return
+
+
 def connect(remote: str, timeout: float) -> Any:
     """An ``OvnNbApiIdlImpl`` of its own: the backend keeps the connection on the class,
     so every server gets a subclass (a second server would otherwise reuse the first
@@ -32,7 +56,7 @@ def connect(remote: str, timeout: float) -> Any:
     with _counter_lock:
         _counter += 1
         name = f"PodnetNbApi{_counter}"
-    idl = ovs_connection.OvsdbIdl.from_server(remote, "OVN_Northbound")
+    idl = _WatchedIdl.from_server(remote, "OVN_Northbound")
     conn = ovs_connection.Connection(idl, timeout=timeout)
     cls = type(name, (OvnNbApiIdlImpl,), {"_ovsdb_connection": None})
     return cls(conn)
@@ -332,6 +356,15 @@ class NbClient:
 
     def run(self, commands: Iterable[Any]) -> None:
         self.batcher.run(commands)
+
+    def port_changes(self) -> list[tuple[str, str, dict[str, str], list[str]]]:
+        """Logical switch port changes seen since the last call: (event, name, external
+        ids, addresses), oldest first."""
+        changes = self.api.idl.port_changes
+        out = []
+        while changes:
+            out.append(changes.popleft())
+        return out
 
     def ensure_port(self, spec: PortSpec) -> EnsurePort:
         return EnsurePort(self.api, spec)

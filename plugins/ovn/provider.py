@@ -16,7 +16,7 @@ import random
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -177,6 +177,8 @@ class OvnProvider:
         self.networks: dict[str, str] = {}
         self.routers: dict[str, Router] = {}
         self.ipam = Ipam(seed)
+        #: ports podnet did not make -> the addresses of theirs the IPAM holds
+        self._foreign: dict[str, list[str]] = {}
         self.lock = threading.RLock()
         self._client: NbClient | None = None
         self._synced = False
@@ -207,6 +209,8 @@ class OvnProvider:
             if not self._synced:
                 self._rebuild(self._client)
                 self._synced = True
+            else:
+                self._follow_foreign_ports(self._client)
             return self._client
 
     def close(self) -> None:
@@ -219,21 +223,45 @@ class OvnProvider:
     def _rebuild(self, client: NbClient) -> None:
         """Every address on a port in NB is held: podnet's ports by their record, the
         others (router ports, someone else's) by nobody."""
+        client.port_changes()  # what the rebuild reads supersedes the notes so far
         ipam = Ipam()
         ipam.random = self.ipam.random
+        self._foreign = {}
         for lsp in client.ports():
             ext = dict(lsp.external_ids)
-            port = lsp.name if ext.get(OWNER) == OWNER_VALUE else None
-            for entry in lsp.addresses:
-                parts = entry.split()
-                if not parts or parts[0] in ("router", "unknown", "dynamic"):
-                    continue
-                ips = [p.split("/")[0] for p in parts[1:]]
-                ipam.take(port or f"foreign:{lsp.name}", ips, parts[0])
-                if port is None:
-                    for ip in ips:
-                        ipam.used[ip] = _Held(None)
+            if ext.get(OWNER) == OWNER_VALUE:
+                for ips, mac in _port_addresses(lsp.addresses):
+                    ipam.take(lsp.name, ips, mac)
+            else:
+                self._hold_foreign(ipam, lsp.name, list(lsp.addresses))
         self.ipam = ipam
+
+    def _hold_foreign(self, ipam: Ipam, name: str, addresses: Sequence[str]) -> None:
+        """Hold the addresses of a port podnet did not make (never handed to a pod)."""
+        held = []
+        for ips, mac in _port_addresses(addresses):
+            ipam.take(f"foreign:{name}", ips, mac)
+            for ip in ips:
+                ipam.used[ip] = _Held(None)
+            held.extend(ips)
+        self._foreign[name] = held
+
+    def _release_foreign(self, ipam: Ipam, name: str) -> None:
+        for ip in self._foreign.pop(name, ()):
+            held = ipam.used.get(ip)
+            if held is not None and held.port is None:
+                del ipam.used[ip]
+        ipam.free(f"foreign:{name}")
+
+    def _follow_foreign_ports(self, client: NbClient) -> None:
+        """Apply the NB changes to ports others own since the last look: a port someone
+        creates after podnet read NB must not have its address handed out."""
+        for event, name, ext, addresses in client.port_changes():
+            if ext.get(OWNER) == OWNER_VALUE:
+                continue  # podnet's own: the records decide
+            self._release_foreign(self.ipam, name)
+            if event != "delete":
+                self._hold_foreign(self.ipam, name, addresses)
 
     # --- configuration ---------------------------------------------------------------------
 
@@ -615,6 +643,27 @@ class OvnProvider:
         return ReleaseResult(return_to_pool=False)
 
     @hookimpl
+    def podnet_sweep(self, provider: str, owners: Collection[str],
+                     remove: Collection[str]) -> Sequence[str] | None:
+        """podnet's ports (marked in external_ids) whose record is gone: those core says
+        stayed orphans long enough are deleted with their routes and NAT, and their
+        addresses freed; the others are reported."""
+        if provider != self.name:
+            return None
+        client = self.client
+        # a port is named after its record's key (port_name), which its external ids repeat
+        orphans = {lsp.name: lsp.external_ids.get(KEY, lsp.name) for lsp in client.ports()
+                   if lsp.external_ids.get(OWNER) == OWNER_VALUE and lsp.name not in owners}
+        doomed = [name for name in orphans if name in remove]
+        if doomed:
+            self.calls["sweep"] += len(doomed)
+            client.run([client.delete_port(name, orphans[name]) for name in doomed])
+            with self.lock:
+                for name in doomed:
+                    self.ipam.free(name)
+        return [name for name in orphans if name not in remove]
+
+    @hookimpl
     def podnet_hold_address(self, context: PodNetworkContext) -> bool | None:
         """Hold a StatefulSet pod's address while its StatefulSet (the same one: same
         uid) still counts the pod's ordinal among its replicas; release it at once when it
@@ -668,6 +717,18 @@ class OvnProvider:
             if ip:
                 out[ip] = ext.get(EXT_NODE, "")
         return out
+
+
+def _port_addresses(addresses: Sequence[str]) -> list[tuple[list[str], str]]:
+    """(addresses, MAC) of each "MAC IP [IP ...]" entry; router, unknown and dynamic
+    entries hold nothing."""
+    out = []
+    for entry in addresses:
+        parts = entry.split()
+        if not parts or parts[0] in ("router", "unknown", "dynamic"):
+            continue
+        out.append(([p.split("/")[0] for p in parts[1:]], parts[0]))
+    return out
 
 
 _DEFAULT_SUBNET: Mapping[str, Any] = {"name": "ovn-default", "cidr": "10.16.0.0/16",

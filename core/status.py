@@ -440,7 +440,8 @@ def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers) -> A
         if not isinstance(inventory, Inventory):
             errors.append(AuditError(name, provider, "the provider reported no inventory"))
             continue
-        clouds[(provider, name)] = inventory.all_ips()
+        # both families (a dual-stack node's IPv6 halves are cloud addresses too)
+        clouds[(provider, name)] = {**inventory.all_ips(), **inventory.all_ipv6()}
         audited[(provider, name)] = nn
     for bad in records.unreadable:
         what = "record" if bad.kind == "NodeNetwork" else f"PodNetwork {bad.name}"
@@ -456,8 +457,8 @@ def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers) -> A
     for (provider, node), addresses in sorted(clouds.items()):
         # every address the NodeNetwork lists is in the node's pool, whatever its (lagging)
         # owner field says: the engine's own rule when it rebuilds a pool
-        pooled = {ip.address for itf in audited[(provider, node)].status.interfaces
-                  for ip in itf.ips}
+        pooled = {a for itf in audited[(provider, node)].status.interfaces
+                  for ip in itf.ips for a in (ip.address, ip.ipv6) if a}
         for address, itf in sorted(addresses.items()):
             if (provider, address) not in owned and address not in pooled:
                 unowned.append(Unowned(node, provider, address, itf.id))

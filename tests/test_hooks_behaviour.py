@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
 import pytest
 
 from podnet.core.clock import FakeClock
@@ -546,3 +547,29 @@ def test_podnet_interface_create_and_dispose_drive_the_eni_machine() -> None:
         ("gone", "disposing", None, False),
         ("gone", "disposing", "deleted", True),
     ]
+
+
+class SameIpv6Overlay(OverlayIpam):
+    """An overlay whose IPAM is wrong: every pod gets the same IPv6 address."""
+
+    @hookimpl
+    def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
+        answer = super().podnet_allocate(context)
+        if answer is None:
+            return None
+        return attrs.evolve(answer, ipv6="fd00:50::10")
+
+
+def test_an_ipv6_address_already_recorded_is_refused_whatever_the_provider_says() -> None:
+    overlay = SameIpv6Overlay()
+    rig = Rig(overlay, file={"networks": {"storage": {"provider": "storage"}}})
+    node = rig.node(0)
+    rig.pod("a", node, annotations={"podnet.io/networks": "storage"})
+    rig.settle()
+    rig.pod("b", node, annotations={"podnet.io/networks": "storage"})
+    rig.settle()
+    storage = {r["spec"]["podName"]: r for r in rig.records() if r["spec"]["network"] == "storage"}
+    assert phase(storage["a"]) == "Routed" and storage["a"]["status"]["ipv6"] == "fd00:50::10"
+    assert phase(storage["b"]) == "Pending" and not storage["b"].get("status", {}).get("ipv6")
+    ready = next(c for c in storage["b"]["status"]["conditions"] if c["type"] == "Ready")
+    assert "fd00:50::10 is already recorded by" in ready["message"]

@@ -342,12 +342,13 @@ class PodNetworkReconciler:
             if answer is None:
                 raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} did not allocate")
             allocation = check_allocation(provider, answer)
-            holders = [r.key for r in e.pod_networks.by_index("ip", allocation.ip)
-                       if r.key != pn.key]
-            if holders:
-                # never two records for one address, whatever the provider says
-                raise ProviderError(ErrorKind.CONFLICT, f"address {allocation.ip} is already "
-                                    f"recorded by {holders[0]}", field="allocate.ip")
+            for address in (allocation.ip, allocation.ipv6):
+                holders = [r.key for r in e.pod_networks.by_index("ip", address or "")
+                           if r.key != pn.key]
+                if address and holders:
+                    # never two records for one address, whatever the provider says
+                    raise ProviderError(ErrorKind.CONFLICT, f"address {address} is already "
+                                        f"recorded by {holders[0]}", field="allocate.ip")
             writing = True
             return self._write_phase(pn, Phase.ALLOCATED, span, ip=allocation.ip,
                                      ipv6=allocation.ipv6, mac=allocation.mac,
@@ -373,7 +374,7 @@ class PodNetworkReconciler:
                 # the provider chose without the pool (a static address it added itself)
                 reservation.rollback()
                 pool.adopt(updated.status.ip, pn.key, updated.status.interface,
-                           updated.status.subnet)
+                           updated.status.subnet, ipv6=updated.status.ipv6)
         return updated
 
     def _route(self, pn: PodNetwork, pod: PodInfo | None) -> PodNetwork:

@@ -209,3 +209,24 @@ def test_a_throttled_poll_while_attaching_is_polled_again_not_rolled_back(
     assert itf is not None and len(itf.ips) == 2
     assert ecs.sim.eni_states()[itf.id] == "InUse"
     assert ecs.sim.calls["DeleteNetworkInterface"] == 0
+
+
+def test_waiting_for_a_state_an_eni_never_heads_to_gives_up_soon(ecs: EcsWorld) -> None:
+    """An ENI left Available (its attach was lost) is not polled to the 30 s attach
+    deadline: a settled, unwanted state ends the wait after a short grace, as a transient
+    error the caller retries (the chaos runs poll every millisecond)."""
+    import time
+
+    from alibabacloud_ecs20140526 import models as m
+
+    made = ecs.plugin._call("CreateNetworkInterface", m.CreateNetworkInterfaceRequest(
+        region_id=ecs.plugin.config.region, v_switch_id=next(iter(ecs.sim.vswitches)),
+        security_group_ids=list(demo.SECURITY_GROUPS)))
+    eni_id = made.network_interface_id
+    assert ecs.sim.eni_states()[eni_id] == "Available"
+    started = time.monotonic()
+    with pytest.raises(ProviderError) as info:
+        ecs.plugin._wait(eni_id, "InUse")
+    took = time.monotonic() - started
+    assert info.value.kind is ErrorKind.TRANSIENT and "still Available" in str(info.value)
+    assert ecs.plugin.config.attach_timeout >= 30 and took < 5

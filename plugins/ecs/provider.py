@@ -109,6 +109,10 @@ POLICY = PoolPolicy(min_idle=0, max_idle=5, batch_size=10, max_batch_size=10,
                     max_interface_ops=3, cloud_rate=RateLimit(rate=400 / 60, burst=10))
 
 _T = TypeVar("_T")
+#: ENI states on the way to another: worth waiting for
+_TRANSITIONAL = frozenset({"Attaching", "Detaching", "Creating", "Deleting"})
+#: how long a settled, unwanted state may be a replica's lag before it counts as final
+_SETTLED_GRACE = 2.0
 _PROVIDER_ID = re.compile(r"^(?:[a-z]+://)?(?:[a-z0-9-]+\.)?(i-[A-Za-z0-9]+)$")
 _KNOWN = {"endpoint", "region", "protocol", "access_key_id", "access_key_secret",
           "vswitches", "vswitch_policy", "security_groups", "instance_type", "instance_ids",
@@ -768,8 +772,13 @@ class EcsProvider:
                 self._orphans.setdefault(instance, set()).add(eni_id)
 
     def _wait(self, eni_id: str, status: str, timeout: float | None = None) -> _Eni:
-        deadline = time.monotonic() + (self.config.attach_timeout if timeout is None
-                                       else timeout)
+        """Poll until the ENI is in ``status``. A settled other state (not Attaching,
+        Detaching, Creating, Deleting) for longer than ``_SETTLED_GRACE`` means the change
+        was never made (a lost or refused call): give up then rather than poll to the
+        deadline, and let the caller's retry decide."""
+        started = time.monotonic()
+        deadline = started + (self.config.attach_timeout if timeout is None else timeout)
+        settled_deadline = started + _SETTLED_GRACE
         while True:
             try:
                 found = self.describe_enis(ids=[eni_id])
@@ -785,7 +794,9 @@ class EcsProvider:
                                     subject=eni_id)
             if found[0].status == status:
                 return found[0]
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            moving = found[0].status in _TRANSITIONAL
+            if now >= deadline or (not moving and now >= settled_deadline):
                 raise ProviderError(ErrorKind.TRANSIENT, f"ENI {eni_id} is still "
                                     f"{found[0].status}, not {status}", subject=eni_id)
             time.sleep(self.config.poll_interval)

@@ -78,7 +78,8 @@ class PoolPolicy:
     node_check_period: float = attrs.field(default=300.0, validator=_non_negative)
     #: garbage collection period
     gc_period: float = attrs.field(default=60.0, validator=_positive)
-    #: at most this many interface create/dispose operations per node at once
+    #: interface disposals one node pass makes before it yields (a node's interface
+    #: operations never overlap: its queue key never runs twice at once)
     max_interface_ops: int = attrs.field(default=3, validator=_positive)
     #: a sticky pod's address is held this long after its pod is gone
     sticky_hold: float = attrs.field(default=300.0, validator=_non_negative)

@@ -573,3 +573,36 @@ def test_an_ipv6_address_already_recorded_is_refused_whatever_the_provider_says(
     assert phase(storage["b"]) == "Pending" and not storage["b"].get("status", {}).get("ipv6")
     ready = next(c for c in storage["b"]["status"]["conditions"] if c["type"] == "Ready")
     assert "fd00:50::10 is already recorded by" in ready["message"]
+
+
+@pytest.mark.parametrize("ops", [1, 2])
+def test_one_node_pass_disposes_at_most_max_interface_ops_interfaces(ops: int) -> None:
+    """podnet_interface_dispose: empty interfaces go, at most ``max_interface_ops`` in one
+    pass of their node (the next pass is queued at once), until none is left."""
+    policy = attrs.evolve(POLICY, min_idle=0, max_idle=0, batch_size=2, max_batch_size=8,
+                          max_interface_ops=ops)
+    provider = ReferenceProvider(ReferenceCloud(max_interfaces=4, ips_per_interface=2),
+                                 policy=policy)
+    listener = Listener()
+    rig = Rig(listener, provider=provider)
+    per_pass: list[int] = []
+    reconcile = rig.engine.nodepools.reconcile
+
+    def counted(name: str) -> Any:
+        before = sum(e.trigger == "gone" and e.ok for e in listener.events)
+        try:
+            return reconcile(name)
+        finally:
+            per_pass.append(sum(e.trigger == "gone" and e.ok for e in listener.events) - before)
+
+    rig.engine._reconcilers["node"] = counted
+    node = rig.node(0)
+    for i in range(8):
+        rig.pod(f"p{i}", node)
+    rig.settle()
+    assert len(provider.cloud.nodes[node].interfaces) == 4
+    for i in range(8):
+        rig.cluster.delete(POD, f"p{i}", NS)
+    rig.settle(advance=policy.refill_period * 4)
+    assert list(provider.cloud.nodes[node].interfaces) == ["eth0"]  # the primary stays
+    assert sum(per_pass) == 3 and max(per_pass) == ops

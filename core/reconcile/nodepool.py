@@ -649,9 +649,14 @@ class NodePoolReconciler:
         e = self.e
         if not e.providers[provider].manages_interfaces:
             return DONE
+        done = 0
         for itf in list(pool.interfaces.values()):
             if itf.primary or itf.trunk or not itf.pooled or pool.ips_on(itf.id):
                 continue
+            if done >= policy.max_interface_ops:
+                # a node's operations run one at a time (its key never runs twice at once);
+                # this caps how many one pass makes before other nodes get a turn
+                return Result(requeue_after=0.0)
             if itf.state in (InterfaceState.READY, InterfaceState.INHIBITED):
                 self._eni(node, provider, itf, "dispose")
             if itf.state is not InterfaceState.DISPOSING:
@@ -673,6 +678,7 @@ class NodePoolReconciler:
                 return Result(requeue_after=policy.refill_period)
             with pool.lock:
                 pool.interfaces.pop(itf.id, None)
+            done += 1
         return DONE
 
 

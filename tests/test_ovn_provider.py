@@ -33,6 +33,8 @@ SUBNETS = [
     {"name": "lan", "cidr": "192.168.0.0/24", "gateway": "192.168.0.254"},
     {"name": "storage", "cidr": "10.21.0.0/24"},
     {"name": "dual", "cidr": "10.22.0.0/24,fd00:22::/120"},
+    {"name": "small-r", "cidr": "10.23.0.0/29", "router": "lr-edge"},
+    {"name": "dual-r", "cidr": "10.24.0.0/24,fd00:24::/120", "router": "lr-dual"},
 ]
 ROUTERS = [{"name": "lr-edge", "external_ip": "203.0.113.1",
             "external_gateway": "100.64.0.254"}]
@@ -730,3 +732,168 @@ def test_ports_others_create_or_delete_later_are_followed(world: World, nb_serve
     _nbctl(nb_server, "lsp-del", "later")
     _wait(lambda: provider_plugin.client and provider_plugin.ipam.owner("10.18.0.4") is None,
           "the deleted port's address to be freed")
+
+
+# --- router links: each subnet's switch connected to its router ---------------------------------
+
+
+def _row(server: NbServer, table: str, name: str, column: str) -> str:
+    return _nbctl(server, "--bare", f"--columns={column}", "find", table,
+                  f"name={name}").strip()
+
+
+def _router_ports(server: NbServer) -> list[str]:
+    return sorted(_nbctl(server, "--bare", "--columns=name", "list",
+                         "Logical_Router_Port").split())
+
+
+def _switch_router_ports(server: NbServer, switch: str) -> list[str]:
+    return sorted(p for p in _nbctl(server, "lsp-list", switch).split()
+                  if p.startswith(f"({switch}-"))
+
+
+def test_a_routed_subnet_is_connected_to_its_router(world: World, nb_server: NbServer,
+                                                    provider_plugin: Any) -> None:
+    from podnet.plugins.ovn.rows import link_mac
+
+    world.add_node(0)
+    world.add_pod("a", 0, annotations={f"{ANN}subnets": "edge"})
+    world.settle()
+    _routed(world, "a")
+    lrps = _nbctl(nb_server, "lrp-list", "lr-edge")
+    assert "(lr-edge-edge)" in lrps, lrps
+    mac = link_mac("lr-edge", "edge")
+    assert int(mac.split(":")[0], 16) & 0b11 == 0b10  # locally administered, unicast
+    assert _row(nb_server, "Logical_Router_Port", "lr-edge-edge", "mac") == mac
+    assert _row(nb_server, "Logical_Router_Port", "lr-edge-edge", "networks") == \
+        "10.19.0.1/24"
+    assert _nbctl(nb_server, "lsp-get-type", "edge-lr-edge").strip() == "router"
+    assert _row(nb_server, "Logical_Switch_Port", "edge-lr-edge", "addresses") == "router"
+    assert "router-port=lr-edge-edge" in _nbctl(nb_server, "lsp-get-options", "edge-lr-edge")
+    assert "edge-lr-edge" in _nbctl(nb_server, "lsp-list", "edge")
+    for table, name in (("Logical_Router_Port", "lr-edge-edge"),
+                        ("Logical_Switch_Port", "edge-lr-edge")):
+        ext = _row(nb_server, table, name, "external_ids")
+        assert "podnet/owner=podnet" in ext and "podnet/role=router-link" in ext, ext
+    # a subnet without a router gets no router port
+    world.add_pod("plain", 0)
+    world.settle()
+    assert _router_ports(nb_server) == ["lr-edge-edge"]
+    assert _switch_router_ports(nb_server, "ovn-default") == []
+    world.assert_converged()
+
+
+def test_starting_twice_creates_no_link_twice(world: World, nb_server: NbServer,
+                                              provider_plugin: Any) -> None:
+    world.add_node(0)
+    world.add_pod("a", 0, annotations={f"{ANN}subnets": "edge"})
+    world.settle()
+    uuids = (_row(nb_server, "Logical_Router_Port", "lr-edge-edge", "_uuid"),
+             _row(nb_server, "Logical_Switch_Port", "edge-lr-edge", "_uuid"))
+    for round_ in range(2):
+        provider_plugin.close()  # a new start: the provider reads NB again
+        world.restart()
+        world.add_pod(f"b{round_}", 0, annotations={f"{ANN}subnets": "edge"})
+        world.settle()
+        _routed(world, f"b{round_}")
+    assert _router_ports(nb_server) == ["lr-edge-edge"]
+    assert _switch_router_ports(nb_server, "edge") == ["(edge-lr-edge)"]
+    assert (_row(nb_server, "Logical_Router_Port", "lr-edge-edge", "_uuid"),
+            _row(nb_server, "Logical_Switch_Port", "edge-lr-edge", "_uuid")) == uuids
+    assert _row(nb_server, "Logical_Router_Port", "lr-edge-edge", "networks") == \
+        "10.19.0.1/24"
+    world.assert_converged()
+
+
+def test_a_changed_gateway_and_prefix_correct_the_router_port(
+        world: World, nb_server: NbServer, provider_plugin: Any) -> None:
+    world.add_node(0)
+    world.add_pod("a", 0, annotations={f"{ANN}subnets": "edge"})
+    world.settle()
+    assert _routed(world, "a").status.ip.startswith("10.19.0.")
+    changed = [dict(s, cidr="10.19.0.0/23", gateway="10.19.1.254") if s["name"] == "edge"
+               else s for s in SUBNETS]
+    provider_plugin.podnet_configure(provider="ovn",
+                                     config={"subnets": changed, "routers": ROUTERS})
+    provider_plugin.close()
+    world.restart()
+    world.add_pod("b", 0, annotations={f"{ANN}subnets": "edge"})
+    world.settle()
+    assert _routed(world, "b").status.gateway == "10.19.1.254"
+    assert _row(nb_server, "Logical_Router_Port", "lr-edge-edge", "networks") == \
+        "10.19.1.254/23"
+    assert _router_ports(nb_server) == ["lr-edge-edge"]
+    # drift behind podnet's back is set right on the next route too
+    _nbctl(nb_server, "set", "Logical_Router_Port", "lr-edge-edge",
+           'networks="10.19.0.1/24","10.19.7.1/24"')
+    _wait(lambda: "10.19.7.1/24" in _row(nb_server, "Logical_Router_Port", "lr-edge-edge",
+                                         "networks"), "the drift")
+    world.add_pod("c", 0, annotations={f"{ANN}subnets": "edge"})
+    world.settle()
+    _routed(world, "c")
+    assert _row(nb_server, "Logical_Router_Port", "lr-edge-edge", "networks") == \
+        "10.19.1.254/23"
+
+
+def test_a_dual_stack_subnets_router_port_has_both_gateways(
+        world: World, nb_server: NbServer, provider_plugin: Any) -> None:
+    world.add_node(0)
+    world.add_pod("d", 0, annotations={f"{ANN}subnets": "dual-r"})
+    world.settle()
+    pn = _routed(world, "d")
+    assert pn.status.ip != "10.24.0.1" and pn.status.ipv6 != "fd00:24::1"
+    assert "(lr-dual-dual-r)" in _nbctl(nb_server, "lrp-list", "lr-dual")
+    networks = _row(nb_server, "Logical_Router_Port", "lr-dual-dual-r", "networks").split()
+    assert sorted(networks) == ["10.24.0.1/24", "fd00:24::1/120"]
+    assert "router-port=lr-dual-dual-r" in _nbctl(nb_server, "lsp-get-options",
+                                                   "dual-r-lr-dual")
+    world.assert_converged()
+
+
+def test_the_sweep_leaves_the_router_link_alone(world: World, nb_server: NbServer,
+                                                provider_plugin: Any) -> None:
+    world.add_node(0)
+    world.add_pod("a", 0, annotations={f"{ANN}subnets": "edge"})
+    world.settle()
+    port = _routed(world, "a").status.interface
+    # nothing owns any port, every orphan may go: only the pod's port is one
+    left = provider_plugin.podnet_sweep(provider="ovn", owners=set(),
+                                        remove={port, "edge-lr-edge", "lr-edge-edge"})
+    assert left == []
+    _wait(lambda: provider_plugin.client.port(port) is None, "the sweep")
+    assert provider_plugin.client.port("edge-lr-edge") is not None
+    assert _router_ports(nb_server) == ["lr-edge-edge"]
+    assert _nbctl(nb_server, "lsp-get-type", "edge-lr-edge").strip() == "router"
+
+
+def test_the_gateway_is_never_a_pods_address(world: World, nb_server: NbServer,
+                                             provider_plugin: Any) -> None:
+    """10.23.0.0/29 with its router: .1 is the router port's; .2-.6 go to pods, then
+    the subnet is full, before and after the IPAM's rebuild from NB."""
+    from podnet.plugins.ovn.rows import link_mac
+
+    world.add_node(0)
+    small = {f"{ANN}subnets": "small-r"}
+    for name in ("a", "b", "c"):
+        world.add_pod(name, 0, annotations=small)
+    world.add_pod("gw", 0, annotations={**small, f"{ANN}ip-address": "10.23.0.1"})
+    world.settle(advance=5)
+    gw = world.record_of("gw")
+    assert gw is not None and gw.status.phase is Phase.PENDING
+    ready = [c for c in gw.status.conditions if c.type == "Ready"]
+    assert ready and "gateway" in ready[0].message, ready
+    assert _row(nb_server, "Logical_Router_Port", "lr-edge-small-r", "networks") == \
+        "10.23.0.1/29"
+    provider_plugin.close()  # the IPAM is rebuilt from NB, router ports included
+    world.restart()
+    assert provider_plugin.client is not None  # connects and rebuilds
+    assert provider_plugin.ipam.owner("10.23.0.1") is not None
+    assert provider_plugin.ipam.macs[link_mac("lr-edge", "small-r")] == \
+        "router port lr-edge-small-r"
+    for name in ("d", "e", "f"):
+        world.add_pod(name, 0, annotations=small)
+    world.settle(advance=5)
+    got = {pn.status.ip for pn in world.records()
+           if pn.status.subnet == "small-r" and pn.status.phase is Phase.ROUTED}
+    assert got == {f"10.23.0.{i}" for i in range(2, 7)}
+    assert "10.23.0.1" not in world.cloud_addresses()

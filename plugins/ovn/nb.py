@@ -17,9 +17,18 @@ from ovsdbapp.backend.ovs_idl import connection as ovs_connection
 from ovsdbapp.exceptions import TimeoutException
 from ovsdbapp.schema.ovn_northbound.impl_idl import OvnNbApiIdlImpl
 
-from podnet.plugins.ovn.rows import GROUPS, KEY, OWNER, OWNER_VALUE
+from podnet.plugins.ovn.rows import (
+    GROUPS,
+    KEY,
+    OWNER,
+    OWNER_VALUE,
+    ROLE,
+    ROLE_ROUTER_LINK,
+    RouterLink,
+)
 
-__all__ = ["GROUPS", "KEY", "OWNER", "OWNER_VALUE", "Batcher", "NbClient", "PortSpec", "connect"]
+__all__ = ["GROUPS", "KEY", "OWNER", "OWNER_VALUE", "Batcher", "NbClient", "PortSpec",
+           "RouterLink", "connect"]
 
 _counter = 0
 _counter_lock = threading.Lock()
@@ -203,17 +212,20 @@ def _by_name(table: Any, name: str | None) -> Any:
 
 
 class EnsureInfra(ovs_command.BaseCommand):
-    """Create the switches, routers and port groups ports refer to, when missing."""
+    """Create the switches, routers and port groups ports refer to, when missing, and
+    connect each subnet's switch to its router (create or correct the pair of ports)."""
 
     def __init__(self, api: Any, switches: Sequence[str], routers: Sequence[str],
-                 port_groups: Sequence[str]) -> None:
+                 port_groups: Sequence[str], links: Sequence[RouterLink] = ()) -> None:
         super().__init__(api)
         self.switches = list(switches)
         self.routers = list(routers)
         self.port_groups = list(port_groups)
+        self.links = list(links)
 
     def run_idl(self, txn: Any) -> None:
         tables = self.api.tables
+        made: dict[tuple[str, str], Any] = {}
         for table, names in (("Logical_Switch", self.switches),
                              ("Logical_Router", self.routers),
                              ("Port_Group", self.port_groups)):
@@ -222,6 +234,70 @@ class EnsureInfra(ovs_command.BaseCommand):
                     row = txn.insert(tables[table])
                     row.name = name
                     row.external_ids = {OWNER: OWNER_VALUE}
+                    made[(table, name)] = row
+        for link in self.links:
+            lr = made.get(("Logical_Router", link.router)) or _by_name(
+                tables["Logical_Router"], link.router)
+            ls = made.get(("Logical_Switch", link.switch)) or _by_name(
+                tables["Logical_Switch"], link.switch)
+            if lr is None or ls is None:
+                raise RuntimeError(f"cannot connect switch {link.switch} to router "
+                                   f"{link.router}: one of them is missing")
+            self._link(txn, link, lr, ls)
+
+    def _link(self, txn: Any, link: RouterLink, lr: Any, ls: Any) -> None:
+        tables = self.api.tables
+        marks = {OWNER: OWNER_VALUE, ROLE: ROLE_ROUTER_LINK}
+        lrp = _by_name(tables["Logical_Router_Port"], link.lrp)
+        if lrp is None:
+            lrp = txn.insert(tables["Logical_Router_Port"])
+            lrp.name = link.lrp
+            lrp.mac = link.mac
+            lrp.networks = link.networks
+            lrp.external_ids = marks
+            lr.addvalue("ports", lrp)
+        else:
+            # a router port is held by a router (it goes with it): it is on one already
+            if lrp.mac != link.mac:
+                lrp.mac = link.mac
+            if sorted(lrp.networks) != sorted(link.networks):
+                lrp.networks = link.networks  # set, never add: a changed gateway or prefix
+            if any(lrp.external_ids.get(k) != v for k, v in marks.items()):
+                lrp.external_ids = {**lrp.external_ids, **marks}
+        lsp = self.api.lookup("Logical_Switch_Port", link.lsp, default=None)
+        options = {"router-port": link.lrp}
+        if lsp is None:
+            lsp = txn.insert(tables["Logical_Switch_Port"])
+            lsp.name = link.lsp
+            lsp.type = "router"
+            lsp.addresses = ["router"]
+            lsp.options = options
+            lsp.external_ids = marks
+            ls.addvalue("ports", lsp)
+        else:
+            if lsp.type != "router":
+                lsp.type = "router"
+            if list(lsp.addresses) != ["router"]:
+                lsp.addresses = ["router"]
+            if lsp.options.get("router-port") != link.lrp:
+                lsp.options = {**lsp.options, **options}
+            if any(lsp.external_ids.get(k) != v for k, v in marks.items()):
+                lsp.external_ids = {**lsp.external_ids, **marks}
+
+
+def _link_ok(api: Any, link: RouterLink) -> bool:
+    """Whether the replica already has ``link`` as it should be (no write needed)."""
+    tables = api.tables
+    lrp = _by_name(tables["Logical_Router_Port"], link.lrp)
+    if lrp is None or lrp.mac != link.mac or sorted(lrp.networks) != sorted(link.networks):
+        return False
+    lsp = api.lookup("Logical_Switch_Port", link.lsp, default=None)
+    return (lsp is not None and lsp.type == "router" and list(lsp.addresses) == ["router"]
+            and lsp.options.get("router-port") == link.lrp
+            and lrp.external_ids.get(ROLE) == ROLE_ROUTER_LINK
+            and lsp.external_ids.get(ROLE) == ROLE_ROUTER_LINK
+            and lrp.external_ids.get(OWNER) == OWNER_VALUE
+            and lsp.external_ids.get(OWNER) == OWNER_VALUE)
 
 
 class DeletePort(ovs_command.BaseCommand):
@@ -370,9 +446,12 @@ class NbClient:
         return EnsurePort(self.api, spec)
 
     def ensure_infra(self, switches: Sequence[str] = (), routers: Sequence[str] = (),
-                     port_groups: Sequence[str] = ()) -> None:
+                     port_groups: Sequence[str] = (), links: Sequence[RouterLink] = ()
+                     ) -> None:
         """Commit the missing ones now, in a transaction of their own (routes and NAT may
-        not share a transaction with the router's creation)."""
+        not share a transaction with the router's creation), with the router links that
+        are missing or differ (a link's switch and router must be among ``switches`` and
+        ``routers``, or exist)."""
         tables = self.api.tables
         with self._infra_lock:
             missing = [
@@ -380,12 +459,14 @@ class NbClient:
                                         ("Logical_Router", routers),
                                         ("Port_Group", port_groups))
                 for n in names if _by_name(tables[t], n) is None]
-            if not missing:
+            wrong = [link for link in links if not _link_ok(self.api, link)]
+            if not missing and not wrong:
                 return
             self.batcher.transactions += 1
             EnsureInfra(self.api, [n for t, n in missing if t == "Logical_Switch"],
                         [n for t, n in missing if t == "Logical_Router"],
-                        [n for t, n in missing if t == "Port_Group"]).execute(check_error=True)
+                        [n for t, n in missing if t == "Port_Group"],
+                        wrong).execute(check_error=True)
 
     def delete_port(self, name: str, key: str) -> DeletePort:
         return DeletePort(self.api, name, key)

@@ -37,7 +37,7 @@ from podnet.hookspecs.types import (
     RouteResult,
     VerifyResult,
 )
-from podnet.plugins.ovn.rows import GROUPS, KEY, OWNER, OWNER_VALUE
+from podnet.plugins.ovn.rows import GROUPS, KEY, OWNER, OWNER_VALUE, ROLE, RouterLink
 
 if TYPE_CHECKING:
     from podnet.plugins.ovn.nb import NbClient, PortSpec
@@ -94,6 +94,16 @@ class Subnet:
 
     def describe(self) -> str:
         return f"subnet {self.name} ({', '.join(str(n) for n in self.networks())})"
+
+    def router_link(self) -> RouterLink | None:
+        """The ports connecting the subnet's switch to its router (``None``: no router):
+        the router port holds each family's gateway with the subnet's prefix length."""
+        if not self.router:
+            return None
+        pairs = ((self.gateway, self.v4), (self.gateway6, self.v6))
+        networks = [f"{ipaddress.ip_address(gw)}/{net.prefixlen}" for gw, net in pairs
+                    if gw and net is not None]
+        return RouterLink(self.router, self.name, networks)
 
 
 @attrs.define
@@ -234,6 +244,12 @@ class OvnProvider:
                     ipam.take(lsp.name, ips, mac)
             else:
                 self._hold_foreign(ipam, lsp.name, list(lsp.addresses))
+        # a router's own addresses (podnet's gateways among them) and MACs: never a pod's
+        for lrp in client.rows("Logical_Router_Port"):
+            for network in lrp.networks:
+                ipam.used.setdefault(str(network).split("/")[0], _Held(None))
+            if lrp.mac:
+                ipam.macs.setdefault(str(lrp.mac).lower(), f"router port {lrp.name}")
         self.ipam = ipam
 
     def _hold_foreign(self, ipam: Ipam, name: str, addresses: Sequence[str]) -> None:
@@ -597,7 +613,10 @@ class OvnProvider:
         with self.lock:
             self.ipam.take(spec.name, [ip for ip in (pn.status.ip, pn.status.ipv6) if ip],
                            pn.status.mac)
-        client.ensure_infra(switches=[spec.switch], routers=routers, port_groups=groups)
+        subnet = self.subnets[spec.switch]
+        link = subnet.router_link() if routers else None
+        client.ensure_infra(switches=[spec.switch], routers=routers, port_groups=groups,
+                            links=[link] if link is not None else [])
         client.run([client.ensure_port(spec)])
         return RouteResult(interface=spec.name)
 
@@ -651,9 +670,13 @@ class OvnProvider:
         if provider != self.name:
             return None
         client = self.client
-        # a port is named after its record's key (port_name), which its external ids repeat
-        orphans = {lsp.name: lsp.external_ids.get(KEY, lsp.name) for lsp in client.ports()
-                   if lsp.external_ids.get(OWNER) == OWNER_VALUE and lsp.name not in owners}
+        # a port is named after its record's key (port_name), which its external ids
+        # repeat; only pods' ports (a key, no type, no role) are candidates: the router
+        # links podnet made carry traffic for every pod of their subnet
+        orphans = {lsp.name: lsp.external_ids[KEY] for lsp in client.ports()
+                   if lsp.external_ids.get(OWNER) == OWNER_VALUE and lsp.name not in owners
+                   and KEY in lsp.external_ids and ROLE not in lsp.external_ids
+                   and not lsp.type}
         doomed = [name for name in orphans if name in remove]
         if doomed:
             self.calls["sweep"] += len(doomed)

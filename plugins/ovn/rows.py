@@ -3,7 +3,11 @@ the provider module loads even where ovsdbapp is missing and says so when first 
 
 from __future__ import annotations
 
-__all__ = ["GROUPS", "KEY", "OWNER", "OWNER_VALUE"]
+import hashlib
+from collections.abc import Sequence
+
+__all__ = ["GROUPS", "KEY", "OWNER", "OWNER_VALUE", "ROLE", "ROLE_ROUTER_LINK", "RouterLink",
+           "link_mac"]
 
 #: external_ids key naming the PodNetwork record a row belongs to
 KEY = "podnet/key"
@@ -11,3 +15,34 @@ OWNER = "podnet/owner"
 OWNER_VALUE = "podnet"
 #: the port groups podnet put a port in, comma-separated, on the port
 GROUPS = "podnet/groups"
+#: what an infrastructure row of podnet's is for (pods' ports carry no role, but a KEY)
+ROLE = "podnet/role"
+ROLE_ROUTER_LINK = "router-link"
+
+
+def link_mac(router: str, subnet: str) -> str:
+    """The router port's MAC: derived from the names (stable across restarts and
+    controllers), locally administered and unicast, with first octet ``0e`` (the pods'
+    generated MACs start with ``0a``)."""
+    digest = hashlib.sha256(f"{router}\0{subnet}".encode()).digest()
+    return "0e:" + ":".join(f"{b:02x}" for b in digest[:5])
+
+
+class RouterLink:
+    """What connects a subnet's logical switch to its logical router: a router port
+    ``{router}-{subnet}`` holding the gateway addresses, and a switch port
+    ``{subnet}-{router}`` of type ``router`` pointing at it."""
+
+    __slots__ = ("lrp", "lsp", "mac", "networks", "router", "switch")
+
+    def __init__(self, router: str, switch: str, networks: Sequence[str]) -> None:
+        self.router = router
+        self.switch = switch
+        self.lrp = f"{router}-{switch}"
+        self.lsp = f"{switch}-{router}"
+        self.mac = link_mac(router, switch)
+        #: "gateway/prefixlen", one per family of the subnet
+        self.networks = list(networks)
+
+    def __repr__(self) -> str:
+        return f"RouterLink({self.lrp} {self.mac} {self.networks} <-> {self.lsp})"

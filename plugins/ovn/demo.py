@@ -41,7 +41,7 @@ def build(opts: Any) -> tuple[OvnProvider, Callable[[], Mapping[str, str]],
     server = NbServer().start()
     atexit.register(server.close)
     plugin = OvnProvider(server.remote, SUBNETS, seed=int(getattr(opts, "seed", 0) or 0),
-                         batch_window=0.002, networks=NETWORKS)
+                         networks=NETWORKS)
     plugin.nb_server = server  # type: ignore[attr-defined]  # kept alive with the plugin
 
     def calls() -> Counter[str]:

@@ -61,6 +61,11 @@ _ORDINAL = re.compile(r"-(\d+)$")
 _PG_SAFE = re.compile(r"[^A-Za-z0-9_]")
 
 
+#: how long a transaction's leader waits for company: 2 ms gathers a burst's ports into a
+#: few transactions (6x faster than one ovn-nbctl per port at 1,000, against 4.5x at 0)
+DEFAULT_BATCH_WINDOW = 0.002
+
+
 def _field(name: str) -> str:
     return ANN.format(name)
 
@@ -171,7 +176,8 @@ class OvnProvider:
     """The plugin. Configure it (``podnet_configure``) or pass ``remote`` and subnets."""
 
     def __init__(self, remote: str | None = None, subnets: Sequence[Mapping[str, Any]] = (),
-                 *, name: str = NAME, timeout: float = 10.0, batch_window: float = 0.0,
+                 *, name: str = NAME, timeout: float = 10.0,
+                 batch_window: float = DEFAULT_BATCH_WINDOW,
                  routers: Sequence[Mapping[str, Any]] = (), seed: int | None = None,
                  networks: Mapping[str, str] | None = None,
                  policy: PoolPolicy | None = None,

@@ -606,3 +606,27 @@ def test_one_node_pass_disposes_at_most_max_interface_ops_interfaces(ops: int) -
     rig.settle(advance=policy.refill_period * 4)
     assert list(provider.cloud.nodes[node].interfaces) == ["eth0"]  # the primary stays
     assert sum(per_pass) == 3 and max(per_pass) == ops
+
+
+def test_a_pod_cache_behind_the_garbage_collector_makes_no_record_for_a_gone_pod() -> None:
+    """The pod is deleted; Kubernetes' garbage collector marks its PodNetwork for deletion
+    and the records' cache sees that before the pods' cache sees the pod go. The record is
+    released, but no new one is made for the pod the stale cache still shows (the API
+    server is asked first)."""
+    rig = Rig()
+    node = rig.node(0)
+    rig.pod("web", node)
+    rig.settle()
+    [record] = rig.records("web")
+    pod_key = f"{NS}/web"
+    rig.cluster.delete(POD, "web", NS)  # the record is marked for deletion with it
+    e = rig.engine
+    for _ in range(5):  # only the records' cache moves; the pods' cache lags
+        e.pod_networks.pump()
+        e.podnetworks.reconcile(pod_key)
+    assert e.pods.get(pod_key) is not None  # still the stale view of the deleted pod
+    assert rig.records("web") == []  # released, and nothing made again
+    assert rig.provider.cloud.routes == {}
+    rig.settle()
+    assert rig.records("web") == [] and e.pods.get(pod_key) is None
+    assert record["status"]["ip"] not in rig.provider.cloud.routes

@@ -141,12 +141,18 @@ class PodNetworkReconciler:
         self.e = engine
         #: monotonic time each routed record is next verified at (in memory only)
         self._verify_at: dict[str, float] = {}
+        #: (pod key, uid) whose record someone else deleted while the pod looked alive:
+        #: usually Kubernetes' garbage collector following the pod's own deletion, ahead of
+        #: the pod cache. Checked against the API server before a new record is made.
+        self._maybe_gone: dict[str, str] = {}  # pod key -> uid
 
     # --- the pass ---------------------------------------------------------------------
 
     def reconcile(self, pod_key: str) -> Result:
         e = self.e
         pod = e.pods.get(pod_key)
+        if pod is None or self._maybe_gone.get(pod_key, pod.uid) != pod.uid:
+            self._maybe_gone.pop(pod_key, None)  # the cache caught up
         records = sorted(e.pod_networks.by_index("pod", pod_key), key=lambda r: r.metadata.name)
         desired = self.desired(pod)
         results = []
@@ -162,6 +168,8 @@ class PodNetworkReconciler:
                     # a new one waits for a pass that sees the record gone and the pod
                     # still here, never the same pass (the pod cache may be behind)
                     covered.add(pn.spec.network)
+                    if pn.metadata.deletion_timestamp is not None:
+                        self._maybe_gone[pod.key] = pod.uid
                 results.append(self._wind_down(pn, pod))
         for network, want in desired.items():
             if network not in covered:
@@ -243,6 +251,16 @@ class PodNetworkReconciler:
 
     def _create(self, pod: PodInfo, network: str, want: Desired) -> Result:
         e = self.e
+        if self._maybe_gone.get(pod.key) == pod.uid:
+            # the pod's last record was deleted from outside while the cache still showed
+            # the pod: ask the API server whether this pod is still there
+            try:
+                live = e.cluster.get(POD, pod.name, pod.namespace)
+            except NotFound:
+                return Result(requeue_after=_WAIT_RECHECK)  # gone: its deletion event follows
+            if live.get("metadata", {}).get("uid") != pod.uid:
+                return Result(requeue_after=_WAIT_RECHECK)  # replaced by a new pod
+            del self._maybe_gone[pod.key]  # alive: only its record was removed
         owner = _sticky_owner(pod) if want.sticky else None
         if owner is None:
             owner = OwnerReference(api_version="v1", kind="Pod", name=pod.name, uid=pod.uid)

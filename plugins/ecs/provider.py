@@ -613,7 +613,7 @@ class EcsProvider:
             if ips:
                 self._unassign(eni_id, ips)
             if ipv6:
-                self._unassign6(eni_id, ipv6)
+                self._unassign(eni_id, ipv6, ipv6=True)
         except ProviderError as exc:
             raise ProviderError(ErrorKind.TRANSIENT, f"{cause or 'IPv6 shortfall'}; "
                                 f"giving back the unpaired halves failed too: {exc}",
@@ -647,37 +647,25 @@ class EcsProvider:
             if v4:
                 self._unassign(eni_id, v4)
             if v6:
-                self._unassign6(eni_id, v6)
+                self._unassign(eni_id, v6, ipv6=True)
             self._note(instance, removed=ips)
         # unassigned now, or on none of the node's ENIs (already gone): all gone
         return list(dict.fromkeys(e.address for e in entries))
 
-    def _unassign(self, eni_id: str, ips: Sequence[str]) -> None:
+    def _unassign(self, eni_id: str, ips: Sequence[str], *, ipv6: bool = False) -> None:
+        """Give ``ips`` (IPv4, or IPv6 with ``ipv6``) of one ENI back; when some are
+        already gone (or the ENI is), give back only what is still there."""
         from alibabacloud_ecs20140526 import models as m
 
         def call(addresses: Sequence[str]) -> None:
-            self._call("UnassignPrivateIpAddresses", m.UnassignPrivateIpAddressesRequest(
-                region_id=self.config.region, network_interface_id=eni_id,
-                private_ip_address=list(addresses)), subject=eni_id)
-
-        try:
-            call(ips)
-        except ProviderError as exc:
-            if exc.kind is not ErrorKind.NOT_FOUND:
-                raise
-            # some are already gone (or the ENI is): give back only what is still there
-            found = self.describe_enis(ids=[eni_id])
-            still = [ip for ip in ips if found and ip in found[0].secondary]
-            if still:
-                call(still)
-
-    def _unassign6(self, eni_id: str, ips: Sequence[str]) -> None:
-        from alibabacloud_ecs20140526 import models as m
-
-        def call(addresses: Sequence[str]) -> None:
-            self._call("UnassignIpv6Addresses", m.UnassignIpv6AddressesRequest(
-                region_id=self.config.region, network_interface_id=eni_id,
-                ipv_6address=list(addresses)), subject=eni_id)
+            if ipv6:
+                self._call("UnassignIpv6Addresses", m.UnassignIpv6AddressesRequest(
+                    region_id=self.config.region, network_interface_id=eni_id,
+                    ipv_6address=list(addresses)), subject=eni_id)
+            else:
+                self._call("UnassignPrivateIpAddresses", m.UnassignPrivateIpAddressesRequest(
+                    region_id=self.config.region, network_interface_id=eni_id,
+                    private_ip_address=list(addresses)), subject=eni_id)
 
         try:
             call(ips)
@@ -685,7 +673,8 @@ class EcsProvider:
             if exc.kind is not ErrorKind.NOT_FOUND:
                 raise
             found = self.describe_enis(ids=[eni_id])
-            still = [ip for ip in ips if found and ip in found[0].ipv6]
+            held = (found[0].ipv6 if ipv6 else found[0].secondary) if found else ()
+            still = [ip for ip in ips if ip in held]
             if still:
                 call(still)
 

@@ -706,22 +706,28 @@ class EcsSimulator:
             eni.description = p["Description"]
         return {}
 
-    def _ipv4_limit(self, eni: Eni) -> int:
+    def _limit(self, eni: Eni, column: int) -> int:
+        """The ENI's instance type's limit: column 1 IPv4 per ENI, 2 IPv6 per ENI."""
         inst = self.instances.get(eni.instance_id or eni.owner or "")
-        return INSTANCE_TYPES[inst.type][1] if inst else 10
+        return INSTANCE_TYPES[inst.type][column] if inst else 10
 
-    def _api_AssignPrivateIpAddresses(self, p: Mapping[str, str]) -> dict[str, Any]:
+    def _assignable(self, p: Mapping[str, str]) -> Eni:
+        """The ENI an assign names, if it is in a state that takes addresses."""
         eni = self._eni(p.get("NetworkInterfaceId"))
         if eni.status not in ("InUse", "Available"):
             raise EcsError("InvalidOperation.InvalidEniState",
                            f"The ENI {eni.id} is {eni.status}.")
+        return eni
+
+    def _api_AssignPrivateIpAddresses(self, p: Mapping[str, str]) -> dict[str, Any]:
+        eni = self._assignable(p)
         explicit = _list(p, "PrivateIpAddress")
         count = _int(p, "SecondaryPrivateIpAddressCount", 0)
         if not explicit and count <= 0:
             raise EcsError("MissingParameter", "SecondaryPrivateIpAddressCount or "
                                                "PrivateIpAddress is mandatory")
         wanted = len(explicit) or count
-        if 1 + len(eni.secondary) + wanted > self._ipv4_limit(eni):
+        if 1 + len(eni.secondary) + wanted > self._limit(eni, 1):
             raise EcsError("InvalidOperation.Ipv4CountExceeded",
                            f"The ENI {eni.id} cannot take {wanted} more IPv4 addresses.")
         vsw = self.vswitches[eni.vswitch]
@@ -734,15 +740,8 @@ class EcsSimulator:
         return {"AssignedPrivateIpAddressesSet": {
             "NetworkInterfaceId": eni.id, "PrivateIpSet": {"PrivateIpAddress": got}}}
 
-    def _ipv6_limit(self, eni: Eni) -> int:
-        inst = self.instances.get(eni.instance_id or eni.owner or "")
-        return INSTANCE_TYPES[inst.type][2] if inst else 10
-
     def _api_AssignIpv6Addresses(self, p: Mapping[str, str]) -> dict[str, Any]:
-        eni = self._eni(p.get("NetworkInterfaceId"))
-        if eni.status not in ("InUse", "Available"):
-            raise EcsError("InvalidOperation.InvalidEniState",
-                           f"The ENI {eni.id} is {eni.status}.")
+        eni = self._assignable(p)
         explicit = _list(p, "Ipv6Address")
         count = _int(p, "Ipv6AddressCount", 0)
         if not explicit and count <= 0:
@@ -750,7 +749,7 @@ class EcsSimulator:
         if explicit and count:
             raise EcsError("InvalidParameter", "give a count or addresses, not both")
         wanted = len(explicit) or count
-        if len(eni.ipv6) + wanted > self._ipv6_limit(eni):
+        if len(eni.ipv6) + wanted > self._limit(eni, 2):
             raise EcsError("InvalidOperation.Ipv6CountExceeded",
                            f"The ENI {eni.id} cannot take {wanted} more IPv6 addresses.")
         vsw = self.vswitches[eni.vswitch]

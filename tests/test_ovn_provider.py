@@ -507,6 +507,55 @@ def test_nb_server_restart(world: World, nb_server: NbServer, provider_plugin: A
     world.assert_converged()
 
 
+def test_reads_never_see_the_replica_half_reloaded(nb_server: NbServer) -> None:
+    """After a reconnect the IDL empties every table and loads the server's dump on its
+    own thread: a read from another thread in between would find ports missing (their
+    addresses looking free) or fail iterating. Reads wait for the reload instead."""
+    from ovs.db.idl import Idl
+
+    from podnet.plugins.ovn.nb import KEY, NbClient, PortSpec
+
+    nb_server.restart_fresh()
+    client = NbClient(nb_server.remote)
+    count = 600
+    seen: list[int] = []
+    failures: list[BaseException] = []
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            try:
+                seen.append(len(client.ports()))
+            except BaseException as exc:  # e.g. a table changing size under iteration
+                failures.append(exc)
+
+    try:
+        client.ensure_infra(switches=["many"])
+        client.run([client.ensure_port(PortSpec(
+            f"many-{i}", "many", [f"0a:00:00:01:{i >> 8:02x}:{i & 255:02x} 10.31.{i >> 8}."
+                                  f"{i & 255}"], {KEY: f"demo/many-{i}"}))
+            for i in range(count)])
+        assert len(client.ports()) == count
+        reader = threading.Thread(target=read)
+        reader.start()
+        idl = client.api.idl
+        for _ in range(3):
+            before = idl.change_seqno
+            nb_server.restart()
+            deadline = time.monotonic() + 30
+            while not (idl.change_seqno > before and idl.state == Idl.IDL_S_MONITORING):
+                assert time.monotonic() < deadline, "the client never reloaded"
+                time.sleep(0.01)
+        done.set()
+        reader.join()
+        assert not failures, failures[:3]
+        partial = [n for n in seen if n != count]
+        assert not partial, f"{len(partial)} of {len(seen)} reads saw a partial replica"
+    finally:
+        done.set()
+        client.close()
+
+
 # --- the dataplane rows -------------------------------------------------------------------------
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from typing import Any
 
 from ovsdbapp.backend.ovs_idl import command as ovs_command
@@ -452,14 +453,14 @@ class NbClient:
         not share a transaction with the router's creation), with the router links that
         are missing or differ (a link's switch and router must be among ``switches`` and
         ``routers``, or exist)."""
-        tables = self.api.tables
         with self._infra_lock:
-            missing = [
-                (t, n) for t, names in (("Logical_Switch", switches),
-                                        ("Logical_Router", routers),
-                                        ("Port_Group", port_groups))
-                for n in names if _by_name(tables[t], n) is None]
-            wrong = [link for link in links if not _link_ok(self.api, link)]
+            with self.reading() as tables:
+                missing = [
+                    (t, n) for t, names in (("Logical_Switch", switches),
+                                            ("Logical_Router", routers),
+                                            ("Port_Group", port_groups))
+                    for n in names if _by_name(tables[t], n) is None]
+                wrong = [link for link in links if not _link_ok(self.api, link)]
             if not missing and not wrong:
                 return
             self.batcher.transactions += 1
@@ -471,18 +472,31 @@ class NbClient:
     def delete_port(self, name: str, key: str) -> DeletePort:
         return DeletePort(self.api, name, key)
 
+    @contextmanager
+    def reading(self) -> Iterator[Any]:
+        """The replica's tables, held still: the connection's thread applies the server's
+        updates under this lock, and on a reconnect it empties every table before the new
+        dump arrives. A read from another thread without it can see a half-loaded replica
+        (a port missing whose address is in use) or fail iterating a table that changes.
+        Hold it briefly: the connection's thread waits meanwhile."""
+        with self.api.ovsdb_connection.lock:
+            yield self.api.tables
+
     def port(self, name: str) -> Any:
-        return self.api.lookup("Logical_Switch_Port", name, default=None)
+        with self.reading():
+            return self.api.lookup("Logical_Switch_Port", name, default=None)
 
     def ports(self) -> list[Any]:
-        return list(self.api.tables["Logical_Switch_Port"].rows.values())
+        return self.rows("Logical_Switch_Port")
 
     def in_port_group(self, group: str, lsp: Any) -> bool:
-        pg = self.api.lookup("Port_Group", group, default=None)
-        return pg is not None and any(p.uuid == lsp.uuid for p in pg.ports)
+        with self.reading():
+            pg = self.api.lookup("Port_Group", group, default=None)
+            return pg is not None and any(p.uuid == lsp.uuid for p in pg.ports)
 
     def rows(self, table: str) -> list[Any]:
-        return list(self.api.tables[table].rows.values())
+        with self.reading() as tables:
+            return list(tables[table].rows.values())
 
     @property
     def transactions(self) -> int:

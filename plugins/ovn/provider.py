@@ -239,11 +239,14 @@ class OvnProvider:
     def _rebuild(self, client: NbClient) -> None:
         """Every address on a port in NB is held: podnet's ports by their record, the
         others (router ports, someone else's) by nobody."""
-        client.port_changes()  # what the rebuild reads supersedes the notes so far
+        with client.reading():  # the notes and the replica as of one moment
+            client.port_changes()  # what the rebuild reads supersedes the notes so far
+            ports = client.ports()
+            router_ports = client.rows("Logical_Router_Port")
         ipam = Ipam()
         ipam.random = self.ipam.random
         self._foreign = {}
-        for lsp in client.ports():
+        for lsp in ports:
             ext = dict(lsp.external_ids)
             if ext.get(OWNER) == OWNER_VALUE:
                 for ips, mac in _port_addresses(lsp.addresses):
@@ -251,7 +254,7 @@ class OvnProvider:
             else:
                 self._hold_foreign(ipam, lsp.name, list(lsp.addresses))
         # a router's own addresses (podnet's gateways among them) and MACs: never a pod's
-        for lrp in client.rows("Logical_Router_Port"):
+        for lrp in router_ports:
             for network in lrp.networks:
                 ipam.used.setdefault(str(network).split("/")[0], _Held(None))
             if lrp.mac:
@@ -634,6 +637,11 @@ class OvnProvider:
         self.calls["verify"] += 1
         client = self.client
         spec, groups, _ = self._desired(pn, pn.spec.node_name)
+        with client.reading():  # the port and its groups as of one moment
+            return self._compare(client, spec, groups)
+
+    @staticmethod
+    def _compare(client: NbClient, spec: PortSpec, groups: Sequence[str]) -> VerifyResult:
         lsp = client.port(spec.name)
         if lsp is None:
             return VerifyResult(ok=False, reason=f"logical switch port {spec.name} is missing")

@@ -13,7 +13,7 @@ from opentelemetry.trace import StatusCode
 
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.memory import InMemoryCluster, format_time
-from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Obj
+from podnet.core.cluster.port import NAMESPACE, NODE, NODE_NETWORK, POD, POD_NETWORK, Obj
 from podnet.core.demo import node_obj, pod_obj
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.models import FINALIZER
@@ -163,6 +163,30 @@ def test_settled_pod_costs_no_provider_call_and_no_write_on_a_second_pass() -> N
     rig.settle()
     assert dict(rig.engine.stats.provider_calls) == calls
     assert dict(rig.cluster.stats) == writes
+
+
+def test_node_record_owners_catch_up_within_a_refill_period_without_a_write_per_pod() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    rig.settle()
+
+    def written_owners() -> dict[str, str | None]:
+        nn = rig.cluster.get(NODE_NETWORK, node)
+        return {ip["address"]: ip.get("owner") for itf in nn["status"]["interfaces"]
+                for ip in itf.get("ips", [])}
+
+    assert set(written_owners().values()) == {None}
+    writes = rig.cluster.stats[("update_status", "nodenetworks")]
+    web = rig.pod("web", node)
+    rig.settle()
+    record = rig.record_of(web)
+    # taking a warm address changes no interface: the node record is not rewritten now
+    assert rig.cluster.stats[("update_status", "nodenetworks")] == writes
+    rig.settle(advance=rig.policy.refill_period)
+    assert written_owners()[record["status"]["ip"]] == f"{NS}/{record['metadata']['name']}"
+    rig.cluster.delete(POD, "web", NS)
+    rig.settle(advance=rig.policy.refill_period)
+    assert record["status"]["ip"] not in {ip for ip, o in written_owners().items() if o}
 
 
 def test_pool_is_topped_up_to_min_idle_and_trimmed_to_max_idle() -> None:

@@ -121,7 +121,8 @@ class NodePoolReconciler:
             self._report(nn, f"{type(exc).__name__}: {exc}" if not isinstance(
                 exc, ProviderError) else f"{exc.kind.value}: {exc}")
             raise
-        if self._snapshot(pool) != before or nn.status.last_inventory_sync is None:
+        if (self._snapshot(pool) != before or nn.status.last_inventory_sync is None
+                or self._owners_stale(nn, pool, policy)):
             self._write(nn, pool)
         self._report(nn, pool.last_error)
         if pool.synced:
@@ -258,6 +259,19 @@ class NodePoolReconciler:
                          for a in pool.addresses.values())),
             tuple(sorted((i.id, i.state, i.inhibited_until) for i in pool.interfaces.values())),
         )
+
+    def _owners_stale(self, nn: NodeNetwork, pool: NodePool, policy: PoolPolicy) -> bool:
+        """Whether the record's owner fields differ from the pool's and were last written
+        a refill period ago or more. Allocations and releases change owners without a
+        node pass; writing the record for each would double the API writes per pod, so
+        the owners catch up at most once a refill period (the PodNetworks are the truth)."""
+        last = nn.status.last_inventory_sync
+        if last is None or (self.e.clock.now() - last).total_seconds() < policy.refill_period:
+            return False
+        written = {ip.address: ip.owner for itf in nn.status.interfaces for ip in itf.ips}
+        with pool.lock:
+            return any(written.get(a.address, a.owner) != a.owner
+                       for a in pool.addresses.values())
 
     def _write(self, nn: NodeNetwork, pool: NodePool) -> None:
         e = self.e

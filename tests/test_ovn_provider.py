@@ -832,6 +832,27 @@ def test_a_routed_subnet_is_connected_to_its_router(world: World, nb_server: NbS
     world.assert_converged()
 
 
+def test_a_router_link_deleted_behind_podnets_back_comes_back(
+        world: World, nb_server: NbServer, provider_plugin: Any,
+        hook_calls: HookRecorder) -> None:
+    world.add_node(0)
+    world.add_pod("a", 0, annotations={f"{ANN}subnets": "edge"})
+    world.settle()
+    pn = _routed(world, "a")
+    _nbctl(nb_server, "lrp-del", "lr-edge-edge")
+    _nbctl(nb_server, "lsp-del", "edge-lr-edge")
+    _wait(lambda: provider_plugin.client.port("edge-lr-edge") is None, "the deletion")
+    hook_calls.clear()
+    world.settle(advance=world.policy().verify_period + 1)
+    mine = [(e.trigger, e.ok) for e in hook_calls.transitions("pod_network")
+            if e.object_key == pn.key]
+    assert mine == [("repair", True), ("route", True)], mine
+    assert _router_ports(nb_server) == ["lr-edge-edge"]
+    assert "router-port=lr-edge-edge" in _nbctl(nb_server, "lsp-get-options", "edge-lr-edge")
+    assert "edge-lr-edge" in _nbctl(nb_server, "lsp-list", "edge")
+    world.assert_converged()
+
+
 def test_starting_twice_creates_no_link_twice(world: World, nb_server: NbServer,
                                               provider_plugin: Any) -> None:
     world.add_node(0)

@@ -494,6 +494,11 @@ class NbClient:
             pg = self.api.lookup("Port_Group", group, default=None)
             return pg is not None and any(p.uuid == lsp.uuid for p in pg.ports)
 
+    def link_ok(self, link: RouterLink) -> bool:
+        """Whether the router link's two ports are in NB as podnet made them."""
+        with self.reading():
+            return _link_ok(self.api, link)
+
     def rows(self, table: str) -> list[Any]:
         with self.reading() as tables:
             return list(tables[table].rows.values())

@@ -636,12 +636,14 @@ class OvnProvider:
             return None
         self.calls["verify"] += 1
         client = self.client
-        spec, groups, _ = self._desired(pn, pn.spec.node_name)
-        with client.reading():  # the port and its groups as of one moment
-            return self._compare(client, spec, groups)
+        spec, groups, routers = self._desired(pn, pn.spec.node_name)
+        link = self.subnets[spec.switch].router_link() if routers else None
+        with client.reading():  # the port, its groups and its router link as of one moment
+            return self._compare(client, spec, groups, link)
 
     @staticmethod
-    def _compare(client: NbClient, spec: PortSpec, groups: Sequence[str]) -> VerifyResult:
+    def _compare(client: NbClient, spec: PortSpec, groups: Sequence[str],
+                 link: RouterLink | None) -> VerifyResult:
         lsp = client.port(spec.name)
         if lsp is None:
             return VerifyResult(ok=False, reason=f"logical switch port {spec.name} is missing")
@@ -658,6 +660,10 @@ class OvnProvider:
         missing = [g for g in groups if not client.in_port_group(g, lsp)]
         if missing:
             return VerifyResult(ok=False, reason=f"port {spec.name} is not in {missing}")
+        # the subnet's way out: route re-makes it (shared, so the first repair mends it)
+        if link is not None and not client.link_ok(link):
+            return VerifyResult(ok=False, reason=f"router link {link.lrp}/{link.lsp} of "
+                                f"subnet {spec.switch} is missing or changed")
         return VerifyResult(ok=True)
 
     # --- release ---------------------------------------------------------------------------

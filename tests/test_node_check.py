@@ -193,3 +193,24 @@ def test_the_period_is_a_policy_key() -> None:
         policy_overrides("policies.x", {"nodeCheckPeriod": -1})
     with pytest.raises(ConfigError, match="nodeCheckPeriod"):
         policy_overrides("policies.x", {"nodeCheckPeriod": "often"})
+
+
+def test_a_restart_does_not_report_a_persisting_finding_again(
+        world: World, provider_plugin: ReferenceProvider) -> None:
+    node = bring_up(world)
+    drift = NodeFinding(reason="InterfaceDrift", message="eth1 is not what it was")
+    provider_plugin.findings[node] = [drift]
+    world.settle(advance=PERIOD + 5)
+    assert reported(node_events(world, "InterfaceDrift")) == 1
+    world.restart()
+    world.settle(advance=PERIOD + 5)
+    assert reported(node_events(world, "InterfaceDrift")) == 1  # the record remembered it
+    # a new finding after the restart is news, and so is the old one once it came back
+    other = NodeFinding(reason="SecurityGroupDrift", message="eth1 lost sg-1")
+    provider_plugin.findings[node] = [drift, other]
+    world.settle(advance=PERIOD + 5)
+    assert reported(node_events(world, "InterfaceDrift")) == 1
+    assert reported(node_events(world, "SecurityGroupDrift")) == 1
+    condition = check_condition(world, node)
+    assert condition is not None and other.message in condition["message"]
+    world.assert_converged()

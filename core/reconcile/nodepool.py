@@ -160,7 +160,10 @@ class NodePoolReconciler:
             log.warning("node %s: podnet_node_check of %s failed (tried again in %gs): %s",
                         node.name, provider, period, exc)
             return Result(requeue_after=period)
-        previous = set(self._findings.get(node.name, ()))
+        if node.name in self._findings:
+            previous = set(self._findings[node.name])
+        else:  # the first check since start: the record says what was reported before
+            previous = set(_reported_before(current, findings))
         self._findings[node.name] = findings
         involved = {"apiVersion": "v1", "kind": "Node",
                     "metadata": {"name": node.name, "uid": node.uid}}
@@ -721,3 +724,13 @@ def _check_findings(provider: str, found: Any) -> tuple[NodeFinding, ...]:
             raise ProviderError(ErrorKind.FATAL, f"provider {provider!r}: node_check[{i}] "
                                 f"is not a NodeFinding with a reason: {finding!r}")
     return tuple(dict.fromkeys(found))
+
+
+def _reported_before(nn: NodeNetwork, findings: tuple[NodeFinding, ...]
+                     ) -> tuple[NodeFinding, ...]:
+    """The findings a ``ProviderCheck`` condition written by an earlier run already names
+    (reported then: a restart does not repeat their Events)."""
+    old = next((c for c in nn.status.conditions if c.type == "ProviderCheck"), None)
+    if old is None or old.status != "False":
+        return ()
+    return tuple(f for f in findings if f.message and f.message in old.message)

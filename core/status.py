@@ -25,7 +25,7 @@ import attrs
 
 if TYPE_CHECKING:
     from podnet.core.cluster.kube import KubeCluster
-    from podnet.core.cluster.port import Obj
+    from podnet.core.cluster.port import Cluster, Obj
     from podnet.core.models import Condition, NodeNetwork, PodNetwork
     from podnet.core.plugin import Providers
 
@@ -103,7 +103,7 @@ def _dig(obj: Mapping[str, Any], *path: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def read_records(cluster: KubeCluster) -> Records:
+def read_records(cluster: Cluster) -> Records:
     """Every NodeNetwork and PodNetwork, parsed; those that do not parse set apart."""
     from podnet.core.cluster.port import NODE_NETWORK, POD_NETWORK
     from podnet.core.convert import RecordError, from_wire

@@ -325,3 +325,33 @@ def test_verify_sees_a_lost_ipv6_half(world: World, ecs: EcsWorld) -> None:
     ecs.sim.drop_ipv6(record.status.ipv6)
     verdict = ecs.plugin.podnet_verify(context)
     assert verdict is not None and not verdict.ok and record.status.ipv6 in verdict.reason
+
+
+def test_audit_compares_both_halves(world: World, ecs: EcsWorld) -> None:
+    """``podnet audit`` on a dual-stack node: an IPv6 nobody holds is a leak, a record's
+    IPv6 gone from the cloud is lost, like their IPv4 counterparts."""
+    from podnet.core.cluster.port import NODE as NODE_KIND
+    from podnet.core.status import audit, read_records
+
+    bring_up(world, 2)
+    nodes = {n["metadata"]["name"]: n for n in world.cluster.list(NODE_KIND).items}
+
+    def run() -> Any:
+        return audit(read_records(world.cluster), nodes, world.engine.providers)
+
+    report = run()
+    assert report.clean, report
+    record = world.record_of("p0")
+    assert record is not None and record.status.ip and record.status.ipv6
+    eni = eni_of(ecs, record.status.ip)
+    used = {a for e in ecs.sim.enis_of(INSTANCE) for a in e.ipv6}
+    stray = next(str(ipaddress.ip_address(record.status.ipv6) + n) for n in range(1, 999)
+                 if str(ipaddress.ip_address(record.status.ipv6) + n) not in used)
+    eni.ipv6.append(stray)  # assigned behind podnet's back
+    ecs.sim.drop_ipv6(record.status.ipv6)
+    report = run().as_json()
+    assert report["unowned"] == [
+        {"node": NODE, "provider": world.provider, "ip": stray, "interface": eni.id}]
+    assert report["lost"] == [{"pod_network": record.key, "node": NODE,
+                               "ip": record.status.ipv6}]
+    assert report["misplaced"] == [] and report["errors"] == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -92,7 +93,9 @@ class NbServer:
              f"--pidfile={self.pidfile}", f"--unixctl={self.ctl}", f"--log-file={self.log}"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + self.start_timeout
-        while not self.socket.exists():
+        # the socket file appears at bind(), before listen(): a client connecting in
+        # between is refused, so wait for a connection to go through
+        while not self._accepting():
             if self.process.poll() is not None:
                 err = self.process.stderr.read().decode() if self.process.stderr else ""
                 raise RuntimeError(f"ovsdb-server exited with {self.process.returncode}: {err}")
@@ -101,6 +104,16 @@ class NbServer:
                 raise RuntimeError(f"ovsdb-server did not open {self.socket} in time")
             time.sleep(0.005)
         return self
+
+    def _accepting(self) -> bool:
+        if not self.socket.exists():
+            return False
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(str(self.socket))
+            except OSError:
+                return False
+        return True
 
     def stop(self) -> None:
         proc, self.process = self.process, None

@@ -108,6 +108,8 @@ class TestOvnBadInput(BadInputSuite):
      "ovn.subnets[0].colour"),
     ({"routers": [{"name": "r", "external_ip": "nope"}]}, "ovn.routers[0].external_ip"),
     ({"timeout": "soon"}, "ovn.timeout"),
+    ({"reconnect_backoff_ms": 500}, "ovn.reconnect_backoff_ms"),
+    ({"reconnect_backoff_ms": [800, 100]}, "ovn.reconnect_backoff_ms"),
 ])
 def test_bad_config_names_the_key(config: dict[str, Any], key: str) -> None:
     from podnet.plugins.ovn.provider import OvnProvider

@@ -58,15 +58,19 @@ class _WatchedIdl(ovs_connection.OvsdbIdl):
             return
 
 
-def connect(remote: str, timeout: float) -> Any:
+def connect(remote: str, timeout: float, backoff_ms: tuple[int, int] | None = None) -> Any:
     """An ``OvnNbApiIdlImpl`` of its own: the backend keeps the connection on the class,
     so every server gets a subclass (a second server would otherwise reuse the first
-    connection)."""
+    connection). ``backoff_ms``: the reconnect backoff's (min, max), ovs' 1 s and 8 s
+    when not given."""
     global _counter
     with _counter_lock:
         _counter += 1
         name = f"PodnetNbApi{_counter}"
     idl = _WatchedIdl.from_server(remote, "OVN_Northbound")
+    if backoff_ms is not None:
+        # the Python IDL has no setter of its own: its session's reconnect FSM has one
+        idl._session.reconnect.set_backoff(*backoff_ms)
     conn = ovs_connection.Connection(idl, timeout=timeout)
     cls = type(name, (OvnNbApiIdlImpl,), {"_ovsdb_connection": None})
     return cls(conn)
@@ -419,9 +423,10 @@ class Batcher:
 class NbClient:
     """The connection, the batcher and read helpers over the IDL's replica."""
 
-    def __init__(self, remote: str, timeout: float = 10.0, window: float = 0.0) -> None:
+    def __init__(self, remote: str, timeout: float = 10.0, window: float = 0.0,
+                 backoff_ms: tuple[int, int] | None = None) -> None:
         self.remote = remote
-        self.api = connect(remote, timeout)
+        self.api = connect(remote, timeout, backoff_ms)
         self.batcher = Batcher(self.api, window)
         self._infra_lock = threading.Lock()
 

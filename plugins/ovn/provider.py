@@ -181,11 +181,13 @@ class OvnProvider:
                  routers: Sequence[Mapping[str, Any]] = (), seed: int | None = None,
                  networks: Mapping[str, str] | None = None,
                  policy: PoolPolicy | None = None,
-                 workload_exists: Callable[[str, str, str, str], bool | None] | None = None
-                 ) -> None:
+                 workload_exists: Callable[[str, str, str, str], bool | None] | None = None,
+                 reconnect_backoff_ms: tuple[int, int] | None = None) -> None:
         self.name = name
         self.remote = remote
         self.timeout = timeout
+        #: (min, max) between reconnect attempts after the NB server went away
+        self.reconnect_backoff_ms = reconnect_backoff_ms
         self.batch_window = batch_window
         self.policy = policy or PoolPolicy(reuse_cooldown=0.0)
         self.subnets: dict[str, Subnet] = {}
@@ -221,7 +223,8 @@ class OvnProvider:
                 except ImportError as exc:  # pragma: no cover - a broken install
                     raise ConfigError(f"{self.name}", f"the OVN provider needs ovsdbapp and "
                                       f"ovs (pip install ovsdbapp): {exc}") from None
-                self._client = NbClient(self.remote, self.timeout, self.batch_window)
+                self._client = NbClient(self.remote, self.timeout, self.batch_window,
+                                        self.reconnect_backoff_ms)
             if not self._synced:
                 self._rebuild(self._client)
                 self._synced = True
@@ -294,7 +297,7 @@ class OvnProvider:
         p = self.name
         if check_keys:
             known = {"remote", "subnets", "routers", "timeout", "batch_window_ms", "seed",
-                     "networks"}
+                     "networks", "reconnect_backoff_ms"}
             for key in config:
                 if key not in known:
                     raise ConfigError(f"{p}.{key}", "unknown option")
@@ -307,6 +310,9 @@ class OvnProvider:
             self.timeout = _number(config, p, "timeout", 0.1, 300)
         if "batch_window_ms" in config:
             self.batch_window = _number(config, p, "batch_window_ms", 0, 1000) / 1000
+        if "reconnect_backoff_ms" in config:
+            self.reconnect_backoff_ms = _backoff(config["reconnect_backoff_ms"],
+                                                 f"{p}.reconnect_backoff_ms")
         if "seed" in config:
             self.ipam.random.seed(int(_number(config, p, "seed", 0, 2**32)))
         routers: dict[str, Router] = {}
@@ -809,6 +815,17 @@ def _number(config: Mapping[str, Any], provider: str, key: str, low: float, high
     if not low <= value <= high:
         raise ConfigError(f"{provider}.{key}", f"must be between {low} and {high}, got {value}")
     return float(value)
+
+
+def _backoff(raw: Any, where: str) -> tuple[int, int]:
+    """``[MIN, MAX]`` milliseconds, 10 <= MIN <= MAX <= 60,000."""
+    if (not isinstance(raw, list | tuple) or len(raw) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in raw)):
+        raise ConfigError(where, f"expected [MIN, MAX] in milliseconds, got {raw!r}")
+    low, high = raw
+    if not 10 <= low <= high <= 60_000:
+        raise ConfigError(where, f"expected 10 <= MIN <= MAX <= 60000, got {list(raw)}")
+    return low, high
 
 
 def _opt_ip(raw: Mapping[str, Any], where: str, key: str) -> str | None:

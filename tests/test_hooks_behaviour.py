@@ -630,3 +630,41 @@ def test_a_pod_cache_behind_the_garbage_collector_makes_no_record_for_a_gone_pod
     rig.settle()
     assert rig.records("web") == [] and e.pods.get(pod_key) is None
     assert record["status"]["ip"] not in rig.provider.cloud.routes
+
+
+class NamespaceSeeingProvider(ReferenceProvider):
+    """The reference provider, noting the namespace annotations each allocation got."""
+
+    def __init__(self) -> None:
+        super().__init__(ReferenceCloud(), policy=POLICY)
+        self.seen: dict[str, dict[str, str]] = {}
+
+    @hookimpl
+    def podnet_allocate(self, context: Any) -> Any:
+        self.seen[context.pod_network.spec.pod_name] = dict(context.namespace_annotations)
+        return super().podnet_allocate(context)
+
+
+def test_a_pod_in_a_namespace_the_cache_has_not_seen_gets_its_annotations() -> None:
+    """A namespace created a moment before its pod: the namespaces' cache lags, the
+    allocation still sees the namespace's annotations (read from the API server)."""
+    provider = NamespaceSeeingProvider()
+    rig = Rig(provider=provider)
+    node = rig.node(0)
+    rig.settle()
+    rig.cluster.create(NAMESPACE, {"metadata": {
+        "name": "fresh", "annotations": {"podnet.io/subnets": "blue", "other": "x"}}})
+    obj = pod_obj("web", node)
+    obj["metadata"]["namespace"] = "fresh"
+    rig.cluster.create(POD, obj)
+    e = rig.engine
+    for _ in range(5):  # every cache moves but the namespaces'
+        for informer in e.informers:
+            if informer is not e.namespaces:
+                informer.pump()
+        e.podnetworks.reconcile("fresh/web")
+    assert e.namespaces.get("fresh") is None
+    assert provider.seen == {"web": {"podnet.io/subnets": "blue"}}
+    rig.settle()
+    [record] = rig.records("web")
+    assert phase(record) == "Routed"

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import attrs
 
 from podnet.core.annotations import parse_network_request, parse_networks
-from podnet.core.cluster.port import POD, POD_NETWORK, Conflict, NotFound
+from podnet.core.cluster.port import NAMESPACE, POD, POD_NETWORK, Conflict, NotFound
 from podnet.core.errors import (
     ErrorKind,
     InvalidRequest,
@@ -52,7 +52,7 @@ from podnet.core.models import (
     PodNetworkSpec,
     WorkloadInfo,
 )
-from podnet.core.objects import is_statefulset, pod_is_terminal
+from podnet.core.objects import is_statefulset, namespace_annotations, pod_is_terminal
 from podnet.core.pool import Reservation
 from podnet.core.reconcile.result import DONE, Result
 from podnet.core.tracing import (
@@ -331,6 +331,19 @@ class PodNetworkReconciler:
             self.e.event(_pod_ref(pod), "InvalidRequest", message)
         return DONE
 
+    def _namespace_annotations(self, namespace: str) -> dict[str, str]:
+        """The namespace's ``podnet.io/`` annotations. A namespace the cache has not seen
+        yet (created a moment before its pod) is read from the API server: its annotations
+        may pick the pod's subnet, and an address is never moved once given."""
+        e = self.e
+        cached = e.namespaces.get(namespace)
+        if cached is not None or not namespace:
+            return cached or {}
+        try:
+            return namespace_annotations(e.cluster.get(NAMESPACE, namespace))
+        except NotFound:
+            return {}  # gone, and its pods with it
+
     def _allocate(self, pn: PodNetwork, pod: PodInfo) -> PodNetwork:
         e = self.e
         provider = pn.spec.provider
@@ -350,8 +363,8 @@ class PodNetworkReconciler:
                 return pn
             reservation = pool.reserve(pn.key, e.clock.monotonic())
         ctx = AllocateContext(pod_network=pn, node=node_ctx, pod=pod, pool=reservation,
-                              namespace_annotations=e.namespaces.get(pn.metadata.namespace or "")
-                              or {})
+                              namespace_annotations=self._namespace_annotations(
+                                  pn.metadata.namespace or ""))
         writing = False
 
         def allocate() -> PodNetwork:

@@ -189,6 +189,27 @@ def test_node_record_owners_catch_up_within_a_refill_period_without_a_write_per_
     assert record["status"]["ip"] not in {ip for ip, o in written_owners().items() if o}
 
 
+def test_a_restart_on_an_unchanged_cloud_rewrites_no_node_record() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    for i in range(3):
+        rig.pod(f"p{i}", node)
+    rig.settle(advance=rig.policy.refill_period)
+    key = ("update_status", "nodenetworks")
+    writes = rig.cluster.stats[key]
+    rig.restart()
+    rig.settle()
+    pool = rig.engine.pools.find("reference", node)
+    assert pool is not None and pool.synced  # rebuilt from the inventory and the records
+    assert rig.cluster.stats[key] == writes
+    idle = next(a.address for a in pool.addresses.values() if a.owner is None)
+    rig.cloud.remove(node, [idle])  # the cloud changed while podnet was down: written
+    rig.restart()
+    rig.settle()
+    assert rig.cluster.stats[key] > writes
+    rig.assert_no_leak()
+
+
 def test_pool_is_topped_up_to_min_idle_and_trimmed_to_max_idle() -> None:
     rig = Rig(policy=PoolPolicy(min_idle=3, max_idle=5, batch_size=2, max_batch_size=10,
                                 reuse_cooldown=0.0))

@@ -297,8 +297,11 @@ class NodePoolReconciler:
                     pooled=itf.pooled,
                     inhibited_until=until.replace(microsecond=0) if until else None,
                 ))
-        status = attrs.evolve(nn.status, interfaces=tuple(interfaces), last_inventory_sync=wall)
         current = e.node_networks.get(nn.metadata.name) or nn
+        if (current.status.last_inventory_sync is not None
+                and current.status.interfaces == tuple(interfaces)):
+            return  # the record says it already (a restart's rebuild, mostly): no write
+        status = attrs.evolve(nn.status, interfaces=tuple(interfaces), last_inventory_sync=wall)
         try:
             e.update_status(NODE_NETWORK, attrs.evolve(current, status=status))
         except (Conflict, NotFound):

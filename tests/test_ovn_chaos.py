@@ -1,8 +1,8 @@
 """The chaos machine against the OVN provider on a real NB server, with an extra rule:
 the NB server restarts (same database file) between any two steps.
 
-``PODNET_CHAOS_EXAMPLES`` sets the example count (the kit's 200 by default, ~40 s: the
-provider reconnects within a fifth of a second of a restart here)."""
+``PODNET_CHAOS_EXAMPLES`` sets the example count (the kit's 200 by default). The provider
+reconnects within a fifth of a second of a restart here (ovs' default waits a second)."""
 
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import AttributeValue
 
-from podnet.core.filetrace import LeanTracerProvider
+from podnet.core.filetrace import SPAN_KEY, UNSET_STATUS, LeanSpan, LeanTracerProvider
 
 __all__ = [
     "ATTR_ERROR_TYPE",
@@ -259,15 +259,21 @@ class _SpanScope(AbstractContextManager[Span]):
         self._token: Token[Context] | None = None
 
     def __enter__(self) -> Span:
+        # the current context read once, for the parent and for the new one
+        current = context_api.get_current()
         span = self._tracer.start_span(
             self._name,
+            context=current,
             kind=self._kind,
             attributes=self._attributes,
             record_exception=False,
             set_status_on_exception=False,
         )
         self._span = span
-        self._token = context_api.attach(trace.set_span_in_context(span))
+        # trace.set_span_in_context(span, current), without its two calls
+        values = current.copy()
+        values[SPAN_KEY] = span
+        self._token = context_api.attach(Context(values))
         return span
 
     def __exit__(
@@ -280,7 +286,7 @@ class _SpanScope(AbstractContextManager[Span]):
             context_api.detach(self._token)
         span = self._span
         # like OpenTelemetry's use_span: BaseException (cancel, exit) is not a failure
-        if isinstance(exc, Exception):
+        if exc is not None and isinstance(exc, Exception):
             _mark_failed(span, exc, event=False)
         span.end()
 
@@ -339,8 +345,13 @@ class TransitionSpan(AbstractContextManager["TransitionSpan"]):
         tracer = self._tracer
         if tracer is None:
             return self
-        current = trace.get_current_span().get_span_context()
-        links = (Link(current),) if current.is_valid else ()
+        current_ctx = context_api.get_current()
+        current_span = current_ctx.get(SPAN_KEY)
+        if type(current_span) is LeanSpan:  # the reconcile's: valid, no API calls needed
+            links: tuple[Link, ...] = (Link(current_span.context),)
+        else:
+            current = trace.get_current_span(current_ctx).get_span_context()
+            links = (Link(current),) if current.is_valid else ()
         parent = parse_traceparent(self._traceparent) if self._traceparent else None
         if parent is None:
             # first transition (or an unusable stored value): a new root, so the lifecycle
@@ -348,7 +359,7 @@ class TransitionSpan(AbstractContextManager["TransitionSpan"]):
             self._traceparent = None
             parent_ctx = Context()
         else:
-            parent_ctx = trace.set_span_in_context(trace.NonRecordingSpan(parent))
+            parent_ctx = trace.set_span_in_context(trace.NonRecordingSpan(parent), current_ctx)
         span = tracer.start_span(
             self._name,
             context=parent_ctx,
@@ -359,7 +370,9 @@ class TransitionSpan(AbstractContextManager["TransitionSpan"]):
             set_status_on_exception=False,
         )
         self._span = span
-        self._token = context_api.attach(trace.set_span_in_context(span))
+        values = current_ctx.copy()  # as trace.set_span_in_context(span, current_ctx)
+        values[SPAN_KEY] = span
+        self._token = context_api.attach(Context(values))
         return self
 
     def __exit__(
@@ -477,7 +490,9 @@ def _to_attributes(attributes: Mapping[str, Any] | None) -> list[dict[str, Any]]
     return [{"key": k, "value": _to_any_value(v)} for k, v in (attributes or {}).items()]
 
 
-def _span_json(span: ReadableSpan) -> dict[str, Any]:
+def _span_dict(span: ReadableSpan) -> dict[str, Any]:
+    """One span as its OTLP/JSON object: the reference form that :func:`_span_json` writes
+    directly, and the fallback for what that fast path does not take."""
     ctx = span.context
     assert ctx is not None
     out: dict[str, Any] = {
@@ -507,41 +522,143 @@ def _span_json(span: ReadableSpan) -> dict[str, Any]:
              "attributes": _to_attributes(link.attributes)}
             for link in span.links
         ]
-    # ProtoJSON leaves out default values: an unset status is {}
-    status: dict[str, Any] = {}
-    if span.status.status_code.value:
-        status["code"] = span.status.status_code.value
-    if span.status.description:
-        status["message"] = span.status.description
-    out["status"] = status
+    out["status"] = _status_dict(span.status)
     return out
+
+
+def _status_dict(status: Status) -> dict[str, Any]:
+    # ProtoJSON leaves out default values: an unset status is {}
+    out: dict[str, Any] = {}
+    if status.status_code.value:
+        out["code"] = status.status_code.value
+    if status.description:
+        out["message"] = status.description
+    return out
+
+
+# The encoder writes the JSON text itself, exactly as json.dumps(..., separators=(",", ":"))
+# writes the dicts above: building the dicts and dumping them cost three times as much,
+# on the thread that competes with the engine for the GIL. Rare values (floats, sequences,
+# subclasses, ids out of range) go through the dicts and json.dumps, so the text is the same.
+_SEPARATORS: Final = (",", ":")
+_json_str: Final = json.encoder.encode_basestring_ascii  # what json.dumps uses (C)
+_BOOL_VALUES: Final = ('{"boolValue":false}', '{"boolValue":true}')
+# (key, value) -> its KeyValue text, for string values: most repeat (machine, trigger,
+# states, provider, API, node). Cleared when full, so values seen once do not crowd it for
+# long. Exporter threads may share it: get, set and clear are atomic, a lost entry is redone.
+_KEY_VALUES: Final[dict[tuple[str, str], str]] = {}
+_KEY_VALUES_MAX: Final = 4096
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=_SEPARATORS)
+
+
+def _key_value_json(item: tuple[Any, Any]) -> str:
+    key, value = item
+    if type(key) is str and type(value) is str:
+        out = f'{{"key":{_json_str(key)},"value":{{"stringValue":{_json_str(value)}}}}}'
+        if len(_KEY_VALUES) >= _KEY_VALUES_MAX:
+            _KEY_VALUES.clear()
+        _KEY_VALUES[item] = out
+        return out
+    cls = type(value)
+    if cls is bool:
+        value_json = _BOOL_VALUES[value]
+    elif cls is int:
+        value_json = f'{{"intValue":"{value}"}}'
+    else:
+        value_json = _dumps(_to_any_value(value))
+    return f'{{"key":{_json_str(key) if type(key) is str else _dumps(key)},"value":{value_json}}}'
+
+
+def _attributes_json(attributes: Mapping[str, Any] | None) -> str:
+    """The JSON array of OTLP KeyValues, as json.dumps(_to_attributes(attributes))."""
+    if not attributes:
+        return "[]"
+    cached = _KEY_VALUES.get
+    try:
+        return "[" + ",".join([cached(item) or _key_value_json(item)
+                               for item in attributes.items()]) + "]"
+    except TypeError:  # an unhashable value (a list): not for the cache
+        return "[" + ",".join([_key_value_json(item) for item in attributes.items()]) + "]"
+
+
+def _span_json(span: ReadableSpan) -> str:
+    """json.dumps(_span_dict(span)), written directly."""
+    ctx = span.context
+    assert ctx is not None
+    name = span.name
+    parent = span.parent
+    attributes = span.attributes
+    events = span.events
+    links = span.links
+    status = span.status
+    if type(name) is not str or events:  # rare (failures): the reference form
+        return _dumps(_span_dict(span))
+    # bytes.hex of the fixed-width id: what f"{id:032x}" gives, at half the cost (an id
+    # too wide raises OverflowError, and the caller takes the reference form)
+    parent_json = ("" if parent is None else
+                   f',"parentSpanId":"{parent.span_id.to_bytes(8, "big").hex()}"')
+    attributes_json = ',"attributes":' + _attributes_json(attributes) if attributes else ""
+    links_json = "" if not links else ',"links":[' + ",".join([
+        f'{{"traceId":"{link.context.trace_id.to_bytes(16, "big").hex()}",'
+        f'"spanId":"{link.context.span_id.to_bytes(8, "big").hex()}",'
+        f'"attributes":{_attributes_json(link.attributes) if link.attributes else "[]"}}}'
+        for link in links]) + "]"
+    status_json = ("{}" if status is UNSET_STATUS
+                   or (status.status_code is StatusCode.UNSET and not status.description)
+                   else _dumps(_status_dict(status)))
+    # one f-string: each + would copy the span's text so far again
+    return (f'{{"traceId":"{ctx.trace_id.to_bytes(16, "big").hex()}",'
+            f'"spanId":"{ctx.span_id.to_bytes(8, "big").hex()}",'
+            f'"name":{_json_str(name)},"kind":{span.kind.value + 1},'
+            f'"startTimeUnixNano":"{span.start_time or 0}",'
+            f'"endTimeUnixNano":"{span.end_time or 0}",'
+            f'"flags":{0x100 | int(ctx.trace_flags)}'
+            f'{parent_json}{attributes_json}{links_json},"status":{status_json}}}')
 
 
 def encode_json_line(spans: Sequence[ReadableSpan]) -> str:
     """One ExportTraceServiceRequest in OTLP/JSON (ids as lowercase hex), without newline.
 
     Built straight from the SDK's spans: going through the protobuf encoder and ProtoJSON
-    costs four times as much per span, on the thread that competes with the engine.
+    costs many times as much per span, on the thread that competes with the engine. The
+    text is what json.dumps (compact separators) writes for the request as dicts.
     """
-    by_resource: dict[int, tuple[Any, dict[tuple[str, str | None], list[dict[str, Any]]]]] = {}
+    by_resource: dict[int, tuple[Any, dict[tuple[str, str | None], list[str]]]] = {}
+    # a batch is nearly always one resource and one scope: skip the lookups while it lasts
+    last_resource: Any = None
+    last_scope: Any = None
+    span_jsons: list[str] = []
     for span in spans:
         resource = span.resource
-        entry = by_resource.setdefault(id(resource), (resource, {}))
         scope = span.instrumentation_scope
-        scope_key = (scope.name, scope.version) if scope is not None else ("", None)
-        entry[1].setdefault(scope_key, []).append(_span_json(span))
-    data = {"resourceSpans": [
-        {
-            "resource": {"attributes": _to_attributes(resource.attributes if resource else None)},
-            "scopeSpans": [
-                {"scope": {"name": name, **({"version": version} if version else {})},
-                 "spans": encoded}
-                for (name, version), encoded in scopes.items()
-            ],
-        }
-        for resource, scopes in by_resource.values()
-    ]}
-    return json.dumps(data, separators=(",", ":"))
+        if resource is not last_resource or scope is not last_scope or not by_resource:
+            entry = by_resource.setdefault(id(resource), (resource, {}))
+            scope_key = (scope.name, scope.version) if scope is not None else ("", None)
+            span_jsons = entry[1].setdefault(scope_key, [])
+            last_resource, last_scope = resource, scope
+        try:
+            span_jsons.append(_span_json(span))
+        except OverflowError:
+            span_jsons.append(_dumps(_span_dict(span)))
+    # the pieces in order, joined once: the spans' text is copied once, not per nesting level
+    parts = ['{"resourceSpans":[']
+    for resource, scopes in by_resource.values():
+        if len(parts) > 1:
+            parts.append(",")
+        parts.append('{"resource":{"attributes":'
+                     + _attributes_json(resource.attributes if resource else None)
+                     + '},"scopeSpans":[')
+        for i, ((name, version), encoded) in enumerate(scopes.items()):
+            scope_json = _dumps({"name": name, **({"version": version} if version else {})})
+            parts.append(f'{"," if i else ""}{{"scope":{scope_json},"spans":[')
+            parts.append(",".join(encoded))
+            parts.append("]}")
+        parts.append("]}")
+    parts.append("]}")
+    return "".join(parts)
 
 
 class JsonLinesSpanExporter(SpanExporter):
@@ -563,12 +680,13 @@ class JsonLinesSpanExporter(SpanExporter):
         if not spans:
             return SpanExportResult.SUCCESS
         # encode outside the lock: it is the expensive part
-        line = encode_json_line(spans) + "\n"
+        line = encode_json_line(spans)
         with self._lock:
             if self._file is None:
                 return SpanExportResult.FAILURE
             try:
                 self._file.write(line)
+                self._file.write("\n")  # not line + "\n": that copies the whole batch again
                 self._file.flush()
             except OSError:
                 return SpanExportResult.FAILURE

@@ -792,3 +792,80 @@ def test_json_line_matches_the_official_protobuf_encoding() -> None:
                     if not link.get("attributes"):
                         link.pop("attributes", None)
     assert ours == theirs
+
+
+def _reference_json_line(spans: list[Any]) -> str:
+    """The request as dicts dumped by json.dumps: the form encode_json_line writes directly."""
+    from podnet.core.tracing import _span_dict, _to_attributes
+
+    by_resource: dict[int, tuple[Any, dict[tuple[str, str | None], list[Any]]]] = {}
+    for span in spans:
+        entry = by_resource.setdefault(id(span.resource), (span.resource, {}))
+        scope = span.instrumentation_scope
+        key = (scope.name, scope.version) if scope is not None else ("", None)
+        entry[1].setdefault(key, []).append(_span_dict(span))
+    return json.dumps({"resourceSpans": [
+        {"resource": {"attributes": _to_attributes(resource.attributes if resource else None)},
+         "scopeSpans": [{"scope": {"name": name, **({"version": version} if version else {})},
+                         "spans": encoded} for (name, version), encoded in scopes.items()]}
+        for resource, scopes in by_resource.values()]}, separators=(",", ":"))
+
+
+@pytest.mark.parametrize("kind", ["sdk", "lean"])
+def test_json_line_is_byte_for_byte_what_json_dumps_writes(kind: str) -> None:
+    """The direct encoder's fast paths (strings, ints, bools, hex ids, unset status) and its
+    fallbacks (floats, sequences, subclasses, events, statuses) write the same text."""
+    from podnet.core.tracing import encode_json_line
+
+    class Text(str):
+        pass
+
+    values: list[Any] = ["plain", "ünïcode ☃ \"quoted\" \\ \n\t\x01", "", 0, -7, 2**70, True,
+                         False, 0.5, float("nan"), float("-inf"), ["a", "b"], [1, 2], (True,),
+                         Text("sub"), ErrorKind.THROTTLED]
+    memory = InMemorySpanExporter()
+    resource = Resource.create({SERVICE_NAME: "podnet", "x.ratio": 0.25, "x.n": 3})
+    tp: SdkTracerProvider | LeanTracerProvider
+    if kind == "sdk":
+        tp = SdkTracerProvider(resource=resource)
+        tp.add_span_processor(SimpleSpanProcessor(memory))
+    else:
+        tp = LeanTracerProvider(memory, resource)
+    tracing = Tracing(tp)
+    other = tp.get_tracer("other", "1.2.3")
+    for i in range(40):
+        obj = f"ns/p{i}☃"
+        with tracing.reconcile("pod", obj):
+            try:
+                with tracing.transition("pod_network", "allocate", source="pending",
+                                        provider="ref", obj=obj, traceparent=None,
+                                        attributes={ATTR_POD: f"p{i}", "x.n": i,
+                                                    "x.ok": bool(i % 2)}) as ts:
+                    with tracing.client("ref", "allocate"):
+                        pass
+                    if i % 5 == 0:
+                        raise ProviderError(ErrorKind.THROTTLED, f"slow down é {i}")
+                    ts.succeeded("allocated")
+            except ProviderError:
+                pass
+        span = other.start_span(f"raw ✓ {i}", kind=list(SpanKind)[i % len(SpanKind)],
+                                attributes={f"k{j}": values[(i + j) % len(values)]
+                                            for j in range(i % 4)},
+                                links=[trace.Link(ts.span.get_span_context(),
+                                                  {"l": values[i % len(values)]})]
+                                if i % 2 else None)
+        if i % 7 == 0:
+            span.set_status(trace.Status(StatusCode.ERROR, f"bad \"{i}\" ✗"))
+        elif i % 7 == 1:
+            span.set_status(StatusCode.OK)
+        if i % 4 == 0:
+            span.add_event("event ✓", {"e": values[i % len(values)]})
+        span.end()
+    tp.force_flush()
+    spans = list(memory.get_finished_spans())
+    tp.shutdown()
+    assert len(spans) == 40 * 4
+    # ids wider than their field (no valid context has them) take the fallback too
+    wide = ReadableSpan("wide", trace.SpanContext(2**130, 2**70, False), resource=resource)
+    for batch in (spans, spans[:1], spans[::-1], [], [wide, *spans[:3]]):
+        assert encode_json_line(batch) == _reference_json_line(batch)

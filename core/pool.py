@@ -78,6 +78,10 @@ class NodePool:
         self.provider = provider
         self.lock = threading.RLock()
         self.addresses: dict[str, Address] = {}
+        #: addresses that may be idle, in the order to hand them out (new ones, then
+        #: released ones at the back): spares each allocation a scan past every owned
+        #: address. Only a hint: what it misses, a full scan finds.
+        self._idle_order: dict[str, None] = {}
         self.interfaces: dict[str, Interface] = {}
         self.max_interfaces = 1
         self.ips_per_interface = 0
@@ -116,17 +120,38 @@ class NodePool:
 
     def idle_addresses(self, now: float, subnet: str | None = None) -> list[Address]:
         """Idle addresses ready to hand out: not in cooldown, interface not disposing."""
-        out = []
-        for a in self.addresses.values():
-            if a.owner is not None or a.cooldown_until > now or a.half:
-                continue
-            if subnet is not None and a.subnet != subnet:
-                continue
-            itf = self.interfaces.get(a.interface) if a.interface else None
-            if itf is not None and itf.state is InterfaceState.DISPOSING:
-                continue
-            out.append(a)
-        return out
+        return [a for a in self.addresses.values()
+                if a.owner is None and not a.half and self._ready(a, now, subnet)]
+
+    def _ready(self, a: Address, now: float, subnet: str | None) -> bool:
+        if a.cooldown_until > now or (subnet is not None and a.subnet != subnet):
+            return False
+        itf = self.interfaces.get(a.interface) if a.interface else None
+        return itf is None or itf.state is not InterfaceState.DISPOSING
+
+    def first_idle(self, now: float, subnet: str | None = None) -> Address | None:
+        """The idle address to hand out next (the first of ``idle_addresses`` in the
+        hint's order), or None."""
+        order = self._idle_order
+        stale = []
+        found = None
+        for ip in order:
+            a = self.addresses.get(ip)
+            if a is None or a.owner is not None or a.half:
+                stale.append(ip)  # taken or gone: back in the hint when released
+            elif self._ready(a, now, subnet):
+                found = a
+                break
+        for ip in stale:
+            del order[ip]
+        if found is None:
+            idle = self.idle_addresses(now, subnet)  # one the hint missed
+            found = idle[0] if idle else None
+        return found
+
+    def _released(self, address: str) -> None:
+        self._idle_order.pop(address, None)
+        self._idle_order[address] = None
 
     def idle_count(self) -> int:
         return sum(1 for a in self.addresses.values() if a.owner is None and not a.half)
@@ -227,6 +252,8 @@ class NodePool:
             for ip in list(self.suspects):
                 if ip not in cloud and ip not in cloud6:
                     del self.suspects[ip]
+            self._idle_order = dict.fromkeys(
+                ip for ip, a in self.addresses.items() if a.owner is None)
             self.synced = True
             self.inventory_at = now
             return [owner for ip, owner in owners.items() if ip not in self.addresses]
@@ -314,6 +341,7 @@ class NodePool:
                     self.addresses[e.address] = Address(
                         e.address, e.interface, e.subnet, added_at=now, ipv6=e.ipv6,
                         half=self.dual_stack and e.ipv6 is None)
+                    self._idle_order[e.address] = None
                 self.suspects.pop(e.address, None)
                 if e.ipv6 is not None:
                     self.suspects.pop(e.ipv6, None)
@@ -355,6 +383,7 @@ class NodePool:
             entry.cooldown_until = cooldown_until
             if self.dual_stack and entry.ipv6 is None:
                 entry.half = True  # held without its IPv6 half: not handed out again
+            self._released(address)
             return True
 
     def release_others(self, owner: str, keep: str | None) -> None:
@@ -364,6 +393,7 @@ class NodePool:
             for a in self.addresses.values():
                 if a.owner == owner and a.address != keep:
                     a.owner = None
+                    self._released(a.address)
 
     def wait_for_address(self, key: str, subnet: str | None, now: float) -> None:
         with self.lock:
@@ -406,12 +436,12 @@ class Reservation:
                     raise PoolEmpty(f"address {address} is not idle on node {pool.node}",
                                     subnet=subnet)
             else:
-                candidates = pool.idle_addresses(self._now, subnet)
-                if not candidates:
+                # oldest entry first: deterministic, and released ones go to the back
+                found = pool.first_idle(self._now, subnet)
+                if found is None:
                     where = f" in subnet {subnet}" if subnet else ""
                     raise PoolEmpty(f"no idle address{where} on node {pool.node}", subnet=subnet)
-                # oldest entry first: deterministic, and released ones go to the back
-                entry = candidates[0]
+                entry = found
             entry.owner = self._owner
             self.taken = entry.address
             return entry.entry()
@@ -425,6 +455,7 @@ class Reservation:
                 entry = self._pool.addresses.get(self.taken)
                 if entry is not None and entry.owner == self._owner:
                     entry.owner = None
+                    self._pool._released(entry.address)
                 self.taken = None
 
 

@@ -1,0 +1,81 @@
+"""The node pool's choice of the next idle address: oldest first, a released address at
+the back, never one that is owned, cooling down, a half or on a disposing interface,
+and never a miss when the pool has an idle address."""
+
+from __future__ import annotations
+
+import pytest
+
+from podnet.core.models import InterfaceState
+from podnet.core.pool import NodePool, PoolEmpty
+from podnet.hookspecs.types import CloudInterface, Inventory, PoolEntry
+
+IPS = [f"10.0.0.{i}" for i in range(1, 7)]
+
+
+def pool_of(ips: list[str] = IPS) -> NodePool:
+    pool = NodePool("n", "p")
+    inventory = Inventory(interfaces=(CloudInterface(id="eth0", ips=tuple(ips[:3])),
+                                      CloudInterface(id="eth1", ips=tuple(ips[3:]))),
+                          max_interfaces=2, ips_per_interface=10)
+    pool.rebuild(inventory, owners={}, pooled=set(ips), now=0.0)
+    return pool
+
+
+def take(pool: NodePool, owner: str, now: float = 0.0, subnet: str | None = None) -> str:
+    return pool.reserve(owner, now).take(subnet=subnet).address
+
+
+def test_oldest_first_and_a_released_address_goes_to_the_back() -> None:
+    pool = pool_of()
+    assert [take(pool, f"ns/p{i}") for i in range(3)] == IPS[:3]
+    assert pool.give_back(IPS[0], "ns/p0", cooldown_until=0.0)
+    assert [take(pool, f"ns/q{i}") for i in range(4)] == [*IPS[3:], IPS[0]]
+    with pytest.raises(PoolEmpty):
+        take(pool, "ns/r")
+
+
+def test_skips_cooldown_halves_and_disposing_interfaces() -> None:
+    pool = pool_of()
+    pool.addresses[IPS[0]].cooldown_until = 10.0
+    pool.addresses[IPS[1]].half = True
+    pool.interfaces["eth0"].state = InterfaceState.DISPOSING
+    assert take(pool, "ns/a") == IPS[3]
+    pool.interfaces["eth0"].state = InterfaceState.READY
+    assert take(pool, "ns/b") == IPS[2]
+    assert take(pool, "ns/c", now=11.0) == IPS[0]  # its cooldown is over
+
+
+def test_a_rolled_back_reservation_and_a_lost_answer_free_their_address() -> None:
+    pool = pool_of(IPS[:2])
+    reservation = pool.reserve("ns/a", 0.0)
+    assert reservation.take().address == IPS[0]
+    reservation.rollback()
+    assert pool.owner_of(IPS[0]) is None
+    # a retry took another address, and the record names the first: the other goes back
+    assert take(pool, "ns/a") == IPS[1]
+    pool.addresses[IPS[0]].owner = "ns/a"
+    pool.release_others("ns/a", keep=IPS[0])
+    assert take(pool, "ns/b") == IPS[1]
+
+
+def test_an_address_freed_behind_the_order_is_still_found() -> None:
+    pool = pool_of(IPS[:2])
+    take(pool, "ns/a")
+    take(pool, "ns/b")
+    pool.addresses[IPS[1]].owner = None  # freed without telling the pool's order
+    assert take(pool, "ns/c") == IPS[1]
+    pool.add([PoolEntry(IPS[2], "eth0")])
+    assert take(pool, "ns/d") == IPS[2]
+
+
+def test_subnet_is_honoured() -> None:
+    pool = NodePool("n", "p")
+    inventory = Inventory(interfaces=(CloudInterface(id="eth0", ips=(IPS[0],), subnet="a"),
+                                      CloudInterface(id="eth1", ips=(IPS[1],), subnet="b")),
+                          max_interfaces=2, ips_per_interface=10)
+    pool.rebuild(inventory, owners={}, pooled={IPS[0], IPS[1]}, now=0.0)
+    assert take(pool, "ns/x", subnet="b") == IPS[1]
+    with pytest.raises(PoolEmpty):
+        take(pool, "ns/y", subnet="b")
+    assert take(pool, "ns/z", subnet="a") == IPS[0]

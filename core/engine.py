@@ -39,13 +39,22 @@ from podnet.core.config import Config, NodeProviderRule, apply_policy
 from podnet.core.convert import RecordError, from_wire, to_wire
 from podnet.core.errors import ErrorKind, PodnetError, ProviderError, TerminalError
 from podnet.core.metrics import Metrics
-from podnet.core.models import NodeInfo, NodeNetwork, Phase, PodInfo, PodNetwork, WorkloadInfo
+from podnet.core.models import (
+    LABEL_VM,
+    NodeInfo,
+    NodeNetwork,
+    Phase,
+    PodInfo,
+    PodNetwork,
+    WorkloadInfo,
+)
 from podnet.core.objects import (
     is_statefulset,
     namespace_annotations,
     node_info,
     pod_info,
     statefulset_info,
+    vm_of,
 )
 from podnet.core.plugin import Providers
 from podnet.core.policy import PoolPolicy
@@ -171,6 +180,8 @@ class Engine:
         self.statefulsets: Informer[WorkloadInfo] = Informer(
             cluster, STATEFUL_SET, statefulset_info, name="statefulsets")
         self.pods.add_index("node", lambda p: [p.node_name] if p.node_name else [])
+        self.pods.add_index("vm", lambda p: [f"{p.namespace}/{vm}"]
+                            if (vm := vm_of(p)) is not None else [])
         self.pod_networks.add_index(
             "pod", lambda pn: [f"{pn.metadata.namespace}/{pn.spec.pod_name}"]
         )
@@ -181,6 +192,9 @@ class Engine:
         # sticky records by their StatefulSet, and records waiting for an address by
         # namespace: few of either, so the indexes stay small
         self.pod_networks.add_index("statefulset", _statefulset_of)
+        self.pod_networks.add_index(
+            "vm", lambda pn: [f"{pn.metadata.namespace}/{pn.metadata.labels[LABEL_VM]}"]
+            if LABEL_VM in pn.metadata.labels else [])
         self.pod_networks.add_index(
             "pending", lambda pn: [pn.metadata.namespace or ""]
             if pn.status.phase is Phase.PENDING else [])
@@ -379,6 +393,10 @@ class Engine:
         pn = new or old
         if pn is not None:
             self.enqueue_pod(f"{pn.metadata.namespace}/{pn.spec.pod_name}")
+            vm = pn.metadata.labels.get(LABEL_VM)
+            if vm is not None:  # a VM's held record: its new pod may take it back now
+                for pod in self.pods.by_index("vm", f"{pn.metadata.namespace}/{vm}"):
+                    self.enqueue_pod(pod.key)
 
     def _on_node(self, event: str, key: str, _old: Any, _new: Any) -> None:
         # level-triggered: whatever changed about a node (it came, it went, its labels

@@ -22,6 +22,9 @@ DEFAULT_NETWORK = "default"
 #: Label put on every PodNetwork so list/watch can be narrowed to one node or pod.
 LABEL_NODE = "podnet.io/node"
 LABEL_POD = "podnet.io/pod"
+#: on a KubeVirt VM's sticky records: the VirtualMachineInstance's name (the VM's pods
+#: change names, and the VMI its uid, each time the VM starts)
+LABEL_VM = "podnet.io/vm"
 
 
 class Phase(enum.StrEnum):

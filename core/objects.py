@@ -165,6 +165,15 @@ def pod_is_sticky_kind(pod: PodInfo) -> str | None:
     return None
 
 
+def vm_of(pod: PodInfo) -> str | None:
+    """The name of the KubeVirt ``VirtualMachineInstance`` controlling ``pod`` (its
+    virt-launcher pod), or ``None``."""
+    for ref in pod.owner_references:
+        if ref.controller and ref.kind == "VirtualMachineInstance":
+            return str(ref.name)
+    return None
+
+
 def is_statefulset(ref: OwnerReference) -> bool:
     """Whether an owner reference names an ``apps`` StatefulSet (the kind core caches)."""
     return ref.kind == "StatefulSet" and ref.api_version.split("/")[0] == "apps"

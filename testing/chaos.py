@@ -84,6 +84,7 @@ def make_chaos_machine(
     nodes: int = 3,
     pods: int = 6,
     sticky: bool = True,
+    vms: bool = False,
     without: Collection[str] = (),
     name: str = "ChaosMachine",
 ) -> type[RuleBasedStateMachine]:
@@ -94,6 +95,9 @@ def make_chaos_machine(
     :param cloud_fault_rate: sets the cloud's own random fault rate, if it has one.
     :param nodes: node indexes drawn from ``range(nodes)``; ``pods``: pod names ``p0..``.
     :param sticky: whether pods may be StatefulSet pods (sticky addresses).
+    :param vms: whether pods may be KubeVirt VM pods (``virt-launcher``, controlled by a
+        VirtualMachineInstance ``vm-a`` or ``vm-b``: two pods of one VM are a VM started
+        again, or a live migration while both run).
     :param without: faults to leave out, while a known bug they trigger is open:
         ``provider_fault:<hook>:<before|after>`` (e.g. ``provider_fault:pool_shrink:after``)
         and ``lose_answers:<op>:<plural>`` (e.g. ``lose_answers:update_status:podnetworks``).
@@ -153,6 +157,12 @@ def make_chaos_machine(
         def add_pod(self, pod: str, i: int, stateful: bool) -> None:
             if self.world.pod(pod) is None and self.world.has_node(i):
                 self.world.add_pod(pod, i, owner=("StatefulSet", "web") if stateful else None)
+
+        if vms:
+            @rule(pod=pod_names, i=node_ids, vm=st.sampled_from(["vm-a", "vm-b"]))
+            def add_vm_pod(self, pod: str, i: int, vm: str) -> None:
+                if self.world.pod(pod) is None and self.world.has_node(i):
+                    self.world.add_pod(pod, i, owner=("VirtualMachineInstance", vm))
 
         @rule(pod=pod_names, graceful=st.booleans())
         def delete_pod(self, pod: str, graceful: bool) -> None:

@@ -1,5 +1,6 @@
 """The chaos machine against the OVN provider on a real NB server, with an extra rule:
-the NB server restarts (same database file) between any two steps.
+the NB server restarts (same database file) between any two steps; pods may be VM pods
+(their sticky address follows the VM, not the pod's name).
 
 ``PODNET_CHAOS_EXAMPLES`` sets the example count (the kit's 200 by default). The provider
 reconnects within a fifth of a second of a restart here (ovs' default waits a second)."""
@@ -45,7 +46,7 @@ def _addresses(plugin: Any) -> Mapping[str, str]:
     return addresses
 
 
-_Base = make_chaos_machine(_provider, _addresses, name="OvnChaosBase")
+_Base = make_chaos_machine(_provider, _addresses, name="OvnChaosBase", vms=True)
 
 
 class OvnChaos(_Base):  # type: ignore[misc,valid-type]

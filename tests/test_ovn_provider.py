@@ -340,6 +340,70 @@ def test_hold_answers_from_the_workload_core_sees(
         context=PodNetworkContext(pod_network=pn, workload=info)) is answer
 
 
+VMI = ("VirtualMachineInstance", "vm1")
+
+
+def test_a_vm_started_again_gets_its_address_back_under_a_new_pod_name(
+        world: World, provider_plugin: Any) -> None:
+    """KubeVirt names each start's virt-launcher pod anew (and makes a new VMI): the
+    address follows the VMI's name, on whichever node the VM lands."""
+    world.add_node(0)
+    world.add_node(1)
+    world.add_pod("virt-launcher-vm1-aaaaa", 0, owner=VMI)
+    world.settle()
+    first = _routed(world, "virt-launcher-vm1-aaaaa")
+    assert first.metadata.name == "vm1.default.vm"
+    assert first.metadata.labels["podnet.io/vm"] == "vm1"
+    assert first.metadata.owner_references == ()  # the VMI goes away at each stop
+    world.delete_pod("virt-launcher-vm1-aaaaa")
+    world.settle(advance=10)
+    world.add_pod("virt-launcher-vm1-bbbbb", 1, owner=VMI)
+    world.settle()
+    again = _routed(world, "virt-launcher-vm1-bbbbb")
+    assert again.key == first.key
+    assert (again.status.ip, again.status.mac) == (first.status.ip, first.status.mac)
+    assert again.spec.node_name == world.node_name(1)
+    lsp = provider_plugin.client.port(again.status.interface)
+    assert lsp.external_ids["pod"] == "virt-launcher-vm1-bbbbb"
+    assert [pn.key for pn in world.records()] == [first.key]
+    world.assert_converged()
+
+
+def test_a_vm_migration_target_gets_its_own_address_while_the_source_runs(
+        world: World) -> None:
+    world.add_node(0)
+    world.add_node(1)
+    world.add_pod("virt-launcher-vm1-src", 0, owner=VMI)
+    world.settle()
+    source = _routed(world, "virt-launcher-vm1-src")
+    world.add_pod("virt-launcher-vm1-dst", 1, owner=VMI)
+    world.settle()
+    target = _routed(world, "virt-launcher-vm1-dst")
+    assert target.status.ip != source.status.ip and not target.spec.sticky
+    assert _routed(world, "virt-launcher-vm1-src").status.ip == source.status.ip
+    # the source goes: its address is held for the VM a while, then given back
+    world.delete_pod("virt-launcher-vm1-src")
+    world.settle(advance=world.policy().sticky_hold + 10)
+    assert [pn.key for pn in world.records()] == [target.key]
+    assert source.status.ip not in world.cloud_addresses()
+    world.assert_converged()
+
+
+def test_a_vm_gone_for_longer_than_the_hold_starts_afresh(world: World) -> None:
+    world.add_node(0)
+    world.add_pod("virt-launcher-vm1-aaaaa", 0, owner=VMI)
+    world.settle()
+    first = _routed(world, "virt-launcher-vm1-aaaaa")
+    world.delete_pod("virt-launcher-vm1-aaaaa")
+    world.settle(advance=world.policy().sticky_hold + 10)
+    assert world.records() == []
+    world.add_pod("virt-launcher-vm1-bbbbb", 0, owner=VMI)
+    world.settle()
+    again = _routed(world, "virt-launcher-vm1-bbbbb")
+    assert again.metadata.name == first.metadata.name and again.metadata.uid != first.metadata.uid
+    world.assert_converged()
+
+
 def test_statefulset_ordinal_takes_its_pool_entry(world: World) -> None:
     world.add_node(0)
     pool = {f"{ANN}ip-pool": "10.16.5.10,10.16.5.11,10.16.5.12"}

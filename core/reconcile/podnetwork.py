@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
@@ -41,6 +43,7 @@ from podnet.core.models import (
     FINALIZER,
     LABEL_NODE,
     LABEL_POD,
+    LABEL_VM,
     Condition,
     NetworkRequest,
     NodeInfo,
@@ -52,7 +55,7 @@ from podnet.core.models import (
     PodNetworkSpec,
     WorkloadInfo,
 )
-from podnet.core.objects import is_statefulset, namespace_annotations, pod_is_terminal
+from podnet.core.objects import is_statefulset, namespace_annotations, pod_is_terminal, vm_of
 from podnet.core.pool import Reservation
 from podnet.core.reconcile.result import DONE, Result
 from podnet.core.tracing import (
@@ -104,9 +107,14 @@ class Desired:
 
 def record_name(pod: PodInfo, network: str, sticky: bool) -> str:
     """Sticky records are named after the pod alone, so a pod returning under the same
-    name finds its address; others carry the pod's uid, so a new pod under an old name
-    never inherits a record by accident."""
-    base = f"{pod.name}.{network}" if sticky else f"{pod.name}.{network}.{pod.uid[:8]}"
+    name finds its address (a VM's pods after their VirtualMachineInstance, with a
+    ``.vm`` suffix: each start names its pod anew); others carry the pod's uid, so a new
+    pod under an old name never inherits a record by accident."""
+    vm = vm_of(pod) if sticky else None
+    if vm is not None:
+        base = f"{vm}.{network}.vm"
+    else:
+        base = f"{pod.name}.{network}" if sticky else f"{pod.name}.{network}.{pod.uid[:8]}"
     if len(base) <= 253:
         return base
     digest = hashlib.sha256(base.encode()).hexdigest()[:10]
@@ -145,16 +153,36 @@ class PodNetworkReconciler:
         #: usually Kubernetes' garbage collector following the pod's own deletion, ahead of
         #: the pod cache. Checked against the API server before a new record is made.
         self._maybe_gone: dict[str, str] = {}  # pod key -> uid
+        #: a VM's pods have different keys but may share a record (the new pod takes the
+        #: held record back): their passes take the VM's stripe, one at a time
+        self._vm_stripes = [threading.Lock() for _ in range(64)]
 
     # --- the pass ---------------------------------------------------------------------
 
     def reconcile(self, pod_key: str) -> Result:
+        e = self.e
+        vms = {f"{pn.metadata.namespace}/{pn.metadata.labels[LABEL_VM]}"
+               for pn in e.pod_networks.by_index("pod", pod_key) if LABEL_VM in pn.metadata.labels}
+        pod = e.pods.get(pod_key)
+        vm = vm_of(pod) if pod is not None else None
+        if pod is not None and vm is not None:
+            vms.add(f"{pod.namespace}/{vm}")
+        if not vms:
+            return self._reconcile(pod_key)
+        with ExitStack() as held:
+            for stripe in sorted({hash(v) % len(self._vm_stripes) for v in vms}):
+                held.enter_context(self._vm_stripes[stripe])
+            return self._reconcile(pod_key)
+
+    def _reconcile(self, pod_key: str) -> Result:
         e = self.e
         pod = e.pods.get(pod_key)
         if pod is None or self._maybe_gone.get(pod_key, pod.uid) != pod.uid:
             self._maybe_gone.pop(pod_key, None)  # the cache caught up
         records = sorted(e.pod_networks.by_index("pod", pod_key), key=lambda r: r.metadata.name)
         desired = self.desired(pod)
+        if pod is not None and desired:
+            records += self._held_for_vm(pod, records, desired)
         results = []
         covered: set[str] = set()
         for pn in records:
@@ -176,6 +204,28 @@ class PodNetworkReconciler:
                 assert pod is not None
                 results.append(self._create(pod, network, want))
         return Result.soonest(results)
+
+    def _held_for_vm(self, pod: PodInfo, have: list[PodNetwork],
+                     desired: dict[str, Desired]) -> list[PodNetwork]:
+        """The held records of the VM whose pod ``pod`` is, for networks it has no record
+        of: a VM's new pod takes its addresses back."""
+        e = self.e
+        vm = vm_of(pod)
+        if vm is None:
+            return []
+        mine = {pn.spec.network for pn in have}
+        out = []
+        for pn in e.pod_networks.by_index("vm", f"{pod.namespace}/{vm}"):
+            want = desired.get(pn.spec.network)
+            if (want is None or not want.sticky or pn.spec.network in mine
+                    or want.provider != pn.spec.provider
+                    or pn.status.phase is not Phase.RELEASING
+                    or pn.metadata.deletion_timestamp is not None):
+                continue  # not this pod's to take (the other pod still runs: a migration)
+            if e.providers[pn.spec.provider].uses_node_pool and pn.spec.node_name != pod.node_name:
+                continue  # a node pool's address cannot follow the VM to another node
+            out.append(pn)
+        return out
 
     def desired(self, pod: PodInfo | None) -> dict[str, Desired]:
         """The networks a pod should have now; empty when its networks must go."""
@@ -261,21 +311,39 @@ class PodNetworkReconciler:
             if live.get("metadata", {}).get("uid") != pod.uid:
                 return Result(requeue_after=_WAIT_RECHECK)  # replaced by a new pod
             del self._maybe_gone[pod.key]  # alive: only its record was removed
-        owner = _sticky_owner(pod) if want.sticky else None
-        if owner is None:
-            owner = OwnerReference(api_version="v1", kind="Pod", name=pod.name, uid=pod.uid)
+        sticky = want.sticky
+        vm = vm_of(pod) if sticky else None
+        if vm is not None and e.pod_networks.get(
+                f"{pod.namespace}/{record_name(pod, network, True)}") is not None:
+            # the VM's record still serves its other pod (a live migration's source) or
+            # cannot follow this one to its node: this pod gets an address of its own
+            sticky, vm = False, None
+        labels = {LABEL_NODE: pod.node_name or "", LABEL_POD: pod.name}
+        owners: tuple[OwnerReference, ...]
+        if vm is not None:
+            # no owner: the VMI is deleted and made anew each time the VM starts, and its
+            # garbage collection would take the address with it. podnet releases the
+            # record once no pod of the VM wants it (after the sticky hold)
+            labels[LABEL_VM] = vm
+            owners = ()
+        else:
+            owner = _sticky_owner(pod) if sticky else None
+            if owner is None:
+                owner = OwnerReference(api_version="v1", kind="Pod", name=pod.name,
+                                       uid=pod.uid)
+            owners = (owner,)
         node = pod.node_name or ""
         pn = PodNetwork(
             metadata=ObjectMeta(
-                name=record_name(pod, network, want.sticky),
+                name=record_name(pod, network, sticky),
                 namespace=pod.namespace,
-                labels={LABEL_NODE: node, LABEL_POD: pod.name},
+                labels=labels,
                 finalizers=(FINALIZER,),
-                owner_references=(owner,),
+                owner_references=owners,
             ),
             spec=PodNetworkSpec(
                 pod_name=pod.name, pod_uid=pod.uid, node_name=node,
-                provider=want.provider, network=network, sticky=want.sticky,
+                provider=want.provider, network=network, sticky=sticky,
                 requests=want.request,
             ),
         )
@@ -319,9 +387,11 @@ class PodNetworkReconciler:
         """A sticky record serves the pod now running under its name (on whichever node,
         for providers whose addresses are not tied to a node's pool)."""
         node = pod.node_name or pn.spec.node_name
-        meta = attrs.evolve(pn.metadata, labels={**pn.metadata.labels, LABEL_NODE: node})
+        meta = attrs.evolve(pn.metadata, labels={**pn.metadata.labels, LABEL_NODE: node,
+                                                 LABEL_POD: pod.name})
         return self.e.update(POD_NETWORK, attrs.evolve(
-            pn, metadata=meta, spec=attrs.evolve(pn.spec, pod_uid=pod.uid, node_name=node)))
+            pn, metadata=meta, spec=attrs.evolve(pn.spec, pod_uid=pod.uid, node_name=node,
+                                                 pod_name=pod.name)))
 
     def _invalid(self, pn: PodNetwork, pod: PodInfo, exc: InvalidRequest) -> Result:
         """Bad input: say so on the record and the pod, allocate nothing, don't retry."""

@@ -437,23 +437,28 @@ def p3(pods: int, seed: int) -> dict[str, Any]:
 
 def p3_profile(pods: int, seed: int, traced: bool, top: int = 15) -> str:
     """cProfile of the measured warm path only (run_until_idle per pod), as text."""
-    import io
 
     profiler = cProfile.Profile()
     warmup = min(50, max(5, pods // 20))
     p3_run(pods, warmup, traced=traced, seed=seed, profiler=profiler)
-    buf = io.StringIO()
-    stats = pstats.Stats(profiler, stream=buf)
     mode = "traced" if traced else "untraced"
-    for key in ("cumulative", "tottime"):
-        buf.write(f"\n=== P3 warm path, {mode}, {pods} pods: top {top} by {key} ===\n")
-        stats.sort_stats(key).print_stats(top)
-    text = buf.getvalue()
-    # paths relative to the repository, site-packages and the standard library
+    return profile_text(profiler, f"P3 warm path, {mode}, {pods} pods", top)
+
+
+def profile_text(profiler: cProfile.Profile, title: str, top: int = 15) -> str:
+    """The top ``top`` functions by cumulative and by own time, with paths relative to the
+    repository, site-packages and the standard library."""
+    import io
     import sysconfig
 
     import podnet.core
 
+    buf = io.StringIO()
+    stats = pstats.Stats(profiler, stream=buf)
+    for key in ("cumulative", "tottime"):
+        buf.write(f"\n=== {title}: top {top} by {key} ===\n")
+        stats.sort_stats(key).print_stats(top)
+    text = buf.getvalue()
     roots = {os.path.dirname(os.path.dirname(os.path.abspath(podnet.core.__file__))),
              sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"]}
     for root in sorted(roots, key=len, reverse=True):

@@ -24,12 +24,10 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
-import io
 import json
 import multiprocessing
 import os
 import platform
-import pstats
 import random
 import statistics
 import sys
@@ -41,7 +39,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from core_overhead import P4_IPS_PER_NODE, p4_records
+from core_overhead import P4_IPS_PER_NODE, p4_records, profile_text
 
 from podnet.core.cluster.kube import KubeCluster
 from podnet.core.cluster.memory import InMemoryCluster
@@ -428,26 +426,8 @@ def _measure(cluster: Cluster, cloud: ReferenceCloud, server: Server | None,
         "checks": checks,
     }
     if profiler is not None:
-        out["profile"] = _profile_text(profiler)
+        out["profile"] = profile_text(profiler, "restart + burst, one thread", 25)
     return out
-
-
-def _profile_text(profiler: cProfile.Profile, top: int = 25) -> str:
-    buf = io.StringIO()
-    stats = pstats.Stats(profiler, stream=buf)
-    for key in ("cumulative", "tottime"):
-        buf.write(f"\n=== restart + burst, one thread: top {top} by {key} ===\n")
-        stats.sort_stats(key).print_stats(top)
-    text = buf.getvalue()
-    import sysconfig
-
-    import podnet.core
-
-    roots = {os.path.dirname(os.path.dirname(os.path.abspath(podnet.core.__file__))),
-             sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"]}
-    for root in sorted(roots, key=len, reverse=True):
-        text = text.replace(root + os.sep, "")
-    return text
 
 
 # --- main ------------------------------------------------------------------------------------

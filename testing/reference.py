@@ -298,9 +298,11 @@ class ReferenceProvider:
     """The plugin. One instance per controller; the cloud may outlive it."""
 
     def __init__(self, cloud: ReferenceCloud | None = None, *, name: str = NAME,
-                 policy: PoolPolicy | None = None) -> None:
+                 policy: PoolPolicy | None = None,
+                 sticky_kinds: tuple[str, ...] = ("StatefulSet",)) -> None:
         self.cloud = cloud or ReferenceCloud()
         self.name = name
+        self.sticky_kinds = sticky_kinds
         self.policy = policy or PoolPolicy(min_idle=2, max_idle=8, batch_size=4,
                                            max_batch_size=16, reuse_cooldown=0.0)
         #: what ``podnet_node_check`` reports, by node name (for tests: set and clear it)
@@ -314,7 +316,7 @@ class ReferenceProvider:
     def podnet_register_provider(self) -> ProviderInfo:
         return ProviderInfo(
             name=self.name, version=__version__, uses_node_pool=True, manages_interfaces=True,
-            policy=self.policy, sticky_kinds=("StatefulSet",),
+            policy=self.policy, sticky_kinds=self.sticky_kinds,
             description="addresses from each node's podCIDR; no cloud",
         )
 

@@ -668,3 +668,35 @@ def test_a_pod_in_a_namespace_the_cache_has_not_seen_gets_its_annotations() -> N
     rig.settle()
     [record] = rig.records("web")
     assert phase(record) == "Routed"
+
+
+VMI_REF = [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "name": "vm1",
+            "uid": "vmi-1", "controller": True}]
+
+
+def test_a_vm_on_a_node_pool_gets_its_address_back_on_its_node_only() -> None:
+    provider = ReferenceProvider(ReferenceCloud(), policy=POLICY,
+                                 sticky_kinds=("StatefulSet", "VirtualMachineInstance"))
+    rig = Rig(provider=provider)
+    node0, node1 = rig.node(0), rig.node(1)
+    rig.pod("virt-launcher-vm1-a", node0, ownerReferences=VMI_REF)
+    rig.settle()
+    [first] = rig.records("virt-launcher-vm1-a")
+    assert first["metadata"]["name"] == "vm1.default.vm" and phase(first) == "Routed"
+    rig.cluster.delete(POD, "virt-launcher-vm1-a", NS)
+    rig.settle()
+    rig.pod("virt-launcher-vm1-b", node0, ownerReferences=VMI_REF)  # started again, same node
+    rig.settle()
+    [again] = rig.records("virt-launcher-vm1-b")
+    assert again["metadata"]["uid"] == first["metadata"]["uid"]
+    assert again["status"]["ip"] == first["status"]["ip"] and phase(again) == "Routed"
+    rig.cluster.delete(POD, "virt-launcher-vm1-b", NS)
+    rig.settle()
+    rig.pod("virt-launcher-vm1-c", node1, ownerReferences=VMI_REF)  # another node's pool
+    rig.settle()
+    [elsewhere] = rig.records("virt-launcher-vm1-c")
+    assert phase(elsewhere) == "Routed" and not elsewhere["spec"]["sticky"]
+    assert elsewhere["status"]["ip"] != first["status"]["ip"]
+    rig.settle(advance=rig.engine.policy("reference").sticky_hold + 10)
+    assert [r["metadata"]["name"] for r in rig.records()] == [elsewhere["metadata"]["name"]]
+    assert first["status"]["ip"] not in provider.cloud.routes

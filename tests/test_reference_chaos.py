@@ -51,6 +51,14 @@ ReferenceChaos = make_chaos_machine(
 TestReferenceChaos = ReferenceChaos.TestCase
 TestReferenceChaos.settings = chaos_settings()
 
+VmChaos = make_chaos_machine(
+    lambda: ReferenceProvider(cloud=ReferenceCloud(),
+                              sticky_kinds=("StatefulSet", "VirtualMachineInstance")),
+    _addresses, cloud_fault_rate=_fault_rate, vms=True, without=KNOWN_BUGS, name="VmChaos",
+)
+TestVmChaos = VmChaos.TestCase  # VM pods on node pools: their address follows on one node
+TestVmChaos.settings = chaos_settings()
+
 TightPoolChaos = make_chaos_machine(
     _tight_pools, _addresses, cloud_fault_rate=_fault_rate, pods=8, without=KNOWN_BUGS,
     name="TightPoolChaos",

@@ -700,3 +700,48 @@ def test_a_vm_on_a_node_pool_gets_its_address_back_on_its_node_only() -> None:
     rig.settle(advance=rig.engine.policy("reference").sticky_hold + 10)
     assert [r["metadata"]["name"] for r in rig.records()] == [elsewhere["metadata"]["name"]]
     assert first["status"]["ip"] not in provider.cloud.routes
+
+
+class ReleaseInterleaver(ReferenceProvider):
+    """Runs ``during_release`` (once) inside ``podnet_release``, before it deletes the
+    route: another worker's pass happening right then."""
+
+    def __init__(self) -> None:
+        super().__init__(ReferenceCloud(), policy=attrs.evolve(POLICY, sticky_hold=0.0),
+                         sticky_kinds=("StatefulSet", "VirtualMachineInstance"))
+        self.during_release: Any = None
+
+    @hookimpl
+    def podnet_release(self, context: Any) -> Any:
+        step, self.during_release = self.during_release, None
+        if step is not None:
+            step()
+        return super().podnet_release(context)
+
+
+def test_a_vms_next_pod_waits_while_its_last_pod_releases_the_shared_record() -> None:
+    """The VM's old pod releases its record (no hold) while a worker passes over the VM's
+    new pod, which could take that very record back: the two passes must not interleave
+    (the release would then take the route the new pod was just given)."""
+    import threading
+
+    provider = ReleaseInterleaver()
+    rig = Rig(provider=provider)
+    node = rig.node(0)
+    rig.pod("virt-launcher-vm1-a", node, ownerReferences=VMI_REF)
+    rig.settle()
+    rig.cluster.delete(POD, "virt-launcher-vm1-a", NS)
+    rig.pod("virt-launcher-vm1-b", node, ownerReferences=VMI_REF)
+    e = rig.engine
+    for informer in e.informers:
+        informer.pump()
+    other = threading.Thread(target=e.podnetworks.reconcile, args=(f"{NS}/virt-launcher-vm1-b",))
+    provider.during_release = lambda: (other.start(), other.join(timeout=0.5))
+    e.podnetworks.reconcile(f"{NS}/virt-launcher-vm1-a")
+    other.join(timeout=10)
+    assert not other.is_alive()
+    rig.settle()
+    [record] = rig.records()
+    assert record["spec"]["podName"] == "virt-launcher-vm1-b" and phase(record) == "Routed"
+    key = f"{NS}/{record['metadata']['name']}"
+    assert provider.cloud.routes.get(record["status"]["ip"]) == key

@@ -10,6 +10,7 @@ references are shared too: the pods of one ReplicaSet point at a single record.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
 import weakref
@@ -167,10 +168,14 @@ def pod_is_sticky_kind(pod: PodInfo) -> str | None:
 
 def vm_of(pod: PodInfo) -> str | None:
     """The name of the KubeVirt ``VirtualMachineInstance`` controlling ``pod`` (its
-    virt-launcher pod), or ``None``."""
+    virt-launcher pod), or ``None``. It becomes a label value, at most 63 characters: a
+    longer name is cut to 52 and a digest of the whole added."""
     for ref in pod.owner_references:
         if ref.controller and ref.kind == "VirtualMachineInstance":
-            return str(ref.name)
+            name = str(ref.name)
+            if len(name) <= 63:
+                return name
+            return f"{name[:52]}-{hashlib.sha256(name.encode()).hexdigest()[:10]}"
     return None
 
 

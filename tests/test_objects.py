@@ -17,6 +17,7 @@ from podnet.core.objects import (
     pod_is_sticky_kind,
     pod_is_terminal,
     statefulset_ordinal,
+    vm_of,
 )
 
 POD: dict[str, Any] = {
@@ -247,6 +248,21 @@ def _owned(*refs: OwnerReference) -> PodInfo:
 )
 def test_pod_is_sticky_kind(refs: tuple[OwnerReference, ...], expected: str | None) -> None:
     assert pod_is_sticky_kind(_owned(*refs)) == expected
+
+
+def test_vm_of_names_the_controlling_vmi_in_a_label_value() -> None:
+    def vmi(name: str, controller: bool = True) -> OwnerReference:
+        return OwnerReference("kubevirt.io/v1", "VirtualMachineInstance", name, "v1",
+                              controller)
+
+    assert vm_of(_owned(vmi("db-vm"))) == "db-vm"
+    assert vm_of(_owned(vmi("db-vm", controller=False))) is None
+    assert vm_of(_owned(OwnerReference("apps/v1", "StatefulSet", "web", "s1", True))) is None
+    long = "vm." + "a" * 100 + ".example"
+    label = vm_of(_owned(vmi(long)))
+    assert label is not None and len(label) <= 63 and label.startswith(long[:52])
+    assert label == vm_of(_owned(vmi(long)))  # stable: the pod's next start finds it
+    assert label != vm_of(_owned(vmi(long + "x")))
 
 
 def test_sticky_from_a_real_pod() -> None:

@@ -745,3 +745,24 @@ def test_a_vms_next_pod_waits_while_its_last_pod_releases_the_shared_record() ->
     assert record["spec"]["podName"] == "virt-launcher-vm1-b" and phase(record) == "Routed"
     key = f"{NS}/{record['metadata']['name']}"
     assert provider.cloud.routes.get(record["status"]["ip"]) == key
+
+
+def test_a_vms_next_pod_seen_before_its_last_pods_release_still_takes_the_address() -> None:
+    provider = ReferenceProvider(ReferenceCloud(), policy=POLICY,
+                                 sticky_kinds=("StatefulSet", "VirtualMachineInstance"))
+    rig = Rig(provider=provider)
+    node = rig.node(0)
+    rig.pod("virt-launcher-vm1-a", node, ownerReferences=VMI_REF)
+    rig.settle()
+    [first] = rig.records()
+    rig.cluster.delete(POD, "virt-launcher-vm1-a", NS)
+    rig.pod("virt-launcher-vm1-b", node, ownerReferences=VMI_REF)
+    e = rig.engine
+    for informer in e.informers:
+        informer.pump()
+    e.podnetworks.reconcile(f"{NS}/virt-launcher-vm1-b")  # before the old pod's pass
+    rig.settle()
+    [record] = rig.records()
+    assert record["metadata"]["uid"] == first["metadata"]["uid"]
+    assert record["spec"]["podName"] == "virt-launcher-vm1-b" and phase(record) == "Routed"
+    assert record["status"]["ip"] == first["status"]["ip"]

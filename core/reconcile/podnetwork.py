@@ -219,13 +219,20 @@ class PodNetworkReconciler:
             want = desired.get(pn.spec.network)
             if (want is None or not want.sticky or pn.spec.network in mine
                     or want.provider != pn.spec.provider
-                    or pn.status.phase is not Phase.RELEASING
                     or pn.metadata.deletion_timestamp is not None):
-                continue  # not this pod's to take (the other pod still runs: a migration)
+                continue
+            if pn.status.phase is not Phase.RELEASING and not self._pod_gone(pn):
+                continue  # its pod still runs (a live migration's source): not to take
             if e.providers[pn.spec.provider].uses_node_pool and pn.spec.node_name != pod.node_name:
                 continue  # a node pool's address cannot follow the VM to another node
             out.append(pn)
         return out
+
+    def _pod_gone(self, pn: PodNetwork) -> bool:
+        """Whether the pod a record serves is gone, replaced or finished, as the cache
+        has it (its own pass may not have come yet)."""
+        old = self.e.pods.get(self.e.pod_key_of(pn))
+        return old is None or old.uid != pn.spec.pod_uid or pod_is_terminal(old)
 
     def desired(self, pod: PodInfo | None) -> dict[str, Desired]:
         """The networks a pod should have now; empty when its networks must go."""
@@ -363,10 +370,12 @@ class PodNetworkReconciler:
             if pn.status.phase is Phase.RELEASING:
                 return self._reclaim(pn, pod)
             moved = pn.spec.node_name != pod.node_name
+            renamed = pn.spec.pod_name != pod.name  # a VM's next pod took its record
             pn = self._adopt_pod(pn, pod)
-            if moved and pn.status.phase is Phase.ROUTED:
-                # an address that follows its pod: the dataplane is rewritten on the new node
-                pn = self._repair(pn, pod, f"pod {pod.key} moved to node {pod.node_name}")
+            if (moved or renamed) and pn.status.phase is Phase.ROUTED:
+                # an address that follows its pod: the dataplane is rewritten for it
+                pn = self._repair(pn, pod, f"pod {pod.key} moved to node {pod.node_name}"
+                                  if moved else f"pod {pod.key} took the record over")
         if want.invalid is not None:
             return self._invalid(pn, pod, want.invalid)
         if pn.status.phase is Phase.PENDING and pn.spec.requests != want.request:

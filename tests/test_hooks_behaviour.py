@@ -766,3 +766,24 @@ def test_a_vms_next_pod_seen_before_its_last_pods_release_still_takes_the_addres
     assert record["metadata"]["uid"] == first["metadata"]["uid"]
     assert record["spec"]["podName"] == "virt-launcher-vm1-b" and phase(record) == "Routed"
     assert record["status"]["ip"] == first["status"]["ip"]
+
+
+def test_a_vms_next_pod_takes_the_address_of_a_pod_that_finished_and_lingers() -> None:
+    """A stopped VM's virt-launcher pod ends ``Succeeded`` and stays listed: the VM's next
+    pod takes its address back all the same."""
+    provider = ReferenceProvider(ReferenceCloud(), policy=POLICY,
+                                 sticky_kinds=("StatefulSet", "VirtualMachineInstance"))
+    rig = Rig(provider=provider)
+    node = rig.node(0)
+    rig.pod("virt-launcher-vm1-a", node, ownerReferences=VMI_REF)
+    rig.settle()
+    [first] = rig.records()
+    old = rig.cluster.get(POD, "virt-launcher-vm1-a", NS)
+    old["status"] = {"phase": "Succeeded"}
+    rig.cluster.update_status(POD, old)
+    rig.pod("virt-launcher-vm1-b", node, ownerReferences=VMI_REF)
+    rig.settle()
+    [record] = rig.records()
+    assert record["spec"]["podName"] == "virt-launcher-vm1-b" and phase(record) == "Routed"
+    assert record["status"]["ip"] == first["status"]["ip"]
+    assert provider.cloud.routes[record["status"]["ip"]] == f"{NS}/{record['metadata']['name']}"

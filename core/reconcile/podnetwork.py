@@ -366,9 +366,11 @@ class PodNetworkReconciler:
     # --- forward ----------------------------------------------------------------------
 
     def _advance(self, pn: PodNetwork, pod: PodInfo, want: Desired) -> Result:
+        if pn.status.phase is Phase.RELEASING:
+            # a held sticky record wanted again: its pod's successor, or the pod itself
+            # (its node came back)
+            return self._reclaim(pn, pod)
         if pn.spec.pod_uid != pod.uid or pn.spec.node_name != pod.node_name:
-            if pn.status.phase is Phase.RELEASING:
-                return self._reclaim(pn, pod)
             moved = pn.spec.node_name != pod.node_name
             renamed = pn.spec.pod_name != pod.name  # a VM's next pod took its record
             pn = self._adopt_pod(pn, pod)
@@ -552,7 +554,10 @@ class PodNetworkReconciler:
             except BaseException as exc:
                 self._failed(pn, "release", exc, span)
                 return Result(requeue_after=0.0)
-        pod_is_back = pod is not None and pod.name == pn.spec.pod_name
+        # a new pod under the record's name that does not want it (on another node's
+        # pool): the name must be freed now. The record's own pod finished: held
+        pod_is_back = (pod is not None and pod.name == pn.spec.pod_name
+                       and pod.uid != pn.spec.pod_uid)
         if pn.spec.sticky and pn.metadata.deletion_timestamp is None and not pod_is_back:
             hold = self._hold(pn, pod)
             if hold is not None:

@@ -243,3 +243,29 @@ def test_tiny_node_capacity_is_its_secondary_enis(world: World, ecs: EcsWorld,
     assert [e.kind for e in ecs.sim.enis_of(iid)] == ["Primary"]
     assert "gone" in eni_triggers(hook_calls)
     world.assert_converged()
+
+
+@pytest.mark.parametrize("policy", [attrs.evolve(SCENARIO_POLICY, max_idle=0)])
+def test_an_eni_detached_but_not_deleted_when_the_controller_stopped_is_deleted_after(
+        world: World, ecs: EcsWorld) -> None:
+    """Disposal is detach then delete. The controller stops between the two (here: the
+    delete keeps failing, then a restart): the node no longer lists the detached ENI, yet
+    the next run still deletes it, because the record said it was being disposed."""
+    world.add_node(0)
+    world.settle()
+    for i in range(10):
+        world.add_pod(f"p{i}", 0)
+        world.settle(advance=1)
+    ecs.sim.fail_next("DeleteNetworkInterface", "ServiceUnavailable", times=1000)
+    for i in range(10):
+        world.delete_pod(f"p{i}")
+    world.settle(advance=world.gc_grace())
+    stranded = [e for e in ecs.sim.enis_of("i-node0000")
+                if e.kind == "Secondary" and e.status == "Available"]
+    assert stranded, "no ENI was left detached: the scenario did not happen"
+    with ecs.sim.lock:
+        ecs.sim.scripted.pop("DeleteNetworkInterface", None)
+    world.restart()
+    world.settle(advance=world.gc_grace())
+    assert [e.kind for e in ecs.sim.enis_of("i-node0000")] == ["Primary"]
+    world.assert_converged()

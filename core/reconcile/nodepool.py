@@ -343,6 +343,15 @@ class NodePoolReconciler:
         for recorded in nn.status.interfaces:
             itf = pool.interfaces.get(recorded.id)
             if itf is None:
+                if recorded.state is InterfaceState.DISPOSING and not recorded.primary:
+                    # being disposed when the last run stopped, and the node no longer
+                    # lists it (detached, maybe not deleted yet): disposed again, or it
+                    # would be left behind unseen
+                    with pool.lock:
+                        pool.interfaces[recorded.id] = Interface(
+                            id=recorded.id, state=InterfaceState.DISPOSING, mac=recorded.mac,
+                            subnet=recorded.subnet, trunk=recorded.trunk,
+                            pooled=recorded.pooled)
                 continue
             itf.state = recorded.state
             if recorded.inhibited_until is not None:
@@ -681,6 +690,10 @@ class NodePoolReconciler:
                 self._eni(node, provider, itf, "dispose")
             if itf.state is not InterfaceState.DISPOSING:
                 continue
+            # recorded before the provider acts (no write when it is already): a crash
+            # between its steps (detached, not yet deleted) leaves an interface the node
+            # no longer lists, which the next run must still finish off
+            self._write(nn, pool)
             ctx = NodeContext(node=node, network=nn)
             wait = self._take_token(provider)
             if wait:

@@ -17,6 +17,9 @@ from podnet.core.errors import ErrorKind, ProviderError
 from podnet.core.filetrace import LeanTracerProvider
 from podnet.core.tracing import Tracing, make_tracer_provider, read_trace_file
 
+#: not hex: it cannot turn up by chance in a random trace or span id
+SECRET = "s3cret-not-in-any-id"
+
 
 def lifecycle(tracing: Tracing, obj: str) -> None:
     """A pod network's allocate (with a provider call), a failed route, then route: seven
@@ -32,7 +35,7 @@ def lifecycle(tracing: Tracing, obj: str) -> None:
         with tracing.reconcile("pod", obj), tracing.transition(
                 "pod_network", "route", source="allocated", provider="ref", obj=obj,
                 traceparent=parent):
-            raise ProviderError(ErrorKind.THROTTLED, "slow down, secretKey=abc")
+            raise ProviderError(ErrorKind.THROTTLED, f"slow down, secretKey={SECRET}")
     except ProviderError:
         pass
     with tracing.reconcile("pod", obj), tracing.transition(
@@ -72,7 +75,7 @@ def test_the_lean_file_holds_what_the_sdk_file_holds(tmp_path: Path) -> None:
     assert shape(files["lean"]) == shape(files["sdk"])
     # a failed attempt is redacted the same way on both
     failed = [s for s in files["lean"] if s.get("status", {}).get("code") == 2]
-    assert failed and all("abc" not in str(s) for s in failed)
+    assert failed and all(SECRET not in str(s) for s in failed)
 
 
 def test_a_concurrent_burst_is_written_once_each_and_flush_waits_for_it(tmp_path: Path) -> None:

@@ -747,7 +747,8 @@ def test_a_vms_next_pod_waits_while_its_last_pod_releases_the_shared_record() ->
     assert provider.cloud.routes.get(record["status"]["ip"]) == key
 
 
-def test_a_vms_next_pod_seen_before_its_last_pods_release_still_takes_the_address() -> None:
+def _vm_routed_on_a_node_pool() -> tuple[Rig, ReferenceProvider, str, Obj]:
+    """A node-pool provider sticky for VMs, and VM vm1's first pod routed on node 0."""
     provider = ReferenceProvider(ReferenceCloud(), policy=POLICY,
                                  sticky_kinds=("StatefulSet", "VirtualMachineInstance"))
     rig = Rig(provider=provider)
@@ -755,6 +756,11 @@ def test_a_vms_next_pod_seen_before_its_last_pods_release_still_takes_the_addres
     rig.pod("virt-launcher-vm1-a", node, ownerReferences=VMI_REF)
     rig.settle()
     [first] = rig.records()
+    return rig, provider, node, first
+
+
+def test_a_vms_next_pod_seen_before_its_last_pods_release_still_takes_the_address() -> None:
+    rig, _provider, node, first = _vm_routed_on_a_node_pool()
     rig.cluster.delete(POD, "virt-launcher-vm1-a", NS)
     rig.pod("virt-launcher-vm1-b", node, ownerReferences=VMI_REF)
     e = rig.engine
@@ -771,13 +777,7 @@ def test_a_vms_next_pod_seen_before_its_last_pods_release_still_takes_the_addres
 def test_a_vms_next_pod_takes_the_address_of_a_pod_that_finished_and_lingers() -> None:
     """A stopped VM's virt-launcher pod ends ``Succeeded`` and stays listed: the VM's next
     pod takes its address back all the same."""
-    provider = ReferenceProvider(ReferenceCloud(), policy=POLICY,
-                                 sticky_kinds=("StatefulSet", "VirtualMachineInstance"))
-    rig = Rig(provider=provider)
-    node = rig.node(0)
-    rig.pod("virt-launcher-vm1-a", node, ownerReferences=VMI_REF)
-    rig.settle()
-    [first] = rig.records()
+    rig, provider, node, first = _vm_routed_on_a_node_pool()
     old = rig.cluster.get(POD, "virt-launcher-vm1-a", NS)
     old["status"] = {"phase": "Succeeded"}
     rig.cluster.update_status(POD, old)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import ipaddress
 import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -532,3 +533,61 @@ def _format_path(path: tuple[str | int, ...]) -> str:
         else:
             out += f".{part}" if out else part
     return out
+
+
+# --- records that do not parse ------------------------------------------------------------
+
+
+@attrs.frozen
+class UnreadablePodNetwork(models.PodNetwork):
+    """What podnet can still tell of a PodNetwork that does not parse: who it is and which
+    addresses its status names. Kept in the cache so those addresses stay owned (never
+    handed out, swept or disposed) while the record is reported; never acted on."""
+
+    error: str = ""
+
+
+def salvage_pod_network(data: Mapping[str, Any], error: RecordError) -> UnreadablePodNetwork:
+    """Read a PodNetwork leniently, without the converter: only plain strings are taken,
+    an address only if it is one. Whatever else is wrong is left out."""
+
+    def text(where: Any, key: str) -> str | None:
+        value = where.get(key) if isinstance(where, Mapping) else None
+        return value if isinstance(value, str) and value else None
+
+    def address(where: Any, key: str) -> str | None:
+        value = text(where, key)
+        if value is None:
+            return None
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            return None
+        return value
+
+    meta, spec, status = (data.get(k) or {} for k in ("metadata", "spec", "status"))
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    ip, ipv6 = address(status, "ip"), address(status, "ipv6")
+    phase = text(status, "phase")
+    try:
+        parsed = models.Phase(phase) if phase else models.Phase.PENDING
+    except ValueError:
+        parsed = models.Phase.PENDING
+    if ip is not None and parsed is models.Phase.PENDING:
+        parsed = models.Phase.ALLOCATED  # it names an address: it owns it
+    return UnreadablePodNetwork(
+        metadata=models.ObjectMeta(
+            name=text(meta, "name") or "", namespace=text(meta, "namespace"),
+            uid=text(meta, "uid"), resource_version=text(meta, "resourceVersion"),
+            labels={k: v for k, v in (labels or {}).items()
+                    if isinstance(k, str) and isinstance(v, str)},
+        ),
+        spec=models.PodNetworkSpec(
+            pod_name=text(spec, "podName") or "", pod_uid=text(spec, "podUid") or "",
+            node_name=text(spec, "nodeName") or "", provider=text(spec, "provider") or "",
+            network=text(spec, "network") or models.DEFAULT_NETWORK,
+        ),
+        status=models.PodNetworkStatus(phase=parsed, ip=ip, ipv6=ipv6,
+                                       interface=text(status, "interface")),
+        error=str(error),
+    )

@@ -36,7 +36,13 @@ from podnet.core.cluster.port import (
     Obj,
 )
 from podnet.core.config import Config, NodeProviderRule, apply_policy
-from podnet.core.convert import RecordError, from_wire, to_wire
+from podnet.core.convert import (
+    RecordError,
+    UnreadablePodNetwork,
+    from_wire,
+    salvage_pod_network,
+    to_wire,
+)
 from podnet.core.errors import ErrorKind, PodnetError, ProviderError, TerminalError
 from podnet.core.metrics import Metrics
 from podnet.core.models import (
@@ -56,6 +62,7 @@ from podnet.core.objects import (
     statefulset_info,
     vm_of,
 )
+from podnet.core.ownership import AddressBook
 from podnet.core.plugin import Providers
 from podnet.core.policy import PoolPolicy
 from podnet.core.pool import Pools
@@ -158,6 +165,15 @@ class Engine:
         }
         self.stats = Stats()
         self.pools = Pools()
+        #: who owns each address: claimed before a record names it, filled from every
+        #: record the cache sees (unreadable ones too)
+        self.addresses = AddressBook()
+        #: PodNetwork key -> (its address, the record holding that address): a record
+        #: that names an address the book gave to another
+        self.conflicts: dict[str, tuple[str, str]] = {}
+        #: PodNetwork keys podnet itself is removing (their address goes back by the
+        #: reconciler's hand, not the cache's)
+        self.finishing: set[str] = set()
         self.queue: WorkQueue[Key] = WorkQueue(self.clock, name="podnet")
 
         self.pods: Informer[PodInfo] = Informer(cluster, POD, pod_info, name="pods")
@@ -280,8 +296,10 @@ class Engine:
     # --- records that do not parse -----------------------------------------------------
 
     def _read(self, kind: Kind, cls: type[M], obj: Obj) -> M | None:
-        """Informer transform: a record that does not parse stays out of the cache (so
-        nothing acts on it) and is reported on the object itself."""
+        """Informer transform: a record that does not parse is reported on the object
+        itself, and nothing acts on it. A PodNetwork is kept in the cache as an
+        :class:`UnreadablePodNetwork` (the addresses its raw status names stay owned); a
+        NodeNetwork stays out."""
         meta = obj.get("metadata", {})
         key = "/".join(p for p in (kind.plural, meta.get("namespace"), meta.get("name")) if p)
         try:
@@ -292,6 +310,9 @@ class Engine:
                 self._reported[key] = str(exc)
                 self.unreadable[key] = (kind, obj, exc)
                 self.queue.add(("invalid", key))
+            if kind == POD_NETWORK:
+                salvaged: Any = salvage_pod_network(obj, exc)
+                return salvaged  # type: ignore[no-any-return]
             return None
         self._reported.pop(key, None)
         return model
@@ -390,6 +411,10 @@ class Engine:
 
     def _on_pod_network(self, _event: str, _key: str, old: PodNetwork | None,
                         new: PodNetwork | None) -> None:
+        if new is not None:
+            self._claim_recorded(new)
+        elif old is not None:
+            self._record_gone(old)
         pn = new or old
         if pn is not None:
             self.enqueue_pod(f"{pn.metadata.namespace}/{pn.spec.pod_name}")
@@ -397,6 +422,47 @@ class Engine:
             if vm is not None:  # a VM's held record: its new pod may take it back now
                 for pod in self.pods.by_index("vm", f"{pn.metadata.namespace}/{vm}"):
                     self.enqueue_pod(pod.key)
+
+    def _claim_recorded(self, pn: PodNetwork) -> None:
+        """Every address a record names is its owner's in the book, unless the book gave
+        it to another record first: then both are told (the reconciler re-addresses the
+        one that does not hold it)."""
+        for address in (pn.status.ip, pn.status.ipv6):
+            if not address:
+                continue
+            other = self.addresses.claim(pn.spec.provider, address, pn.key)
+            if other is not None:
+                if self.conflicts.get(pn.key) != (address, other):
+                    log.error("PodNetwork %s names address %s, which %s holds",
+                              pn.key, address, other)
+                self.conflicts[pn.key] = (address, other)
+                holder = self.pod_networks.get(other)
+                if holder is not None:
+                    self.enqueue_pod(self.pod_key_of(holder))
+                return
+        self.conflicts.pop(pn.key, None)
+
+    def _record_gone(self, pn: PodNetwork) -> None:
+        """A record left the cache. Removed by podnet's own release: the reconciler gives
+        its address back. Removed behind podnet's back (its finalizer taken off by hand):
+        nothing may stay owned by a record that is gone, so its address goes back here,
+        after the reuse cooldown."""
+        self.conflicts.pop(pn.key, None)
+        if pn.key in self.finishing or (isinstance(pn, UnreadablePodNetwork) and not (
+                pn.status.ip or pn.status.ipv6)):
+            return
+        held = self.addresses.release_owner(pn.key)
+        pool = self.pools.find(pn.spec.provider, pn.spec.node_name)
+        if pool is None:
+            return
+        pool.stop_waiting(pn.key)
+        cooldown = self.clock.monotonic() + self.policy(pn.spec.provider).reuse_cooldown \
+            if pn.spec.provider in self.providers else 0.0
+        freed = [a for _, a in held if pool.give_back(a, pn.key, cooldown)]
+        if freed:
+            log.warning("PodNetwork %s was removed without its release; %s back in the "
+                        "pool of node %s", pn.key, ", ".join(freed), pn.spec.node_name)
+            self.enqueue_node(pn.spec.node_name)
 
     def _on_node(self, event: str, key: str, _old: Any, _new: Any) -> None:
         # level-triggered: whatever changed about a node (it came, it went, its labels

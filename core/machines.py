@@ -125,6 +125,9 @@ POD_NETWORK_MACHINE = StateMachine(
         ("allocate", "pending", "allocated"),
         ("route", "allocated", "routed"),
         ("repair", "routed", "allocated"),
+        # the record's address is not its own any more (held by another record, or gone
+        # from the cloud): allocated again
+        ("readdress", ["allocated", "routed"], "pending"),
         ("release", ["pending", "allocated", "routed"], "releasing"),
         ("reclaim", "releasing", "allocated"),
         ("finish", "releasing", DELETED),

@@ -11,6 +11,7 @@ Providers see a pool only through :class:`Reservation` (the ``PoolView`` protoco
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -68,6 +69,31 @@ class Interface:
 
 def _is_v6(address: str) -> bool:
     return ":" in address
+
+
+def reserved_reason(address: str, cidr: str | None, gateway: str | None = None) -> str | None:
+    """Why ``address`` can never be a pod's in subnet ``cidr`` (its network or broadcast
+    address, or its gateway), or None. Providers check a static request with it before
+    any cloud call; core checks every allocation with it again."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return f"{address} is not an IP address"
+    if gateway and address == gateway:
+        return f"{address} is the subnet's gateway"
+    if not cidr:
+        return None
+    try:
+        net = ipaddress.ip_network(cidr, strict=False)
+    except ValueError:
+        return None
+    if ip.version != net.version or ip not in net:
+        return None
+    if net.num_addresses > 2 and ip == net.network_address:
+        return f"{address} is the network address of {net}"
+    if net.version == 4 and net.num_addresses > 2 and ip == net.broadcast_address:
+        return f"{address} is the broadcast address of {net}"
+    return None
 
 
 class NodePool:
@@ -367,6 +393,38 @@ class NodePool:
                 if stray is not None and stray.half:
                     del self.addresses[ipv6]
 
+    def claim(self, address: str, owner: str, interface: str | None, subnet: str | None
+              ) -> tuple[str | None, bool]:
+        """Reserve ``address`` for ``owner`` before its record is written, whether the pool
+        handed it out or the provider chose it (a static address it added itself): the
+        pool's lock, not a cache, decides who gets it.
+
+        :return: (the other owner, when it is taken: nothing changed; whether the address
+            was new to the pool), so a failed write can undo exactly this claim.
+        """
+        with self.lock:
+            entry = self.addresses.get(address)
+            if entry is None:
+                self.addresses[address] = Address(address, interface, subnet, owner=owner)
+                self.suspects.pop(address, None)
+                return None, True
+            if entry.owner is not None and entry.owner != owner:
+                return entry.owner, False
+            entry.owner = owner
+            return None, False
+
+    def unclaim(self, address: str, owner: str, added: bool) -> None:
+        """Undo :meth:`claim` after the record write failed for certain."""
+        with self.lock:
+            entry = self.addresses.get(address)
+            if entry is None or entry.owner != owner:
+                return
+            if added:
+                del self.addresses[address]
+            else:
+                entry.owner = None
+                self._released(address)
+
     def remove(self, addresses: Iterable[str]) -> None:
         with self.lock:
             for ip in addresses:
@@ -407,19 +465,24 @@ class NodePool:
             if not self.waiting:
                 self.waiting_since = None
 
-    def reserve(self, owner: str, now: float) -> Reservation:
-        return Reservation(self, owner, now)
+    def reserve(self, owner: str, now: float, prefer: str | None = None) -> Reservation:
+        return Reservation(self, owner, now, prefer)
 
 
 class Reservation:
     """The ``PoolView`` a provider gets in ``podnet_allocate``: takes at most one address
     for one pod network, held until the engine commits or rolls it back."""
 
-    def __init__(self, pool: NodePool, owner: str, now: float) -> None:
+    def __init__(self, pool: NodePool, owner: str, now: float, prefer: str | None = None
+                 ) -> None:
         self._pool = pool
         self._owner = owner
         self._now = now
+        #: the address this pod network had (its record was re-made or re-addressed):
+        #: handed out first when it asks for any address, even in its cooldown
+        self._prefer = prefer
         self.taken: str | None = None
+        self._was_mine = False
 
     def idle(self, subnet: str | None = None) -> Sequence[PoolEntry]:
         with self._pool.lock:
@@ -432,9 +495,11 @@ class Reservation:
                 self.rollback()
             if address is not None:
                 entry = pool.addresses.get(address)
-                if entry is None or entry.owner is not None or entry.half:
+                if entry is None or entry.owner not in (None, self._owner) or entry.half:
                     raise PoolEmpty(f"address {address} is not idle on node {pool.node}",
                                     subnet=subnet)
+            elif (preferred := self._preferred(subnet)) is not None:
+                entry = preferred
             else:
                 # oldest entry first: deterministic, and released ones go to the back
                 found = pool.first_idle(self._now, subnet)
@@ -442,9 +507,26 @@ class Reservation:
                     where = f" in subnet {subnet}" if subnet else ""
                     raise PoolEmpty(f"no idle address{where} on node {pool.node}", subnet=subnet)
                 entry = found
+            # already this pod network's (an earlier write whose answer was lost): a
+            # rollback must not free it
+            self._was_mine = entry.owner == self._owner
             entry.owner = self._owner
             self.taken = entry.address
             return entry.entry()
+
+    def _preferred(self, subnet: str | None) -> Address | None:
+        if self._prefer is None:
+            return None
+        pool = self._pool
+        entry = pool.addresses.get(self._prefer)
+        if entry is None or entry.half or entry.owner not in (None, self._owner):
+            return None
+        if subnet is not None and entry.subnet != subnet:
+            return None
+        itf = pool.interfaces.get(entry.interface) if entry.interface else None
+        if itf is not None and itf.state is InterfaceState.DISPOSING:
+            return None
+        return entry
 
     def owner_of(self, address: str) -> str | None:
         return self._pool.owner_of(address)
@@ -453,7 +535,7 @@ class Reservation:
         with self._pool.lock:
             if self.taken is not None:
                 entry = self._pool.addresses.get(self.taken)
-                if entry is not None and entry.owner == self._owner:
+                if entry is not None and entry.owner == self._owner and not self._was_mine:
                     entry.owner = None
                     self._pool._released(entry.address)
                 self.taken = None

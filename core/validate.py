@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from podnet.core.annotations import check_ip, check_mac
-from podnet.core.errors import ErrorKind, ProviderError
+from podnet.core.annotations import IP_ADDRESS, annotation_field, check_ip, check_mac
+from podnet.core.errors import ErrorKind, InvalidRequest, ProviderError
+from podnet.core.models import NetworkRequest
+from podnet.core.pool import reserved_reason
 from podnet.hookspecs.types import Allocation, Inventory, PoolEntry
 
 
@@ -21,7 +23,11 @@ def _bad(provider: str, hook: str, field: str, message: str) -> ProviderError:
     )
 
 
-def check_allocation(provider: str, allocation: object) -> Allocation:
+def check_allocation(provider: str, allocation: object,
+                     request: NetworkRequest | None = None) -> Allocation:
+    """A well-formed answer naming an address a pod may have: never its subnet's network
+    or broadcast address or its gateway (the pod's own static request for one is invalid
+    input; any other such answer a provider's bug)."""
     if not isinstance(allocation, Allocation):
         raise _bad(provider, "allocate", "", f"expected an Allocation, got "
                    f"{type(allocation).__name__}")
@@ -40,6 +46,16 @@ def check_allocation(provider: str, allocation: object) -> Allocation:
             check_mac(allocation.mac)
         except ValueError as exc:
             raise _bad(provider, "allocate", "mac", str(exc)) from None
+    for address in (allocation.ip, allocation.ipv6):
+        if address is None:
+            continue
+        why = reserved_reason(address, allocation.cidr, allocation.gateway)
+        if why is None:
+            continue
+        static = request is not None and address in (request.ip_address or "").split(",")
+        if static:
+            raise InvalidRequest(annotation_field(IP_ADDRESS), f"{why}: not a pod address")
+        raise _bad(provider, "allocate", "ip", why)
     return allocation
 
 

@@ -141,6 +141,9 @@ class Allocation:
     subnet: str | None = None
     gateway: str | None = None
     interface: str | None = None
+    #: the subnet's CIDR (IPv4), when the provider knows it: core refuses an answer naming
+    #: its network or broadcast address (and, always, the gateway). Since 0.2.
+    cidr: str | None = None
 
 
 @attrs.frozen

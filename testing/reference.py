@@ -28,6 +28,7 @@ import attrs
 from podnet.core.annotations import is_ip
 from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, ProviderError
 from podnet.core.policy import PoolPolicy
+from podnet.core.pool import reserved_reason
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
     AllocateContext,
@@ -441,7 +442,7 @@ class ReferenceProvider:
         mac = req.mac_address or _mac_for(entry.address)
         gateway = str(next(cidr.hosts())) if cidr is not None else None
         return Allocation(ip=entry.address, mac=mac, subnet=node.pod_cidr, gateway=gateway,
-                          interface=entry.interface)
+                          interface=entry.interface, cidr=str(cidr) if cidr else None)
 
     def _from_ip_pool(self, context: AllocateContext, ip_pool: tuple[str, ...]) -> PoolEntry:
         node = context.node.node
@@ -472,6 +473,9 @@ class ReferenceProvider:
         if cidr is None or ipaddress.ip_address(address) not in cidr:
             raise InvalidRequest(field, f"{address} is outside node {node.name}'s subnet "
                                         f"{node.pod_cidr}")
+        reserved = reserved_reason(address, str(cidr), str(next(cidr.hosts(), "")) or None)
+        if reserved is not None:
+            raise InvalidRequest(field, f"{reserved}: not a pod address")
         owner = pool.owner_of(address)
         if owner is not None and owner != context.pod_network.key:
             raise InvalidRequest(field, f"{address} is already used by {owner}")

@@ -23,6 +23,7 @@ POD_NETWORK_DESIGN: dict[str, dict[str, str]] = {
     "allocate": {"pending": "allocated"},
     "route": {"allocated": "routed"},
     "repair": {"routed": "allocated"},
+    "readdress": {"allocated": "pending", "routed": "pending"},
     "release": {"pending": "releasing", "allocated": "releasing", "routed": "releasing"},
     "reclaim": {"releasing": "allocated"},
     "finish": {"releasing": "deleted"},
@@ -60,9 +61,10 @@ REFUSED = _pairs(False)
 
 
 def test_pair_lists_cover_every_trigger_and_state() -> None:
-    # 6 triggers x 5 states per machine; release has 3 sources, dispose 2
-    assert len(ALLOWED) == 8 + 7
-    assert len(ALLOWED) + len(REFUSED) == 2 * 6 * 5
+    # 7 pod network triggers and 6 ENI triggers x 5 states; release has 3 sources,
+    # readdress and dispose 2
+    assert len(ALLOWED) == 10 + 7
+    assert len(ALLOWED) + len(REFUSED) == (7 + 6) * 5
 
 
 class Spy:

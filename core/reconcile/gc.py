@@ -109,8 +109,7 @@ class GarbageCollector:
             return
         inventory = e.nodepools.inventory(node, e.node_networks.get(pool.node), pool.provider)
         owners = self._owners(pool)
-        for owner in pool.observe(inventory, owners, now):
-            log.warning("%s records an address the cloud no longer has", owner)
+        e.podnetworks.lost_by_cloud(pool.observe(inventory, owners, now))
         expired = [ip for ip, seen in pool.suspects.items()
                    if now - seen >= policy.leaked_ip_expiry and ip not in owners]
         if not expired:

@@ -357,8 +357,7 @@ class NodePoolReconciler:
             if recorded.inhibited_until is not None:
                 left = (recorded.inhibited_until - wall).total_seconds()
                 itf.inhibited_until = now + max(0.0, left)
-        for owner in lost:
-            log.warning("%s records an address the cloud no longer has", owner)
+        e.podnetworks.lost_by_cloud(lost)
         e.wake(dict(pool.waiting))
 
     def inventory(self, node: NodeInfo, nn: NodeNetwork | None, provider: str) -> Inventory:

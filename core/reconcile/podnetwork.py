@@ -21,14 +21,20 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
-from podnet.core.annotations import parse_network_request, parse_networks
+from podnet.core.annotations import (
+    IP_ADDRESS,
+    annotation_field,
+    parse_network_request,
+    parse_networks,
+)
 from podnet.core.cluster.port import NAMESPACE, POD, POD_NETWORK, Conflict, NotFound
+from podnet.core.convert import UnreadablePodNetwork
 from podnet.core.errors import (
     ErrorKind,
     InvalidRequest,
@@ -156,6 +162,33 @@ class PodNetworkReconciler:
         #: a VM's pods have different keys but may share a record (the new pod takes the
         #: held record back): their passes take the VM's stripe, one at a time
         self._vm_stripes = [threading.Lock() for _ in range(64)]
+        #: PodNetwork key -> the address it had, handed out to it first when it
+        #: allocates again (its record was deleted while the pod ran, or re-addressed)
+        self._prefer: dict[str, str] = {}
+        #: PodNetwork key -> the recorded address the cloud no longer has (set by GC and
+        #: the pool rebuild once the record is older than the minimum address lifetime)
+        self._lost: dict[str, str] = {}
+
+    def lost_by_cloud(self, keys: Iterable[str]) -> None:
+        """A fresh inventory lacks the addresses these records name. A record older than
+        the minimum address lifetime (younger ones may just not be visible yet) is
+        re-addressed: the same address where the cloud takes it back, else a new one."""
+        e = self.e
+        now = e.clock.now()
+        for key in keys:
+            pn = e.pod_networks.get(key)
+            if pn is None or isinstance(pn, UnreadablePodNetwork) or not pn.status.ip:
+                continue
+            if pn.status.phase not in (Phase.ALLOCATED, Phase.ROUTED):
+                continue
+            since = pn.status.last_transition_time
+            lifetime = e.policy(pn.spec.provider).min_ip_lifetime
+            if since is not None and (now - since).total_seconds() < lifetime:
+                continue
+            log.warning("%s records address %s, which the cloud no longer has", key,
+                        pn.status.ip)
+            self._lost[key] = pn.status.ip
+            e.enqueue_pod(e.pod_key_of(pn))
 
     # --- the pass ---------------------------------------------------------------------
 
@@ -186,6 +219,11 @@ class PodNetworkReconciler:
         results = []
         covered: set[str] = set()
         for pn in records:
+            if isinstance(pn, UnreadablePodNetwork):
+                # reported as invalid; its addresses stay owned. Never acted on, and no
+                # second record is made beside it (the pod would hold two addresses)
+                covered.add(pn.spec.network)
+                continue
             if self._wanted(pn, pod, desired):
                 covered.add(pn.spec.network)
                 assert pod is not None
@@ -383,6 +421,10 @@ class PodNetworkReconciler:
         if pn.status.phase is Phase.PENDING and pn.spec.requests != want.request:
             pn = self.e.update(POD_NETWORK, attrs.evolve(
                 pn, spec=attrs.evolve(pn.spec, requests=want.request)))
+        if pn.status.phase in (Phase.ALLOCATED, Phase.ROUTED):
+            problem = self._address_problem(pn)
+            if problem is not None:
+                pn = self._readdress(pn, pod, *problem)
         phase = pn.status.phase
         if phase is Phase.PENDING:
             pn = self._allocate(pn, pod)
@@ -393,6 +435,67 @@ class PodNetworkReconciler:
         if pn.status.phase is Phase.ROUTED:
             return self._maybe_verify(pn, pod)
         return DONE
+
+    def _address_problem(self, pn: PodNetwork) -> tuple[str, str, str | None] | None:
+        """Why the record's address cannot stay its own: (Event reason, message, the
+        address to hand it first), or None."""
+        e = self.e
+        conflict = e.conflicts.get(pn.key)
+        if conflict is not None:
+            address, holder = conflict
+            if e.addresses.holder(pn.spec.provider, address) == pn.key:
+                e.conflicts.pop(pn.key, None)  # settled meanwhile: the record holds it
+                return None
+            mine = sorted(a for p, a in e.addresses.held_by(pn.key) if p == pn.spec.provider
+                          and a not in (pn.status.ip, pn.status.ipv6))
+            return ("AddressConflict", f"address {address} is recorded by {pn.key} but "
+                    f"held by {holder}", mine[0] if mine else None)
+        lost = self._lost.get(pn.key)
+        if lost is not None:
+            if lost != pn.status.ip:
+                del self._lost[pn.key]
+                return None
+            return ("AddressLost", f"the cloud no longer has address {lost}", lost)
+        return None
+
+    def _readdress(self, pn: PodNetwork, pod: PodInfo, reason: str, why: str,
+                   prefer: str | None) -> PodNetwork:
+        """The record's address is not its own any more (another record holds it, or the
+        cloud lost it): back to Pending, recorded first, then allocated again, handing it
+        ``prefer`` first (the address it held, or the lost one where the cloud gives it
+        back). Said on the record, its pod and, for a conflict, the other record."""
+        e = self.e
+        old = pn.status.ip
+        conflict = e.conflicts.get(pn.key)
+        try:
+            with self._transition(pn, "readdress", pod) as span:
+                span.set("podnet.drift", why)
+                pn = self._fire(pn, "readdress", lambda: self._write_phase(
+                    pn, Phase.PENDING, span, reason=reason, message=why, ip=None, ipv6=None,
+                    subnet=None, gateway=None, interface=None), span)
+        except BaseException as exc:
+            self._failed(pn, "readdress", exc, span)
+            return pn
+        e.conflicts.pop(pn.key, None)
+        lost = self._lost.pop(pn.key, None)
+        if lost is not None:
+            # gone from the cloud: out of the pool and the book (re-added if it comes back)
+            e.addresses.release(pn.spec.provider, lost, pn.key)
+            pool = e.pools.find(pn.spec.provider, pn.spec.node_name)
+            if pool is not None and pool.owner_of(lost) == pn.key:
+                pool.remove([lost])
+        if prefer is not None:
+            self._prefer[pn.key] = prefer
+        message = f"PodNetwork {pn.key}: {why}; the pod gets an address again"
+        e.event(pn, reason, message)
+        e.event(_pod_ref(pod), reason, message)
+        if conflict is not None:
+            holder = e.pod_networks.get(conflict[1])
+            if holder is not None:
+                e.event(holder, reason, f"PodNetwork {pn.key} recorded {conflict[0]}, which "
+                        f"{holder.key} holds; {pn.key} was re-addressed")
+        log.warning("re-addressing %s (was %s): %s", pn.key, old, why)
+        return pn
 
     def _adopt_pod(self, pn: PodNetwork, pod: PodInfo) -> PodNetwork:
         """A sticky record serves the pod now running under its name (on whichever node,
@@ -442,25 +545,23 @@ class PodNetworkReconciler:
                 pool.wait_for_address(pn.key, None, e.clock.monotonic())
                 e.enqueue_node(pn.spec.node_name)
                 return pn
-            reservation = pool.reserve(pn.key, e.clock.monotonic())
+            reservation = pool.reserve(pn.key, e.clock.monotonic(),
+                                       prefer=self._prefer.get(pn.key))
         ctx = AllocateContext(pod_network=pn, node=node_ctx, pod=pod, pool=reservation,
                               namespace_annotations=self._namespace_annotations(
                                   pn.metadata.namespace or ""))
         writing = False
+        undo: list[Callable[[], None]] = []
 
         def allocate() -> PodNetwork:
             nonlocal writing
-            answer: Allocation | None = e.call(provider, "podnet_allocate", context=ctx)
+            answer = self._take_back(pn, ctx, reservation)
+            if answer is None:
+                answer = e.call(provider, "podnet_allocate", context=ctx)
             if answer is None:
                 raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} did not allocate")
-            allocation = check_allocation(provider, answer)
-            for address in (allocation.ip, allocation.ipv6):
-                holders = [r.key for r in e.pod_networks.by_index("ip", address or "")
-                           if r.key != pn.key]
-                if address and holders:
-                    # never two records for one address, whatever the provider says
-                    raise ProviderError(ErrorKind.CONFLICT, f"address {address} is already "
-                                        f"recorded by {holders[0]}", field="allocate.ip")
+            allocation = check_allocation(provider, answer, pn.spec.requests)
+            undo.extend(self._claim(pn, allocation, reservation))
             writing = True
             return self._write_phase(pn, Phase.ALLOCATED, span, ip=allocation.ip,
                                      ipv6=allocation.ipv6, mac=allocation.mac,
@@ -474,9 +575,16 @@ class PodNetworkReconciler:
             # a write whose answer was lost may have landed: the address stays with this
             # record until a later write proves otherwise (a 409 or 404 proves it did not)
             maybe_written = writing and not isinstance(exc, Conflict | NotFound)
-            if reservation is not None and not maybe_written:
-                reservation.rollback()
+            if not maybe_written:
+                for step in reversed(undo):
+                    step()
+                if reservation is not None:
+                    reservation.rollback()
             return self._failed(pn, "allocate", exc, span)
+        self._prefer.pop(pn.key, None)
+        # this write succeeded: whatever an earlier, unanswered write claimed is free
+        e.addresses.release_owner(pn.key, keep=(a for a in (updated.status.ip,
+                                                           updated.status.ipv6) if a))
         if reservation is not None:
             pool = e.pools.get(provider, pn.spec.node_name)
             pool.stop_waiting(pn.key)
@@ -488,6 +596,64 @@ class PodNetworkReconciler:
                 pool.adopt(updated.status.ip, pn.key, updated.status.interface,
                            updated.status.subnet, ipv6=updated.status.ipv6)
         return updated
+
+    def _take_back(self, pn: PodNetwork, ctx: AllocateContext,
+                   reservation: Reservation | None) -> Allocation | None:
+        """The address this pod network had, asked for as a static address where the pool
+        does not hold it (the cloud lost it): the pod keeps its address where the cloud
+        gives it back. None when it did not (a new address follows) or nothing is due."""
+        prefer = self._prefer.get(pn.key)
+        req = pn.spec.requests
+        if prefer is None or req.ip_address or req.ip_pool or req.subnets:
+            return None
+        pool = self.e.pools.find(pn.spec.provider, pn.spec.node_name)
+        if reservation is not None and pool is not None and prefer in pool.addresses:
+            return None  # in the pool: the reservation hands it out first
+        asked = attrs.evolve(pn, spec=attrs.evolve(pn.spec, requests=attrs.evolve(
+            req, ip_address=prefer)))
+        try:
+            answer: Allocation | None = self.e.call(
+                pn.spec.provider, "podnet_allocate", context=attrs.evolve(ctx, pod_network=asked))
+        except (PodnetError, ProviderError) as exc:
+            log.info("%s: address %s not taken back: %s", pn.key, prefer, exc)
+            answer = None
+        if answer is None or answer.ip != prefer:
+            self._prefer.pop(pn.key, None)
+            if reservation is not None:
+                reservation.rollback()
+            return None
+        return answer
+
+    def _claim(self, pn: PodNetwork, allocation: Allocation,
+               reservation: Reservation | None) -> list[Callable[[], None]]:
+        """Make the answer this record's before it is written: in the address book (every
+        provider) and in the node's pool (a static address the provider chose itself is
+        not the reservation's). The second of two racing records is refused here, by a
+        lock, not by a cache that may not have seen the first record yet.
+        :return: the steps that undo these claims if the write fails for certain."""
+        e = self.e
+        provider = pn.spec.provider
+        undo: list[Callable[[], None]] = []
+        fresh = [a for a in (allocation.ip, allocation.ipv6)
+                 if a and e.addresses.holder(provider, a) != pn.key]
+        taken = e.addresses.claim_all(provider, fresh, pn.key)
+        if taken is not None:
+            raise ProviderError(ErrorKind.CONFLICT, f"address {taken[0]} is already held by "
+                                f"{taken[1]}", field=_address_field(pn, taken[0]))
+        undo.extend(lambda a=a: e.addresses.release(provider, a, pn.key)  # type: ignore[misc]
+                    for a in fresh)
+        if reservation is not None and allocation.ip != reservation.taken:
+            pool = e.pools.get(provider, pn.spec.node_name)
+            other, added = pool.claim(allocation.ip, pn.key, allocation.interface,
+                                      allocation.subnet)
+            if other is not None:
+                for step in reversed(undo):
+                    step()
+                raise ProviderError(ErrorKind.CONFLICT, f"address {allocation.ip} is already "
+                                    f"held by {other} on node {pn.spec.node_name}",
+                                    field=_address_field(pn, allocation.ip))
+            undo.append(lambda: pool.unclaim(allocation.ip, pn.key, added))
+        return undo
 
     def _route(self, pn: PodNetwork, pod: PodInfo | None) -> PodNetwork:
         e = self.e
@@ -633,6 +799,7 @@ class PodNetworkReconciler:
             self._remove_record(pn)
             span.succeeded("deleted")
 
+        e.finishing.add(pn.key)  # the cache's delete is ours: the address is given back here
         try:
             with self._transition(pn, "finish", pod) as span:
                 try:
@@ -642,16 +809,34 @@ class PodNetworkReconciler:
                     raise
                 self._broadcast(pn, "finish", "releasing", "deleted", True, None)
         except BaseException as exc:
+            e.finishing.discard(pn.key)
             self._failed(pn, "finish", exc, span)
             return Result(requeue_after=0.0)
+        e.finishing.discard(pn.key)
         self._verify_at.pop(pn.key, None)
+        self._lost.pop(pn.key, None)
         waiting_in = e.pools.find(pn.spec.provider, pn.spec.node_name)
         if waiting_in is not None:
             waiting_in.stop_waiting(pn.key)
         result = released[0] if released else None
         if pn.status.ip and (result is None or result.return_to_pool):
             self._give_back(pn)
+        e.addresses.release_owner(pn.key)
+        self._successor(pn, pod)
         return DONE
+
+    def _successor(self, pn: PodNetwork, pod: PodInfo | None) -> None:
+        """A record deleted (``kubectl delete pn``) while its pod still runs and wants the
+        network: the pod's next record takes the same address first (it is in its reuse
+        cooldown, out of everyone else's reach), and the pod is told."""
+        if (pod is None or pn.metadata.deletion_timestamp is None or pn.spec.pod_uid != pod.uid
+                or pn.spec.network not in self.desired(pod) or not pn.status.ip):
+            return
+        self._prefer[pn.key] = pn.status.ip
+        message = (f"PodNetwork {pn.key} was deleted while pod {pod.key} was running; its "
+                   f"address {pn.status.ip} was released and a new record is made, which "
+                   "takes it back where it can")
+        self.e.event(_pod_ref(pod), "PodNetworkDeleted", message)
 
     def _remove_record(self, pn: PodNetwork) -> None:
         """Finalizer off and record gone; each step may be redone after a crash."""
@@ -804,6 +989,13 @@ def _describe(exc: BaseException) -> str:
         subject = f" ({exc.subject})" if exc.subject else ""
         return f"{exc.kind.value}: {exc}{subject}"
     return f"{type(exc).__name__}: {exc}"
+
+
+def _address_field(pn: PodNetwork, address: str) -> str:
+    """The field to blame for an address already held: the pod's static request when it
+    named that address, else the provider's answer."""
+    wanted = pn.spec.requests.ip_address or ""
+    return annotation_field(IP_ADDRESS) if address in wanted.split(",") else "allocate.ip"
 
 
 def _controller_kind(pod: PodInfo) -> str | None:

@@ -42,6 +42,7 @@ from podnet.core.annotations import is_ip
 from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, PoolEmpty, ProviderError
 from podnet.core.models import NodeInfo
 from podnet.core.policy import Backoff, PoolPolicy, RateLimit
+from podnet.core.pool import reserved_reason
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
     AllocateContext,
@@ -582,14 +583,14 @@ class BbcProvider:
         else:
             entry = pool.take()
         subnet = entry.subnet or port.subnet
-        gateway = None
+        gateway = cidr_text = None
         try:
             cidr = ipaddress.ip_network(self._subnet(subnet).cidr, strict=False)
-            gateway = str(next(cidr.hosts()))
+            gateway, cidr_text = str(next(cidr.hosts())), str(cidr)
         except (ProviderError, BceError, StopIteration):
             gateway = None  # the subnet API is unreachable: the record goes without it
         return Allocation(ip=entry.address, mac=port.mac, subnet=subnet, gateway=gateway,
-                          interface=port.eni_id)
+                          interface=port.eni_id, cidr=cidr_text)
 
     def _from_subnets(self, context: AllocateContext, port: Port,
                       wanted: Sequence[str]) -> PoolEntry:
@@ -632,6 +633,10 @@ class BbcProvider:
         if ipaddress.ip_address(address) not in cidr:
             raise InvalidRequest(field, f"{address} is outside subnet {port.subnet} ({cidr}) "
                                         f"of node {context.node.node.name}")
+        hosts = cidr.hosts()
+        reserved = reserved_reason(address, str(cidr), str(next(hosts, "")) or None)
+        if reserved is not None:
+            raise InvalidRequest(field, f"{reserved} (subnet {port.subnet}): not a pod address")
         owner = pool.owner_of(address)
         if owner is not None and owner != context.pod_network.key:
             raise InvalidRequest(field, f"{address} is already used by {owner}")

@@ -58,6 +58,7 @@ import attrs
 from podnet.core.annotations import is_ip
 from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, PoolEmpty, ProviderError
 from podnet.core.policy import PoolPolicy, RateLimit
+from podnet.core.pool import reserved_reason
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
     AllocateContext,
@@ -860,12 +861,14 @@ class EcsProvider:
             entry = pool.take()
         cidr = self._cidr_map().get(entry.subnet or "")
         gateway = str(next(cidr.hosts())) if cidr is not None else None
+        cidr_text = str(cidr) if cidr is not None else None
         if self.config.dual and entry.ipv6 is None:
             # core never hands out half a pair; a provider's own static add is paired
             raise ProviderError(ErrorKind.FATAL, f"{entry.address} has no IPv6 partner",
                                 field="status.ipv6")
         return Allocation(ip=entry.address, ipv6=entry.ipv6, mac=req.mac_address,
-                          subnet=entry.subnet, gateway=gateway, interface=entry.interface)
+                          subnet=entry.subnet, gateway=gateway, interface=entry.interface,
+                          cidr=cidr_text)
 
     @staticmethod
     def _take_in(pool: Any, subnets: Sequence[str]) -> PoolEntry:
@@ -899,6 +902,10 @@ class EcsProvider:
         if subnets and vswitch not in subnets:
             raise InvalidRequest(field, f"{address} is in vSwitch {vswitch}, not in "
                                         f"{', '.join(subnets)}")
+        cidr = self._cidr_map()[vswitch]
+        reserved = reserved_reason(address, str(cidr), str(next(cidr.hosts(), "")) or None)
+        if reserved is not None:
+            raise InvalidRequest(field, f"{reserved} (vSwitch {vswitch}): not a pod address")
         owner = pool.owner_of(address)
         if owner is not None and owner != context.pod_network.key:
             raise InvalidRequest(field, f"{address} is already used by {owner}")
@@ -908,8 +915,10 @@ class EcsProvider:
         from alibabacloud_ecs20140526 import models as m
 
         instance = self.instance_id(context.node)
+        # pods go on secondary ENIs only: never the primary one, never a trunk
         enis = [e for e in self.describe_enis(instance=instance)
-                if e.vswitch == vswitch and e.status == "InUse" and e.kind != "Trunk"]
+                if e.vswitch == vswitch and e.status == "InUse"
+                and e.kind not in ("Trunk", "Primary")]
         for eni in enis:
             if address in eni.secondary and not self.config.dual:
                 return PoolEntry(address, eni.id, vswitch)

@@ -17,8 +17,16 @@ points at an address its node does not have in the cloud. At the end, with every
 cleared and the clock moved past the leaked-address expiry plus two GC periods: every
 pod routed, no stray record, every cloud address owned or pooled (nothing leaked).
 
-``PODNET_CHAOS_EXAMPLES`` sets how many examples run (CI default 200); runs are
-derandomized and keep no example database, so a failure reproduces on every machine.
+Operators and clouds misbehave too: two pods race for one static address, the cloud
+forgets addresses (with ``cloud_forget``), a record is made unreadable (then healed), a
+record's ``status.ip`` is set to another's address, a record's finalizer is removed by
+hand and the record deleted. The invariants hold through all of it: an edit by hand is
+excused until the next settle, an address the cloud forgot until the end.
+
+``PODNET_CHAOS_EXAMPLES`` sets how many examples run (CI default 200). Each run draws new
+histories (hypothesis prints the seed of a failing one: rerun with
+``--hypothesis-seed=N``); failing examples are kept in hypothesis' local database, and the
+ones worth keeping become plain tests beside the machine.
 """
 
 from __future__ import annotations
@@ -63,15 +71,13 @@ _SETTLE_STEPS = 20_000
 
 def chaos_settings(max_examples: int | None = None, *, step_count: int = 30) -> settings:
     """CI settings: ``max_examples`` (default ``$PODNET_CHAOS_EXAMPLES`` or 200), steps per
-    example, no deadline (one example replays a lot), deterministic, no database."""
+    example, no deadline (one example replays a lot); new histories on every run."""
     examples = max_examples if max_examples is not None else int(
         os.environ.get(EXAMPLES_ENV, "200"))
     return settings(
         max_examples=examples,
         stateful_step_count=step_count,
         deadline=None,
-        derandomize=True,
-        database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
 
@@ -81,6 +87,7 @@ def make_chaos_machine(
     cloud_addresses: Callable[[Any], Mapping[str, str]],
     *,
     cloud_fault_rate: Callable[[Any, float], None] | None = None,
+    cloud_forget: Callable[[Any, str, list[str]], None] | None = None,
     nodes: int = 3,
     pods: int = 6,
     sticky: bool = True,
@@ -93,6 +100,8 @@ def make_chaos_machine(
     :param provider_factory: a new plugin object (and its fake cloud) per example.
     :param cloud_addresses: the ground truth of that plugin: address -> node name.
     :param cloud_fault_rate: sets the cloud's own random fault rate, if it has one.
+    :param cloud_forget: makes the cloud lose addresses of a node (``plugin, node name,
+        addresses``), as a cloud restored from a backup does.
     :param nodes: node indexes drawn from ``range(nodes)``; ``pods``: pod names ``p0..``.
     :param sticky: whether pods may be StatefulSet pods (sticky addresses).
     :param vms: whether pods may be KubeVirt VM pods (``virt-launcher``, controlled by a
@@ -131,6 +140,15 @@ def make_chaos_machine(
             self.world = World(self.cluster, self.clock, factory,
                                lambda: cloud_addresses(self.plugin))
             self.world.start()
+            #: records edited by hand since the last settle: excused until then
+            self.edited = False
+            #: addresses the cloud forgot: their records are re-addressed by the end
+            self.forgotten: set[str] = set()
+            #: record name -> the requests it had before it was made unreadable
+            self.corrupted: dict[str, dict[str, Any]] = {}
+            #: pods asking for a static address: the loser of a race never routes, so
+            #: they go before the final check (which still sees their release)
+            self.static_pods: set[str] = set()
 
         # --- the cluster ----------------------------------------------------------------
 
@@ -201,6 +219,7 @@ def make_chaos_machine(
         @rule(seconds=st.sampled_from([0.0, 1.0, 5.0, 60.0]))
         def settle(self, seconds: float) -> None:
             self.world.settle(advance=seconds, max_steps=_SETTLE_STEPS)
+            self.edited = False
 
         @rule(seconds=st.sampled_from([0.01, 0.5, 5.0, 30.0, 120.0, 700.0]))
         def advance_clock(self, seconds: float) -> None:
@@ -265,19 +284,106 @@ def make_chaos_machine(
         def compact(self) -> None:
             self.cluster.faults.compact()
 
+        # --- operators and clouds behind podnet's back -------------------------------------
+
+        @rule(a=pod_names, b=pod_names, i=node_ids, pick=st.integers(min_value=0, max_value=63))
+        def race_for_static(self, a: str, b: str, i: int, pick: int) -> None:
+            """Two pods created together, both asking for one address of their node."""
+            if a == b or not self.world.has_node(i) or self.world.pod(a) or self.world.pod(b):
+                return
+            node = self.world.node_name(i)
+            on_node = sorted(ip for ip, n in cloud_addresses(self.plugin).items()
+                             if n == node and ":" not in ip)
+            if not on_node:
+                return
+            wanted = {"podnet.io/ip-address": on_node[pick % len(on_node)]}
+            self.world.add_pod(a, i, annotations=wanted)
+            self.world.add_pod(b, i, annotations=wanted)
+            self.static_pods.update((a, b))
+
+        if cloud_forget is not None:
+            @rule(i=node_ids, count=st.integers(min_value=1, max_value=3))
+            def cloud_forgets(self, i: int, count: int) -> None:
+                """The cloud loses addresses that records hold on a node."""
+                node = self.world.node_name(i)
+                held = sorted(ip for ip, pns in self.world.owners().items()
+                              if ":" not in ip and any(p.spec.node_name == node for p in pns))
+                lost = [ip for ip in held if cloud_addresses(self.plugin).get(ip) == node][:count]
+                if lost:
+                    cloud_forget(self.plugin, node, lost)
+                    self.forgotten.update(lost)
+
+        @rule(pod=pod_names)
+        def make_record_unreadable(self, pod: str) -> None:
+            """Someone writes a spec the CRD takes and podnet's converter refuses."""
+            pn = self.world.record_of(pod)
+            if pn is None or pn.metadata.name in self.corrupted:
+                return
+            raw = self.cluster.get(POD_NETWORK, pn.metadata.name, pn.metadata.namespace)
+            requests = raw.get("spec", {}).get("requests") or {}
+            self.corrupted[pn.metadata.name] = {
+                k: requests.get(k) for k in ("ipPool", "ipAddress")}
+            with self.world.quiet():
+                self.cluster.patch(POD_NETWORK, pn.metadata.name, {"spec": {"requests": {
+                    "ipPool": ["192.0.2.1"], "ipAddress": "192.0.2.2"}}},
+                    pn.metadata.namespace)
+
+        @rule()
+        def heal_records(self) -> None:
+            for name, requests in sorted(self.corrupted.items()):
+                with self.world.quiet():
+                    try:
+                        self.cluster.patch(POD_NETWORK, name, {"spec": {"requests": requests}},
+                                           self.world.namespace)
+                    except ApiError:
+                        pass  # gone meanwhile (its pod, its node)
+            self.corrupted.clear()
+
+        @rule(a=pod_names, b=pod_names)
+        def edit_record_ip(self, a: str, b: str) -> None:
+            """``kubectl edit``: a record's status.ip set to another record's address."""
+            pa, pb = self.world.record_of(a), self.world.record_of(b)
+            if pa is None or pb is None or pa.key == pb.key or not pb.status.ip:
+                return
+            if pa.metadata.name in self.corrupted or ":" in pb.status.ip:
+                return
+            with self.world.quiet():
+                self.cluster.patch(POD_NETWORK, pa.metadata.name, {"status": {
+                    "ip": pb.status.ip}}, pa.metadata.namespace, subresource="status")
+            self.edited = True
+
+        @rule(pod=pod_names)
+        def remove_record_by_hand(self, pod: str) -> None:
+            """The finalizer taken off by hand and the record deleted: nothing released."""
+            pn = self.world.record_of(pod)
+            if pn is None or pn.metadata.name in self.corrupted:
+                return
+            with self.world.quiet():
+                self.cluster.patch(POD_NETWORK, pn.metadata.name,
+                                   {"metadata": {"finalizers": []}}, pn.metadata.namespace)
+                self.cluster.delete(POD_NETWORK, pn.metadata.name, pn.metadata.namespace)
+
         # --- invariants -------------------------------------------------------------------
 
         @invariant()
         def no_address_owned_twice(self) -> None:
-            self.world.assert_no_double_owner()
+            if not self.edited:  # a record edited by hand says anything until fixed
+                self.world.assert_no_double_owner()
 
         @invariant()
         def records_point_at_real_addresses(self) -> None:
-            problems = self.world.dangling_problems()
+            problems = [p for p in self.world.dangling_problems()
+                        if not any(f" on {ip}, " in p for ip in self.forgotten)]
             assert not problems, "\n".join(problems)
 
         def teardown(self) -> None:
             try:
+                self.heal_records()
+                for pod in sorted(self.static_pods):
+                    obj = self.world.pod(pod)
+                    if obj is not None and (obj["metadata"].get("annotations") or {}).get(
+                            "podnet.io/ip-address"):
+                        self.world.delete_pod(pod)
                 self.cluster.faults.clear()
                 self.api.clear()
                 self.injector.clear()

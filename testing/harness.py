@@ -40,7 +40,7 @@ from podnet.core.cluster.port import (
     NotFound,
     Obj,
 )
-from podnet.core.convert import from_wire
+from podnet.core.convert import RecordError, from_wire, salvage_pod_network
 from podnet.core.demo import node_obj
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.models import DEFAULT_NETWORK, FINALIZER, Phase, PodNetwork
@@ -712,7 +712,13 @@ class World:
         """Every PodNetwork as the API server holds it."""
         with self.quiet():
             items = self.cluster.list(POD_NETWORK).items
-        return [from_wire(PodNetwork, obj) for obj in items]
+        out: list[PodNetwork] = []
+        for obj in items:
+            try:
+                out.append(from_wire(PodNetwork, obj))
+            except RecordError as exc:  # made unreadable on purpose: as far as it reads
+                out.append(salvage_pod_network(obj, exc))
+        return out
 
     def record_of(self, pod: str, network: str = DEFAULT_NETWORK) -> PodNetwork | None:
         """The record of the pod now running under ``pod`` (None when it has none)."""

@@ -246,6 +246,16 @@ class ReferenceCloud:
             self._save_locked()
             return list(addresses)
 
+    def forget(self, name: str, addresses: Sequence[str]) -> None:
+        """The cloud loses these addresses of node ``name`` (restored from a backup, say):
+        no API call, no fault, nobody told."""
+        with self._txn():
+            node = self.nodes.get(name)
+            gone = set(addresses)
+            for ips in node.interfaces.values() if node is not None else ():
+                ips[:] = [ip for ip in ips if ip not in gone]
+            self._save_locked()
+
     def create_interface(self, name: str, cidr: str | None, count: int) -> tuple[str, list[str]]:
         self._call("CreateInterface")
         with self._txn():

@@ -30,6 +30,11 @@ def _fault_rate(plugin: Any, rate: float) -> None:
     cloud.fault_rate = rate
 
 
+def _forget(plugin: Any, node: str, addresses: list[str]) -> None:
+    cloud: ReferenceCloud = plugin.cloud
+    cloud.forget(node, addresses)
+
+
 #: faults left out while an engine bug they trigger is open, each with an xfail test below
 #: reproducing it (keys: see make_chaos_machine's ``without``); none open now
 KNOWN_BUGS: tuple[str, ...] = ()
@@ -46,7 +51,8 @@ def _tight_pools() -> ReferenceProvider:
 
 ReferenceChaos = make_chaos_machine(
     lambda: ReferenceProvider(cloud=ReferenceCloud()), _addresses,
-    cloud_fault_rate=_fault_rate, without=KNOWN_BUGS, name="ReferenceChaos",
+    cloud_fault_rate=_fault_rate, cloud_forget=_forget, without=KNOWN_BUGS,
+    name="ReferenceChaos",
 )
 TestReferenceChaos = ReferenceChaos.TestCase
 TestReferenceChaos.settings = chaos_settings()
@@ -60,7 +66,8 @@ TestVmChaos = VmChaos.TestCase  # VM pods on node pools: their address follows o
 TestVmChaos.settings = chaos_settings()
 
 TightPoolChaos = make_chaos_machine(
-    _tight_pools, _addresses, cloud_fault_rate=_fault_rate, pods=8, without=KNOWN_BUGS,
+    _tight_pools, _addresses, cloud_fault_rate=_fault_rate, cloud_forget=_forget, pods=8,
+    without=KNOWN_BUGS,
     name="TightPoolChaos",
 )
 TestTightPoolChaos = TightPoolChaos.TestCase

@@ -24,6 +24,7 @@ import pluggy
 from podnet.core.cluster.port import Cluster
 from podnet.core.config import Config, parse_listen
 from podnet.core.engine import Engine, EngineOptions
+from podnet.core.fence import Fence
 from podnet.core.leader import LeaderElector
 from podnet.core.metrics import Metrics
 from podnet.core.tracing import Tracing
@@ -53,20 +54,23 @@ class Host:
         self.cluster = cluster
         self.config = config
         self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
+        le = config.leader_election
+        self.leader_elect = le.enabled if leader_elect is None else leader_elect
+        # the elector renews on the raw cluster; the engine writes only through the fence
+        # the elector keeps open while the Lease is surely ours
+        self.fence = Fence(open_forever=not self.leader_elect)
+        self.elector = LeaderElector(
+            cluster, namespace=le.namespace, name=le.name, identity=self.identity,
+            lease_duration=le.lease_duration, renew_deadline=le.renew_deadline,
+            retry_period=le.retry_period, fence=self.fence,
+        )
         self.engine = Engine(
             cluster, pm, tracing=tracing,
-            options=EngineOptions.from_config(config, freeze_gc=True),
+            options=EngineOptions.from_config(config, freeze_gc=True), fence=self.fence,
         )
         self.metrics = Metrics()
         self.engine.metrics = self.metrics
         self.metrics.attach(self.engine)
-        le = config.leader_election
-        self.leader_elect = le.enabled if leader_elect is None else leader_elect
-        self.elector = LeaderElector(
-            cluster, namespace=le.namespace, name=le.name, identity=self.identity,
-            lease_duration=le.lease_duration, renew_deadline=le.renew_deadline,
-            retry_period=le.retry_period,
-        )
         self.stop = threading.Event()
         self._engine_stop = threading.Event()
         self._engine_thread: threading.Thread | None = None
@@ -110,6 +114,10 @@ class Host:
         if self._engine_thread is not None:
             self._engine_thread.join(timeout=30)
         self.leading = False
+        refused = sum(self.fence.refused.values())
+        if refused:
+            log.warning("%d writes refused: the lease might have expired when they were due",
+                        refused)
 
     def run(self) -> int:
         if self.leader_elect:

@@ -32,6 +32,7 @@ from podnet.core.cluster.port import NAMESPACE, POD, POD_NETWORK, Conflict, NotF
 from podnet.core.errors import (
     ErrorKind,
     InvalidRequest,
+    NotLeader,
     PodnetError,
     PoolEmpty,
     ProviderError,
@@ -752,6 +753,8 @@ class PodNetworkReconciler:
             raise exc  # KeyboardInterrupt, SystemExit: not ours to swallow
         if isinstance(exc, Conflict):
             raise exc  # stale cache: the queue retries at once with a fresh read
+        if isinstance(exc, NotLeader):
+            raise exc  # nothing to record: this replica may no longer write at all
         kind = e.classify(pn.spec.provider, exc)
         if isinstance(exc, PoolEmpty):
             pool = e.pools.get(pn.spec.provider, pn.spec.node_name)

@@ -76,6 +76,7 @@ class Host:
         self._engine_thread: threading.Thread | None = None
         self.leading = False
         self.lost_lease = False
+        self.failed = False
         self._server: ThreadingHTTPServer | None = None
 
     # --- health and metrics ---------------------------------------------------------------
@@ -102,10 +103,20 @@ class Host:
     def _start_engine(self) -> None:
         self.leading = True
         log.info("leading: starting the engine")
-        self.engine.start()
-        self._engine_thread = threading.Thread(
-            target=self.engine.run, args=(self._engine_stop,), name="engine", daemon=True)
+        # listed on the engine's thread: the elector goes on renewing meanwhile (a first
+        # list of 100,000 pods outlasts the renew deadline, and the fence with it)
+        self._engine_thread = threading.Thread(target=self._lead, name="engine", daemon=True)
         self._engine_thread.start()
+
+    def _lead(self) -> None:
+        try:
+            self.engine.start()
+        except Exception:
+            log.exception("the engine could not start")
+            self.failed = True
+            self.stop.set()
+            return
+        self.engine.run(self._engine_stop)
 
     def _stop_engine(self) -> None:
         if not self.stop.is_set():
@@ -130,7 +141,7 @@ class Host:
             self._stop_engine()
         if self._server is not None:
             self._server.shutdown()
-        return 1 if self.lost_lease else 0
+        return 1 if self.lost_lease or self.failed else 0
 
     def install_signal_handlers(self) -> None:
         def handle(signum: int, _frame: Any) -> None:

@@ -187,6 +187,8 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"podnet run: {exc}", file=sys.stderr)
         return 2
+    # which replica wrote what, in the API server's audit log
+    cluster.api_client.user_agent = f"podnet/{host.identity}"
     host.install_signal_handlers()
     host.serve(config.listen)
     code = host.run()

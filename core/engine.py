@@ -43,7 +43,8 @@ from podnet.core.convert import (
     salvage_pod_network,
     to_wire,
 )
-from podnet.core.errors import ErrorKind, PodnetError, ProviderError, TerminalError
+from podnet.core.errors import ErrorKind, NotLeader, PodnetError, ProviderError, TerminalError
+from podnet.core.fence import Fence, FencedCluster
 from podnet.core.metrics import Metrics
 from podnet.core.models import (
     LABEL_VM,
@@ -135,15 +136,20 @@ class Engine:
         clock: Clock | None = None,
         tracing: Tracing | None = None,
         options: EngineOptions | None = None,
+        fence: Fence | None = None,
     ) -> None:
         from podnet.core.reconcile.gc import GarbageCollector
         from podnet.core.reconcile.nodepool import NodePoolReconciler
         from podnet.core.reconcile.podnetwork import PodNetworkReconciler
 
-        self.cluster = cluster
         self.pm = pm
         self.hook = pm.hook
         self.clock: Clock = clock or SystemClock()
+        #: checked right before every write, Kubernetes or provider: the host hands in its
+        #: elector's; without one (no leader election) it never closes
+        self.fence = fence or Fence(self.clock, open_forever=True)
+        #: every write the engine makes goes through here, so through the fence
+        self.cluster: Cluster = FencedCluster(cluster, self.fence)
         self.tracing = tracing or Tracing(None)
         self.options = options or EngineOptions()
         self.random = random.Random(self.options.seed)
@@ -257,6 +263,9 @@ class Engine:
     def call(self, provider_name: str, hook: str, /, **kwargs: Any) -> Any:
         """Call one provider hook inside a CLIENT span; raises what the provider raised."""
         api = hook.removeprefix("podnet_")
+        # before the call, not after: a cloud write of a replica that may no longer lead
+        # must not leave the process (reads are refused too: nothing may act on them)
+        self.fence.check(f"{provider_name}.{api}")
         self.stats.provider_calls[f"{provider_name}.{api}"] += 1
         started = time.perf_counter() if self.metrics is not None else 0.0
         ok = False
@@ -533,6 +542,11 @@ class Engine:
         try:
             with self.tracing.reconcile(kind, name):
                 result = self._reconcilers[kind](name)
+        except NotLeader as exc:
+            # not the object's failure: this replica stops acting (the host stops it)
+            outcome = "fenced"
+            log.debug("%s %s stopped: %s", kind, name, exc)
+            self.queue.forget(key)
         except TerminalError as exc:
             outcome = "terminal"
             log.info("%s %s: %s (not retried)", kind, name, exc)

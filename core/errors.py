@@ -82,6 +82,12 @@ class TerminalError(PodnetError):
         self.reason = reason
 
 
+class NotLeader(PodnetError):
+    """A write refused because this replica's Lease may have expired (the renew deadline
+    passed without a renewal). Not a failure of the object: the reconcile stops there,
+    is not retried by this replica, and the replica stops leading."""
+
+
 class ConfigError(PodnetError):
     """Configuration is wrong; names the offending key."""
 

@@ -24,6 +24,7 @@ import pluggy
 from podnet.core.cluster.port import Cluster
 from podnet.core.config import Config, parse_listen
 from podnet.core.engine import Engine, EngineOptions
+from podnet.core.fence import Fence
 from podnet.core.leader import LeaderElector
 from podnet.core.metrics import Metrics
 from podnet.core.tracing import Tracing
@@ -53,25 +54,29 @@ class Host:
         self.cluster = cluster
         self.config = config
         self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
+        le = config.leader_election
+        self.leader_elect = le.enabled if leader_elect is None else leader_elect
+        # the elector renews on the raw cluster; the engine writes only through the fence
+        # the elector keeps open while the Lease is surely ours
+        self.fence = Fence(open_forever=not self.leader_elect)
+        self.elector = LeaderElector(
+            cluster, namespace=le.namespace, name=le.name, identity=self.identity,
+            lease_duration=le.lease_duration, renew_deadline=le.renew_deadline,
+            retry_period=le.retry_period, fence=self.fence,
+        )
         self.engine = Engine(
             cluster, pm, tracing=tracing,
-            options=EngineOptions.from_config(config, freeze_gc=True),
+            options=EngineOptions.from_config(config, freeze_gc=True), fence=self.fence,
         )
         self.metrics = Metrics()
         self.engine.metrics = self.metrics
         self.metrics.attach(self.engine)
-        le = config.leader_election
-        self.leader_elect = le.enabled if leader_elect is None else leader_elect
-        self.elector = LeaderElector(
-            cluster, namespace=le.namespace, name=le.name, identity=self.identity,
-            lease_duration=le.lease_duration, renew_deadline=le.renew_deadline,
-            retry_period=le.retry_period,
-        )
         self.stop = threading.Event()
         self._engine_stop = threading.Event()
         self._engine_thread: threading.Thread | None = None
         self.leading = False
         self.lost_lease = False
+        self.failed = False
         self._server: ThreadingHTTPServer | None = None
 
     # --- health and metrics ---------------------------------------------------------------
@@ -98,10 +103,20 @@ class Host:
     def _start_engine(self) -> None:
         self.leading = True
         log.info("leading: starting the engine")
-        self.engine.start()
-        self._engine_thread = threading.Thread(
-            target=self.engine.run, args=(self._engine_stop,), name="engine", daemon=True)
+        # listed on the engine's thread: the elector goes on renewing meanwhile (a first
+        # list of 100,000 pods outlasts the renew deadline, and the fence with it)
+        self._engine_thread = threading.Thread(target=self._lead, name="engine", daemon=True)
         self._engine_thread.start()
+
+    def _lead(self) -> None:
+        try:
+            self.engine.start()
+        except Exception:
+            log.exception("the engine could not start")
+            self.failed = True
+            self.stop.set()
+            return
+        self.engine.run(self._engine_stop)
 
     def _stop_engine(self) -> None:
         if not self.stop.is_set():
@@ -110,6 +125,10 @@ class Host:
         if self._engine_thread is not None:
             self._engine_thread.join(timeout=30)
         self.leading = False
+        refused = sum(self.fence.refused.values())
+        if refused:
+            log.warning("%d writes refused: the lease might have expired when they were due",
+                        refused)
 
     def run(self) -> int:
         if self.leader_elect:
@@ -122,7 +141,7 @@ class Host:
             self._stop_engine()
         if self._server is not None:
             self._server.shutdown()
-        return 1 if self.lost_lease else 0
+        return 1 if self.lost_lease or self.failed else 0
 
     def install_signal_handlers(self) -> None:
         def handle(signum: int, _frame: Any) -> None:

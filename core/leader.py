@@ -6,6 +6,12 @@ renewed. A holder renews every ``retry_period`` and gives up leadership when it 
 renew for ``renew_deadline``; a candidate takes the Lease once ``lease_duration`` has
 passed since the holder's last renewal (measured on the candidate's own clock from when it
 last saw the renewal change, so clock skew between replicas does not matter).
+
+Leadership is valid only until the start of the last successful renewal plus
+``renew_deadline`` on this replica's monotonic clock, as in client-go: the elector keeps a
+:class:`~podnet.core.fence.Fence` open that long, and every write of the engine checks it.
+A replica that finds the deadline passed (it was paused, or could not renew) stops
+leading before it tries the Lease again, even if nobody took it meanwhile.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from datetime import datetime
 
 from podnet.core.clock import Clock, SystemClock
 from podnet.core.cluster.port import LEASE, AlreadyExists, ApiError, Cluster, Conflict, NotFound
+from podnet.core.fence import Fence
 
 log = logging.getLogger("podnet.leader")
 
@@ -39,6 +46,7 @@ class LeaderElector:
         renew_deadline: float = 10.0,
         retry_period: float = 2.0,
         clock: Clock | None = None,
+        fence: Fence | None = None,
     ) -> None:
         if not lease_duration > renew_deadline > retry_period > 0:
             raise ValueError("need lease_duration > renew_deadline > retry_period > 0")
@@ -50,6 +58,10 @@ class LeaderElector:
         self.renew_deadline = renew_deadline
         self.retry_period = retry_period
         self.clock = clock or SystemClock()
+        #: open while this replica may write: until the start of its last successful
+        #: renewal plus ``renew_deadline`` (``lease_duration - renew_deadline`` earlier than
+        #: anyone else may take the Lease over: the margin of a write already under way)
+        self.fence = fence or Fence(self.clock)
         self.leading = False
         self.transitions = 0
         # what we last saw of someone else's lease, and when (our monotonic clock)
@@ -60,6 +72,10 @@ class LeaderElector:
     def try_acquire_or_renew(self) -> bool:
         """One attempt. :return: whether this replica holds the Lease now."""
         now_mono = self.clock.monotonic()
+        if self.leading and now_mono - self._last_renew >= self.renew_deadline:
+            # past the renew deadline without a renewal (paused, or the API unreachable):
+            # leadership ended then, whatever the Lease says now
+            return self._lost("its renew deadline passed")
         now = _micro(self.clock.now())
         try:
             lease = self.cluster.get(LEASE, self.name, self.namespace)
@@ -75,8 +91,7 @@ class LeaderElector:
             self._observed, self._observed_at = seen, now_mono
         duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
         if holder not in (None, self.identity) and now_mono - self._observed_at < duration:
-            self.leading = False
-            return False
+            return self._lost(f"{holder} holds it")
         if holder != self.identity:
             spec["acquireTime"] = now
             spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
@@ -112,19 +127,26 @@ class LeaderElector:
             log.info("%s became leader of %s/%s", self.identity, self.namespace, self.name)
         self.leading = True
         self._last_renew = now_mono
+        self.fence.extend(now_mono + self.renew_deadline)
         return True
 
     def _still_leading(self, now_mono: float, lost_race: bool = False) -> bool:
         """After a failed renewal: keep leading only within the renew deadline."""
         if self.leading and not lost_race and now_mono - self._last_renew < self.renew_deadline:
             return True
+        return self._lost("it could not renew")
+
+    def _lost(self, why: str) -> bool:
+        self.fence.close()
         if self.leading:
-            log.warning("%s lost the lease %s/%s", self.identity, self.namespace, self.name)
+            log.warning("%s lost the lease %s/%s: %s", self.identity, self.namespace,
+                        self.name, why)
         self.leading = False
         return False
 
     def release(self) -> None:
         """Hand the Lease back on a clean shutdown so the next replica need not wait."""
+        self.fence.close()  # before the Lease is free: nothing may write after it
         if not self.leading:
             return
         self.leading = False
@@ -150,5 +172,7 @@ class LeaderElector:
                 return  # like controller-runtime: a replica that lost the lease exits
             stop.wait(self.retry_period)
         if self.leading:
-            self.release()
+            # in-flight work finishes while the Lease is still ours (and the fence open,
+            # up to the renew deadline), then the Lease is handed back
             on_stopped()
+            self.release()

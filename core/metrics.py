@@ -77,6 +77,12 @@ class _EngineCollector(Collector):
         for name, count in e.stats.writes.items():
             writes.add_metric([name], count)
         yield writes
+        fenced = CounterMetricFamily(
+            "podnet_fenced_writes", "Writes (API and provider) refused because this "
+            "replica's lease might have expired.", labels=["write"])
+        for name, count in e.fence.refused.items():
+            fenced.add_metric([name], count)
+        yield fenced
         waited = CounterMetricFamily("podnet_rate_limiter_wait_seconds",
                                      "Time spent waiting for cloud-call tokens.",
                                      labels=["provider"])

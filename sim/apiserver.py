@@ -31,6 +31,11 @@ object, any of::
      "clear": true}            # rates back to 0, planned failures dropped (applied first)
 
 answers the current rates (``GET`` too). ``POST /_podnet/bookmark`` is a shortcut.
+
+An audit log (``--audit-log PATH``, like kube-apiserver's ``--audit-log-path`` at the
+``ResponseComplete`` stage, metadata only): one JSON line per write request, after its
+answer, with ``verb``, ``requestURI``, ``userAgent`` and ``code``: who wrote what, and in
+what order.
 """
 
 from __future__ import annotations
@@ -417,6 +422,7 @@ class ApiServer:
         *,
         bookmark_interval: float = 1.0,
         crd_dir: Path | None = None,
+        audit_log: Path | None = None,
     ) -> None:
         if cluster is None:
             cluster = InMemoryCluster()
@@ -434,6 +440,8 @@ class ApiServer:
         self._lock = threading.Lock()
         self._watches: set[MemoryWatch] = set()
         self._connections: set[socket.socket] = set()
+        self._audit_lock = threading.Lock()
+        self._audit = open(audit_log, "a", encoding="utf-8") if audit_log else None  # noqa: SIM115
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -472,6 +480,17 @@ class ApiServer:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
         self._httpd.server_close()
+        with self._audit_lock:
+            if self._audit is not None:
+                self._audit.close()
+                self._audit = None
+
+    def audit(self, entry: Obj) -> None:
+        """Append one audit line (a no-op without an audit log)."""
+        with self._audit_lock:
+            if self._audit is not None:
+                self._audit.write(json.dumps(entry, separators=(",", ":")) + "\n")
+                self._audit.flush()
 
     def __enter__(self) -> ApiServer:
         return self.start()
@@ -622,6 +641,15 @@ class _Handler(BaseHTTPRequestHandler):
         url = urllib.parse.urlsplit(self.path)
         self.query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query, True).items()}
         self.warnings: list[str] = []
+        self.code = 0
+        try:
+            self._answer(method, url)
+        finally:
+            if method != "GET" and not url.path.startswith("/_podnet/"):
+                self.api.audit({"verb": method, "requestURI": self.path, "code": self.code,
+                                "userAgent": self.headers.get("User-Agent", "")})
+
+    def _answer(self, method: str, url: urllib.parse.SplitResult) -> None:
         try:
             self.body = self._read_body()
             self._route(method, url.path.rstrip("/") or "/")
@@ -652,6 +680,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, code: int, body: Any, content_type: str = "application/json") -> None:
         data = json.dumps(body, separators=(",", ":")).encode()
+        self.code = code
         try:
             self.send_response(code)
             self.send_header("Content-Type", content_type)
@@ -1399,6 +1428,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--crds", type=Path, default=None, metavar="DIR",
         help="directory with podnetworks.yaml and nodenetworks.yaml (default: the shipped ones)",
     )
+    parser.add_argument(
+        "--audit-log", type=Path, default=None, metavar="PATH",
+        help="append one JSON line per write request (verb, URI, user agent, status code)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -1414,6 +1447,7 @@ def run(args: argparse.Namespace) -> int:
             port=args.port,
             bookmark_interval=args.bookmark_interval,
             crd_dir=args.crds,
+            audit_log=args.audit_log,
         )
         with server:
             if args.kubeconfig_out is not None:

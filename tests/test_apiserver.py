@@ -864,3 +864,21 @@ def test_cli_prints_url_and_writes_a_working_kubeconfig(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_the_audit_log_records_each_write_with_its_user_agent(tmp_path: Path) -> None:
+    log = tmp_path / "audit.jsonl"
+    with ApiServer(audit_log=log) as srv, client.ApiClient(
+            client.Configuration(host=srv.url)) as api_client:
+        api_client.user_agent = "podnet/replica-a"
+        core = client.CoreV1Api(api_client)
+        core.create_namespaced_pod("default", pod("web"))
+        core.read_namespaced_pod("web", "default")  # a read: not in the log
+        with pytest.raises(ApiException):
+            core.create_namespaced_pod("default", pod("web"))
+        core.delete_namespaced_pod("web", "default")
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(e["verb"], e["code"]) for e in entries] == [("POST", 201), ("POST", 409),
+                                                          ("DELETE", 200)]
+    assert {e["userAgent"] for e in entries} == {"podnet/replica-a"}
+    assert entries[2]["requestURI"] == "/api/v1/namespaces/default/pods/web"

@@ -39,8 +39,10 @@ class Cluster:
         self.tmp = tmp
         self.kubeconfig = tmp / "kubeconfig"
         self.procs: list[subprocess.Popen[str]] = []
+        self.audit_log = tmp / "audit.jsonl"
         self.apiserver = self.spawn(["apiserver", "--port", "0", "--kubeconfig-out",
-                                     str(self.kubeconfig)], "apiserver")
+                                     str(self.kubeconfig), "--audit-log", str(self.audit_log)],
+                                    "apiserver")
         assert self.apiserver.stdout is not None
         self.url = self.apiserver.stdout.readline().strip()
         assert self.url.startswith("http://127.0.0.1:"), self.url
@@ -91,9 +93,20 @@ class Cluster:
     def create(self, docs: list[dict[str, Any]]) -> None:
         self.kubectl("create", "-f", "-", input=yaml.safe_dump_all(docs))
 
+    def writes(self) -> list[dict[str, Any]]:
+        """The API server's audit log: every write request so far, in order."""
+        text = self.audit_log.read_text() if self.audit_log.exists() else ""
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def lease_holder(self) -> str | None:
+        lease = json.loads(self.kubectl("get", "lease", "podnet", "-n", "kube-system", "-o",
+                                        "json"))
+        return lease["spec"].get("holderIdentity")
+
     def close(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)  # a paused one too
                 proc.kill()
             proc.wait(timeout=10)
             if proc.stdout is not None:
@@ -255,6 +268,49 @@ def test_two_replicas_one_leader_and_takeover(cluster: Cluster) -> None:
     assert new_holder == other
     # within the lease duration plus a retry period and scheduling slack
     assert took < lease + lease / 6 + 5, took
+
+
+def test_a_leader_paused_past_its_lease_writes_nothing_when_it_resumes(cluster: Cluster) -> None:
+    c = cluster
+    lease = 3.0
+    ports = {"a": free_port(), "b": free_port()}
+    procs = {name: c.controller(name, port, lease=lease) for name, port in ports.items()}
+    c.create(nodes(2))
+    first = [f"p-{i}" for i in range(10)]
+    c.create(pods(first, 2))
+    wait_for("10 routed", lambda: len(routed(c)) == 10, timeout=60)
+    holder = c.lease_holder()
+    assert holder in procs
+    other = "b" if holder == "a" else "a"
+    ua = f"podnet/{holder}"
+    assert any(w["userAgent"] == ua for w in c.writes()), "the leader's writes are not seen"
+
+    # the leader stops (as a stalled VM or a long pause would) for longer than its Lease
+    procs[holder].send_signal(signal.SIGSTOP)
+    try:
+        wait_for("the standby to take over", lambda: c.lease_holder() == other, timeout=60)
+        # what the stale leader finds when it runs again: new pods, deleted pods, a node
+        second = [f"q-{i}" for i in range(20)]
+        c.create(pods(second, 2))
+        c.kubectl("delete", "pod", "--wait=false", *first[:3])
+        c.create(nodes(3)[2:])
+        wanted = set(first[3:]) | set(second)
+        wait_for("the new leader routes them",
+                 lambda: set(routed(c)) == wanted and len(c.get("podnetworks")) == 27)
+        resumed_after = len(c.writes())
+    finally:
+        procs[holder].send_signal(signal.SIGCONT)
+    # it finds its leadership over, writes nothing, and exits (its supervisor restarts it)
+    assert procs[holder].wait(timeout=60) == 1
+    stale = [w for w in c.writes()[resumed_after:] if w["userAgent"] == ua]
+    assert stale == [], f"the old leader wrote after it resumed: {stale}"
+
+    c.create(pods([f"r-{i}" for i in range(5)], 3))
+    wait_for("the new leader routes everything",
+             lambda: set(routed(c)) == wanted | {f"r-{i}" for i in range(5)})
+    assert all(w["userAgent"] != ua for w in c.writes()[resumed_after:])
+    assert_no_leak_and_no_double(c)
+    wait_for("a clean podnet audit", lambda: c.audit(other) == 0, timeout=60)
 
 
 def test_sigterm_finishes_and_hands_the_lease_back(cluster: Cluster) -> None:

@@ -38,6 +38,7 @@ from podnet.core.convert import UnreadablePodNetwork
 from podnet.core.errors import (
     ErrorKind,
     InvalidRequest,
+    NotLeader,
     PodnetError,
     PoolEmpty,
     ProviderError,
@@ -937,6 +938,8 @@ class PodNetworkReconciler:
             raise exc  # KeyboardInterrupt, SystemExit: not ours to swallow
         if isinstance(exc, Conflict):
             raise exc  # stale cache: the queue retries at once with a fresh read
+        if isinstance(exc, NotLeader):
+            raise exc  # nothing to record: this replica may no longer write at all
         kind = e.classify(pn.spec.provider, exc)
         if isinstance(exc, PoolEmpty):
             pool = e.pools.get(pn.spec.provider, pn.spec.node_name)

@@ -250,6 +250,26 @@ def test_terminating_pod_keeps_its_address_until_its_grace_period_ends() -> None
     assert [r for r in rig.records() if r["spec"]["podName"] == "web"] == []
 
 
+def test_terminating_pod_on_a_lost_node_is_released_at_its_deadline_not_a_verify_later() -> None:
+    """Issue 13, 11c: nothing else ever touches a pod stuck terminating on a lost node
+    (no kubelet finishes it): its records must go at ``deletionTimestamp`` (grace
+    included), not at the next verify tick, with no event to wake its key."""
+    policy = PoolPolicy(min_idle=2, max_idle=4, batch_size=4, max_batch_size=8,
+                        reuse_cooldown=0.0, verify_period=300.0)
+    rig = Rig(policy=policy)
+    node = rig.node(0)
+    pod = rig.pod("web", node)
+    rig.settle()
+    assert phase(rig.record_of(pod)) == "Routed"
+    rig.cluster.delete(POD, "web", NS, grace_period_seconds=30)
+    rig.settle()
+    assert phase(rig.record_of(pod)) == "Routed"  # still within its grace
+    # the fake clock moves only to keys due within 31 s: the deadline's, if requeued
+    rig.settle(advance=31)
+    assert [r for r in rig.records() if r["spec"]["podName"] == "web"] == []
+    rig.assert_no_leak()
+
+
 @pytest.mark.parametrize("terminal_phase", ["Succeeded", "Failed"])
 def test_terminal_pod_releases_its_network(terminal_phase: str) -> None:
     rig = Rig()

@@ -203,6 +203,12 @@ class PodNetworkReconciler:
             if network not in covered:
                 assert pod is not None
                 results.append(self._create(pod, network, want))
+        if pod is not None and desired and pod.deletion_timestamp is not None:
+            # a terminating pod (its deletionTimestamp includes the grace): released once
+            # that passes (see desired), and nothing may wake the key then — a lost
+            # node's kubelet never finishes the pod — so look again at the deadline
+            left = (pod.deletion_timestamp - e.clock.now()).total_seconds()
+            results.append(Result(requeue_after=max(left, 0.0)))
         return Result.soonest(results)
 
     def _held_for_vm(self, pod: PodInfo, have: list[PodNetwork],

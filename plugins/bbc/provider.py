@@ -314,6 +314,8 @@ class BbcProvider:
         self._api: BbcApi | None = None
         self._lock = threading.Lock()
         self._instances: dict[str, _InstanceState] = {}
+        #: node name -> its instance, to forget the instance when the node goes
+        self._node_instance: dict[str, str] = {}
         #: subnets the cloud reported empty: tried last, and only after a free-IP check
         self.empty_subnets: set[str] = set()
         self._subnet_cache: dict[str, SubnetInfo] = {}
@@ -401,6 +403,13 @@ class BbcProvider:
     # helpers: the node's instance, its ENI, its subnets
 
     def instance_id(self, node: NodeInfo) -> str:
+        instance = self._instance_of(node)
+        if self._node_instance.get(node.name) != instance:
+            with self._lock:
+                self._node_instance[node.name] = instance
+        return instance
+
+    def _instance_of(self, node: NodeInfo) -> str:
         if self.instance_id_label:
             value = node.labels.get(self.instance_id_label)
             if value:
@@ -412,6 +421,16 @@ class BbcProvider:
             raise ProviderError(ErrorKind.FATAL, f"node {node.name} names no BBC instance "
                                 f"(spec.providerID{label})", field="spec.providerID")
         return tail
+
+    @hookimpl
+    def podnet_node_removed(self, provider: str, node: str) -> None:
+        """The node left: its instance's cached port, suspicion and missing addresses go."""
+        if provider != self.name:
+            return
+        with self._lock:
+            instance = self._node_instance.pop(node, None)
+        if instance is not None:
+            self.forget(instance)
 
     def _state(self, instance: str) -> _InstanceState:
         with self._lock:
@@ -426,8 +445,9 @@ class BbcProvider:
             self._instances.pop(instance, None)
 
     def remembered(self) -> set[str]:
+        """The instances (and node names) the provider keeps state about."""
         with self._lock:
-            return set(self._instances)
+            return set(self._instances) | set(self._node_instance)
 
     def _port(self, instance: str, *, fresh: bool = False) -> Port:
         state = self._state(instance)

@@ -213,6 +213,8 @@ class EcsProvider:
         #: status); kept up to date by the provider's own writes, so that route does not
         #: describe the node's ENIs once per pod
         self._seen: dict[str, tuple[float, dict[str, str]]] = {}
+        #: node name -> its instance, to forget the instance when the node goes
+        self._node_instance: dict[str, str] = {}
         #: how long verify trusts that view (seconds, wall clock)
         self.verify_cache_ttl = 1.0
         self._generation = 0
@@ -335,6 +337,30 @@ class EcsProvider:
     # --- helpers ------------------------------------------------------------------------
 
     def instance_id(self, node: NodeContext) -> str:
+        instance = self._instance_of(node)
+        if self._node_instance.get(node.node.name) != instance:
+            with self._lock:
+                self._node_instance[node.node.name] = instance
+        return instance
+
+    @hookimpl
+    def podnet_node_removed(self, provider: str, node: str) -> None:
+        """The node left: the view of its instance's ENIs goes. ENIs whose rollback
+        failed (``_orphans``) stay remembered: they are cloud objects still to delete,
+        not a cache."""
+        if provider != self.name:
+            return
+        with self._lock:
+            instance = self._node_instance.pop(node, None)
+            if instance is not None:
+                self._seen.pop(instance, None)
+
+    def remembered(self) -> set[str]:
+        """The instances (and node names) the provider keeps a view of."""
+        with self._lock:
+            return set(self._seen) | set(self._node_instance)
+
+    def _instance_of(self, node: NodeContext) -> str:
         n = node.node
         mapped = self.config.instance_ids.get(n.name)
         if mapped:

@@ -59,6 +59,7 @@ from podnet.core.objects import (
 from podnet.core.plugin import Providers
 from podnet.core.policy import PoolPolicy
 from podnet.core.pool import Pools
+from podnet.core.ratelimit import CloudLimiter
 from podnet.core.reconcile.result import Result
 from podnet.core.tracing import Tracing
 from podnet.core.workqueue import WorkQueue
@@ -156,6 +157,14 @@ class Engine:
                                self.options.policies.get(name, {}))
             for name, info in self.providers.infos.items()
         }
+        #: per provider, its buckets per cloud API; ``self_limited``: the providers that
+        #: take them before each cloud call themselves (``podnet_cloud_limiter``)
+        self.cloud_limiters = {
+            name: CloudLimiter(policy.cloud_rate, self.clock, dict(policy.cloud_rates))
+            for name, policy in self._policies.items()}
+        self.self_limited = {
+            name for name, limiter in self.cloud_limiters.items()
+            if self.hook.podnet_cloud_limiter(provider=name, limiter=limiter) is True}
         self.stats = Stats()
         self.pools = Pools()
         self.queue: WorkQueue[Key] = WorkQueue(self.clock, name="podnet")

@@ -14,7 +14,8 @@ the machine's state unchanged, records a condition and an Event, and retries wit
 
 Order in which the engine calls them (see docs/writing-a-provider.md):
 
-1. ``podnet_register_provider``, ``podnet_configure`` — once, at start.
+1. ``podnet_register_provider``, ``podnet_configure``, ``podnet_cloud_limiter`` — once,
+   at start.
 2. ``podnet_select_provider``, ``podnet_select_networks`` — per node and per pod.
 3. ``podnet_node_inventory`` — per node, before its pool is used, and on resync.
 4. ``podnet_interface_create`` / ``podnet_interface_dispose``,
@@ -40,6 +41,7 @@ import pluggy
 
 from podnet.core.errors import ErrorKind
 from podnet.core.models import NodeInfo, PodInfo
+from podnet.core.ratelimit import CloudLimiter
 from podnet.hookspecs.types import (
     AllocateContext,
     Allocation,
@@ -100,6 +102,31 @@ def podnet_configure(provider: str, config: Mapping[str, Any]) -> None:
     Called on every plugin once per configured provider, before anything else runs.
 
     .. versionadded:: 0.1.0
+    """
+
+
+@hookspec(firstresult=True)
+def podnet_cloud_limiter(provider: str, limiter: CloudLimiter) -> bool | None:
+    """Hand a provider the client-side rate limiter of its cloud calls.
+
+    ``limiter`` holds one token bucket per cloud API (action), as clouds meter calls:
+    the policy's ``cloud_rate`` for every API, ``cloud_rates`` overriding it per API
+    name. Take a token with ``limiter.acquire(api)`` before *every* SDK request —
+    reads (inventory, describes, polls) as well as writes — in the one place your
+    client wrapper sends them; it waits on core's clock for the API's next slot. Name
+    each API as the cloud meters it (its action name), so operators can set
+    ``cloudRates`` to the cloud's published limits. A cloud's throttled answer must
+    still be classified ``throttled``.
+
+    :return: ``True`` when you take its tokens before each call; ``None`` when
+        ``provider`` is not yours, or you do not: core then keeps limiting your
+        ``podnet_pool_grow`` / ``podnet_pool_shrink`` / ``podnet_interface_dispose``
+        calls with one bucket of its own, and nothing else.
+
+    Called once per registered provider when the engine starts, after
+    ``podnet_configure``.
+
+    .. versionadded:: 0.2.0
     """
 
 

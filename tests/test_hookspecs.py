@@ -24,6 +24,7 @@ OPTIONAL_FOR_REFERENCE = frozenset(
         "podnet_hold_address",
         "podnet_sweep",
         "podnet_node_removed",
+        "podnet_cloud_limiter",
         "podnet_transition",
     }
 )

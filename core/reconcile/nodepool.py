@@ -521,8 +521,12 @@ class NodePoolReconciler:
         """Client-side token bucket per provider, taken before each cloud call.
 
         :return: 0 when a token was taken; else the seconds until one is there. The
-        caller requeues the node for then instead of sleeping on a worker.
+        caller requeues the node for then instead of sleeping on a worker. A provider
+        that takes its per-API buckets itself (``podnet_cloud_limiter``) is not limited
+        twice: 0 at once.
         """
+        if provider in self.e.self_limited:
+            return 0.0
         with self._buckets_lock:
             bucket = self._buckets.get(provider)
             if bucket is None:

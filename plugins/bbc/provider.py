@@ -42,6 +42,7 @@ from podnet.core.annotations import is_ip
 from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, PoolEmpty, ProviderError
 from podnet.core.models import NodeInfo
 from podnet.core.policy import Backoff, PoolPolicy, RateLimit
+from podnet.core.ratelimit import CloudLimiter
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
     AllocateContext,
@@ -58,6 +59,12 @@ from podnet.hookspecs.types import (
 )
 
 NAME = "bbc"
+#: the APIs as BBC meters them (one bucket each): the names core's limiter keys on
+API_ADD = "batchAddIp"
+API_DEL = "batchDelIp"
+API_ADD_CROSS = "batchAddIpCrossSubnet"
+API_PORT = "vpcPort"
+API_SUBNET = "getSubnet"
 __version__ = "0.1.0"
 
 ANNOTATION_FIELD = "metadata.annotations[podnet.io/{}]"
@@ -243,6 +250,12 @@ class BbcApi:
             sdk_log.setLevel(logging.INFO)
         self.bbc = BbcClient(config(endpoint))
         self.vpc = SubnetClient(config(vpc_endpoint or endpoint))
+        #: core's buckets per API (``podnet_cloud_limiter``): one token before each request
+        self.limiter: CloudLimiter | None = None
+
+    def _take(self, api: str) -> None:
+        if self.limiter is not None:
+            self.limiter.acquire(api)
 
     def __repr__(self) -> str:  # never the credentials
         return "BbcApi()"
@@ -260,6 +273,7 @@ class BbcApi:
 
     def add_ips(self, instance_id: str, count: int | None = None,
                 ips: Sequence[str] | None = None) -> list[str]:
+        self._take(API_ADD)
         reply = self.bbc.batch_add_ip(
             instance_id, private_ips=list(ips) if ips is not None else None,
             secondary_private_ip_address_count=count)
@@ -269,18 +283,22 @@ class BbcApi:
                              count: int) -> list[str]:
         body = {"instanceId": instance_id, "singleEniAndSubentIps": [
             {"eniId": eni_id, "subnetId": subnet_id, "secondaryPrivateIpAddressCount": count}]}
+        self._take(API_ADD_CROSS)
         reply = self.bbc._send_request(http_methods.PUT, b"/instance/batchAddIpCrossSubnet",
                                        json.dumps(body))
         return parse_added(self._json(reply), "batchAddIpCrossSubnet")
 
     def delete_ips(self, instance_id: str, ips: Sequence[str]) -> None:
+        self._take(API_DEL)
         self.bbc.batch_delete_ip(instance_id, list(ips))
 
     def port(self, instance_id: str) -> Port:
         path = b"/vpcPort/" + instance_id.encode()
+        self._take(API_PORT)
         return parse_port(self._json(self.bbc._send_request(http_methods.GET, path)))
 
     def subnet(self, subnet_id: str) -> SubnetInfo:
+        self._take(API_SUBNET)
         return parse_subnet(self._json(self.vpc.get_subnet(subnet_id)), subnet_id)
 
 
@@ -312,6 +330,7 @@ class BbcProvider:
         self.max_ips = max_ips_per_node
         self._api_factory = api_factory
         self._api: BbcApi | None = None
+        self._limiter: CloudLimiter | None = None
         self._lock = threading.Lock()
         self._instances: dict[str, _InstanceState] = {}
         #: node name -> its instance, to forget the instance when the node goes
@@ -336,6 +355,7 @@ class BbcProvider:
                               "BCE_SECRET_ACCESS_KEY)")
         self._api = self._api_factory(endpoint, ak, sk, vpc_endpoint=vpc, protocol=protocol,
                                       timeout_ms=timeout_ms)
+        self._api.limiter = self._limiter
 
     @property
     def api(self) -> BbcApi:
@@ -390,6 +410,16 @@ class BbcProvider:
         if endpoint is not None:
             self._connect(endpoint, text("accessKeyId"), text("secretAccessKey"),
                           text("vpcEndpoint"), protocol or "http", timeout)
+
+    @hookimpl
+    def podnet_cloud_limiter(self, provider: str, limiter: CloudLimiter) -> bool | None:
+        """Every SDK request (reads too) takes a token of its API's bucket first."""
+        if provider != self.name:
+            return None
+        self._limiter = limiter
+        if self._api is not None:
+            self._api.limiter = limiter
+        return True
 
     # 2. who serves what
 

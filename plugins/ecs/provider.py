@@ -58,6 +58,7 @@ import attrs
 from podnet.core.annotations import is_ip
 from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, PoolEmpty, ProviderError
 from podnet.core.policy import PoolPolicy, RateLimit
+from podnet.core.ratelimit import CloudLimiter
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
     AllocateContext,
@@ -219,6 +220,8 @@ class EcsProvider:
         self.verify_cache_ttl = 1.0
         self._generation = 0
         self.sdk_calls: dict[str, int] = {}
+        #: core's buckets per API action (``podnet_cloud_limiter``)
+        self._limiter: CloudLimiter | None = None
 
     # --- the SDK ------------------------------------------------------------------------
 
@@ -259,6 +262,9 @@ class EcsProvider:
         """One SDK call; its error comes back as a ProviderError core can act on (the
         ``subject`` names the vSwitch or ENI to blame)."""
         method = getattr(self._client(), _snake(api))
+        limiter = self._limiter
+        if limiter is not None:
+            limiter.acquire(api)  # every request, reads and polls too: one bucket per API
         with self._lock:
             self.sdk_calls[api] = self.sdk_calls.get(api, 0) + 1
         try:
@@ -333,6 +339,15 @@ class EcsProvider:
             self._generation += 1
             self._limits.clear()
             self._cidrs.clear()
+
+    @hookimpl
+    def podnet_cloud_limiter(self, provider: str, limiter: CloudLimiter) -> bool | None:
+        """Every SDK request (describes and attach polls too) takes a token of its
+        action's bucket first, as Terway meters each ECS API on its own."""
+        if provider != self.name:
+            return None
+        self._limiter = limiter
+        return True
 
     # --- helpers ------------------------------------------------------------------------
 

@@ -240,16 +240,15 @@ def policy_overrides(where: str, raw: object) -> dict[str, Any]:
         name = _snake(str(key))
         if name not in fields:
             raise ConfigError(f"{where}.{key}", "unknown policy key")
-        if name in _NESTED:
-            cls = _NESTED[name]
+        if name == "cloud_rates":
             if not isinstance(value, Mapping):
-                raise ConfigError(f"{where}.{key}", "expected a mapping")
-            nested = {_snake(str(k)): v for k, v in value.items()}
-            known = {f.name for f in attrs.fields(cls)}
-            for k in nested:
-                if k not in known:
-                    raise ConfigError(f"{where}.{key}.{k}", "unknown key")
-            values[name] = _build(f"{where}.{key}", cls, nested)
+                raise ConfigError(f"{where}.{key}", "expected a mapping of API name to "
+                                                    "{rate, burst}")
+            values[name] = tuple(
+                (str(api), _nested(f"{where}.{key}.{api}", RateLimit, limit))
+                for api, limit in value.items())
+        elif name in _NESTED:
+            values[name] = _nested(f"{where}.{key}", _NESTED[name], value)
         elif isinstance(value, bool) != (fields[name].type in (bool, "bool")):
             raise ConfigError(f"{where}.{key}", f"wrong type: {value!r}")
         elif not isinstance(value, int | float):
@@ -258,6 +257,17 @@ def policy_overrides(where: str, raw: object) -> dict[str, Any]:
             values[name] = value
     apply_policy(where, PoolPolicy(), values)  # each value valid on its own
     return values
+
+
+def _nested(where: str, cls: type[Any], value: object) -> Any:
+    if not isinstance(value, Mapping):
+        raise ConfigError(where, "expected a mapping")
+    nested = {_snake(str(k)): v for k, v in value.items()}
+    known = {f.name for f in attrs.fields(cls)}
+    for k in nested:
+        if k not in known:
+            raise ConfigError(f"{where}.{k}", "unknown key")
+    return _build(where, cls, nested)
 
 
 def apply_policy(where: str, base: PoolPolicy, overrides: Mapping[str, Any]) -> PoolPolicy:

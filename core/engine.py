@@ -67,6 +67,7 @@ from podnet.core.ownership import AddressBook
 from podnet.core.plugin import Providers
 from podnet.core.policy import PoolPolicy
 from podnet.core.pool import Pools
+from podnet.core.ratelimit import CloudLimiter
 from podnet.core.reconcile.result import Result
 from podnet.core.tracing import Tracing
 from podnet.core.workqueue import WorkQueue
@@ -169,6 +170,14 @@ class Engine:
                                self.options.policies.get(name, {}))
             for name, info in self.providers.infos.items()
         }
+        #: per provider, its buckets per cloud API; ``self_limited``: the providers that
+        #: take them before each cloud call themselves (``podnet_cloud_limiter``)
+        self.cloud_limiters = {
+            name: CloudLimiter(policy.cloud_rate, self.clock, dict(policy.cloud_rates))
+            for name, policy in self._policies.items()}
+        self.self_limited = {
+            name for name, limiter in self.cloud_limiters.items()
+            if self.hook.podnet_cloud_limiter(provider=name, limiter=limiter) is True}
         self.stats = Stats()
         self.pools = Pools()
         #: who owns each address: claimed before a record names it, filled from every

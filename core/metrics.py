@@ -86,6 +86,9 @@ class _EngineCollector(Collector):
         waited = CounterMetricFamily("podnet_rate_limiter_wait_seconds",
                                      "Time spent waiting for cloud-call tokens.",
                                      labels=["provider"])
-        for provider, bucket in e.nodepools.buckets().items():
-            waited.add_metric([provider], bucket.waited_seconds)
+        core_gate = e.nodepools.buckets()
+        for provider, limiter in e.cloud_limiters.items():
+            gate = core_gate.get(provider)
+            waited.add_metric([provider], limiter.waited_seconds
+                              + (gate.waited_seconds if gate is not None else 0.0))
         yield waited

@@ -83,7 +83,12 @@ class PoolPolicy:
     max_interface_ops: int = attrs.field(default=3, validator=_positive)
     #: a sticky pod's address is held this long after its pod is gone
     sticky_hold: float = attrs.field(default=300.0, validator=_non_negative)
+    #: client-side bucket of each cloud API (action) a provider calls, when
+    #: ``cloud_rates`` names none for it
     cloud_rate: RateLimit = RateLimit()
+    #: per-API overrides of ``cloud_rate``: (API name, its bucket) pairs; in the config
+    #: file a mapping ``cloudRates: {DescribeNetworkInterfaces: {rate: 5, burst: 2}}``
+    cloud_rates: tuple[tuple[str, RateLimit], ...] = ()
     grow_backoff: Backoff = Backoff()
     #: cap each grow backoff at cap / (log2(batch_size)+1) / #subnets (CCE's BBC rule)
     backoff_cap_per_try: bool = False

@@ -6,7 +6,7 @@ Everything reads a ``Clock``, so on a ``FakeClock`` waits advance fake time inst
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from typing import Self
 
 from podnet.core.clock import Clock
@@ -139,3 +139,39 @@ class MaxOfRateLimiter:
 
     def failures(self, key: Hashable) -> int:
         return self.item.failures(key)
+
+
+class CloudLimiter:
+    """One provider's client-side buckets, one per cloud API (action), as clouds meter
+    calls: each API has its own budget. ``default`` serves every API without an entry in
+    ``overrides``. Providers get theirs from core (``podnet_cloud_limiter``) and take a
+    token before each SDK request: ``acquire(api)`` waits on the clock for its slot.
+    """
+
+    def __init__(self, default: RateLimit, clock: Clock,
+                 overrides: Mapping[str, RateLimit] | None = None) -> None:
+        self.default = default
+        self.overrides = dict(overrides or {})
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._buckets: dict[str, TokenBucket] = {}
+
+    def bucket(self, api: str) -> TokenBucket:
+        with self._lock:
+            bucket = self._buckets.get(api)
+            if bucket is None:
+                bucket = self._buckets[api] = TokenBucket.from_policy(
+                    self.overrides.get(api, self.default), self._clock)
+            return bucket
+
+    def acquire(self, api: str) -> float:
+        """Take one token of ``api``'s bucket, waiting for it; returns the wait."""
+        return self.bucket(api).acquire()
+
+    def buckets(self) -> dict[str, TokenBucket]:
+        with self._lock:
+            return dict(self._buckets)
+
+    @property
+    def waited_seconds(self) -> float:
+        return sum(b.waited_seconds for b in self.buckets().values())

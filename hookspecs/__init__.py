@@ -14,7 +14,8 @@ the machine's state unchanged, records a condition and an Event, and retries wit
 
 Order in which the engine calls them (see docs/writing-a-provider.md):
 
-1. ``podnet_register_provider``, ``podnet_configure`` — once, at start.
+1. ``podnet_register_provider``, ``podnet_configure``, ``podnet_cloud_limiter`` — once,
+   at start.
 2. ``podnet_select_provider``, ``podnet_select_networks`` — per node and per pod.
 3. ``podnet_node_inventory`` — per node, before its pool is used, and on resync.
 4. ``podnet_interface_create`` / ``podnet_interface_dispose``,
@@ -26,6 +27,7 @@ Order in which the engine calls them (see docs/writing-a-provider.md):
 7. ``podnet_hold_address`` — while a sticky pod network waits for its pod to return.
 8. ``podnet_sweep`` — by the garbage collector, every ``gc_period``, for providers with
    their own address management: remove what no record owns any more.
+   ``podnet_node_removed`` — once a node left and core dropped its pool: forget it.
 9. ``podnet_classify_error`` — whenever a hook raised something not a ProviderError.
 10. ``podnet_transition`` — after every transition attempt, to every plugin.
 """
@@ -39,6 +41,7 @@ import pluggy
 
 from podnet.core.errors import ErrorKind
 from podnet.core.models import NodeInfo, PodInfo
+from podnet.core.ratelimit import CloudLimiter
 from podnet.hookspecs.types import (
     AllocateContext,
     Allocation,
@@ -99,6 +102,31 @@ def podnet_configure(provider: str, config: Mapping[str, Any]) -> None:
     Called on every plugin once per configured provider, before anything else runs.
 
     .. versionadded:: 0.1.0
+    """
+
+
+@hookspec(firstresult=True)
+def podnet_cloud_limiter(provider: str, limiter: CloudLimiter) -> bool | None:
+    """Hand a provider the client-side rate limiter of its cloud calls.
+
+    ``limiter`` holds one token bucket per cloud API (action), as clouds meter calls:
+    the policy's ``cloud_rate`` for every API, ``cloud_rates`` overriding it per API
+    name. Take a token with ``limiter.acquire(api)`` before *every* SDK request —
+    reads (inventory, describes, polls) as well as writes — in the one place your
+    client wrapper sends them; it waits on core's clock for the API's next slot. Name
+    each API as the cloud meters it (its action name), so operators can set
+    ``cloudRates`` to the cloud's published limits. A cloud's throttled answer must
+    still be classified ``throttled``.
+
+    :return: ``True`` when you take its tokens before each call; ``None`` when
+        ``provider`` is not yours, or you do not: core then keeps limiting your
+        ``podnet_pool_grow`` / ``podnet_pool_shrink`` / ``podnet_interface_dispose``
+        calls with one bucket of its own, and nothing else.
+
+    Called once per registered provider when the engine starts, after
+    ``podnet_configure``.
+
+    .. versionadded:: 0.2.0
     """
 
 
@@ -325,9 +353,13 @@ def podnet_release(context: PodNetworkContext) -> ReleaseResult | None:
 def podnet_hold_address(context: PodNetworkContext) -> bool | None:
     """Whether a releasing sticky pod network should keep its address a while longer.
 
-    ``True`` holds it (the pod may come back: ``reclaim``), ``False`` releases it now
-    (e.g. its StatefulSet scaled down below its ordinal). ``None`` leaves it to core's
-    ``sticky_hold`` window.
+    ``True`` holds it (the pod may come back: ``reclaim``), ``False`` releases it now.
+    ``None`` leaves it to core, whose rule is the same for every provider: released at
+    once when ``context.workload`` says its StatefulSet will not bring the pod back
+    (deleted, replaced by another of the same name, or scaled below the pod's ordinal),
+    else held for the ``sticky_hold`` window. Answer only where yours differs (e.g. an
+    overlay whose address may follow the pod to any node holds a wanted ordinal past
+    the window).
 
     ``context.workload`` is the record's StatefulSet as core's cache sees it (its uid,
     ``replicas``, first ordinal; ``exists=False`` once it is deleted), or ``None`` when
@@ -336,7 +368,7 @@ def podnet_hold_address(context: PodNetworkContext) -> bool | None:
 
     .. versionadded:: 0.1.0
     .. versionchanged:: 0.2.0
-       ``context.workload``.
+       ``context.workload``; ``None`` applies core's StatefulSet rule before the window.
     """
 
 
@@ -364,6 +396,25 @@ def podnet_sweep(
     Called by the garbage collector at most every ``gc_period``. Report and remove only
     what you created (mark it, e.g. in the port's external ids); idempotent; a failure is
     logged and tried again next period.
+
+    .. versionadded:: 0.2.0
+    """
+
+
+@hookspec
+def podnet_node_removed(provider: str, node: str) -> None:
+    """A node served by ``provider`` left the cluster (its Node deleted or being deleted)
+    and core dropped its pool: forget what you keep about it (caches keyed by its
+    instance, views of its interfaces). A notification: make no cloud call that could
+    block, never raise (a plugin that raises is logged and the others still hear it).
+
+    :param provider: the provider whose pool of the node was dropped; ignore other names.
+    :param node: the node's name (the Node object may be gone from core's caches: map
+        the name to your own keys, e.g. the instance id, when you first see the node).
+
+    Called by the node pool reconciler (on the node's deletion) or the garbage collector
+    (a node no cache lists any more), once per dropped pool; a node that comes back
+    under the same name starts afresh from its inventory.
 
     .. versionadded:: 0.2.0
     """

@@ -36,7 +36,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from podnet.core.cluster.memory import InMemoryCluster
-from podnet.core.cluster.port import NODE_NETWORK, POD_NETWORK, NotFound, Obj
+from podnet.core.cluster.port import (
+    NODE_NETWORK,
+    POD,
+    POD_NETWORK,
+    STATEFUL_SET,
+    NotFound,
+    Obj,
+)
 from podnet.core.convert import from_wire, to_wire
 from podnet.core.errors import ErrorKind, ProviderError
 from podnet.core.models import (
@@ -487,6 +494,54 @@ class ProviderConformance(abc.ABC):
             model = from_wire(cls, stored)
             assert to_wire(model) == stored
             assert from_wire(cls, to_wire(model)) == model
+
+    # --- sticky StatefulSet pods --------------------------------------------------------
+
+    def test_statefulset_pods_address_is_held_only_while_the_statefulset_wants_it(
+            self, world: World) -> None:
+        """A StatefulSet scaled below a pod's ordinal, or deleted, will not bring the pod
+        back: its record is released at once, not parked for ``sticky_hold``; a pod whose
+        ordinal it still counts keeps its address held."""
+        if "StatefulSet" not in world.engine.providers[world.provider].sticky_kinds:
+            pytest.skip("the provider keeps no StatefulSet pod's address")
+        world.add_node(0)
+        world.settle()
+        with world.quiet():
+            sts = world.cluster.create(STATEFUL_SET, {
+                "metadata": {"name": "db", "namespace": world.namespace},
+                "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "db"}}}})
+        owner = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db",
+                  "uid": sts["metadata"]["uid"], "controller": True}]
+        for i in range(3):
+            with world.quiet():
+                world.cluster.create(POD, {
+                    "metadata": {"name": f"db-{i}", "namespace": world.namespace,
+                                 "ownerReferences": owner},
+                    "spec": {"nodeName": world.node_name(0),
+                             "containers": [{"name": "c", "image": "i"}]},
+                    "status": {"phase": "Running"}})
+        world.settle()
+        assert {pn.spec.pod_name: pn.status.phase for pn in world.records()} == {
+            f"db-{i}": Phase.ROUTED for i in range(3)}
+        # scaled down to 1, as the StatefulSet controller does it: replicas, then pods
+        with world.quiet():
+            world.cluster.patch(STATEFUL_SET, "db", {"spec": {"replicas": 1}},
+                                world.namespace)
+        world.delete_pod("db-2")
+        world.delete_pod("db-1")
+        world.settle(advance=1)
+        assert {pn.spec.pod_name for pn in world.records()} == {"db-0"}, \
+            "a scaled-down StatefulSet's addresses were parked for sticky_hold"
+        world.delete_pod("db-0")  # its StatefulSet still counts ordinal 0: held
+        world.settle(advance=1)
+        assert [(pn.spec.pod_name, pn.status.phase) for pn in world.records()] == [
+            ("db-0", Phase.RELEASING)]
+        with world.quiet():
+            world.cluster.delete(STATEFUL_SET, "db", world.namespace)
+        world.settle(advance=1)
+        assert world.records() == [], "a deleted StatefulSet's address was still held"
+        world.settle(advance=world.policy().reuse_cooldown + 2 * world.policy().refill_period)
+        world.assert_converged()
 
     # --- a crash during the whole of a run ----------------------------------------------
 

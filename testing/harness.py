@@ -34,6 +34,7 @@ from podnet.core.cluster.port import (
     NODE,
     POD,
     POD_NETWORK,
+    STATEFUL_SET,
     ApiError,
     Cluster,
     Kind,
@@ -652,10 +653,11 @@ class World:
             meta["annotations"] = dict(annotations)
         if owner is not None:
             kind, owner_name = owner
+            uid = (self.statefulset(owner_name) if kind == "StatefulSet"
+                   else str(uuid.uuid5(uuid.NAMESPACE_URL, f"{kind}/{owner_name}")))
             meta["ownerReferences"] = [{
                 "apiVersion": "apps/v1", "kind": kind, "name": owner_name,
-                "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{kind}/{owner_name}")),
-                "controller": True,
+                "uid": uid, "controller": True,
             }]
         pod = {
             "metadata": meta,
@@ -665,6 +667,20 @@ class World:
         }
         with self.quiet():
             return self.cluster.create(POD, pod)
+
+    def statefulset(self, name: str, replicas: int = 100) -> str:
+        """The uid of StatefulSet ``name``, created (wanting ``replicas`` pods) when the
+        cluster has none: a sticky pod's owner exists, as it would in a cluster (core
+        releases at once the address of a pod whose StatefulSet is gone)."""
+        with self.quiet():
+            try:
+                found = self.cluster.get(STATEFUL_SET, name, self.namespace)
+            except NotFound:
+                found = self.cluster.create(STATEFUL_SET, {
+                    "metadata": {"name": name, "namespace": self.namespace},
+                    "spec": {"replicas": replicas,
+                             "selector": {"matchLabels": {"app": name}}}})
+        return str(found["metadata"]["uid"])
 
     def pod(self, name: str) -> Obj | None:
         with self.quiet():

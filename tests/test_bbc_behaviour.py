@@ -13,7 +13,7 @@ from podnet.core.clock import FakeClock
 from podnet.core.models import Phase
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import CloudInterface, NodeContext, PoolEntry
-from podnet.plugins.bbc.demo import register_nodes, start_simulator
+from podnet.plugins.bbc.demo import instance_of, register_nodes, start_simulator
 from podnet.plugins.bbc.provider import BbcProvider
 from podnet.plugins.bbc.sim import API_ADD, API_DEL, BbcSimulator
 from podnet.testing.harness import FaultInjector, World
@@ -185,17 +185,24 @@ def test_outside_address_a_pod_turns_out_to_use_is_kept(world: World,
     world.assert_converged()
 
 
-def test_deleted_node_leaves_no_state(world: World, bbc_sim: BbcSimulator) -> None:
+def test_deleted_node_leaves_no_state(world: World, bbc_sim: BbcSimulator,
+                                      provider_plugin: RecordingBbc) -> None:
     _ready(world)
     world.add_node(1)
     for i in range(3):
         world.add_pod(f"p{i}", 0)
     world.add_pod("other", 1)
     world.settle()
+    gone = instance_of(world.node_name(0))
+    assert gone in provider_plugin.remembered()
     world.delete_node(0)
     world.settle(advance=world.gc_grace())
     engine = world.engine
     assert engine.pools.find(world.provider, world.node_name(0)) is None
+    # the provider was told (podnet_node_removed): nothing kept about the node's instance
+    remembered = provider_plugin.remembered()
+    assert gone not in remembered and world.node_name(0) not in remembered
+    assert instance_of(world.node_name(1)) in remembered
     assert all(pn.spec.node_name != world.node_name(0) for pn in world.records())
     assert world.record_of("other") is not None
     world.assert_converged()

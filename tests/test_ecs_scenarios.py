@@ -18,7 +18,7 @@ import pytest
 from podnet.core.cluster.port import POD_NETWORK
 from podnet.core.models import Phase
 from podnet.core.policy import PoolPolicy
-from podnet.plugins.ecs.demo import KIT_POLICY, EcsWorld
+from podnet.plugins.ecs.demo import KIT_POLICY, EcsWorld, instance_id_for
 from podnet.plugins.ecs.provider import POLICY, EcsProvider
 from podnet.testing.harness import HookRecorder, World
 
@@ -269,3 +269,20 @@ def test_an_eni_detached_but_not_deleted_when_the_controller_stopped_is_deleted_
     world.settle(advance=world.gc_grace())
     assert [e.kind for e in ecs.sim.enis_of("i-node0000")] == ["Primary"]
     world.assert_converged()
+
+
+def test_a_deleted_node_leaves_no_view_of_its_instance(world: World, ecs: EcsWorld) -> None:
+    """Issue 13, 11d: the provider's view of a node's ENIs (``_seen``) goes with the node
+    (``podnet_node_removed``), not kept for the life of the process."""
+    for i in range(2):
+        world.add_node(i)
+        world.add_pod(f"p{i}", i)
+    world.settle(advance=1)
+    gone, kept = (instance_id_for(World.node_name(i)) for i in range(2))
+    assert {gone, kept} <= ecs.plugin.remembered()
+    world.delete_node(0)
+    world.settle(advance=world.gc_grace())
+    assert world.engine.pools.find(world.provider, World.node_name(0)) is None
+    remembered = ecs.plugin.remembered()
+    assert gone not in remembered and World.node_name(0) not in remembered
+    assert kept in remembered

@@ -13,7 +13,15 @@ from opentelemetry.trace import StatusCode
 
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.memory import InMemoryCluster, format_time
-from podnet.core.cluster.port import NAMESPACE, NODE, NODE_NETWORK, POD, POD_NETWORK, Obj
+from podnet.core.cluster.port import (
+    NAMESPACE,
+    NODE,
+    NODE_NETWORK,
+    POD,
+    POD_NETWORK,
+    STATEFUL_SET,
+    Obj,
+)
 from podnet.core.demo import node_obj, pod_obj
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.models import FINALIZER
@@ -97,6 +105,14 @@ class Rig:
         obj = pod_obj(name, node)
         obj["metadata"].update(meta)
         return self.cluster.create(POD, obj)
+
+    def statefulset(self, name: str, replicas: int = 3) -> list[dict[str, Any]]:
+        """A StatefulSet in the cluster; the controller reference its pods carry."""
+        sts = self.cluster.create(STATEFUL_SET, {
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}}}})
+        return [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": name,
+                 "uid": sts["metadata"]["uid"], "controller": True}]
 
     def records(self) -> list[Obj]:
         return self.cluster.list(POD_NETWORK).items
@@ -250,6 +266,26 @@ def test_terminating_pod_keeps_its_address_until_its_grace_period_ends() -> None
     assert [r for r in rig.records() if r["spec"]["podName"] == "web"] == []
 
 
+def test_terminating_pod_on_a_lost_node_is_released_at_its_deadline_not_a_verify_later() -> None:
+    """Issue 13, 11c: nothing else ever touches a pod stuck terminating on a lost node
+    (no kubelet finishes it): its records must go at ``deletionTimestamp`` (grace
+    included), not at the next verify tick, with no event to wake its key."""
+    policy = PoolPolicy(min_idle=2, max_idle=4, batch_size=4, max_batch_size=8,
+                        reuse_cooldown=0.0, verify_period=300.0)
+    rig = Rig(policy=policy)
+    node = rig.node(0)
+    pod = rig.pod("web", node)
+    rig.settle()
+    assert phase(rig.record_of(pod)) == "Routed"
+    rig.cluster.delete(POD, "web", NS, grace_period_seconds=30)
+    rig.settle()
+    assert phase(rig.record_of(pod)) == "Routed"  # still within its grace
+    # the fake clock moves only to keys due within 31 s: the deadline's, if requeued
+    rig.settle(advance=31)
+    assert [r for r in rig.records() if r["spec"]["podName"] == "web"] == []
+    rig.assert_no_leak()
+
+
 @pytest.mark.parametrize("terminal_phase", ["Succeeded", "Failed"])
 def test_terminal_pod_releases_its_network(terminal_phase: str) -> None:
     rig = Rig()
@@ -284,8 +320,7 @@ def test_pod_recreated_under_the_same_name_never_inherits_the_old_record() -> No
 def test_sticky_statefulset_pod_gets_its_address_back() -> None:
     rig = Rig()
     node = rig.node(0)
-    owner = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "sts-uid-1",
-              "controller": True}]
+    owner = rig.statefulset("db")
     first = rig.pod("db-0", node, ownerReferences=owner)
     rig.settle()
     record = rig.record_of(first)
@@ -305,8 +340,7 @@ def test_sticky_statefulset_pod_gets_its_address_back() -> None:
 def test_sticky_hold_expires() -> None:
     rig = Rig()
     node = rig.node(0)
-    owner = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "sts-uid-1",
-              "controller": True}]
+    owner = rig.statefulset("db")
     rig.pod("db-0", node, ownerReferences=owner)
     rig.settle()
     rig.cluster.delete(POD, "db-0", NS)

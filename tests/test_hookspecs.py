@@ -23,6 +23,8 @@ OPTIONAL_FOR_REFERENCE = frozenset(
         "podnet_select_networks",
         "podnet_hold_address",
         "podnet_sweep",
+        "podnet_node_removed",
+        "podnet_cloud_limiter",
         "podnet_transition",
     }
 )
@@ -38,7 +40,7 @@ REFERENCE_MUST_IMPLEMENT = frozenset(
 )
 
 #: per-provider hooks that every plugin receives anyway (each answers for its own name)
-BROADCAST_PER_PROVIDER = frozenset({"podnet_configure"})
+BROADCAST_PER_PROVIDER = frozenset({"podnet_configure", "podnet_node_removed"})
 
 
 def _hook_functions() -> dict[str, Callable[..., Any]]:

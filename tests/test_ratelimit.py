@@ -1,12 +1,23 @@
 from __future__ import annotations
 
 import threading
+from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
 from podnet.core.clock import FakeClock
+from podnet.core.cluster.memory import InMemoryCluster
+from podnet.core.engine import Engine, EngineOptions
+from podnet.core.errors import ErrorKind
+from podnet.core.models import NodeInfo
+from podnet.core.plugin import new_plugin_manager
 from podnet.core.policy import QUEUE_ITEM_BACKOFF, QUEUE_RATE, Backoff, RateLimit
 from podnet.core.ratelimit import ItemBackoff, MaxOfRateLimiter, TokenBucket
+from podnet.hookspecs.types import NodeContext
+from podnet.plugins.bbc.demo import provider_for, register_nodes, start_simulator
+from podnet.plugins.bbc.provider import classify
+from podnet.plugins.ecs.demo import INSTANCE_TYPE, EcsWorld, instance_id_for, node_name
 
 
 def test_bucket_burst_is_free_then_debt_is_spaced_one_over_rate() -> None:
@@ -152,3 +163,109 @@ def test_default_limiter_matches_controller_runtime() -> None:
     assert limiter.item.backoff == QUEUE_ITEM_BACKOFF
     assert (limiter.bucket.rate, limiter.bucket.burst) == (QUEUE_RATE.rate, QUEUE_RATE.burst)
     assert limiter.when("x") == pytest.approx(0.005)
+
+
+# --- every cloud call through a bucket per (provider, API): issue 13, 11e --------------
+
+
+def _burst(calls: int, threads: int, one: Callable[[int], object]) -> list[BaseException]:
+    """``calls`` calls of ``one`` from ``threads`` threads at once; the errors raised."""
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    todo = iter(range(calls))
+
+    def work() -> None:
+        while True:
+            with lock:
+                i = next(todo, None)
+            if i is None:
+                return
+            try:
+                one(i)
+            except Exception as exc:
+                with lock:
+                    errors.append(exc)
+
+    pool = [threading.Thread(target=work) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return errors
+
+
+def _engine(plugin: object, provider: str, rate: RateLimit,
+            overrides: tuple[tuple[str, RateLimit], ...] = ()) -> Engine:
+    pm = new_plugin_manager()
+    pm.register(plugin, name=provider)
+    policy = {"cloud_rate": rate, "cloud_rates": overrides}
+    return Engine(InMemoryCluster(), pm, options=EngineOptions(
+        default_provider=provider, policies={provider: policy}))
+
+
+def test_bbc_reads_take_their_apis_bucket_so_the_cloud_never_throttles_them() -> None:
+    """A burst of inventory reads (``vpcPort``: the read verify and inventory make) and
+    subnet reads against a BBC simulator that allows 5 calls/s per API: podnet's own
+    per-API bucket, set to that limit (a smaller burst), keeps every one of them under
+    it — zero throttled answers. Before, only grow/shrink/dispose went through a bucket
+    and these reads were answered RateLimit."""
+    sim = start_simulator(rate=5.0)  # the engine hands podnet_cloud_limiter its buckets
+    try:
+        names = [f"node-{i:04d}" for i in range(3)]
+        register_nodes(sim, names)
+        plugin = provider_for(sim, subnets=["sbn-demo-a"])
+        engine = _engine(plugin, "bbc", RateLimit(rate=5.0, burst=2))
+        assert "bbc" in engine.self_limited
+        nodes = [NodeContext(node=NodeInfo(name=n, uid=n, provider_id=f"bbc://{n}"))
+                 for n in names]
+        errors = _burst(12, 4, lambda i: plugin.podnet_node_inventory(
+            provider="bbc", node=nodes[i % len(nodes)]))
+        errors += _burst(8, 4, lambda i: plugin._subnet("sbn-demo-a", fresh=True))
+        assert errors == []
+        assert sim.calls["vpcPort"] == 12 and sim.calls["getSubnet"] == 8
+        assert sim.throttled == Counter(), sim.throttled
+        buckets = engine.cloud_limiters["bbc"].buckets()
+        assert buckets["vpcPort"].waits > 0 and buckets["getSubnet"].waits > 0
+    finally:
+        sim.stop()
+
+
+def test_a_throttled_answer_is_still_classified_throttled() -> None:
+    """A cloud limit lower than podnet's bucket still answers RateLimit: the provider
+    classifies it ``throttled`` (core backs off on it), and a per-API override applies
+    to its API only."""
+    sim = start_simulator(rate=1.0)
+    try:
+        register_nodes(sim, ["node-0000"])
+        plugin = provider_for(sim)
+        engine = _engine(plugin, "bbc", RateLimit(rate=1.0, burst=1),
+                         overrides=(("vpcPort", RateLimit(rate=100.0, burst=10)),))
+        limiter = engine.cloud_limiters["bbc"]
+        assert limiter.bucket("vpcPort").rate == 100.0 and limiter.bucket("getSubnet").rate == 1
+        node = NodeContext(node=NodeInfo(name="node-0000", uid="u", provider_id="bbc://node-0000"))
+        errors = _burst(4, 1, lambda i: plugin.podnet_node_inventory(provider="bbc", node=node))
+        assert errors and sim.throttled["vpcPort"] == len(errors)
+        assert {classify(e) for e in errors} == {ErrorKind.THROTTLED}
+    finally:
+        sim.stop()
+
+
+def test_ecs_reads_and_attach_polls_take_their_actions_bucket() -> None:
+    """The same for ECS: a burst of inventories (DescribeInstanceTypes once, then
+    DescribeNetworkInterfaces per call) against a simulator allowing 5 calls/s per action
+    is never throttled once the provider takes core's per-action buckets."""
+    world = EcsWorld(nodes=2, rate=5.0)
+    names = [node_name(i) for i in range(2)]
+    try:
+        engine = _engine(world.plugin, "ecs", RateLimit(rate=5.0, burst=2))
+        assert "ecs" in engine.self_limited
+        nodes = [NodeContext(node=NodeInfo(
+            name=n, uid=n, labels={"node.kubernetes.io/instance-type": INSTANCE_TYPE},
+            provider_id=f"cn-hangzhou.{instance_id_for(n)}")) for n in names]
+        errors = _burst(12, 4, lambda i: world.plugin.podnet_node_inventory(
+            provider="ecs", node=nodes[i % len(nodes)]))
+        assert errors == []
+        assert world.sim.calls["DescribeNetworkInterfaces"] == 12
+        assert world.sim.throttled == Counter(), world.sim.throttled
+    finally:
+        world.close()

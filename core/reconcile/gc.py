@@ -45,7 +45,7 @@ class GarbageCollector:
         period = min((e.policy(p).gc_period for p in e.providers.names()), default=60.0)
         for pool in e.pools.all():
             if e.nodes.get(pool.node) is None:
-                e.pools.drop_node(pool.node)
+                e.nodepools.node_removed(pool.node)
                 continue
             if pool.synced:
                 try:

@@ -86,8 +86,7 @@ class NodePoolReconciler:
         e = self.e
         node = e.nodes.get(name)
         if node is None or node.deletion_timestamp is not None:
-            e.pools.drop_node(name)
-            self._forget_checks(name)
+            self.node_removed(name)
             return DONE
         provider = e.provider_for_node(node)
         if provider is None or not e.providers[provider].uses_node_pool:
@@ -129,6 +128,24 @@ class NodePoolReconciler:
             results.append(self._check(node, nn, provider, policy))
         results.append(Result(requeue_after=policy.refill_period))
         return Result.soonest(results)
+
+    def node_removed(self, name: str) -> None:
+        """A node left: its pools dropped, and each of their providers told
+        (``podnet_node_removed``) so it drops what it keeps about the node."""
+        e = self.e
+        providers = sorted({p.provider for p in e.pools.all() if p.node == name})
+        e.pools.drop_node(name)
+        self._forget_checks(name)
+        for provider in providers:
+            kwargs = {"provider": provider, "node": name}
+            # each plugin on its own, as transition listeners are: one that raises does
+            # not keep the others from hearing it
+            for impl in e.pm.hook.podnet_node_removed.get_hookimpls():
+                try:
+                    impl.function(**{k: v for k, v in kwargs.items() if k in impl.argnames})
+                except Exception:
+                    log.exception("podnet_node_removed(%s, %s) of plugin %s failed",
+                                  provider, name, impl.plugin_name)
 
     # --- the provider's node check ----------------------------------------------------
 
@@ -503,8 +520,12 @@ class NodePoolReconciler:
         """Client-side token bucket per provider, taken before each cloud call.
 
         :return: 0 when a token was taken; else the seconds until one is there. The
-        caller requeues the node for then instead of sleeping on a worker.
+        caller requeues the node for then instead of sleeping on a worker. A provider
+        that takes its per-API buckets itself (``podnet_cloud_limiter``) is not limited
+        twice: 0 at once.
         """
+        if provider in self.e.self_limited:
+            return 0.0
         with self._buckets_lock:
             bucket = self._buckets.get(provider)
             if bucket is None:

@@ -62,7 +62,13 @@ from podnet.core.models import (
     PodNetworkSpec,
     WorkloadInfo,
 )
-from podnet.core.objects import is_statefulset, namespace_annotations, pod_is_terminal, vm_of
+from podnet.core.objects import (
+    is_statefulset,
+    namespace_annotations,
+    pod_is_terminal,
+    statefulset_ordinal,
+    vm_of,
+)
 from podnet.core.pool import Reservation
 from podnet.core.reconcile.result import DONE, Result
 from podnet.core.tracing import (
@@ -242,6 +248,12 @@ class PodNetworkReconciler:
             if network not in covered:
                 assert pod is not None
                 results.append(self._create(pod, network, want))
+        if pod is not None and desired and pod.deletion_timestamp is not None:
+            # a terminating pod (its deletionTimestamp includes the grace): released once
+            # that passes (see desired), and nothing may wake the key then — a lost
+            # node's kubelet never finishes the pod — so look again at the deadline
+            left = (pod.deletion_timestamp - e.clock.now()).total_seconds()
+            results.append(Result(requeue_after=max(left, 0.0)))
         return Result.soonest(results)
 
     def _held_for_vm(self, pod: PodInfo, have: list[PodNetwork],
@@ -747,6 +759,10 @@ class PodNetworkReconciler:
         e = self.e
         ctx = PodNetworkContext(pod_network=pn, pod=pod, workload=self._workload(pn))
         verdict = e.hook.podnet_hold_address(context=ctx)
+        if verdict is None and workload_gave_up(pn, ctx.workload):
+            # core's rule for every provider that leaves it to core: an address nobody
+            # will come back for is not parked for the window
+            verdict = False
         if verdict is False:
             return None
         since = pn.status.last_transition_time
@@ -985,6 +1001,21 @@ class PodNetworkReconciler:
         e = self.e
         node = e.nodes.get(node_name) or NodeInfo(name=node_name, uid="")
         return NodeContext(node=node, network=e.node_networks.get(node_name))
+
+
+def workload_gave_up(pn: PodNetwork, workload: WorkloadInfo | None) -> bool:
+    """Whether a sticky record's StatefulSet will not bring its pod back: deleted,
+    replaced by another of the same name (another uid), or scaled below the pod's
+    ordinal. ``False`` when core cannot tell (no workload known, no ordinal)."""
+    if workload is None:
+        return False
+    owner = next((o for o in pn.metadata.owner_references if is_statefulset(o)), None)
+    if owner is None or owner.name != workload.name:
+        return False
+    if not workload.exists or (workload.uid and owner.uid and workload.uid != owner.uid):
+        return True
+    ordinal = statefulset_ordinal(pn.spec.pod_name)
+    return ordinal is not None and not workload.wants_ordinal(ordinal)
 
 
 def _describe(exc: BaseException) -> str:

@@ -43,6 +43,7 @@ from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, PoolEmpty
 from podnet.core.models import NodeInfo
 from podnet.core.policy import Backoff, PoolPolicy, RateLimit
 from podnet.core.pool import reserved_reason
+from podnet.core.ratelimit import CloudLimiter
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
     AllocateContext,
@@ -59,6 +60,12 @@ from podnet.hookspecs.types import (
 )
 
 NAME = "bbc"
+#: the APIs as BBC meters them (one bucket each): the names core's limiter keys on
+API_ADD = "batchAddIp"
+API_DEL = "batchDelIp"
+API_ADD_CROSS = "batchAddIpCrossSubnet"
+API_PORT = "vpcPort"
+API_SUBNET = "getSubnet"
 __version__ = "0.1.0"
 
 ANNOTATION_FIELD = "metadata.annotations[podnet.io/{}]"
@@ -244,6 +251,12 @@ class BbcApi:
             sdk_log.setLevel(logging.INFO)
         self.bbc = BbcClient(config(endpoint))
         self.vpc = SubnetClient(config(vpc_endpoint or endpoint))
+        #: core's buckets per API (``podnet_cloud_limiter``): one token before each request
+        self.limiter: CloudLimiter | None = None
+
+    def _take(self, api: str) -> None:
+        if self.limiter is not None:
+            self.limiter.acquire(api)
 
     def __repr__(self) -> str:  # never the credentials
         return "BbcApi()"
@@ -261,6 +274,7 @@ class BbcApi:
 
     def add_ips(self, instance_id: str, count: int | None = None,
                 ips: Sequence[str] | None = None) -> list[str]:
+        self._take(API_ADD)
         reply = self.bbc.batch_add_ip(
             instance_id, private_ips=list(ips) if ips is not None else None,
             secondary_private_ip_address_count=count)
@@ -270,18 +284,22 @@ class BbcApi:
                              count: int) -> list[str]:
         body = {"instanceId": instance_id, "singleEniAndSubentIps": [
             {"eniId": eni_id, "subnetId": subnet_id, "secondaryPrivateIpAddressCount": count}]}
+        self._take(API_ADD_CROSS)
         reply = self.bbc._send_request(http_methods.PUT, b"/instance/batchAddIpCrossSubnet",
                                        json.dumps(body))
         return parse_added(self._json(reply), "batchAddIpCrossSubnet")
 
     def delete_ips(self, instance_id: str, ips: Sequence[str]) -> None:
+        self._take(API_DEL)
         self.bbc.batch_delete_ip(instance_id, list(ips))
 
     def port(self, instance_id: str) -> Port:
         path = b"/vpcPort/" + instance_id.encode()
+        self._take(API_PORT)
         return parse_port(self._json(self.bbc._send_request(http_methods.GET, path)))
 
     def subnet(self, subnet_id: str) -> SubnetInfo:
+        self._take(API_SUBNET)
         return parse_subnet(self._json(self.vpc.get_subnet(subnet_id)), subnet_id)
 
 
@@ -313,8 +331,11 @@ class BbcProvider:
         self.max_ips = max_ips_per_node
         self._api_factory = api_factory
         self._api: BbcApi | None = None
+        self._limiter: CloudLimiter | None = None
         self._lock = threading.Lock()
         self._instances: dict[str, _InstanceState] = {}
+        #: node name -> its instance, to forget the instance when the node goes
+        self._node_instance: dict[str, str] = {}
         #: subnets the cloud reported empty: tried last, and only after a free-IP check
         self.empty_subnets: set[str] = set()
         self._subnet_cache: dict[str, SubnetInfo] = {}
@@ -335,6 +356,7 @@ class BbcProvider:
                               "BCE_SECRET_ACCESS_KEY)")
         self._api = self._api_factory(endpoint, ak, sk, vpc_endpoint=vpc, protocol=protocol,
                                       timeout_ms=timeout_ms)
+        self._api.limiter = self._limiter
 
     @property
     def api(self) -> BbcApi:
@@ -390,6 +412,16 @@ class BbcProvider:
             self._connect(endpoint, text("accessKeyId"), text("secretAccessKey"),
                           text("vpcEndpoint"), protocol or "http", timeout)
 
+    @hookimpl
+    def podnet_cloud_limiter(self, provider: str, limiter: CloudLimiter) -> bool | None:
+        """Every SDK request (reads too) takes a token of its API's bucket first."""
+        if provider != self.name:
+            return None
+        self._limiter = limiter
+        if self._api is not None:
+            self._api.limiter = limiter
+        return True
+
     # 2. who serves what
 
     @hookimpl
@@ -402,6 +434,13 @@ class BbcProvider:
     # helpers: the node's instance, its ENI, its subnets
 
     def instance_id(self, node: NodeInfo) -> str:
+        instance = self._instance_of(node)
+        if self._node_instance.get(node.name) != instance:
+            with self._lock:
+                self._node_instance[node.name] = instance
+        return instance
+
+    def _instance_of(self, node: NodeInfo) -> str:
         if self.instance_id_label:
             value = node.labels.get(self.instance_id_label)
             if value:
@@ -413,6 +452,16 @@ class BbcProvider:
             raise ProviderError(ErrorKind.FATAL, f"node {node.name} names no BBC instance "
                                 f"(spec.providerID{label})", field="spec.providerID")
         return tail
+
+    @hookimpl
+    def podnet_node_removed(self, provider: str, node: str) -> None:
+        """The node left: its instance's cached port, suspicion and missing addresses go."""
+        if provider != self.name:
+            return
+        with self._lock:
+            instance = self._node_instance.pop(node, None)
+        if instance is not None:
+            self.forget(instance)
 
     def _state(self, instance: str) -> _InstanceState:
         with self._lock:
@@ -427,8 +476,9 @@ class BbcProvider:
             self._instances.pop(instance, None)
 
     def remembered(self) -> set[str]:
+        """The instances (and node names) the provider keeps state about."""
         with self._lock:
-            return set(self._instances)
+            return set(self._instances) | set(self._node_instance)
 
     def _port(self, instance: str, *, fresh: bool = False) -> Port:
         state = self._state(instance)

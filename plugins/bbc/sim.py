@@ -122,6 +122,8 @@ class BbcSimulator:
         self.instances: dict[str, _Instance] = {}
         self.subnets: dict[str, _Subnet] = {}
         self.calls: Counter[str] = Counter()
+        #: calls answered ``RateLimit`` by the per-API rate limit, by API
+        self.throttled: Counter[str] = Counter()
         #: errors to answer on the next calls of one API: api -> [(status, code)]
         self.scripted: dict[str, list[tuple[int, str]]] = {}
         #: malformed replies, for tests: (api, instance id) -> change of the reply
@@ -210,6 +212,7 @@ class BbcSimulator:
             for subnet in self.subnets.values():
                 subnet.used.clear()
             self.calls.clear()
+            self.throttled.clear()
             self.scripted.clear()
             self.mangle.clear()
             self._buckets.clear()
@@ -259,6 +262,7 @@ class BbcSimulator:
                 if bucket is None:
                     bucket = self._buckets[api] = _Bucket(self.rate, max(1.0, self.rate))
                 if not bucket.take():
+                    self.throttled[api] += 1
                     raise SimError(429, "RateLimit", f"{api}: too many requests")
             scripted = self.scripted.get(api)
             if scripted:

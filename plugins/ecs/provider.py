@@ -59,6 +59,7 @@ from podnet.core.annotations import is_ip
 from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, PoolEmpty, ProviderError
 from podnet.core.policy import PoolPolicy, RateLimit
 from podnet.core.pool import reserved_reason
+from podnet.core.ratelimit import CloudLimiter
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
     AllocateContext,
@@ -214,10 +215,14 @@ class EcsProvider:
         #: status); kept up to date by the provider's own writes, so that route does not
         #: describe the node's ENIs once per pod
         self._seen: dict[str, tuple[float, dict[str, str]]] = {}
+        #: node name -> its instance, to forget the instance when the node goes
+        self._node_instance: dict[str, str] = {}
         #: how long verify trusts that view (seconds, wall clock)
         self.verify_cache_ttl = 1.0
         self._generation = 0
         self.sdk_calls: dict[str, int] = {}
+        #: core's buckets per API action (``podnet_cloud_limiter``)
+        self._limiter: CloudLimiter | None = None
 
     # --- the SDK ------------------------------------------------------------------------
 
@@ -258,6 +263,9 @@ class EcsProvider:
         """One SDK call; its error comes back as a ProviderError core can act on (the
         ``subject`` names the vSwitch or ENI to blame)."""
         method = getattr(self._client(), _snake(api))
+        limiter = self._limiter
+        if limiter is not None:
+            limiter.acquire(api)  # every request, reads and polls too: one bucket per API
         with self._lock:
             self.sdk_calls[api] = self.sdk_calls.get(api, 0) + 1
         try:
@@ -333,9 +341,42 @@ class EcsProvider:
             self._limits.clear()
             self._cidrs.clear()
 
+    @hookimpl
+    def podnet_cloud_limiter(self, provider: str, limiter: CloudLimiter) -> bool | None:
+        """Every SDK request (describes and attach polls too) takes a token of its
+        action's bucket first, as Terway meters each ECS API on its own."""
+        if provider != self.name:
+            return None
+        self._limiter = limiter
+        return True
+
     # --- helpers ------------------------------------------------------------------------
 
     def instance_id(self, node: NodeContext) -> str:
+        instance = self._instance_of(node)
+        if self._node_instance.get(node.node.name) != instance:
+            with self._lock:
+                self._node_instance[node.node.name] = instance
+        return instance
+
+    @hookimpl
+    def podnet_node_removed(self, provider: str, node: str) -> None:
+        """The node left: the view of its instance's ENIs goes. ENIs whose rollback
+        failed (``_orphans``) stay remembered: they are cloud objects still to delete,
+        not a cache."""
+        if provider != self.name:
+            return
+        with self._lock:
+            instance = self._node_instance.pop(node, None)
+            if instance is not None:
+                self._seen.pop(instance, None)
+
+    def remembered(self) -> set[str]:
+        """The instances (and node names) the provider keeps a view of."""
+        with self._lock:
+            return set(self._seen) | set(self._node_instance)
+
+    def _instance_of(self, node: NodeContext) -> str:
         n = node.node
         mapped = self.config.instance_ids.get(n.name)
         if mapped:

@@ -37,7 +37,14 @@ from podnet.core.cluster.port import (
 )
 from podnet.core.config import Config, NodeProviderRule, apply_policy
 from podnet.core.convert import RecordError, from_wire, to_wire
-from podnet.core.errors import ErrorKind, PodnetError, ProviderError, TerminalError
+from podnet.core.errors import (
+    MAX_MESSAGE,
+    ErrorKind,
+    PodnetError,
+    ProviderError,
+    TerminalError,
+    one_line,
+)
 from podnet.core.metrics import Metrics
 from podnet.core.models import (
     LABEL_VM,
@@ -254,7 +261,8 @@ class Engine:
             except Exception as exc:
                 # the provider boundary: past it, every error carries a kind core acts on
                 kind = self.classify(provider_name, exc)
-                raise ProviderError(kind, f"{type(exc).__name__}: {exc}",
+                # one line: SDK errors may carry whole tracebacks into conditions
+                raise ProviderError(kind, one_line(f"{type(exc).__name__}: {exc}"),
                                     code=getattr(exc, "code", None)) from exc
             finally:
                 if self.metrics is not None:
@@ -308,7 +316,7 @@ class Engine:
         kind, obj, exc = entry
         meta = obj.get("metadata", {})
         name = f"{kind.kind} {'/'.join(p for p in (meta.get('namespace'), meta.get('name')) if p)}"
-        message = f"{name} is invalid: {exc}"
+        message = one_line(f"{name} is invalid: {exc}", limit=2 * MAX_MESSAGE)
         log.warning("%s", message)
         self.event(obj, "InvalidRecord", message)
         condition = {"type": "Ready", "status": "False", "reason": "InvalidRecord",

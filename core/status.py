@@ -277,9 +277,9 @@ def run_status(args: argparse.Namespace) -> int:
 
 def _one_line(message: object) -> str:
     """One line, credentials hidden: provider and client errors may quote a request."""
-    from podnet.core.tracing import redact
+    from podnet.core.errors import one_line
 
-    return redact(" ".join(str(message).split()))
+    return one_line(message)
 
 
 def _cell(value: Any) -> str:

@@ -12,6 +12,7 @@ lower-case MAC, dual-stack pair ordered IPv4 first) so requests compare reliably
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -69,6 +70,38 @@ def annotation_field(key: str) -> str:
 def unknown_keys(annotations: Mapping[str, str]) -> tuple[str, ...]:
     """``podnet.io/`` keys this parser does not know, sorted, so the engine can warn."""
     return tuple(sorted(k for k in annotations if k.startswith(PREFIX) and k not in KNOWN_KEYS))
+
+
+def meant_key(key: str) -> str | None:
+    """The known key an unknown ``podnet.io/`` key is most likely a misspelling of."""
+    # compared without the prefix, which every key shares and would make all look alike
+    names = sorted(k.removeprefix(PREFIX) for k in KNOWN_KEYS)
+    close = difflib.get_close_matches(key.removeprefix(PREFIX), names, n=1, cutoff=0.75)
+    return PREFIX + close[0] if close else None
+
+
+def check_unknown_keys(annotations: Mapping[str, str]) -> tuple[str, ...]:
+    """One warning per unknown ``podnet.io/`` key (naming the key it probably meant).
+
+    :raises InvalidRequest: for an unknown key that is a likely misspelling of a known key
+        the pod does not set. Every known key changes what the pod gets (its address, its
+        subnet, its MAC, VIPs, EIP, security groups, port security, networks): going on
+        without it would silently give the pod something else (a random address for a
+        misspelt ``ip-address``), which cannot be taken back once the pod runs. So the
+        pod's networks wait, with the reason on the Pod, until the key is fixed. A key
+        like no known one (another tool's, a later podnet's) is only warned about.
+    """
+    warnings: list[str] = []
+    for key in unknown_keys(annotations):
+        meant = meant_key(key)
+        if meant is not None and meant not in annotations:
+            raise InvalidRequest(
+                annotation_field(key),
+                f"unknown annotation {key} (did you mean {meant}?): nothing is allocated "
+                f"until it is fixed, or the pod would run without what {meant} asks for")
+        hint = f" (did you mean {meant}?)" if meant is not None else ""
+        warnings.append(f"{annotation_field(key)}: unknown annotation {key}{hint}: ignored")
+    return tuple(warnings)
 
 
 # --- value checks shared with the wire format -------------------------------------------

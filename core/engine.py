@@ -43,7 +43,15 @@ from podnet.core.convert import (
     salvage_pod_network,
     to_wire,
 )
-from podnet.core.errors import ErrorKind, NotLeader, PodnetError, ProviderError, TerminalError
+from podnet.core.errors import (
+    MAX_MESSAGE,
+    ErrorKind,
+    NotLeader,
+    PodnetError,
+    ProviderError,
+    TerminalError,
+    one_line,
+)
 from podnet.core.fence import Fence, FencedCluster
 from podnet.core.metrics import Metrics
 from podnet.core.models import (
@@ -288,7 +296,8 @@ class Engine:
             except Exception as exc:
                 # the provider boundary: past it, every error carries a kind core acts on
                 kind = self.classify(provider_name, exc)
-                raise ProviderError(kind, f"{type(exc).__name__}: {exc}",
+                # one line: SDK errors may carry whole tracebacks into conditions
+                raise ProviderError(kind, one_line(f"{type(exc).__name__}: {exc}"),
                                     code=getattr(exc, "code", None)) from exc
             finally:
                 if self.metrics is not None:
@@ -347,7 +356,7 @@ class Engine:
         kind, obj, exc = entry
         meta = obj.get("metadata", {})
         name = f"{kind.kind} {'/'.join(p for p in (meta.get('namespace'), meta.get('name')) if p)}"
-        message = f"{name} is invalid: {exc}"
+        message = one_line(f"{name} is invalid: {exc}", limit=2 * MAX_MESSAGE)
         log.warning("%s", message)
         self.event(obj, "InvalidRecord", message)
         condition = {"type": "Ready", "status": "False", "reason": "InvalidRecord",

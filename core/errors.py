@@ -104,3 +104,40 @@ class TransitionRefused(PodnetError):
         self.machine = machine
         self.trigger = trigger
         self.state = state
+
+
+#: the longest message podnet writes into a condition or an Event from an error
+MAX_MESSAGE = 300
+_TRACEBACK_HEAD = "Traceback (most recent call last):"
+
+
+def one_line(text: object, limit: int = MAX_MESSAGE) -> str:
+    """Any error text reduced to one bounded line for a condition, an Event or a log line.
+
+    SDK errors may carry whole tracebacks (the BCE client's "All trace backs:" does) and
+    request dumps: the first line says what failed and the last what the cause was, so
+    both are kept (``first … last``) and everything between is dropped. Whitespace is
+    collapsed, credentials are hidden, and the result is cut to ``limit`` characters.
+    """
+    from podnet.core.redaction import redact
+
+    # hidden first: an Authorization value runs to the end of its line
+    lines = [" ".join(line.strip().lstrip(">").split())
+             for line in redact(str(text)).splitlines()]
+    lines = [line for line in lines if line]
+    if lines and lines[0] == _TRACEBACK_HEAD:
+        lines = lines[1:]
+    if not lines:
+        return ""
+    shown = lines[0] if len(lines) == 1 or lines[-1] == lines[0] else (
+        f"{lines[0]} … {lines[-1]}")
+    return shown if len(shown) <= limit else shown[: limit - 1].rstrip() + "…"
+
+
+def describe(exc: BaseException, limit: int = MAX_MESSAGE) -> str:
+    """One line for an exception: a ProviderError's kind, field and subject, else the
+    exception's type and its text (see :func:`one_line`)."""
+    if isinstance(exc, ProviderError):
+        subject = f" ({exc.subject})" if exc.subject else ""
+        return one_line(f"{exc.kind.value}: {exc}{subject}", limit)
+    return one_line(f"{type(exc).__name__}: {exc}", limit)

@@ -17,7 +17,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +26,8 @@ import attrs
 if TYPE_CHECKING:
     from podnet.core.cluster.kube import KubeCluster
     from podnet.core.cluster.port import Cluster, Obj
-    from podnet.core.models import Condition, NodeNetwork, PodNetwork
+    from podnet.core.config import Config
+    from podnet.core.models import Condition, NodeInfo, NodeNetwork, PodNetwork
     from podnet.core.plugin import Providers
 
 __all__ = [
@@ -46,6 +47,9 @@ EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
 NO_NODE_POOL = "not audited (no node pool)"
 NOT_LOADED = "not audited (provider not loaded)"
 NODE_GONE = "not audited (Node object is gone)"
+#: how long a record may outlive its pod, or a pool keep an address for a record that is
+#: gone, before audit calls it a finding (the controller releases both within seconds)
+DEFAULT_GRACE = 300.0
 
 
 # --- arguments --------------------------------------------------------------------------------
@@ -69,6 +73,9 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="the controller's config file (YAML)")
     parser.add_argument("--provider", action="append", default=[],
                         help="enable this built-in provider (repeatable; default: all installed)")
+    parser.add_argument("--grace", type=float, default=DEFAULT_GRACE,
+                        help="seconds a record may outlive its pod, or a pool keep a gone "
+                        f"record's address, before it is a finding (default {DEFAULT_GRACE:g})")
 
 
 # --- reading the records ----------------------------------------------------------------------
@@ -277,9 +284,9 @@ def run_status(args: argparse.Namespace) -> int:
 
 def _one_line(message: object) -> str:
     """One line, credentials hidden: provider and client errors may quote a request."""
-    from podnet.core.tracing import redact
+    from podnet.core.errors import one_line
 
-    return redact(" ".join(str(message).split()))
+    return one_line(message)
 
 
 def _cell(value: Any) -> str:
@@ -370,6 +377,26 @@ class Misplaced:
 
 
 @attrs.frozen
+class Duplicate:
+    """One address recorded by two or more PodNetworks: two pods would share it."""
+
+    provider: str
+    ip: str
+    pod_networks: tuple[str, ...]
+
+
+@attrs.frozen
+class Gone:
+    """An owner that is gone: a record whose pod no longer exists (past the grace), or a
+    node pool still holding an address for a record that no longer exists."""
+
+    pod_network: str
+    node: str | None
+    ip: str | None
+    reason: str
+
+
+@attrs.frozen
 class AuditError:
     """A node the audit could not judge: its inventory call failed, or its record is bad."""
 
@@ -392,16 +419,20 @@ class AuditReport:
     misplaced: tuple[Misplaced, ...] = ()
     errors: tuple[AuditError, ...] = ()
     skipped: tuple[Skipped, ...] = ()
+    duplicates: tuple[Duplicate, ...] = ()
+    gone: tuple[Gone, ...] = ()
 
     @property
     def clean(self) -> bool:
-        return not (self.unowned or self.lost or self.misplaced or self.errors)
+        return not (self.unowned or self.lost or self.misplaced or self.errors
+                    or self.duplicates or self.gone)
 
     def as_json(self) -> dict[str, list[dict[str, Any]]]:
         return {
             name: [attrs.asdict(row, recurse=False, value_serializer=_json_value)
                    for row in getattr(self, name)]
-            for name in ("unowned", "lost", "misplaced", "errors", "skipped")
+            for name in ("unowned", "lost", "misplaced", "duplicates", "gone", "errors",
+                         "skipped")
         }
 
 
@@ -409,10 +440,33 @@ def _json_value(_inst: Any, _field: Any, value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers) -> AuditReport:
+def provider_chooser(config: Config, providers: Providers) -> Callable[[NodeInfo], str | None]:
+    """Which provider serves a node, as ``podnet run`` decides it: the config's
+    ``nodeProviders`` first, then the plugins' claims, then ``defaultProvider``."""
+
+    def choose(node: NodeInfo) -> str | None:
+        for rule in config.node_providers:
+            if rule.selector.matches(node.labels):
+                return rule.provider
+        chosen = providers.pm.hook.podnet_select_provider(node=node)
+        if chosen is not None and chosen in providers:
+            return str(chosen)
+        return config.default_provider
+
+    return choose
+
+
+def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers, *,
+          choose: Callable[[NodeInfo], str | None] | None = None,
+          pods: Mapping[str, Obj] | None = None, now: datetime | None = None,
+          grace: float = DEFAULT_GRACE) -> AuditReport:
     """Compare the records with each node-pool provider's inventory of each node.
 
     Addresses are compared per provider: two providers may well reuse one private range.
+    With ``choose`` (which provider serves a node), nodes without a NodeNetwork that a
+    node-pool provider serves are asked about too: their instance may be unknown to the
+    cloud, or hold addresses nobody owns. With ``pods`` (``namespace/name`` -> Pod), a
+    record whose pod is gone for longer than ``grace`` seconds is a finding.
     """
     from podnet.core.objects import node_info
     from podnet.hookspecs.types import CloudInterface, Inventory, NodeContext
@@ -422,7 +476,8 @@ def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers) -> A
     skipped: dict[tuple[str, str], list[str]] = {}
     #: (provider, node) -> address -> the interface the cloud has it on
     clouds: dict[tuple[str, str], dict[str, CloudInterface]] = {}
-    audited: dict[tuple[str, str], NodeNetwork] = {}
+    audited: dict[tuple[str, str], NodeNetwork | None] = {}
+    to_ask: list[tuple[str, str, NodeNetwork | None]] = []
     for nn in records.node_networks:
         name, provider = nn.metadata.name, nn.spec.provider
         reason = (NOT_LOADED if provider not in providers
@@ -431,7 +486,18 @@ def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers) -> A
         if reason is not None:
             skipped.setdefault((provider, reason), []).append(name)
             continue
-        context = NodeContext(node=node_info(nodes[name]), network=nn)
+        to_ask.append((name, provider, nn))
+    if choose is not None:
+        # nodes podnet serves from a node pool but holds no NodeNetwork of (yet): the
+        # cloud is asked about them too (an unreadable one is reported as such below)
+        recorded = {nn.metadata.name for nn in records.node_networks} | {
+            bad.name for bad in records.unreadable if bad.kind == "NodeNetwork"}
+        for name in sorted(set(nodes) - recorded):
+            chosen = choose(node_info(nodes[name]))
+            if chosen is not None and chosen in providers and providers[chosen].uses_node_pool:
+                to_ask.append((name, chosen, None))
+    for name, provider, known in to_ask:
+        context = NodeContext(node=node_info(nodes[name]), network=known)
         try:
             inventory = hook.podnet_node_inventory(provider=provider, node=context)
         except Exception as exc:  # the provider's own SDK errors: report, go on
@@ -442,7 +508,7 @@ def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers) -> A
             continue
         # both families (a dual-stack node's IPv6 halves are cloud addresses too)
         clouds[(provider, name)] = {**inventory.all_ips(), **inventory.all_ipv6()}
-        audited[(provider, name)] = nn
+        audited[(provider, name)] = known
     for bad in records.unreadable:
         what = "record" if bad.kind == "NodeNetwork" else f"PodNetwork {bad.name}"
         errors.append(AuditError(bad.node, bad.provider, f"{what} does not parse: {bad.error}"))
@@ -457,7 +523,8 @@ def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers) -> A
     for (provider, node), addresses in sorted(clouds.items()):
         # every address the NodeNetwork lists is in the node's pool, whatever its (lagging)
         # owner field says: the engine's own rule when it rebuilds a pool
-        pooled = {a for itf in audited[(provider, node)].status.interfaces
+        recorded_nn = audited[(provider, node)]
+        pooled = {a for itf in (recorded_nn.status.interfaces if recorded_nn else ())
                   for ip in itf.ips for a in (ip.address, ip.ipv6) if a}
         for address, itf in sorted(addresses.items()):
             if (provider, address) not in owned and address not in pooled:
@@ -481,11 +548,63 @@ def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers) -> A
         unowned=tuple(unowned), lost=tuple(lost), misplaced=tuple(misplaced),
         errors=tuple(sorted(errors, key=lambda e: (e.node or "", e.provider or "", e.error))),
         skipped=tuple(Skipped(p, r, tuple(sorted(n))) for (p, r), n in sorted(skipped.items())),
+        duplicates=_duplicates(records),
+        gone=_gone(records, pods, now or datetime.now(UTC), grace),
     )
 
 
+def _duplicates(records: Records) -> tuple[Duplicate, ...]:
+    """Addresses (per provider) that more than one record owns."""
+    holders: dict[tuple[str, str], list[str]] = {}
+    for pn in records.pod_networks:
+        for address in _addresses(pn):
+            holders.setdefault((pn.spec.provider, address), []).append(pn.key)
+    return tuple(Duplicate(provider, ip, tuple(sorted(keys)))
+                 for (provider, ip), keys in sorted(holders.items()) if len(keys) > 1)
+
+
+def _gone(records: Records, pods: Mapping[str, Obj] | None, now: datetime,
+          grace: float) -> tuple[Gone, ...]:
+    """Owners that are gone, each past ``grace``: records whose pod no longer exists (not
+    sticky ones: those are held for a pod that may come back, by design), and addresses
+    a NodeNetwork lists as owned by a record that does not exist (its finalizer removed
+    by hand, say: the pool would keep the address for nobody)."""
+    from podnet.core.pool import SHRINKING
+
+    found: list[Gone] = []
+    if pods is not None:
+        for pn in records.pod_networks:
+            if pn.spec.sticky:
+                continue
+            pod = pods.get(f"{pn.metadata.namespace}/{pn.spec.pod_name}")
+            if pod is not None and _dig(pod, "metadata", "uid") == pn.spec.pod_uid:
+                continue
+            since = pn.status.last_transition_time or pn.metadata.creation_timestamp
+            if since is None or (now - since).total_seconds() < grace:
+                continue
+            reason = ("its pod is gone" if pod is None
+                      else f"its pod was replaced (uid {_dig(pod, 'metadata', 'uid')})")
+            ips: list[str | None] = [*_addresses(pn)] or [None]
+            found.extend(Gone(pn.key, pn.spec.node_name, ip,
+                              f"{reason} and the record is still here after {grace:g}s")
+                         for ip in ips)
+    keys = {pn.key for pn in records.pod_networks} | {
+        bad.name for bad in records.unreadable if bad.kind == "PodNetwork"}
+    for nn in records.node_networks:
+        synced = nn.status.last_inventory_sync
+        if synced is None or (now - synced).total_seconds() < grace:
+            continue  # owner fields lag: they catch up at most once a refill period
+        for itf in nn.status.interfaces:
+            for ip in itf.ips:
+                if ip.owner and ip.owner != SHRINKING and ip.owner not in keys:
+                    found.append(Gone(ip.owner, nn.metadata.name, ip.address,
+                                      "the node's pool holds the address for a record that "
+                                      "no longer exists"))
+    return tuple(sorted(found, key=lambda g: (g.pod_network, g.ip or "")))
+
+
 def run_audit(args: argparse.Namespace) -> int:
-    from podnet.core.cluster.port import NODE, ApiError
+    from podnet.core.cluster.port import NODE, POD, ApiError
     from podnet.core.config import load_config
     from podnet.core.errors import ConfigError
     from podnet.core.plugin import Providers, load_plugins, new_plugin_manager
@@ -501,10 +620,13 @@ def run_audit(args: argparse.Namespace) -> int:
         with _connect(args) as cluster:
             records = read_records(cluster)
             nodes = {str(n["metadata"]["name"]): n for n in cluster.list(NODE).items}
+            pods = {f"{_dig(p, 'metadata', 'namespace')}/{_dig(p, 'metadata', 'name')}": p
+                    for p in cluster.list(POD).items}
     except (ConfigError, ApiError) as exc:
         print(f"podnet audit: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
-    report = audit(records, nodes, providers)
+    report = audit(records, nodes, providers, choose=provider_chooser(config, providers),
+                   pods=pods, grace=args.grace)
     if args.output == "json":
         print(json.dumps(report.as_json(), sort_keys=True))
     else:
@@ -527,6 +649,11 @@ def _print_audit(report: AuditReport) -> None:
     for m in report.misplaced:
         table.add_row("misplaced", m.node, "", m.ip,
                       f"{m.pod_network}: the cloud has it on {m.cloud_node} ({m.interface})")
+    for d in report.duplicates:
+        table.add_row("duplicate", "", d.provider, d.ip,
+                      f"recorded by {', '.join(d.pod_networks)}")
+    for g in report.gone:
+        table.add_row("gone", _cell(g.node), "", _cell(g.ip), f"{g.pod_network}: {g.reason}")
     for e in report.errors:
         table.add_row("error", _cell(e.node), _cell(e.provider), "", e.error)
     console = _console()

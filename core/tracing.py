@@ -56,6 +56,7 @@ from opentelemetry.trace import (
 from opentelemetry.util.types import AttributeValue
 
 from podnet.core.filetrace import SPAN_KEY, UNSET_STATUS, LeanSpan, LeanTracerProvider
+from podnet.core.redaction import redact
 
 __all__ = [
     "ATTR_ERROR_TYPE",
@@ -100,36 +101,6 @@ ATTR_RPC_METHOD: Final = "rpc.method"
 
 #: Instrumentation scope of every podnet span.
 SCOPE_NAME: Final = "podnet"
-
-_REDACTED: Final = "[REDACTED]"
-
-# Ordered: an Authorization value runs to the end of the line (scheme and credentials),
-# so it goes first; the generic key=value rule then catches signed query parameters,
-# SDK debug dumps (`'AccessKeySecret': 'x'`) and JSON bodies.
-_REDACT_RULES: Final = (
-    (
-        re.compile(r"""(\b(?:proxy-)?authorization["']?\s*[:=]\s*["']?)[^\r\n"']+""", re.I),
-        r"\g<1>" + _REDACTED,
-    ),
-    (
-        re.compile(
-            r"""(\b(?:AccessKey|\w*(?:secret|password|passwd|token|credential))\w*"""
-            r"""["']?\s*[:=]\s*["']?)[^\s"',;&)}\]]+""",
-            re.I,
-        ),
-        r"\g<1>" + _REDACTED,
-    ),
-    # user:password@ in URLs
-    (re.compile(r"(://[^/\s:@]+:)[^@\s/]+@"), r"\g<1>" + _REDACTED + "@"),
-)
-
-
-def redact(text: str) -> str:
-    """Hide credential values (access keys, secrets, passwords, tokens, Authorization)."""
-    for pattern, replacement in _REDACT_RULES:
-        text = pattern.sub(replacement, text)
-    return text
-
 
 def _error_type(exc: BaseException) -> str:
     kind = getattr(exc, "kind", None)

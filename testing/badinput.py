@@ -25,8 +25,9 @@ import attrs
 import pluggy
 import pytest
 
-from podnet.core.cluster.port import NODE_NETWORK, POD, POD_NETWORK, NotFound, Obj
+from podnet.core.cluster.port import NODE, NODE_NETWORK, POD, POD_NETWORK, NotFound, Obj
 from podnet.core.config import parse_config
+from podnet.core.demo import node_obj
 from podnet.core.errors import ConfigError
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import CloudInterface, Inventory, PoolEntry
@@ -68,6 +69,27 @@ class BadConfig:
 def bad_annotation(case_id: str, annotations: Mapping[str, str], field: str) -> BadInput:
     def setup(world: World) -> Target:
         world.add_pod(f"bad-{case_id}", 0, annotations=annotations)
+        return Target("pod", f"bad-{case_id}")
+
+    return BadInput(case_id, setup, field)
+
+
+#: a node the catalogue's world does not otherwise use, for the unknown-instance case
+UNKNOWN_INSTANCE_NODE = 9
+
+
+def unknown_instance(case_id: str, provider_id: str, field: str = "spec.providerID"
+                     ) -> BadInput:
+    """A pod on a node whose ``spec.providerID`` names an instance the cloud does not
+    have: the pod's record (and the Pod) say so, naming the node's providerID. For cloud
+    providers: pass a providerID of the form the provider reads."""
+
+    def setup(world: World) -> Target:
+        node = node_obj(UNKNOWN_INSTANCE_NODE)
+        node["spec"]["providerID"] = provider_id
+        with world.quiet():
+            world.cluster.create(NODE, node)
+        world.add_pod(f"bad-{case_id}", UNKNOWN_INSTANCE_NODE)
         return Target("pod", f"bad-{case_id}")
 
     return BadInput(case_id, setup, field)
@@ -187,6 +209,11 @@ def generic_cases() -> list[BadInput]:
         a("subnets-duplicate", {f"{ANN}subnets": "s1,s1"}, "subnets"),
         a("networks-bad-name", {f"{ANN}networks": "Bad_Name"}, "networks"),
         a("networks-duplicate", {f"{ANN}networks": "a,a"}, "networks"),
+        # a misspelt key that would choose the address blocks; one like no known key warns
+        a("ip-address-misspelt", {f"{ANN}ip-adress": "10.0.0.5"},
+          f"metadata.annotations[{ANN}ip-adress]"),
+        a("subnets-misspelt", {f"{ANN}subnet": "s1"}, f"metadata.annotations[{ANN}subnet]"),
+        a("unknown-key", {f"{ANN}colour": "blue"}, f"metadata.annotations[{ANN}colour]"),
         BadInput("static-owned-by-another-pod", _taken_static, "ip-address"),
         raw_record("pn-unknown-spec-field", "podnetwork",
                    lambda w: _pn(w, "pn-unknown", {"colour": "blue"}), "spec.colour"),

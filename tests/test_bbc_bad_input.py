@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from podnet.core.cluster.port import NODE, NODE_NETWORK, POD, POD_NETWORK
+from podnet.core.demo import node_obj
 from podnet.plugins.bbc.demo import (
     PRIMARY_SUBNET,
     provider_for,
@@ -18,11 +20,13 @@ from podnet.plugins.bbc.provider import BbcProvider
 from podnet.plugins.bbc.sim import API_PORT, BbcSimulator
 from podnet.testing.badinput import (
     ANN,
+    UNKNOWN_INSTANCE_NODE,
     BadConfig,
     BadInput,
     BadInputSuite,
     Target,
     bad_annotation,
+    unknown_instance,
 )
 from podnet.testing.harness import World
 
@@ -83,6 +87,7 @@ class TestBbcBadInput(BadInputSuite):
                            "ip-pool"),
             bad_annotation("dual-stack-unsupported",
                            {f"{ANN}ip-address": "10.128.0.9,fd00::9"}, "ip-address"),
+            unknown_instance("instance-not-found", "cce://i-nope"),
             _malformed_port("vpcport-ip-garbage", lambda d: {**d, "privateIpSet": [
                 {"privateIpAddress": "10.128.0.999", "subnetId": PRIMARY_SUBNET}]},
                 "vpcPort.privateIpSet[0].privateIpAddress"),
@@ -95,6 +100,48 @@ class TestBbcBadInput(BadInputSuite):
 
     def bad_configs(self, provider: str) -> Sequence[BadConfig]:
         return [*super().bad_configs(provider)]
+
+    def test_an_unknown_instance_is_said_in_one_line_on_the_pod_the_record_and_the_nodes(
+            self, world: World) -> None:
+        """The BCE client's error carries every retry's traceback ("All trace backs:"):
+        conditions and Events carry one bounded line of it, naming the node, its
+        providerID and the cloud's own reason."""
+        from podnet.core.errors import MAX_MESSAGE
+
+        world.add_node(0)
+        node = node_obj(UNKNOWN_INSTANCE_NODE)
+        node["spec"]["providerID"] = "cce://i-nope"
+        with world.quiet():
+            world.cluster.create(NODE, node)
+        world.add_pod("lost", UNKNOWN_INSTANCE_NODE)
+        world.add_pod("fine", 0)
+        world.settle(advance=30)
+        name = node["metadata"]["name"]
+        with world.quiet():
+            pod = world.cluster.get(POD, "lost", world.namespace)
+            (record,) = [pn for pn in world.cluster.list(POD_NETWORK, world.namespace).items
+                         if pn["spec"]["podName"] == "lost"]
+            nn = world.cluster.get(NODE_NETWORK, name)
+            node_events = world.cluster.events_for(world.cluster.get(NODE, name))
+            said = {"pod": world.cluster.events_for(pod),
+                    "record": world.cluster.events_for(record),
+                    "nodenetwork": world.cluster.events_for(nn), "node": node_events}
+        ready = next(c for c in record["status"]["conditions"] if c["type"] == "Ready")
+        pool = next(c for c in nn["status"]["conditions"] if c["type"] == "PoolReady")
+        assert ready["status"] == "False" and ready["reason"] == "PoolUnavailable"
+        assert pool["status"] == "False"
+        messages = [ready["message"], pool["message"]]
+        for where, events in said.items():
+            assert events, f"no Event on the {where}"
+            messages += [e["message"] for e in events]
+        for message in messages:
+            assert "\n" not in message and "Traceback" not in message, message
+            assert len(message) <= MAX_MESSAGE + 100, message
+            assert name in message and "cce://i-nope" in message, message
+            assert "instance i-nope does not exist" in message, message
+        assert len(said["pod"]) == 1, "said once, not at every retry"
+        assert world.record_of("fine") is not None
+        assert world.record_of("fine").status.phase.value == "Routed"
 
 
 @pytest.mark.parametrize(("config", "key"), [

@@ -242,6 +242,24 @@ def test_audit_finds_an_address_the_records_do_not_explain(cluster: Cluster) -> 
     assert c.audit("one") == 1
 
 
+def test_audit_finds_a_record_edited_to_another_pods_address(cluster: Cluster) -> None:
+    c = cluster
+    c.controller("one", free_port())
+    c.create(nodes(1))
+    c.create(pods(["d-0", "d-1"], 1))
+    wait_for("2 routed pod networks", lambda: len(routed(c)) == 2)
+    wait_for("a clean podnet audit", lambda: c.audit("one") == 0, timeout=60)
+    for proc in c.procs[1:]:  # the controller goes away: nobody may repair the edit
+        proc.kill()
+        proc.wait(timeout=10)
+    ip = routed(c)["d-0"]
+    (edited,) = [pn for pn in c.get("podnetworks") if pn["spec"]["podName"] == "d-1"]
+    c.kubectl("patch", "podnetwork", edited["metadata"]["name"], "-n",
+              edited["metadata"]["namespace"], "--subresource=status", "--type=merge",
+              "-p", json.dumps({"status": {"ip": ip}}))
+    assert c.audit("one") == 1  # one address in two records
+
+
 def test_two_replicas_one_leader_and_takeover(cluster: Cluster) -> None:
     c = cluster
     lease = 3.0

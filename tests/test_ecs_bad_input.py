@@ -16,6 +16,7 @@ from podnet.testing.badinput import (
     BadInputSuite,
     Target,
     bad_annotation,
+    unknown_instance,
 )
 from podnet.testing.harness import World
 
@@ -66,6 +67,7 @@ class TestEcsBadInput(BadInputSuite):
             bad_annotation("named-ip-pool", {f"{ANN}ip-pool": "gold"}, "ip-pool"),
             bad_annotation("dual-stack-unsupported",
                            {f"{ANN}ip-address": "10.0.0.9,fd00::9"}, "ip-address"),
+            unknown_instance("instance-not-found", "cn-hangzhou.i-nope"),
             BadInput("reply-without-private-ip-set", _missing_private_ip_set,
                      "PrivateIpSets"),
         ]

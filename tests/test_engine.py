@@ -371,6 +371,80 @@ def test_invalid_annotation_is_reported_on_the_record_and_the_pod_and_others_pro
     assert phase(rig.record_of(bad)) == "Routed"
 
 
+def test_a_misspelt_address_key_blocks_as_invalid_naming_the_key_it_probably_meant() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    bad = rig.pod("typo", node, annotations={"podnet.io/ip-adress": "10.64.0.200"})
+    good = rig.pod("good", node)
+    rig.settle()
+    assert phase(rig.record_of(good)) == "Routed"
+    record = rig.record_of(bad)
+    assert phase(record) == "Pending" and "ip" not in record["status"], (
+        "a misspelt ip-address must not silently get a random address")
+    ready = {c["type"]: c for c in record["status"]["conditions"]}["Ready"]
+    assert ready["reason"] == "InvalidRequest"
+    assert "metadata.annotations[podnet.io/ip-adress]" in ready["message"]
+    assert "did you mean podnet.io/ip-address?" in ready["message"]
+    said = [e["message"] for e in rig.cluster.events_for(bad)]
+    assert len(said) == 1 and "podnet.io/ip-adress" in said[0] and "ip-address?" in said[0]
+    rig.settle(advance=60)
+    assert len(rig.cluster.events_for(bad)) == 1, "said once, not at every pass"
+    # spelt right, it gets exactly that address
+    pod = rig.cluster.get(POD, "typo", NS)
+    pod["metadata"]["annotations"] = {"podnet.io/ip-address": "10.64.0.200"}
+    rig.cluster.update(POD, pod)
+    rig.settle()
+    record = rig.record_of(bad)
+    assert phase(record) == "Routed" and record["status"]["ip"] == "10.64.0.200"
+
+
+def test_an_unknown_key_like_no_known_one_is_warned_about_once_and_the_pod_proceeds() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    pod = rig.pod("odd", node, annotations={"podnet.io/colour": "blue"})
+    rig.settle()
+    record = rig.record_of(pod)
+    assert phase(record) == "Routed"
+    conditions = {c["type"]: c for c in record["status"]["conditions"]}
+    assert conditions["AnnotationsRecognized"]["status"] == "False"
+    assert "podnet.io/colour" in conditions["AnnotationsRecognized"]["message"]
+    said = [e for e in rig.cluster.events_for(pod) if e["reason"] == "UnknownAnnotation"]
+    assert len(said) == 1 and said[0]["type"] == "Warning"
+    assert "podnet.io/colour" in said[0]["message"]
+    rig.settle(advance=120)
+    assert len([e for e in rig.cluster.events_for(pod)
+                if e["reason"] == "UnknownAnnotation"]) == 1
+    # removed: the condition says so, and the address stays
+    ip = record["status"]["ip"]
+    obj = rig.cluster.get(POD, "odd", NS)
+    obj["metadata"]["annotations"] = {}
+    rig.cluster.update(POD, obj)
+    rig.settle()
+    record = rig.record_of(pod)
+    conditions = {c["type"]: c for c in record["status"]["conditions"]}
+    assert conditions["AnnotationsRecognized"]["status"] == "True"
+    assert record["status"]["ip"] == ip and phase(record) == "Routed"
+
+
+def test_a_pod_on_a_node_that_does_not_exist_gets_one_event_then_proceeds_when_it_does() -> None:
+    rig = Rig()
+    rig.node(0)
+    pod = rig.pod("orphan", "node-0005")
+    rig.settle()
+    assert rig.records() == []
+    said = rig.cluster.events_for(pod)
+    assert [e["reason"] for e in said] == ["NodeNotFound"]
+    assert "node-0005" in said[0]["message"] and "does not exist" in said[0]["message"]
+    obj = rig.cluster.get(POD, "orphan", NS)
+    obj["metadata"].setdefault("labels", {})["touched"] = "yes"
+    rig.cluster.update(POD, obj)  # a pass for another reason: not said again
+    rig.settle(advance=60)
+    assert len(rig.cluster.events_for(pod)) == 1
+    rig.node(5)
+    rig.settle()
+    assert phase(rig.record_of(pod)) == "Routed"
+
+
 def test_static_address_owned_by_another_pod_is_refused_with_a_condition() -> None:
     rig = Rig()
     node = rig.node(0)

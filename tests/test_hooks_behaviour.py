@@ -270,6 +270,36 @@ def test_podnet_select_networks_gives_a_pod_a_second_pod_network() -> None:
     assert overlay.routes == {} and overlay.by_key == {}
 
 
+class AttachByAnnotation:
+    """Reads ``podnet.io/networks`` itself, as the OVN provider does: serves ``blue``."""
+
+    @hookimpl
+    def podnet_select_networks(self, pod: PodInfo, node: NodeInfo
+                               ) -> Sequence[NetworkAttachment] | None:
+        names = [n.strip() for n in pod.annotations.get("podnet.io/networks", "").split(",")]
+        return [NetworkAttachment(network="blue", provider="storage")] if "blue" in names \
+            else None
+
+
+def test_a_malformed_networks_annotation_is_one_answer_for_every_network_of_the_pod() -> None:
+    overlay = OverlayIpam()
+    rig = Rig(overlay, AttachByAnnotation())
+    node = rig.node(0)
+    rig.pod("app", node, annotations={"podnet.io/networks": "blue,blue"})
+    rig.pod("bystander", node, annotations={"podnet.io/networks": "blue"})
+    rig.settle()
+    records = {r["spec"]["network"]: r for r in rig.records("app")}
+    assert set(records) == {"default", "blue"}
+    for network, record in records.items():
+        assert phase(record) == "Pending" and not record["status"].get("ip"), network
+        ready = next(c for c in record["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["reason"] == "InvalidRequest", network
+        assert "podnet.io/networks" in ready["message"] and "duplicate" in ready["message"]
+    assert overlay.routes.keys() == {r["status"]["ip"] for r in rig.records("bystander")
+                                     if r["spec"]["network"] == "blue"}
+    assert {phase(r) for r in rig.records("bystander")} == {"Routed"}
+
+
 # --- the operator's config: nodeProviders and networks ---------------------------------------
 
 

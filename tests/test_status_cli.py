@@ -24,7 +24,7 @@ from podnet.core.cli import main
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.kube import KubeCluster
 from podnet.core.cluster.memory import InMemoryCluster
-from podnet.core.cluster.port import NODE, NODE_NETWORK, POD_NETWORK
+from podnet.core.cluster.port import NODE, NODE_NETWORK, POD, POD_NETWORK
 from podnet.core.plugin import Providers
 from podnet.core.status import NO_NODE_POOL, NOT_LOADED, audit, read_records
 from podnet.hookspecs import hookimpl
@@ -172,7 +172,8 @@ def test_audit_is_clean_then_finds_a_leak_a_lost_and_a_misplaced_address(
         site: Site, capsys: pytest.CaptureFixture[str]) -> None:
     code, clean = site.audit(capsys)
     assert code == 0, clean
-    assert clean == {"unowned": [], "lost": [], "misplaced": [], "errors": [], "skipped": []}
+    assert clean == {"unowned": [], "lost": [], "misplaced": [], "duplicates": [], "gone": [],
+                     "errors": [], "skipped": []}
 
     nodes = sorted((n["metadata"]["name"], n["spec"]["podCIDR"]) for n in site.records(NODE))
     (node_a, cidr_a), (node_b, _) = nodes
@@ -203,6 +204,61 @@ def test_audit_is_clean_then_finds_a_leak_a_lost_and_a_misplaced_address(
                  str(site.kubeconfig), "--provider", reference.NAME]) == 1
     table = capsys.readouterr().out
     assert leak in table and key(gone) in table and key(moved) in table
+
+
+def test_audit_finds_one_address_in_two_records(
+        site: Site, capsys: pytest.CaptureFixture[str]) -> None:
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for pn in sorted(site.records(POD_NETWORK), key=lambda p: p["metadata"]["name"]):
+        by_node.setdefault(pn["spec"]["nodeName"], []).append(pn)
+    first, second = next(pns for pns in by_node.values() if len(pns) >= 2)[:2]
+    second["status"]["ip"] = first["status"]["ip"]  # edited behind podnet's back
+    site.store.update_status(POD_NETWORK, second)
+    code, found = site.audit(capsys)
+    assert code == 1
+    key = "{0[metadata][namespace]}/{0[metadata][name]}".format
+    assert found["duplicates"] == [{"provider": reference.NAME, "ip": first["status"]["ip"],
+                                    "pod_networks": sorted([key(first), key(second)])}]
+
+
+def test_audit_finds_owners_that_are_gone(
+        site: Site, capsys: pytest.CaptureFixture[str]) -> None:
+    """A record whose pod was deleted while the controller was down, and an address the
+    node's pool keeps for a record whose finalizer was removed by hand before it went."""
+    left, unfinalized = sorted(site.records(POD_NETWORK), key=lambda p: p["metadata"]["name"])[:2]
+    key = "{0[metadata][namespace]}/{0[metadata][name]}".format
+    site.store.delete(POD, left["spec"]["podName"], left["metadata"]["namespace"])
+    unfinalized["metadata"]["finalizers"] = []
+    site.store.update(POD_NETWORK, unfinalized)
+    site.store.delete(POD_NETWORK, unfinalized["metadata"]["name"],
+                      unfinalized["metadata"]["namespace"])
+    site.store.delete(POD, unfinalized["spec"]["podName"], unfinalized["metadata"]["namespace"])
+    assert {pn["metadata"]["name"] for pn in site.records(POD_NETWORK)} >= {
+        left["metadata"]["name"]}, "the first record outlives its pod (no controller runs)"
+    code, found = site.audit(capsys)
+    assert code == 1
+    gone = {(g["pod_network"], g["ip"]): g for g in found["gone"]}
+    assert set(gone) == {(key(left), left["status"]["ip"]),
+                         (key(unfinalized), unfinalized["status"]["ip"])}
+    assert "pod is gone" in gone[(key(left), left["status"]["ip"])]["reason"]
+    assert "no longer exists" in gone[(key(unfinalized), unfinalized["status"]["ip"])]["reason"]
+    # within the grace, a record just left behind is no finding yet
+    code, found = site.podnet(capsys, "audit", "--config", str(site.config),
+                              "--provider", "reference", "--grace", str(10 ** 10))
+    assert found["gone"] == []
+
+
+def test_audit_asks_the_cloud_about_a_served_node_without_a_node_network(
+        site: Site, capsys: pytest.CaptureFixture[str]) -> None:
+    """A node the default provider serves that has no NodeNetwork yet (the controller is
+    down): its cloud addresses are audited too."""
+    node = {"metadata": {"name": "node-new"}, "spec": {"podCIDR": "10.99.7.0/24"}}
+    site.store.create(NODE, node)
+    site.cloud.add("node-new", "10.99.7.0/24", "eth0", 1, address="10.99.7.9")
+    code, found = site.audit(capsys)
+    assert code == 1
+    assert found["unowned"] == [{"node": "node-new", "provider": reference.NAME,
+                                 "ip": "10.99.7.9", "interface": "eth0"}]
 
 
 def test_audit_names_the_bad_config_key(site: Site, capsys: pytest.CaptureFixture[str],

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from podnet.core.cluster.port import NODE_NETWORK, Conflict, NotFound
-from podnet.core.errors import ErrorKind, PodnetError, ProviderError
+from podnet.core.errors import ErrorKind, PodnetError, ProviderError, describe, one_line
 from podnet.core.machines import DELETED, ENI_MACHINE
 from podnet.core.models import (
     Condition,
@@ -81,16 +81,21 @@ class NodePoolReconciler:
         #: of its last check (reported already: not again while they persist)
         self._next_check: dict[str, float] = {}
         self._findings: dict[str, tuple[NodeFinding, ...]] = {}
+        #: node -> why its pool cannot be read (its inventory fails: an instance the cloud
+        #: does not have, say), for the pod networks waiting on it to say so
+        self.unavailable: dict[str, str] = {}
 
     def reconcile(self, name: str) -> Result:
         e = self.e
         node = e.nodes.get(name)
         if node is None or node.deletion_timestamp is not None:
             self.node_removed(name)
+            self.unavailable.pop(name, None)
             return DONE
         provider = e.provider_for_node(node)
         if provider is None or not e.providers[provider].uses_node_pool:
             self._forget_checks(name)
+            self.unavailable.pop(name, None)
             return DONE
         pool = e.pools.get(provider, name)
         nn = e.node_networks.get(name) or self._create_record(node, provider)
@@ -104,9 +109,13 @@ class NodePoolReconciler:
             log.warning("node %s: pool holds %d addresses, capacity %d: rebuilding", name,
                         pool.total(), pool.capacity)
             pool.synced = False
+        reading = False
         try:
             if not pool.synced:
+                reading = True
                 self._rebuild(node, nn, provider, pool)
+                reading = False
+                self.unavailable.pop(name, None)
                 policy = self.policy_for(provider, nn, pool)
             self._recover(node, pool, provider)
             results.append(self._grow(node, nn, provider, pool, policy))
@@ -117,8 +126,10 @@ class NodePoolReconciler:
                 results.append(self._shrink(node, nn, provider, pool, policy,
                                             halves_only=True))
         except Exception as exc:
-            self._report(nn, f"{type(exc).__name__}: {exc}" if not isinstance(
-                exc, ProviderError) else f"{exc.kind.value}: {exc}")
+            problem = describe(exc)
+            if reading:
+                problem = self._unavailable(node, provider, pool, problem)
+            self._report(nn, problem)
             raise
         if (self._snapshot(pool) != before or nn.status.last_inventory_sync is None
                 or self._owners_stale(nn, pool, policy)):
@@ -146,6 +157,20 @@ class NodePoolReconciler:
                 except Exception:
                     log.exception("podnet_node_removed(%s, %s) of plugin %s failed",
                                   provider, name, impl.plugin_name)
+
+    def _unavailable(self, node: NodeInfo, provider: str, pool: NodePool, problem: str) -> str:
+        """The pool could not be read: say which node and instance, keep it for the pod
+        networks waiting on this node (woken when it changes), and tell the Node."""
+        e = self.e
+        message = (f"node {node.name} (spec.providerID {node.provider_id or 'unset'}): "
+                   f"its {provider} pool cannot be read: {problem}")
+        if self.unavailable.get(node.name) != message:
+            self.unavailable[node.name] = message
+            e.event({"apiVersion": "v1", "kind": "Node",
+                     "metadata": {"name": node.name, "uid": node.uid}},
+                    "PoolUnavailable", message)
+            e.wake(dict(pool.waiting))
+        return message
 
     # --- the provider's node check ----------------------------------------------------
 
@@ -601,7 +626,7 @@ class NodePoolReconciler:
         kind = e.classify(provider, exc)
         subject = getattr(exc, "subject", None) or subnet or (itf.subnet if itf else None)
         where = f" ({subject})" if subject else ""
-        pool.last_error = f"growing the pool failed: {kind.value}{where}: {exc}"
+        pool.last_error = one_line(f"growing the pool failed: {kind.value}{where}: {exc}")
         now = e.clock.monotonic()
         if kind is ErrorKind.THROTTLED:
             return Result(requeue_after=_THROTTLE_WAIT * (1 + e.random.random()))

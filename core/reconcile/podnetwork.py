@@ -30,10 +30,11 @@ import attrs
 from podnet.core.annotations import (
     IP_ADDRESS,
     annotation_field,
+    check_unknown_keys,
     parse_network_request,
     parse_networks,
 )
-from podnet.core.cluster.port import NAMESPACE, POD, POD_NETWORK, Conflict, NotFound
+from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Conflict, NotFound
 from podnet.core.convert import UnreadablePodNetwork
 from podnet.core.errors import (
     ErrorKind,
@@ -43,6 +44,8 @@ from podnet.core.errors import (
     PoolEmpty,
     ProviderError,
     TerminalError,
+    describe,
+    one_line,
 )
 from podnet.core.machines import POD_NETWORK_MACHINE
 from podnet.core.models import (
@@ -98,6 +101,8 @@ log = logging.getLogger("podnet.podnetwork")
 T = TypeVar("T")
 
 READY = "Ready"
+#: False while a pod has ``podnet.io/`` annotations podnet does not know (ignored)
+ANNOTATIONS = "AnnotationsRecognized"
 _PHASE_STATE = {
     Phase.PENDING: "pending",
     Phase.ALLOCATED: "allocated",
@@ -116,6 +121,8 @@ class Desired:
     sticky: bool
     #: the problem with the pod's annotations, if any: recorded, nothing allocated
     invalid: InvalidRequest | None = None
+    #: what is wrong with the annotations but harmless (unknown keys): said, not blocking
+    warnings: tuple[str, ...] = ()
 
 
 def record_name(pod: PodInfo, network: str, sticky: bool) -> str:
@@ -176,6 +183,10 @@ class PodNetworkReconciler:
         #: the pool rebuild once the record is older than the minimum address lifetime)
         self._lost: dict[str, str] = {}
 
+        #: pod key -> what was last said on a pod that has no record to carry it (its
+        #: node does not exist): said once per pod and reason, again when it changes
+        self._said: dict[str, str] = {}
+
     def lost_by_cloud(self, keys: Iterable[str]) -> None:
         """A fresh inventory lacks the addresses these records name. A record older than
         the minimum address lifetime (younger ones may just not be visible yet) is
@@ -219,6 +230,8 @@ class PodNetworkReconciler:
         pod = e.pods.get(pod_key)
         if pod is None or self._maybe_gone.get(pod_key, pod.uid) != pod.uid:
             self._maybe_gone.pop(pod_key, None)  # the cache caught up
+        if pod is None:
+            self._said.pop(pod_key, None)
         records = sorted(e.pod_networks.by_index("pod", pod_key), key=lambda r: r.metadata.name)
         desired = self.desired(pod)
         if pod is not None and desired:
@@ -295,21 +308,27 @@ class PodNetworkReconciler:
         if pod.deletion_timestamp is not None and e.clock.now() >= pod.deletion_timestamp:
             return {}  # past its deletion grace: the pod no longer runs
         node = e.nodes.get(pod.node_name)
-        if node is None or node.deletion_timestamp is not None:
+        if node is None:
+            self._say_node_missing(pod)
+            return {}
+        self._said.pop(pod.key, None)
+        if node.deletion_timestamp is not None:
             return {}
         provider = e.provider_for_node(node)
         if provider is None:
             return {}
         invalid = None
         names: tuple[str, ...] = ()
+        warnings: tuple[str, ...] = ()
         try:
             request = parse_network_request(pod.annotations)
             names = parse_networks(pod.annotations)
+            warnings = check_unknown_keys(pod.annotations)
         except InvalidRequest as exc:
             request, invalid = NetworkRequest(), exc
         info = e.providers[provider]
         sticky = _controller_kind(pod) in info.sticky_kinds
-        out = {DEFAULT_NETWORK: Desired(provider, request, sticky, invalid)}
+        out = {DEFAULT_NETWORK: Desired(provider, request, sticky, invalid, warnings)}
         # who serves each attachment: the operator's config first, then the plugins
         served_by = {n: e.options.networks[n] for n in names if n in e.options.networks}
         for extra in e.hook.podnet_select_networks(pod=pod, node=node):
@@ -326,7 +345,31 @@ class PodNetworkReconciler:
                 out[network] = Desired(provider, NetworkRequest(), False, InvalidRequest(
                     f"networks[{network}]", f"network {network!r} is not served by any "
                     f"provider (configured: {', '.join(known)})"))
+        if invalid is not None:
+            # one answer for the pod's annotations: when they are wrong, none of its
+            # networks is set up (an attachment a plugin read from the raw annotation
+            # included), each record saying why. The pod cannot start without its default
+            # network, and an attachment routed for it would only hold an address
+            out = {n: d if d.invalid is not None else attrs.evolve(d, invalid=invalid)
+                   for n, d in out.items()}
         return out
+
+    def _say_node_missing(self, pod: PodInfo) -> None:
+        """A pod bound to a node that does not exist gets no record (no provider serves a
+        node that is not there): an Event on the Pod says so, once per pod. The node's
+        arrival requeues its pods (``_on_node``), which then go on as usual."""
+        e = self.e
+        message = (f"pod {pod.key} is bound to node {pod.node_name}, which does not exist: "
+                   "no network is set up for it until the node is there")
+        if self._said.get(pod.key) == message:
+            return
+        try:
+            e.cluster.get(NODE, pod.node_name or "")
+            return  # it does: the node cache is behind, and its event requeues the pod
+        except NotFound:
+            pass
+        self._said[pod.key] = message
+        e.event(_pod_ref(pod), "NodeNotFound", message)
 
     def _attachment(self, pod: PodInfo, node: NodeInfo, default_provider: str, network: str,
                     provider: str) -> Desired:
@@ -431,6 +474,9 @@ class PodNetworkReconciler:
                                   if moved else f"pod {pod.key} took the record over")
         if want.invalid is not None:
             return self._invalid(pn, pod, want.invalid)
+        pn = self._report_warnings(pn, pod, want)
+        if pn.status.phase is Phase.PENDING:
+            pn = self._report_unavailable(pn, pod)
         if pn.status.phase is Phase.PENDING and pn.spec.requests != want.request:
             pn = self.e.update(POD_NETWORK, attrs.evolve(
                 pn, spec=attrs.evolve(pn.spec, requests=want.request)))
@@ -522,11 +568,56 @@ class PodNetworkReconciler:
 
     def _invalid(self, pn: PodNetwork, pod: PodInfo, exc: InvalidRequest) -> Result:
         """Bad input: say so on the record and the pod, allocate nothing, don't retry."""
-        message = f"pod {pod.key}: {exc}"
+        message = one_line(f"pod {pod.key}: {exc}")
         if self._set_ready(pn, "False", "InvalidRequest", message):
             self.e.event(pn, "InvalidRequest", message)
             self.e.event(_pod_ref(pod), "InvalidRequest", message)
         return DONE
+
+    def _report_warnings(self, pn: PodNetwork, pod: PodInfo, want: Desired) -> PodNetwork:
+        """``AnnotationsRecognized`` on the record: False naming each unknown key while
+        there are any (a Warning Event on the record and the Pod when that changes), True
+        once they are gone; never written for a pod that never had one."""
+        current = next((c for c in pn.status.conditions if c.type == ANNOTATIONS), None)
+        if want.warnings:
+            status, reason = "False", "UnknownAnnotation"
+            message = one_line(f"pod {pod.key}: {'; '.join(want.warnings)}", limit=600)
+        elif current is None:
+            return pn
+        else:
+            status, reason, message = "True", "Recognized", ""
+        if current is not None and (current.status, current.reason, current.message) == (
+                status, reason, message):
+            return pn
+        condition = Condition(type=ANNOTATIONS, status=status, reason=reason,
+                              message=message, last_transition_time=self.e.clock.now())
+        try:
+            pn = self.e.update_status(POD_NETWORK, attrs.evolve(pn, status=attrs.evolve(
+                pn.status, conditions=set_condition(pn.status.conditions, condition))))
+        except (Conflict, NotFound):
+            return pn  # the next pass writes it from a fresh read
+        if want.warnings:
+            self.e.event(pn, reason, message)
+            self.e.event(_pod_ref(pod), reason, message)
+        return pn
+
+    def _report_unavailable(self, pn: PodNetwork, pod: PodInfo) -> PodNetwork:
+        """A record waiting on a node whose pool cannot be read (its providerID names an
+        instance the cloud does not have, ...): Ready=False saying so, and a Warning Event
+        on the record and the Pod when that changes. It goes on waiting: the node's pass
+        retries with backoff and wakes it when the pool is there."""
+        e = self.e
+        if not e.providers[pn.spec.provider].uses_node_pool:
+            return pn
+        problem = e.nodepools.unavailable.get(pn.spec.node_name)
+        if problem is None:
+            return pn
+        message = f"pod {pod.key}: {problem}"
+        if self._set_ready(pn, "False", "PoolUnavailable", message):
+            e.event(pn, "PoolUnavailable", message)
+            e.event(_pod_ref(pod), "PoolUnavailable", message)
+            return e.pod_networks.get(pn.key) or pn
+        return pn
 
     def _namespace_annotations(self, namespace: str) -> dict[str, str]:
         """The namespace's ``podnet.io/`` annotations. A namespace the cache has not seen
@@ -963,11 +1054,11 @@ class PodNetworkReconciler:
             e.enqueue_node(pn.spec.node_name)
             reason = "WaitingForAddress"
             blocked = pool.last_error
-            message = f"{exc}" + (f"; {blocked}" if blocked else "")
+            message = one_line(f"{exc}" + (f"; {blocked}" if blocked else ""))
             self._set_ready(pn, "False", reason, message, span.traceparent)
             return pn
         reason = "InvalidRequest" if kind is ErrorKind.INVALID else f"{trigger.capitalize()}Failed"
-        message = f"{trigger}: {_describe(exc)}"
+        message = f"{trigger}: {describe(exc)}"
         if self._set_ready(pn, "False", reason, message, span.traceparent):
             e.event(pn, reason, message)
         if kind is ErrorKind.INVALID:
@@ -1016,13 +1107,6 @@ def workload_gave_up(pn: PodNetwork, workload: WorkloadInfo | None) -> bool:
         return True
     ordinal = statefulset_ordinal(pn.spec.pod_name)
     return ordinal is not None and not workload.wants_ordinal(ordinal)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, ProviderError):
-        subject = f" ({exc.subject})" if exc.subject else ""
-        return f"{exc.kind.value}: {exc}{subject}"
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _address_field(pn: PodNetwork, address: str) -> str:

@@ -539,7 +539,14 @@ class EcsProvider:
                                 "type with IPv6", field=key)
         self._drop_orphans(instance)
         interfaces = []
-        for eni in self.describe_enis(instance=instance):
+        enis = self.describe_enis(instance=instance)
+        if not any(eni.kind == "Primary" for eni in enis):
+            # every instance has its primary ENI: ECS answers an unknown InstanceId with an
+            # empty list, not an error, and a pool grown on it would leak the new ENIs
+            raise ProviderError(ErrorKind.NOT_FOUND, f"node {node.node.name}: ECS has no "
+                                f"instance {instance} (no primary ENI is attached to it)",
+                                field="spec.providerID", subject=instance)
+        for eni in enis:
             if eni.status not in ("InUse", "Attaching"):
                 continue  # detaching: on its way out, nothing to pool on it
             primary = eni.kind == "Primary"

@@ -602,7 +602,7 @@ def test_an_ipv6_address_already_recorded_is_refused_whatever_the_provider_says(
     assert phase(storage["a"]) == "Routed" and storage["a"]["status"]["ipv6"] == "fd00:50::10"
     assert phase(storage["b"]) == "Pending" and not storage["b"].get("status", {}).get("ipv6")
     ready = next(c for c in storage["b"]["status"]["conditions"] if c["type"] == "Ready")
-    assert "fd00:50::10 is already recorded by" in ready["message"]
+    assert "fd00:50::10 is already held by" in ready["message"]
 
 
 @pytest.mark.parametrize("ops", [1, 2])

@@ -319,11 +319,11 @@ def make_chaos_machine(
             pn = self.world.record_of(pod)
             if pn is None or pn.metadata.name in self.corrupted:
                 return
-            raw = self.cluster.get(POD_NETWORK, pn.metadata.name, pn.metadata.namespace)
-            requests = raw.get("spec", {}).get("requests") or {}
-            self.corrupted[pn.metadata.name] = {
-                k: requests.get(k) for k in ("ipPool", "ipAddress")}
             with self.world.quiet():
+                raw = self.cluster.get(POD_NETWORK, pn.metadata.name, pn.metadata.namespace)
+                requests = raw.get("spec", {}).get("requests") or {}
+                self.corrupted[pn.metadata.name] = {
+                    k: requests.get(k) for k in ("ipPool", "ipAddress")}
                 self.cluster.patch(POD_NETWORK, pn.metadata.name, {"spec": {"requests": {
                     "ipPool": ["192.0.2.1"], "ipAddress": "192.0.2.2"}}},
                     pn.metadata.namespace)

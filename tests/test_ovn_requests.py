@@ -14,7 +14,7 @@ import pytest
 from podnet.core.cluster.port import POD, POD_NETWORK
 from podnet.core.models import Phase
 from podnet.plugins.ovn.nbserver import NbServer, ovsdb_server_available
-from podnet.testing.harness import World
+from podnet.testing.harness import HookRecorder, World
 
 pytest_plugins = ["podnet.testing"]
 
@@ -65,6 +65,12 @@ def _routed(world: World, pod: str) -> Any:
     pn = world.record_of(pod)
     assert pn is not None and pn.status.phase is Phase.ROUTED, pn
     return pn
+
+
+def _annotate(world: World, pod: str, annotations: dict[str, str | None]) -> None:
+    with world.quiet():
+        world.cluster.patch(POD, pod, {"metadata": {"annotations": annotations}},
+                            world.namespace)
 
 
 def _ready(pn: Any) -> Any:
@@ -226,3 +232,83 @@ def test_nat_on_a_dual_stack_pod_takes_the_eips_family_or_is_refused(
     ready = _ready(v6)
     assert "metadata.annotations[podnet.io/eip]" in ready.message and "IPv6" in ready.message
     assert ready.reason == "InvalidRequest"
+
+
+# --- item 11b: requests changed on a running pod ----------------------------------------------
+
+
+def test_port_security_groups_and_vips_changed_on_a_running_pod_are_written(
+        world: World, provider_plugin: Any, hook_calls: HookRecorder) -> None:
+    world.add_node(0)
+    world.add_pod("w", 0)
+    world.settle()
+    w = _routed(world, "w")
+    port = w.status.interface
+    hook_calls.clear()
+    _annotate(world, "w", {f"{ANN}port-security": "true", f"{ANN}security-groups": "web",
+                           f"{ANN}vips": "10.16.9.9"})
+    world.settle()
+    w = _routed(world, "w")
+    assert w.spec.requests.vips == ("10.16.9.9",)
+    lsp = provider_plugin.client.port(port)
+    assert list(lsp.port_security) == [f"{w.status.mac} {w.status.ip} 10.16.9.9"]
+    assert port in _members(provider_plugin, "sg_web")
+    assert _vport(provider_plugin, "ovn-default-vip-10.16.9.9") == (
+        "virtual", {"virtual-ip": "10.16.9.9", "virtual-parents": port})
+    assert provider_plugin.ipam.owner("10.16.9.9") == port
+    assert [e.trigger for e in hook_calls.transitions("pod_network", ok=True)] == \
+        ["repair", "route"]
+    _annotate(world, "w", {f"{ANN}port-security": None, f"{ANN}security-groups": None,
+                           f"{ANN}vips": None})
+    world.settle()
+    w = _routed(world, "w")
+    assert list(provider_plugin.client.port(port).port_security) == []
+    assert port not in _members(provider_plugin, "sg_web")
+    assert provider_plugin.client.port("ovn-default-vip-10.16.9.9") is None
+    assert provider_plugin.ipam.owner("10.16.9.9") is None
+    world.assert_converged()
+
+
+def test_an_eip_added_to_a_running_pod_takes_it_out_of_its_node_group(
+        world: World, provider_plugin: Any) -> None:
+    world.add_node(0)
+    world.add_pod("w", 0, annotations={f"{ANN}subnets": "small-r"})
+    world.settle()
+    w = _routed(world, "w")
+    assert w.status.interface in _members(provider_plugin, "node_node_0000")
+    _annotate(world, "w", {f"{ANN}eip": "203.0.113.40"})
+    world.settle()
+    assert _routed(world, "w").spec.requests.eip == "203.0.113.40"
+    assert w.status.interface not in _members(provider_plugin, "node_node_0000")
+    assert _nats(provider_plugin, "lr-edge") == {("dnat_and_snat", "203.0.113.40", w.status.ip)}
+    _annotate(world, "w", {f"{ANN}eip": None})
+    world.settle()
+    assert w.status.interface in _members(provider_plugin, "node_node_0000")
+    assert _nats(provider_plugin, "lr-edge") == set()
+    assert _routes(provider_plugin, "lr-edge") == set()
+
+
+def test_an_address_change_on_a_running_pod_is_refused_with_a_condition(
+        world: World, provider_plugin: Any) -> None:
+    world.add_node(0)
+    world.add_pod("w", 0)
+    world.settle()
+    w = _routed(world, "w")
+    entry = list(provider_plugin.client.port(w.status.interface).addresses)
+    _annotate(world, "w", {f"{ANN}ip-address": "10.16.77.77", f"{ANN}security-groups": "db"})
+    world.settle()
+    after = _routed(world, "w")
+    assert after.status.ip == w.status.ip and after.spec.requests.ip_address is None
+    assert after.spec.requests.security_groups == ("db",)  # the rest is applied
+    assert list(provider_plugin.client.port(w.status.interface).addresses) == entry
+    assert w.status.interface in _members(provider_plugin, "sg_db")
+    said = next(c for c in after.status.conditions if c.type == "RequestsApplied")
+    assert said.status == "False" and "podnet.io/ip-address" in said.message
+    events = world.cluster.events_for("w", world.namespace)
+    assert any("podnet.io/ip-address" in e["message"] for e in events), events
+    _annotate(world, "w", {f"{ANN}ip-address": None})
+    world.settle()
+    said = next(c for c in _routed(world, "w").status.conditions
+                if c.type == "RequestsApplied")
+    assert said.status == "True"
+    world.assert_converged()

@@ -57,6 +57,8 @@ from podnet.core.models import (
 )
 from podnet.core.objects import is_statefulset, namespace_annotations, pod_is_terminal, vm_of
 from podnet.core.pool import Reservation
+from podnet.core.reconcile.requests import REQUESTS_APPLIED
+from podnet.core.reconcile.requests import compare as compare_requests
 from podnet.core.reconcile.result import DONE, Result
 from podnet.core.tracing import (
     ATTR_INTERFACE,
@@ -383,6 +385,9 @@ class PodNetworkReconciler:
         if pn.status.phase is Phase.PENDING and pn.spec.requests != want.request:
             pn = self.e.update(POD_NETWORK, attrs.evolve(
                 pn, spec=attrs.evolve(pn.spec, requests=want.request)))
+        elif pn.status.phase is not Phase.PENDING and (
+                pn.spec.requests != want.request or _frozen_said(pn)):
+            pn = self._changed_requests(pn, pod, want.request)
         phase = pn.status.phase
         if phase is Phase.PENDING:
             pn = self._allocate(pn, pod)
@@ -393,6 +398,44 @@ class PodNetworkReconciler:
         if pn.status.phase is Phase.ROUTED:
             return self._maybe_verify(pn, pod)
         return DONE
+
+    def _changed_requests(self, pn: PodNetwork, pod: PodInfo, wanted: NetworkRequest
+                          ) -> PodNetwork:
+        """The pod changed its requests after its address was given: dataplane fields
+        are adopted and written (``repair`` → ``route``, for a routed record); address
+        fields never move the address, which a ``RequestsApplied`` condition says."""
+        change = compare_requests(pn.spec.requests, wanted)
+        if change.applied:
+            pn = self.e.update(POD_NETWORK, attrs.evolve(
+                pn, spec=attrs.evolve(pn.spec, requests=change.merged)))
+        pn = self._say_frozen(pn, pod, change.frozen)
+        if change.applied and pn.status.phase is Phase.ROUTED:
+            pn = self._repair(pn, pod, f"requests changed: {', '.join(change.applied)}")
+        return pn
+
+    def _say_frozen(self, pn: PodNetwork, pod: PodInfo, frozen: tuple[str, ...]
+                    ) -> PodNetwork:
+        current = _condition(pn, REQUESTS_APPLIED)
+        if not frozen and current is None:
+            return pn
+        if frozen:
+            status, reason = "False", "AddressFieldsFrozen"
+            message = (f"pod {pod.key} changed {', '.join(frozen)}, which chose the address "
+                       f"{pn.status.ip}: an allocated address is not moved (recreate the "
+                       "pod for a new one)")
+        else:
+            status, reason, message = "True", "Applied", "the pod's requests are applied"
+        if current is not None and (current.status, current.reason, current.message) == (
+                status, reason, message):
+            return pn
+        condition = Condition(type=REQUESTS_APPLIED, status=status, reason=reason,
+                              message=message, last_transition_time=self.e.clock.now())
+        pn = self.e.update_status(POD_NETWORK, attrs.evolve(pn, status=attrs.evolve(
+            pn.status, conditions=set_condition(pn.status.conditions, condition))))
+        if frozen:
+            self.e.event(pn, reason, message)
+            self.e.event(_pod_ref(pod), reason, message)
+        return pn
 
     def _adopt_pod(self, pn: PodNetwork, pod: PodInfo) -> PodNetwork:
         """A sticky record serves the pod now running under its name (on whichever node,
@@ -797,6 +840,16 @@ class PodNetworkReconciler:
         e = self.e
         node = e.nodes.get(node_name) or NodeInfo(name=node_name, uid="")
         return NodeContext(node=node, network=e.node_networks.get(node_name))
+
+
+def _condition(pn: PodNetwork, kind: str) -> Condition | None:
+    return next((c for c in pn.status.conditions if c.type == kind), None)
+
+
+def _frozen_said(pn: PodNetwork) -> bool:
+    """Whether the record says some of its pod's requests are not applied."""
+    said = _condition(pn, REQUESTS_APPLIED)
+    return said is not None and said.status == "False"
 
 
 def _describe(exc: BaseException) -> str:

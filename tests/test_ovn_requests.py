@@ -141,6 +141,16 @@ def test_vips_are_held_as_virtual_ports_through_a_restart_and_freed_with_the_pod
     world.assert_converged()
 
 
+def test_a_pods_own_vips_are_never_its_address(world: World) -> None:
+    """The address is chosen before the VIPs are held: the pod's own VIPs are not free
+    for it either (tiny's free addresses are .2 to .6: four VIPs leave it .6)."""
+    world.add_node(0)
+    world.add_pod("crowd", 0, annotations={
+        f"{ANN}subnets": "tiny", f"{ANN}vips": "10.18.0.2,10.18.0.3,10.18.0.4,10.18.0.5"})
+    world.settle()
+    assert _routed(world, "crowd").status.ip == "10.18.0.6"
+
+
 def test_a_vip_another_pod_holds_is_a_condition_naming_the_annotation(
         world: World, provider_plugin: Any) -> None:
     world.add_node(0)

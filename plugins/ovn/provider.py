@@ -539,19 +539,21 @@ class OvnProvider:
                 candidates = [pool[ordinal]]
             for ip in candidates:
                 owner = self.ipam.owner(ip)
-                if owner is None or owner == name:
+                if ip not in req.vips and (owner is None or owner == name):
                     v4, v6 = (ip, None) if ipaddress.ip_address(ip).version == 4 else (None, ip)
                     return v4, v6
             raise ProviderError(ErrorKind.SUBNET_EXHAUSTED,
                                 f"every address of the IP pool is in use ({', '.join(pool)})",
                                 field=_field("ip-pool"))
+        # the pod's own VIPs are not free for it either (held once the address is chosen)
+        avoid = set(blocked) | set(req.vips)
         if subnet.v4 is not None:
-            v4 = self.ipam.random_free(subnet.v4, set(blocked))
+            v4 = self.ipam.random_free(subnet.v4, avoid)
             if v4 is None:
                 raise ProviderError(ErrorKind.SUBNET_EXHAUSTED, f"{subnet.describe()} is full",
                                     subject=subnet.name)
         if subnet.v6 is not None:
-            v6 = self.ipam.random_free(subnet.v6, set(blocked))
+            v6 = self.ipam.random_free(subnet.v6, avoid)
             if v6 is None:
                 raise ProviderError(ErrorKind.SUBNET_EXHAUSTED, f"{subnet.describe()} is full",
                                     subject=subnet.name)

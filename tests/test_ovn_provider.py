@@ -635,7 +635,11 @@ def test_route_writes_port_groups_vips_nat_and_routes(world: World, nb_server: N
     fe, out, plain = (_routed(world, n) for n in ("fe", "out", "plain"))
     assert fe.status.mac == "0a:00:00:00:00:07"
     lsp = provider_plugin.client.port(fe.status.interface)
-    assert list(lsp.addresses) == [f"0a:00:00:00:00:07 {fe.status.ip} 10.19.0.200"]
+    # the VIP is a virtual port of its own (as Kube-OVN models it), not an address
+    assert list(lsp.addresses) == [f"0a:00:00:00:00:07 {fe.status.ip}"]
+    vport = provider_plugin.client.port("edge-vip-10.19.0.200")
+    assert vport.type == "virtual" and vport.options["virtual-ip"] == "10.19.0.200"
+    assert vport.options["virtual-parents"] == fe.status.interface
     nat = _nbctl(nb_server, "lr-nat-list", "lr-edge")
     assert "dnat_and_snat" in nat and "203.0.113.20" in nat and fe.status.ip in nat
     assert "snat" in nat and "203.0.113.1" in nat and out.status.ip in nat
@@ -649,6 +653,7 @@ def test_route_writes_port_groups_vips_nat_and_routes(world: World, nb_server: N
     world.delete_pod("plain")
     world.settle()
     assert _nbctl(nb_server, "lr-nat-list", "lr-edge").strip() == ""
+    assert provider_plugin.client.port("edge-vip-10.19.0.200") is None
     assert "100.64.0.254" not in _nbctl(nb_server, "lr-route-list", "lr-edge")
     assert world.cloud_addresses() == {}
     assert plain.status.subnet == "ovn-default"

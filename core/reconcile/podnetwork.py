@@ -73,6 +73,8 @@ from podnet.core.objects import (
     vm_of,
 )
 from podnet.core.pool import Reservation
+from podnet.core.reconcile.requests import REQUESTS_APPLIED
+from podnet.core.reconcile.requests import compare as compare_requests
 from podnet.core.reconcile.result import DONE, Result
 from podnet.core.tracing import (
     ATTR_INTERFACE,
@@ -480,6 +482,9 @@ class PodNetworkReconciler:
         if pn.status.phase is Phase.PENDING and pn.spec.requests != want.request:
             pn = self.e.update(POD_NETWORK, attrs.evolve(
                 pn, spec=attrs.evolve(pn.spec, requests=want.request)))
+        elif pn.status.phase is not Phase.PENDING and (
+                pn.spec.requests != want.request or _frozen_said(pn)):
+            pn = self._changed_requests(pn, pod, want.request)
         if pn.status.phase in (Phase.ALLOCATED, Phase.ROUTED):
             problem = self._address_problem(pn)
             if problem is not None:
@@ -554,6 +559,44 @@ class PodNetworkReconciler:
                 e.event(holder, reason, f"PodNetwork {pn.key} recorded {conflict[0]}, which "
                         f"{holder.key} holds; {pn.key} was re-addressed")
         log.warning("re-addressing %s (was %s): %s", pn.key, old, why)
+        return pn
+
+    def _changed_requests(self, pn: PodNetwork, pod: PodInfo, wanted: NetworkRequest
+                          ) -> PodNetwork:
+        """The pod changed its requests after its address was given: dataplane fields
+        are adopted and written (``repair`` → ``route``, for a routed record); address
+        fields never move the address, which a ``RequestsApplied`` condition says."""
+        change = compare_requests(pn.spec.requests, wanted)
+        if change.applied:
+            pn = self.e.update(POD_NETWORK, attrs.evolve(
+                pn, spec=attrs.evolve(pn.spec, requests=change.merged)))
+        pn = self._say_frozen(pn, pod, change.frozen)
+        if change.applied and pn.status.phase is Phase.ROUTED:
+            pn = self._repair(pn, pod, f"requests changed: {', '.join(change.applied)}")
+        return pn
+
+    def _say_frozen(self, pn: PodNetwork, pod: PodInfo, frozen: tuple[str, ...]
+                    ) -> PodNetwork:
+        current = _condition(pn, REQUESTS_APPLIED)
+        if not frozen and current is None:
+            return pn
+        if frozen:
+            status, reason = "False", "AddressFieldsFrozen"
+            message = (f"pod {pod.key} changed {', '.join(frozen)}, which chose the address "
+                       f"{pn.status.ip}: an allocated address is not moved (recreate the "
+                       "pod for a new one)")
+        else:
+            status, reason, message = "True", "Applied", "the pod's requests are applied"
+        if current is not None and (current.status, current.reason, current.message) == (
+                status, reason, message):
+            return pn
+        condition = Condition(type=REQUESTS_APPLIED, status=status, reason=reason,
+                              message=message, last_transition_time=self.e.clock.now())
+        pn = self.e.update_status(POD_NETWORK, attrs.evolve(pn, status=attrs.evolve(
+            pn.status, conditions=set_condition(pn.status.conditions, condition))))
+        if frozen:
+            self.e.event(pn, reason, message)
+            self.e.event(_pod_ref(pod), reason, message)
         return pn
 
     def _adopt_pod(self, pn: PodNetwork, pod: PodInfo) -> PodNetwork:
@@ -1114,6 +1157,16 @@ def _address_field(pn: PodNetwork, address: str) -> str:
     named that address, else the provider's answer."""
     wanted = pn.spec.requests.ip_address or ""
     return annotation_field(IP_ADDRESS) if address in wanted.split(",") else "allocate.ip"
+
+
+def _condition(pn: PodNetwork, kind: str) -> Condition | None:
+    return next((c for c in pn.status.conditions if c.type == kind), None)
+
+
+def _frozen_said(pn: PodNetwork) -> bool:
+    """Whether the record says some of its pod's requests are not applied."""
+    said = _condition(pn, REQUESTS_APPLIED)
+    return said is not None and said.status == "False"
 
 
 def _controller_kind(pod: PodInfo) -> str | None:

@@ -25,7 +25,10 @@ from podnet.plugins.ovn.rows import (
     OWNER_VALUE,
     ROLE,
     ROLE_ROUTER_LINK,
+    ROLE_VIP,
+    VIPS,
     RouterLink,
+    vip_port_name,
 )
 
 __all__ = ["GROUPS", "KEY", "OWNER", "OWNER_VALUE", "Batcher", "NbClient", "PortSpec",
@@ -45,6 +48,7 @@ class _WatchedIdl(ovs_connection.OvsdbIdl):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        #: (event, name, external ids, addresses and a virtual port's virtual-ip)
         self.port_changes: deque[tuple[str, str, dict[str, str], list[str]]] = deque()
 
     def notify(self, event: str, row: Any, updates: Any = None) -> None:
@@ -52,8 +56,13 @@ class _WatchedIdl(ovs_connection.OvsdbIdl):
         if table is None or table.name != "Logical_Switch_Port":
             return
         try:
+            addresses = list(row.addresses)
+            vip = dict(row.options).get("virtual-ip") if row.type == "virtual" else None
+            if vip:
+                # a virtual port's address is its virtual-ip: held like any other
+                addresses.append(f"virtual {vip}")
             self.port_changes.append((event, str(row.name), dict(row.external_ids),
-                                      list(row.addresses)))
+                                      addresses))
         except Exception:  # pragma: no cover - a row without the columns: nothing to hold
             return
 
@@ -89,13 +98,15 @@ class PortSpec:
         "router",
         "routes",
         "switch",
+        "vips",
     )
 
     def __init__(self, name: str, switch: str, addresses: Sequence[str],
                  external_ids: Mapping[str, str], port_security: Sequence[str] = (),
                  port_groups: Sequence[str] | None = None, router: str | None = None,
                  nats: Sequence[tuple[str, str, str]] = (),
-                 routes: Sequence[tuple[str, str]] = ()) -> None:
+                 routes: Sequence[tuple[str, str]] = (),
+                 vips: Sequence[str] | None = None) -> None:
         self.name = name
         self.switch = switch
         self.addresses = list(addresses)
@@ -108,6 +119,9 @@ class PortSpec:
         self.nats = list(nats)
         #: (ip_prefix, nexthop), source-IP policy
         self.routes = list(routes)
+        #: None: leave the VIPs' virtual ports alone; a list: exactly these, one
+        #: ``type=virtual`` port each on the switch, this port their virtual parent
+        self.vips = None if vips is None else list(vips)
 
 
 def _find_by_key(table: Any, key: str) -> list[Any]:
@@ -161,10 +175,55 @@ class EnsurePort(ovs_command.BaseCommand):
             s.external_ids[GROUPS] = ",".join(sorted(wanted))
         elif not new and GROUPS in lsp.external_ids:
             s.external_ids[GROUPS] = lsp.external_ids[GROUPS]
+        if s.vips is not None:
+            before_vips = set() if new else set(
+                filter(None, lsp.external_ids.get(VIPS, "").split(",")))
+            self._virtual_ports(txn, ls, key, before_vips)
+            if s.vips:
+                s.external_ids[VIPS] = ",".join(s.vips)
+            else:
+                s.external_ids.pop(VIPS, None)
+        elif not new and VIPS in lsp.external_ids:
+            s.external_ids[VIPS] = lsp.external_ids[VIPS]
         if new or dict(lsp.external_ids) != s.external_ids:
             lsp.external_ids = s.external_ids
         if s.router is not None or s.nats or s.routes:
             self._nat_and_routes(txn, key)
+
+    def _virtual_ports(self, txn: Any, ls: Any, key: str, before: set[str]) -> None:
+        """One ``type=virtual`` port per VIP, ``options:virtual-ip`` the VIP and
+        ``options:virtual-parents`` this port (the one that may claim it); the ports of
+        VIPs the pod no longer lists are removed."""
+        s = self.spec
+        api = self.api
+        assert s.vips is not None
+        marks = {KEY: key, OWNER: OWNER_VALUE, ROLE: ROLE_VIP}
+        for ip in sorted(before - set(s.vips)):
+            vport = api.lookup("Logical_Switch_Port", vip_port_name(s.switch, ip), default=None)
+            if vport is not None and vport.external_ids.get(KEY) == key:
+                _remove_port(api, vport, s.switch)
+        for ip in s.vips:
+            name = vip_port_name(s.switch, ip)
+            options = {"virtual-ip": ip, "virtual-parents": s.name}
+            vport = api.lookup("Logical_Switch_Port", name, default=None)
+            if vport is None:
+                vport = txn.insert(api.tables["Logical_Switch_Port"])
+                vport.name = name
+                vport.type = "virtual"
+                vport.options = options
+                vport.external_ids = marks
+                ls.addvalue("ports", vport)
+                continue
+            if vport.external_ids.get(KEY) != key:
+                # the IPAM holds every VIP for one record: someone else's port is in the way
+                raise RuntimeError(f"virtual port {name} belongs to "
+                                   f"{vport.external_ids.get(KEY) or 'another owner'}")
+            if vport.type != "virtual":
+                vport.type = "virtual"
+            if any(vport.options.get(k) != v for k, v in options.items()):
+                vport.options = {**vport.options, **options}
+            if dict(vport.external_ids) != marks:
+                vport.external_ids = marks
 
     def _nat_and_routes(self, txn: Any, key: str) -> None:
         s = self.spec
@@ -214,6 +273,20 @@ def _by_name(table: Any, name: str | None) -> Any:
         if row.name == name:
             return row
     return None
+
+
+def _remove_port(api: Any, lsp: Any, switch_name: str | None) -> None:
+    """Take a port off its switch (the one named, else whichever holds it) and delete it;
+    port groups hold ports weakly: the database drops those references itself."""
+    tables = api.tables
+    switch = _by_name(tables["Logical_Switch"], switch_name) if switch_name else None
+    if switch is not None and any(p.uuid == lsp.uuid for p in switch.ports):
+        switch.delvalue("ports", lsp)
+    else:
+        for ls in tables["Logical_Switch"].rows.values():
+            if any(p.uuid == lsp.uuid for p in ls.ports):
+                ls.delvalue("ports", lsp)
+    lsp.delete()
 
 
 class EnsureInfra(ovs_command.BaseCommand):
@@ -318,15 +391,14 @@ class DeletePort(ovs_command.BaseCommand):
         tables = api.tables
         lsp = api.lookup("Logical_Switch_Port", self.name, default=None)
         if lsp is not None and lsp.external_ids.get(KEY) in (self.key, None):
-            switch = _by_name(tables["Logical_Switch"], lsp.external_ids.get("subnet"))
-            if switch is not None:
-                switch.delvalue("ports", lsp)
-            else:
-                for ls in tables["Logical_Switch"].rows.values():
-                    if any(p.uuid == lsp.uuid for p in ls.ports):
-                        ls.delvalue("ports", lsp)
-            # port groups hold ports weakly: the database drops the references itself
-            lsp.delete()
+            switch = lsp.external_ids.get("subnet")
+            # the VIPs' virtual ports go with the pod's port (named on it)
+            for ip in filter(None, lsp.external_ids.get(VIPS, "").split(",")):
+                vport = api.lookup("Logical_Switch_Port", vip_port_name(switch or "", ip),
+                                   default=None)
+                if vport is not None and vport.external_ids.get(KEY) == self.key:
+                    _remove_port(api, vport, switch)
+            _remove_port(api, lsp, switch)
         for table, column in (("NAT", "nat"), ("Logical_Router_Static_Route", "static_routes")):
             rows = _find_by_key(tables[table], self.key)
             if not rows:

@@ -37,7 +37,17 @@ from podnet.hookspecs.types import (
     RouteResult,
     VerifyResult,
 )
-from podnet.plugins.ovn.rows import GROUPS, KEY, OWNER, OWNER_VALUE, ROLE, RouterLink
+from podnet.plugins.ovn.rows import (
+    GROUPS,
+    KEY,
+    OWNER,
+    OWNER_VALUE,
+    ROLE,
+    ROLE_VIP,
+    VIPS,
+    RouterLink,
+    vip_port_name,
+)
 
 if TYPE_CHECKING:
     from podnet.plugins.ovn.nb import NbClient, PortSpec
@@ -120,9 +130,11 @@ class Router:
 
 @attrs.define
 class _Held:
-    """One address the IPAM holds: the port that has it (``None``: nobody we know)."""
+    """One address the IPAM holds: the port that has it (``None``: nobody we know), and
+    whether it is one of that port's VIPs (``podnet.io/vips``, a virtual port of its own)."""
 
     port: str | None
+    vip: bool = False
 
 
 class Ipam:
@@ -142,6 +154,18 @@ class Ipam:
             self.used[ip] = _Held(port)
         if mac:
             self.macs[mac] = port
+
+    def take_vips(self, port: str, vips: Sequence[str]) -> None:
+        for ip in vips:
+            self.used[ip] = _Held(port, vip=True)
+
+    def vips_of(self, port: str) -> set[str]:
+        return {ip for ip, h in self.used.items() if h.port == port and h.vip}
+
+    def drop_vips(self, port: str, keep: Collection[str] = ()) -> None:
+        """Free the port's VIPs not in ``keep`` (its own addresses stay)."""
+        for ip in self.vips_of(port) - set(keep):
+            del self.used[ip]
 
     def free(self, port: str) -> None:
         for ip in [ip for ip, h in self.used.items() if h.port == port]:
@@ -251,11 +275,17 @@ class OvnProvider:
         self._foreign = {}
         for lsp in ports:
             ext = dict(lsp.external_ids)
+            vip = _virtual_ip(lsp)
             if ext.get(OWNER) == OWNER_VALUE:
+                if vip and ext.get(ROLE) == ROLE_VIP and ext.get(KEY):
+                    # a pod's VIP: held for the pod's port (named after the same key)
+                    ipam.take_vips(ext[KEY], [vip])
+                    continue
                 for ips, mac in _port_addresses(lsp.addresses):
                     ipam.take(lsp.name, ips, mac)
             else:
-                self._hold_foreign(ipam, lsp.name, list(lsp.addresses))
+                addresses = list(lsp.addresses) + ([f"virtual {vip}"] if vip else [])
+                self._hold_foreign(ipam, lsp.name, addresses)
         # a router's own addresses (podnet's gateways among them) and MACs: never a pod's
         for lrp in router_ports:
             for network in lrp.networks:
@@ -432,14 +462,37 @@ class OvnProvider:
                                      f"{name!r}; known: {', '.join(sorted(self.subnets))}")
         return self.subnets[names[0]]
 
-    def _blocked(self, subnet: Subnet, ctx: AllocateContext) -> dict[str, str]:
+    def _blocked(self, subnet: Subnet, node: NodeInfo | None) -> dict[str, str]:
         blocked = {ip: "an excluded address" for ip in subnet.excluded}
         for gw in (subnet.gateway, subnet.gateway6):
             if gw:
                 blocked[gw] = "the subnet's gateway"
-        for ip in ctx.node.node.internal_ips:
-            blocked[ip] = f"node {ctx.node.node.name}'s internal address"
+        if node is not None:
+            for ip in node.internal_ips:
+                blocked[ip] = f"node {node.name}'s internal address"
         return blocked
+
+    def _claim_vips(self, pn: PodNetwork, subnet: Subnet, node: NodeInfo | None, name: str,
+                    own: Sequence[str]) -> list[str]:
+        """Check the pod's VIPs (``podnet.io/vips``) and hold them in the IPAM for its
+        port (call under ``self.lock``): each must be in the subnet and free, or already
+        this port's VIP. :return: the VIPs newly taken (to give back if the write fails).
+        """
+        vips = list(pn.spec.requests.vips)
+        blocked = self._blocked(subnet, node)
+        for vip in vips:
+            self._check_wanted(vip, subnet, blocked, "vips")
+            if vip in own:
+                raise InvalidRequest(_field("vips"), f"VIP {vip} is the pod's own address")
+            held = self.ipam.used.get(vip)
+            if held is not None and not (held.port == name and held.vip):
+                owner = held.port or "a port podnet does not own"
+                what = "a VIP of" if held.vip else "the address of"
+                raise ProviderError(ErrorKind.CONFLICT, f"VIP {vip} is already {what} "
+                                    f"{owner}", field=_field("vips"))
+        new = [vip for vip in vips if vip not in self.ipam.vips_of(name)]
+        self.ipam.take_vips(name, new)
+        return new
 
     def _check_wanted(self, ip: str, subnet: Subnet, blocked: Mapping[str, str],
                       field: str) -> IPAddress:
@@ -455,7 +508,7 @@ class OvnProvider:
     def _pick(self, pn: PodNetwork, ctx: AllocateContext, subnet: Subnet, name: str
               ) -> tuple[str | None, str | None]:
         req = pn.spec.requests
-        blocked = self._blocked(subnet, ctx)
+        blocked = self._blocked(subnet, ctx.node.node)
         v4: str | None = None
         v6: str | None = None
         if req.ip_address:
@@ -486,19 +539,21 @@ class OvnProvider:
                 candidates = [pool[ordinal]]
             for ip in candidates:
                 owner = self.ipam.owner(ip)
-                if owner is None or owner == name:
+                if ip not in req.vips and (owner is None or owner == name):
                     v4, v6 = (ip, None) if ipaddress.ip_address(ip).version == 4 else (None, ip)
                     return v4, v6
             raise ProviderError(ErrorKind.SUBNET_EXHAUSTED,
                                 f"every address of the IP pool is in use ({', '.join(pool)})",
                                 field=_field("ip-pool"))
+        # the pod's own VIPs are not free for it either (held once the address is chosen)
+        avoid = set(blocked) | set(req.vips)
         if subnet.v4 is not None:
-            v4 = self.ipam.random_free(subnet.v4, set(blocked))
+            v4 = self.ipam.random_free(subnet.v4, avoid)
             if v4 is None:
                 raise ProviderError(ErrorKind.SUBNET_EXHAUSTED, f"{subnet.describe()} is full",
                                     subject=subnet.name)
         if subnet.v6 is not None:
-            v6 = self.ipam.random_free(subnet.v6, set(blocked))
+            v6 = self.ipam.random_free(subnet.v6, avoid)
             if v6 is None:
                 raise ProviderError(ErrorKind.SUBNET_EXHAUSTED, f"{subnet.describe()} is full",
                                     subject=subnet.name)
@@ -543,10 +598,19 @@ class OvnProvider:
             ips = [ip for ip in (v4, v6) if ip]
             self.ipam.free(name)
             self.ipam.take(name, ips, mac)
+            try:
+                # the VIPs are held with the address, and written with the port: NB
+                # remembers them across a restart before anything else may take them
+                vips = list(pn.spec.requests.vips)
+                self._claim_vips(pn, subnet, context.node.node, name, ips)
+            except BaseException:
+                self.ipam.free(name)
+                raise
         from podnet.plugins.ovn.nb import PortSpec
 
         spec = PortSpec(name, subnet.name, [" ".join([mac, *ips])],
-                        self._external_ids(pn, subnet.name, v4, v6, mac, pn.spec.node_name))
+                        self._external_ids(pn, subnet.name, v4, v6, mac, pn.spec.node_name),
+                        vips=vips)
         try:
             client.ensure_infra(switches=[subnet.name])
             client.run([client.ensure_port(spec)])
@@ -581,37 +645,31 @@ class OvnProvider:
                                 f"{st.subnet!r}, which is not configured", field="status.subnet")
         ips = [ip for ip in (st.ip, st.ipv6) if ip]
         mac = st.mac or ""
-        entry = " ".join([mac, *ips, *req.vips])
+        # as Kube-OVN: the addresses are the pod's own; its VIPs are virtual ports of their
+        # own (this port their parent), which port security lets the pod send from
+        entry = " ".join([mac, *ips])
+        security = [" ".join([mac, *ips, *req.vips])] if req.port_security else []
         groups = [pg_name("sg", g) for g in req.security_groups]
-        if subnet.gateway_type == "distributed" and node:
+        nated = bool(req.eip or req.snat)
+        if subnet.gateway_type == "distributed" and node and not nated:
+            # an EIP/SNAT pod leaves its node's group (as Kube-OVN does): its traffic
+            # takes the source route to the router's gateway, not the node's
             groups.append(pg_name("node", node))
-        nats: list[tuple[str, str, str]] = []
-        routes: list[tuple[str, str]] = []
         router = self.routers.get(subnet.router) if subnet.router else None
-        if (req.eip or req.snat) and router is None:
+        if nated and router is None:
             raise InvalidRequest(_field("eip" if req.eip else "snat"),
                                  f"{subnet.describe()} has no router for NAT")
-        if router is not None and st.ip:
-            if req.eip and not req.snat:
-                nats.append(("dnat_and_snat", req.eip, st.ip))
-            elif req.snat:
-                external = req.eip or router.external_ip
-                if not external:
-                    raise InvalidRequest(_field("snat"), f"router {router.name} has no "
-                                         "external_ip and the pod names no eip")
-                nats.append(("snat", external, st.ip))
-            if nats:
-                routes.append((st.ip, router.external_gateway))
         v4 = st.ip if st.ip and ipaddress.ip_address(st.ip).version == 4 else None
         v6 = st.ipv6 or (st.ip if st.ip and not v4 else None)
+        nats, routes = _nat_rules(req.eip, req.snat, router, v4, v6) if router else ([], [])
         from podnet.plugins.ovn.nb import PortSpec
 
         spec = PortSpec(
             port_name(pn), subnet.name, [entry],
             self._external_ids(pn, subnet.name, v4, v6, mac, node),
-            port_security=[entry] if req.port_security else [],
+            port_security=security,
             port_groups=groups, router=router.name if router else None,
-            nats=nats, routes=routes)
+            nats=nats, routes=routes, vips=list(req.vips))
         return spec, groups, [router.name] if router else []
 
     @hookimpl
@@ -625,14 +683,26 @@ class OvnProvider:
                                 field="status.ip")
         client = self.client
         spec, groups, routers = self._desired(pn, pn.spec.node_name)
-        with self.lock:
-            self.ipam.take(spec.name, [ip for ip in (pn.status.ip, pn.status.ipv6) if ip],
-                           pn.status.mac)
         subnet = self.subnets[spec.switch]
+        own = [ip for ip in (pn.status.ip, pn.status.ipv6) if ip]
+        node = context.node.node if context.node is not None else None
+        with self.lock:
+            self.ipam.take(spec.name, own, pn.status.mac)
+            # VIPs added since the last route are checked and held before anything is
+            # written; those the pod no longer lists are freed once their ports are gone
+            taken = self._claim_vips(pn, subnet, node, spec.name, own)
         link = subnet.router_link() if routers else None
-        client.ensure_infra(switches=[spec.switch], routers=routers, port_groups=groups,
-                            links=[link] if link is not None else [])
-        client.run([client.ensure_port(spec)])
+        try:
+            client.ensure_infra(switches=[spec.switch], routers=routers, port_groups=groups,
+                                links=[link] if link is not None else [])
+            client.run([client.ensure_port(spec)])
+        except BaseException:
+            with self.lock:
+                for vip in taken:
+                    self.ipam.used.pop(vip, None)
+            raise
+        with self.lock:
+            self.ipam.drop_vips(spec.name, keep=pn.spec.requests.vips)
         return RouteResult(interface=spec.name)
 
     @hookimpl
@@ -661,8 +731,21 @@ class OvnProvider:
                                 f"{list(lsp.port_security)}, wants {spec.port_security}")
         recorded = dict(lsp.external_ids)
         recorded.pop(GROUPS, None)
+        had_vips = recorded.pop(VIPS, "")
         if recorded != spec.external_ids:
             return VerifyResult(ok=False, reason=f"port {spec.name}'s external_ids changed")
+        wanted_vips = spec.vips or []
+        if had_vips != ",".join(wanted_vips):
+            return VerifyResult(ok=False, reason=f"port {spec.name} has VIPs {had_vips!r}, "
+                                f"wants {','.join(wanted_vips)!r}")
+        for vip in wanted_vips:
+            name = vip_port_name(spec.switch, vip)
+            vport = client.port(name)
+            if (vport is None or _virtual_ip(vport) != vip
+                    or vport.external_ids.get(KEY) != spec.external_ids[KEY]
+                    or spec.name not in vport.options.get("virtual-parents", "").split(",")):
+                return VerifyResult(ok=False, reason=f"virtual port {name} of VIP {vip} is "
+                                    "missing or changed")
         missing = [g for g in groups if not client.in_port_group(g, lsp)]
         if missing:
             return VerifyResult(ok=False, reason=f"port {spec.name} is not in {missing}")
@@ -696,20 +779,31 @@ class OvnProvider:
         if provider != self.name:
             return None
         client = self.client
-        # a port is named after its record's key (port_name), which its external ids
-        # repeat; only pods' ports (a key, no type, no role) are candidates: the router
-        # links podnet made carry traffic for every pod of their subnet
-        orphans = {lsp.name: lsp.external_ids[KEY] for lsp in client.ports()
-                   if lsp.external_ids.get(OWNER) == OWNER_VALUE and lsp.name not in owners
-                   and KEY in lsp.external_ids and ROLE not in lsp.external_ids
-                   and not lsp.type}
+        # a port's external ids name its record (a pod's port is also named after it,
+        # port_name); candidates are pods' ports (a key, no type, no role) and their VIPs'
+        # virtual ports (role vip), owned by the same record: the router links podnet
+        # made carry traffic for every pod of their subnet
+        orphans: dict[str, tuple[str, str | None]] = {}
+        for lsp in client.ports():
+            ext = lsp.external_ids
+            key = ext.get(KEY)
+            if ext.get(OWNER) != OWNER_VALUE or key is None or key in owners:
+                continue
+            if ROLE not in ext and not lsp.type:
+                orphans[lsp.name] = (key, None)
+            elif ext.get(ROLE) == ROLE_VIP and lsp.type == "virtual":
+                orphans[lsp.name] = (key, _virtual_ip(lsp))
         doomed = [name for name in orphans if name in remove]
         if doomed:
             self.calls["sweep"] += len(doomed)
-            client.run([client.delete_port(name, orphans[name]) for name in doomed])
+            client.run([client.delete_port(name, orphans[name][0]) for name in doomed])
             with self.lock:
                 for name in doomed:
-                    self.ipam.free(name)
+                    key, vip = orphans[name]
+                    if vip is None:
+                        self.ipam.free(name)
+                    elif self.ipam.used.get(vip) == _Held(key, vip=True):
+                        del self.ipam.used[vip]
         return [name for name in orphans if name not in remove]
 
     @hookimpl
@@ -770,14 +864,60 @@ class OvnProvider:
 
 def _port_addresses(addresses: Sequence[str]) -> list[tuple[list[str], str]]:
     """(addresses, MAC) of each "MAC IP [IP ...]" entry; router, unknown and dynamic
-    entries hold nothing."""
+    entries hold nothing; "virtual IP" (a virtual port's virtual-ip) holds the IP alone."""
     out = []
     for entry in addresses:
         parts = entry.split()
         if not parts or parts[0] in ("router", "unknown", "dynamic"):
             continue
+        if parts[0] == "virtual":
+            out.append(([p.split("/")[0] for p in parts[1:]], ""))
+            continue
         out.append(([p.split("/")[0] for p in parts[1:]], parts[0]))
     return out
+
+
+def _virtual_ip(lsp: Any) -> str | None:
+    """The ``options:virtual-ip`` of a ``type=virtual`` port (a VIP), else ``None``."""
+    if getattr(lsp, "type", "") != "virtual":
+        return None
+    return dict(lsp.options).get("virtual-ip") or None
+
+
+def _nat_rules(eip: str | None, snat: bool, router: Router, v4: str | None, v6: str | None
+               ) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
+    """The NAT rules and source routes of a pod on ``router``, as Kube-OVN writes them:
+    ``eip`` a ``dnat_and_snat`` rule, ``snat`` a ``snat`` rule (external address: the
+    router's ``external_ip``, else the pod's eip), both when both are asked for. A rule
+    translates the pod's address of the external address's family (a dual-stack pod's
+    other address is not translated); a source route sends that address to the router's
+    ``external_gateway``, which must be of the same family."""
+    nats: list[tuple[str, str, str]] = []
+    asked: list[tuple[str, str, str]] = []
+    if eip:
+        asked.append(("dnat_and_snat", eip, "eip"))
+    if snat:
+        external = router.external_ip or eip
+        if not external:
+            raise InvalidRequest(_field("snat"), f"router {router.name} has no "
+                                 "external_ip and the pod names no eip")
+        asked.append(("snat", external, "snat"))
+    routes: list[tuple[str, str]] = []
+    gateway = ipaddress.ip_address(router.external_gateway)
+    for kind, external, field in asked:
+        version = ipaddress.ip_address(external).version
+        logical = v4 if version == 4 else v6
+        if logical is None:
+            raise InvalidRequest(_field(field), f"{kind} address {external} is IPv{version} "
+                                 f"and the pod has no IPv{version} address")
+        if gateway.version != version:
+            raise InvalidRequest(_field(field), f"{kind} address {external} is IPv{version} "
+                                 f"but router {router.name}'s external_gateway {gateway} is "
+                                 f"IPv{gateway.version}")
+        nats.append((kind, external, logical))
+        if (logical, str(gateway)) not in routes:
+            routes.append((logical, str(gateway)))
+    return nats, routes
 
 
 _DEFAULT_SUBNET: Mapping[str, Any] = {"name": "ovn-default", "cidr": "10.16.0.0/16",

@@ -6,8 +6,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-__all__ = ["GROUPS", "KEY", "OWNER", "OWNER_VALUE", "ROLE", "ROLE_ROUTER_LINK", "RouterLink",
-           "link_mac"]
+__all__ = ["GROUPS", "KEY", "OWNER", "OWNER_VALUE", "ROLE", "ROLE_ROUTER_LINK", "ROLE_VIP",
+           "VIPS", "RouterLink", "link_mac", "vip_port_name"]
 
 #: external_ids key naming the PodNetwork record a row belongs to
 KEY = "podnet/key"
@@ -18,6 +18,16 @@ GROUPS = "podnet/groups"
 #: what an infrastructure row of podnet's is for (pods' ports carry no role, but a KEY)
 ROLE = "podnet/role"
 ROLE_ROUTER_LINK = "router-link"
+#: a virtual port (``type=virtual``) holding one of a pod's VIPs (``podnet.io/vips``);
+#: its KEY is the record's, like the pod's own port
+ROLE_VIP = "vip"
+#: the VIPs podnet made virtual ports for, comma-separated, on the pod's own port
+VIPS = "podnet/vips"
+
+
+def vip_port_name(switch: str, ip: str) -> str:
+    """The virtual port holding VIP ``ip`` on ``switch`` (named as Kube-OVN names them)."""
+    return f"{switch}-vip-{ip}"
 
 
 def link_mac(router: str, subnet: str) -> str:

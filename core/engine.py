@@ -337,26 +337,28 @@ class Engine:
     def create(self, kind: Kind, model: M) -> M:
         created = self.cluster.create(kind, to_wire(model))
         self.stats.writes[f"create.{kind.plural}"] += 1
-        return self._assume(kind, created, type(model))
+        return self._assume(kind, created, type(model), None)
 
     def update(self, kind: Kind, model: M) -> M:
         updated = self.cluster.update(kind, to_wire(model))
         self.stats.writes[f"update.{kind.plural}"] += 1
-        return self._assume(kind, updated, type(model))
+        return self._assume(kind, updated, type(model), model.metadata.resource_version)
 
     def update_status(self, kind: Kind, model: M) -> M:
         updated = self.cluster.update_status(kind, to_wire(model))
         self.stats.writes[f"status.{kind.plural}"] += 1
-        return self._assume(kind, updated, type(model))
+        return self._assume(kind, updated, type(model), model.metadata.resource_version)
 
     def delete(self, kind: Kind, model: PodNetwork | NodeNetwork) -> None:
         meta = model.metadata
         self.cluster.delete(kind, meta.name, meta.namespace, uid=meta.uid)
         self.stats.writes[f"delete.{kind.plural}"] += 1
 
-    def _assume(self, kind: Kind, obj: Obj, cls: type[M]) -> M:
+    def _assume(self, kind: Kind, obj: Obj, cls: type[M], based_on: str | None) -> M:
+        """Feed a write back into its cache; ``based_on``: the version the write was
+        conditioned on (an update carries it), which orders it after that version."""
         informer: Informer[Any] = self.pod_networks if kind == POD_NETWORK else self.node_networks
-        if informer.assume(obj):
+        if informer.assume(obj, based_on):
             cached = informer.get(informer.key_of(obj))
             if isinstance(cached, cls):
                 return cached  # parsed once, by the cache

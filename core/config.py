@@ -16,6 +16,7 @@ YAML (or JSON, which is YAML)::
         minIdle: 2
         maxIdle: 8
     workers: 4
+    workerStallSeconds: 120     # /healthz fails when ready keys wait this long for a worker
     listen: 127.0.0.1:8080
     leaderElection:
       enabled: true
@@ -82,12 +83,14 @@ class Config:
     #: validated PoolPolicy overrides per provider, merged over the provider's defaults
     policies: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     workers: int = 4
+    #: health fails when keys are ready and no worker took one for this long (seconds)
+    worker_stall_seconds: float = 120.0
     listen: str = "127.0.0.1:8080"
     leader_election: LeaderElectionConfig = LeaderElectionConfig()
 
 
 _TOP_KEYS = {"defaultProvider", "nodeProviders", "networks", "providers", "policies", "workers",
-             "listen", "leaderElection"}
+             "workerStallSeconds", "listen", "leaderElection"}
 _LEADER_KEYS = {
     "enabled": ("enabled", bool),
     "namespace": ("namespace", str),
@@ -135,12 +138,16 @@ def parse_config(data: object) -> Config:
     workers = data.get("workers", 4)
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 256:
         raise ConfigError("workers", f"expected a whole number from 1 to 256, got {workers!r}")
+    stall = data.get("workerStallSeconds", 120.0)
+    if isinstance(stall, bool) or not isinstance(stall, int | float) or not stall > 0:
+        raise ConfigError("workerStallSeconds", f"expected seconds > 0, got {stall!r}")
     listen = data.get("listen", "127.0.0.1:8080")
     parse_listen("listen", listen)
     return Config(
         default_provider=default, node_providers=_node_providers(data.get("nodeProviders")),
         networks=_networks(data.get("networks")), providers=sections, policies=policies,
-        workers=workers, listen=listen, leader_election=_leader(data.get("leaderElection") or {}),
+        workers=workers, worker_stall_seconds=float(stall), listen=listen,
+        leader_election=_leader(data.get("leaderElection") or {}),
     )
 
 

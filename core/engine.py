@@ -106,6 +106,8 @@ class EngineOptions:
     #: config sections handed to ``podnet_configure``, by provider
     provider_config: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     workers: int = 4
+    #: keys ready and no worker back at the queue for this long: the engine is stalled
+    worker_stall_seconds: float = 120.0
     seed: int | None = None
     #: move everything loaded at start out of the cyclic collector's sight, and collect
     #: the young generation less often (long-lived processes only: tests that build many
@@ -119,6 +121,7 @@ class EngineOptions:
             default_provider=config.default_provider, node_providers=config.node_providers,
             networks=dict(config.networks), policies=config.policies,
             provider_config=config.providers, workers=config.workers,
+            worker_stall_seconds=config.worker_stall_seconds,
         )
         values.update(overrides)
         return cls(**values)
@@ -258,6 +261,11 @@ class Engine:
         self.started = False
         #: set by the host to observe durations; None costs nothing
         self.metrics: Metrics | None = None
+        #: the threads of ``run()`` while it runs, and the stop it was given
+        self.threads: list[threading.Thread] = []
+        self._running: threading.Event | None = None
+        #: real time a worker last came back to the queue (health: is it drained?)
+        self.worker_heartbeat = time.monotonic()
 
     # --- policies and providers -------------------------------------------------------
 
@@ -385,26 +393,28 @@ class Engine:
     def create(self, kind: Kind, model: M) -> M:
         created = self.cluster.create(kind, to_wire(model))
         self.stats.writes[f"create.{kind.plural}"] += 1
-        return self._assume(kind, created, type(model))
+        return self._assume(kind, created, type(model), None)
 
     def update(self, kind: Kind, model: M) -> M:
         updated = self.cluster.update(kind, to_wire(model))
         self.stats.writes[f"update.{kind.plural}"] += 1
-        return self._assume(kind, updated, type(model))
+        return self._assume(kind, updated, type(model), model.metadata.resource_version)
 
     def update_status(self, kind: Kind, model: M) -> M:
         updated = self.cluster.update_status(kind, to_wire(model))
         self.stats.writes[f"status.{kind.plural}"] += 1
-        return self._assume(kind, updated, type(model))
+        return self._assume(kind, updated, type(model), model.metadata.resource_version)
 
     def delete(self, kind: Kind, model: PodNetwork | NodeNetwork) -> None:
         meta = model.metadata
         self.cluster.delete(kind, meta.name, meta.namespace, uid=meta.uid)
         self.stats.writes[f"delete.{kind.plural}"] += 1
 
-    def _assume(self, kind: Kind, obj: Obj, cls: type[M]) -> M:
+    def _assume(self, kind: Kind, obj: Obj, cls: type[M], based_on: str | None) -> M:
+        """Feed a write back into its cache; ``based_on``: the version the write was
+        conditioned on (an update carries it), which orders it after that version."""
         informer: Informer[Any] = self.pod_networks if kind == POD_NETWORK else self.node_networks
-        if informer.assume(obj):
+        if informer.assume(obj, based_on):
             cached = informer.get(informer.key_of(obj))
             if isinstance(cached, cls):
                 return cached  # parsed once, by the cache
@@ -553,6 +563,20 @@ class Engine:
         return sum(informer.pump(timeout) for informer in self.informers)
 
     def process(self, key: Key) -> None:
+        """Reconcile one key and requeue it as its outcome says. Never raises an
+        ``Exception``: a failure of this handling itself is logged and the key retried
+        after the longest backoff, so no key is lost and no worker dies of it."""
+        try:
+            self._process(key)
+        except Exception:
+            log.exception("%s %s: handling its reconcile failed; retried later", *key)
+            self.queue.done(key)
+            try:
+                self.queue.add_after(key, self.queue.limiter.item.backoff.cap)
+            except Exception:
+                log.exception("%s %s: could not be requeued", *key)
+
+    def _process(self, key: Key) -> None:
         kind, name = key
         self.stats.reconciles[kind] += 1
         started = time.perf_counter()
@@ -627,6 +651,9 @@ class Engine:
                 threading.Thread(target=self._worker, args=(stop,), name=f"worker-{n}",
                                  daemon=True)
             )
+        self.threads = threads
+        self._running = stop
+        self.worker_heartbeat = time.monotonic()
         for t in threads:
             t.start()
         stop.wait()
@@ -635,10 +662,37 @@ class Engine:
             t.join(timeout=5)
 
     def _worker(self, stop: threading.Event) -> None:
+        # only what asks the thread or the process to stop (SystemExit, KeyboardInterrupt)
+        # may end a worker; anything else is logged and the loop goes on
         while not stop.is_set():
-            key = self.queue.get(timeout=0.2)
-            if key is not None:
-                self.process(key)
+            try:
+                key = self.queue.get(timeout=0.2)
+                self.worker_heartbeat = time.monotonic()
+                if key is not None:
+                    self.process(key)
+            except Exception:
+                log.exception("worker %s: unexpected failure, going on",
+                              threading.current_thread().name)
+                stop.wait(0.2)  # whatever failed, do not spin on it
+
+    def health_problem(self) -> str | None:
+        """Why the running engine is not doing its job, or None: a thread of ``run()``
+        died, or keys are ready and no worker came back to the queue for
+        ``worker_stall_seconds``."""
+        running = self._running
+        if running is None or running.is_set():
+            return None
+        dead = [t.name for t in self.threads if not t.is_alive()]
+        if dead:
+            return f"threads died: {', '.join(dead)}"
+        ready = len(self.queue)
+        waited = time.monotonic() - self.worker_heartbeat
+        if ready and waited > self.options.worker_stall_seconds:
+            return f"{ready} keys ready and no worker took one for {waited:.0f} s"
+        return None
+
+    def workers_alive(self) -> int:
+        return sum(1 for t in self.threads if t.name.startswith("worker-") and t.is_alive())
 
     def is_idle(self) -> bool:
         return self.queue.is_idle()

@@ -83,10 +83,20 @@ class Host:
 
     def ready(self) -> bool:
         """Ready when it can do its job: a standby is ready to take over; a leader once
-        its caches are synced."""
+        its caches are synced, while its workers run and drain the queue."""
+        return self.not_ready() is None
+
+    def not_ready(self) -> str | None:
         if not self.leading:
-            return True
-        return self.engine.started and all(i.has_synced for i in self.engine.informers)
+            return None
+        if not (self.engine.started and all(i.has_synced for i in self.engine.informers)):
+            return "caches not synced"
+        return self.engine.health_problem()
+
+    def unhealthy(self) -> str | None:
+        """Why the process should be restarted: its engine's workers died or stalled (a
+        standby, or a leader still syncing, is healthy)."""
+        return self.engine.health_problem() if self.leading else None
 
     def serve(self, listen: str) -> tuple[str, int]:
         host, port = parse_listen("listen", listen)
@@ -153,10 +163,14 @@ class Host:
 
 
 def _handler(host: Host) -> type[BaseHTTPRequestHandler]:
+    def check(problem: str | None) -> tuple[int, str, bytes]:
+        if problem is None:
+            return 200, "text/plain", b"ok\n"
+        return 503, "text/plain", f"{problem}\n".encode()
+
     routes: dict[str, Callable[[], tuple[int, str, bytes]]] = {
-        "/healthz": lambda: (200, "text/plain", b"ok\n"),
-        "/readyz": lambda: (200, "text/plain", b"ok\n") if host.ready()
-        else (503, "text/plain", b"caches not synced\n"),
+        "/healthz": lambda: check(host.unhealthy()),
+        "/readyz": lambda: check(host.not_ready()),
         "/metrics": lambda: (200, "text/plain; version=0.0.4", host.metrics.render()),
     }
 

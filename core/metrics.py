@@ -53,6 +53,10 @@ class _EngineCollector(Collector):
         depth = GaugeMetricFamily("podnet_queue_depth", "Keys ready to be reconciled.")
         depth.add_metric([], len(e.queue))
         yield depth
+        alive = GaugeMetricFamily("podnet_worker_threads_alive",
+                                  "Reconcile worker threads running.")
+        alive.add_metric([], e.workers_alive())
+        yield alive
         delayed = GaugeMetricFamily("podnet_queue_delayed", "Keys waiting for a requeue time.")
         delayed.add_metric([], e.queue.pending_delayed())
         yield delayed

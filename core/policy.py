@@ -6,6 +6,7 @@ operators override them per provider in the config file. Durations are seconds.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
@@ -33,7 +34,7 @@ class RateLimit:
 
 @attrs.frozen
 class Backoff:
-    """Exponential backoff ``base * factor**n`` capped at ``cap``."""
+    """Exponential backoff ``base * factor**n`` capped at ``cap``, for any failure count."""
 
     base: float = attrs.field(default=2.0, validator=_positive)
     factor: float = attrs.field(default=2.0, validator=_positive)
@@ -42,7 +43,13 @@ class Backoff:
     def delay(self, failures: int) -> float:
         if failures <= 0:
             return 0.0
-        return float(min(self.cap, self.base * self.factor ** (failures - 1)))
+        exponent = failures - 1
+        # past the exponent that reaches the cap, the power itself would overflow a float
+        # (2.0 ** 1024 raises) long before a key stops failing: saturate without computing it
+        if self.factor > 1 and exponent >= (
+                (math.log(self.cap) - math.log(self.base)) / math.log(self.factor)):
+            return float(self.cap)
+        return float(min(self.cap, self.base * self.factor ** exponent))
 
 
 @attrs.frozen

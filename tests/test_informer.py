@@ -8,7 +8,7 @@ import attrs
 import pytest
 
 from podnet.core.clock import FakeClock
-from podnet.core.cluster.informer import Informer, newer
+from podnet.core.cluster.informer import Informer
 from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import POD, POD_NETWORK, ApiError, Obj
 
@@ -159,14 +159,16 @@ def test_gone_from_the_watch_itself_relists(cluster: InMemoryCluster) -> None:
     cluster.faults.drop_watches()
     cluster.faults.fail_next("watch", POD, ApiError("unavailable"))
     cluster.create(POD, pod("a"))
-    inf.pump()  # re-watch fails: swallowed
-    assert inf.get("default/a") is None
+    inf.pump()  # re-watch fails: whatever the error, the cache is re-listed
+    assert inf.get("default/a") == Lean("a", "n1", "Running")
+    cluster.faults.drop_watches()
+    cluster.create(POD, pod("b"))
     cluster.faults.compact()
     cluster.faults.fail_next("list", POD, ApiError("unavailable"))
     inf.pump()  # Gone -> re-list fails: swallowed, retried next time
-    assert inf.get("default/a") is None
+    assert inf.get("default/b") is None
     inf.pump()
-    assert inf.get("default/a") == Lean("a", "n1", "Running")
+    assert inf.get("default/b") == Lean("b", "n1", "Running")
 
 
 def test_assume_then_late_watch_event_fires_once(cluster: InMemoryCluster) -> None:
@@ -257,7 +259,66 @@ def test_threaded_run_sees_created_object(cluster: InMemoryCluster) -> None:
     assert not thread.is_alive()
 
 
-def test_resource_version_order() -> None:
-    assert newer("10", "9") and not newer("9", "10") and not newer("5", "5")
-    assert newer("1", None)
-    assert newer("abc", "abd") and not newer("abc", "abc")
+def test_server_restarting_with_lower_versions_is_followed(cluster: InMemoryCluster) -> None:
+    # resourceVersions are opaque: a server restored from an older snapshot (here: one
+    # restarted empty) hands out versions lower than the cached ones, and they count
+    for name in ("a", "b", "gone"):
+        cluster.create(POD, pod(name))
+    for i in range(20):  # push the versions well past what the new server will reach
+        cluster.patch(POD, "b", {"metadata": {"labels": {"n": str(i)}}}, "default")
+    inf = Informer(cluster, POD, lean)
+    inf.start()
+    seen = recording(inf)
+    cluster.faults.restart_empty()
+    inf.pump()  # the watch dropped: re-watching from our version is refused
+    # same names, new objects, lower versions ("a" even gets its old version again)
+    cluster.create(POD, pod("a", node="n2"))
+    cluster.create(POD, pod("b"))
+    for _ in range(3):
+        inf.pump()
+    assert inf.get("default/a") == Lean("a", "n2", "Running")
+    assert inf.get("default/gone") is None
+    # the empty server was listed first: everything went, then came back
+    assert [(ev, key) for ev, key, _, _ in seen] == [
+        ("DELETED", "default/a"), ("DELETED", "default/b"), ("DELETED", "default/gone"),
+        ("ADDED", "default/a"), ("ADDED", "default/b")]
+    # and it keeps following the new history, the controller's own writes included
+    mine = cluster.patch(POD, "b", {"spec": {"nodeName": "n3"}}, "default")
+    assert inf.assume(mine, based_on=inf.resource_version("default/b"))
+    cluster.patch(POD, "a", {"spec": {"nodeName": "n4"}}, "default")
+    inf.pump()
+    assert inf.get("default/b") == Lean("b", "n3", "Running")
+    assert inf.get("default/a") == Lean("a", "n4", "Running")
+
+
+def test_relist_replaces_whatever_the_versions(cluster: InMemoryCluster) -> None:
+    cluster.create(POD, pod("a"))
+    for i in range(10):
+        cluster.patch(POD, "a", {"metadata": {"labels": {"n": str(i)}}}, "default")
+    inf = Informer(cluster, POD, lean)
+    inf.start()
+    cluster.faults.restart_empty()
+    cluster.create(POD, pod("a", node="n2"))
+    cluster.faults.compact()  # the re-watch gets 410: a re-list
+    for _ in range(3):
+        inf.pump()
+    assert inf.get("default/a") == Lean("a", "n2", "Running")
+
+
+def test_writes_based_on_the_cached_version_apply_in_a_row(cluster: InMemoryCluster) -> None:
+    cluster.create(POD, pod("a"))
+    inf = Informer(cluster, POD, lean)
+    inf.start()
+    seen = recording(inf)
+    first = cluster.patch(POD, "a", {"spec": {"nodeName": "n2"}}, "default")
+    assert inf.assume(first, based_on=inf.resource_version("default/a"))
+    second = cluster.patch(POD, "a", {"spec": {"nodeName": "n3"}}, "default")
+    assert inf.assume(second, based_on=first["metadata"]["resourceVersion"])
+    assert inf.get("default/a") == Lean("a", "n3", "Running")
+    assert inf.pump() == 0  # both events echo writes already cached: no revert to n2
+    assert [new for _, _, _, new in seen] == [Lean("a", "n2", "Running"),
+                                              Lean("a", "n3", "Running")]
+    third = cluster.patch(POD, "a", {"spec": {"nodeName": "n4"}}, "default")  # someone else
+    inf.pump()
+    assert inf.get("default/a") == Lean("a", "n4", "Running")
+    assert inf.resource_version("default/a") == third["metadata"]["resourceVersion"]

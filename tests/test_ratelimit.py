@@ -269,3 +269,29 @@ def test_ecs_reads_and_attach_polls_take_their_actions_bucket() -> None:
         assert world.sim.throttled == Counter(), world.sim.throttled
     finally:
         world.close()
+
+
+@pytest.mark.parametrize("backoff", [QUEUE_ITEM_BACKOFF, Backoff(base=2.0, factor=2.0, cap=60.0),
+                                     Backoff(base=1e-300, factor=1e10, cap=1e300)])
+@pytest.mark.parametrize("failures", [1024, 1025, 5000, 10**9])
+def test_backoff_saturates_at_its_cap_for_any_failure_count(backoff: Backoff,
+                                                            failures: int) -> None:
+    # a key failing for hours passes 1,024 failures; 2.0 ** 1024 overflows a float
+    assert backoff.delay(failures) == backoff.cap
+
+
+def test_backoff_below_the_cap_is_unchanged_and_never_decreases() -> None:
+    backoff = Backoff(base=0.005, factor=2.0, cap=1000.0)
+    delays = [backoff.delay(n) for n in range(1, 2000)]
+    assert delays[:3] == [0.005, 0.01, 0.02]
+    assert delays == sorted(delays) and delays[-1] == 1000.0
+
+
+def test_a_key_failing_thousands_of_times_keeps_getting_a_capped_delay() -> None:
+    limiter = MaxOfRateLimiter.default(FakeClock())
+    delays = [limiter.when("k") for _ in range(3000)]
+    assert limiter.failures("k") == 3000
+    assert max(delays[-1000:]) >= QUEUE_ITEM_BACKOFF.cap
+    # the shared bucket's debt grows linearly with the retries: no overflow there either
+    assert delays[-1] == pytest.approx(max(QUEUE_ITEM_BACKOFF.cap, (3000 - QUEUE_RATE.burst)
+                                           / QUEUE_RATE.rate))

@@ -1,15 +1,25 @@
 """A list-watch cache of one kind, holding only the lean value a controller needs.
 
 ``Informer`` lists once, then follows a watch from the list's resourceVersion. When the
-watch ends it re-watches from the last resourceVersion seen; when the server answers
-410 Gone it re-lists and reconciles the cache against the fresh list, firing a handler
-call for every difference, so a controller never misses a change (level-triggered).
+watch ends cleanly it re-watches from the last resourceVersion seen; when the watch fails
+(410 Gone, a resourceVersion the server never had, any error) it re-lists and replaces
+the cache with the list, firing a handler call for every difference, so a controller
+never misses a change (level-triggered).
 
-The same version of an object can reach the cache twice (the controller's own write
-through :meth:`Informer.assume`, then the watch event): anything not newer than what is
-cached is ignored, so handlers fire once per real change. Handlers also stay quiet when
-a newer version transforms to a value equal to the cached one: the lean value is all
-the controller can see, so nothing changed for it.
+resourceVersions are opaque: they are compared for equality only, never for order. An
+API server restored from an older etcd snapshot (or an emulator restarted empty) hands
+out versions lower than the ones cached, and those are as current as any. Order comes
+from the watch stream itself, which delivers one key's changes in the order they
+happened, and from the list, which is at least as new as every write that finished
+before it was asked for.
+
+The controller's own writes reach the cache ahead of their watch events through
+:meth:`Informer.assume`. Each assumed version is remembered until the stream delivers
+it: events for that key before it are older than what the cache holds and are skipped,
+so a write is never reverted by the stream catching up, and its own event fires
+nothing. A key the controller saw deleted (:meth:`Informer.forget`) ignores its late
+events until its DELETED arrives. Handlers also stay quiet when a version transforms to
+a value equal to the cached one: the lean value is all the controller can see.
 
 Use it threaded (:meth:`Informer.run` in its own thread) or deterministically (tests
 call :meth:`Informer.pump`); the cache is guarded by a lock either way.
@@ -33,22 +43,9 @@ T = TypeVar("T")
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 Handler = Callable[[EventType, str, T | None, T | None], None]
 
-#: How many deleted keys remember their last resourceVersion, so that a late, older
-#: event (or a stale ``assume``) cannot bring a deleted object back.
+#: How many keys the controller saw deleted are remembered until their DELETED event
+#: arrives, so a late event (or a stale ``assume``) cannot bring them back.
 TOMBSTONES = 10_000
-
-
-def newer(rv: str, than: str | None) -> bool:
-    """Whether resourceVersion ``rv`` is newer than ``than`` (None: nothing cached).
-
-    resourceVersions are opaque to clients; the ones we meet are integers, which we
-    compare as such. Two non-integer versions can only be told apart, not ordered.
-    """
-    if than is None:
-        return True
-    if rv.isdigit() and than.isdigit():
-        return int(rv) > int(than)
-    return rv != than
 
 
 class _Seen(NamedTuple):
@@ -88,7 +85,10 @@ class Informer(Generic[T]):
         self._pump_lock = threading.Lock()  # one list/watch driver at a time
         self._cache: dict[str, T] = {}
         self._seen: dict[str, _Seen] = {}
-        self._tombstones: OrderedDict[str, str] = OrderedDict()
+        # key -> versions the controller wrote and assumed whose watch events are due
+        self._expected: dict[str, set[str]] = {}
+        # key -> uid of an object the controller saw deleted, until its DELETED arrives
+        self._tombstones: OrderedDict[str, str | None] = OrderedDict()
         self._handlers: list[Handler[T]] = []
         self._index_fns: dict[str, Callable[[T], Iterable[str]]] = {}
         # index -> value -> key(s). Most buckets hold one key (a pod's records, an
@@ -215,22 +215,19 @@ class Informer(Generic[T]):
                 # one broken handler must not stop the cache from following the cluster
                 log.exception("informer %s: handler failed on %s %s", self.name, event, key)
 
-    def _tombstone(self, key: str, rv: str) -> None:
-        current = self._tombstones.pop(key, None)
-        if current is not None and rv and not newer(rv, current):
-            rv = current
-        self._tombstones[key] = rv
+    def _tombstone(self, key: str, uid: str | None) -> None:
+        self._tombstones.pop(key, None)
+        self._tombstones[key] = uid
         while len(self._tombstones) > TOMBSTONES:
             self._tombstones.popitem(last=False)
 
-    def _drop(self, key: str, rv: str) -> bool:
+    def _drop(self, key: str) -> bool:
         if key not in self._cache:
             return False
         old = self._cache.pop(key)
-        seen = self._seen.pop(key)
+        del self._seen[key]
         for name in self._indexes:
             self._unindex_one(name, key)
-        self._tombstone(key, rv or seen.rv)
         self._fire("DELETED", key, old, None)
         return True
 
@@ -246,29 +243,18 @@ class Informer(Generic[T]):
         digest = self._digest(obj)
         return digest._replace(obj=None, value=self._transform(obj), transformed=True)
 
-    def _apply(self, event: str, obj: Obj | _Digest[T]) -> bool:
-        """Fold one object version into the cache; True when the cache changed."""
-        digest = obj if isinstance(obj, _Digest) else self._digest(obj)
-        key, rv, uid = digest.key, digest.rv, digest.uid
+    def _store(self, digest: _Digest[T]) -> bool:
+        """Make ``digest`` the cached version of its key; True when the cache changed."""
+        key, rv = digest.key, digest.rv
         seen = self._seen.get(key)
-        if event == "DELETED":
-            if seen is None:
-                if rv:
-                    self._tombstone(key, rv)
-                return False
-            if uid and seen.uid and uid != seen.uid and rv and not newer(rv, seen.rv):
-                return False  # the delete of an earlier object of the same name
-            return self._drop(key, rv)
-        reference = seen.rv if seen is not None else self._tombstones.get(key)
-        if rv and reference and not newer(rv, reference):
-            return False  # already have this version or a later one
+        if seen is not None and rv and seen.rv == rv and seen.uid == digest.uid:
+            return False  # this very version is cached already
         value = digest.value if digest.transformed else self._transform(digest.obj)
         if value is None:
-            return self._drop(key, rv)
-        self._tombstones.pop(key, None)
+            return self._drop(key)
         old = self._cache.get(key)
         self._cache[key] = value
-        self._seen[key] = _Seen(rv, uid if isinstance(uid, str) else None)
+        self._seen[key] = _Seen(rv, digest.uid)
         for name in self._indexes:
             self._unindex_one(name, key)
             self._index_one(name, key, value)
@@ -278,21 +264,76 @@ class Informer(Generic[T]):
             self._fire("MODIFIED", key, old, value)
         return True
 
+    def _is_tombstoned(self, key: str, uid: str | None) -> bool:
+        """Whether ``uid`` is the object of ``key`` the controller saw deleted; a new
+        object under that name clears the tombstone."""
+        if key not in self._tombstones:
+            return False
+        dead = self._tombstones[key]
+        if dead is None or uid is None or uid == dead:
+            return True
+        del self._tombstones[key]
+        return False
+
+    def _apply(self, event: str, obj: Obj | _Digest[T]) -> bool:
+        """Fold one watch event into the cache, in stream order; True when it changed."""
+        digest = obj if isinstance(obj, _Digest) else self._digest(obj)
+        key, rv, uid = digest.key, digest.rv, digest.uid
+        if self._is_tombstoned(key, uid):
+            if event == "DELETED":
+                del self._tombstones[key]
+            return False  # a late event of an object already dropped
+        expected = self._expected.get(key)
+        if expected:
+            if rv not in expected:
+                return False  # before the controller's own write in the stream: older
+            expected.discard(rv)
+            if expected:
+                return False  # another write of ours follows in the stream
+            del self._expected[key]
+        seen = self._seen.get(key)
+        if event == "DELETED":
+            if seen is None or (uid and seen.uid and uid != seen.uid):
+                return False  # not the object this key caches
+            return self._drop(key)
+        return self._store(digest)
+
     # --- the controller's own writes -----------------------------------------------
 
-    def assume(self, obj: Obj) -> bool:
+    def assume(self, obj: Obj, based_on: str | None = None) -> bool:
         """Apply an object the controller just wrote, ahead of its watch event.
 
-        Ignored unless newer than the cached version; returns whether it was applied.
+        ``based_on``: the resourceVersion the write was conditioned on. A write that
+        succeeded on the cached version is its successor and always applies; so does the
+        first write of ours the stream has not delivered yet. Two writes of ours in
+        flight without that link cannot be ordered here: the first stays cached and the
+        stream settles it. Returns whether it was applied.
         """
         with self._lock:
-            return self._apply("MODIFIED", obj)
+            digest = self._digest(obj)
+            key, rv = digest.key, digest.rv
+            if not rv or self._is_tombstoned(key, digest.uid):
+                return False
+            seen = self._seen.get(key)
+            if seen is not None and seen.rv == rv and seen.uid == digest.uid:
+                return False
+            expected = self._expected.setdefault(key, set())
+            successor = seen is not None and based_on is not None and based_on == seen.rv
+            in_flight = bool(expected)
+            expected.add(rv)
+            if in_flight and not successor:
+                return False
+            return self._store(digest)
 
     def forget(self, key: str) -> bool:
         """Drop ``key`` after the controller saw it deleted; returns whether it was cached."""
         with self._lock:
             seen = self._seen.get(key)
-            return self._drop(key, seen.rv) if seen is not None else False
+            if seen is None:
+                return False
+            self._expected.pop(key, None)
+            self._tombstone(key, seen.uid)
+            return self._drop(key)
 
     # --- list and watch ------------------------------------------------------------
 
@@ -319,21 +360,30 @@ class Informer(Generic[T]):
             return 0
         changed = 0
         with self._lock:
+            # the list replaces the cache, whatever the versions: it is at least as new
+            # as every write that finished before it was asked for. A write of ours that
+            # raced it may be reverted for a moment; its watch event brings it back.
             fresh = {item.key: item for item in result.items}
             for key in [k for k in self._seen if k not in fresh]:
-                # keep what the controller assumed after this list was taken
-                if not newer(self._seen[key].rv, result.resource_version):
-                    changed += self._drop(key, result.resource_version)
+                changed += self._drop(key)
+            self._expected.clear()
+            self._tombstones.clear()
             for item in result.items:
-                changed += self._apply("MODIFIED", item)
+                changed += self._store(item)
             self._rv = result.resource_version
             self._synced = True
             self._need_relist = False
-        self._open_watch()  # on Gone the next pump re-lists
+        self._open_watch()  # on a refusal the next pump re-lists
         return changed
 
     def _open_watch(self) -> bool:
-        """Open the watch from the last resourceVersion; True when that version expired."""
+        """Open the watch from the last resourceVersion; True when it failed and the
+        cache must be re-listed.
+
+        Any refusal means re-list, not only 410: a server restored with lower versions
+        refuses ours as too large, and one that went down may come back with another
+        history, where our version means something else or nothing.
+        """
         try:
             self._watch = self.cluster.watch(
                 self.kind,
@@ -347,7 +397,9 @@ class Informer(Generic[T]):
             self._need_relist = True
             return True
         except ApiError as exc:
-            log.debug("informer %s: watch failed, will retry: %s", self.name, exc)
+            log.debug("informer %s: watch failed, re-listing: %s", self.name, exc)
+            self._need_relist = True
+            return True
         return False
 
     def pump(self, timeout: float = 0.0) -> int:
@@ -367,9 +419,10 @@ class Informer(Generic[T]):
             except Gone:
                 return self._relist()
             except ApiError as exc:
-                log.debug("informer %s: watch broke, re-watching: %s", self.name, exc)
+                log.debug("informer %s: watch broke, re-listing: %s", self.name, exc)
                 watch.stop()
                 self._watch = None
+                self._need_relist = True
                 return 0
             applied = 0
             with self._lock:

@@ -57,6 +57,7 @@ from .port import (
     ListResult,
     NotFound,
     Obj,
+    TooLargeResourceVersion,
     WatchEvent,
     WatchType,
 )
@@ -158,6 +159,11 @@ class Faults:
     def compact(self) -> None:
         """Forget all watch history: a watch from any older resourceVersion gets Gone."""
         self._cluster._compact()
+
+    def restart_empty(self) -> None:
+        """Lose every object and start the resourceVersions over, as a stateless API
+        server restarting (or etcd restored from an empty snapshot) does."""
+        self._cluster._restart_empty()
 
     def clear(self) -> None:
         with self._cluster._lock:
@@ -390,6 +396,19 @@ class InMemoryCluster:
             self._cond.notify_all()
             return len(open_)
 
+    def _restart_empty(self) -> None:
+        with self._lock:
+            self._drop_watches()
+            self._store.clear()
+            self._by_uid.clear()
+            self._dependents.clear()
+            self._event_keys.clear()
+            self._event_key_of.clear()
+            self._history.clear()
+            self._gc_queue.clear()
+            self._compacted_rv = 0
+            self._rv = 1
+
     def _compact(self) -> None:
         with self._lock:
             self._history.clear()
@@ -496,6 +515,10 @@ class InMemoryCluster:
                     raise Invalid(f"invalid resourceVersion {resource_version!r}") from None
                 if start < self._compacted_rv:
                     raise Gone(f"too old resource version: {start} ({self._compacted_rv + 1})")
+                if start > self._rv:
+                    # upstream waits a few seconds for its cache to catch up, then says so
+                    raise TooLargeResourceVersion(
+                        f"Too large resource version: {start}, current: {self._rv}")
             deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
             w = MemoryWatch(
                 self,

@@ -84,6 +84,14 @@ class Gone(ApiError):
     reason = "Expired"
 
 
+class TooLargeResourceVersion(ApiError):
+    """504: a watch asked for a ``resourceVersion`` the server has not reached, as after
+    a restore from an older snapshot: re-list (upstream's ``ResourceVersionTooLarge``)."""
+
+    code = 504
+    reason = "Timeout"
+
+
 class Invalid(ApiError):
     """422: the object does not pass validation."""
 

@@ -372,6 +372,8 @@ def make_chaos_machine(
 
         @invariant()
         def records_point_at_real_addresses(self) -> None:
+            if self.edited:
+                return  # a record edited by hand points anywhere until the next settle
             problems = [p for p in self.world.dangling_problems()
                         if not any(f" on {ip}, " in p for ip in self.forgotten)]
             assert not problems, "\n".join(problems)

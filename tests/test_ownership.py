@@ -203,3 +203,24 @@ def test_an_address_the_cloud_lost_is_taken_back_or_replaced_with_an_event() -> 
         assert record["status"]["ip"] in rig.cloud.all_addresses()
     assert len(events(rig, "AddressLost")) >= 3
     rig.assert_no_leak()
+
+
+def test_after_a_restart_the_cloud_not_the_list_order_decides_an_edited_address() -> None:
+    """A record edited to an address on another node, listed first after a restart: the
+    node pool rebuilt from the cloud backs the real owner, which keeps its address."""
+    rig = Rig()
+    n0, n1 = rig.node(0), rig.node(1)
+    real, edited = rig.pod("zz-real", n0), rig.pod("aa-edited", n1)
+    rig.settle()
+    theirs = rig.record_of(real)["status"]["ip"]
+    mine = rig.record_of(edited)
+    rig.cluster.patch(POD_NETWORK, mine["metadata"]["name"], {"status": {"ip": theirs}}, NS,
+                      subresource="status")
+    rig.restart()
+    rig.settle(advance=3 * rig.policy.gc_period)
+    assert rig.record_of(real)["status"]["ip"] == theirs
+    assert phase(rig.record_of(real)) == "Routed"
+    again = rig.record_of(edited)
+    assert phase(again) == "Routed" and again["status"]["ip"] != theirs
+    assert again["status"]["ip"].startswith("10.64.1."), "an address of its own node"
+    rig.assert_no_leak()

@@ -510,6 +510,19 @@ class PodNetworkReconciler:
             if e.addresses.holder(pn.spec.provider, address) == pn.key:
                 e.conflicts.pop(pn.key, None)  # settled meanwhile: the record holds it
                 return None
+            if self._backed_by_pool(pn.key, address) and not self._backed_by_pool(
+                    holder, address):
+                # the node pool rebuilt from its cloud inventory gives it to this record,
+                # not to the book's holder (which claimed it first after a restart): the
+                # book follows the cloud, and the other record is the one re-addressed
+                e.addresses.release(pn.spec.provider, address, holder)
+                e.addresses.claim(pn.spec.provider, address, pn.key)
+                e.conflicts.pop(pn.key, None)
+                e.conflicts[holder] = (address, pn.key)
+                other = e.pod_networks.get(holder)
+                if other is not None:
+                    e.enqueue_pod(e.pod_key_of(other))
+                return None
             mine = sorted(a for p, a in e.addresses.held_by(pn.key) if p == pn.spec.provider
                           and a not in (pn.status.ip, pn.status.ipv6))
             return ("AddressConflict", f"address {address} is recorded by {pn.key} but "
@@ -521,6 +534,18 @@ class PodNetworkReconciler:
                 return None
             return ("AddressLost", f"the cloud no longer has address {lost}", lost)
         return None
+
+    def _backed_by_pool(self, key: str, address: str) -> bool:
+        """Whether record ``key``'s node pool (a node-pool provider's, synced) holds
+        ``address`` for it."""
+        e = self.e
+        pn = e.pod_networks.get(key)
+        if pn is None or pn.spec.provider not in e.providers:
+            return False
+        if not e.providers[pn.spec.provider].uses_node_pool:
+            return False
+        pool = e.pools.find(pn.spec.provider, pn.spec.node_name)
+        return pool is not None and pool.synced and pool.owner_of(address) == key
 
     def _readdress(self, pn: PodNetwork, pod: PodInfo, reason: str, why: str,
                    prefer: str | None) -> PodNetwork:

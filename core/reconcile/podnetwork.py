@@ -612,17 +612,28 @@ class PodNetworkReconciler:
                        "pod for a new one)")
         else:
             status, reason, message = "True", "Applied", "the pod's requests are applied"
+        written = self._put_condition(pn, REQUESTS_APPLIED, status, reason, message)
+        if written is not None and frozen:
+            self.e.event(written, reason, message)
+            self.e.event(_pod_ref(pod), reason, message)
+        return written or pn
+
+    def _put_condition(self, pn: PodNetwork, kind: str, status: str, reason: str,
+                       message: str) -> PodNetwork | None:
+        """Write condition ``kind`` unless the record says it already (its transition time
+        kept while its status stays). :return: the record written, or None when nothing
+        changed or the write lost a race (the next pass writes it from a fresh read)."""
+        current = _condition(pn, kind)
         if current is not None and (current.status, current.reason, current.message) == (
                 status, reason, message):
-            return pn
-        condition = Condition(type=REQUESTS_APPLIED, status=status, reason=reason,
-                              message=message, last_transition_time=self.e.clock.now())
-        pn = self.e.update_status(POD_NETWORK, attrs.evolve(pn, status=attrs.evolve(
-            pn.status, conditions=set_condition(pn.status.conditions, condition))))
-        if frozen:
-            self.e.event(pn, reason, message)
-            self.e.event(_pod_ref(pod), reason, message)
-        return pn
+            return None
+        condition = Condition(type=kind, status=status, reason=reason, message=message,
+                              last_transition_time=self.e.clock.now())
+        try:
+            return self.e.update_status(POD_NETWORK, attrs.evolve(pn, status=attrs.evolve(
+                pn.status, conditions=set_condition(pn.status.conditions, condition))))
+        except (Conflict, NotFound):
+            return None
 
     def _adopt_pod(self, pn: PodNetwork, pod: PodInfo) -> PodNetwork:
         """A sticky record serves the pod now running under its name (on whichever node,
@@ -646,7 +657,7 @@ class PodNetworkReconciler:
         """``AnnotationsRecognized`` on the record: False naming each unknown key while
         there are any (a Warning Event on the record and the Pod when that changes), True
         once they are gone; never written for a pod that never had one."""
-        current = next((c for c in pn.status.conditions if c.type == ANNOTATIONS), None)
+        current = _condition(pn, ANNOTATIONS)
         if want.warnings:
             status, reason = "False", "UnknownAnnotation"
             message = one_line(f"pod {pod.key}: {'; '.join(want.warnings)}", limit=600)
@@ -654,20 +665,11 @@ class PodNetworkReconciler:
             return pn
         else:
             status, reason, message = "True", "Recognized", ""
-        if current is not None and (current.status, current.reason, current.message) == (
-                status, reason, message):
-            return pn
-        condition = Condition(type=ANNOTATIONS, status=status, reason=reason,
-                              message=message, last_transition_time=self.e.clock.now())
-        try:
-            pn = self.e.update_status(POD_NETWORK, attrs.evolve(pn, status=attrs.evolve(
-                pn.status, conditions=set_condition(pn.status.conditions, condition))))
-        except (Conflict, NotFound):
-            return pn  # the next pass writes it from a fresh read
-        if want.warnings:
-            self.e.event(pn, reason, message)
+        written = self._put_condition(pn, ANNOTATIONS, status, reason, message)
+        if written is not None and want.warnings:
+            self.e.event(written, reason, message)
             self.e.event(_pod_ref(pod), reason, message)
-        return pn
+        return written or pn
 
     def _report_unavailable(self, pn: PodNetwork, pod: PodInfo) -> PodNetwork:
         """A record waiting on a node whose pool cannot be read (its providerID names an

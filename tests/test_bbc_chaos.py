@@ -59,11 +59,17 @@ def _fault_rate(plugin: Any, rate: float) -> None:
     sim.fault_rate = rate
 
 
+def _forget(plugin: Any, _node: str, addresses: list[str]) -> None:
+    sim: BbcSimulator = plugin.sim
+    sim.forget(addresses)
+
+
 def _examples() -> int:
     return int(os.environ.get(EXAMPLES_ENV, str(DEFAULT_EXAMPLES)))
 
 
 BbcChaos = make_chaos_machine(_provider, _addresses, cloud_fault_rate=_fault_rate,
+                              cloud_forget=_forget,
                               nodes=NODES, name="BbcChaos")
 TestBbcChaos = BbcChaos.TestCase
 TestBbcChaos.settings = chaos_settings(_examples())

@@ -73,8 +73,12 @@ def _fault_rate(plugin: Any, rate: float) -> None:
     _WORLDS[id(plugin)].sim.fault_rate = rate
 
 
+def _forget(plugin: Any, _node: str, addresses: list[str]) -> None:
+    _WORLDS[id(plugin)].sim.forget(addresses)
+
+
 EcsChaos = make_chaos_machine(_factory, _addresses, cloud_fault_rate=_fault_rate,
-                              name="EcsChaos")
+                              cloud_forget=_forget, name="EcsChaos")
 TestEcsChaos = EcsChaos.TestCase
 TestEcsChaos.settings = chaos_settings(
     int(os.environ.get(EXAMPLES_ENV, str(DEFAULT_EXAMPLES))))

@@ -240,6 +240,15 @@ class BbcSimulator:
         with self.lock:
             return {ip: inst.id for inst in self.instances.values() for ip in inst.ips}
 
+    def forget(self, addresses: Sequence[str]) -> None:
+        """Ground truth: the cloud loses these secondary addresses (restored from a
+        backup, say): gone from their instances, free in their subnets, nobody told."""
+        gone = set(addresses)
+        with self.lock:
+            for inst in self.instances.values():
+                for ip in [ip for ip in inst.ips if ip in gone]:
+                    self.subnets[inst.ips.pop(ip)].used.discard(ip)
+
     def eni_of(self, instance_id: str) -> str:
         with self.lock:
             return self.instances[instance_id].eni_id

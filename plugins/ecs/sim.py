@@ -413,6 +413,16 @@ class EcsSimulator:
                     eni.ipv6.remove(address)
                     self.vswitches[eni.vswitch].used6.discard(address)
 
+    def forget(self, addresses: Sequence[str]) -> None:
+        """Ground truth: the cloud loses these secondary addresses (restored from a
+        backup, say): gone from their ENIs, free in their vSwitch, nobody told."""
+        gone = set(addresses)
+        with self.lock:
+            for eni in self.enis.values():
+                for ip in [ip for ip in eni.secondary if ip in gone]:
+                    eni.secondary.remove(ip)
+                    self.vswitches[eni.vswitch].used.discard(ip)
+
     def eni_states(self) -> dict[str, str]:
         with self.lock:
             self._settle_all()

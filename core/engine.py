@@ -200,6 +200,9 @@ class Engine:
         #: PodNetwork keys podnet itself is removing (their address goes back by the
         #: reconciler's hand, not the cache's)
         self.finishing: set[str] = set()
+        #: records that left the cache without podnet removing them, by key: their pod's
+        #: pass confirms they are gone before their addresses go back
+        self.vanished: dict[str, PodNetwork] = {}
         self.queue: WorkQueue[Key] = WorkQueue(self.clock, name="podnet")
 
         self.pods: Informer[PodInfo] = Informer(cluster, POD, pod_info, name="pods")
@@ -481,25 +484,15 @@ class Engine:
 
     def _record_gone(self, pn: PodNetwork) -> None:
         """A record left the cache. Removed by podnet's own release: the reconciler gives
-        its address back. Removed behind podnet's back (its finalizer taken off by hand):
-        nothing may stay owned by a record that is gone, so its address goes back here,
-        after the reuse cooldown."""
+        its address back. Otherwise (its finalizer taken off by hand, or a re-list that
+        did not show it yet) its pod's pass asks the API server, and gives the address
+        back only once the record is really gone."""
         self.conflicts.pop(pn.key, None)
-        if pn.key in self.finishing or (isinstance(pn, UnreadablePodNetwork) and not (
-                pn.status.ip or pn.status.ipv6)):
+        if pn.key in self.finishing:
             return
-        held = self.addresses.release_owner(pn.key)
-        pool = self.pools.find(pn.spec.provider, pn.spec.node_name)
-        if pool is None:
+        if isinstance(pn, UnreadablePodNetwork) and not (pn.status.ip or pn.status.ipv6):
             return
-        pool.stop_waiting(pn.key)
-        cooldown = self.clock.monotonic() + self.policy(pn.spec.provider).reuse_cooldown \
-            if pn.spec.provider in self.providers else 0.0
-        freed = [a for _, a in held if pool.give_back(a, pn.key, cooldown)]
-        if freed:
-            log.warning("PodNetwork %s was removed without its release; %s back in the "
-                        "pool of node %s", pn.key, ", ".join(freed), pn.spec.node_name)
-            self.enqueue_node(pn.spec.node_name)
+        self.vanished[pn.key] = pn
 
     def _on_node(self, event: str, key: str, _old: Any, _new: Any) -> None:
         # level-triggered: whatever changed about a node (it came, it went, its labels

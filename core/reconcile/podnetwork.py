@@ -229,6 +229,8 @@ class PodNetworkReconciler:
 
     def _reconcile(self, pod_key: str) -> Result:
         e = self.e
+        if e.vanished:
+            self._settle_vanished(pod_key)
         pod = e.pods.get(pod_key)
         if pod is None or self._maybe_gone.get(pod_key, pod.uid) != pod.uid:
             self._maybe_gone.pop(pod_key, None)  # the cache caught up
@@ -270,6 +272,36 @@ class PodNetworkReconciler:
             left = (pod.deletion_timestamp - e.clock.now()).total_seconds()
             results.append(Result(requeue_after=max(left, 0.0)))
         return Result.soonest(results)
+
+    def _settle_vanished(self, pod_key: str) -> None:
+        """Records of this pod that left the cache without podnet removing them. Gone
+        from the API server too (its finalizer was taken off by hand): nothing may stay
+        owned by a record that is gone, so its addresses go back, after the reuse
+        cooldown. Still there (the cache re-listed before seeing it): nothing to do."""
+        e = self.e
+        for key, pn in list(e.vanished.items()):
+            if e.pod_key_of(pn) != pod_key:
+                continue
+            if e.pod_networks.get(key) is None:
+                try:
+                    e.cluster.get(POD_NETWORK, pn.metadata.name, pn.metadata.namespace)
+                    continue  # still there: the cache catches up (a later event settles it)
+                except NotFound:
+                    pass
+            del e.vanished[key]
+            if e.pod_networks.get(key) is not None:
+                continue  # back in the cache: its owner again
+            held = e.addresses.release_owner(key)
+            pool = e.pools.find(pn.spec.provider, pn.spec.node_name)
+            if pool is None or pn.spec.provider not in e.providers:
+                continue
+            pool.stop_waiting(key)
+            cooldown = e.clock.monotonic() + e.policy(pn.spec.provider).reuse_cooldown
+            freed = [a for _, a in held if pool.give_back(a, key, cooldown)]
+            if freed:
+                log.warning("PodNetwork %s was removed without its release; %s back in the "
+                            "pool of node %s", key, ", ".join(freed), pn.spec.node_name)
+                e.enqueue_node(pn.spec.node_name)
 
     def _held_for_vm(self, pod: PodInfo, have: list[PodNetwork],
                      desired: dict[str, Desired]) -> list[PodNetwork]:

@@ -425,6 +425,13 @@ class NodePool:
                 entry.owner = None
                 self._released(address)
 
+    def hold_off(self, address: str, until: float) -> None:
+        """Hand ``address`` out to nobody before monotonic time ``until``."""
+        with self.lock:
+            entry = self.addresses.get(address)
+            if entry is not None:
+                entry.cooldown_until = max(entry.cooldown_until, until)
+
     def remove(self, addresses: Iterable[str]) -> None:
         with self.lock:
             for ip in addresses:

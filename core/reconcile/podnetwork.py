@@ -565,7 +565,39 @@ class PodNetworkReconciler:
                 del self._lost[pn.key]
                 return None
             return ("AddressLost", f"the cloud no longer has address {lost}", lost)
+        stray = self._pool_disagrees(pn)
+        if stray is not None:
+            mine = sorted(a for p, a in e.addresses.held_by(pn.key) if p == pn.spec.provider
+                          and a not in (pn.status.ip, pn.status.ipv6))
+            return ("AddressConflict", stray, mine[0] if mine else pn.status.ip)
         return None
+
+    def _pool_disagrees(self, pn: PodNetwork) -> str | None:
+        """For a node-pool provider: why the record's address is not the one its node's
+        pool gave it (the pool is built from the node's cloud inventory), or None. A
+        record edited to another node's address, or to an idle one, says so here."""
+        e = self.e
+        ip = pn.status.ip
+        if not ip or pn.spec.provider not in e.providers:
+            return None
+        if not e.providers[pn.spec.provider].uses_node_pool:
+            return None
+        pool = e.pools.find(pn.spec.provider, pn.spec.node_name)
+        if pool is None or not pool.synced:
+            return None
+        owner = pool.owner_of(ip)
+        node = pn.spec.node_name
+        if owner == pn.key:
+            return None
+        if owner is not None:
+            return f"address {ip} is recorded by {pn.key} but held by {owner} on node {node}"
+        if ip in pool.addresses:
+            return f"address {ip} is recorded by {pn.key} but idle in node {node}'s pool"
+        since = pn.status.last_transition_time
+        lifetime = e.policy(pn.spec.provider).min_ip_lifetime
+        if since is not None and (e.clock.now() - since).total_seconds() < lifetime:
+            return None  # the cloud may not show a new address yet
+        return f"address {ip} is recorded by {pn.key} but not on node {node}"
 
     def _backed_by_pool(self, key: str, address: str) -> bool:
         """Whether record ``key``'s node pool (a node-pool provider's, synced) holds
@@ -844,6 +876,15 @@ class PodNetworkReconciler:
                  if a and e.addresses.holder(provider, a) != pn.key]
         taken = e.addresses.claim_all(provider, fresh, pn.key)
         if taken is not None:
+            holder = e.pod_networks.get(taken[1])
+            if holder is not None:
+                e.enqueue_pod(e.pod_key_of(holder))  # it may be the one to re-address
+            if reservation is not None and reservation.taken == taken[0]:
+                # the pool thought it idle: not handed out again until the holder's pass
+                # has settled who owns it
+                e.pools.get(provider, pn.spec.node_name).hold_off(
+                    taken[0], e.clock.monotonic() + max(e.policy(provider).reuse_cooldown,
+                                                        _WAIT_RECHECK))
             raise ProviderError(ErrorKind.CONFLICT, f"address {taken[0]} is already held by "
                                 f"{taken[1]}", field=_address_field(pn, taken[0]))
         undo.extend(lambda a=a: e.addresses.release(provider, a, pn.key)  # type: ignore[misc]

@@ -286,3 +286,21 @@ def test_a_deleted_node_leaves_no_view_of_its_instance(world: World, ecs: EcsWor
     remembered = ecs.plugin.remembered()
     assert gone not in remembered and World.node_name(0) not in remembered
     assert kept in remembered
+
+
+def test_a_static_address_on_a_cold_node_fits_once_the_new_eni_is_trimmed(
+        world: World, ecs: EcsWorld) -> None:
+    """A node's first pod asks for an address by name: the first ENI is created for it
+    filled to a batch (9 of the 9 an ENI holds besides its primary address), so the
+    address does not fit until idle addresses beyond max_idle are given back, which the
+    pod's failed attempt must not hold up by staying a waiter of the pool."""
+    world.add_node(0)
+    world.settle()
+    world.add_pod("static", 0, annotations={"podnet.io/ip-address": "10.0.0.77"})
+    policy = world.policy()
+    world.settle(advance=policy.min_ip_lifetime + 4 * policy.refill_period)
+    record = world.record_of("static")
+    assert record is not None and record.status.phase is Phase.ROUTED, conditions_of(
+        world, "static")
+    assert record.status.ip == "10.0.0.77"
+    world.assert_converged()

@@ -818,6 +818,11 @@ class PodNetworkReconciler:
                     step()
                 if reservation is not None:
                     reservation.rollback()
+            if reservation is not None and not isinstance(exc, PoolEmpty):
+                # not waiting for the pool (that is PoolEmpty's answer): a stale waiter
+                # would keep the node's idle addresses from ever being trimmed, and a
+                # static address may need that room on an interface (the queue retries)
+                e.pools.get(provider, pn.spec.node_name).stop_waiting(pn.key)
             return self._failed(pn, "allocate", exc, span)
         self._prefer.pop(pn.key, None)
         # this write succeeded: whatever an earlier, unanswered write claimed is free

@@ -611,14 +611,10 @@ class World:
 
     @contextmanager
     def quiet(self) -> Iterator[None]:
-        """Cluster fault rates off for the test driver's own calls (it is not the engine)."""
-        faults = self.cluster.faults
-        saved = faults.conflict_rate, faults.error_rate
-        faults.conflict_rate = faults.error_rate = 0.0
-        try:
+        """Cluster faults off for the test driver's own calls (it is not the engine): the
+        rates, and the failures planned for the engine's next calls, kept for it."""
+        with self.cluster.faults.paused():
             yield
-        finally:
-            faults.conflict_rate, faults.error_rate = saved
 
     # --- the cluster ------------------------------------------------------------------------
 

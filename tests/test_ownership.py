@@ -224,3 +224,21 @@ def test_after_a_restart_the_cloud_not_the_list_order_decides_an_edited_address(
     assert phase(again) == "Routed" and again["status"]["ip"] != theirs
     assert again["status"]["ip"].startswith("10.64.1."), "an address of its own node"
     rig.assert_no_leak()
+
+
+def test_a_finalizer_taken_off_a_live_record_is_put_back() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    pod = rig.pod("web", node)
+    rig.settle()
+    record = rig.record_of(pod)
+    rig.cluster.patch(POD_NETWORK, record["metadata"]["name"], {"metadata": {"finalizers": []}},
+                      NS)
+    rig.settle()
+    assert "podnet.io/release" in rig.record_of(pod)["metadata"]["finalizers"]
+    assert events(rig, "FinalizerRestored")
+    rig.cluster.delete(POD_NETWORK, record["metadata"]["name"], NS)
+    rig.settle()
+    again = rig.record_of(pod)  # released through its finalizer, made again for the pod
+    assert phase(again) == "Routed" and again["status"]["ip"] == record["status"]["ip"]
+    rig.assert_no_leak()

@@ -21,6 +21,7 @@ for the chaos harness; ``stats`` counts calls by (operation, plural).
 from __future__ import annotations
 
 import builtins
+import contextlib
 import random
 import threading
 import time
@@ -151,6 +152,21 @@ class Faults:
         if times > 0:
             with self._cluster._lock:
                 self._planned.append(_PlannedFailure(op, kind, exc, times))
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No fault while inside: the rates off, and the failures planned for the next
+        calls kept for the calls after (a test driver's own calls are not the engine's)."""
+        with self._cluster._lock:
+            saved = self.conflict_rate, self.error_rate, self._planned
+            self.conflict_rate = self.error_rate = 0.0
+            self._planned = []
+        try:
+            yield
+        finally:
+            with self._cluster._lock:
+                self.conflict_rate, self.error_rate = saved[0], saved[1]
+                self._planned = saved[2] + self._planned
 
     def drop_watches(self) -> int:
         """Close every open watch, as an API server restart would; returns how many."""

@@ -494,6 +494,8 @@ class PodNetworkReconciler:
     # --- forward ----------------------------------------------------------------------
 
     def _advance(self, pn: PodNetwork, pod: PodInfo, want: Desired) -> Result:
+        if FINALIZER not in pn.metadata.finalizers:
+            pn = self._restore_finalizer(pn, pod)
         if pn.status.phase is Phase.RELEASING:
             # a held sticky record wanted again: its pod's successor, or the pod itself
             # (its node came back)
@@ -531,6 +533,16 @@ class PodNetworkReconciler:
         if pn.status.phase is Phase.ROUTED:
             return self._maybe_verify(pn, pod)
         return DONE
+
+    def _restore_finalizer(self, pn: PodNetwork, pod: PodInfo) -> PodNetwork:
+        """A live record without ``podnet.io/release`` (taken off by hand): put back, or
+        deleting the record would skip the release and strand its address."""
+        meta = attrs.evolve(pn.metadata, finalizers=(*pn.metadata.finalizers, FINALIZER))
+        pn = self.e.update(POD_NETWORK, attrs.evolve(pn, metadata=meta))
+        message = (f"PodNetwork {pn.key} of pod {pod.key} had lost its {FINALIZER} "
+                   "finalizer; it is back (the record's release frees its address)")
+        self.e.event(pn, "FinalizerRestored", message)
+        return pn
 
     def _address_problem(self, pn: PodNetwork) -> tuple[str, str, str | None] | None:
         """Why the record's address cannot stay its own: (Event reason, message, the

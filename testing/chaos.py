@@ -140,8 +140,9 @@ def make_chaos_machine(
             self.world = World(self.cluster, self.clock, factory,
                                lambda: cloud_addresses(self.plugin))
             self.world.start()
-            #: records edited by hand since the last settle: excused until then
-            self.edited = False
+            #: records edited by hand, excused until a settle while they are readable
+            #: (podnet cannot act on a record it cannot read)
+            self.edited: set[str] = set()
             #: addresses the cloud forgot: their records are re-addressed by the end
             self.forgotten: set[str] = set()
             #: record name -> the requests it had before it was made unreadable
@@ -219,7 +220,7 @@ def make_chaos_machine(
         @rule(seconds=st.sampled_from([0.0, 1.0, 5.0, 60.0]))
         def settle(self, seconds: float) -> None:
             self.world.settle(advance=seconds, max_steps=_SETTLE_STEPS)
-            self.edited = False
+            self.edited &= set(self.corrupted)
 
         @rule(seconds=st.sampled_from([0.01, 0.5, 5.0, 30.0, 120.0, 700.0]))
         def advance_clock(self, seconds: float) -> None:
@@ -350,7 +351,7 @@ def make_chaos_machine(
             with self.world.quiet():
                 self.cluster.patch(POD_NETWORK, pa.metadata.name, {"status": {
                     "ip": pb.status.ip}}, pa.metadata.namespace, subresource="status")
-            self.edited = True
+            self.edited.add(pa.metadata.name)
 
         @rule(pod=pod_names)
         def remove_record_by_hand(self, pod: str) -> None:

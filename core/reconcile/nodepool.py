@@ -670,10 +670,16 @@ class NodePoolReconciler:
             excess = len(idle) - policy.max_idle
             # a cloud may not yet know an address it just added (replica lag): its "not
             # found" on delete would be believed, so the youngest addresses stay a while
+            young = [a.added_at + policy.min_ip_lifetime - now for a in idle
+                     if now - a.added_at < policy.min_ip_lifetime]
             idle = [a for a in idle if now - a.added_at >= policy.min_ip_lifetime]
             halves = [a for a in pool.halves() if now - a.added_at >= policy.min_ip_lifetime]
             if excess <= 0 and not halves:
                 return DONE
+            if not idle and not halves:
+                # only young addresses are in excess: look again once the first is old
+                # enough (not at once: that would spin until the clock moves)
+                return Result(requeue_after=min(young, default=policy.refill_period))
             # free whole interfaces first: fewest owned addresses on the interface first
             owned_on: dict[str | None, int] = {}
             for a in pool.addresses.values():

@@ -225,3 +225,27 @@ def test_restart_in_a_burst_makes_no_duplicate(world: World, bbc_sim: BbcSimulat
     assert len(ips) == len(set(ips)) == 20
     policy = world.policy()
     assert len(bbc_sim.addresses()) <= 20 + policy.max_idle
+
+
+def test_a_static_request_for_the_subnets_network_gateway_or_broadcast_is_refused(
+        world: World, bbc_sim: BbcSimulator) -> None:
+    """Issue 13, item 7: sbn-demo-a is 10.128.0.0/14, its gateway 10.128.0.1. None of the
+    three goes to a pod, and none is asked of the cloud (checked before any call)."""
+    _ready(world)
+    world.add_pod("first", 0)
+    world.settle(advance=1)
+    adds = bbc_sim.calls[API_ADD]
+    reserved = {"net": "10.128.0.0", "gw": "10.128.0.1", "bcast": "10.131.255.255"}
+    for name, address in reserved.items():
+        world.add_pod(name, 0, annotations={"podnet.io/ip-address": address})
+    world.settle(advance=30)
+    for name, address in reserved.items():
+        record = world.record_of(name)
+        assert record is not None and record.status.phase is Phase.PENDING, record
+        [ready] = [c for c in record.status.conditions if c.type == "Ready"]
+        assert ready.reason == "InvalidRequest", ready
+        assert "podnet.io/ip-address" in ready.message and address in ready.message
+    assert bbc_sim.calls[API_ADD] == adds
+    assert not set(reserved.values()) & set(bbc_sim.addresses())
+    record = world.record_of("first")
+    assert record is not None and record.status.phase is Phase.ROUTED

@@ -8,11 +8,14 @@ restarted itself, and say truthfully on /healthz whether it is still working.
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
+import subprocess
+import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +116,31 @@ def bbc_pods(names: list[str]) -> list[dict[str, Any]]:
     return docs
 
 
+def bbc_secondaries(sim_port: int) -> dict[str, str]:
+    """What the simulator really has: secondary address -> the node whose instance holds it
+    (the cloud's own answer, ``GET /v1/vpcPort/{instance}``; the simulator checks no
+    signature)."""
+    out: dict[str, str] = {}
+    for i in range(BBC_INSTANCES):
+        url = f"http://127.0.0.1:{sim_port}/v1/vpcPort/i-{i:04d}"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            port = json.loads(r.read())
+        for ip in port["privateIpSet"]:
+            if not ip["primary"]:
+                out[ip["privateIpAddress"]] = f"bbc-{i}"
+    return out
+
+
+def events_by_reason(c: Restartable, reason: str) -> set[tuple[str, str]]:
+    """(kind, name) of every object with an Event of that reason."""
+    return {(ev["involvedObject"]["kind"], ev["involvedObject"]["name"])
+            for ev in c.get("events") if ev.get("reason") == reason}
+
+
+@pytest.mark.xfail(reason="does not converge yet: after the restart records on one node "
+                   "stay Allocated (route: in use outside the instance) on addresses the "
+                   "cloud handed to another node's pool, GC never reports them lost, and "
+                   "that node's pods retry the same conflicting idle address for ever")
 def test_bbc_cloud_restarting_empty_mid_burst_kills_no_worker(
         cluster: Restartable, monkeypatch: pytest.MonkeyPatch) -> None:
     c = cluster
@@ -122,35 +150,113 @@ def test_bbc_cloud_restarting_empty_mid_burst_kills_no_worker(
     sim_args = ["sim", "bbc", "--port", str(sim_port), "--instances", str(BBC_INSTANCES)]
     sim = c.spawn(sim_args, "sim-bbc")
     config = c.tmp / "bbc.yaml"
+    workers = 4
     config.write_text(yaml.safe_dump({
         "defaultProvider": "bbc",
         "providers": {"bbc": {"endpoint": f"127.0.0.1:{sim_port}",
                               "subnets": ["sbn-a", "sbn-b"], "maxIpsPerNode": 40}},
-        "listen": f"127.0.0.1:{port}", "workers": 4,
+        # short periods, so the lost addresses are found (GC's inventory resync), routed
+        # records verified, nodes checked and leaks swept within the waits below
+        "policies": {"bbc": {"gcPeriod": 2, "verifyPeriod": 3, "nodeCheckPeriod": 2,
+                             "leakedIpExpiry": 3}},
+        "listen": f"127.0.0.1:{port}", "workers": workers,
         "leaderElection": {"namespace": "kube-system", "name": "podnet"},
     }))
     controller = c.spawn(["run", "--kubeconfig", str(c.kubeconfig), "--config", str(config)],
                          "bbc-controller")
+    alive: list[float] = []  # podnet_worker_threads_alive at every look
+
+    def watching(check: Callable[[], bool]) -> Callable[[], bool]:
+        def look() -> bool:
+            alive.append(metric(port, "podnet_worker_threads_alive"))
+            return check()
+        return look
+
+    def serving() -> bool:
+        try:
+            return metric(port, "podnet_worker_threads_alive") == workers
+        except OSError:
+            return False  # not listening yet
+
+    wait_for("the controller's workers up", serving, timeout=60)
     c.create(bbc_nodes())
     burst = [f"a-{i:03d}" for i in range(100)]
     c.create(bbc_pods(burst))
-    wait_for("the burst under way", lambda: len(routed(c)) > 20, timeout=120)
+    wait_for("the burst under way", watching(lambda: len(routed(c)) > 20), timeout=120)
+    before = routed(c)
     # the cloud forgets every address it handed out, mid-burst
     sim.send_signal(signal.SIGKILL)
     sim.wait(timeout=10)
-    c.spawn(sim_args, "sim-bbc-again")
-    reconciled = metric(port, "podnet_reconcile_duration_seconds_count")
+    sim = c.spawn(sim_args, "sim-bbc-again")
+    assert sim.stdout is not None
+    assert sim.stdout.readline().strip().endswith(f":{sim_port}")  # serving again
     after = [f"b-{i:03d}" for i in range(12)]
     c.create(bbc_pods(after))
-    # whatever becomes of the forgotten addresses (repairing them is another matter: a
-    # pooled address the cloud forgot may go to a new pod and fail its verify), the
-    # controller keeps working: every pod created after the restart gets its record,
-    # reconciles go on, every worker is alive, and health says so
-    wait_for("records for the pods created after the restart", lambda: set(after) <= {
-        pn["spec"]["podName"] for pn in c.get("podnetworks")}, timeout=180)
-    wait_for("reconciles going on",
-             lambda: metric(port, "podnet_reconcile_duration_seconds_count") > reconciled + 50)
+    everyone = set(burst) | set(after)
+    node_of = {doc["metadata"]["name"]: doc["spec"]["nodeName"]
+               for doc in bbc_pods(burst) + bbc_pods(after)}
+
+    def unsettled() -> list[str]:
+        """What keeps the cluster from the end state: empty once converged."""
+        records = c.get("podnetworks")
+        cloud = bbc_secondaries(sim_port)
+        seen: dict[str, str] = {}
+        out = [f"no record for {name}" for name in sorted(
+            everyone - {pn["spec"]["podName"] for pn in records})]
+        for pn in records:
+            name, status = pn["spec"]["podName"], pn.get("status", {})
+            ip = status.get("ip")
+            if status.get("phase") != "Routed":
+                ready = [x for x in status.get("conditions", ()) if x["type"] == "Ready"]
+                out.append(f"{name} {status.get('phase')} {ip}: {ready}")
+            elif ip in seen:
+                out.append(f"{name} and {seen[ip]} both have {ip}")
+            elif cloud.get(ip) != node_of[name]:
+                out.append(f"{name} on {node_of[name]} has {ip}, the cloud has it on "
+                           f"{cloud.get(ip)}")
+            if ip:
+                seen[ip] = name
+        return out
+
+    last: list[str] = []
+
+    def converged() -> bool:
+        last[:] = unsettled()
+        return not last
+
+    # every pod, old and new, ends Routed with an address of its own that the cloud
+    # really has on the pod's node: the lost ones were taken back or replaced
+    try:
+        wait_for("every pod routed on an address its node has", watching(converged),
+                 timeout=240)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {len(last)} unsettled: {last[:20]}") from None
+    final = routed(c)
+    record_of = {pn["spec"]["podName"]: pn["metadata"]["name"] for pn in c.get("podnetworks")}
+    lost = events_by_reason(c, "AddressLost")
+    assert lost, "no AddressLost Event: nothing was found lost"
+    for name in before:
+        # a pod whose address was lost was re-addressed, and said so on itself and on
+        # its record; the cloud may have handed the same address to the same node again
+        # before GC looked (its pool grew from an empty subnet), and then nothing was lost
+        if ("Pod", name) in lost:
+            assert ("PodNetwork", record_of[name]) in lost, name
+        else:
+            assert final[name] == before[name], f"{name} re-addressed without an Event"
     assert controller.poll() is None, "the controller exited"
-    assert metric(port, "podnet_worker_threads_alive") == 4
+    # the overflow class (a key failing past 1,024 times killed every worker): no worker
+    # died at any look, and health says they run and the queue drains
+    assert alive and set(alive) == {workers}, alive
+    assert metric(port, "podnet_worker_threads_alive") == workers
     assert health(port, "/healthz") == 200
     assert health(port, "/readyz") == 200
+    wait_for("a clean podnet audit", watching(lambda: bbc_audit(c, config) == 0), timeout=60)
+    assert set(alive) == {workers}, alive
+
+
+def bbc_audit(c: Restartable, config: Path) -> int:
+    run = subprocess.run([sys.executable, "-m", "podnet.core.cli", "audit", "--kubeconfig",
+                          str(c.kubeconfig), "--config", str(config), "--provider", "bbc"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    (c.tmp / "audit.out").write_text(run.stdout + run.stderr)
+    return run.returncode

@@ -303,4 +303,78 @@ def test_a_static_address_on_a_cold_node_fits_once_the_new_eni_is_trimmed(
     assert record is not None and record.status.phase is Phase.ROUTED, conditions_of(
         world, "static")
     assert record.status.ip == "10.0.0.77"
+
+
+# --- issue 13, item 7: addresses no pod may have, and never the primary ENI ---------------
+
+
+def invalid_request(world: World, pod: str) -> str:
+    """The Ready condition's message of the pod's record, which must be InvalidRequest."""
+    record = world.record_of(pod)
+    assert record is not None and record.status.phase is Phase.PENDING, record
+    [ready] = [c for c in record.status.conditions if c.type == "Ready"]
+    assert ready.reason == "InvalidRequest", ready
+    return ready.message
+
+
+def test_a_static_request_for_the_vswitch_gateway_network_or_broadcast_is_refused(
+        world: World, ecs: EcsWorld) -> None:
+    """vsw-sim-a is 10.0.0.0/24, its gateway 10.0.0.1: none of the three goes to a pod,
+    and none is asked of the cloud (the check comes before any call)."""
+    world.add_node(0)
+    world.add_pod("first", 0)  # a secondary ENI in vsw-sim-a, where an assign would go
+    world.settle(advance=1)
+    assigns = ecs.sim.calls["AssignPrivateIpAddresses"]
+    reserved = {"gw": "10.0.0.1", "net": "10.0.0.0", "bcast": "10.0.0.255"}
+    for name, address in reserved.items():
+        world.add_pod(name, 0, annotations={"podnet.io/ip-address": address})
+    world.settle(advance=30)
+    for name, address in reserved.items():
+        message = invalid_request(world, name)
+        assert "podnet.io/ip-address" in message and address in message, message
+    assert ecs.sim.calls["AssignPrivateIpAddresses"] == assigns
+    assert not set(reserved.values()) & set(ecs.addresses())
+    record = world.record_of("first")
+    assert record is not None and record.status.phase is Phase.ROUTED
+
+
+def static_on_a_node_with_only_its_primary_eni(world: World, ecs: EcsWorld) -> str:
+    world.add_node(0)
+    world.settle()
+    iid = instance_id_for(World.node_name(0))
+    assert [e.kind for e in ecs.sim.enis_of(iid)] == ["Primary"]
+    world.add_pod("static", 0, annotations={"podnet.io/ip-address": "10.0.0.77"})
+    world.settle(advance=120)
+    return iid
+
+
+def test_a_static_address_never_goes_onto_the_primary_eni(world: World, ecs: EcsWorld) -> None:
+    """The node has only its primary ENI in the address's vSwitch: the address is not
+    put there (pods go on secondary ENIs only); the record waits for a secondary ENI."""
+    iid = static_on_a_node_with_only_its_primary_eni(world, ecs)
+    enis = ecs.sim.enis_of(iid)
+    [primary] = [e for e in enis if e.kind == "Primary"]
+    assert primary.secondary == [], "a pod address on the primary ENI"
+    record = world.record_of("static")
+    assert record is not None
+    assert record.status.interface != primary.id
+    if record.status.phase is Phase.ROUTED:
+        [holder] = [e for e in enis if "10.0.0.77" in e.secondary]
+        assert holder.kind == "Secondary" and record.status.interface == holder.id
+    else:
+        assert record.status.phase is Phase.PENDING and conditions_of(world, "static")
+        assert "10.0.0.77" not in ecs.addresses()
+
+
+@pytest.mark.xfail(strict=True, reason="the waiting static pod makes the pool create a "
+                   "secondary ENI with every address it holds (9, none of them 10.0.0.77) "
+                   "and it stays full: the assign answers Ipv4CountExceeded for ever")
+def test_a_static_address_on_a_node_with_only_its_primary_eni_ends_routed(
+        world: World, ecs: EcsWorld) -> None:
+    iid = static_on_a_node_with_only_its_primary_eni(world, ecs)
+    record = world.record_of("static")
+    assert record is not None and record.status.phase is Phase.ROUTED, conditions_of(
+        world, "static")
+    [holder] = [e for e in ecs.sim.enis_of(iid) if "10.0.0.77" in e.secondary]
+    assert holder.kind == "Secondary" and record.status.interface == holder.id
     world.assert_converged()

@@ -717,12 +717,20 @@ class BbcProvider:
         instance = self.instance_id(node)
         state = self._state(instance)
         if ip in state.missing:
-            # a verify found it gone from the ENI: put it back (idempotent)
-            try:
-                self.api.add_ips(instance, ips=[ip])
-            except Exception as exc:
-                if not _has_code(exc, "PrivateIpInUseException"):
-                    raise
+            # a verify found it gone from the ENI (maybe another record's, before the cloud
+            # handed it out again): put it back unless the instance has it now. An address
+            # in use elsewhere is not this pod's: never routed as if it were (GC finds it
+            # lost and the record is re-addressed)
+            if ip not in {a.address for a in self._port(instance, fresh=True).secondary()}:
+                try:
+                    self.api.add_ips(instance, ips=[ip])
+                except Exception as exc:
+                    if not _has_code(exc, "PrivateIpInUseException"):
+                        raise
+                    if ip not in {a.address
+                                  for a in self._port(instance, fresh=True).secondary()}:
+                        raise ProviderError(ErrorKind.CONFLICT, f"{ip} is in use outside "
+                                            f"instance {instance}", field="status.ip") from None
             state.missing.discard(ip)
         return RouteResult(interface=state.port.eni_id if state.port else None)
 

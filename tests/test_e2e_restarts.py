@@ -137,10 +137,6 @@ def events_by_reason(c: Restartable, reason: str) -> set[tuple[str, str]]:
             for ev in c.get("events") if ev.get("reason") == reason}
 
 
-@pytest.mark.xfail(reason="does not converge yet: after the restart records on one node "
-                   "stay Allocated (route: in use outside the instance) on addresses the "
-                   "cloud handed to another node's pool, GC never reports them lost, and "
-                   "that node's pods retry the same conflicting idle address for ever")
 def test_bbc_cloud_restarting_empty_mid_burst_kills_no_worker(
         cluster: Restartable, monkeypatch: pytest.MonkeyPatch) -> None:
     c = cluster

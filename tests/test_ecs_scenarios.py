@@ -366,9 +366,6 @@ def test_a_static_address_never_goes_onto_the_primary_eni(world: World, ecs: Ecs
         assert "10.0.0.77" not in ecs.addresses()
 
 
-@pytest.mark.xfail(strict=True, reason="the waiting static pod makes the pool create a "
-                   "secondary ENI with every address it holds (9, none of them 10.0.0.77) "
-                   "and it stays full: the assign answers Ipv4CountExceeded for ever")
 def test_a_static_address_on_a_node_with_only_its_primary_eni_ends_routed(
         world: World, ecs: EcsWorld) -> None:
     iid = static_on_a_node_with_only_its_primary_eni(world, ecs)

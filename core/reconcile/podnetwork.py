@@ -581,13 +581,14 @@ class PodNetworkReconciler:
         if stray is not None:
             mine = sorted(a for p, a in e.addresses.held_by(pn.key) if p == pn.spec.provider
                           and a not in (pn.status.ip, pn.status.ipv6))
-            return ("AddressConflict", stray, mine[0] if mine else pn.status.ip)
+            return (*stray, mine[0] if mine else pn.status.ip)
         return None
 
-    def _pool_disagrees(self, pn: PodNetwork) -> str | None:
-        """For a node-pool provider: why the record's address is not the one its node's
-        pool gave it (the pool is built from the node's cloud inventory), or None. A
-        record edited to another node's address, or to an idle one, says so here."""
+    def _pool_disagrees(self, pn: PodNetwork) -> tuple[str, str] | None:
+        """For a node-pool provider: (Event reason, why) the record's address is not the
+        one its node's pool gave it (the pool is built from the node's cloud inventory),
+        or None. A record edited to another node's address or to an idle one is a
+        conflict; an address the node's cloud does not have (any more) is lost."""
         e = self.e
         ip = pn.status.ip
         if not ip or pn.spec.provider not in e.providers:
@@ -602,14 +603,17 @@ class PodNetworkReconciler:
         if owner == pn.key:
             return None
         if owner is not None:
-            return f"address {ip} is recorded by {pn.key} but held by {owner} on node {node}"
+            return ("AddressConflict",
+                    f"address {ip} is recorded by {pn.key} but held by {owner} on node {node}")
         if ip in pool.addresses:
-            return f"address {ip} is recorded by {pn.key} but idle in node {node}'s pool"
+            return ("AddressConflict",
+                    f"address {ip} is recorded by {pn.key} but idle in node {node}'s pool")
         since = pn.status.last_transition_time
         lifetime = e.policy(pn.spec.provider).min_ip_lifetime
         if since is not None and (e.clock.now() - since).total_seconds() < lifetime:
             return None  # the cloud may not show a new address yet
-        return f"address {ip} is recorded by {pn.key} but not on node {node}"
+        return ("AddressLost", f"node {node} does not have address {ip}, which {pn.key} "
+                "records")
 
     def _backed_by_pool(self, key: str, address: str) -> bool:
         """Whether record ``key``'s node pool (a node-pool provider's, synced) holds

@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 
+from podnet.core.errors import ErrorKind
 from podnet.plugins.ecs.demo import KIT_POLICY, EcsWorld
 from podnet.plugins.ecs.provider import EcsProvider
 from podnet.testing.chaos import EXAMPLES_ENV, chaos_settings, make_chaos_machine
@@ -97,3 +98,22 @@ DualEcsChaos = make_chaos_machine(_dual, _addresses, cloud_fault_rate=_fault_rat
 TestDualEcsChaos = DualEcsChaos.TestCase
 TestDualEcsChaos.settings = chaos_settings(
     int(os.environ.get(EXAMPLES_ENV, str(DUAL_EXAMPLES))))
+
+
+# --- histories the machine once failed on, replayed as plain tests -------------------------
+
+
+def test_a_shrink_throttled_after_the_cloud_did_it_hands_out_no_gone_address() -> None:
+    """Found by a random run: the cloud deletes the idle addresses, and the answer the
+    provider gives is 'throttled' (an SDK retry after the first attempt's answer was
+    lost). The pool put them back as idle and handed one to a pod, which then waited
+    Allocated on an address no ENI has. Now the pool re-reads the inventory first."""
+    state = EcsChaos()
+    try:
+        state.populate(running=3, up=3)
+        state.provider_fault(kind=ErrorKind.THROTTLED, times=2, where=("pool_shrink", "after"))
+        state.step(n=7)
+        state.records_point_at_real_addresses()
+        state.no_address_owned_twice()
+    finally:
+        state.world.close()

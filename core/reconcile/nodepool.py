@@ -701,11 +701,10 @@ class NodePoolReconciler:
         except Exception as exc:
             kind = e.classify(provider, exc)
             if kind is ErrorKind.THROTTLED:
-                # refused before it ran: the addresses are still there, and idle
-                with pool.lock:
-                    for a in victims:
-                        if a.owner == SHRINKING:
-                            a.owner = None
+                # most likely refused before it ran, but an SDK's retry can be throttled
+                # after a first attempt did the work and lost its answer: the addresses
+                # stay out of the pool until the next inventory says which are still there
+                pool.synced = False
                 return Result(requeue_after=_THROTTLE_WAIT * (1 + e.random.random()))
             # the cloud may have removed them (a lost answer): they stay out of the pool
             # until the next inventory says which are still there

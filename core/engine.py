@@ -608,10 +608,6 @@ class Engine:
         """Process one ready key, if any. Deterministic single-threaded driving."""
         self.pump()
         key = self.queue.get_nowait()
-        if key is None and self.pump():
-            # a watch that just ended was opened again by the first pump: what it
-            # delivers is part of "now", not of a later step
-            key = self.queue.get_nowait()
         if key is None:
             return False
         self.process(key)

@@ -17,6 +17,15 @@ points at an address its node does not have in the cloud. At the end, with every
 cleared and the clock moved past the leaked-address expiry plus two GC periods: every
 pod routed, no stray record, every cloud address owned or pooled (nothing leaked).
 
+Two replicas elect their leader on a ``coordination.k8s.io`` Lease (core's elector, its
+loop run every retry period on the fake clock): the World's engine is the leader's. The
+leader may be paused past its Lease (SIGSTOP, a stalled VM) while the standby takes the
+Lease over and starts leading; then the paused one runs again and its workers take keys
+before its elector looks. Each replica has its own engines and memory and its own view of
+the API server (its writes counted), and shares the cluster, the clock and the provider
+plugin (the cloud): the stale replica must make no API write and no provider call once
+its renew deadline has passed, while the new leader carries on to the same end.
+
 Operators and clouds misbehave too: two pods race for one static address, the cloud
 forgets addresses (with ``cloud_forget``), a record is made unreadable (then healed), a
 record's ``status.ip`` is set to another's address, a record's finalizer is removed by
@@ -33,22 +42,28 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from podnet.core.clock import FakeClock
 from podnet.core.cluster.memory import InMemoryCluster
-from podnet.core.cluster.port import NODE_NETWORK, POD_NETWORK, ApiError, Conflict, Kind
+from podnet.core.cluster.port import NODE_NETWORK, POD_NETWORK, ApiError, Cluster, Conflict, Kind
 from podnet.core.errors import ErrorKind, ProviderError
+from podnet.core.fence import Fence
+from podnet.core.leader import LeaderElector
 from podnet.testing.harness import (
+    Crash,
     EngineFactory,
     FaultInjector,
     LossyCluster,
+    TickingClock,
     World,
+    WriteCounter,
     build_plugin_manager,
     provider_name_of,
 )
@@ -68,6 +83,84 @@ _FAILING_OPS = ("create", "update", "update_status", "delete")
 _FAILING_KINDS: tuple[Kind, ...] = (POD_NETWORK, NODE_NETWORK)
 #: bound on one settle while faults are on: far above any backoff-limited retry count
 _SETTLE_STEPS = 20_000
+#: the Lease the replicas elect their leader on, and its timing (the config's defaults)
+LEASE_NAMESPACE, LEASE_NAME = "kube-system", "podnet"
+LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 15.0, 10.0, 2.0
+
+
+class _Replica:
+    """One replica of the controller (a pod of its Deployment): its identity, its own
+    view of the API server (every write it sends counted), its engines, and the elector of
+    its current process, whose loop runs every retry period on the fake clock while the
+    process runs. It shares the cluster, the clock and the provider plugin (the cloud)
+    with the other replica, never its memory."""
+
+    def __init__(self, identity: str, cluster: InMemoryCluster, api: Cluster, pm: Any,
+                 clock: TickingClock, provider: str,
+                 quiet: Callable[[], AbstractContextManager[None]]) -> None:
+        self.identity = identity
+        self.api = WriteCounter(api)
+        self.clock = clock
+        self.quiet = quiet
+        self.engines = EngineFactory(cluster, pm, clock, provider=provider,
+                                     api=self.api.as_cluster(), fence=self._engine_fence)
+        self.elector: LeaderElector | None = None
+        #: the current process's leadership ended while it ran (its elector gave up)
+        self.lost = False
+        self._stop_loop: Callable[[], None] | None = None
+        self._has_engine = False
+
+    def start_process(self) -> None:
+        """A new process of this replica: a fresh elector campaigns now and every retry
+        period from now on (faults off: losing the Lease to a flaky API server is
+        ``tests/test_fence.py``'s, the pause is this machine's)."""
+        self.stop_process()
+        self.elector = LeaderElector(
+            self.api.as_cluster(), namespace=LEASE_NAMESPACE, name=LEASE_NAME,
+            identity=self.identity, lease_duration=LEASE_DURATION,
+            renew_deadline=RENEW_DEADLINE, retry_period=RETRY_PERIOD, clock=self.clock)
+        self._has_engine = False
+        self.lost = False
+        self.campaign()
+        self._stop_loop = self.clock.every(RETRY_PERIOD, self._loop)
+
+    def _loop(self) -> None:
+        self.campaign()
+
+    def leads(self) -> bool:
+        return self.elector is not None and self.elector.leading
+
+    def campaign(self) -> bool:
+        """One round of the elector's loop: acquire or renew the Lease."""
+        elector = self.elector
+        assert elector is not None
+        was = elector.leading
+        with self.quiet():
+            leading = elector.try_acquire_or_renew()
+        if was and not leading:
+            self.lost = True
+        return leading
+
+    def pause(self) -> None:
+        """SIGSTOP: neither its elector nor its engine runs until resumed."""
+        if self._stop_loop is not None:
+            self._stop_loop()
+            self._stop_loop = None
+
+    def stop_process(self) -> None:
+        self.pause()
+        self.elector = None
+
+    def _engine_fence(self) -> Fence:
+        """An engine of this replica is built: the process that won the Lease and has no
+        engine yet runs it; any other build is a new process (a restart after a crash),
+        whose elector takes the Lease back at once (it still names this replica)."""
+        if self.elector is None or self._has_engine:
+            self.start_process()
+        assert self.elector is not None
+        assert self.elector.leading, f"{self.identity} starts an engine without the Lease"
+        self._has_engine = True
+        return self.elector.fence
 
 
 def chaos_settings(max_examples: int | None = None, *, step_count: int = 30) -> settings:
@@ -131,14 +224,18 @@ def make_chaos_machine(
         def __init__(self) -> None:
             super().__init__()
             self.plugin = provider_factory()
-            self.clock = FakeClock()
+            self.clock = TickingClock()
             self.cluster = InMemoryCluster(clock=self.clock)
             self.injector = FaultInjector()
             self.api = LossyCluster(self.cluster)
             pm = build_plugin_manager(self.plugin, injector=self.injector)
-            factory = EngineFactory(self.cluster, pm, self.clock, provider=provider_name_of(pm),
-                                    api=self.api.as_cluster())
-            self.world = World(self.cluster, self.clock, factory,
+            #: two replicas of the controller; the World's engine is the leader's
+            self.replicas = [
+                _Replica(identity, self.cluster, self.api.as_cluster(), pm, self.clock,
+                         provider_name_of(pm), lambda: self.world.quiet())
+                for identity in ("podnet-a", "podnet-b")]
+            self.leader = 0
+            self.world = World(self.cluster, self.clock, self.replicas[0].engines,
                                lambda: cloud_addresses(self.plugin))
             self.world.start()
             #: records edited by hand -> the resourceVersion the edit left: excused from
@@ -229,6 +326,48 @@ def make_chaos_machine(
         @rule()
         def restart(self) -> None:
             self.world.restart()
+
+        @rule(late=st.sampled_from([0.0, 1.0, 30.0, 300.0]),
+              steps=st.integers(min_value=0, max_value=30),
+              stale_steps=st.integers(min_value=1, max_value=30))
+        def pause_leader_past_lease(self, late: float, steps: int, stale_steps: int) -> None:
+            """The leader is paused longer than its Lease; the standby takes the Lease over
+            and leads (``steps`` of its engine); then the paused replica runs again, and
+            its workers take ``stale_steps`` keys before its elector looks at the Lease."""
+            old, new = self.replicas[self.leader], self.replicas[1 - self.leader]
+            stale = self.world.engine
+            old.pause()
+            new.start_process()  # a standby: it sees the Lease held, and waits
+            assert not new.leads()
+            self.clock.advance(LEASE_DURATION + RETRY_PERIOD + late)
+            assert new.leads(), f"{new.identity} did not take over the Lease"
+            self.leader = 1 - self.leader
+            assert self.world.take_over(new.engines) is stale
+            self.world.step(steps)
+            # the paused replica resumes: from here on, nothing it does may leave it
+            writes, calls = Counter(old.api.writes), Counter(stale.stats.provider_calls)
+            cloud = dict(cloud_addresses(self.plugin))
+            taken = 0
+            try:
+                while taken < stale_steps and stale.step():
+                    taken += 1
+            except Crash:  # a fault fired at one of its hooks: a call left it
+                pass
+            wrote = old.api.writes - writes
+            assert not wrote, f"{old.identity} wrote after its renew deadline: {dict(wrote)}"
+            called = stale.stats.provider_calls - calls
+            assert not called, (
+                f"{old.identity} called its provider after its renew deadline: {dict(called)}")
+            assert dict(cloud_addresses(self.plugin)) == cloud, (
+                f"the cloud changed while only {old.identity} ran")
+            assert old.elector is not None and not old.campaign(), (
+                f"{old.identity} still leads after {new.identity} took the Lease over")
+            refused = sum(old.elector.fence.refused.values())
+            event(f"stale replica refused writes: {refused > 0}")
+            event(f"stale replica steps taken: {min(taken, 3)}")
+            # like controller-runtime, a replica that lost its Lease exits
+            EngineFactory.stop(stale)
+            old.stop_process()
 
         @rule(hook=hooks, when=moments)
         def crash_at(self, hook: str, when: Any) -> None:
@@ -398,6 +537,12 @@ def make_chaos_machine(
                         if not any(f" on {ip}, " in p for ip in self.forgotten)]
             assert not problems, "\n".join(problems)
 
+        @invariant()
+        def the_leader_holds_the_lease(self) -> None:
+            leader = self.replicas[self.leader]
+            assert leader.leads(), f"{leader.identity} leads the World without the Lease"
+            assert not leader.lost, f"{leader.identity} lost the Lease while running"
+
         def teardown(self) -> None:
             try:
                 self.heal_records()
@@ -416,6 +561,7 @@ def make_chaos_machine(
                 event(f"pods routed at the end: {len(self.world.live_pod_ips())}")
                 event(f"controller crashes: {min(self.world.crashes, 3)}")
                 event(f"restarts: {min(self.world.restarts, 3)}")
+                event(f"leader takeovers: {min(self.world.takeovers, 3)}")
                 event(f"leaked addresses swept: {self.world.engine.gc.swept > 0}")
             finally:
                 self.world.close()

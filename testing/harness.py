@@ -44,6 +44,7 @@ from podnet.core.cluster.port import (
 from podnet.core.convert import RecordError, from_wire, salvage_pod_network
 from podnet.core.demo import node_obj
 from podnet.core.engine import Engine, EngineOptions
+from podnet.core.fence import Fence
 from podnet.core.models import DEFAULT_NETWORK, FINALIZER, Phase, PodNetwork
 from podnet.core.plugin import Providers, new_plugin_manager
 from podnet.core.policy import PoolPolicy
@@ -61,7 +62,9 @@ __all__ = [
     "HookRecorder",
     "LossyCluster",
     "NotSettled",
+    "TickingClock",
     "World",
+    "WriteCounter",
     "build_plugin_manager",
     "hook_name",
     "provider_name_of",
@@ -413,6 +416,106 @@ class LossyCluster:
         self.inner.emit_event(involved, reason, message, type)
 
 
+class WriteCounter:
+    """One replica's view of the API server: every write it sends is counted (by
+    ``verb.plural``, ``events`` for Events) before it goes on to the cluster underneath;
+    reads and watches pass untouched. Under an engine's :class:`~podnet.core.fence.FencedCluster`
+    it counts the writes that got past the fence: what left the replica."""
+
+    def __init__(self, inner: Cluster) -> None:
+        self.inner = inner
+        self.writes: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def as_cluster(self) -> Cluster:
+        return cast(Cluster, self)
+
+    def total(self) -> int:
+        return sum(self.writes.values())
+
+    def create(self, kind: Kind, obj: Obj) -> Obj:
+        self.writes[f"create.{kind.plural}"] += 1
+        return self.inner.create(kind, obj)
+
+    def update(self, kind: Kind, obj: Obj) -> Obj:
+        self.writes[f"update.{kind.plural}"] += 1
+        return self.inner.update(kind, obj)
+
+    def update_status(self, kind: Kind, obj: Obj) -> Obj:
+        self.writes[f"status.{kind.plural}"] += 1
+        return self.inner.update_status(kind, obj)
+
+    def patch(self, kind: Kind, name: str, patch: Mapping[str, Any] | builtins.list[dict[str, Any]],
+              namespace: str | None = None,
+              patch_type: Literal["merge", "json", "strategic"] = "merge",
+              subresource: Literal["status"] | None = None) -> Obj:
+        self.writes[f"patch.{kind.plural}"] += 1
+        return self.inner.patch(kind, name, patch, namespace, patch_type, subresource)
+
+    def delete(self, kind: Kind, name: str, namespace: str | None = None,
+               uid: str | None = None, grace_period_seconds: int | None = None) -> None:
+        self.writes[f"delete.{kind.plural}"] += 1
+        self.inner.delete(kind, name, namespace, uid, grace_period_seconds)
+
+    def emit_event(self, involved: Obj, reason: str, message: str,
+                   type: Literal["Normal", "Warning"] = "Normal") -> None:
+        self.writes["events"] += 1
+        self.inner.emit_event(involved, reason, message, type)
+
+
+@attrs.define(eq=False)
+class _Ticker:
+    due: float
+    period: float
+    fn: Callable[[], None]
+    live: bool = True
+
+
+class TickingClock(FakeClock):
+    """A :class:`FakeClock` that runs callbacks every ``period`` seconds of fake time as
+    it moves: a background loop (an elector renewing its Lease every retry period) on the
+    fake clock. ``advance`` stops at each due time, runs what is due, and goes on; a
+    callback must not move the clock itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tickers: builtins.list[_Ticker] = []
+        self._in_tick = False
+
+    def every(self, period: float, fn: Callable[[], None]) -> Callable[[], None]:
+        """Call ``fn`` each ``period`` seconds from now on; returns what cancels it."""
+        if period <= 0:
+            raise ValueError("a period must be positive")
+        ticker = _Ticker(self.monotonic() + period, period, fn)
+        self._tickers.append(ticker)
+
+        def cancel() -> None:
+            ticker.live = False
+            if ticker in self._tickers:
+                self._tickers.remove(ticker)
+
+        return cancel
+
+    def advance(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError("time does not go backwards")
+        target = self.monotonic() + seconds
+        while self._tickers and not self._in_tick:
+            ticker = min(self._tickers, key=lambda t: t.due)
+            if ticker.due > target:
+                break
+            super().advance(max(0.0, ticker.due - self.monotonic()))
+            ticker.due += ticker.period
+            self._in_tick = True
+            try:
+                ticker.fn()
+            finally:
+                self._in_tick = False
+        super().advance(max(0.0, target - self.monotonic()))
+
+
 # --- plugin manager and engines ---------------------------------------------------------
 
 
@@ -444,7 +547,8 @@ class EngineFactory:
 
     def __init__(self, cluster: InMemoryCluster, pm: pluggy.PluginManager, clock: FakeClock,
                  *, provider: str, tracing: Tracing | None = None,
-                 options: EngineOptions | None = None, api: Cluster | None = None) -> None:
+                 options: EngineOptions | None = None, api: Cluster | None = None,
+                 fence: Callable[[], Fence] | None = None) -> None:
         self.cluster = cluster
         #: what the engines talk to: the cluster itself, or a proxy of it (LossyCluster)
         self.api: Cluster = api if api is not None else cluster
@@ -454,12 +558,15 @@ class EngineFactory:
         self.tracing = tracing or Tracing(None)
         # seeded: jitter and backoff draws repeat, so a failing run replays exactly
         self.options = options or EngineOptions(default_provider=provider, seed=0)
+        #: called once per engine built (a new process): the fence it writes behind, e.g.
+        #: its elector's; None: no leader election (a fence that never closes)
+        self.fence = fence
         self.engines: list[Engine] = []
 
     def __call__(self, *, start: bool = False, **overrides: Any) -> Engine:
         options = attrs.evolve(self.options, **overrides) if overrides else self.options
         engine = Engine(self.api, self.pm, clock=self.clock, tracing=self.tracing,
-                        options=options)
+                        options=options, fence=self.fence() if self.fence is not None else None)
         self.engines.append(engine)
         if start:
             engine.start()
@@ -510,6 +617,10 @@ class World:
         #: controller deaths (Crash) survived, and restarts done (crashes included)
         self.crashes = 0
         self.restarts = 0
+        #: leadership moved to another replica (:meth:`take_over`)
+        self.takeovers = 0
+        #: every factory engines came from (one per replica that led): closed together
+        self._factories: list[EngineFactory] = [engines]
         with self.quiet():
             try:
                 cluster.create(NAMESPACE, {"metadata": {"name": namespace}})
@@ -562,6 +673,19 @@ class World:
         self.restarts += 1
         return self.start()
 
+    def take_over(self, engines: EngineFactory) -> Engine | None:
+        """Another replica leads now: the engine is one of ``engines`` (started here), and
+        so is every engine a later restart or crash brings up. The engine that ran so far
+        is returned as it was, neither stopped nor restarted (a paused replica keeps its
+        memory and its watches); stop it with :meth:`EngineFactory.stop`."""
+        old, self._engine = self._engine, None
+        self.engines = engines
+        if engines not in self._factories:
+            self._factories.append(engines)
+        self.takeovers += 1
+        self.start()
+        return old
+
     def _crashed(self) -> None:
         self.crashes += 1
         self.restart()
@@ -606,7 +730,8 @@ class World:
         self.clock.advance(seconds)
 
     def close(self) -> None:
-        self.engines.close()
+        for factory in self._factories:
+            factory.close()
         self._engine = None
 
     @contextmanager

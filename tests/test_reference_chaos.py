@@ -145,3 +145,21 @@ def test_lost_allocated_write_keeps_the_address_owned(
     world.add_pod("p1", 0)
     world.settle(advance=world.gc_grace())
     world.assert_converged()
+
+
+def test_an_edit_made_while_the_watches_were_down_is_seen_by_the_next_settle(
+        world: World, cluster: InMemoryCluster) -> None:
+    """Was: a pump that found its watch closed only reopened it; what the new watch
+    replayed (an edit made while none was open) waited for the next pump, so
+    ``run_until_idle`` saw nothing ready and stopped with two records on one address."""
+    world.add_node(0)
+    world.add_pod("p0", 0)
+    world.add_pod("p1", 0)
+    world.settle()
+    a, b = world.record_of("p0"), world.record_of("p1")
+    assert a is not None and b is not None and b.status.ip
+    cluster.faults.drop_watches()
+    cluster.patch(POD_NETWORK, a.metadata.name, {"status": {"ip": b.status.ip}},
+                  a.metadata.namespace, subresource="status")
+    world.settle()
+    world.assert_no_double_owner()

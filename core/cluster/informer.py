@@ -411,32 +411,38 @@ class Informer(Generic[T]):
                 return self._relist()
             if self._watch is None and self._open_watch():
                 return self._relist()
-            watch = self._watch
-            if watch is None:
-                return 0
-            try:
-                events = watch.poll(timeout)
-            except Gone:
-                return self._relist()
-            except ApiError as exc:
-                log.debug("informer %s: watch broke, re-listing: %s", self.name, exc)
-                watch.stop()
-                self._watch = None
-                self._need_relist = True
-                return 0
             applied = 0
-            with self._lock:
-                for ev in events:
-                    rv = (ev.object.get("metadata") or {}).get("resourceVersion")
-                    if ev.type != "BOOKMARK" and self._apply(ev.type, ev.object):
-                        applied += 1
-                    if rv:
-                        self._rv = str(rv)
-            if watch.closed and not self._stopped.is_set():
+            # at most twice: a watch found closed is reopened and what the new one has
+            # already (writes made while none was open) is applied in this same pump, so
+            # a pump that changed nothing means the cache is as new as the server's history
+            for _ in range(2):
+                watch = self._watch
+                if watch is None:
+                    return applied
+                try:
+                    events = watch.poll(timeout)
+                except Gone:
+                    return applied + self._relist()
+                except ApiError as exc:
+                    log.debug("informer %s: watch broke, re-listing: %s", self.name, exc)
+                    watch.stop()
+                    self._watch = None
+                    self._need_relist = True
+                    return applied
+                with self._lock:
+                    for ev in events:
+                        rv = (ev.object.get("metadata") or {}).get("resourceVersion")
+                        if ev.type != "BOOKMARK" and self._apply(ev.type, ev.object):
+                            applied += 1
+                        if rv:
+                            self._rv = str(rv)
+                if not watch.closed or self._stopped.is_set():
+                    return applied
                 # it gave us all it had; pick up from the last resourceVersion seen
                 self._watch = None
                 if self._open_watch():
-                    applied += self._relist()
+                    return applied + self._relist()
+                timeout = 0.0  # the new watch's backlog: no waiting for more
             return applied
 
     def run(self, stop: threading.Event, poll_interval: float = 0.5) -> None:

@@ -437,8 +437,11 @@ class Engine:
 
     # --- queue ------------------------------------------------------------------------
 
-    def enqueue_pod(self, key: str) -> None:
-        self.queue.add(("pod", key))
+    def enqueue_pod(self, key: str, after: float = 0.0) -> None:
+        if after > 0:
+            self.queue.add_after(("pod", key), after)
+        else:
+            self.queue.add(("pod", key))
 
     def enqueue_node(self, name: str, after: float = 0.0) -> None:
         if after > 0:

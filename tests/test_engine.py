@@ -286,6 +286,24 @@ def test_terminating_pod_on_a_lost_node_is_released_at_its_deadline_not_a_verify
     rig.assert_no_leak()
 
 
+def test_a_terminating_pod_whose_request_is_invalid_is_released_at_its_deadline() -> None:
+    """The same, for a record an invalid request left Pending (not retried): the pass
+    that found it invalid still looks again at the pod's deadline (found by a random
+    chaos history: such a record outlived its pod)."""
+    rig = Rig()
+    node = rig.node(0)
+    first = rig.pod("first", node)
+    rig.settle()
+    taken = rig.record_of(first)
+    bad = rig.pod("bad", node, annotations={"podnet.io/ip-address": taken["status"]["ip"]})
+    rig.settle()
+    assert phase(rig.record_of(bad)) == "Pending"
+    rig.cluster.delete(POD, "bad", NS, grace_period_seconds=30)
+    rig.settle(advance=31)
+    assert [r for r in rig.records() if r["spec"]["podName"] == "bad"] == []
+    rig.assert_no_leak()
+
+
 @pytest.mark.parametrize("terminal_phase", ["Succeeded", "Failed"])
 def test_terminal_pod_releases_its_network(terminal_phase: str) -> None:
     rig = Rig()

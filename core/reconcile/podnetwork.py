@@ -238,6 +238,13 @@ class PodNetworkReconciler:
             self._said.pop(pod_key, None)
         records = sorted(e.pod_networks.by_index("pod", pod_key), key=lambda r: r.metadata.name)
         desired = self.desired(pod)
+        if pod is not None and desired and pod.deletion_timestamp is not None:
+            # a terminating pod (its deletionTimestamp includes the grace): released once
+            # that passes (see desired), and nothing may wake the key then — a lost
+            # node's kubelet never finishes the pod — so look again at the deadline,
+            # whatever this pass ends in (an invalid request is not retried otherwise)
+            left = (pod.deletion_timestamp - e.clock.now()).total_seconds()
+            e.enqueue_pod(pod_key, after=max(left, 0.0))
         if pod is not None and desired:
             records += self._held_for_vm(pod, records, desired)
         results = []
@@ -265,12 +272,6 @@ class PodNetworkReconciler:
             if network not in covered:
                 assert pod is not None
                 results.append(self._create(pod, network, want))
-        if pod is not None and desired and pod.deletion_timestamp is not None:
-            # a terminating pod (its deletionTimestamp includes the grace): released once
-            # that passes (see desired), and nothing may wake the key then — a lost
-            # node's kubelet never finishes the pod — so look again at the deadline
-            left = (pod.deletion_timestamp - e.clock.now()).total_seconds()
-            results.append(Result(requeue_after=max(left, 0.0)))
         return Result.soonest(results)
 
     def _settle_vanished(self, pod_key: str) -> None:

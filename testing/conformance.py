@@ -331,7 +331,8 @@ class ProviderConformance(abc.ABC):
             names = self._bring_up(world, pods=world.policy().max_idle + 2)
             for name in names:
                 world.delete_pod(name)
-            world.settle()
+            # an address younger than the minimum lifetime is not given back yet
+            world.settle(advance=world.policy().min_ip_lifetime + 1)
         elif hook == "interface_create":
             world.add_node(0)
             world.settle()

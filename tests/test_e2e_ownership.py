@@ -330,9 +330,9 @@ def test_a_record_whose_finalizer_was_removed_by_hand_gives_its_address_back(
     address = pn["status"]["ip"]
     c.kubectl("patch", "podnetwork", pn["metadata"]["name"], "-n", pn["metadata"]["namespace"],
               "--type=merge", "-p", json.dumps({"metadata": {"finalizers": None}}))
-    assert not json.loads(c.kubectl("get", "podnetwork", pn["metadata"]["name"], "-n",
-                                    pn["metadata"]["namespace"], "-o", "json")
-                          )["metadata"].get("finalizers")
+    # the controller may put its finalizer back before the pod goes (then the record is
+    # released the usual way) or not (then it gives the address back when it sees the
+    # record gone): the address must come back either way
     c.kubectl("delete", "pod", "web")
     settle(c, "the record gone", lambda: "web" not in records(c), timeout=60)
 

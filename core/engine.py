@@ -231,9 +231,6 @@ class Engine:
             "pod", lambda pn: [f"{pn.metadata.namespace}/{pn.spec.pod_name}"]
         )
         self.pod_networks.add_index("node", lambda pn: [pn.spec.node_name])
-        # both families: an IPv6 address is never recorded twice either
-        self.pod_networks.add_index(
-            "ip", lambda pn: [a for a in (pn.status.ip, pn.status.ipv6) if a])
         # sticky records by their StatefulSet, and records waiting for an address by
         # namespace: few of either, so the indexes stay small
         self.pod_networks.add_index("statefulset", _statefulset_of)

@@ -573,12 +573,3 @@ class Pools:
     def all(self) -> list[NodePool]:
         with self._lock:
             return list(self._pools.values())
-
-    def owner_map(self) -> dict[str, list[str]]:
-        """address -> owners across every pool (more than one is a double assignment)."""
-        out: dict[str, list[str]] = {}
-        for pool in self.all():
-            for a in pool.addresses.values():
-                if a.owner is not None:
-                    out.setdefault(a.address, []).append(a.owner)
-        return out

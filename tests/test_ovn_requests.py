@@ -5,11 +5,11 @@ groups, VIPs and EIP changed on a running pod written to NB (an address change r
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from test_ovn_provider import _nbctl, ground_truth  # noqa: F401 - the same NB helpers
 
 from podnet.core.cluster.port import POD, POD_NETWORK
 from podnet.core.models import Phase
@@ -49,16 +49,6 @@ def provider_plugin(nb_server: NbServer) -> Iterator[Any]:
     plugin.close()
 
 
-@pytest.fixture
-def ground_truth(provider_plugin: Any) -> Callable[[], dict[str, str]]:
-    reader: Callable[[], dict[str, str]] = provider_plugin.nb_addresses
-    return reader
-
-
-def _nbctl(server: NbServer, *args: str) -> str:
-    out = subprocess.run(["ovn-nbctl", f"--db={server.remote}", *args], check=True,
-                         capture_output=True, text=True, timeout=30)
-    return out.stdout
 
 
 def _routed(world: World, pod: str) -> Any:

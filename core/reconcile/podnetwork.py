@@ -18,6 +18,7 @@ the phase as it was, with a ``Ready=False`` condition saying why and a Warning E
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import threading
@@ -194,16 +195,13 @@ class PodNetworkReconciler:
         the minimum address lifetime (younger ones may just not be visible yet) is
         re-addressed: the same address where the cloud takes it back, else a new one."""
         e = self.e
-        now = e.clock.now()
         for key in keys:
             pn = e.pod_networks.get(key)
             if pn is None or isinstance(pn, UnreadablePodNetwork) or not pn.status.ip:
                 continue
             if pn.status.phase not in (Phase.ALLOCATED, Phase.ROUTED):
                 continue
-            since = pn.status.last_transition_time
-            lifetime = e.policy(pn.spec.provider).min_ip_lifetime
-            if since is not None and (now - since).total_seconds() < lifetime:
+            if self._too_young(pn):
                 continue
             log.warning("%s records address %s, which the cloud no longer has", key,
                         pn.status.ip)
@@ -568,10 +566,8 @@ class PodNetworkReconciler:
                 if other is not None:
                     e.enqueue_pod(e.pod_key_of(other))
                 return None
-            mine = sorted(a for p, a in e.addresses.held_by(pn.key) if p == pn.spec.provider
-                          and a not in (pn.status.ip, pn.status.ipv6))
             return ("AddressConflict", f"address {address} is recorded by {pn.key} but "
-                    f"held by {holder}", mine[0] if mine else None)
+                    f"held by {holder}", self._held_elsewhere(pn))
         lost = self._lost.get(pn.key)
         if lost is not None:
             if lost != pn.status.ip:
@@ -580,10 +576,22 @@ class PodNetworkReconciler:
             return ("AddressLost", f"the cloud no longer has address {lost}", lost)
         stray = self._pool_disagrees(pn)
         if stray is not None:
-            mine = sorted(a for p, a in e.addresses.held_by(pn.key) if p == pn.spec.provider
-                          and a not in (pn.status.ip, pn.status.ipv6))
-            return (*stray, mine[0] if mine else pn.status.ip)
+            return (*stray, self._held_elsewhere(pn) or pn.status.ip)
         return None
+
+    def _held_elsewhere(self, pn: PodNetwork) -> str | None:
+        """An address the book holds for this record other than the one it names (the
+        one podnet gave it, before a hand edit): handed to it first when re-addressed."""
+        mine = sorted(a for p, a in self.e.addresses.held_by(pn.key) if p == pn.spec.provider
+                      and a not in (pn.status.ip, pn.status.ipv6))
+        return mine[0] if mine else None
+
+    def _too_young(self, pn: PodNetwork) -> bool:
+        """Whether the record changed less than the minimum address lifetime ago: the
+        cloud may not show its address yet, so its absence proves nothing."""
+        since = pn.status.last_transition_time
+        lifetime = self.e.policy(pn.spec.provider).min_ip_lifetime
+        return since is not None and (self.e.clock.now() - since).total_seconds() < lifetime
 
     def _pool_disagrees(self, pn: PodNetwork) -> tuple[str, str] | None:
         """For a node-pool provider: (Event reason, why) the record's address is not the
@@ -609,9 +617,7 @@ class PodNetworkReconciler:
         if ip in pool.addresses:
             return ("AddressConflict",
                     f"address {ip} is recorded by {pn.key} but idle in node {node}'s pool")
-        since = pn.status.last_transition_time
-        lifetime = e.policy(pn.spec.provider).min_ip_lifetime
-        if since is not None and (e.clock.now() - since).total_seconds() < lifetime:
+        if self._too_young(pn):
             return None  # the cloud may not show a new address yet
         return ("AddressLost", f"node {node} does not have address {ip}, which {pn.key} "
                 "records")
@@ -806,7 +812,7 @@ class PodNetworkReconciler:
                               namespace_annotations=self._namespace_annotations(
                                   pn.metadata.namespace or ""))
         writing = False
-        undo: list[Callable[[], None]] = []
+        undo: list[Callable[[], object]] = []
 
         def allocate() -> PodNetwork:
             nonlocal writing
@@ -885,7 +891,7 @@ class PodNetworkReconciler:
         return answer
 
     def _claim(self, pn: PodNetwork, allocation: Allocation,
-               reservation: Reservation | None) -> list[Callable[[], None]]:
+               reservation: Reservation | None) -> list[Callable[[], object]]:
         """Make the answer this record's before it is written: in the address book (every
         provider) and in the node's pool (a static address the provider chose itself is
         not the reservation's). The second of two racing records is refused here, by a
@@ -893,7 +899,7 @@ class PodNetworkReconciler:
         :return: the steps that undo these claims if the write fails for certain."""
         e = self.e
         provider = pn.spec.provider
-        undo: list[Callable[[], None]] = []
+        undo: list[Callable[[], object]] = []
         fresh = [a for a in (allocation.ip, allocation.ipv6)
                  if a and e.addresses.holder(provider, a) != pn.key]
         taken = e.addresses.claim_all(provider, fresh, pn.key)
@@ -909,8 +915,7 @@ class PodNetworkReconciler:
                                                         _WAIT_RECHECK))
             raise ProviderError(ErrorKind.CONFLICT, f"address {taken[0]} is already held by "
                                 f"{taken[1]}", field=_address_field(pn, taken[0]))
-        undo.extend(lambda a=a: e.addresses.release(provider, a, pn.key)  # type: ignore[misc]
-                    for a in fresh)
+        undo.extend(functools.partial(e.addresses.release, provider, a, pn.key) for a in fresh)
         if reservation is not None and allocation.ip != reservation.taken:
             pool = e.pools.get(provider, pn.spec.node_name)
             other, added = pool.claim(allocation.ip, pn.key, allocation.interface,

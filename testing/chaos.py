@@ -172,6 +172,9 @@ def chaos_settings(max_examples: int | None = None, *, step_count: int = 30) -> 
         max_examples=examples,
         stateful_step_count=step_count,
         deadline=None,
+        # a failure prints the blob that replays it (``@reproduce_failure``): the
+        # histories are new on every run, so CI's log is the only record of one
+        print_blob=True,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
 

@@ -7,8 +7,8 @@ and compares, which finds what the controller itself cannot see while it is down
 misconfigured: addresses leaked in the cloud, and records whose address the cloud lost.
 
 The CLI builds its parser on every command, so this module imports only the standard
-library and attrs at import time; the client, the converter and the plugins are imported
-when a command runs.
+library, attrs and the clock (its timestamp format) at import time; the client, the
+converter and the plugins are imported when a command runs.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import attrs
+
+from podnet.core.clock import format_time
 
 if TYPE_CHECKING:
     from podnet.core.cluster.kube import KubeCluster
@@ -181,7 +183,7 @@ def _owned(records: Records) -> dict[tuple[str, str], PodNetwork | None]:
 
 
 def _time(value: datetime | None) -> str | None:
-    return None if value is None else value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return None if value is None else format_time(value)
 
 
 def _not_true(conditions: Sequence[Condition], type_: str) -> dict[str, str] | None:

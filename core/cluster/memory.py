@@ -28,12 +28,12 @@ import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 
 import attrs
 
-from ..clock import Clock, SystemClock
+from ..clock import Clock, SystemClock, format_time, parse_time
 from .patch import (
     PRIMITIVE,
     MergeRules,
@@ -100,21 +100,11 @@ MERGE_RULES: Final[dict[Kind, MergeRules]] = {
     },
 }
 
-_TIME_FORMAT: Final = "%Y-%m-%dT%H:%M:%SZ"
 # what upstream's names.SimpleNameGenerator draws from
 _NAME_ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"
 _CONFLICT_MESSAGE: Final = (
     "the object has been modified; please apply your changes to the latest version and try again"
 )
-
-
-def format_time(moment: datetime) -> str:
-    """RFC 3339 in UTC with seconds precision, as metav1.Time serialises."""
-    return moment.astimezone(UTC).strftime(_TIME_FORMAT)
-
-
-def parse_time(text: str) -> datetime:
-    return datetime.strptime(text, _TIME_FORMAT).replace(tzinfo=UTC)
 
 
 def _spec_view(obj: Obj) -> dict[str, Any]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -147,13 +146,8 @@ def read_records(cluster: Cluster) -> Records:
 def _connect(args: argparse.Namespace) -> KubeCluster:
     """The cluster as ``podnet run`` finds it; ConfigError when there is no way in."""
     from podnet.core.cluster.kube import KubeCluster
-    from podnet.core.errors import ConfigError
 
-    if args.kubeconfig is not None and not os.path.isfile(args.kubeconfig):
-        raise ConfigError("kubeconfig", f"no such file: {args.kubeconfig}")
-    if args.kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return KubeCluster.from_kubeconfig(args.kubeconfig, args.context)
-    return KubeCluster.in_cluster()
+    return KubeCluster.connect(args.kubeconfig, args.context)
 
 
 #: Phases in which a record owns its address, as the engine counts them when it rebuilds a pool.

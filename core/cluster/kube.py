@@ -27,6 +27,7 @@ import gc
 import json
 import logging
 import math
+import os
 import random
 import threading
 import time
@@ -344,6 +345,18 @@ class KubeCluster:
             lambda namespace, name, patch: self.patch(EVENT, name, patch, namespace),
             clock or SystemClock(),
         )
+
+    @classmethod
+    def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> KubeCluster:
+        """The cluster as every podnet command finds it: the ``kubeconfig`` file when one
+        is named; else, outside a pod, ``$KUBECONFIG`` (read now, not when the client was
+        imported) or ``~/.kube/config``; in a pod, its service account.
+        :raises ConfigError: when that way in does not work."""
+        if kubeconfig and not os.path.isfile(kubeconfig):
+            raise ConfigError("kubeconfig", f"no such file: {kubeconfig}")
+        if kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            return cls.from_kubeconfig(kubeconfig or os.environ.get("KUBECONFIG") or None, context)
+        return cls.in_cluster()
 
     @classmethod
     def from_kubeconfig(cls, path: str | None, context: str | None = None) -> KubeCluster:

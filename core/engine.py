@@ -56,12 +56,14 @@ from podnet.core.fence import Fence, FencedCluster
 from podnet.core.metrics import Metrics
 from podnet.core.models import (
     LABEL_VM,
+    Condition,
     NodeInfo,
     NodeNetwork,
     Phase,
     PodInfo,
     PodNetwork,
     WorkloadInfo,
+    set_condition,
 )
 from podnet.core.objects import (
     is_statefulset,
@@ -367,12 +369,13 @@ class Engine:
         message = one_line(f"{name} is invalid: {exc}", limit=2 * MAX_MESSAGE)
         log.warning("%s", message)
         self.event(obj, "InvalidRecord", message)
-        condition = {"type": "Ready", "status": "False", "reason": "InvalidRecord",
-                     "message": message,
-                     "lastTransitionTime": self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")}
+        ready = set_condition(_readable_ready(obj), Condition(
+            type="Ready", status="False", reason="InvalidRecord", message=message,
+            last_transition_time=self.clock.now()))
+        patch = {"status": {"conditions": [to_wire(c) for c in ready]}}
         try:
-            self.cluster.patch(kind, meta.get("name", ""), {"status": {"conditions": [condition]}},
-                               meta.get("namespace"), subresource="status")
+            self.cluster.patch(kind, meta.get("name", ""), patch, meta.get("namespace"),
+                               subresource="status")
         except ApiError as err:
             log.debug("could not mark %s: %s", name, err)
         return Result()
@@ -710,3 +713,17 @@ def _statefulset_of(pn: PodNetwork) -> list[str]:
         return []
     return [f"{pn.metadata.namespace}/{o.name}" for o in pn.metadata.owner_references
             if is_statefulset(o)]
+
+
+def _readable_ready(obj: Obj) -> tuple[Condition, ...]:
+    """The Ready condition of a record that does not parse, if that much of it does (its
+    transition time is kept while it stays False)."""
+    status = obj.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    for raw in conditions if isinstance(conditions, list) else ():
+        if isinstance(raw, Mapping) and raw.get("type") == "Ready":
+            try:
+                return (from_wire(Condition, raw),)
+            except RecordError:
+                return ()
+    return ()

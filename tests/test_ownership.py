@@ -97,6 +97,26 @@ def test_a_record_that_does_not_parse_keeps_its_address_through_a_restart_and_gc
     assert events(rig, "InvalidRecord")
 
 
+def test_an_unreadable_record_keeps_its_ready_transition_time_while_it_stays_false() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    victim = rig.pod("victim", node)
+    rig.settle()
+    name = rig.record_of(victim)["metadata"]["name"]
+    rig.cluster.patch(POD_NETWORK, name, {"spec": {"requests": {
+        "ipPool": ["10.64.0.90"], "ipAddress": "10.64.0.91"}}}, NS)
+    rig.settle()
+    first = ready(rig.cluster.get(POD_NETWORK, name, NS))
+    assert (first["status"], first["reason"]) == ("False", "InvalidRecord")  # was True
+    rig.clock.advance(60)
+    rig.cluster.patch(POD_NETWORK, name, {"spec": {"requests": {"ipPool": None,
+                                                                "macAddress": "nope"}}}, NS)
+    rig.settle()
+    again = ready(rig.cluster.get(POD_NETWORK, name, NS))
+    assert again["message"] != first["message"], "the second error is reported"
+    assert again["lastTransitionTime"] == first["lastTransitionTime"]
+
+
 # --- 7: addresses no pod may have -------------------------------------------------------
 
 

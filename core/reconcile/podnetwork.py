@@ -65,6 +65,7 @@ from podnet.core.models import (
     PodNetwork,
     PodNetworkSpec,
     WorkloadInfo,
+    set_condition,
 )
 from podnet.core.objects import (
     is_statefulset,
@@ -143,21 +144,6 @@ def record_name(pod: PodInfo, network: str, sticky: bool) -> str:
     digest = hashlib.sha256(base.encode()).hexdigest()[:10]
     # a DNS-1123 subdomain's labels end alphanumeric: trim what the cut left dangling
     return f"{base[:242].rstrip('.-')}.{digest}"
-
-
-def set_condition(
-    conditions: tuple[Condition, ...], new: Condition
-) -> tuple[Condition, ...]:
-    """Replace the condition of the same type; keep its transition time if unchanged."""
-    out = []
-    for c in conditions:
-        if c.type == new.type:
-            if c.status == new.status:
-                new = attrs.evolve(new, last_transition_time=c.last_transition_time)
-            continue
-        out.append(c)
-    out.append(new)
-    return tuple(out)
 
 
 def ready_condition(pn: PodNetwork) -> Condition | None:

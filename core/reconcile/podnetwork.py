@@ -70,6 +70,7 @@ from podnet.core.models import (
 from podnet.core.objects import (
     is_statefulset,
     namespace_annotations,
+    pod_is_sticky,
     pod_is_terminal,
     statefulset_ordinal,
     vm_of,
@@ -346,7 +347,7 @@ class PodNetworkReconciler:
         except InvalidRequest as exc:
             request, invalid = NetworkRequest(), exc
         info = e.providers[provider]
-        sticky = _controller_kind(pod) in info.sticky_kinds
+        sticky = pod_is_sticky(pod, info.sticky_kinds)
         out = {DEFAULT_NETWORK: Desired(provider, request, sticky, invalid, warnings)}
         # who serves each attachment: the operator's config first, then the plugins
         served_by = {n: e.options.networks[n] for n in names if n in e.options.networks}
@@ -402,7 +403,7 @@ class PodNetworkReconciler:
                 f"pool belongs to {default_provider!r}; an attachment network needs a "
                 "provider with its own address management")
         return Desired(provider, NetworkRequest(),
-                       _controller_kind(pod) in served.sticky_kinds, problem)
+                       pod_is_sticky(pod, served.sticky_kinds), problem)
 
     def _wanted(self, pn: PodNetwork, pod: PodInfo | None, desired: dict[str, Desired]) -> bool:
         if pod is None or pn.metadata.deletion_timestamp is not None:
@@ -1280,13 +1281,6 @@ def _frozen_said(pn: PodNetwork) -> bool:
     """Whether the record says some of its pod's requests are not applied."""
     said = _condition(pn, REQUESTS_APPLIED)
     return said is not None and said.status == "False"
-
-
-def _controller_kind(pod: PodInfo) -> str | None:
-    for ref in pod.owner_references:
-        if ref.controller:
-            return ref.kind
-    return None
 
 
 def _sticky_owner(pod: PodInfo) -> OwnerReference | None:

@@ -253,11 +253,12 @@ class Engine:
 
         self.podnetworks = PodNetworkReconciler(self)
         self.nodepools = NodePoolReconciler(self)
-        self.gc = GarbageCollector(self)
+        #: the periodic sweep: stale records, the pools of gone nodes, leaked addresses
+        self.sweeper = GarbageCollector(self)
         self._reconcilers: dict[str, Callable[[str], Result]] = {
             "pod": self.podnetworks.reconcile,
             "node": self.nodepools.reconcile,
-            "gc": self.gc.reconcile,
+            "gc": self.sweeper.reconcile,
             "invalid": self._report_unreadable,
         }
         self.started = False

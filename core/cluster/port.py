@@ -44,8 +44,6 @@ POD_NETWORK = Kind("podnet.io", "v1alpha1", "PodNetwork", "podnetworks", True)
 NODE_NETWORK = Kind("podnet.io", "v1alpha1", "NodeNetwork", "nodenetworks", False)
 STATEFUL_SET = Kind("apps", "v1", "StatefulSet", "statefulsets", True)
 
-KINDS = (POD, NODE, NAMESPACE, EVENT, LEASE, POD_NETWORK, NODE_NETWORK, STATEFUL_SET)
-
 
 class ApiError(Exception):
     """An error status from the API; ``code`` is the HTTP status."""

@@ -57,6 +57,7 @@ from .port import (
     Obj,
     WatchEvent,
     WatchType,
+    events_until_closed,
 )
 
 if TYPE_CHECKING:
@@ -292,11 +293,7 @@ class KubeWatch:
             return []
 
     def __iter__(self) -> Iterator[WatchEvent]:
-        while True:
-            events = self.poll(0.5)
-            yield from events
-            if not events and self.closed:
-                return
+        return events_until_closed(self)
 
     @property
     def closed(self) -> bool:

@@ -62,6 +62,7 @@ from .port import (
     TooLargeResourceVersion,
     WatchEvent,
     WatchType,
+    events_until_closed,
 )
 from .selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
 
@@ -291,11 +292,7 @@ class MemoryWatch:
         return [WatchEvent(t, clone_obj(o)) for t, o in taken]
 
     def __iter__(self) -> Iterator[WatchEvent]:
-        while True:
-            events = self.poll(0.5)
-            yield from events
-            if not events and self.closed:
-                return
+        return events_until_closed(self)
 
     @property
     def closed(self) -> bool:

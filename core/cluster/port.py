@@ -131,6 +131,16 @@ class Watch(Protocol):
     def stop(self) -> None: ...
 
 
+def events_until_closed(watch: Watch, interval: float = 0.5) -> Iterator[WatchEvent]:
+    """Every event of ``watch`` as it comes, until it is closed and drained: what iterating
+    over a watch of either adapter does."""
+    while True:
+        events = watch.poll(interval)
+        yield from events
+        if not events and watch.closed:
+            return
+
+
 class Cluster(Protocol):
     """The engine's whole view of the API server."""
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
@@ -173,10 +172,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             config = attrs.evolve(config, listen=args.listen)
         pm = new_plugin_manager()
         load_plugins(pm, builtins=args.provider or None)
-        if args.kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-            cluster = KubeCluster.from_kubeconfig(args.kubeconfig, args.context)
-        else:
-            cluster = KubeCluster.in_cluster()
+        cluster = KubeCluster.connect(args.kubeconfig, args.context)
         tracer_provider = None
         if args.trace_file or args.otlp_endpoint:
             tracer_provider = make_tracer_provider(trace_file=args.trace_file,

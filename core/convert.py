@@ -45,6 +45,7 @@ from podnet.core.annotations import (
     check_references,
     show,
 )
+from podnet.core.clock import format_time, parse_time
 
 __all__ = ["RecordError", "converter", "from_wire", "to_wire"]
 
@@ -134,30 +135,17 @@ def _bool(value: Any, _: Any = None) -> bool:
     return bool(value)
 
 
-_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})?")
-
-
 def _parse_time(value: Any, _: Any = None) -> datetime:
-    if value.__class__ is str and _RFC3339.fullmatch(value):
-        # 3.11's fromisoformat takes "Z" and any number of fraction digits; the regex
-        # keeps out the other ISO 8601 shapes it would accept (dates alone, basic format).
+    if value.__class__ is str:
         try:
-            parsed = datetime.fromisoformat(value if value[-1] != "z" else value[:-1] + "Z")
+            return parse_time(value)
         except ValueError:
             raise _expected("RFC3339 timestamp", value) from None
-    elif isinstance(value, datetime):
-        parsed = value
-    else:
+    if not isinstance(value, datetime):
         raise _expected("RFC3339 timestamp", value)
-    if parsed.tzinfo is None:
-        return parsed.replace(tzinfo=UTC)
-    return parsed if parsed.tzinfo is UTC else parsed.astimezone(UTC)
-
-
-def _format_time(value: datetime) -> str:
-    if value.tzinfo is not None:
-        value = value.astimezone(UTC)
-    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value if value.tzinfo is UTC else value.astimezone(UTC)
 
 
 def _enum_hook(cls: type[enum.Enum]) -> Hook:
@@ -251,7 +239,7 @@ converter.register_structure_hook(str, _str)
 converter.register_structure_hook(int, _int)
 converter.register_structure_hook(bool, _bool)
 converter.register_structure_hook(datetime, _parse_time)
-converter.register_unstructure_hook(datetime, _format_time)
+converter.register_unstructure_hook(datetime, format_time)
 for _enum in (models.Phase, models.InterfaceState):
     converter.register_structure_hook(_enum, _enum_hook(_enum))
     converter.register_unstructure_hook(_enum, _enum_value)

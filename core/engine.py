@@ -56,12 +56,14 @@ from podnet.core.fence import Fence, FencedCluster
 from podnet.core.metrics import Metrics
 from podnet.core.models import (
     LABEL_VM,
+    Condition,
     NodeInfo,
     NodeNetwork,
     Phase,
     PodInfo,
     PodNetwork,
     WorkloadInfo,
+    set_condition,
 )
 from podnet.core.objects import (
     is_statefulset,
@@ -251,11 +253,12 @@ class Engine:
 
         self.podnetworks = PodNetworkReconciler(self)
         self.nodepools = NodePoolReconciler(self)
-        self.gc = GarbageCollector(self)
+        #: the periodic sweep: stale records, the pools of gone nodes, leaked addresses
+        self.sweeper = GarbageCollector(self)
         self._reconcilers: dict[str, Callable[[str], Result]] = {
             "pod": self.podnetworks.reconcile,
             "node": self.nodepools.reconcile,
-            "gc": self.gc.reconcile,
+            "gc": self.sweeper.reconcile,
             "invalid": self._report_unreadable,
         }
         self.started = False
@@ -367,12 +370,13 @@ class Engine:
         message = one_line(f"{name} is invalid: {exc}", limit=2 * MAX_MESSAGE)
         log.warning("%s", message)
         self.event(obj, "InvalidRecord", message)
-        condition = {"type": "Ready", "status": "False", "reason": "InvalidRecord",
-                     "message": message,
-                     "lastTransitionTime": self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")}
+        ready = set_condition(_readable_ready(obj), Condition(
+            type="Ready", status="False", reason="InvalidRecord", message=message,
+            last_transition_time=self.clock.now()))
+        patch = {"status": {"conditions": [to_wire(c) for c in ready]}}
         try:
-            self.cluster.patch(kind, meta.get("name", ""), {"status": {"conditions": [condition]}},
-                               meta.get("namespace"), subresource="status")
+            self.cluster.patch(kind, meta.get("name", ""), patch, meta.get("namespace"),
+                               subresource="status")
         except ApiError as err:
             log.debug("could not mark %s: %s", name, err)
         return Result()
@@ -710,3 +714,17 @@ def _statefulset_of(pn: PodNetwork) -> list[str]:
         return []
     return [f"{pn.metadata.namespace}/{o.name}" for o in pn.metadata.owner_references
             if is_statefulset(o)]
+
+
+def _readable_ready(obj: Obj) -> tuple[Condition, ...]:
+    """The Ready condition of a record that does not parse, if that much of it does (its
+    transition time is kept while it stays False)."""
+    status = obj.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    for raw in conditions if isinstance(conditions, list) else ():
+        if isinstance(raw, Mapping) and raw.get("type") == "Ready":
+            try:
+                return (from_wire(Condition, raw),)
+            except RecordError:
+                return ()
+    return ()

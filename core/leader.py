@@ -19,19 +19,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from datetime import datetime
 
-from podnet.core.clock import Clock, SystemClock
+from podnet.core.clock import Clock, SystemClock, format_micro_time
 from podnet.core.cluster.port import LEASE, AlreadyExists, ApiError, Cluster, Conflict, NotFound
 from podnet.core.fence import Fence
 
 log = logging.getLogger("podnet.leader")
-
-_MICRO = "%Y-%m-%dT%H:%M:%S.%fZ"
-
-
-def _micro(moment: datetime) -> str:
-    return moment.strftime(_MICRO)
 
 
 class LeaderElector:
@@ -76,7 +69,7 @@ class LeaderElector:
             # past the renew deadline without a renewal (paused, or the API unreachable):
             # leadership ended then, whatever the Lease says now
             return self._lost("its renew deadline passed")
-        now = _micro(self.clock.now())
+        now = format_micro_time(self.clock.now())
         try:
             lease = self.cluster.get(LEASE, self.name, self.namespace)
         except NotFound:

@@ -9,6 +9,7 @@ the camelCase JSON the API server stores. Providers may import this module.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from datetime import datetime
 
 import attrs
@@ -81,6 +82,23 @@ class Condition:
     reason: str = ""
     message: str = ""
     last_transition_time: datetime | None = None
+
+
+def set_condition(
+    conditions: Sequence[Condition], new: Condition
+) -> tuple[Condition, ...]:
+    """``conditions`` with ``new`` in place of the one of its type (last), the one rule
+    every condition writer follows: ``lastTransitionTime`` is kept unless the status
+    changes (a new reason or message alone is no transition)."""
+    out = []
+    for c in conditions:
+        if c.type == new.type:
+            if c.status == new.status:
+                new = attrs.evolve(new, last_transition_time=c.last_transition_time)
+            continue
+        out.append(c)
+    out.append(new)
+    return tuple(out)
 
 
 # --- requests parsed from pod annotations -------------------------------------------

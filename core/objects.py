@@ -14,7 +14,7 @@ import hashlib
 import re
 import sys
 import weakref
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -22,8 +22,6 @@ from podnet.core.annotations import PREFIX
 from podnet.core.convert import converter
 from podnet.core.models import NodeInfo, OwnerReference, PodInfo, WorkloadInfo
 
-#: Controller kinds whose pods keep their network identity across restarts.
-STICKY_KINDS = frozenset({"StatefulSet", "VirtualMachineInstance"})
 #: Pod phases after which no container of the pod runs again.
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -153,17 +151,17 @@ def pod_is_terminal(pod: PodInfo) -> bool:
     return pod.phase in TERMINAL_PHASES
 
 
-def pod_is_sticky_kind(pod: PodInfo) -> str | None:
-    """``StatefulSet`` or ``VirtualMachineInstance`` when the pod's controller is one.
+def pod_is_sticky(pod: PodInfo, sticky_kinds: Collection[str]) -> bool:
+    """Whether the pod's controller is of one of ``sticky_kinds`` (what its provider
+    declares: ``ProviderInfo.sticky_kinds``), so its address outlives the pod.
 
     Only the kind is compared, not the API group, so look-alike controllers with stable
     pod identity (such as OpenKruise's Advanced StatefulSet) are sticky as well.
     """
     for ref in pod.owner_references:
-        kind: str = ref.kind
-        if ref.controller and kind in STICKY_KINDS:
-            return kind
-    return None
+        if ref.controller:
+            return ref.kind in sticky_kinds
+    return False
 
 
 def vm_of(pod: PodInfo) -> str | None:

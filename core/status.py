@@ -7,21 +7,22 @@ and compares, which finds what the controller itself cannot see while it is down
 misconfigured: addresses leaked in the cloud, and records whose address the cloud lost.
 
 The CLI builds its parser on every command, so this module imports only the standard
-library and attrs at import time; the client, the converter and the plugins are imported
-when a command runs.
+library, attrs and the clock (its timestamp format) at import time; the client, the
+converter and the plugins are imported when a command runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import attrs
+
+from podnet.core.clock import format_time
 
 if TYPE_CHECKING:
     from podnet.core.cluster.kube import KubeCluster
@@ -145,13 +146,8 @@ def read_records(cluster: Cluster) -> Records:
 def _connect(args: argparse.Namespace) -> KubeCluster:
     """The cluster as ``podnet run`` finds it; ConfigError when there is no way in."""
     from podnet.core.cluster.kube import KubeCluster
-    from podnet.core.errors import ConfigError
 
-    if args.kubeconfig is not None and not os.path.isfile(args.kubeconfig):
-        raise ConfigError("kubeconfig", f"no such file: {args.kubeconfig}")
-    if args.kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return KubeCluster.from_kubeconfig(args.kubeconfig, args.context)
-    return KubeCluster.in_cluster()
+    return KubeCluster.connect(args.kubeconfig, args.context)
 
 
 #: Phases in which a record owns its address, as the engine counts them when it rebuilds a pool.
@@ -181,7 +177,7 @@ def _owned(records: Records) -> dict[tuple[str, str], PodNetwork | None]:
 
 
 def _time(value: datetime | None) -> str | None:
-    return None if value is None else value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return None if value is None else format_time(value)
 
 
 def _not_true(conditions: Sequence[Condition], type_: str) -> dict[str, str] | None:

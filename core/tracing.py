@@ -438,10 +438,6 @@ class Tracing:
 _ID_FIELDS: Final = ("traceId", "spanId", "parentSpanId")
 
 
-def _b64_to_hex(value: str) -> str:
-    return base64.b64decode(value).hex()
-
-
 def _to_any_value(value: Any) -> dict[str, Any]:
     # bool before int: bool is an int in Python, not in OTLP
     if isinstance(value, bool):

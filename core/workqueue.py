@@ -207,11 +207,6 @@ class WorkQueue(Generic[K]):
     def depth(self) -> int:
         return len(self)
 
-    def processing(self) -> int:
-        """Keys handed out and not yet marked done."""
-        with self._cond:
-            return len(self._processing)
-
     def is_idle(self) -> bool:
         """Nothing ready and nothing being processed; delayed keys may still be pending."""
         with self._cond:

@@ -56,13 +56,13 @@ import types
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Final, Literal, cast
 
 import yaml
 
+from podnet.core.clock import parse_time
 from podnet.core.cluster.memory import STATUS_SUBRESOURCE, InMemoryCluster, MemoryWatch
 from podnet.core.cluster.patch import clone_obj, json_patch, merge_patch
 from podnet.core.cluster.port import (
@@ -564,11 +564,9 @@ class ApiServer:
         if not isinstance(timestamp, str):
             return None
         try:
-            then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+            then = parse_time(timestamp)
         except ValueError:
             return "<invalid>"
-        if then.tzinfo is None:
-            then = then.replace(tzinfo=UTC)
         return human_duration((self.cluster.clock.now() - then).total_seconds())
 
 

@@ -556,7 +556,7 @@ def make_chaos_machine(
                 event(f"controller crashes: {min(self.world.crashes, 3)}")
                 event(f"restarts: {min(self.world.restarts, 3)}")
                 event(f"leader takeovers: {min(self.world.takeovers, 3)}")
-                event(f"leaked addresses swept: {self.world.engine.gc.swept > 0}")
+                event(f"leaked addresses swept: {self.world.engine.sweeper.swept > 0}")
             finally:
                 self.world.close()
 

@@ -576,3 +576,50 @@ def test_emit_event_records_the_involved_object(cluster: Cluster) -> None:
     assert about["Failed"]["type"] == "Warning" and about["Failed"]["count"] == 1
     [seen] = [e for e in events if e["reason"] == "Seen"]
     assert seen["involvedObject"]["kind"] == "Node" and "namespace" not in seen["involvedObject"]
+
+
+def _event(name: str, reason: str, message: str) -> Obj:
+    return {
+        "metadata": {"generateName": f"{name}.", "namespace": NS},
+        "involvedObject": {"kind": "PodNetwork", "name": name, "namespace": NS, "uid": "u-1"},
+        "reason": reason, "message": message, "type": "Normal", "count": 1,
+        "source": {"component": "podnet"},
+    }
+
+
+def test_identical_events_are_counted_by_the_client(backend: Backend) -> None:
+    """The client de-duplicates, as client-go's recorder does: the second occurrence
+    reaches the server as a patch of the first Event, not as a second Event."""
+    pn = backend.cluster.create(POD_NETWORK, podnet("a"))
+    w = backend.store.watch(EVENT, backend.store.resource_version)
+    try:
+        backend.cluster.emit_event(pn, "Allocated", "got 10.0.0.5")
+        backend.cluster.emit_event(pn, "Allocated", "got 10.0.0.5")
+        seen = collect(w, 2)
+    finally:
+        w.stop()
+    assert [e.type for e in seen] == ["ADDED", "MODIFIED"]
+    assert seen[0].object["metadata"]["name"] == seen[1].object["metadata"]["name"]
+    [event] = backend.store.events_for(pn)
+    assert event["count"] == 2
+    assert event["firstTimestamp"] <= event["lastTimestamp"]
+
+
+def test_the_server_stores_identical_events_as_given(cluster: Cluster) -> None:
+    """The server merges nothing: two Events created alike are two Events."""
+    first = cluster.create(EVENT, _event("a", "Allocated", "got 10.0.0.5"))
+    second = cluster.create(EVENT, _event("a", "Allocated", "got 10.0.0.5"))
+    assert first["metadata"]["name"] != second["metadata"]["name"]
+    stored = [e for e in cluster.list(EVENT, NS).items if e["reason"] == "Allocated"]
+    assert sorted(e["count"] for e in stored) == [1, 1]
+
+
+def test_an_expired_event_is_recorded_anew(backend: Backend) -> None:
+    pn = backend.cluster.create(POD_NETWORK, podnet("a"))
+    backend.cluster.emit_event(pn, "Allocated", "got 10.0.0.5")
+    [gone] = backend.store.events_for(pn)
+    backend.store.delete(EVENT, gone["metadata"]["name"], NS)  # the server's Event TTL
+    backend.cluster.emit_event(pn, "Allocated", "got 10.0.0.5")
+    [event] = backend.store.events_for(pn)
+    assert event["metadata"]["name"] != gone["metadata"]["name"]
+    assert event["count"] == 1

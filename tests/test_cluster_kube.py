@@ -275,6 +275,27 @@ def test_bad_kubeconfig_is_a_config_error(tmp_path: Path) -> None:
         KubeCluster.from_kubeconfig(str(tmp_path / "missing"))
 
 
+def test_connect_picks_the_kubeconfig_as_every_command_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A named file first; else, outside a pod, $KUBECONFIG; in a pod, its service account."""
+    monkeypatch.setattr(KubeCluster, "in_cluster", classmethod(lambda cls: "in-cluster"))
+    with pytest.raises(ConfigError, match="no such file"):
+        KubeCluster.connect(str(tmp_path / "missing"))
+    store = InMemoryCluster()
+    store.create(NODE, {"metadata": {"name": "n1"}})
+    with ApiServer(store) as server:
+        named = str(server.write_kubeconfig(tmp_path / "named"))
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+        with KubeCluster.connect(named) as kube:
+            assert [n["metadata"]["name"] for n in kube.list(NODE).items] == ["n1"]
+        assert KubeCluster.connect() == "in-cluster"  # type: ignore[comparison-overlap]
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
+        monkeypatch.setenv("KUBECONFIG", named)
+        with KubeCluster.connect() as kube:
+            assert [n["metadata"]["name"] for n in kube.list(NODE).items] == ["n1"]
+
+
 def test_list_follows_continue_tokens_and_survives_their_expiry(
     emu: Emulated, monkeypatch: pytest.MonkeyPatch
 ) -> None:

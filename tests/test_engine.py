@@ -11,8 +11,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from podnet.core.clock import FakeClock
-from podnet.core.cluster.memory import InMemoryCluster, format_time
+from podnet.core.clock import FakeClock, format_time
+from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import (
     NAMESPACE,
     NODE,

@@ -113,6 +113,25 @@ def test_a_finding_is_one_node_event_until_it_clears_and_comes_back(
     world.assert_converged()
 
 
+def test_the_condition_moves_its_transition_time_only_when_its_status_changes(
+        world: World, provider_plugin: ReferenceProvider) -> None:
+    node = bring_up(world)
+    provider_plugin.findings[node] = [NodeFinding("InterfaceDrift", "eth1 drifted")]
+    world.settle(advance=PERIOD + 5)
+    drifted = check_condition(world, node)
+    assert drifted is not None and drifted["status"] == "False"
+    provider_plugin.findings[node] = [NodeFinding("InterfaceDrift", "eth1 drifted again")]
+    world.settle(advance=PERIOD + 5)
+    again = check_condition(world, node)
+    assert again is not None and again["message"] == "eth1 drifted again"
+    assert again["lastTransitionTime"] == drifted["lastTransitionTime"]  # still False
+    provider_plugin.findings[node] = []
+    world.settle(advance=PERIOD + 5)
+    cleared = check_condition(world, node)
+    assert cleared is not None and cleared["status"] == "True"
+    assert cleared["lastTransitionTime"] > drifted["lastTransitionTime"]
+
+
 def test_the_check_runs_at_most_once_a_period_per_node(
         world: World, hook_calls: HookRecorder) -> None:
     bring_up(world)

@@ -14,7 +14,7 @@ from podnet.core.models import NodeInfo, OwnerReference, PodInfo
 from podnet.core.objects import (
     node_info,
     pod_info,
-    pod_is_sticky_kind,
+    pod_is_sticky,
     pod_is_terminal,
     statefulset_ordinal,
     vm_of,
@@ -224,30 +224,45 @@ def _owned(*refs: OwnerReference) -> PodInfo:
     return PodInfo(namespace="ns", name="p-0", uid="u", owner_references=refs)
 
 
+STICKY = ("StatefulSet", "VirtualMachineInstance")
+
+
 @pytest.mark.parametrize(
-    ("refs", "expected"),
+    ("refs", "kinds", "expected"),
     [
-        ((), None),
-        ((OwnerReference("apps/v1", "StatefulSet", "web", "s1", True, True),), "StatefulSet"),
+        ((), STICKY, False),
+        ((OwnerReference("apps/v1", "StatefulSet", "web", "s1", True, True),), STICKY, True),
         (
             (OwnerReference("kubevirt.io/v1", "VirtualMachineInstance", "vm", "v1", True),),
-            "VirtualMachineInstance",
+            STICKY,
+            True,
         ),
-        ((OwnerReference("apps/v1", "ReplicaSet", "web-6c9f", "r1", True, True),), None),
-        ((OwnerReference("batch/v1", "Job", "once", "j1", True),), None),
+        # what the provider declares decides: a VM's pod is not sticky where it says not
+        (
+            (OwnerReference("kubevirt.io/v1", "VirtualMachineInstance", "vm", "v1", True),),
+            ("StatefulSet",),
+            False,
+        ),
+        ((OwnerReference("apps/v1", "ReplicaSet", "web-6c9f", "r1", True, True),), STICKY, False),
+        ((OwnerReference("batch/v1", "Job", "once", "j1", True),), STICKY, False),
         # an owner that is not the controller does not make the pod sticky
-        ((OwnerReference("apps/v1", "StatefulSet", "web", "s1", False),), None),
+        ((OwnerReference("apps/v1", "StatefulSet", "web", "s1", False),), STICKY, False),
+        # the kind alone: a look-alike of another API group is sticky as well
+        ((OwnerReference("apps.kruise.io/v1beta1", "StatefulSet", "web", "k1", True),), STICKY,
+         True),
         (
             (
                 OwnerReference("v1", "ConfigMap", "cm", "c1"),
                 OwnerReference("apps/v1", "StatefulSet", "web", "s1", True),
             ),
-            "StatefulSet",
+            STICKY,
+            True,
         ),
     ],
 )
-def test_pod_is_sticky_kind(refs: tuple[OwnerReference, ...], expected: str | None) -> None:
-    assert pod_is_sticky_kind(_owned(*refs)) == expected
+def test_pod_is_sticky(refs: tuple[OwnerReference, ...], kinds: tuple[str, ...],
+                       expected: bool) -> None:
+    assert pod_is_sticky(_owned(*refs), kinds) is expected
 
 
 def test_vm_of_names_the_controlling_vmi_in_a_label_value() -> None:
@@ -266,7 +281,7 @@ def test_vm_of_names_the_controlling_vmi_in_a_label_value() -> None:
 
 
 def test_sticky_from_a_real_pod() -> None:
-    assert pod_is_sticky_kind(pod_info(POD)) == "StatefulSet"
+    assert pod_is_sticky(pod_info(POD), ("StatefulSet",))
 
 
 @pytest.mark.parametrize(

@@ -830,7 +830,7 @@ def test_a_port_whose_record_vanished_is_swept_after_the_grace(
     assert gone.status.ip not in provider_plugin.ipam.used
     assert provider_plugin.client.port(stays.status.interface) is not None
     assert provider_plugin.client.port("not-ours") is not None
-    assert world.engine.gc.swept == 1
+    assert world.engine.sweeper.swept == 1
     world.assert_converged()
 
 

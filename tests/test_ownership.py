@@ -72,6 +72,13 @@ def test_two_pods_racing_for_one_static_address_get_it_once() -> None:
 # --- 2: a record that does not parse still owns its address ----------------------------
 
 
+def spoil(rig: Rig, name: str) -> None:
+    """Make a record unreadable: the CRD takes the edit, podnet's converter does not (one
+    request, two address choices)."""
+    rig.cluster.patch(POD_NETWORK, name, {"spec": {"requests": {
+        "ipPool": ["10.64.0.90"], "ipAddress": "10.64.0.91"}}}, NS)
+
+
 def test_a_record_that_does_not_parse_keeps_its_address_through_a_restart_and_gc() -> None:
     rig = Rig()
     node = rig.node(0)
@@ -79,9 +86,7 @@ def test_a_record_that_does_not_parse_keeps_its_address_through_a_restart_and_gc
     rig.settle()
     record = rig.record_of(victim)
     address = record["status"]["ip"]
-    # the CRD takes it; podnet's converter does not (one request, two address choices)
-    rig.cluster.patch(POD_NETWORK, record["metadata"]["name"], {"spec": {"requests": {
-        "ipPool": ["10.64.0.90"], "ipAddress": "10.64.0.91"}}}, NS)
+    spoil(rig, record["metadata"]["name"])
     rig.restart()
     rig.settle()
     cached = rig.engine.pod_networks.get(f"{NS}/{record['metadata']['name']}")
@@ -95,6 +100,25 @@ def test_a_record_that_does_not_parse_keeps_its_address_through_a_restart_and_gc
     pool = rig.engine.pools.find("reference", node)
     assert pool is not None and pool.owner_of(address) == cached.key
     assert events(rig, "InvalidRecord")
+
+
+def test_an_unreadable_record_keeps_its_ready_transition_time_while_it_stays_false() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    victim = rig.pod("victim", node)
+    rig.settle()
+    name = rig.record_of(victim)["metadata"]["name"]
+    spoil(rig, name)
+    rig.settle()
+    first = ready(rig.cluster.get(POD_NETWORK, name, NS))
+    assert (first["status"], first["reason"]) == ("False", "InvalidRecord")  # was True
+    rig.clock.advance(60)
+    rig.cluster.patch(POD_NETWORK, name, {"spec": {"requests": {"ipPool": None,
+                                                                "macAddress": "nope"}}}, NS)
+    rig.settle()
+    again = ready(rig.cluster.get(POD_NETWORK, name, NS))
+    assert again["message"] != first["message"], "the second error is reported"
+    assert again["lastTransitionTime"] == first["lastTransitionTime"]
 
 
 # --- 7: addresses no pod may have -------------------------------------------------------

@@ -27,13 +27,13 @@ import gc
 import json
 import logging
 import math
+import os
 import random
 import threading
 import time
 import urllib.parse
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 import urllib3
@@ -41,7 +41,9 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from ..clock import Clock, SystemClock
 from ..errors import ConfigError
+from .events import EventCorrelator
 from .port import (
     EVENT,
     AlreadyExists,
@@ -55,6 +57,7 @@ from .port import (
     Obj,
     WatchEvent,
     WatchType,
+    events_until_closed,
 )
 
 if TYPE_CHECKING:
@@ -73,8 +76,6 @@ REQUEST_TIMEOUT: Final = (10.0, 60.0)
 #: A watch whose reader falls this far behind is cut off; the caller re-watches from
 #: its last resourceVersion, so nothing is lost (as the real watch cache does).
 WATCH_QUEUE_LIMIT: Final = 20_000
-#: Event keys remembered for deduplication (the in-memory adapter's count bump).
-EVENT_CACHE: Final = 4096
 
 _PATCH_CONTENT_TYPES: Final = {
     "merge": "application/merge-patch+json",
@@ -88,10 +89,6 @@ _READ_SIZE: Final = 1 << 16
 _GC_PAUSE_BYTES: Final = 1 << 20
 # the transport failures urllib3 and the client raise; none carries a request body
 _TRANSPORT_ERRORS: Final = (urllib3.exceptions.HTTPError, OSError, ApiException)
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _unreachable(what: str, exc: BaseException) -> ApiError:
@@ -296,11 +293,7 @@ class KubeWatch:
             return []
 
     def __iter__(self) -> Iterator[WatchEvent]:
-        while True:
-            events = self.poll(0.5)
-            yield from events
-            if not events and self.closed:
-                return
+        return events_until_closed(self)
 
     @property
     def closed(self) -> bool:
@@ -337,15 +330,30 @@ class KubeCluster:
         page_size: int = PAGE_SIZE,
         request_timeout: tuple[float, float] = REQUEST_TIMEOUT,
         watch_timeout: float = WATCH_TIMEOUT,
+        clock: Clock | None = None,
     ) -> None:
         self.api_client = api_client
         self.page_size = page_size
         self.request_timeout = request_timeout
         self.watch_timeout = watch_timeout
         self._rng = random.Random()
-        self._events_lock = threading.Lock()
-        # (involved identity, reason, message, type) -> (namespace, name, count)
-        self._events: OrderedDict[tuple[str, str, str, str], tuple[str, str, int]] = OrderedDict()
+        self._events = EventCorrelator(
+            lambda event: self.create(EVENT, event),
+            lambda namespace, name, patch: self.patch(EVENT, name, patch, namespace),
+            clock or SystemClock(),
+        )
+
+    @classmethod
+    def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> KubeCluster:
+        """The cluster as every podnet command finds it: the ``kubeconfig`` file when one
+        is named; else, outside a pod, ``$KUBECONFIG`` (read now, not when the client was
+        imported) or ``~/.kube/config``; in a pod, its service account.
+        :raises ConfigError: when that way in does not work."""
+        if kubeconfig and not os.path.isfile(kubeconfig):
+            raise ConfigError("kubeconfig", f"no such file: {kubeconfig}")
+        if kubeconfig or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            return cls.from_kubeconfig(kubeconfig or os.environ.get("KUBECONFIG") or None, context)
+        return cls.in_cluster()
 
     @classmethod
     def from_kubeconfig(cls, path: str | None, context: str | None = None) -> KubeCluster:
@@ -610,59 +618,9 @@ class KubeCluster:
         message: str,
         type: Literal["Normal", "Warning"] = "Normal",
     ) -> None:
-        """Create an Event, or bump the count of the one this process made for the same
-        object, reason, message and type (client-go's correlator, simplified)."""
-        meta = involved.get("metadata") or {}
-        ref = {
-            "apiVersion": involved.get("apiVersion", ""),
-            "kind": involved.get("kind", ""),
-            "name": meta.get("name", ""),
-            "namespace": meta.get("namespace"),
-            "uid": meta.get("uid"),
-            "resourceVersion": meta.get("resourceVersion"),
-        }
-        ref = {k: v for k, v in ref.items() if v is not None}
-        ns = meta.get("namespace") or "default"
-        identity = meta.get("uid") or f"{ref['kind']}/{ns}/{ref['name']}"
-        key = (str(identity), reason, message, type)
-        now = _now()
-        with self._events_lock:
-            seen = self._events.get(key)
-            if seen is not None:
-                self._events.move_to_end(key)
-        if seen is not None:
-            ev_ns, ev_name, count = seen
-            bump = {"count": count + 1, "lastTimestamp": now, "involvedObject": ref}
-            try:
-                self.patch(EVENT, ev_name, bump, ev_ns, patch_type="merge")
-            except NotFound:
-                pass  # expired (events have a TTL): record it anew
-            else:
-                self._remember(key, (ev_ns, ev_name, count + 1))
-                return
-        event: Obj = {
-            "apiVersion": EVENT.api_version,
-            "kind": EVENT.kind,
-            "metadata": {"generateName": f"{ref['name'] or 'podnet'}.", "namespace": ns},
-            "involvedObject": ref,
-            "reason": reason,
-            "message": message,
-            "type": type,
-            "count": 1,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "source": {"component": "podnet"},
-            "reportingComponent": "podnet",
-        }
-        created = self.create(EVENT, event)
-        self._remember(key, (ns, created["metadata"]["name"], 1))
-
-    def _remember(self, key: tuple[str, str, str, str], where: tuple[str, str, int]) -> None:
-        with self._events_lock:
-            self._events[key] = where
-            self._events.move_to_end(key)
-            while len(self._events) > EVENT_CACHE:
-                self._events.popitem(last=False)
+        """Create an Event, or count one more of the Event this client wrote for the same
+        object, reason, message and type (the correlator in ``events.py``)."""
+        self._events.record(involved, reason, message, type)
 
 
 if TYPE_CHECKING:

@@ -28,12 +28,13 @@ import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 
 import attrs
 
-from ..clock import Clock, SystemClock
+from ..clock import Clock, SystemClock, format_time, parse_time
+from .events import EventCorrelator
 from .patch import (
     PRIMITIVE,
     MergeRules,
@@ -61,6 +62,7 @@ from .port import (
     TooLargeResourceVersion,
     WatchEvent,
     WatchType,
+    events_until_closed,
 )
 from .selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
 
@@ -100,21 +102,11 @@ MERGE_RULES: Final[dict[Kind, MergeRules]] = {
     },
 }
 
-_TIME_FORMAT: Final = "%Y-%m-%dT%H:%M:%SZ"
 # what upstream's names.SimpleNameGenerator draws from
 _NAME_ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"
 _CONFLICT_MESSAGE: Final = (
     "the object has been modified; please apply your changes to the latest version and try again"
 )
-
-
-def format_time(moment: datetime) -> str:
-    """RFC 3339 in UTC with seconds precision, as metav1.Time serialises."""
-    return moment.astimezone(UTC).strftime(_TIME_FORMAT)
-
-
-def parse_time(text: str) -> datetime:
-    return datetime.strptime(text, _TIME_FORMAT).replace(tzinfo=UTC)
 
 
 def _spec_view(obj: Obj) -> dict[str, Any]:
@@ -300,11 +292,7 @@ class MemoryWatch:
         return [WatchEvent(t, clone_obj(o)) for t, o in taken]
 
     def __iter__(self) -> Iterator[WatchEvent]:
-        while True:
-            events = self.poll(0.5)
-            yield from events
-            if not events and self.closed:
-                return
+        return events_until_closed(self)
 
     @property
     def closed(self) -> bool:
@@ -330,10 +318,8 @@ class InMemoryCluster:
         self._store: dict[Kind, dict[str, dict[str, Obj]]] = {}
         self._by_uid: dict[str, tuple[Kind, str, str]] = {}
         self._dependents: dict[str, set[str]] = {}  # owner uid -> dependent uids
-        # dedupe of emit_event: (involved, reason, message, type) <-> (namespace, name)
-        self._event_keys: dict[tuple[str, str, str, str], tuple[str, str]] = {}
-        self._event_key_of: dict[tuple[str, str], tuple[str, str, str, str]] = {}
-        self._event_seq = 0
+        # the client side of emit_event: what it writes is stored like any other write
+        self._events = EventCorrelator(self._create_event, self._patch_event, self.clock)
         self._rv = 1  # as a fresh etcd: a list never answers "0", which watch reads as "now"
         self._history: deque[_Record] = deque()
         self._history_limit = max(1, history)
@@ -418,8 +404,6 @@ class InMemoryCluster:
             self._store.clear()
             self._by_uid.clear()
             self._dependents.clear()
-            self._event_keys.clear()
-            self._event_key_of.clear()
             self._history.clear()
             self._gc_queue.clear()
             self._compacted_rv = 0
@@ -567,46 +551,51 @@ class InMemoryCluster:
     def create(self, kind: Kind, obj: Obj) -> Obj:
         with self._lock:
             self._begin("create", kind)
-            new = clone_obj(obj)
-            meta = self._meta_of(new)
-            if meta.get("resourceVersion"):
-                raise Invalid("metadata.resourceVersion: must not be set on create")
-            if meta.get("deletionTimestamp"):
-                raise Invalid("metadata.deletionTimestamp: may not be set on create")
-            ns = self._namespace(kind, meta.get("namespace"))
-            bucket = self._store.get(kind, {}).get(ns, {})
-            name = meta.get("name")
-            if not name:
-                prefix = meta.get("generateName")
-                if not prefix:
-                    raise Invalid("metadata.name: Required value: name or generateName")
-                name = prefix + "".join(self._ids.choice(_NAME_ALPHABET) for _ in range(5))
-                while name in bucket:
-                    name = prefix + "".join(self._ids.choice(_NAME_ALPHABET) for _ in range(5))
-            if not isinstance(name, str):
-                raise Invalid("metadata.name: must be a string")
-            if name in bucket:
-                raise AlreadyExists(f'{kind.plural} "{name}" already exists')
-            self._validate(meta)
-            if not meta.get("finalizers"):
-                meta.pop("finalizers", None)  # omitempty, as the API serialises it
-            meta["name"] = name
-            if ns:
-                meta["namespace"] = ns
-            else:
-                meta.pop("namespace", None)
-            meta["uid"] = self._new_uid()
-            meta["creationTimestamp"] = format_time(self.clock.now())
-            meta["generation"] = 1
-            meta.pop("deletionGracePeriodSeconds", None)
-            meta["resourceVersion"] = self._next_rv()
-            # the server's apiVersion/kind win, listed first as the API prints them
-            body = {k: v for k, v in new.items() if k not in ("apiVersion", "kind")}
-            new = {"apiVersion": kind.api_version, "kind": kind.kind, **body}
-            self._put(kind, new)
-            self._index(kind, new)
-            self._record(kind, "ADDED", new)
+            new = self._create(kind, obj)
         return clone_obj(new)
+
+    def _create(self, kind: Kind, obj: Obj) -> Obj:
+        """Store a new object (lock held); returns what was stored."""
+        new = clone_obj(obj)
+        meta = self._meta_of(new)
+        if meta.get("resourceVersion"):
+            raise Invalid("metadata.resourceVersion: must not be set on create")
+        if meta.get("deletionTimestamp"):
+            raise Invalid("metadata.deletionTimestamp: may not be set on create")
+        ns = self._namespace(kind, meta.get("namespace"))
+        bucket = self._store.get(kind, {}).get(ns, {})
+        name = meta.get("name")
+        if not name:
+            prefix = meta.get("generateName")
+            if not prefix:
+                raise Invalid("metadata.name: Required value: name or generateName")
+            name = prefix + "".join(self._ids.choice(_NAME_ALPHABET) for _ in range(5))
+            while name in bucket:
+                name = prefix + "".join(self._ids.choice(_NAME_ALPHABET) for _ in range(5))
+        if not isinstance(name, str):
+            raise Invalid("metadata.name: must be a string")
+        if name in bucket:
+            raise AlreadyExists(f'{kind.plural} "{name}" already exists')
+        self._validate(meta)
+        if not meta.get("finalizers"):
+            meta.pop("finalizers", None)  # omitempty, as the API serialises it
+        meta["name"] = name
+        if ns:
+            meta["namespace"] = ns
+        else:
+            meta.pop("namespace", None)
+        meta["uid"] = self._new_uid()
+        meta["creationTimestamp"] = format_time(self.clock.now())
+        meta["generation"] = 1
+        meta.pop("deletionGracePeriodSeconds", None)
+        meta["resourceVersion"] = self._next_rv()
+        # the server's apiVersion/kind win, listed first as the API prints them
+        body = {k: v for k, v in new.items() if k not in ("apiVersion", "kind")}
+        new = {"apiVersion": kind.api_version, "kind": kind.kind, **body}
+        self._put(kind, new)
+        self._index(kind, new)
+        self._record(kind, "ADDED", new)
+        return new
 
     def _validate(self, meta: Mapping[str, Any]) -> None:
         fins = meta.get("finalizers")
@@ -682,41 +671,53 @@ class InMemoryCluster:
     ) -> Obj:
         with self._lock:
             self._begin("patch", kind)
-            if subresource not in (None, "status"):
-                raise NotFound(f"{kind.plural} have no {subresource!r} subresource")
-            if subresource == "status" and kind not in STATUS_SUBRESOURCE:
-                raise NotFound(f"{kind.plural} have no status subresource")
-            stored = self._find(kind, name, namespace)
-            patched: Any
-            if patch_type == "json":
-                if not isinstance(patch, list):
-                    raise Invalid("a json patch is a list of operations")
-                patched = json_patch(stored, patch)
-            elif not isinstance(patch, Mapping):
-                raise Invalid(f"a {patch_type} patch is a JSON object")
-            elif patch_type == "merge":
-                patched = merge_patch(stored, patch)
-            elif patch_type == "strategic" and kind.group == "podnet.io":
-                # custom resources have no strategic-merge schema: upstream answers 415
-                raise ApiError("strategic merge patch is not supported for custom resources",
-                               code=415)
-            elif patch_type == "strategic":
-                patched = strategic_merge_patch(stored, patch, MERGE_RULES.get(kind, _COMMON_RULES))
-            else:
-                raise Invalid(f"unsupported patch type {patch_type!r}")
-            meta = self._meta_of(patched)
-            rv = meta.get("resourceVersion")
-            if rv is not None and rv != stored["metadata"]["resourceVersion"]:
-                self._check_rv(kind, stored, rv)  # a precondition the patch carried
-            if subresource == "status":
-                new = {**stored, "metadata": dict(stored["metadata"])}
-                self._keep_status(new, patched)
-            else:
-                new = patched
-                if kind in STATUS_SUBRESOURCE:
-                    self._keep_status(new, stored)
-            result = self._replace(kind, stored, new)
+            result = self._patch(kind, name, patch, namespace, patch_type, subresource)
         return clone_obj(result)
+
+    def _patch(
+        self,
+        kind: Kind,
+        name: str,
+        patch: Mapping[str, Any] | builtins.list[dict[str, Any]],
+        namespace: str | None,
+        patch_type: Literal["merge", "json", "strategic"],
+        subresource: Literal["status"] | None,
+    ) -> Obj:
+        """Apply a patch (lock held); returns what was stored."""
+        if subresource not in (None, "status"):
+            raise NotFound(f"{kind.plural} have no {subresource!r} subresource")
+        if subresource == "status" and kind not in STATUS_SUBRESOURCE:
+            raise NotFound(f"{kind.plural} have no status subresource")
+        stored = self._find(kind, name, namespace)
+        patched: Any
+        if patch_type == "json":
+            if not isinstance(patch, list):
+                raise Invalid("a json patch is a list of operations")
+            patched = json_patch(stored, patch)
+        elif not isinstance(patch, Mapping):
+            raise Invalid(f"a {patch_type} patch is a JSON object")
+        elif patch_type == "merge":
+            patched = merge_patch(stored, patch)
+        elif patch_type == "strategic" and kind.group == "podnet.io":
+            # custom resources have no strategic-merge schema: upstream answers 415
+            raise ApiError("strategic merge patch is not supported for custom resources",
+                           code=415)
+        elif patch_type == "strategic":
+            patched = strategic_merge_patch(stored, patch, MERGE_RULES.get(kind, _COMMON_RULES))
+        else:
+            raise Invalid(f"unsupported patch type {patch_type!r}")
+        meta = self._meta_of(patched)
+        rv = meta.get("resourceVersion")
+        if rv is not None and rv != stored["metadata"]["resourceVersion"]:
+            self._check_rv(kind, stored, rv)  # a precondition the patch carried
+        if subresource == "status":
+            new = {**stored, "metadata": dict(stored["metadata"])}
+            self._keep_status(new, patched)
+        else:
+            new = patched
+            if kind in STATUS_SUBRESOURCE:
+                self._keep_status(new, stored)
+        return self._replace(kind, stored, new)
 
     def _replace(self, kind: Kind, stored: Obj, new: Obj) -> Obj:
         """Store ``new`` over ``stored`` (lock held); returns what was stored."""
@@ -839,10 +840,6 @@ class InMemoryCluster:
             buckets.pop(ns, None)
         self._by_uid.pop(meta["uid"], None)
         self._unindex_owners(meta)
-        if kind == EVENT:
-            key = self._event_key_of.pop((ns, meta["name"]), None)
-            if key is not None:
-                self._event_keys.pop(key, None)
         final = {**obj, "metadata": {**meta, "resourceVersion": self._next_rv()}}
         self._record(kind, "DELETED", final)
         self._gc_queue.append(meta["uid"])
@@ -870,63 +867,21 @@ class InMemoryCluster:
         message: str,
         type: Literal["Normal", "Warning"] = "Normal",
     ) -> None:
-        meta = involved.get("metadata") or {}
-        ns = meta.get("namespace") or "default"
-        ref = {
-            "apiVersion": involved.get("apiVersion", ""),
-            "kind": involved.get("kind", ""),
-            "name": meta.get("name", ""),
-            "namespace": meta.get("namespace"),
-            "uid": meta.get("uid"),
-            "resourceVersion": meta.get("resourceVersion"),
-        }
-        ref = {k: v for k, v in ref.items() if v is not None}
-        identity = meta.get("uid") or f"{ref['kind']}/{ns}/{ref['name']}"
-        key = (identity, reason, message, type)
+        """Record an Event through the client's correlator (``events.py``): what it writes
+        is stored as any create or patch is; the store merges nothing. Counted once in
+        ``stats``, as ``emit_event``; ``faults`` leave Events alone (they are best effort,
+        and the chaos harness aims at the writes that matter)."""
         with self._lock:
             self.stats[("emit_event", EVENT.plural)] += 1
-            now = format_time(self.clock.now())
-            where = self._event_keys.get(key)
-            existing = self._store.get(EVENT, {}).get(where[0], {}).get(where[1]) if where else None
-            if existing is not None:
-                new = {
-                    **existing,
-                    "involvedObject": ref,
-                    "count": int(existing.get("count", 1)) + 1,
-                    "lastTimestamp": now,
-                    "metadata": {**existing["metadata"], "resourceVersion": self._next_rv()},
-                }
-                self._put(EVENT, new)
-                self._record(EVENT, "MODIFIED", new, existing)
-                return
-            self._event_seq += 1
-            name = f"{ref['name']}.{self._event_seq:016x}"
-            event: Obj = {
-                "apiVersion": EVENT.api_version,
-                "kind": EVENT.kind,
-                "metadata": {
-                    "name": name,
-                    "namespace": ns,
-                    "uid": self._new_uid(),
-                    "creationTimestamp": now,
-                    "generation": 1,
-                    "resourceVersion": self._next_rv(),
-                },
-                "involvedObject": ref,
-                "reason": reason,
-                "message": message,
-                "type": type,
-                "count": 1,
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "source": {"component": "podnet"},
-                "reportingComponent": "podnet",
-            }
-            self._put(EVENT, event)
-            self._index(EVENT, event)
-            self._event_keys[key] = (ns, name)
-            self._event_key_of[(ns, name)] = key
-            self._record(EVENT, "ADDED", event)
+        self._events.record(involved, reason, message, type)
+
+    def _create_event(self, event: Obj) -> Obj:
+        with self._lock:
+            return self._create(EVENT, event)
+
+    def _patch_event(self, namespace: str, name: str, patch: Obj) -> Obj:
+        with self._lock:
+            return self._patch(EVENT, name, patch, namespace, "merge", None)
 
     def events_for(
         self, involved: Obj | str, namespace: str | None = None, reason: str | None = None
@@ -954,7 +909,8 @@ class InMemoryCluster:
                     if reason is not None and ev.get("reason") != reason:
                         continue
                     found.append(ev)
-        found.sort(key=lambda e: (e.get("firstTimestamp") or "", e["metadata"]["name"]))
+        # stable: Events first seen in the same second stay in the order they were made
+        found.sort(key=lambda e: e.get("firstTimestamp") or "")
         return [clone_obj(e) for e in found]
 
 

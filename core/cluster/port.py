@@ -44,8 +44,6 @@ POD_NETWORK = Kind("podnet.io", "v1alpha1", "PodNetwork", "podnetworks", True)
 NODE_NETWORK = Kind("podnet.io", "v1alpha1", "NodeNetwork", "nodenetworks", False)
 STATEFUL_SET = Kind("apps", "v1", "StatefulSet", "statefulsets", True)
 
-KINDS = (POD, NODE, NAMESPACE, EVENT, LEASE, POD_NETWORK, NODE_NETWORK, STATEFUL_SET)
-
 
 class ApiError(Exception):
     """An error status from the API; ``code`` is the HTTP status."""
@@ -131,6 +129,16 @@ class Watch(Protocol):
     def closed(self) -> bool: ...
 
     def stop(self) -> None: ...
+
+
+def events_until_closed(watch: Watch, interval: float = 0.5) -> Iterator[WatchEvent]:
+    """Every event of ``watch`` as it comes, until it is closed and drained: what iterating
+    over a watch of either adapter does."""
+    while True:
+        events = watch.poll(interval)
+        yield from events
+        if not events and watch.closed:
+            return
 
 
 class Cluster(Protocol):

@@ -45,6 +45,7 @@ from podnet.core.models import (
     ObjectMeta,
     OwnerReference,
     Phase,
+    set_condition,
 )
 from podnet.core.policy import PoolPolicy
 from podnet.core.pool import SHRINKING, Interface, NodePool
@@ -239,10 +240,9 @@ class NodePoolReconciler:
             return
         condition = Condition(type="ProviderCheck", status=status, reason=reason,
                               message=message, last_transition_time=e.clock.now())
-        others = tuple(c for c in current.status.conditions if c.type != "ProviderCheck")
         try:
             e.update_status(NODE_NETWORK, attrs.evolve(current, status=attrs.evolve(
-                current.status, conditions=(*others, condition))))
+                current.status, conditions=set_condition(current.status.conditions, condition))))
         except (Conflict, NotFound):
             pass  # the next check compares with the record again, and writes it
 
@@ -260,10 +260,9 @@ class NodePoolReconciler:
             return  # healthy from the start: nothing worth a write
         condition = Condition(type="PoolReady", status=status, reason=reason,
                               message=message, last_transition_time=e.clock.now())
-        others = tuple(c for c in current.status.conditions if c.type != "PoolReady")
         try:
             e.update_status(NODE_NETWORK, attrs.evolve(current, status=attrs.evolve(
-                current.status, conditions=(*others, condition))))
+                current.status, conditions=set_condition(current.status.conditions, condition))))
         except (Conflict, NotFound):
             return
         if problem:

@@ -65,10 +65,12 @@ from podnet.core.models import (
     PodNetwork,
     PodNetworkSpec,
     WorkloadInfo,
+    set_condition,
 )
 from podnet.core.objects import (
     is_statefulset,
     namespace_annotations,
+    pod_is_sticky,
     pod_is_terminal,
     statefulset_ordinal,
     vm_of,
@@ -143,21 +145,6 @@ def record_name(pod: PodInfo, network: str, sticky: bool) -> str:
     digest = hashlib.sha256(base.encode()).hexdigest()[:10]
     # a DNS-1123 subdomain's labels end alphanumeric: trim what the cut left dangling
     return f"{base[:242].rstrip('.-')}.{digest}"
-
-
-def set_condition(
-    conditions: tuple[Condition, ...], new: Condition
-) -> tuple[Condition, ...]:
-    """Replace the condition of the same type; keep its transition time if unchanged."""
-    out = []
-    for c in conditions:
-        if c.type == new.type:
-            if c.status == new.status:
-                new = attrs.evolve(new, last_transition_time=c.last_transition_time)
-            continue
-        out.append(c)
-    out.append(new)
-    return tuple(out)
 
 
 def ready_condition(pn: PodNetwork) -> Condition | None:
@@ -360,7 +347,7 @@ class PodNetworkReconciler:
         except InvalidRequest as exc:
             request, invalid = NetworkRequest(), exc
         info = e.providers[provider]
-        sticky = _controller_kind(pod) in info.sticky_kinds
+        sticky = pod_is_sticky(pod, info.sticky_kinds)
         out = {DEFAULT_NETWORK: Desired(provider, request, sticky, invalid, warnings)}
         # who serves each attachment: the operator's config first, then the plugins
         served_by = {n: e.options.networks[n] for n in names if n in e.options.networks}
@@ -416,7 +403,7 @@ class PodNetworkReconciler:
                 f"pool belongs to {default_provider!r}; an attachment network needs a "
                 "provider with its own address management")
         return Desired(provider, NetworkRequest(),
-                       _controller_kind(pod) in served.sticky_kinds, problem)
+                       pod_is_sticky(pod, served.sticky_kinds), problem)
 
     def _wanted(self, pn: PodNetwork, pod: PodInfo | None, desired: dict[str, Desired]) -> bool:
         if pod is None or pn.metadata.deletion_timestamp is not None:
@@ -1294,13 +1281,6 @@ def _frozen_said(pn: PodNetwork) -> bool:
     """Whether the record says some of its pod's requests are not applied."""
     said = _condition(pn, REQUESTS_APPLIED)
     return said is not None and said.status == "False"
-
-
-def _controller_kind(pod: PodInfo) -> str | None:
-    for ref in pod.owner_references:
-        if ref.controller:
-            return ref.kind
-    return None
 
 
 def _sticky_owner(pod: PodInfo) -> OwnerReference | None:

@@ -1,0 +1,116 @@
+"""The event correlator: the client counts repeated Events; the server stores what it gets."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from podnet.core.clock import FakeClock
+from podnet.core.cluster.events import EventCorrelator
+from podnet.core.cluster.memory import InMemoryCluster
+from podnet.core.cluster.port import EVENT, POD_NETWORK, ApiError, Obj
+
+NS = "default"
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> InMemoryCluster:
+    return InMemoryCluster(clock)
+
+
+def correlator(store: InMemoryCluster, cache_size: int = 16) -> EventCorrelator:
+    """A client of ``store`` of its own, as another replica's recorder is."""
+    return EventCorrelator(
+        lambda event: store.create(EVENT, event),
+        lambda namespace, name, patch: store.patch(EVENT, name, patch, namespace),
+        store.clock,
+        cache_size=cache_size,
+    )
+
+
+def record(store: InMemoryCluster, name: str) -> Obj:
+    return store.create(POD_NETWORK, {
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"podName": name, "podUid": "u", "nodeName": "n1", "provider": "reference"},
+    })
+
+
+def counts(store: InMemoryCluster, involved: Obj) -> list[tuple[str, int]]:
+    return [(e["reason"], e["count"]) for e in store.events_for(involved)]
+
+
+def test_a_repeat_moves_last_timestamp_and_keeps_the_first(
+    store: InMemoryCluster, clock: FakeClock
+) -> None:
+    pn = record(store, "a")
+    events = correlator(store)
+    events.record(pn, "Allocated", "got 10.0.0.5")
+    clock.advance(30)
+    events.record(pn, "Allocated", "got 10.0.0.5")
+    [event] = store.events_for(pn)
+    assert event["count"] == 2
+    assert (event["firstTimestamp"], event["lastTimestamp"]) == (
+        "2026-01-01T00:00:00Z", "2026-01-01T00:00:30Z")
+
+
+def test_each_client_counts_only_the_events_it_wrote(store: InMemoryCluster) -> None:
+    """Two recorders on one server make two Events: the server merges nothing."""
+    pn = record(store, "a")
+    first, second = correlator(store), correlator(store)
+    first.record(pn, "Allocated", "got 10.0.0.5")
+    second.record(pn, "Allocated", "got 10.0.0.5")
+    assert counts(store, pn) == [("Allocated", 1), ("Allocated", 1)]
+    first.record(pn, "Allocated", "got 10.0.0.5")
+    assert sorted(counts(store, pn)) == [("Allocated", 1), ("Allocated", 2)]
+
+
+def test_a_different_reason_message_or_type_is_another_event(store: InMemoryCluster) -> None:
+    pn = record(store, "a")
+    events = correlator(store)
+    events.record(pn, "Allocated", "got 10.0.0.5")
+    events.record(pn, "Allocated", "got 10.0.0.6")
+    events.record(pn, "Routed", "got 10.0.0.5")
+    events.record(pn, "Allocated", "got 10.0.0.5", type="Warning")
+    assert len(store.events_for(pn)) == 4
+    other = record(store, "b")
+    events.record(other, "Allocated", "got 10.0.0.5")
+    assert counts(store, other) == [("Allocated", 1)]
+
+
+def test_the_least_recently_seen_key_is_forgotten_first(store: InMemoryCluster) -> None:
+    pn = record(store, "a")
+    events = correlator(store, cache_size=2)
+    for reason in ("A", "B", "A", "C", "A", "B"):  # C pushes B out; A stays, being used
+        events.record(pn, reason, "x")
+    assert sorted(counts(store, pn)) == [("A", 3), ("B", 1), ("B", 1), ("C", 1)]
+
+
+def test_a_failed_create_is_not_remembered(store: InMemoryCluster) -> None:
+    pn = record(store, "a")
+    events = correlator(store)
+    store.faults.fail_next("create", EVENT, ApiError("injected"))
+    with pytest.raises(ApiError):
+        events.record(pn, "Allocated", "got 10.0.0.5")
+    events.record(pn, "Allocated", "got 10.0.0.5")
+    assert counts(store, pn) == [("Allocated", 1)]
+
+
+def test_concurrent_repeats_make_one_event(store: InMemoryCluster) -> None:
+    pn = record(store, "a")
+
+    def emit() -> None:
+        for _ in range(25):
+            store.emit_event(pn, "Allocated", "got 10.0.0.5")
+
+    threads = [threading.Thread(target=emit) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert counts(store, pn) == [("Allocated", 100)]

@@ -62,7 +62,7 @@ from podnet.core.plugin import new_plugin_manager
 from podnet.core.policy import PoolPolicy, RateLimit
 from podnet.core.reconcile.podnetwork import record_name
 from podnet.core.tracing import Tracing, make_tracer_provider, read_trace_file
-from podnet.testing.reference import ReferenceCloud, ReferenceProvider
+from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 
 PROVIDER = "reference"
 MIB = 1024 * 1024

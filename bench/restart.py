@@ -61,7 +61,7 @@ from podnet.core.objects import node_info
 from podnet.core.plugin import new_plugin_manager
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import NodeContext, TransitionEvent
-from podnet.testing.reference import ReferenceCloud, ReferenceProvider
+from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 
 PROVIDER = "reference"
 TARGET_S = 20.0

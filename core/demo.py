@@ -173,7 +173,7 @@ def demo_providers() -> list[str]:
 
 def _member(name: str, opts: DemoOptions) -> Member:
     if name == "reference":
-        from podnet.testing.reference import ReferenceCloud, ReferenceProvider
+        from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 
         cloud = ReferenceCloud(latency=opts.cloud_latency_ms / 1000, fault_rate=opts.fault_rate,
                                seed=opts.seed)

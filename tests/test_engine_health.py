@@ -19,7 +19,7 @@ from podnet.core.demo import NAMESPACE_NAME, node_obj, pod_obj
 from podnet.core.host import Host
 from podnet.core.plugin import new_plugin_manager
 from podnet.core.reconcile.result import Result
-from podnet.testing.reference import ReferenceCloud, ReferenceProvider
+from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 
 NS = NAMESPACE_NAME
 

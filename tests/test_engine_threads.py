@@ -18,7 +18,7 @@ from podnet.core.demo import node_obj, pod_obj
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.plugin import new_plugin_manager
 from podnet.core.policy import PoolPolicy
-from podnet.testing.reference import ReferenceCloud, ReferenceProvider
+from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 
 NS = "demo"
 VMS = 20

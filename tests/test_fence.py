@@ -23,7 +23,7 @@ from podnet.core.host import Host
 from podnet.core.leader import LeaderElector
 from podnet.core.plugin import new_plugin_manager
 from podnet.core.policy import PoolPolicy
-from podnet.testing.reference import ReferenceCloud, ReferenceProvider
+from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 
 NS = "demo"
 #: hooks that change the cloud or the dataplane

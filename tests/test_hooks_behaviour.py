@@ -39,7 +39,7 @@ from podnet.hookspecs.types import (
     TransitionEvent,
     VerifyResult,
 )
-from podnet.testing.reference import ReferenceCloud, ReferenceProvider
+from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 
 NS = "demo"
 POLICY = PoolPolicy(min_idle=1, max_idle=4, batch_size=4, max_batch_size=8, reuse_cooldown=0.0)

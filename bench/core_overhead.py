@@ -39,11 +39,11 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 
+from podnet.app.demo import NAMESPACE_NAME, node_obj, pod_obj
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Kind, Obj
 from podnet.core.convert import to_wire
-from podnet.core.demo import NAMESPACE_NAME, node_obj, pod_obj
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.models import (
     FINALIZER,

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from podnet.app.demo import node_obj
 from podnet.core.cluster.port import NODE
-from podnet.core.demo import node_obj
 from podnet.core.errors import ErrorKind, ProviderError
 from podnet.core.models import NodeInfo, NodeNetwork, NodeNetworkSpec, ObjectMeta
 from podnet.hookspecs.types import NodeContext, PoolEntry

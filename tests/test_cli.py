@@ -15,7 +15,7 @@ from podnet.core.tracing import read_trace_file
 def podnet(*args: str, timeout: float = 300, cwd: Path | None = None
            ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "podnet.core.cli", *args],
+        [sys.executable, "-m", "podnet.app.cli", *args],
         capture_output=True, text=True, timeout=timeout, check=False, cwd=cwd,
     )
 
@@ -115,7 +115,7 @@ def test_plugins_honours_the_disable_list() -> None:
     import os
 
     env = dict(os.environ, PODNET_DISABLE_PLUGINS="reference")
-    run = subprocess.run([sys.executable, "-m", "podnet.core.cli", "plugins"],
+    run = subprocess.run([sys.executable, "-m", "podnet.app.cli", "plugins"],
                          capture_output=True, text=True, timeout=60, env=env, check=False)
     assert run.returncode == 0
     assert "reference" not in run.stdout

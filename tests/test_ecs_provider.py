@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from podnet.core.demo import node_obj
+from podnet.app.demo import node_obj
 from podnet.core.errors import ErrorKind, ProviderError
 from podnet.core.models import NodeInfo
 from podnet.hookspecs.types import CloudInterface, NodeContext, PoolEntry

@@ -14,11 +14,11 @@ from typing import Any
 import attrs
 import pytest
 
+from podnet.app.demo import node_obj, pod_obj
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import EVENT, NAMESPACE, NODE, POD, POD_NETWORK, Obj
 from podnet.core.config import parse_config
-from podnet.core.demo import node_obj, pod_obj
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.errors import ConfigError
 from podnet.core.models import NodeInfo, PodInfo

@@ -5,6 +5,9 @@ still makes the two modules depend on each other), and under ``if TYPE_CHECKING:
 (a type the module names is a dependency, whether or not it is imported at run time).
 The modules are the ones pyproject.toml packages (its ``package-dir`` mapping), so a
 module added to the tree is checked without changing this file.
+
+It also checks that the import contracts (pyproject.toml, ``lint-imports``) place every
+core module: in a layer, and either public to providers or forbidden to them.
 """
 
 from __future__ import annotations
@@ -173,6 +176,41 @@ def _describe(graph: dict[str, dict[str, list[Import]]], component: list[str]) -
 
 def _report(graph: dict[str, dict[str, list[Import]]], found: list[list[str]]) -> str:
     return "\n".join(line for component in found for line in _describe(graph, component))
+
+
+# --- the import contracts cover every module ------------------------------------------------
+
+#: core's modules a provider may import (docs/writing-a-provider.md, section 1)
+PUBLIC_TO_PROVIDERS = {"annotations", "errors", "models", "objects", "policy", "pool",
+                       "ratelimit"}
+
+
+def _core_children() -> set[str]:
+    """podnet.core's modules and subpackages, as the contracts name them."""
+    return {name.split(".")[2] for name in MODULES
+            if name.startswith("podnet.core.")}
+
+
+def _contract(name_start: str) -> dict[str, object]:
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))
+    contracts: list[dict[str, object]] = setup["tool"]["importlinter"]["contracts"]
+    return next(c for c in contracts if str(c["name"]).startswith(name_start))
+
+
+def test_every_core_module_is_in_a_layer() -> None:
+    layers = _contract("layers:")["layers"]
+    assert isinstance(layers, list)
+    placed = [m.strip() for layer in layers for m in str(layer).split(":")]
+    in_core = [m.removeprefix("podnet.core.") for m in placed if m.startswith("podnet.core.")]
+    assert sorted(in_core) == sorted(_core_children()), "place each core module in a layer"
+
+
+def test_every_core_module_is_public_or_forbidden_to_providers() -> None:
+    forbidden = _contract("providers import only")["forbidden_modules"]
+    assert isinstance(forbidden, list)
+    internal = {m.removeprefix("podnet.core.") for m in forbidden if m.startswith("podnet.core.")}
+    assert not internal & PUBLIC_TO_PROVIDERS
+    assert internal | PUBLIC_TO_PROVIDERS == _core_children()
 
 
 # --- the reader itself ---------------------------------------------------------------------

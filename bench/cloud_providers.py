@@ -20,7 +20,7 @@ from typing import Any
 
 
 def run_once(provider: str, args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "podnet.core.cli", "demo", "--provider", provider,
+    cmd = [sys.executable, "-m", "podnet.app.cli", "demo", "--provider", provider,
            "--nodes", str(args.nodes), "--pods", str(args.pods),
            "--cloud-latency-ms", str(args.latency_ms), "--cloud-rate", str(args.rate),
            "--json"]

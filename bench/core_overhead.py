@@ -39,11 +39,11 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 
+from podnet.app.demo import NAMESPACE_NAME, node_obj, pod_obj
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Kind, Obj
 from podnet.core.convert import to_wire
-from podnet.core.demo import NAMESPACE_NAME, node_obj, pod_obj
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.models import (
     FINALIZER,
@@ -62,7 +62,7 @@ from podnet.core.plugin import new_plugin_manager
 from podnet.core.policy import PoolPolicy, RateLimit
 from podnet.core.reconcile.podnetwork import record_name
 from podnet.core.tracing import Tracing, make_tracer_provider, read_trace_file
-from podnet.testing.reference import ReferenceCloud, ReferenceProvider
+from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 
 PROVIDER = "reference"
 MIB = 1024 * 1024

@@ -41,11 +41,11 @@ from typing import Any
 
 from core_overhead import P4_IPS_PER_NODE, p4_records, profile_text
 
+from podnet.app.demo import NAMESPACE_NAME, pod_obj
 from podnet.core.cluster.kube import KubeCluster
 from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NODE, NODE_NETWORK, POD, POD_NETWORK, Cluster
 from podnet.core.convert import to_wire
-from podnet.core.demo import NAMESPACE_NAME, pod_obj
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.models import (
     InterfaceStatus,
@@ -61,7 +61,7 @@ from podnet.core.objects import node_info
 from podnet.core.plugin import new_plugin_manager
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import NodeContext, TransitionEvent
-from podnet.testing.reference import ReferenceCloud, ReferenceProvider
+from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 
 PROVIDER = "reference"
 TARGET_S = 20.0
@@ -324,7 +324,7 @@ def _measure(cluster: Cluster, cloud: ReferenceCloud, server: Server | None,
     pm.register(ReferenceProvider(cloud), name=PROVIDER)
     listener = Listener()
     pm.register(listener, name="restart-bench")
-    # as `podnet run` builds it (core.host.Host): freeze_gc, the default 4 workers
+    # as `podnet run` builds it (app.host.Host): freeze_gc, the default 4 workers
     engine = Engine(cluster, pm, options=EngineOptions(
         default_provider=PROVIDER, seed=seed, freeze_gc=True))
     driver = Driver(engine, threaded)

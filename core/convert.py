@@ -35,7 +35,6 @@ from cattrs.errors import (
 )
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
-from podnet.core import models
 from podnet.core.annotations import (
     check_ip,
     check_ip_address,
@@ -46,6 +45,7 @@ from podnet.core.annotations import (
     show,
 )
 from podnet.core.clock import format_time, parse_time
+from podnet.hookspecs import models
 
 __all__ = ["RecordError", "converter", "from_wire", "to_wire"]
 

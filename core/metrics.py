@@ -6,15 +6,55 @@ read from the engine's own state at scrape time, so metrics cost nothing between
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from podnet.core.engine import Engine
+    from podnet.core.fence import Fence
+    from podnet.core.pool import Pools
+    from podnet.core.ratelimit import CloudLimiter, TokenBucket
+
+
+class _Queue(Protocol):
+    def __len__(self) -> int: ...
+    def pending_delayed(self) -> int: ...
+
+
+class _Counts(Protocol):
+    @property
+    def transitions(self) -> Mapping[str, int]: ...
+    @property
+    def failed_transitions(self) -> Mapping[str, int]: ...
+    @property
+    def writes(self) -> Mapping[str, int]: ...
+
+
+class _Gates(Protocol):
+    def buckets(self) -> Mapping[str, TokenBucket]: ...
+
+
+class EngineState(Protocol):
+    """What the metrics read of an engine at scrape time (the Engine has all of it): a
+    protocol, so that the module the engine imports imports no engine."""
+
+    @property
+    def queue(self) -> _Queue: ...
+    @property
+    def pools(self) -> Pools: ...
+    @property
+    def stats(self) -> _Counts: ...
+    @property
+    def fence(self) -> Fence: ...
+    @property
+    def nodepools(self) -> _Gates: ...
+    @property
+    def cloud_limiters(self) -> Mapping[str, CloudLimiter]: ...
+    def workers_alive(self) -> int: ...
+
 
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -31,7 +71,7 @@ class Metrics:
             ["provider", "api", "outcome"], buckets=_BUCKETS, registry=self.registry,
         )
 
-    def attach(self, engine: Engine) -> None:
+    def attach(self, engine: EngineState) -> None:
         self.registry.register(_EngineCollector(engine))
 
     def reconcile(self, controller: str, seconds: float, outcome: str) -> None:
@@ -45,7 +85,7 @@ class Metrics:
 
 
 class _EngineCollector(Collector):
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: EngineState) -> None:
         self.engine = engine
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:

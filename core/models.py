@@ -1,289 +1,68 @@
 """The records podnet keeps, as frozen attrs value classes.
 
-These are the shapes of the two custom resources (group ``podnet.io``, version
-``v1alpha1``) and of the requests parsed from pod annotations. They carry no wire rules:
-field names here are Python's, and ``podnet.core.convert`` alone maps them to and from
-the camelCase JSON the API server stores. Providers may import this module.
+They are part of the provider contract (hooks receive them) and so are defined in
+:mod:`podnet.hookspecs.models`; this module re-exports every name under its old path.
+Providers may import either.
 """
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Sequence
-from datetime import datetime
+from podnet.hookspecs.models import (
+    API_VERSION,
+    DEFAULT_NETWORK,
+    FINALIZER,
+    GROUP,
+    LABEL_NODE,
+    LABEL_POD,
+    LABEL_VM,
+    VERSION,
+    Condition,
+    InterfaceState,
+    InterfaceStatus,
+    IpStatus,
+    NetworkRequest,
+    NodeInfo,
+    NodeNetwork,
+    NodeNetworkSpec,
+    NodeNetworkStatus,
+    ObjectMeta,
+    OwnerReference,
+    Phase,
+    PodInfo,
+    PodNetwork,
+    PodNetworkSpec,
+    PodNetworkStatus,
+    PoolBounds,
+    WorkloadInfo,
+    set_condition,
+)
 
-import attrs
-
-GROUP = "podnet.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-FINALIZER = "podnet.io/release"
-DEFAULT_NETWORK = "default"
-
-#: Label put on every PodNetwork so list/watch can be narrowed to one node or pod.
-LABEL_NODE = "podnet.io/node"
-LABEL_POD = "podnet.io/pod"
-#: on a KubeVirt VM's sticky records: the VirtualMachineInstance's name (the VM's pods
-#: change names, and the VMI its uid, each time the VM starts)
-LABEL_VM = "podnet.io/vm"
-
-
-class Phase(enum.StrEnum):
-    """PodNetwork phases; the machine state lives here, in ``status.phase``."""
-
-    PENDING = "Pending"
-    ALLOCATED = "Allocated"
-    ROUTED = "Routed"
-    RELEASING = "Releasing"
-
-
-class InterfaceState(enum.StrEnum):
-    """ENI machine states, as recorded in NodeNetwork status."""
-
-    INITIALIZING = "Initializing"
-    READY = "Ready"
-    INHIBITED = "Inhibited"
-    DISPOSING = "Disposing"
-
-
-@attrs.frozen
-class OwnerReference:
-    api_version: str
-    kind: str
-    name: str
-    uid: str
-    controller: bool = False
-    block_owner_deletion: bool = False
-
-
-@attrs.frozen
-class ObjectMeta:
-    """The part of Kubernetes metadata podnet reads and writes."""
-
-    name: str
-    namespace: str | None = None
-    uid: str | None = None
-    resource_version: str | None = None
-    generation: int | None = None
-    creation_timestamp: datetime | None = None
-    deletion_timestamp: datetime | None = None
-    labels: dict[str, str] = attrs.field(factory=dict)
-    annotations: dict[str, str] = attrs.field(factory=dict)
-    finalizers: tuple[str, ...] = ()
-    owner_references: tuple[OwnerReference, ...] = ()
-
-
-@attrs.frozen
-class Condition:
-    """A Kubernetes-style condition: one per ``type``, replaced, never appended twice."""
-
-    type: str
-    status: str  # "True" | "False" | "Unknown"
-    reason: str = ""
-    message: str = ""
-    last_transition_time: datetime | None = None
-
-
-def set_condition(
-    conditions: Sequence[Condition], new: Condition
-) -> tuple[Condition, ...]:
-    """``conditions`` with ``new`` in place of the one of its type (last), the one rule
-    every condition writer follows: ``lastTransitionTime`` is kept unless the status
-    changes (a new reason or message alone is no transition)."""
-    out = []
-    for c in conditions:
-        if c.type == new.type:
-            if c.status == new.status:
-                new = attrs.evolve(new, last_transition_time=c.last_transition_time)
-            continue
-        out.append(c)
-    out.append(new)
-    return tuple(out)
-
-
-# --- requests parsed from pod annotations -------------------------------------------
-
-
-@attrs.frozen
-class NetworkRequest:
-    """What a pod asked for through ``podnet.io/*`` annotations, already validated.
-
-    Empty fields mean "no preference": the provider's defaults apply.
-    """
-
-    subnets: tuple[str, ...] = ()
-    ip_address: str | None = None
-    ip_pool: tuple[str, ...] = ()
-    mac_address: str | None = None
-    security_groups: tuple[str, ...] = ()
-    port_security: bool = False
-    vips: tuple[str, ...] = ()
-    eip: str | None = None
-    snat: bool = False
-
-
-# --- PodNetwork -----------------------------------------------------------------------
-
-
-@attrs.frozen
-class PodNetworkSpec:
-    pod_name: str
-    pod_uid: str
-    node_name: str
-    provider: str
-    network: str = DEFAULT_NETWORK
-    #: Sticky pod networks (StatefulSet, VM) keep their address across pod restarts.
-    sticky: bool = False
-    requests: NetworkRequest = NetworkRequest()
-
-
-@attrs.frozen
-class PodNetworkStatus:
-    phase: Phase = Phase.PENDING
-    ip: str | None = None
-    ipv6: str | None = None
-    mac: str | None = None
-    subnet: str | None = None
-    gateway: str | None = None
-    interface: str | None = None
-    conditions: tuple[Condition, ...] = ()
-    last_transition_time: datetime | None = None
-    #: W3C traceparent of the lifecycle's first transition: later ones join its trace.
-    traceparent: str | None = None
-
-
-@attrs.frozen
-class PodNetwork:
-    metadata: ObjectMeta
-    spec: PodNetworkSpec
-    status: PodNetworkStatus = PodNetworkStatus()
-    api_version: str = API_VERSION
-    kind: str = "PodNetwork"
-
-    @property
-    def key(self) -> str:
-        return f"{self.metadata.namespace}/{self.metadata.name}"
-
-
-# --- NodeNetwork ----------------------------------------------------------------------
-
-
-@attrs.frozen
-class PoolBounds:
-    """Idle-address bounds for one node; ``None`` means the provider's default."""
-
-    min_idle: int | None = None
-    max_idle: int | None = None
-
-
-@attrs.frozen
-class NodeNetworkSpec:
-    provider: str
-    instance_id: str | None = None
-    subnets: tuple[str, ...] = ()
-    pool: PoolBounds = PoolBounds()
-
-
-@attrs.frozen
-class IpStatus:
-    """One address on an interface: owned by a PodNetwork (``namespace/name``) or idle.
-
-    On a dual-stack node ``address`` is the IPv4 half and ``ipv6`` the IPv6 half of a
-    pair; an entry without ``ipv6`` there is an invalid half (of either family) waiting to
-    be given back. Absent on the wire for single-stack nodes and older records.
-    """
-
-    address: str
-    owner: str | None = None
-    subnet: str | None = None
-    ipv6: str | None = None
-
-
-@attrs.frozen
-class InterfaceStatus:
-    id: str
-    state: InterfaceState = InterfaceState.READY
-    mac: str | None = None
-    subnet: str | None = None
-    primary: bool = False
-    trunk: bool = False
-    ips: tuple[IpStatus, ...] = ()
-    inhibited_until: datetime | None = None
-    #: False: holds no pod address (an ECS primary ENI); a record without it means True
-    pooled: bool = True
-
-
-@attrs.frozen
-class NodeNetworkStatus:
-    interfaces: tuple[InterfaceStatus, ...] = ()
-    last_inventory_sync: datetime | None = None
-    conditions: tuple[Condition, ...] = ()
-
-
-@attrs.frozen
-class NodeNetwork:
-    metadata: ObjectMeta
-    spec: NodeNetworkSpec
-    status: NodeNetworkStatus = NodeNetworkStatus()
-    api_version: str = API_VERSION
-    kind: str = "NodeNetwork"
-
-
-# --- read views of built-in objects ---------------------------------------------------
-# The engine keeps only these few fields of Pods and Nodes in its caches (GOALS.md P4).
-
-
-@attrs.frozen
-class PodInfo:
-    namespace: str
-    name: str
-    uid: str
-    node_name: str | None = None
-    phase: str = "Pending"
-    restart_policy: str = "Always"
-    reason: str | None = None
-    deletion_timestamp: datetime | None = None
-    deletion_grace_period_seconds: int | None = None
-    labels: dict[str, str] = attrs.field(factory=dict)
-    annotations: dict[str, str] = attrs.field(factory=dict)
-    owner_references: tuple[OwnerReference, ...] = ()
-    host_network: bool = False
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-@attrs.frozen
-class NodeInfo:
-    name: str
-    uid: str
-    pod_cidr: str | None = None
-    provider_id: str | None = None
-    labels: dict[str, str] = attrs.field(factory=dict)
-    annotations: dict[str, str] = attrs.field(factory=dict)
-    internal_ips: tuple[str, ...] = ()
-    deletion_timestamp: datetime | None = None
-
-
-@attrs.frozen
-class WorkloadInfo:
-    """A pod's controller as core's cache sees it (StatefulSets, for now).
-
-    ``exists=False`` means core's cache is synced and holds no such workload: it was
-    deleted (or never existed).
-    """
-
-    kind: str
-    namespace: str
-    name: str
-    uid: str = ""
-    #: ``spec.replicas`` (the API's default, 1, when unset)
-    replicas: int = 1
-    #: ``spec.ordinals.start``: the first ordinal of a StatefulSet's pods
-    ordinal_start: int = 0
-    exists: bool = True
-
-    def wants_ordinal(self, ordinal: int) -> bool:
-        """Whether a pod with this ordinal is one the workload keeps at its current scale."""
-        return self.exists and self.ordinal_start <= ordinal < self.ordinal_start + self.replicas
+__all__ = [
+    "API_VERSION",
+    "DEFAULT_NETWORK",
+    "FINALIZER",
+    "GROUP",
+    "LABEL_NODE",
+    "LABEL_POD",
+    "LABEL_VM",
+    "VERSION",
+    "Condition",
+    "InterfaceState",
+    "InterfaceStatus",
+    "IpStatus",
+    "NetworkRequest",
+    "NodeInfo",
+    "NodeNetwork",
+    "NodeNetworkSpec",
+    "NodeNetworkStatus",
+    "ObjectMeta",
+    "OwnerReference",
+    "Phase",
+    "PodInfo",
+    "PodNetwork",
+    "PodNetworkSpec",
+    "PodNetworkStatus",
+    "PoolBounds",
+    "WorkloadInfo",
+    "set_condition",
+]

@@ -30,7 +30,7 @@ DISABLE_ENV = "PODNET_DISABLE_PLUGINS"
 #: Built-in plugins: name -> module exposing hook implementations (module-level or a
 #: ``plugin`` attribute). Only those whose module exists are loaded.
 BUILTIN_PLUGINS: dict[str, str] = {
-    "reference": "podnet.testing.reference",
+    "reference": "podnet.plugins.reference.provider",
     "bbc": "podnet.plugins.bbc.provider",
     "ecs": "podnet.plugins.ecs.provider",
     "ovn": "podnet.plugins.ovn.provider",

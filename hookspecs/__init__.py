@@ -8,7 +8,7 @@ provider in charge answers and the others stay silent — the idiom of pytest's
 
 Every hook must be idempotent: the engine may call it again after a crash, with the same
 arguments, and the second call must converge to the same outcome without creating a
-second resource. Hooks raise :class:`podnet.core.errors.ProviderError` (or the SDK's own
+second resource. Hooks raise :class:`podnet.hookspecs.errors.ProviderError` (or the SDK's own
 exception, classified by ``podnet_classify_error``) when they fail; the engine then leaves
 the machine's state unchanged, records a condition and an Event, and retries with backoff.
 
@@ -39,13 +39,13 @@ from typing import Any
 
 import pluggy
 
-from podnet.core.errors import ErrorKind
-from podnet.core.models import NodeInfo, PodInfo
-from podnet.core.ratelimit import CloudLimiter
+from podnet.hookspecs.errors import ErrorKind
+from podnet.hookspecs.models import NodeInfo, PodInfo
 from podnet.hookspecs.types import (
     AllocateContext,
     Allocation,
     CloudInterface,
+    CloudLimiter,
     Inventory,
     NetworkAttachment,
     NodeContext,

@@ -11,8 +11,8 @@ from typing import Any, Protocol
 
 import attrs
 
-from podnet.core.models import NodeInfo, NodeNetwork, PodInfo, PodNetwork, WorkloadInfo
-from podnet.core.policy import PoolPolicy
+from podnet.hookspecs.models import NodeInfo, NodeNetwork, PodInfo, PodNetwork, WorkloadInfo
+from podnet.hookspecs.policy import PoolPolicy
 
 
 @attrs.frozen
@@ -103,6 +103,18 @@ class PoolEntry:
     interface: str | None = None
     subnet: str | None = None
     ipv6: str | None = None
+
+
+class CloudLimiter(Protocol):
+    """A provider's client-side rate limiter, as handed to ``podnet_cloud_limiter``: one
+    token bucket per cloud API (action). Core's implementation is
+    :class:`podnet.core.ratelimit.CloudLimiter`.
+    """
+
+    def acquire(self, api: str) -> float:
+        """Take one token of ``api``'s bucket, waiting on core's clock for its slot;
+        returns the seconds waited."""
+        ...
 
 
 class PoolView(Protocol):

@@ -1,8 +1,9 @@
-"""The reference provider, and the kit for provider authors.
+"""The kit for provider authors.
 
 ``pytest_plugins = ["podnet.testing"]`` opts a test suite into the kit's fixtures
-(``podnet.testing.plugin``). The production host imports ``podnet.testing.reference``
-too, where pytest may be missing: then the fixtures are simply not offered.
+(``podnet.testing.plugin``). Production never imports the kit (the reference provider it
+puts under test by default is a plugin, ``podnet.plugins.reference``); imported where
+pytest is missing, the kit simply offers no fixtures.
 
 PYTEST_DONT_REWRITE: this module asserts nothing; a test module may import the kit before
 pytest loads it as a plugin, and pytest would warn that it came too late to rewrite it.

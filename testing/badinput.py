@@ -25,9 +25,9 @@ import attrs
 import pluggy
 import pytest
 
+from podnet.app.demo import node_obj
 from podnet.core.cluster.port import NODE, NODE_NETWORK, POD, POD_NETWORK, NotFound, Obj
 from podnet.core.config import parse_config
-from podnet.core.demo import node_obj
 from podnet.core.errors import ConfigError
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import CloudInterface, Inventory, PoolEntry

@@ -27,6 +27,7 @@ from typing import Any, Literal, cast
 import attrs
 import pluggy
 
+from podnet.app.demo import node_obj
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import (
@@ -42,7 +43,6 @@ from podnet.core.cluster.port import (
     Obj,
 )
 from podnet.core.convert import RecordError, from_wire, salvage_pod_network
-from podnet.core.demo import node_obj
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.fence import Fence
 from podnet.core.models import DEFAULT_NETWORK, FINALIZER, Phase, PodNetwork

@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.tracing import Tracing
+from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 from podnet.testing.harness import (
     EngineFactory,
     FaultInjector,
@@ -31,7 +32,6 @@ from podnet.testing.harness import (
     build_plugin_manager,
     provider_name_of,
 )
-from podnet.testing.reference import ReferenceCloud, ReferenceProvider
 
 __all__ = [
     "cluster",

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from podnet.app.demo import node_obj
 from podnet.core.cluster.port import NODE, NODE_NETWORK, POD, POD_NETWORK
-from podnet.core.demo import node_obj
 from podnet.plugins.bbc.demo import (
     PRIMARY_SUBNET,
     provider_for,

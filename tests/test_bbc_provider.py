@@ -5,15 +5,15 @@ and the demo builder."""
 from __future__ import annotations
 
 import logging
-import types
 from collections.abc import Iterator
 
 import pytest
 
+from podnet.app.demo import node_obj
 from podnet.core.cluster.port import NODE
-from podnet.core.demo import node_obj
 from podnet.core.errors import ErrorKind, ProviderError
 from podnet.core.models import NodeInfo, NodeNetwork, NodeNetworkSpec, ObjectMeta
+from podnet.hookspecs.demo import DemoSettings
 from podnet.hookspecs.types import NodeContext, PoolEntry
 from podnet.plugins.bbc import demo
 from podnet.plugins.bbc.demo import provider_for, register_nodes, start_simulator
@@ -153,8 +153,9 @@ def test_demo_builder_serves_bbc_nodes() -> None:
     from podnet.core.cluster.memory import InMemoryCluster
     from podnet.testing.harness import EngineFactory, World, build_plugin_manager
 
-    opts = types.SimpleNamespace(cloud_latency_ms=0, fault_rate=0.0, seed=1)
-    plugin, truth, calls, setup_node = demo.build(opts)
+    cloud = demo.DEMO.build(DemoSettings(seed=1))
+    plugin, truth = cloud.plugin, cloud.ground_truth
+    calls, setup_node = cloud.calls, cloud.setup_node
     try:
         clock = FakeClock()
         cluster = InMemoryCluster(clock=clock)

@@ -7,15 +7,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 
+from podnet.app import demo
 from podnet.core.tracing import read_trace_file
+from podnet.hookspecs.demo import DemoCloud, DemoProvider, DemoSettings
 
 
 def podnet(*args: str, timeout: float = 300, cwd: Path | None = None
            ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "podnet.core.cli", *args],
+        [sys.executable, "-m", "podnet.app.cli", *args],
         capture_output=True, text=True, timeout=timeout, check=False, cwd=cwd,
     )
 
@@ -86,6 +89,48 @@ def test_the_default_demo_is_the_mixed_cluster_and_writes_its_trace(tmp_path: Pa
     assert {"bbc", "ecs"} <= providers_traced
 
 
+@pytest.mark.parametrize("name", list(demo.DEMO_MODULES))
+def test_every_demo_module_declares_the_demo_interface(name: str) -> None:
+    declared = demo.demo_provider(name)
+    assert isinstance(declared, DemoProvider)
+    assert name in demo.demo_providers()
+
+
+def test_a_demo_provider_builds_its_plugin_on_its_cloud() -> None:
+    cloud = demo.demo_provider("reference").build(DemoSettings(seed=3))
+    assert isinstance(cloud, DemoCloud)
+    assert cloud.plugin.podnet_register_provider().name == "reference"  # type: ignore[attr-defined]
+    assert cloud.ground_truth() == {}
+    node = {"metadata": {"name": "n"}}
+    assert cloud.setup_node(node) is node
+
+
+def test_a_demo_module_without_the_interface_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(demo.DEMO_MODULES, "plain", "podnet.plugins.reference.provider")
+    with pytest.raises(TypeError, match=r"\.DEMO is not a podnet\.hookspecs\.demo\.DemoProvider"):
+        demo.demo_provider("plain")
+    with pytest.raises(ValueError, match="not available"):
+        demo.demo_provider("nope")
+
+
+def test_the_demo_settings_reach_the_providers_cloud(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[DemoSettings] = []
+    reference = demo.demo_provider("reference")
+
+    def build(settings: DemoSettings) -> DemoCloud:
+        seen.append(settings)
+        return reference.build(settings)
+
+    monkeypatch.setattr("podnet.plugins.reference.demo.DEMO",
+                        attrs.evolve(reference, build=build))
+    report = demo.run_demo(demo.DemoOptions(provider="reference", nodes=1, pods=2, seed=7,
+                                            cloud_latency_ms=1.0, fault_rate=0.0,
+                                            timeout_s=60))
+    assert report.settled and report.routed == 2
+    assert seen == [DemoSettings(seed=7, cloud_latency_ms=1.0, cloud_rate=None,
+                                 fault_rate=0.0)]
+
+
 @pytest.mark.parametrize("args, needle", [
     (["demo", "--pods", "-1"], "--pods"),
     (["demo", "--nodes", "many"], "--nodes"),
@@ -115,7 +160,7 @@ def test_plugins_honours_the_disable_list() -> None:
     import os
 
     env = dict(os.environ, PODNET_DISABLE_PLUGINS="reference")
-    run = subprocess.run([sys.executable, "-m", "podnet.core.cli", "plugins"],
+    run = subprocess.run([sys.executable, "-m", "podnet.app.cli", "plugins"],
                          capture_output=True, text=True, timeout=60, env=env, check=False)
     assert run.returncode == 0
     assert "reference" not in run.stdout

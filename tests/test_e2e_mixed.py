@@ -82,7 +82,7 @@ class Mixed(Cluster):
     def run_controller(self) -> subprocess.Popen[str]:
         env = {**os.environ, **CREDENTIALS}
         log = open(self.tmp / "controller.log", "a")  # noqa: SIM115 - lives with the process
-        proc = subprocess.Popen([sys.executable, "-m", "podnet.core.cli", "run", "--kubeconfig",
+        proc = subprocess.Popen([sys.executable, "-m", "podnet.app.cli", "run", "--kubeconfig",
                                  str(self.kubeconfig), "--config", str(self.config_path),
                                  "--identity", "walkthrough"],
                                 stdout=subprocess.DEVNULL, stderr=log, text=True, env=env)
@@ -175,7 +175,7 @@ def test_mixed_cluster_walkthrough(mixed: Mixed) -> None:
 
     # podnet status, as an operator reads it
     status = json.loads(subprocess.run(
-        [sys.executable, "-m", "podnet.core.cli", "status", "--kubeconfig", str(m.kubeconfig),
+        [sys.executable, "-m", "podnet.app.cli", "status", "--kubeconfig", str(m.kubeconfig),
          "-o", "json"], capture_output=True, text=True, timeout=60, check=True).stdout)
     assert len(status["nodes"]) == 20 and len(status["pods"]) == PODS
 

@@ -76,7 +76,7 @@ class Ecs(Cluster):
 
     def run_controller(self) -> subprocess.Popen[str]:
         log = open(self.tmp / "controller.log", "a")  # noqa: SIM115 - lives with the process
-        proc = subprocess.Popen([sys.executable, "-m", "podnet.core.cli", "run", "--kubeconfig",
+        proc = subprocess.Popen([sys.executable, "-m", "podnet.app.cli", "run", "--kubeconfig",
                                  str(self.kubeconfig), "--config", str(self.config_path),
                                  "--identity", "ownership"],
                                 stdout=subprocess.DEVNULL, stderr=log, text=True,
@@ -85,7 +85,7 @@ class Ecs(Cluster):
         return proc
 
     def ecs_audit(self) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "podnet.core.cli", "audit", "--kubeconfig",
+        return subprocess.run([sys.executable, "-m", "podnet.app.cli", "audit", "--kubeconfig",
                                str(self.kubeconfig), "--config", str(self.config_path), "-o",
                                "json"], capture_output=True, text=True, timeout=60,
                               check=False, env={**os.environ, **CREDENTIALS})
@@ -164,7 +164,7 @@ def settle(c: Cluster, what: str, check: Callable[[], bool], timeout: float) -> 
 
 def reference_audit(c: Cluster) -> subprocess.CompletedProcess[str]:
     """``podnet audit`` with the reference controller's config (``Cluster.controller``)."""
-    return subprocess.run([sys.executable, "-m", "podnet.core.cli", "audit", "--kubeconfig",
+    return subprocess.run([sys.executable, "-m", "podnet.app.cli", "audit", "--kubeconfig",
                            str(c.kubeconfig), "--config", str(c.tmp / "one.yaml"), "--provider",
                            "reference", "-o", "json"], capture_output=True, text=True,
                           timeout=60, check=False)

@@ -251,7 +251,7 @@ def test_bbc_cloud_restarting_empty_mid_burst_kills_no_worker(
 
 
 def bbc_audit(c: Restartable, config: Path) -> int:
-    run = subprocess.run([sys.executable, "-m", "podnet.core.cli", "audit", "--kubeconfig",
+    run = subprocess.run([sys.executable, "-m", "podnet.app.cli", "audit", "--kubeconfig",
                           str(c.kubeconfig), "--config", str(config), "--provider", "bbc"],
                          capture_output=True, text=True, timeout=60, check=False)
     (c.tmp / "audit.out").write_text(run.stdout + run.stderr)

@@ -50,7 +50,7 @@ class Cluster:
 
     def spawn(self, args: list[str], name: str) -> subprocess.Popen[str]:
         log = open(self.tmp / f"{name}.log", "a")  # noqa: SIM115 - lives with the process
-        proc = subprocess.Popen([sys.executable, "-m", "podnet.core.cli", *args],
+        proc = subprocess.Popen([sys.executable, "-m", "podnet.app.cli", *args],
                                 stdout=subprocess.PIPE, stderr=log, text=True)
         self.procs.append(proc)
         return proc
@@ -74,7 +74,7 @@ class Cluster:
 
     def audit(self, identity: str) -> int:
         """``podnet audit`` with that controller's config: its exit status (0: clean)."""
-        run = subprocess.run([sys.executable, "-m", "podnet.core.cli", "audit", "--kubeconfig",
+        run = subprocess.run([sys.executable, "-m", "podnet.app.cli", "audit", "--kubeconfig",
                               str(self.kubeconfig), "--config", str(self.tmp / f"{identity}.yaml"),
                               "--provider", "reference"], capture_output=True, text=True,
                              timeout=60, check=False)

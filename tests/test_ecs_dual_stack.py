@@ -330,8 +330,8 @@ def test_verify_sees_a_lost_ipv6_half(world: World, ecs: EcsWorld) -> None:
 def test_audit_compares_both_halves(world: World, ecs: EcsWorld) -> None:
     """``podnet audit`` on a dual-stack node: an IPv6 nobody holds is a leak, a record's
     IPv6 gone from the cloud is lost, like their IPv4 counterparts."""
+    from podnet.app.status import audit, read_records
     from podnet.core.cluster.port import NODE as NODE_KIND
-    from podnet.core.status import audit, read_records
 
     bring_up(world, 2)
     nodes = {n["metadata"]["name"]: n for n in world.cluster.list(NODE_KIND).items}

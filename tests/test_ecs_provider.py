@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from types import SimpleNamespace
 
 import pytest
 
-from podnet.core.demo import node_obj
+from podnet.app.demo import node_obj
 from podnet.core.errors import ErrorKind, ProviderError
 from podnet.core.models import NodeInfo
+from podnet.hookspecs.demo import DemoSettings
 from podnet.hookspecs.types import CloudInterface, NodeContext, PoolEntry
 from podnet.plugins.ecs import demo
 from podnet.plugins.ecs.demo import EcsWorld
@@ -186,9 +186,9 @@ def test_credentials_never_leak(ecs: EcsWorld, caplog: pytest.LogCaptureFixture)
 
 
 def test_demo_builder_sets_up_nodes() -> None:
-    opts = SimpleNamespace(cloud_latency_ms=0, cloud_rate=0, fault_rate=0.0, seed=0,
-                           instance_type="ecs.g7.large")
-    plugin, truth, calls, setup_node = demo.build(opts)
+    cloud = demo.build(DemoSettings(), instance_type="ecs.g7.large")
+    plugin, truth = cloud.plugin, cloud.ground_truth
+    calls, setup_node = cloud.calls, cloud.setup_node
     node = setup_node(node_obj(3))
     assert node["spec"]["providerID"] == "cn-hangzhou.i-node0003"
     info = NodeInfo(name="node-0003", uid="u", provider_id=node["spec"]["providerID"],

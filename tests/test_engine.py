@@ -11,6 +11,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from podnet.app.demo import node_obj, pod_obj
 from podnet.core.clock import FakeClock, format_time
 from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import (
@@ -22,14 +23,13 @@ from podnet.core.cluster.port import (
     STATEFUL_SET,
     Obj,
 )
-from podnet.core.demo import node_obj, pod_obj
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.models import FINALIZER
 from podnet.core.plugin import new_plugin_manager
 from podnet.core.policy import PoolPolicy
 from podnet.core.tracing import Tracing
 from podnet.hookspecs import hookimpl
-from podnet.testing.reference import ReferenceCloud, ReferenceProvider
+from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 
 NS = "demo"
 

@@ -11,15 +11,15 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from podnet.app.demo import NAMESPACE_NAME, node_obj, pod_obj
+from podnet.app.host import Host
 from podnet.core.clock import SystemClock
 from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK
 from podnet.core.config import Config
-from podnet.core.demo import NAMESPACE_NAME, node_obj, pod_obj
-from podnet.core.host import Host
 from podnet.core.plugin import new_plugin_manager
 from podnet.core.reconcile.result import Result
-from podnet.testing.reference import ReferenceCloud, ReferenceProvider
+from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 
 NS = NAMESPACE_NAME
 

@@ -93,7 +93,7 @@ def test_installed_example_is_imported_from_the_target_folder(site: Path) -> Non
 
 
 def test_podnet_plugins_lists_the_example_with_its_version_and_hooks(site: Path) -> None:
-    run = _run(site, "-m", "podnet.core.cli", "plugins")
+    run = _run(site, "-m", "podnet.app.cli", "plugins")
     assert run.returncode == 0, run.stderr
     rows = _table_rows(run.stdout)
     assert NAME in rows, run.stdout
@@ -115,7 +115,7 @@ def test_podnet_plugins_lists_the_example_with_its_version_and_hooks(site: Path)
 
 
 def test_disable_env_hides_the_example(site: Path) -> None:
-    run = _run(site, "-m", "podnet.core.cli", "plugins", env={DISABLE_ENV: NAME})
+    run = _run(site, "-m", "podnet.app.cli", "plugins", env={DISABLE_ENV: NAME})
     assert run.returncode == 0, run.stderr
     rows = _table_rows(run.stdout)
     assert NAME not in rows and NAME not in run.stdout

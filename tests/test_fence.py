@@ -11,19 +11,19 @@ from typing import Any, Literal
 
 import pytest
 
+from podnet.app.demo import node_obj, pod_obj
+from podnet.app.host import Host
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import LEASE, NAMESPACE, NODE, POD, POD_NETWORK, Kind, Obj
 from podnet.core.config import parse_config
-from podnet.core.demo import node_obj, pod_obj
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.errors import NotLeader
 from podnet.core.fence import Fence
-from podnet.core.host import Host
 from podnet.core.leader import LeaderElector
 from podnet.core.plugin import new_plugin_manager
 from podnet.core.policy import PoolPolicy
-from podnet.testing.reference import ReferenceCloud, ReferenceProvider
+from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 
 NS = "demo"
 #: hooks that change the cloud or the dataplane

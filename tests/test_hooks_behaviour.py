@@ -14,11 +14,11 @@ from typing import Any
 import attrs
 import pytest
 
+from podnet.app.demo import node_obj, pod_obj
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import EVENT, NAMESPACE, NODE, POD, POD_NETWORK, Obj
 from podnet.core.config import parse_config
-from podnet.core.demo import node_obj, pod_obj
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.errors import ConfigError
 from podnet.core.models import NodeInfo, PodInfo
@@ -39,7 +39,7 @@ from podnet.hookspecs.types import (
     TransitionEvent,
     VerifyResult,
 )
-from podnet.testing.reference import ReferenceCloud, ReferenceProvider
+from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 
 NS = "demo"
 POLICY = PoolPolicy(min_idle=1, max_idle=4, batch_size=4, max_batch_size=8, reuse_cooldown=0.0)

@@ -11,7 +11,7 @@ import pytest
 
 import podnet.hookspecs as hookspecs
 from podnet.core.plugin import new_plugin_manager
-from podnet.testing.reference import ReferenceCloud, ReferenceProvider
+from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 
 SPEC_ATTR = f"{hookspecs.PROJECT}_spec"
 IMPL_ATTR = f"{hookspecs.PROJECT}_impl"

@@ -74,8 +74,8 @@ def test_rbac_lets_the_engine_watch_every_kind_it_caches_and_write_none_it_only_
 ) -> None:
     from podnet.core.cluster.memory import InMemoryCluster
     from podnet.core.engine import Engine, EngineOptions
+    from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
     from podnet.testing.harness import build_plugin_manager
-    from podnet.testing.reference import ReferenceCloud, ReferenceProvider
 
     rules = [r for _, d in DOCS if d["kind"] == "ClusterRole" for r in d["rules"]]
 

@@ -16,8 +16,8 @@ from podnet.core.errors import ConfigError, ErrorKind, ProviderError
 from podnet.core.models import Phase
 from podnet.core.policy import PoolPolicy
 from podnet.hookspecs.types import NodeFinding
+from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 from podnet.testing.harness import HookRecorder, World
-from podnet.testing.reference import ReferenceCloud, ReferenceProvider
 
 pytest_plugins = ["podnet.testing"]
 

@@ -28,7 +28,7 @@ def test_wheel_installs_and_imports(tmp_path: Path) -> None:
     assert (target / "podnet" / "core" / "py.typed").exists()
     assert (target / "podnet" / "hookspecs" / "py.typed").exists()
     code = (
-        "import podnet.core.engine, podnet.hookspecs, podnet.testing.reference, "
+        "import podnet.core.engine, podnet.hookspecs, podnet.plugins.reference.provider, "
         "podnet.plugins.bbc, podnet.plugins.ecs, podnet.plugins.ovn, podnet.sim; "
         "import podnet.core, sys; print(podnet.core.__file__)"
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 import pluggy
 import pytest
 
-import podnet.testing.reference as reference
+import podnet.plugins.reference.provider as reference
 from podnet.core import plugin as plugin_mod
 from podnet.core.errors import ConfigError, ErrorKind
 from podnet.core.models import NodeInfo
@@ -26,7 +26,7 @@ from podnet.core.plugin import (
 )
 from podnet.hookspecs import ENTRY_POINT_GROUP, hookimpl
 from podnet.hookspecs.types import Inventory, NodeContext, ProviderInfo, TransitionEvent
-from podnet.testing.reference import (
+from podnet.plugins.reference.provider import (
     ReferenceCloud,
     ReferenceCloudError,
     ReferenceProvider,

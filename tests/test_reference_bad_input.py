@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import pytest
 
+from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 from podnet.testing.badinput import ANN, BadConfig, BadInput, BadInputSuite, bad_annotation
-from podnet.testing.reference import ReferenceCloud, ReferenceProvider
 
 pytest_plugins = ["podnet.testing"]
 

@@ -13,9 +13,9 @@ from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import POD_NETWORK
 from podnet.core.errors import ErrorKind, ProviderError
 from podnet.core.policy import PoolPolicy
+from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 from podnet.testing.chaos import chaos_settings, make_chaos_machine
 from podnet.testing.harness import EngineFactory, FaultInjector, LossyCluster, World
-from podnet.testing.reference import ReferenceCloud, ReferenceProvider
 
 pytest_plugins = ["podnet.testing"]
 

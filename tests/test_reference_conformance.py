@@ -11,9 +11,9 @@ from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from podnet.core.errors import ErrorKind, ProviderError
+from podnet.plugins.reference.provider import ReferenceCloud, ReferenceCloudError, ReferenceProvider
 from podnet.testing.conformance import ProviderConformance
 from podnet.testing.harness import EngineFactory, FaultInjector, HookRecorder, World
-from podnet.testing.reference import ReferenceCloud, ReferenceCloudError, ReferenceProvider
 
 pytest_plugins = ["podnet.testing"]
 

@@ -20,19 +20,19 @@ import attrs
 import pytest
 import yaml
 
-from podnet.core.cli import main
+from podnet.app.cli import main
+from podnet.app.status import NO_NODE_POOL, NOT_LOADED, audit, read_records
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.kube import KubeCluster
 from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NODE, NODE_NETWORK, POD, POD_NETWORK
 from podnet.core.plugin import Providers
-from podnet.core.status import NO_NODE_POOL, NOT_LOADED, audit, read_records
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import ProviderInfo
+from podnet.plugins.reference import provider as reference
+from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 from podnet.sim.apiserver import ApiServer
-from podnet.testing import reference
 from podnet.testing.harness import EngineFactory, World, build_plugin_manager
-from podnet.testing.reference import ReferenceCloud, ReferenceProvider
 
 PODS = 4
 NODES = 2

@@ -220,7 +220,7 @@ def test_failure_marks_error_with_kind_and_redacts(
     (event,) = span.events
     assert event.name == "exception"
     ev_attrs = dict(event.attributes or {})
-    assert ev_attrs["exception.type"] == "podnet.core.errors.ProviderError"
+    assert ev_attrs["exception.type"] == "podnet.hookspecs.errors.ProviderError"
     assert "AssignPrivateIpAddresses denied" in str(ev_attrs["exception.message"])
     assert "RequestId=42" in str(ev_attrs["exception.message"])
     assert "Traceback" in str(ev_attrs["exception.stacktrace"])

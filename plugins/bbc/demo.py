@@ -1,21 +1,23 @@
 """The BBC provider on its loopback simulator, for ``podnet demo --provider bbc`` and tests.
 
-:func:`build` returns what the demo needs: the plugin, the cloud's ground truth (address
--> node name), its call counts, and ``setup_node`` which turns a demo Node object into a
-BBC node (instance-type label, providerID) and registers its instance in the simulator.
+:data:`DEMO` is what the demo runs (see :mod:`podnet.hookspecs.demo`): :func:`build`
+starts the simulator and returns the plugin, the cloud's ground truth (address -> node
+name), its call counts, and ``setup_node`` which turns a demo Node object into a BBC node
+(instance-type label, providerID) and registers its instance in the simulator.
 """
 
 from __future__ import annotations
 
 import copy
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from podnet.hookspecs.demo import DemoCloud, DemoProvider, DemoSettings
 from podnet.plugins.bbc.provider import DEFAULT_TYPE_LABEL, BbcProvider, default_policy
 from podnet.plugins.bbc.sim import WRITE_APIS, BbcSimulator
 
-__all__ = ["WRITE_APIS", "build", "min_calls"]
+__all__ = ["DEMO", "WRITE_APIS", "build", "min_calls"]
 
 #: the demo's subnets: the ENIs' own, and a second candidate
 SUBNETS = {"sbn-demo-a": "10.128.0.0/14", "sbn-demo-b": "10.132.0.0/14"}
@@ -47,19 +49,15 @@ def register_nodes(sim: BbcSimulator, names: list[str], ip_cap: int = 40) -> Non
         sim.add_instance(instance_of(name), PRIMARY_SUBNET, ip_cap)
 
 
-def build(opts: Any) -> tuple[BbcProvider, Callable[[], Mapping[str, str]],
-                              Callable[[], Counter[str]], Callable[[dict[str, Any]],
-                                                                   dict[str, Any]]]:
-    """``opts``: the demo's options (``cloud_latency_ms``, ``fault_rate``, ``seed``, and
-    optionally ``ip_cap``). The simulator runs in-process on loopback HTTP until exit.
+def build(settings: DemoSettings, *, ip_cap: int = 40) -> DemoCloud:
+    """The simulator, in-process on loopback HTTP until exit, with its instances holding
+    at most ``ip_cap`` addresses each; ``settings``' latency, fault rate and seed apply.
 
     The client-side rate limit (``--cloud-rate``) is core's token bucket, set by the
     demo through the policy; the simulator itself is not rate-limited here.
     """
-    sim = start_simulator(latency=float(getattr(opts, "cloud_latency_ms", 0.0)) / 1000,
-                          fault_rate=float(getattr(opts, "fault_rate", 0.0)),
-                          seed=int(getattr(opts, "seed", 0)))
-    ip_cap = int(getattr(opts, "ip_cap", 40))
+    sim = start_simulator(latency=settings.cloud_latency_ms / 1000,
+                          fault_rate=settings.fault_rate, seed=settings.seed)
     plugin = provider_for(sim, ip_cap=ip_cap)
     plugin.simulator = sim  # type: ignore[attr-defined]  # kept alive with the plugin
 
@@ -75,7 +73,7 @@ def build(opts: Any) -> tuple[BbcProvider, Callable[[], Mapping[str, str]],
     def calls() -> Counter[str]:
         return Counter(sim.calls)
 
-    return plugin, sim.addresses, calls, setup_node
+    return DemoCloud(plugin, sim.addresses, calls, setup_node)
 
 
 def min_calls(pods_per_node: Sequence[int]) -> dict[str, tuple[int, bool]]:
@@ -87,3 +85,6 @@ def min_calls(pods_per_node: Sequence[int]) -> dict[str, tuple[int, bool]]:
         "batchAddIp": (sum(-(-p // per_call) for p in pods_per_node if p), True),
         "vpcPort": (len(pods_per_node), False),
     }
+
+
+DEMO = DemoProvider(build, write_apis=WRITE_APIS, min_calls=min_calls)

@@ -2,7 +2,8 @@
 for ``podnet demo --provider ecs`` and for tests.
 
 Nodes are mapped to instances by name: node ``node-0001`` is instance ``i-node0001``
-(:func:`instance_id_for`); :func:`build` returns a ``setup_node`` that writes the
+(:func:`instance_id_for`). :data:`DEMO` is what the demo runs (see
+:mod:`podnet.hookspecs.demo`): :func:`build` returns a ``setup_node`` that writes the
 instance id into the Node's ``spec.providerID`` (``<region>.<instance id>``, the Alibaba
 Cloud controller manager's form) and registers the instance in the simulator.
 """
@@ -11,12 +12,13 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from podnet.core.policy import PoolPolicy
+from podnet.hookspecs.demo import DemoCloud, DemoProvider, DemoSettings
 from podnet.plugins.ecs.provider import POLICY, EcsProvider
 from podnet.plugins.ecs.sim import INSTANCE_TYPES, EcsSimulator
 
@@ -114,34 +116,28 @@ class EcsWorld:
         self.sim.stop()
 
 
-def build(opts: Any) -> tuple[Any, Callable[[], Mapping[str, str]],
-                              Callable[[], Counter[str]], Callable[[dict[str, Any]],
-                                                                   dict[str, Any]]]:
-    """For ``podnet demo --provider ecs``: ``(plugin, ground_truth, calls, setup_node)``.
-
-    Reads ``cloud_latency_ms``, ``cloud_rate`` (calls/s per API, 0: none), ``fault_rate``,
-    ``seed`` and ``instance_type`` (default :data:`DEMO_INSTANCE_TYPE`) from ``opts`` when
-    present.
+def build(settings: DemoSettings, *, instance_type: str = DEMO_INSTANCE_TYPE) -> DemoCloud:
+    """For ``podnet demo --provider ecs``: the simulator, its instances of
+    ``instance_type``, and the provider talking to it. ``settings``' latency, cloud rate
+    (calls/s per API, enforced by the simulator as the cloud would), fault rate and seed
+    apply.
     """
-    itype = str(getattr(opts, "instance_type", None) or DEMO_INSTANCE_TYPE)
-    latency = float(getattr(opts, "cloud_latency_ms", 0) or 0) / 1000
-    rate = float(getattr(opts, "cloud_rate", 0) or 0) or None
-    world = EcsWorld(latency=latency, rate=rate,
-                     fault_rate=float(getattr(opts, "fault_rate", 0) or 0),
-                     seed=int(getattr(opts, "seed", 0) or 0), instance_type=itype)
+    world = EcsWorld(latency=settings.cloud_latency_ms / 1000,
+                     rate=settings.cloud_rate or None, fault_rate=settings.fault_rate,
+                     seed=settings.seed, instance_type=instance_type)
 
     def calls() -> Counter[str]:
         return Counter(world.sim.calls)
 
     def setup_node(node: dict[str, Any]) -> dict[str, Any]:
         name = str(node["metadata"]["name"])
-        iid = world.add_node(name, itype)
+        iid = world.add_node(name, instance_type)
         node.setdefault("spec", {})["providerID"] = f"{REGION}.{iid}"
         labels = node["metadata"].setdefault("labels", {})
-        labels["node.kubernetes.io/instance-type"] = itype
+        labels["node.kubernetes.io/instance-type"] = instance_type
         return node
 
-    return world.plugin, world.addresses, calls, setup_node
+    return DemoCloud(world.plugin, world.addresses, calls, setup_node)
 
 
 def min_calls(pods_per_node: Sequence[int]) -> dict[str, tuple[int, bool]]:
@@ -157,3 +153,6 @@ def min_calls(pods_per_node: Sequence[int]) -> dict[str, tuple[int, bool]]:
         "AttachNetworkInterface": (enis, True),
         "DescribeNetworkInterfaces": (len(pods_per_node) + enis, False),
     }
+
+
+DEMO = DemoProvider(build, write_apis=WRITE_APIS, min_calls=min_calls)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
-    from podnet.core.demo import DemoOptions, DemoReport
+    from podnet.app.demo import DemoOptions, DemoReport
 
 
 class _Parser(argparse.ArgumentParser):
@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("options", nargs=argparse.REMAINDER,
                      help="the simulator's own flags, e.g. --port 0")
 
-    from podnet.core.status import add_audit_arguments, add_status_arguments
+    from podnet.app.status import add_audit_arguments, add_status_arguments
 
     add_status_arguments(sub.add_parser(
         "status", help="per node: pool and interfaces; per pod: its networks"))
@@ -137,11 +137,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = module.main(args.options)
         return code
     if args.command == "status":
-        from podnet.core.status import run_status
+        from podnet.app.status import run_status
 
         return run_status(args)
     if args.command == "audit":
-        from podnet.core.status import run_audit
+        from podnet.app.status import run_audit
 
         return run_audit(args)
     if args.command == "apiserver":
@@ -154,10 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     import attrs
 
+    from podnet.app.host import Host, JsonLogFormatter
     from podnet.core.cluster.kube import KubeCluster
     from podnet.core.config import Config, load_config
     from podnet.core.errors import ConfigError
-    from podnet.core.host import Host, JsonLogFormatter
     from podnet.core.plugin import load_plugins, new_plugin_manager
     from podnet.core.tracing import Tracing, make_tracer_provider
 
@@ -194,7 +194,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from podnet.core.demo import DemoOptions, run_demo
+    from podnet.app.demo import DemoOptions, run_demo
 
     if args.nodes < 1:
         parser.error("argument --nodes: must be at least 1")
@@ -205,7 +205,7 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(f"argument --churn: {args.churn} exceeds --pods {args.pods}")
     if args.trace_file is None and mixed:
         args.trace_file = DEMO_TRACE_FILE
-    from podnet.core.demo import demo_providers
+    from podnet.app.demo import demo_providers
 
     available = demo_providers()
     if args.provider not in available:
@@ -238,7 +238,7 @@ def _demo_with_progress(opts: DemoOptions) -> DemoReport:
     )
     from rich.table import Table
 
-    from podnet.core.demo import run_demo
+    from podnet.app.demo import run_demo
 
     console = Console()
     tasks: dict[str, TaskID] = {}

@@ -13,10 +13,11 @@ Northbound server (left out, with the install command, when ovsdb-server is miss
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -31,6 +32,7 @@ from podnet.core.plugin import new_plugin_manager
 from podnet.core.policy import RateLimit
 from podnet.core.tracing import Tracing, make_tracer_provider
 from podnet.hookspecs import hookimpl
+from podnet.hookspecs.demo import DemoCloud, DemoProvider, DemoSettings
 from podnet.hookspecs.types import TransitionEvent
 
 NAMESPACE_NAME = "demo"
@@ -77,7 +79,7 @@ class ProviderReport:
     leaked_ips: int = 0
     duplicate_ips: int = 0
     cloud_calls: dict[str, int] = attrs.field(factory=dict)
-    #: calls that changed the cloud (the provider's ``demo.WRITE_APIS``), GOALS P1
+    #: calls that changed the cloud (the provider's ``DEMO.write_apis``), GOALS P1
     write_calls: int = 0
 
 
@@ -138,55 +140,59 @@ def pod_obj(name: str, node: str, networks: tuple[str, ...] = ()) -> dict[str, A
 
 @attrs.frozen
 class Member:
-    """One provider taking part: its plugin, its ground truth (address -> node), its call
-    counts, and what it adds to a Node it serves (instance id, labels) before creation."""
+    """One provider taking part: what its demo module declares, and its plugin on its
+    stand-in cloud, built for this run."""
 
     name: str
-    plugin: Any
-    ground_truth: Callable[[], Mapping[str, str]]
-    calls: Callable[[], Counter[str]]
-    setup_node: Callable[[dict[str, Any]], dict[str, Any]]
-    #: serves nodes (a pool provider) rather than only attachment networks
-    serves_nodes: bool = True
-    #: the cloud APIs that write, for the write-call count
-    write_apis: tuple[str, ...] = ()
+    demo: DemoProvider
+    cloud: DemoCloud
+
+
+#: the providers the demo can run, by name -> the module defining each one's ``DEMO``, a
+#: :class:`~podnet.hookspecs.demo.DemoProvider` (the demo interface; see its module)
+DEMO_MODULES: dict[str, str] = {
+    "reference": "podnet.plugins.reference.demo",
+    "bbc": "podnet.plugins.bbc.demo",
+    "ecs": "podnet.plugins.ecs.demo",
+    "ovn": "podnet.plugins.ovn.demo",
+}
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its provider package is not installed
+        return False
 
 
 def demo_providers() -> list[str]:
-    """Providers the demo can run: the reference one, and each built-in provider that
-    ships a ``demo`` module (its simulator, in-process over loopback HTTP); ``mixed`` when
-    both cloud providers are there."""
-    import importlib.util
-
-    names = ["reference"]
-    for name in ("bbc", "ecs", "ovn"):
-        try:
-            found = importlib.util.find_spec(f"podnet.plugins.{name}.demo") is not None
-        except ModuleNotFoundError:
-            found = False
-        if found:
-            names.append(name)
+    """Providers the demo can run: each one of :data:`DEMO_MODULES` whose module is
+    installed (its stand-in cloud in-process: the reference cloud in memory, the cloud
+    simulators over loopback HTTP, a throwaway NB server); ``mixed`` first when both cloud
+    providers are there."""
+    names = [name for name, module in DEMO_MODULES.items() if _installed(module)]
     if {"bbc", "ecs"} <= set(names):
         names.insert(0, MIXED)
     return names
 
 
-def _member(name: str, opts: DemoOptions) -> Member:
-    if name == "reference":
-        from podnet.testing.reference import ReferenceCloud, ReferenceProvider
-
-        cloud = ReferenceCloud(latency=opts.cloud_latency_ms / 1000, fault_rate=opts.fault_rate,
-                               seed=opts.seed)
-        return Member(name, ReferenceProvider(cloud), cloud.all_addresses,
-                      lambda: cloud.calls, lambda node: node)
-    if name not in demo_providers():
+def demo_provider(name: str) -> DemoProvider:
+    """The demo interface of provider ``name``: the ``DEMO`` its demo module declares."""
+    if name not in DEMO_MODULES or name not in demo_providers():
         raise ValueError(f"--provider: {name!r} is not available "
                          f"(available: {', '.join(demo_providers())})")
-    module = importlib.import_module(f"podnet.plugins.{name}.demo")
-    plugin, truth, calls, setup_node = module.build(opts)
-    return Member(name, plugin, truth, calls, setup_node,
-                  serves_nodes=bool(getattr(module, "SERVES_NODES", True)),
-                  write_apis=tuple(getattr(module, "WRITE_APIS", ())))
+    module = importlib.import_module(DEMO_MODULES[name])
+    declared = getattr(module, "DEMO", None)
+    if not isinstance(declared, DemoProvider):
+        raise TypeError(f"{module.__name__}.DEMO is not a podnet.hookspecs.demo.DemoProvider")
+    return declared
+
+
+def _member(name: str, opts: DemoOptions) -> Member:
+    demo = demo_provider(name)
+    settings = DemoSettings(seed=opts.seed, cloud_latency_ms=opts.cloud_latency_ms,
+                            cloud_rate=opts.cloud_rate, fault_rate=opts.fault_rate)
+    return Member(name, demo, demo.build(settings))
 
 
 def _members(opts: DemoOptions) -> tuple[list[Member], dict[str, str]]:
@@ -240,7 +246,7 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
     cluster = InMemoryCluster()
     pm = new_plugin_manager()
     for m in members:
-        pm.register(m.plugin, name=m.name)
+        pm.register(m.cloud.plugin, name=m.name)
     releases = _Releases()
     pm.register(releases, name="demo-releases")
     tracer_provider = make_tracer_provider(trace_file=opts.trace_file) if opts.trace_file else None
@@ -248,11 +254,11 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
                     options=_engine_options(opts, members))
     report = DemoReport(provider=opts.provider, trace_file=opts.trace_file, skipped=skipped)
     cluster.create(NAMESPACE, {"metadata": {"name": NAMESPACE_NAME}})
-    node_members = [m for m in members if m.serves_nodes] or members[:1]
+    node_members = [m for m in members if m.demo.serves_nodes] or members[:1]
     nodes = []
     for i in range(opts.nodes):
         member = node_members[i % len(node_members)]  # interleaved: BBC, ECS, BBC, ...
-        nodes.append(cluster.create(NODE, member.setup_node(node_obj(i)))["metadata"]["name"])
+        nodes.append(cluster.create(NODE, member.cloud.setup_node(node_obj(i)))["metadata"]["name"])
     attach = (OVERLAY_NETWORK,) if opts.provider == MIXED and "ovn" not in skipped else ()
 
     def networks_of(i: int) -> tuple[str, ...]:
@@ -296,20 +302,17 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
     if "ovn" in report.providers:
         report.ovn_transactions = report.providers["ovn"].cloud_calls.get("ovn_transactions", 0)
     if len(members) == 1:
-        _lower_bound(report, opts, len(nodes))
+        _lower_bound(report, opts, len(nodes), members[0].demo)
     return report
 
 
-def _lower_bound(report: DemoReport, opts: DemoOptions, nodes: int) -> None:
-    """From the provider's own count of the fewest calls (``demo.min_calls``), if any."""
-    if opts.provider == "reference":
-        return
-    module = importlib.import_module(f"podnet.plugins.{opts.provider}.demo")
-    min_calls = getattr(module, "min_calls", None)
-    if min_calls is None:
+def _lower_bound(report: DemoReport, opts: DemoOptions, nodes: int, demo: DemoProvider
+                 ) -> None:
+    """From the provider's own count of the fewest calls (``DEMO.min_calls``), if any."""
+    if demo.min_calls is None:
         return
     per_node = [opts.pods // nodes + (1 if i < opts.pods % nodes else 0) for i in range(nodes)]
-    calls: dict[str, tuple[int, bool]] = min_calls(per_node)
+    calls = demo.min_calls(per_node)
     report.min_write_calls = sum(n for n, write in calls.values() if write)
     if opts.cloud_rate:
         slowest = max(n for n, _ in calls.values()) / opts.cloud_rate
@@ -370,17 +373,17 @@ def _audit(report: DemoReport, cluster: InMemoryCluster, engine: Engine,
     pooled = {a.address for pool in engine.pools.all() for a in pool.addresses.values()}
     nodes = Counter(engine.provider_for_node(n) for n in engine.nodes.values())
     for m in members:
-        truth = m.ground_truth()
+        truth = m.cloud.ground_truth()
         report.providers[m.name] = ProviderReport(
-            nodes=nodes.get(m.name, 0) if m.serves_nodes else 0,
+            nodes=nodes.get(m.name, 0) if m.demo.serves_nodes else 0,
             pod_networks=records[m.name], routed=routed[m.name],
             released=releases.by_provider.get(m.name, 0),
             leaked_ips=sum(1 for ip in truth if ip not in owners and ip not in pooled),
             duplicate_ips=sum(1 for n in owners_in.get(m.name, {}).values() if n > 1),
-            cloud_calls=dict(sorted(m.calls().items())),
+            cloud_calls=dict(sorted(m.cloud.calls().items())),
         )
         report.providers[m.name].write_calls = sum(
-            report.providers[m.name].cloud_calls.get(api, 0) for api in m.write_apis)
+            report.providers[m.name].cloud_calls.get(api, 0) for api in m.demo.write_apis)
     report.duplicate_ips = sum(1 for o in owners.values() if len(o) > 1)
     report.leaked_ips = sum(p.leaked_ips for p in report.providers.values())
     report.write_calls = sum(p.write_calls for p in report.providers.values())

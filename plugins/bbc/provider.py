@@ -38,14 +38,13 @@ from baidubce.retry.retry_policy import NoRetryPolicy
 from baidubce.services.bbc.bbc_client import BbcClient
 from baidubce.services.subnet.subnet_client import SubnetClient
 
-from podnet.core.annotations import is_ip
-from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, PoolEmpty, ProviderError
+from podnet.core.errors import ConfigError, ErrorKind, ProviderError
 from podnet.core.models import NodeInfo
 from podnet.core.policy import Backoff, PoolPolicy, RateLimit
-from podnet.core.pool import reserved_reason
 from podnet.core.ratelimit import CloudLimiter
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
+    AddressSpace,
     AllocateContext,
     Allocation,
     CloudInterface,
@@ -55,7 +54,9 @@ from podnet.hookspecs.types import (
     PoolEntry,
     ProviderInfo,
     ReleaseResult,
+    ResolvedRequest,
     RouteResult,
+    Subnet,
     VerifyResult,
 )
 
@@ -68,7 +69,6 @@ API_PORT = "vpcPort"
 API_SUBNET = "getSubnet"
 __version__ = "0.1.0"
 
-ANNOTATION_FIELD = "metadata.annotations[podnet.io/{}]"
 DEFAULT_TYPE_LABEL = "node.kubernetes.io/instance-type"
 DEFAULT_TYPE_PREFIX = "BBC"
 DEFAULT_MAX_IPS = 40
@@ -615,23 +615,38 @@ class BbcProvider:
     # 5. one pod network
 
     @hookimpl
+    def podnet_address_space(self, provider: str, node: NodeContext) -> AddressSpace | None:
+        """The ENI's subnet, where a requested address can be added, and the candidate
+        subnets, from the subnet reads the provider keeps."""
+        if provider != self.name:
+            return None
+        port = self._port(self.instance_id(node.node))
+        primary = self._subnet(port.subnet)  # needed for any static address: raise
+        subnets = [Subnet.first_host_gateway(port.subnet, primary.cidr,
+                                             free=primary.available)]
+        for s in dict.fromkeys(self.candidates(node)):
+            if s == port.subnet:
+                continue
+            try:
+                info: SubnetInfo | None = self._subnet(s)
+            except (ProviderError, BceError):
+                info = None  # unreadable now: served, matched by id only
+            # batch_add_ip adds a named address to the ENI's own subnet only
+            subnets.append(Subnet.first_host_gateway(
+                s, info.cidr if info else None, takes_static=False,
+                free=info.available if info else None))
+        return AddressSpace(subnets=tuple(subnets))
+
+    @hookimpl
     def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
         pn = context.pod_network
         if pn.spec.provider != self.name:
             return None
-        pool = context.pool
-        assert pool is not None, "the BBC provider uses node pools"
+        request = context.request
+        assert request is not None, "the BBC provider uses node pools"
         instance = self.instance_id(context.node.node)
         port = self._port(instance)
-        req = pn.spec.requests
-        if req.ip_address is not None:
-            entry = self._static(context, instance, port, req.ip_address)
-        elif req.ip_pool:
-            entry = self._from_ip_pool(context, req.ip_pool)
-        elif req.subnets:
-            entry = self._from_subnets(context, port, req.subnets)
-        else:
-            entry = pool.take()
+        entry = request.entry or self._add_static(context, request, instance, port)
         subnet = entry.subnet or port.subnet
         gateway = cidr_text = None
         try:
@@ -642,56 +657,11 @@ class BbcProvider:
         return Allocation(ip=entry.address, mac=port.mac, subnet=subnet, gateway=gateway,
                           interface=port.eni_id, cidr=cidr_text)
 
-    def _from_subnets(self, context: AllocateContext, port: Port,
-                      wanted: Sequence[str]) -> PoolEntry:
-        pool = context.pool
-        assert pool is not None
-        known = {port.subnet, *self.candidates(context.node)}
-        unknown = [s for s in wanted if s not in known]
-        if unknown:
-            raise InvalidRequest(ANNOTATION_FIELD.format("subnets"),
-                                 f"{', '.join(unknown)} not served on node "
-                                 f"{context.node.node.name} (known: {', '.join(sorted(known))})")
-        for s in wanted:
-            if pool.idle(s):
-                return pool.take(subnet=s)
-        best = self._by_free(wanted)[0] if len(wanted) > 1 else wanted[0]
-        raise PoolEmpty(f"no idle address in {', '.join(wanted)}", subnet=best)
-
-    def _from_ip_pool(self, context: AllocateContext, ip_pool: Sequence[str]) -> PoolEntry:
-        pool = context.pool
-        assert pool is not None
-        field = ANNOTATION_FIELD.format("ip-pool")
-        if len(ip_pool) == 1 and not is_ip(ip_pool[0]):
-            raise InvalidRequest(field, f"named pool {ip_pool[0]!r} is not defined for the "
-                                        "BBC provider (give a list of addresses)")
-        idle = {e.address for e in pool.idle()}
-        for candidate in ip_pool:
-            if candidate in idle:
-                return pool.take(candidate)
-        raise InvalidRequest(field, f"no address of the pool is idle on node "
-                                    f"{context.node.node.name}")
-
-    def _static(self, context: AllocateContext, instance: str, port: Port,
-                address: str) -> PoolEntry:
-        pool = context.pool
-        assert pool is not None
-        field = ANNOTATION_FIELD.format("ip-address")
-        if "," in address:
-            raise InvalidRequest(field, f"{address}: dual-stack pairs are not served by BBC")
-        cidr = ipaddress.ip_network(self._subnet(port.subnet).cidr, strict=False)
-        if ipaddress.ip_address(address) not in cidr:
-            raise InvalidRequest(field, f"{address} is outside subnet {port.subnet} ({cidr}) "
-                                        f"of node {context.node.node.name}")
-        hosts = cidr.hosts()
-        reserved = reserved_reason(address, str(cidr), str(next(hosts, "")) or None)
-        if reserved is not None:
-            raise InvalidRequest(field, f"{reserved} (subnet {port.subnet}): not a pod address")
-        owner = pool.owner_of(address)
-        if owner is not None and owner != context.pod_network.key:
-            raise InvalidRequest(field, f"{address} is already used by {owner}")
-        if address in {e.address for e in pool.idle()}:
-            return pool.take(address)
+    def _add_static(self, context: AllocateContext, request: ResolvedRequest, instance: str,
+                    port: Port) -> PoolEntry:
+        """Add the requested address core found outside the pool to the instance's ENI."""
+        address = request.address
+        assert address is not None
         try:
             self.api.add_ips(instance, ips=[address])
         except Exception as exc:
@@ -699,8 +669,8 @@ class BbcProvider:
                 raise
             fresh = self._port(instance, fresh=True)
             if address not in {ip.address for ip in fresh.secondary()}:
-                raise InvalidRequest(field, f"{address} is in use outside node "
-                                            f"{context.node.node.name}") from None
+                raise request.refuse(f"{address} is in use outside node "
+                                     f"{context.node.node.name}") from None
         return PoolEntry(address, port.eni_id, port.subnet)
 
     @hookimpl

@@ -55,13 +55,12 @@ from typing import Any, TypeVar
 
 import attrs
 
-from podnet.core.annotations import is_ip
-from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, PoolEmpty, ProviderError
+from podnet.core.errors import ConfigError, ErrorKind, PoolEmpty, ProviderError
 from podnet.core.policy import PoolPolicy, RateLimit
-from podnet.core.pool import reserved_reason
 from podnet.core.ratelimit import CloudLimiter
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
+    AddressSpace,
     AllocateContext,
     Allocation,
     CloudInterface,
@@ -72,14 +71,15 @@ from podnet.hookspecs.types import (
     PoolEntry,
     ProviderInfo,
     ReleaseResult,
+    ResolvedRequest,
     RouteResult,
+    Subnet,
     VerifyResult,
 )
 
 NAME = "ecs"
 __version__ = "0.1.0"
 
-ANNOTATION_FIELD = "metadata.annotations[podnet.io/{}]"
 INSTANCE_LABEL = "podnet.io/ecs-instance-id"
 TYPE_LABEL = "node.kubernetes.io/instance-type"
 #: what the provider writes as the description of the ENIs it creates
@@ -881,32 +881,24 @@ class EcsProvider:
     # --- one pod network ----------------------------------------------------------------
 
     @hookimpl
+    def podnet_address_space(self, provider: str, node: NodeContext) -> AddressSpace | None:
+        """The configured vSwitches with their CIDRs (read once, then kept)."""
+        if provider != self.name:
+            return None
+        cidrs = self._cidr_map()
+        return AddressSpace(subnets=tuple(
+            Subnet.first_host_gateway(v, str(cidrs[v]) if v in cidrs else None)
+            for v in self.config.vswitches), pairs=self.config.dual)
+
+    @hookimpl
     def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
         pn = context.pod_network
         if pn.spec.provider != self.name:
             return None
-        pool = context.pool
-        if pool is None:
+        request = context.request
+        if request is None:
             raise ProviderError(ErrorKind.FATAL, "the ecs provider uses node pools")
-        req = pn.spec.requests
-        subnets = tuple(req.subnets or ())
-        if subnets:
-            known = set(self.config.vswitches)
-            unknown = [s for s in subnets if s not in known]
-            if len(unknown) == len(subnets):
-                raise InvalidRequest(ANNOTATION_FIELD.format("subnets"),
-                                     f"vSwitch {', '.join(unknown)} is not configured for the "
-                                     f"ecs provider (configured: "
-                                     f"{', '.join(self.config.vswitches)})")
-            subnets = tuple(s for s in subnets if s in known)
-        if req.ip_address is not None:
-            entry = self._static(context, req.ip_address, subnets)
-        elif req.ip_pool:
-            entry = self._from_ip_pool(context, tuple(req.ip_pool))
-        elif subnets:
-            entry = self._take_in(pool, subnets)
-        else:
-            entry = pool.take()
+        entry = request.entry or self._add_static(context, request)
         cidr = self._cidr_map().get(entry.subnet or "")
         gateway = str(next(cidr.hosts())) if cidr is not None else None
         cidr_text = str(cidr) if cidr is not None else None
@@ -914,54 +906,18 @@ class EcsProvider:
             # core never hands out half a pair; a provider's own static add is paired
             raise ProviderError(ErrorKind.FATAL, f"{entry.address} has no IPv6 partner",
                                 field="status.ipv6")
-        return Allocation(ip=entry.address, ipv6=entry.ipv6, mac=req.mac_address,
+        return Allocation(ip=entry.address, ipv6=entry.ipv6, mac=pn.spec.requests.mac_address,
                           subnet=entry.subnet, gateway=gateway, interface=entry.interface,
                           cidr=cidr_text)
 
-    @staticmethod
-    def _take_in(pool: Any, subnets: Sequence[str]) -> PoolEntry:
-        for s in subnets:
-            if pool.idle(s):
-                entry: PoolEntry = pool.take(subnet=s)
-                return entry
-        raise PoolEmpty(f"no idle address in vSwitch {', '.join(subnets)}", subnet=subnets[0])
-
-    def _vswitch_of(self, address: str) -> str | None:
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
-            return None
-        for vid, cidr in self._cidr_map().items():
-            if vid in self.config.vswitches and ip in cidr:
-                return vid
-        return None
-
-    def _static(self, context: AllocateContext, address: str,
-                subnets: Sequence[str]) -> PoolEntry:
-        pool = context.pool
-        assert pool is not None
-        field = ANNOTATION_FIELD.format("ip-address")
-        if "," in address:
-            return self._static_pair(context, address, field)
-        vswitch = self._vswitch_of(address)
-        if vswitch is None:
-            raise InvalidRequest(field, f"{address} is outside every configured vSwitch "
-                                        f"({', '.join(self.config.vswitches)})")
-        if subnets and vswitch not in subnets:
-            raise InvalidRequest(field, f"{address} is in vSwitch {vswitch}, not in "
-                                        f"{', '.join(subnets)}")
-        cidr = self._cidr_map()[vswitch]
-        reserved = reserved_reason(address, str(cidr), str(next(cidr.hosts(), "")) or None)
-        if reserved is not None:
-            raise InvalidRequest(field, f"{reserved} (vSwitch {vswitch}): not a pod address")
-        owner = pool.owner_of(address)
-        if owner is not None and owner != context.pod_network.key:
-            raise InvalidRequest(field, f"{address} is already used by {owner}")
-        if address in {e.address for e in pool.idle()}:
-            return pool.take(address)
-        # not on the node yet: assign it explicitly to an ENI of the node in its vSwitch
+    def _add_static(self, context: AllocateContext, request: ResolvedRequest) -> PoolEntry:
+        """Assign the requested address core found outside the pool to an ENI of the node
+        in its vSwitch."""
         from alibabacloud_ecs20140526 import models as m
 
+        address, subnet = request.address, request.subnet
+        assert address is not None and subnet is not None
+        vswitch = subnet.id
         instance = self.instance_id(context.node)
         # pods go on secondary ENIs only: never the primary one, never a trunk
         enis = [e for e in self.describe_enis(instance=instance)
@@ -975,49 +931,15 @@ class EcsProvider:
                             subnet=vswitch)
         if self.config.dual:
             # its IPv6 partner would have to be chosen outside the pool: not served
-            raise InvalidRequest(field, f"{address} is not an idle pair on node "
-                                        f"{context.node.node.name} (ip_stack dual: a static "
-                                        "address must be one the node's pool holds)")
+            raise request.refuse(f"{address} is not an idle pair on node "
+                                 f"{context.node.node.name} (ip_stack dual: a static "
+                                 "address must be one the node's pool holds)")
         eni = min(enis, key=lambda e: len(e.secondary))
         self._call("AssignPrivateIpAddresses", m.AssignPrivateIpAddressesRequest(
             region_id=self.config.region, network_interface_id=eni.id,
             private_ip_address=[address]), subject=vswitch)
         self._note(instance, added=[address])
         return PoolEntry(address, eni.id, vswitch)
-
-    def _static_pair(self, context: AllocateContext, address: str, field: str) -> PoolEntry:
-        """``<IPv4>,<IPv6>``: a pair the node's pool holds idle (ip_stack dual only)."""
-        pool = context.pool
-        assert pool is not None
-        if not self.config.dual:
-            raise InvalidRequest(field, f"{address}: a dual-stack pair needs the ecs "
-                                        "provider's ip_stack to be dual")
-        parts = sorted((p.strip() for p in address.split(",")), key=lambda p: ":" in p)
-        v4, v6 = parts[0], parts[-1]
-        for entry in pool.idle():
-            if entry.address == v4 and entry.ipv6 == v6:
-                taken: PoolEntry = pool.take(v4)
-                return taken
-        owner = pool.owner_of(v4)
-        if owner is not None and owner != context.pod_network.key:
-            raise InvalidRequest(field, f"{v4} is already used by {owner}")
-        raise InvalidRequest(field, f"{v4},{v6} is not an idle pair on node "
-                                    f"{context.node.node.name}")
-
-    def _from_ip_pool(self, context: AllocateContext, ip_pool: tuple[str, ...]) -> PoolEntry:
-        pool = context.pool
-        assert pool is not None
-        field = ANNOTATION_FIELD.format("ip-pool")
-        if len(ip_pool) == 1 and self._vswitch_of(ip_pool[0]) is None and not is_ip(
-                ip_pool[0]):
-            raise InvalidRequest(field, f"named pool {ip_pool[0]!r} is not defined for the "
-                                        "ecs provider (give a list of addresses)")
-        idle = {e.address for e in pool.idle()}
-        for candidate in ip_pool:
-            if candidate in idle:
-                return pool.take(candidate)
-        raise InvalidRequest(field, f"no address of the pool is idle on node "
-                                    f"{context.node.node.name}")
 
     def _on_node(self, context: PodNetworkContext, max_age: float | None) -> tuple[bool, str]:
         """Whether the recorded address (and, dual stack, its IPv6 half) is on an InUse ENI

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from podnet.core.annotations import SUBNETS, check_references, is_ip, show
+from podnet.core.annotations import annotation_field as _field
 from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, ProviderError
 from podnet.core.models import DEFAULT_NETWORK, NodeInfo, PodInfo, PodNetwork, WorkloadInfo
 from podnet.core.objects import statefulset_ordinal
@@ -55,7 +56,6 @@ if TYPE_CHECKING:
 NAME = "ovn"
 __version__ = "0.1.0"
 
-ANN = "metadata.annotations[podnet.io/{}]"
 NETWORKS_ANNOTATION = "podnet.io/networks"
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -74,10 +74,6 @@ _PG_SAFE = re.compile(r"[^A-Za-z0-9_]")
 #: how long a transaction's leader waits for company: 2 ms gathers a burst's ports into a
 #: few transactions (6x faster than one ovn-nbctl per port at 1,000, against 4.5x at 0)
 DEFAULT_BATCH_WINDOW = 0.002
-
-
-def _field(name: str) -> str:
-    return ANN.format(name)
 
 
 def port_name(pn: PodNetwork) -> str:

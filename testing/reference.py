@@ -27,6 +27,7 @@ import attrs
 
 from podnet.core.errors import ConfigError, ErrorKind, ProviderError
 from podnet.core.policy import PoolPolicy
+from podnet.core.sections import between, config_key, read_section, section, text
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
     AddressSpace,
@@ -303,6 +304,21 @@ class ReferenceCloud:
                     for ips in node.interfaces.values() for ip in ips}
 
 
+@section()
+@attrs.frozen
+class ReferenceConfig:
+    """The section ``providers.reference``: the stand-in cloud's behaviour."""
+
+    latency_ms: float = attrs.field(default=0.0, metadata=between(0, 60_000))
+    fault_rate: float = attrs.field(default=0.0, metadata=between(0, 1))
+    seed: int = attrs.field(default=0, metadata=between(0, 2**32))
+    #: None: as the cloud was made
+    max_interfaces: int | None = attrs.field(default=None, metadata=between(1, 64))
+    ips_per_interface: int | None = attrs.field(default=None, metadata=between(1, 4096))
+    #: where the cloud keeps its state, to outlive the controller process
+    state_file: str | None = attrs.field(default=None, metadata=text())
+
+
 class ReferenceProvider:
     """The plugin. One instance per controller; the cloud may outlive it."""
 
@@ -333,27 +349,20 @@ class ReferenceProvider:
     def podnet_configure(self, provider: str, config: Mapping[str, Any]) -> None:
         if provider != self.name:
             return
-        known = {"latency_ms", "fault_rate", "seed", "max_interfaces", "ips_per_interface",
-                 "state_file"}
-        for key in config:
-            if key not in known:
-                raise ConfigError(f"{provider}.{key}", "unknown option")
-        number = _config_number
-        self.cloud.latency = number(config, provider, "latency_ms", 0.0, 0, 60_000) / 1000
-        self.cloud.fault_rate = number(config, provider, "fault_rate", 0.0, 0, 1)
-        self.cloud.random.seed(int(number(config, provider, "seed", 0, 0, 2**32)))
-        self.cloud.max_interfaces = int(number(config, provider, "max_interfaces",
-                                               self.cloud.max_interfaces, 1, 64))
-        self.cloud.ips_per_interface = int(number(config, provider, "ips_per_interface",
-                                                  self.cloud.ips_per_interface, 1, 4096))
-        state_file = config.get("state_file")
-        if state_file is not None:
-            if not isinstance(state_file, str) or not state_file:
-                raise ConfigError(f"{provider}.state_file", "expected a file path")
+        cfg = read_section(ReferenceConfig, provider, config)
+        self.cloud.latency = cfg.latency_ms / 1000
+        self.cloud.fault_rate = cfg.fault_rate
+        self.cloud.random.seed(cfg.seed)
+        if cfg.max_interfaces is not None:
+            self.cloud.max_interfaces = cfg.max_interfaces
+        if cfg.ips_per_interface is not None:
+            self.cloud.ips_per_interface = cfg.ips_per_interface
+        if cfg.state_file is not None:
             try:
-                self.cloud.persist_to(state_file)
+                self.cloud.persist_to(cfg.state_file)
             except (OSError, ValueError, KeyError) as exc:
-                raise ConfigError(f"{provider}.state_file", f"unusable: {exc}") from None
+                raise ConfigError(config_key(provider, "state_file"),
+                                  f"unusable: {exc}") from None
 
     # 3. inventory
 
@@ -502,16 +511,6 @@ def _mac_for(seed: str) -> str:
 
     digest = hashlib.blake2s(seed.encode(), digest_size=5).digest()
     return "0a:" + ":".join(f"{b:02x}" for b in digest)
-
-
-def _config_number(config: Mapping[str, Any], provider: str, key: str, default: float,
-                   low: float, high: float) -> float:
-    value = config.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{provider}.{key}", f"must be a number, got {value!r}")
-    if not low <= value <= high:
-        raise ConfigError(f"{provider}.{key}", f"must be between {low} and {high}, got {value}")
-    return float(value)
 
 
 #: what the host registers as the built-in ``reference`` plugin

@@ -42,6 +42,16 @@ from podnet.core.errors import ConfigError, ErrorKind, ProviderError
 from podnet.core.models import NodeInfo
 from podnet.core.policy import Backoff, PoolPolicy, RateLimit
 from podnet.core.ratelimit import CloudLimiter
+from podnet.core.sections import (
+    at_least,
+    between,
+    config_key,
+    ids,
+    one_of,
+    read_section,
+    section,
+    text,
+)
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
     AddressSpace,
@@ -88,11 +98,25 @@ ERROR_CODES: tuple[tuple[str, ErrorKind], ...] = (
     ("InvalidSubnetId", ErrorKind.SUBNET_EXHAUSTED),
 )
 
-_KNOWN_KEYS = frozenset({
-    "endpoint", "vpcEndpoint", "protocol", "accessKeyId", "secretAccessKey", "subnets",
-    "instanceTypeLabel", "instanceTypePrefix", "instanceIdLabel", "maxIpsPerNode",
-    "timeoutMs",
-})
+
+@section(camel=True)
+@attrs.frozen
+class BbcConfig:
+    """The section ``providers.bbc`` (camelCase keys, as the module docstring shows)."""
+
+    endpoint: str | None = attrs.field(default=None, metadata=text())
+    vpc_endpoint: str | None = attrs.field(default=None, metadata=text())
+    protocol: str = attrs.field(default="http", metadata=one_of("http", "https"))
+    access_key_id: str | None = attrs.field(default=None, repr=False,
+                                            metadata=text(secret=True))
+    secret_access_key: str | None = attrs.field(default=None, repr=False,
+                                                metadata=text(secret=True))
+    subnets: tuple[str, ...] = attrs.field(default=(), metadata=ids(what="subnet ids"))
+    instance_type_label: str = attrs.field(default=DEFAULT_TYPE_LABEL, metadata=text())
+    instance_type_prefix: str = attrs.field(default=DEFAULT_TYPE_PREFIX, metadata=text())
+    instance_id_label: str | None = attrs.field(default=None, metadata=text())
+    max_ips_per_node: int = attrs.field(default=DEFAULT_MAX_IPS, metadata=between(1, 4096))
+    timeout_ms: int = attrs.field(default=10_000, metadata=at_least(1))
 
 
 def error_code(error: BaseException) -> tuple[str | None, int | None]:
@@ -351,7 +375,7 @@ class BbcProvider:
         ak = ak or os.environ.get("BCE_ACCESS_KEY_ID")
         sk = sk or os.environ.get("BCE_SECRET_ACCESS_KEY")
         if not ak or not sk:
-            raise ConfigError(f"{self.name}.accessKeyId",
+            raise ConfigError(config_key(self.name, "accessKeyId"),
                               "credentials missing (config or BCE_ACCESS_KEY_ID / "
                               "BCE_SECRET_ACCESS_KEY)")
         self._api = self._api_factory(endpoint, ak, sk, vpc_endpoint=vpc, protocol=protocol,
@@ -362,7 +386,7 @@ class BbcProvider:
     def api(self) -> BbcApi:
         if self._api is None:
             raise ProviderError(ErrorKind.FATAL, f"provider {self.name} has no endpoint "
-                                "configured", field=f"{self.name}.endpoint")
+                                "configured", field=config_key(self.name, "endpoint"))
         return self._api
 
     # 1. registration and configuration
@@ -379,38 +403,21 @@ class BbcProvider:
     def podnet_configure(self, provider: str, config: Mapping[str, Any]) -> None:
         if provider != self.name:
             return
-        for key in config:
-            if key not in _KNOWN_KEYS:
-                raise ConfigError(f"{provider}.{key}", "unknown option")
-
-        def text(key: str, default: str | None = None) -> str | None:
-            value = config.get(key, default)
-            if value is not None and (not isinstance(value, str) or not value):
-                raise ConfigError(f"{provider}.{key}", "expected a non-empty string")
-            return value
-
-        subnets = config.get("subnets", list(self.subnets))
-        if not isinstance(subnets, list | tuple) or not all(
-                isinstance(s, str) and s for s in subnets):
-            raise ConfigError(f"{provider}.subnets", "expected a list of subnet ids")
-        max_ips = config.get("maxIpsPerNode", self.max_ips)
-        if isinstance(max_ips, bool) or not isinstance(max_ips, int) or not 1 <= max_ips <= 4096:
-            raise ConfigError(f"{provider}.maxIpsPerNode", "expected a whole number 1..4096")
-        timeout = config.get("timeoutMs", 10_000)
-        if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1:
-            raise ConfigError(f"{provider}.timeoutMs", "expected a positive whole number")
-        protocol = text("protocol", "http")
-        if protocol not in ("http", "https"):
-            raise ConfigError(f"{provider}.protocol", "expected http or https")
-        self.subnets = tuple(subnets)
-        self.max_ips = max_ips
-        self.instance_type_label = text("instanceTypeLabel", self.instance_type_label) or ""
-        self.instance_type_prefix = text("instanceTypePrefix", self.instance_type_prefix) or ""
-        self.instance_id_label = text("instanceIdLabel", self.instance_id_label)
-        endpoint = text("endpoint")
-        if endpoint is not None:
-            self._connect(endpoint, text("accessKeyId"), text("secretAccessKey"),
-                          text("vpcEndpoint"), protocol or "http", timeout)
+        # what the section leaves out stays as the provider was made; never the
+        # connection, which only the section's endpoint and credentials make
+        base = BbcConfig(subnets=self.subnets, max_ips_per_node=self.max_ips,
+                         instance_type_label=self.instance_type_label,
+                         instance_type_prefix=self.instance_type_prefix,
+                         instance_id_label=self.instance_id_label)
+        cfg = read_section(BbcConfig, provider, config, base)
+        self.subnets = cfg.subnets
+        self.max_ips = cfg.max_ips_per_node
+        self.instance_type_label = cfg.instance_type_label
+        self.instance_type_prefix = cfg.instance_type_prefix
+        self.instance_id_label = cfg.instance_id_label
+        if cfg.endpoint is not None:
+            self._connect(cfg.endpoint, cfg.access_key_id, cfg.secret_access_key,
+                          cfg.vpc_endpoint, cfg.protocol, cfg.timeout_ms)
 
     @hookimpl
     def podnet_cloud_limiter(self, provider: str, limiter: CloudLimiter) -> bool | None:

@@ -51,13 +51,24 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 
 from podnet.core.errors import ConfigError, ErrorKind, PoolEmpty, ProviderError
 from podnet.core.policy import PoolPolicy, RateLimit
 from podnet.core.ratelimit import CloudLimiter
+from podnet.core.sections import (
+    between,
+    config_key,
+    ids,
+    invalid,
+    one_of,
+    read_section,
+    rule,
+    section,
+    text,
+)
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
     AddressSpace,
@@ -110,16 +121,11 @@ POLICY = PoolPolicy(min_idle=0, max_idle=5, batch_size=10, max_batch_size=10,
                     aggregation_window=0.3, inhibit_exhausted=600.0, inhibit_quota=60.0,
                     max_interface_ops=3, cloud_rate=RateLimit(rate=400 / 60, burst=10))
 
-_T = TypeVar("_T")
 #: ENI states on the way to another: worth waiting for
 _TRANSITIONAL = frozenset({"Attaching", "Detaching", "Creating", "Deleting"})
 #: how long a settled, unwanted state may be a replica's lag before it counts as final
 _SETTLED_GRACE = 2.0
 _PROVIDER_ID = re.compile(r"^(?:[a-z]+://)?(?:[a-z0-9-]+\.)?(i-[A-Za-z0-9]+)$")
-_KNOWN = {"endpoint", "region", "protocol", "access_key_id", "access_key_secret",
-          "vswitches", "vswitch_policy", "security_groups", "instance_type", "instance_ids",
-          "eni_cap_ratio", "eni_cap_shift", "max_enis", "attach_timeout", "poll_interval",
-          "timeout", "seed", "ip_stack"}
 
 
 def error_code(error: BaseException) -> str | None:
@@ -151,24 +157,48 @@ def classify(error: BaseException) -> ErrorKind | None:
     return ErrorKind.TRANSIENT
 
 
+def _instance_ids(ids: dict[str, str]) -> dict[str, str]:
+    if not all(ids.values()):
+        raise ValueError("expected a map of node name to instance id")
+    return ids
+
+
+def _check_config(cfg: EcsConfig) -> None:
+    if not cfg.vswitches:
+        raise invalid("at least one vSwitch id is required", "vswitches")
+    if not cfg.security_groups:
+        raise invalid("at least one security group id is required", "security_groups")
+
+
+@section(check=_check_config)
 @attrs.frozen
 class EcsConfig:
-    endpoint: str = "ecs.aliyuncs.com"
-    region: str = "cn-hangzhou"
-    protocol: str = "https"
-    vswitches: tuple[str, ...] = ()
-    vswitch_policy: str = "ordered"
-    security_groups: tuple[str, ...] = ()
-    instance_type: str | None = None
-    instance_ids: Mapping[str, str] = attrs.field(factory=dict)
-    eni_cap_ratio: float = 1.0
-    eni_cap_shift: int = 0
-    max_enis: int = 0
-    attach_timeout: float = 30.0
-    poll_interval: float = 0.05
-    timeout: float = 10.0
+    """The section ``providers.ecs`` (see the module docstring)."""
+
+    endpoint: str = attrs.field(default="ecs.aliyuncs.com", metadata=text(strip=True))
+    region: str = attrs.field(default="cn-hangzhou", metadata=text(strip=True))
+    protocol: str = attrs.field(default="https", metadata=one_of("http", "https"))
+    #: else the environment's ALIBABA_CLOUD_ACCESS_KEY_ID / _SECRET; never kept here
+    access_key_id: str | None = attrs.field(default=None, repr=False,
+                                            metadata=text(secret=True))
+    access_key_secret: str | None = attrs.field(default=None, repr=False,
+                                                metadata=text(secret=True))
+    vswitches: tuple[str, ...] = attrs.field(default=(), metadata=ids(comma=True))
+    vswitch_policy: str = attrs.field(default="ordered",
+                                      metadata=one_of("ordered", "most", "random"))
+    security_groups: tuple[str, ...] = attrs.field(default=(), metadata=ids(comma=True))
+    instance_type: str | None = attrs.field(default=None, metadata=text(strip=True))
+    #: node name -> instance id
+    instance_ids: dict[str, str] = attrs.field(factory=dict, metadata=rule(_instance_ids))
+    eni_cap_ratio: float = attrs.field(default=1.0, metadata=between(0, 1))
+    eni_cap_shift: int = attrs.field(default=0, metadata=between(-64, 64))
+    max_enis: int = attrs.field(default=0, metadata=between(0, 64))
+    attach_timeout: float = attrs.field(default=30.0, metadata=between(0, 3600))
+    poll_interval: float = attrs.field(default=0.05, metadata=between(0, 60))
+    timeout: float = attrs.field(default=10.0, metadata=between(0.1, 600))
+    seed: int = attrs.field(default=0, metadata=between(0, 2**32))
     #: ``ipv4`` | ``dual`` (IPv4/IPv6 pairs)
-    ip_stack: str = "ipv4"
+    ip_stack: str = attrs.field(default="ipv4", metadata=one_of("ipv4", "dual"))
 
     @property
     def dual(self) -> bool:
@@ -296,47 +326,20 @@ class EcsProvider:
     def podnet_configure(self, provider: str, config: Mapping[str, Any]) -> None:
         if provider != self.name:
             return
-        for key in config:
-            if key not in _KNOWN:
-                raise ConfigError(f"{provider}.{key}", "unknown option")
-        s = _Section(provider, config)
-        policy = s.choice("vswitch_policy", ("ordered", "most", "random"), "ordered")
-        protocol = s.choice("protocol", ("http", "https"), "https")
-        ids = config.get("instance_ids", {})
-        if not isinstance(ids, Mapping) or not all(
-                isinstance(k, str) and isinstance(v, str) and v for k, v in ids.items()):
-            raise ConfigError(f"{provider}.instance_ids",
-                              "expected a map of node name to instance id")
-        cfg = EcsConfig(
-            endpoint=s.text("endpoint", "ecs.aliyuncs.com"),
-            region=s.text("region", "cn-hangzhou"), protocol=protocol,
-            vswitches=s.names("vswitches"), vswitch_policy=policy,
-            security_groups=s.names("security_groups"),
-            instance_type=s.text("instance_type", None), instance_ids=dict(ids),
-            eni_cap_ratio=s.number("eni_cap_ratio", 1.0, 0.0, 1.0),
-            eni_cap_shift=int(s.number("eni_cap_shift", 0, -64, 64)),
-            max_enis=int(s.number("max_enis", 0, 0, 64)),
-            attach_timeout=s.number("attach_timeout", 30.0, 0.0, 3600.0),
-            poll_interval=s.number("poll_interval", 0.05, 0.0, 60.0),
-            timeout=s.number("timeout", 10.0, 0.1, 600.0),
-            ip_stack=s.choice("ip_stack", ("ipv4", "dual"), "ipv4"),
-        )
-        key_id = config.get("access_key_id", os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID"))
-        secret = config.get("access_key_secret",
-                            os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET"))
-        for key, value in (("access_key_id", key_id), ("access_key_secret", secret)):
-            if not isinstance(value, str) or not value:
-                raise ConfigError(f"{provider}.{key}", "missing: set it or the environment's "
-                                                       f"ALIBABA_CLOUD_{key.upper()}")
-        if not cfg.vswitches:
-            raise ConfigError(f"{provider}.vswitches", "at least one vSwitch id is required")
-        if not cfg.security_groups:
-            raise ConfigError(f"{provider}.security_groups",
-                              "at least one security group id is required")
-        self._random.seed(int(s.number("seed", 0, 0, 2**32)))
+        cfg = read_section(EcsConfig, provider, config)
+        credentials = []
+        for key, value in (("access_key_id", cfg.access_key_id),
+                           ("access_key_secret", cfg.access_key_secret)):
+            value = value or os.environ.get(f"ALIBABA_CLOUD_{key.upper()}")
+            if not value:
+                raise ConfigError(config_key(provider, key), "missing: set it or the "
+                                  f"environment's ALIBABA_CLOUD_{key.upper()}")
+            credentials.append(value)
+        self._random.seed(cfg.seed)
         with self._lock:
-            self.config = cfg
-            self._credentials = (str(key_id), str(secret))
+            # the credentials live on in the SDK's config only
+            self.config = attrs.evolve(cfg, access_key_id=None, access_key_secret=None)
+            self._credentials = (credentials[0], credentials[1])
             self._generation += 1
             self._limits.clear()
             self._cidrs.clear()
@@ -532,7 +535,7 @@ class EcsProvider:
         limits = self.limits(node)
         dual = self.config.dual
         if dual and limits.ipv6 < 1:
-            key = f"{self.name}.ip_stack"
+            key = config_key(self.name, "ip_stack")
             raise ProviderError(ErrorKind.FATAL, f"config {key}: dual needs IPv6 on the ENIs, "
                                 f"and node {node.node.name}'s instance type has none "
                                 "(EniIpv6AddressQuantity 0): set ipv4, or use an instance "
@@ -1007,47 +1010,6 @@ class EcsProvider:
 
 
 # --- helpers ------------------------------------------------------------------------------
-
-
-class _Section:
-    def __init__(self, provider: str, config: Mapping[str, Any]) -> None:
-        self.provider = provider
-        self.config = config
-
-    def _key(self, key: str) -> str:
-        return f"{self.provider}.{key}"
-
-    def text(self, key: str, default: _T) -> str | _T:
-        value = self.config.get(key, default)
-        if value is default:
-            return default
-        if not isinstance(value, str) or not value.strip():
-            raise ConfigError(self._key(key), "expected a non-empty string")
-        return value.strip()
-
-    def choice(self, key: str, options: Sequence[str], default: str) -> str:
-        value = self.config.get(key, default)
-        if value not in options:
-            raise ConfigError(self._key(key), f"expected one of {', '.join(options)}, got "
-                                              f"{value!r}")
-        return str(value)
-
-    def names(self, key: str) -> tuple[str, ...]:
-        value = self.config.get(key, ())
-        if isinstance(value, str):
-            value = [v.strip() for v in value.split(",") if v.strip()]
-        if not isinstance(value, list | tuple) or not all(
-                isinstance(v, str) and v for v in value):
-            raise ConfigError(self._key(key), "expected a list of ids")
-        return tuple(value)
-
-    def number(self, key: str, default: float, low: float, high: float) -> float:
-        value = self.config.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(self._key(key), f"must be a number, got {value!r}")
-        if not low <= value <= high:
-            raise ConfigError(self._key(key), f"must be between {low} and {high}, got {value}")
-        return float(value)
 
 
 def _snake(api: str) -> str:

@@ -19,7 +19,7 @@ The backend (:class:`StaticBackend`) stands in for whatever really records assig
 (an IPAM service, a database, a router's API). It lives outside the plugin object, so a
 controller restarting in the same process (the tests do that) finds it as it was. This
 module imports only ``podnet.hookspecs`` and the public parts of ``podnet.core``
-(``models``, ``errors``, ``policy``), never the engine.
+(``models``, ``errors``, ``policy``, ``sections``), never the engine.
 """
 
 from __future__ import annotations
@@ -30,8 +30,11 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from podnet.core.errors import ConfigError, ErrorKind, ProviderError
+import attrs
+
+from podnet.core.errors import ErrorKind, ProviderError
 from podnet.core.policy import PoolPolicy
+from podnet.core.sections import between, cidrs, read_section, section
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
     AddressSpace,
@@ -186,6 +189,18 @@ class StaticBackend:
             return dict(self.assigned)
 
 
+@section()
+@attrs.frozen
+class StaticPoolConfig:
+    """The section ``providers.static-pool``."""
+
+    #: CIDRs, not overlapping; the first address of each is kept for the gateway
+    ranges: tuple[str, ...] = attrs.field(default=DEFAULT_RANGES,
+                                          metadata=cidrs(disjoint=True))
+    #: addresses one node may hold
+    per_node: int = attrs.field(default=DEFAULT_PER_NODE, metadata=between(1, MAX_PER_NODE))
+
+
 class StaticPoolProvider:
     """The plugin: one instance per controller; the backend may outlive it."""
 
@@ -197,8 +212,10 @@ class StaticPoolProvider:
         self.name = name
         self.policy = policy or PoolPolicy(min_idle=1, max_idle=4, batch_size=4,
                                            max_batch_size=8, reuse_cooldown=5.0)
-        self.ranges: tuple[Network, ...] = _parse_ranges(name, list(ranges))
-        self.per_node = per_node
+        cfg = read_section(StaticPoolConfig, name, {"ranges": list(ranges),
+                                                     "per_node": per_node})
+        self.ranges: tuple[Network, ...] = _networks(cfg)
+        self.per_node = cfg.per_node
 
     # 1. registration and configuration
 
@@ -214,21 +231,10 @@ class StaticPoolProvider:
     def podnet_configure(self, provider: str, config: Mapping[str, Any]) -> None:
         if provider != self.name:
             return
-        for key in config:
-            if key not in ("ranges", "per_node"):
-                raise ConfigError(f"{provider}.{key}", "unknown option (known: ranges, "
-                                                       "per_node)")
-        ranges = config.get("ranges", list(DEFAULT_RANGES))
-        per_node = config.get("per_node", DEFAULT_PER_NODE)
-        if isinstance(per_node, bool) or not isinstance(per_node, int):
-            raise ConfigError(f"{provider}.per_node", f"must be a whole number, got "
-                                                      f"{per_node!r}")
-        if not 1 <= per_node <= MAX_PER_NODE:
-            raise ConfigError(f"{provider}.per_node", f"must be between 1 and {MAX_PER_NODE}, "
-                                                      f"got {per_node}")
-        # validate everything before changing anything: a bad section leaves the old one
-        self.ranges = _parse_ranges(provider, ranges)
-        self.per_node = per_node
+        # read everything before changing anything: a bad section leaves the old one
+        cfg = read_section(StaticPoolConfig, provider, config)
+        self.ranges = _networks(cfg)
+        self.per_node = cfg.per_node
 
     # 3. inventory
 
@@ -340,24 +346,8 @@ class StaticPoolProvider:
         return ERROR_KINDS.get(error.code, ErrorKind.TRANSIENT)
 
 
-def _parse_ranges(provider: str, value: object) -> tuple[Network, ...]:
-    if isinstance(value, str) or not isinstance(value, list | tuple) or not value:
-        raise ConfigError(f"{provider}.ranges", f"must be a non-empty list of CIDRs, got "
-                                                f"{value!r}")
-    out: list[Network] = []
-    for i, text in enumerate(value):
-        key = f"{provider}.ranges[{i}]"
-        if not isinstance(text, str):
-            raise ConfigError(key, f"must be a CIDR string, got {text!r}")
-        try:
-            network = ipaddress.ip_network(text, strict=True)
-        except ValueError as exc:
-            raise ConfigError(key, str(exc)) from None
-        for other in out:
-            if network.version == other.version and network.overlaps(other):
-                raise ConfigError(key, f"{network} overlaps {other}")
-        out.append(network)
-    return tuple(out)
+def _networks(cfg: StaticPoolConfig) -> tuple[Network, ...]:
+    return tuple(ipaddress.ip_network(r) for r in cfg.ranges)
 
 
 #: the backend of this process: a controller restarted in-process finds it unchanged

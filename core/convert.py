@@ -47,7 +47,8 @@ from podnet.core.annotations import (
 from podnet.core.clock import format_time, parse_time
 from podnet.hookspecs import models
 
-__all__ = ["RecordError", "converter", "from_wire", "to_wire"]
+__all__ = ["RecordError", "RuleError", "converter", "from_wire", "invalid", "register_section",
+           "to_wire"]
 
 T = TypeVar("T")
 Hook = Callable[[Any, Any], Any]
@@ -127,6 +128,15 @@ def _int(value: Any, _: Any = None) -> int:
     if value.__class__ is not int and (not isinstance(value, int) or isinstance(value, bool)):
         raise _expected("integer", value)
     return int(value)
+
+
+def _float(value: Any, _: Any = None) -> float:
+    # an integer is a number too; JSON true is not
+    if value.__class__ is float:
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _expected("number", value)
+    return float(value)
 
 
 def _bool(value: Any, _: Any = None) -> bool:
@@ -237,6 +247,7 @@ def _tuple_unstructure(t: Any) -> Callable[[Any], Any]:
 # because the str hook would otherwise take them (they subclass str).
 converter.register_structure_hook(str, _str)
 converter.register_structure_hook(int, _int)
+converter.register_structure_hook(float, _float)
 converter.register_structure_hook(bool, _bool)
 converter.register_structure_hook(datetime, _parse_time)
 converter.register_unstructure_hook(datetime, format_time)
@@ -507,6 +518,9 @@ def _locate(exc: BaseException, path: tuple[str | int, ...]) -> tuple[tuple[str 
         return _locate(sub, (*path, index if isinstance(index, int) else _Key(index)))
     if isinstance(exc, ForbiddenExtraKeysError):
         key = sorted(exc.extra_fields)[0]
+        if exc.cl in _SECTIONS:  # an operator's typo: say what was meant to be there
+            known = ", ".join(sorted(_WIRE_NAMES[exc.cl].values()))
+            return (*path, key), f"unknown key {key!r} (known: {known})"
         return (*path, key), f"unknown field {key!r}"
     if isinstance(exc, _Invalid):
         return (*path, *exc.path), exc.message
@@ -521,6 +535,36 @@ def _format_path(path: tuple[str | int, ...]) -> str:
         else:
             out += f".{part}" if out else part
     return out
+
+
+# --- config sections ----------------------------------------------------------------------
+
+#: classes read from a config file, not from the API server (``podnet.core.sections``)
+_SECTIONS: set[type] = set()
+
+
+def register_section(cls: type, names: Mapping[str, str], field_hooks: Mapping[str, Hook],
+                     check: Callable[[Any], None] | None = None) -> None:
+    """Read the attrs class ``cls`` as records are read: keys ``names`` (attribute ->
+    key), unknown keys refused, ``field_hooks`` for some attributes' values, ``check``
+    across its fields once built. Their failures raise :func:`invalid`."""
+    attrs.resolve_types(cls)
+    _WIRE_NAMES[cls] = dict(names)
+    for name, hook in field_hooks.items():
+        _FIELD_HOOKS[(cls, name)] = hook
+    if check is not None:
+        _CLASS_CHECKS[cls] = check
+    _SECTIONS.add(cls)
+
+
+#: what hooks and checks registered from outside raise (through :func:`invalid`)
+RuleError = _Invalid
+
+
+def invalid(message: str, *path: str | int) -> RuleError:
+    """What a hook or check registered here raises; ``path`` (keys, list indexes) goes
+    on from where it was called."""
+    return _Invalid(message, path)
 
 
 # --- records that do not parse ------------------------------------------------------------

@@ -7,13 +7,14 @@ and nothing is written.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 
 from podnet.core.annotations import IP_ADDRESS, annotation_field, check_ip, check_mac
 from podnet.core.errors import ErrorKind, InvalidRequest, ProviderError
 from podnet.core.models import NetworkRequest
 from podnet.core.pool import reserved_reason
-from podnet.hookspecs.types import Allocation, Inventory, PoolEntry
+from podnet.hookspecs.types import AddressSpace, Allocation, Inventory, PoolEntry, Subnet
 
 
 def _bad(provider: str, hook: str, field: str, message: str) -> ProviderError:
@@ -57,6 +58,31 @@ def check_allocation(provider: str, allocation: object,
             raise InvalidRequest(annotation_field(IP_ADDRESS), f"{why}: not a pod address")
         raise _bad(provider, "allocate", "ip", why)
     return allocation
+
+
+def check_address_space(provider: str, space: object) -> AddressSpace | None:
+    """An address space whose subnets core can match addresses against."""
+    hook = "address_space"
+    if space is None:
+        return None
+    if not isinstance(space, AddressSpace):
+        raise _bad(provider, hook, "", f"expected an AddressSpace, got {type(space).__name__}")
+    for i, subnet in enumerate(space.subnets):
+        if not isinstance(subnet, Subnet) or not subnet.id:
+            raise _bad(provider, hook, f"subnets[{i}]", f"expected a Subnet with an id, got "
+                       f"{subnet!r}")
+        if subnet.cidr is not None:
+            try:
+                ipaddress.ip_network(subnet.cidr, strict=False)
+            except (ValueError, TypeError):
+                raise _bad(provider, hook, f"subnets[{i}].cidr",
+                           f"not a CIDR: {subnet.cidr!r}") from None
+        if subnet.gateway is not None:
+            try:
+                check_ip(subnet.gateway)
+            except (ValueError, TypeError) as exc:
+                raise _bad(provider, hook, f"subnets[{i}].gateway", str(exc)) from None
+    return space
 
 
 def check_entries(provider: str, hook: str, entries: object) -> list[PoolEntry]:

@@ -22,7 +22,8 @@ Order in which the engine calls them (see docs/writing-a-provider.md):
    ``podnet_pool_grow`` / ``podnet_pool_shrink`` — by the node pool reconciler.
 5. ``podnet_node_check`` — by the node pool reconciler, at most every
    ``node_check_period`` per node, after a successful pass: read-only findings.
-6. ``podnet_allocate`` → ``podnet_route`` → (``podnet_verify`` on resync) →
+6. ``podnet_address_space`` (for a request naming an address, a pool or subnets) →
+   ``podnet_allocate`` → ``podnet_route`` → (``podnet_verify`` on resync) →
    ``podnet_release`` — by the pod network reconciler, one per transition.
 7. ``podnet_hold_address`` — while a sticky pod network waits for its pod to return.
 8. ``podnet_sweep`` — by the garbage collector, every ``gc_period``, for providers with
@@ -42,6 +43,7 @@ import pluggy
 from podnet.hookspecs.errors import ErrorKind
 from podnet.hookspecs.models import NodeInfo, PodInfo
 from podnet.hookspecs.types import (
+    AddressSpace,
     AllocateContext,
     Allocation,
     CloudInterface,
@@ -294,13 +296,38 @@ def podnet_node_check(provider: str, node: NodeContext) -> Sequence[NodeFinding]
 
 
 @hookspec(firstresult=True)
+def podnet_address_space(provider: str, node: NodeContext) -> AddressSpace | None:
+    """Say what a pool provider serves on a node: its subnets (id, CIDR, gateway, whether
+    a requested address can be added there), and whether static addresses, IP pools and
+    dual-stack pairs may be asked for.
+
+    Core resolves a pod network's static address, IP pool and subnets against it and
+    the node's pool before ``podnet_allocate``, with the same checks and messages for
+    every provider (see :class:`~podnet.hookspecs.types.ResolvedRequest`). Called only
+    for a request naming one of them, just before ``podnet_allocate``: answer from what
+    you keep (a cached subnet read), not with a fresh cloud read each time. A subnet
+    whose CIDR you cannot read now is listed with ``cidr=None``; raise when the answer
+    cannot be given at all (the allocation is retried).
+
+    :return: the address space, or ``None`` when ``provider`` is not yours. A pool
+        provider without this hook serves plain requests only.
+
+    .. versionadded:: 0.3.0
+    """
+
+
+@hookspec(firstresult=True)
 def podnet_allocate(context: AllocateContext) -> Allocation | None:
     """Choose the address of a pending pod network (``pending → allocated``).
 
-    Pool providers take an entry from ``context.pool`` (honouring a static address, a
-    pool or subnets requested in ``context.pod_network.spec.requests``); raise
-    :class:`PoolEmpty` when none fits. Overlay providers allocate from their own IPAM.
-    Invalid requests raise :class:`InvalidRequest` naming the field.
+    For pool providers core has resolved the request already (``context.request``): it
+    either reserved a pool entry (``request.entry``: answer with it) or names a requested
+    address the pool does not hold (``request.address``, in ``request.subnet``): add that
+    one to the node (treat "already there" as success) and answer with it; refuse what
+    only your cloud can refuse with :class:`InvalidRequest` naming ``request.field``.
+    Overlay providers (``context.pool`` is ``None``) allocate from their own IPAM and
+    read ``context.pod_network.spec.requests`` themselves; invalid requests raise
+    :class:`InvalidRequest` naming the field.
 
     ``context.namespace_annotations`` holds the ``podnet.io/*`` annotations of the pod's
     Namespace (a namespace-wide default, e.g. its subnet; the pod's own annotations, in
@@ -313,6 +340,8 @@ def podnet_allocate(context: AllocateContext) -> Allocation | None:
     .. versionadded:: 0.1.0
     .. versionchanged:: 0.2.0
        ``context.namespace_annotations``.
+    .. versionchanged:: 0.3.0
+       pool providers get the request resolved by core (``context.request``).
     """
 
 

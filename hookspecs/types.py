@@ -5,12 +5,14 @@ Frozen attrs classes: a provider receives them, returns them, never mutates them
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
 import attrs
 
+from podnet.hookspecs.errors import InvalidRequest
 from podnet.hookspecs.models import NodeInfo, NodeNetwork, PodInfo, PodNetwork, WorkloadInfo
 from podnet.hookspecs.policy import PoolPolicy
 
@@ -117,6 +119,66 @@ class CloudLimiter(Protocol):
         ...
 
 
+@attrs.frozen
+class Subnet:
+    """One subnet a pool provider serves on a node (:class:`AddressSpace`)."""
+
+    #: the id pool entries and requests name it by (``PoolEntry.subnet``,
+    #: ``podnet.io/subnets``): a vSwitch id, a subnet id, a CIDR
+    id: str
+    #: its IPv4 CIDR; ``None`` while the provider cannot read it (then no requested
+    #: address is placed in it, and pool entries are matched to it by ``id`` only)
+    cidr: str | None = None
+    #: its gateway, never handed to a pod
+    gateway: str | None = None
+    #: False: the provider cannot add a requested address here that the pool does not
+    #: already hold (core refuses such a request, naming it)
+    takes_static: bool = True
+    #: free addresses as the provider last saw them, ``None`` when it does not say: of
+    #: several requested subnets without an idle address, core asks to grow the one with
+    #: most (ties and ``None``: the pod's order)
+    free: int | None = None
+
+    @classmethod
+    def first_host_gateway(cls, id: str, cidr: str | None, **kwargs: Any) -> Subnet:
+        """A subnet whose gateway is its CIDR's first host, as most clouds have it."""
+        gateway = None
+        if cidr:
+            gateway = next((str(h) for h in ipaddress.ip_network(cidr, strict=False).hosts()),
+                           None)
+        return cls(id=id, cidr=cidr, gateway=gateway, **kwargs)
+
+
+@attrs.frozen
+class AddressSpace:
+    """What a pool provider serves on one node (``podnet_address_space``): core resolves
+    a pod's static address, IP pool and subnets against it and the node's pool."""
+
+    subnets: tuple[Subnet, ...] = ()
+    #: a static address may be asked for (``podnet.io/ip-address``)
+    static: bool = True
+    #: a list of addresses may be asked for (``podnet.io/ip-pool``); named pools never
+    ip_pools: bool = True
+    #: a static ``<IPv4>,<IPv6>`` pair may be asked for: one the node's pool holds idle
+    pairs: bool = False
+
+    def subnet(self, id: str | None) -> Subnet | None:
+        return next((s for s in self.subnets if s.id == id), None) if id else None
+
+    def subnet_of(self, address: str) -> Subnet | None:
+        """The subnet whose CIDR holds ``address`` (None: none known does)."""
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return None
+        for s in self.subnets:
+            if s.cidr:
+                net = ipaddress.ip_network(s.cidr, strict=False)
+                if ip.version == net.version and ip in net:
+                    return s
+        return None
+
+
 class PoolView(Protocol):
     """The node's idle addresses, as handed to ``podnet_allocate``.
 
@@ -132,6 +194,33 @@ class PoolView(Protocol):
 
 
 @attrs.frozen
+class ResolvedRequest:
+    """A pool provider's pod network request, resolved by core (``podnet_allocate``).
+
+    Core has checked the static address, IP pool or subnets the pod asked for against
+    the node's pool and the provider's :class:`AddressSpace`, once for every provider,
+    and either reserved a pool entry (``entry``) or found a requested address the pool
+    does not hold (``address``): the provider then adds that one to the node, in
+    ``subnet``, and answers with it.
+    """
+
+    #: the pool entry core reserved for the pod network
+    entry: PoolEntry | None = None
+    #: the requested address to add to the node (``entry`` is then ``None``)
+    address: str | None = None
+    #: the subnet of the address, when core read the provider's address space for it
+    subnet: Subnet | None = None
+    #: the request field that chose the address (``metadata.annotations[...]``);
+    #: ``None`` for a plain request
+    field: str | None = None
+
+    def refuse(self, message: str) -> InvalidRequest:
+        """The provider's own refusal of what was asked (its cloud will not have the
+        address there), naming the request's field as core's refusals do."""
+        return InvalidRequest(self.field or "spec.requests", message)
+
+
+@attrs.frozen
 class AllocateContext:
     pod_network: PodNetwork
     node: NodeContext
@@ -141,6 +230,9 @@ class AllocateContext:
     #: the ``podnet.io/*`` annotations of the pod's Namespace (empty when it has none);
     #: core allocates only once its Namespace cache is synced. Read-only.
     namespace_annotations: Mapping[str, str] = attrs.field(factory=dict)
+    #: the pod network's request as core resolved it against ``pool`` (pool providers
+    #: only; ``None`` for providers that do not use node pools). Since 0.3.
+    request: ResolvedRequest | None = None
 
 
 @attrs.frozen

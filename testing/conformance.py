@@ -184,6 +184,7 @@ class ProviderConformance(abc.ABC):
                                             ip_count=1) is None
         assert hook.podnet_interface_dispose(provider=other, node=node,
                                              interface=CloudInterface(id="itf-x")) is None
+        assert hook.podnet_address_space(provider=other, node=node) is None
         assert hook.podnet_allocate(context=AllocateContext(pod_network=pn, node=node)) is None
         ctx = PodNetworkContext(pod_network=pn, node=node)
         assert hook.podnet_route(context=ctx) is None

@@ -145,7 +145,7 @@ def test_unconfigured_provider_says_so() -> None:
     with pytest.raises(ProviderError) as info:
         BbcProvider().podnet_node_inventory(provider="bbc",
                                             node=NodeContext(node=_node(provider_id="a://b")))
-    assert info.value.kind is ErrorKind.FATAL and info.value.field == "bbc.endpoint"
+    assert info.value.kind is ErrorKind.FATAL and info.value.field == "providers.bbc.endpoint"
 
 
 def test_demo_builder_serves_bbc_nodes() -> None:

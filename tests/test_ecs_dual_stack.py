@@ -229,11 +229,11 @@ def test_dual_on_an_instance_type_without_ipv6_names_the_key() -> None:
         with pytest.raises(ProviderError) as info:
             world.plugin.podnet_node_inventory("ecs", node)
         assert info.value.kind is ErrorKind.FATAL
-        assert info.value.field == "ecs.ip_stack"
-        assert "ecs.ip_stack" in str(info.value) and "IPv6" in str(info.value)
+        assert info.value.field == "providers.ecs.ip_stack"
+        assert "providers.ecs.ip_stack" in str(info.value) and "IPv6" in str(info.value)
         with pytest.raises(ConfigError) as bad:
             world.plugin.podnet_configure("ecs", {**world.config, "ip_stack": "ipv6"})
-        assert bad.value.key == "ecs.ip_stack"
+        assert bad.value.key == "providers.ecs.ip_stack"
     finally:
         world.close()
 

@@ -28,7 +28,7 @@ NAME = "static-pool"
 VERSION = "0.2.0"
 HOOKS = sorted(
     f"podnet_{h}" for h in (
-        "allocate", "classify_error", "configure", "node_inventory", "pool_grow",
+        "address_space", "allocate", "classify_error", "configure", "node_inventory", "pool_grow",
         "pool_shrink", "register_provider", "release", "route", "verify",
     )
 )

@@ -451,7 +451,7 @@ def test_podnet_configure_hands_each_provider_its_section_before_anything_runs()
 def test_podnet_configure_refusing_a_section_stops_the_engine_naming_the_key() -> None:
     with pytest.raises(ConfigError) as info:
         Rig(config={"reference": {"max_interfaces": 2, "latency": 5}})
-    assert info.value.key == "reference.latency"
+    assert info.value.key == "providers.reference.latency"
 
 
 # --- podnet_verify --------------------------------------------------------------------------

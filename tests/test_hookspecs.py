@@ -34,7 +34,8 @@ REFERENCE_MUST_IMPLEMENT = frozenset(
     f"podnet_{name}"
     for name in (
         "register_provider", "configure", "node_inventory", "pool_grow", "pool_shrink",
-        "interface_create", "interface_dispose", "node_check", "allocate", "route", "verify",
+        "interface_create", "interface_dispose", "node_check", "address_space", "allocate",
+        "route", "verify",
         "release", "classify_error",
     )
 )

@@ -182,7 +182,7 @@ def _report(graph: dict[str, dict[str, list[Import]]], found: list[list[str]]) -
 
 #: core's modules a provider may import (docs/writing-a-provider.md, section 1)
 PUBLIC_TO_PROVIDERS = {"annotations", "errors", "models", "objects", "policy", "pool",
-                       "ratelimit"}
+                       "ratelimit", "sections"}
 
 
 def _core_children() -> set[str]:

@@ -309,7 +309,7 @@ def test_configure_reaches_only_the_named_provider() -> None:
         providers.configure("nope", {})
     with pytest.raises(ConfigError) as info:
         providers.configure("a", {"bogus": 1})
-    assert info.value.key == "a.bogus"
+    assert info.value.key == "providers.a.bogus"
 
 
 # --- firstresult: the provider in charge answers, the others stay silent ------------------

@@ -79,6 +79,7 @@ from podnet.core.pool import Reservation
 from podnet.core.reconcile.requests import REQUESTS_APPLIED
 from podnet.core.reconcile.requests import compare as compare_requests
 from podnet.core.reconcile.result import DONE, Result
+from podnet.core.resolve import resolve
 from podnet.core.tracing import (
     ATTR_INTERFACE,
     ATTR_IP,
@@ -86,8 +87,9 @@ from podnet.core.tracing import (
     ATTR_NODE,
     ATTR_POD,
 )
-from podnet.core.validate import check_allocation
+from podnet.core.validate import check_address_space, check_allocation
 from podnet.hookspecs.types import (
+    AddressSpace,
     AllocateContext,
     Allocation,
     NodeContext,
@@ -805,7 +807,7 @@ class PodNetworkReconciler:
             nonlocal writing
             answer = self._take_back(pn, ctx, reservation)
             if answer is None:
-                answer = e.call(provider, "podnet_allocate", context=ctx)
+                answer = self._ask(ctx, reservation)
             if answer is None:
                 raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} did not allocate")
             allocation = check_allocation(provider, answer, pn.spec.requests)
@@ -865,8 +867,7 @@ class PodNetworkReconciler:
         asked = attrs.evolve(pn, spec=attrs.evolve(pn.spec, requests=attrs.evolve(
             req, ip_address=prefer)))
         try:
-            answer: Allocation | None = self.e.call(
-                pn.spec.provider, "podnet_allocate", context=attrs.evolve(ctx, pod_network=asked))
+            answer = self._ask(attrs.evolve(ctx, pod_network=asked), reservation)
         except (PodnetError, ProviderError) as exc:
             log.info("%s: address %s not taken back: %s", pn.key, prefer, exc)
             answer = None
@@ -875,6 +876,24 @@ class PodNetworkReconciler:
             if reservation is not None:
                 reservation.rollback()
             return None
+        return answer
+
+    def _ask(self, ctx: AllocateContext, reservation: Reservation | None) -> Allocation | None:
+        """The provider's allocation for ``ctx``; a pool provider's request is resolved
+        against the node's pool first (core's checks and messages, the same for all)."""
+        pn = ctx.pod_network
+        provider = pn.spec.provider
+        if reservation is not None:
+            node = ctx.node
+
+            def space() -> AddressSpace | None:
+                return check_address_space(provider, self.e.call(
+                    provider, "podnet_address_space", provider=provider, node=node))
+
+            ctx = attrs.evolve(ctx, request=resolve(
+                pn.spec.requests, owner=pn.key, node=pn.spec.node_name, provider=provider,
+                pool=reservation, space=space))
+        answer: Allocation | None = self.e.call(provider, "podnet_allocate", context=ctx)
         return answer
 
     def _claim(self, pn: PodNetwork, allocation: Allocation,

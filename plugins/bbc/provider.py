@@ -38,14 +38,23 @@ from baidubce.retry.retry_policy import NoRetryPolicy
 from baidubce.services.bbc.bbc_client import BbcClient
 from baidubce.services.subnet.subnet_client import SubnetClient
 
-from podnet.core.annotations import is_ip
-from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, PoolEmpty, ProviderError
+from podnet.core.errors import ConfigError, ErrorKind, ProviderError
 from podnet.core.models import NodeInfo
 from podnet.core.policy import Backoff, PoolPolicy, RateLimit
-from podnet.core.pool import reserved_reason
 from podnet.core.ratelimit import CloudLimiter
+from podnet.core.sections import (
+    at_least,
+    between,
+    config_key,
+    ids,
+    one_of,
+    read_section,
+    section,
+    text,
+)
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
+    AddressSpace,
     AllocateContext,
     Allocation,
     CloudInterface,
@@ -55,7 +64,9 @@ from podnet.hookspecs.types import (
     PoolEntry,
     ProviderInfo,
     ReleaseResult,
+    ResolvedRequest,
     RouteResult,
+    Subnet,
     VerifyResult,
 )
 
@@ -68,7 +79,6 @@ API_PORT = "vpcPort"
 API_SUBNET = "getSubnet"
 __version__ = "0.1.0"
 
-ANNOTATION_FIELD = "metadata.annotations[podnet.io/{}]"
 DEFAULT_TYPE_LABEL = "node.kubernetes.io/instance-type"
 DEFAULT_TYPE_PREFIX = "BBC"
 DEFAULT_MAX_IPS = 40
@@ -88,11 +98,25 @@ ERROR_CODES: tuple[tuple[str, ErrorKind], ...] = (
     ("InvalidSubnetId", ErrorKind.SUBNET_EXHAUSTED),
 )
 
-_KNOWN_KEYS = frozenset({
-    "endpoint", "vpcEndpoint", "protocol", "accessKeyId", "secretAccessKey", "subnets",
-    "instanceTypeLabel", "instanceTypePrefix", "instanceIdLabel", "maxIpsPerNode",
-    "timeoutMs",
-})
+
+@section(camel=True)
+@attrs.frozen
+class BbcConfig:
+    """The section ``providers.bbc`` (camelCase keys, as the module docstring shows)."""
+
+    endpoint: str | None = attrs.field(default=None, metadata=text())
+    vpc_endpoint: str | None = attrs.field(default=None, metadata=text())
+    protocol: str = attrs.field(default="http", metadata=one_of("http", "https"))
+    access_key_id: str | None = attrs.field(default=None, repr=False,
+                                            metadata=text(secret=True))
+    secret_access_key: str | None = attrs.field(default=None, repr=False,
+                                                metadata=text(secret=True))
+    subnets: tuple[str, ...] = attrs.field(default=(), metadata=ids(what="subnet ids"))
+    instance_type_label: str = attrs.field(default=DEFAULT_TYPE_LABEL, metadata=text())
+    instance_type_prefix: str = attrs.field(default=DEFAULT_TYPE_PREFIX, metadata=text())
+    instance_id_label: str | None = attrs.field(default=None, metadata=text())
+    max_ips_per_node: int = attrs.field(default=DEFAULT_MAX_IPS, metadata=between(1, 4096))
+    timeout_ms: int = attrs.field(default=10_000, metadata=at_least(1))
 
 
 def error_code(error: BaseException) -> tuple[str | None, int | None]:
@@ -351,7 +375,7 @@ class BbcProvider:
         ak = ak or os.environ.get("BCE_ACCESS_KEY_ID")
         sk = sk or os.environ.get("BCE_SECRET_ACCESS_KEY")
         if not ak or not sk:
-            raise ConfigError(f"{self.name}.accessKeyId",
+            raise ConfigError(config_key(self.name, "accessKeyId"),
                               "credentials missing (config or BCE_ACCESS_KEY_ID / "
                               "BCE_SECRET_ACCESS_KEY)")
         self._api = self._api_factory(endpoint, ak, sk, vpc_endpoint=vpc, protocol=protocol,
@@ -362,7 +386,7 @@ class BbcProvider:
     def api(self) -> BbcApi:
         if self._api is None:
             raise ProviderError(ErrorKind.FATAL, f"provider {self.name} has no endpoint "
-                                "configured", field=f"{self.name}.endpoint")
+                                "configured", field=config_key(self.name, "endpoint"))
         return self._api
 
     # 1. registration and configuration
@@ -379,38 +403,21 @@ class BbcProvider:
     def podnet_configure(self, provider: str, config: Mapping[str, Any]) -> None:
         if provider != self.name:
             return
-        for key in config:
-            if key not in _KNOWN_KEYS:
-                raise ConfigError(f"{provider}.{key}", "unknown option")
-
-        def text(key: str, default: str | None = None) -> str | None:
-            value = config.get(key, default)
-            if value is not None and (not isinstance(value, str) or not value):
-                raise ConfigError(f"{provider}.{key}", "expected a non-empty string")
-            return value
-
-        subnets = config.get("subnets", list(self.subnets))
-        if not isinstance(subnets, list | tuple) or not all(
-                isinstance(s, str) and s for s in subnets):
-            raise ConfigError(f"{provider}.subnets", "expected a list of subnet ids")
-        max_ips = config.get("maxIpsPerNode", self.max_ips)
-        if isinstance(max_ips, bool) or not isinstance(max_ips, int) or not 1 <= max_ips <= 4096:
-            raise ConfigError(f"{provider}.maxIpsPerNode", "expected a whole number 1..4096")
-        timeout = config.get("timeoutMs", 10_000)
-        if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1:
-            raise ConfigError(f"{provider}.timeoutMs", "expected a positive whole number")
-        protocol = text("protocol", "http")
-        if protocol not in ("http", "https"):
-            raise ConfigError(f"{provider}.protocol", "expected http or https")
-        self.subnets = tuple(subnets)
-        self.max_ips = max_ips
-        self.instance_type_label = text("instanceTypeLabel", self.instance_type_label) or ""
-        self.instance_type_prefix = text("instanceTypePrefix", self.instance_type_prefix) or ""
-        self.instance_id_label = text("instanceIdLabel", self.instance_id_label)
-        endpoint = text("endpoint")
-        if endpoint is not None:
-            self._connect(endpoint, text("accessKeyId"), text("secretAccessKey"),
-                          text("vpcEndpoint"), protocol or "http", timeout)
+        # what the section leaves out stays as the provider was made; never the
+        # connection, which only the section's endpoint and credentials make
+        base = BbcConfig(subnets=self.subnets, max_ips_per_node=self.max_ips,
+                         instance_type_label=self.instance_type_label,
+                         instance_type_prefix=self.instance_type_prefix,
+                         instance_id_label=self.instance_id_label)
+        cfg = read_section(BbcConfig, provider, config, base)
+        self.subnets = cfg.subnets
+        self.max_ips = cfg.max_ips_per_node
+        self.instance_type_label = cfg.instance_type_label
+        self.instance_type_prefix = cfg.instance_type_prefix
+        self.instance_id_label = cfg.instance_id_label
+        if cfg.endpoint is not None:
+            self._connect(cfg.endpoint, cfg.access_key_id, cfg.secret_access_key,
+                          cfg.vpc_endpoint, cfg.protocol, cfg.timeout_ms)
 
     @hookimpl
     def podnet_cloud_limiter(self, provider: str, limiter: CloudLimiter) -> bool | None:
@@ -615,23 +622,38 @@ class BbcProvider:
     # 5. one pod network
 
     @hookimpl
+    def podnet_address_space(self, provider: str, node: NodeContext) -> AddressSpace | None:
+        """The ENI's subnet, where a requested address can be added, and the candidate
+        subnets, from the subnet reads the provider keeps."""
+        if provider != self.name:
+            return None
+        port = self._port(self.instance_id(node.node))
+        primary = self._subnet(port.subnet)  # needed for any static address: raise
+        subnets = [Subnet.first_host_gateway(port.subnet, primary.cidr,
+                                             free=primary.available)]
+        for s in dict.fromkeys(self.candidates(node)):
+            if s == port.subnet:
+                continue
+            try:
+                info: SubnetInfo | None = self._subnet(s)
+            except (ProviderError, BceError):
+                info = None  # unreadable now: served, matched by id only
+            # batch_add_ip adds a named address to the ENI's own subnet only
+            subnets.append(Subnet.first_host_gateway(
+                s, info.cidr if info else None, takes_static=False,
+                free=info.available if info else None))
+        return AddressSpace(subnets=tuple(subnets))
+
+    @hookimpl
     def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
         pn = context.pod_network
         if pn.spec.provider != self.name:
             return None
-        pool = context.pool
-        assert pool is not None, "the BBC provider uses node pools"
+        request = context.request
+        assert request is not None, "the BBC provider uses node pools"
         instance = self.instance_id(context.node.node)
         port = self._port(instance)
-        req = pn.spec.requests
-        if req.ip_address is not None:
-            entry = self._static(context, instance, port, req.ip_address)
-        elif req.ip_pool:
-            entry = self._from_ip_pool(context, req.ip_pool)
-        elif req.subnets:
-            entry = self._from_subnets(context, port, req.subnets)
-        else:
-            entry = pool.take()
+        entry = request.entry or self._add_static(context, request, instance, port)
         subnet = entry.subnet or port.subnet
         gateway = cidr_text = None
         try:
@@ -642,56 +664,11 @@ class BbcProvider:
         return Allocation(ip=entry.address, mac=port.mac, subnet=subnet, gateway=gateway,
                           interface=port.eni_id, cidr=cidr_text)
 
-    def _from_subnets(self, context: AllocateContext, port: Port,
-                      wanted: Sequence[str]) -> PoolEntry:
-        pool = context.pool
-        assert pool is not None
-        known = {port.subnet, *self.candidates(context.node)}
-        unknown = [s for s in wanted if s not in known]
-        if unknown:
-            raise InvalidRequest(ANNOTATION_FIELD.format("subnets"),
-                                 f"{', '.join(unknown)} not served on node "
-                                 f"{context.node.node.name} (known: {', '.join(sorted(known))})")
-        for s in wanted:
-            if pool.idle(s):
-                return pool.take(subnet=s)
-        best = self._by_free(wanted)[0] if len(wanted) > 1 else wanted[0]
-        raise PoolEmpty(f"no idle address in {', '.join(wanted)}", subnet=best)
-
-    def _from_ip_pool(self, context: AllocateContext, ip_pool: Sequence[str]) -> PoolEntry:
-        pool = context.pool
-        assert pool is not None
-        field = ANNOTATION_FIELD.format("ip-pool")
-        if len(ip_pool) == 1 and not is_ip(ip_pool[0]):
-            raise InvalidRequest(field, f"named pool {ip_pool[0]!r} is not defined for the "
-                                        "BBC provider (give a list of addresses)")
-        idle = {e.address for e in pool.idle()}
-        for candidate in ip_pool:
-            if candidate in idle:
-                return pool.take(candidate)
-        raise InvalidRequest(field, f"no address of the pool is idle on node "
-                                    f"{context.node.node.name}")
-
-    def _static(self, context: AllocateContext, instance: str, port: Port,
-                address: str) -> PoolEntry:
-        pool = context.pool
-        assert pool is not None
-        field = ANNOTATION_FIELD.format("ip-address")
-        if "," in address:
-            raise InvalidRequest(field, f"{address}: dual-stack pairs are not served by BBC")
-        cidr = ipaddress.ip_network(self._subnet(port.subnet).cidr, strict=False)
-        if ipaddress.ip_address(address) not in cidr:
-            raise InvalidRequest(field, f"{address} is outside subnet {port.subnet} ({cidr}) "
-                                        f"of node {context.node.node.name}")
-        hosts = cidr.hosts()
-        reserved = reserved_reason(address, str(cidr), str(next(hosts, "")) or None)
-        if reserved is not None:
-            raise InvalidRequest(field, f"{reserved} (subnet {port.subnet}): not a pod address")
-        owner = pool.owner_of(address)
-        if owner is not None and owner != context.pod_network.key:
-            raise InvalidRequest(field, f"{address} is already used by {owner}")
-        if address in {e.address for e in pool.idle()}:
-            return pool.take(address)
+    def _add_static(self, context: AllocateContext, request: ResolvedRequest, instance: str,
+                    port: Port) -> PoolEntry:
+        """Add the requested address core found outside the pool to the instance's ENI."""
+        address = request.address
+        assert address is not None
         try:
             self.api.add_ips(instance, ips=[address])
         except Exception as exc:
@@ -699,8 +676,8 @@ class BbcProvider:
                 raise
             fresh = self._port(instance, fresh=True)
             if address not in {ip.address for ip in fresh.secondary()}:
-                raise InvalidRequest(field, f"{address} is in use outside node "
-                                            f"{context.node.node.name}") from None
+                raise request.refuse(f"{address} is in use outside node "
+                                     f"{context.node.node.name}") from None
         return PoolEntry(address, port.eni_id, port.subnet)
 
     @hookimpl

@@ -51,17 +51,27 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 
-from podnet.core.annotations import is_ip
-from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, PoolEmpty, ProviderError
+from podnet.core.errors import ConfigError, ErrorKind, PoolEmpty, ProviderError
 from podnet.core.policy import PoolPolicy, RateLimit
-from podnet.core.pool import reserved_reason
 from podnet.core.ratelimit import CloudLimiter
+from podnet.core.sections import (
+    between,
+    config_key,
+    ids,
+    invalid,
+    one_of,
+    read_section,
+    rule,
+    section,
+    text,
+)
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
+    AddressSpace,
     AllocateContext,
     Allocation,
     CloudInterface,
@@ -72,14 +82,15 @@ from podnet.hookspecs.types import (
     PoolEntry,
     ProviderInfo,
     ReleaseResult,
+    ResolvedRequest,
     RouteResult,
+    Subnet,
     VerifyResult,
 )
 
 NAME = "ecs"
 __version__ = "0.1.0"
 
-ANNOTATION_FIELD = "metadata.annotations[podnet.io/{}]"
 INSTANCE_LABEL = "podnet.io/ecs-instance-id"
 TYPE_LABEL = "node.kubernetes.io/instance-type"
 #: what the provider writes as the description of the ENIs it creates
@@ -110,16 +121,11 @@ POLICY = PoolPolicy(min_idle=0, max_idle=5, batch_size=10, max_batch_size=10,
                     aggregation_window=0.3, inhibit_exhausted=600.0, inhibit_quota=60.0,
                     max_interface_ops=3, cloud_rate=RateLimit(rate=400 / 60, burst=10))
 
-_T = TypeVar("_T")
 #: ENI states on the way to another: worth waiting for
 _TRANSITIONAL = frozenset({"Attaching", "Detaching", "Creating", "Deleting"})
 #: how long a settled, unwanted state may be a replica's lag before it counts as final
 _SETTLED_GRACE = 2.0
 _PROVIDER_ID = re.compile(r"^(?:[a-z]+://)?(?:[a-z0-9-]+\.)?(i-[A-Za-z0-9]+)$")
-_KNOWN = {"endpoint", "region", "protocol", "access_key_id", "access_key_secret",
-          "vswitches", "vswitch_policy", "security_groups", "instance_type", "instance_ids",
-          "eni_cap_ratio", "eni_cap_shift", "max_enis", "attach_timeout", "poll_interval",
-          "timeout", "seed", "ip_stack"}
 
 
 def error_code(error: BaseException) -> str | None:
@@ -151,24 +157,48 @@ def classify(error: BaseException) -> ErrorKind | None:
     return ErrorKind.TRANSIENT
 
 
+def _instance_ids(ids: dict[str, str]) -> dict[str, str]:
+    if not all(ids.values()):
+        raise ValueError("expected a map of node name to instance id")
+    return ids
+
+
+def _check_config(cfg: EcsConfig) -> None:
+    if not cfg.vswitches:
+        raise invalid("at least one vSwitch id is required", "vswitches")
+    if not cfg.security_groups:
+        raise invalid("at least one security group id is required", "security_groups")
+
+
+@section(check=_check_config)
 @attrs.frozen
 class EcsConfig:
-    endpoint: str = "ecs.aliyuncs.com"
-    region: str = "cn-hangzhou"
-    protocol: str = "https"
-    vswitches: tuple[str, ...] = ()
-    vswitch_policy: str = "ordered"
-    security_groups: tuple[str, ...] = ()
-    instance_type: str | None = None
-    instance_ids: Mapping[str, str] = attrs.field(factory=dict)
-    eni_cap_ratio: float = 1.0
-    eni_cap_shift: int = 0
-    max_enis: int = 0
-    attach_timeout: float = 30.0
-    poll_interval: float = 0.05
-    timeout: float = 10.0
+    """The section ``providers.ecs`` (see the module docstring)."""
+
+    endpoint: str = attrs.field(default="ecs.aliyuncs.com", metadata=text(strip=True))
+    region: str = attrs.field(default="cn-hangzhou", metadata=text(strip=True))
+    protocol: str = attrs.field(default="https", metadata=one_of("http", "https"))
+    #: else the environment's ALIBABA_CLOUD_ACCESS_KEY_ID / _SECRET; never kept here
+    access_key_id: str | None = attrs.field(default=None, repr=False,
+                                            metadata=text(secret=True))
+    access_key_secret: str | None = attrs.field(default=None, repr=False,
+                                                metadata=text(secret=True))
+    vswitches: tuple[str, ...] = attrs.field(default=(), metadata=ids(comma=True))
+    vswitch_policy: str = attrs.field(default="ordered",
+                                      metadata=one_of("ordered", "most", "random"))
+    security_groups: tuple[str, ...] = attrs.field(default=(), metadata=ids(comma=True))
+    instance_type: str | None = attrs.field(default=None, metadata=text(strip=True))
+    #: node name -> instance id
+    instance_ids: dict[str, str] = attrs.field(factory=dict, metadata=rule(_instance_ids))
+    eni_cap_ratio: float = attrs.field(default=1.0, metadata=between(0, 1))
+    eni_cap_shift: int = attrs.field(default=0, metadata=between(-64, 64))
+    max_enis: int = attrs.field(default=0, metadata=between(0, 64))
+    attach_timeout: float = attrs.field(default=30.0, metadata=between(0, 3600))
+    poll_interval: float = attrs.field(default=0.05, metadata=between(0, 60))
+    timeout: float = attrs.field(default=10.0, metadata=between(0.1, 600))
+    seed: int = attrs.field(default=0, metadata=between(0, 2**32))
     #: ``ipv4`` | ``dual`` (IPv4/IPv6 pairs)
-    ip_stack: str = "ipv4"
+    ip_stack: str = attrs.field(default="ipv4", metadata=one_of("ipv4", "dual"))
 
     @property
     def dual(self) -> bool:
@@ -296,47 +326,20 @@ class EcsProvider:
     def podnet_configure(self, provider: str, config: Mapping[str, Any]) -> None:
         if provider != self.name:
             return
-        for key in config:
-            if key not in _KNOWN:
-                raise ConfigError(f"{provider}.{key}", "unknown option")
-        s = _Section(provider, config)
-        policy = s.choice("vswitch_policy", ("ordered", "most", "random"), "ordered")
-        protocol = s.choice("protocol", ("http", "https"), "https")
-        ids = config.get("instance_ids", {})
-        if not isinstance(ids, Mapping) or not all(
-                isinstance(k, str) and isinstance(v, str) and v for k, v in ids.items()):
-            raise ConfigError(f"{provider}.instance_ids",
-                              "expected a map of node name to instance id")
-        cfg = EcsConfig(
-            endpoint=s.text("endpoint", "ecs.aliyuncs.com"),
-            region=s.text("region", "cn-hangzhou"), protocol=protocol,
-            vswitches=s.names("vswitches"), vswitch_policy=policy,
-            security_groups=s.names("security_groups"),
-            instance_type=s.text("instance_type", None), instance_ids=dict(ids),
-            eni_cap_ratio=s.number("eni_cap_ratio", 1.0, 0.0, 1.0),
-            eni_cap_shift=int(s.number("eni_cap_shift", 0, -64, 64)),
-            max_enis=int(s.number("max_enis", 0, 0, 64)),
-            attach_timeout=s.number("attach_timeout", 30.0, 0.0, 3600.0),
-            poll_interval=s.number("poll_interval", 0.05, 0.0, 60.0),
-            timeout=s.number("timeout", 10.0, 0.1, 600.0),
-            ip_stack=s.choice("ip_stack", ("ipv4", "dual"), "ipv4"),
-        )
-        key_id = config.get("access_key_id", os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID"))
-        secret = config.get("access_key_secret",
-                            os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET"))
-        for key, value in (("access_key_id", key_id), ("access_key_secret", secret)):
-            if not isinstance(value, str) or not value:
-                raise ConfigError(f"{provider}.{key}", "missing: set it or the environment's "
-                                                       f"ALIBABA_CLOUD_{key.upper()}")
-        if not cfg.vswitches:
-            raise ConfigError(f"{provider}.vswitches", "at least one vSwitch id is required")
-        if not cfg.security_groups:
-            raise ConfigError(f"{provider}.security_groups",
-                              "at least one security group id is required")
-        self._random.seed(int(s.number("seed", 0, 0, 2**32)))
+        cfg = read_section(EcsConfig, provider, config)
+        credentials = []
+        for key, value in (("access_key_id", cfg.access_key_id),
+                           ("access_key_secret", cfg.access_key_secret)):
+            value = value or os.environ.get(f"ALIBABA_CLOUD_{key.upper()}")
+            if not value:
+                raise ConfigError(config_key(provider, key), "missing: set it or the "
+                                  f"environment's ALIBABA_CLOUD_{key.upper()}")
+            credentials.append(value)
+        self._random.seed(cfg.seed)
         with self._lock:
-            self.config = cfg
-            self._credentials = (str(key_id), str(secret))
+            # the credentials live on in the SDK's config only
+            self.config = attrs.evolve(cfg, access_key_id=None, access_key_secret=None)
+            self._credentials = (credentials[0], credentials[1])
             self._generation += 1
             self._limits.clear()
             self._cidrs.clear()
@@ -532,7 +535,7 @@ class EcsProvider:
         limits = self.limits(node)
         dual = self.config.dual
         if dual and limits.ipv6 < 1:
-            key = f"{self.name}.ip_stack"
+            key = config_key(self.name, "ip_stack")
             raise ProviderError(ErrorKind.FATAL, f"config {key}: dual needs IPv6 on the ENIs, "
                                 f"and node {node.node.name}'s instance type has none "
                                 "(EniIpv6AddressQuantity 0): set ipv4, or use an instance "
@@ -881,32 +884,24 @@ class EcsProvider:
     # --- one pod network ----------------------------------------------------------------
 
     @hookimpl
+    def podnet_address_space(self, provider: str, node: NodeContext) -> AddressSpace | None:
+        """The configured vSwitches with their CIDRs (read once, then kept)."""
+        if provider != self.name:
+            return None
+        cidrs = self._cidr_map()
+        return AddressSpace(subnets=tuple(
+            Subnet.first_host_gateway(v, str(cidrs[v]) if v in cidrs else None)
+            for v in self.config.vswitches), pairs=self.config.dual)
+
+    @hookimpl
     def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
         pn = context.pod_network
         if pn.spec.provider != self.name:
             return None
-        pool = context.pool
-        if pool is None:
+        request = context.request
+        if request is None:
             raise ProviderError(ErrorKind.FATAL, "the ecs provider uses node pools")
-        req = pn.spec.requests
-        subnets = tuple(req.subnets or ())
-        if subnets:
-            known = set(self.config.vswitches)
-            unknown = [s for s in subnets if s not in known]
-            if len(unknown) == len(subnets):
-                raise InvalidRequest(ANNOTATION_FIELD.format("subnets"),
-                                     f"vSwitch {', '.join(unknown)} is not configured for the "
-                                     f"ecs provider (configured: "
-                                     f"{', '.join(self.config.vswitches)})")
-            subnets = tuple(s for s in subnets if s in known)
-        if req.ip_address is not None:
-            entry = self._static(context, req.ip_address, subnets)
-        elif req.ip_pool:
-            entry = self._from_ip_pool(context, tuple(req.ip_pool))
-        elif subnets:
-            entry = self._take_in(pool, subnets)
-        else:
-            entry = pool.take()
+        entry = request.entry or self._add_static(context, request)
         cidr = self._cidr_map().get(entry.subnet or "")
         gateway = str(next(cidr.hosts())) if cidr is not None else None
         cidr_text = str(cidr) if cidr is not None else None
@@ -914,54 +909,18 @@ class EcsProvider:
             # core never hands out half a pair; a provider's own static add is paired
             raise ProviderError(ErrorKind.FATAL, f"{entry.address} has no IPv6 partner",
                                 field="status.ipv6")
-        return Allocation(ip=entry.address, ipv6=entry.ipv6, mac=req.mac_address,
+        return Allocation(ip=entry.address, ipv6=entry.ipv6, mac=pn.spec.requests.mac_address,
                           subnet=entry.subnet, gateway=gateway, interface=entry.interface,
                           cidr=cidr_text)
 
-    @staticmethod
-    def _take_in(pool: Any, subnets: Sequence[str]) -> PoolEntry:
-        for s in subnets:
-            if pool.idle(s):
-                entry: PoolEntry = pool.take(subnet=s)
-                return entry
-        raise PoolEmpty(f"no idle address in vSwitch {', '.join(subnets)}", subnet=subnets[0])
-
-    def _vswitch_of(self, address: str) -> str | None:
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
-            return None
-        for vid, cidr in self._cidr_map().items():
-            if vid in self.config.vswitches and ip in cidr:
-                return vid
-        return None
-
-    def _static(self, context: AllocateContext, address: str,
-                subnets: Sequence[str]) -> PoolEntry:
-        pool = context.pool
-        assert pool is not None
-        field = ANNOTATION_FIELD.format("ip-address")
-        if "," in address:
-            return self._static_pair(context, address, field)
-        vswitch = self._vswitch_of(address)
-        if vswitch is None:
-            raise InvalidRequest(field, f"{address} is outside every configured vSwitch "
-                                        f"({', '.join(self.config.vswitches)})")
-        if subnets and vswitch not in subnets:
-            raise InvalidRequest(field, f"{address} is in vSwitch {vswitch}, not in "
-                                        f"{', '.join(subnets)}")
-        cidr = self._cidr_map()[vswitch]
-        reserved = reserved_reason(address, str(cidr), str(next(cidr.hosts(), "")) or None)
-        if reserved is not None:
-            raise InvalidRequest(field, f"{reserved} (vSwitch {vswitch}): not a pod address")
-        owner = pool.owner_of(address)
-        if owner is not None and owner != context.pod_network.key:
-            raise InvalidRequest(field, f"{address} is already used by {owner}")
-        if address in {e.address for e in pool.idle()}:
-            return pool.take(address)
-        # not on the node yet: assign it explicitly to an ENI of the node in its vSwitch
+    def _add_static(self, context: AllocateContext, request: ResolvedRequest) -> PoolEntry:
+        """Assign the requested address core found outside the pool to an ENI of the node
+        in its vSwitch."""
         from alibabacloud_ecs20140526 import models as m
 
+        address, subnet = request.address, request.subnet
+        assert address is not None and subnet is not None
+        vswitch = subnet.id
         instance = self.instance_id(context.node)
         # pods go on secondary ENIs only: never the primary one, never a trunk
         enis = [e for e in self.describe_enis(instance=instance)
@@ -975,49 +934,15 @@ class EcsProvider:
                             subnet=vswitch)
         if self.config.dual:
             # its IPv6 partner would have to be chosen outside the pool: not served
-            raise InvalidRequest(field, f"{address} is not an idle pair on node "
-                                        f"{context.node.node.name} (ip_stack dual: a static "
-                                        "address must be one the node's pool holds)")
+            raise request.refuse(f"{address} is not an idle pair on node "
+                                 f"{context.node.node.name} (ip_stack dual: a static "
+                                 "address must be one the node's pool holds)")
         eni = min(enis, key=lambda e: len(e.secondary))
         self._call("AssignPrivateIpAddresses", m.AssignPrivateIpAddressesRequest(
             region_id=self.config.region, network_interface_id=eni.id,
             private_ip_address=[address]), subject=vswitch)
         self._note(instance, added=[address])
         return PoolEntry(address, eni.id, vswitch)
-
-    def _static_pair(self, context: AllocateContext, address: str, field: str) -> PoolEntry:
-        """``<IPv4>,<IPv6>``: a pair the node's pool holds idle (ip_stack dual only)."""
-        pool = context.pool
-        assert pool is not None
-        if not self.config.dual:
-            raise InvalidRequest(field, f"{address}: a dual-stack pair needs the ecs "
-                                        "provider's ip_stack to be dual")
-        parts = sorted((p.strip() for p in address.split(",")), key=lambda p: ":" in p)
-        v4, v6 = parts[0], parts[-1]
-        for entry in pool.idle():
-            if entry.address == v4 and entry.ipv6 == v6:
-                taken: PoolEntry = pool.take(v4)
-                return taken
-        owner = pool.owner_of(v4)
-        if owner is not None and owner != context.pod_network.key:
-            raise InvalidRequest(field, f"{v4} is already used by {owner}")
-        raise InvalidRequest(field, f"{v4},{v6} is not an idle pair on node "
-                                    f"{context.node.node.name}")
-
-    def _from_ip_pool(self, context: AllocateContext, ip_pool: tuple[str, ...]) -> PoolEntry:
-        pool = context.pool
-        assert pool is not None
-        field = ANNOTATION_FIELD.format("ip-pool")
-        if len(ip_pool) == 1 and self._vswitch_of(ip_pool[0]) is None and not is_ip(
-                ip_pool[0]):
-            raise InvalidRequest(field, f"named pool {ip_pool[0]!r} is not defined for the "
-                                        "ecs provider (give a list of addresses)")
-        idle = {e.address for e in pool.idle()}
-        for candidate in ip_pool:
-            if candidate in idle:
-                return pool.take(candidate)
-        raise InvalidRequest(field, f"no address of the pool is idle on node "
-                                    f"{context.node.node.name}")
 
     def _on_node(self, context: PodNetworkContext, max_age: float | None) -> tuple[bool, str]:
         """Whether the recorded address (and, dual stack, its IPv6 half) is on an InUse ENI
@@ -1085,47 +1010,6 @@ class EcsProvider:
 
 
 # --- helpers ------------------------------------------------------------------------------
-
-
-class _Section:
-    def __init__(self, provider: str, config: Mapping[str, Any]) -> None:
-        self.provider = provider
-        self.config = config
-
-    def _key(self, key: str) -> str:
-        return f"{self.provider}.{key}"
-
-    def text(self, key: str, default: _T) -> str | _T:
-        value = self.config.get(key, default)
-        if value is default:
-            return default
-        if not isinstance(value, str) or not value.strip():
-            raise ConfigError(self._key(key), "expected a non-empty string")
-        return value.strip()
-
-    def choice(self, key: str, options: Sequence[str], default: str) -> str:
-        value = self.config.get(key, default)
-        if value not in options:
-            raise ConfigError(self._key(key), f"expected one of {', '.join(options)}, got "
-                                              f"{value!r}")
-        return str(value)
-
-    def names(self, key: str) -> tuple[str, ...]:
-        value = self.config.get(key, ())
-        if isinstance(value, str):
-            value = [v.strip() for v in value.split(",") if v.strip()]
-        if not isinstance(value, list | tuple) or not all(
-                isinstance(v, str) and v for v in value):
-            raise ConfigError(self._key(key), "expected a list of ids")
-        return tuple(value)
-
-    def number(self, key: str, default: float, low: float, high: float) -> float:
-        value = self.config.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(self._key(key), f"must be a number, got {value!r}")
-        if not low <= value <= high:
-            raise ConfigError(self._key(key), f"must be between {low} and {high}, got {value}")
-        return float(value)
 
 
 def _snake(api: str) -> str:

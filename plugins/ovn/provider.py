@@ -22,10 +22,21 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from podnet.core.annotations import SUBNETS, check_references, is_ip, show
+from podnet.core.annotations import annotation_field as _field
 from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, ProviderError
 from podnet.core.models import DEFAULT_NETWORK, NodeInfo, PodInfo, PodNetwork, WorkloadInfo
 from podnet.core.objects import statefulset_ordinal
 from podnet.core.policy import PoolPolicy
+from podnet.core.sections import (
+    between,
+    config_key,
+    invalid,
+    one_of,
+    read_section,
+    rule,
+    section,
+    text,
+)
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
     AllocateContext,
@@ -55,7 +66,6 @@ if TYPE_CHECKING:
 NAME = "ovn"
 __version__ = "0.1.0"
 
-ANN = "metadata.annotations[podnet.io/{}]"
 NETWORKS_ANNOTATION = "podnet.io/networks"
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -74,10 +84,6 @@ _PG_SAFE = re.compile(r"[^A-Za-z0-9_]")
 #: how long a transaction's leader waits for company: 2 ms gathers a burst's ports into a
 #: few transactions (6x faster than one ovn-nbctl per port at 1,000, against 4.5x at 0)
 DEFAULT_BATCH_WINDOW = 0.002
-
-
-def _field(name: str) -> str:
-    return ANN.format(name)
 
 
 def port_name(pn: PodNetwork) -> str:
@@ -196,6 +202,197 @@ class Ipam:
                 return mac
 
 
+# --- the config section ----------------------------------------------------------------
+
+
+def _cidr_list(value: object) -> tuple[str, ...]:
+    """One CIDR, or one IPv4 and one IPv6 (a list, or ``"v4,v6"``)."""
+    if isinstance(value, str):
+        value = [c.strip() for c in value.split(",") if c.strip()]
+    if not isinstance(value, list | tuple) or not 1 <= len(value) <= 2:
+        raise ValueError("expected one CIDR, or one IPv4 and one IPv6")
+    versions: set[int] = set()
+    for c in value:
+        try:
+            net = ipaddress.ip_network(c, strict=True)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(str(exc)) from None
+        if net.version in versions:
+            raise ValueError(f"two IPv{net.version} CIDRs")
+        if net.prefixlen > (30 if net.version == 4 else 126):
+            raise ValueError(f"{net} is too small")
+        versions.add(net.version)
+    return tuple(str(c) for c in value)
+
+
+def _gateway_text(value: str) -> str:
+    for g in value.split(","):
+        if not is_ip(g.strip()):
+            raise ValueError(f"{g.strip()!r} is not an IP address")
+    return value
+
+
+def _excluded(item: object) -> set[str]:
+    """The addresses of an ``exclude_ips`` entry: one address or a range ``a..b``."""
+    try:
+        if not isinstance(item, str):
+            raise ValueError
+        if ".." not in item:
+            return {str(ipaddress.ip_address(item))}
+        lo_s, hi_s = item.split("..", 1)
+        lo, hi = ipaddress.ip_address(lo_s), ipaddress.ip_address(hi_s)
+        if lo.version != hi.version or int(hi) < int(lo) or int(hi) - int(lo) > 65536:
+            raise ValueError
+        return {str(ipaddress.ip_address(i)) for i in range(int(lo), int(hi) + 1)}
+    except ValueError:
+        raise ValueError(f"{item!r} is not an address or a range a..b") from None
+
+
+def _exclude_list(value: object) -> tuple[str, ...]:
+    items = value or []
+    if not isinstance(items, list | tuple):
+        raise ValueError(f"expected a list of addresses or ranges a..b, got {show(value)}")
+    for item in items:
+        _excluded(item)
+    return tuple(items)
+
+
+def _namespace_list(value: object) -> tuple[str, ...]:
+    items = value or []
+    if not isinstance(items, list | tuple) or not all(isinstance(n, str) for n in items):
+        raise ValueError("expected a list of namespace names")
+    return tuple(items)
+
+
+def _ip_pools(value: object) -> dict[str, tuple[str, ...]]:
+    pools = value or {}
+    if not isinstance(pools, Mapping):
+        raise ValueError("expected name -> list of addresses")
+    out: dict[str, tuple[str, ...]] = {}
+    for pool, ips in pools.items():
+        if not isinstance(ips, list | tuple) or not all(
+                isinstance(i, str) and is_ip(i) for i in ips):
+            raise invalid("expected a list of addresses", str(pool))
+        out[str(pool)] = tuple(ips)
+    return out
+
+
+def _subnet_name(name: str) -> str:
+    if not name or any(c.isspace() for c in name):
+        raise ValueError("expected a subnet name without whitespace")
+    return name
+
+
+def _ip(value: str) -> str:
+    if not is_ip(value):
+        raise ValueError(f"expected an IP address, got {show(value)}")
+    return value
+
+
+def _networks(cfg: OvnSubnetConfig) -> list[IPNetwork]:
+    return [ipaddress.ip_network(c) for c in cfg.cidrs or cfg.cidr or ()]
+
+
+def _gateways(cfg: OvnSubnetConfig) -> list[IPAddress]:
+    return [ipaddress.ip_address(g.strip()) for g in (cfg.gateway or "").split(",")
+            if g.strip()]
+
+
+def _check_subnet(cfg: OvnSubnetConfig) -> None:
+    if cfg.cidrs is None and cfg.cidr is None:
+        raise invalid("expected one CIDR, or one IPv4 and one IPv6", "cidr")
+    networks = _networks(cfg)
+    for g in _gateways(cfg):
+        if not any(g.version == n.version and g in n for n in networks):
+            raise invalid(f"{g} is outside the subnet", "gateway")
+
+
+@section(check=_check_subnet)
+@attrs.frozen
+class OvnSubnetConfig:
+    """One entry of ``providers.ovn.subnets``."""
+
+    name: str = attrs.field(metadata=rule(_subnet_name))
+    #: one CIDR, or one IPv4 and one IPv6 (``cidrs`` is the same key, plural)
+    cidr: tuple[str, ...] | None = attrs.field(default=None, metadata=rule(parse=_cidr_list))
+    cidrs: tuple[str, ...] | None = attrs.field(default=None, metadata=rule(parse=_cidr_list))
+    #: ``v4`` or ``v4,v6``; default: each network's first address
+    gateway: str | None = attrs.field(default=None, metadata=rule(_gateway_text))
+    exclude_ips: tuple[str, ...] = attrs.field(default=(), metadata=rule(parse=_exclude_list))
+    namespaces: tuple[str, ...] = attrs.field(default=(),
+                                              metadata=rule(parse=_namespace_list))
+    gateway_type: str = attrs.field(default="distributed",
+                                    metadata=one_of("distributed", "centralized"))
+    router: str | None = None
+    default: bool = False
+    ip_pools: dict[str, tuple[str, ...]] = attrs.field(factory=dict,
+                                                       metadata=rule(parse=_ip_pools))
+
+
+@section()
+@attrs.frozen
+class OvnRouterConfig:
+    """One entry of ``providers.ovn.routers``."""
+
+    name: str = attrs.field(metadata=text())
+    external_ip: str | None = attrs.field(default=None, metadata=rule(_ip))
+    #: default 100.64.0.1
+    external_gateway: str | None = attrs.field(default=None, metadata=rule(_ip))
+
+
+def _remote(value: str) -> str:
+    if not value.startswith(("unix:", "tcp:", "ssl:")):
+        raise ValueError("expected unix:PATH, tcp:HOST:PORT or ssl:...")
+    return value
+
+
+def _nonempty(subnets: tuple[OvnSubnetConfig, ...]) -> tuple[OvnSubnetConfig, ...]:
+    if not subnets:
+        raise ValueError("expected a non-empty list of subnets")
+    return subnets
+
+
+def _backoff(value: tuple[int, ...]) -> tuple[int, ...]:
+    """``[MIN, MAX]`` milliseconds, 10 <= MIN <= MAX <= 60,000."""
+    if len(value) != 2:
+        raise ValueError(f"expected [MIN, MAX] in milliseconds, got {list(value)}")
+    if not 10 <= value[0] <= value[1] <= 60_000:
+        raise ValueError(f"expected 10 <= MIN <= MAX <= 60000, got {list(value)}")
+    return value
+
+
+def _check_config(cfg: OvnConfig) -> None:
+    names = [s.name for s in cfg.subnets]
+    if len(set(names)) != len(names):
+        raise invalid("subnet names must be unique", "subnets")
+    if sum(s.default for s in cfg.subnets) > 1:
+        raise invalid("only one subnet may be the default", "subnets")
+    for net, sub in cfg.networks.items():
+        if sub not in names:
+            raise invalid(f"unknown subnet {sub!r}", "networks", net)
+        if net == DEFAULT_NETWORK:
+            raise invalid("the default network is implicit", "networks", net)
+
+
+@section(check=_check_config)
+@attrs.frozen
+class OvnConfig:
+    """The section ``providers.ovn``."""
+
+    remote: str | None = attrs.field(default=None, metadata=rule(_remote))
+    subnets: tuple[OvnSubnetConfig, ...] = attrs.field(default=(), metadata=rule(_nonempty))
+    routers: tuple[OvnRouterConfig, ...] = ()
+    timeout: float = attrs.field(default=10.0, metadata=between(0.1, 300))
+    batch_window_ms: float = attrs.field(default=DEFAULT_BATCH_WINDOW * 1000,
+                                         metadata=between(0, 1000))
+    seed: int | None = attrs.field(default=None, metadata=between(0, 2**32))
+    #: attachment network -> the subnet serving it
+    networks: dict[str, str] = attrs.field(factory=dict)
+    #: [MIN, MAX] between reconnect attempts
+    reconnect_backoff_ms: tuple[int, ...] | None = attrs.field(default=None,
+                                                               metadata=rule(_backoff))
+
+
 class OvnProvider:
     """The plugin. Configure it (``podnet_configure``) or pass ``remote`` and subnets."""
 
@@ -230,9 +427,10 @@ class OvnProvider:
         #: that pod (exists, and for a StatefulSet, has replicas above the pod's ordinal);
         #: None: cannot tell, core's sticky_hold window decides
         self.workload_exists = workload_exists
+        self.config = OvnConfig()
         self._configure({"subnets": list(subnets) or [_DEFAULT_SUBNET],
                          "routers": list(routers), "networks": dict(networks or {})},
-                        check_keys=False)
+                        initial=True)
 
     # --- the connection and the IPAM's rebuild ---------------------------------------------
 
@@ -241,11 +439,12 @@ class OvnProvider:
         with self.lock:
             if self._client is None:
                 if not self.remote:
-                    raise ConfigError(f"{self.name}.remote", "no Northbound remote configured")
+                    raise ConfigError(config_key(self.name, "remote"),
+                                      "no Northbound remote configured")
                 try:
                     from podnet.plugins.ovn.nb import NbClient
                 except ImportError as exc:  # pragma: no cover - a broken install
-                    raise ConfigError(f"{self.name}", f"the OVN provider needs ovsdbapp and "
+                    raise ConfigError(config_key(self.name), f"the OVN provider needs ovsdbapp and "
                                       f"ovs (pip install ovsdbapp): {exc}") from None
                 self._client = NbClient(self.remote, self.timeout, self.batch_window,
                                         self.reconnect_backoff_ms)
@@ -323,70 +522,36 @@ class OvnProvider:
 
     # --- configuration ---------------------------------------------------------------------
 
-    def _configure(self, config: Mapping[str, Any], check_keys: bool = True) -> None:
-        p = self.name
-        if check_keys:
-            known = {"remote", "subnets", "routers", "timeout", "batch_window_ms", "seed",
-                     "networks", "reconnect_backoff_ms"}
-            for key in config:
-                if key not in known:
-                    raise ConfigError(f"{p}.{key}", "unknown option")
+    def _configure(self, config: Mapping[str, Any], *, initial: bool = False) -> None:
+        """Read a section: keys it leaves out keep their values (subnets, routers and
+        networks are checked together as they result)."""
+        base = None if initial else self.config
+        cfg = read_section(OvnConfig, self.name, config, base)
         if "remote" in config:
-            remote = config["remote"]
-            if not isinstance(remote, str) or not remote.startswith(("unix:", "tcp:", "ssl:")):
-                raise ConfigError(f"{p}.remote", "expected unix:PATH, tcp:HOST:PORT or ssl:...")
-            self.remote = remote
+            self.remote = cfg.remote
         if "timeout" in config:
-            self.timeout = _number(config, p, "timeout", 0.1, 300)
+            self.timeout = cfg.timeout
         if "batch_window_ms" in config:
-            self.batch_window = _number(config, p, "batch_window_ms", 0, 1000) / 1000
-        if "reconnect_backoff_ms" in config:
-            self.reconnect_backoff_ms = _backoff(config["reconnect_backoff_ms"],
-                                                 f"{p}.reconnect_backoff_ms")
-        if "seed" in config:
-            self.ipam.random.seed(int(_number(config, p, "seed", 0, 2**32)))
-        routers: dict[str, Router] = {}
-        raw_routers = config.get("routers", [])
-        if not isinstance(raw_routers, list):
-            raise ConfigError(f"{p}.routers", "expected a list")
-        for i, r in enumerate(raw_routers):
-            where = f"{p}.routers[{i}]"
-            if not isinstance(r, Mapping) or not isinstance(r.get("name"), str):
-                raise ConfigError(f"{where}.name", "each router needs a name")
-            for key in r:
-                if key not in ("name", "external_ip", "external_gateway"):
-                    raise ConfigError(f"{where}.{key}", "unknown option")
-            routers[r["name"]] = Router(
-                r["name"], _opt_ip(r, where, "external_ip"),
-                _opt_ip(r, where, "external_gateway") or "100.64.0.1")
-        if "subnets" in config:
-            raw = config["subnets"]
-            if not isinstance(raw, list) or not raw:
-                raise ConfigError(f"{p}.subnets", "expected a non-empty list of subnets")
-            subnets = [_subnet(s, f"{p}.subnets[{i}]") for i, s in enumerate(raw)]
-            names = [s.name for s in subnets]
-            if len(set(names)) != len(names):
-                raise ConfigError(f"{p}.subnets", "subnet names must be unique")
-            defaults = [s for s in subnets if s.default]
-            if len(defaults) > 1:
-                raise ConfigError(f"{p}.subnets", "only one subnet may be the default")
-            if not defaults:
+            self.batch_window = cfg.batch_window_ms / 1000
+        if "reconnect_backoff_ms" in config and cfg.reconnect_backoff_ms is not None:
+            low, high = cfg.reconnect_backoff_ms
+            self.reconnect_backoff_ms = (low, high)
+        if "seed" in config and cfg.seed is not None:
+            self.ipam.random.seed(cfg.seed)
+        routers = {r.name: Router(r.name, r.external_ip, r.external_gateway or "100.64.0.1")
+                   for r in cfg.routers} if initial or "routers" in config else {}
+        if initial or "subnets" in config:
+            subnets = [_subnet(s) for s in cfg.subnets]
+            if not any(s.default for s in subnets):
                 subnets[0].default = True
             for s in subnets:
                 if s.router and s.router not in routers:
                     routers[s.router] = Router(s.router)
             self.subnets = {s.name: s for s in subnets}
         self.routers = routers or self.routers
-        if "networks" in config:
-            networks = config["networks"]
-            if not isinstance(networks, Mapping):
-                raise ConfigError(f"{p}.networks", "expected attachment network -> subnet")
-            for net, sub in networks.items():
-                if not isinstance(sub, str) or sub not in self.subnets:
-                    raise ConfigError(f"{p}.networks.{net}", f"unknown subnet {sub!r}")
-                if net == DEFAULT_NETWORK:
-                    raise ConfigError(f"{p}.networks.{net}", "the default network is implicit")
-            self.networks = {str(k): str(v) for k, v in networks.items()}
+        if initial or "networks" in config:
+            self.networks = dict(cfg.networks)
+        self.config = cfg
 
     # --- hooks: registration ---------------------------------------------------------------
 
@@ -947,132 +1112,28 @@ def _ordinal(ctx: AllocateContext, pn: PodNetwork) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _number(config: Mapping[str, Any], provider: str, key: str, low: float, high: float
-            ) -> float:
-    value = config[key]
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{provider}.{key}", f"must be a number, got {value!r}")
-    if not low <= value <= high:
-        raise ConfigError(f"{provider}.{key}", f"must be between {low} and {high}, got {value}")
-    return float(value)
-
-
-def _backoff(raw: Any, where: str) -> tuple[int, int]:
-    """``[MIN, MAX]`` milliseconds, 10 <= MIN <= MAX <= 60,000."""
-    if (not isinstance(raw, list | tuple) or len(raw) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) for v in raw)):
-        raise ConfigError(where, f"expected [MIN, MAX] in milliseconds, got {raw!r}")
-    low, high = raw
-    if not 10 <= low <= high <= 60_000:
-        raise ConfigError(where, f"expected 10 <= MIN <= MAX <= 60000, got {list(raw)}")
-    return low, high
-
-
-def _opt_ip(raw: Mapping[str, Any], where: str, key: str) -> str | None:
-    value = raw.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not is_ip(value):
-        raise ConfigError(f"{where}.{key}", f"expected an IP address, got {value!r}")
-    return value
-
-
-def _subnet(raw: Any, where: str) -> Subnet:
-    if not isinstance(raw, Mapping):
-        raise ConfigError(where, "expected a mapping")
-    known = {"name", "cidr", "cidrs", "gateway", "exclude_ips", "namespaces", "gateway_type",
-             "router", "default", "ip_pools"}
-    for key in raw:
-        if key not in known:
-            raise ConfigError(f"{where}.{key}", "unknown option")
-    name = raw.get("name")
-    if not isinstance(name, str) or not name or any(c.isspace() for c in name):
-        raise ConfigError(f"{where}.name", "expected a subnet name without whitespace")
-    cidrs = raw.get("cidrs", raw.get("cidr"))
-    if isinstance(cidrs, str):
-        cidrs = [c.strip() for c in cidrs.split(",") if c.strip()]
-    if not isinstance(cidrs, list) or not 1 <= len(cidrs) <= 2:
-        raise ConfigError(f"{where}.cidr", "expected one CIDR, or one IPv4 and one IPv6")
+def _subnet(cfg: OvnSubnetConfig) -> Subnet:
+    """A subnet as the IPAM uses it, from its (checked) section."""
     v4: ipaddress.IPv4Network | None = None
     v6: ipaddress.IPv6Network | None = None
-    for c in cidrs:
-        try:
-            net = ipaddress.ip_network(c, strict=True)
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"{where}.cidr", str(exc)) from None
+    for net in _networks(cfg):
         if isinstance(net, ipaddress.IPv4Network):
-            if v4 is not None:
-                raise ConfigError(f"{where}.cidr", "two IPv4 CIDRs")
-            if net.prefixlen > 30:
-                raise ConfigError(f"{where}.cidr", f"{net} is too small")
             v4 = net
         else:
-            if v6 is not None:
-                raise ConfigError(f"{where}.cidr", "two IPv6 CIDRs")
-            if net.prefixlen > 126:
-                raise ConfigError(f"{where}.cidr", f"{net} is too small")
             v6 = net
-    gateways = raw.get("gateway")
     gw4 = str(v4.network_address + 1) if v4 else None
     gw6 = str(v6.network_address + 1) if v6 else None
-    if gateways is not None:
-        if not isinstance(gateways, str):
-            raise ConfigError(f"{where}.gateway", "expected an address (or v4,v6)")
-        for g in gateways.split(","):
-            g = g.strip()
-            if not is_ip(g):
-                raise ConfigError(f"{where}.gateway", f"{g!r} is not an IP address")
-            addr = ipaddress.ip_address(g)
-            inside = (v4 is not None and isinstance(addr, ipaddress.IPv4Address)
-                      and addr in v4) or (v6 is not None
-                                          and isinstance(addr, ipaddress.IPv6Address)
-                                          and addr in v6)
-            if not inside:
-                raise ConfigError(f"{where}.gateway", f"{g} is outside the subnet")
-            if addr.version == 4:
-                gw4 = g
-            else:
-                gw6 = g
+    for g in _gateways(cfg):
+        if g.version == 4:
+            gw4 = str(g)
+        else:
+            gw6 = str(g)
     excluded: set[str] = set()
-    for item in raw.get("exclude_ips", []) or []:
-        if not isinstance(item, str):
-            raise ConfigError(f"{where}.exclude_ips", f"{item!r} is not an address or range")
-        try:
-            if ".." in item:
-                lo_s, hi_s = item.split("..", 1)
-                lo, hi = ipaddress.ip_address(lo_s), ipaddress.ip_address(hi_s)
-                if lo.version != hi.version or int(hi) < int(lo) or int(hi) - int(lo) > 65536:
-                    raise ValueError("bad range")
-                excluded.update(str(ipaddress.ip_address(i))
-                                for i in range(int(lo), int(hi) + 1))
-            else:
-                excluded.add(str(ipaddress.ip_address(item)))
-        except ValueError:
-            raise ConfigError(f"{where}.exclude_ips", f"{item!r} is not an address or "
-                              "a range a..b") from None
-    namespaces = raw.get("namespaces", []) or []
-    if not isinstance(namespaces, list) or not all(isinstance(n, str) for n in namespaces):
-        raise ConfigError(f"{where}.namespaces", "expected a list of namespace names")
-    gateway_type = raw.get("gateway_type", "distributed")
-    if gateway_type not in ("distributed", "centralized"):
-        raise ConfigError(f"{where}.gateway_type", "expected distributed or centralized")
-    router = raw.get("router")
-    if router is not None and not isinstance(router, str):
-        raise ConfigError(f"{where}.router", "expected a router name")
-    pools_raw = raw.get("ip_pools", {}) or {}
-    if not isinstance(pools_raw, Mapping):
-        raise ConfigError(f"{where}.ip_pools", "expected name -> list of addresses")
-    pools: dict[str, tuple[str, ...]] = {}
-    for pool, ips in pools_raw.items():
-        if not isinstance(ips, list) or not all(isinstance(i, str) and is_ip(i) for i in ips):
-            raise ConfigError(f"{where}.ip_pools.{pool}", "expected a list of addresses")
-        pools[str(pool)] = tuple(ips)
-    default = raw.get("default", False)
-    if not isinstance(default, bool):
-        raise ConfigError(f"{where}.default", "expected true or false")
-    return Subnet(name=name, v4=v4, v6=v6, gateway=gw4, gateway6=gw6, excluded=excluded,
-                  namespaces=tuple(namespaces), gateway_type=gateway_type, router=router,
-                  ip_pools=pools, default=default)
+    for item in cfg.exclude_ips:
+        excluded.update(_excluded(item))
+    return Subnet(name=cfg.name, v4=v4, v6=v6, gateway=gw4, gateway6=gw6, excluded=excluded,
+                  namespaces=cfg.namespaces, gateway_type=cfg.gateway_type, router=cfg.router,
+                  ip_pools=dict(cfg.ip_pools), default=cfg.default)
 
 
 #: what the host registers as the built-in ``ovn`` plugin

@@ -25,12 +25,12 @@ from typing import Any
 
 import attrs
 
-from podnet.core.annotations import is_ip
-from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, ProviderError
+from podnet.core.errors import ConfigError, ErrorKind, ProviderError
 from podnet.core.policy import PoolPolicy
-from podnet.core.pool import reserved_reason
+from podnet.core.sections import between, config_key, read_section, section, text
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
+    AddressSpace,
     AllocateContext,
     Allocation,
     CloudInterface,
@@ -42,13 +42,12 @@ from podnet.hookspecs.types import (
     ProviderInfo,
     ReleaseResult,
     RouteResult,
+    Subnet,
     VerifyResult,
 )
 
 NAME = "reference"
 __version__ = "0.1.0"
-
-ANNOTATION_FIELD = "metadata.annotations[podnet.io/{}]"
 
 
 class ReferenceCloudError(Exception):
@@ -305,6 +304,21 @@ class ReferenceCloud:
                     for ips in node.interfaces.values() for ip in ips}
 
 
+@section()
+@attrs.frozen
+class ReferenceConfig:
+    """The section ``providers.reference``: the stand-in cloud's behaviour."""
+
+    latency_ms: float = attrs.field(default=0.0, metadata=between(0, 60_000))
+    fault_rate: float = attrs.field(default=0.0, metadata=between(0, 1))
+    seed: int = attrs.field(default=0, metadata=between(0, 2**32))
+    #: None: as the cloud was made
+    max_interfaces: int | None = attrs.field(default=None, metadata=between(1, 64))
+    ips_per_interface: int | None = attrs.field(default=None, metadata=between(1, 4096))
+    #: where the cloud keeps its state, to outlive the controller process
+    state_file: str | None = attrs.field(default=None, metadata=text())
+
+
 class ReferenceProvider:
     """The plugin. One instance per controller; the cloud may outlive it."""
 
@@ -335,27 +349,20 @@ class ReferenceProvider:
     def podnet_configure(self, provider: str, config: Mapping[str, Any]) -> None:
         if provider != self.name:
             return
-        known = {"latency_ms", "fault_rate", "seed", "max_interfaces", "ips_per_interface",
-                 "state_file"}
-        for key in config:
-            if key not in known:
-                raise ConfigError(f"{provider}.{key}", "unknown option")
-        number = _config_number
-        self.cloud.latency = number(config, provider, "latency_ms", 0.0, 0, 60_000) / 1000
-        self.cloud.fault_rate = number(config, provider, "fault_rate", 0.0, 0, 1)
-        self.cloud.random.seed(int(number(config, provider, "seed", 0, 0, 2**32)))
-        self.cloud.max_interfaces = int(number(config, provider, "max_interfaces",
-                                               self.cloud.max_interfaces, 1, 64))
-        self.cloud.ips_per_interface = int(number(config, provider, "ips_per_interface",
-                                                  self.cloud.ips_per_interface, 1, 4096))
-        state_file = config.get("state_file")
-        if state_file is not None:
-            if not isinstance(state_file, str) or not state_file:
-                raise ConfigError(f"{provider}.state_file", "expected a file path")
+        cfg = read_section(ReferenceConfig, provider, config)
+        self.cloud.latency = cfg.latency_ms / 1000
+        self.cloud.fault_rate = cfg.fault_rate
+        self.cloud.random.seed(cfg.seed)
+        if cfg.max_interfaces is not None:
+            self.cloud.max_interfaces = cfg.max_interfaces
+        if cfg.ips_per_interface is not None:
+            self.cloud.ips_per_interface = cfg.ips_per_interface
+        if cfg.state_file is not None:
             try:
-                self.cloud.persist_to(state_file)
+                self.cloud.persist_to(cfg.state_file)
             except (OSError, ValueError, KeyError) as exc:
-                raise ConfigError(f"{provider}.state_file", f"unusable: {exc}") from None
+                raise ConfigError(config_key(provider, "state_file"),
+                                  f"unusable: {exc}") from None
 
     # 3. inventory
 
@@ -430,70 +437,34 @@ class ReferenceProvider:
     # 5. one pod network
 
     @hookimpl
+    def podnet_address_space(self, provider: str, node: NodeContext) -> AddressSpace | None:
+        if provider != self.name:
+            return None
+        cidr = node.node.pod_cidr
+        # the one subnet of a node is its podCIDR, by that name too
+        return AddressSpace(subnets=(Subnet.first_host_gateway(cidr, cidr),) if cidr else ())
+
+    @hookimpl
     def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
         pn = context.pod_network
         if pn.spec.provider != self.name:
             return None
         node = context.node.node
-        pool = context.pool
-        assert pool is not None, "the reference provider uses node pools"
-        req = pn.spec.requests
-        cidr = ipaddress.ip_network(node.pod_cidr) if node.pod_cidr else None
-        if req.subnets and node.pod_cidr not in req.subnets:
-            raise InvalidRequest(ANNOTATION_FIELD.format("subnets"),
-                                 f"none of {', '.join(req.subnets)} is served on node "
-                                 f"{node.name} (its subnet is {node.pod_cidr})")
-        if req.ip_address is not None:
-            entry = self._static(context, req.ip_address, "ip-address")
-        elif req.ip_pool:
-            entry = self._from_ip_pool(context, req.ip_pool)
+        request = context.request
+        assert request is not None, "the reference provider uses node pools"
+        if request.entry is not None:
+            entry = request.entry
         else:
-            entry = pool.take()
-        mac = req.mac_address or _mac_for(entry.address)
+            # a requested address the pool does not hold: attach it (idempotent: already
+            # attached is fine)
+            assert request.address is not None
+            added = self.cloud.add(node.name, node.pod_cidr, "eth0", 1, address=request.address)
+            entry = PoolEntry(added[0], "eth0", node.pod_cidr)
+        cidr = ipaddress.ip_network(node.pod_cidr) if node.pod_cidr else None
+        mac = pn.spec.requests.mac_address or _mac_for(entry.address)
         gateway = str(next(cidr.hosts())) if cidr is not None else None
         return Allocation(ip=entry.address, mac=mac, subnet=node.pod_cidr, gateway=gateway,
                           interface=entry.interface, cidr=str(cidr) if cidr else None)
-
-    def _from_ip_pool(self, context: AllocateContext, ip_pool: tuple[str, ...]) -> PoolEntry:
-        node = context.node.node
-        pool = context.pool
-        assert pool is not None
-        field = ANNOTATION_FIELD.format("ip-pool")
-        cidr = ipaddress.ip_network(node.pod_cidr) if node.pod_cidr else None
-        if len(ip_pool) == 1 and not is_ip(ip_pool[0]):
-            raise InvalidRequest(field, f"named pool {ip_pool[0]!r} is not defined for the "
-                                        "reference provider (give a list of addresses)")
-        idle = {e.address for e in pool.idle()}
-        for candidate in ip_pool:
-            if cidr is not None and ipaddress.ip_address(candidate) not in cidr:
-                continue
-            if candidate in idle:
-                return pool.take(candidate)
-        raise InvalidRequest(field, f"no address of the pool is free on node {node.name}")
-
-    def _static(self, context: AllocateContext, address: str, key: str) -> PoolEntry:
-        node = context.node.node
-        pool = context.pool
-        assert pool is not None
-        field = ANNOTATION_FIELD.format(key)
-        if "," in address:
-            raise InvalidRequest(field, f"{address}: dual-stack pairs are not served by the "
-                                        "reference provider")
-        cidr = ipaddress.ip_network(node.pod_cidr) if node.pod_cidr else None
-        if cidr is None or ipaddress.ip_address(address) not in cidr:
-            raise InvalidRequest(field, f"{address} is outside node {node.name}'s subnet "
-                                        f"{node.pod_cidr}")
-        reserved = reserved_reason(address, str(cidr), str(next(cidr.hosts(), "")) or None)
-        if reserved is not None:
-            raise InvalidRequest(field, f"{reserved}: not a pod address")
-        owner = pool.owner_of(address)
-        if owner is not None and owner != context.pod_network.key:
-            raise InvalidRequest(field, f"{address} is already used by {owner}")
-        if address in {e.address for e in pool.idle()}:
-            return pool.take(address)
-        # not in the pool yet: attach it (idempotent: already attached is fine)
-        added = self.cloud.add(node.name, node.pod_cidr, "eth0", 1, address=address)
-        return PoolEntry(added[0], "eth0", node.pod_cidr)
 
     @hookimpl
     def podnet_route(self, context: PodNetworkContext) -> RouteResult | None:
@@ -540,16 +511,6 @@ def _mac_for(seed: str) -> str:
 
     digest = hashlib.blake2s(seed.encode(), digest_size=5).digest()
     return "0a:" + ":".join(f"{b:02x}" for b in digest)
-
-
-def _config_number(config: Mapping[str, Any], provider: str, key: str, default: float,
-                   low: float, high: float) -> float:
-    value = config.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{provider}.{key}", f"must be a number, got {value!r}")
-    if not low <= value <= high:
-        raise ConfigError(f"{provider}.{key}", f"must be between {low} and {high}, got {value}")
-    return float(value)
 
 
 #: what the host registers as the built-in ``reference`` plugin

@@ -7,6 +7,9 @@ entry point. It is the smallest useful pool provider:
   many addresses one node may hold (``per_node``);
 - each node gets a share of those ranges on demand (``podnet_pool_grow``) and gives idle
   ones back (``podnet_pool_shrink``); core keeps the per-node pools and decides when;
+- the ranges are the subnets a pod may ask for (``podnet.io/subnets``): the provider
+  lists them (``podnet_address_space``), and core resolves the request against them and
+  the node's pool before ``podnet_allocate``;
 - there are no interfaces to create: every node has one pseudo-interface, ``static0``,
   and ``manages_interfaces`` is ``False``, so the engine never runs the ENI machine;
 - "routing" a pod network means writing ``address -> pod network`` into the backend's
@@ -16,7 +19,7 @@ The backend (:class:`StaticBackend`) stands in for whatever really records assig
 (an IPAM service, a database, a router's API). It lives outside the plugin object, so a
 controller restarting in the same process (the tests do that) finds it as it was. This
 module imports only ``podnet.hookspecs`` and the public parts of ``podnet.core``
-(``models``, ``errors``, ``policy``), never the engine.
+(``models``, ``errors``, ``policy``, ``sections``), never the engine.
 """
 
 from __future__ import annotations
@@ -27,15 +30,14 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from podnet.core.errors import (
-    ConfigError,
-    ErrorKind,
-    InvalidRequest,
-    ProviderError,
-)
+import attrs
+
+from podnet.core.errors import ErrorKind, ProviderError
 from podnet.core.policy import PoolPolicy
+from podnet.core.sections import between, cidrs, read_section, section
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
+    AddressSpace,
     AllocateContext,
     Allocation,
     CloudInterface,
@@ -46,6 +48,7 @@ from podnet.hookspecs.types import (
     ProviderInfo,
     ReleaseResult,
     RouteResult,
+    Subnet,
     VerifyResult,
 )
 
@@ -66,8 +69,6 @@ INTERFACE = "static0"
 DEFAULT_RANGES: tuple[str, ...] = ("172.30.0.0/16",)
 DEFAULT_PER_NODE = 32
 MAX_PER_NODE = 4096
-
-_ANNOTATION = "metadata.annotations[podnet.io/{}]"
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -188,6 +189,18 @@ class StaticBackend:
             return dict(self.assigned)
 
 
+@section()
+@attrs.frozen
+class StaticPoolConfig:
+    """The section ``providers.static-pool``."""
+
+    #: CIDRs, not overlapping; the first address of each is kept for the gateway
+    ranges: tuple[str, ...] = attrs.field(default=DEFAULT_RANGES,
+                                          metadata=cidrs(disjoint=True))
+    #: addresses one node may hold
+    per_node: int = attrs.field(default=DEFAULT_PER_NODE, metadata=between(1, MAX_PER_NODE))
+
+
 class StaticPoolProvider:
     """The plugin: one instance per controller; the backend may outlive it."""
 
@@ -199,8 +212,10 @@ class StaticPoolProvider:
         self.name = name
         self.policy = policy or PoolPolicy(min_idle=1, max_idle=4, batch_size=4,
                                            max_batch_size=8, reuse_cooldown=5.0)
-        self.ranges: tuple[Network, ...] = _parse_ranges(name, list(ranges))
-        self.per_node = per_node
+        cfg = read_section(StaticPoolConfig, name, {"ranges": list(ranges),
+                                                     "per_node": per_node})
+        self.ranges: tuple[Network, ...] = _networks(cfg)
+        self.per_node = cfg.per_node
 
     # 1. registration and configuration
 
@@ -216,21 +231,10 @@ class StaticPoolProvider:
     def podnet_configure(self, provider: str, config: Mapping[str, Any]) -> None:
         if provider != self.name:
             return
-        for key in config:
-            if key not in ("ranges", "per_node"):
-                raise ConfigError(f"{provider}.{key}", "unknown option (known: ranges, "
-                                                       "per_node)")
-        ranges = config.get("ranges", list(DEFAULT_RANGES))
-        per_node = config.get("per_node", DEFAULT_PER_NODE)
-        if isinstance(per_node, bool) or not isinstance(per_node, int):
-            raise ConfigError(f"{provider}.per_node", f"must be a whole number, got "
-                                                      f"{per_node!r}")
-        if not 1 <= per_node <= MAX_PER_NODE:
-            raise ConfigError(f"{provider}.per_node", f"must be between 1 and {MAX_PER_NODE}, "
-                                                      f"got {per_node}")
-        # validate everything before changing anything: a bad section leaves the old one
-        self.ranges = _parse_ranges(provider, ranges)
-        self.per_node = per_node
+        # read everything before changing anything: a bad section leaves the old one
+        cfg = read_section(StaticPoolConfig, provider, config)
+        self.ranges = _networks(cfg)
+        self.per_node = cfg.per_node
 
     # 3. inventory
 
@@ -259,7 +263,9 @@ class StaticPoolProvider:
                 raise ProviderError(ErrorKind.FATAL, f"{subnet} is not a configured range",
                                     subject=subnet)
         added = self.backend.assign(node.node.name, count, ranges, self.per_node)
-        return [PoolEntry(ip, INTERFACE) for ip in added]
+        # each entry names its range: a pod asking for that range finds it idle
+        return [PoolEntry(ip, INTERFACE, str(network) if network else None)
+                for ip, network in ((ip, self._range_of(ip)) for ip in added)]
 
     @hookimpl
     def podnet_pool_shrink(self, provider: str, node: NodeContext,
@@ -271,46 +277,32 @@ class StaticPoolProvider:
     # 5. one pod network
 
     @hookimpl
+    def podnet_address_space(self, provider: str, node: NodeContext) -> AddressSpace | None:
+        """The ranges, as the subnets a pod may ask for; no fixed addresses, no pools."""
+        if provider != self.name:
+            return None
+        return AddressSpace(
+            subnets=tuple(Subnet(id=str(r), cidr=str(r), gateway=_gateway(r),
+                                 takes_static=False) for r in self.ranges),
+            static=False, ip_pools=False)
+
+    @hookimpl
     def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
         pn = context.pod_network
         if pn.spec.provider != self.name:
             return None
-        pool = context.pool
-        if pool is None:
+        request = context.request
+        if request is None or request.entry is None:
             raise ProviderError(ErrorKind.FATAL, "static-pool allocates from node pools only")
-        request = pn.spec.requests
-        if request.ip_address is not None:
-            raise InvalidRequest(_ANNOTATION.format("ip-address"),
-                                 "static-pool does not serve fixed addresses")
-        if request.ip_pool:
-            raise InvalidRequest(_ANNOTATION.format("ip-pool"),
-                                 "static-pool does not serve address pools")
-        # take() picks an idle address, or raises PoolEmpty: core grows the pool and retries
-        entry = self._take_in(context, request.subnets) if request.subnets else pool.take()
+        # core took an idle address, of the range asked for (podnet.io/subnets) if any;
+        # when none fits it raised PoolEmpty, and the pool grows there before a retry
+        entry = request.entry
         network = self._range_of(entry.address)
         return Allocation(
             ip=entry.address, interface=entry.interface or INTERFACE,
             subnet=str(network) if network is not None else None,
             gateway=_gateway(network) if network is not None else None,
         )
-
-    def _take_in(self, context: AllocateContext, subnets: Sequence[str]) -> PoolEntry:
-        pool = context.pool
-        assert pool is not None
-        wanted = [r for r in self.ranges if str(r) in subnets]
-        if not wanted:
-            served = ", ".join(str(r) for r in self.ranges)
-            raise InvalidRequest(_ANNOTATION.format("subnets"),
-                                 f"none of {', '.join(subnets)} is a configured range "
-                                 f"(ranges: {served})")
-        for entry in pool.idle():
-            if any(ipaddress.ip_address(entry.address) in r for r in wanted):
-                return pool.take(entry.address)
-        # None idle there: assign one address directly, as the reference provider does for
-        # a fixed address. Core adopts it into the pool once the record names it; if the
-        # answer is lost, the address is one no record owns, which core's GC gives back.
-        added = self.backend.assign(context.node.node.name, 1, wanted, self.per_node)
-        return PoolEntry(added[0], INTERFACE)
 
     def _range_of(self, address: str) -> Network | None:
         ip = ipaddress.ip_address(address)
@@ -354,24 +346,8 @@ class StaticPoolProvider:
         return ERROR_KINDS.get(error.code, ErrorKind.TRANSIENT)
 
 
-def _parse_ranges(provider: str, value: object) -> tuple[Network, ...]:
-    if isinstance(value, str) or not isinstance(value, list | tuple) or not value:
-        raise ConfigError(f"{provider}.ranges", f"must be a non-empty list of CIDRs, got "
-                                                f"{value!r}")
-    out: list[Network] = []
-    for i, text in enumerate(value):
-        key = f"{provider}.ranges[{i}]"
-        if not isinstance(text, str):
-            raise ConfigError(key, f"must be a CIDR string, got {text!r}")
-        try:
-            network = ipaddress.ip_network(text, strict=True)
-        except ValueError as exc:
-            raise ConfigError(key, str(exc)) from None
-        for other in out:
-            if network.version == other.version and network.overlaps(other):
-                raise ConfigError(key, f"{network} overlaps {other}")
-        out.append(network)
-    return tuple(out)
+def _networks(cfg: StaticPoolConfig) -> tuple[Network, ...]:
+    return tuple(ipaddress.ip_network(r) for r in cfg.ranges)
 
 
 #: the backend of this process: a controller restarted in-process finds it unchanged

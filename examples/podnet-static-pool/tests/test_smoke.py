@@ -198,12 +198,12 @@ def test_backend_errors_are_classified_and_retried() -> None:
 
 
 @pytest.mark.parametrize("config, key", [
-    ({"ranges": ["10.0.0.1/24"]}, "static-pool.ranges[0]"),
-    ({"ranges": ["10.0.0.0/24", "10.0.0.128/25"]}, "static-pool.ranges[1]"),
-    ({"ranges": "10.0.0.0/24"}, "static-pool.ranges"),
-    ({"per_node": 0}, "static-pool.per_node"),
-    ({"per_node": True}, "static-pool.per_node"),
-    ({"ranges": ["10.0.0.0/24"], "subnet": "x"}, "static-pool.subnet"),
+    ({"ranges": ["10.0.0.1/24"]}, "providers.static-pool.ranges[0]"),
+    ({"ranges": ["10.0.0.0/24", "10.0.0.128/25"]}, "providers.static-pool.ranges[1]"),
+    ({"ranges": "10.0.0.0/24"}, "providers.static-pool.ranges"),
+    ({"per_node": 0}, "providers.static-pool.per_node"),
+    ({"per_node": True}, "providers.static-pool.per_node"),
+    ({"ranges": ["10.0.0.0/24"], "subnet": "x"}, "providers.static-pool.subnet"),
 ])
 def test_a_bad_config_section_names_the_key(config: dict[str, Any], key: str) -> None:
     with pytest.raises(ConfigError) as info:

@@ -20,7 +20,7 @@ import enum
 import ipaddress
 import math
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 
 import attrs
@@ -693,6 +693,14 @@ class NodePool:
             return [i for i in self.interfaces.values()
                     if i.state is InterfaceState.INHIBITED and i.inhibited_until <= now]
 
+    def expired_suspects(self, policy: PoolPolicy, now: float, owners: Collection[str]
+                         ) -> list[str]:
+        """Suspects nobody claimed for ``leaked_ip_expiry``: leaked, GC deletes them.
+        ``owners``: the addresses records name (a suspect one names is not leaked)."""
+        with self.lock:
+            return [ip for ip, seen in self.suspects.items()
+                    if now - seen >= policy.leaked_ip_expiry and ip not in owners]
+
     # --- outcomes of the calls a plan named -------------------------------------------
 
     def grew(self, entries: Sequence[PoolEntry], now: float,
@@ -817,6 +825,12 @@ class NodePool:
                 if rec.inhibited_until is not None:
                     left = (rec.inhibited_until - wall).total_seconds()
                     itf.inhibited_until = now + max(0.0, left)
+
+    def suspects_deleted(self, addresses: Iterable[str]) -> None:
+        """GC deleted these leaked addresses in the cloud."""
+        with self.lock:
+            for ip in addresses:
+                self.suspects.pop(ip, None)
 
     def reserve(self, owner: str, now: float, prefer: str | None = None) -> Reservation:
         return Reservation(self, owner, now, prefer)

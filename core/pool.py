@@ -7,18 +7,27 @@ an address returns to the pool only after the record releasing it is gone.
 
 Providers see a pool only through :class:`Reservation` (the ``PoolView`` protocol) during
 ``podnet_allocate``; the helpers here are public for them.
+
+A pool decides its own changes: the node pool reconciler asks it for a plan (``plan_grow``,
+``plan_shrink``, ...), makes the provider call the plan names, and tells the pool the
+outcome (``grew``, ``grow_failed``, ``shrunk``, ...). Nothing outside this module changes a
+pool's fields.
 """
 
 from __future__ import annotations
 
+import enum
 import ipaddress
+import math
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
 
 import attrs
 
-from podnet.core.errors import PoolEmpty
-from podnet.core.models import InterfaceState
+from podnet.core.errors import ErrorKind, PoolEmpty
+from podnet.core.models import InterfaceState, InterfaceStatus
+from podnet.core.policy import PoolPolicy
 from podnet.hookspecs.types import CloudInterface, Inventory, PoolEntry
 
 #: owner of an address while a shrink call deletes it: out of the pool, owned by nobody
@@ -65,6 +74,81 @@ class Interface:
             id=self.id, mac=self.mac, subnet=self.subnet, primary=self.primary,
             trunk=self.trunk, ips=tuple(ips), pooled=self.pooled, ipv6=tuple(ipv6),
         )
+
+
+class DeferReason(enum.Enum):
+    """Why a pool makes no grow or shrink call now."""
+
+    #: nothing is short (grow) or in excess (shrink)
+    NOTHING_TO_DO = "nothing to do"
+    #: the node holds all the addresses it can
+    AT_CAPACITY = "at capacity"
+    #: a grow failed lately: not again before its backoff ends
+    BACKOFF = "backoff"
+    #: fewer pod networks wait than one call serves: more demand is gathered first
+    WINDOW = "aggregation window"
+    #: only addresses too young to give back are in excess
+    TOO_YOUNG = "too young"
+
+
+@attrs.frozen
+class Deferred:
+    """A plan to make no call now."""
+
+    reason: DeferReason
+    #: seconds until planning again is worth it; None: only once something changes
+    retry_after: float | None = None
+    #: what keeps the pool from serving (its ``last_error`` once recorded)
+    problem: str | None = None
+    #: nothing is short: the pod networks waiting, to be woken (the idle addresses are
+    #: theirs to take)
+    waiting: Mapping[str, str | None] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class GrowPlan:
+    """One grow call: how many addresses, in which subnet, on which interface."""
+
+    count: int
+    #: addresses short in all: a call that brings fewer is followed by another at once
+    need: int
+    subnet: str | None
+    #: the interface to add to; None: a new one (``new_interface``) or the provider's choice
+    interface: Interface | None
+    new_interface: bool
+    #: the pod networks waiting when it was planned: woken once the addresses are in
+    waiting: Mapping[str, str | None]
+    #: every interface slot is taken: why the new interface cannot be made. The reconciler
+    #: records it only once it took the call's token, as a call would
+    no_interface: str | None = None
+
+
+@attrs.frozen
+class GrowRetry:
+    """What a failed grow leads to."""
+
+    #: seconds before the next grow; None: throttled, retried after a short jittered wait
+    after: float | None
+    #: the ready interface the quota or exhaustion is on, to inhibit for ``inhibit_for``
+    inhibit: Interface | None = None
+    inhibit_for: float = 0.0
+    #: the pool backs off: the pod networks waiting on it record why
+    backed_off: bool = False
+
+
+@attrs.frozen
+class ShrinkPlan:
+    """One shrink call: the addresses it gives back."""
+
+    #: invalid halves first, then idle addresses beyond ``max_idle``, at most a batch
+    victims: tuple[Address, ...]
+    #: addresses to give back in all (halves included)
+    excess: int
+
+    @property
+    def leaves_excess(self) -> bool:
+        """More is in excess than one call gives back: another call follows at once."""
+        return self.excess > len(self.victims)
 
 
 def _is_v6(address: str) -> bool:
@@ -471,6 +555,282 @@ class NodePool:
             self.waiting.pop(key, None)
             if not self.waiting:
                 self.waiting_since = None
+
+    def invalidate(self) -> None:
+        """The bookkeeping may be wrong (a call whose outcome is unknown, more addresses
+        than the node holds): rebuilt from the inventory and the records before use."""
+        with self.lock:
+            self.synced = False
+
+    # --- plans: the next call, decided from the pool, the policy and the time ---------
+
+    def plan_grow(self, policy: PoolPolicy, now: float, *, manages_interfaces: bool
+                  ) -> GrowPlan | Deferred:
+        """The grow call to make now, or why none.
+
+        Demand is the pod networks waiting plus ``min_idle``, less what is idle; a pod
+        network waiting for a subnet is served only by an idle address in that subnet. A
+        call adds at most a batch to an interface (the fewest addresses first, when the
+        provider ``manages_interfaces``); a new interface is created with all that is
+        still needed, up to what it holds (one create instead of several adds).
+        """
+        with self.lock:
+            waiting = dict(self.waiting)
+            idle_now = self.idle_addresses(now)
+            available = len(idle_now)
+            cooling = self.idle_count() - available
+            anywhere = sum(1 for s in waiting.values() if s is None)
+            need = anywhere + policy.min_idle - available
+            if not waiting:
+                # idle addresses cooling down count toward min_idle: they'll be ready soon
+                need -= cooling
+            short: dict[str, int] = {}
+            for wanted in waiting.values():
+                if wanted is not None:
+                    short[wanted] = short.get(wanted, 0) + 1
+            for a in idle_now:
+                if a.subnet in short:
+                    short[a.subnet] -= 1
+            short = {s: n for s, n in short.items() if n > 0}
+            need = max(need, 0) + sum(short.values())
+            free = self.capacity - self.total()
+            if need <= 0:
+                return Deferred(DeferReason.NOTHING_TO_DO, waiting=waiting)
+            if free <= 0:
+                return Deferred(
+                    DeferReason.AT_CAPACITY, retry_after=policy.refill_period,
+                    problem=f"node {self.node} is at its capacity of {self.capacity} addresses")
+            if now < self.grow_blocked_until:
+                return Deferred(DeferReason.BACKOFF, retry_after=self.grow_blocked_until - now)
+            subnet = max(short, key=lambda s: short[s]) if short else None
+            itf = self._pick_interface(subnet) if manages_interfaces else None
+            creating = manages_interfaces and itf is None
+            per_call = max(self.ips_per_interface, 1) if creating else policy.max_batch_size
+            window_end = (self.waiting_since or now) + policy.aggregation_window
+            if waiting and now < window_end and len(waiting) < per_call:
+                return Deferred(DeferReason.WINDOW, retry_after=window_end - now)
+            batch = self.batch or policy.batch_size
+            count = min(max(need, batch), per_call, free)
+            if self.batch and self.batch < policy.batch_size:
+                count = min(count, self.batch)  # halved after quota errors: stay small
+            no_interface = None
+            if creating:
+                no_interface = self._no_interface_slot()
+            elif itf is not None:
+                count = min(count, self.ips_per_interface - len(self.ipv4_on(itf.id)))
+            return GrowPlan(count=count, need=need, subnet=subnet, interface=itf,
+                            new_interface=creating, waiting=waiting,
+                            no_interface=no_interface)
+
+    def _pick_interface(self, subnet: str | None) -> Interface | None:
+        """The ready interface with room and the fewest addresses (keeps them balanced)."""
+        best, best_count = None, math.inf
+        for itf in self.interfaces.values():
+            if itf.state is not InterfaceState.READY or itf.trunk or not itf.pooled:
+                continue
+            if subnet is not None and itf.subnet not in (None, subnet):
+                continue
+            used = len(self.ipv4_on(itf.id))
+            if used < self.ips_per_interface and used < best_count:
+                best, best_count = itf, used
+        return best
+
+    def _no_interface_slot(self) -> str | None:
+        """Why no interface can be added (every slot is taken), or None."""
+        if len(self.pooled_interfaces()) < self.max_interfaces:
+            return None
+        blocked = "; ".join(f"{i.id} inhibited: {i.reason}" for i in self.interfaces.values()
+                            if i.state is InterfaceState.INHIBITED and i.reason)
+        return (f"node {self.node} has all {self.max_interfaces} interfaces "
+                "in use and none can take more addresses"
+                + (f" ({blocked})" if blocked else ""))
+
+    def plan_shrink(self, policy: PoolPolicy, now: float, halves_only: bool = False
+                    ) -> ShrinkPlan | Deferred:
+        """The shrink call to make now, or why none: idle addresses beyond ``max_idle``
+        go back to the cloud, and every invalid half of a dual-stack pair with them
+        (``halves_only``: just those).
+
+        Hold the lock from the plan to :meth:`shrinking`: nobody may take a victim
+        between being chosen and leaving the pool.
+        """
+        with self.lock:
+            idle = [] if halves_only else [a for a in self.addresses.values()
+                                           if a.owner is None and not a.half]
+            excess = len(idle) - policy.max_idle
+            # a cloud may not yet know an address it just added (replica lag): its "not
+            # found" on delete would be believed, so the youngest addresses stay a while
+            young = [a.added_at + policy.min_ip_lifetime - now for a in idle
+                     if now - a.added_at < policy.min_ip_lifetime]
+            idle = [a for a in idle if now - a.added_at >= policy.min_ip_lifetime]
+            halves = [a for a in self.halves() if now - a.added_at >= policy.min_ip_lifetime]
+            if excess <= 0 and not halves:
+                return Deferred(DeferReason.NOTHING_TO_DO)
+            if not idle and not halves:
+                # only young addresses are in excess: look again once the first is old
+                # enough (not at once: that would spin until the clock moves)
+                return Deferred(DeferReason.TOO_YOUNG,
+                                retry_after=min(young, default=policy.refill_period))
+            # free whole interfaces first: fewest owned addresses on the interface first
+            owned_on: dict[str | None, int] = {}
+            for a in self.addresses.values():
+                if a.owner is not None:
+                    owned_on[a.interface] = owned_on.get(a.interface, 0) + 1
+            idle.sort(key=lambda a: (owned_on.get(a.interface, 0), a.cooldown_until))
+            victims = (halves + idle[: max(excess, 0)])[: policy.max_batch_size]
+            return ShrinkPlan(victims=tuple(victims), excess=max(excess, 0) + len(halves))
+
+    def disposable(self) -> Iterator[Interface]:
+        """Interfaces with no address left, which may go (never a primary, trunk or
+        unpooled one), each checked when the iteration reaches it."""
+        for itf in list(self.interfaces.values()):
+            if not (itf.primary or itf.trunk or not itf.pooled or self.ips_on(itf.id)):
+                yield itf
+
+    def recoverable(self, now: float) -> list[Interface]:
+        """Inhibited interfaces whose window is over."""
+        with self.lock:
+            return [i for i in self.interfaces.values()
+                    if i.state is InterfaceState.INHIBITED and i.inhibited_until <= now]
+
+    def expired_suspects(self, policy: PoolPolicy, now: float, owners: Collection[str]
+                         ) -> list[str]:
+        """Suspects nobody claimed for ``leaked_ip_expiry``: leaked, GC deletes them.
+        ``owners``: the addresses records name (a suspect one names is not leaked)."""
+        with self.lock:
+            return [ip for ip, seen in self.suspects.items()
+                    if now - seen >= policy.leaked_ip_expiry and ip not in owners]
+
+    # --- outcomes of the calls a plan named -------------------------------------------
+
+    def grew(self, entries: Sequence[PoolEntry], now: float,
+             interface: CloudInterface | None = None) -> None:
+        """A grow call brought ``entries`` (on ``interface``, when it made one): the
+        batch and the backoff start over."""
+        with self.lock:
+            if interface is not None:
+                self.interfaces[interface.id] = Interface(
+                    id=interface.id, mac=interface.mac, subnet=interface.subnet,
+                    primary=interface.primary, trunk=interface.trunk,
+                    state=InterfaceState.READY, pooled=interface.pooled,
+                )
+            self.add(entries, now)
+            self.batch = 0
+            self.grow_failures = 0
+            self.grow_blocked_until = 0.0
+            self.last_error = None
+
+    def cannot_grow(self, problem: str) -> None:
+        """No grow call can be made (at capacity, no interface slot): why."""
+        with self.lock:
+            self.last_error = problem
+
+    def grow_failed(self, plan: GrowPlan, kind: ErrorKind, problem: str, policy: PoolPolicy,
+                    now: float, subnets: int = 1) -> GrowRetry:
+        """The grow call ``plan`` named failed with an error of ``kind``.
+
+        Quota and exhaustion halve the batch and, at batch 1, back off; any other error
+        but throttling leaves the outcome unknown and backs off. ``subnets``: how many
+        the node may grow in (``backoff_cap_per_try`` shares the cap among them).
+        """
+        with self.lock:
+            self.last_error = problem
+            if kind is ErrorKind.THROTTLED:
+                return GrowRetry(after=None)
+            quota = kind in (ErrorKind.QUOTA_EXCEEDED, ErrorKind.SUBNET_EXHAUSTED)
+            if not quota:
+                # the outcome is unknown (a lost answer, a malformed one): read the truth
+                # again before growing, so a batch that landed is seen, not added twice
+                self.synced = False
+            inhibit, inhibit_for = None, 0.0
+            if quota:
+                itf = plan.interface
+                if itf is not None and itf.state is InterfaceState.READY:
+                    inhibit = itf
+                    inhibit_for = (policy.inhibit_exhausted
+                                   if kind is ErrorKind.SUBNET_EXHAUSTED
+                                   else policy.inhibit_quota)
+                batch = self.batch or policy.batch_size
+                if policy.halve_batch_on_quota and batch > 1:
+                    self.batch = max(1, batch // 2)
+                    return GrowRetry(after=0.0, inhibit=inhibit, inhibit_for=inhibit_for)
+                self.batch = 1
+            self.grow_failures += 1
+            delay = policy.grow_backoff.delay(self.grow_failures)
+            if policy.backoff_cap_per_try:
+                # the whole retry ladder (one try per halving, per candidate subnet) must
+                # fit in one cap: each step's share of it is the step's ceiling
+                tries = int(math.log2(max(1, policy.batch_size))) + 1
+                delay = min(delay, policy.grow_backoff.cap / tries / max(1, subnets))
+            self.grow_blocked_until = now + delay
+            return GrowRetry(after=delay, inhibit=inhibit, inhibit_for=inhibit_for,
+                             backed_off=True)
+
+    def shrinking(self, plan: ShrinkPlan) -> list[PoolEntry]:
+        """The victims of ``plan`` leave the pool before the call: nobody takes an
+        address being deleted. :return: them, for the call."""
+        with self.lock:
+            for a in plan.victims:
+                a.owner = SHRINKING
+            return [a.entry() for a in plan.victims]
+
+    def shrunk(self, plan: ShrinkPlan, gone: Iterable[str]) -> None:
+        """The shrink call of ``plan`` deleted ``gone``: the other victims are idle
+        again. A call the cloud accepted clears the grow backoff, as a successful add
+        does."""
+        gone_set = set(gone)
+        with self.lock:
+            for a in plan.victims:
+                if a.owner == SHRINKING and a.address not in gone_set:
+                    a.owner = None
+            self.remove(gone_set)
+            if gone_set:
+                self.grow_failures = 0
+                self.grow_blocked_until = 0.0
+
+    def inhibited(self, itf: Interface, until: float, reason: str) -> None:
+        """``itf`` takes no address before monotonic time ``until``, because of
+        ``reason``."""
+        with self.lock:
+            itf.inhibited_until = until
+            itf.reason = reason
+
+    def recovered(self, itf: Interface) -> None:
+        with self.lock:
+            itf.inhibited_until = 0.0
+            itf.reason = None
+
+    def interface_gone(self, interface: str) -> None:
+        """The cloud disposed of ``interface``."""
+        with self.lock:
+            self.interfaces.pop(interface, None)
+
+    def resume(self, recorded: Iterable[InterfaceStatus], now: float, wall: datetime
+               ) -> None:
+        """After a rebuild: what the NodeNetwork recorded about each interface (state,
+        inhibit window) holds again; ``now`` and ``wall`` are the same moment."""
+        with self.lock:
+            for rec in recorded:
+                itf = self.interfaces.get(rec.id)
+                if itf is None:
+                    if rec.state is InterfaceState.DISPOSING and not rec.primary:
+                        # being disposed when the last run stopped, and the node no longer
+                        # lists it (detached, maybe not deleted yet): disposed again, or
+                        # it would be left behind unseen
+                        self.interfaces[rec.id] = Interface(
+                            id=rec.id, state=InterfaceState.DISPOSING, mac=rec.mac,
+                            subnet=rec.subnet, trunk=rec.trunk, pooled=rec.pooled)
+                    continue
+                itf.state = rec.state
+                if rec.inhibited_until is not None:
+                    left = (rec.inhibited_until - wall).total_seconds()
+                    itf.inhibited_until = now + max(0.0, left)
+
+    def suspects_deleted(self, addresses: Iterable[str]) -> None:
+        """GC deleted these leaked addresses in the cloud."""
+        with self.lock:
+            for ip in addresses:
+                self.suspects.pop(ip, None)
 
     def reserve(self, owner: str, now: float, prefer: str | None = None) -> Reservation:
         return Reservation(self, owner, now, prefer)

@@ -110,8 +110,7 @@ class GarbageCollector:
         inventory = e.nodepools.inventory(node, e.node_networks.get(pool.node), pool.provider)
         owners = self._owners(pool)
         e.podnetworks.lost_by_cloud(pool.observe(inventory, owners, now))
-        expired = [ip for ip, seen in pool.suspects.items()
-                   if now - seen >= policy.leaked_ip_expiry and ip not in owners]
+        expired = pool.expired_suspects(policy, now, owners)
         if not expired:
             return
         where = {**inventory.all_ips(), **inventory.all_ipv6()}
@@ -119,7 +118,7 @@ class GarbageCollector:
         gone = e.call(pool.provider, "podnet_pool_shrink", provider=pool.provider,
                       node=NodeContext(node=node, network=e.node_networks.get(pool.node)),
                       entries=entries)
-        for ip in gone or ():
-            pool.suspects.pop(ip, None)
-            self.swept += 1
-        log.info("node %s: deleted %d leaked addresses", pool.node, len(gone or ()))
+        deleted = gone or ()
+        pool.suspects_deleted(deleted)
+        self.swept += len(deleted)
+        log.info("node %s: deleted %d leaked addresses", pool.node, len(deleted))

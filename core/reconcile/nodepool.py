@@ -24,7 +24,6 @@ idle addresses were podnet's). Then, each pass:
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -48,7 +47,7 @@ from podnet.core.models import (
     set_condition,
 )
 from podnet.core.policy import PoolPolicy
-from podnet.core.pool import SHRINKING, Interface, NodePool
+from podnet.core.pool import Deferred, GrowPlan, Interface, NodePool
 from podnet.core.ratelimit import TokenBucket
 from podnet.core.reconcile.result import DONE, Result
 from podnet.core.tracing import ATTR_INTERFACE, ATTR_NODE
@@ -109,7 +108,7 @@ class NodePoolReconciler:
             # cloud. Drop it and rebuild from the inventory and the records.
             log.warning("node %s: pool holds %d addresses, capacity %d: rebuilding", name,
                         pool.total(), pool.capacity)
-            pool.synced = False
+            pool.invalidate()
         reading = False
         try:
             if not pool.synced:
@@ -380,24 +379,7 @@ class NodePoolReconciler:
                         pairs[ip.address] = ip.ipv6  # the last recorded pool's pairs
         now = e.clock.monotonic()
         lost = pool.rebuild(inventory, owners, pooled, now, pairs)
-        wall = e.clock.now()
-        for recorded in nn.status.interfaces:
-            itf = pool.interfaces.get(recorded.id)
-            if itf is None:
-                if recorded.state is InterfaceState.DISPOSING and not recorded.primary:
-                    # being disposed when the last run stopped, and the node no longer
-                    # lists it (detached, maybe not deleted yet): disposed again, or it
-                    # would be left behind unseen
-                    with pool.lock:
-                        pool.interfaces[recorded.id] = Interface(
-                            id=recorded.id, state=InterfaceState.DISPOSING, mac=recorded.mac,
-                            subnet=recorded.subnet, trunk=recorded.trunk,
-                            pooled=recorded.pooled)
-                continue
-            itf.state = recorded.state
-            if recorded.inhibited_until is not None:
-                left = (recorded.inhibited_until - wall).total_seconds()
-                itf.inhibited_until = now + max(0.0, left)
+        pool.resume(nn.status.interfaces, now, e.clock.now())
         e.podnetworks.lost_by_cloud(lost)
         e.wake(dict(pool.waiting))
 
@@ -442,20 +424,14 @@ class NodePoolReconciler:
         self.e.notify(event)
 
     def _recover(self, node: NodeInfo, pool: NodePool, provider: str) -> None:
-        now = self.e.clock.monotonic()
-        for itf in list(pool.interfaces.values()):
-            if itf.state is InterfaceState.INHIBITED and itf.inhibited_until <= now:
-                self._eni(node, provider, itf, "recover")
-                itf.inhibited_until = 0.0
-                itf.reason = None
+        for itf in pool.recoverable(self.e.clock.monotonic()):
+            self._eni(node, provider, itf, "recover")
+            pool.recovered(itf)
 
     def _inhibit(self, node: NodeInfo, pool: NodePool, provider: str, itf: Interface,
                  seconds: float, reason: str) -> None:
-        if itf.state is not InterfaceState.READY:
-            return
         self._eni(node, provider, itf, "inhibit")
-        itf.inhibited_until = self.e.clock.monotonic() + seconds
-        itf.reason = reason
+        pool.inhibited(itf, self.e.clock.monotonic() + seconds, reason)
 
     # --- grow -------------------------------------------------------------------------
 
@@ -468,62 +444,26 @@ class NodePoolReconciler:
             waiter = e.pod_networks.get(key)
             if waiter is None or waiter.status.phase is not Phase.PENDING:
                 pool.stop_waiting(key)
-        with pool.lock:
-            waiting = dict(pool.waiting)
-            idle_now = pool.idle_addresses(now)
-            available = len(idle_now)
-            cooling = pool.idle_count() - available
-            anywhere = sum(1 for s in waiting.values() if s is None)
-            need = anywhere + policy.min_idle - available
-            if not waiting:
-                # idle addresses cooling down count toward min_idle: they'll be ready soon
-                need -= cooling
-            # a waiter for a subnet is served only by an idle address in that subnet
-            short: dict[str, int] = {}
-            for wanted in waiting.values():
-                if wanted is not None:
-                    short[wanted] = short.get(wanted, 0) + 1
-            for a in idle_now:
-                if a.subnet in short:
-                    short[a.subnet] -= 1
-            short = {s: n for s, n in short.items() if n > 0}
-            need = max(need, 0) + sum(short.values())
-            free = pool.capacity - pool.total()
-        if need <= 0:
-            if waiting:
-                e.wake(waiting)
-            return DONE
-        if free <= 0:
-            pool.last_error = (f"node {node.name} is at its capacity of {pool.capacity} "
-                               "addresses")
-            return Result(requeue_after=policy.refill_period)
-        if now < pool.grow_blocked_until:
-            return Result(requeue_after=pool.grow_blocked_until - now)
-        subnet = max(short, key=lambda s: short[s]) if short else None
         info = e.providers[provider]
-        itf = self._pick_interface(pool, subnet) if info.manages_interfaces else None
-        # one call adds at most a batch to an interface; a new interface is created with
-        # all that is still needed, up to what it holds (one create instead of several adds)
-        creating = info.manages_interfaces and itf is None
-        per_call = max(pool.ips_per_interface, 1) if creating else policy.max_batch_size
-        window_end = (pool.waiting_since or now) + policy.aggregation_window
-        if waiting and now < window_end and len(waiting) < per_call:
-            return Result(requeue_after=window_end - now)  # gather more demand first
-        batch = pool.batch or policy.batch_size
-        count = min(max(need, batch), per_call, free)
-        if pool.batch and pool.batch < policy.batch_size:
-            count = min(count, pool.batch)  # halved after quota errors: stay small
+        plan = pool.plan_grow(policy, now, manages_interfaces=info.manages_interfaces)
+        if isinstance(plan, Deferred):
+            if plan.problem is not None:
+                pool.cannot_grow(plan.problem)
+            if plan.waiting:
+                e.wake(plan.waiting)
+            return _deferred(plan)
         wait = self._take_token(provider)
         if wait:
             return Result(requeue_after=wait)
+        if plan.no_interface is not None:
+            pool.cannot_grow(plan.no_interface)
+            return Result(requeue_after=policy.refill_period)
+        itf, count, subnet = plan.interface, plan.count, plan.subnet
+        created: CloudInterface | None = None
         try:
-            if info.manages_interfaces and itf is None:
-                entries = self._new_interface(node, nn, provider, pool, policy, subnet, count)
-                if entries is None:
-                    return Result(requeue_after=policy.refill_period)
+            if plan.new_interface:
+                created, entries = self._new_interface(node, nn, provider, pool, plan)
             else:
-                if itf is not None:
-                    count = min(count, pool.ips_per_interface - len(pool.ipv4_on(itf.id)))
                 ctx = NodeContext(node=node, network=nn)
                 got = e.call(provider, "podnet_pool_grow", provider=provider, node=ctx,
                              interface=itf.cloud(pool.ipv4_on(itf.id), pool.ipv6_on(itf.id))
@@ -531,14 +471,10 @@ class NodePoolReconciler:
                              count=count, subnet=subnet)
                 entries = check_entries(provider, "pool_grow", got)
         except Exception as exc:
-            return self._grow_failed(node, provider, pool, policy, itf, subnet, exc, nn)
-        pool.add(entries, now)
-        pool.batch = 0
-        pool.grow_failures = 0
-        pool.grow_blocked_until = 0.0
-        pool.last_error = None
-        e.wake(waiting)
-        return Result(requeue_after=0.0) if len(entries) < need else DONE
+            return self._grow_failed(node, provider, pool, policy, plan, exc, nn)
+        pool.grew(entries, now, created)
+        e.wake(plan.waiting)
+        return Result(requeue_after=0.0) if len(entries) < plan.need else DONE
 
     def _take_token(self, provider: str) -> float:
         """Client-side token bucket per provider, taken before each cloud call.
@@ -563,31 +499,11 @@ class NodePoolReconciler:
         with self._buckets_lock:
             return dict(self._buckets)
 
-    def _pick_interface(self, pool: NodePool, subnet: str | None) -> Interface | None:
-        """The ready interface with room and the fewest addresses (keeps them balanced)."""
-        best, best_count = None, math.inf
-        for itf in pool.interfaces.values():
-            if itf.state is not InterfaceState.READY or itf.trunk or not itf.pooled:
-                continue
-            if subnet is not None and itf.subnet not in (None, subnet):
-                continue
-            used = len(pool.ipv4_on(itf.id))
-            if used < pool.ips_per_interface and used < best_count:
-                best, best_count = itf, used
-        return best
-
     def _new_interface(self, node: NodeInfo, nn: NodeNetwork, provider: str, pool: NodePool,
-                       policy: PoolPolicy, subnet: str | None, count: int
-                       ) -> list[PoolEntry] | None:
+                       plan: GrowPlan) -> tuple[CloudInterface, list[PoolEntry]]:
+        """The interface ``plan`` asks for, made: it and its addresses."""
         e = self.e
-        if len(pool.pooled_interfaces()) >= pool.max_interfaces:
-            blocked = "; ".join(f"{i.id} inhibited: {i.reason}" for i in pool.interfaces.values()
-                                if i.state is InterfaceState.INHIBITED and i.reason)
-            pool.last_error = (f"node {node.name} has all {pool.max_interfaces} interfaces "
-                               "in use and none can take more addresses"
-                               + (f" ({blocked})" if blocked else ""))
-            return None
-        count = min(count, pool.ips_per_interface)
+        subnet, count = plan.subnet, plan.count
         itf = Interface(id=f"pending-{len(pool.interfaces)}", state=InterfaceState.INITIALIZING,
                         subnet=subnet)
         ctx = NodeContext(node=node, network=nn)
@@ -607,53 +523,28 @@ class NodePoolReconciler:
                 self._eni(node, provider, itf, "fail")
             except PodnetError:
                 pass
-            pool.synced = False  # a half-made interface shows up in the next inventory
+            pool.invalidate()  # a half-made interface shows up in the next inventory
             raise
         entries = check_entries(provider, "interface_create", _entries_of(pool, created))
-        with pool.lock:
-            pool.interfaces[created.id] = Interface(
-                id=created.id, mac=created.mac, subnet=created.subnet,
-                primary=created.primary, trunk=created.trunk, state=InterfaceState.READY,
-                pooled=created.pooled,
-            )
-        return entries
+        return created, entries
 
     def _grow_failed(self, node: NodeInfo, provider: str, pool: NodePool, policy: PoolPolicy,
-                     itf: Interface | None, subnet: str | None, exc: Exception,
-                     nn: NodeNetwork | None = None) -> Result:
+                     plan: GrowPlan, exc: Exception, nn: NodeNetwork) -> Result:
         e = self.e
         kind = e.classify(provider, exc)
-        subject = getattr(exc, "subject", None) or subnet or (itf.subnet if itf else None)
+        itf = plan.interface
+        subject = getattr(exc, "subject", None) or plan.subnet or (itf.subnet if itf else None)
         where = f" ({subject})" if subject else ""
-        pool.last_error = one_line(f"growing the pool failed: {kind.value}{where}: {exc}")
-        now = e.clock.monotonic()
-        if kind is ErrorKind.THROTTLED:
+        problem = one_line(f"growing the pool failed: {kind.value}{where}: {exc}")
+        retry = pool.grow_failed(plan, kind, problem, policy, e.clock.monotonic(),
+                                 subnets=len(nn.spec.subnets))
+        if retry.inhibit is not None:
+            self._inhibit(node, pool, provider, retry.inhibit, retry.inhibit_for, problem)
+        if retry.after is None:
             return Result(requeue_after=_THROTTLE_WAIT * (1 + e.random.random()))
-        if kind not in (ErrorKind.QUOTA_EXCEEDED, ErrorKind.SUBNET_EXHAUSTED):
-            # the outcome is unknown (a lost answer, a malformed one): read the truth
-            # again before growing, so a batch that landed is seen, not added twice
-            pool.synced = False
-        if kind in (ErrorKind.QUOTA_EXCEEDED, ErrorKind.SUBNET_EXHAUSTED):
-            if itf is not None:
-                window = (policy.inhibit_exhausted if kind is ErrorKind.SUBNET_EXHAUSTED
-                          else policy.inhibit_quota)
-                self._inhibit(node, pool, provider, itf, window, pool.last_error)
-            batch = pool.batch or policy.batch_size
-            if policy.halve_batch_on_quota and batch > 1:
-                pool.batch = max(1, batch // 2)
-                return Result(requeue_after=0.0)
-            pool.batch = 1
-        pool.grow_failures += 1
-        delay = policy.grow_backoff.delay(pool.grow_failures)
-        if policy.backoff_cap_per_try:
-            # the whole retry ladder (one try per halving, per candidate subnet) must fit
-            # in one cap: each step's share of it is the step's ceiling
-            tries = int(math.log2(max(1, policy.batch_size))) + 1
-            subnets = max(1, len(nn.spec.subnets)) if nn is not None else 1
-            delay = min(delay, policy.grow_backoff.cap / tries / subnets)
-        pool.grow_blocked_until = now + delay
-        e.wake(dict(pool.waiting))  # waiting pod networks record the reason
-        return Result(requeue_after=delay)
+        if retry.backed_off:
+            e.wake(dict(pool.waiting))  # waiting pod networks record the reason
+        return Result(requeue_after=retry.after)
 
     # --- shrink and dispose -----------------------------------------------------------
 
@@ -663,63 +554,29 @@ class NodePoolReconciler:
         of a dual-stack pair with them (``halves_only``: just those)."""
         e = self.e
         now = e.clock.monotonic()
+        # one hold of the lock from the plan until its victims are out of the pool
         with pool.lock:
-            idle = [] if halves_only else [a for a in pool.addresses.values()
-                                           if a.owner is None and not a.half]
-            excess = len(idle) - policy.max_idle
-            # a cloud may not yet know an address it just added (replica lag): its "not
-            # found" on delete would be believed, so the youngest addresses stay a while
-            young = [a.added_at + policy.min_ip_lifetime - now for a in idle
-                     if now - a.added_at < policy.min_ip_lifetime]
-            idle = [a for a in idle if now - a.added_at >= policy.min_ip_lifetime]
-            halves = [a for a in pool.halves() if now - a.added_at >= policy.min_ip_lifetime]
-            if excess <= 0 and not halves:
-                return DONE
-            if not idle and not halves:
-                # only young addresses are in excess: look again once the first is old
-                # enough (not at once: that would spin until the clock moves)
-                return Result(requeue_after=min(young, default=policy.refill_period))
-            # free whole interfaces first: fewest owned addresses on the interface first
-            owned_on: dict[str | None, int] = {}
-            for a in pool.addresses.values():
-                if a.owner is not None:
-                    owned_on[a.interface] = owned_on.get(a.interface, 0) + 1
-            idle.sort(key=lambda a: (owned_on.get(a.interface, 0), a.cooldown_until))
-            victims = (halves + idle[: max(excess, 0)])[: policy.max_batch_size]
-            excess = max(excess, 0) + len(halves)
+            plan = pool.plan_shrink(policy, now, halves_only)
+            if isinstance(plan, Deferred):
+                return _deferred(plan)
             wait = self._take_token(provider)
             if wait:
                 return Result(requeue_after=wait)
-            entries = [a.entry() for a in victims]
-            # out of the pool before the call: nobody takes an address being deleted
-            for a in victims:
-                a.owner = SHRINKING
+            entries = pool.shrinking(plan)
         try:
             gone = e.call(provider, "podnet_pool_shrink", provider=provider,
                           node=NodeContext(node=node, network=nn), entries=entries)
         except Exception as exc:
             kind = e.classify(provider, exc)
+            # the cloud may have removed them (a lost answer; or, throttled, an SDK's
+            # retry after a first attempt did the work): they stay out of the pool until
+            # the next inventory says which are still there
+            pool.invalidate()
             if kind is ErrorKind.THROTTLED:
-                # most likely refused before it ran, but an SDK's retry can be throttled
-                # after a first attempt did the work and lost its answer: the addresses
-                # stay out of the pool until the next inventory says which are still there
-                pool.synced = False
                 return Result(requeue_after=_THROTTLE_WAIT * (1 + e.random.random()))
-            # the cloud may have removed them (a lost answer): they stay out of the pool
-            # until the next inventory says which are still there
-            pool.synced = False
             raise
-        gone_set = set(gone or ())
-        with pool.lock:
-            for a in victims:
-                if a.owner == SHRINKING and a.address not in gone_set:
-                    a.owner = None
-        pool.remove(gone_set)
-        if gone_set:
-            # a call the cloud accepted clears the grow backoff, as a successful add does
-            pool.grow_failures = 0
-            pool.grow_blocked_until = 0.0
-        return Result(requeue_after=0.0) if excess > len(victims) else DONE
+        pool.shrunk(plan, gone or ())
+        return Result(requeue_after=0.0) if plan.leaves_excess else DONE
 
     def _dispose(self, node: NodeInfo, nn: NodeNetwork, provider: str, pool: NodePool,
                  policy: PoolPolicy) -> Result:
@@ -728,9 +585,7 @@ class NodePoolReconciler:
         if not e.providers[provider].manages_interfaces:
             return DONE
         done = 0
-        for itf in list(pool.interfaces.values()):
-            if itf.primary or itf.trunk or not itf.pooled or pool.ips_on(itf.id):
-                continue
+        for itf in pool.disposable():
             if done >= policy.max_interface_ops:
                 # a node's operations run one at a time (its key never runs twice at once);
                 # this caps how many one pass makes before other nodes get a turn
@@ -758,10 +613,13 @@ class NodePoolReconciler:
                 self._eni(node, provider, itf, "gone", dispose)
             except Exception:
                 return Result(requeue_after=policy.refill_period)
-            with pool.lock:
-                pool.interfaces.pop(itf.id, None)
+            pool.interface_gone(itf.id)
             done += 1
         return DONE
+
+
+def _deferred(plan: Deferred) -> Result:
+    return DONE if plan.retry_after is None else Result(requeue_after=plan.retry_after)
 
 
 def _entries_of(pool: NodePool, created: CloudInterface) -> list[PoolEntry]:

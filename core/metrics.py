@@ -90,8 +90,8 @@ class _EngineCollector(Collector):
         waited = CounterMetricFamily("podnet_rate_limiter_wait_seconds",
                                      "Time spent waiting for cloud-call tokens.",
                                      labels=["provider"])
-        core_gate = e.nodepools.buckets()
-        for provider, limiter in e.cloud_limiters.items():
+        core_gate = e.gateway.buckets()
+        for provider, limiter in e.gateway.cloud_limiters.items():
             gate = core_gate.get(provider)
             waited.add_metric([provider], limiter.waited_seconds
                               + (gate.waited_seconds if gate is not None else 0.0))

@@ -472,7 +472,7 @@ class ProviderConformance(abc.ABC):
         hook = plugin_manager.hook
         for error, kind in samples:
             assert hook.podnet_classify_error(provider=provider_name, error=error) == kind, error
-            assert world.engine.classify(provider_name, error) is kind
+            assert world.engine.gateway.classify(provider_name, error) is kind
             assert hook.podnet_classify_error(provider=f"not-{provider_name}",
                                               error=error) is None
         assert hook.podnet_classify_error(provider=provider_name,

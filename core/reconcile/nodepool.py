@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -48,10 +47,9 @@ from podnet.core.models import (
 )
 from podnet.core.policy import PoolPolicy
 from podnet.core.pool import SHRINKING, Interface, NodePool
-from podnet.core.ratelimit import TokenBucket
 from podnet.core.reconcile.result import DONE, Result
 from podnet.core.tracing import ATTR_INTERFACE, ATTR_NODE
-from podnet.core.validate import check_entries, check_inventory
+from podnet.core.validate import check_entries
 from podnet.hookspecs.types import (
     CloudInterface,
     Inventory,
@@ -63,6 +61,7 @@ from podnet.hookspecs.types import (
 
 if TYPE_CHECKING:
     from podnet.core.engine import Engine
+    from podnet.core.gateway import ProviderGateway
 
 log = logging.getLogger("podnet.nodepool")
 
@@ -73,10 +72,9 @@ _THROTTLE_WAIT = 0.2
 
 
 class NodePoolReconciler:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, gateway: ProviderGateway) -> None:
         self.e = engine
-        self._buckets: dict[str, TokenBucket] = {}
-        self._buckets_lock = threading.Lock()
+        self.gateway = gateway
         #: per node: when (monotonic) ``podnet_node_check`` is next due, and the findings
         #: of its last check (reported already: not again while they persist)
         self._next_check: dict[str, float] = {}
@@ -148,15 +146,7 @@ class NodePoolReconciler:
         e.pools.drop_node(name)
         self._forget_checks(name)
         for provider in providers:
-            kwargs = {"provider": provider, "node": name}
-            # each plugin on its own, as transition listeners are: one that raises does
-            # not keep the others from hearing it
-            for impl in e.pm.hook.podnet_node_removed.get_hookimpls():
-                try:
-                    impl.function(**{k: v for k, v in kwargs.items() if k in impl.argnames})
-                except Exception:
-                    log.exception("podnet_node_removed(%s, %s) of plugin %s failed",
-                                  provider, name, impl.plugin_name)
+            self.gateway.node_removed(provider, name)
 
     def _unavailable(self, node: NodeInfo, provider: str, pool: NodePool, problem: str) -> str:
         """The pool could not be read: say which node and instance, keep it for the pod
@@ -195,9 +185,8 @@ class NodePoolReconciler:
         self._next_check[node.name] = now + period
         current = e.node_networks.get(nn.metadata.name) or nn
         try:
-            found = e.call(provider, "podnet_node_check", provider=provider,
-                           node=NodeContext(node=node, network=current))
-            findings = _check_findings(provider, found)
+            findings = self.gateway.node_check(provider,
+                                               NodeContext(node=node, network=current))
         except Exception as exc:
             log.warning("node %s: podnet_node_check of %s failed (tried again in %gs): %s",
                         node.name, provider, period, exc)
@@ -404,11 +393,10 @@ class NodePoolReconciler:
 
     def inventory(self, node: NodeInfo, nn: NodeNetwork | None, provider: str) -> Inventory:
         ctx = NodeContext(node=node, network=nn)
-        inventory: Inventory | None = self.e.call(provider, "podnet_node_inventory",
-                                                  provider=provider, node=ctx)
+        inventory = self.gateway.node_inventory(provider, ctx)
         if inventory is None:
             raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} gave no inventory")
-        return check_inventory(provider, inventory)
+        return inventory
 
     # --- interfaces: the ENI machine --------------------------------------------------
 
@@ -440,7 +428,7 @@ class NodePoolReconciler:
             object_key=f"{node.name}/{itf.id}", provider=provider, ok=exc is None,
             error=type(exc).__name__ if exc else None,
         )
-        self.e.notify(event)
+        self.gateway.notify_transition(event)
 
     def _recover(self, node: NodeInfo, pool: NodePool, provider: str) -> None:
         now = self.e.clock.monotonic()
@@ -514,7 +502,7 @@ class NodePoolReconciler:
         count = min(max(need, batch), per_call, free)
         if pool.batch and pool.batch < policy.batch_size:
             count = min(count, pool.batch)  # halved after quota errors: stay small
-        wait = self._take_token(provider)
+        wait = self.gateway.admit(provider)
         if wait:
             return Result(requeue_after=wait)
         try:
@@ -526,11 +514,10 @@ class NodePoolReconciler:
                 if itf is not None:
                     count = min(count, pool.ips_per_interface - len(pool.ipv4_on(itf.id)))
                 ctx = NodeContext(node=node, network=nn)
-                got = e.call(provider, "podnet_pool_grow", provider=provider, node=ctx,
-                             interface=itf.cloud(pool.ipv4_on(itf.id), pool.ipv6_on(itf.id))
-                             if itf else None,
-                             count=count, subnet=subnet)
-                entries = check_entries(provider, "pool_grow", got)
+                entries = self.gateway.pool_grow(
+                    provider, ctx,
+                    itf.cloud(pool.ipv4_on(itf.id), pool.ipv6_on(itf.id)) if itf else None,
+                    count, subnet)
         except Exception as exc:
             return self._grow_failed(node, provider, pool, policy, itf, subnet, exc, nn)
         pool.add(entries, now)
@@ -540,29 +527,6 @@ class NodePoolReconciler:
         pool.last_error = None
         e.wake(waiting)
         return Result(requeue_after=0.0) if len(entries) < need else DONE
-
-    def _take_token(self, provider: str) -> float:
-        """Client-side token bucket per provider, taken before each cloud call.
-
-        :return: 0 when a token was taken; else the seconds until one is there. The
-        caller requeues the node for then instead of sleeping on a worker. A provider
-        that takes its per-API buckets itself (``podnet_cloud_limiter``) is not limited
-        twice: 0 at once.
-        """
-        if provider in self.e.self_limited:
-            return 0.0
-        with self._buckets_lock:
-            bucket = self._buckets.get(provider)
-            if bucket is None:
-                bucket = self._buckets[provider] = TokenBucket.from_policy(
-                    self.e.policy(provider).cloud_rate, self.e.clock)
-        if bucket.try_acquire():
-            return 0.0
-        return max((1.0 - bucket.available()) / bucket.rate, 0.001)
-
-    def buckets(self) -> dict[str, TokenBucket]:
-        with self._buckets_lock:
-            return dict(self._buckets)
 
     def _pick_interface(self, pool: NodePool, subnet: str | None) -> Interface | None:
         """The ready interface with room and the fewest addresses (keeps them balanced)."""
@@ -580,7 +544,6 @@ class NodePoolReconciler:
     def _new_interface(self, node: NodeInfo, nn: NodeNetwork, provider: str, pool: NodePool,
                        policy: PoolPolicy, subnet: str | None, count: int
                        ) -> list[PoolEntry] | None:
-        e = self.e
         if len(pool.pooled_interfaces()) >= pool.max_interfaces:
             blocked = "; ".join(f"{i.id} inhibited: {i.reason}" for i in pool.interfaces.values()
                                 if i.state is InterfaceState.INHIBITED and i.reason)
@@ -594,9 +557,7 @@ class NodePoolReconciler:
         ctx = NodeContext(node=node, network=nn)
 
         def create() -> CloudInterface:
-            created: CloudInterface | None = e.call(
-                provider, "podnet_interface_create", provider=provider, node=ctx,
-                subnet=subnet, ip_count=count)
+            created = self.gateway.interface_create(provider, ctx, subnet, count)
             if created is None:
                 raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} made no interface")
             return created
@@ -623,7 +584,7 @@ class NodePoolReconciler:
                      itf: Interface | None, subnet: str | None, exc: Exception,
                      nn: NodeNetwork | None = None) -> Result:
         e = self.e
-        kind = e.classify(provider, exc)
+        kind = self.gateway.classify(provider, exc)
         subject = getattr(exc, "subject", None) or subnet or (itf.subnet if itf else None)
         where = f" ({subject})" if subject else ""
         pool.last_error = one_line(f"growing the pool failed: {kind.value}{where}: {exc}")
@@ -688,7 +649,7 @@ class NodePoolReconciler:
             idle.sort(key=lambda a: (owned_on.get(a.interface, 0), a.cooldown_until))
             victims = (halves + idle[: max(excess, 0)])[: policy.max_batch_size]
             excess = max(excess, 0) + len(halves)
-            wait = self._take_token(provider)
+            wait = self.gateway.admit(provider)
             if wait:
                 return Result(requeue_after=wait)
             entries = [a.entry() for a in victims]
@@ -696,10 +657,10 @@ class NodePoolReconciler:
             for a in victims:
                 a.owner = SHRINKING
         try:
-            gone = e.call(provider, "podnet_pool_shrink", provider=provider,
-                          node=NodeContext(node=node, network=nn), entries=entries)
+            gone = self.gateway.pool_shrink(provider, NodeContext(node=node, network=nn),
+                                            entries)
         except Exception as exc:
-            kind = e.classify(provider, exc)
+            kind = self.gateway.classify(provider, exc)
             if kind is ErrorKind.THROTTLED:
                 # most likely refused before it ran, but an SDK's retry can be throttled
                 # after a first attempt did the work and lost its answer: the addresses
@@ -745,13 +706,12 @@ class NodePoolReconciler:
             # no longer lists, which the next run must still finish off
             self._write(nn, pool)
             ctx = NodeContext(node=node, network=nn)
-            wait = self._take_token(provider)
+            wait = self.gateway.admit(provider)
             if wait:
                 return Result(requeue_after=wait)
 
             def dispose(itf: Interface = itf, ctx: NodeContext = ctx) -> None:
-                done = e.call(provider, "podnet_interface_dispose", provider=provider,
-                              node=ctx, interface=itf.cloud())
+                done = self.gateway.interface_dispose(provider, ctx, itf.cloud())
                 if not done:
                     raise ProviderError(ErrorKind.TRANSIENT, f"{itf.id} is still detaching")
 
@@ -776,20 +736,6 @@ def _entries_of(pool: NodePool, created: CloudInterface) -> list[PoolEntry]:
     out += [PoolEntry(ip, created.id, created.subnet)
             for ip in (*created.ips[n:], *created.ipv6[n:])]
     return out
-
-
-def _check_findings(provider: str, found: Any) -> tuple[NodeFinding, ...]:
-    """What ``podnet_node_check`` answered, checked, in order, each finding once."""
-    if found is None:
-        return ()  # no plugin checks this provider's nodes
-    if isinstance(found, str | bytes) or not isinstance(found, Sequence):
-        raise ProviderError(ErrorKind.FATAL, f"provider {provider!r}: node_check answered "
-                            f"{type(found).__name__}, not a sequence of NodeFinding")
-    for i, finding in enumerate(found):
-        if not isinstance(finding, NodeFinding) or not finding.reason:
-            raise ProviderError(ErrorKind.FATAL, f"provider {provider!r}: node_check[{i}] "
-                                f"is not a NodeFinding with a reason: {finding!r}")
-    return tuple(dict.fromkeys(found))
 
 
 def _reported_before(nn: NodeNetwork, findings: tuple[NodeFinding, ...]

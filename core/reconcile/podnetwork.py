@@ -84,20 +84,18 @@ from podnet.core.tracing import (
     ATTR_NODE,
     ATTR_POD,
 )
-from podnet.core.validate import check_allocation
 from podnet.hookspecs.types import (
     AllocateContext,
     Allocation,
     NodeContext,
     PodNetworkContext,
     ReleaseResult,
-    RouteResult,
     TransitionEvent,
-    VerifyResult,
 )
 
 if TYPE_CHECKING:
     from podnet.core.engine import Engine
+    from podnet.core.gateway import ProviderGateway
 
 log = logging.getLogger("podnet.podnetwork")
 
@@ -168,8 +166,9 @@ def ready_condition(pn: PodNetwork) -> Condition | None:
 
 
 class PodNetworkReconciler:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, gateway: ProviderGateway) -> None:
         self.e = engine
+        self.gateway = gateway
         #: monotonic time each routed record is next verified at (in memory only)
         self._verify_at: dict[str, float] = {}
         #: (pod key, uid) whose record someone else deleted while the pod looked alive:
@@ -364,10 +363,9 @@ class PodNetworkReconciler:
         out = {DEFAULT_NETWORK: Desired(provider, request, sticky, invalid, warnings)}
         # who serves each attachment: the operator's config first, then the plugins
         served_by = {n: e.options.networks[n] for n in names if n in e.options.networks}
-        for extra in e.hook.podnet_select_networks(pod=pod, node=node):
-            for attachment in extra or ():
-                if attachment.provider in e.providers:
-                    served_by.setdefault(attachment.network, attachment.provider)
+        for attachment in self.gateway.select_networks(pod, node):
+            if attachment.provider in e.providers:
+                served_by.setdefault(attachment.network, attachment.provider)
         for network in dict.fromkeys((*names, *served_by)):
             if network in served_by:
                 out[network] = self._attachment(pod, node, provider, network,
@@ -818,10 +816,10 @@ class PodNetworkReconciler:
             nonlocal writing
             answer = self._take_back(pn, ctx, reservation)
             if answer is None:
-                answer = e.call(provider, "podnet_allocate", context=ctx)
+                answer = self.gateway.allocate(provider, ctx)
             if answer is None:
                 raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} did not allocate")
-            allocation = check_allocation(provider, answer, pn.spec.requests)
+            allocation = answer
             undo.extend(self._claim(pn, allocation, reservation))
             writing = True
             return self._write_phase(pn, Phase.ALLOCATED, span, ip=allocation.ip,
@@ -878,8 +876,8 @@ class PodNetworkReconciler:
         asked = attrs.evolve(pn, spec=attrs.evolve(pn.spec, requests=attrs.evolve(
             req, ip_address=prefer)))
         try:
-            answer: Allocation | None = self.e.call(
-                pn.spec.provider, "podnet_allocate", context=attrs.evolve(ctx, pod_network=asked))
+            answer = self.gateway.allocate(pn.spec.provider,
+                                           attrs.evolve(ctx, pod_network=asked))
         except (PodnetError, ProviderError) as exc:
             log.info("%s: address %s not taken back: %s", pn.key, prefer, exc)
             answer = None
@@ -936,7 +934,7 @@ class PodNetworkReconciler:
                                 pod=pod)
 
         def route() -> PodNetwork:
-            result: RouteResult | None = e.call(provider, "podnet_route", context=ctx)
+            result = self.gateway.route(provider, ctx)
             if result is None:
                 raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} did not route")
             return self._write_phase(pn, Phase.ROUTED, span,
@@ -961,7 +959,7 @@ class PodNetworkReconciler:
         ctx = PodNetworkContext(pod_network=pn, node=self._node_context(pn.spec.node_name),
                                 pod=pod)
         try:
-            verdict: VerifyResult | None = e.call(pn.spec.provider, "podnet_verify", context=ctx)
+            verdict = self.gateway.verify(pn.spec.provider, ctx)
         except Exception as exc:
             log.info("verify %s failed: %s", pn.key, exc)
             return Result(requeue_after=period)
@@ -1019,7 +1017,7 @@ class PodNetworkReconciler:
         """A sticky record keeps its address while its pod may come back."""
         e = self.e
         ctx = PodNetworkContext(pod_network=pn, pod=pod, workload=self._workload(pn))
-        verdict = e.hook.podnet_hold_address(context=ctx)
+        verdict = self.gateway.hold_address(pn.spec.provider, ctx)
         if verdict is None and workload_gave_up(pn, ctx.workload):
             # core's rule for every provider that leaves it to core: an address nobody
             # will come back for is not parked for the window
@@ -1072,7 +1070,7 @@ class PodNetworkReconciler:
         released: list[ReleaseResult | None] = []
 
         def finish() -> None:
-            released.append(e.call(provider, "podnet_release", context=ctx)
+            released.append(self.gateway.release(provider, ctx)
                             if provider in e.providers else ReleaseResult())
             self._remove_record(pn)
             span.succeeded("deleted")
@@ -1206,7 +1204,7 @@ class PodNetworkReconciler:
             error=type(exc).__name__ if exc is not None else None,
             attributes={"ip": pn.status.ip, "node": pn.spec.node_name},
         )
-        e.notify(event)
+        self.gateway.notify_transition(event)
 
     def _failed(self, pn: PodNetwork, trigger: str, exc: BaseException, span: Any) -> PodNetwork:
         """Record why a transition did not happen; decide whether and when to retry."""
@@ -1217,7 +1215,7 @@ class PodNetworkReconciler:
             raise exc  # stale cache: the queue retries at once with a fresh read
         if isinstance(exc, NotLeader):
             raise exc  # nothing to record: this replica may no longer write at all
-        kind = e.classify(pn.spec.provider, exc)
+        kind = self.gateway.classify(pn.spec.provider, exc)
         if isinstance(exc, PoolEmpty):
             pool = e.pools.get(pn.spec.provider, pn.spec.node_name)
             pool.wait_for_address(pn.key, exc.subnet, e.clock.monotonic())

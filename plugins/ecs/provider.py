@@ -294,8 +294,6 @@ class EcsProvider:
 
     @hookimpl
     def podnet_configure(self, provider: str, config: Mapping[str, Any]) -> None:
-        if provider != self.name:
-            return
         for key in config:
             if key not in _KNOWN:
                 raise ConfigError(f"{provider}.{key}", "unknown option")
@@ -345,8 +343,6 @@ class EcsProvider:
     def podnet_cloud_limiter(self, provider: str, limiter: CloudLimiter) -> bool | None:
         """Every SDK request (describes and attach polls too) takes a token of its
         action's bucket first, as Terway meters each ECS API on its own."""
-        if provider != self.name:
-            return None
         self._limiter = limiter
         return True
 
@@ -364,8 +360,6 @@ class EcsProvider:
         """The node left: the view of its instance's ENIs goes. ENIs whose rollback
         failed (``_orphans``) stay remembered: they are cloud objects still to delete,
         not a cache."""
-        if provider != self.name:
-            return
         with self._lock:
             instance = self._node_instance.pop(node, None)
             if instance is not None:
@@ -526,8 +520,6 @@ class EcsProvider:
 
     @hookimpl
     def podnet_node_inventory(self, provider: str, node: NodeContext) -> Inventory | None:
-        if provider != self.name:
-            return None
         instance = self.instance_id(node)
         limits = self.limits(node)
         dual = self.config.dual
@@ -572,8 +564,6 @@ class EcsProvider:
         """One DescribeNetworkInterfaces for the node's instance: each secondary ENI podnet
         made (its description) whose security groups are not the configured ones, as a
         set, is a ``SecurityGroupDrift`` finding. Reads only."""
-        if provider != self.name:
-            return None
         instance = self.instance_id(node)
         expected = set(self.config.security_groups)
         findings = []
@@ -596,8 +586,6 @@ class EcsProvider:
     def podnet_pool_grow(self, provider: str, node: NodeContext,
                          interface: CloudInterface | None, count: int,
                          subnet: str | None) -> Sequence[PoolEntry] | None:
-        if provider != self.name:
-            return None
         from alibabacloud_ecs20140526 import models as m
 
         instance = self.instance_id(node)
@@ -672,8 +660,6 @@ class EcsProvider:
     @hookimpl
     def podnet_pool_shrink(self, provider: str, node: NodeContext,
                            entries: Sequence[PoolEntry]) -> Sequence[str] | None:
-        if provider != self.name:
-            return None
         if not entries:
             return []
         instance = self.instance_id(node)
@@ -753,8 +739,6 @@ class EcsProvider:
     @hookimpl
     def podnet_interface_create(self, provider: str, node: NodeContext, subnet: str | None,
                                 ip_count: int) -> CloudInterface | None:
-        if provider != self.name:
-            return None
         from alibabacloud_ecs20140526 import models as m
 
         instance = self.instance_id(node)
@@ -842,8 +826,6 @@ class EcsProvider:
     @hookimpl
     def podnet_interface_dispose(self, provider: str, node: NodeContext,
                                  interface: CloudInterface) -> bool | None:
-        if provider != self.name:
-            return None
         if interface.primary or interface.trunk or not interface.pooled:
             raise ProviderError(ErrorKind.FATAL, f"{interface.id} is a primary or trunk ENI: "
                                 "never disposed", subject=interface.id)
@@ -883,8 +865,6 @@ class EcsProvider:
     @hookimpl
     def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
         pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         pool = context.pool
         if pool is None:
             raise ProviderError(ErrorKind.FATAL, "the ecs provider uses node pools")
@@ -1049,8 +1029,6 @@ class EcsProvider:
     @hookimpl
     def podnet_route(self, context: PodNetworkContext) -> RouteResult | None:
         pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         if pn.status.ip is None:
             raise ProviderError(ErrorKind.FATAL, "route without an address", field="status.ip")
         ok, reason = self._on_node(context, None)
@@ -1060,17 +1038,11 @@ class EcsProvider:
 
     @hookimpl
     def podnet_verify(self, context: PodNetworkContext) -> VerifyResult | None:
-        pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         ok, reason = self._on_node(context, self.verify_cache_ttl)
         return VerifyResult(ok=ok, reason=reason)
 
     @hookimpl
     def podnet_release(self, context: PodNetworkContext) -> ReleaseResult | None:
-        pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         # nothing to undo on the ENI: the address goes back to the node's pool, and core
         # keeps it idle or unassigns it (pool_shrink)
         return ReleaseResult(return_to_pool=True)
@@ -1079,8 +1051,6 @@ class EcsProvider:
 
     @hookimpl
     def podnet_classify_error(self, provider: str, error: BaseException) -> ErrorKind | None:
-        if provider != self.name:
-            return None
         return classify(error)
 
 

@@ -74,6 +74,7 @@ from podnet.core.policy import PoolPolicy
 from podnet.core.pool import Pools
 from podnet.core.reconcile.result import Result
 from podnet.core.tracing import Tracing
+from podnet.core.transition import Transitions
 from podnet.core.workqueue import WorkQueue
 
 log = logging.getLogger("podnet.engine")
@@ -239,8 +240,12 @@ class Engine:
             *self.required_informers, self.namespaces, self.statefulsets,
         ]
 
-        self.podnetworks = PodNetworkReconciler(self, self.gateway)
-        self.nodepools = NodePoolReconciler(self, self.gateway)
+        #: the one way either machine's state changes
+        self.transitions = Transitions(
+            self.tracing, succeeded=self.stats.transitions,
+            failed=self.stats.failed_transitions, notify=self.gateway.notify_transition)
+        self.podnetworks = PodNetworkReconciler(self, self.gateway, self.transitions)
+        self.nodepools = NodePoolReconciler(self, self.gateway, self.transitions)
         self.gc = GarbageCollector(self, self.gateway)
         self._reconcilers: dict[str, Callable[[str], Result]] = {
             "pod": self.podnetworks.reconcile,

@@ -26,13 +26,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import attrs
 
 from podnet.core.cluster.port import NODE_NETWORK, Conflict, NotFound
 from podnet.core.errors import ErrorKind, PodnetError, ProviderError, describe, one_line
-from podnet.core.machines import DELETED, ENI_MACHINE
+from podnet.core.machines import DELETED, ENI_MACHINE, recorded_as, state_of
 from podnet.core.models import (
     Condition,
     InterfaceState,
@@ -49,6 +49,7 @@ from podnet.core.policy import PoolPolicy
 from podnet.core.pool import SHRINKING, Interface, NodePool
 from podnet.core.reconcile.result import DONE, Result
 from podnet.core.tracing import ATTR_INTERFACE, ATTR_NODE
+from podnet.core.transition import Subject, Transitions
 from podnet.core.validate import check_entries
 from podnet.hookspecs.types import (
     CloudInterface,
@@ -56,7 +57,6 @@ from podnet.hookspecs.types import (
     NodeContext,
     NodeFinding,
     PoolEntry,
-    TransitionEvent,
 )
 
 if TYPE_CHECKING:
@@ -65,16 +65,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("podnet.nodepool")
 
-_STATE_NAME = {s: s.value.lower() for s in InterfaceState}
-_NAME_STATE = {v: k for k, v in _STATE_NAME.items()}
+T = TypeVar("T")
+
 #: after a rate-limit answer, wait about this long (with jitter) before the next call
 _THROTTLE_WAIT = 0.2
 
 
 class NodePoolReconciler:
-    def __init__(self, engine: Engine, gateway: ProviderGateway) -> None:
+    def __init__(self, engine: Engine, gateway: ProviderGateway,
+                 transitions: Transitions) -> None:
         self.e = engine
         self.gateway = gateway
+        self.transitions = transitions
         #: per node: when (monotonic) ``podnet_node_check`` is next due, and the findings
         #: of its last check (reported already: not again while they persist)
         self._next_check: dict[str, float] = {}
@@ -400,35 +402,26 @@ class NodePoolReconciler:
 
     # --- interfaces: the ENI machine --------------------------------------------------
 
-    def _eni(self, node: NodeInfo, provider: str, itf: Interface, trigger: str,
-             action: Callable[[], Any] | None = None) -> Any:
-        e = self.e
-        source = _STATE_NAME[itf.state]
-        with e.tracing.transition(
-            "eni", trigger, source=source, provider=provider, obj=f"{node.name}/{itf.id}",
-            traceparent=None, attributes={ATTR_NODE: node.name, ATTR_INTERFACE: itf.id},
-        ) as span:
-            try:
-                dest, result = ENI_MACHINE.fire(source, trigger, action)
-            except BaseException as exc:
-                e.stats.failed_transitions[f"eni.{trigger}"] += 1
-                self._broadcast(node, provider, itf, trigger, source, None, exc)
-                raise
-            span.succeeded(dest)
-        e.stats.transitions[f"eni.{trigger}"] += 1
-        if dest != DELETED:
-            itf.state = _NAME_STATE[dest]
-        self._broadcast(node, provider, itf, trigger, source, dest, None)
-        return result
+    @overload
+    def _eni(self, node: NodeInfo, provider: str, itf: Interface, trigger: str) -> None: ...
 
-    def _broadcast(self, node: NodeInfo, provider: str, itf: Interface, trigger: str,
-                   source: str, dest: str | None, exc: BaseException | None) -> None:
-        event = TransitionEvent(
-            machine="eni", trigger=trigger, source=source, dest=dest,
-            object_key=f"{node.name}/{itf.id}", provider=provider, ok=exc is None,
-            error=type(exc).__name__ if exc else None,
-        )
-        self.gateway.notify_transition(event)
+    @overload
+    def _eni(self, node: NodeInfo, provider: str, itf: Interface, trigger: str,
+             action: Callable[[], T]) -> T: ...
+
+    def _eni(self, node: NodeInfo, provider: str, itf: Interface, trigger: str,
+             action: Callable[[], T] | None = None) -> T | None:
+        """Fire ``trigger`` on ``itf``, running ``action`` (the provider call) first; the
+        interface's state follows. Raises what failed, the state unchanged."""
+        source = state_of(itf.state)
+        subject = Subject(key=f"{node.name}/{itf.id}", provider=provider, state=source,
+                          span_attributes={ATTR_NODE: node.name, ATTR_INTERFACE: itf.id})
+        result = self.transitions.run(ENI_MACHINE, subject, trigger,
+                                      lambda _span: action() if action is not None else None)
+        dest = ENI_MACHINE.target(trigger, source)
+        if dest != DELETED:
+            itf.state = recorded_as(InterfaceState, dest)
+        return result
 
     def _recover(self, node: NodeInfo, pool: NodePool, provider: str) -> None:
         now = self.e.clock.monotonic()

@@ -48,7 +48,7 @@ from podnet.core.errors import (
     describe,
     one_line,
 )
-from podnet.core.machines import POD_NETWORK_MACHINE
+from podnet.core.machines import POD_NETWORK_MACHINE, state_of
 from podnet.core.models import (
     DEFAULT_NETWORK,
     FINALIZER,
@@ -83,14 +83,15 @@ from podnet.core.tracing import (
     ATTR_NAMESPACE,
     ATTR_NODE,
     ATTR_POD,
+    TransitionSpan,
 )
+from podnet.core.transition import Subject, Transitions
 from podnet.hookspecs.types import (
     AllocateContext,
     Allocation,
     NodeContext,
     PodNetworkContext,
     ReleaseResult,
-    TransitionEvent,
 )
 
 if TYPE_CHECKING:
@@ -104,13 +105,8 @@ T = TypeVar("T")
 READY = "Ready"
 #: False while a pod has ``podnet.io/`` annotations podnet does not know (ignored)
 ANNOTATIONS = "AnnotationsRecognized"
-_PHASE_STATE = {
-    Phase.PENDING: "pending",
-    Phase.ALLOCATED: "allocated",
-    Phase.ROUTED: "routed",
-    Phase.RELEASING: "releasing",
-}
-_STATE_PHASE = {v: k for k, v in _PHASE_STATE.items()}
+#: span attribute: why a record changes without its pod asking (repair, readdress)
+ATTR_DRIFT = "podnet.drift"
 #: how long to wait before looking again at a pod network waiting for an address
 _WAIT_RECHECK = 5.0
 
@@ -166,9 +162,11 @@ def ready_condition(pn: PodNetwork) -> Condition | None:
 
 
 class PodNetworkReconciler:
-    def __init__(self, engine: Engine, gateway: ProviderGateway) -> None:
+    def __init__(self, engine: Engine, gateway: ProviderGateway,
+                 transitions: Transitions) -> None:
         self.e = engine
         self.gateway = gateway
+        self.transitions = transitions
         #: monotonic time each routed record is next verified at (in memory only)
         self._verify_at: dict[str, float] = {}
         #: (pod key, uid) whose record someone else deleted while the pod looked alive:
@@ -641,15 +639,12 @@ class PodNetworkReconciler:
         e = self.e
         old = pn.status.ip
         conflict = e.conflicts.get(pn.key)
-        try:
-            with self._transition(pn, "readdress", pod) as span:
-                span.set("podnet.drift", why)
-                pn = self._fire(pn, "readdress", lambda: self._write_phase(
-                    pn, Phase.PENDING, span, reason=reason, message=why, ip=None, ipv6=None,
-                    subnet=None, gateway=None, interface=None), span)
-        except BaseException as exc:
-            self._failed(pn, "readdress", exc, span)
+        readdressed = self._run(pn, "readdress", lambda span: self._write_phase(
+            pn, Phase.PENDING, span, reason=reason, message=why, ip=None, ipv6=None,
+            subnet=None, gateway=None, interface=None), drift=why)
+        if readdressed is None:
             return pn
+        pn = readdressed
         e.conflicts.pop(pn.key, None)
         lost = self._lost.pop(pn.key, None)
         if lost is not None:
@@ -812,7 +807,7 @@ class PodNetworkReconciler:
         writing = False
         undo: list[Callable[[], object]] = []
 
-        def allocate() -> PodNetwork:
+        def allocate(span: TransitionSpan) -> PodNetwork:
             nonlocal writing
             answer = self._take_back(pn, ctx, reservation)
             if answer is None:
@@ -827,10 +822,7 @@ class PodNetworkReconciler:
                                      subnet=allocation.subnet, gateway=allocation.gateway,
                                      interface=allocation.interface)
 
-        try:
-            with self._transition(pn, "allocate", pod) as span:
-                updated = self._fire(pn, "allocate", allocate, span)
-        except BaseException as exc:
+        def not_allocated(exc: BaseException) -> None:
             # a write whose answer was lost may have landed: the address stays with this
             # record until a later write proves otherwise (a 409 or 404 proves it did not)
             maybe_written = writing and not isinstance(exc, Conflict | NotFound)
@@ -844,7 +836,10 @@ class PodNetworkReconciler:
                 # would keep the node's idle addresses from ever being trimmed, and a
                 # static address may need that room on an interface (the queue retries)
                 e.pools.get(provider, pn.spec.node_name).stop_waiting(pn.key)
-            return self._failed(pn, "allocate", exc, span)
+
+        updated = self._run(pn, "allocate", allocate, undo=not_allocated)
+        if updated is None:
+            return pn
         self._prefer.pop(pn.key, None)
         # this write succeeded: whatever an earlier, unanswered write claimed is free
         e.addresses.release_owner(pn.key, keep=(a for a in (updated.status.ip,
@@ -933,18 +928,16 @@ class PodNetworkReconciler:
         ctx = PodNetworkContext(pod_network=pn, node=self._node_context(pn.spec.node_name),
                                 pod=pod)
 
-        def route() -> PodNetwork:
+        def route(span: TransitionSpan) -> PodNetwork:
             result = self.gateway.route(provider, ctx)
             if result is None:
                 raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} did not route")
             return self._write_phase(pn, Phase.ROUTED, span,
                                      interface=result.interface or pn.status.interface)
 
-        try:
-            with self._transition(pn, "route", pod) as span:
-                updated = self._fire(pn, "route", route, span)
-        except BaseException as exc:
-            return self._failed(pn, "route", exc, span)
+        updated = self._run(pn, "route", route)
+        if updated is None:
+            return pn
         self._verify_at[pn.key] = e.clock.monotonic() + e.policy(provider).verify_period
         return updated
 
@@ -970,28 +963,22 @@ class PodNetworkReconciler:
 
     def _repair(self, pn: PodNetwork, pod: PodInfo, why: str) -> PodNetwork:
         """Drift (or a move): back to allocated, then route writes the dataplane again."""
-        try:
-            with self._transition(pn, "repair", pod) as span:
-                span.set("podnet.drift", why)
-                pn = self._fire(pn, "repair", lambda: self._write_phase(
-                    pn, Phase.ALLOCATED, span, reason="Repairing", message=why), span)
-        except BaseException as exc:
-            self._failed(pn, "repair", exc, span)
+        repaired = self._run(pn, "repair", lambda span: self._write_phase(
+            pn, Phase.ALLOCATED, span, reason="Repairing", message=why), drift=why)
+        if repaired is None:
             return pn
-        return self._route(pn, pod)
+        return self._route(repaired, pod)
 
     # --- backward ---------------------------------------------------------------------
 
     def _wind_down(self, pn: PodNetwork, pod: PodInfo | None) -> Result:
         if pn.status.phase is not Phase.RELEASING:
-            try:
-                with self._transition(pn, "release", pod) as span:
-                    pn = self._fire(pn, "release", lambda: self._write_phase(
-                        pn, Phase.RELEASING, span, reason="Releasing",
-                        message=self._release_reason(pn, pod)), span)
-            except BaseException as exc:
-                self._failed(pn, "release", exc, span)
+            released = self._run(pn, "release", lambda span: self._write_phase(
+                pn, Phase.RELEASING, span, reason="Releasing",
+                message=self._release_reason(pn, pod)))
+            if released is None:
                 return Result(requeue_after=0.0)
+            pn = released
         # a new pod under the record's name that does not want it (on another node's
         # pool): the name must be freed now. The record's own pod finished: held
         pod_is_back = (pod is not None and pod.name == pn.spec.pod_name
@@ -1049,17 +1036,15 @@ class PodNetworkReconciler:
         return found
 
     def _reclaim(self, pn: PodNetwork, pod: PodInfo) -> Result:
-        try:
-            with self._transition(pn, "reclaim", pod) as span:
-                def reclaim() -> PodNetwork:
-                    moved = self._adopt_pod(pn, pod)
-                    return self._write_phase(moved, Phase.ALLOCATED, span, reason="Reclaimed",
-                                             message=f"pod {pod.key} came back")
-                pn = self._fire(pn, "reclaim", reclaim, span)
-        except BaseException as exc:
-            self._failed(pn, "reclaim", exc, span)
+        def reclaim(span: TransitionSpan) -> PodNetwork:
+            moved = self._adopt_pod(pn, pod)
+            return self._write_phase(moved, Phase.ALLOCATED, span, reason="Reclaimed",
+                                     message=f"pod {pod.key} came back")
+
+        reclaimed = self._run(pn, "reclaim", reclaim)
+        if reclaimed is None:
             return Result(requeue_after=0.0)
-        pn = self._route(pn, pod)
+        pn = self._route(reclaimed, pod)
         return Result(requeue_after=0.0) if pn.status.phase is not Phase.ROUTED else DONE
 
     def _finish(self, pn: PodNetwork, pod: PodInfo | None) -> Result:
@@ -1067,26 +1052,19 @@ class PodNetworkReconciler:
         provider = pn.spec.provider
         ctx = PodNetworkContext(pod_network=pn, node=self._node_context(pn.spec.node_name),
                                 pod=pod)
-        released: list[ReleaseResult | None] = []
+        released: ReleaseResult | None = None
 
-        def finish() -> None:
-            released.append(self.gateway.release(provider, ctx)
-                            if provider in e.providers else ReleaseResult())
+        def finish(_span: TransitionSpan) -> PodNetwork:
+            nonlocal released
+            released = (self.gateway.release(provider, ctx) if provider in e.providers
+                        else ReleaseResult())
             self._remove_record(pn)
-            span.succeeded("deleted")
+            return pn  # as it was last written: the event names its address
 
         e.finishing.add(pn.key)  # the cache's delete is ours: the address is given back here
-        try:
-            with self._transition(pn, "finish", pod) as span:
-                try:
-                    POD_NETWORK_MACHINE.fire("releasing", "finish", finish)
-                except BaseException as exc:
-                    self._broadcast(pn, "finish", "releasing", None, False, exc)
-                    raise
-                self._broadcast(pn, "finish", "releasing", "deleted", True, None)
-        except BaseException as exc:
-            e.finishing.discard(pn.key)
-            self._failed(pn, "finish", exc, span)
+        finished = self._run(pn, "finish", finish,
+                             undo=lambda _exc: e.finishing.discard(pn.key))
+        if finished is None:
             return Result(requeue_after=0.0)
         e.finishing.discard(pn.key)
         self._verify_at.pop(pn.key, None)
@@ -1094,8 +1072,7 @@ class PodNetworkReconciler:
         waiting_in = e.pools.find(pn.spec.provider, pn.spec.node_name)
         if waiting_in is not None:
             waiting_in.stop_waiting(pn.key)
-        result = released[0] if released else None
-        if pn.status.ip and (result is None or result.return_to_pool):
+        if pn.status.ip and (released is None or released.return_to_pool):
             self._give_back(pn)
         e.addresses.release_owner(pn.key)
         self._successor(pn, pod)
@@ -1141,40 +1118,31 @@ class PodNetworkReconciler:
         if pool.give_back(pn.status.ip, pn.key, cooldown):
             e.enqueue_node(pn.spec.node_name)  # trim to max_idle or serve waiters
 
-    # --- transitions: span, machine, record, notification -------------------------------
+    # --- transitions: one path for every trigger --------------------------------------
 
-    def _transition(self, pn: PodNetwork, trigger: str, pod: PodInfo | None) -> Any:
-        return self.e.tracing.transition(
-            "pod_network", trigger,
-            source=_PHASE_STATE[pn.status.phase],
-            provider=pn.spec.provider,
-            obj=pn.key,
-            traceparent=pn.status.traceparent,
-            attributes={
-                ATTR_POD: pn.spec.pod_name,
-                ATTR_NAMESPACE: pn.metadata.namespace,
-                ATTR_NODE: pn.spec.node_name,
-                ATTR_IP: pn.status.ip,
-                ATTR_INTERFACE: pn.status.interface,
-            },
-        )
+    def _run(self, pn: PodNetwork, trigger: str, action: Callable[[TransitionSpan], PodNetwork],
+             *, drift: str | None = None, undo: Callable[[BaseException], None] | None = None
+             ) -> PodNetwork | None:
+        """Fire ``trigger`` on ``pn``, ``action`` writing the record.
 
-    def _fire(self, pn: PodNetwork, trigger: str, action: Callable[[], PodNetwork],
-              span: Any) -> PodNetwork:
-        source = _PHASE_STATE[pn.status.phase]
-        try:
-            dest, updated = POD_NETWORK_MACHINE.fire(source, trigger, action)
-        except BaseException as exc:
-            self._broadcast(pn, trigger, source, None, False, exc)
-            raise
-        span.succeeded(dest)
-        span.set(ATTR_IP, updated.status.ip)
-        span.set(ATTR_INTERFACE, updated.status.interface)
-        self._broadcast(updated, trigger, source, dest, True, None)
-        return updated
+        :param drift: why the record changes without its pod asking (a span attribute).
+        :param undo: called with the failure, before it is recorded.
+        :return: the record ``action`` wrote, or None when the transition failed: why is
+            recorded on the record (:meth:`_failed`, which raises what the queue is to
+            retry).
+        """
+        def failed(exc: BaseException, span: TransitionSpan) -> None:
+            if undo is not None:
+                undo(exc)
+            self._failed(pn, trigger, exc, span)
 
-    def _write_phase(self, pn: PodNetwork, phase: Phase, span: Any, *, reason: str | None = None,
-                     message: str = "", **fields: Any) -> PodNetwork:
+        return self.transitions.run(POD_NETWORK_MACHINE, _subject(pn, drift), trigger,
+                                    action, settled=_subject, failed=failed)
+
+    def _write_phase(self, pn: PodNetwork, phase: Phase, span: TransitionSpan, *,
+                     reason: str | None = None, message: str = "", **fields: Any) -> PodNetwork:
+        """The transition's record write: ``phase``, its Ready condition and ``fields``;
+        the span names the address the record now has."""
         e = self.e
         now = e.clock.now()
         ready = phase is Phase.ROUTED
@@ -1188,25 +1156,13 @@ class PodNetworkReconciler:
             traceparent=span.traceparent or pn.status.traceparent,
             **fields,
         )
-        return e.update_status(POD_NETWORK, attrs.evolve(pn, status=status))
+        updated = e.update_status(POD_NETWORK, attrs.evolve(pn, status=status))
+        span.set(ATTR_IP, updated.status.ip)
+        span.set(ATTR_INTERFACE, updated.status.interface)
+        return updated
 
-    def _broadcast(self, pn: PodNetwork, trigger: str, source: str, dest: str | None, ok: bool,
-                   exc: BaseException | None) -> None:
-        e = self.e
-        name = f"pod_network.{trigger}"
-        if ok:
-            e.stats.transitions[name] += 1
-        else:
-            e.stats.failed_transitions[name] += 1
-        event = TransitionEvent(
-            machine="pod_network", trigger=trigger, source=source, dest=dest,
-            object_key=pn.key, provider=pn.spec.provider, ok=ok,
-            error=type(exc).__name__ if exc is not None else None,
-            attributes={"ip": pn.status.ip, "node": pn.spec.node_name},
-        )
-        self.gateway.notify_transition(event)
-
-    def _failed(self, pn: PodNetwork, trigger: str, exc: BaseException, span: Any) -> PodNetwork:
+    def _failed(self, pn: PodNetwork, trigger: str, exc: BaseException,
+                span: TransitionSpan) -> PodNetwork:
         """Record why a transition did not happen; decide whether and when to retry."""
         e = self.e
         if not isinstance(exc, Exception):
@@ -1260,6 +1216,23 @@ class PodNetworkReconciler:
         e = self.e
         node = e.nodes.get(node_name) or NodeInfo(name=node_name, uid="")
         return NodeContext(node=node, network=e.node_networks.get(node_name))
+
+
+def _subject(pn: PodNetwork, drift: str | None = None) -> Subject:
+    """A pod network as its transitions' spans and events name it."""
+    return Subject(
+        key=pn.key, provider=pn.spec.provider, state=state_of(pn.status.phase),
+        traceparent=pn.status.traceparent,
+        span_attributes={
+            ATTR_POD: pn.spec.pod_name,
+            ATTR_NAMESPACE: pn.metadata.namespace,
+            ATTR_NODE: pn.spec.node_name,
+            ATTR_IP: pn.status.ip,
+            ATTR_INTERFACE: pn.status.interface,
+            ATTR_DRIFT: drift,
+        },
+        event_attributes={"ip": pn.status.ip, "node": pn.spec.node_name},
+    )
 
 
 def workload_gave_up(pn: PodNetwork, workload: WorkloadInfo | None) -> bool:

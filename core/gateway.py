@@ -19,9 +19,11 @@ The calls the node pool reconciler makes to a provider's cloud are gated by core
 bucket for that provider (:meth:`ProviderGateway.admit`), unless the provider takes the
 per-API buckets it was handed at start (``podnet_cloud_limiter``) before each request.
 
-Set-up (``podnet_configure``, ``podnet_cloud_limiter``) and the ``podnet_node_removed``
-notification are routed but neither fenced nor traced: they happen before this replica
-may lead, or make no cloud call.
+Set-up (``podnet_configure``, through :meth:`Providers.configure
+<podnet.core.plugin.Providers.configure>` before the gateway exists, and
+``podnet_cloud_limiter``) and the ``podnet_node_removed`` notification are routed but
+neither fenced nor traced: they happen before this replica may lead, or make no cloud
+call.
 
 **Broadcasts.** What is every plugin's business goes to every plugin: which provider
 serves a node (``podnet_select_provider``), which extra networks a pod attaches to
@@ -89,11 +91,17 @@ class ProviderGateway:
             for name in providers.infos}
         self.self_limited = {
             name for name, limiter in self.cloud_limiters.items()
-            if providers.hook(name, "podnet_cloud_limiter")(
-                provider=name, limiter=limiter) is True}
+            if self._takes_tokens(name, limiter)}
         #: core's own bucket per provider, for those that are not self-limited
         self._buckets: dict[str, TokenBucket] = {}
         self._buckets_lock = threading.Lock()
+
+    def _takes_tokens(self, provider: str, limiter: CloudLimiter) -> bool:
+        """``podnet_cloud_limiter``: whether the provider takes the limiter's tokens
+        before each cloud call itself."""
+        answer: bool | None = self.providers.hook(provider, "podnet_cloud_limiter")(
+            provider=provider, limiter=limiter)
+        return answer is True
 
     # --- the one call path ------------------------------------------------------------
 
@@ -143,7 +151,7 @@ class ProviderGateway:
     def classify_error(self, provider: str, error: BaseException) -> ErrorKind | None:
         """``podnet_classify_error``: the provider's kind for its own error, or None."""
         try:
-            kind = self.providers.hook(provider, "podnet_classify_error")(
+            kind: str | None = self.providers.hook(provider, "podnet_classify_error")(
                 provider=provider, error=error)
         except Exception:  # a broken classifier must not hide the original error
             log.exception("podnet_classify_error failed for %s", provider)

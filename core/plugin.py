@@ -144,7 +144,8 @@ class Providers:
         for plugin in asked:
             alone = pm.subset_hook_caller("podnet_register_provider",
                                           remove_plugins=[p for p in asked if p is not plugin])
-            for info in alone():
+            declared: list[ProviderInfo | None] = alone()
+            for info in declared:
                 if info is None:
                     continue
                 if info.name in self.infos:

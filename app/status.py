@@ -444,7 +444,7 @@ def provider_chooser(config: Config, providers: Providers) -> Callable[[NodeInfo
         for rule in config.node_providers:
             if rule.selector.matches(node.labels):
                 return rule.provider
-        chosen = providers.pm.hook.podnet_select_provider(node=node)
+        chosen: object = providers.pm.hook.podnet_select_provider(node=node)
         if chosen is not None and chosen in providers:
             return str(chosen)
         return config.default_provider
@@ -467,7 +467,6 @@ def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers, *,
     from podnet.core.objects import node_info
     from podnet.hookspecs.types import CloudInterface, Inventory, NodeContext
 
-    hook = providers.pm.hook
     errors: list[AuditError] = []
     skipped: dict[tuple[str, str], list[str]] = {}
     #: (provider, node) -> address -> the interface the cloud has it on
@@ -495,7 +494,9 @@ def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers, *,
     for name, provider, known in to_ask:
         context = NodeContext(node=node_info(nodes[name]), network=known)
         try:
-            inventory = hook.podnet_node_inventory(provider=provider, node=context)
+            # routed: only that provider's plugin answers for its nodes
+            inventory: object = providers.hook(provider, "podnet_node_inventory")(
+                provider=provider, node=context)
         except Exception as exc:  # the provider's own SDK errors: report, go on
             errors.append(AuditError(name, provider, _one_line(f"{type(exc).__name__}: {exc}")))
             continue

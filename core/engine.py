@@ -30,9 +30,7 @@ from podnet.core.cluster.port import (
     STATEFUL_SET,
     ApiError,
     Cluster,
-    Conflict,
     Kind,
-    NotFound,
     Obj,
 )
 from podnet.core.config import Config, NodeProviderRule, apply_policy
@@ -45,14 +43,13 @@ from podnet.core.convert import (
 )
 from podnet.core.errors import (
     MAX_MESSAGE,
-    ErrorKind,
     NotLeader,
     PodnetError,
-    ProviderError,
     TerminalError,
     one_line,
 )
 from podnet.core.fence import Fence, FencedCluster
+from podnet.core.gateway import ProviderGateway
 from podnet.core.metrics import Metrics
 from podnet.core.models import (
     LABEL_VM,
@@ -77,11 +74,10 @@ from podnet.core.ownership import AddressBook
 from podnet.core.plugin import Providers
 from podnet.core.policy import PoolPolicy
 from podnet.core.pool import Pools
-from podnet.core.ratelimit import CloudLimiter
 from podnet.core.reconcile.result import Result
 from podnet.core.tracing import Tracing
+from podnet.core.transition import Transitions
 from podnet.core.workqueue import WorkQueue
-from podnet.hookspecs.types import TransitionEvent
 
 log = logging.getLogger("podnet.engine")
 
@@ -157,7 +153,6 @@ class Engine:
         from podnet.core.reconcile.podnetwork import PodNetworkReconciler
 
         self.pm = pm
-        self.hook = pm.hook
         self.clock: Clock = clock or SystemClock()
         #: checked right before every write, Kubernetes or provider: the host hands in its
         #: elector's; without one (no leader election) it never closes
@@ -183,15 +178,11 @@ class Engine:
                                self.options.policies.get(name, {}))
             for name, info in self.providers.infos.items()
         }
-        #: per provider, its buckets per cloud API; ``self_limited``: the providers that
-        #: take them before each cloud call themselves (``podnet_cloud_limiter``)
-        self.cloud_limiters = {
-            name: CloudLimiter(policy.cloud_rate, self.clock, dict(policy.cloud_rates))
-            for name, policy in self._policies.items()}
-        self.self_limited = {
-            name for name, limiter in self.cloud_limiters.items()
-            if self.hook.podnet_cloud_limiter(provider=name, limiter=limiter) is True}
         self.stats = Stats()
+        #: every call into a provider, and every broadcast to the plugins
+        self.gateway = ProviderGateway(
+            self.providers, policy=self.policy, clock=self.clock, fence=self.fence,
+            tracing=self.tracing, calls=self.stats.provider_calls)
         self.pools = Pools()
         #: who owns each address: claimed before a record names it, filled from every
         #: record the cache sees (unreadable ones too)
@@ -251,10 +242,14 @@ class Engine:
             *self.required_informers, self.namespaces, self.statefulsets,
         ]
 
-        self.podnetworks = PodNetworkReconciler(self)
-        self.nodepools = NodePoolReconciler(self)
+        #: the one way either machine's state changes
+        self.transitions = Transitions(
+            self.tracing, succeeded=self.stats.transitions,
+            failed=self.stats.failed_transitions, notify=self.gateway.notify_transition)
+        self.podnetworks = PodNetworkReconciler(self, self.gateway, self.transitions)
+        self.nodepools = NodePoolReconciler(self, self.gateway, self.transitions)
         #: the periodic sweep: stale records, the pools of gone nodes, leaked addresses
-        self.sweeper = GarbageCollector(self)
+        self.sweeper = GarbageCollector(self, self.gateway)
         self._reconcilers: dict[str, Callable[[str], Result]] = {
             "pod": self.podnetworks.reconcile,
             "node": self.nodepools.reconcile,
@@ -262,13 +257,23 @@ class Engine:
             "invalid": self._report_unreadable,
         }
         self.started = False
-        #: set by the host to observe durations; None costs nothing
-        self.metrics: Metrics | None = None
+        self._metrics: Metrics | None = None
         #: the threads of ``run()`` while it runs, and the stop it was given
         self.threads: list[threading.Thread] = []
         self._running: threading.Event | None = None
         #: real time a worker last came back to the queue (health: is it drained?)
         self.worker_heartbeat = time.monotonic()
+
+    @property
+    def metrics(self) -> Metrics | None:
+        """Set by the host to observe durations (reconciles here, provider calls in the
+        gateway); None costs nothing."""
+        return self._metrics
+
+    @metrics.setter
+    def metrics(self, metrics: Metrics | None) -> None:
+        self._metrics = metrics
+        self.gateway.metrics = metrics
 
     # --- policies and providers -------------------------------------------------------
 
@@ -283,53 +288,10 @@ class Engine:
         for rule in self.options.node_providers:
             if rule.selector.matches(node.labels):
                 return rule.provider
-        chosen = self.hook.podnet_select_provider(node=node)
-        if chosen is not None and chosen in self.providers:
-            return str(chosen)
+        chosen = self.gateway.select_provider(node)
+        if chosen is not None:
+            return chosen
         return self.options.default_provider
-
-    def call(self, provider_name: str, hook: str, /, **kwargs: Any) -> Any:
-        """Call one provider hook inside a CLIENT span; raises what the provider raised."""
-        api = hook.removeprefix("podnet_")
-        # before the call, not after: a cloud write of a replica that may no longer lead
-        # must not leave the process (reads are refused too: nothing may act on them)
-        self.fence.check(f"{provider_name}.{api}")
-        self.stats.provider_calls[f"{provider_name}.{api}"] += 1
-        started = time.perf_counter() if self.metrics is not None else 0.0
-        ok = False
-        with self.tracing.client(provider_name, api):
-            try:
-                result = getattr(self.hook, hook)(**kwargs)
-                ok = True
-                return result
-            except (PodnetError, ApiError):
-                raise
-            except Exception as exc:
-                # the provider boundary: past it, every error carries a kind core acts on
-                kind = self.classify(provider_name, exc)
-                # one line: SDK errors may carry whole tracebacks into conditions
-                raise ProviderError(kind, one_line(f"{type(exc).__name__}: {exc}"),
-                                    code=getattr(exc, "code", None)) from exc
-            finally:
-                if self.metrics is not None:
-                    self.metrics.provider_call(provider_name, api,
-                                               time.perf_counter() - started, ok)
-
-    def classify(self, provider: str, exc: BaseException) -> ErrorKind:
-        if isinstance(exc, ProviderError):
-            return exc.kind
-        if isinstance(exc, Conflict):
-            return ErrorKind.CONFLICT
-        if isinstance(exc, NotFound):
-            return ErrorKind.NOT_FOUND
-        if isinstance(exc, ApiError):
-            return ErrorKind.TRANSIENT
-        try:
-            kind = self.hook.podnet_classify_error(provider=provider, error=exc)
-        except Exception:  # a broken classifier must not hide the original error
-            log.exception("podnet_classify_error failed for %s", provider)
-            kind = None
-        return ErrorKind(kind) if kind is not None else ErrorKind.TRANSIENT
 
     # --- records that do not parse -----------------------------------------------------
 
@@ -380,17 +342,6 @@ class Engine:
         except ApiError as err:
             log.debug("could not mark %s: %s", name, err)
         return Result()
-
-    # --- listeners ----------------------------------------------------------------------
-
-    def notify(self, event: TransitionEvent) -> None:
-        """``podnet_transition`` to every listener, each on its own: one that raises must
-        not keep the event from the others (a plain hook call stops at the first error)."""
-        for impl in self.hook.podnet_transition.get_hookimpls():
-            try:
-                impl.function(**({"event": event} if "event" in impl.argnames else {}))
-            except Exception:
-                log.exception("podnet_transition listener %s failed", impl.plugin_name)
 
     # --- record writes (all go through here: counted, and fed back into the caches) ----
 
@@ -605,8 +556,8 @@ class Engine:
                 self.queue.add_after(key, result.requeue_after)
         finally:
             self.queue.done(key)
-            if self.metrics is not None:
-                self.metrics.reconcile(kind, time.perf_counter() - started, outcome)
+            if self._metrics is not None:
+                self._metrics.reconcile(kind, time.perf_counter() - started, outcome)
 
     def step(self) -> bool:
         """Process one ready key, if any. Deterministic single-threaded driving."""

@@ -10,7 +10,7 @@ moment it runs again, whatever its elector has not yet looked at.
 
 The engine checks the fence immediately before every write: every Kubernetes write goes
 through :class:`FencedCluster` (records, status, patches, Events), and every provider call
-through ``Engine.call``. A refused write raises :class:`~podnet.core.errors.NotLeader`:
+through the provider gateway. A refused write raises :class:`~podnet.core.errors.NotLeader`:
 the engine stops the reconcile there and does not count it as a failure.
 """
 

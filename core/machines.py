@@ -9,6 +9,12 @@ one, so none stays registered between passes.
 A trigger fires with an ``action``: the provider step of the transition. The action runs
 in transitions' ``before`` callback, so when it raises the state is left unchanged and the
 exception reaches the caller, who records a condition and an Event.
+:mod:`podnet.core.transition` runs a transition of either machine with its span,
+counters and ``podnet_transition`` event.
+
+A record stores its state as a capitalised enum value (``status.phase`` ``Allocated``,
+an interface's ``Ready``); the machine's state is that value in lower case, for both
+machines (:func:`state_of`, :func:`recorded_as`).
 """
 
 from __future__ import annotations
@@ -20,8 +26,11 @@ from typing import Any, TypeVar
 from transitions import Machine, MachineError
 
 from podnet.core.errors import TransitionRefused
+from podnet.core.models import InterfaceState, Phase
 
 T = TypeVar("T")
+#: what a record stores for a machine state
+Recorded = TypeVar("Recorded", Phase, InterfaceState)
 
 DELETED = "deleted"
 
@@ -116,7 +125,18 @@ class StateMachine:
         return len(self._machine.models)
 
 
-POD_NETWORK_STATES = ("pending", "allocated", "routed", "releasing", DELETED)
+def state_of(recorded: Phase | InterfaceState) -> str:
+    """The machine state a record's phase, or an interface's recorded state, stands for."""
+    return recorded.value.lower()
+
+
+def recorded_as(kind: type[Recorded], state: str) -> Recorded:
+    """What a record stores for machine state ``state`` (:data:`DELETED` is stored as no
+    record at all)."""
+    return kind(state.capitalize())
+
+
+POD_NETWORK_STATES = (*(state_of(phase) for phase in Phase), DELETED)
 
 POD_NETWORK_MACHINE = StateMachine(
     "pod_network",
@@ -134,7 +154,7 @@ POD_NETWORK_MACHINE = StateMachine(
     ],
 )
 
-ENI_STATES = ("initializing", "ready", "inhibited", "disposing", DELETED)
+ENI_STATES = (*(state_of(state) for state in InterfaceState), DELETED)
 
 ENI_MACHINE = StateMachine(
     "eni",

@@ -34,7 +34,12 @@ class _Counts(Protocol):
 
 
 class _Gates(Protocol):
+    """The provider gateway's rate limits: core's bucket per provider, and the per-API
+    limiters of providers that limit themselves."""
+
     def buckets(self) -> Mapping[str, TokenBucket]: ...
+    @property
+    def cloud_limiters(self) -> Mapping[str, CloudLimiter]: ...
 
 
 class EngineState(Protocol):
@@ -50,9 +55,7 @@ class EngineState(Protocol):
     @property
     def fence(self) -> Fence: ...
     @property
-    def nodepools(self) -> _Gates: ...
-    @property
-    def cloud_limiters(self) -> Mapping[str, CloudLimiter]: ...
+    def gateway(self) -> _Gates: ...
     def workers_alive(self) -> int: ...
 
 
@@ -130,8 +133,8 @@ class _EngineCollector(Collector):
         waited = CounterMetricFamily("podnet_rate_limiter_wait_seconds",
                                      "Time spent waiting for cloud-call tokens.",
                                      labels=["provider"])
-        core_gate = e.nodepools.buckets()
-        for provider, limiter in e.cloud_limiters.items():
+        core_gate = e.gateway.buckets()
+        for provider, limiter in e.gateway.cloud_limiters.items():
             gate = core_gate.get(provider)
             waited.add_metric([provider], limiter.waited_seconds
                               + (gate.waited_seconds if gate is not None else 0.0))

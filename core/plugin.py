@@ -123,18 +123,36 @@ def _version_of(plugin: Any) -> str:
 
 
 class Providers:
-    """The providers the registered plugins declare, by name."""
+    """The providers the registered plugins declare, by name, and the routes to them.
+
+    A provider's hooks reach the plugin that declared it and the plugins that declare no
+    provider (hook wrappers, listeners), never another provider's plugin: see
+    :meth:`hook`.
+    """
 
     def __init__(self, pm: pluggy.PluginManager) -> None:
         self.pm = pm
         pm.check_pending()
         self.infos: dict[str, ProviderInfo] = {}
-        for info in pm.hook.podnet_register_provider():
-            if info is None:
-                continue
-            if info.name in self.infos:
-                raise ConfigError("providers", f"two plugins declare provider {info.name!r}")
-            self.infos[info.name] = info
+        #: provider name -> the plugin that declared it
+        self.plugins: dict[str, object] = {}
+        self._routes: dict[tuple[str, str], pluggy.HookCaller] = {}
+        # each plugin asked on its own (in pluggy's calling order), so that core knows
+        # which plugin declared which provider
+        asked = [impl.plugin for impl in reversed(pm.hook.podnet_register_provider.get_hookimpls())
+                 if not (impl.wrapper or impl.hookwrapper)]
+        for plugin in asked:
+            alone = pm.subset_hook_caller("podnet_register_provider",
+                                          remove_plugins=[p for p in asked if p is not plugin])
+            declared: list[ProviderInfo | None] = alone()
+            for info in declared:
+                if info is None:
+                    continue
+                if info.name in self.infos:
+                    raise ConfigError("providers",
+                                      f"two plugins declare provider {info.name!r}")
+                self.infos[info.name] = info
+                self.plugins[info.name] = plugin
 
     def __contains__(self, name: object) -> bool:
         return name in self.infos
@@ -153,6 +171,21 @@ class Providers:
     def names(self) -> list[str]:
         return sorted(self.infos)
 
+    def hook(self, provider: str, name: str) -> pluggy.HookCaller:
+        """Hook ``name`` as it reaches ``provider``: its own plugin, and the plugins that
+        declare no provider (the test kit's fault injector, a ``podnet_hold_address``
+        policy plugin), never another provider's plugin. A name no plugin declared
+        reaches no provider at all. Routing is what keeps one provider from answering
+        for another: a provider needs no check of the name it is called for."""
+        route = self._routes.get((provider, name))
+        if route is None:
+            mine = self.plugins.get(provider)
+            others = [p for p in self.plugins.values() if p is not mine]
+            # a proxy: plugins registered later (a listener, the fault injector) take part
+            route = self.pm.subset_hook_caller(name, remove_plugins=others)
+            self._routes[(provider, name)] = route
+        return route
+
     def configure(self, provider: str, config: Mapping[str, Any]) -> None:
         self[provider]
-        self.pm.hook.podnet_configure(provider=provider, config=config)
+        self.hook(provider, "podnet_configure")(provider=provider, config=config)

@@ -14,7 +14,14 @@ from podnet.core.annotations import IP_ADDRESS, annotation_field, check_ip, chec
 from podnet.core.errors import ErrorKind, InvalidRequest, ProviderError
 from podnet.core.models import NetworkRequest
 from podnet.core.pool import reserved_reason
-from podnet.hookspecs.types import AddressSpace, Allocation, Inventory, PoolEntry, Subnet
+from podnet.hookspecs.types import (
+    AddressSpace,
+    Allocation,
+    Inventory,
+    NodeFinding,
+    PoolEntry,
+    Subnet,
+)
 
 
 def _bad(provider: str, hook: str, field: str, message: str) -> ProviderError:
@@ -148,3 +155,17 @@ def check_inventory(provider: str, inventory: object) -> Inventory:
                            f"{ip} is also on {seen[ip]}")
             seen[ip] = itf.id
     return inventory
+
+
+def check_findings(provider: str, found: object) -> tuple[NodeFinding, ...]:
+    """What ``podnet_node_check`` answered, checked, in order, each finding once."""
+    if found is None:
+        return ()  # no plugin checks this provider's nodes
+    if isinstance(found, str | bytes) or not isinstance(found, Sequence):
+        raise ProviderError(ErrorKind.FATAL, f"provider {provider!r}: node_check answered "
+                            f"{type(found).__name__}, not a sequence of NodeFinding")
+    for i, finding in enumerate(found):
+        if not isinstance(finding, NodeFinding) or not finding.reason:
+            raise ProviderError(ErrorKind.FATAL, f"provider {provider!r}: node_check[{i}] "
+                                f"is not a NodeFinding with a reason: {finding!r}")
+    return tuple(dict.fromkeys(found))

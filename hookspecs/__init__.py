@@ -1,10 +1,17 @@
 """The provider contract: every hook podnet calls, typed and documented.
 
-A provider is a pluggy plugin of project ``podnet``. Hooks that concern one provider take
-``provider`` (or an object naming it, ``pod_network.spec.provider``) and a plugin answers
-only for its own name, returning ``None`` otherwise, so that with ``firstresult`` the
-provider in charge answers and the others stay silent — the idiom of pytest's
-``pytest_collect_file``.
+A provider is a pluggy plugin of project ``podnet``. Each hook is either:
+
+- **routed** (since 0.3.0): it concerns one provider, named by its ``provider`` argument
+  or by ``pod_network.spec.provider`` inside its ``context``, and core calls it on the
+  plugin that declared that provider (``podnet_register_provider``) alone, plus the
+  plugins that declare no provider (hook wrappers, policy plugins such as one answering
+  ``podnet_hold_address``). Another provider's plugin is never called for it, so a
+  provider needs no check of the name it is called for. Before 0.3.0 these hooks went to
+  every plugin and each answered only for its own name;
+- **broadcast**: every plugin is called, and the answers are collected, or the first one
+  wins (``podnet_register_provider``, ``podnet_select_provider``,
+  ``podnet_select_networks``, ``podnet_transition``).
 
 Every hook must be idempotent: the engine may call it again after a crash, with the same
 arguments, and the second call must converge to the same outcome without creating a
@@ -31,6 +38,10 @@ Order in which the engine calls them (see docs/writing-a-provider.md):
    ``podnet_node_removed`` — once a node left and core dropped its pool: forget it.
 9. ``podnet_classify_error`` — whenever a hook raised something not a ProviderError.
 10. ``podnet_transition`` — after every transition attempt, to every plugin.
+
+Routed calls go through core's provider gateway (``podnet.core.gateway``), which also
+checks the fence, traces, counts and times each call, classifies what it raised and
+checks its answer.
 """
 
 from __future__ import annotations
@@ -89,6 +100,9 @@ def podnet_register_provider() -> ProviderInfo | None:
     Called on every plugin once at start; all results are collected. Two plugins
     declaring the same name is a start-up error.
 
+    Broadcast (since 0.1.0): every plugin is asked, each on its own (so core knows which
+    plugin declared which provider).
+
     .. versionadded:: 0.1.0
     """
 
@@ -97,13 +111,19 @@ def podnet_register_provider() -> ProviderInfo | None:
 def podnet_configure(provider: str, config: Mapping[str, Any]) -> None:
     """Hand a provider its section of the config file (endpoint, credentials, subnets).
 
-    :param provider: the provider name the section belongs to; ignore other names.
+    :param provider: the provider the section belongs to: yours (the call is routed).
     :param config: the section, already parsed; never log it, it may hold credentials.
     :raise ConfigError: naming the offending key, when the section is invalid.
 
-    Called on every plugin once per configured provider, before anything else runs.
+    Called once per configured provider, before anything else runs.
+
+    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
+    provider, never on another provider's plugin.
 
     .. versionadded:: 0.1.0
+    .. versionchanged:: 0.3.0
+       routed (before, every plugin was called and answered only for its own
+       provider).
     """
 
 
@@ -120,15 +140,21 @@ def podnet_cloud_limiter(provider: str, limiter: CloudLimiter) -> bool | None:
     ``cloudRates`` to the cloud's published limits. A cloud's throttled answer must
     still be classified ``throttled``.
 
-    :return: ``True`` when you take its tokens before each call; ``None`` when
-        ``provider`` is not yours, or you do not: core then keeps limiting your
+    :return: ``True`` when you take its tokens before each call; ``None`` when you do
+        not: core then keeps limiting your
         ``podnet_pool_grow`` / ``podnet_pool_shrink`` / ``podnet_interface_dispose``
         calls with one bucket of its own, and nothing else.
 
     Called once per registered provider when the engine starts, after
     ``podnet_configure``.
 
+    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
+    provider, never on another provider's plugin.
+
     .. versionadded:: 0.2.0
+    .. versionchanged:: 0.3.0
+       routed (before, every plugin was called and answered only for its own
+       provider).
     """
 
 
@@ -145,6 +171,8 @@ def podnet_select_provider(node: NodeInfo) -> str | None:
     consulted before any plugin; when neither a rule nor a plugin claims a node, the
     configured default provider serves it.
 
+    Broadcast (since 0.1.0): every plugin is asked, until one claims the node.
+
     .. versionchanged:: 0.2.0 config rules come first.
 
     .. versionadded:: 0.1.0
@@ -160,6 +188,8 @@ def podnet_select_networks(pod: PodInfo, node: NodeInfo) -> Sequence[NetworkAtta
         config file's ``networks`` (network -> provider) win over a plugin's claim of the
         same network; a network the pod names in ``podnet.io/networks`` that nobody
         serves gets a PodNetwork with a ``Ready=False`` condition saying so.
+
+    Broadcast (since 0.1.0): every plugin is asked; the answers are concatenated.
 
     .. versionadded:: 0.1.0
     """
@@ -186,12 +216,18 @@ def podnet_node_inventory(provider: str, node: NodeContext) -> Inventory | None:
     podnet knows left without its partner is an invalid half: never handed out, given
     back through ``podnet_pool_shrink``.
 
-    :return: the inventory, or ``None`` when ``provider`` is not yours.
+    :return: the inventory (``None`` is an error: core cannot use the node's pool).
+
+    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
+    provider, never on another provider's plugin.
 
     .. versionadded:: 0.1.0
     .. versionchanged:: 0.2.0
        ``CloudInterface.pooled``; dual stack (``Inventory.dual_stack``,
        ``CloudInterface.ipv6``).
+    .. versionchanged:: 0.3.0
+       routed (before, every plugin was called and answered only for its own
+       provider).
     """
 
 
@@ -213,11 +249,17 @@ def podnet_pool_grow(
     no partner, or raise a ``transient`` error so that the inventory is read again. An
     entry without ``ipv6`` there is taken as an invalid half and given back.
 
-    :return: the new entries, or ``None`` when ``provider`` is not yours.
+    :return: the new entries (``None``: none).
+
+    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
+    provider, never on another provider's plugin.
 
     .. versionadded:: 0.1.0
     .. versionchanged:: 0.2.0
        never a ``pooled=False`` interface; dual-stack pairs (``PoolEntry.ipv6``).
+    .. versionchanged:: 0.3.0
+       routed (before, every plugin was called and answered only for its own
+       provider).
     """
 
 
@@ -227,16 +269,22 @@ def podnet_pool_shrink(
 ) -> Sequence[str] | None:
     """Give idle addresses back to the cloud, batched.
 
-    Already-absent addresses count as given back. :return: the addresses now gone, or
-    ``None`` when ``provider`` is not yours.
+    Already-absent addresses count as given back. :return: the addresses now gone
+    (``None``: none).
 
     On a dual-stack node an entry with ``ipv6`` is a pair: give back both halves and
     return its ``address``. An entry without ``ipv6`` there is an invalid half, of either
     family (its ``address`` may be an IPv6 address).
 
+    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
+    provider, never on another provider's plugin.
+
     .. versionadded:: 0.1.0
     .. versionchanged:: 0.2.0
        dual-stack pairs and invalid halves.
+    .. versionchanged:: 0.3.0
+       routed (before, every plugin was called and answered only for its own
+       provider).
     """
 
 
@@ -252,9 +300,15 @@ def podnet_interface_create(
     IPv6 addresses in ``ipv6`` as IPv4 ones in ``ips``: core pairs them in order and gives
     back what is left unpaired.
 
+    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
+    provider, never on another provider's plugin.
+
     .. versionadded:: 0.1.0
     .. versionchanged:: 0.2.0
        ``ipv6`` on a dual-stack node.
+    .. versionchanged:: 0.3.0
+       routed (before, every plugin was called and answered only for its own
+       provider).
     """
 
 
@@ -267,9 +321,15 @@ def podnet_interface_dispose(
     provider must refuse.
 
     :return: ``True`` once the cloud confirms it is gone (the ``gone`` trigger),
-        ``False`` while deletion is in progress, ``None`` when not yours.
+        ``False`` (or ``None``) while deletion is in progress.
+
+    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
+    provider, never on another provider's plugin.
 
     .. versionadded:: 0.1.0
+    .. versionchanged:: 0.3.0
+       routed (before, every plugin was called and answered only for its own
+       provider).
     """
 
 
@@ -285,10 +345,15 @@ def podnet_node_check(provider: str, node: NodeContext) -> Sequence[NodeFinding]
     a finding still there at the next check is not reported again. A check that raises is
     logged and tried again next period; it never fails the pool pass.
 
-    :return: the findings (empty when all is well), or ``None`` when ``provider`` is not
-        yours.
+    :return: the findings (empty, or ``None``, when all is well).
+
+    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
+    provider, never on another provider's plugin.
 
     .. versionadded:: 0.2.0
+    .. versionchanged:: 0.3.0
+       routed (before, every plugin was called and answered only for its own
+       provider).
     """
 
 
@@ -309,8 +374,11 @@ def podnet_address_space(provider: str, node: NodeContext) -> AddressSpace | Non
     whose CIDR you cannot read now is listed with ``cidr=None``; raise when the answer
     cannot be given at all (the allocation is retried).
 
-    :return: the address space, or ``None`` when ``provider`` is not yours. A pool
-        provider without this hook serves plain requests only.
+    :return: the address space; ``None`` (or no implementation): the provider serves
+        plain requests only.
+
+    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
+    provider, never on another provider's plugin.
 
     .. versionadded:: 0.3.0
     """
@@ -334,14 +402,17 @@ def podnet_allocate(context: AllocateContext) -> Allocation | None:
     ``spec.requests``, should win). Core allocates only once its Namespace cache is synced;
     a change to a Namespace later does not move pod networks already allocated.
 
-    :return: the allocation, or ``None`` when ``context.pod_network.spec.provider`` is
-        not yours.
+    :return: the allocation (``None`` is an error: the pod network stays pending).
+
+    Routed (since 0.3.0): called on the plugin of ``context.pod_network.spec.provider`` and
+    on plugins that declare no provider, never on another provider's plugin.
 
     .. versionadded:: 0.1.0
     .. versionchanged:: 0.2.0
        ``context.namespace_annotations``.
     .. versionchanged:: 0.3.0
-       pool providers get the request resolved by core (``context.request``).
+       routed (before, every plugin was called and answered only for its own
+       provider); pool providers get the request resolved by core (``context.request``).
     """
 
 
@@ -352,7 +423,13 @@ def podnet_route(context: PodNetworkContext) -> RouteResult | None:
     Confirm the cloud attachment, or write the logical port, routes and NAT. Called again
     after ``repair`` and after crashes: must converge, never duplicate.
 
+    Routed (since 0.3.0): called on the plugin of ``context.pod_network.spec.provider`` and
+    on plugins that declare no provider, never on another provider's plugin.
+
     .. versionadded:: 0.1.0
+    .. versionchanged:: 0.3.0
+       routed (before, every plugin was called and answered only for its own
+       provider).
     """
 
 
@@ -363,7 +440,13 @@ def podnet_verify(context: PodNetworkContext) -> VerifyResult | None:
     A result with ``ok=False`` fires ``repair`` (``routed → allocated``) and then
     ``route`` again. Must make no write.
 
+    Routed (since 0.3.0): called on the plugin of ``context.pod_network.spec.provider`` and
+    on plugins that declare no provider, never on another provider's plugin.
+
     .. versionadded:: 0.1.0
+    .. versionchanged:: 0.3.0
+       routed (before, every plugin was called and answered only for its own
+       provider).
     """
 
 
@@ -374,7 +457,13 @@ def podnet_release(context: PodNetworkContext) -> ReleaseResult | None:
     Called only when the pod is gone, terminal, or past its deletion grace. Idempotent:
     a second call after a crash finds nothing to do and succeeds.
 
+    Routed (since 0.3.0): called on the plugin of ``context.pod_network.spec.provider`` and
+    on plugins that declare no provider, never on another provider's plugin.
+
     .. versionadded:: 0.1.0
+    .. versionchanged:: 0.3.0
+       routed (before, every plugin was called and answered only for its own
+       provider).
     """
 
 
@@ -395,9 +484,15 @@ def podnet_hold_address(context: PodNetworkContext) -> bool | None:
     core does not know. Core asks again whenever that StatefulSet's replicas change or it
     is deleted, so a held record is released as soon as the answer turns ``False``.
 
+    Routed (since 0.3.0): called on the plugin of ``context.pod_network.spec.provider`` and
+    on plugins that declare no provider, never on another provider's plugin.
+
     .. versionadded:: 0.1.0
     .. versionchanged:: 0.2.0
        ``context.workload``; ``None`` applies core's StatefulSet rule before the window.
+    .. versionchanged:: 0.3.0
+       routed (before, every plugin was called and answered only for its own
+       provider).
     """
 
 
@@ -414,19 +509,25 @@ def podnet_sweep(
     no event will ever name it again. Node-pool providers need nothing here: core sweeps
     their addresses through the inventories.
 
-    :param provider: the provider being swept; ignore other names.
+    :param provider: the provider being swept: yours (the call is routed).
     :param owners: the key (``namespace/name``) of every PodNetwork record of this
         provider, from a synced cache, including records that do not parse.
     :param remove: orphans you reported before that have stayed orphans for the grace
         (``leaked_ip_expiry``): remove each one that still has no owner now.
     :return: the names of everything of yours no owner claims now, removed ones left out
-        (core keeps the first-seen times), or ``None`` when ``provider`` is not yours.
+        (core keeps the first-seen times; ``None``: none).
 
     Called by the garbage collector at most every ``gc_period``. Report and remove only
     what you created (mark it, e.g. in the port's external ids); idempotent; a failure is
     logged and tried again next period.
 
+    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
+    provider, never on another provider's plugin.
+
     .. versionadded:: 0.2.0
+    .. versionchanged:: 0.3.0
+       routed (before, every plugin was called and answered only for its own
+       provider).
     """
 
 
@@ -437,7 +538,7 @@ def podnet_node_removed(provider: str, node: str) -> None:
     instance, views of its interfaces). A notification: make no cloud call that could
     block, never raise (a plugin that raises is logged and the others still hear it).
 
-    :param provider: the provider whose pool of the node was dropped; ignore other names.
+    :param provider: the provider whose pool of the node was dropped: yours.
     :param node: the node's name (the Node object may be gone from core's caches: map
         the name to your own keys, e.g. the instance id, when you first see the node).
 
@@ -445,7 +546,13 @@ def podnet_node_removed(provider: str, node: str) -> None:
     (a node no cache lists any more), once per dropped pool; a node that comes back
     under the same name starts afresh from its inventory.
 
+    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
+    provider, never on another provider's plugin.
+
     .. versionadded:: 0.2.0
+    .. versionchanged:: 0.3.0
+       routed (before, every plugin was called and answered only for its own
+       provider).
     """
 
 
@@ -456,10 +563,16 @@ def podnet_node_removed(provider: str, node: str) -> None:
 def podnet_classify_error(provider: str, error: BaseException) -> ErrorKind | None:
     """Map a provider's own exception (an SDK error) to a kind core can act on.
 
-    :return: the kind, or ``None`` when the error is not yours. Unclassified errors are
-        treated as ``transient``.
+    :return: the kind, or ``None`` when the error is not one of your SDK's (a plain
+        bug). Unclassified errors are treated as ``transient``.
+
+    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
+    provider, never on another provider's plugin.
 
     .. versionadded:: 0.1.0
+    .. versionchanged:: 0.3.0
+       routed (before, every plugin was called and answered only for its own
+       provider).
     """
 
 
@@ -469,6 +582,8 @@ def podnet_transition(event: TransitionEvent) -> None:
 
     Must not block. A listener that raises is logged and skipped; the others still get
     the event (the engine calls each listener on its own).
+
+    Broadcast (since 0.1.0): every plugin is told, each on its own.
 
     .. versionadded:: 0.1.0
     """

@@ -69,11 +69,13 @@ from podnet.core.tracing import (
     ATTR_TO,
     ATTR_TRIGGER,
 )
+from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
     AllocateContext,
     CloudInterface,
     NodeContext,
     PodNetworkContext,
+    ProviderInfo,
 )
 from podnet.testing.harness import Crash, FaultInjector, HookRecorder, World, hook_name
 
@@ -164,34 +166,61 @@ class ProviderConformance(abc.ABC):
             required |= {"podnet_interface_create", "podnet_interface_dispose"}
         assert required <= implemented, f"missing hooks: {sorted(required - implemented)}"
 
-    def test_answers_only_for_its_own_name(self, plugin_manager: pluggy.PluginManager,
-                                           hook_calls: HookRecorder,
-                                           ground_truth: Callable[[], Mapping[str, str]]
-                                           ) -> None:
+    def test_is_never_called_for_another_provider(
+            self, plugin_manager: pluggy.PluginManager, provider_plugin: Any,
+            hook_calls: HookRecorder, ground_truth: Callable[[], Mapping[str, str]]) -> None:
+        """Core routes a provider's calls to the plugin that declared it: with another
+        provider's plugin registered beside this one, no call for the other reaches this
+        plugin, and none changes this provider's cloud."""
         other = f"not-{self.provider_name}"
-        hook = plugin_manager.hook
-        before = dict(ground_truth())
-        node = NodeContext(node=NodeInfo(name="node-x", uid="uid-x", pod_cidr="10.250.0.0/24"))
-        pn = PodNetwork(metadata=ObjectMeta(name="x.default.00000000", namespace="demo"),
-                        spec=PodNetworkSpec(pod_name="x", pod_uid="00000000", node_name="node-x",
-                                            provider=other))
-        hook.podnet_configure(provider=other, config={"no-such-option": 1})
-        assert hook.podnet_node_inventory(provider=other, node=node) is None
-        assert hook.podnet_pool_grow(provider=other, node=node, interface=None, count=1,
-                                     subnet=None) is None
-        assert hook.podnet_pool_shrink(provider=other, node=node, entries=[]) is None
-        assert hook.podnet_interface_create(provider=other, node=node, subnet=None,
-                                            ip_count=1) is None
-        assert hook.podnet_interface_dispose(provider=other, node=node,
-                                             interface=CloudInterface(id="itf-x")) is None
-        assert hook.podnet_address_space(provider=other, node=node) is None
-        assert hook.podnet_allocate(context=AllocateContext(pod_network=pn, node=node)) is None
-        ctx = PodNetworkContext(pod_network=pn, node=node)
-        assert hook.podnet_route(context=ctx) is None
-        assert hook.podnet_verify(context=ctx) is None
-        assert hook.podnet_release(context=ctx) is None
-        assert hook.podnet_classify_error(provider=other, error=RuntimeError("x")) is None
-        assert dict(ground_truth()) == before, "a call for another provider changed the cloud"
+        plugin_manager.register(_OtherProvider(other), name=other)
+        reached: list[str] = []
+
+        def watch(hook: str, impls: Sequence[Any], _kwargs: Mapping[str, Any]) -> None:
+            if any(impl.plugin is provider_plugin for impl in impls):
+                reached.append(hook)
+
+        undo = plugin_manager.add_hookcall_monitoring(watch, lambda *_: None)
+        try:
+            providers = Providers(plugin_manager)
+            assert providers.plugins[self.provider_name] is provider_plugin
+            reached.clear()  # declaring a provider asks each plugin, this one too
+            truth = dict(ground_truth())
+            node = NodeContext(node=NodeInfo(name="node-x", uid="uid-x",
+                                             pod_cidr="10.250.0.0/24"))
+            pn = PodNetwork(metadata=ObjectMeta(name="x.default.00000000", namespace="demo"),
+                            spec=PodNetworkSpec(pod_name="x", pod_uid="00000000",
+                                                node_name="node-x", provider=other))
+            ctx = PodNetworkContext(pod_network=pn, node=node)
+
+            def routed(hook: str, **kwargs: Any) -> Any:
+                return providers.hook(other, hook)(**kwargs)
+
+            routed("podnet_configure", provider=other, config={"no-such-option": 1})
+            assert routed("podnet_node_inventory", provider=other, node=node) is None
+            assert routed("podnet_pool_grow", provider=other, node=node, interface=None,
+                          count=1, subnet=None) is None
+            assert routed("podnet_pool_shrink", provider=other, node=node, entries=[]) is None
+            assert routed("podnet_interface_create", provider=other, node=node, subnet=None,
+                          ip_count=1) is None
+            assert routed("podnet_interface_dispose", provider=other, node=node,
+                          interface=CloudInterface(id="itf-x")) is None
+            assert routed("podnet_node_check", provider=other, node=node) is None
+            assert routed("podnet_address_space", provider=other, node=node) is None
+            assert routed("podnet_allocate",
+                          context=AllocateContext(pod_network=pn, node=node)) is None
+            assert routed("podnet_route", context=ctx) is None
+            assert routed("podnet_verify", context=ctx) is None
+            assert routed("podnet_release", context=ctx) is None
+            assert routed("podnet_hold_address", context=ctx) is None
+            assert routed("podnet_sweep", provider=other, owners=(), remove=()) is None
+            routed("podnet_node_removed", provider=other, node="node-x")
+            assert routed("podnet_classify_error", provider=other,
+                          error=RuntimeError("x")) is None
+        finally:
+            undo()
+        assert reached == [], f"calls for {other} reached this plugin: {reached}"
+        assert dict(ground_truth()) == truth, "a call for another provider changed the cloud"
         assert all(c.error is None for c in hook_calls), [c for c in hook_calls if c.error]
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -470,14 +499,15 @@ class ProviderConformance(abc.ABC):
                                   world: World, provider_name: str) -> None:
         samples = self.error_samples()
         assert samples, "error_samples() must name at least one error"
-        hook = plugin_manager.hook
+        providers = Providers(plugin_manager)
+        mine = providers.hook(provider_name, "podnet_classify_error")
+        others = providers.hook(f"not-{provider_name}", "podnet_classify_error")
         for error, kind in samples:
-            assert hook.podnet_classify_error(provider=provider_name, error=error) == kind, error
-            assert world.engine.classify(provider_name, error) is kind
-            assert hook.podnet_classify_error(provider=f"not-{provider_name}",
-                                              error=error) is None
-        assert hook.podnet_classify_error(provider=provider_name,
-                                          error=RuntimeError("not an SDK error")) is None
+            assert mine(provider=provider_name, error=error) == kind, error
+            assert world.engine.gateway.classify(provider_name, error) is kind
+            # routed: another provider's errors never reach this classifier
+            assert others(provider=f"not-{provider_name}", error=error) is None
+        assert mine(provider=provider_name, error=RuntimeError("not an SDK error")) is None
 
     # --- the records' wire form ---------------------------------------------------------
 
@@ -555,3 +585,14 @@ class ProviderConformance(abc.ABC):
         world.add_pod("p0", 0)
         with pytest.raises(Crash):
             world.engine.run_until_idle()
+
+
+class _OtherProvider:
+    """A second provider beside the one under test: it declares itself, nothing more."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @hookimpl
+    def podnet_register_provider(self) -> ProviderInfo:
+        return ProviderInfo(name=self.name, version="0")

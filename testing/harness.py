@@ -82,7 +82,7 @@ EFFECT_HOOKS: tuple[str, ...] = (
     "podnet_interface_create",
     "podnet_interface_dispose",
 )
-#: every hook the engine calls through ``Engine.call`` (counted in ``stats.provider_calls``)
+#: the hooks of a provider's cloud or dataplane work (counted in ``stats.provider_calls``)
 PROVIDER_HOOKS: tuple[str, ...] = (*EFFECT_HOOKS, "podnet_node_inventory", "podnet_verify")
 
 Moment = Literal["before", "after"]

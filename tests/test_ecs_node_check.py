@@ -15,6 +15,7 @@ from alibabacloud_tea_openapi import models as open_api_models
 
 from podnet.core.cluster.port import EVENT, NODE, NODE_NETWORK, Obj
 from podnet.core.models import NodeInfo
+from podnet.core.plugin import Providers, new_plugin_manager
 from podnet.core.policy import PoolPolicy
 from podnet.hookspecs.types import NodeContext
 from podnet.plugins.ecs.demo import REGION, SECURITY_GROUPS, EcsWorld, instance_id_for
@@ -168,7 +169,12 @@ def test_the_same_groups_in_another_order_are_no_drift(ecs: EcsWorld) -> None:
     findings = plugin.podnet_node_check("ecs", node)
     assert findings is not None and [f.interface for f in findings] == [eni_id.id]
     assert findings[0].reason == "SecurityGroupDrift"
-    assert plugin.podnet_node_check("other", node) is None
+    calls = dict(ecs.sim.calls)
+    # routed: a node check for another provider never reaches the ECS plugin
+    pm = new_plugin_manager()
+    pm.register(plugin, name="ecs")
+    assert Providers(pm).hook("other", "podnet_node_check")(provider="other", node=node) is None
+    assert dict(ecs.sim.calls) == calls
 
 
 def test_the_simulator_keeps_and_reports_security_groups(ecs: EcsWorld, client: Client

@@ -40,8 +40,9 @@ REFERENCE_MUST_IMPLEMENT = frozenset(
     )
 )
 
-#: per-provider hooks that every plugin receives anyway (each answers for its own name)
-BROADCAST_PER_PROVIDER = frozenset({"podnet_configure", "podnet_node_removed"})
+#: per-provider hooks that are notifications: every implementation they are routed to is
+#: called (the provider's plugin and those that declare no provider), none answers
+NOTIFICATIONS_PER_PROVIDER = frozenset({"podnet_configure", "podnet_node_removed"})
 
 
 def _hook_functions() -> dict[str, Callable[..., Any]]:
@@ -122,14 +123,14 @@ def test_per_provider_hooks_are_found() -> None:
     assert {"podnet_allocate", "podnet_classify_error", "podnet_configure"} <= set(PER_PROVIDER)
     assert "podnet_register_provider" not in PER_PROVIDER
     assert "podnet_transition" not in PER_PROVIDER
-    assert set(PER_PROVIDER) >= BROADCAST_PER_PROVIDER
+    assert set(PER_PROVIDER) >= NOTIFICATIONS_PER_PROVIDER
 
 
 @pytest.mark.parametrize("name", PER_PROVIDER)
 def test_per_provider_hook_is_firstresult(name: str) -> None:
     firstresult = _spec(name)["firstresult"]
-    if name in BROADCAST_PER_PROVIDER:
-        assert firstresult is False, f"{name} must reach every plugin"
+    if name in NOTIFICATIONS_PER_PROVIDER:
+        assert firstresult is False, f"{name} must reach every implementation routed to"
     else:
         assert firstresult is True, f"{name} is answered by one provider"
 
@@ -139,6 +140,20 @@ def test_per_provider_hook_is_firstresult(name: str) -> None:
 )
 def test_collecting_hooks_are_not_firstresult(name: str) -> None:
     assert _spec(name)["firstresult"] is False
+
+
+@pytest.mark.parametrize("name", HOOK_NAMES)
+def test_hook_docstring_says_whether_it_is_routed_or_broadcast(name: str) -> None:
+    doc = " ".join((inspect.getdoc(HOOKS[name]) or "").split())
+    if name in PER_PROVIDER:
+        assert "Routed (since 0.3.0): called on" in doc, name
+        # a hook older than routing says when it became routed; a newer one always was
+        assert (".. versionchanged:: 0.3.0 routed" in doc
+                or ".. versionadded:: 0.3.0" in doc), name
+        assert "Broadcast" not in doc, name
+    else:
+        assert "Broadcast (since 0.1.0): every plugin" in doc, name
+        assert "Routed" not in doc, name
 
 
 def test_module_docstring_lists_every_hook() -> None:

@@ -312,34 +312,52 @@ def test_configure_reaches_only_the_named_provider() -> None:
     assert info.value.key == "providers.a.bogus"
 
 
-# --- firstresult: the provider in charge answers, the others stay silent ------------------
+# --- routing: the provider named answers, the others are never asked ---------------------
+
+
+def test_providers_know_which_plugin_declared_each_provider() -> None:
+    pm, a, b = _two_providers()
+    listener = Listener()
+    pm.register(listener, name="listener")
+    pm.register(Unversioned(), name="unversioned")
+    assert Providers(pm).plugins == {"a": a, "b": b, "listener": listener}
 
 
 def test_classify_error_is_answered_by_the_named_provider_only() -> None:
     pm, _, _ = _two_providers()
+    providers = Providers(pm)
+
+    def classify(provider: str, error: BaseException) -> object:
+        return providers.hook(provider, "podnet_classify_error")(provider=provider, error=error)
+
     error = ReferenceCloudError("Throttling", "x")
-    assert pm.hook.podnet_classify_error(provider="b", error=error) is ErrorKind.THROTTLED
-    assert pm.hook.podnet_classify_error(provider="a", error=error) is ErrorKind.THROTTLED
-    assert pm.hook.podnet_classify_error(provider="nope", error=error) is None
+    assert classify("b", error) is ErrorKind.THROTTLED
+    assert classify("a", error) is ErrorKind.THROTTLED
+    assert classify("nope", error) is None
     # not the provider's own error type: nobody claims it
-    assert pm.hook.podnet_classify_error(provider="b", error=ValueError("x")) is None
+    assert classify("b", ValueError("x")) is None
 
 
 def test_firstresult_hook_calls_only_the_named_providers_cloud() -> None:
     pm, a, b = _two_providers()
+    providers = Providers(pm)
     node = NodeContext(node=NodeInfo(name="n1", uid="u1", pod_cidr="10.0.0.0/24"))
-    inventory = pm.hook.podnet_node_inventory(provider="b", node=node)
+
+    def inventory_of(provider: str) -> object:
+        return providers.hook(provider, "podnet_node_inventory")(provider=provider, node=node)
+
+    inventory = inventory_of("b")
     assert isinstance(inventory, Inventory)  # a single answer, not a list
     assert [itf.id for itf in inventory.interfaces] == ["eth0"]
     assert b.cloud.calls["Describe"] == 1
     assert sum(a.cloud.calls.values()) == 0
     assert "n1" in b.cloud.nodes and "n1" not in a.cloud.nodes
 
-    assert pm.hook.podnet_node_inventory(provider="a", node=node) is not None
+    assert inventory_of("a") is not None
     assert a.cloud.calls["Describe"] == 1
     assert b.cloud.calls["Describe"] == 1
 
-    assert pm.hook.podnet_node_inventory(provider="nope", node=node) is None
+    assert inventory_of("nope") is None
     assert a.cloud.calls["Describe"] == 1
     assert b.cloud.calls["Describe"] == 1
 
@@ -352,11 +370,33 @@ def test_a_later_registered_provider_does_not_shadow_an_earlier_one() -> None:
     pm.register(first, name="first")
     pm.register(last, name="last")  # pluggy calls this one first
     node = NodeContext(node=NodeInfo(name="n", uid="u", pod_cidr="10.1.0.0/24"))
-    entries = pm.hook.podnet_pool_grow(provider="first", node=node, interface=None, count=2,
-                                       subnet=None)
+    entries = Providers(pm).hook("first", "podnet_pool_grow")(
+        provider="first", node=node, interface=None, count=2, subnet=None)
     assert [e.address for e in entries] == ["10.1.0.2", "10.1.0.3"]
     assert first.cloud.all_addresses() == {"10.1.0.2": "n", "10.1.0.3": "n"}
     assert last.cloud.all_addresses() == {}
+
+
+def test_a_routed_hook_keeps_the_plugins_that_declare_no_provider() -> None:
+    """Hook wrappers and plugins that declare no provider take part in every provider's
+    calls, including those registered after the route was first used."""
+    pm, _, _ = _two_providers()
+    providers = Providers(pm)
+    seen: list[str] = []
+
+    class Wrapper:
+        @hookimpl(wrapper=True)
+        def podnet_node_inventory(self, provider: str) -> Iterator[None]:
+            seen.append(provider)
+            return (yield)
+
+    node = NodeContext(node=NodeInfo(name="n1", uid="u1", pod_cidr="10.0.0.0/24"))
+    route = providers.hook("a", "podnet_node_inventory")
+    assert route(provider="a", node=node) is not None
+    pm.register(Wrapper(), name="wrapper")
+    assert route(provider="a", node=node) is not None
+    assert providers.hook("b", "podnet_node_inventory")(provider="b", node=node) is not None
+    assert seen == ["a", "b"]
 
 
 def test_register_provider_collects_every_answer() -> None:

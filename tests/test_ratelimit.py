@@ -215,7 +215,7 @@ def test_bbc_reads_take_their_apis_bucket_so_the_cloud_never_throttles_them() ->
         register_nodes(sim, names)
         plugin = provider_for(sim, subnets=["sbn-demo-a"])
         engine = _engine(plugin, "bbc", RateLimit(rate=5.0, burst=2))
-        assert "bbc" in engine.self_limited
+        assert "bbc" in engine.gateway.self_limited
         nodes = [NodeContext(node=NodeInfo(name=n, uid=n, provider_id=f"bbc://{n}"))
                  for n in names]
         errors = _burst(12, 4, lambda i: plugin.podnet_node_inventory(
@@ -224,7 +224,7 @@ def test_bbc_reads_take_their_apis_bucket_so_the_cloud_never_throttles_them() ->
         assert errors == []
         assert sim.calls["vpcPort"] == 12 and sim.calls["getSubnet"] == 8
         assert sim.throttled == Counter(), sim.throttled
-        buckets = engine.cloud_limiters["bbc"].buckets()
+        buckets = engine.gateway.cloud_limiters["bbc"].buckets()
         assert buckets["vpcPort"].waits > 0 and buckets["getSubnet"].waits > 0
     finally:
         sim.stop()
@@ -240,7 +240,7 @@ def test_a_throttled_answer_is_still_classified_throttled() -> None:
         plugin = provider_for(sim)
         engine = _engine(plugin, "bbc", RateLimit(rate=1.0, burst=1),
                          overrides=(("vpcPort", RateLimit(rate=100.0, burst=10)),))
-        limiter = engine.cloud_limiters["bbc"]
+        limiter = engine.gateway.cloud_limiters["bbc"]
         assert limiter.bucket("vpcPort").rate == 100.0 and limiter.bucket("getSubnet").rate == 1
         node = NodeContext(node=NodeInfo(name="node-0000", uid="u", provider_id="bbc://node-0000"))
         errors = _burst(4, 1, lambda i: plugin.podnet_node_inventory(provider="bbc", node=node))
@@ -258,7 +258,7 @@ def test_ecs_reads_and_attach_polls_take_their_actions_bucket() -> None:
     names = [node_name(i) for i in range(2)]
     try:
         engine = _engine(world.plugin, "ecs", RateLimit(rate=5.0, burst=2))
-        assert "ecs" in engine.self_limited
+        assert "ecs" in engine.gateway.self_limited
         nodes = [NodeContext(node=NodeInfo(
             name=n, uid=n, labels={"node.kubernetes.io/instance-type": INSTANCE_TYPE},
             provider_id=f"cn-hangzhou.{instance_id_for(n)}")) for n in names]

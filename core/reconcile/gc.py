@@ -22,14 +22,16 @@ from podnet.hookspecs.types import NodeContext, PoolEntry
 
 if TYPE_CHECKING:
     from podnet.core.engine import Engine
+    from podnet.core.gateway import ProviderGateway
     from podnet.core.pool import NodePool
 
 log = logging.getLogger("podnet.gc")
 
 
 class GarbageCollector:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, gateway: ProviderGateway) -> None:
         self.e = engine
+        self.gateway = gateway
         self.swept: int = 0
         #: monotonic time each own-IPAM provider was last swept
         self._swept_at: dict[str, float] = {}
@@ -75,8 +77,7 @@ class GarbageCollector:
             expired = frozenset(o for o, first in seen.items()
                                 if now - first >= policy.leaked_ip_expiry and o not in owners)
             try:
-                found = e.call(name, "podnet_sweep", provider=name, owners=frozenset(owners),
-                               remove=expired)
+                found = self.gateway.sweep(name, frozenset(owners), expired)
             except Exception as exc:
                 log.info("sweep of provider %s: %s", name, exc)
                 continue
@@ -115,9 +116,9 @@ class GarbageCollector:
             return
         where = {**inventory.all_ips(), **inventory.all_ipv6()}
         entries = [PoolEntry(ip, where[ip].id, where[ip].subnet) for ip in expired if ip in where]
-        gone = e.call(pool.provider, "podnet_pool_shrink", provider=pool.provider,
-                      node=NodeContext(node=node, network=e.node_networks.get(pool.node)),
-                      entries=entries)
+        gone = self.gateway.pool_shrink(
+            pool.provider, NodeContext(node=node, network=e.node_networks.get(pool.node)),
+            entries)
         deleted = gone or ()
         pool.suspects_deleted(deleted)
         self.swept += len(deleted)

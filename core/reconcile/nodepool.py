@@ -24,15 +24,14 @@ idle addresses were podnet's). Then, each pass:
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import attrs
 
 from podnet.core.cluster.port import NODE_NETWORK, Conflict, NotFound
 from podnet.core.errors import ErrorKind, PodnetError, ProviderError, describe, one_line
-from podnet.core.machines import DELETED, ENI_MACHINE
+from podnet.core.machines import DELETED, ENI_MACHINE, recorded_as, state_of
 from podnet.core.models import (
     Condition,
     InterfaceState,
@@ -48,35 +47,36 @@ from podnet.core.models import (
 )
 from podnet.core.policy import PoolPolicy
 from podnet.core.pool import Deferred, GrowPlan, Interface, NodePool
-from podnet.core.ratelimit import TokenBucket
 from podnet.core.reconcile.result import DONE, Result
 from podnet.core.tracing import ATTR_INTERFACE, ATTR_NODE
-from podnet.core.validate import check_entries, check_inventory
+from podnet.core.transition import Subject, Transitions
+from podnet.core.validate import check_entries
 from podnet.hookspecs.types import (
     CloudInterface,
     Inventory,
     NodeContext,
     NodeFinding,
     PoolEntry,
-    TransitionEvent,
 )
 
 if TYPE_CHECKING:
     from podnet.core.engine import Engine
+    from podnet.core.gateway import ProviderGateway
 
 log = logging.getLogger("podnet.nodepool")
 
-_STATE_NAME = {s: s.value.lower() for s in InterfaceState}
-_NAME_STATE = {v: k for k, v in _STATE_NAME.items()}
+T = TypeVar("T")
+
 #: after a rate-limit answer, wait about this long (with jitter) before the next call
 _THROTTLE_WAIT = 0.2
 
 
 class NodePoolReconciler:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, gateway: ProviderGateway,
+                 transitions: Transitions) -> None:
         self.e = engine
-        self._buckets: dict[str, TokenBucket] = {}
-        self._buckets_lock = threading.Lock()
+        self.gateway = gateway
+        self.transitions = transitions
         #: per node: when (monotonic) ``podnet_node_check`` is next due, and the findings
         #: of its last check (reported already: not again while they persist)
         self._next_check: dict[str, float] = {}
@@ -148,15 +148,7 @@ class NodePoolReconciler:
         e.pools.drop_node(name)
         self._forget_checks(name)
         for provider in providers:
-            kwargs = {"provider": provider, "node": name}
-            # each plugin on its own, as transition listeners are: one that raises does
-            # not keep the others from hearing it
-            for impl in e.pm.hook.podnet_node_removed.get_hookimpls():
-                try:
-                    impl.function(**{k: v for k, v in kwargs.items() if k in impl.argnames})
-                except Exception:
-                    log.exception("podnet_node_removed(%s, %s) of plugin %s failed",
-                                  provider, name, impl.plugin_name)
+            self.gateway.node_removed(provider, name)
 
     def _unavailable(self, node: NodeInfo, provider: str, pool: NodePool, problem: str) -> str:
         """The pool could not be read: say which node and instance, keep it for the pod
@@ -195,9 +187,8 @@ class NodePoolReconciler:
         self._next_check[node.name] = now + period
         current = e.node_networks.get(nn.metadata.name) or nn
         try:
-            found = e.call(provider, "podnet_node_check", provider=provider,
-                           node=NodeContext(node=node, network=current))
-            findings = _check_findings(provider, found)
+            findings = self.gateway.node_check(provider,
+                                               NodeContext(node=node, network=current))
         except Exception as exc:
             log.warning("node %s: podnet_node_check of %s failed (tried again in %gs): %s",
                         node.name, provider, period, exc)
@@ -385,43 +376,33 @@ class NodePoolReconciler:
 
     def inventory(self, node: NodeInfo, nn: NodeNetwork | None, provider: str) -> Inventory:
         ctx = NodeContext(node=node, network=nn)
-        inventory: Inventory | None = self.e.call(provider, "podnet_node_inventory",
-                                                  provider=provider, node=ctx)
+        inventory = self.gateway.node_inventory(provider, ctx)
         if inventory is None:
             raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} gave no inventory")
-        return check_inventory(provider, inventory)
+        return inventory
 
     # --- interfaces: the ENI machine --------------------------------------------------
 
-    def _eni(self, node: NodeInfo, provider: str, itf: Interface, trigger: str,
-             action: Callable[[], Any] | None = None) -> Any:
-        e = self.e
-        source = _STATE_NAME[itf.state]
-        with e.tracing.transition(
-            "eni", trigger, source=source, provider=provider, obj=f"{node.name}/{itf.id}",
-            traceparent=None, attributes={ATTR_NODE: node.name, ATTR_INTERFACE: itf.id},
-        ) as span:
-            try:
-                dest, result = ENI_MACHINE.fire(source, trigger, action)
-            except BaseException as exc:
-                e.stats.failed_transitions[f"eni.{trigger}"] += 1
-                self._broadcast(node, provider, itf, trigger, source, None, exc)
-                raise
-            span.succeeded(dest)
-        e.stats.transitions[f"eni.{trigger}"] += 1
-        if dest != DELETED:
-            itf.state = _NAME_STATE[dest]
-        self._broadcast(node, provider, itf, trigger, source, dest, None)
-        return result
+    @overload
+    def _eni(self, node: NodeInfo, provider: str, itf: Interface, trigger: str) -> None: ...
 
-    def _broadcast(self, node: NodeInfo, provider: str, itf: Interface, trigger: str,
-                   source: str, dest: str | None, exc: BaseException | None) -> None:
-        event = TransitionEvent(
-            machine="eni", trigger=trigger, source=source, dest=dest,
-            object_key=f"{node.name}/{itf.id}", provider=provider, ok=exc is None,
-            error=type(exc).__name__ if exc else None,
-        )
-        self.e.notify(event)
+    @overload
+    def _eni(self, node: NodeInfo, provider: str, itf: Interface, trigger: str,
+             action: Callable[[], T]) -> T: ...
+
+    def _eni(self, node: NodeInfo, provider: str, itf: Interface, trigger: str,
+             action: Callable[[], T] | None = None) -> T | None:
+        """Fire ``trigger`` on ``itf``, running ``action`` (the provider call) first; the
+        interface's state follows. Raises what failed, the state unchanged."""
+        source = state_of(itf.state)
+        subject = Subject(key=f"{node.name}/{itf.id}", provider=provider, state=source,
+                          span_attributes={ATTR_NODE: node.name, ATTR_INTERFACE: itf.id})
+        result = self.transitions.run(ENI_MACHINE, subject, trigger,
+                                      lambda _span: action() if action is not None else None)
+        dest = ENI_MACHINE.target(trigger, source)
+        if dest != DELETED:
+            itf.state = recorded_as(InterfaceState, dest)
+        return result
 
     def _recover(self, node: NodeInfo, pool: NodePool, provider: str) -> None:
         for itf in pool.recoverable(self.e.clock.monotonic()):
@@ -452,7 +433,7 @@ class NodePoolReconciler:
             if plan.waiting:
                 e.wake(plan.waiting)
             return _deferred(plan)
-        wait = self._take_token(provider)
+        wait = self.gateway.admit(provider)
         if wait:
             return Result(requeue_after=wait)
         if plan.no_interface is not None:
@@ -465,53 +446,26 @@ class NodePoolReconciler:
                 created, entries = self._new_interface(node, nn, provider, pool, plan)
             else:
                 ctx = NodeContext(node=node, network=nn)
-                got = e.call(provider, "podnet_pool_grow", provider=provider, node=ctx,
-                             interface=itf.cloud(pool.ipv4_on(itf.id), pool.ipv6_on(itf.id))
-                             if itf else None,
-                             count=count, subnet=subnet)
-                entries = check_entries(provider, "pool_grow", got)
+                entries = self.gateway.pool_grow(
+                    provider, ctx,
+                    itf.cloud(pool.ipv4_on(itf.id), pool.ipv6_on(itf.id)) if itf else None,
+                    count, subnet)
         except Exception as exc:
             return self._grow_failed(node, provider, pool, policy, plan, exc, nn)
         pool.grew(entries, now, created)
         e.wake(plan.waiting)
         return Result(requeue_after=0.0) if len(entries) < plan.need else DONE
 
-    def _take_token(self, provider: str) -> float:
-        """Client-side token bucket per provider, taken before each cloud call.
-
-        :return: 0 when a token was taken; else the seconds until one is there. The
-        caller requeues the node for then instead of sleeping on a worker. A provider
-        that takes its per-API buckets itself (``podnet_cloud_limiter``) is not limited
-        twice: 0 at once.
-        """
-        if provider in self.e.self_limited:
-            return 0.0
-        with self._buckets_lock:
-            bucket = self._buckets.get(provider)
-            if bucket is None:
-                bucket = self._buckets[provider] = TokenBucket.from_policy(
-                    self.e.policy(provider).cloud_rate, self.e.clock)
-        if bucket.try_acquire():
-            return 0.0
-        return max((1.0 - bucket.available()) / bucket.rate, 0.001)
-
-    def buckets(self) -> dict[str, TokenBucket]:
-        with self._buckets_lock:
-            return dict(self._buckets)
-
     def _new_interface(self, node: NodeInfo, nn: NodeNetwork, provider: str, pool: NodePool,
                        plan: GrowPlan) -> tuple[CloudInterface, list[PoolEntry]]:
         """The interface ``plan`` asks for, made: it and its addresses."""
-        e = self.e
         subnet, count = plan.subnet, plan.count
         itf = Interface(id=f"pending-{len(pool.interfaces)}", state=InterfaceState.INITIALIZING,
                         subnet=subnet)
         ctx = NodeContext(node=node, network=nn)
 
         def create() -> CloudInterface:
-            created: CloudInterface | None = e.call(
-                provider, "podnet_interface_create", provider=provider, node=ctx,
-                subnet=subnet, ip_count=count)
+            created = self.gateway.interface_create(provider, ctx, subnet, count)
             if created is None:
                 raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} made no interface")
             return created
@@ -531,7 +485,7 @@ class NodePoolReconciler:
     def _grow_failed(self, node: NodeInfo, provider: str, pool: NodePool, policy: PoolPolicy,
                      plan: GrowPlan, exc: Exception, nn: NodeNetwork) -> Result:
         e = self.e
-        kind = e.classify(provider, exc)
+        kind = self.gateway.classify(provider, exc)
         itf = plan.interface
         subject = getattr(exc, "subject", None) or plan.subnet or (itf.subnet if itf else None)
         where = f" ({subject})" if subject else ""
@@ -559,15 +513,15 @@ class NodePoolReconciler:
             plan = pool.plan_shrink(policy, now, halves_only)
             if isinstance(plan, Deferred):
                 return _deferred(plan)
-            wait = self._take_token(provider)
+            wait = self.gateway.admit(provider)
             if wait:
                 return Result(requeue_after=wait)
             entries = pool.shrinking(plan)
         try:
-            gone = e.call(provider, "podnet_pool_shrink", provider=provider,
-                          node=NodeContext(node=node, network=nn), entries=entries)
+            gone = self.gateway.pool_shrink(provider, NodeContext(node=node, network=nn),
+                                            entries)
         except Exception as exc:
-            kind = e.classify(provider, exc)
+            kind = self.gateway.classify(provider, exc)
             # the cloud may have removed them (a lost answer; or, throttled, an SDK's
             # retry after a first attempt did the work): they stay out of the pool until
             # the next inventory says which are still there
@@ -599,13 +553,12 @@ class NodePoolReconciler:
             # no longer lists, which the next run must still finish off
             self._write(nn, pool)
             ctx = NodeContext(node=node, network=nn)
-            wait = self._take_token(provider)
+            wait = self.gateway.admit(provider)
             if wait:
                 return Result(requeue_after=wait)
 
             def dispose(itf: Interface = itf, ctx: NodeContext = ctx) -> None:
-                done = e.call(provider, "podnet_interface_dispose", provider=provider,
-                              node=ctx, interface=itf.cloud())
+                done = self.gateway.interface_dispose(provider, ctx, itf.cloud())
                 if not done:
                     raise ProviderError(ErrorKind.TRANSIENT, f"{itf.id} is still detaching")
 
@@ -633,20 +586,6 @@ def _entries_of(pool: NodePool, created: CloudInterface) -> list[PoolEntry]:
     out += [PoolEntry(ip, created.id, created.subnet)
             for ip in (*created.ips[n:], *created.ipv6[n:])]
     return out
-
-
-def _check_findings(provider: str, found: Any) -> tuple[NodeFinding, ...]:
-    """What ``podnet_node_check`` answered, checked, in order, each finding once."""
-    if found is None:
-        return ()  # no plugin checks this provider's nodes
-    if isinstance(found, str | bytes) or not isinstance(found, Sequence):
-        raise ProviderError(ErrorKind.FATAL, f"provider {provider!r}: node_check answered "
-                            f"{type(found).__name__}, not a sequence of NodeFinding")
-    for i, finding in enumerate(found):
-        if not isinstance(finding, NodeFinding) or not finding.reason:
-            raise ProviderError(ErrorKind.FATAL, f"provider {provider!r}: node_check[{i}] "
-                                f"is not a NodeFinding with a reason: {finding!r}")
-    return tuple(dict.fromkeys(found))
 
 
 def _reported_before(nn: NodeNetwork, findings: tuple[NodeFinding, ...]

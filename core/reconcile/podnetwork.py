@@ -48,7 +48,7 @@ from podnet.core.errors import (
     describe,
     one_line,
 )
-from podnet.core.machines import POD_NETWORK_MACHINE
+from podnet.core.machines import POD_NETWORK_MACHINE, state_of
 from podnet.core.models import (
     DEFAULT_NETWORK,
     FINALIZER,
@@ -86,8 +86,9 @@ from podnet.core.tracing import (
     ATTR_NAMESPACE,
     ATTR_NODE,
     ATTR_POD,
+    TransitionSpan,
 )
-from podnet.core.validate import check_address_space, check_allocation
+from podnet.core.transition import Subject, Transitions
 from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
@@ -95,13 +96,11 @@ from podnet.hookspecs.types import (
     NodeContext,
     PodNetworkContext,
     ReleaseResult,
-    RouteResult,
-    TransitionEvent,
-    VerifyResult,
 )
 
 if TYPE_CHECKING:
     from podnet.core.engine import Engine
+    from podnet.core.gateway import ProviderGateway
 
 log = logging.getLogger("podnet.podnetwork")
 
@@ -110,13 +109,8 @@ T = TypeVar("T")
 READY = "Ready"
 #: False while a pod has ``podnet.io/`` annotations podnet does not know (ignored)
 ANNOTATIONS = "AnnotationsRecognized"
-_PHASE_STATE = {
-    Phase.PENDING: "pending",
-    Phase.ALLOCATED: "allocated",
-    Phase.ROUTED: "routed",
-    Phase.RELEASING: "releasing",
-}
-_STATE_PHASE = {v: k for k, v in _PHASE_STATE.items()}
+#: span attribute: why a record changes without its pod asking (repair, readdress)
+ATTR_DRIFT = "podnet.drift"
 #: how long to wait before looking again at a pod network waiting for an address
 _WAIT_RECHECK = 5.0
 
@@ -157,8 +151,11 @@ def ready_condition(pn: PodNetwork) -> Condition | None:
 
 
 class PodNetworkReconciler:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, gateway: ProviderGateway,
+                 transitions: Transitions) -> None:
         self.e = engine
+        self.gateway = gateway
+        self.transitions = transitions
         #: monotonic time each routed record is next verified at (in memory only)
         self._verify_at: dict[str, float] = {}
         #: (pod key, uid) whose record someone else deleted while the pod looked alive:
@@ -353,10 +350,9 @@ class PodNetworkReconciler:
         out = {DEFAULT_NETWORK: Desired(provider, request, sticky, invalid, warnings)}
         # who serves each attachment: the operator's config first, then the plugins
         served_by = {n: e.options.networks[n] for n in names if n in e.options.networks}
-        for extra in e.hook.podnet_select_networks(pod=pod, node=node):
-            for attachment in extra or ():
-                if attachment.provider in e.providers:
-                    served_by.setdefault(attachment.network, attachment.provider)
+        for attachment in self.gateway.select_networks(pod, node):
+            if attachment.provider in e.providers:
+                served_by.setdefault(attachment.network, attachment.provider)
         for network in dict.fromkeys((*names, *served_by)):
             if network in served_by:
                 out[network] = self._attachment(pod, node, provider, network,
@@ -632,15 +628,12 @@ class PodNetworkReconciler:
         e = self.e
         old = pn.status.ip
         conflict = e.conflicts.get(pn.key)
-        try:
-            with self._transition(pn, "readdress", pod) as span:
-                span.set("podnet.drift", why)
-                pn = self._fire(pn, "readdress", lambda: self._write_phase(
-                    pn, Phase.PENDING, span, reason=reason, message=why, ip=None, ipv6=None,
-                    subnet=None, gateway=None, interface=None), span)
-        except BaseException as exc:
-            self._failed(pn, "readdress", exc, span)
+        readdressed = self._run(pn, "readdress", lambda span: self._write_phase(
+            pn, Phase.PENDING, span, reason=reason, message=why, ip=None, ipv6=None,
+            subnet=None, gateway=None, interface=None), drift=why)
+        if readdressed is None:
             return pn
+        pn = readdressed
         e.conflicts.pop(pn.key, None)
         lost = self._lost.pop(pn.key, None)
         if lost is not None:
@@ -803,14 +796,14 @@ class PodNetworkReconciler:
         writing = False
         undo: list[Callable[[], object]] = []
 
-        def allocate() -> PodNetwork:
+        def allocate(span: TransitionSpan) -> PodNetwork:
             nonlocal writing
             answer = self._take_back(pn, ctx, reservation)
             if answer is None:
                 answer = self._ask(ctx, reservation)
             if answer is None:
                 raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} did not allocate")
-            allocation = check_allocation(provider, answer, pn.spec.requests)
+            allocation = answer
             undo.extend(self._claim(pn, allocation, reservation))
             writing = True
             return self._write_phase(pn, Phase.ALLOCATED, span, ip=allocation.ip,
@@ -818,10 +811,7 @@ class PodNetworkReconciler:
                                      subnet=allocation.subnet, gateway=allocation.gateway,
                                      interface=allocation.interface)
 
-        try:
-            with self._transition(pn, "allocate", pod) as span:
-                updated = self._fire(pn, "allocate", allocate, span)
-        except BaseException as exc:
+        def not_allocated(exc: BaseException) -> None:
             # a write whose answer was lost may have landed: the address stays with this
             # record until a later write proves otherwise (a 409 or 404 proves it did not)
             maybe_written = writing and not isinstance(exc, Conflict | NotFound)
@@ -835,7 +825,10 @@ class PodNetworkReconciler:
                 # would keep the node's idle addresses from ever being trimmed, and a
                 # static address may need that room on an interface (the queue retries)
                 e.pools.get(provider, pn.spec.node_name).stop_waiting(pn.key)
-            return self._failed(pn, "allocate", exc, span)
+
+        updated = self._run(pn, "allocate", allocate, undo=not_allocated)
+        if updated is None:
+            return pn
         self._prefer.pop(pn.key, None)
         # this write succeeded: whatever an earlier, unanswered write claimed is free
         e.addresses.release_owner(pn.key, keep=(a for a in (updated.status.ip,
@@ -887,14 +880,12 @@ class PodNetworkReconciler:
             node = ctx.node
 
             def space() -> AddressSpace | None:
-                return check_address_space(provider, self.e.call(
-                    provider, "podnet_address_space", provider=provider, node=node))
+                return self.gateway.address_space(provider, node)
 
             ctx = attrs.evolve(ctx, request=resolve(
                 pn.spec.requests, owner=pn.key, node=pn.spec.node_name, provider=provider,
                 pool=reservation, space=space))
-        answer: Allocation | None = self.e.call(provider, "podnet_allocate", context=ctx)
-        return answer
+        return self.gateway.allocate(provider, ctx)
 
     def _claim(self, pn: PodNetwork, allocation: Allocation,
                reservation: Reservation | None) -> list[Callable[[], object]]:
@@ -941,18 +932,16 @@ class PodNetworkReconciler:
         ctx = PodNetworkContext(pod_network=pn, node=self._node_context(pn.spec.node_name),
                                 pod=pod)
 
-        def route() -> PodNetwork:
-            result: RouteResult | None = e.call(provider, "podnet_route", context=ctx)
+        def route(span: TransitionSpan) -> PodNetwork:
+            result = self.gateway.route(provider, ctx)
             if result is None:
                 raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} did not route")
             return self._write_phase(pn, Phase.ROUTED, span,
                                      interface=result.interface or pn.status.interface)
 
-        try:
-            with self._transition(pn, "route", pod) as span:
-                updated = self._fire(pn, "route", route, span)
-        except BaseException as exc:
-            return self._failed(pn, "route", exc, span)
+        updated = self._run(pn, "route", route)
+        if updated is None:
+            return pn
         self._verify_at[pn.key] = e.clock.monotonic() + e.policy(provider).verify_period
         return updated
 
@@ -967,7 +956,7 @@ class PodNetworkReconciler:
         ctx = PodNetworkContext(pod_network=pn, node=self._node_context(pn.spec.node_name),
                                 pod=pod)
         try:
-            verdict: VerifyResult | None = e.call(pn.spec.provider, "podnet_verify", context=ctx)
+            verdict = self.gateway.verify(pn.spec.provider, ctx)
         except Exception as exc:
             log.info("verify %s failed: %s", pn.key, exc)
             return Result(requeue_after=period)
@@ -978,28 +967,22 @@ class PodNetworkReconciler:
 
     def _repair(self, pn: PodNetwork, pod: PodInfo, why: str) -> PodNetwork:
         """Drift (or a move): back to allocated, then route writes the dataplane again."""
-        try:
-            with self._transition(pn, "repair", pod) as span:
-                span.set("podnet.drift", why)
-                pn = self._fire(pn, "repair", lambda: self._write_phase(
-                    pn, Phase.ALLOCATED, span, reason="Repairing", message=why), span)
-        except BaseException as exc:
-            self._failed(pn, "repair", exc, span)
+        repaired = self._run(pn, "repair", lambda span: self._write_phase(
+            pn, Phase.ALLOCATED, span, reason="Repairing", message=why), drift=why)
+        if repaired is None:
             return pn
-        return self._route(pn, pod)
+        return self._route(repaired, pod)
 
     # --- backward ---------------------------------------------------------------------
 
     def _wind_down(self, pn: PodNetwork, pod: PodInfo | None) -> Result:
         if pn.status.phase is not Phase.RELEASING:
-            try:
-                with self._transition(pn, "release", pod) as span:
-                    pn = self._fire(pn, "release", lambda: self._write_phase(
-                        pn, Phase.RELEASING, span, reason="Releasing",
-                        message=self._release_reason(pn, pod)), span)
-            except BaseException as exc:
-                self._failed(pn, "release", exc, span)
+            released = self._run(pn, "release", lambda span: self._write_phase(
+                pn, Phase.RELEASING, span, reason="Releasing",
+                message=self._release_reason(pn, pod)))
+            if released is None:
                 return Result(requeue_after=0.0)
+            pn = released
         # a new pod under the record's name that does not want it (on another node's
         # pool): the name must be freed now. The record's own pod finished: held
         pod_is_back = (pod is not None and pod.name == pn.spec.pod_name
@@ -1025,7 +1008,7 @@ class PodNetworkReconciler:
         """A sticky record keeps its address while its pod may come back."""
         e = self.e
         ctx = PodNetworkContext(pod_network=pn, pod=pod, workload=self._workload(pn))
-        verdict = e.hook.podnet_hold_address(context=ctx)
+        verdict = self.gateway.hold_address(pn.spec.provider, ctx)
         if verdict is None and workload_gave_up(pn, ctx.workload):
             # core's rule for every provider that leaves it to core: an address nobody
             # will come back for is not parked for the window
@@ -1057,17 +1040,15 @@ class PodNetworkReconciler:
         return found
 
     def _reclaim(self, pn: PodNetwork, pod: PodInfo) -> Result:
-        try:
-            with self._transition(pn, "reclaim", pod) as span:
-                def reclaim() -> PodNetwork:
-                    moved = self._adopt_pod(pn, pod)
-                    return self._write_phase(moved, Phase.ALLOCATED, span, reason="Reclaimed",
-                                             message=f"pod {pod.key} came back")
-                pn = self._fire(pn, "reclaim", reclaim, span)
-        except BaseException as exc:
-            self._failed(pn, "reclaim", exc, span)
+        def reclaim(span: TransitionSpan) -> PodNetwork:
+            moved = self._adopt_pod(pn, pod)
+            return self._write_phase(moved, Phase.ALLOCATED, span, reason="Reclaimed",
+                                     message=f"pod {pod.key} came back")
+
+        reclaimed = self._run(pn, "reclaim", reclaim)
+        if reclaimed is None:
             return Result(requeue_after=0.0)
-        pn = self._route(pn, pod)
+        pn = self._route(reclaimed, pod)
         return Result(requeue_after=0.0) if pn.status.phase is not Phase.ROUTED else DONE
 
     def _finish(self, pn: PodNetwork, pod: PodInfo | None) -> Result:
@@ -1075,26 +1056,19 @@ class PodNetworkReconciler:
         provider = pn.spec.provider
         ctx = PodNetworkContext(pod_network=pn, node=self._node_context(pn.spec.node_name),
                                 pod=pod)
-        released: list[ReleaseResult | None] = []
+        released: ReleaseResult | None = None
 
-        def finish() -> None:
-            released.append(e.call(provider, "podnet_release", context=ctx)
-                            if provider in e.providers else ReleaseResult())
+        def finish(_span: TransitionSpan) -> PodNetwork:
+            nonlocal released
+            released = (self.gateway.release(provider, ctx) if provider in e.providers
+                        else ReleaseResult())
             self._remove_record(pn)
-            span.succeeded("deleted")
+            return pn  # as it was last written: the event names its address
 
         e.finishing.add(pn.key)  # the cache's delete is ours: the address is given back here
-        try:
-            with self._transition(pn, "finish", pod) as span:
-                try:
-                    POD_NETWORK_MACHINE.fire("releasing", "finish", finish)
-                except BaseException as exc:
-                    self._broadcast(pn, "finish", "releasing", None, False, exc)
-                    raise
-                self._broadcast(pn, "finish", "releasing", "deleted", True, None)
-        except BaseException as exc:
-            e.finishing.discard(pn.key)
-            self._failed(pn, "finish", exc, span)
+        finished = self._run(pn, "finish", finish,
+                             undo=lambda _exc: e.finishing.discard(pn.key))
+        if finished is None:
             return Result(requeue_after=0.0)
         e.finishing.discard(pn.key)
         self._verify_at.pop(pn.key, None)
@@ -1102,8 +1076,7 @@ class PodNetworkReconciler:
         waiting_in = e.pools.find(pn.spec.provider, pn.spec.node_name)
         if waiting_in is not None:
             waiting_in.stop_waiting(pn.key)
-        result = released[0] if released else None
-        if pn.status.ip and (result is None or result.return_to_pool):
+        if pn.status.ip and (released is None or released.return_to_pool):
             self._give_back(pn)
         e.addresses.release_owner(pn.key)
         self._successor(pn, pod)
@@ -1149,40 +1122,31 @@ class PodNetworkReconciler:
         if pool.give_back(pn.status.ip, pn.key, cooldown):
             e.enqueue_node(pn.spec.node_name)  # trim to max_idle or serve waiters
 
-    # --- transitions: span, machine, record, notification -------------------------------
+    # --- transitions: one path for every trigger --------------------------------------
 
-    def _transition(self, pn: PodNetwork, trigger: str, pod: PodInfo | None) -> Any:
-        return self.e.tracing.transition(
-            "pod_network", trigger,
-            source=_PHASE_STATE[pn.status.phase],
-            provider=pn.spec.provider,
-            obj=pn.key,
-            traceparent=pn.status.traceparent,
-            attributes={
-                ATTR_POD: pn.spec.pod_name,
-                ATTR_NAMESPACE: pn.metadata.namespace,
-                ATTR_NODE: pn.spec.node_name,
-                ATTR_IP: pn.status.ip,
-                ATTR_INTERFACE: pn.status.interface,
-            },
-        )
+    def _run(self, pn: PodNetwork, trigger: str, action: Callable[[TransitionSpan], PodNetwork],
+             *, drift: str | None = None, undo: Callable[[BaseException], None] | None = None
+             ) -> PodNetwork | None:
+        """Fire ``trigger`` on ``pn``, ``action`` writing the record.
 
-    def _fire(self, pn: PodNetwork, trigger: str, action: Callable[[], PodNetwork],
-              span: Any) -> PodNetwork:
-        source = _PHASE_STATE[pn.status.phase]
-        try:
-            dest, updated = POD_NETWORK_MACHINE.fire(source, trigger, action)
-        except BaseException as exc:
-            self._broadcast(pn, trigger, source, None, False, exc)
-            raise
-        span.succeeded(dest)
-        span.set(ATTR_IP, updated.status.ip)
-        span.set(ATTR_INTERFACE, updated.status.interface)
-        self._broadcast(updated, trigger, source, dest, True, None)
-        return updated
+        :param drift: why the record changes without its pod asking (a span attribute).
+        :param undo: called with the failure, before it is recorded.
+        :return: the record ``action`` wrote, or None when the transition failed: why is
+            recorded on the record (:meth:`_failed`, which raises what the queue is to
+            retry).
+        """
+        def failed(exc: BaseException, span: TransitionSpan) -> None:
+            if undo is not None:
+                undo(exc)
+            self._failed(pn, trigger, exc, span)
 
-    def _write_phase(self, pn: PodNetwork, phase: Phase, span: Any, *, reason: str | None = None,
-                     message: str = "", **fields: Any) -> PodNetwork:
+        return self.transitions.run(POD_NETWORK_MACHINE, _subject(pn, drift), trigger,
+                                    action, settled=_subject, failed=failed)
+
+    def _write_phase(self, pn: PodNetwork, phase: Phase, span: TransitionSpan, *,
+                     reason: str | None = None, message: str = "", **fields: Any) -> PodNetwork:
+        """The transition's record write: ``phase``, its Ready condition and ``fields``;
+        the span names the address the record now has."""
         e = self.e
         now = e.clock.now()
         ready = phase is Phase.ROUTED
@@ -1196,25 +1160,13 @@ class PodNetworkReconciler:
             traceparent=span.traceparent or pn.status.traceparent,
             **fields,
         )
-        return e.update_status(POD_NETWORK, attrs.evolve(pn, status=status))
+        updated = e.update_status(POD_NETWORK, attrs.evolve(pn, status=status))
+        span.set(ATTR_IP, updated.status.ip)
+        span.set(ATTR_INTERFACE, updated.status.interface)
+        return updated
 
-    def _broadcast(self, pn: PodNetwork, trigger: str, source: str, dest: str | None, ok: bool,
-                   exc: BaseException | None) -> None:
-        e = self.e
-        name = f"pod_network.{trigger}"
-        if ok:
-            e.stats.transitions[name] += 1
-        else:
-            e.stats.failed_transitions[name] += 1
-        event = TransitionEvent(
-            machine="pod_network", trigger=trigger, source=source, dest=dest,
-            object_key=pn.key, provider=pn.spec.provider, ok=ok,
-            error=type(exc).__name__ if exc is not None else None,
-            attributes={"ip": pn.status.ip, "node": pn.spec.node_name},
-        )
-        e.notify(event)
-
-    def _failed(self, pn: PodNetwork, trigger: str, exc: BaseException, span: Any) -> PodNetwork:
+    def _failed(self, pn: PodNetwork, trigger: str, exc: BaseException,
+                span: TransitionSpan) -> PodNetwork:
         """Record why a transition did not happen; decide whether and when to retry."""
         e = self.e
         if not isinstance(exc, Exception):
@@ -1223,7 +1175,7 @@ class PodNetworkReconciler:
             raise exc  # stale cache: the queue retries at once with a fresh read
         if isinstance(exc, NotLeader):
             raise exc  # nothing to record: this replica may no longer write at all
-        kind = e.classify(pn.spec.provider, exc)
+        kind = self.gateway.classify(pn.spec.provider, exc)
         if isinstance(exc, PoolEmpty):
             pool = e.pools.get(pn.spec.provider, pn.spec.node_name)
             pool.wait_for_address(pn.key, exc.subnet, e.clock.monotonic())
@@ -1268,6 +1220,23 @@ class PodNetworkReconciler:
         e = self.e
         node = e.nodes.get(node_name) or NodeInfo(name=node_name, uid="")
         return NodeContext(node=node, network=e.node_networks.get(node_name))
+
+
+def _subject(pn: PodNetwork, drift: str | None = None) -> Subject:
+    """A pod network as its transitions' spans and events name it."""
+    return Subject(
+        key=pn.key, provider=pn.spec.provider, state=state_of(pn.status.phase),
+        traceparent=pn.status.traceparent,
+        span_attributes={
+            ATTR_POD: pn.spec.pod_name,
+            ATTR_NAMESPACE: pn.metadata.namespace,
+            ATTR_NODE: pn.spec.node_name,
+            ATTR_IP: pn.status.ip,
+            ATTR_INTERFACE: pn.status.interface,
+            ATTR_DRIFT: drift,
+        },
+        event_attributes={"ip": pn.status.ip, "node": pn.spec.node_name},
+    )
 
 
 def workload_gave_up(pn: PodNetwork, workload: WorkloadInfo | None) -> bool:

@@ -401,8 +401,6 @@ class BbcProvider:
 
     @hookimpl
     def podnet_configure(self, provider: str, config: Mapping[str, Any]) -> None:
-        if provider != self.name:
-            return
         # what the section leaves out stays as the provider was made; never the
         # connection, which only the section's endpoint and credentials make
         base = BbcConfig(subnets=self.subnets, max_ips_per_node=self.max_ips,
@@ -422,8 +420,6 @@ class BbcProvider:
     @hookimpl
     def podnet_cloud_limiter(self, provider: str, limiter: CloudLimiter) -> bool | None:
         """Every SDK request (reads too) takes a token of its API's bucket first."""
-        if provider != self.name:
-            return None
         self._limiter = limiter
         if self._api is not None:
             self._api.limiter = limiter
@@ -463,8 +459,6 @@ class BbcProvider:
     @hookimpl
     def podnet_node_removed(self, provider: str, node: str) -> None:
         """The node left: its instance's cached port, suspicion and missing addresses go."""
-        if provider != self.name:
-            return
         with self._lock:
             instance = self._node_instance.pop(node, None)
         if instance is not None:
@@ -519,8 +513,6 @@ class BbcProvider:
 
     @hookimpl
     def podnet_node_inventory(self, provider: str, node: NodeContext) -> Inventory | None:
-        if provider != self.name:
-            return None
         port = self._port(self.instance_id(node.node), fresh=True)
         return Inventory(
             interfaces=(CloudInterface(
@@ -549,8 +541,6 @@ class BbcProvider:
     def podnet_pool_grow(self, provider: str, node: NodeContext,
                          interface: CloudInterface | None, count: int,
                          subnet: str | None) -> Sequence[PoolEntry] | None:
-        if provider != self.name:
-            return None
         instance = self.instance_id(node.node)
         state = self._state(instance)
         port = self._port(instance)
@@ -597,8 +587,6 @@ class BbcProvider:
     @hookimpl
     def podnet_pool_shrink(self, provider: str, node: NodeContext,
                            entries: Sequence[PoolEntry]) -> Sequence[str] | None:
-        if provider != self.name:
-            return None
         wanted = [e.address for e in entries]
         if not wanted:
             return []
@@ -646,9 +634,6 @@ class BbcProvider:
 
     @hookimpl
     def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
-        pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         request = context.request
         assert request is not None, "the BBC provider uses node pools"
         instance = self.instance_id(context.node.node)
@@ -683,8 +668,6 @@ class BbcProvider:
     @hookimpl
     def podnet_route(self, context: PodNetworkContext) -> RouteResult | None:
         pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         ip = pn.status.ip
         if ip is None:
             raise ProviderError(ErrorKind.FATAL, "route without an address", field="status.ip")
@@ -714,8 +697,6 @@ class BbcProvider:
     @hookimpl
     def podnet_verify(self, context: PodNetworkContext) -> VerifyResult | None:
         pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         if context.node is None or not pn.status.ip:
             return VerifyResult(ok=True)
         instance = self.instance_id(context.node.node)
@@ -727,8 +708,6 @@ class BbcProvider:
 
     @hookimpl
     def podnet_release(self, context: PodNetworkContext) -> ReleaseResult | None:
-        if context.pod_network.spec.provider != self.name:
-            return None
         # core keeps the address idle while the pool is under max_idle, else deletes it
         return ReleaseResult(return_to_pool=True)
 
@@ -736,8 +715,6 @@ class BbcProvider:
 
     @hookimpl
     def podnet_classify_error(self, provider: str, error: BaseException) -> ErrorKind | None:
-        if provider != self.name:
-            return None
         return classify(error)
 
 

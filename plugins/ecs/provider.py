@@ -324,8 +324,6 @@ class EcsProvider:
 
     @hookimpl
     def podnet_configure(self, provider: str, config: Mapping[str, Any]) -> None:
-        if provider != self.name:
-            return
         cfg = read_section(EcsConfig, provider, config)
         credentials = []
         for key, value in (("access_key_id", cfg.access_key_id),
@@ -348,8 +346,6 @@ class EcsProvider:
     def podnet_cloud_limiter(self, provider: str, limiter: CloudLimiter) -> bool | None:
         """Every SDK request (describes and attach polls too) takes a token of its
         action's bucket first, as Terway meters each ECS API on its own."""
-        if provider != self.name:
-            return None
         self._limiter = limiter
         return True
 
@@ -367,8 +363,6 @@ class EcsProvider:
         """The node left: the view of its instance's ENIs goes. ENIs whose rollback
         failed (``_orphans``) stay remembered: they are cloud objects still to delete,
         not a cache."""
-        if provider != self.name:
-            return
         with self._lock:
             instance = self._node_instance.pop(node, None)
             if instance is not None:
@@ -529,8 +523,6 @@ class EcsProvider:
 
     @hookimpl
     def podnet_node_inventory(self, provider: str, node: NodeContext) -> Inventory | None:
-        if provider != self.name:
-            return None
         instance = self.instance_id(node)
         limits = self.limits(node)
         dual = self.config.dual
@@ -575,8 +567,6 @@ class EcsProvider:
         """One DescribeNetworkInterfaces for the node's instance: each secondary ENI podnet
         made (its description) whose security groups are not the configured ones, as a
         set, is a ``SecurityGroupDrift`` finding. Reads only."""
-        if provider != self.name:
-            return None
         instance = self.instance_id(node)
         expected = set(self.config.security_groups)
         findings = []
@@ -599,8 +589,6 @@ class EcsProvider:
     def podnet_pool_grow(self, provider: str, node: NodeContext,
                          interface: CloudInterface | None, count: int,
                          subnet: str | None) -> Sequence[PoolEntry] | None:
-        if provider != self.name:
-            return None
         from alibabacloud_ecs20140526 import models as m
 
         instance = self.instance_id(node)
@@ -675,8 +663,6 @@ class EcsProvider:
     @hookimpl
     def podnet_pool_shrink(self, provider: str, node: NodeContext,
                            entries: Sequence[PoolEntry]) -> Sequence[str] | None:
-        if provider != self.name:
-            return None
         if not entries:
             return []
         instance = self.instance_id(node)
@@ -756,8 +742,6 @@ class EcsProvider:
     @hookimpl
     def podnet_interface_create(self, provider: str, node: NodeContext, subnet: str | None,
                                 ip_count: int) -> CloudInterface | None:
-        if provider != self.name:
-            return None
         from alibabacloud_ecs20140526 import models as m
 
         instance = self.instance_id(node)
@@ -845,8 +829,6 @@ class EcsProvider:
     @hookimpl
     def podnet_interface_dispose(self, provider: str, node: NodeContext,
                                  interface: CloudInterface) -> bool | None:
-        if provider != self.name:
-            return None
         if interface.primary or interface.trunk or not interface.pooled:
             raise ProviderError(ErrorKind.FATAL, f"{interface.id} is a primary or trunk ENI: "
                                 "never disposed", subject=interface.id)
@@ -896,8 +878,6 @@ class EcsProvider:
     @hookimpl
     def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
         pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         request = context.request
         if request is None:
             raise ProviderError(ErrorKind.FATAL, "the ecs provider uses node pools")
@@ -974,8 +954,6 @@ class EcsProvider:
     @hookimpl
     def podnet_route(self, context: PodNetworkContext) -> RouteResult | None:
         pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         if pn.status.ip is None:
             raise ProviderError(ErrorKind.FATAL, "route without an address", field="status.ip")
         ok, reason = self._on_node(context, None)
@@ -985,17 +963,11 @@ class EcsProvider:
 
     @hookimpl
     def podnet_verify(self, context: PodNetworkContext) -> VerifyResult | None:
-        pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         ok, reason = self._on_node(context, self.verify_cache_ttl)
         return VerifyResult(ok=ok, reason=reason)
 
     @hookimpl
     def podnet_release(self, context: PodNetworkContext) -> ReleaseResult | None:
-        pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         # nothing to undo on the ENI: the address goes back to the node's pool, and core
         # keeps it idle or unassigns it (pool_shrink)
         return ReleaseResult(return_to_pool=True)
@@ -1004,8 +976,6 @@ class EcsProvider:
 
     @hookimpl
     def podnet_classify_error(self, provider: str, error: BaseException) -> ErrorKind | None:
-        if provider != self.name:
-            return None
         return classify(error)
 
 

@@ -566,8 +566,6 @@ class OvnProvider:
 
     @hookimpl
     def podnet_configure(self, provider: str, config: Mapping[str, Any]) -> None:
-        if provider != self.name:
-            return
         with self.lock:
             self._configure(config)
 
@@ -738,8 +736,6 @@ class OvnProvider:
     @hookimpl
     def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
         pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         self.calls["allocate"] += 1
         client = self.client
         name = port_name(pn)
@@ -840,8 +836,6 @@ class OvnProvider:
     @hookimpl
     def podnet_route(self, context: PodNetworkContext) -> RouteResult | None:
         pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         self.calls["route"] += 1
         if not pn.status.ip or not pn.status.mac:
             raise ProviderError(ErrorKind.FATAL, f"record {pn.key} has no address to route",
@@ -873,8 +867,6 @@ class OvnProvider:
     @hookimpl
     def podnet_verify(self, context: PodNetworkContext) -> VerifyResult | None:
         pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         self.calls["verify"] += 1
         client = self.client
         spec, groups, routers = self._desired(pn, pn.spec.node_name)
@@ -925,8 +917,6 @@ class OvnProvider:
     @hookimpl
     def podnet_release(self, context: PodNetworkContext) -> ReleaseResult | None:
         pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         self.calls["release"] += 1
         client = self.client
         name = port_name(pn)
@@ -941,8 +931,6 @@ class OvnProvider:
         """podnet's ports (marked in external_ids) whose record is gone: those core says
         stayed orphans long enough are deleted with their routes and NAT, and their
         addresses freed; the others are reported."""
-        if provider != self.name:
-            return None
         client = self.client
         # a port's external ids name its record (a pod's port is also named after it,
         # port_name); candidates are pods' ports (a key, no type, no role) and their VIPs'
@@ -978,8 +966,6 @@ class OvnProvider:
         scaled below the ordinal or is gone. ``workload_exists``, when given, is asked
         first; what core does not know is left to the ``sticky_hold`` window."""
         pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         owner = next((o for o in pn.metadata.owner_references), None)
         if owner is None:
             return None
@@ -995,8 +981,6 @@ class OvnProvider:
 
     @hookimpl
     def podnet_classify_error(self, provider: str, error: BaseException) -> ErrorKind | None:
-        if provider != self.name:
-            return None
         try:
             from ovsdbapp.exceptions import OvsdbAppException
         except ImportError:  # pragma: no cover - a broken install

@@ -347,8 +347,6 @@ class ReferenceProvider:
 
     @hookimpl
     def podnet_configure(self, provider: str, config: Mapping[str, Any]) -> None:
-        if provider != self.name:
-            return
         cfg = read_section(ReferenceConfig, provider, config)
         self.cloud.latency = cfg.latency_ms / 1000
         self.cloud.fault_rate = cfg.fault_rate
@@ -368,8 +366,6 @@ class ReferenceProvider:
 
     @hookimpl
     def podnet_node_inventory(self, provider: str, node: NodeContext) -> Inventory | None:
-        if provider != self.name:
-            return None
         n = node.node
         interfaces = self.cloud.describe(n.name, n.pod_cidr)
         max_itf, per = self.cloud.capacity(n.name, n.pod_cidr)
@@ -389,8 +385,6 @@ class ReferenceProvider:
     def podnet_pool_grow(self, provider: str, node: NodeContext,
                          interface: CloudInterface | None, count: int,
                          subnet: str | None) -> Sequence[PoolEntry] | None:
-        if provider != self.name:
-            return None
         itf = interface.id if interface else "eth0"
         added = self.cloud.add(node.node.name, node.node.pod_cidr, itf, count)
         return [PoolEntry(ip, itf, node.node.pod_cidr) for ip in added]
@@ -398,15 +392,11 @@ class ReferenceProvider:
     @hookimpl
     def podnet_pool_shrink(self, provider: str, node: NodeContext,
                            entries: Sequence[PoolEntry]) -> Sequence[str] | None:
-        if provider != self.name:
-            return None
         return self.cloud.remove(node.node.name, [e.address for e in entries])
 
     @hookimpl
     def podnet_interface_create(self, provider: str, node: NodeContext, subnet: str | None,
                                 ip_count: int) -> CloudInterface | None:
-        if provider != self.name:
-            return None
         n = node.node
         itf, ips = self.cloud.create_interface(n.name, n.pod_cidr, ip_count)
         return CloudInterface(id=itf, subnet=n.pod_cidr, ips=tuple(ips),
@@ -415,8 +405,6 @@ class ReferenceProvider:
     @hookimpl
     def podnet_interface_dispose(self, provider: str, node: NodeContext,
                                  interface: CloudInterface) -> bool | None:
-        if provider != self.name:
-            return None
         if interface.primary or interface.trunk:
             raise ProviderError(ErrorKind.FATAL, f"{interface.id} is never disposed")
         self.cloud.delete_interface(node.node.name, interface.id)
@@ -427,8 +415,6 @@ class ReferenceProvider:
     @hookimpl
     def podnet_node_check(self, provider: str, node: NodeContext
                           ) -> Sequence[NodeFinding] | None:
-        if provider != self.name:
-            return None
         if self.check_error is not None:
             raise self.check_error
         # a real provider reads the cloud here and compares it with what it configured
@@ -447,8 +433,6 @@ class ReferenceProvider:
     @hookimpl
     def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
         pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         node = context.node.node
         request = context.request
         assert request is not None, "the reference provider uses node pools"
@@ -469,8 +453,6 @@ class ReferenceProvider:
     @hookimpl
     def podnet_route(self, context: PodNetworkContext) -> RouteResult | None:
         pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         if pn.status.ip is None:
             raise ProviderError(ErrorKind.FATAL, "route without an address", field="status.ip")
         self.cloud.set_route(pn.status.ip, pn.key)
@@ -479,8 +461,6 @@ class ReferenceProvider:
     @hookimpl
     def podnet_verify(self, context: PodNetworkContext) -> VerifyResult | None:
         pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         routed_to = self.cloud.route_of(pn.status.ip or "")
         if routed_to != pn.key:
             return VerifyResult(ok=False, reason=f"route for {pn.status.ip} is {routed_to}")
@@ -489,8 +469,6 @@ class ReferenceProvider:
     @hookimpl
     def podnet_release(self, context: PodNetworkContext) -> ReleaseResult | None:
         pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         if pn.status.ip is not None:
             self.cloud.delete_route(pn.status.ip, pn.key)
         return ReleaseResult(return_to_pool=True)
@@ -499,7 +477,7 @@ class ReferenceProvider:
 
     @hookimpl
     def podnet_classify_error(self, provider: str, error: BaseException) -> ErrorKind | None:
-        if provider != self.name or not isinstance(error, ReferenceCloudError):
+        if not isinstance(error, ReferenceCloudError):
             return None
         return ERROR_KINDS.get(error.code, ErrorKind.TRANSIENT)
 

@@ -229,8 +229,6 @@ class StaticPoolProvider:
 
     @hookimpl
     def podnet_configure(self, provider: str, config: Mapping[str, Any]) -> None:
-        if provider != self.name:
-            return
         # read everything before changing anything: a bad section leaves the old one
         cfg = read_section(StaticPoolConfig, provider, config)
         self.ranges = _networks(cfg)
@@ -240,8 +238,6 @@ class StaticPoolProvider:
 
     @hookimpl
     def podnet_node_inventory(self, provider: str, node: NodeContext) -> Inventory | None:
-        if provider != self.name:
-            return None
         ips = self.backend.held_by(node.node.name)
         return Inventory(
             interfaces=(CloudInterface(id=INTERFACE, primary=True, ips=tuple(ips)),),
@@ -254,8 +250,6 @@ class StaticPoolProvider:
     def podnet_pool_grow(self, provider: str, node: NodeContext,
                          interface: CloudInterface | None, count: int,
                          subnet: str | None) -> Sequence[PoolEntry] | None:
-        if provider != self.name:
-            return None
         ranges = self.ranges
         if subnet is not None:
             ranges = tuple(r for r in self.ranges if str(r) == subnet)
@@ -270,8 +264,6 @@ class StaticPoolProvider:
     @hookimpl
     def podnet_pool_shrink(self, provider: str, node: NodeContext,
                            entries: Sequence[PoolEntry]) -> Sequence[str] | None:
-        if provider != self.name:
-            return None
         return self.backend.unassign(node.node.name, [e.address for e in entries])
 
     # 5. one pod network
@@ -288,9 +280,6 @@ class StaticPoolProvider:
 
     @hookimpl
     def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
-        pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         request = context.request
         if request is None or request.entry is None:
             raise ProviderError(ErrorKind.FATAL, "static-pool allocates from node pools only")
@@ -311,8 +300,6 @@ class StaticPoolProvider:
     @hookimpl
     def podnet_route(self, context: PodNetworkContext) -> RouteResult | None:
         pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         if pn.status.ip is None:
             raise ProviderError(ErrorKind.FATAL, "route without an address", field="status.ip")
         self.backend.route(pn.status.ip, pn.key)  # setting it twice changes nothing
@@ -321,8 +308,6 @@ class StaticPoolProvider:
     @hookimpl
     def podnet_verify(self, context: PodNetworkContext) -> VerifyResult | None:
         pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         routed_to = self.backend.route_of(pn.status.ip or "")
         if routed_to != pn.key:
             return VerifyResult(ok=False, reason=f"{pn.status.ip} is routed to {routed_to}")
@@ -331,8 +316,6 @@ class StaticPoolProvider:
     @hookimpl
     def podnet_release(self, context: PodNetworkContext) -> ReleaseResult | None:
         pn = context.pod_network
-        if pn.spec.provider != self.name:
-            return None
         if pn.status.ip is not None:
             self.backend.unroute(pn.status.ip, pn.key)  # nothing to remove: also fine
         return ReleaseResult(return_to_pool=True)
@@ -341,7 +324,7 @@ class StaticPoolProvider:
 
     @hookimpl
     def podnet_classify_error(self, provider: str, error: BaseException) -> ErrorKind | None:
-        if provider != self.name or not isinstance(error, StaticPoolError):
+        if not isinstance(error, StaticPoolError):
             return None
         return ERROR_KINDS.get(error.code, ErrorKind.TRANSIENT)
 

@@ -14,33 +14,19 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 import pluggy
 
+from podnet.core.caches import Caches
 from podnet.core.clock import Clock, SystemClock
 from podnet.core.cluster.informer import Informer
-from podnet.core.cluster.port import (
-    NAMESPACE,
-    NODE,
-    NODE_NETWORK,
-    POD,
-    POD_NETWORK,
-    STATEFUL_SET,
-    ApiError,
-    Cluster,
-    Kind,
-    Obj,
-)
-from podnet.core.config import Config, NodeProviderRule, apply_policy
-from podnet.core.convert import (
-    RecordError,
-    UnreadablePodNetwork,
-    from_wire,
-    salvage_pod_network,
-    to_wire,
-)
+from podnet.core.cluster.port import ApiError, Cluster, Kind, Obj
+from podnet.core.config import Config, NodeProviderRule
+from podnet.core.convert import RecordError, from_wire, to_wire
+from podnet.core.drift import LostAddresses, PoolProblems
+from podnet.core.enqueue import Enqueuer, Key
 from podnet.core.errors import (
     MAX_MESSAGE,
     NotLeader,
@@ -62,30 +48,21 @@ from podnet.core.models import (
     WorkloadInfo,
     set_condition,
 )
-from podnet.core.objects import (
-    is_statefulset,
-    namespace_annotations,
-    node_info,
-    pod_info,
-    statefulset_info,
-    vm_of,
-)
-from podnet.core.ownership import AddressBook
+from podnet.core.ownership import AddressBook, Ownership
+from podnet.core.placement import Placement, Policies
 from podnet.core.plugin import Providers
-from podnet.core.policy import PoolPolicy
 from podnet.core.pool import Pools
+from podnet.core.reconcile.gc import GarbageCollector
+from podnet.core.reconcile.nodepool import NodePoolReconciler
+from podnet.core.reconcile.podnetwork import PodNetworkReconciler
 from podnet.core.reconcile.result import Result
+from podnet.core.records import RecordWriter
 from podnet.core.tracing import Tracing
 from podnet.core.transition import Transitions
 from podnet.core.workqueue import WorkQueue
 
 log = logging.getLogger("podnet.engine")
 
-T = TypeVar("T")
-M = TypeVar("M", PodNetwork, NodeNetwork)
-
-#: Queue keys: ("pod", "namespace/name"), ("node", "name"), ("gc", "").
-Key = tuple[str, str]
 GC_KEY: Key = ("gc", "")
 #: allocations between young-generation collections once ``freeze_gc`` applies (Python: 700)
 GC_YOUNG_THRESHOLD = 20_000
@@ -138,6 +115,16 @@ class Stats:
 
 
 class Engine:
+    """Composes the parts and the controllers, and runs them: start, step, run, health.
+
+    The parts (each handed to the controllers that use it, nothing else): ``caches``,
+    ``records`` (the writer), ``gateway``, ``queue`` and ``enqueue``, ``placement`` (which
+    provider and policy serve what), ``owned`` (the address book and its bookkeeping),
+    ``pools``, ``lost`` and ``pool_problems`` (what the node side learns for the pod
+    network side), ``stats``, ``clock``. The controllers: ``podnetworks``, ``nodepools``,
+    ``sweeper`` (the periodic GC), one reconcile function each, by queue key kind.
+    """
+
     def __init__(
         self,
         cluster: Cluster,
@@ -148,10 +135,6 @@ class Engine:
         options: EngineOptions | None = None,
         fence: Fence | None = None,
     ) -> None:
-        from podnet.core.reconcile.gc import GarbageCollector
-        from podnet.core.reconcile.nodepool import NodePoolReconciler
-        from podnet.core.reconcile.podnetwork import PodNetworkReconciler
-
         self.pm = pm
         self.clock: Clock = clock or SystemClock()
         #: checked right before every write, Kubernetes or provider: the host hands in its
@@ -160,96 +143,47 @@ class Engine:
         #: every write the engine makes goes through here, so through the fence
         self.cluster: Cluster = FencedCluster(cluster, self.fence)
         self.tracing = tracing or Tracing(None)
-        self.options = options or EngineOptions()
-        self.random = random.Random(self.options.seed)
-        self.providers = Providers(pm)
-        for name, section in self.options.provider_config.items():
-            self.providers.configure(name, section)
-        if self.options.default_provider is not None:
-            self.providers[self.options.default_provider]  # unknown name: ConfigError now
-        for name in self.options.policies:
-            self.providers[name]
-        for i, rule in enumerate(self.options.node_providers):
-            self.providers.require(rule.provider, f"nodeProviders[{i}].provider")
-        for network, name in self.options.networks.items():
-            self.providers.require(name, f"networks.{network}.provider")
-        self._policies = {
-            name: apply_policy(f"policies.{name}", info.policy,
-                               self.options.policies.get(name, {}))
-            for name, info in self.providers.infos.items()
-        }
+        self.options = options = options or EngineOptions()
+        self.random = random.Random(options.seed)
         self.stats = Stats()
+        self.providers = self._providers(pm, options)
+        self.policy = Policies(self.providers, options.policies)
         #: every call into a provider, and every broadcast to the plugins
         self.gateway = ProviderGateway(
             self.providers, policy=self.policy, clock=self.clock, fence=self.fence,
             tracing=self.tracing, calls=self.stats.provider_calls)
-        self.pools = Pools()
-        #: who owns each address: claimed before a record names it, filled from every
-        #: record the cache sees (unreadable ones too)
-        self.addresses = AddressBook()
-        #: PodNetwork key -> (its address, the record holding that address): a record
-        #: that names an address the book gave to another
-        self.conflicts: dict[str, tuple[str, str]] = {}
-        #: PodNetwork keys podnet itself is removing (their address goes back by the
-        #: reconciler's hand, not the cache's)
-        self.finishing: set[str] = set()
-        #: records that left the cache without podnet removing them, by key: their pod's
-        #: pass confirms they are gone before their addresses go back
-        self.vanished: dict[str, PodNetwork] = {}
+        self.placement = Placement(
+            self.providers, self.policy, self.gateway,
+            default_provider=options.default_provider, node_providers=options.node_providers,
+            networks=options.networks)
         self.queue: WorkQueue[Key] = WorkQueue(self.clock, name="podnet")
-
-        self.pods: Informer[PodInfo] = Informer(cluster, POD, pod_info, name="pods")
-        self.nodes: Informer[NodeInfo] = Informer(cluster, NODE, node_info, name="nodes")
-        #: records that do not parse, by queue key, with the error: reported, not used
-        self.unreadable: dict[str, tuple[Kind, Obj, RecordError]] = {}
-        self._reported: dict[str, str] = {}
-        self.pod_networks: Informer[PodNetwork] = Informer(
-            cluster, POD_NETWORK, lambda o: self._read(POD_NETWORK, PodNetwork, o),
-            name="podnetworks",
-        )
-        self.node_networks: Informer[NodeNetwork] = Informer(
-            cluster, NODE_NETWORK, lambda o: self._read(NODE_NETWORK, NodeNetwork, o),
-            name="nodenetworks",
-        )
-        #: Namespace -> its ``podnet.io/*`` annotations (for ``AllocateContext``)
-        self.namespaces: Informer[dict[str, str]] = Informer(
-            cluster, NAMESPACE, namespace_annotations, name="namespaces")
-        #: StatefulSet (``namespace/name``) -> uid, replicas (for held sticky records)
-        self.statefulsets: Informer[WorkloadInfo] = Informer(
-            cluster, STATEFUL_SET, statefulset_info, name="statefulsets")
-        self.pods.add_index("node", lambda p: [p.node_name] if p.node_name else [])
-        self.pods.add_index("vm", lambda p: [f"{p.namespace}/{vm}"]
-                            if (vm := vm_of(p)) is not None else [])
-        self.pod_networks.add_index(
-            "pod", lambda pn: [f"{pn.metadata.namespace}/{pn.spec.pod_name}"]
-        )
-        self.pod_networks.add_index("node", lambda pn: [pn.spec.node_name])
-        # sticky records by their StatefulSet, and records waiting for an address by
-        # namespace: few of either, so the indexes stay small
-        self.pod_networks.add_index("statefulset", _statefulset_of)
-        self.pod_networks.add_index(
-            "vm", lambda pn: [f"{pn.metadata.namespace}/{pn.metadata.labels[LABEL_VM]}"]
-            if LABEL_VM in pn.metadata.labels else [])
-        self.pod_networks.add_index(
-            "pending", lambda pn: [pn.metadata.namespace or ""]
-            if pn.status.phase is Phase.PENDING else [])
-        #: what must be listed before the engine starts: pools are rebuilt from these;
-        #: the other caches (namespaces, statefulsets) may sync later
-        self.required_informers: list[Informer[Any]] = [
-            self.nodes, self.node_networks, self.pod_networks, self.pods,
-        ]
-        self.informers: list[Informer[Any]] = [
-            *self.required_informers, self.namespaces, self.statefulsets,
-        ]
-
+        self.caches = Caches(cluster, lambda key: self.queue.add(("invalid", key)))
+        self.records = RecordWriter(self.cluster, self.caches, self.stats.writes)
+        self.enqueue = Enqueuer(self.queue, self.caches)
+        self.pools = Pools()
+        self.owned = Ownership()
+        self.lost = LostAddresses(self.caches, self.policy, self.clock, self.enqueue)
+        self.pool_problems = PoolProblems()
         #: the one way either machine's state changes
         self.transitions = Transitions(
             self.tracing, succeeded=self.stats.transitions,
             failed=self.stats.failed_transitions, notify=self.gateway.notify_transition)
-        self.podnetworks = PodNetworkReconciler(self, self.gateway, self.transitions)
-        self.nodepools = NodePoolReconciler(self, self.gateway, self.transitions)
+
+        self.podnetworks = PodNetworkReconciler(
+            caches=self.caches, records=self.records, enqueue=self.enqueue,
+            gateway=self.gateway, transitions=self.transitions, placement=self.placement,
+            owned=self.owned, pools=self.pools, lost=self.lost, problems=self.pool_problems,
+            clock=self.clock)
+        self.nodepools = NodePoolReconciler(
+            caches=self.caches, records=self.records, enqueue=self.enqueue,
+            gateway=self.gateway, transitions=self.transitions, placement=self.placement,
+            pools=self.pools, lost=self.lost, problems=self.pool_problems, clock=self.clock,
+            random=self.random)
         #: the periodic sweep: stale records, the pools of gone nodes, leaked addresses
-        self.sweeper = GarbageCollector(self, self.gateway)
+        self.sweeper = GarbageCollector(
+            caches=self.caches, enqueue=self.enqueue, gateway=self.gateway,
+            placement=self.placement, pools=self.pools, nodepools=self.nodepools,
+            lost=self.lost, clock=self.clock)
         self._reconcilers: dict[str, Callable[[str], Result]] = {
             "pod": self.podnetworks.reconcile,
             "node": self.nodepools.reconcile,
@@ -264,6 +198,61 @@ class Engine:
         #: real time a worker last came back to the queue (health: is it drained?)
         self.worker_heartbeat = time.monotonic()
 
+    @staticmethod
+    def _providers(pm: pluggy.PluginManager, options: EngineOptions) -> Providers:
+        """The registered providers, configured; every provider the options name must be
+        one of them (a ConfigError now, not at the first pod)."""
+        providers = Providers(pm)
+        for name, section in options.provider_config.items():
+            providers.configure(name, section)
+        if options.default_provider is not None:
+            providers[options.default_provider]
+        for name in options.policies:
+            providers[name]
+        for i, rule in enumerate(options.node_providers):
+            providers.require(rule.provider, f"nodeProviders[{i}].provider")
+        for network, name in options.networks.items():
+            providers.require(name, f"networks.{network}.provider")
+        return providers
+
+    # --- the caches and the address book under their old names (tests, status, demo) ----
+
+    @property
+    def pods(self) -> Informer[PodInfo]:
+        return self.caches.pods
+
+    @property
+    def nodes(self) -> Informer[NodeInfo]:
+        return self.caches.nodes
+
+    @property
+    def pod_networks(self) -> Informer[PodNetwork]:
+        return self.caches.pod_networks
+
+    @property
+    def node_networks(self) -> Informer[NodeNetwork]:
+        return self.caches.node_networks
+
+    @property
+    def namespaces(self) -> Informer[dict[str, str]]:
+        return self.caches.namespaces
+
+    @property
+    def statefulsets(self) -> Informer[WorkloadInfo]:
+        return self.caches.statefulsets
+
+    @property
+    def informers(self) -> list[Informer[Any]]:
+        return self.caches.all
+
+    @property
+    def required_informers(self) -> list[Informer[Any]]:
+        return self.caches.required
+
+    @property
+    def addresses(self) -> AddressBook:
+        return self.owned.addresses
+
     @property
     def metrics(self) -> Metrics | None:
         """Set by the host to observe durations (reconciles here, provider calls in the
@@ -275,55 +264,16 @@ class Engine:
         self._metrics = metrics
         self.gateway.metrics = metrics
 
-    # --- policies and providers -------------------------------------------------------
-
-    def policy(self, provider: str) -> PoolPolicy:
-        try:
-            return self._policies[provider]
-        except KeyError:
-            return self.providers[provider].policy
-
     def provider_for_node(self, node: NodeInfo) -> str | None:
-        """The operator's rules first, then the plugins' claims, then the default."""
-        for rule in self.options.node_providers:
-            if rule.selector.matches(node.labels):
-                return rule.provider
-        chosen = self.gateway.select_provider(node)
-        if chosen is not None:
-            return chosen
-        return self.options.default_provider
+        return self.placement.provider_for_node(node)
 
     # --- records that do not parse -----------------------------------------------------
 
-    def _read(self, kind: Kind, cls: type[M], obj: Obj) -> M | None:
-        """Informer transform: a record that does not parse is reported on the object
-        itself, and nothing acts on it. A PodNetwork is kept in the cache as an
-        :class:`UnreadablePodNetwork` (the addresses its raw status names stay owned); a
-        NodeNetwork stays out."""
-        meta = obj.get("metadata", {})
-        key = "/".join(p for p in (kind.plural, meta.get("namespace"), meta.get("name")) if p)
-        try:
-            model = from_wire(cls, obj)
-        except RecordError as exc:
-            # our own condition patch brings the object back here: report each error once
-            if self._reported.get(key) != str(exc):
-                self._reported[key] = str(exc)
-                self.unreadable[key] = (kind, obj, exc)
-                self.queue.add(("invalid", key))
-            if kind == POD_NETWORK:
-                salvaged: Any = salvage_pod_network(obj, exc)
-                return salvaged  # type: ignore[no-any-return]
-            return None
-        self._reported.pop(key, None)
-        return model
-
     def unreadable_keys(self, kind: Kind) -> set[str]:
-        """Keys (``namespace/name``) of records of ``kind`` that exist but do not parse."""
-        prefix = f"{kind.plural}/"
-        return {key[len(prefix):] for key in list(self._reported) if key.startswith(prefix)}
+        return self.caches.unreadable_keys(kind)
 
     def _report_unreadable(self, key: str) -> Result:
-        entry = self.unreadable.pop(key, None)
+        entry = self.caches.unreadable.pop(key, None)
         if entry is None:
             return Result()
         kind, obj, exc = entry
@@ -331,7 +281,7 @@ class Engine:
         name = f"{kind.kind} {'/'.join(p for p in (meta.get('namespace'), meta.get('name')) if p)}"
         message = one_line(f"{name} is invalid: {exc}", limit=2 * MAX_MESSAGE)
         log.warning("%s", message)
-        self.event(obj, "InvalidRecord", message)
+        self.records.event(obj, "InvalidRecord", message)
         ready = set_condition(_readable_ready(obj), Condition(
             type="Ready", status="False", reason="InvalidRecord", message=message,
             last_transition_time=self.clock.now()))
@@ -343,148 +293,71 @@ class Engine:
             log.debug("could not mark %s: %s", name, err)
         return Result()
 
-    # --- record writes (all go through here: counted, and fed back into the caches) ----
-
-    def create(self, kind: Kind, model: M) -> M:
-        created = self.cluster.create(kind, to_wire(model))
-        self.stats.writes[f"create.{kind.plural}"] += 1
-        return self._assume(kind, created, type(model), None)
-
-    def update(self, kind: Kind, model: M) -> M:
-        updated = self.cluster.update(kind, to_wire(model))
-        self.stats.writes[f"update.{kind.plural}"] += 1
-        return self._assume(kind, updated, type(model), model.metadata.resource_version)
-
-    def update_status(self, kind: Kind, model: M) -> M:
-        updated = self.cluster.update_status(kind, to_wire(model))
-        self.stats.writes[f"status.{kind.plural}"] += 1
-        return self._assume(kind, updated, type(model), model.metadata.resource_version)
-
-    def delete(self, kind: Kind, model: PodNetwork | NodeNetwork) -> None:
-        meta = model.metadata
-        self.cluster.delete(kind, meta.name, meta.namespace, uid=meta.uid)
-        self.stats.writes[f"delete.{kind.plural}"] += 1
-
-    def _assume(self, kind: Kind, obj: Obj, cls: type[M], based_on: str | None) -> M:
-        """Feed a write back into its cache; ``based_on``: the version the write was
-        conditioned on (an update carries it), which orders it after that version."""
-        informer: Informer[Any] = self.pod_networks if kind == POD_NETWORK else self.node_networks
-        if informer.assume(obj, based_on):
-            cached = informer.get(informer.key_of(obj))
-            if isinstance(cached, cls):
-                return cached  # parsed once, by the cache
-        return from_wire(cls, obj)
-
-    def event(self, obj: PodNetwork | NodeNetwork | Obj, reason: str, message: str,
-              warning: bool = True) -> None:
-        """Record an Event; never fails the caller (events are best effort)."""
-        involved = obj if isinstance(obj, dict) else to_wire(obj)
-        try:
-            self.cluster.emit_event(
-                involved, reason, message, type="Warning" if warning else "Normal"
-            )
-            self.stats.writes["events"] += 1
-        except ApiError as exc:
-            log.debug("event %s dropped: %s", reason, exc)
-
     # --- queue ------------------------------------------------------------------------
 
     def enqueue_pod(self, key: str, after: float = 0.0) -> None:
-        if after > 0:
-            self.queue.add_after(("pod", key), after)
-        else:
-            self.queue.add(("pod", key))
+        self.enqueue.pod(key, after)
 
     def enqueue_node(self, name: str, after: float = 0.0) -> None:
-        if after > 0:
-            self.queue.add_after(("node", name), after)
-        else:
-            self.queue.add(("node", name))
+        self.enqueue.node(name, after)
 
     def _on_pod(self, _event: str, key: str, _old: Any, _new: Any) -> None:
-        self.enqueue_pod(key)
+        self.enqueue.pod(key)
 
     def _on_pod_network(self, _event: str, _key: str, old: PodNetwork | None,
                         new: PodNetwork | None) -> None:
         if new is not None:
-            self._claim_recorded(new)
+            other = self.owned.recorded(new)
+            if other is not None:
+                holder = self.caches.pod_networks.get(other)
+                if holder is not None:
+                    self.enqueue.pod_of(holder)
         elif old is not None:
-            self._record_gone(old)
+            self.owned.gone(old)
         pn = new or old
         if pn is not None:
-            self.enqueue_pod(f"{pn.metadata.namespace}/{pn.spec.pod_name}")
+            self.enqueue.pod_of(pn)
             vm = pn.metadata.labels.get(LABEL_VM)
             if vm is not None:  # a VM's held record: its new pod may take it back now
-                for pod in self.pods.by_index("vm", f"{pn.metadata.namespace}/{vm}"):
-                    self.enqueue_pod(pod.key)
-
-    def _claim_recorded(self, pn: PodNetwork) -> None:
-        """Every address a record names is its owner's in the book, unless the book gave
-        it to another record first: then both are told (the reconciler re-addresses the
-        one that does not hold it)."""
-        for address in (pn.status.ip, pn.status.ipv6):
-            if not address:
-                continue
-            other = self.addresses.claim(pn.spec.provider, address, pn.key)
-            if other is not None:
-                if self.conflicts.get(pn.key) != (address, other):
-                    log.error("PodNetwork %s names address %s, which %s holds",
-                              pn.key, address, other)
-                self.conflicts[pn.key] = (address, other)
-                holder = self.pod_networks.get(other)
-                if holder is not None:
-                    self.enqueue_pod(self.pod_key_of(holder))
-                return
-        self.conflicts.pop(pn.key, None)
-
-    def _record_gone(self, pn: PodNetwork) -> None:
-        """A record left the cache. Removed by podnet's own release: the reconciler gives
-        its address back. Otherwise (its finalizer taken off by hand, or a re-list that
-        did not show it yet) its pod's pass asks the API server, and gives the address
-        back only once the record is really gone."""
-        self.conflicts.pop(pn.key, None)
-        if pn.key in self.finishing:
-            return
-        if isinstance(pn, UnreadablePodNetwork) and not (pn.status.ip or pn.status.ipv6):
-            return
-        self.vanished[pn.key] = pn
+                for pod in self.caches.pods.by_index("vm", f"{pn.metadata.namespace}/{vm}"):
+                    self.enqueue.pod(pod.key)
 
     def _on_node(self, event: str, key: str, _old: Any, _new: Any) -> None:
         # level-triggered: whatever changed about a node (it came, it went, its labels
         # moved it to another provider) its pods are looked at again. Heartbeats do not
         # reach here: the cache keeps only fields that matter, and equal values fire nothing.
-        self.enqueue_node(key)
-        for pod in self.pods.by_index("node", key):
-            self.enqueue_pod(pod.key)
-        for pn in self.pod_networks.by_index("node", key):
-            self.enqueue_pod(f"{pn.metadata.namespace}/{pn.spec.pod_name}")
+        self.enqueue.node(key)
+        for pod in self.caches.pods.by_index("node", key):
+            self.enqueue.pod(pod.key)
+        for pn in self.caches.pod_networks.by_index("node", key):
+            self.enqueue.pod_of(pn)
 
     def _on_namespace(self, _event: str, key: str, _old: Any, _new: Any) -> None:
         # its annotations matter only to records still waiting for an address: an
         # allocated pod network never moves because its namespace changed
-        for pn in self.pod_networks.by_index("pending", key):
-            self.enqueue_pod(self.pod_key_of(pn))
+        for pn in self.caches.pod_networks.by_index("pending", key):
+            self.enqueue.pod_of(pn)
 
     def _on_statefulset(self, _event: str, key: str, _old: Any, _new: Any) -> None:
         # created (or first seen), scaled, replaced or deleted: the records it holds for
         # pods that are gone are looked at again (released once it no longer wants them)
-        for pn in self.pod_networks.by_index("statefulset", key):
+        for pn in self.caches.pod_networks.by_index("statefulset", key):
             if pn.status.phase is Phase.RELEASING:
-                self.enqueue_pod(self.pod_key_of(pn))
+                self.enqueue.pod_of(pn)
 
     # --- running ----------------------------------------------------------------------
 
     def start(self) -> None:
         """List every cache, then queue every object: level-triggered from the start."""
-        self.pods.add_handler(self._on_pod)
-        self.pod_networks.add_handler(self._on_pod_network)
-        self.nodes.add_handler(self._on_node)
-        self.namespaces.add_handler(self._on_namespace)
-        self.statefulsets.add_handler(self._on_statefulset)
-        for informer in self.required_informers:
+        self.caches.pods.add_handler(self._on_pod)
+        self.caches.pod_networks.add_handler(self._on_pod_network)
+        self.caches.nodes.add_handler(self._on_node)
+        self.caches.namespaces.add_handler(self._on_namespace)
+        self.caches.statefulsets.add_handler(self._on_statefulset)
+        for informer in self.caches.required:
             informer.start()
-        for informer in self.informers:
-            if informer in self.required_informers:
+        for informer in self.caches.all:
+            if informer in self.caches.required:
                 continue
             # the others only refine decisions, and whoever reads them checks has_synced
             # (allocation waits for namespaces; a held record without its StatefulSet
@@ -508,7 +381,7 @@ class Engine:
             gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
     def pump(self, timeout: float = 0.0) -> int:
-        return sum(informer.pump(timeout) for informer in self.informers)
+        return sum(informer.pump(timeout) for informer in self.caches.all)
 
     def process(self, key: Key) -> None:
         """Reconcile one key and requeue it as its outcome says. Never raises an
@@ -592,7 +465,7 @@ class Engine:
         """Threaded: one thread per informer, ``workers`` reconcile threads."""
         threads = [
             threading.Thread(target=inf.run, args=(stop,), name=f"informer-{i}", daemon=True)
-            for i, inf in enumerate(self.informers)
+            for i, inf in enumerate(self.caches.all)
         ]
         for n in range(workers or self.options.workers):
             threads.append(
@@ -644,27 +517,6 @@ class Engine:
 
     def is_idle(self) -> bool:
         return self.queue.is_idle()
-
-    # --- helpers used by reconcilers ---------------------------------------------------
-
-    def pod_key_of(self, pn: PodNetwork) -> str:
-        return f"{pn.metadata.namespace}/{pn.spec.pod_name}"
-
-    def wake(self, pn_keys: Mapping[str, Any]) -> None:
-        """Queue the pods of these PodNetwork keys again."""
-        for pn_key in pn_keys:
-            pn = self.pod_networks.get(pn_key)
-            if pn is not None:
-                self.enqueue_pod(self.pod_key_of(pn))
-
-
-def _statefulset_of(pn: PodNetwork) -> list[str]:
-    """``namespace/name`` of the apps/v1 StatefulSet owning a sticky record (none for
-    others: look-alikes of other API groups are not in the cache)."""
-    if not pn.spec.sticky:
-        return []
-    return [f"{pn.metadata.namespace}/{o.name}" for o in pn.metadata.owner_references
-            if is_statefulset(o)]
 
 
 def _readable_ready(obj: Obj) -> tuple[Condition, ...]:

@@ -14,8 +14,14 @@ provider's name.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable
+
+from podnet.core.convert import UnreadablePodNetwork
+from podnet.core.models import PodNetwork
+
+log = logging.getLogger("podnet.engine")
 
 
 class AddressBook:
@@ -96,3 +102,51 @@ class AddressBook:
     def __len__(self) -> int:
         with self._lock:
             return len(self._owner)
+
+
+class Ownership:
+    """The address book and what the controllers know about records beside it.
+
+    - ``addresses``: who owns each address;
+    - ``conflicts``: PodNetwork key -> (its address, the record holding that address): a
+      record that names an address the book gave to another;
+    - ``finishing``: PodNetwork keys podnet itself is removing (their address goes back
+      by the reconciler's hand, not the cache's);
+    - ``vanished``: records that left the cache without podnet removing them, by key:
+      their pod's pass confirms they are gone before their addresses go back.
+    """
+
+    def __init__(self) -> None:
+        self.addresses = AddressBook()
+        self.conflicts: dict[str, tuple[str, str]] = {}
+        self.finishing: set[str] = set()
+        self.vanished: dict[str, PodNetwork] = {}
+
+    def recorded(self, pn: PodNetwork) -> str | None:
+        """A record was seen: every address it names is its owner's in the book, unless
+        the book gave it to another record first. Then the conflict is kept and the
+        holder's key returned (the caller wakes it: it may be the one to re-address)."""
+        for address in (pn.status.ip, pn.status.ipv6):
+            if not address:
+                continue
+            other = self.addresses.claim(pn.spec.provider, address, pn.key)
+            if other is not None:
+                if self.conflicts.get(pn.key) != (address, other):
+                    log.error("PodNetwork %s names address %s, which %s holds",
+                              pn.key, address, other)
+                self.conflicts[pn.key] = (address, other)
+                return other
+        self.conflicts.pop(pn.key, None)
+        return None
+
+    def gone(self, pn: PodNetwork) -> None:
+        """A record left the cache. Removed by podnet's own release: the reconciler gives
+        its address back. Otherwise (its finalizer taken off by hand, or a re-list that
+        did not show it yet) its pod's pass asks the API server, and gives the address
+        back only once the record is really gone."""
+        self.conflicts.pop(pn.key, None)
+        if pn.key in self.finishing:
+            return
+        if isinstance(pn, UnreadablePodNetwork) and not (pn.status.ip or pn.status.ipv6):
+            return
+        self.vanished[pn.key] = pn

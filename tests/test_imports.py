@@ -18,7 +18,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import attrs
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -224,8 +223,8 @@ def test_every_shipped_package_is_read() -> None:
 
 
 def test_function_local_and_type_checking_imports_are_read() -> None:
-    kinds = {(i.imported, i.where) for i in imports_of("podnet.core.reconcile.podnetwork")}
-    assert ("podnet.core.engine", "type-checking") in kinds
+    kinds = {(i.imported, i.where) for i in imports_of("podnet.core.metrics")}
+    assert ("podnet.core.fence", "type-checking") in kinds
     kinds = {(i.imported, i.where) for i in imports_of("podnet.app.cli")}
     assert ("podnet.app.demo", "type-checking") in kinds
     assert ("podnet.app.host", "function") in kinds
@@ -242,24 +241,22 @@ def test_the_cycle_finder_finds_cycles() -> None:
 
 # --- the property --------------------------------------------------------------------------
 
-#: the one cycle left, until the Engine is split into parts its reconcilers receive
-ENGINE_CYCLE = "podnet.core.engine"
 
-
-@pytest.mark.xfail(strict=True, reason=(
-    "the Engine <-> reconcilers cycle: podnet.core.engine imports the reconcilers inside "
-    "Engine.__init__ and each of podnet.core.reconcile.{podnetwork,nodepool,gc} imports "
-    "Engine under TYPE_CHECKING; it goes when the reconcilers receive the Engine's parts "
-    "explicitly (issue 14, item 2)"))
 def test_no_import_cycle_among_podnet_modules() -> None:
     graph = import_graph()
     found = cycles(graph)
     assert found == [], "import cycles:\n" + _report(graph, found)
 
 
-def test_the_only_cycle_is_the_engine_and_its_reconcilers() -> None:
-    """Until the cycle above is gone, no other joins it or appears elsewhere."""
-    graph = import_graph()
-    allowed = {ENGINE_CYCLE, *(m for m in MODULES if m.startswith("podnet.core.reconcile."))}
-    stray = [c for c in cycles(graph) if not set(c) <= allowed]
-    assert stray == [], "import cycles:\n" + _report(graph, stray)
+def test_no_controller_imports_the_engine() -> None:
+    """The reconcilers receive the engine's parts; none knows the engine, not even for
+    its type."""
+    for module in MODULES:
+        if module.startswith("podnet.core.reconcile."):
+            assert "podnet.core.engine" not in {i.imported for i in imports_of(module)}, module
+
+
+def test_the_engine_imports_its_controllers_at_module_level() -> None:
+    kinds = {(i.imported, i.where) for i in imports_of("podnet.core.engine")}
+    for controller in ("podnetwork", "nodepool", "gc"):
+        assert (f"podnet.core.reconcile.{controller}", "module") in kinds

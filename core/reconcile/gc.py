@@ -14,24 +14,39 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
+from podnet.core.caches import Caches, pod_key_of
+from podnet.core.clock import Clock
 from podnet.core.cluster.port import POD_NETWORK
+from podnet.core.drift import LostAddresses
+from podnet.core.enqueue import Enqueuer
+from podnet.core.gateway import ProviderGateway
+from podnet.core.placement import Placement
+from podnet.core.pool import NodePool, Pools
+from podnet.core.reconcile.nodepool import NodePoolReconciler
 from podnet.core.reconcile.result import Result
 from podnet.hookspecs.types import NodeContext, PoolEntry
-
-if TYPE_CHECKING:
-    from podnet.core.engine import Engine
-    from podnet.core.gateway import ProviderGateway
-    from podnet.core.pool import NodePool
 
 log = logging.getLogger("podnet.gc")
 
 
 class GarbageCollector:
-    def __init__(self, engine: Engine, gateway: ProviderGateway) -> None:
-        self.e = engine
+    """Takes the parts it uses: the caches it reads, the queue, the provider gateway,
+    which provider and policy serve what, the node pools, the node pool controller (it
+    drops the pools of gone nodes and reads inventories), where lost addresses are said,
+    and the clock."""
+
+    def __init__(self, *, caches: Caches, enqueue: Enqueuer, gateway: ProviderGateway,
+                 placement: Placement, pools: Pools, nodepools: NodePoolReconciler,
+                 lost: LostAddresses, clock: Clock) -> None:
+        self.caches = caches
+        self.enqueue = enqueue
         self.gateway = gateway
+        self.placement = placement
+        self.pools = pools
+        self.nodepools = nodepools
+        self.lost = lost
+        self.clock = clock
         self.swept: int = 0
         #: monotonic time each own-IPAM provider was last swept
         self._swept_at: dict[str, float] = {}
@@ -39,15 +54,17 @@ class GarbageCollector:
         self._orphans: dict[str, dict[str, float]] = {}
 
     def reconcile(self, _key: str) -> Result:
-        e = self.e
-        for pn in e.pod_networks.values():
-            pod = e.pods.get(f"{pn.metadata.namespace}/{pn.spec.pod_name}")
-            if pod is None or pod.uid != pn.spec.pod_uid or e.nodes.get(pn.spec.node_name) is None:
-                e.enqueue_pod(e.pod_key_of(pn))
-        period = min((e.policy(p).gc_period for p in e.providers.names()), default=60.0)
-        for pool in e.pools.all():
-            if e.nodes.get(pool.node) is None:
-                e.nodepools.node_removed(pool.node)
+        for pn in self.caches.pod_networks.values():
+            pod = self.caches.pods.get(f"{pn.metadata.namespace}/{pn.spec.pod_name}")
+            if (pod is None or pod.uid != pn.spec.pod_uid
+                    or self.caches.nodes.get(pn.spec.node_name) is None):
+                self.enqueue.pod(pod_key_of(pn))
+        policy = self.placement.policy
+        period = min((policy(p).gc_period for p in self.placement.providers.names()),
+                     default=60.0)
+        for pool in self.pools.all():
+            if self.caches.nodes.get(pool.node) is None:
+                self.nodepools.node_removed(pool.node)
                 continue
             if pool.synced:
                 try:
@@ -59,20 +76,21 @@ class GarbageCollector:
 
     def _sweep_own_ipam(self) -> None:
         """``podnet_sweep`` for each provider without node pools, once its period is due."""
-        e = self.e
-        if not e.pod_networks.has_synced:
+        if not self.caches.pod_networks.has_synced:
             return  # an unsynced cache would make every port look ownerless
-        now = e.clock.monotonic()
-        for name in e.providers.names():
-            if e.providers[name].uses_node_pool:
+        now = self.clock.monotonic()
+        for name in self.placement.providers.names():
+            if self.placement.providers[name].uses_node_pool:
                 continue
-            policy = e.policy(name)
+            policy = self.placement.policy(name)
             last = self._swept_at.get(name)
             if last is not None and now - last < policy.gc_period:
                 continue
             self._swept_at[name] = now
-            owners = {pn.key for pn in e.pod_networks.values() if pn.spec.provider == name}
-            owners |= e.unreadable_keys(POD_NETWORK)  # a record that does not parse still owns
+            owners = {pn.key for pn in self.caches.pod_networks.values()
+                      if pn.spec.provider == name}
+            # a record that does not parse still owns
+            owners |= self.caches.unreadable_keys(POD_NETWORK)
             seen = self._orphans.setdefault(name, {})
             expired = frozenset(o for o, first in seen.items()
                                 if now - first >= policy.leaked_ip_expiry and o not in owners)
@@ -90,7 +108,7 @@ class GarbageCollector:
     def _owners(self, pool: NodePool) -> dict[str, str]:
         """address -> the record naming it: IPv4 and (dual stack) IPv6 addresses."""
         out: dict[str, str] = {}
-        for pn in self.e.pod_networks.by_index("node", pool.node):
+        for pn in self.caches.pod_networks.by_index("node", pool.node):
             if pn.spec.provider != pool.provider:
                 continue
             if pn.status.ip:
@@ -100,24 +118,24 @@ class GarbageCollector:
         return out
 
     def _resync(self, pool: NodePool) -> None:
-        e = self.e
-        policy = e.policy(pool.provider)
-        now = e.clock.monotonic()
+        policy = self.placement.policy(pool.provider)
+        now = self.clock.monotonic()
         if now - pool.inventory_at < policy.gc_period:
             return
-        node = e.nodes.get(pool.node)
+        node = self.caches.nodes.get(pool.node)
         if node is None:
             return
-        inventory = e.nodepools.inventory(node, e.node_networks.get(pool.node), pool.provider)
+        inventory = self.nodepools.inventory(
+            node, self.caches.node_networks.get(pool.node), pool.provider)
         owners = self._owners(pool)
-        e.podnetworks.lost_by_cloud(pool.observe(inventory, owners, now))
+        self.lost.report(pool.observe(inventory, owners, now))
         expired = pool.expired_suspects(policy, now, owners)
         if not expired:
             return
         where = {**inventory.all_ips(), **inventory.all_ipv6()}
         entries = [PoolEntry(ip, where[ip].id, where[ip].subnet) for ip in expired if ip in where]
         gone = self.gateway.pool_shrink(
-            pool.provider, NodeContext(node=node, network=e.node_networks.get(pool.node)),
+            pool.provider, NodeContext(node=node, network=self.caches.node_networks.get(pool.node)),
             entries)
         deleted = gone or ()
         pool.suspects_deleted(deleted)

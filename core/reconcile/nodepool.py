@@ -25,12 +25,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from random import Random
+from typing import Any, TypeVar, overload
 
 import attrs
 
+from podnet.core.caches import Caches
+from podnet.core.clock import Clock
 from podnet.core.cluster.port import NODE_NETWORK, Conflict, NotFound
+from podnet.core.drift import LostAddresses, PoolProblems
+from podnet.core.enqueue import Enqueuer
 from podnet.core.errors import ErrorKind, PodnetError, ProviderError, describe, one_line
+from podnet.core.gateway import ProviderGateway
 from podnet.core.machines import DELETED, ENI_MACHINE, recorded_as, state_of
 from podnet.core.models import (
     Condition,
@@ -45,9 +51,11 @@ from podnet.core.models import (
     Phase,
     set_condition,
 )
+from podnet.core.placement import Placement
 from podnet.core.policy import PoolPolicy
-from podnet.core.pool import Deferred, GrowPlan, Interface, NodePool
+from podnet.core.pool import Deferred, GrowPlan, Interface, NodePool, Pools
 from podnet.core.reconcile.result import DONE, Result
+from podnet.core.records import RecordWriter
 from podnet.core.tracing import ATTR_INTERFACE, ATTR_NODE
 from podnet.core.transition import Subject, Transitions
 from podnet.core.validate import check_entries
@@ -59,10 +67,6 @@ from podnet.hookspecs.types import (
     PoolEntry,
 )
 
-if TYPE_CHECKING:
-    from podnet.core.engine import Engine
-    from podnet.core.gateway import ProviderGateway
-
 log = logging.getLogger("podnet.nodepool")
 
 T = TypeVar("T")
@@ -72,33 +76,47 @@ _THROTTLE_WAIT = 0.2
 
 
 class NodePoolReconciler:
-    def __init__(self, engine: Engine, gateway: ProviderGateway,
-                 transitions: Transitions) -> None:
-        self.e = engine
+    """Takes the parts it uses: the caches it reads, the writer of its records and
+    Events, the queue, the provider gateway and the transition runner, which provider and
+    policy serve what, the node pools, where to say what it learns for the pod networks
+    (lost addresses, pools that cannot be read), the clock and a seeded random source
+    (jitter)."""
+
+    def __init__(self, *, caches: Caches, records: RecordWriter, enqueue: Enqueuer,
+                 gateway: ProviderGateway, transitions: Transitions, placement: Placement,
+                 pools: Pools, lost: LostAddresses, problems: PoolProblems, clock: Clock,
+                 random: Random) -> None:
+        self.caches = caches
+        self.records = records
+        self.enqueue = enqueue
         self.gateway = gateway
         self.transitions = transitions
+        self.placement = placement
+        self.pools = pools
+        self.lost = lost
+        #: node -> why its pool cannot be read (its inventory fails: an instance the cloud
+        #: does not have, say), for the pod networks waiting on it to say so
+        self.problems = problems
+        self.clock = clock
+        self.random = random
         #: per node: when (monotonic) ``podnet_node_check`` is next due, and the findings
         #: of its last check (reported already: not again while they persist)
         self._next_check: dict[str, float] = {}
         self._findings: dict[str, tuple[NodeFinding, ...]] = {}
-        #: node -> why its pool cannot be read (its inventory fails: an instance the cloud
-        #: does not have, say), for the pod networks waiting on it to say so
-        self.unavailable: dict[str, str] = {}
 
     def reconcile(self, name: str) -> Result:
-        e = self.e
-        node = e.nodes.get(name)
+        node = self.caches.nodes.get(name)
         if node is None or node.deletion_timestamp is not None:
             self.node_removed(name)
-            self.unavailable.pop(name, None)
+            self.problems.by_node.pop(name, None)
             return DONE
-        provider = e.provider_for_node(node)
-        if provider is None or not e.providers[provider].uses_node_pool:
+        provider = self.placement.provider_for_node(node)
+        if provider is None or not self.placement.providers[provider].uses_node_pool:
             self._forget_checks(name)
-            self.unavailable.pop(name, None)
+            self.problems.by_node.pop(name, None)
             return DONE
-        pool = e.pools.get(provider, name)
-        nn = e.node_networks.get(name) or self._create_record(node, provider)
+        pool = self.pools.get(provider, name)
+        nn = self.caches.node_networks.get(name) or self._create_record(node, provider)
         policy = self.policy_for(provider, nn, pool)
         with pool.lock:
             before = self._snapshot(pool)
@@ -115,7 +133,7 @@ class NodePoolReconciler:
                 reading = True
                 self._rebuild(node, nn, provider, pool)
                 reading = False
-                self.unavailable.pop(name, None)
+                self.problems.by_node.pop(name, None)
                 policy = self.policy_for(provider, nn, pool)
             self._recover(node, pool, provider)
             results.append(self._grow(node, nn, provider, pool, policy))
@@ -143,9 +161,8 @@ class NodePoolReconciler:
     def node_removed(self, name: str) -> None:
         """A node left: its pools dropped, and each of their providers told
         (``podnet_node_removed``) so it drops what it keeps about the node."""
-        e = self.e
-        providers = sorted({p.provider for p in e.pools.all() if p.node == name})
-        e.pools.drop_node(name)
+        providers = sorted({p.provider for p in self.pools.all() if p.node == name})
+        self.pools.drop_node(name)
         self._forget_checks(name)
         for provider in providers:
             self.gateway.node_removed(provider, name)
@@ -153,15 +170,14 @@ class NodePoolReconciler:
     def _unavailable(self, node: NodeInfo, provider: str, pool: NodePool, problem: str) -> str:
         """The pool could not be read: say which node and instance, keep it for the pod
         networks waiting on this node (woken when it changes), and tell the Node."""
-        e = self.e
         message = (f"node {node.name} (spec.providerID {node.provider_id or 'unset'}): "
                    f"its {provider} pool cannot be read: {problem}")
-        if self.unavailable.get(node.name) != message:
-            self.unavailable[node.name] = message
-            e.event({"apiVersion": "v1", "kind": "Node",
+        if self.problems.by_node.get(node.name) != message:
+            self.problems.by_node[node.name] = message
+            self.records.event({"apiVersion": "v1", "kind": "Node",
                      "metadata": {"name": node.name, "uid": node.uid}},
                     "PoolUnavailable", message)
-            e.wake(dict(pool.waiting))
+            self.enqueue.wake(dict(pool.waiting))
         return message
 
     # --- the provider's node check ----------------------------------------------------
@@ -175,17 +191,16 @@ class NodePoolReconciler:
         """``podnet_node_check`` when it is due (the first one a period after the node was
         first seen); its new findings reported. A check that fails is logged and tried
         again a period later: it never fails the pass."""
-        e = self.e
         period = policy.node_check_period
         if period <= 0:
             self._forget_checks(node.name)
             return DONE
-        now = e.clock.monotonic()
+        now = self.clock.monotonic()
         due = self._next_check.setdefault(node.name, now + period)
         if now < due:
             return Result(requeue_after=due - now)
         self._next_check[node.name] = now + period
-        current = e.node_networks.get(nn.metadata.name) or nn
+        current = self.caches.node_networks.get(nn.metadata.name) or nn
         try:
             findings = self.gateway.node_check(provider,
                                                NodeContext(node=node, network=current))
@@ -204,8 +219,8 @@ class NodePoolReconciler:
             if finding in previous:
                 continue  # reported already, and still there
             log.warning("node %s: %s: %s", node.name, finding.reason, finding.message)
-            e.event(involved, finding.reason, finding.message)
-            e.event(current, finding.reason, finding.message)
+            self.records.event(involved, finding.reason, finding.message)
+            self.records.event(current, finding.reason, finding.message)
         self._report_check(current, findings)
         return Result(requeue_after=period)
 
@@ -213,8 +228,7 @@ class NodePoolReconciler:
         """``ProviderCheck`` on the NodeNetwork: False with the findings' messages, True
         once they cleared. Written only when it changes (never while all is well from the
         start)."""
-        e = self.e
-        current = e.node_networks.get(nn.metadata.name) or nn
+        current = self.caches.node_networks.get(nn.metadata.name) or nn
         old = next((c for c in current.status.conditions if c.type == "ProviderCheck"), None)
         if findings:
             reasons = {f.reason for f in findings}
@@ -229,9 +243,9 @@ class NodePoolReconciler:
                                                                          message):
             return
         condition = Condition(type="ProviderCheck", status=status, reason=reason,
-                              message=message, last_transition_time=e.clock.now())
+                              message=message, last_transition_time=self.clock.now())
         try:
-            e.update_status(NODE_NETWORK, attrs.evolve(current, status=attrs.evolve(
+            self.records.update_status(NODE_NETWORK, attrs.evolve(current, status=attrs.evolve(
                 current.status, conditions=set_condition(current.status.conditions, condition))))
         except (Conflict, NotFound):
             pass  # the next check compares with the record again, and writes it
@@ -239,8 +253,7 @@ class NodePoolReconciler:
     def _report(self, nn: NodeNetwork, problem: str | None) -> None:
         """``PoolReady`` on the NodeNetwork says whether the pool can serve, and why not;
         a new problem is also an Event. Written only when it changes."""
-        e = self.e
-        current = e.node_networks.get(nn.metadata.name) or nn
+        current = self.caches.node_networks.get(nn.metadata.name) or nn
         old = next((c for c in current.status.conditions if c.type == "PoolReady"), None)
         status, reason = ("False", "PoolError") if problem else ("True", "Ready")
         message = problem or ""
@@ -249,17 +262,17 @@ class NodePoolReconciler:
         if old is None and problem is None:
             return  # healthy from the start: nothing worth a write
         condition = Condition(type="PoolReady", status=status, reason=reason,
-                              message=message, last_transition_time=e.clock.now())
+                              message=message, last_transition_time=self.clock.now())
         try:
-            e.update_status(NODE_NETWORK, attrs.evolve(current, status=attrs.evolve(
+            self.records.update_status(NODE_NETWORK, attrs.evolve(current, status=attrs.evolve(
                 current.status, conditions=set_condition(current.status.conditions, condition))))
         except (Conflict, NotFound):
             return
         if problem:
-            e.event(current, "PoolError", f"node {nn.metadata.name}: {problem}")
+            self.records.event(current, "PoolError", f"node {nn.metadata.name}: {problem}")
 
     def policy_for(self, provider: str, nn: NodeNetwork | None, pool: NodePool) -> PoolPolicy:
-        policy = self.e.policy(provider)
+        policy = self.placement.policy(provider)
         if nn is not None:
             bounds = nn.spec.pool
             if bounds.min_idle is not None or bounds.max_idle is not None:
@@ -280,9 +293,9 @@ class NodePoolReconciler:
             spec=NodeNetworkSpec(provider=provider, instance_id=node.provider_id),
         )
         try:
-            return self.e.create(NODE_NETWORK, nn)
+            return self.records.create(NODE_NETWORK, nn)
         except Conflict:
-            found = self.e.node_networks.get(node.name)
+            found = self.caches.node_networks.get(node.name)
             if found is None:
                 raise
             return found
@@ -300,7 +313,7 @@ class NodePoolReconciler:
         node pass; writing the record for each would double the API writes per pod, so
         the owners catch up at most once a refill period (the PodNetworks are the truth)."""
         last = nn.status.last_inventory_sync
-        if last is None or (self.e.clock.now() - last).total_seconds() < policy.refill_period:
+        if last is None or (self.clock.now() - last).total_seconds() < policy.refill_period:
             return False
         written = {ip.address: ip.owner for itf in nn.status.interfaces for ip in itf.ips}
         with pool.lock:
@@ -308,8 +321,7 @@ class NodePoolReconciler:
                        for a in pool.addresses.values())
 
     def _write(self, nn: NodeNetwork, pool: NodePool) -> None:
-        e = self.e
-        mono, wall = e.clock.monotonic(), e.clock.now()
+        mono, wall = self.clock.monotonic(), self.clock.now()
         from datetime import timedelta
 
         with pool.lock:
@@ -328,33 +340,32 @@ class NodePoolReconciler:
                     pooled=itf.pooled,
                     inhibited_until=until.replace(microsecond=0) if until else None,
                 ))
-        current = e.node_networks.get(nn.metadata.name) or nn
+        current = self.caches.node_networks.get(nn.metadata.name) or nn
         if (current.status.last_inventory_sync is not None
                 and current.status.interfaces == tuple(interfaces)):
             return  # the record says it already (a restart's rebuild, mostly): no write
         status = attrs.evolve(nn.status, interfaces=tuple(interfaces), last_inventory_sync=wall)
         try:
-            e.update_status(NODE_NETWORK, attrs.evolve(current, status=status))
+            self.records.update_status(NODE_NETWORK, attrs.evolve(current, status=status))
         except (Conflict, NotFound):
-            e.enqueue_node(nn.metadata.name)  # written again from a fresh read
+            self.enqueue.node(nn.metadata.name)  # written again from a fresh read
 
     # --- rebuild ----------------------------------------------------------------------
 
     def _rebuild(self, node: NodeInfo, nn: NodeNetwork, provider: str, pool: NodePool) -> None:
         """Inventory (what exists) + records (who owns it) + last pool (what was idle)."""
-        e = self.e
         inventory = self.inventory(node, nn, provider)
         owners: dict[str, str] = {}
         #: IPv4 -> IPv6 as the records pair them (dual stack): pod networks first
         pairs: dict[str, str] = {}
-        for pn in e.pod_networks.by_index("node", node.name):
+        for pn in self.caches.pod_networks.by_index("node", node.name):
             if pn.spec.provider == provider and pn.status.ip and pn.status.phase in (
                 Phase.ALLOCATED, Phase.ROUTED, Phase.RELEASING,
             ):
                 if pn.status.ip in owners:
                     log.error("address %s recorded by %s and %s", pn.status.ip,
                               owners[pn.status.ip], pn.key)
-                    e.event(pn, "DuplicateAddress",
+                    self.records.event(pn, "DuplicateAddress",
                             f"address {pn.status.ip} is also recorded by {owners[pn.status.ip]}")
                     continue
                 owners[pn.status.ip] = pn.key
@@ -368,11 +379,11 @@ class NodePoolReconciler:
                     pooled.add(ip.ipv6)
                     if ip.address not in pairs and ip.ipv6 not in named6:
                         pairs[ip.address] = ip.ipv6  # the last recorded pool's pairs
-        now = e.clock.monotonic()
+        now = self.clock.monotonic()
         lost = pool.rebuild(inventory, owners, pooled, now, pairs)
-        pool.resume(nn.status.interfaces, now, e.clock.now())
-        e.podnetworks.lost_by_cloud(lost)
-        e.wake(dict(pool.waiting))
+        pool.resume(nn.status.interfaces, now, self.clock.now())
+        self.lost.report(lost)
+        self.enqueue.wake(dict(pool.waiting))
 
     def inventory(self, node: NodeInfo, nn: NodeNetwork | None, provider: str) -> Inventory:
         ctx = NodeContext(node=node, network=nn)
@@ -405,33 +416,32 @@ class NodePoolReconciler:
         return result
 
     def _recover(self, node: NodeInfo, pool: NodePool, provider: str) -> None:
-        for itf in pool.recoverable(self.e.clock.monotonic()):
+        for itf in pool.recoverable(self.clock.monotonic()):
             self._eni(node, provider, itf, "recover")
             pool.recovered(itf)
 
     def _inhibit(self, node: NodeInfo, pool: NodePool, provider: str, itf: Interface,
                  seconds: float, reason: str) -> None:
         self._eni(node, provider, itf, "inhibit")
-        pool.inhibited(itf, self.e.clock.monotonic() + seconds, reason)
+        pool.inhibited(itf, self.clock.monotonic() + seconds, reason)
 
     # --- grow -------------------------------------------------------------------------
 
     def _grow(self, node: NodeInfo, nn: NodeNetwork, provider: str, pool: NodePool,
               policy: PoolPolicy) -> Result:
-        e = self.e
-        now = e.clock.monotonic()
+        now = self.clock.monotonic()
         # demand is what still waits: a record deleted or allocated meanwhile asks nothing
         for key in list(pool.waiting):
-            waiter = e.pod_networks.get(key)
+            waiter = self.caches.pod_networks.get(key)
             if waiter is None or waiter.status.phase is not Phase.PENDING:
                 pool.stop_waiting(key)
-        info = e.providers[provider]
+        info = self.placement.providers[provider]
         plan = pool.plan_grow(policy, now, manages_interfaces=info.manages_interfaces)
         if isinstance(plan, Deferred):
             if plan.problem is not None:
                 pool.cannot_grow(plan.problem)
             if plan.waiting:
-                e.wake(plan.waiting)
+                self.enqueue.wake(plan.waiting)
             return _deferred(plan)
         wait = self.gateway.admit(provider)
         if wait:
@@ -453,7 +463,7 @@ class NodePoolReconciler:
         except Exception as exc:
             return self._grow_failed(node, provider, pool, policy, plan, exc, nn)
         pool.grew(entries, now, created)
-        e.wake(plan.waiting)
+        self.enqueue.wake(plan.waiting)
         return Result(requeue_after=0.0) if len(entries) < plan.need else DONE
 
     def _new_interface(self, node: NodeInfo, nn: NodeNetwork, provider: str, pool: NodePool,
@@ -484,20 +494,19 @@ class NodePoolReconciler:
 
     def _grow_failed(self, node: NodeInfo, provider: str, pool: NodePool, policy: PoolPolicy,
                      plan: GrowPlan, exc: Exception, nn: NodeNetwork) -> Result:
-        e = self.e
         kind = self.gateway.classify(provider, exc)
         itf = plan.interface
         subject = getattr(exc, "subject", None) or plan.subnet or (itf.subnet if itf else None)
         where = f" ({subject})" if subject else ""
         problem = one_line(f"growing the pool failed: {kind.value}{where}: {exc}")
-        retry = pool.grow_failed(plan, kind, problem, policy, e.clock.monotonic(),
+        retry = pool.grow_failed(plan, kind, problem, policy, self.clock.monotonic(),
                                  subnets=len(nn.spec.subnets))
         if retry.inhibit is not None:
             self._inhibit(node, pool, provider, retry.inhibit, retry.inhibit_for, problem)
         if retry.after is None:
-            return Result(requeue_after=_THROTTLE_WAIT * (1 + e.random.random()))
+            return Result(requeue_after=_THROTTLE_WAIT * (1 + self.random.random()))
         if retry.backed_off:
-            e.wake(dict(pool.waiting))  # waiting pod networks record the reason
+            self.enqueue.wake(dict(pool.waiting))  # waiting pod networks record the reason
         return Result(requeue_after=retry.after)
 
     # --- shrink and dispose -----------------------------------------------------------
@@ -506,8 +515,7 @@ class NodePoolReconciler:
                 policy: PoolPolicy, halves_only: bool = False) -> Result:
         """Idle addresses beyond ``max_idle`` go back to the cloud, and every invalid half
         of a dual-stack pair with them (``halves_only``: just those)."""
-        e = self.e
-        now = e.clock.monotonic()
+        now = self.clock.monotonic()
         # one hold of the lock from the plan until its victims are out of the pool
         with pool.lock:
             plan = pool.plan_shrink(policy, now, halves_only)
@@ -527,7 +535,7 @@ class NodePoolReconciler:
             # the next inventory says which are still there
             pool.invalidate()
             if kind is ErrorKind.THROTTLED:
-                return Result(requeue_after=_THROTTLE_WAIT * (1 + e.random.random()))
+                return Result(requeue_after=_THROTTLE_WAIT * (1 + self.random.random()))
             raise
         pool.shrunk(plan, gone or ())
         return Result(requeue_after=0.0) if plan.leaves_excess else DONE
@@ -535,8 +543,7 @@ class NodePoolReconciler:
     def _dispose(self, node: NodeInfo, nn: NodeNetwork, provider: str, pool: NodePool,
                  policy: PoolPolicy) -> Result:
         """An interface with no address left goes (never primary, never trunk)."""
-        e = self.e
-        if not e.providers[provider].manages_interfaces:
+        if not self.placement.providers[provider].manages_interfaces:
             return DONE
         done = 0
         for itf in pool.disposable():

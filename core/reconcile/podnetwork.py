@@ -22,9 +22,9 @@ import functools
 import hashlib
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import attrs
 
@@ -35,8 +35,12 @@ from podnet.core.annotations import (
     parse_network_request,
     parse_networks,
 )
+from podnet.core.caches import Caches, pod_key_of
+from podnet.core.clock import Clock
 from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Conflict, NotFound
 from podnet.core.convert import UnreadablePodNetwork
+from podnet.core.drift import LostAddresses, PoolProblems, too_young
+from podnet.core.enqueue import Enqueuer
 from podnet.core.errors import (
     ErrorKind,
     InvalidRequest,
@@ -48,6 +52,7 @@ from podnet.core.errors import (
     describe,
     one_line,
 )
+from podnet.core.gateway import ProviderGateway
 from podnet.core.machines import POD_NETWORK_MACHINE, state_of
 from podnet.core.models import (
     DEFAULT_NETWORK,
@@ -75,10 +80,13 @@ from podnet.core.objects import (
     statefulset_ordinal,
     vm_of,
 )
-from podnet.core.pool import Reservation
+from podnet.core.ownership import Ownership
+from podnet.core.placement import Placement
+from podnet.core.pool import Pools, Reservation
 from podnet.core.reconcile.requests import REQUESTS_APPLIED
 from podnet.core.reconcile.requests import compare as compare_requests
 from podnet.core.reconcile.result import DONE, Result
+from podnet.core.records import RecordWriter
 from podnet.core.resolve import resolve
 from podnet.core.tracing import (
     ATTR_INTERFACE,
@@ -93,14 +101,9 @@ from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
     Allocation,
-    NodeContext,
     PodNetworkContext,
     ReleaseResult,
 )
-
-if TYPE_CHECKING:
-    from podnet.core.engine import Engine
-    from podnet.core.gateway import ProviderGateway
 
 log = logging.getLogger("podnet.podnetwork")
 
@@ -151,11 +154,28 @@ def ready_condition(pn: PodNetwork) -> Condition | None:
 
 
 class PodNetworkReconciler:
-    def __init__(self, engine: Engine, gateway: ProviderGateway,
-                 transitions: Transitions) -> None:
-        self.e = engine
+    """Takes the parts it uses: the caches it reads, the writer of its records and
+    Events, the queue to look at pods and nodes again, the provider gateway and the
+    transition runner, which provider and policy serve what, the address book and its
+    bookkeeping, the node pools, what the node side learned (lost addresses, unreadable
+    pools), and the clock."""
+
+    def __init__(self, *, caches: Caches, records: RecordWriter, enqueue: Enqueuer,
+                 gateway: ProviderGateway, transitions: Transitions, placement: Placement,
+                 owned: Ownership, pools: Pools, lost: LostAddresses,
+                 problems: PoolProblems, clock: Clock) -> None:
+        self.caches = caches
+        self.records = records
+        self.enqueue = enqueue
         self.gateway = gateway
         self.transitions = transitions
+        self.placement = placement
+        self.owned = owned
+        self.pools = pools
+        #: PodNetwork key -> the recorded address the cloud no longer has
+        self.lost = lost
+        self.problems = problems
+        self.clock = clock
         #: monotonic time each routed record is next verified at (in memory only)
         self._verify_at: dict[str, float] = {}
         #: (pod key, uid) whose record someone else deleted while the pod looked alive:
@@ -168,39 +188,17 @@ class PodNetworkReconciler:
         #: PodNetwork key -> the address it had, handed out to it first when it
         #: allocates again (its record was deleted while the pod ran, or re-addressed)
         self._prefer: dict[str, str] = {}
-        #: PodNetwork key -> the recorded address the cloud no longer has (set by GC and
-        #: the pool rebuild once the record is older than the minimum address lifetime)
-        self._lost: dict[str, str] = {}
-
         #: pod key -> what was last said on a pod that has no record to carry it (its
         #: node does not exist): said once per pod and reason, again when it changes
         self._said: dict[str, str] = {}
 
-    def lost_by_cloud(self, keys: Iterable[str]) -> None:
-        """A fresh inventory lacks the addresses these records name. A record older than
-        the minimum address lifetime (younger ones may just not be visible yet) is
-        re-addressed: the same address where the cloud takes it back, else a new one."""
-        e = self.e
-        for key in keys:
-            pn = e.pod_networks.get(key)
-            if pn is None or isinstance(pn, UnreadablePodNetwork) or not pn.status.ip:
-                continue
-            if pn.status.phase not in (Phase.ALLOCATED, Phase.ROUTED):
-                continue
-            if self._too_young(pn):
-                continue
-            log.warning("%s records address %s, which the cloud no longer has", key,
-                        pn.status.ip)
-            self._lost[key] = pn.status.ip
-            e.enqueue_pod(e.pod_key_of(pn))
-
     # --- the pass ---------------------------------------------------------------------
 
     def reconcile(self, pod_key: str) -> Result:
-        e = self.e
         vms = {f"{pn.metadata.namespace}/{pn.metadata.labels[LABEL_VM]}"
-               for pn in e.pod_networks.by_index("pod", pod_key) if LABEL_VM in pn.metadata.labels}
-        pod = e.pods.get(pod_key)
+               for pn in self.caches.pod_networks.by_index("pod", pod_key)
+               if LABEL_VM in pn.metadata.labels}
+        pod = self.caches.pods.get(pod_key)
         vm = vm_of(pod) if pod is not None else None
         if pod is not None and vm is not None:
             vms.add(f"{pod.namespace}/{vm}")
@@ -212,23 +210,23 @@ class PodNetworkReconciler:
             return self._reconcile(pod_key)
 
     def _reconcile(self, pod_key: str) -> Result:
-        e = self.e
-        if e.vanished:
+        if self.owned.vanished:
             self._settle_vanished(pod_key)
-        pod = e.pods.get(pod_key)
+        pod = self.caches.pods.get(pod_key)
         if pod is None or self._maybe_gone.get(pod_key, pod.uid) != pod.uid:
             self._maybe_gone.pop(pod_key, None)  # the cache caught up
         if pod is None:
             self._said.pop(pod_key, None)
-        records = sorted(e.pod_networks.by_index("pod", pod_key), key=lambda r: r.metadata.name)
+        records = sorted(self.caches.pod_networks.by_index("pod", pod_key),
+                         key=lambda r: r.metadata.name)
         desired = self.desired(pod)
         if pod is not None and desired and pod.deletion_timestamp is not None:
             # a terminating pod (its deletionTimestamp includes the grace): released once
             # that passes (see desired), and nothing may wake the key then — a lost
             # node's kubelet never finishes the pod — so look again at the deadline,
             # whatever this pass ends in (an invalid request is not retried otherwise)
-            left = (pod.deletion_timestamp - e.clock.now()).total_seconds()
-            e.enqueue_pod(pod_key, after=max(left, 0.0))
+            left = (pod.deletion_timestamp - self.clock.now()).total_seconds()
+            self.enqueue.pod(pod_key, after=max(left, 0.0))
         if pod is not None and desired:
             records += self._held_for_vm(pod, records, desired)
         results = []
@@ -263,42 +261,41 @@ class PodNetworkReconciler:
         from the API server too (its finalizer was taken off by hand): nothing may stay
         owned by a record that is gone, so its addresses go back, after the reuse
         cooldown. Still there (the cache re-listed before seeing it): nothing to do."""
-        e = self.e
-        for key, pn in list(e.vanished.items()):
-            if e.pod_key_of(pn) != pod_key:
+        for key, pn in list(self.owned.vanished.items()):
+            if pod_key_of(pn) != pod_key:
                 continue
-            if e.pod_networks.get(key) is None:
+            if self.caches.pod_networks.get(key) is None:
                 try:
-                    e.cluster.get(POD_NETWORK, pn.metadata.name, pn.metadata.namespace)
+                    self.records.cluster.get(POD_NETWORK, pn.metadata.name, pn.metadata.namespace)
                     continue  # still there: the cache catches up (a later event settles it)
                 except NotFound:
                     pass
-            del e.vanished[key]
-            if e.pod_networks.get(key) is not None:
+            del self.owned.vanished[key]
+            if self.caches.pod_networks.get(key) is not None:
                 continue  # back in the cache: its owner again
-            held = e.addresses.release_owner(key)
-            pool = e.pools.find(pn.spec.provider, pn.spec.node_name)
-            if pool is None or pn.spec.provider not in e.providers:
+            held = self.owned.addresses.release_owner(key)
+            pool = self.pools.find(pn.spec.provider, pn.spec.node_name)
+            if pool is None or pn.spec.provider not in self.placement.providers:
                 continue
             pool.stop_waiting(key)
-            cooldown = e.clock.monotonic() + e.policy(pn.spec.provider).reuse_cooldown
+            cooldown = (self.clock.monotonic()
+                        + self.placement.policy(pn.spec.provider).reuse_cooldown)
             freed = [a for _, a in held if pool.give_back(a, key, cooldown)]
             if freed:
                 log.warning("PodNetwork %s was removed without its release; %s back in the "
                             "pool of node %s", key, ", ".join(freed), pn.spec.node_name)
-                e.enqueue_node(pn.spec.node_name)
+                self.enqueue.node(pn.spec.node_name)
 
     def _held_for_vm(self, pod: PodInfo, have: list[PodNetwork],
                      desired: dict[str, Desired]) -> list[PodNetwork]:
         """The held records of the VM whose pod ``pod`` is, for networks it has no record
         of: a VM's new pod takes its addresses back."""
-        e = self.e
         vm = vm_of(pod)
         if vm is None:
             return []
         mine = {pn.spec.network for pn in have}
         out = []
-        for pn in e.pod_networks.by_index("vm", f"{pod.namespace}/{vm}"):
+        for pn in self.caches.pod_networks.by_index("vm", f"{pod.namespace}/{vm}"):
             want = desired.get(pn.spec.network)
             if (want is None or not want.sticky or pn.spec.network in mine
                     or want.provider != pn.spec.provider
@@ -306,7 +303,8 @@ class PodNetworkReconciler:
                 continue
             if pn.status.phase is not Phase.RELEASING and not self._pod_gone(pn):
                 continue  # its pod still runs (a live migration's source): not to take
-            if e.providers[pn.spec.provider].uses_node_pool and pn.spec.node_name != pod.node_name:
+            if (self.placement.providers[pn.spec.provider].uses_node_pool
+                    and pn.spec.node_name != pod.node_name):
                 continue  # a node pool's address cannot follow the VM to another node
             out.append(pn)
         return out
@@ -314,26 +312,25 @@ class PodNetworkReconciler:
     def _pod_gone(self, pn: PodNetwork) -> bool:
         """Whether the pod a record serves is gone, replaced or finished, as the cache
         has it (its own pass may not have come yet)."""
-        old = self.e.pods.get(self.e.pod_key_of(pn))
+        old = self.caches.pods.get(pod_key_of(pn))
         return old is None or old.uid != pn.spec.pod_uid or pod_is_terminal(old)
 
     def desired(self, pod: PodInfo | None) -> dict[str, Desired]:
         """The networks a pod should have now; empty when its networks must go."""
-        e = self.e
         if pod is None or pod.host_network or not pod.node_name:
             return {}
         if pod_is_terminal(pod):
             return {}
-        if pod.deletion_timestamp is not None and e.clock.now() >= pod.deletion_timestamp:
+        if pod.deletion_timestamp is not None and self.clock.now() >= pod.deletion_timestamp:
             return {}  # past its deletion grace: the pod no longer runs
-        node = e.nodes.get(pod.node_name)
+        node = self.caches.nodes.get(pod.node_name)
         if node is None:
             self._say_node_missing(pod)
             return {}
         self._said.pop(pod.key, None)
         if node.deletion_timestamp is not None:
             return {}
-        provider = e.provider_for_node(node)
+        provider = self.placement.provider_for_node(node)
         if provider is None:
             return {}
         invalid = None
@@ -345,13 +342,13 @@ class PodNetworkReconciler:
             warnings = check_unknown_keys(pod.annotations)
         except InvalidRequest as exc:
             request, invalid = NetworkRequest(), exc
-        info = e.providers[provider]
+        info = self.placement.providers[provider]
         sticky = pod_is_sticky(pod, info.sticky_kinds)
         out = {DEFAULT_NETWORK: Desired(provider, request, sticky, invalid, warnings)}
         # who serves each attachment: the operator's config first, then the plugins
-        served_by = {n: e.options.networks[n] for n in names if n in e.options.networks}
+        served_by = {n: self.placement.networks[n] for n in names if n in self.placement.networks}
         for attachment in self.gateway.select_networks(pod, node):
-            if attachment.provider in e.providers:
+            if attachment.provider in self.placement.providers:
                 served_by.setdefault(attachment.network, attachment.provider)
         for network in dict.fromkeys((*names, *served_by)):
             if network in served_by:
@@ -359,7 +356,7 @@ class PodNetworkReconciler:
                                                 served_by[network])
             else:
                 # still a record, so the pod's owner sees why on `kubectl get pn`
-                known = sorted({*e.options.networks, *served_by}) or ["none"]
+                known = sorted({*self.placement.networks, *served_by}) or ["none"]
                 out[network] = Desired(provider, NetworkRequest(), False, InvalidRequest(
                     f"networks[{network}]", f"network {network!r} is not served by any "
                     f"provider (configured: {', '.join(known)})"))
@@ -376,22 +373,21 @@ class PodNetworkReconciler:
         """A pod bound to a node that does not exist gets no record (no provider serves a
         node that is not there): an Event on the Pod says so, once per pod. The node's
         arrival requeues its pods (``_on_node``), which then go on as usual."""
-        e = self.e
         message = (f"pod {pod.key} is bound to node {pod.node_name}, which does not exist: "
                    "no network is set up for it until the node is there")
         if self._said.get(pod.key) == message:
             return
         try:
-            e.cluster.get(NODE, pod.node_name or "")
+            self.records.cluster.get(NODE, pod.node_name or "")
             return  # it does: the node cache is behind, and its event requeues the pod
         except NotFound:
             pass
         self._said[pod.key] = message
-        e.event(_pod_ref(pod), "NodeNotFound", message)
+        self.records.event(_pod_ref(pod), "NodeNotFound", message)
 
     def _attachment(self, pod: PodInfo, node: NodeInfo, default_provider: str, network: str,
                     provider: str) -> Desired:
-        served = self.e.providers[provider]
+        served = self.placement.providers[provider]
         problem = None
         if served.uses_node_pool and provider != default_provider:
             # a node has one pool owner: its default network's provider
@@ -409,7 +405,8 @@ class PodNetworkReconciler:
         want = desired.get(pn.spec.network)
         if want is None or want.provider != pn.spec.provider:
             return False
-        if pn.spec.node_name != pod.node_name and self.e.providers[pn.spec.provider].uses_node_pool:
+        if (pn.spec.node_name != pod.node_name
+                and self.placement.providers[pn.spec.provider].uses_node_pool):
             return False  # an address from one node's pool cannot follow its pod elsewhere
         if pn.spec.pod_uid == pod.uid:
             return pn.status.phase is not Phase.RELEASING or pn.spec.sticky
@@ -419,12 +416,11 @@ class PodNetworkReconciler:
     # --- create -----------------------------------------------------------------------
 
     def _create(self, pod: PodInfo, network: str, want: Desired) -> Result:
-        e = self.e
         if self._maybe_gone.get(pod.key) == pod.uid:
             # the pod's last record was deleted from outside while the cache still showed
             # the pod: ask the API server whether this pod is still there
             try:
-                live = e.cluster.get(POD, pod.name, pod.namespace)
+                live = self.records.cluster.get(POD, pod.name, pod.namespace)
             except NotFound:
                 return Result(requeue_after=_WAIT_RECHECK)  # gone: its deletion event follows
             if live.get("metadata", {}).get("uid") != pod.uid:
@@ -432,7 +428,7 @@ class PodNetworkReconciler:
             del self._maybe_gone[pod.key]  # alive: only its record was removed
         sticky = want.sticky
         vm = vm_of(pod) if sticky else None
-        if vm is not None and e.pod_networks.get(
+        if vm is not None and self.caches.pod_networks.get(
                 f"{pod.namespace}/{record_name(pod, network, True)}") is not None:
             # the VM's record still serves its other pod (a live migration's source) or
             # cannot follow this one to its node: this pod gets an address of its own
@@ -467,7 +463,7 @@ class PodNetworkReconciler:
             ),
         )
         try:
-            created = e.create(POD_NETWORK, pn)
+            created = self.records.create(POD_NETWORK, pn)
         except Conflict:
             # exists already (a sticky record, or an earlier pass): next pass sees it
             return Result(requeue_after=0.0)
@@ -498,7 +494,7 @@ class PodNetworkReconciler:
         if pn.status.phase is Phase.PENDING:
             pn = self._report_unavailable(pn, pod)
         if pn.status.phase is Phase.PENDING and pn.spec.requests != want.request:
-            pn = self.e.update(POD_NETWORK, attrs.evolve(
+            pn = self.records.update(POD_NETWORK, attrs.evolve(
                 pn, spec=attrs.evolve(pn.spec, requests=want.request)))
         elif pn.status.phase is not Phase.PENDING and (
                 pn.spec.requests != want.request or _frozen_said(pn)):
@@ -522,41 +518,40 @@ class PodNetworkReconciler:
         """A live record without ``podnet.io/release`` (taken off by hand): put back, or
         deleting the record would skip the release and strand its address."""
         meta = attrs.evolve(pn.metadata, finalizers=(*pn.metadata.finalizers, FINALIZER))
-        pn = self.e.update(POD_NETWORK, attrs.evolve(pn, metadata=meta))
+        pn = self.records.update(POD_NETWORK, attrs.evolve(pn, metadata=meta))
         message = (f"PodNetwork {pn.key} of pod {pod.key} had lost its {FINALIZER} "
                    "finalizer; it is back (the record's release frees its address)")
-        self.e.event(pn, "FinalizerRestored", message)
+        self.records.event(pn, "FinalizerRestored", message)
         return pn
 
     def _address_problem(self, pn: PodNetwork) -> tuple[str, str, str | None] | None:
         """Why the record's address cannot stay its own: (Event reason, message, the
         address to hand it first), or None."""
-        e = self.e
-        conflict = e.conflicts.get(pn.key)
+        conflict = self.owned.conflicts.get(pn.key)
         if conflict is not None:
             address, holder = conflict
-            if e.addresses.holder(pn.spec.provider, address) == pn.key:
-                e.conflicts.pop(pn.key, None)  # settled meanwhile: the record holds it
+            if self.owned.addresses.holder(pn.spec.provider, address) == pn.key:
+                self.owned.conflicts.pop(pn.key, None)  # settled meanwhile: the record holds it
                 return None
             if self._backed_by_pool(pn.key, address) and not self._backed_by_pool(
                     holder, address):
                 # the node pool rebuilt from its cloud inventory gives it to this record,
                 # not to the book's holder (which claimed it first after a restart): the
                 # book follows the cloud, and the other record is the one re-addressed
-                e.addresses.release(pn.spec.provider, address, holder)
-                e.addresses.claim(pn.spec.provider, address, pn.key)
-                e.conflicts.pop(pn.key, None)
-                e.conflicts[holder] = (address, pn.key)
-                other = e.pod_networks.get(holder)
+                self.owned.addresses.release(pn.spec.provider, address, holder)
+                self.owned.addresses.claim(pn.spec.provider, address, pn.key)
+                self.owned.conflicts.pop(pn.key, None)
+                self.owned.conflicts[holder] = (address, pn.key)
+                other = self.caches.pod_networks.get(holder)
                 if other is not None:
-                    e.enqueue_pod(e.pod_key_of(other))
+                    self.enqueue.pod(pod_key_of(other))
                 return None
             return ("AddressConflict", f"address {address} is recorded by {pn.key} but "
                     f"held by {holder}", self._held_elsewhere(pn))
-        lost = self._lost.get(pn.key)
+        lost = self.lost.by_key.get(pn.key)
         if lost is not None:
             if lost != pn.status.ip:
-                del self._lost[pn.key]
+                del self.lost.by_key[pn.key]
                 return None
             return ("AddressLost", f"the cloud no longer has address {lost}", lost)
         stray = self._pool_disagrees(pn)
@@ -567,29 +562,21 @@ class PodNetworkReconciler:
     def _held_elsewhere(self, pn: PodNetwork) -> str | None:
         """An address the book holds for this record other than the one it names (the
         one podnet gave it, before a hand edit): handed to it first when re-addressed."""
-        mine = sorted(a for p, a in self.e.addresses.held_by(pn.key) if p == pn.spec.provider
+        mine = sorted(a for p, a in self.owned.addresses.held_by(pn.key) if p == pn.spec.provider
                       and a not in (pn.status.ip, pn.status.ipv6))
         return mine[0] if mine else None
-
-    def _too_young(self, pn: PodNetwork) -> bool:
-        """Whether the record changed less than the minimum address lifetime ago: the
-        cloud may not show its address yet, so its absence proves nothing."""
-        since = pn.status.last_transition_time
-        lifetime = self.e.policy(pn.spec.provider).min_ip_lifetime
-        return since is not None and (self.e.clock.now() - since).total_seconds() < lifetime
 
     def _pool_disagrees(self, pn: PodNetwork) -> tuple[str, str] | None:
         """For a node-pool provider: (Event reason, why) the record's address is not the
         one its node's pool gave it (the pool is built from the node's cloud inventory),
         or None. A record edited to another node's address or to an idle one is a
         conflict; an address the node's cloud does not have (any more) is lost."""
-        e = self.e
         ip = pn.status.ip
-        if not ip or pn.spec.provider not in e.providers:
+        if not ip or pn.spec.provider not in self.placement.providers:
             return None
-        if not e.providers[pn.spec.provider].uses_node_pool:
+        if not self.placement.providers[pn.spec.provider].uses_node_pool:
             return None
-        pool = e.pools.find(pn.spec.provider, pn.spec.node_name)
+        pool = self.pools.find(pn.spec.provider, pn.spec.node_name)
         if pool is None or not pool.synced:
             return None
         owner = pool.owner_of(ip)
@@ -602,7 +589,7 @@ class PodNetworkReconciler:
         if ip in pool.addresses:
             return ("AddressConflict",
                     f"address {ip} is recorded by {pn.key} but idle in node {node}'s pool")
-        if self._too_young(pn):
+        if too_young(pn, self.placement.policy, self.clock):
             return None  # the cloud may not show a new address yet
         return ("AddressLost", f"node {node} does not have address {ip}, which {pn.key} "
                 "records")
@@ -610,13 +597,12 @@ class PodNetworkReconciler:
     def _backed_by_pool(self, key: str, address: str) -> bool:
         """Whether record ``key``'s node pool (a node-pool provider's, synced) holds
         ``address`` for it."""
-        e = self.e
-        pn = e.pod_networks.get(key)
-        if pn is None or pn.spec.provider not in e.providers:
+        pn = self.caches.pod_networks.get(key)
+        if pn is None or pn.spec.provider not in self.placement.providers:
             return False
-        if not e.providers[pn.spec.provider].uses_node_pool:
+        if not self.placement.providers[pn.spec.provider].uses_node_pool:
             return False
-        pool = e.pools.find(pn.spec.provider, pn.spec.node_name)
+        pool = self.pools.find(pn.spec.provider, pn.spec.node_name)
         return pool is not None and pool.synced and pool.owner_of(address) == key
 
     def _readdress(self, pn: PodNetwork, pod: PodInfo, reason: str, why: str,
@@ -625,33 +611,33 @@ class PodNetworkReconciler:
         cloud lost it): back to Pending, recorded first, then allocated again, handing it
         ``prefer`` first (the address it held, or the lost one where the cloud gives it
         back). Said on the record, its pod and, for a conflict, the other record."""
-        e = self.e
         old = pn.status.ip
-        conflict = e.conflicts.get(pn.key)
+        conflict = self.owned.conflicts.get(pn.key)
         readdressed = self._run(pn, "readdress", lambda span: self._write_phase(
             pn, Phase.PENDING, span, reason=reason, message=why, ip=None, ipv6=None,
             subnet=None, gateway=None, interface=None), drift=why)
         if readdressed is None:
             return pn
         pn = readdressed
-        e.conflicts.pop(pn.key, None)
-        lost = self._lost.pop(pn.key, None)
+        self.owned.conflicts.pop(pn.key, None)
+        lost = self.lost.by_key.pop(pn.key, None)
         if lost is not None:
             # gone from the cloud: out of the pool and the book (re-added if it comes back)
-            e.addresses.release(pn.spec.provider, lost, pn.key)
-            pool = e.pools.find(pn.spec.provider, pn.spec.node_name)
+            self.owned.addresses.release(pn.spec.provider, lost, pn.key)
+            pool = self.pools.find(pn.spec.provider, pn.spec.node_name)
             if pool is not None and pool.owner_of(lost) == pn.key:
                 pool.remove([lost])
         if prefer is not None:
             self._prefer[pn.key] = prefer
         message = f"PodNetwork {pn.key}: {why}; the pod gets an address again"
-        e.event(pn, reason, message)
-        e.event(_pod_ref(pod), reason, message)
+        self.records.event(pn, reason, message)
+        self.records.event(_pod_ref(pod), reason, message)
         if conflict is not None:
-            holder = e.pod_networks.get(conflict[1])
+            holder = self.caches.pod_networks.get(conflict[1])
             if holder is not None:
-                e.event(holder, reason, f"PodNetwork {pn.key} recorded {conflict[0]}, which "
-                        f"{holder.key} holds; {pn.key} was re-addressed")
+                self.records.event(holder, reason, f"PodNetwork {pn.key} recorded "
+                                   f"{conflict[0]}, which {holder.key} holds; {pn.key} "
+                                   "was re-addressed")
         log.warning("re-addressing %s (was %s): %s", pn.key, old, why)
         return pn
 
@@ -662,7 +648,7 @@ class PodNetworkReconciler:
         fields never move the address, which a ``RequestsApplied`` condition says."""
         change = compare_requests(pn.spec.requests, wanted)
         if change.applied:
-            pn = self.e.update(POD_NETWORK, attrs.evolve(
+            pn = self.records.update(POD_NETWORK, attrs.evolve(
                 pn, spec=attrs.evolve(pn.spec, requests=change.merged)))
         pn = self._say_frozen(pn, pod, change.frozen)
         if change.applied and pn.status.phase is Phase.ROUTED:
@@ -683,8 +669,8 @@ class PodNetworkReconciler:
             status, reason, message = "True", "Applied", "the pod's requests are applied"
         written = self._put_condition(pn, REQUESTS_APPLIED, status, reason, message)
         if written is not None and frozen:
-            self.e.event(written, reason, message)
-            self.e.event(_pod_ref(pod), reason, message)
+            self.records.event(written, reason, message)
+            self.records.event(_pod_ref(pod), reason, message)
         return written or pn
 
     def _put_condition(self, pn: PodNetwork, kind: str, status: str, reason: str,
@@ -697,9 +683,9 @@ class PodNetworkReconciler:
                 status, reason, message):
             return None
         condition = Condition(type=kind, status=status, reason=reason, message=message,
-                              last_transition_time=self.e.clock.now())
+                              last_transition_time=self.clock.now())
         try:
-            return self.e.update_status(POD_NETWORK, attrs.evolve(pn, status=attrs.evolve(
+            return self.records.update_status(POD_NETWORK, attrs.evolve(pn, status=attrs.evolve(
                 pn.status, conditions=set_condition(pn.status.conditions, condition))))
         except (Conflict, NotFound):
             return None
@@ -710,7 +696,7 @@ class PodNetworkReconciler:
         node = pod.node_name or pn.spec.node_name
         meta = attrs.evolve(pn.metadata, labels={**pn.metadata.labels, LABEL_NODE: node,
                                                  LABEL_POD: pod.name})
-        return self.e.update(POD_NETWORK, attrs.evolve(
+        return self.records.update(POD_NETWORK, attrs.evolve(
             pn, metadata=meta, spec=attrs.evolve(pn.spec, pod_uid=pod.uid, node_name=node,
                                                  pod_name=pod.name)))
 
@@ -718,8 +704,8 @@ class PodNetworkReconciler:
         """Bad input: say so on the record and the pod, allocate nothing, don't retry."""
         message = one_line(f"pod {pod.key}: {exc}")
         if self._set_ready(pn, "False", "InvalidRequest", message):
-            self.e.event(pn, "InvalidRequest", message)
-            self.e.event(_pod_ref(pod), "InvalidRequest", message)
+            self.records.event(pn, "InvalidRequest", message)
+            self.records.event(_pod_ref(pod), "InvalidRequest", message)
         return DONE
 
     def _report_warnings(self, pn: PodNetwork, pod: PodInfo, want: Desired) -> PodNetwork:
@@ -736,8 +722,8 @@ class PodNetworkReconciler:
             status, reason, message = "True", "Recognized", ""
         written = self._put_condition(pn, ANNOTATIONS, status, reason, message)
         if written is not None and want.warnings:
-            self.e.event(written, reason, message)
-            self.e.event(_pod_ref(pod), reason, message)
+            self.records.event(written, reason, message)
+            self.records.event(_pod_ref(pod), reason, message)
         return written or pn
 
     def _report_unavailable(self, pn: PodNetwork, pod: PodInfo) -> PodNetwork:
@@ -745,50 +731,47 @@ class PodNetworkReconciler:
         instance the cloud does not have, ...): Ready=False saying so, and a Warning Event
         on the record and the Pod when that changes. It goes on waiting: the node's pass
         retries with backoff and wakes it when the pool is there."""
-        e = self.e
-        if not e.providers[pn.spec.provider].uses_node_pool:
+        if not self.placement.providers[pn.spec.provider].uses_node_pool:
             return pn
-        problem = e.nodepools.unavailable.get(pn.spec.node_name)
+        problem = self.problems.by_node.get(pn.spec.node_name)
         if problem is None:
             return pn
         message = f"pod {pod.key}: {problem}"
         if self._set_ready(pn, "False", "PoolUnavailable", message):
-            e.event(pn, "PoolUnavailable", message)
-            e.event(_pod_ref(pod), "PoolUnavailable", message)
-            return e.pod_networks.get(pn.key) or pn
+            self.records.event(pn, "PoolUnavailable", message)
+            self.records.event(_pod_ref(pod), "PoolUnavailable", message)
+            return self.caches.pod_networks.get(pn.key) or pn
         return pn
 
     def _namespace_annotations(self, namespace: str) -> dict[str, str]:
         """The namespace's ``podnet.io/`` annotations. A namespace the cache has not seen
         yet (created a moment before its pod) is read from the API server: its annotations
         may pick the pod's subnet, and an address is never moved once given."""
-        e = self.e
-        cached = e.namespaces.get(namespace)
+        cached = self.caches.namespaces.get(namespace)
         if cached is not None or not namespace:
             return cached or {}
         try:
-            return namespace_annotations(e.cluster.get(NAMESPACE, namespace))
+            return namespace_annotations(self.records.cluster.get(NAMESPACE, namespace))
         except NotFound:
             return {}  # gone, and its pods with it
 
     def _allocate(self, pn: PodNetwork, pod: PodInfo) -> PodNetwork:
-        e = self.e
         provider = pn.spec.provider
-        info = e.providers[provider]
-        node_ctx = self._node_context(pn.spec.node_name)
-        if not e.namespaces.has_synced:
+        info = self.placement.providers[provider]
+        node_ctx = self.caches.node_context(pn.spec.node_name)
+        if not self.caches.namespaces.has_synced:
             # the namespace's annotations may choose the address, and an address is never
             # moved later: wait for them (the cache's first list wakes this record)
             return pn
         reservation: Reservation | None = None
         if info.uses_node_pool:
-            pool = e.pools.get(provider, pn.spec.node_name)
+            pool = self.pools.get(provider, pn.spec.node_name)
             if not pool.synced:
                 # the pool is rebuilt from inventory + records before any allocation
-                pool.wait_for_address(pn.key, None, e.clock.monotonic())
-                e.enqueue_node(pn.spec.node_name)
+                pool.wait_for_address(pn.key, None, self.clock.monotonic())
+                self.enqueue.node(pn.spec.node_name)
                 return pn
-            reservation = pool.reserve(pn.key, e.clock.monotonic(),
+            reservation = pool.reserve(pn.key, self.clock.monotonic(),
                                        prefer=self._prefer.get(pn.key))
         ctx = AllocateContext(pod_network=pn, node=node_ctx, pod=pod, pool=reservation,
                               namespace_annotations=self._namespace_annotations(
@@ -824,17 +807,17 @@ class PodNetworkReconciler:
                 # not waiting for the pool (that is PoolEmpty's answer): a stale waiter
                 # would keep the node's idle addresses from ever being trimmed, and a
                 # static address may need that room on an interface (the queue retries)
-                e.pools.get(provider, pn.spec.node_name).stop_waiting(pn.key)
+                self.pools.get(provider, pn.spec.node_name).stop_waiting(pn.key)
 
         updated = self._run(pn, "allocate", allocate, undo=not_allocated)
         if updated is None:
             return pn
         self._prefer.pop(pn.key, None)
         # this write succeeded: whatever an earlier, unanswered write claimed is free
-        e.addresses.release_owner(pn.key, keep=(a for a in (updated.status.ip,
+        self.owned.addresses.release_owner(pn.key, keep=(a for a in (updated.status.ip,
                                                            updated.status.ipv6) if a))
         if reservation is not None:
-            pool = e.pools.get(provider, pn.spec.node_name)
+            pool = self.pools.get(provider, pn.spec.node_name)
             pool.stop_waiting(pn.key)
             # this write succeeded: any address an earlier, unanswered write held is free
             pool.release_others(pn.key, keep=updated.status.ip)
@@ -854,7 +837,7 @@ class PodNetworkReconciler:
         req = pn.spec.requests
         if prefer is None or req.ip_address or req.ip_pool or req.subnets:
             return None
-        pool = self.e.pools.find(pn.spec.provider, pn.spec.node_name)
+        pool = self.pools.find(pn.spec.provider, pn.spec.node_name)
         if reservation is not None and pool is not None and prefer in pool.addresses:
             return None  # in the pool: the reservation hands it out first
         asked = attrs.evolve(pn, spec=attrs.evolve(pn.spec, requests=attrs.evolve(
@@ -894,27 +877,27 @@ class PodNetworkReconciler:
         not the reservation's). The second of two racing records is refused here, by a
         lock, not by a cache that may not have seen the first record yet.
         :return: the steps that undo these claims if the write fails for certain."""
-        e = self.e
         provider = pn.spec.provider
         undo: list[Callable[[], object]] = []
         fresh = [a for a in (allocation.ip, allocation.ipv6)
-                 if a and e.addresses.holder(provider, a) != pn.key]
-        taken = e.addresses.claim_all(provider, fresh, pn.key)
+                 if a and self.owned.addresses.holder(provider, a) != pn.key]
+        taken = self.owned.addresses.claim_all(provider, fresh, pn.key)
         if taken is not None:
-            holder = e.pod_networks.get(taken[1])
+            holder = self.caches.pod_networks.get(taken[1])
             if holder is not None:
-                e.enqueue_pod(e.pod_key_of(holder))  # it may be the one to re-address
+                self.enqueue.pod(pod_key_of(holder))  # it may be the one to re-address
             if reservation is not None and reservation.taken == taken[0]:
                 # the pool thought it idle: not handed out again until the holder's pass
                 # has settled who owns it
-                e.pools.get(provider, pn.spec.node_name).hold_off(
-                    taken[0], e.clock.monotonic() + max(e.policy(provider).reuse_cooldown,
-                                                        _WAIT_RECHECK))
+                self.pools.get(provider, pn.spec.node_name).hold_off(
+                    taken[0], self.clock.monotonic()
+                    + max(self.placement.policy(provider).reuse_cooldown, _WAIT_RECHECK))
             raise ProviderError(ErrorKind.CONFLICT, f"address {taken[0]} is already held by "
                                 f"{taken[1]}", field=_address_field(pn, taken[0]))
-        undo.extend(functools.partial(e.addresses.release, provider, a, pn.key) for a in fresh)
+        undo.extend(functools.partial(self.owned.addresses.release, provider, a, pn.key)
+                    for a in fresh)
         if reservation is not None and allocation.ip != reservation.taken:
-            pool = e.pools.get(provider, pn.spec.node_name)
+            pool = self.pools.get(provider, pn.spec.node_name)
             other, added = pool.claim(allocation.ip, pn.key, allocation.interface,
                                       allocation.subnet)
             if other is not None:
@@ -927,9 +910,8 @@ class PodNetworkReconciler:
         return undo
 
     def _route(self, pn: PodNetwork, pod: PodInfo | None) -> PodNetwork:
-        e = self.e
         provider = pn.spec.provider
-        ctx = PodNetworkContext(pod_network=pn, node=self._node_context(pn.spec.node_name),
+        ctx = PodNetworkContext(pod_network=pn, node=self.caches.node_context(pn.spec.node_name),
                                 pod=pod)
 
         def route(span: TransitionSpan) -> PodNetwork:
@@ -942,18 +924,18 @@ class PodNetworkReconciler:
         updated = self._run(pn, "route", route)
         if updated is None:
             return pn
-        self._verify_at[pn.key] = e.clock.monotonic() + e.policy(provider).verify_period
+        self._verify_at[pn.key] = (self.clock.monotonic()
+                                   + self.placement.policy(provider).verify_period)
         return updated
 
     def _maybe_verify(self, pn: PodNetwork, pod: PodInfo) -> Result:
-        e = self.e
-        now = e.clock.monotonic()
-        period = e.policy(pn.spec.provider).verify_period
+        now = self.clock.monotonic()
+        period = self.placement.policy(pn.spec.provider).verify_period
         due = self._verify_at.setdefault(pn.key, now + period)
         if now < due:
             return Result(requeue_after=due - now)
         self._verify_at[pn.key] = now + period
-        ctx = PodNetworkContext(pod_network=pn, node=self._node_context(pn.spec.node_name),
+        ctx = PodNetworkContext(pod_network=pn, node=self.caches.node_context(pn.spec.node_name),
                                 pod=pod)
         try:
             verdict = self.gateway.verify(pn.spec.provider, ctx)
@@ -1006,7 +988,6 @@ class PodNetworkReconciler:
 
     def _hold(self, pn: PodNetwork, pod: PodInfo | None) -> Result | None:
         """A sticky record keeps its address while its pod may come back."""
-        e = self.e
         ctx = PodNetworkContext(pod_network=pn, pod=pod, workload=self._workload(pn))
         verdict = self.gateway.hold_address(pn.spec.provider, ctx)
         if verdict is None and workload_gave_up(pn, ctx.workload):
@@ -1016,10 +997,10 @@ class PodNetworkReconciler:
         if verdict is False:
             return None
         since = pn.status.last_transition_time
-        window = e.policy(pn.spec.provider).sticky_hold
+        window = self.placement.policy(pn.spec.provider).sticky_hold
         if since is None:
             return None
-        left = window - (e.clock.now() - since).total_seconds()
+        left = window - (self.clock.now() - since).total_seconds()
         if verdict is True:
             return Result(requeue_after=max(left, 1.0))
         return Result(requeue_after=left) if left > 0 else None
@@ -1028,12 +1009,11 @@ class PodNetworkReconciler:
         """The record's apps/v1 StatefulSet as the cache has it; ``exists=False`` when a
         synced cache has none of that name; ``None`` when core cannot tell (another owner,
         a look-alike of another API group, the cache not synced yet)."""
-        e = self.e
         owner = next((o for o in pn.metadata.owner_references if is_statefulset(o)), None)
-        if owner is None or not e.statefulsets.has_synced:
+        if owner is None or not self.caches.statefulsets.has_synced:
             return None
         namespace = pn.metadata.namespace or ""
-        found = e.statefulsets.get(f"{namespace}/{owner.name}")
+        found = self.caches.statefulsets.get(f"{namespace}/{owner.name}")
         if found is None:
             return WorkloadInfo(kind=owner.kind, namespace=namespace, name=owner.name,
                                 uid=owner.uid, replicas=0, exists=False)
@@ -1052,33 +1032,33 @@ class PodNetworkReconciler:
         return Result(requeue_after=0.0) if pn.status.phase is not Phase.ROUTED else DONE
 
     def _finish(self, pn: PodNetwork, pod: PodInfo | None) -> Result:
-        e = self.e
         provider = pn.spec.provider
-        ctx = PodNetworkContext(pod_network=pn, node=self._node_context(pn.spec.node_name),
+        ctx = PodNetworkContext(pod_network=pn, node=self.caches.node_context(pn.spec.node_name),
                                 pod=pod)
         released: ReleaseResult | None = None
 
         def finish(_span: TransitionSpan) -> PodNetwork:
             nonlocal released
-            released = (self.gateway.release(provider, ctx) if provider in e.providers
+            released = (self.gateway.release(provider, ctx) if provider in self.placement.providers
                         else ReleaseResult())
             self._remove_record(pn)
             return pn  # as it was last written: the event names its address
 
-        e.finishing.add(pn.key)  # the cache's delete is ours: the address is given back here
+        # the cache's delete is ours: the address is given back here
+        self.owned.finishing.add(pn.key)
         finished = self._run(pn, "finish", finish,
-                             undo=lambda _exc: e.finishing.discard(pn.key))
+                             undo=lambda _exc: self.owned.finishing.discard(pn.key))
         if finished is None:
             return Result(requeue_after=0.0)
-        e.finishing.discard(pn.key)
+        self.owned.finishing.discard(pn.key)
         self._verify_at.pop(pn.key, None)
-        self._lost.pop(pn.key, None)
-        waiting_in = e.pools.find(pn.spec.provider, pn.spec.node_name)
+        self.lost.by_key.pop(pn.key, None)
+        waiting_in = self.pools.find(pn.spec.provider, pn.spec.node_name)
         if waiting_in is not None:
             waiting_in.stop_waiting(pn.key)
         if pn.status.ip and (released is None or released.return_to_pool):
             self._give_back(pn)
-        e.addresses.release_owner(pn.key)
+        self.owned.addresses.release_owner(pn.key)
         self._successor(pn, pod)
         return DONE
 
@@ -1093,34 +1073,32 @@ class PodNetworkReconciler:
         message = (f"PodNetwork {pn.key} was deleted while pod {pod.key} was running; its "
                    f"address {pn.status.ip} was released and a new record is made, which "
                    "takes it back where it can")
-        self.e.event(_pod_ref(pod), "PodNetworkDeleted", message)
+        self.records.event(_pod_ref(pod), "PodNetworkDeleted", message)
 
     def _remove_record(self, pn: PodNetwork) -> None:
         """Finalizer off and record gone; each step may be redone after a crash."""
-        e = self.e
         current = pn
         if FINALIZER in current.metadata.finalizers:
             meta = attrs.evolve(current.metadata, finalizers=tuple(
                 f for f in current.metadata.finalizers if f != FINALIZER))
             try:
-                current = e.update(POD_NETWORK, attrs.evolve(current, metadata=meta))
+                current = self.records.update(POD_NETWORK, attrs.evolve(current, metadata=meta))
             except NotFound:
                 return
         if pn.metadata.deletion_timestamp is None:
             try:
-                e.delete(POD_NETWORK, current)
+                self.records.delete(POD_NETWORK, current)
             except NotFound:
                 pass
-        e.pod_networks.forget(pn.key)
+        self.caches.pod_networks.forget(pn.key)
 
     def _give_back(self, pn: PodNetwork) -> None:
-        e = self.e
-        pool = e.pools.find(pn.spec.provider, pn.spec.node_name)
+        pool = self.pools.find(pn.spec.provider, pn.spec.node_name)
         if pool is None or pn.status.ip is None:
             return
-        cooldown = e.clock.monotonic() + e.policy(pn.spec.provider).reuse_cooldown
+        cooldown = self.clock.monotonic() + self.placement.policy(pn.spec.provider).reuse_cooldown
         if pool.give_back(pn.status.ip, pn.key, cooldown):
-            e.enqueue_node(pn.spec.node_name)  # trim to max_idle or serve waiters
+            self.enqueue.node(pn.spec.node_name)  # trim to max_idle or serve waiters
 
     # --- transitions: one path for every trigger --------------------------------------
 
@@ -1147,8 +1125,7 @@ class PodNetworkReconciler:
                      reason: str | None = None, message: str = "", **fields: Any) -> PodNetwork:
         """The transition's record write: ``phase``, its Ready condition and ``fields``;
         the span names the address the record now has."""
-        e = self.e
-        now = e.clock.now()
+        now = self.clock.now()
         ready = phase is Phase.ROUTED
         condition = Condition(
             type=READY, status="True" if ready else "False",
@@ -1160,7 +1137,7 @@ class PodNetworkReconciler:
             traceparent=span.traceparent or pn.status.traceparent,
             **fields,
         )
-        updated = e.update_status(POD_NETWORK, attrs.evolve(pn, status=status))
+        updated = self.records.update_status(POD_NETWORK, attrs.evolve(pn, status=status))
         span.set(ATTR_IP, updated.status.ip)
         span.set(ATTR_INTERFACE, updated.status.interface)
         return updated
@@ -1168,7 +1145,6 @@ class PodNetworkReconciler:
     def _failed(self, pn: PodNetwork, trigger: str, exc: BaseException,
                 span: TransitionSpan) -> PodNetwork:
         """Record why a transition did not happen; decide whether and when to retry."""
-        e = self.e
         if not isinstance(exc, Exception):
             raise exc  # KeyboardInterrupt, SystemExit: not ours to swallow
         if isinstance(exc, Conflict):
@@ -1177,9 +1153,9 @@ class PodNetworkReconciler:
             raise exc  # nothing to record: this replica may no longer write at all
         kind = self.gateway.classify(pn.spec.provider, exc)
         if isinstance(exc, PoolEmpty):
-            pool = e.pools.get(pn.spec.provider, pn.spec.node_name)
-            pool.wait_for_address(pn.key, exc.subnet, e.clock.monotonic())
-            e.enqueue_node(pn.spec.node_name)
+            pool = self.pools.get(pn.spec.provider, pn.spec.node_name)
+            pool.wait_for_address(pn.key, exc.subnet, self.clock.monotonic())
+            self.enqueue.node(pn.spec.node_name)
             reason = "WaitingForAddress"
             blocked = pool.last_error
             message = one_line(f"{exc}" + (f"; {blocked}" if blocked else ""))
@@ -1188,7 +1164,7 @@ class PodNetworkReconciler:
         reason = "InvalidRequest" if kind is ErrorKind.INVALID else f"{trigger.capitalize()}Failed"
         message = f"{trigger}: {describe(exc)}"
         if self._set_ready(pn, "False", reason, message, span.traceparent):
-            e.event(pn, reason, message)
+            self.records.event(pn, reason, message)
         if kind is ErrorKind.INVALID:
             raise TerminalError(message, field=getattr(exc, "field", None))
         if isinstance(exc, PodnetError | ProviderError):
@@ -1207,19 +1183,14 @@ class PodNetworkReconciler:
         ) and traceparent == pn.status.traceparent:
             return False
         condition = Condition(type=READY, status=status, reason=reason, message=message,
-                              last_transition_time=self.e.clock.now())
+                              last_transition_time=self.clock.now())
         try:
-            self.e.update_status(POD_NETWORK, attrs.evolve(pn, status=attrs.evolve(
+            self.records.update_status(POD_NETWORK, attrs.evolve(pn, status=attrs.evolve(
                 pn.status, conditions=set_condition(pn.status.conditions, condition),
                 traceparent=traceparent)))
         except (Conflict, NotFound):
             pass  # the next pass writes it from a fresh read
         return True
-
-    def _node_context(self, node_name: str) -> NodeContext:
-        e = self.e
-        node = e.nodes.get(node_name) or NodeInfo(name=node_name, uid="")
-        return NodeContext(node=node, network=e.node_networks.get(node_name))
 
 
 def _subject(pn: PodNetwork, drift: str | None = None) -> Subject:

@@ -1,0 +1,145 @@
+"""The caches the controllers read: one informer per kind, with the indexes they look
+things up by, and the records that do not parse.
+
+Reads only: writes go through :class:`~podnet.core.records.RecordWriter`, which feeds
+them back in here (``assume``) so the next read sees them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from podnet.core.cluster.informer import Informer
+from podnet.core.cluster.port import (
+    NAMESPACE,
+    NODE,
+    NODE_NETWORK,
+    POD,
+    POD_NETWORK,
+    STATEFUL_SET,
+    Cluster,
+    Kind,
+    Obj,
+)
+from podnet.core.convert import RecordError, from_wire, salvage_pod_network
+from podnet.core.models import (
+    LABEL_VM,
+    NodeInfo,
+    NodeNetwork,
+    Phase,
+    PodInfo,
+    PodNetwork,
+    WorkloadInfo,
+)
+from podnet.core.objects import (
+    is_statefulset,
+    namespace_annotations,
+    node_info,
+    pod_info,
+    statefulset_info,
+    vm_of,
+)
+from podnet.hookspecs.types import NodeContext
+
+M = TypeVar("M", PodNetwork, NodeNetwork)
+
+
+def pod_key_of(pn: PodNetwork) -> str:
+    """The queue key (``namespace/name``) of the pod a record belongs to."""
+    return f"{pn.metadata.namespace}/{pn.spec.pod_name}"
+
+
+class Caches:
+    """The informers, their indexes, and the unreadable records.
+
+    ``on_unreadable`` is told the key (``plural/namespace/name``) of each record that
+    stops parsing (once per error): the engine queues its report.
+    """
+
+    def __init__(self, cluster: Cluster, on_unreadable: Callable[[str], None]) -> None:
+        self._on_unreadable = on_unreadable
+        #: records that do not parse, by key, with the error: reported, not used
+        self.unreadable: dict[str, tuple[Kind, Obj, RecordError]] = {}
+        self._reported: dict[str, str] = {}
+        self.pods: Informer[PodInfo] = Informer(cluster, POD, pod_info, name="pods")
+        self.nodes: Informer[NodeInfo] = Informer(cluster, NODE, node_info, name="nodes")
+        self.pod_networks: Informer[PodNetwork] = Informer(
+            cluster, POD_NETWORK, lambda o: self._read(POD_NETWORK, PodNetwork, o),
+            name="podnetworks",
+        )
+        self.node_networks: Informer[NodeNetwork] = Informer(
+            cluster, NODE_NETWORK, lambda o: self._read(NODE_NETWORK, NodeNetwork, o),
+            name="nodenetworks",
+        )
+        #: Namespace -> its ``podnet.io/*`` annotations (for ``AllocateContext``)
+        self.namespaces: Informer[dict[str, str]] = Informer(
+            cluster, NAMESPACE, namespace_annotations, name="namespaces")
+        #: StatefulSet (``namespace/name``) -> uid, replicas (for held sticky records)
+        self.statefulsets: Informer[WorkloadInfo] = Informer(
+            cluster, STATEFUL_SET, statefulset_info, name="statefulsets")
+        self.pods.add_index("node", lambda p: [p.node_name] if p.node_name else [])
+        self.pods.add_index("vm", lambda p: [f"{p.namespace}/{vm}"]
+                            if (vm := vm_of(p)) is not None else [])
+        self.pod_networks.add_index(
+            "pod", lambda pn: [f"{pn.metadata.namespace}/{pn.spec.pod_name}"])
+        self.pod_networks.add_index("node", lambda pn: [pn.spec.node_name])
+        # sticky records by their StatefulSet, and records waiting for an address by
+        # namespace: few of either, so the indexes stay small
+        self.pod_networks.add_index("statefulset", _statefulset_of)
+        self.pod_networks.add_index(
+            "vm", lambda pn: [f"{pn.metadata.namespace}/{pn.metadata.labels[LABEL_VM]}"]
+            if LABEL_VM in pn.metadata.labels else [])
+        self.pod_networks.add_index(
+            "pending", lambda pn: [pn.metadata.namespace or ""]
+            if pn.status.phase is Phase.PENDING else [])
+        #: what must be listed before the engine starts: pools are rebuilt from these;
+        #: the other caches (namespaces, statefulsets) may sync later
+        self.required: list[Informer[Any]] = [
+            self.nodes, self.node_networks, self.pod_networks, self.pods,
+        ]
+        self.all: list[Informer[Any]] = [*self.required, self.namespaces, self.statefulsets]
+
+    def node_context(self, node_name: str) -> NodeContext:
+        """What a provider is told about a node: the cached Node (a bare one if it is
+        gone) and its NodeNetwork."""
+        node = self.nodes.get(node_name) or NodeInfo(name=node_name, uid="")
+        return NodeContext(node=node, network=self.node_networks.get(node_name))
+
+    # --- records that do not parse -----------------------------------------------------
+
+    def _read(self, kind: Kind, cls: type[M], obj: Obj) -> M | None:
+        """Informer transform: a record that does not parse is reported on the object
+        itself, and nothing acts on it. A PodNetwork is kept in the cache as an
+        :class:`UnreadablePodNetwork` (the addresses its raw status names stay owned); a
+        NodeNetwork stays out."""
+        meta = obj.get("metadata", {})
+        key = "/".join(p for p in (kind.plural, meta.get("namespace"), meta.get("name")) if p)
+        try:
+            model = from_wire(cls, obj)
+        except RecordError as exc:
+            # our own condition patch brings the object back here: report each error once
+            if self._reported.get(key) != str(exc):
+                self._reported[key] = str(exc)
+                self.unreadable[key] = (kind, obj, exc)
+                self._on_unreadable(key)
+            if kind == POD_NETWORK:
+                salvaged: Any = salvage_pod_network(obj, exc)
+                return salvaged  # type: ignore[no-any-return]
+            return None
+        self._reported.pop(key, None)
+        return model
+
+    def unreadable_keys(self, kind: Kind) -> set[str]:
+        """Keys (``namespace/name``) of records of ``kind`` that exist but do not parse."""
+        prefix = f"{kind.plural}/"
+        return {key[len(prefix):] for key in list(self._reported) if key.startswith(prefix)}
+
+
+def _statefulset_of(pn: PodNetwork) -> list[str]:
+    """``namespace/name`` of the apps/v1 StatefulSet owning a sticky record (none for
+    others: look-alikes of other API groups are not in the cache)."""
+    if not pn.spec.sticky:
+        return []
+    return [f"{pn.metadata.namespace}/{o.name}" for o in pn.metadata.owner_references
+            if is_statefulset(o)]

@@ -1,0 +1,59 @@
+"""Which provider serves what, and with which policy: the operator's config over the
+providers' own defaults and claims."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from podnet.core.config import NodeProviderRule, apply_policy
+from podnet.core.gateway import ProviderGateway
+from podnet.core.models import NodeInfo
+from podnet.core.plugin import Providers
+from podnet.core.policy import PoolPolicy
+
+
+class Policies:
+    """Each provider's pool policy: its own defaults with the config's overrides merged
+    over them (checked once, here)."""
+
+    def __init__(self, providers: Providers,
+                 overrides: Mapping[str, Mapping[str, Any]]) -> None:
+        self._providers = providers
+        self._policies = {
+            name: apply_policy(f"policies.{name}", info.policy, dict(overrides.get(name, {})))
+            for name, info in providers.infos.items()
+        }
+
+    def __call__(self, provider: str) -> PoolPolicy:
+        try:
+            return self._policies[provider]
+        except KeyError:
+            return self._providers[provider].policy
+
+
+class Placement:
+    """The registered providers, their policies, the provider of each node and of each
+    attachment network."""
+
+    def __init__(self, providers: Providers, policy: Policies, gateway: ProviderGateway, *,
+                 default_provider: str | None, node_providers: tuple[NodeProviderRule, ...],
+                 networks: Mapping[str, str]) -> None:
+        self.providers = providers
+        #: ``policy(provider)``: that provider's pool policy
+        self.policy = policy
+        self._gateway = gateway
+        self.default_provider = default_provider
+        self.node_providers = node_providers
+        #: attachment network -> provider, from config
+        self.networks = networks
+
+    def provider_for_node(self, node: NodeInfo) -> str | None:
+        """The operator's rules first, then the plugins' claims, then the default."""
+        for rule in self.node_providers:
+            if rule.selector.matches(node.labels):
+                return rule.provider
+        chosen = self._gateway.select_provider(node)
+        if chosen is not None:
+            return chosen
+        return self.default_provider

@@ -1,0 +1,77 @@
+"""Every write of a podnet record, and every Event: counted, and fed back into the caches.
+
+A write's answer is ``assume``-d into its cache at once (ordered after the version the
+write was conditioned on), so the controller's next read sees what it wrote, before the
+watch event arrives.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any, TypeVar
+
+from podnet.core.caches import Caches
+from podnet.core.cluster.informer import Informer
+from podnet.core.cluster.port import POD_NETWORK, ApiError, Cluster, Kind, Obj
+from podnet.core.convert import from_wire, to_wire
+from podnet.core.models import NodeNetwork, PodNetwork
+
+log = logging.getLogger("podnet.records")
+
+M = TypeVar("M", PodNetwork, NodeNetwork)
+
+
+class RecordWriter:
+    """create / update / update_status / delete of PodNetworks and NodeNetworks, and
+    Events. ``cluster`` is the fenced one: no write leaves a replica that lost the lease;
+    ``writes`` counts them by verb and kind (``create.podnetworks``, ``events``)."""
+
+    def __init__(self, cluster: Cluster, caches: Caches, writes: Counter[str]) -> None:
+        self.cluster = cluster
+        self._caches = caches
+        self._writes = writes
+
+    def create(self, kind: Kind, model: M) -> M:
+        created = self.cluster.create(kind, to_wire(model))
+        self._writes[f"create.{kind.plural}"] += 1
+        return self._assume(kind, created, type(model), None)
+
+    def update(self, kind: Kind, model: M) -> M:
+        updated = self.cluster.update(kind, to_wire(model))
+        self._writes[f"update.{kind.plural}"] += 1
+        return self._assume(kind, updated, type(model), model.metadata.resource_version)
+
+    def update_status(self, kind: Kind, model: M) -> M:
+        updated = self.cluster.update_status(kind, to_wire(model))
+        self._writes[f"status.{kind.plural}"] += 1
+        return self._assume(kind, updated, type(model), model.metadata.resource_version)
+
+    def delete(self, kind: Kind, model: PodNetwork | NodeNetwork) -> None:
+        meta = model.metadata
+        self.cluster.delete(kind, meta.name, meta.namespace, uid=meta.uid)
+        self._writes[f"delete.{kind.plural}"] += 1
+
+    def _assume(self, kind: Kind, obj: Obj, cls: type[M], based_on: str | None) -> M:
+        """Feed a write back into its cache; ``based_on``: the version the write was
+        conditioned on (an update carries it), which orders it after that version."""
+        caches = self._caches
+        informer: Informer[Any] = (caches.pod_networks if kind == POD_NETWORK
+                                   else caches.node_networks)
+        if informer.assume(obj, based_on):
+            cached = informer.get(informer.key_of(obj))
+            if isinstance(cached, cls):
+                return cached  # parsed once, by the cache
+        return from_wire(cls, obj)
+
+    def event(self, obj: PodNetwork | NodeNetwork | Obj, reason: str, message: str,
+              warning: bool = True) -> None:
+        """Record an Event; never fails the caller (events are best effort)."""
+        involved = obj if isinstance(obj, dict) else to_wire(obj)
+        try:
+            self.cluster.emit_event(
+                involved, reason, message, type="Warning" if warning else "Normal"
+            )
+            self._writes["events"] += 1
+        except ApiError as exc:
+            log.debug("event %s dropped: %s", reason, exc)

@@ -74,3 +74,25 @@ def _nb_server() -> Iterator[None]:
 
 TestOvnChaos = OvnChaos.TestCase
 TestOvnChaos.settings = chaos_settings()
+
+
+# --- histories the machine once failed on, replayed as plain tests -------------------------
+
+
+def test_a_hand_edit_seen_first_by_a_new_leader_does_not_take_the_address() -> None:
+    """Found by a random CI run: p0's record is edited by hand to p1's address, then the
+    leader is paused past its Lease. The new leader's address book, filled from the
+    records in listing order, gave the address to p0 (the edited one); p1, whose port
+    really has it, was re-addressed, got the same address back from OVN and stayed
+    Pending on a conflict for ever. Now the provider's verify decides between them."""
+    state = OvnChaos()
+    try:
+        state.populate(up=1, running=0)
+        state.add_pod(i=0, pod="p0", stateful=False)
+        state.add_pod(i=0, pod="p1", stateful=False)
+        state.settle(seconds=0.0)
+        state.edit_record_ip(a="p0", b="p1")
+        state.pause_leader_past_lease(late=0.0, stale_steps=1, steps=0)
+        state.no_address_owned_twice()
+    finally:
+        state.teardown()

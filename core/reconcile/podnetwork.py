@@ -533,11 +533,11 @@ class PodNetworkReconciler:
             if self.owned.addresses.holder(pn.spec.provider, address) == pn.key:
                 self.owned.conflicts.pop(pn.key, None)  # settled meanwhile: the record holds it
                 return None
-            if self._backed_by_pool(pn.key, address) and not self._backed_by_pool(
-                    holder, address):
-                # the node pool rebuilt from its cloud inventory gives it to this record,
-                # not to the book's holder (which claimed it first after a restart): the
-                # book follows the cloud, and the other record is the one re-addressed
+            if self._backed(pn.key, address) and not self._backed(holder, address):
+                # the provider's own state (a node pool rebuilt from its cloud inventory,
+                # or the provider's dataplane) gives it to this record, not to the book's
+                # holder (which claimed it first after a restart): the book follows the
+                # provider, and the other record is the one re-addressed
                 self.owned.addresses.release(pn.spec.provider, address, holder)
                 self.owned.addresses.claim(pn.spec.provider, address, pn.key)
                 self.owned.conflicts.pop(pn.key, None)
@@ -593,6 +593,26 @@ class PodNetworkReconciler:
             return None  # the cloud may not show a new address yet
         return ("AddressLost", f"node {node} does not have address {ip}, which {pn.key} "
                 "records")
+
+    def _backed(self, key: str, address: str) -> bool:
+        """Whether the provider's own state gives ``address`` to record ``key``: its
+        synced node pool for a node-pool provider; else the provider's verify of the
+        record (its dataplane carries the address for it). Asked only when two records
+        name one address, so the provider call is rare."""
+        pn = self.caches.pod_networks.get(key)
+        if pn is None or pn.spec.provider not in self.placement.providers:
+            return False
+        if self.placement.providers[pn.spec.provider].uses_node_pool:
+            return self._backed_by_pool(key, address)
+        if address not in (pn.status.ip, pn.status.ipv6) or pn.status.phase is not Phase.ROUTED:
+            return False
+        ctx = PodNetworkContext(pod_network=pn, node=self.caches.node_context(pn.spec.node_name))
+        try:
+            verdict = self.gateway.verify(pn.spec.provider, ctx)
+        except (PodnetError, ProviderError) as exc:
+            log.info("cannot tell whether %s holds %s: %s", key, address, exc)
+            return False
+        return verdict is not None and verdict.ok
 
     def _backed_by_pool(self, key: str, address: str) -> bool:
         """Whether record ``key``'s node pool (a node-pool provider's, synced) holds

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
-from collections.abc import Mapping
-from typing import Any
+
+# typing and collections.abc cost the start-up milliseconds: names for the type checker only
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 #: the specification versions this plugin speaks, oldest first
 SUPPORTED_VERSIONS = ("0.3.1", "0.4.0", "1.0.0", "1.1.0")
@@ -208,7 +211,7 @@ def _socket_path(config: Mapping[str, Any]) -> str:
 
 def _timeout(config: Mapping[str, Any]) -> float:
     value = config.get("agentTimeout", DEFAULT_TIMEOUT)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise CniError(INVALID_CONFIG,
                        f"agentTimeout: must be a positive number of seconds, got {value!r}")
     return float(value)
@@ -249,7 +252,10 @@ def _valid_attachments(config: Mapping[str, Any]) -> list[dict[str, str]]:
 def agent_request(path: str, method: str, target: str, body: Any, timeout: float
                   ) -> tuple[int, bytes]:
     """One HTTP/1.1 exchange with the agent on its unix socket: (status, body). Written on
-    the socket module, not http.client, which would cost the start-up its imports."""
+    the socket module, not http.client, which would cost the start-up its imports; socket
+    itself is imported here, as VERSION needs no agent."""
+    import socket
+
     data = b"" if body is None else json.dumps(body).encode("utf-8")
     head = (f"{method} {target} HTTP/1.1\r\nHost: podnet-agent\r\nUser-Agent: podnet-cni\r\n"
             f"Accept: application/json\r\nConnection: close\r\nContent-Length: {len(data)}\r\n")

@@ -414,3 +414,112 @@ def test_the_driver_reports_what_the_runtime_sees() -> None:
     result = CniResult(1, '{"cniVersion": "1.1.0", "code": 7, "msg": "name: missing"}\n', "")
     assert result.error_code == 7 and not result.ok
     assert result.check_error(7, "name")["msg"] == "name: missing"
+
+
+# --- the HTTP client against servers that keep the connection open -------------------------
+
+
+def _raw_peer(path: str, answer: bytes) -> threading.Thread:
+    """A server that reads one request, writes ``answer`` and keeps the connection open
+    (the plugin must end its read by the answer's framing, not by the end of the stream)."""
+    import socket
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length")))
+        while len(body) < length:
+            body += conn.recv(65536)
+        conn.sendall(answer)
+        threading.Event().wait(5)  # hold the connection open past the plugin's exit
+        conn.close()
+        listener.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_chunked_answer_on_a_kept_connection(sockdir: Path, netns: Path) -> None:
+    path = str(sockdir / "chunked.sock")
+    body = json.dumps(RESULT).encode()
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:10], body[10:]))
+    _raw_peer(path, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+              b"Content-Type: application/json\r\n\r\n" + chunks + b"0\r\n\r\n")
+    result = run_cni("ADD", conf(path, agentTimeout=3), env(netns))
+    assert result.ok, result
+    assert result.output["ips"][0]["address"] == "10.0.0.5/24"
+
+
+def test_a_sized_answer_on_a_kept_connection(sockdir: Path, netns: Path) -> None:
+    path = str(sockdir / "sized.sock")
+    body = json.dumps({"code": 11, "msg": "agent: busy"}).encode()
+    _raw_peer(path, b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: %d\r\n\r\n%s"
+              % (len(body), body))
+    run_cni("ADD", conf(path, agentTimeout=3), env(netns)).check_error(11, "agent: busy")
+
+
+def test_an_answer_that_is_not_http(sockdir: Path, netns: Path) -> None:
+    path = str(sockdir / "garbage.sock")
+    _raw_peer(path, b"SSH-2.0-nope\r\n\r\n")
+    run_cni("ADD", conf(path, agentTimeout=3), env(netns)).check_error(
+        11, path, "not an HTTP answer")
+
+
+# --- the plugin's functions, in this process -------------------------------------------------
+
+
+def test_cni_args_parsing() -> None:
+    from podnet.cni import plugin
+
+    assert plugin.parse_cni_args("") == {}
+    assert plugin.parse_cni_args(" IgnoreUnknown=1 ; K8S_POD_NAME=a ;X=y=z;") == {
+        "IgnoreUnknown": "1", "K8S_POD_NAME": "a", "X": "y=z"}
+    assert plugin.parse_cni_args("IgnoreUnknown=true;FOO=") == {"IgnoreUnknown": "true",
+                                                                "FOO": ""}
+    for bad in ("=1", "K8S_POD_NAME", "FOO=1", "IgnoreUnknown=0;FOO=1"):
+        with pytest.raises(plugin.CniError) as caught:
+            plugin.parse_cni_args(bad)
+        assert caught.value.code == 4 and "CNI_ARGS" in caught.value.msg
+
+
+def test_cni_args_win_over_runtime_config() -> None:
+    from podnet.cni import plugin
+
+    config = {"runtimeConfig": {"podnet.io/pod": {"namespace": "rt", "name": "rt-pod",
+                                                  "uid": "rt-uid"}}}
+    assert plugin.pod_identity({"K8S_POD_NAME": "args-pod"}, config) == (
+        "rt", "args-pod", "rt-uid")
+    assert plugin.pod_identity({"K8S_POD_NAMESPACE": "ns", "K8S_POD_NAME": "p"}, {}) == (
+        "ns", "p", None)
+    with pytest.raises(plugin.CniError, match=r"runtimeConfig\.podnet\.io/pod"):
+        plugin.pod_identity({}, {"runtimeConfig": {"podnet.io/pod": "web"}})
+
+
+def test_conversion_keeps_what_each_version_defines() -> None:
+    from podnet.cni import plugin
+
+    full = {"cniVersion": "1.1.0", "extra": 1,
+            "interfaces": [{"name": "eth0", "mac": "m", "mtu": 9000, "socketPath": "/s",
+                            "pciID": "0000:00:01.0"}],
+            "ips": [{"address": "fd00::2/64", "interface": 0}],
+            "routes": [{"dst": "::/0", "table": 5, "scope": 0, "advmss": 1400}]}
+    assert plugin.convert_result(full, "1.1.0") == {k: v for k, v in full.items()
+                                                    if k != "extra"}
+    assert plugin.convert_result(full, "1.0.0") == {
+        "cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "mac": "m"}],
+        "ips": [{"address": "fd00::2/64", "interface": 0}], "routes": [{"dst": "::/0"}]}
+    assert plugin.convert_result(full, "0.3.1")["ips"] == [
+        {"version": "6", "address": "fd00::2/64", "interface": 0}]
+    # a 0.x result read back (a chained prevResult) loses its version fields first
+    old = plugin.convert_result(full, "0.4.0")
+    assert plugin.convert_result(old, "1.1.0")["ips"] == [
+        {"address": "fd00::2/64", "interface": 0}]

@@ -272,6 +272,8 @@ def agent_request(path: str, method: str, target: str, body: Any, timeout: float
         raise AgentUnreachable(f"no answer within {timeout:g} s") from None
     except OSError as exc:
         raise AgentUnreachable(exc.strerror or str(exc)) from None
+    except ValueError as exc:  # a length or chunk size that is no number
+        raise AgentUnreachable(f"malformed HTTP answer: {exc}") from None
 
 
 def _read_response(stream: Any) -> tuple[int, bytes]:
@@ -307,7 +309,7 @@ def _read_response(stream: Any) -> tuple[int, bytes]:
 
 def ask_agent(config: Mapping[str, Any], method: str, target: str, body: Any,
               unavailable: int) -> dict[str, Any]:
-    """The agent's answer to one request: the JSON object of a 200, else the CNI error it
+    """The agent's answer to one request: the JSON object of a 2xx, else the CNI error it
     answered (raised as it is). ``unavailable`` is the code for an agent that cannot be
     reached or answers something that is no CNI error."""
     path = _socket_path(config)
@@ -321,7 +323,7 @@ def ask_agent(config: Mapping[str, Any], method: str, target: str, body: Any,
         answer = json.loads(payload.decode("utf-8")) if payload.strip() else {}
     except (UnicodeDecodeError, ValueError):
         answer = None
-    if status == 200:
+    if 200 <= status < 300:
         if not isinstance(answer, dict):
             raise CniError(unavailable, f"podnet node agent at {path} answered {target} "
                            f"with something other than a JSON object: {payload[:200]!r}")

@@ -467,6 +467,13 @@ def test_a_sized_answer_on_a_kept_connection(sockdir: Path, netns: Path) -> None
     run_cni("ADD", conf(path, agentTimeout=3), env(netns)).check_error(11, "agent: busy")
 
 
+def test_a_malformed_length(sockdir: Path, netns: Path) -> None:
+    path = str(sockdir / "badlength.sock")
+    _raw_peer(path, b"HTTP/1.1 200 OK\r\nContent-Length: lots\r\n\r\n{}")
+    run_cni("ADD", conf(path, agentTimeout=3), env(netns)).check_error(
+        11, path, "malformed HTTP answer")
+
+
 def test_an_answer_that_is_not_http(sockdir: Path, netns: Path) -> None:
     path = str(sockdir / "garbage.sock")
     _raw_peer(path, b"SSH-2.0-nope\r\n\r\n")

@@ -49,6 +49,8 @@ DECODING_FAILURE = 6
 INVALID_CONFIG = 7
 TRY_AGAIN_LATER = 11
 NOT_AVAILABLE = 50
+#: this plugin's own code (100 and above are the plugins'): a failure of the plugin itself
+INTERNAL_ERROR = 100
 
 #: CNI_ARGS keys this plugin knows; others need IgnoreUnknown=1 (as runtimes send)
 KNOWN_ARGS = ("IgnoreUnknown", "K8S_POD_NAMESPACE", "K8S_POD_NAME", "K8S_POD_UID",
@@ -410,6 +412,9 @@ def run(env: Mapping[str, str], stdin: bytes) -> tuple[int, str]:
         return 0, "" if answer is None else _dump(answer)
     except CniError as exc:
         return 1, _dump(exc.to_json(version))
+    except Exception as exc:  # the runtime still gets the error object it expects
+        return 1, _dump(CniError(INTERNAL_ERROR, f"podnet-cni internal error: "
+                                 f"{type(exc).__name__}: {exc}").to_json(version))
 
 
 def _dispatch(command: str, env: Mapping[str, str], config: dict[str, Any], version: str

@@ -530,3 +530,17 @@ def test_conversion_keeps_what_each_version_defines() -> None:
     old = plugin.convert_result(full, "0.4.0")
     assert plugin.convert_result(old, "1.1.0")["ips"] == [
         {"address": "fd00::2/64", "interface": 0}]
+
+
+def test_a_failure_of_the_plugin_itself_is_still_an_error_object(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from podnet.cni import plugin
+
+    def broken(*args: Any) -> None:
+        raise KeyError("ips")
+
+    monkeypatch.setattr(plugin, "_dispatch", broken)
+    status, out = plugin.run({"CNI_COMMAND": "ADD"}, b'{"cniVersion": "1.0.0", "name": "n"}')
+    assert status == 1
+    assert json.loads(out) == {"cniVersion": "1.0.0", "code": 100,
+                               "msg": "podnet-cni internal error: KeyError: 'ips'"}

@@ -17,6 +17,7 @@ def test_bench_smoke() -> None:
     report = json.loads(out.stdout)
     assert report["benchmark"] == "cni_startup" and report["target_ms"] == 50.0
     assert isinstance(report["met"], bool)
+    assert isinstance(report["plugin_over_python_p50_ms"], float)
     for form in ("file", "file_without_site", "python_alone"):
         assert report[form]["runs"] == 3
         assert 0 < report[form]["p50_ms"] <= report[form]["p99_ms"]

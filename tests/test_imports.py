@@ -260,3 +260,13 @@ def test_the_engine_imports_its_controllers_at_module_level() -> None:
     kinds = {(i.imported, i.where) for i in imports_of("podnet.core.engine")}
     for controller in ("podnetwork", "nodepool", "gc"):
         assert (f"podnet.core.reconcile.{controller}", "module") in kinds
+
+
+def test_the_cni_plugin_imports_no_podnet_module() -> None:
+    """``podnet-cni`` is installed onto hosts as its one file (``cni/plugin.py``): it
+    imports the standard library only (``tests/test_cni_plugin.py`` proves the rest)."""
+    plugin = {m for m in MODULES if m == "podnet.cni" or m.startswith("podnet.cni.")}
+    assert {"podnet.cni", "podnet.cni.plugin", "podnet.cni.__main__"} <= plugin
+    for module in plugin - {"podnet.cni.__main__"}:
+        assert imports_of(module) == [], module
+    assert {i.imported for i in imports_of("podnet.cni.__main__")} == {"podnet.cni.plugin"}

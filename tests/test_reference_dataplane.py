@@ -6,8 +6,6 @@ Needs root and network namespaces; skipped with the reason otherwise.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -23,25 +21,7 @@ from podnet.core.models import (
     Route,
 )
 from podnet.hookspecs.types import PlugContext, UnplugContext
-
-
-def netns_unavailable() -> str | None:
-    """Why the packet tests cannot run here, or None."""
-    if os.geteuid() != 0:
-        return "needs root (network namespaces, veth, bridges)"
-    if shutil.which("ip") is None:
-        return "needs iproute2's ip to make test namespaces"
-    try:
-        import pyroute2  # noqa: F401
-    except ImportError:
-        return "pyroute2 is not installed"
-    name = f"pnprobe-{uuid.uuid4().hex[:6]}"
-    made = subprocess.run(["ip", "netns", "add", name], capture_output=True, check=False)
-    if made.returncode != 0:
-        return f"cannot make a network namespace: {made.stderr.decode().strip()}"
-    subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
-    return None
-
+from podnet.testing.netns import netns_unavailable
 
 WHY = netns_unavailable()
 pytestmark = pytest.mark.skipif(WHY is not None, reason=WHY or "")

@@ -124,3 +124,37 @@ def test_unplug_succeeds_when_the_namespace_is_gone(dataplane) -> None:
     dataplane.unplug(UnplugContext(provider="reference", network=NETWORK, container_id=cid,
                                    if_name="eth0", netns=path))
     assert host_links(veth_names(cid, "eth0")[0]) == []
+
+
+def test_the_dataplane_hooks_through_the_gateway(netns, dataplane) -> None:
+    """``podnet_plug``, ``podnet_check_plug``, ``podnet_plugs`` and ``podnet_unplug``
+    reach the reference provider through the gateway's call path, counted."""
+    from collections import Counter
+
+    from podnet.core.fence import Fence
+    from podnet.core.gateway import ProviderGateway
+    from podnet.core.plugin import Providers, new_plugin_manager
+    from podnet.core.tracing import Tracing
+    from podnet.plugins.reference.provider import ReferenceProvider
+
+    pm = new_plugin_manager()
+    pm.register(ReferenceProvider(), name="reference")
+    providers = Providers(pm)
+    calls: Counter[str] = Counter()
+    from podnet.core.clock import SystemClock
+
+    gateway = ProviderGateway(providers, policy=lambda n: providers[n].policy,
+                              clock=SystemClock(), fence=Fence(open_forever=True),
+                              tracing=Tracing(None), calls=calls)
+    cid = uuid.uuid4().hex
+    ctx = PlugContext(pod_network=record(), container_id=cid, if_name="eth0", netns=netns)
+    assert gateway.plug(ctx).name == "eth0"
+    verdict = gateway.check_plug(ctx)
+    assert verdict is not None and verdict.ok
+    assert [p.if_name for p in gateway.plugs("reference", "n1") if p.container_id == cid] == [
+        "eth0"]
+    gateway.unplug(UnplugContext(provider="reference", network=NETWORK, container_id=cid,
+                                 if_name="eth0", netns=netns))
+    assert [p for p in gateway.plugs("reference", "n1") if p.container_id == cid] == []
+    assert calls["reference.plug"] == 1 and calls["reference.unplug"] == 1
+    assert calls["reference.check_plug"] == 1 and calls["reference.plugs"] == 2

@@ -37,6 +37,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(WHY is not None, reason=WHY o
 
 NODE = "node-00"
 POD_CIDR = "10.93.0.0/24"
+#: an attachment network the reference provider serves too
+ATTACHMENT = "blue"
 
 
 # --- the test driver: the plugin's side of the protocol -----------------------------------
@@ -115,6 +117,7 @@ class Stack:
             "defaultProvider": "reference",
             "providers": {"reference": {"state_file": str(tmp / "cloud.json")}},
             "policies": {"reference": {"minIdle": 2, "maxIdle": 6}},
+            "networks": {ATTACHMENT: {"provider": "reference"}},
             "listen": "127.0.0.1:0",
         }))
         self.spawn("controller", ["run", "--kubeconfig", str(self.kubeconfig), "--provider",
@@ -155,18 +158,22 @@ class Stack:
     def create(self, docs: list[dict[str, Any]]) -> None:
         self.kubectl("create", "-f", "-", input=yaml.safe_dump_all(docs))
 
-    def records(self) -> dict[str, dict[str, Any]]:
-        """pod name -> its default network's record."""
+    def records(self, network: str = "default") -> dict[str, dict[str, Any]]:
+        """pod name -> its record of ``network``."""
         items = json.loads(self.kubectl("get", "podnetworks", "-A", "-o", "json"))["items"]
-        return {pn["spec"]["podName"]: pn for pn in items}
+        return {pn["spec"]["podName"]: pn for pn in items
+                if pn["spec"].get("network", "default") == network}
 
     def close(self) -> None:
         for name in list(self.procs):
             self.stop(name)
 
 
-def pod(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+def pod(name: str, networks: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "default"}
+    if networks:
+        meta["annotations"] = {"podnet.io/networks": networks}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
             "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "busybox"}]},
             "status": {"phase": "Running"}}
 
@@ -194,9 +201,9 @@ class Host:
         self.namespaces.append(name)
         return name, f"/run/netns/{name}"
 
-    def container(self, if_name: str = "eth0") -> str:
+    def container(self) -> str:
         cid = uuid.uuid4().hex
-        self.containers.append((cid, if_name))
+        self.containers.extend((cid, itf) for itf in ("eth0", "net1"))
         return cid
 
     def cleanup(self) -> None:
@@ -208,7 +215,7 @@ class Host:
             subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
         with IPRoute() as ipr:
             names = [veth_names(cid, itf)[i] for cid, itf in self.containers for i in (0, 1)]
-            for name in [*names, bridge_name("default")]:
+            for name in [*names, bridge_name("default"), bridge_name(ATTACHMENT)]:
                 for index in ipr.link_lookup(ifname=name):
                     ipr.link("del", index=index)
 
@@ -399,3 +406,50 @@ def test_add_times_out_with_error_11_and_bad_input_names_the_field(
     code, err = client.request("POST", "/v1/cni/gc", {"network": "podnet"})
     assert code == 400 and err["code"] == 7 and "validAttachments" in err["msg"], err
     assert client.gc([]) == (200, {})
+
+
+def addresses_in(netns: str) -> dict[str, list[str]]:
+    from pyroute2 import NetNS
+
+    with NetNS(netns) as ns:
+        names = {link["index"]: str(link.get_attr("IFLA_IFNAME")) for link in ns.get_links()}
+        out: dict[str, list[str]] = {}
+        for addr in ns.get_addr(family=socket.AF_INET):
+            out.setdefault(names[addr["index"]], []).append(
+                f"{addr.get_attr('IFA_ADDRESS')}/{addr['prefixlen']}")
+        return out
+
+
+def test_a_pod_with_two_networks_has_two_interfaces(stack: Stack, host: Host) -> None:
+    from pyroute2 import IPRoute
+
+    from podnet.plugins.reference.dataplane import veth_names
+
+    stack.create([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
+                   "spec": {"podCIDR": POD_CIDR}}])
+    stack.agent()
+    client = AgentClient(stack.socket, {"cniVersion": "1.1.0", "name": "podnet"})
+    wait_for("the agent ready", lambda: os.path.exists(stack.socket)
+             and client.status()[0] == 200)
+    stack.create([pod("multi", networks=ATTACHMENT)])
+    _, path = host.netns()
+    cid = host.container()
+    code, result = client.add(cid, path, "multi")
+    assert code == 200, result
+    default = stack.records()["multi"]["status"]
+    blue = stack.records(ATTACHMENT)["multi"]["status"]
+    assert default["ip"] != blue["ip"]
+    assert [i["name"] for i in result["interfaces"]] == ["eth0", "net1"]
+    assert result["ips"] == [
+        {"address": f"{default['ip']}/24", "gateway": default["gateway"], "interface": 0},
+        {"address": f"{blue['ip']}/24", "gateway": blue["gateway"], "interface": 1}]
+    # one default route, the default network's
+    assert result["routes"] == [{"dst": "0.0.0.0/0", "gw": default["gateway"]}]
+    assert addresses_in(path) == {"lo": ["127.0.0.1/8"], "eth0": [f"{default['ip']}/24"],
+                                  "net1": [f"{blue['ip']}/24"]}
+    assert client.check(cid, path, "multi") == (200, {})
+    # GC with the container no longer listed: both host ends go
+    assert client.gc([]) == (200, {})
+    with IPRoute() as ipr:
+        for itf in ("eth0", "net1"):
+            assert ipr.link_lookup(ifname=veth_names(cid, itf)[0]) == []

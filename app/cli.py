@@ -95,6 +95,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--otlp-endpoint", default=None)
     run.add_argument("--log-format", choices=["json", "text"], default="json")
 
+    node = sub.add_parser("node", help="run the node agent: plumb this node's pods")
+    node.add_argument("--node", required=True, help="the node this agent serves")
+    node.add_argument("--kubeconfig", default=None,
+                      help="kubeconfig file (default: in-cluster config, else $KUBECONFIG)")
+    node.add_argument("--context", default=None)
+    node.add_argument("--provider", action="append", default=[],
+                      help="enable this built-in provider (repeatable; default: all installed)")
+    node.add_argument("--socket", default="/run/podnet/agent.sock",
+                      help="the unix socket the CNI plugin asks (default %(default)s)")
+    node.add_argument("--add-timeout", type=_non_negative_float, default=30.0,
+                      help="seconds an ADD waits for the pod's networks to be Routed")
+
     sim = sub.add_parser("sim", help="serve a cloud simulator (bbc, ecs) on loopback")
     sim.add_argument("cloud", choices=["bbc", "ecs"])
     sim.add_argument("options", nargs=argparse.REMAINDER,
@@ -127,6 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _plugins()
     if args.command == "run":
         return _run(parser, args)
+    if args.command == "node":
+        return _node(args)
     if args.command == "sim":
         import importlib
 
@@ -191,6 +205,31 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if tracer_provider is not None:
         tracer_provider.shutdown()
     return code
+
+
+def _node(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from podnet.app.node import run as run_node
+    from podnet.core.cluster.kube import KubeCluster
+    from podnet.core.errors import ConfigError
+    from podnet.core.plugin import Providers, load_plugins, new_plugin_manager
+
+    try:
+        pm = new_plugin_manager()
+        load_plugins(pm, builtins=args.provider or None)
+        providers = Providers(pm)
+        cluster = KubeCluster.connect(args.kubeconfig, args.context)
+    except ConfigError as exc:
+        print(f"podnet node: {exc}", file=sys.stderr)
+        return 2
+    cluster.api_client.user_agent = f"podnet-node/{args.node}"
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return run_node(cluster, providers, node=args.node, socket_path=args.socket,
+                    add_timeout=args.add_timeout, stop=stop)
 
 
 def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

@@ -60,16 +60,21 @@ from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
     Allocation,
+    CheckResult,
     CloudInterface,
     Inventory,
     NetworkAttachment,
     NodeContext,
     NodeFinding,
+    Plug,
+    PlugContext,
+    PlugResult,
     PodNetworkContext,
     PoolEntry,
     ReleaseResult,
     RouteResult,
     TransitionEvent,
+    UnplugContext,
     VerifyResult,
 )
 
@@ -286,6 +291,33 @@ class ProviderGateway:
         answer = self._call(provider, "podnet_sweep", provider=provider, owners=owners,
                             remove=remove)
         return cast("Sequence[str] | None", answer)
+
+    # --- routed: the dataplane on a node (the node agent's calls) -----------------------
+
+    def plug(self, context: PlugContext) -> PlugResult:
+        """``podnet_plug`` of the record's provider: the interface made; a provider that
+        made none is an error the runtime retries."""
+        provider = context.pod_network.spec.provider
+        answer = self._call(provider, "podnet_plug", context=context)
+        if not isinstance(answer, PlugResult):
+            raise ProviderError(ErrorKind.TRANSIENT,
+                                f"provider {provider!r} plugged no interface "
+                                f"({context.if_name} of {context.pod_network.key})")
+        return answer
+
+    def unplug(self, context: UnplugContext) -> None:
+        """``podnet_unplug`` of ``context.provider``."""
+        self._call(context.provider, "podnet_unplug", context=context)
+
+    def check_plug(self, context: PlugContext) -> CheckResult | None:
+        """``podnet_check_plug`` of the record's provider (None: it does not check)."""
+        return cast("CheckResult | None", self._call(
+            context.pod_network.spec.provider, "podnet_check_plug", context=context))
+
+    def plugs(self, provider: str, node: str) -> list[Plug]:
+        """``podnet_plugs``: what ``provider``'s dataplane has plugged on this host."""
+        answer = self._call(provider, "podnet_plugs", provider=provider, node=node)
+        return list(cast("Sequence[Plug] | None", answer) or ())
 
     # --- broadcasts -------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from podnet.hookspecs.models import (
     PodNetworkSpec,
     PodNetworkStatus,
     PoolBounds,
+    Route,
     WorkloadInfo,
     set_condition,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "PodNetworkSpec",
     "PodNetworkStatus",
     "PoolBounds",
+    "Route",
     "WorkloadInfo",
     "set_condition",
 ]

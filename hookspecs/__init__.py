@@ -36,8 +36,11 @@ Order in which the engine calls them (see docs/writing-a-provider.md):
 8. ``podnet_sweep`` — by the garbage collector, every ``gc_period``, for providers with
    their own address management: remove what no record owns any more.
    ``podnet_node_removed`` — once a node left and core dropped its pool: forget it.
-9. ``podnet_classify_error`` — whenever a hook raised something not a ProviderError.
-10. ``podnet_transition`` — after every transition attempt, to every plugin.
+9. ``podnet_plugs``, ``podnet_plug``, ``podnet_check_plug``, ``podnet_unplug`` — by the
+   node agent (``podnet node``) on each node, for the container runtime's CNI requests
+   and its own reconciliation of the host against the records.
+10. ``podnet_classify_error`` — whenever a hook raised something not a ProviderError.
+11. ``podnet_transition`` — after every transition attempt, to every plugin.
 
 Routed calls go through core's provider gateway (``podnet.core.gateway``), which also
 checks the fence, traces, counts and times each call, classifies what it raised and
@@ -57,18 +60,23 @@ from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
     Allocation,
+    CheckResult,
     CloudInterface,
     CloudLimiter,
     Inventory,
     NetworkAttachment,
     NodeContext,
     NodeFinding,
+    Plug,
+    PlugContext,
+    PlugResult,
     PodNetworkContext,
     PoolEntry,
     ProviderInfo,
     ReleaseResult,
     RouteResult,
     TransitionEvent,
+    UnplugContext,
     VerifyResult,
 )
 
@@ -553,6 +561,90 @@ def podnet_node_removed(provider: str, node: str) -> None:
     .. versionchanged:: 0.3.0
        routed (before, every plugin was called and answered only for its own
        provider).
+    """
+
+
+# --- the dataplane on a node: called by the node agent ----------------------------------
+
+
+@hookspec(firstresult=True)
+def podnet_plug(context: PlugContext) -> PlugResult | None:
+    """Create the pod's interface for a Routed record in the pod's network namespace.
+
+    :param context: the record (``context.pod_network``: its status carries the address,
+        ``prefix_length``, ``gateway``, ``routes``, ``mac``, ``mtu``), the sandbox's
+        ``container_id``, the path of its network namespace (``netns``) and the
+        interface's name there (``if_name``).
+    :return: the interface (its name, MAC, namespace and host side); ``None`` is an
+        error (the runtime is told to try again).
+
+    Called by the node agent for the runtime's ``ADD``, once every record of the pod is
+    Routed, and never for another node's records. Idempotent: a second call for the same
+    container and interface (the runtime retries; the agent restarted half way) finds what
+    the first made and converges it, never a second interface; something half made is
+    made again. Never allocate or release an address here: the record's is the one.
+
+    Routed (since 0.3.0): called on the plugin of ``context.pod_network.spec.provider``
+    and on plugins that declare no provider, never on another provider's plugin.
+
+    .. versionadded:: 0.3.0
+    """
+
+
+@hookspec
+def podnet_unplug(context: UnplugContext) -> None:
+    """Remove what ``podnet_plug`` made for one interface: the pod's end and the host's.
+
+    :param context: whose it is (``provider``, ``network``), the container and interface,
+        the namespace's path (``None`` or gone when the sandbox is gone already), and the
+        record when it still exists (``None`` for leftovers).
+
+    Called by the node agent for the runtime's ``DEL``, for its ``GC`` (attachments the
+    runtime no longer lists), and at start for leftovers of records that no longer
+    exist. Idempotent: nothing there is success, and so is a network namespace that is
+    gone. Leave shared host state (a bridge other pods use) in place; never release the
+    address (the controller does, once the pod is gone).
+
+    Routed (since 0.3.0): called on ``context.provider``'s plugin and on plugins that
+    declare no provider, never on another provider's plugin.
+
+    .. versionadded:: 0.3.0
+    """
+
+
+@hookspec(firstresult=True)
+def podnet_check_plug(context: PlugContext) -> CheckResult | None:
+    """Compare the pod's interface with its record, for the runtime's ``CHECK``.
+
+    :return: ``ok=False`` with a reason naming what differs (the interface is missing,
+        has another address, MAC, MTU or route); ``None``: the provider does not check.
+
+    Read only: make no change, even to repair.
+
+    Routed (since 0.3.0): called on the plugin of ``context.pod_network.spec.provider``
+    and on plugins that declare no provider, never on another provider's plugin.
+
+    .. versionadded:: 0.3.0
+    """
+
+
+@hookspec(firstresult=True)
+def podnet_plugs(provider: str, node: str) -> Sequence[Plug] | None:
+    """Every interface this provider's dataplane has plugged on this host.
+
+    :param provider: yours (the call is routed).
+    :param node: the node the agent serves.
+    :return: each plugged interface, with the container, interface name, network and the
+        record it was plugged for (mark what you create so you can tell it from what is
+        not yours); ``None``: none.
+
+    Called by the node agent at start (to unplug leftovers of records that no longer
+    exist) and for the runtime's ``GC``. Read only.
+
+    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
+    provider, never on another provider's plugin.
+
+    .. versionadded:: 0.3.0
     """
 
 

@@ -138,6 +138,15 @@ class PodNetworkSpec:
 
 
 @attrs.frozen
+class Route:
+    """A route the pod's interface gets: to ``dst`` (a CIDR), via ``gw`` (``None``: on
+    link)."""
+
+    dst: str
+    gw: str | None = None
+
+
+@attrs.frozen
 class PodNetworkStatus:
     phase: Phase = Phase.PENDING
     ip: str | None = None
@@ -146,6 +155,14 @@ class PodNetworkStatus:
     subnet: str | None = None
     gateway: str | None = None
     interface: str | None = None
+    #: what the pod's interface needs beside its address (since 0.3.0; absent on the
+    #: wire for older records and providers that do not say): the prefix length of
+    #: ``ip`` (and of ``ipv6``), the IPv6 gateway, the routes and the MTU
+    prefix_length: int | None = None
+    ipv6_prefix_length: int | None = None
+    ipv6_gateway: str | None = None
+    routes: tuple[Route, ...] = ()
+    mtu: int | None = None
     conditions: tuple[Condition, ...] = ()
     last_transition_time: datetime | None = None
     #: W3C traceparent of the lifecycle's first transition: later ones join its trace.

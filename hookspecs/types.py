@@ -13,7 +13,14 @@ from typing import Any, Protocol
 import attrs
 
 from podnet.hookspecs.errors import InvalidRequest
-from podnet.hookspecs.models import NodeInfo, NodeNetwork, PodInfo, PodNetwork, WorkloadInfo
+from podnet.hookspecs.models import (
+    NodeInfo,
+    NodeNetwork,
+    PodInfo,
+    PodNetwork,
+    Route,
+    WorkloadInfo,
+)
 from podnet.hookspecs.policy import PoolPolicy
 
 
@@ -248,6 +255,18 @@ class Allocation:
     #: the subnet's CIDR (IPv4), when the provider knows it: core refuses an answer naming
     #: its network or broadcast address (and, always, the gateway). Since 0.2.
     cidr: str | None = None
+    #: the prefix length of ``ip`` on the pod's interface; ``None``: ``cidr``'s (or 32
+    #: without one). Since 0.3.
+    prefix_length: int | None = None
+    #: the prefix length of ``ipv6`` and its gateway (dual stack). Since 0.3.
+    ipv6_prefix_length: int | None = None
+    ipv6_gateway: str | None = None
+    #: the routes the pod's interface gets (``()``: a default route via ``gateway``,
+    #: when there is one, is what core records). Since 0.3.
+    routes: tuple[Route, ...] = ()
+    #: the interface's MTU; ``None``: the provider does not say (the kernel's default).
+    #: Since 0.3.
+    mtu: int | None = None
 
 
 @attrs.frozen
@@ -323,3 +342,71 @@ class NodeFinding:
     message: str
     #: the interface concerned, if any
     interface: str | None = None
+
+
+# --- the dataplane on a node (the node agent's hooks; since 0.3.0) -----------------------
+
+
+@attrs.frozen
+class PlugContext:
+    """One interface to create in a pod's network namespace (``podnet_plug``,
+    ``podnet_check_plug``): the record it carries out, and where it goes."""
+
+    #: the Routed record: its status has the address, prefix, gateway, routes, MAC, MTU
+    pod_network: PodNetwork
+    #: the runtime's id of the pod's sandbox
+    container_id: str
+    #: the interface's name inside the pod (``eth0`` for the default network, ``net1``...)
+    if_name: str
+    #: the path of the pod's network namespace (``None`` when the runtime gave none:
+    #: ``podnet_check_plug`` then has nothing to look at)
+    netns: str | None
+    pod: PodInfo | None = None
+
+
+@attrs.frozen
+class PlugResult:
+    """The interface ``podnet_plug`` made (or found already made)."""
+
+    #: its name inside the pod, its MAC and the namespace it is in
+    name: str
+    mac: str
+    sandbox: str
+    #: the host side of it (a veth's other end), when there is one
+    host_interface: str | None = None
+
+
+@attrs.frozen
+class UnplugContext:
+    """One interface to remove (``podnet_unplug``). The record may be gone already (a
+    leftover found at start, an attachment the runtime's GC no longer lists): then
+    ``pod_network`` is ``None`` and ``provider`` and ``network`` say whose it is."""
+
+    provider: str
+    network: str
+    container_id: str
+    if_name: str
+    #: ``None`` or a path that no longer exists when the sandbox is gone already
+    netns: str | None = None
+    pod_network: PodNetwork | None = None
+
+
+@attrs.frozen
+class Plug:
+    """An interface a provider's dataplane has plugged on this host
+    (``podnet_plugs``)."""
+
+    container_id: str
+    if_name: str
+    network: str
+    #: the key (``namespace/name``) of the PodNetwork it was plugged for
+    owner: str | None = None
+    host_interface: str | None = None
+
+
+@attrs.frozen
+class CheckResult:
+    """``podnet_check_plug``'s verdict: the interface as the record says it should be."""
+
+    ok: bool
+    reason: str = ""

@@ -36,13 +36,14 @@ REFERENCE_MUST_IMPLEMENT = frozenset(
         "register_provider", "configure", "node_inventory", "pool_grow", "pool_shrink",
         "interface_create", "interface_dispose", "node_check", "address_space", "allocate",
         "route", "verify",
-        "release", "classify_error",
+        "release", "classify_error", "plug", "unplug", "check_plug", "plugs",
     )
 )
 
 #: per-provider hooks that are notifications: every implementation they are routed to is
 #: called (the provider's plugin and those that declare no provider), none answers
-NOTIFICATIONS_PER_PROVIDER = frozenset({"podnet_configure", "podnet_node_removed"})
+NOTIFICATIONS_PER_PROVIDER = frozenset({"podnet_configure", "podnet_node_removed",
+                                        "podnet_unplug"})
 
 
 def _hook_functions() -> dict[str, Callable[..., Any]]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import ipaddress
 import logging
 import threading
 from collections.abc import Callable
@@ -69,6 +70,7 @@ from podnet.core.models import (
     PodInfo,
     PodNetwork,
     PodNetworkSpec,
+    Route,
     WorkloadInfo,
     set_condition,
 )
@@ -635,7 +637,8 @@ class PodNetworkReconciler:
         conflict = self.owned.conflicts.get(pn.key)
         readdressed = self._run(pn, "readdress", lambda span: self._write_phase(
             pn, Phase.PENDING, span, reason=reason, message=why, ip=None, ipv6=None,
-            subnet=None, gateway=None, interface=None), drift=why)
+            subnet=None, gateway=None, interface=None, prefix_length=None,
+            ipv6_prefix_length=None, ipv6_gateway=None, routes=(), mtu=None), drift=why)
         if readdressed is None:
             return pn
         pn = readdressed
@@ -812,7 +815,8 @@ class PodNetworkReconciler:
             return self._write_phase(pn, Phase.ALLOCATED, span, ip=allocation.ip,
                                      ipv6=allocation.ipv6, mac=allocation.mac,
                                      subnet=allocation.subnet, gateway=allocation.gateway,
-                                     interface=allocation.interface)
+                                     interface=allocation.interface,
+                                     **pod_interface_fields(allocation))
 
         def not_allocated(exc: BaseException) -> None:
             # a write whose answer was lost may have landed: the address stays with this
@@ -1274,3 +1278,23 @@ def _pod_ref(pod: PodInfo) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": POD.kind,
             "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid}}
 
+
+def pod_interface_fields(allocation: Allocation) -> dict[str, Any]:
+    """What the pod's interface needs beside its address, as the record's status keeps
+    it: the prefix length (the allocation's, else its CIDR's, else a host route's), the
+    IPv6 half's, the routes (a default route via the gateway when the provider names
+    none) and the MTU."""
+    prefix = allocation.prefix_length
+    if prefix is None and allocation.cidr:
+        prefix = ipaddress.ip_network(allocation.cidr, strict=False).prefixlen
+    if prefix is None:
+        prefix = 32
+    routes = allocation.routes
+    if not routes and allocation.gateway:
+        routes = (Route(dst="0.0.0.0/0", gw=allocation.gateway),)
+    v6_prefix = allocation.ipv6_prefix_length
+    if v6_prefix is None and allocation.ipv6:
+        v6_prefix = 128
+    return {"prefix_length": prefix, "ipv6_prefix_length": v6_prefix,
+            "ipv6_gateway": allocation.ipv6_gateway, "routes": tuple(routes),
+            "mtu": allocation.mtu}

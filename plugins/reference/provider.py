@@ -29,24 +29,33 @@ from podnet.core.errors import ConfigError, ErrorKind, ProviderError
 from podnet.core.policy import PoolPolicy
 from podnet.core.sections import between, config_key, read_section, section, text
 from podnet.hookspecs import hookimpl
+from podnet.hookspecs.models import Route
 from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
     Allocation,
+    CheckResult,
     CloudInterface,
     Inventory,
     NodeContext,
     NodeFinding,
+    Plug,
+    PlugContext,
+    PlugResult,
     PodNetworkContext,
     PoolEntry,
     ProviderInfo,
     ReleaseResult,
     RouteResult,
     Subnet,
+    UnplugContext,
     VerifyResult,
 )
+from podnet.plugins.reference.dataplane import BridgeDataplane
 
 NAME = "reference"
+#: the MTU of the pod interfaces on the reference bridge network
+MTU = 1500
 __version__ = "0.1.0"
 
 
@@ -334,6 +343,8 @@ class ReferenceProvider:
         self.findings: dict[str, list[NodeFinding]] = {}
         #: raised by ``podnet_node_check`` when set (for tests)
         self.check_error: Exception | None = None
+        #: the node side: a bridge per network, a veth pair per pod interface
+        self.dataplane = BridgeDataplane()
 
     # 1. registration and configuration
 
@@ -447,8 +458,13 @@ class ReferenceProvider:
         cidr = ipaddress.ip_network(node.pod_cidr) if node.pod_cidr else None
         mac = pn.spec.requests.mac_address or _mac_for(entry.address)
         gateway = str(next(cidr.hosts())) if cidr is not None else None
+        # what the pod's interface gets on the node's bridge network: the podCIDR's
+        # prefix, a default route via the bridge's gateway address, Ethernet's MTU
         return Allocation(ip=entry.address, mac=mac, subnet=node.pod_cidr, gateway=gateway,
-                          interface=entry.interface, cidr=str(cidr) if cidr else None)
+                          interface=entry.interface, cidr=str(cidr) if cidr else None,
+                          prefix_length=cidr.prefixlen if cidr is not None else None,
+                          routes=(Route(dst="0.0.0.0/0", gw=gateway),) if gateway else (),
+                          mtu=MTU)
 
     @hookimpl
     def podnet_route(self, context: PodNetworkContext) -> RouteResult | None:
@@ -472,6 +488,24 @@ class ReferenceProvider:
         if pn.status.ip is not None:
             self.cloud.delete_route(pn.status.ip, pn.key)
         return ReleaseResult(return_to_pool=True)
+
+    # 6. the dataplane on a node (the node agent): a bridge network of veth pairs
+
+    @hookimpl
+    def podnet_plug(self, context: PlugContext) -> PlugResult | None:
+        return self.dataplane.plug(context)
+
+    @hookimpl
+    def podnet_unplug(self, context: UnplugContext) -> None:
+        self.dataplane.unplug(context)
+
+    @hookimpl
+    def podnet_check_plug(self, context: PlugContext) -> CheckResult | None:
+        return self.dataplane.check(context)
+
+    @hookimpl
+    def podnet_plugs(self, provider: str, node: str) -> Sequence[Plug] | None:
+        return self.dataplane.plugs()
 
     # 7. errors
 

@@ -1,0 +1,462 @@
+"""``podnet node``: the node agent.
+
+One per node (a DaemonSet on the host network). It watches its own node's PodNetworks
+(the server-side label selector ``podnet.io/node=<node>``), serves the CNI plugin's
+requests on a unix socket (HTTP/1.1, JSON; the protocol is in docs/node.md), and plumbs
+each pod interface through its provider's dataplane hooks, called through the same
+provider gateway the controller uses:
+
+- ``ADD`` waits, bounded, until every PodNetwork of the pod (the default network, then
+  each attachment of ``podnet.io/networks``) is Routed, then plugs each one (the default
+  network as the interface the runtime names, attachments as ``net1``, ``net2``, ...);
+- ``DEL`` unplugs every interface plugged for the container; it never releases an address
+  (the controller does, once the pod is gone);
+- ``CHECK`` compares the interfaces with the records;
+- ``GC`` unplugs what was plugged for containers the runtime no longer lists;
+- on start, what was plugged for records that no longer exist is unplugged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import socketserver
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import attrs
+
+from podnet.core.annotations import parse_networks
+from podnet.core.clock import SystemClock
+from podnet.core.cluster.informer import Informer
+from podnet.core.cluster.port import POD, POD_NETWORK, ApiError, Cluster, NotFound, Obj
+from podnet.core.convert import RecordError, from_wire
+from podnet.core.errors import InvalidRequest, PodnetError
+from podnet.core.fence import Fence
+from podnet.core.gateway import ProviderGateway
+from podnet.core.models import DEFAULT_NETWORK, LABEL_NODE, Phase, PodNetwork
+from podnet.core.plugin import Providers
+from podnet.core.tracing import Tracing
+from podnet.hookspecs.types import PlugContext, PlugResult, UnplugContext
+
+log = logging.getLogger("podnet.node")
+
+DEFAULT_SOCKET = "/run/podnet/agent.sock"
+DEFAULT_ADD_TIMEOUT = 30.0
+RESULT_VERSION = "1.1.0"
+
+#: CNI error codes the agent answers with
+INVALID = 7
+TRY_AGAIN = 11
+NOT_READY = 50
+#: a plugin-specific code (the spec leaves 100 and up to plugins): CHECK found a difference
+CHECK_FAILED = 100
+
+_DEFAULT_ROUTES = frozenset({"0.0.0.0/0", "::/0"})
+
+
+class CniError(Exception):
+    """An answer of the CNI error kind: ``code``, ``msg``, ``details``; ``status`` is the
+    HTTP status it travels with."""
+
+    def __init__(self, code: int, msg: str, details: str = "", status: int = 400) -> None:
+        super().__init__(msg)
+        self.code = code
+        self.msg = msg
+        self.details = details
+        self.status = status
+
+    def body(self) -> dict[str, Any]:
+        return {"code": self.code, "msg": self.msg, "details": self.details}
+
+
+def _read_pod_network(obj: Obj) -> PodNetwork | None:
+    try:
+        return from_wire(PodNetwork, obj)
+    except RecordError as exc:
+        log.warning("a PodNetwork does not parse, ignored: %s", exc)
+        return None
+
+
+def _field(body: Mapping[str, Any], name: str, *, optional: bool = False) -> Any:
+    value = body.get(name)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise CniError(INVALID, f"{name}: missing or not a non-empty string")
+    return value
+
+
+def interface_names(if_name: str, attachments: int) -> list[str]:
+    """The pod's interfaces: the runtime's name for the default network, then ``net1``,
+    ``net2``, ... for the attachments."""
+    return [if_name, *(f"net{i}" for i in range(1, attachments + 1))]
+
+
+class NodeAgent:
+    """The agent's state and its answers to the protocol's requests."""
+
+    def __init__(self, cluster: Cluster, providers: Providers, node: str, *,
+                 add_timeout: float = DEFAULT_ADD_TIMEOUT,
+                 tracing: Tracing | None = None) -> None:
+        self.cluster = cluster
+        self.providers = providers
+        self.node = node
+        self.add_timeout = add_timeout
+        self.calls: Counter[str] = Counter()
+        self.gateway = ProviderGateway(
+            providers, policy=lambda name: providers[name].policy, clock=SystemClock(),
+            fence=Fence(open_forever=True), tracing=tracing or Tracing(None),
+            calls=self.calls)
+        self.records: Informer[PodNetwork] = Informer(
+            cluster, POD_NETWORK, _read_pod_network, label_selector=f"{LABEL_NODE}={node}",
+            name="podnetworks")
+        self.records.add_index(
+            "pod", lambda pn: [f"{pn.metadata.namespace}/{pn.spec.pod_name}"])
+        self._changed = threading.Condition()
+        self.records.add_handler(self._on_record)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: one request at a time per container: a runtime's retry waits for the first
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
+
+    # --- life --------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self.records.has_synced
+
+    def start(self) -> None:
+        """List the node's records, unplug leftovers of records that no longer exist,
+        then follow the records in a thread."""
+        self.records.start()
+        self.remove_leftovers()
+        self._thread = threading.Thread(target=self.records.run, args=(self._stop, 0.5),
+                                        name="podnet-node-informer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.records.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _on_record(self, *_: object) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    def remove_leftovers(self) -> int:
+        """Unplug what was plugged on this host for records that no longer exist."""
+        removed = 0
+        known = set(self.records.keys())
+        for provider in self.providers.names():
+            for plug in self.gateway.plugs(provider, self.node):
+                if plug.owner is not None and plug.owner in known:
+                    continue
+                log.info("removing leftover %s (%s of %s, record %s gone)",
+                         plug.host_interface, plug.if_name, plug.container_id, plug.owner)
+                self.gateway.unplug(UnplugContext(
+                    provider=provider, network=plug.network, container_id=plug.container_id,
+                    if_name=plug.if_name))
+                removed += 1
+        return removed
+
+    def _lock(self, container_id: str) -> threading.Lock:
+        with self._locks_lock:
+            return self._locks.setdefault(container_id, threading.Lock())
+
+    # --- the pod's records -------------------------------------------------------------
+
+    def _records_of(self, namespace: str, pod: str, uid: str | None) -> dict[str, PodNetwork]:
+        """The pod's records on this node, by network."""
+        out: dict[str, PodNetwork] = {}
+        for pn in self.records.by_index("pod", f"{namespace}/{pod}"):
+            if uid and pn.spec.pod_uid != uid:
+                continue
+            out[pn.spec.network] = pn
+        return out
+
+    def _networks_of(self, namespace: str, pod: str) -> tuple[str, ...]:
+        """The pod's networks, the default first, then its attachments in order."""
+        try:
+            obj = self.cluster.get(POD, pod, namespace)
+        except NotFound:
+            raise CniError(TRY_AGAIN, f"pod {namespace}/{pod} not found", status=503) from None
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        try:
+            return (DEFAULT_NETWORK, *parse_networks(annotations))
+        except InvalidRequest as exc:
+            raise CniError(INVALID, f"pod {namespace}/{pod}: {exc}") from None
+
+    def _wait_routed(self, namespace: str, pod: str, uid: str | None
+                     ) -> list[PodNetwork]:
+        """Every record of the pod, Routed, in interface order; error 11 when the wait
+        runs out."""
+        deadline = time.monotonic() + self.add_timeout
+        networks: tuple[str, ...] | None = None
+        missing: list[str] = []
+        while True:
+            if networks is None:
+                with contextlib.suppress(CniError):
+                    networks = self._networks_of(namespace, pod)
+            if networks is not None:
+                found = self._records_of(namespace, pod, uid)
+                missing = [n for n in networks
+                           if n not in found or found[n].status.phase is not Phase.ROUTED]
+                if not missing:
+                    return [found[n] for n in networks]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                what = (f"networks {', '.join(missing)}" if networks is not None
+                        else "the pod")
+                raise CniError(TRY_AGAIN, f"pod {namespace}/{pod}: {what} not Routed within "
+                                          f"{self.add_timeout:g} s", status=503)
+            with self._changed:
+                self._changed.wait(min(left, 1.0))
+
+    # --- the protocol ------------------------------------------------------------------
+
+    def add(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        container_id = _field(body, "containerId")
+        if_name = _field(body, "ifName")
+        netns = _field(body, "netns")
+        namespace = _field(body, "podNamespace")
+        pod = _field(body, "podName")
+        uid = _field(body, "podUid", optional=True)
+        if not os.path.exists(netns):
+            raise CniError(INVALID, f"netns: {netns} does not exist")
+        with self._lock(container_id):
+            records = self._wait_routed(namespace, pod, uid)
+            names = interface_names(if_name, len(records) - 1)
+            results: list[tuple[PodNetwork, PlugResult]] = []
+            for i, (pn, name) in enumerate(zip(records, names, strict=True)):
+                plugged = pn if i == 0 else _without_default_routes(pn)
+                context = PlugContext(pod_network=plugged, container_id=container_id,
+                                      if_name=name, netns=netns)
+                results.append((plugged, self._provider_call(self.gateway.plug, context)))
+        return cni_result(results)
+
+    def delete(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        container_id = _field(body, "containerId")
+        _field(body, "ifName")
+        netns = body.get("netns") if isinstance(body.get("netns"), str) else None
+        with self._lock(container_id):
+            records = {pn.key: pn for pn in self.records.values()}
+            for provider in self.providers.names():
+                for plug in self._provider_call(self.gateway.plugs, provider, self.node):
+                    if plug.container_id != container_id:
+                        continue
+                    self._provider_call(self.gateway.unplug, UnplugContext(
+                        provider=provider, network=plug.network, container_id=container_id,
+                        if_name=plug.if_name, netns=netns,
+                        pod_network=records.get(plug.owner or "")))
+        return {}
+
+    def check(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        container_id = _field(body, "containerId")
+        if_name = _field(body, "ifName")
+        netns = _field(body, "netns")
+        namespace = _field(body, "podNamespace")
+        pod = _field(body, "podName")
+        uid = _field(body, "podUid", optional=True)
+        networks = self._networks_of(namespace, pod)
+        found = self._records_of(namespace, pod, uid)
+        for i, (network, name) in enumerate(
+                zip(networks, interface_names(if_name, len(networks) - 1), strict=True)):
+            pn = found.get(network)
+            if pn is None or pn.status.phase is not Phase.ROUTED:
+                raise CniError(CHECK_FAILED, f"network {network} of {namespace}/{pod} is "
+                                             "not Routed", status=409)
+            context = PlugContext(pod_network=pn if i == 0 else _without_default_routes(pn),
+                                  container_id=container_id, if_name=name, netns=netns)
+            verdict = self._provider_call(self.gateway.check_plug, context)
+            if verdict is not None and not verdict.ok:
+                raise CniError(CHECK_FAILED, f"{name}: {verdict.reason}", status=409)
+        return {}
+
+    def gc(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        valid = body.get("validAttachments")
+        if not isinstance(valid, list):
+            raise CniError(INVALID, "validAttachments: missing or not a list")
+        keep = set()
+        for i, item in enumerate(valid):
+            if not isinstance(item, dict) or not isinstance(item.get("containerID"), str):
+                raise CniError(INVALID, f"validAttachments[{i}].containerID: missing")
+            keep.add(item["containerID"])
+        for provider in self.providers.names():
+            for plug in self._provider_call(self.gateway.plugs, provider, self.node):
+                # a listed container keeps all its interfaces (its attachments' too)
+                if plug.container_id in keep:
+                    continue
+                self._provider_call(self.gateway.unplug, UnplugContext(
+                    provider=provider, network=plug.network, container_id=plug.container_id,
+                    if_name=plug.if_name))
+        return {}
+
+    def status(self) -> dict[str, Any]:
+        if not self.ready:
+            raise CniError(NOT_READY, "podnet node agent has not listed its records yet",
+                           status=503)
+        return {}
+
+    def _provider_call(self, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except PodnetError as exc:
+            field = getattr(exc, "field", None)
+            code = INVALID if field in ("netns", "ifName") else TRY_AGAIN
+            raise CniError(code, str(exc), details=type(exc).__name__, status=500) from exc
+        except ApiError as exc:
+            raise CniError(TRY_AGAIN, str(exc), status=503) from exc
+
+
+def _without_default_routes(pn: PodNetwork) -> PodNetwork:
+    """An attachment's record without default routes: the default network has the pod's
+    default route."""
+    routes = tuple(r for r in pn.status.routes if r.dst not in _DEFAULT_ROUTES)
+    return attrs.evolve(pn, status=attrs.evolve(pn.status, routes=routes))
+
+
+def cni_result(plugged: list[tuple[PodNetwork, PlugResult]]) -> dict[str, Any]:
+    """The CNI 1.1.0 result of the interfaces plugged, in order."""
+    interfaces: list[dict[str, Any]] = []
+    ips: list[dict[str, Any]] = []
+    routes: list[dict[str, Any]] = []
+    for index, (pn, result) in enumerate(plugged):
+        st = pn.status
+        interfaces.append({"name": result.name, "mac": result.mac, "sandbox": result.sandbox})
+        if st.ip:
+            ip: dict[str, Any] = {"address": f"{st.ip}/{st.prefix_length or 32}",
+                                  "interface": index}
+            if st.gateway:
+                ip["gateway"] = st.gateway
+            ips.append(ip)
+        if st.ipv6:
+            ip6: dict[str, Any] = {"address": f"{st.ipv6}/{st.ipv6_prefix_length or 128}",
+                                   "interface": index}
+            if st.ipv6_gateway:
+                ip6["gateway"] = st.ipv6_gateway
+            ips.append(ip6)
+        for route in st.routes:
+            routes.append({"dst": route.dst, **({"gw": route.gw} if route.gw else {})})
+    return {"cniVersion": RESULT_VERSION, "interfaces": interfaces, "ips": ips,
+            "routes": routes, "dns": {}}
+
+
+# --- the unix socket server ------------------------------------------------------------
+
+
+class UnixHTTPServer(ThreadingHTTPServer):
+    address_family = socket.AF_UNIX
+    daemon_threads = True
+
+    def server_bind(self) -> None:
+        socketserver.TCPServer.server_bind(self)
+        self.server_name = "podnet-node"
+        self.server_port = 0
+
+
+def _handler(agent: NodeAgent) -> type[BaseHTTPRequestHandler]:
+    routes = {
+        ("POST", "/v1/cni/add"): agent.add,
+        ("POST", "/v1/cni/del"): agent.delete,
+        ("POST", "/v1/cni/check"): agent.check,
+        ("POST", "/v1/cni/gc"): agent.gc,
+    }
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def address_string(self) -> str:
+            return "unix"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("%s " + format, self.address_string(), *args)
+
+        def _answer(self, status: int, body: Mapping[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _serve(self, method: str) -> None:
+            try:
+                if method == "GET" and self.path == "/v1/cni/status":
+                    self._answer(200, agent.status())
+                    return
+                fn = routes.get((method, self.path))
+                if fn is None:
+                    raise CniError(INVALID, f"{method} {self.path}: no such request",
+                                   status=404)
+                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    body = json.loads(self.rfile.read(length) or b"{}")
+                except ValueError as exc:
+                    raise CniError(INVALID, f"body: not JSON: {exc}") from None
+                if not isinstance(body, dict):
+                    raise CniError(INVALID, "body: not a JSON object")
+                self._answer(200, fn(body))
+            except CniError as exc:
+                self._answer(exc.status, exc.body())
+            except Exception as exc:
+                log.exception("%s %s failed", method, self.path)
+                self._answer(500, {"code": TRY_AGAIN, "msg": f"podnet node agent: {exc}",
+                                   "details": type(exc).__name__})
+
+        def do_GET(self) -> None:
+            self._serve("GET")
+
+        def do_POST(self) -> None:
+            self._serve("POST")
+
+    return Handler
+
+
+def listen(agent: NodeAgent, path: str) -> UnixHTTPServer:
+    """The protocol's server on a unix socket at ``path``: its directory 0700, the
+    socket 0600 (root only)."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    os.chmod(directory, 0o700)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    old = os.umask(0o177)
+    try:
+        server = UnixHTTPServer(path, _handler(agent))  # type: ignore[arg-type]
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    return server
+
+
+def run(cluster: Cluster, providers: Providers, *, node: str, socket_path: str,
+        add_timeout: float, stop: threading.Event | None = None) -> int:
+    """Start the agent, serve until ``stop`` (or a signal's KeyboardInterrupt)."""
+    agent = NodeAgent(cluster, providers, node, add_timeout=add_timeout)
+    server = listen(agent, socket_path)
+    thread = threading.Thread(target=server.serve_forever, name="podnet-node-http",
+                              daemon=True)
+    thread.start()  # STATUS answers "not ready" until the records are listed
+    try:
+        agent.start()
+        print(f"podnet node {node}: serving on {socket_path}", flush=True)
+        (stop or threading.Event()).wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        server.server_close()
+        agent.stop()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(socket_path)
+    return 0

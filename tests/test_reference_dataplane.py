@@ -1,0 +1,160 @@
+"""The reference provider's bridge dataplane on real network namespaces: plug twice makes
+one interface, unplug twice is fine, unplug of a gone namespace is fine, check compares.
+
+Needs root and network namespaces; skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from podnet.core.models import (
+    ObjectMeta,
+    Phase,
+    PodNetwork,
+    PodNetworkSpec,
+    PodNetworkStatus,
+    Route,
+)
+from podnet.hookspecs.types import PlugContext, UnplugContext
+from podnet.testing.netns import netns_unavailable
+
+WHY = netns_unavailable()
+pytestmark = pytest.mark.skipif(WHY is not None, reason=WHY or "")
+
+NETWORK = f"t{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+def netns() -> Iterator[str]:
+    name = f"pntest-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        yield f"/run/netns/{name}"
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+@pytest.fixture
+def dataplane() -> Iterator[object]:
+    from podnet.plugins.reference.dataplane import BridgeDataplane, bridge_name
+
+    try:
+        yield BridgeDataplane()
+    finally:
+        from pyroute2 import IPRoute
+
+        with IPRoute() as ipr:
+            for index in ipr.link_lookup(ifname=bridge_name(NETWORK)):
+                ipr.link("del", index=index)
+
+
+def record(ip: str = "10.77.0.5") -> PodNetwork:
+    return PodNetwork(
+        metadata=ObjectMeta(name="web-default", namespace="default"),
+        spec=PodNetworkSpec(pod_name="web", pod_uid="u1", node_name="n1",
+                            provider="reference", network=NETWORK),
+        status=PodNetworkStatus(phase=Phase.ROUTED, ip=ip, mac="0a:11:22:33:44:55",
+                                gateway="10.77.0.1", prefix_length=24,
+                                routes=(Route(dst="0.0.0.0/0", gw="10.77.0.1"),), mtu=1400),
+    )
+
+
+def links_in(netns: str) -> list[str]:
+    from pyroute2 import NetNS
+
+    with NetNS(netns) as ns:
+        return sorted(str(link.get_attr("IFLA_IFNAME")) for link in ns.get_links())
+
+
+def host_links(prefix: str) -> list[str]:
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        return sorted(name for link in ipr.get_links()
+                      if (name := str(link.get_attr("IFLA_IFNAME"))).startswith(prefix))
+
+
+def test_plug_twice_makes_one_interface_and_unplug_is_idempotent(dataplane, netns) -> None:
+    from podnet.plugins.reference.dataplane import veth_names
+
+    cid = uuid.uuid4().hex
+    ctx = PlugContext(pod_network=record(), container_id=cid, if_name="eth0", netns=netns)
+    host, _ = veth_names(cid, "eth0")
+    first = dataplane.plug(ctx)
+    second = dataplane.plug(ctx)
+    assert first == second
+    assert first.name == "eth0" and first.mac == "0a:11:22:33:44:55"
+    assert first.host_interface == host
+    assert links_in(netns) == ["eth0", "lo"]
+    assert host_links(host) == [host]
+    assert dataplane.check(ctx).ok
+    assert [p.container_id for p in dataplane.plugs() if p.host_interface == host] == [cid]
+    # a record with another address: check says so
+    other = PlugContext(pod_network=record("10.77.0.9"), container_id=cid, if_name="eth0",
+                        netns=netns)
+    verdict = dataplane.check(other)
+    assert not verdict.ok and "10.77.0.9" in verdict.reason
+
+    gone = UnplugContext(provider="reference", network=NETWORK, container_id=cid,
+                         if_name="eth0", netns=netns)
+    dataplane.unplug(gone)
+    dataplane.unplug(gone)
+    assert host_links(host) == []
+    assert links_in(netns) == ["lo"]
+    assert not dataplane.check(ctx).ok
+
+
+def test_unplug_succeeds_when_the_namespace_is_gone(dataplane) -> None:
+    from podnet.plugins.reference.dataplane import veth_names
+
+    name = f"pntest-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    path = f"/run/netns/{name}"
+    cid = uuid.uuid4().hex
+    try:
+        dataplane.plug(PlugContext(pod_network=record(), container_id=cid, if_name="eth0",
+                                   netns=path))
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+    dataplane.unplug(UnplugContext(provider="reference", network=NETWORK, container_id=cid,
+                                   if_name="eth0", netns=path))
+    assert host_links(veth_names(cid, "eth0")[0]) == []
+
+
+def test_the_dataplane_hooks_through_the_gateway(netns, dataplane) -> None:
+    """``podnet_plug``, ``podnet_check_plug``, ``podnet_plugs`` and ``podnet_unplug``
+    reach the reference provider through the gateway's call path, counted."""
+    from collections import Counter
+
+    from podnet.core.fence import Fence
+    from podnet.core.gateway import ProviderGateway
+    from podnet.core.plugin import Providers, new_plugin_manager
+    from podnet.core.tracing import Tracing
+    from podnet.plugins.reference.provider import ReferenceProvider
+
+    pm = new_plugin_manager()
+    pm.register(ReferenceProvider(), name="reference")
+    providers = Providers(pm)
+    calls: Counter[str] = Counter()
+    from podnet.core.clock import SystemClock
+
+    gateway = ProviderGateway(providers, policy=lambda n: providers[n].policy,
+                              clock=SystemClock(), fence=Fence(open_forever=True),
+                              tracing=Tracing(None), calls=calls)
+    cid = uuid.uuid4().hex
+    ctx = PlugContext(pod_network=record(), container_id=cid, if_name="eth0", netns=netns)
+    assert gateway.plug(ctx).name == "eth0"
+    verdict = gateway.check_plug(ctx)
+    assert verdict is not None and verdict.ok
+    assert [p.if_name for p in gateway.plugs("reference", "n1") if p.container_id == cid] == [
+        "eth0"]
+    gateway.unplug(UnplugContext(provider="reference", network=NETWORK, container_id=cid,
+                                 if_name="eth0", netns=netns))
+    assert [p for p in gateway.plugs("reference", "n1") if p.container_id == cid] == []
+    assert calls["reference.plug"] == 1 and calls["reference.unplug"] == 1
+    assert calls["reference.check_plug"] == 1 and calls["reference.plugs"] == 2

@@ -453,3 +453,40 @@ def test_a_pod_with_two_networks_has_two_interfaces(stack: Stack, host: Host) ->
     with IPRoute() as ipr:
         for itf in ("eth0", "net1"):
             assert ipr.link_lookup(ifname=veth_names(cid, itf)[0]) == []
+
+
+def test_the_runtime_runs_podnet_cni_against_the_agent(stack: Stack, host: Host) -> None:
+    """The real client: ``podnet-cni`` run as a runtime runs it (environment, config on
+    stdin, an older cniVersion), against the real agent: two pods ping each other; CHECK
+    passes; DEL removes the interface and, run again, still succeeds."""
+    from podnet.testing.cni import pod_args, run_cni
+
+    stack.create([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
+                   "spec": {"podCIDR": POD_CIDR}}])
+    stack.agent()
+    config = {"cniVersion": "0.4.0", "name": "podnet", "type": "podnet-cni",
+              "agentSocket": stack.socket}
+    wait_for("the agent ready", lambda: run_cni("STATUS", {**config, "cniVersion": "1.1.0"},
+                                               {}).exit_code == 0)
+    stack.create([pod("a"), pod("b")])
+    pods = {}
+    for name in ("a", "b"):
+        ns, path = host.netns()
+        cid = host.container()
+        env = {"CNI_CONTAINERID": cid, "CNI_NETNS": path, "CNI_ARGS": pod_args(name=name,
+                                                                                uid=None)}
+        done = run_cni("ADD", config, env)
+        assert done.exit_code == 0, done.stdout + done.stderr
+        result = json.loads(done.stdout)
+        assert result["cniVersion"] == "0.4.0"
+        assert result["ips"][0]["version"] == "4"  # the field 0.4.0 requires
+        pods[name] = (ns, path, env, result["ips"][0]["address"].split("/")[0])
+    (ns_a, path_a, env_a, ip_a), (ns_b, _path_b, _env_b, ip_b) = pods["a"], pods["b"]
+    assert ping(ns_a, ip_b), "a cannot ping b"
+    assert ping(ns_b, ip_a), "b cannot ping a"
+    assert run_cni("CHECK", config, env_a).exit_code == 0
+
+    assert run_cni("DEL", config, env_a).exit_code == 0
+    assert "eth0" not in addresses_in(ns_a)
+    assert not ping(ns_b, ip_a), "a's address still answers after DEL"
+    assert run_cni("DEL", config, env_a).exit_code == 0, "DEL must be idempotent"

@@ -481,7 +481,7 @@ def test_the_runtime_runs_podnet_cni_against_the_agent(stack: Stack, host: Host)
         assert result["cniVersion"] == "0.4.0"
         assert result["ips"][0]["version"] == "4"  # the field 0.4.0 requires
         pods[name] = (ns, path, env, result["ips"][0]["address"].split("/")[0])
-    (ns_a, path_a, env_a, ip_a), (ns_b, _path_b, _env_b, ip_b) = pods["a"], pods["b"]
+    (ns_a, _path_a, env_a, ip_a), (ns_b, _path_b, _env_b, ip_b) = pods["a"], pods["b"]
     assert ping(ns_a, ip_b), "a cannot ping b"
     assert ping(ns_b, ip_a), "b cannot ping a"
     assert run_cni("CHECK", config, env_a).exit_code == 0

@@ -107,6 +107,14 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--add-timeout", type=_non_negative_float, default=30.0,
                       help="seconds an ADD waits for the pod's networks to be Routed")
 
+    install = sub.add_parser("install-cni", help="put the CNI plugin and its conflist onto "
+                             "this host (the node agent's init step)")
+    install.add_argument("--bin-dir", default="/opt/cni/bin")
+    install.add_argument("--conf-dir", default="/etc/cni/net.d")
+    install.add_argument("--network", default="podnet", help="the conflist's network name")
+    install.add_argument("--socket", default="/run/podnet/agent.sock",
+                         help="the agent's socket, written into the conflist")
+
     sim = sub.add_parser("sim", help="serve a cloud simulator (bbc, ecs) on loopback")
     sim.add_argument("cloud", choices=["bbc", "ecs"])
     sim.add_argument("options", nargs=argparse.REMAINDER,
@@ -141,6 +149,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(parser, args)
     if args.command == "node":
         return _node(args)
+    if args.command == "install-cni":
+        from podnet.app.install import install_cni
+
+        for path in install_cni(args.bin_dir, args.conf_dir, network=args.network,
+                                socket_path=args.socket):
+            print(f"installed {path}")
+        return 0
     if args.command == "sim":
         import importlib
 

@@ -40,8 +40,8 @@ def test_manifest_validates_strictly(name: str, doc: dict[str, Any]) -> None:
 def test_every_kind_we_ship_is_there() -> None:
     kinds = sorted({doc["kind"] for _, doc in DOCS})
     assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap",
-                     "CustomResourceDefinition", "Deployment", "Role", "RoleBinding",
-                     "ServiceAccount"]
+                     "CustomResourceDefinition", "DaemonSet", "Deployment", "Role",
+                     "RoleBinding", "ServiceAccount"]
 
 
 def test_rbac_has_no_wildcards_and_no_secrets() -> None:
@@ -53,7 +53,8 @@ def test_rbac_has_no_wildcards_and_no_secrets() -> None:
 
 
 def test_rbac_covers_what_the_engine_does() -> None:
-    rules = [r for _, d in DOCS if d["kind"] == "ClusterRole" for r in d["rules"]]
+    rules = [r for _, d in DOCS if d["kind"] == "ClusterRole"
+             and d["metadata"]["name"] == "podnet" for r in d["rules"]]
 
     def allowed(group: str, resource: str, verb: str) -> bool:
         return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"]
@@ -77,7 +78,8 @@ def test_rbac_lets_the_engine_watch_every_kind_it_caches_and_write_none_it_only_
     from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
     from podnet.testing.harness import build_plugin_manager
 
-    rules = [r for _, d in DOCS if d["kind"] == "ClusterRole" for r in d["rules"]]
+    rules = [r for _, d in DOCS if d["kind"] == "ClusterRole"
+             and d["metadata"]["name"] == "podnet" for r in d["rules"]]
 
     def verbs(group: str, resource: str) -> set[str]:
         return {v for r in rules if group in r["apiGroups"] and resource in r["resources"]
@@ -138,3 +140,25 @@ def test_the_sample_configs_parse_and_name_only_built_in_providers() -> None:
         named = {config.default_provider, *config.providers, *config.networks.values(),
                  *(rule.provider for rule in config.node_providers)}
         assert named <= set(BUILTIN_PLUGINS), path.name
+
+
+def test_the_node_agent_reads_podnetworks_and_pods_and_writes_nothing() -> None:
+    (role,) = [d for _, d in DOCS if d["kind"] == "ClusterRole"
+               and d["metadata"]["name"] == "podnet-node"]
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
+               for r in rule["resources"] for v in rule["verbs"]}
+    assert granted == {("podnet.io", "podnetworks", "get"), ("podnet.io", "podnetworks", "list"),
+                       ("podnet.io", "podnetworks", "watch"), ("", "pods", "get")}
+    (binding,) = [d for _, d in DOCS if d["kind"] == "ClusterRoleBinding"
+                  and d["roleRef"]["name"] == "podnet-node"]
+    (ds,) = [d for _, d in DOCS if d["kind"] == "DaemonSet"]
+    spec = ds["spec"]["template"]["spec"]
+    assert binding["subjects"][0]["name"] == spec["serviceAccountName"] == "podnet-node"
+    assert spec["hostNetwork"] is True
+    (init,) = spec["initContainers"]
+    assert init["args"][0] == "install-cni"
+    (agent,) = spec["containers"]
+    assert agent["args"][0] == "node"
+    socket = agent["args"][agent["args"].index("--socket") + 1]
+    assert socket == init["args"][init["args"].index("--socket") + 1]
+    assert socket.startswith("/run/podnet/")

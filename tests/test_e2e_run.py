@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
+from podnet.testing.waiting import wait_for as _wait_for
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),
@@ -137,12 +139,7 @@ def pods(names: list[str], n_nodes: int) -> list[dict[str, Any]]:
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
+    _wait_for(what, check, timeout, interval=0.5)
 
 
 def routed(c: Cluster) -> dict[str, str]:

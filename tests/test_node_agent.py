@@ -21,7 +21,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,6 +30,7 @@ import pytest
 import yaml
 
 from podnet.testing.netns import netns_unavailable
+from podnet.testing.waiting import wait_for as _wait_for
 
 WHY = netns_unavailable() or (None if shutil.which("kubectl") else "kubectl is not installed")
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(WHY is not None, reason=WHY or "")]
@@ -179,12 +179,7 @@ def pod(name: str, networks: str | None = None) -> dict[str, Any]:
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
+    _wait_for(what, check, timeout, interval=0.3)
 
 
 # --- host state the test makes, removed also on failure ----------------------------------

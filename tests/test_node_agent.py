@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -362,11 +363,15 @@ def test_two_pods_ping_and_talk_tcp_del_removes_the_veth_not_the_address(
     stack.kubectl("delete", "pod", "b", "--wait=false")
     wait_for("b's record released", lambda: "b" not in stack.records())
 
-    # a restarted agent removes leftovers of records that no longer exist: a's record is
-    # released while the agent is down, its veth stays until the agent is back
+    # the release handshake: a's pod is deleted while the agent is down and its veth is
+    # still there, so its record stays Releasing and its address is nobody else's; the
+    # restarted agent removes the leftover, reports it, and only then is it released
     stack.stop("agent")
     stack.kubectl("delete", "pod", "a", "--wait=false")
-    wait_for("a's record released", lambda: "a" not in stack.records())
+    wait_for("a's record Releasing", lambda: stack.records().get("a", {}).get(
+        "status", {}).get("phase") == "Releasing")
+    time.sleep(3)  # what the controller would have needed to release it
+    assert stack.records()["a"]["status"]["ip"] == ip_a, "released while its veth exists"
     host_a = veth_names(cid_a, "eth0")[0]
     with IPRoute() as ipr:
         assert ipr.link_lookup(ifname=host_a) != []
@@ -379,6 +384,7 @@ def test_two_pods_ping_and_talk_tcp_del_removes_the_veth_not_the_address(
             return ipr.link_lookup(ifname=host_a) == []
 
     wait_for("a's leftover veth removed", a_gone)
+    wait_for("a's record released once its veth is gone", lambda: "a" not in stack.records())
 
 
 def test_add_times_out_with_error_11_and_bad_input_names_the_field(

@@ -437,6 +437,14 @@ class NodeAgent:
                            status=503)
         return {}
 
+    def report_body(self) -> dict[str, Any]:
+        """``GET /v1/agent/report``: what the agent last wrote to its Lease, and what the
+        handshake has cost in API writes so far."""
+        written = self.reporter.written
+        return {"node": self.node, "plugged": sorted(written.plugged) if written else [],
+                "unplugged": sorted(written.unplugged) if written else [],
+                "writes": dict(self.reporter.writes)}
+
     def _provider_call(self, fn: Any, *args: Any) -> Any:
         try:
             return fn(*args)
@@ -523,6 +531,9 @@ def _handler(agent: NodeAgent) -> type[BaseHTTPRequestHandler]:
             try:
                 if method == "GET" and self.path == "/v1/cni/status":
                     self._answer(200, agent.status())
+                    return
+                if method == "GET" and self.path == "/v1/agent/report":
+                    self._answer(200, agent.report_body())
                     return
                 fn = routes.get((method, self.path))
                 if fn is None:

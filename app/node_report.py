@@ -42,6 +42,11 @@ class NodeReporter:
         self._written: AgentReport | None = None
         self._clock = SystemClock()
 
+    @property
+    def written(self) -> AgentReport | None:
+        """The report last written; None before the first."""
+        return self._written
+
     def poke(self) -> None:
         """Something the report says may have changed."""
         self._dirty.set()

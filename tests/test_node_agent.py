@@ -12,6 +12,7 @@ Needs root, network namespaces and kubectl; skipped with the reason otherwise.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
@@ -29,7 +30,9 @@ from podnet.testing.nodebed import (
     Host,
     Stack,
     TcpServer,
+    Underlay,
     addresses_in,
+    links_in,
     node_object,
     ping,
     pod,
@@ -231,3 +234,79 @@ def test_the_runtime_runs_podnet_cni_against_the_agent(stack: Stack, host: Host)
     assert "eth0" not in addresses_in(ns_a)
     assert not ping(ns_b, ip_a), "a's address still answers after DEL"
     assert run_cni("DEL", config, env_a).exit_code == 0, "DEL must be idempotent"
+
+
+# --- nodes as network namespaces -----------------------------------------------------------
+
+
+@pytest.fixture
+def underlay() -> Iterator[Underlay]:
+    u = Underlay()
+    try:
+        yield u
+    finally:
+        u.cleanup()
+
+
+@pytest.fixture
+def routed_stack(tmp_path: Path, underlay: Underlay) -> Iterator[Stack]:
+    """The cluster in the underlay's router namespace, the apiserver on the router's
+    underlay address (closed before the underlay goes: it depends on it)."""
+    s = Stack(tmp_path, netns=underlay.router, address=underlay.router_address)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def test_pods_on_two_nodes_ping_and_hold_tcp_over_the_underlay(
+        routed_stack: Stack, underlay: Underlay, host: Host) -> None:
+    """Each node its own namespace and its own agent; the bridge and the host ends live
+    in the node's namespace; the router routes each podCIDR to its node."""
+    from podnet.plugins.reference.dataplane import bridge_name, veth_names
+    from podnet.testing.cni import pod_args, run_cni
+
+    stack = routed_stack
+    nodes = [underlay.add_node("node-a", "10.93.0.0/24"),
+             underlay.add_node("node-b", "10.93.1.0/24")]
+    stack.create([node_object(n.name, n.pod_cidr, n.address) for n in nodes])
+    for n in nodes:
+        internal = json.loads(stack.kubectl("get", "node", n.name, "-o", "json"))
+        assert {"type": "InternalIP", "address": n.address} in internal["status"]["addresses"]
+        stack.agent(n.name, netns=n.netns)
+    stack.create([pod("a", "node-a"), pod("b", "node-b")])
+
+    pods: dict[str, tuple[str, str, str]] = {}
+    for name, n in zip(("a", "b"), nodes, strict=True):
+        config = {"cniVersion": "1.1.0", "name": "podnet", "type": "podnet-cni",
+                  "agentSocket": stack.socket_of(n.name)}
+        wait_for(f"the agent of {n.name} ready", AgentClient(stack.socket_of(n.name)).ready)
+        ns, path = host.netns()
+        cid = host.container()
+        done = run_cni("ADD", config, {"CNI_CONTAINERID": cid, "CNI_NETNS": path,
+                                       "CNI_ARGS": pod_args(name=name, uid=None)})
+        assert done.ok, done.stdout + done.stderr
+        address = done.output["ips"][0]["address"]
+        assert ipaddress.ip_interface(address) in ipaddress.ip_network(n.pod_cidr), address
+        pods[name] = (ns, cid, address.split("/")[0])
+        # the dataplane is the node's: bridge and host end in its namespace, not here
+        host_end = veth_names(cid, "eth0")[0]
+        assert {bridge_name("default"), host_end} <= set(links_in(n.netns))
+        assert host_end not in links_in()
+    (ns_a, _, ip_a), (ns_b, _, ip_b) = pods["a"], pods["b"]
+
+    assert ping(ns_a, ip_b), "a cannot ping b on the other node"
+    assert ping(ns_b, ip_a), "b cannot ping a on the other node"
+    with TcpServer(ns_b, ip_b, 8080):
+        talk = tcp_talk(ns_a, ip_b, 8080, "from a")
+    assert talk.returncode == 0, talk.stderr
+    assert talk.stdout.strip() == f"hello {ip_a} from a"  # no NAT on the way
+
+    # what no pod has is not answered: a free address of b's podCIDR, and an address in
+    # no node's podCIDR (the router has no route for it)
+    free = str(list(ipaddress.ip_network(nodes[1].pod_cidr).hosts())[-1])
+    assert free != ip_b
+    assert not ping(ns_a, free, count=2), f"{free} answered, no pod has it"
+    assert not ping(ns_a, "10.94.0.9", count=2), "an address outside every podCIDR answered"
+    talk = tcp_talk(ns_a, free, 8080, "nobody", timeout=3)
+    assert talk.returncode != 0, f"a TCP connection to {free} was made"

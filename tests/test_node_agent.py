@@ -16,11 +16,15 @@ import ipaddress
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from podnet.testing.cni import CniResult, pod_args, run_cni
 from podnet.testing.netns import netns_unavailable
 from podnet.testing.nodebed import (
     ATTACHMENT,
@@ -28,10 +32,12 @@ from podnet.testing.nodebed import (
     POD_CIDR,
     AgentClient,
     Host,
+    NodeNamespace,
     Stack,
     TcpServer,
     Underlay,
     addresses_in,
+    in_netns,
     links_in,
     node_object,
     ping,
@@ -204,7 +210,6 @@ def test_the_runtime_runs_podnet_cni_against_the_agent(stack: Stack, host: Host)
     """The real client: ``podnet-cni`` run as a runtime runs it (environment, config on
     stdin, an older cniVersion), against the real agent: two pods ping each other; CHECK
     passes; DEL removes the interface and, run again, still succeeds."""
-    from podnet.testing.cni import pod_args, run_cni
 
     stack.create([node_object(NODE, POD_CIDR)])
     stack.agent()
@@ -264,7 +269,6 @@ def test_pods_on_two_nodes_ping_and_hold_tcp_over_the_underlay(
     """Each node its own namespace and its own agent; the bridge and the host ends live
     in the node's namespace; the router routes each podCIDR to its node."""
     from podnet.plugins.reference.dataplane import bridge_name, veth_names
-    from podnet.testing.cni import pod_args, run_cni
 
     stack = routed_stack
     nodes = [underlay.add_node("node-a", "10.93.0.0/24"),
@@ -310,3 +314,97 @@ def test_pods_on_two_nodes_ping_and_hold_tcp_over_the_underlay(
     assert not ping(ns_a, "10.94.0.9", count=2), "an address outside every podCIDR answered"
     talk = tcp_talk(ns_a, free, 8080, "nobody", timeout=3)
     assert talk.returncode != 0, f"a TCP connection to {free} was made"
+
+
+# --- the hard cases -------------------------------------------------------------------------
+
+
+def _one_node(stack: Stack, underlay: Underlay, *, add_timeout: float = 30
+              ) -> tuple[NodeNamespace, dict[str, Any]]:
+    """One node namespace with its Node and its agent, ready; the plugin's config for it."""
+    node = underlay.add_node(NODE, POD_CIDR)
+    stack.create([node_object(NODE, POD_CIDR, node.address)])
+    stack.agent(NODE, netns=node.netns, add_timeout=add_timeout)
+    wait_for("the agent ready", AgentClient(stack.socket).ready)
+    return node, {"cniVersion": "1.1.0", "name": "podnet", "type": "podnet-cni",
+                  "agentSocket": stack.socket}
+
+
+def _host_ends(netns: str) -> list[str]:
+    from podnet.plugins.reference.dataplane import HOST_PREFIX, PEER_PREFIX
+
+    return [n for n in links_in(netns) if n.startswith((HOST_PREFIX, PEER_PREFIX))]
+
+
+def _plugs_in(netns: str) -> list[str]:
+    """What the reference provider's ``podnet_plugs`` lists in the node's namespace."""
+    done = in_netns(netns, """
+        import json
+        from podnet.plugins.reference.dataplane import BridgeDataplane
+        print(json.dumps([p.host_interface for p in BridgeDataplane().plugs()]))
+    """)
+    assert done.returncode == 0, done.stderr
+    return list(json.loads(done.stdout))
+
+
+def _add_as_a_runtime(config: dict[str, Any], env: dict[str, str], tries: int = 60
+                      ) -> tuple[CniResult, list[int | None]]:
+    """ADD as a runtime does: after error 11, the same ADD again (same container id),
+    a bounded number of times; the last result and the error codes seen before it."""
+    seen: list[int | None] = []
+    for _ in range(tries):
+        done = run_cni("ADD", config, env)
+        if done.ok or done.error_code != 11:
+            return done, seen
+        seen.append(done.error_code)
+        time.sleep(0.5)
+    return done, seen
+
+
+def test_kill_9_of_the_agent_during_50_adds_the_retries_converge_and_del_leaves_nothing(
+        routed_stack: Stack, underlay: Underlay, host: Host) -> None:
+    from podnet.plugins.reference.dataplane import veth_names
+
+    stack = routed_stack
+    node, config = _one_node(stack, underlay)
+    names = [f"burst-{i:02d}" for i in range(50)]
+    stack.create([pod(n) for n in names])
+    sandboxes = {n: (*host.netns(), host.container()) for n in names}
+    envs = {n: {"CNI_CONTAINERID": cid, "CNI_NETNS": path,
+                "CNI_ARGS": pod_args(name=n, uid=None)}
+            for n, (_, path, cid) in sandboxes.items()}
+
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        futures = {n: pool.submit(_add_as_a_runtime, config, envs[n]) for n in names}
+        # part-way: some interfaces plugged, not all
+        wait_for("the first host ends", lambda: len(_host_ends(node.netns)) >= 5)
+        plugged_before = len(_host_ends(node.netns))
+        stack.kill("agent")
+        stack.agent(NODE, netns=node.netns)
+        outcomes = {n: f.result() for n, f in futures.items()}
+
+    for n, (done, _) in outcomes.items():
+        assert done.ok, f"{n}: {done.stdout}{done.stderr}"
+    retried = [n for n, (_, seen) in outcomes.items() if seen]
+    assert plugged_before < len(names) and retried, "the kill did not hit the burst"
+    assert all(code == 11 for _, seen in outcomes.values() for code in seen)
+
+    # nothing plumbed twice: one host end per container, one interface in each pod, the
+    # addresses unique and the records'
+    records = stack.records()
+    expected = sorted(veth_names(cid, "eth0")[0] for _, _, cid in sandboxes.values())
+    assert sorted(_host_ends(node.netns)) == expected
+    addresses = set()
+    for n, (_, path, _) in sandboxes.items():
+        ip = records[n]["status"]["ip"]
+        assert links_in(path) == ["eth0", "lo"], n
+        assert addresses_in(path)["eth0"] == [f"{ip}/24"], n
+        assert outcomes[n][0].output["ips"][0]["address"] == f"{ip}/24", n
+        addresses.add(ip)
+    assert len(addresses) == len(names)
+
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        dels = list(pool.map(lambda n: run_cni("DEL", config, envs[n]), names))
+    assert all(d.ok for d in dels), [d.stdout for d in dels if not d.ok]
+    assert _host_ends(node.netns) == []
+    assert _plugs_in(node.netns) == []

@@ -246,10 +246,11 @@ class NodeAgent:
 
     def delete(self, body: Mapping[str, Any]) -> dict[str, Any]:
         container_id = _field(body, "containerId")
-        _field(body, "ifName")
+        if_name = _field(body, "ifName")
         netns = body.get("netns") if isinstance(body.get("netns"), str) else None
         with self._lock(container_id):
             records = {pn.key: pn for pn in self.records.values()}
+            unplugged: set[str] = set()
             for provider in self.providers.names():
                 for plug in self._provider_call(self.gateway.plugs, provider, self.node):
                     if plug.container_id != container_id:
@@ -258,7 +259,33 @@ class NodeAgent:
                         provider=provider, network=plug.network, container_id=container_id,
                         if_name=plug.if_name, netns=netns,
                         pod_network=records.get(plug.owner or "")))
+                    unplugged.add(plug.if_name)
+            # what a plug interrupted before it was marked (the agent killed) is listed by
+            # no provider: unplug the pod's interfaces by its records too (idempotent)
+            for name, pn in self._interfaces_of(body, if_name):
+                if name not in unplugged:
+                    self._provider_call(self.gateway.unplug, UnplugContext(
+                        provider=pn.spec.provider, network=pn.spec.network,
+                        container_id=container_id, if_name=name, netns=netns,
+                        pod_network=pn))
         return {}
+
+    def _interfaces_of(self, body: Mapping[str, Any], if_name: str
+                       ) -> list[tuple[str, PodNetwork]]:
+        """The interface names of the pod a request names, with their records on this
+        node, as far as they are known (none when the request names no pod; the default
+        network's alone when the pod can no longer be read)."""
+        namespace, pod = body.get("podNamespace"), body.get("podName")
+        if not isinstance(namespace, str) or not isinstance(pod, str):
+            return []
+        uid = body.get("podUid") if isinstance(body.get("podUid"), str) else None
+        found = self._records_of(namespace, pod, uid)
+        networks: tuple[str, ...] = (DEFAULT_NETWORK,)
+        with contextlib.suppress(CniError, ApiError):
+            networks = self._networks_of(namespace, pod)
+        names = interface_names(if_name, len(networks) - 1)
+        return [(name, found[network]) for network, name in zip(networks, names, strict=True)
+                if network in found]
 
     def check(self, body: Mapping[str, Any]) -> dict[str, Any]:
         container_id = _field(body, "containerId")

@@ -362,6 +362,7 @@ class NodeAgent:
         req = CniRequest.parse(body, sandbox=False)
         with self._lock(req.container_id):
             records = {pn.key: pn for pn in self.records.values()}
+            unplugged: set[str] = set()
             for provider in self.providers.names():
                 for plug in self._provider_call(self.gateway.plugs, provider, self.node):
                     if plug.container_id != req.container_id:
@@ -372,8 +373,33 @@ class NodeAgent:
                             provider=provider, network=plug.network,
                             container_id=req.container_id, if_name=plug.if_name,
                             netns=req.netns, pod_network=pn))
+                    unplugged.add(plug.if_name)
+            # what a plug interrupted before it was marked (the agent killed) is listed by
+            # no provider: unplug the pod's interfaces by its records too (idempotent)
+            for name, pn in self._interfaces_of(req):
+                if name not in unplugged:
+                    with self._span("unplug", pn, req, name):
+                        self._provider_call(self.gateway.unplug, UnplugContext(
+                            provider=pn.spec.provider, network=pn.spec.network,
+                            container_id=req.container_id, if_name=name, netns=req.netns,
+                            pod_network=pn))
         self.reporter.poke()
         return {}
+
+    def _interfaces_of(self, req: CniRequest) -> list[tuple[str, PodNetwork]]:
+        """The interface names of the pod a request names, with their records on this
+        node, as far as they are known (none when the request names no pod; the default
+        network's alone when the pod can no longer be read)."""
+        if req.namespace is None or req.pod is None:
+            return []
+        found = self._records_of(req.namespace, req.pod, req.uid)
+        attachments: Attachments = ((DEFAULT_NETWORK, None),)
+        with contextlib.suppress(CniError, ApiError):
+            attachments = self._networks_of(req.namespace, req.pod, req.if_name)
+        names = interface_names(req.if_name, attachments)
+        return [(name, found[network])
+                for (network, _), name in zip(attachments, names, strict=True)
+                if network in found]
 
     def check(self, body: Mapping[str, Any]) -> dict[str, Any]:
         req = CniRequest.parse(body)
@@ -495,6 +521,9 @@ def cni_result(plugged: list[tuple[PodNetwork, PlugResult]]) -> dict[str, Any]:
 class UnixHTTPServer(ThreadingHTTPServer):
     address_family = socket.AF_UNIX
     daemon_threads = True
+    #: the listen backlog: a runtime starts many sandboxes at once, and a full backlog
+    #: fails a unix socket's connect at once (EAGAIN), not after a wait (the default is 5)
+    request_queue_size = 256
 
     def server_bind(self) -> None:
         socketserver.TCPServer.server_bind(self)

@@ -263,8 +263,10 @@ class Stack:
                 if pn["spec"].get("network", "default") == network}
 
     def close(self) -> None:
-        """Stop every process, agents first (they talk to the apiserver)."""
-        for name in sorted(self.procs, key=lambda n: n in ("apiserver", "controller")):
+        """Stop every process: the agents, the controller, the apiserver last (the
+        others talk to it)."""
+        last = ("controller", "apiserver")
+        for name in sorted(self.procs, key=lambda n: last.index(n) + 1 if n in last else 0):
             self.stop(name)
 
 

@@ -573,3 +573,85 @@ def test_the_agents_spans_join_the_records_trace(
     controller = {s["name"] for s in read_trace_file(controller_trace)
                   if s["traceId"] == trace_id}
     assert "pod_network.allocate" in controller, controller
+
+
+def test_a_sandbox_recreated_for_the_same_pod_gets_the_same_address(
+        stack: Stack, node: NodeNamespace, host: Host) -> None:
+    """DEL of the first sandbox, ADD of a new one (a new container id, a new namespace),
+    as the kubelet does when a pod's sandbox dies: the record's address and MAC again,
+    the old sandbox's host end gone, and the address answers from the new sandbox."""
+    from podnet.plugins.reference.dataplane import veth_names
+
+    config = _start_agent(stack, node)
+    stack.create([pod("again"), pod("peer")])
+    peer_ns, peer_path = host.netns()
+    assert run_cni("ADD", config, {"CNI_CONTAINERID": host.container(), "CNI_NETNS": peer_path,
+                                   "CNI_ARGS": pod_args(name="peer", uid=None)}).ok
+
+    first_ns, first_path = host.netns()
+    first = host.container()
+    env = {"CNI_CONTAINERID": first, "CNI_NETNS": first_path,
+           "CNI_ARGS": pod_args(name="again", uid=None)}
+    done = run_cni("ADD", config, env)
+    assert done.ok, done.stdout + done.stderr
+    before = done.output
+    assert run_cni("DEL", config, env).ok
+    subprocess.run(["ip", "netns", "del", first_ns], check=True)  # the sandbox is gone
+
+    _, second_path = host.netns()
+    second = host.container()
+    done = run_cni("ADD", config, {**env, "CNI_CONTAINERID": second,
+                                   "CNI_NETNS": second_path})
+    assert done.ok, done.stdout + done.stderr
+    after = done.output
+    assert after["ips"] == before["ips"]
+    assert after["interfaces"][0]["mac"] == before["interfaces"][0]["mac"]
+    assert after["interfaces"][0]["sandbox"] == second_path
+    ends = set(_host_ends(node.netns))
+    assert veth_names(first, "eth0")[0] not in ends
+    assert veth_names(second, "eth0")[0] in ends
+    ip = after["ips"][0]["address"].split("/")[0]
+    assert ping(peer_ns, ip), "the recreated sandbox does not answer on its address"
+    assert stack.records()["again"]["status"]["ip"] == ip
+
+
+def test_add_for_a_pod_podnet_never_serves_is_error_7_at_once_and_plumbs_nothing(
+        stack: Stack, node: NodeNamespace, host: Host) -> None:
+    """A host-network pod, a pod bound to another node, a pod whose annotation the
+    controller refused: ADD is error 7 naming the field, not a wait for a record that
+    never comes (the plugin's agentTimeout is well below the agent's wait, so a wait
+    would show as error 11), and nothing is left in the pod's namespace or on the node.
+    A pod that does not exist yet is still a wait: error 11."""
+    config = {**_start_agent(stack, node, add_timeout=60), "agentTimeout": 15}
+    other = "node-elsewhere"
+    stack.create([node_object(other, "10.93.9.0/24"),
+                  pod("on-host", host_network=True),
+                  pod("not-mine", other),
+                  pod("bad-address", annotations={"podnet.io/ip-address": "10.93.0.300"}),
+                  pod("bad-networks", networks="Not_A_Name")])
+    wait_for("the controller's verdict on bad-address",
+             lambda: any(c.get("reason") == "InvalidRequest" for c in
+                         stack.records().get("bad-address", {}).get("status", {})
+                         .get("conditions", [])))
+    cases = {
+        "on-host": ["spec.hostNetwork"],
+        "not-mine": ["spec.nodeName", other],
+        "bad-address": ["metadata.annotations[podnet.io/ip-address]", "10.93.0.300"],
+        "bad-networks": ["podnet.io/networks"],
+    }
+    for name, named in cases.items():
+        _, path = host.netns()
+        done = run_cni("ADD", config, {"CNI_CONTAINERID": host.container(), "CNI_NETNS": path,
+                                       "CNI_ARGS": pod_args(name=name, uid=None)})
+        done.check_error(7, f"default/{name}", *named)
+        assert links_in(path) == ["lo"], name
+        assert _host_ends(node.netns) == [], name
+
+    stack.stop("agent")
+    stack.agent(NODE, netns=node.netns, add_timeout=1)
+    wait_for("the agent ready", AgentClient(stack.socket).ready)
+    _, path = host.netns()
+    done = run_cni("ADD", config, {"CNI_CONTAINERID": host.container(), "CNI_NETNS": path,
+                                   "CNI_ARGS": pod_args(name="not-yet", uid=None)})
+    done.check_error(11, "default/not-yet")
+    assert links_in(path) == ["lo"]

@@ -199,13 +199,17 @@ class NodeAgent:
 
     @property
     def ready(self) -> bool:
-        return self.records.has_synced
+        """Its records listed and its first report written: it may plug."""
+        return self.records.has_synced and self.reporter.written is not None
 
     def start(self) -> None:
         """List the node's records, unplug leftovers of records that no longer exist,
         then follow the records in a thread."""
         self.records.start()
         self.remove_leftovers()
+        # the first report before the first ADD: a node whose agent has never reported is
+        # a node without an agent, whose releases do not wait (the release handshake)
+        self.reporter.flush()
         self._thread = threading.Thread(target=self.records.run, args=(self._stop, 0.5),
                                         name="podnet-node-informer", daemon=True)
         self._thread.start()
@@ -369,6 +373,9 @@ class NodeAgent:
         assert req.netns is not None and req.namespace is not None and req.pod is not None
         if not os.path.exists(req.netns):
             raise CniError(INVALID, f"netns: {req.netns} does not exist")
+        if not self.ready:
+            raise CniError(TRY_AGAIN, "podnet node agent is starting: its records are not "
+                                      "listed or its first report not written yet", status=503)
         with self._lock(req.container_id):
             attachments, records = self._wait_routed(req.namespace, req.pod, req.uid,
                                                      req.if_name)

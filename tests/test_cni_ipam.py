@@ -1,0 +1,233 @@
+"""``podnet-ipam`` as the IPAM of plugins nobody here wrote: Debian's reference CNI plugins
+(``bridge``, ``ptp``, ``macvlan``, ``ipvlan`` from containernetworking-plugins) execute it
+from ``CNI_PATH``, against ``podnet apiserver``, ``podnet run`` (the reference provider) and
+``podnet node`` as separate processes.
+
+The node's side of the plumbing is a network namespace too (the Debian plugins run in it
+with ``ip netns exec``), so their bridges, veths, host routes and masters live there and go
+with it: nothing the test makes touches the machine's own network. Each pod's interface
+gets its PodNetwork's address; two pods ping each other; DEL removes the interface and
+leaves the address recorded; CHECK passes, and fails on an address that is not the record's.
+
+Needs root, network namespaces, kubectl and the Debian plugins; skipped with the reason
+otherwise.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# the node bed of the agent's packet tests (until it moves into the test kit)
+from test_node_agent import ATTACHMENT, NODE, Stack, addresses_in, ping, pod, wait_for
+
+from podnet.app.install import IPAM_NAME, install_cni
+from podnet.testing.cni import CniResult, pod_args, run_cni
+from podnet.testing.netns import netns_unavailable
+
+#: where Debian's containernetworking-plugins puts the reference plugins
+DEBIAN_PLUGINS = Path("/usr/lib/cni")
+PLUGINS = ("bridge", "ptp", "macvlan", "ipvlan")
+POD_CIDR = "10.94.0.0/24"
+
+WHY = (netns_unavailable()
+       or (None if shutil.which("kubectl") else "kubectl is not installed")
+       or next((f"the Debian plugin {DEBIAN_PLUGINS / p} is missing (containernetworking-"
+                "plugins)" for p in PLUGINS if not (DEBIAN_PLUGINS / p).exists()), None))
+needs_packets = pytest.mark.skipif(WHY is not None, reason=WHY or "")
+
+
+# --- the node and its pods: namespaces, removed also on failure --------------------------
+
+
+class Node:
+    """A node namespace, where the Debian plugins make their host side, and the pods'."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.suffix = uuid.uuid4().hex[:6]
+        self.namespaces: list[str] = []
+        self.name = self.netns("pnnode")
+        # podnet-ipam beside nothing else: the Debian plugins are run by their path, and
+        # find their IPAM plugin on CNI_PATH
+        self.bin_dir = tmp / "cni-bin"
+        install_cni(self.bin_dir, tmp / "net.d")
+        self.cni_path = f"{self.bin_dir}:{DEBIAN_PLUGINS}"
+
+    def netns(self, prefix: str = "pnpod") -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        subprocess.run(["ip", "netns", "add", name], check=True)
+        self.namespaces.append(name)
+        return name
+
+    def ip(self, *args: str) -> str:
+        done = subprocess.run(["ip", "-n", self.name, *args], capture_output=True, text=True,
+                              check=False)
+        assert done.returncode == 0, f"ip {' '.join(args)}: {done.stderr}"
+        return done.stdout
+
+    def plugin(self, plugin: str, command: str, config: dict[str, Any],
+               env: dict[str, str]) -> CniResult:
+        """Run a Debian plugin on the node as a runtime runs it."""
+        return run_cni(command, config, {"CNI_PATH": self.cni_path, **env},
+                       argv=["ip", "netns", "exec", self.name, str(DEBIAN_PLUGINS / plugin)])
+
+    def cleanup(self) -> None:
+        # the node's namespace takes the bridge, the host veths and routes, the master
+        for name in reversed(self.namespaces):
+            subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Node]:
+    n = Node(tmp_path)
+    try:
+        yield n
+    finally:
+        n.cleanup()
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    s = Stack(tmp_path)
+    try:
+        s.create([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
+                   "spec": {"podCIDR": POD_CIDR}}])
+        yield s
+    finally:
+        s.close()
+
+
+def kernel_makes(kind: str) -> bool:
+    """Whether this kernel can make a ``kind`` link (macvlan, ipvlan) on a veth: tried in a
+    namespace of its own."""
+    name = f"pnprobe-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        steps = [["link", "add", "pnpa", "type", "veth", "peer", "name", "pnpb"],
+                 ["link", "add", "pnpk", "link", "pnpa", "type", kind]]
+        return all(subprocess.run(["ip", "-n", name, *step], capture_output=True,
+                                  check=False).returncode == 0 for step in steps)
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
+
+
+def start_agent(stack: Stack, node: Node, add_timeout: str = "60") -> None:
+    stack.spawn("agent", ["node", "--node", NODE, "--kubeconfig", str(stack.kubeconfig),
+                          "--provider", "reference", "--socket", stack.socket,
+                          "--add-timeout", add_timeout])
+    wait_for("the agent ready", lambda: run_cni(
+        "STATUS", {"cniVersion": "1.1.0", "name": "n", "type": "bridge",
+                   "ipam": {"type": IPAM_NAME, "agentSocket": stack.socket}},
+        argv=[str(node.bin_dir / IPAM_NAME)]).ok)
+
+
+def plugin_config(plugin: str, socket: str, master: str, bridge: str) -> dict[str, Any]:
+    """Each Debian plugin's network configuration, in a version it speaks, with podnet-ipam
+    as its IPAM; ptp asks for the pods' attachment network."""
+    ipam: dict[str, Any] = {"type": IPAM_NAME, "agentSocket": socket}
+    if plugin == "bridge":
+        return {"cniVersion": "1.0.0", "name": "ipam-bridge", "type": "bridge",
+                "bridge": bridge, "isGateway": True, "ipam": ipam}
+    if plugin == "ptp":
+        return {"cniVersion": "0.4.0", "name": "ipam-ptp", "type": "ptp",
+                "ipam": {**ipam, "network": ATTACHMENT}}
+    if plugin == "macvlan":
+        return {"cniVersion": "0.4.0", "name": "ipam-macvlan", "type": "macvlan",
+                "master": master, "mode": "bridge", "ipam": {**ipam, "network": "default"}}
+    assert plugin == "ipvlan"
+    return {"cniVersion": "0.3.1", "name": "ipam-ipvlan", "type": "ipvlan",
+            "master": master, "mode": "l2", "ipam": ipam}
+
+
+# --- the Debian plugins as podnet-ipam's clients -----------------------------------------
+
+
+@pytest.mark.slow
+@needs_packets
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_a_debian_plugin_gives_each_pod_its_podnetworks_address(
+        plugin: str, stack: Stack, node: Node) -> None:
+    start_agent(stack, node)
+    master, bridge = f"pnm{node.suffix}", f"pnb{node.suffix}"
+    if plugin in ("macvlan", "ipvlan"):
+        if not kernel_makes(plugin):
+            pytest.skip(f"this kernel makes no {plugin} links (built without it)")
+        # the parent the pods' interfaces hang off: one end of a veth pair on the node
+        # (a dummy would do, where the kernel has them)
+        node.ip("link", "add", master, "type", "veth", "peer", "name", f"pnp{node.suffix}")
+        for end in (master, f"pnp{node.suffix}"):
+            node.ip("link", "set", end, "up")
+    config = plugin_config(plugin, stack.socket, master, bridge)
+    network = config["ipam"].get("network", "default")
+    stack.create([pod("a", networks=ATTACHMENT), pod("b", networks=ATTACHMENT)])
+
+    pods: dict[str, dict[str, Any]] = {}
+    for name in ("a", "b"):
+        ns = node.netns()
+        env = {"CNI_CONTAINERID": uuid.uuid4().hex, "CNI_NETNS": f"/run/netns/{ns}",
+               "CNI_ARGS": pod_args(name=name, uid=None)}
+        done = node.plugin(plugin, "ADD", config, env)
+        assert done.ok, done.stdout + done.stderr
+        pods[name] = {"ns": ns, "env": env, "result": done.output}
+
+    records = stack.records(network)
+    other = stack.records("default" if network != "default" else ATTACHMENT)
+    for name, p in pods.items():
+        st = records[name]["status"]
+        assert st["phase"] == "Routed"
+        address = f"{st['ip']}/{st['prefixLength']}"
+        assert st["ip"] != other[name]["status"]["ip"]  # the network asked for, no other
+        # the plugin's result carries podnet-ipam's address, in the plugin's version
+        result = p["result"]
+        assert result["cniVersion"] == config["cniVersion"]
+        ips = [{k: v for k, v in ip.items() if k != "interface"} for ip in result["ips"]]
+        want: dict[str, Any] = {"address": address, "gateway": st["gateway"]}
+        if config["cniVersion"] in ("0.3.1", "0.4.0"):
+            want["version"] = "4"
+        assert ips == [want]
+        # and the pod's interface has it
+        assert addresses_in(p["ns"]).get("eth0") == [address], addresses_in(p["ns"])
+        p["ip"] = st["ip"]
+    a, b = pods["a"], pods["b"]
+
+    assert ping(a["ns"], b["ip"]), f"{plugin}: a cannot ping b"
+    assert ping(b["ns"], a["ip"]), f"{plugin}: b cannot ping a"
+    if plugin == "bridge":
+        # isGateway: the bridge on the node holds the record's gateway, with its prefix
+        assert f"inet {records['a']['status']['gateway']}/24" in node.ip("addr", "show", bridge)
+        assert ping(a["ns"], records["a"]["status"]["gateway"]), "a cannot ping its gateway"
+
+    if config["cniVersion"] != "0.3.1":  # CHECK is defined from 0.4.0 on
+        checked = node.plugin(plugin, "CHECK", {**config, "prevResult": a["result"]}, a["env"])
+        assert checked.ok, checked.stdout + checked.stderr
+
+    # DEL by the plugin: b's interface goes, its address stays recorded (DEL never releases)
+    host_routes = node.ip("route", "show")
+    assert node.plugin(plugin, "DEL", config, b["env"]).ok
+    assert "eth0" not in addresses_in(b["ns"])
+    assert not ping(a["ns"], b["ip"]), f"{plugin}: b's address still answers after DEL"
+    if plugin == "ptp":  # the host route to b's address went with its veth
+        assert f"{b['ip']} dev" in host_routes
+        assert f"{b['ip']} dev" not in node.ip("route", "show")
+    assert stack.records(network)["b"]["status"]["ip"] == b["ip"]
+    assert stack.records(network)["b"]["status"]["phase"] == "Routed"
+    assert node.plugin(plugin, "DEL", config, b["env"]).ok, "DEL must be idempotent"
+    # a sandbox made again for b gets its address back
+    again = node.plugin(plugin, "ADD", config, b["env"])
+    assert again.ok, again.stdout + again.stderr
+    assert addresses_in(b["ns"]).get("eth0") == [f"{b['ip']}/24"]
+    # b speaks first: its ARP request tells a the new MAC behind the same address (these
+    # plugins send no gratuitous ARP, and a's entry for the old one is still fresh)
+    assert ping(b["ns"], a["ip"]), f"{plugin}: b's new interface cannot ping a"
+    assert ping(a["ns"], b["ip"]), f"{plugin}: a cannot ping b's new interface"
+    for p in (a, b):
+        assert node.plugin(plugin, "DEL", config, p["env"]).ok
+    if plugin in ("bridge", "ptp"):
+        # what the plugin made on the node for the pods is gone: no veth left
+        assert node.ip("link", "show", "type", "veth").strip() == ""

@@ -458,6 +458,9 @@ def _only_network(networks: tuple[str, ...], network: str, namespace: str, pod: 
 class UnixHTTPServer(ThreadingHTTPServer):
     address_family = socket.AF_UNIX
     daemon_threads = True
+    #: the listen backlog: a runtime starts many sandboxes at once, and a full backlog
+    #: fails a unix socket's connect at once (EAGAIN), not after a wait (the default is 5)
+    request_queue_size = 256
 
     def server_bind(self) -> None:
         socketserver.TCPServer.server_bind(self)

@@ -1,7 +1,7 @@
 """The node agent with real packets: ``podnet apiserver``, ``podnet run`` (the reference
 provider) and ``podnet node`` as separate processes; "pods" are network namespaces the test
-makes; the test drives the agent over its unix socket exactly as the CNI plugin does
-(:class:`AgentClient`: swap it for a driver of the ``podnet-cni`` binary later).
+makes (the bed is the kit's, :mod:`podnet.testing.nodebed`); the test drives the agent over
+its unix socket as the CNI plugin does (:class:`AgentClient`), or runs the plugin itself.
 
 Two pods on the node ping each other and hold a TCP connection over the reference bridge
 network; a DEL removes the pod's veth and leaves its address recorded, released only once
@@ -12,207 +12,46 @@ Needs root, network namespaces and kubectl; skipped with the reason otherwise.
 
 from __future__ import annotations
 
-import http.client
+import ipaddress
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import textwrap
-import uuid
+import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from podnet.testing.cni import CniResult, pod_args, run_cni
 from podnet.testing.netns import netns_unavailable
+from podnet.testing.nodebed import (
+    ATTACHMENT,
+    NODE,
+    POD_CIDR,
+    AgentClient,
+    Host,
+    NodeNamespace,
+    Stack,
+    TcpServer,
+    Underlay,
+    addresses_in,
+    in_netns,
+    links_in,
+    node_object,
+    ping,
+    pod,
+    tcp_talk,
+)
 from podnet.testing.waiting import wait_for as _wait_for
 
 WHY = netns_unavailable() or (None if shutil.which("kubectl") else "kubectl is not installed")
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(WHY is not None, reason=WHY or "")]
 
-NODE = "node-00"
-POD_CIDR = "10.93.0.0/24"
-#: an attachment network the reference provider serves too
-ATTACHMENT = "blue"
-
-
-# --- the test driver: the plugin's side of the protocol -----------------------------------
-
-
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self.path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.path)
-
-
-class AgentClient:
-    """The CNI plugin's half of the protocol (docs/node.md), as a test driver."""
-
-    def __init__(self, socket_path: str, network_config: dict[str, Any]) -> None:
-        self.socket_path = socket_path
-        self.config = network_config
-
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None,
-                timeout: float = 90.0) -> tuple[int, dict[str, Any]]:
-        conn = _UnixConnection(self.socket_path, timeout)
-        try:
-            data = json.dumps(body).encode() if body is not None else None
-            conn.request(method, path, body=data,
-                         headers={"Content-Type": "application/json"} if data else {})
-            resp = conn.getresponse()
-            return resp.status, json.loads(resp.read() or b"{}")
-        finally:
-            conn.close()
-
-    def _body(self, container_id: str, netns: str | None, pod: str,
-              if_name: str = "eth0") -> dict[str, Any]:
-        return {"cniVersion": "1.1.0", "containerId": container_id, "netns": netns,
-                "ifName": if_name, "podNamespace": "default", "podName": pod, "podUid": None,
-                "network": self.config["name"], "config": self.config}
-
-    def add(self, container_id: str, netns: str, pod: str) -> tuple[int, dict[str, Any]]:
-        return self.request("POST", "/v1/cni/add", self._body(container_id, netns, pod))
-
-    def delete(self, container_id: str, netns: str | None, pod: str
-               ) -> tuple[int, dict[str, Any]]:
-        return self.request("POST", "/v1/cni/del", self._body(container_id, netns, pod))
-
-    def check(self, container_id: str, netns: str, pod: str) -> tuple[int, dict[str, Any]]:
-        return self.request("POST", "/v1/cni/check", self._body(container_id, netns, pod))
-
-    def gc(self, valid: list[str]) -> tuple[int, dict[str, Any]]:
-        return self.request("POST", "/v1/cni/gc", {
-            "cniVersion": "1.1.0", "network": self.config["name"], "config": self.config,
-            "validAttachments": [{"containerID": c, "ifname": "eth0"} for c in valid]})
-
-    def status(self) -> tuple[int, dict[str, Any]]:
-        return self.request("GET", "/v1/cni/status", timeout=5)
-
-
-# --- the cluster as separate processes ---------------------------------------------------
-
-
-class Stack:
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.kubeconfig = tmp / "kubeconfig"
-        self.procs: dict[str, subprocess.Popen[str]] = {}
-        api = self.spawn("apiserver", ["apiserver", "--port", "0", "--kubeconfig-out",
-                                       str(self.kubeconfig)])
-        assert api.stdout is not None
-        url = api.stdout.readline().strip()
-        assert url.startswith("http://127.0.0.1:"), url
-        config = tmp / "controller.yaml"
-        config.write_text(yaml.safe_dump({
-            "defaultProvider": "reference",
-            "providers": {"reference": {"state_file": str(tmp / "cloud.json")}},
-            "policies": {"reference": {"minIdle": 2, "maxIdle": 6}},
-            "networks": {ATTACHMENT: {"provider": "reference"}},
-            "listen": "127.0.0.1:0",
-        }))
-        self.spawn("controller", ["run", "--kubeconfig", str(self.kubeconfig), "--provider",
-                                  "reference", "--config", str(config), "--no-leader-elect"])
-        self.socket = str(tmp / "run" / "agent.sock")
-
-    def spawn(self, name: str, args: list[str]) -> subprocess.Popen[str]:
-        log = open(self.tmp / f"{name}.log", "a")  # noqa: SIM115 - lives with the process
-        proc = subprocess.Popen([sys.executable, "-m", "podnet.app.cli", *args],
-                                stdout=subprocess.PIPE, stderr=log, text=True)
-        self.procs[name] = proc
-        return proc
-
-    def agent(self) -> subprocess.Popen[str]:
-        return self.spawn("agent", ["node", "--node", NODE, "--kubeconfig", str(self.kubeconfig),
-                                    "--provider", "reference", "--socket", self.socket,
-                                    "--add-timeout", "60"])
-
-    def stop(self, name: str) -> None:
-        proc = self.procs.pop(name)
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        if proc.stdout is not None:
-            proc.stdout.close()
-
-    def kubectl(self, *args: str, input: str | None = None) -> str:
-        run = subprocess.run(["kubectl", "--kubeconfig", str(self.kubeconfig),
-                              "--request-timeout=20s", *args], input=input,
-                             capture_output=True, text=True, timeout=60, check=False)
-        assert run.returncode == 0, f"kubectl {' '.join(args)}: {run.stderr}"
-        return run.stdout
-
-    def create(self, docs: list[dict[str, Any]]) -> None:
-        self.kubectl("create", "-f", "-", input=yaml.safe_dump_all(docs))
-
-    def records(self, network: str = "default") -> dict[str, dict[str, Any]]:
-        """pod name -> its record of ``network``."""
-        items = json.loads(self.kubectl("get", "podnetworks", "-A", "-o", "json"))["items"]
-        return {pn["spec"]["podName"]: pn for pn in items
-                if pn["spec"].get("network", "default") == network}
-
-    def close(self) -> None:
-        for name in list(self.procs):
-            self.stop(name)
-
-
-def pod(name: str, networks: str | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": "default"}
-    if networks:
-        meta["annotations"] = {"podnet.io/networks": networks}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "busybox"}]},
-            "status": {"phase": "Running"}}
-
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
     _wait_for(what, check, timeout, interval=0.3)
-
-
-# --- host state the test makes, removed also on failure ----------------------------------
-
-
-class Host:
-    def __init__(self) -> None:
-        self.namespaces: list[str] = []
-        self.containers: list[tuple[str, str]] = []
-
-    def netns(self) -> tuple[str, str]:
-        name = f"pntest-{uuid.uuid4().hex[:8]}"
-        subprocess.run(["ip", "netns", "add", name], check=True)
-        self.namespaces.append(name)
-        return name, f"/run/netns/{name}"
-
-    def container(self) -> str:
-        cid = uuid.uuid4().hex
-        self.containers.extend((cid, itf) for itf in ("eth0", "net1"))
-        return cid
-
-    def cleanup(self) -> None:
-        from pyroute2 import IPRoute
-
-        from podnet.plugins.reference.dataplane import bridge_name, veth_names
-
-        for name in self.namespaces:
-            subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
-        with IPRoute() as ipr:
-            names = [veth_names(cid, itf)[i] for cid, itf in self.containers for i in (0, 1)]
-            for name in [*names, bridge_name("default"), bridge_name(ATTACHMENT)]:
-                for index in ipr.link_lookup(ifname=name):
-                    ipr.link("del", index=index)
 
 
 @pytest.fixture
@@ -233,55 +72,13 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         s.close()
 
 
-def in_netns(name: str, code: str, timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["ip", "netns", "exec", name, sys.executable, "-c",
-                           textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, check=False)
-
-
-PING = """
-import socket, struct, sys, time
-def checksum(data):
-    if len(data) % 2:
-        data += b"\\0"
-    s = sum(struct.unpack("!%dH" % (len(data) // 2), data))
-    s = (s >> 16) + (s & 0xFFFF)
-    s += s >> 16
-    return ~s & 0xFFFF
-target = sys.argv[1] if len(sys.argv) > 1 else TARGET
-sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
-sock.settimeout(2)
-for seq in range(5):
-    header = struct.pack("!BBHHH", 8, 0, 0, 0x5050, seq)
-    payload = b"podnet"
-    packet = struct.pack("!BBHHH", 8, 0, checksum(header + payload), 0x5050, seq) + payload
-    sock.sendto(packet, (target, 0))
-    try:
-        while True:
-            data, addr = sock.recvfrom(1024)
-            ihl = (data[0] & 0x0F) * 4
-            kind, _, _, ident, got = struct.unpack("!BBHHH", data[ihl:ihl + 8])
-            if addr[0] == target and kind == 0 and ident == 0x5050:
-                print("reply from", addr[0])
-                sys.exit(0)
-    except socket.timeout:
-        time.sleep(0.2)
-sys.exit(1)
-"""
-
-
-def ping(netns: str, target: str) -> bool:
-    return in_netns(netns, f"TARGET = {target!r}\n" + textwrap.dedent(PING)).returncode == 0
-
-
 def test_two_pods_ping_and_talk_tcp_del_removes_the_veth_not_the_address(
         stack: Stack, host: Host) -> None:
     from pyroute2 import IPRoute
 
     from podnet.plugins.reference.dataplane import veth_names
 
-    stack.create([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
-                   "spec": {"podCIDR": POD_CIDR}}])
+    stack.create([node_object(NODE, POD_CIDR)])
     stack.agent()
     client = AgentClient(stack.socket, {"cniVersion": "1.1.0", "name": "podnet",
                                         "type": "podnet-cni"})
@@ -320,35 +117,10 @@ def test_two_pods_ping_and_talk_tcp_del_removes_the_veth_not_the_address(
     assert ping(ns_b, ip_a), "b cannot ping a"
     assert ping(ns_a, records["a"]["status"]["gateway"]), "a cannot ping its gateway"
 
-    server = subprocess.Popen(
-        ["ip", "netns", "exec", ns_b, sys.executable, "-c", textwrap.dedent(f"""
-            import socket
-            s = socket.socket()
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(({ip_b!r}, 8080))
-            s.listen(1)
-            print("listening", flush=True)
-            s.settimeout(20)
-            conn, peer = s.accept()
-            conn.sendall(b"hello " + peer[0].encode() + b" " + conn.recv(100))
-            conn.close()
-        """)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout is not None
-        assert server.stdout.readline().strip() == "listening"
-        talk = in_netns(ns_a, f"""
-            import socket
-            c = socket.create_connection(({ip_b!r}, 8080), timeout=10)
-            c.sendall(b"from a")
-            print(c.recv(100).decode())
-        """)
-        assert talk.returncode == 0, talk.stderr
-        assert talk.stdout.strip() == f"hello {ip_a} from a"
-    finally:
-        server.kill()
-        server.wait(timeout=10)
-        if server.stdout is not None:
-            server.stdout.close()
+    with TcpServer(ns_b, ip_b, 8080):
+        talk = tcp_talk(ns_a, ip_b, 8080, "from a")
+    assert talk.returncode == 0, talk.stderr
+    assert talk.stdout.strip() == f"hello {ip_a} from a"
 
     # DEL of b: its veth is gone, its record keeps its address (DEL never releases)
     host_b = veth_names(cid_b, "eth0")[0]
@@ -383,11 +155,8 @@ def test_two_pods_ping_and_talk_tcp_del_removes_the_veth_not_the_address(
 
 def test_add_times_out_with_error_11_and_bad_input_names_the_field(
         stack: Stack, host: Host, tmp_path: Path) -> None:
-    stack.create([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
-                   "spec": {"podCIDR": POD_CIDR}}])
-    stack.spawn("agent", ["node", "--node", NODE, "--kubeconfig", str(stack.kubeconfig),
-                          "--provider", "reference", "--socket", stack.socket,
-                          "--add-timeout", "1"])
+    stack.create([node_object(NODE, POD_CIDR)])
+    stack.agent(add_timeout=1)
     client = AgentClient(stack.socket, {"cniVersion": "1.1.0", "name": "podnet"})
     wait_for("the agent ready", lambda: os.path.exists(stack.socket)
              and client.status()[0] == 200)
@@ -403,25 +172,12 @@ def test_add_times_out_with_error_11_and_bad_input_names_the_field(
     assert client.gc([]) == (200, {})
 
 
-def addresses_in(netns: str) -> dict[str, list[str]]:
-    from pyroute2 import NetNS
-
-    with NetNS(netns) as ns:
-        names = {link["index"]: str(link.get_attr("IFLA_IFNAME")) for link in ns.get_links()}
-        out: dict[str, list[str]] = {}
-        for addr in ns.get_addr(family=socket.AF_INET):
-            out.setdefault(names[addr["index"]], []).append(
-                f"{addr.get_attr('IFA_ADDRESS')}/{addr['prefixlen']}")
-        return out
-
-
 def test_a_pod_with_two_networks_has_two_interfaces(stack: Stack, host: Host) -> None:
     from pyroute2 import IPRoute
 
     from podnet.plugins.reference.dataplane import veth_names
 
-    stack.create([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
-                   "spec": {"podCIDR": POD_CIDR}}])
+    stack.create([node_object(NODE, POD_CIDR)])
     stack.agent()
     client = AgentClient(stack.socket, {"cniVersion": "1.1.0", "name": "podnet"})
     wait_for("the agent ready", lambda: os.path.exists(stack.socket)
@@ -454,10 +210,8 @@ def test_the_runtime_runs_podnet_cni_against_the_agent(stack: Stack, host: Host)
     """The real client: ``podnet-cni`` run as a runtime runs it (environment, config on
     stdin, an older cniVersion), against the real agent: two pods ping each other; CHECK
     passes; DEL removes the interface and, run again, still succeeds."""
-    from podnet.testing.cni import pod_args, run_cni
 
-    stack.create([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
-                   "spec": {"podCIDR": POD_CIDR}}])
+    stack.create([node_object(NODE, POD_CIDR)])
     stack.agent()
     config = {"cniVersion": "0.4.0", "name": "podnet", "type": "podnet-cni",
               "agentSocket": stack.socket}
@@ -485,3 +239,172 @@ def test_the_runtime_runs_podnet_cni_against_the_agent(stack: Stack, host: Host)
     assert "eth0" not in addresses_in(ns_a)
     assert not ping(ns_b, ip_a), "a's address still answers after DEL"
     assert run_cni("DEL", config, env_a).exit_code == 0, "DEL must be idempotent"
+
+
+# --- nodes as network namespaces -----------------------------------------------------------
+
+
+@pytest.fixture
+def underlay() -> Iterator[Underlay]:
+    u = Underlay()
+    try:
+        yield u
+    finally:
+        u.cleanup()
+
+
+@pytest.fixture
+def routed_stack(tmp_path: Path, underlay: Underlay) -> Iterator[Stack]:
+    """The cluster in the underlay's router namespace, the apiserver on the router's
+    underlay address (closed before the underlay goes: it depends on it)."""
+    s = Stack(tmp_path, netns=underlay.router, address=underlay.router_address)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def test_pods_on_two_nodes_ping_and_hold_tcp_over_the_underlay(
+        routed_stack: Stack, underlay: Underlay, host: Host) -> None:
+    """Each node its own namespace and its own agent; the bridge and the host ends live
+    in the node's namespace; the router routes each podCIDR to its node."""
+    from podnet.plugins.reference.dataplane import bridge_name, veth_names
+
+    stack = routed_stack
+    nodes = [underlay.add_node("node-a", "10.93.0.0/24"),
+             underlay.add_node("node-b", "10.93.1.0/24")]
+    stack.create([node_object(n.name, n.pod_cidr, n.address) for n in nodes])
+    for n in nodes:
+        internal = json.loads(stack.kubectl("get", "node", n.name, "-o", "json"))
+        assert {"type": "InternalIP", "address": n.address} in internal["status"]["addresses"]
+        stack.agent(n.name, netns=n.netns)
+    stack.create([pod("a", "node-a"), pod("b", "node-b")])
+
+    pods: dict[str, tuple[str, str, str]] = {}
+    for name, n in zip(("a", "b"), nodes, strict=True):
+        config = {"cniVersion": "1.1.0", "name": "podnet", "type": "podnet-cni",
+                  "agentSocket": stack.socket_of(n.name)}
+        wait_for(f"the agent of {n.name} ready", AgentClient(stack.socket_of(n.name)).ready)
+        ns, path = host.netns()
+        cid = host.container()
+        done = run_cni("ADD", config, {"CNI_CONTAINERID": cid, "CNI_NETNS": path,
+                                       "CNI_ARGS": pod_args(name=name, uid=None)})
+        assert done.ok, done.stdout + done.stderr
+        address = done.output["ips"][0]["address"]
+        assert ipaddress.ip_interface(address) in ipaddress.ip_network(n.pod_cidr), address
+        pods[name] = (ns, cid, address.split("/")[0])
+        # the dataplane is the node's: bridge and host end in its namespace, not here
+        host_end = veth_names(cid, "eth0")[0]
+        assert {bridge_name("default"), host_end} <= set(links_in(n.netns))
+        assert host_end not in links_in()
+    (ns_a, _, ip_a), (ns_b, _, ip_b) = pods["a"], pods["b"]
+
+    assert ping(ns_a, ip_b), "a cannot ping b on the other node"
+    assert ping(ns_b, ip_a), "b cannot ping a on the other node"
+    with TcpServer(ns_b, ip_b, 8080):
+        talk = tcp_talk(ns_a, ip_b, 8080, "from a")
+    assert talk.returncode == 0, talk.stderr
+    assert talk.stdout.strip() == f"hello {ip_a} from a"  # no NAT on the way
+
+    # what no pod has is not answered: a free address of b's podCIDR, and an address in
+    # no node's podCIDR (the router has no route for it)
+    free = str(list(ipaddress.ip_network(nodes[1].pod_cidr).hosts())[-1])
+    assert free != ip_b
+    assert not ping(ns_a, free, count=2), f"{free} answered, no pod has it"
+    assert not ping(ns_a, "10.94.0.9", count=2), "an address outside every podCIDR answered"
+    talk = tcp_talk(ns_a, free, 8080, "nobody", timeout=3)
+    assert talk.returncode != 0, f"a TCP connection to {free} was made"
+
+
+# --- the hard cases -------------------------------------------------------------------------
+
+
+def _one_node(stack: Stack, underlay: Underlay, *, add_timeout: float = 30
+              ) -> tuple[NodeNamespace, dict[str, Any]]:
+    """One node namespace with its Node and its agent, ready; the plugin's config for it."""
+    node = underlay.add_node(NODE, POD_CIDR)
+    stack.create([node_object(NODE, POD_CIDR, node.address)])
+    stack.agent(NODE, netns=node.netns, add_timeout=add_timeout)
+    wait_for("the agent ready", AgentClient(stack.socket).ready)
+    return node, {"cniVersion": "1.1.0", "name": "podnet", "type": "podnet-cni",
+                  "agentSocket": stack.socket}
+
+
+def _host_ends(netns: str) -> list[str]:
+    from podnet.plugins.reference.dataplane import HOST_PREFIX, PEER_PREFIX
+
+    return [n for n in links_in(netns) if n.startswith((HOST_PREFIX, PEER_PREFIX))]
+
+
+def _plugs_in(netns: str) -> list[str]:
+    """What the reference provider's ``podnet_plugs`` lists in the node's namespace."""
+    done = in_netns(netns, """
+        import json
+        from podnet.plugins.reference.dataplane import BridgeDataplane
+        print(json.dumps([p.host_interface for p in BridgeDataplane().plugs()]))
+    """)
+    assert done.returncode == 0, done.stderr
+    return list(json.loads(done.stdout))
+
+
+def _add_as_a_runtime(config: dict[str, Any], env: dict[str, str], tries: int = 60
+                      ) -> tuple[CniResult, list[int | None]]:
+    """ADD as a runtime does: after error 11, the same ADD again (same container id),
+    a bounded number of times; the last result and the error codes seen before it."""
+    seen: list[int | None] = []
+    for _ in range(tries):
+        done = run_cni("ADD", config, env)
+        if done.ok or done.error_code != 11:
+            return done, seen
+        seen.append(done.error_code)
+        time.sleep(0.5)
+    return done, seen
+
+
+def test_kill_9_of_the_agent_during_50_adds_the_retries_converge_and_del_leaves_nothing(
+        routed_stack: Stack, underlay: Underlay, host: Host) -> None:
+    from podnet.plugins.reference.dataplane import veth_names
+
+    stack = routed_stack
+    node, config = _one_node(stack, underlay)
+    names = [f"burst-{i:02d}" for i in range(50)]
+    stack.create([pod(n) for n in names])
+    sandboxes = {n: (*host.netns(), host.container()) for n in names}
+    envs = {n: {"CNI_CONTAINERID": cid, "CNI_NETNS": path,
+                "CNI_ARGS": pod_args(name=n, uid=None)}
+            for n, (_, path, cid) in sandboxes.items()}
+
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        futures = {n: pool.submit(_add_as_a_runtime, config, envs[n]) for n in names}
+        # part-way: some interfaces plugged, not all
+        wait_for("the first host ends", lambda: len(_host_ends(node.netns)) >= 5)
+        plugged_before = len(_host_ends(node.netns))
+        stack.kill("agent")
+        stack.agent(NODE, netns=node.netns)
+        outcomes = {n: f.result() for n, f in futures.items()}
+
+    for n, (done, _) in outcomes.items():
+        assert done.ok, f"{n}: {done.stdout}{done.stderr}"
+    retried = [n for n, (_, seen) in outcomes.items() if seen]
+    assert plugged_before < len(names) and retried, "the kill did not hit the burst"
+    assert all(code == 11 for _, seen in outcomes.values() for code in seen)
+
+    # nothing plumbed twice: one host end per container, one interface in each pod, the
+    # addresses unique and the records'
+    records = stack.records()
+    expected = sorted(veth_names(cid, "eth0")[0] for _, _, cid in sandboxes.values())
+    assert sorted(_host_ends(node.netns)) == expected
+    addresses = set()
+    for n, (_, path, _) in sandboxes.items():
+        ip = records[n]["status"]["ip"]
+        assert links_in(path) == ["eth0", "lo"], n
+        assert addresses_in(path)["eth0"] == [f"{ip}/24"], n
+        assert outcomes[n][0].output["ips"][0]["address"] == f"{ip}/24", n
+        addresses.add(ip)
+    assert len(addresses) == len(names)
+
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        dels = list(pool.map(lambda n: run_cni("DEL", config, envs[n]), names))
+    assert all(d.ok for d in dels), [d.stdout for d in dels if not d.ok]
+    assert _host_ends(node.netns) == []
+    assert _plugs_in(node.netns) == []

@@ -3,9 +3,9 @@
 The node agent's DaemonSet runs this in an init container with the host's CNI
 directories mounted: the plugin is one standard-library file, copied as an executable
 script under both its names (``podnet-cni``, and ``podnet-ipam`` for other plugins' IPAM:
-the name it runs under picks the role), and the conflist names it and the agent's socket. Both are written to a temporary
-file and renamed, so a runtime never reads half a file, and writing them again changes
-nothing.
+the name it runs under picks the role), and the conflist names it and the agent's socket.
+Each file is written to a temporary file and renamed, so a runtime never reads half a
+file, and writing them again changes nothing.
 """
 
 from __future__ import annotations

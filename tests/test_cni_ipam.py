@@ -24,16 +24,25 @@ from typing import Any
 
 import pytest
 
-# the node bed of the agent's packet tests (until it moves into the test kit)
-from test_node_agent import ATTACHMENT, NODE, Stack, addresses_in, ping, pod, wait_for
-
 from podnet.app.install import IPAM_NAME, install_cni
+from podnet.cni.plugin import acts_as_ipam
 from podnet.testing.cni import CniResult, pod_args, run_cni
 from podnet.testing.netns import netns_unavailable
+from podnet.testing.nodebed import (
+    ATTACHMENT,
+    NODE,
+    Stack,
+    addresses_in,
+    node_object,
+    ping,
+    pod,
+)
+from podnet.testing.waiting import wait_for
 
 #: where Debian's containernetworking-plugins puts the reference plugins
 DEBIAN_PLUGINS = Path("/usr/lib/cni")
 PLUGINS = ("bridge", "ptp", "macvlan", "ipvlan")
+#: the node's podCIDR (not the bed's, though the node's side is in a namespace anyway)
 POD_CIDR = "10.94.0.0/24"
 
 WHY = (netns_unavailable()
@@ -96,8 +105,7 @@ def node(tmp_path: Path) -> Iterator[Node]:
 def stack(tmp_path: Path) -> Iterator[Stack]:
     s = Stack(tmp_path)
     try:
-        s.create([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
-                   "spec": {"podCIDR": POD_CIDR}}])
+        s.create([node_object(NODE, POD_CIDR)])
         yield s
     finally:
         s.close()
@@ -117,14 +125,13 @@ def kernel_makes(kind: str) -> bool:
         subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
 
 
-def start_agent(stack: Stack, node: Node, add_timeout: str = "60") -> None:
-    stack.spawn("agent", ["node", "--node", NODE, "--kubeconfig", str(stack.kubeconfig),
-                          "--provider", "reference", "--socket", stack.socket,
-                          "--add-timeout", add_timeout])
+def start_agent(stack: Stack, node: Node, add_timeout: float = 60) -> None:
+    """The node's agent, once ready: podnet-ipam's STATUS passes."""
+    stack.agent(NODE, add_timeout=add_timeout)
     wait_for("the agent ready", lambda: run_cni(
         "STATUS", {"cniVersion": "1.1.0", "name": "n", "type": "bridge",
                    "ipam": {"type": IPAM_NAME, "agentSocket": stack.socket}},
-        argv=[str(node.bin_dir / IPAM_NAME)]).ok)
+        argv=[str(node.bin_dir / IPAM_NAME)]).ok, 60, interval=0.3)
 
 
 def plugin_config(plugin: str, socket: str, master: str, bridge: str) -> dict[str, Any]:
@@ -231,3 +238,92 @@ def test_a_debian_plugin_gives_each_pod_its_podnetworks_address(
     if plugin in ("bridge", "ptp"):
         # what the plugin made on the node for the pods is gone: no veth left
         assert node.ip("link", "show", "type", "veth").strip() == ""
+
+
+# --- bad input, CHECK and DEL of podnet-ipam itself ---------------------------------------
+
+
+@pytest.mark.slow
+@needs_packets
+def test_bad_input_is_a_cni_error_naming_the_field(
+        stack: Stack, node: Node, tmp_path: Path) -> None:
+    start_agent(stack, node, add_timeout=2)
+    stack.create([pod("a")])
+    wait_for("a's record Routed", lambda: stack.records().get("a", {}).get(
+        "status", {}).get("phase") == "Routed", 60, interval=0.3)
+    st = stack.records()["a"]["status"]
+    ns = node.netns()
+    env = {"CNI_CONTAINERID": uuid.uuid4().hex, "CNI_NETNS": f"/run/netns/{ns}",
+           "CNI_ARGS": pod_args(name="a", uid=None)}
+    base = {"cniVersion": "1.0.0", "name": "ipam-bad", "type": "bridge",
+            "bridge": f"pnb{node.suffix}"}
+    good = {"type": IPAM_NAME, "agentSocket": stack.socket}
+
+    def ipam(command: str, section: Any, **extra: Any) -> CniResult:
+        """podnet-ipam run as the bridge plugin runs it: the whole config on stdin."""
+        return run_cni(command, {**base, "ipam": section, **extra}, env,
+                       argv=[str(node.bin_dir / IPAM_NAME)])
+
+    # the good section: an IPAM result, the record's address and routes, no interfaces
+    done = ipam("ADD", good)
+    assert done.ok, done.stdout
+    address = f"{st['ip']}/{st['prefixLength']}"
+    assert done.output == {"cniVersion": "1.0.0",
+                           "ips": [{"address": address, "gateway": st["gateway"]}],
+                           "routes": [{"dst": "0.0.0.0/0", "gw": st["gateway"]}], "dns": {}}
+
+    run_cni("ADD", base, env, argv=[str(node.bin_dir / IPAM_NAME)]).check_error(7, "ipam")
+    ipam("ADD", "podnet-ipam").check_error(7, "ipam")
+    ipam("ADD", {**good, "network": 5}).check_error(7, "ipam.network")
+    ipam("ADD", {**good, "network": ""}).check_error(7, "ipam.network")
+    ipam("ADD", {**good, "agentSocket": 3}).check_error(7, "ipam.agentSocket")
+    ipam("ADD", {**good, "agentTimeout": "soon"}).check_error(7, "ipam.agentTimeout")
+    # a network the pod does not have: no wait, the field named
+    ipam("ADD", {**good, "network": "green"}).check_error(7, "ipam.network", "green")
+    # ... and through the Debian bridge plugin: its IPAM's error is what the runtime sees
+    through = node.plugin("bridge", "ADD", {**base, "ipam": {**good, "network": "green"}}, env)
+    assert through.exit_code == 1 and through.output["code"] == 7, through.stdout
+    assert "ipam.network" in through.output["msg"], through.stdout
+    # a pod with no record at all: error 11 once the agent's bounded wait runs out
+    nobody = {**env, "CNI_ARGS": pod_args(name="nobody", uid=None)}
+    run_cni("ADD", {**base, "ipam": good}, nobody,
+            argv=[str(node.bin_dir / IPAM_NAME)]).check_error(11, "Routed")
+    # the agent not there: ADD is error 11 naming the socket
+    gone = {**good, "agentSocket": str(tmp_path / "none.sock")}
+    ipam("ADD", gone).check_error(11, str(tmp_path / "none.sock"))
+
+    # CHECK: the record's address passes; another of its subnet, or none, does not
+    prev = {"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": ns}],
+            "ips": [{"address": address, "gateway": st["gateway"], "interface": 0}]}
+    assert ipam("CHECK", good, prevResult=prev).ok
+    stray = {**prev, "ips": [*prev["ips"], {"address": "10.94.0.250/24", "interface": 0}]}
+    ipam("CHECK", good, prevResult=stray).check_error(100, "prevResult.ips", "10.94.0.250")
+    ipam("CHECK", good, prevResult={**prev, "ips": []}).check_error(100, "prevResult.ips",
+                                                                    st["ip"])
+    ipam("CHECK", good).check_error(7, "prevResult")
+
+    # DEL: nothing printed, nothing released; with the agent gone it still succeeds
+    deleted = ipam("DEL", good)
+    assert deleted.ok and deleted.stdout == "", deleted.stdout
+    assert stack.records()["a"]["status"]["ip"] == st["ip"]
+    assert stack.records()["a"]["status"]["phase"] == "Routed"
+    assert ipam("DEL", gone).ok
+
+
+def test_the_role_comes_from_the_name_else_the_config(tmp_path: Path) -> None:
+    as_ipam = {"cniVersion": "1.0.0", "name": "n", "type": "bridge",
+               "ipam": {"type": IPAM_NAME}}
+    as_cni = {"cniVersion": "1.0.0", "name": "n", "type": "podnet-cni"}
+    # the installed names decide, whatever the config says
+    assert acts_as_ipam("/opt/cni/bin/podnet-ipam", as_cni)
+    assert not acts_as_ipam("/opt/cni/bin/podnet-cni", as_ipam)
+    # any other name (python -m, the source file): the config
+    assert acts_as_ipam("/src/podnet/cni/plugin.py", as_ipam)
+    assert not acts_as_ipam("/src/podnet/cni/plugin.py", as_cni)
+    assert not acts_as_ipam("/src/podnet/cni/__main__.py", {"name": "n"})
+    # the installed file under the IPAM name reads the ipam section, even of a podnet-cni
+    # config: error 7 naming it
+    install_cni(tmp_path / "bin", tmp_path / "net.d")
+    done = run_cni("ADD", as_cni, {"CNI_CONTAINERID": "c1", "CNI_NETNS": "/x"},
+                   argv=[str(tmp_path / "bin" / IPAM_NAME)])
+    done.check_error(7, "ipam")

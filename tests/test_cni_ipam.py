@@ -3,9 +3,10 @@
 from ``CNI_PATH``, against ``podnet apiserver``, ``podnet run`` (the reference provider) and
 ``podnet node`` as separate processes.
 
-The node's side of the plumbing is a network namespace too (the Debian plugins run in it
-with ``ip netns exec``), so their bridges, veths, host routes and masters live there and go
-with it: nothing the test makes touches the machine's own network. Each pod's interface
+The node is a network namespace too: the cluster's processes and the Debian plugins run in
+it (``ip netns exec``), so their bridges, veths, host routes and masters live there and go
+with it, and the agent's sweep of leftovers on start sees only this node's links: nothing
+the test makes or removes touches the machine's own network. Each pod's interface
 gets its PodNetwork's address; two pods ping each other; DEL removes the interface and
 leaves the address recorded; CHECK passes, and fails on an address that is not the record's.
 
@@ -62,6 +63,8 @@ class Node:
         self.suffix = uuid.uuid4().hex[:6]
         self.namespaces: list[str] = []
         self.name = self.netns("pnnode")
+        # the apiserver listens on the node's loopback
+        self.ip("link", "set", "lo", "up")
         # podnet-ipam beside nothing else: the Debian plugins are run by their path, and
         # find their IPAM plugin on CNI_PATH
         self.bin_dir = tmp / "cni-bin"
@@ -102,8 +105,8 @@ def node(tmp_path: Path) -> Iterator[Node]:
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    s = Stack(tmp_path)
+def stack(tmp_path: Path, node: Node) -> Iterator[Stack]:
+    s = Stack(tmp_path, netns=node.name)
     try:
         s.create([node_object(NODE, POD_CIDR)])
         yield s
@@ -127,7 +130,7 @@ def kernel_makes(kind: str) -> bool:
 
 def start_agent(stack: Stack, node: Node, add_timeout: float = 60) -> None:
     """The node's agent, once ready: podnet-ipam's STATUS passes."""
-    stack.agent(NODE, add_timeout=add_timeout)
+    stack.agent(NODE, netns=node.name, add_timeout=add_timeout)
     wait_for("the agent ready", lambda: run_cni(
         "STATUS", {"cniVersion": "1.1.0", "name": "n", "type": "bridge",
                    "ipam": {"type": IPAM_NAME, "agentSocket": stack.socket}},

@@ -46,6 +46,7 @@ from podnet.core.fence import Fence
 from podnet.core.gateway import ProviderGateway
 from podnet.core.models import DEFAULT_NETWORK, LABEL_NODE, Phase, PodNetwork
 from podnet.core.plugin import Providers
+from podnet.core.reconcile.podnetwork import ready_condition
 from podnet.core.tracing import Tracing
 from podnet.hookspecs.types import PlugContext, PlugResult, UnplugContext
 
@@ -63,6 +64,8 @@ NOT_READY = 50
 CHECK_FAILED = 100
 
 _DEFAULT_ROUTES = frozenset({"0.0.0.0/0", "::/0"})
+#: the Ready reason the controller writes for a request it will not serve as it is
+INVALID_REQUEST = "InvalidRequest"
 
 
 class CniError(Exception):
@@ -187,17 +190,37 @@ class NodeAgent:
             out[pn.spec.network] = pn
         return out
 
-    def _networks_of(self, namespace: str, pod: str) -> tuple[str, ...]:
-        """The pod's networks, the default first, then its attachments in order."""
+    def _networks_of(self, namespace: str, pod: str, uid: str | None = None
+                     ) -> tuple[str, ...]:
+        """The pod's networks, the default first, then its attachments in order.
+
+        :raises CniError: 11 while the pod may still come (not found yet, not bound yet);
+            7 when its records never will: a host-network pod, a pod bound to another
+            node, another pod than the sandbox's (``podUid``), a malformed
+            ``podnet.io/networks``."""
         try:
             obj = self.cluster.get(POD, pod, namespace)
         except NotFound:
             raise CniError(TRY_AGAIN, f"pod {namespace}/{pod} not found", status=503) from None
-        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+        who = f"pod {namespace}/{pod}"
+        if spec.get("hostNetwork"):
+            raise CniError(INVALID, f"{who}: spec.hostNetwork is true: podnet serves no "
+                                    "host-network pod (it needs no CNI ADD)")
+        if uid and meta.get("uid") and meta["uid"] != uid:
+            raise CniError(INVALID, f"podUid: {uid} is not {who}'s uid {meta['uid']} (the "
+                                    "sandbox is an earlier pod's of that name)")
+        bound = spec.get("nodeName")
+        if not bound:
+            raise CniError(TRY_AGAIN, f"{who} is not bound to a node yet", status=503)
+        if bound != self.node:
+            raise CniError(INVALID, f"{who}: spec.nodeName is {bound}, not this node "
+                                    f"{self.node}: its networks are set up there")
+        annotations = meta.get("annotations") or {}
         try:
             return (DEFAULT_NETWORK, *parse_networks(annotations))
         except InvalidRequest as exc:
-            raise CniError(INVALID, f"pod {namespace}/{pod}: {exc}") from None
+            raise CniError(INVALID, f"{who}: {exc}") from None
 
     def _wait_routed(self, namespace: str, pod: str, uid: str | None,
                      only: str | None = None) -> list[PodNetwork]:
@@ -208,8 +231,11 @@ class NodeAgent:
         missing: list[str] = []
         while True:
             if networks is None:
-                with contextlib.suppress(CniError):
-                    networks = self._networks_of(namespace, pod)
+                try:
+                    networks = self._networks_of(namespace, pod, uid)
+                except CniError as exc:
+                    if exc.code != TRY_AGAIN:
+                        raise  # it will never come: no use waiting
                 if networks is not None and only is not None:
                     networks = _only_network(networks, only, namespace, pod)
             if networks is not None:
@@ -218,6 +244,8 @@ class NodeAgent:
                            if n not in found or found[n].status.phase is not Phase.ROUTED]
                 if not missing:
                     return [found[n] for n in networks]
+                for network in missing:
+                    _raise_if_invalid(found.get(network))
             left = deadline - time.monotonic()
             if left <= 0:
                 what = (f"networks {', '.join(missing)}" if networks is not None
@@ -251,10 +279,11 @@ class NodeAgent:
 
     def delete(self, body: Mapping[str, Any]) -> dict[str, Any]:
         container_id = _field(body, "containerId")
-        _field(body, "ifName")
+        if_name = _field(body, "ifName")
         netns = body.get("netns") if isinstance(body.get("netns"), str) else None
         with self._lock(container_id):
             records = {pn.key: pn for pn in self.records.values()}
+            unplugged: set[str] = set()
             for provider in self.providers.names():
                 for plug in self._provider_call(self.gateway.plugs, provider, self.node):
                     if plug.container_id != container_id:
@@ -263,7 +292,33 @@ class NodeAgent:
                         provider=provider, network=plug.network, container_id=container_id,
                         if_name=plug.if_name, netns=netns,
                         pod_network=records.get(plug.owner or "")))
+                    unplugged.add(plug.if_name)
+            # what a plug interrupted before it was marked (the agent killed) is listed by
+            # no provider: unplug the pod's interfaces by its records too (idempotent)
+            for name, pn in self._interfaces_of(body, if_name):
+                if name not in unplugged:
+                    self._provider_call(self.gateway.unplug, UnplugContext(
+                        provider=pn.spec.provider, network=pn.spec.network,
+                        container_id=container_id, if_name=name, netns=netns,
+                        pod_network=pn))
         return {}
+
+    def _interfaces_of(self, body: Mapping[str, Any], if_name: str
+                       ) -> list[tuple[str, PodNetwork]]:
+        """The interface names of the pod a request names, with their records on this
+        node, as far as they are known (none when the request names no pod; the default
+        network's alone when the pod can no longer be read)."""
+        namespace, pod = body.get("podNamespace"), body.get("podName")
+        if not isinstance(namespace, str) or not isinstance(pod, str):
+            return []
+        uid = body.get("podUid") if isinstance(body.get("podUid"), str) else None
+        found = self._records_of(namespace, pod, uid)
+        networks: tuple[str, ...] = (DEFAULT_NETWORK,)
+        with contextlib.suppress(CniError, ApiError):
+            networks = self._networks_of(namespace, pod)
+        names = interface_names(if_name, len(networks) - 1)
+        return [(name, found[network]) for network, name in zip(networks, names, strict=True)
+                if network in found]
 
     def check(self, body: Mapping[str, Any]) -> dict[str, Any]:
         container_id = _field(body, "containerId")
@@ -371,6 +426,17 @@ class NodeAgent:
             raise CniError(code, str(exc), details=type(exc).__name__, status=500) from exc
         except ApiError as exc:
             raise CniError(TRY_AGAIN, str(exc), status=503) from exc
+
+
+def _raise_if_invalid(pn: PodNetwork | None) -> None:
+    """Error 7 with the controller's reason when it found the pod's request invalid
+    (``Ready=False``, reason ``InvalidRequest``): the record is not routed until the pod
+    changes, so waiting is no use."""
+    ready = ready_condition(pn) if pn is not None else None
+    if pn is not None and ready is not None and ready.status == "False" \
+            and ready.reason == INVALID_REQUEST:
+        raise CniError(INVALID, ready.message or f"{pn.key}: invalid request",
+                       details=f"PodNetwork {pn.key}: {INVALID_REQUEST}")
 
 
 def _without_default_routes(pn: PodNetwork) -> PodNetwork:

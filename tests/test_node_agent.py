@@ -16,6 +16,7 @@ import ipaddress
 import json
 import os
 import shutil
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -64,22 +65,41 @@ def host() -> Iterator[Host]:
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    s = Stack(tmp_path)
+def underlay() -> Iterator[Underlay]:
+    u = Underlay()
+    try:
+        yield u
+    finally:
+        u.cleanup()
+
+
+@pytest.fixture
+def stack(tmp_path: Path, underlay: Underlay) -> Iterator[Stack]:
+    """The cluster in the underlay's router namespace, the apiserver on the router's
+    underlay address (closed before the underlay goes: it depends on it). Every agent runs
+    in a node namespace: in this one, other tests' agents (other checkouts run them at
+    the same time) would take its links for their leftovers."""
+    s = Stack(tmp_path, netns=underlay.router, address=underlay.router_address)
     try:
         yield s
     finally:
         s.close()
 
 
-def test_two_pods_ping_and_talk_tcp_del_removes_the_veth_not_the_address(
-        stack: Stack, host: Host) -> None:
-    from pyroute2 import IPRoute
+@pytest.fixture
+def node(stack: Stack, underlay: Underlay) -> NodeNamespace:
+    """:data:`NODE` as a namespace of its own on the underlay, its Node created (no agent
+    yet)."""
+    n = underlay.add_node(NODE, POD_CIDR)
+    stack.create([node_object(NODE, POD_CIDR, n.address)])
+    return n
 
+
+def test_two_pods_ping_and_talk_tcp_del_removes_the_veth_not_the_address(
+        stack: Stack, node: NodeNamespace, host: Host) -> None:
     from podnet.plugins.reference.dataplane import veth_names
 
-    stack.create([node_object(NODE, POD_CIDR)])
-    stack.agent()
+    stack.agent(NODE, netns=node.netns)
     client = AgentClient(stack.socket, {"cniVersion": "1.1.0", "name": "podnet",
                                         "type": "podnet-cni"})
     wait_for("the agent's socket", lambda: os.path.exists(stack.socket))
@@ -126,8 +146,7 @@ def test_two_pods_ping_and_talk_tcp_del_removes_the_veth_not_the_address(
     host_b = veth_names(cid_b, "eth0")[0]
     assert client.delete(cid_b, path_b, "b") == (200, {})
     assert client.delete(cid_b, path_b, "b") == (200, {})  # idempotent
-    with IPRoute() as ipr:
-        assert ipr.link_lookup(ifname=host_b) == []
+    assert host_b not in links_in(node.netns)
     assert stack.records()["b"]["status"]["ip"] == ip_b
     assert not ping(ns_a, ip_b)
     # the pod is gone: now the controller releases it
@@ -140,23 +159,17 @@ def test_two_pods_ping_and_talk_tcp_del_removes_the_veth_not_the_address(
     stack.kubectl("delete", "pod", "a", "--wait=false")
     wait_for("a's record released", lambda: "a" not in stack.records())
     host_a = veth_names(cid_a, "eth0")[0]
-    with IPRoute() as ipr:
-        assert ipr.link_lookup(ifname=host_a) != []
-    stack.agent()
+    assert host_a in links_in(node.netns)
+    stack.agent(NODE, netns=node.netns)
     wait_for("the restarted agent ready", lambda: os.path.exists(stack.socket)
              and client.status()[0] == 200)
 
-    def a_gone() -> bool:
-        with IPRoute() as ipr:
-            return ipr.link_lookup(ifname=host_a) == []
-
-    wait_for("a's leftover veth removed", a_gone)
+    wait_for("a's leftover veth removed", lambda: host_a not in links_in(node.netns))
 
 
 def test_add_times_out_with_error_11_and_bad_input_names_the_field(
-        stack: Stack, host: Host, tmp_path: Path) -> None:
-    stack.create([node_object(NODE, POD_CIDR)])
-    stack.agent(add_timeout=1)
+        stack: Stack, node: NodeNamespace, host: Host) -> None:
+    stack.agent(NODE, netns=node.netns, add_timeout=1)
     client = AgentClient(stack.socket, {"cniVersion": "1.1.0", "name": "podnet"})
     wait_for("the agent ready", lambda: os.path.exists(stack.socket)
              and client.status()[0] == 200)
@@ -172,13 +185,11 @@ def test_add_times_out_with_error_11_and_bad_input_names_the_field(
     assert client.gc([]) == (200, {})
 
 
-def test_a_pod_with_two_networks_has_two_interfaces(stack: Stack, host: Host) -> None:
-    from pyroute2 import IPRoute
-
+def test_a_pod_with_two_networks_has_two_interfaces(
+        stack: Stack, node: NodeNamespace, host: Host) -> None:
     from podnet.plugins.reference.dataplane import veth_names
 
-    stack.create([node_object(NODE, POD_CIDR)])
-    stack.agent()
+    stack.agent(NODE, netns=node.netns)
     client = AgentClient(stack.socket, {"cniVersion": "1.1.0", "name": "podnet"})
     wait_for("the agent ready", lambda: os.path.exists(stack.socket)
              and client.status()[0] == 200)
@@ -201,18 +212,17 @@ def test_a_pod_with_two_networks_has_two_interfaces(stack: Stack, host: Host) ->
     assert client.check(cid, path, "multi") == (200, {})
     # GC with the container no longer listed: both host ends go
     assert client.gc([]) == (200, {})
-    with IPRoute() as ipr:
-        for itf in ("eth0", "net1"):
-            assert ipr.link_lookup(ifname=veth_names(cid, itf)[0]) == []
+    for itf in ("eth0", "net1"):
+        assert veth_names(cid, itf)[0] not in links_in(node.netns)
 
 
-def test_the_runtime_runs_podnet_cni_against_the_agent(stack: Stack, host: Host) -> None:
+def test_the_runtime_runs_podnet_cni_against_the_agent(
+        stack: Stack, node: NodeNamespace, host: Host) -> None:
     """The real client: ``podnet-cni`` run as a runtime runs it (environment, config on
     stdin, an older cniVersion), against the real agent: two pods ping each other; CHECK
     passes; DEL removes the interface and, run again, still succeeds."""
 
-    stack.create([node_object(NODE, POD_CIDR)])
-    stack.agent()
+    stack.agent(NODE, netns=node.netns)
     config = {"cniVersion": "0.4.0", "name": "podnet", "type": "podnet-cni",
               "agentSocket": stack.socket}
     wait_for("the agent ready", lambda: run_cni("STATUS", {**config, "cniVersion": "1.1.0"},
@@ -244,33 +254,12 @@ def test_the_runtime_runs_podnet_cni_against_the_agent(stack: Stack, host: Host)
 # --- nodes as network namespaces -----------------------------------------------------------
 
 
-@pytest.fixture
-def underlay() -> Iterator[Underlay]:
-    u = Underlay()
-    try:
-        yield u
-    finally:
-        u.cleanup()
-
-
-@pytest.fixture
-def routed_stack(tmp_path: Path, underlay: Underlay) -> Iterator[Stack]:
-    """The cluster in the underlay's router namespace, the apiserver on the router's
-    underlay address (closed before the underlay goes: it depends on it)."""
-    s = Stack(tmp_path, netns=underlay.router, address=underlay.router_address)
-    try:
-        yield s
-    finally:
-        s.close()
-
-
 def test_pods_on_two_nodes_ping_and_hold_tcp_over_the_underlay(
-        routed_stack: Stack, underlay: Underlay, host: Host) -> None:
+        stack: Stack, underlay: Underlay, host: Host) -> None:
     """Each node its own namespace and its own agent; the bridge and the host ends live
     in the node's namespace; the router routes each podCIDR to its node."""
     from podnet.plugins.reference.dataplane import bridge_name, veth_names
 
-    stack = routed_stack
     nodes = [underlay.add_node("node-a", "10.93.0.0/24"),
              underlay.add_node("node-b", "10.93.1.0/24")]
     stack.create([node_object(n.name, n.pod_cidr, n.address) for n in nodes])
@@ -319,15 +308,13 @@ def test_pods_on_two_nodes_ping_and_hold_tcp_over_the_underlay(
 # --- the hard cases -------------------------------------------------------------------------
 
 
-def _one_node(stack: Stack, underlay: Underlay, *, add_timeout: float = 30
-              ) -> tuple[NodeNamespace, dict[str, Any]]:
-    """One node namespace with its Node and its agent, ready; the plugin's config for it."""
-    node = underlay.add_node(NODE, POD_CIDR)
-    stack.create([node_object(NODE, POD_CIDR, node.address)])
+def _start_agent(stack: Stack, node: NodeNamespace, *, add_timeout: float = 30
+                 ) -> dict[str, Any]:
+    """The node's agent, ready; the plugin's config for it."""
     stack.agent(NODE, netns=node.netns, add_timeout=add_timeout)
     wait_for("the agent ready", AgentClient(stack.socket).ready)
-    return node, {"cniVersion": "1.1.0", "name": "podnet", "type": "podnet-cni",
-                  "agentSocket": stack.socket}
+    return {"cniVersion": "1.1.0", "name": "podnet", "type": "podnet-cni",
+            "agentSocket": stack.socket}
 
 
 def _host_ends(netns: str) -> list[str]:
@@ -362,11 +349,10 @@ def _add_as_a_runtime(config: dict[str, Any], env: dict[str, str], tries: int = 
 
 
 def test_kill_9_of_the_agent_during_50_adds_the_retries_converge_and_del_leaves_nothing(
-        routed_stack: Stack, underlay: Underlay, host: Host) -> None:
+        stack: Stack, node: NodeNamespace, host: Host) -> None:
     from podnet.plugins.reference.dataplane import veth_names
 
-    stack = routed_stack
-    node, config = _one_node(stack, underlay)
+    config = _start_agent(stack, node)
     names = [f"burst-{i:02d}" for i in range(50)]
     stack.create([pod(n) for n in names])
     sandboxes = {n: (*host.netns(), host.container()) for n in names}
@@ -408,3 +394,149 @@ def test_kill_9_of_the_agent_during_50_adds_the_retries_converge_and_del_leaves_
     assert all(d.ok for d in dels), [d.stdout for d in dels if not d.ok]
     assert _host_ends(node.netns) == []
     assert _plugs_in(node.netns) == []
+
+
+def test_half_made_veth_pairs_are_converged_by_add_or_removed_at_start(
+        stack: Stack, node: NodeNamespace, host: Host) -> None:
+    """The states a crash between the dataplane's steps leaves, made by hand: a retried
+    ADD converges each to one pair; the restarted agent removes a marked pair whose
+    record is gone; DEL removes an unmarked pair (its name comes from the container)."""
+    from podnet.plugins.reference.dataplane import ALIAS_MARK, veth_names
+
+    stack.create([pod("peer-on-host"), pod("peer-not-renamed"), pod("unmarked"),
+                  pod("given-up")])
+
+    def half_pair(cid: str, key: str | None, peer_in: str | None) -> None:
+        host_end, peer = veth_names(cid, "eth0")
+        subprocess.run(["ip", "-n", node.netns, "link", "add", host_end, "type", "veth",
+                        "peer", "name", peer, *(["netns", peer_in] if peer_in else [])],
+                       check=True)
+        if key is not None:
+            alias = ALIAS_MARK + json.dumps({"c": cid, "i": "eth0", "n": "default", "k": key},
+                                            separators=(",", ":"))
+            subprocess.run(["ip", "-n", node.netns, "link", "set", host_end, "alias", alias],
+                           check=True)
+
+    sandboxes: dict[str, tuple[str, str, str]] = {}
+    for name in ("peer-on-host", "peer-not-renamed", "unmarked"):
+        ns, path = host.netns()
+        sandboxes[name] = (ns, path, host.container())
+    half_pair(sandboxes["peer-on-host"][2], "default/whatever", None)
+    half_pair(sandboxes["peer-not-renamed"][2], "default/whatever",
+              sandboxes["peer-not-renamed"][0])
+    half_pair(sandboxes["unmarked"][2], None, sandboxes["unmarked"][0])
+    gone = host.container()  # a pod deleted while the agent was down: no record
+    half_pair(gone, "default/gone-0000", None)
+    # an unmarked pair whose runtime gives up on the sandbox: DEL, no second ADD
+    given_up_ns, given_up_path = host.netns()
+    given_up = host.container()
+    half_pair(given_up, None, given_up_ns)
+
+    stack.agent(NODE, netns=node.netns)
+    wait_for("the agent ready", AgentClient(stack.socket).ready)
+    gone_ends = set(veth_names(gone, "eth0"))
+    wait_for("the leftover of the gone record removed",
+             lambda: not gone_ends & set(links_in(node.netns)))
+
+    config = {"cniVersion": "1.1.0", "name": "podnet", "type": "podnet-cni",
+              "agentSocket": stack.socket}
+    for name, (_, path, cid) in sandboxes.items():
+        done = run_cni("ADD", config, {"CNI_CONTAINERID": cid, "CNI_NETNS": path,
+                                       "CNI_ARGS": pod_args(name=name, uid=None)})
+        assert done.ok, f"{name}: {done.stdout}{done.stderr}"
+        records = stack.records()
+        assert links_in(path) == ["eth0", "lo"], name
+        assert addresses_in(path)["eth0"] == [f"{records[name]['status']['ip']}/24"], name
+    wanted = sorted(veth_names(cid, "eth0")[0] for _, _, cid in sandboxes.values())
+    given_up_end = veth_names(given_up, "eth0")[0]
+    assert sorted(_host_ends(node.netns)) == sorted([*wanted, given_up_end])
+    assert sorted(_plugs_in(node.netns)) == wanted  # an unmarked pair is no one's plug
+
+    wait_for("the given-up pod's record", lambda: "given-up" in stack.records())
+    done = run_cni("DEL", config, {"CNI_CONTAINERID": given_up, "CNI_NETNS": given_up_path,
+                                   "CNI_ARGS": pod_args(name="given-up", uid=None)})
+    assert done.ok, done.stdout
+    assert sorted(_host_ends(node.netns)) == wanted
+    assert links_in(given_up_path) == ["lo"]
+
+
+def test_a_sandbox_recreated_for_the_same_pod_gets_the_same_address(
+        stack: Stack, node: NodeNamespace, host: Host) -> None:
+    """DEL of the first sandbox, ADD of a new one (a new container id, a new namespace),
+    as the kubelet does when a pod's sandbox dies: the record's address and MAC again,
+    the old sandbox's host end gone, and the address answers from the new sandbox."""
+    from podnet.plugins.reference.dataplane import veth_names
+
+    config = _start_agent(stack, node)
+    stack.create([pod("again"), pod("peer")])
+    peer_ns, peer_path = host.netns()
+    assert run_cni("ADD", config, {"CNI_CONTAINERID": host.container(), "CNI_NETNS": peer_path,
+                                   "CNI_ARGS": pod_args(name="peer", uid=None)}).ok
+
+    first_ns, first_path = host.netns()
+    first = host.container()
+    env = {"CNI_CONTAINERID": first, "CNI_NETNS": first_path,
+           "CNI_ARGS": pod_args(name="again", uid=None)}
+    done = run_cni("ADD", config, env)
+    assert done.ok, done.stdout + done.stderr
+    before = done.output
+    assert run_cni("DEL", config, env).ok
+    subprocess.run(["ip", "netns", "del", first_ns], check=True)  # the sandbox is gone
+
+    _, second_path = host.netns()
+    second = host.container()
+    done = run_cni("ADD", config, {**env, "CNI_CONTAINERID": second,
+                                   "CNI_NETNS": second_path})
+    assert done.ok, done.stdout + done.stderr
+    after = done.output
+    assert after["ips"] == before["ips"]
+    assert after["interfaces"][0]["mac"] == before["interfaces"][0]["mac"]
+    assert after["interfaces"][0]["sandbox"] == second_path
+    ends = set(_host_ends(node.netns))
+    assert veth_names(first, "eth0")[0] not in ends
+    assert veth_names(second, "eth0")[0] in ends
+    ip = after["ips"][0]["address"].split("/")[0]
+    assert ping(peer_ns, ip), "the recreated sandbox does not answer on its address"
+    assert stack.records()["again"]["status"]["ip"] == ip
+
+
+def test_add_for_a_pod_podnet_never_serves_is_error_7_at_once_and_plumbs_nothing(
+        stack: Stack, node: NodeNamespace, host: Host) -> None:
+    """A host-network pod, a pod bound to another node, a pod whose annotation the
+    controller refused: ADD is error 7 naming the field, not a wait for a record that
+    never comes (the plugin's agentTimeout is well below the agent's wait, so a wait
+    would show as error 11), and nothing is left in the pod's namespace or on the node.
+    A pod that does not exist yet is still a wait: error 11."""
+    config = {**_start_agent(stack, node, add_timeout=60), "agentTimeout": 15}
+    other = "node-elsewhere"
+    stack.create([node_object(other, "10.93.9.0/24"),
+                  pod("on-host", host_network=True),
+                  pod("not-mine", other),
+                  pod("bad-address", annotations={"podnet.io/ip-address": "10.93.0.300"}),
+                  pod("bad-networks", networks="Not_A_Name")])
+    wait_for("the controller's verdict on bad-address",
+             lambda: any(c.get("reason") == "InvalidRequest" for c in
+                         stack.records().get("bad-address", {}).get("status", {})
+                         .get("conditions", [])))
+    cases = {
+        "on-host": ["spec.hostNetwork"],
+        "not-mine": ["spec.nodeName", other],
+        "bad-address": ["metadata.annotations[podnet.io/ip-address]", "10.93.0.300"],
+        "bad-networks": ["podnet.io/networks"],
+    }
+    for name, named in cases.items():
+        _, path = host.netns()
+        done = run_cni("ADD", config, {"CNI_CONTAINERID": host.container(), "CNI_NETNS": path,
+                                       "CNI_ARGS": pod_args(name=name, uid=None)})
+        done.check_error(7, f"default/{name}", *named)
+        assert links_in(path) == ["lo"], name
+        assert _host_ends(node.netns) == [], name
+
+    stack.stop("agent")
+    stack.agent(NODE, netns=node.netns, add_timeout=1)
+    wait_for("the agent ready", AgentClient(stack.socket).ready)
+    _, path = host.netns()
+    done = run_cni("ADD", config, {"CNI_CONTAINERID": host.container(), "CNI_NETNS": path,
+                                   "CNI_ARGS": pod_args(name="not-yet", uid=None)})
+    done.check_error(11, "default/not-yet")
+    assert links_in(path) == ["lo"]

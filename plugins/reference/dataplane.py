@@ -105,7 +105,8 @@ class BridgeDataplane:
                 inside = _index(ns, context.if_name)
                 host_index = _index(ipr, host)
                 if host_index is not None and inside is None:
-                    # half made (the agent died between the steps): made again
+                    # half made (the agent died between the steps; its peer, not yet
+                    # renamed, goes with it): made again
                     ipr.link("del", index=host_index)
                     host_index = None
                 if host_index is None:
@@ -114,21 +115,23 @@ class BridgeDataplane:
                             ErrorKind.FATAL,
                             f"{context.if_name} already exists in {context.netns} and is "
                             "not podnet's", field="ifName")
+                    # a peer left on the host by an older version of this step
                     stale = _index(ipr, peer)
                     if stale is not None:
                         ipr.link("del", index=stale)
-                    ipr.link("add", ifname=host, kind="veth", peer=peer)
+                    # the peer is made in the pod's namespace: one step fewer to be
+                    # interrupted, and never a peer left on the host
+                    fd = os.open(context.netns, os.O_RDONLY)
+                    try:
+                        ipr.link("add", ifname=host, kind="veth",
+                                 peer={"ifname": peer, "net_ns_fd": fd})
+                    finally:
+                        os.close(fd)
                     host_index = _index(ipr, host)
-                    peer_index = _index(ipr, peer)
-                    if host_index is None or peer_index is None:
+                    if host_index is None:
                         raise _fail(f"veth {host} was not created")
                     # marked at once: a leftover of a crash right after is still found
                     ipr.link("set", index=host_index, ifalias=alias)
-                    fd = os.open(context.netns, os.O_RDONLY)
-                    try:
-                        ipr.link("set", index=peer_index, net_ns_fd=fd)
-                    finally:
-                        os.close(fd)
                     moved = _index(ns, peer)
                     if moved is None:
                         raise _fail(f"{peer} did not arrive in {context.netns}")

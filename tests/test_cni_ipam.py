@@ -6,9 +6,9 @@ from ``CNI_PATH``, against ``podnet apiserver``, ``podnet run`` (the reference p
 The node is a network namespace too: the cluster's processes and the Debian plugins run in
 it (``ip netns exec``), so their bridges, veths, host routes and masters live there and go
 with it, and the agent's sweep of leftovers on start sees only this node's links: nothing
-the test makes or removes touches the machine's own network. Each pod's interface
-gets its PodNetwork's address; two pods ping each other; DEL removes the interface and
-leaves the address recorded; CHECK passes, and fails on an address that is not the record's.
+the test makes or removes touches the machine's own network. Each pod's interface gets its
+PodNetwork's address; two pods ping each other; DEL removes the interface and leaves the
+address recorded; CHECK passes, and fails on an address that is not the record's.
 
 Needs root, network namespaces, kubectl and the Debian plugins; skipped with the reason
 otherwise.
@@ -43,7 +43,7 @@ from podnet.testing.waiting import wait_for
 #: where Debian's containernetworking-plugins puts the reference plugins
 DEBIAN_PLUGINS = Path("/usr/lib/cni")
 PLUGINS = ("bridge", "ptp", "macvlan", "ipvlan")
-#: the node's podCIDR (not the bed's, though the node's side is in a namespace anyway)
+#: the node's podCIDR
 POD_CIDR = "10.94.0.0/24"
 
 WHY = (netns_unavailable()
@@ -63,13 +63,17 @@ class Node:
         self.suffix = uuid.uuid4().hex[:6]
         self.namespaces: list[str] = []
         self.name = self.netns("pnnode")
-        # the apiserver listens on the node's loopback
-        self.ip("link", "set", "lo", "up")
-        # podnet-ipam beside nothing else: the Debian plugins are run by their path, and
-        # find their IPAM plugin on CNI_PATH
-        self.bin_dir = tmp / "cni-bin"
-        install_cni(self.bin_dir, tmp / "net.d")
-        self.cni_path = f"{self.bin_dir}:{DEBIAN_PLUGINS}"
+        try:
+            # the apiserver listens on the node's loopback
+            self.ip("link", "set", "lo", "up")
+            # podnet-ipam installed as install-cni installs it; the Debian plugins find
+            # their IPAM plugin on CNI_PATH
+            self.bin_dir = tmp / "cni-bin"
+            install_cni(self.bin_dir, tmp / "net.d")
+            self.cni_path = f"{self.bin_dir}:{DEBIAN_PLUGINS}"
+        except BaseException:
+            self.cleanup()
+            raise
 
     def netns(self, prefix: str = "pnpod") -> str:
         name = f"{prefix}-{uuid.uuid4().hex[:8]}"

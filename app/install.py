@@ -2,9 +2,10 @@
 
 The node agent's DaemonSet runs this in an init container with the host's CNI
 directories mounted: the plugin is one standard-library file, copied as an executable
-script, and the conflist names it and the agent's socket. Both are written to a temporary
-file and renamed, so a runtime never reads half a file, and writing them again changes
-nothing.
+script under both its names (``podnet-cni``, and ``podnet-ipam`` for other plugins' IPAM:
+the name it runs under picks the role), and the conflist names it and the agent's socket.
+Each file is written to a temporary file and renamed, so a runtime never reads half a
+file, and writing them again changes nothing.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["CONFLIST_NAME", "PLUGIN_NAME", "conflist", "install_cni"]
+__all__ = ["CONFLIST_NAME", "IPAM_NAME", "PLUGIN_NAME", "conflist", "install_cni"]
 
 PLUGIN_NAME = "podnet-cni"
+#: the same file as an IPAM plugin of third-party CNI plugins (``"ipam": {"type": ...}``)
+IPAM_NAME = "podnet-ipam"
 #: runtimes take the first config file by name: a low number puts podnet's first
 CONFLIST_NAME = "10-podnet.conflist"
 
@@ -48,16 +51,19 @@ def _replace(path: Path, data: bytes, mode: int) -> bool:
 
 def install_cni(bin_dir: str | Path, conf_dir: str | Path, *, network: str = "podnet",
                 socket_path: str = "/run/podnet/agent.sock") -> list[Path]:
-    """Install the plugin into ``bin_dir`` and its conflist into ``conf_dir``.
+    """Install the plugin (as podnet-cni and podnet-ipam) into ``bin_dir`` and its
+    conflist into ``conf_dir``.
 
-    :return: the files written (empty when both were already in place)."""
+    :return: the files written (empty when all were already in place)."""
     bin_path, conf_path = Path(bin_dir), Path(conf_dir)
     bin_path.mkdir(parents=True, exist_ok=True)
     conf_path.mkdir(parents=True, exist_ok=True)
     written = []
-    plugin = bin_path / PLUGIN_NAME
-    if _replace(plugin, _plugin_source(), 0o755):
-        written.append(plugin)
+    source = _plugin_source()
+    for name in (PLUGIN_NAME, IPAM_NAME):
+        plugin = bin_path / name
+        if _replace(plugin, source, 0o755):
+            written.append(plugin)
     config = conf_path / CONFLIST_NAME
     body = (json.dumps(conflist(network, socket_path), indent=2) + "\n").encode()
     if _replace(config, body, 0o644):

@@ -16,12 +16,15 @@ provider gateway the controller uses:
 - on start, what was plugged for records that no longer exist is unplugged;
 - it reports to the controller, in its node's Lease, the Releasing records it holds no
   interface for (``app/node_report.py``): the controller hands their addresses to other
-  pods only then (the release handshake, ``podnet.core.unplug``).
+  pods only then (the release handshake, ``podnet.core.unplug``);
+- for ``podnet-ipam`` (another CNI plugin plumbs the interface), ``/v1/ipam/*`` answer one
+  PodNetwork's addresses and routes, plug nothing and release nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import logging
 import os
@@ -334,10 +337,10 @@ class NodeAgent:
                                         "gives the default network")
         return ((DEFAULT_NETWORK, None), *attachments)
 
-    def _wait_routed(self, namespace: str, pod: str, uid: str | None, if_name: str
-                     ) -> tuple[Attachments, list[PodNetwork]]:
-        """The pod's networks and every record of them, Routed, in interface order; error
-        11 when the wait runs out."""
+    def _wait_routed(self, namespace: str, pod: str, uid: str | None, if_name: str,
+                     only: str | None = None) -> tuple[Attachments, list[PodNetwork]]:
+        """The pod's networks (or only the network ``only``) and every record of them,
+        Routed, in interface order; error 11 when the wait runs out."""
         deadline = time.monotonic() + self.add_timeout
         attachments: Attachments | None = None
         missing: list[str] = []
@@ -348,6 +351,8 @@ class NodeAgent:
                 except CniError as exc:
                     if exc.code != TRY_AGAIN:
                         raise  # it will never come: no use waiting
+                if attachments is not None and only is not None:
+                    attachments = _only_network(attachments, only, namespace, pod)
             if attachments is not None:
                 networks = [network for network, _ in attachments]
                 found = self._records_of(namespace, pod, uid)
@@ -490,6 +495,56 @@ class NodeAgent:
                     if_name=plug.if_name))
         return {}
 
+    # --- IPAM only (podnet-ipam: another plugin plumbs) ----------------------------------
+
+    def ipam_add(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """The addresses and routes of the pod's record of ``network``, once Routed (the
+        same bounded wait as ADD); nothing is plugged."""
+        namespace, pod, uid, network = _ipam_request(body)
+        _, (pn,) = self._wait_routed(namespace, pod, uid, _field(body, "ifName"), only=network)
+        return ipam_result(_as_plugged(pn))
+
+    def ipam_del(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Nothing to do: the controller releases the address once the pod is gone, so a
+        sandbox made again for the pod gets it back."""
+        _ipam_request(body)
+        return {}
+
+    def ipam_check(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """The caller's addresses (``config.prevResult.ips``) against the record's: each of
+        the record's must be there, and no other address of the record's subnets."""
+        namespace, pod, uid, network = _ipam_request(body)
+        config = body.get("config")
+        prev = config.get("prevResult") if isinstance(config, dict) else None
+        ips = prev.get("ips") if isinstance(prev, dict) else None
+        if not isinstance(ips, list):
+            raise CniError(INVALID, "prevResult.ips: missing (CHECK compares the caller's "
+                                    "addresses with the record)")
+        held = set()
+        for i, ip in enumerate(ips):
+            address = ip.get("address") if isinstance(ip, dict) else None
+            try:
+                if not isinstance(address, str):
+                    raise ValueError(address)
+                held.add(ipaddress.ip_interface(address))
+            except ValueError:
+                raise CniError(INVALID, f"prevResult.ips[{i}].address: not an address with "
+                                        f"a prefix: {address!r}") from None
+        pn = self._records_of(namespace, pod, uid).get(network)
+        if pn is None or pn.status.phase is not Phase.ROUTED:
+            raise CniError(CHECK_FAILED, f"network {network} of {namespace}/{pod} is not "
+                                         "Routed", status=409)
+        for want in _record_addresses(pn):
+            if want not in held:
+                raise CniError(CHECK_FAILED, f"prevResult.ips: {want} of {pn.key} is missing",
+                               status=409)
+            stray = [h for h in held if h != want and h.network == want.network]
+            if stray:
+                raise CniError(CHECK_FAILED, f"prevResult.ips: {stray[0]} is in {pn.key}'s "
+                                             f"subnet {want.network} but not its address",
+                               status=409)
+        return {}
+
     def status(self) -> dict[str, Any]:
         if not self.ready:
             raise CniError(NOT_READY, "podnet node agent has not listed its records yet",
@@ -533,30 +588,78 @@ def _without_default_routes(pn: PodNetwork) -> PodNetwork:
     return attrs.evolve(pn, status=attrs.evolve(pn.status, routes=routes))
 
 
+def _result_ips(pn: PodNetwork, interface: int | None) -> list[dict[str, Any]]:
+    """The record's addresses as CNI result ``ips`` (``interface`` left out when None: an
+    IPAM result's addresses belong to the interface the caller makes)."""
+    st = pn.status
+    ips: list[dict[str, Any]] = []
+    for address, prefix, gateway in ((st.ip, st.prefix_length or 32, st.gateway),
+                                     (st.ipv6, st.ipv6_prefix_length or 128, st.ipv6_gateway)):
+        if not address:
+            continue
+        ip: dict[str, Any] = {"address": f"{address}/{prefix}"}
+        if gateway:
+            ip["gateway"] = gateway
+        if interface is not None:
+            ip["interface"] = interface
+        ips.append(ip)
+    return ips
+
+
+def _result_routes(pn: PodNetwork) -> list[dict[str, Any]]:
+    return [{"dst": route.dst, **({"gw": route.gw} if route.gw else {})}
+            for route in pn.status.routes]
+
+
 def cni_result(plugged: list[tuple[PodNetwork, PlugResult]]) -> dict[str, Any]:
     """The CNI 1.1.0 result of the interfaces plugged, in order."""
     interfaces: list[dict[str, Any]] = []
     ips: list[dict[str, Any]] = []
     routes: list[dict[str, Any]] = []
     for index, (pn, result) in enumerate(plugged):
-        st = pn.status
         interfaces.append({"name": result.name, "mac": result.mac, "sandbox": result.sandbox})
-        if st.ip:
-            ip: dict[str, Any] = {"address": f"{st.ip}/{st.prefix_length or 32}",
-                                  "interface": index}
-            if st.gateway:
-                ip["gateway"] = st.gateway
-            ips.append(ip)
-        if st.ipv6:
-            ip6: dict[str, Any] = {"address": f"{st.ipv6}/{st.ipv6_prefix_length or 128}",
-                                   "interface": index}
-            if st.ipv6_gateway:
-                ip6["gateway"] = st.ipv6_gateway
-            ips.append(ip6)
-        for route in st.routes:
-            routes.append({"dst": route.dst, **({"gw": route.gw} if route.gw else {})})
+        ips.extend(_result_ips(pn, index))
+        routes.extend(_result_routes(pn))
     return {"cniVersion": RESULT_VERSION, "interfaces": interfaces, "ips": ips,
             "routes": routes, "dns": {}}
+
+
+# --- IPAM only: the helpers of NodeAgent.ipam_* ----------------------------------------
+
+
+def ipam_result(pn: PodNetwork) -> dict[str, Any]:
+    """The CNI 1.1.0 IPAM result of one record: its addresses and routes, no interfaces."""
+    return {"cniVersion": RESULT_VERSION, "ips": _result_ips(pn, None),
+            "routes": _result_routes(pn), "dns": {}}
+
+
+def _as_plugged(pn: PodNetwork) -> PodNetwork:
+    """The record as ADD would plug it: an attachment's without default routes."""
+    return pn if pn.spec.network == DEFAULT_NETWORK else _without_default_routes(pn)
+
+
+def _record_addresses(pn: PodNetwork) -> list[ipaddress.IPv4Interface | ipaddress.IPv6Interface]:
+    return [ipaddress.ip_interface(ip["address"]) for ip in _result_ips(pn, None)]
+
+
+def _ipam_request(body: Mapping[str, Any]) -> tuple[str, str, str | None, str]:
+    """(namespace, pod, uid, network) of an IPAM request; error 7 naming the field."""
+    _field(body, "containerId")
+    _field(body, "ifName")
+    return (_field(body, "podNamespace"), _field(body, "podName"),
+            _field(body, "podUid", optional=True), _field(body, "network"))
+
+
+def _only_network(attachments: Attachments, network: str, namespace: str, pod: str
+                  ) -> Attachments:
+    """That network's attachment when the pod has it, else error 7: waiting would not
+    make a record the pod does not ask for."""
+    mine = tuple(a for a in attachments if a[0] == network)
+    if not mine:
+        names = ", ".join(n for n, _ in attachments)
+        raise CniError(INVALID, f"ipam.network: pod {namespace}/{pod} has no network "
+                                f"{network!r} (its networks: {names})")
+    return mine
 
 
 # --- the unix socket server ------------------------------------------------------------
@@ -581,6 +684,9 @@ def _handler(agent: NodeAgent) -> type[BaseHTTPRequestHandler]:
         ("POST", "/v1/cni/del"): agent.delete,
         ("POST", "/v1/cni/check"): agent.check,
         ("POST", "/v1/cni/gc"): agent.gc,
+        ("POST", "/v1/ipam/add"): agent.ipam_add,
+        ("POST", "/v1/ipam/del"): agent.ipam_del,
+        ("POST", "/v1/ipam/check"): agent.ipam_check,
     }
 
     class Handler(BaseHTTPRequestHandler):

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""podnet-cni: the CNI plugin the container runtime executes (CNI specification 1.1.0).
+"""podnet-cni and podnet-ipam: the CNI plugin the container runtime executes (CNI
+specification 1.1.0), and the IPAM plugin other CNI plugins execute.
 
 This file is self-contained on purpose: it imports the standard library only, so it starts
 fast and can be installed onto a host as one executable script (the DaemonSet's init step
@@ -11,6 +12,11 @@ describes the protocol and the plugin's configuration.
 Commands: ADD, DEL, CHECK, STATUS, GC, VERSION. The network configuration comes on stdin,
 the parameters in the ``CNI_*`` environment variables; the result or the error object is
 printed on stdout, and an error exits with status 1.
+
+The same file is both plugins; which one it is comes from the name it runs under
+(``podnet-ipam`` or ``podnet-cni``), else from the configuration (see ``acts_as_ipam``).
+As ``podnet-ipam`` it plumbs nothing: it reads the ``ipam`` section, asks the agent for a
+PodNetwork's addresses and routes, and prints an IPAM result for the calling plugin.
 """
 
 from __future__ import annotations
@@ -34,6 +40,11 @@ DEFAULT_SOCKET = "/run/podnet/agent.sock"
 DEFAULT_TIMEOUT = 60.0
 #: the runtimeConfig capability that may carry the pod's identity
 POD_CAPABILITY = "podnet.io/pod"
+#: the names this file is installed under: the plugin, and the IPAM plugin
+CNI_NAME = "podnet-cni"
+IPAM_NAME = "podnet-ipam"
+#: the podnet network whose PodNetwork podnet-ipam returns when ``ipam.network`` is absent
+IPAM_DEFAULT_NETWORK = "default"
 
 COMMANDS = ("ADD", "DEL", "CHECK", "STATUS", "GC", "VERSION")
 #: the first specification version defining each command (all others: 0.3.1 or before)
@@ -204,18 +215,21 @@ def _ifname(env: Mapping[str, str]) -> str:
     return value
 
 
-def _socket_path(config: Mapping[str, Any]) -> str:
-    path = config.get("agentSocket", DEFAULT_SOCKET)
+def _socket_path(section: Mapping[str, Any], where: str = "") -> str:
+    """``agentSocket`` of ``section`` (the configuration, or its ``ipam`` section: ``where``
+    is the prefix naming it in messages)."""
+    path = section.get("agentSocket", DEFAULT_SOCKET)
     if not isinstance(path, str) or not path:
-        raise CniError(INVALID_CONFIG, f"agentSocket: must be a non-empty string, got {path!r}")
+        raise CniError(INVALID_CONFIG,
+                       f"{where}agentSocket: must be a non-empty string, got {path!r}")
     return path
 
 
-def _timeout(config: Mapping[str, Any]) -> float:
-    value = config.get("agentTimeout", DEFAULT_TIMEOUT)
+def _timeout(section: Mapping[str, Any], where: str = "") -> float:
+    value = section.get("agentTimeout", DEFAULT_TIMEOUT)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise CniError(INVALID_CONFIG,
-                       f"agentTimeout: must be a positive number of seconds, got {value!r}")
+        raise CniError(INVALID_CONFIG, f"{where}agentTimeout: must be a positive number of "
+                       f"seconds, got {value!r}")
     return float(value)
 
 
@@ -309,13 +323,14 @@ def _read_response(stream: Any) -> tuple[int, bytes]:
     return status, stream.read()
 
 
-def ask_agent(config: Mapping[str, Any], method: str, target: str, body: Any,
-              unavailable: int) -> dict[str, Any]:
+def ask_agent(section: Mapping[str, Any], method: str, target: str, body: Any,
+              unavailable: int, where: str = "") -> dict[str, Any]:
     """The agent's answer to one request: the JSON object of a 2xx, else the CNI error it
     answered (raised as it is). ``unavailable`` is the code for an agent that cannot be
-    reached or answers something that is no CNI error."""
-    path = _socket_path(config)
-    timeout = _timeout(config)
+    reached or answers something that is no CNI error. ``section`` holds ``agentSocket``
+    and ``agentTimeout`` (named with the prefix ``where`` in messages)."""
+    path = _socket_path(section, where)
+    timeout = _timeout(section, where)
     try:
         status, payload = agent_request(path, method, target, body, timeout)
     except AgentUnreachable as exc:
@@ -393,9 +408,22 @@ def convert_result(result: Mapping[str, Any], version: str) -> dict[str, Any]:
 # --- the commands --------------------------------------------------------------------------
 
 
-def run(env: Mapping[str, str], stdin: bytes) -> tuple[int, str]:
-    """One invocation: (exit status, stdout)."""
+def acts_as_ipam(program: str, config: Mapping[str, Any]) -> bool:
+    """Whether this invocation is podnet-ipam's. The name the file runs under decides when
+    it is one of the two installed names; under any other (``python -m podnet.cni``, the
+    source file) the configuration does: a ``type`` other than podnet-cni with an ``ipam``
+    section means another plugin is executing its IPAM plugin, which is this file."""
+    name = os.path.basename(program)
+    if name in (IPAM_NAME, CNI_NAME):
+        return name == IPAM_NAME
+    return config.get("type", CNI_NAME) != CNI_NAME and isinstance(config.get("ipam"), dict)
+
+
+def run(env: Mapping[str, str], stdin: bytes, program: str = "") -> tuple[int, str]:
+    """One invocation: (exit status, stdout). ``program`` is the name the file runs under
+    (``sys.argv[0]``): it may pick the IPAM role."""
     version = SPEC_VERSION
+    role = CNI_NAME
     try:
         command = env.get("CNI_COMMAND", "")
         if not command:
@@ -408,12 +436,16 @@ def run(env: Mapping[str, str], stdin: bytes) -> tuple[int, str]:
                              "supportedVersions": list(SUPPORTED_VERSIONS)})
         config = parse_config(stdin)
         version = version_of(config, command)
-        answer = _dispatch(command, env, config, version)
+        if acts_as_ipam(program, config):
+            role = IPAM_NAME
+            answer = _dispatch_ipam(command, env, config, version)
+        else:
+            answer = _dispatch(command, env, config, version)
         return 0, "" if answer is None else _dump(answer)
     except CniError as exc:
         return 1, _dump(exc.to_json(version))
     except Exception as exc:  # the runtime still gets the error object it expects
-        return 1, _dump(CniError(INTERNAL_ERROR, f"podnet-cni internal error: "
+        return 1, _dump(CniError(INTERNAL_ERROR, f"{role} internal error: "
                                  f"{type(exc).__name__}: {exc}").to_json(version))
 
 
@@ -429,15 +461,8 @@ def _dispatch(command: str, env: Mapping[str, str], config: dict[str, Any], vers
                   {"cniVersion": version, "network": network, "config": config,
                    "validAttachments": attachments}, TRY_AGAIN_LATER)
         return None
-    container = _container_id(env)
-    netns = env.get("CNI_NETNS") or None
-    if netns is None and command in ("ADD", "CHECK"):
-        raise CniError(INVALID_ENVIRONMENT, f"CNI_NETNS: missing (required for {command})")
-    ifname = _ifname(env)
-    namespace, name, uid = pod_identity(parse_cni_args(env.get("CNI_ARGS", "")), config)
-    body = {"cniVersion": version, "containerId": container, "netns": netns,
-            "ifName": ifname, "podNamespace": namespace, "podName": name, "podUid": uid,
-            "network": network, "config": config}
+    body = _attachment_body(command, env, config, version, network, netns_required=True)
+    netns = body["netns"]
     if command == "DEL":
         try:
             ask_agent(config, "POST", "/v1/cni/del", body, TRY_AGAIN_LATER)
@@ -457,13 +482,70 @@ def _dispatch(command: str, env: Mapping[str, str], config: dict[str, Any], vers
     return convert_result(result, version)
 
 
+def _attachment_body(command: str, env: Mapping[str, str], config: dict[str, Any],
+                     version: str, network: str, *, netns_required: bool) -> dict[str, Any]:
+    """The request body of ADD, DEL and CHECK (and of their IPAM forms) from the
+    environment: the container, its netns and interface, the pod."""
+    container = _container_id(env)
+    netns = env.get("CNI_NETNS") or None
+    if netns is None and netns_required and command in ("ADD", "CHECK"):
+        raise CniError(INVALID_ENVIRONMENT, f"CNI_NETNS: missing (required for {command})")
+    ifname = _ifname(env)
+    namespace, name, uid = pod_identity(parse_cni_args(env.get("CNI_ARGS", "")), config)
+    return {"cniVersion": version, "containerId": container, "netns": netns,
+            "ifName": ifname, "podNamespace": namespace, "podName": name, "podUid": uid,
+            "network": network, "config": config}
+
+
+# --- podnet-ipam: the IPAM role ------------------------------------------------------------
+
+
+def ipam_section(config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """The ``ipam`` section and the podnet network it names (``ipam.network``, default
+    ``default``); error 7 naming the field when either is malformed."""
+    section = config.get("ipam")
+    if not isinstance(section, dict):
+        raise CniError(INVALID_CONFIG, "ipam: missing from the network configuration (podnet-"
+                       "ipam reads its section)" if section is None
+                       else f"ipam: must be an object, got {type(section).__name__}")
+    network = section.get("network", IPAM_DEFAULT_NETWORK)
+    if not isinstance(network, str) or not network:
+        raise CniError(INVALID_CONFIG,
+                       f"ipam.network: must be a non-empty string, got {network!r}")
+    return section, network
+
+
+def _dispatch_ipam(command: str, env: Mapping[str, str], config: dict[str, Any],
+                   version: str) -> dict[str, Any] | None:
+    section, network = ipam_section(config)
+    if command == "STATUS":
+        ask_agent(section, "GET", "/v1/cni/status", None, NOT_AVAILABLE, "ipam.")
+        return None
+    if command == "GC":
+        # the IPAM role holds nothing on the host: the controller releases addresses
+        return None
+    # IPAM plumbs nothing in the pod's namespace: CNI_NETNS is passed on, not required
+    body = _attachment_body(command, env, config, version, network, netns_required=False)
+    if command == "DEL":
+        try:
+            ask_agent(section, "POST", "/v1/ipam/del", body, TRY_AGAIN_LATER, "ipam.")
+        except AgentDown:
+            pass  # DEL releases nothing, so an absent agent leaves nothing behind
+        return None
+    if command == "CHECK":
+        ask_agent(section, "POST", "/v1/ipam/check", body, TRY_AGAIN_LATER, "ipam.")
+        return None
+    result = ask_agent(section, "POST", "/v1/ipam/add", body, TRY_AGAIN_LATER, "ipam.")
+    return convert_result(result, version)
+
+
 def _dump(obj: Mapping[str, Any]) -> str:
     return json.dumps(obj, indent=2) + "\n"
 
 
 def main() -> int:
     stdin = b"" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer.read()
-    status, out = run(os.environ, stdin)
+    status, out = run(os.environ, stdin, sys.argv[0] if sys.argv else "")
     sys.stdout.write(out)
     sys.stdout.flush()
     return status

@@ -558,3 +558,82 @@ def test_the_agent_names_a_pods_interfaces(attachments: Any, names: list[str]) -
     from podnet.app.node import interface_names
 
     assert interface_names("eth0", attachments) == names
+
+
+# --- podnet-ipam: the same file as another plugin's IPAM ------------------------------------
+
+#: what the peer answers for an IPAM ADD: addresses and routes, no interfaces
+IPAM_RESULT = {
+    "cniVersion": "1.1.0",
+    "ips": [{"address": "10.0.0.5/24", "gateway": "10.0.0.1"},
+            {"address": "fd00::5/64", "gateway": "fd00::1"}],
+    "routes": [{"dst": "0.0.0.0/0", "gw": "10.0.0.1"}],
+    "dns": {},
+}
+
+
+def ipam_conf(socket: str, version: str = "1.0.0", **ipam: Any) -> dict[str, Any]:
+    """A bridge plugin's configuration with podnet-ipam as its IPAM (the role the source
+    file takes from it: type is not podnet-cni, there is an ipam section)."""
+    return {"cniVersion": version, "name": "bridged", "type": "bridge", "bridge": "cni0",
+            "ipam": {"type": "podnet-ipam", "agentSocket": socket, **ipam}}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_ipam_add_asks_for_its_network_and_prints_an_ipam_result(
+        peer: ProtocolTestPeer, version: str) -> None:
+    peer.forced["/v1/ipam/add"] = (200, IPAM_RESULT)
+    config = ipam_conf(peer.path, version, network="blue")
+    result = run_cni("ADD", config, env(None))  # an IPAM plugin needs no netns
+    assert result.ok, result
+    out = result.output
+    assert out["cniVersion"] == version
+    assert set(out) == {"cniVersion", "ips", "routes", "dns"}
+    assert [ip["address"] for ip in out["ips"]] == ["10.0.0.5/24", "fd00::5/64"]
+    assert all("interface" not in ip for ip in out["ips"])
+    if version in ("0.3.1", "0.4.0"):
+        assert [ip["version"] for ip in out["ips"]] == ["4", "6"]
+    else:
+        assert all("version" not in ip for ip in out["ips"])
+    (method, target, body), = peer.requests
+    assert (method, target) == ("POST", "/v1/ipam/add")
+    assert body == {"cniVersion": version, "containerId": CONTAINER, "netns": None,
+                    "ifName": "eth0", "podNamespace": "default", "podName": "pod-a",
+                    "podUid": "uid-a", "network": "blue", "config": config}
+
+
+def test_ipam_network_is_default_unless_given(peer: ProtocolTestPeer, netns: Path) -> None:
+    peer.forced["/v1/ipam/add"] = (200, IPAM_RESULT)
+    assert run_cni("ADD", ipam_conf(peer.path), env(netns)).ok
+    assert peer.requests[-1][2]["network"] == "default"
+
+
+def test_ipam_del_check_gc(peer: ProtocolTestPeer, netns: Path, sockdir: Path) -> None:
+    peer.forced["/v1/ipam/del"] = (200, {})
+    peer.forced["/v1/ipam/check"] = (200, {})
+    result = run_cni("DEL", ipam_conf(peer.path), env(netns))
+    assert (result.exit_code, result.stdout) == (0, "")
+    prev = {"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.5/24", "interface": 0}]}
+    result = run_cni("CHECK", {**ipam_conf(peer.path), "prevResult": prev}, env(netns))
+    assert (result.exit_code, result.stdout) == (0, "")
+    assert [t for _, t, _ in peer.requests] == ["/v1/ipam/del", "/v1/ipam/check"]
+    assert peer.requests[-1][2]["config"]["prevResult"] == prev
+    # GC: the IPAM role holds nothing on the host, so it asks nothing
+    assert run_cni("GC", ipam_conf(peer.path, version="1.1.0")).ok
+    assert len(peer.requests) == 2
+    # the agent down: DEL releases nothing anyway, so it succeeds; ADD must be tried again
+    down = str(sockdir / "nobody.sock")
+    assert run_cni("DEL", ipam_conf(down), env(netns)).ok
+    run_cni("ADD", ipam_conf(down), env(netns)).check_error(11, down)
+
+
+def test_ipam_bad_section_names_the_field(peer: ProtocolTestPeer, netns: Path) -> None:
+    # (an ipam that is no object makes the source file podnet-cni; under the name
+    # podnet-ipam it is error 7 naming ipam: tests/test_cni_ipam.py)
+    base = ipam_conf(peer.path)
+    for section, field in (({"type": "podnet-ipam", "network": 5}, "ipam.network"),
+                           ({"type": "podnet-ipam", "network": ""}, "ipam.network"),
+                           ({"type": "podnet-ipam", "agentSocket": ""}, "ipam.agentSocket"),
+                           ({"type": "podnet-ipam", "agentTimeout": 0}, "ipam.agentTimeout")):
+        run_cni("ADD", {**base, "ipam": section}, env(netns)).check_error(7, field)
+    assert peer.requests == []

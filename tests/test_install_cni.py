@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from podnet.app.cli import main
-from podnet.app.install import CONFLIST_NAME, PLUGIN_NAME, install_cni
+from podnet.app.install import CONFLIST_NAME, IPAM_NAME, PLUGIN_NAME, install_cni
 from podnet.testing.cni import run_cni
 
 
@@ -16,8 +16,12 @@ def test_install_puts_a_runnable_plugin_and_a_conflist(tmp_path: Path) -> None:
     bin_dir, conf_dir = tmp_path / "bin", tmp_path / "net.d"
     written = install_cni(bin_dir, conf_dir, socket_path="/run/podnet/test.sock")
     plugin, conf = bin_dir / PLUGIN_NAME, conf_dir / CONFLIST_NAME
-    assert written == [plugin, conf]
+    ipam = bin_dir / IPAM_NAME
+    assert written == [plugin, ipam, conf]
     assert plugin.stat().st_mode & 0o777 == 0o755
+    # the IPAM plugin is the same file under the name that picks its role
+    assert ipam.stat().st_mode & 0o777 == 0o755
+    assert ipam.read_bytes() == plugin.read_bytes()
     config = json.loads(conf.read_text())
     assert config["plugins"] == [{"type": PLUGIN_NAME, "agentSocket": "/run/podnet/test.sock"}]
     # the installed single file answers as the runtime calls it, by itself

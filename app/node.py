@@ -40,6 +40,7 @@ from typing import Any
 
 import attrs
 
+from podnet.app.ipam_grants import IpamGrants
 from podnet.app.node_report import DEFAULT_BATCH, NodeReporter
 from podnet.core.annotations import NETWORKS, annotation_field, parse_attachments
 from podnet.core.clock import SystemClock
@@ -168,7 +169,7 @@ class NodeAgent:
     def __init__(self, cluster: Cluster, providers: Providers, node: str, *,
                  add_timeout: float = DEFAULT_ADD_TIMEOUT,
                  tracing: Tracing | None = None, namespace: str = DEFAULT_NAMESPACE,
-                 report_batch: float = DEFAULT_BATCH) -> None:
+                 report_batch: float = DEFAULT_BATCH, state_dir: str | None = None) -> None:
         self.cluster = cluster
         self.providers = providers
         self.node = node
@@ -195,6 +196,8 @@ class NodeAgent:
         #: Releasing record has no interface, no plug for it may start
         self._plugging: Counter[str] = Counter()
         self._state_lock = threading.Lock()
+        #: addresses handed to other CNI plugins (podnet-ipam), until their DEL
+        self.grants = IpamGrants(os.path.join(state_dir, "ipam") if state_dir else None)
         self.reporter = NodeReporter(cluster, node, namespace, self.report, batch=report_batch)
         self._reporter_thread: threading.Thread | None = None
 
@@ -239,6 +242,7 @@ class NodeAgent:
             plugged = {plug.owner for provider in self.providers.names()
                        for plug in self.gateway.plugs(provider, self.node) if plug.owner}
             plugged.update(self._plugging)
+            plugged.update(self.grants.owners())
             unplugged = {pn.metadata.uid for pn in self.records.values()
                          if pn.status.phase is Phase.RELEASING and pn.metadata.uid
                          and pn.key not in plugged}
@@ -280,6 +284,7 @@ class NodeAgent:
                     provider=provider, network=plug.network, container_id=plug.container_id,
                     if_name=plug.if_name))
                 removed += 1
+        removed += self.grants.keep_only(set(self.records.keys()))
         self.reporter.poke()
         return removed
 
@@ -501,13 +506,26 @@ class NodeAgent:
         """The addresses and routes of the pod's record of ``network``, once Routed (the
         same bounded wait as ADD); nothing is plugged."""
         namespace, pod, uid, network = _ipam_request(body)
-        _, (pn,) = self._wait_routed(namespace, pod, uid, _field(body, "ifName"), only=network)
+        container_id, if_name = _field(body, "containerId"), _field(body, "ifName")
+        if not self.ready:
+            raise CniError(TRY_AGAIN, "podnet node agent is starting: its records are not "
+                                      "listed or its first report not written yet", status=503)
+        _, (pn,) = self._wait_routed(namespace, pod, uid, if_name, only=network)
+        # granted while marked as plugging: no report can call the record unplugged between
+        with self._plugging_of([pn]):
+            try:
+                self.grants.grant(container_id, if_name, pn.key)
+            except ValueError as exc:
+                raise CniError(INVALID, f"containerId, ifName: {exc}") from None
         return ipam_result(_as_plugged(pn))
 
     def ipam_del(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Nothing to do: the controller releases the address once the pod is gone, so a
-        sandbox made again for the pod gets it back."""
+        """The grant goes (the calling plugin has removed its interface); the address is
+        not released: the controller does that once the pod is gone, so a sandbox made
+        again for the pod gets it back."""
         _ipam_request(body)
+        self.grants.revoke(_field(body, "containerId"), _field(body, "ifName"))
+        self.reporter.poke()
         return {}
 
     def ipam_check(self, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -764,7 +782,7 @@ def run(cluster: Cluster, providers: Providers, *, node: str, socket_path: str,
         stop: threading.Event | None = None) -> int:
     """Start the agent, serve until ``stop`` (or a signal's KeyboardInterrupt)."""
     agent = NodeAgent(cluster, providers, node, add_timeout=add_timeout, namespace=namespace,
-                      tracing=tracing)
+                      tracing=tracing, state_dir=os.path.dirname(socket_path) or ".")
     server = listen(agent, socket_path)
     thread = threading.Thread(target=server.serve_forever, name="podnet-node-http",
                               daemon=True)

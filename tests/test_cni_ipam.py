@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -336,3 +337,27 @@ def test_the_role_comes_from_the_name_else_the_config(tmp_path: Path) -> None:
     done = run_cni("ADD", as_cni, {"CNI_CONTAINERID": "c1", "CNI_NETNS": "/x"},
                    argv=[str(tmp_path / "bin" / IPAM_NAME)])
     done.check_error(7, "ipam")
+
+
+@pytest.mark.slow
+@needs_packets
+def test_a_granted_address_waits_for_the_plugins_del(stack: Stack, node: Node) -> None:
+    """The release handshake for IPAM only: the agent cannot see the other plugin's
+    interface, so the address it handed out stays the pod's until that plugin's DEL, even
+    once the pod is gone."""
+    start_agent(stack, node)
+    config = plugin_config("bridge", "1.0.0", stack.socket, "", f"pnb{node.suffix}")
+    stack.create([pod("a", networks=ATTACHMENT)])
+    ns = node.netns()
+    env = {"CNI_CONTAINERID": uuid.uuid4().hex, "CNI_NETNS": f"/run/netns/{ns}",
+           "CNI_ARGS": pod_args(name="a", uid=None)}
+    assert node.plugin("bridge", "ADD", config, env).ok
+    ip = stack.records()["a"]["status"]["ip"]
+    stack.kubectl("delete", "pod", "a", "--wait=false")
+    wait_for("a's record Releasing", lambda: stack.records().get("a", {}).get(
+        "status", {}).get("phase") == "Releasing", 30, interval=0.3)
+    time.sleep(3)  # more than the controller needs to release an address it may
+    assert stack.records()["a"]["status"]["ip"] == ip, "released while the grant stands"
+    assert node.plugin("bridge", "DEL", config, env).ok
+    wait_for("a's record released after the plugin's DEL",
+             lambda: "a" not in stack.records(), 30, interval=0.3)

@@ -1,0 +1,96 @@
+"""The addresses the node agent has handed to other CNI plugins and not yet taken back.
+
+With ``podnet-ipam`` another plugin (Debian's ``bridge``, ``macvlan``, ...) makes the pod's
+interface, so the agent cannot look at the host to tell whether an address is still in
+use. It keeps a grant per container and interface instead, from the IPAM ``ADD`` to the
+IPAM ``DEL``, and reports the grants' records as plugged: the controller hands a Releasing
+record's address to another pod only once its grants are gone (the release handshake).
+
+A grant is a file ``<container>.<interface>`` holding the record's key, in a directory
+only root may read, so an agent restarted in between still knows them; without a
+directory (the demo) they live in memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import threading
+
+#: what a container id and an interface name may be to name a file: the plugin holds
+#: runtimes to the CNI rules, which are narrower still
+_SAFE = re.compile(r"[A-Za-z0-9_.-]{1,256}")
+
+
+class IpamGrants:
+    def __init__(self, directory: str | None) -> None:
+        self.directory = directory
+        self._memory: dict[str, str] = {}
+        self._lock = threading.Lock()
+        if directory is not None:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+
+    @staticmethod
+    def _name(container_id: str, if_name: str) -> str:
+        if not (_SAFE.fullmatch(container_id) and _SAFE.fullmatch(if_name)) or if_name in (
+                ".", ".."):
+            raise ValueError(f"container {container_id!r} / interface {if_name!r}: not "
+                             "usable as a grant's name")
+        return f"{container_id}.{if_name}"
+
+    def grant(self, container_id: str, if_name: str, record: str) -> None:
+        name = self._name(container_id, if_name)
+        with self._lock:
+            self._memory[name] = record
+            if self.directory is None:
+                return
+            path = os.path.join(self.directory, name)
+            tmp = f"{path}.tmp"
+            with open(tmp, "w") as f:
+                f.write(record)
+            os.replace(tmp, path)  # a reader never sees half a grant
+
+    def revoke(self, container_id: str, if_name: str | None = None) -> None:
+        """The grant of that interface, or every grant of the container."""
+        with self._lock:
+            for name in list(self._names()):
+                container, _, interface = name.rpartition(".")
+                if container == container_id and (if_name is None or interface == if_name):
+                    self._memory.pop(name, None)
+                    if self.directory is not None:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(os.path.join(self.directory, name))
+
+    def keep_only(self, records: set[str]) -> int:
+        """Drop the grants of records not in ``records`` (gone while the agent was down:
+        nothing waits for them any more); how many were dropped."""
+        dropped = 0
+        with self._lock:
+            for name in self._names():
+                if self._read(name) not in records:
+                    self._memory.pop(name, None)
+                    if self.directory is not None:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(os.path.join(self.directory, name))
+                    dropped += 1
+        return dropped
+
+    def _read(self, name: str) -> str | None:
+        if self.directory is None:
+            return self._memory.get(name)
+        try:
+            with open(os.path.join(self.directory, name)) as f:
+                return f.read().strip()
+        except FileNotFoundError:
+            return None
+
+    def owners(self) -> set[str]:
+        """The keys of the records that have a grant."""
+        with self._lock:
+            return {r for r in map(self._read, self._names()) if r is not None}
+
+    def _names(self) -> list[str]:
+        if self.directory is None:
+            return list(self._memory)
+        return [n for n in os.listdir(self.directory) if not n.endswith(".tmp")]

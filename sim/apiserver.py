@@ -1411,7 +1411,9 @@ def _causes(exc: ApiError) -> Obj | None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``podnet apiserver`` options."""
     parser.add_argument(
-        "--host", default="127.0.0.1", help="address to bind (default: %(default)s)"
+        "--address", "--host", dest="address", default="127.0.0.1",
+        help="address to listen on (default: %(default)s); listen elsewhere only when "
+        "configured so (a test's underlay: no authentication is asked)",
     )
     parser.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one")
     parser.add_argument(
@@ -1441,7 +1443,7 @@ def run(args: argparse.Namespace) -> int:
             previous[sig] = signal.signal(sig, lambda *_: done.set())
     try:
         server = ApiServer(
-            host=args.host,
+            host=args.address,
             port=args.port,
             bookmark_interval=args.bookmark_interval,
             crd_dir=args.crds,

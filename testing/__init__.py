@@ -17,7 +17,7 @@ else:
     # the kit's own asserts explain themselves in a failing provider's test run
     pytest.register_assert_rewrite(
         "podnet.testing.harness", "podnet.testing.conformance", "podnet.testing.chaos",
-        "podnet.testing.plugin",
+        "podnet.testing.plugin", "podnet.testing.nodebed",
     )
     from podnet.testing.plugin import (  # noqa: F401
         cluster,

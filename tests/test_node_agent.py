@@ -1,7 +1,7 @@
 """The node agent with real packets: ``podnet apiserver``, ``podnet run`` (the reference
 provider) and ``podnet node`` as separate processes; "pods" are network namespaces the test
-makes; the test drives the agent over its unix socket exactly as the CNI plugin does
-(:class:`AgentClient`: swap it for a driver of the ``podnet-cni`` binary later).
+makes (the bed is the kit's, :mod:`podnet.testing.nodebed`); the test drives the agent over
+its unix socket as the CNI plugin does (:class:`AgentClient`), or runs the plugin itself.
 
 Two pods on the node ping each other and hold a TCP connection over the reference bridge
 network; a DEL removes the pod's veth and leaves its address recorded, released only once
@@ -12,207 +12,37 @@ Needs root, network namespaces and kubectl; skipped with the reason otherwise.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import textwrap
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from podnet.testing.netns import netns_unavailable
+from podnet.testing.nodebed import (
+    ATTACHMENT,
+    NODE,
+    POD_CIDR,
+    AgentClient,
+    Host,
+    Stack,
+    TcpServer,
+    addresses_in,
+    node_object,
+    ping,
+    pod,
+    tcp_talk,
+)
 from podnet.testing.waiting import wait_for as _wait_for
 
 WHY = netns_unavailable() or (None if shutil.which("kubectl") else "kubectl is not installed")
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(WHY is not None, reason=WHY or "")]
 
-NODE = "node-00"
-POD_CIDR = "10.93.0.0/24"
-#: an attachment network the reference provider serves too
-ATTACHMENT = "blue"
-
-
-# --- the test driver: the plugin's side of the protocol -----------------------------------
-
-
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self.path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.path)
-
-
-class AgentClient:
-    """The CNI plugin's half of the protocol (docs/node.md), as a test driver."""
-
-    def __init__(self, socket_path: str, network_config: dict[str, Any]) -> None:
-        self.socket_path = socket_path
-        self.config = network_config
-
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None,
-                timeout: float = 90.0) -> tuple[int, dict[str, Any]]:
-        conn = _UnixConnection(self.socket_path, timeout)
-        try:
-            data = json.dumps(body).encode() if body is not None else None
-            conn.request(method, path, body=data,
-                         headers={"Content-Type": "application/json"} if data else {})
-            resp = conn.getresponse()
-            return resp.status, json.loads(resp.read() or b"{}")
-        finally:
-            conn.close()
-
-    def _body(self, container_id: str, netns: str | None, pod: str,
-              if_name: str = "eth0") -> dict[str, Any]:
-        return {"cniVersion": "1.1.0", "containerId": container_id, "netns": netns,
-                "ifName": if_name, "podNamespace": "default", "podName": pod, "podUid": None,
-                "network": self.config["name"], "config": self.config}
-
-    def add(self, container_id: str, netns: str, pod: str) -> tuple[int, dict[str, Any]]:
-        return self.request("POST", "/v1/cni/add", self._body(container_id, netns, pod))
-
-    def delete(self, container_id: str, netns: str | None, pod: str
-               ) -> tuple[int, dict[str, Any]]:
-        return self.request("POST", "/v1/cni/del", self._body(container_id, netns, pod))
-
-    def check(self, container_id: str, netns: str, pod: str) -> tuple[int, dict[str, Any]]:
-        return self.request("POST", "/v1/cni/check", self._body(container_id, netns, pod))
-
-    def gc(self, valid: list[str]) -> tuple[int, dict[str, Any]]:
-        return self.request("POST", "/v1/cni/gc", {
-            "cniVersion": "1.1.0", "network": self.config["name"], "config": self.config,
-            "validAttachments": [{"containerID": c, "ifname": "eth0"} for c in valid]})
-
-    def status(self) -> tuple[int, dict[str, Any]]:
-        return self.request("GET", "/v1/cni/status", timeout=5)
-
-
-# --- the cluster as separate processes ---------------------------------------------------
-
-
-class Stack:
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.kubeconfig = tmp / "kubeconfig"
-        self.procs: dict[str, subprocess.Popen[str]] = {}
-        api = self.spawn("apiserver", ["apiserver", "--port", "0", "--kubeconfig-out",
-                                       str(self.kubeconfig)])
-        assert api.stdout is not None
-        url = api.stdout.readline().strip()
-        assert url.startswith("http://127.0.0.1:"), url
-        config = tmp / "controller.yaml"
-        config.write_text(yaml.safe_dump({
-            "defaultProvider": "reference",
-            "providers": {"reference": {"state_file": str(tmp / "cloud.json")}},
-            "policies": {"reference": {"minIdle": 2, "maxIdle": 6}},
-            "networks": {ATTACHMENT: {"provider": "reference"}},
-            "listen": "127.0.0.1:0",
-        }))
-        self.spawn("controller", ["run", "--kubeconfig", str(self.kubeconfig), "--provider",
-                                  "reference", "--config", str(config), "--no-leader-elect"])
-        self.socket = str(tmp / "run" / "agent.sock")
-
-    def spawn(self, name: str, args: list[str]) -> subprocess.Popen[str]:
-        log = open(self.tmp / f"{name}.log", "a")  # noqa: SIM115 - lives with the process
-        proc = subprocess.Popen([sys.executable, "-m", "podnet.app.cli", *args],
-                                stdout=subprocess.PIPE, stderr=log, text=True)
-        self.procs[name] = proc
-        return proc
-
-    def agent(self) -> subprocess.Popen[str]:
-        return self.spawn("agent", ["node", "--node", NODE, "--kubeconfig", str(self.kubeconfig),
-                                    "--provider", "reference", "--socket", self.socket,
-                                    "--add-timeout", "60"])
-
-    def stop(self, name: str) -> None:
-        proc = self.procs.pop(name)
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        if proc.stdout is not None:
-            proc.stdout.close()
-
-    def kubectl(self, *args: str, input: str | None = None) -> str:
-        run = subprocess.run(["kubectl", "--kubeconfig", str(self.kubeconfig),
-                              "--request-timeout=20s", *args], input=input,
-                             capture_output=True, text=True, timeout=60, check=False)
-        assert run.returncode == 0, f"kubectl {' '.join(args)}: {run.stderr}"
-        return run.stdout
-
-    def create(self, docs: list[dict[str, Any]]) -> None:
-        self.kubectl("create", "-f", "-", input=yaml.safe_dump_all(docs))
-
-    def records(self, network: str = "default") -> dict[str, dict[str, Any]]:
-        """pod name -> its record of ``network``."""
-        items = json.loads(self.kubectl("get", "podnetworks", "-A", "-o", "json"))["items"]
-        return {pn["spec"]["podName"]: pn for pn in items
-                if pn["spec"].get("network", "default") == network}
-
-    def close(self) -> None:
-        for name in list(self.procs):
-            self.stop(name)
-
-
-def pod(name: str, networks: str | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": "default"}
-    if networks:
-        meta["annotations"] = {"podnet.io/networks": networks}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "busybox"}]},
-            "status": {"phase": "Running"}}
-
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
     _wait_for(what, check, timeout, interval=0.3)
-
-
-# --- host state the test makes, removed also on failure ----------------------------------
-
-
-class Host:
-    def __init__(self) -> None:
-        self.namespaces: list[str] = []
-        self.containers: list[tuple[str, str]] = []
-
-    def netns(self) -> tuple[str, str]:
-        name = f"pntest-{uuid.uuid4().hex[:8]}"
-        subprocess.run(["ip", "netns", "add", name], check=True)
-        self.namespaces.append(name)
-        return name, f"/run/netns/{name}"
-
-    def container(self) -> str:
-        cid = uuid.uuid4().hex
-        self.containers.extend((cid, itf) for itf in ("eth0", "net1"))
-        return cid
-
-    def cleanup(self) -> None:
-        from pyroute2 import IPRoute
-
-        from podnet.plugins.reference.dataplane import bridge_name, veth_names
-
-        for name in self.namespaces:
-            subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
-        with IPRoute() as ipr:
-            names = [veth_names(cid, itf)[i] for cid, itf in self.containers for i in (0, 1)]
-            for name in [*names, bridge_name("default"), bridge_name(ATTACHMENT)]:
-                for index in ipr.link_lookup(ifname=name):
-                    ipr.link("del", index=index)
 
 
 @pytest.fixture
@@ -233,55 +63,13 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         s.close()
 
 
-def in_netns(name: str, code: str, timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["ip", "netns", "exec", name, sys.executable, "-c",
-                           textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, check=False)
-
-
-PING = """
-import socket, struct, sys, time
-def checksum(data):
-    if len(data) % 2:
-        data += b"\\0"
-    s = sum(struct.unpack("!%dH" % (len(data) // 2), data))
-    s = (s >> 16) + (s & 0xFFFF)
-    s += s >> 16
-    return ~s & 0xFFFF
-target = sys.argv[1] if len(sys.argv) > 1 else TARGET
-sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
-sock.settimeout(2)
-for seq in range(5):
-    header = struct.pack("!BBHHH", 8, 0, 0, 0x5050, seq)
-    payload = b"podnet"
-    packet = struct.pack("!BBHHH", 8, 0, checksum(header + payload), 0x5050, seq) + payload
-    sock.sendto(packet, (target, 0))
-    try:
-        while True:
-            data, addr = sock.recvfrom(1024)
-            ihl = (data[0] & 0x0F) * 4
-            kind, _, _, ident, got = struct.unpack("!BBHHH", data[ihl:ihl + 8])
-            if addr[0] == target and kind == 0 and ident == 0x5050:
-                print("reply from", addr[0])
-                sys.exit(0)
-    except socket.timeout:
-        time.sleep(0.2)
-sys.exit(1)
-"""
-
-
-def ping(netns: str, target: str) -> bool:
-    return in_netns(netns, f"TARGET = {target!r}\n" + textwrap.dedent(PING)).returncode == 0
-
-
 def test_two_pods_ping_and_talk_tcp_del_removes_the_veth_not_the_address(
         stack: Stack, host: Host) -> None:
     from pyroute2 import IPRoute
 
     from podnet.plugins.reference.dataplane import veth_names
 
-    stack.create([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
-                   "spec": {"podCIDR": POD_CIDR}}])
+    stack.create([node_object(NODE, POD_CIDR)])
     stack.agent()
     client = AgentClient(stack.socket, {"cniVersion": "1.1.0", "name": "podnet",
                                         "type": "podnet-cni"})
@@ -320,35 +108,10 @@ def test_two_pods_ping_and_talk_tcp_del_removes_the_veth_not_the_address(
     assert ping(ns_b, ip_a), "b cannot ping a"
     assert ping(ns_a, records["a"]["status"]["gateway"]), "a cannot ping its gateway"
 
-    server = subprocess.Popen(
-        ["ip", "netns", "exec", ns_b, sys.executable, "-c", textwrap.dedent(f"""
-            import socket
-            s = socket.socket()
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(({ip_b!r}, 8080))
-            s.listen(1)
-            print("listening", flush=True)
-            s.settimeout(20)
-            conn, peer = s.accept()
-            conn.sendall(b"hello " + peer[0].encode() + b" " + conn.recv(100))
-            conn.close()
-        """)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout is not None
-        assert server.stdout.readline().strip() == "listening"
-        talk = in_netns(ns_a, f"""
-            import socket
-            c = socket.create_connection(({ip_b!r}, 8080), timeout=10)
-            c.sendall(b"from a")
-            print(c.recv(100).decode())
-        """)
-        assert talk.returncode == 0, talk.stderr
-        assert talk.stdout.strip() == f"hello {ip_a} from a"
-    finally:
-        server.kill()
-        server.wait(timeout=10)
-        if server.stdout is not None:
-            server.stdout.close()
+    with TcpServer(ns_b, ip_b, 8080):
+        talk = tcp_talk(ns_a, ip_b, 8080, "from a")
+    assert talk.returncode == 0, talk.stderr
+    assert talk.stdout.strip() == f"hello {ip_a} from a"
 
     # DEL of b: its veth is gone, its record keeps its address (DEL never releases)
     host_b = veth_names(cid_b, "eth0")[0]
@@ -383,11 +146,8 @@ def test_two_pods_ping_and_talk_tcp_del_removes_the_veth_not_the_address(
 
 def test_add_times_out_with_error_11_and_bad_input_names_the_field(
         stack: Stack, host: Host, tmp_path: Path) -> None:
-    stack.create([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
-                   "spec": {"podCIDR": POD_CIDR}}])
-    stack.spawn("agent", ["node", "--node", NODE, "--kubeconfig", str(stack.kubeconfig),
-                          "--provider", "reference", "--socket", stack.socket,
-                          "--add-timeout", "1"])
+    stack.create([node_object(NODE, POD_CIDR)])
+    stack.agent(add_timeout=1)
     client = AgentClient(stack.socket, {"cniVersion": "1.1.0", "name": "podnet"})
     wait_for("the agent ready", lambda: os.path.exists(stack.socket)
              and client.status()[0] == 200)
@@ -403,25 +163,12 @@ def test_add_times_out_with_error_11_and_bad_input_names_the_field(
     assert client.gc([]) == (200, {})
 
 
-def addresses_in(netns: str) -> dict[str, list[str]]:
-    from pyroute2 import NetNS
-
-    with NetNS(netns) as ns:
-        names = {link["index"]: str(link.get_attr("IFLA_IFNAME")) for link in ns.get_links()}
-        out: dict[str, list[str]] = {}
-        for addr in ns.get_addr(family=socket.AF_INET):
-            out.setdefault(names[addr["index"]], []).append(
-                f"{addr.get_attr('IFA_ADDRESS')}/{addr['prefixlen']}")
-        return out
-
-
 def test_a_pod_with_two_networks_has_two_interfaces(stack: Stack, host: Host) -> None:
     from pyroute2 import IPRoute
 
     from podnet.plugins.reference.dataplane import veth_names
 
-    stack.create([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
-                   "spec": {"podCIDR": POD_CIDR}}])
+    stack.create([node_object(NODE, POD_CIDR)])
     stack.agent()
     client = AgentClient(stack.socket, {"cniVersion": "1.1.0", "name": "podnet"})
     wait_for("the agent ready", lambda: os.path.exists(stack.socket)
@@ -456,8 +203,7 @@ def test_the_runtime_runs_podnet_cni_against_the_agent(stack: Stack, host: Host)
     passes; DEL removes the interface and, run again, still succeeds."""
     from podnet.testing.cni import pod_args, run_cni
 
-    stack.create([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
-                   "spec": {"podCIDR": POD_CIDR}}])
+    stack.create([node_object(NODE, POD_CIDR)])
     stack.agent()
     config = {"cniVersion": "0.4.0", "name": "podnet", "type": "podnet-cni",
               "agentSocket": stack.socket}

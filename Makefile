@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-# Debian packages the tests and the demo use (installed when missing, as root).
-DEBS   ?= ovn-central
+# Debian packages the tests and the demo use (installed when missing, as root): OVN for
+# the overlay, containerd, runc and busybox-static for the real container (test_container).
+DEBS   ?= ovn-central containerd runc busybox-static
 
 .PHONY: demo test check lint typecheck importlint unit bench clean
 

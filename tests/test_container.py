@@ -2,9 +2,10 @@
 :mod:`podnet.testing.containerd`) runs busybox from an OCI image built here from the
 host's ``/bin/busybox``, in a network namespace ``podnet-cni ADD`` wired against the real
 agent (the kit's node bed: ``podnet apiserver``, ``podnet run`` with the reference
-provider and ``podnet node`` as processes). Inside the container ``eth0`` holds the
-record's address and MAC, busybox pings the other pod and talks TCP to it (the other
-pod sees the container's address); after DEL the same container reaches nothing.
+provider and ``podnet node`` as processes, the agent in a node namespace of its own).
+Inside the container ``eth0`` holds the record's address and MAC, busybox pings the
+other pod and talks TCP to it (the other pod sees the container's address); after DEL
+the same container reaches nothing.
 
 Needs root, network namespaces, kubectl, containerd, runc and busybox-static; skipped
 with the reason otherwise (docs/node.md: running it by hand).
@@ -26,7 +27,17 @@ from podnet.testing.containerd import (
     write_busybox_image,
 )
 from podnet.testing.netns import netns_unavailable
-from podnet.testing.nodebed import NODE, POD_CIDR, Host, Stack, TcpServer, node_object, pod
+from podnet.testing.nodebed import (
+    NODE,
+    POD_CIDR,
+    Host,
+    NodeNamespace,
+    Stack,
+    TcpServer,
+    Underlay,
+    node_object,
+    pod,
+)
 from podnet.testing.waiting import wait_for
 
 WHY = (netns_unavailable() or (None if shutil.which("kubectl") else "kubectl is not installed")
@@ -35,8 +46,25 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(WHY is not None, reason=WHY o
 
 
 @pytest.fixture
+def underlay() -> Iterator[Underlay]:
+    u = Underlay()
+    try:
+        yield u
+    finally:
+        u.cleanup()
+
+
+@pytest.fixture
+def node(underlay: Underlay) -> NodeNamespace:
+    # the agent's links and bridge in a namespace of their own: another run's agent on
+    # this host (its start, its GC) would take every podnet veth of the host's namespace
+    # for its own leftovers
+    return underlay.add_node(NODE, POD_CIDR)
+
+
+@pytest.fixture
 def host() -> Iterator[Host]:
-    h = Host()
+    h = Host(bridges=())
     try:
         yield h
     finally:
@@ -44,9 +72,11 @@ def host() -> Iterator[Host]:
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    s = Stack(tmp_path)
+def stack(tmp_path: Path, underlay: Underlay, node: NodeNamespace) -> Iterator[Stack]:
+    s = Stack(tmp_path, netns=underlay.router, address=underlay.router_address)
     try:
+        s.create([node_object(NODE, POD_CIDR, node.address)])
+        s.agent(NODE, netns=node.netns)
         yield s
     finally:
         s.close()
@@ -61,8 +91,6 @@ def containerd() -> Iterator[Containerd]:
 def test_a_containerd_container_in_a_podnet_netns_reaches_another_pod(
         stack: Stack, host: Host, containerd: Containerd) -> None:
     image = containerd.import_image(write_busybox_image(containerd.base / "busybox.tar"))
-    stack.create([node_object(NODE, POD_CIDR)])
-    stack.agent()
     config = {"cniVersion": "1.0.0", "name": "podnet", "type": "podnet-cni",
               "agentSocket": stack.socket}
     wait_for("the agent ready", lambda: run_cni("STATUS", {**config, "cniVersion": "1.1.0"},

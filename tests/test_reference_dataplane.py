@@ -126,6 +126,21 @@ def test_unplug_succeeds_when_the_namespace_is_gone(dataplane) -> None:
     assert host_links(veth_names(cid, "eth0")[0]) == []
 
 
+def test_a_path_that_is_no_namespace_is_named_and_nothing_is_made(dataplane, tmp_path
+                                                                  ) -> None:
+    from podnet.core.errors import ProviderError
+    from podnet.plugins.reference.dataplane import veth_names
+
+    not_a_netns = tmp_path / "netns"
+    not_a_netns.write_text("")
+    cid = uuid.uuid4().hex
+    with pytest.raises(ProviderError, match=f"{not_a_netns}: not a network namespace") as err:
+        dataplane.plug(PlugContext(pod_network=record(), container_id=cid, if_name="eth0",
+                                   netns=str(not_a_netns)))
+    assert err.value.field == "netns"
+    assert host_links(veth_names(cid, "eth0")[0]) == []
+
+
 def test_the_dataplane_hooks_through_the_gateway(netns, dataplane) -> None:
     """``podnet_plug``, ``podnet_check_plug``, ``podnet_plugs`` and ``podnet_unplug``
     reach the reference provider through the gateway's call path, counted."""

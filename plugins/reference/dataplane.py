@@ -2,9 +2,11 @@
 interface.
 
 The host end of each pair sits on the network's bridge (``pnbr-<network>``), which holds
-the gateway address; the pod end is moved into the pod's network namespace, renamed to
-the interface name the runtime asked for and given the record's MAC, address, prefix,
-MTU and routes. Everything goes through netlink (pyroute2).
+the gateway address; the pod end is made in the pod's network namespace (never moved
+there: a move waits for the kernel's RCU grace periods), named as the runtime asked and
+given the record's MAC and MTU, then its address, prefix and routes. Everything goes
+through netlink (pyroute2); the pod namespace's netlink socket is made by a thread that
+joins the namespace, not by a forked helper.
 
 The host end's name is derived from the container id and the interface name, so a
 second plug finds the first one's; its alias (``IFLA_IFALIAS``) records whose it is, so
@@ -52,10 +54,52 @@ def _iproute() -> Any:
     return IPRoute()
 
 
-def _netns(path: str) -> Any:
-    from pyroute2 import NetNS
+#: setns(2)'s type of a network namespace, and the netlink protocol of routing
+_CLONE_NEWNET = 0x40000000
+_NETLINK_ROUTE = 0
 
-    return NetNS(path)
+
+def _netns(path: str) -> Any:
+    """An IPRoute speaking to the namespace at ``path``.
+
+    A netlink socket belongs to the namespace it is made in, for its whole life. It is
+    made by a short-lived thread that joins the namespace (a network namespace is per
+    thread, so neither the caller nor the process moves, and the thread ends with it):
+    well under a millisecond, where pyroute2's own NetNS forks a helper process for it
+    (about 10 ms an ADD, more on a loaded machine)."""
+    import ctypes
+    import socket
+    import threading
+
+    from pyroute2 import IPRoute
+
+    made: dict[str, Any] = {}
+
+    def make() -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                if libc.setns(fd, _CLONE_NEWNET) != 0:
+                    code = ctypes.get_errno()
+                    raise OSError(code, os.strerror(code))
+            finally:
+                os.close(fd)
+            made["socket"] = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM,
+                                           _NETLINK_ROUTE)
+        except BaseException as exc:  # handed to the caller's thread
+            made["error"] = exc
+
+    thread = threading.Thread(target=make, name="podnet-netns-socket")
+    thread.start()
+    thread.join()
+    error = made.get("error")
+    if isinstance(error, OSError):
+        raise ProviderError(ErrorKind.FATAL, f"{path}: not a network namespace one can "
+                                             f"join ({error.strerror})", field="netns")
+    if error is not None:
+        raise error
+    return IPRoute(fileno=made["socket"].detach())
 
 
 def _fail(message: str, field: str | None = None) -> ProviderError:
@@ -114,31 +158,33 @@ class BridgeDataplane:
                             ErrorKind.FATAL,
                             f"{context.if_name} already exists in {context.netns} and is "
                             "not podnet's", field="ifName")
+                    # a peer left on the host by an agent that moved peers in afterwards
                     stale = _index(ipr, peer)
                     if stale is not None:
                         ipr.link("del", index=stale)
-                    ipr.link("add", ifname=host, kind="veth", peer=peer)
+                    # the pod's end is made in the pod's namespace, with its name and MAC:
+                    # moving a link between namespaces waits for the kernel's RCU grace
+                    # periods (15-25 ms), and one request makes both ends or none
+                    pod_end: dict[str, Any] = {"ifname": context.if_name, "address": st.mac}
+                    if st.mtu:
+                        pod_end["mtu"] = st.mtu
+                    fd = os.open(context.netns, os.O_RDONLY | os.O_CLOEXEC)
+                    try:
+                        ipr.link("add", ifname=host, kind="veth",
+                                 peer={**pod_end, "net_ns_fd": fd})
+                    finally:
+                        os.close(fd)
                     host_index = _index(ipr, host)
-                    peer_index = _index(ipr, peer)
-                    if host_index is None or peer_index is None:
+                    inside = _index(ns, context.if_name)
+                    if host_index is None or inside is None:
                         raise _fail(f"veth {host} was not created")
                     # marked at once: a leftover of a crash right after is still found
                     ipr.link("set", index=host_index, ifalias=alias)
-                    fd = os.open(context.netns, os.O_RDONLY)
-                    try:
-                        ipr.link("set", index=peer_index, net_ns_fd=fd)
-                    finally:
-                        os.close(fd)
-                    moved = _index(ns, peer)
-                    if moved is None:
-                        raise _fail(f"{peer} did not arrive in {context.netns}")
-                    ns.link("set", index=moved, ifname=context.if_name)
-                    inside = moved
                 settings: dict[str, Any] = {"master": bridge, "state": "up", "ifalias": alias}
                 if st.mtu:
                     settings["mtu"] = st.mtu
                 ipr.link("set", index=host_index, **settings)
-                assert inside is not None  # found, or just moved in and renamed
+                assert inside is not None  # found, or just made
                 self._inside(ns, inside, context, prefix)
         return PlugResult(name=context.if_name, mac=st.mac.lower(), sandbox=context.netns,
                           host_interface=host)

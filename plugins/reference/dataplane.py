@@ -21,6 +21,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import struct
 from collections.abc import Iterator
 from typing import Any
 
@@ -281,19 +282,98 @@ class BridgeDataplane:
 
     def plugs(self) -> list[Plug]:
         out: list[Plug] = []
-        with _closing(_iproute()) as ipr:
-            for link in ipr.get_links():
-                name = str(_attr(link, "IFLA_IFNAME") or "")
-                alias = _attr(link, "IFLA_IFALIAS")
-                if not name.startswith(HOST_PREFIX) or not alias:
-                    continue
-                if not str(alias).startswith(ALIAS_MARK):
-                    continue
-                try:
-                    mark = json.loads(str(alias)[len(ALIAS_MARK):])
-                    out.append(Plug(container_id=str(mark["c"]), if_name=str(mark["i"]),
-                                    network=str(mark["n"]), owner=mark.get("k"),
-                                    host_interface=name))
-                except (ValueError, KeyError, TypeError):
-                    continue
+        for name, alias in link_aliases().items():
+            if not name.startswith(HOST_PREFIX) or not alias.startswith(ALIAS_MARK):
+                continue
+            try:
+                mark = json.loads(alias[len(ALIAS_MARK):])
+                out.append(Plug(container_id=str(mark["c"]), if_name=str(mark["i"]),
+                                network=str(mark["n"]), owner=mark.get("k"),
+                                host_interface=name))
+            except (ValueError, KeyError, TypeError):
+                continue
         return out
+
+
+# --- listing links: a lean netlink dump ---------------------------------------------------
+
+_RTM_NEWLINK = 16
+_RTM_GETLINK = 18
+_NLM_F_REQUEST_DUMP = 0x301  # NLM_F_REQUEST | NLM_F_DUMP
+_NLM_F_DUMP_INTR = 0x10
+_NLMSG_ERROR = 2
+_NLMSG_DONE = 3
+_IFLA_IFNAME = 3
+_IFLA_IFALIAS = 20
+_NLMSG_HEADER = struct.Struct("=IHHII")  # length, type, flags, sequence, port
+_IFINFOMSG = struct.Struct("=BxHiII")  # family, type, index, flags, change
+_RTATTR = struct.Struct("=HH")  # length, type
+
+
+def _align(length: int) -> int:
+    return (length + 3) & ~3
+
+
+def link_aliases(attempts: int = 3) -> dict[str, str]:
+    """Every link of this thread's namespace that has an alias: name -> alias.
+
+    One RTM_GETLINK dump read for two attributes only: every DEL and GC lists what was
+    plugged, and pyroute2 decoding every attribute of every link costs about 0.3 ms a
+    link (30 ms on a node of 100 pods), this about 0.02. A dump that a concurrent change
+    interrupted (``NLM_F_DUMP_INTR``) is read again."""
+    for _ in range(attempts):
+        found, interrupted = _dump_aliases()
+        if not interrupted:
+            return found
+    raise _fail(f"the link dump was interrupted by changes {attempts} times in a row")
+
+
+def _dump_aliases() -> tuple[dict[str, str], bool]:
+    import socket
+
+    found: dict[str, str] = {}
+    interrupted = False
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_ROUTE) as sock:
+        sock.bind((0, 0))
+        body = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0)
+        sequence = 1
+        sock.send(_NLMSG_HEADER.pack(_NLMSG_HEADER.size + len(body), _RTM_GETLINK,
+                                     _NLM_F_REQUEST_DUMP, sequence, 0) + body)
+        while True:
+            data = sock.recv(1 << 18)
+            offset = 0
+            while offset + _NLMSG_HEADER.size <= len(data):
+                length, kind, flags, seq, _ = _NLMSG_HEADER.unpack_from(data, offset)
+                if length < _NLMSG_HEADER.size:
+                    raise _fail(f"a malformed netlink message (length {length})")
+                if seq == sequence:
+                    if kind == _NLMSG_DONE:
+                        return found, interrupted
+                    if kind == _NLMSG_ERROR:
+                        (code,) = struct.unpack_from("=i", data, offset + _NLMSG_HEADER.size)
+                        raise _fail(f"the link dump failed: {os.strerror(-code)}")
+                    interrupted |= bool(flags & _NLM_F_DUMP_INTR)
+                    if kind == _RTM_NEWLINK:  # one link
+                        name, alias = _name_and_alias(data, offset, length)
+                        if name and alias:
+                            found[name] = alias
+                offset += _align(length)
+
+
+def _name_and_alias(data: bytes, offset: int, length: int) -> tuple[str | None, str | None]:
+    name = alias = None
+    position = offset + _NLMSG_HEADER.size + _IFINFOMSG.size
+    end = offset + length
+    while position + _RTATTR.size <= end:
+        size, kind = _RTATTR.unpack_from(data, position)
+        if size < _RTATTR.size:
+            break
+        if kind in (_IFLA_IFNAME, _IFLA_IFALIAS):
+            value = data[position + _RTATTR.size:position + size].split(b"\0", 1)[0]
+            text = value.decode("utf-8", "replace")
+            if kind == _IFLA_IFNAME:
+                name = text
+            else:
+                alias = text
+        position += _align(size)
+    return name, alias

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
@@ -106,6 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the unix socket the CNI plugin asks (default %(default)s)")
     node.add_argument("--add-timeout", type=_non_negative_float, default=30.0,
                       help="seconds an ADD waits for the pod's networks to be Routed")
+    node.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE") or "kube-system",
+                      help="podnet's namespace, where the agent reports in its node's Lease "
+                           "(default: $POD_NAMESPACE, else %(default)s)")
+    node.add_argument("--trace-file", default=None,
+                      help="write the agent's spans (OTLP JSON lines) to this file")
+    node.add_argument("--otlp-endpoint", default=None,
+                      help="export the agent's spans to this OTLP/HTTP endpoint")
 
     install = sub.add_parser("install-cni", help="put the CNI plugin and its conflist onto "
                              "this host (the node agent's init step)")
@@ -230,6 +238,7 @@ def _node(args: argparse.Namespace) -> int:
     from podnet.core.cluster.kube import KubeCluster
     from podnet.core.errors import ConfigError
     from podnet.core.plugin import Providers, load_plugins, new_plugin_manager
+    from podnet.core.tracing import Tracing
 
     try:
         pm = new_plugin_manager()
@@ -243,8 +252,20 @@ def _node(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    return run_node(cluster, providers, node=args.node, socket_path=args.socket,
-                    add_timeout=args.add_timeout, stop=stop)
+    tracer_provider = None
+    if args.trace_file or args.otlp_endpoint:
+        from podnet.core.tracing import make_tracer_provider
+
+        tracer_provider = make_tracer_provider(service_name="podnet-node",
+                                               trace_file=args.trace_file,
+                                               otlp_endpoint=args.otlp_endpoint)
+    try:
+        return run_node(cluster, providers, node=args.node, socket_path=args.socket,
+                        add_timeout=args.add_timeout, namespace=args.namespace,
+                        tracing=Tracing(tracer_provider), stop=stop)
+    finally:
+        if tracer_provider is not None:
+            tracer_provider.shutdown()
 
 
 def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

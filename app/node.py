@@ -13,7 +13,10 @@ provider gateway the controller uses:
   (the controller does, once the pod is gone);
 - ``CHECK`` compares the interfaces with the records;
 - ``GC`` unplugs what was plugged for containers the runtime no longer lists;
-- on start, what was plugged for records that no longer exist is unplugged.
+- on start, what was plugged for records that no longer exist is unplugged;
+- it reports to the controller, in its node's Lease, the Releasing records it holds no
+  interface for (``app/node_report.py``): the controller hands their addresses to other
+  pods only then (the release handshake, ``podnet.core.unplug``).
 """
 
 from __future__ import annotations
@@ -27,13 +30,15 @@ import socketserver
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import attrs
 
-from podnet.core.annotations import parse_networks
+from podnet.app.node_report import DEFAULT_BATCH, NodeReporter
+from podnet.core.annotations import NETWORKS, annotation_field, parse_attachments
 from podnet.core.clock import SystemClock
 from podnet.core.cluster.informer import Informer
 from podnet.core.cluster.port import POD, POD_NETWORK, ApiError, Cluster, NotFound, Obj
@@ -41,15 +46,24 @@ from podnet.core.convert import RecordError, from_wire
 from podnet.core.errors import InvalidRequest, PodnetError
 from podnet.core.fence import Fence
 from podnet.core.gateway import ProviderGateway
-from podnet.core.models import DEFAULT_NETWORK, LABEL_NODE, Phase, PodNetwork
+from podnet.core.models import DEFAULT_NETWORK, LABEL_NODE, AgentReport, Phase, PodNetwork
 from podnet.core.plugin import Providers
-from podnet.core.tracing import Tracing
+from podnet.core.tracing import (
+    ATTR_CONTAINER,
+    ATTR_INTERFACE,
+    ATTR_IP,
+    ATTR_NAMESPACE,
+    ATTR_NODE,
+    ATTR_POD,
+    Tracing,
+)
 from podnet.hookspecs.types import PlugContext, PlugResult, UnplugContext
 
 log = logging.getLogger("podnet.node")
 
 DEFAULT_SOCKET = "/run/podnet/agent.sock"
 DEFAULT_ADD_TIMEOUT = 30.0
+DEFAULT_NAMESPACE = "kube-system"
 RESULT_VERSION = "1.1.0"
 
 #: CNI error codes the agent answers with
@@ -94,10 +108,52 @@ def _field(body: Mapping[str, Any], name: str, *, optional: bool = False) -> Any
     return value
 
 
-def interface_names(if_name: str, attachments: int) -> list[str]:
-    """The pod's interfaces: the runtime's name for the default network, then ``net1``,
-    ``net2``, ... for the attachments."""
-    return [if_name, *(f"net{i}" for i in range(1, attachments + 1))]
+@attrs.frozen
+class CniRequest:
+    """The fields of an add, check or del request (docs/node.md), parsed once."""
+
+    container_id: str
+    if_name: str
+    netns: str | None
+    namespace: str | None
+    pod: str | None
+    uid: str | None
+
+    @classmethod
+    def parse(cls, body: Mapping[str, Any], *, sandbox: bool = True) -> CniRequest:
+        """``sandbox``: the request needs the netns and the pod (add, check); a del
+        needs only the container and the interface."""
+        netns = body.get("netns")
+        return cls(
+            container_id=_field(body, "containerId"), if_name=_field(body, "ifName"),
+            netns=_field(body, "netns") if sandbox else netns if isinstance(netns, str) else None,
+            namespace=_field(body, "podNamespace", optional=not sandbox),
+            pod=_field(body, "podName", optional=not sandbox),
+            uid=_field(body, "podUid", optional=True))
+
+    @property
+    def pod_key(self) -> str:
+        return f"{self.namespace}/{self.pod}"
+
+
+#: a pod's networks in interface order: (network, the name the annotation gives or None)
+Attachments = tuple[tuple[str, str | None], ...]
+
+
+def interface_names(if_name: str, attachments: Attachments) -> list[str]:
+    """The pod's interfaces: the runtime's name for the default network (the first), then
+    for each attachment the name the annotation gives it, else the lowest free ``netN``."""
+    taken = {if_name, *(name for _, name in attachments[1:] if name)}
+    names = [if_name]
+    n = 0
+    for _, name in attachments[1:]:
+        if name is None:
+            n += 1
+            while f"net{n}" in taken:
+                n += 1
+            name = f"net{n}"
+        names.append(name)
+    return names
 
 
 class NodeAgent:
@@ -105,16 +161,17 @@ class NodeAgent:
 
     def __init__(self, cluster: Cluster, providers: Providers, node: str, *,
                  add_timeout: float = DEFAULT_ADD_TIMEOUT,
-                 tracing: Tracing | None = None) -> None:
+                 tracing: Tracing | None = None, namespace: str = DEFAULT_NAMESPACE,
+                 report_batch: float = DEFAULT_BATCH) -> None:
         self.cluster = cluster
         self.providers = providers
         self.node = node
         self.add_timeout = add_timeout
         self.calls: Counter[str] = Counter()
+        self.tracing = tracing or Tracing(None)
         self.gateway = ProviderGateway(
             providers, policy=lambda name: providers[name].policy, clock=SystemClock(),
-            fence=Fence(open_forever=True), tracing=tracing or Tracing(None),
-            calls=self.calls)
+            fence=Fence(open_forever=True), tracing=self.tracing, calls=self.calls)
         self.records: Informer[PodNetwork] = Informer(
             cluster, POD_NETWORK, _read_pod_network, label_selector=f"{LABEL_NODE}={node}",
             name="podnetworks")
@@ -127,6 +184,13 @@ class NodeAgent:
         #: one request at a time per container: a runtime's retry waits for the first
         self._locks: dict[str, threading.Lock] = {}
         self._locks_lock = threading.Lock()
+        #: records being plugged right now (key -> how many requests), and the lock under
+        #: which a plug is decided and the report computed: once the report says a
+        #: Releasing record has no interface, no plug for it may start
+        self._plugging: Counter[str] = Counter()
+        self._state_lock = threading.Lock()
+        self.reporter = NodeReporter(cluster, node, namespace, self.report, batch=report_batch)
+        self._reporter_thread: threading.Thread | None = None
 
     # --- life --------------------------------------------------------------------------
 
@@ -142,31 +206,71 @@ class NodeAgent:
         self._thread = threading.Thread(target=self.records.run, args=(self._stop, 0.5),
                                         name="podnet-node-informer", daemon=True)
         self._thread.start()
+        self._reporter_thread = threading.Thread(target=self.reporter.run, args=(self._stop,),
+                                                 name="podnet-node-report", daemon=True)
+        self._reporter_thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         self.records.stop()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        for thread in (self._thread, self._reporter_thread):
+            if thread is not None:
+                thread.join(timeout=5)
 
     def _on_record(self, *_: object) -> None:
         with self._changed:
             self._changed.notify_all()
+        self.reporter.poke()
+
+    def report(self) -> AgentReport:
+        """What the agent tells the controller: the records it has interfaces for (or is
+        plugging), and the uids of the Releasing records it has none for."""
+        with self._state_lock:
+            plugged = {plug.owner for provider in self.providers.names()
+                       for plug in self.gateway.plugs(provider, self.node) if plug.owner}
+            plugged.update(self._plugging)
+            unplugged = {pn.metadata.uid for pn in self.records.values()
+                         if pn.status.phase is Phase.RELEASING and pn.metadata.uid
+                         and pn.key not in plugged}
+        return AgentReport(node=self.node, holder=f"podnet-node/{self.node}",
+                           plugged=frozenset(plugged), unplugged=frozenset(unplugged))
+
+    @contextlib.contextmanager
+    def _plugging_of(self, records: list[PodNetwork]) -> Iterator[None]:
+        """Mark ``records`` as being plugged, once each is still Routed in the cache;
+        error 11 when one turned Releasing (its pod is gone: no interface for it)."""
+        keys = [pn.key for pn in records]
+        with self._state_lock:
+            for pn in records:
+                now = self.records.get(pn.key)
+                if now is None or now.status.phase is not Phase.ROUTED:
+                    raise CniError(TRY_AGAIN, f"PodNetwork {pn.key} is being released",
+                                   status=503)
+            self._plugging.update(keys)
+        try:
+            yield
+        finally:
+            with self._state_lock:
+                self._plugging.subtract(keys)
+                self._plugging += Counter()  # drop the zeros
+            self.reporter.poke()
 
     def remove_leftovers(self) -> int:
-        """Unplug what was plugged on this host for records that no longer exist."""
+        """Unplug what was plugged on this host for records that no longer exist or are
+        Releasing (their pod is gone: the runtime's DEL, if it ever comes, finds nothing)."""
         removed = 0
-        known = set(self.records.keys())
+        known = {pn.key for pn in self.records.values() if pn.status.phase is not Phase.RELEASING}
         for provider in self.providers.names():
             for plug in self.gateway.plugs(provider, self.node):
                 if plug.owner is not None and plug.owner in known:
                     continue
-                log.info("removing leftover %s (%s of %s, record %s gone)",
+                log.info("removing leftover %s (%s of %s, record %s gone or Releasing)",
                          plug.host_interface, plug.if_name, plug.container_id, plug.owner)
                 self.gateway.unplug(UnplugContext(
                     provider=provider, network=plug.network, container_id=plug.container_id,
                     if_name=plug.if_name))
                 removed += 1
+        self.reporter.poke()
         return removed
 
     def _lock(self, container_id: str) -> threading.Lock:
@@ -184,7 +288,7 @@ class NodeAgent:
             out[pn.spec.network] = pn
         return out
 
-    def _networks_of(self, namespace: str, pod: str) -> tuple[str, ...]:
+    def _networks_of(self, namespace: str, pod: str, if_name: str) -> Attachments:
         """The pod's networks, the default first, then its attachments in order."""
         try:
             obj = self.cluster.get(POD, pod, namespace)
@@ -192,30 +296,40 @@ class NodeAgent:
             raise CniError(TRY_AGAIN, f"pod {namespace}/{pod} not found", status=503) from None
         annotations = (obj.get("metadata") or {}).get("annotations") or {}
         try:
-            return (DEFAULT_NETWORK, *parse_networks(annotations))
+            attachments = parse_attachments(annotations)
         except InvalidRequest as exc:
             raise CniError(INVALID, f"pod {namespace}/{pod}: {exc}") from None
+        for network, name in attachments:
+            if name == if_name:
+                raise CniError(INVALID, f"pod {namespace}/{pod}: {annotation_field(NETWORKS)}: "
+                                        f"{network} is given the interface name {name}, which "
+                                        "the runtime gives the default network")
+        return ((DEFAULT_NETWORK, None), *attachments)
 
-    def _wait_routed(self, namespace: str, pod: str, uid: str | None
-                     ) -> list[PodNetwork]:
-        """Every record of the pod, Routed, in interface order; error 11 when the wait
-        runs out."""
+    def _wait_routed(self, namespace: str, pod: str, uid: str | None, if_name: str
+                     ) -> tuple[Attachments, list[PodNetwork]]:
+        """The pod's networks and every record of them, Routed, in interface order; error
+        11 when the wait runs out."""
         deadline = time.monotonic() + self.add_timeout
-        networks: tuple[str, ...] | None = None
+        attachments: Attachments | None = None
         missing: list[str] = []
         while True:
-            if networks is None:
-                with contextlib.suppress(CniError):
-                    networks = self._networks_of(namespace, pod)
-            if networks is not None:
+            if attachments is None:
+                try:
+                    attachments = self._networks_of(namespace, pod, if_name)
+                except CniError as exc:
+                    if exc.code != TRY_AGAIN:
+                        raise  # a request that can never succeed: say so now
+            if attachments is not None:
+                networks = [network for network, _ in attachments]
                 found = self._records_of(namespace, pod, uid)
                 missing = [n for n in networks
                            if n not in found or found[n].status.phase is not Phase.ROUTED]
                 if not missing:
-                    return [found[n] for n in networks]
+                    return attachments, [found[n] for n in networks]
             left = deadline - time.monotonic()
             if left <= 0:
-                what = (f"networks {', '.join(missing)}" if networks is not None
+                what = (f"networks {', '.join(missing)}" if attachments is not None
                         else "the pod")
                 raise CniError(TRY_AGAIN, f"pod {namespace}/{pod}: {what} not Routed within "
                                           f"{self.add_timeout:g} s", status=503)
@@ -225,62 +339,104 @@ class NodeAgent:
     # --- the protocol ------------------------------------------------------------------
 
     def add(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        container_id = _field(body, "containerId")
-        if_name = _field(body, "ifName")
-        netns = _field(body, "netns")
-        namespace = _field(body, "podNamespace")
-        pod = _field(body, "podName")
-        uid = _field(body, "podUid", optional=True)
-        if not os.path.exists(netns):
-            raise CniError(INVALID, f"netns: {netns} does not exist")
-        with self._lock(container_id):
-            records = self._wait_routed(namespace, pod, uid)
-            names = interface_names(if_name, len(records) - 1)
+        req = CniRequest.parse(body)
+        assert req.netns is not None and req.namespace is not None and req.pod is not None
+        if not os.path.exists(req.netns):
+            raise CniError(INVALID, f"netns: {req.netns} does not exist")
+        with self._lock(req.container_id):
+            attachments, records = self._wait_routed(req.namespace, req.pod, req.uid,
+                                                     req.if_name)
+            names = interface_names(req.if_name, attachments)
             results: list[tuple[PodNetwork, PlugResult]] = []
-            for i, (pn, name) in enumerate(zip(records, names, strict=True)):
-                plugged = pn if i == 0 else _without_default_routes(pn)
-                context = PlugContext(pod_network=plugged, container_id=container_id,
-                                      if_name=name, netns=netns)
-                results.append((plugged, self._provider_call(self.gateway.plug, context)))
+            with self._plugging_of(records), self._span("add", records[0], req, req.if_name):
+                for i, (pn, name) in enumerate(zip(records, names, strict=True)):
+                    plugged = pn if i == 0 else _without_default_routes(pn)
+                    context = PlugContext(pod_network=plugged, container_id=req.container_id,
+                                          if_name=name, netns=req.netns)
+                    with self._span("plug", pn, req, name):
+                        results.append((plugged, self._provider_call(self.gateway.plug,
+                                                                     context)))
         return cni_result(results)
 
     def delete(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        container_id = _field(body, "containerId")
-        _field(body, "ifName")
-        netns = body.get("netns") if isinstance(body.get("netns"), str) else None
-        with self._lock(container_id):
+        req = CniRequest.parse(body, sandbox=False)
+        with self._lock(req.container_id):
             records = {pn.key: pn for pn in self.records.values()}
+            unplugged: set[str] = set()
             for provider in self.providers.names():
                 for plug in self._provider_call(self.gateway.plugs, provider, self.node):
-                    if plug.container_id != container_id:
+                    if plug.container_id != req.container_id:
                         continue
-                    self._provider_call(self.gateway.unplug, UnplugContext(
-                        provider=provider, network=plug.network, container_id=container_id,
-                        if_name=plug.if_name, netns=netns,
-                        pod_network=records.get(plug.owner or "")))
+                    pn = records.get(plug.owner or "")
+                    with self._span("unplug", pn, req, plug.if_name):
+                        self._provider_call(self.gateway.unplug, UnplugContext(
+                            provider=provider, network=plug.network,
+                            container_id=req.container_id, if_name=plug.if_name,
+                            netns=req.netns, pod_network=pn))
+                    unplugged.add(plug.if_name)
+            # what a plug interrupted before it was marked (the agent killed) is listed by
+            # no provider: unplug the pod's interfaces by its records too (idempotent)
+            for name, pn in self._interfaces_of(req):
+                if name not in unplugged:
+                    with self._span("unplug", pn, req, name):
+                        self._provider_call(self.gateway.unplug, UnplugContext(
+                            provider=pn.spec.provider, network=pn.spec.network,
+                            container_id=req.container_id, if_name=name, netns=req.netns,
+                            pod_network=pn))
+        self.reporter.poke()
         return {}
 
+    def _interfaces_of(self, req: CniRequest) -> list[tuple[str, PodNetwork]]:
+        """The interface names of the pod a request names, with their records on this
+        node, as far as they are known (none when the request names no pod; the default
+        network's alone when the pod can no longer be read)."""
+        if req.namespace is None or req.pod is None:
+            return []
+        found = self._records_of(req.namespace, req.pod, req.uid)
+        attachments: Attachments = ((DEFAULT_NETWORK, None),)
+        with contextlib.suppress(CniError, ApiError):
+            attachments = self._networks_of(req.namespace, req.pod, req.if_name)
+        names = interface_names(req.if_name, attachments)
+        return [(name, found[network])
+                for (network, _), name in zip(attachments, names, strict=True)
+                if network in found]
+
     def check(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        container_id = _field(body, "containerId")
-        if_name = _field(body, "ifName")
-        netns = _field(body, "netns")
-        namespace = _field(body, "podNamespace")
-        pod = _field(body, "podName")
-        uid = _field(body, "podUid", optional=True)
-        networks = self._networks_of(namespace, pod)
-        found = self._records_of(namespace, pod, uid)
-        for i, (network, name) in enumerate(
-                zip(networks, interface_names(if_name, len(networks) - 1), strict=True)):
+        req = CniRequest.parse(body)
+        assert req.netns is not None and req.namespace is not None and req.pod is not None
+        attachments = self._networks_of(req.namespace, req.pod, req.if_name)
+        found = self._records_of(req.namespace, req.pod, req.uid)
+        names = interface_names(req.if_name, attachments)
+        for i, ((network, _), name) in enumerate(zip(attachments, names, strict=True)):
             pn = found.get(network)
             if pn is None or pn.status.phase is not Phase.ROUTED:
-                raise CniError(CHECK_FAILED, f"network {network} of {namespace}/{pod} is "
+                raise CniError(CHECK_FAILED, f"network {network} of {req.pod_key} is "
                                              "not Routed", status=409)
             context = PlugContext(pod_network=pn if i == 0 else _without_default_routes(pn),
-                                  container_id=container_id, if_name=name, netns=netns)
-            verdict = self._provider_call(self.gateway.check_plug, context)
+                                  container_id=req.container_id, if_name=name,
+                                  netns=req.netns)
+            with self._span("check", pn, req, name):
+                verdict = self._provider_call(self.gateway.check_plug, context)
             if verdict is not None and not verdict.ok:
                 raise CniError(CHECK_FAILED, f"{name}: {verdict.reason}", status=409)
         return {}
+
+    def _span(self, step: str, pn: PodNetwork | None, req: CniRequest,
+              if_name: str) -> AbstractContextManager[Any]:
+        """A span of the agent's ``step`` in the record's own trace
+        (``status.traceparent``), so a pod network's life from allocation to unplug is one
+        trace; a plain root span when the record is gone."""
+        if pn is None:
+            return self.tracing.transition(
+                "node", step, source="", provider="", obj=f"container/{req.container_id}",
+                traceparent=None, attributes={ATTR_CONTAINER: req.container_id,
+                                              ATTR_INTERFACE: if_name, ATTR_NODE: self.node})
+        return self.tracing.transition(
+            "node", step, source=pn.status.phase.value, provider=pn.spec.provider, obj=pn.key,
+            traceparent=pn.status.traceparent, attributes={
+                ATTR_CONTAINER: req.container_id, ATTR_INTERFACE: if_name,
+                ATTR_NODE: self.node, ATTR_POD: pn.spec.pod_name,
+                ATTR_NAMESPACE: pn.metadata.namespace, ATTR_IP: pn.status.ip})
 
     def gc(self, body: Mapping[str, Any]) -> dict[str, Any]:
         valid = body.get("validAttachments")
@@ -306,6 +462,14 @@ class NodeAgent:
             raise CniError(NOT_READY, "podnet node agent has not listed its records yet",
                            status=503)
         return {}
+
+    def report_body(self) -> dict[str, Any]:
+        """``GET /v1/agent/report``: what the agent last wrote to its Lease, and what the
+        handshake has cost in API writes so far."""
+        written = self.reporter.written
+        return {"node": self.node, "plugged": sorted(written.plugged) if written else [],
+                "unplugged": sorted(written.unplugged) if written else [],
+                "writes": dict(self.reporter.writes)}
 
     def _provider_call(self, fn: Any, *args: Any) -> Any:
         try:
@@ -357,6 +521,9 @@ def cni_result(plugged: list[tuple[PodNetwork, PlugResult]]) -> dict[str, Any]:
 class UnixHTTPServer(ThreadingHTTPServer):
     address_family = socket.AF_UNIX
     daemon_threads = True
+    #: the listen backlog: a runtime starts many sandboxes at once, and a full backlog
+    #: fails a unix socket's connect at once (EAGAIN), not after a wait (the default is 5)
+    request_queue_size = 256
 
     def server_bind(self) -> None:
         socketserver.TCPServer.server_bind(self)
@@ -393,6 +560,9 @@ def _handler(agent: NodeAgent) -> type[BaseHTTPRequestHandler]:
             try:
                 if method == "GET" and self.path == "/v1/cni/status":
                     self._answer(200, agent.status())
+                    return
+                if method == "GET" and self.path == "/v1/agent/report":
+                    self._answer(200, agent.report_body())
                     return
                 fn = routes.get((method, self.path))
                 if fn is None:
@@ -440,9 +610,11 @@ def listen(agent: NodeAgent, path: str) -> UnixHTTPServer:
 
 
 def run(cluster: Cluster, providers: Providers, *, node: str, socket_path: str,
-        add_timeout: float, stop: threading.Event | None = None) -> int:
+        add_timeout: float, namespace: str = DEFAULT_NAMESPACE, tracing: Tracing | None = None,
+        stop: threading.Event | None = None) -> int:
     """Start the agent, serve until ``stop`` (or a signal's KeyboardInterrupt)."""
-    agent = NodeAgent(cluster, providers, node, add_timeout=add_timeout)
+    agent = NodeAgent(cluster, providers, node, add_timeout=add_timeout, namespace=namespace,
+                      tracing=tracing)
     server = listen(agent, socket_path)
     thread = threading.Thread(target=server.serve_forever, name="podnet-node-http",
                               daemon=True)

@@ -219,6 +219,31 @@ def check_ips(items: Iterable[str]) -> tuple[str, ...]:
     return check_unique(check_ip(i) for i in check_unique(items))
 
 
+_IFNAME_BAD = re.compile(r"[/:\s]")
+
+
+def check_interface_name(name: str) -> str:
+    """A pod interface name the kernel takes: 1-15 bytes, no ``/``, ``:`` or white space,
+    not ``.`` or ``..``."""
+    if not name or len(name.encode()) > 15 or _IFNAME_BAD.search(name) or name in (".", ".."):
+        raise ValueError(f"invalid interface name {show(name)}: 1-15 bytes, no '/', ':' "
+                         "or white space")
+    return name
+
+
+def check_attachments(items: Iterable[str]) -> tuple[tuple[str, str | None], ...]:
+    """``network`` or ``network@interface`` items: each network once, each interface
+    name once."""
+    pairs: list[tuple[str, str | None]] = []
+    for item in items:
+        network, at, interface = item.partition("@")
+        network = network.strip()
+        pairs.append((network, check_interface_name(interface.strip()) if at else None))
+    check_networks(network for network, _ in pairs)
+    check_unique(interface for _, interface in pairs if interface is not None)
+    return tuple(pairs)
+
+
 def check_networks(items: Iterable[str]) -> tuple[str, ...]:
     names = check_unique(items)
     for name in names:
@@ -293,6 +318,12 @@ def parse_network_request(annotations: Mapping[str, str]) -> NetworkRequest:
     return request
 
 
+def parse_attachments(annotations: Mapping[str, str]) -> tuple[tuple[str, str | None], ...]:
+    """Extra networks the pod joins besides the implicit default one, in order, each with
+    the interface name the annotation gives it (``storage@data0``), or None."""
+    return _get(annotations, NETWORKS, lambda v: check_attachments(_split(v)), ())
+
+
 def parse_networks(annotations: Mapping[str, str]) -> tuple[str, ...]:
     """Extra networks the pod joins besides the implicit default one."""
-    return _get(annotations, NETWORKS, lambda v: check_networks(_split(v)), _NONE)
+    return tuple(network for network, _ in parse_attachments(annotations))

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from podnet.core.cluster.informer import Informer
 from podnet.core.cluster.port import (
+    LEASE,
     NAMESPACE,
     NODE,
     NODE_NETWORK,
@@ -25,6 +26,7 @@ from podnet.core.cluster.port import (
 from podnet.core.convert import RecordError, from_wire, salvage_pod_network
 from podnet.core.models import (
     LABEL_VM,
+    AgentReport,
     NodeInfo,
     NodeNetwork,
     Phase,
@@ -33,6 +35,9 @@ from podnet.core.models import (
     WorkloadInfo,
 )
 from podnet.core.objects import (
+    LABEL_AGENT_NODE,
+    agent_lease_name,
+    agent_report,
     is_statefulset,
     namespace_annotations,
     node_info,
@@ -57,7 +62,8 @@ class Caches:
     stops parsing (once per error): the engine queues its report.
     """
 
-    def __init__(self, cluster: Cluster, on_unreadable: Callable[[str], None]) -> None:
+    def __init__(self, cluster: Cluster, on_unreadable: Callable[[str], None], *,
+                 agent_namespace: str = "kube-system") -> None:
         self._on_unreadable = on_unreadable
         #: records that do not parse, by key, with the error: reported, not used
         self.unreadable: dict[str, tuple[Kind, Obj, RecordError]] = {}
@@ -78,6 +84,12 @@ class Caches:
         #: StatefulSet (``namespace/name``) -> uid, replicas (for held sticky records)
         self.statefulsets: Informer[WorkloadInfo] = Informer(
             cluster, STATEFUL_SET, statefulset_info, name="statefulsets")
+        #: the node agents' reports (their Leases in podnet's namespace), by
+        #: ``namespace/name``; ``agent_report_of`` finds a node's
+        self.agent_reports: Informer[AgentReport] = Informer(
+            cluster, LEASE, agent_report, namespace=agent_namespace,
+            label_selector=LABEL_AGENT_NODE, name="agentreports")
+        self.agent_namespace = agent_namespace
         self.pods.add_index("node", lambda p: [p.node_name] if p.node_name else [])
         self.pods.add_index("vm", lambda p: [f"{p.namespace}/{vm}"]
                             if (vm := vm_of(p)) is not None else [])
@@ -98,13 +110,18 @@ class Caches:
         self.required: list[Informer[Any]] = [
             self.nodes, self.node_networks, self.pod_networks, self.pods,
         ]
-        self.all: list[Informer[Any]] = [*self.required, self.namespaces, self.statefulsets]
+        self.all: list[Informer[Any]] = [*self.required, self.namespaces, self.statefulsets,
+                                         self.agent_reports]
 
     def node_context(self, node_name: str) -> NodeContext:
         """What a provider is told about a node: the cached Node (a bare one if it is
         gone) and its NodeNetwork."""
         node = self.nodes.get(node_name) or NodeInfo(name=node_name, uid="")
         return NodeContext(node=node, network=self.node_networks.get(node_name))
+
+    def agent_report_of(self, node_name: str) -> AgentReport | None:
+        """The node's agent's last report; None when the node has none (no agent)."""
+        return self.agent_reports.get(f"{self.agent_namespace}/{agent_lease_name(node_name)}")
 
     # --- records that do not parse -----------------------------------------------------
 

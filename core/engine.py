@@ -39,6 +39,7 @@ from podnet.core.gateway import ProviderGateway
 from podnet.core.metrics import Metrics
 from podnet.core.models import (
     LABEL_VM,
+    AgentReport,
     Condition,
     NodeInfo,
     NodeNetwork,
@@ -59,6 +60,7 @@ from podnet.core.reconcile.result import Result
 from podnet.core.records import RecordWriter
 from podnet.core.tracing import Tracing
 from podnet.core.transition import Transitions
+from podnet.core.unplug import UnplugGate
 from podnet.core.workqueue import WorkQueue
 
 log = logging.getLogger("podnet.engine")
@@ -88,6 +90,8 @@ class EngineOptions:
     #: the young generation less often (long-lived processes only: tests that build many
     #: engines would never free them)
     freeze_gc: bool = False
+    #: podnet's namespace, where the node agents' reports (Leases) are
+    agent_namespace: str = "kube-system"
 
     @classmethod
     def from_config(cls, config: Config, **overrides: Any) -> EngineOptions:
@@ -97,6 +101,7 @@ class EngineOptions:
             networks=dict(config.networks), policies=config.policies,
             provider_config=config.providers, workers=config.workers,
             worker_stall_seconds=config.worker_stall_seconds,
+            agent_namespace=config.leader_election.namespace,
         )
         values.update(overrides)
         return cls(**values)
@@ -157,7 +162,8 @@ class Engine:
             default_provider=options.default_provider, node_providers=options.node_providers,
             networks=options.networks)
         self.queue: WorkQueue[Key] = WorkQueue(self.clock, name="podnet")
-        self.caches = Caches(cluster, lambda key: self.queue.add(("invalid", key)))
+        self.caches = Caches(cluster, lambda key: self.queue.add(("invalid", key)),
+                             agent_namespace=options.agent_namespace)
         self.records = RecordWriter(self.cluster, self.caches, self.stats.writes)
         self.enqueue = Enqueuer(self.queue, self.caches)
         self.pools = Pools()
@@ -173,7 +179,7 @@ class Engine:
             caches=self.caches, records=self.records, enqueue=self.enqueue,
             gateway=self.gateway, transitions=self.transitions, placement=self.placement,
             owned=self.owned, pools=self.pools, lost=self.lost, problems=self.pool_problems,
-            clock=self.clock)
+            clock=self.clock, unplug=UnplugGate(self.caches, self.clock, self.policy))
         self.nodepools = NodePoolReconciler(
             caches=self.caches, records=self.records, enqueue=self.enqueue,
             gateway=self.gateway, transitions=self.transitions, placement=self.placement,
@@ -345,6 +351,18 @@ class Engine:
             if pn.status.phase is Phase.RELEASING:
                 self.enqueue.pod_of(pn)
 
+    def _on_agent_report(self, _event: str, _key: str, old: AgentReport | None,
+                         new: AgentReport | None) -> None:
+        # a node agent says more interfaces are gone (or went away): the Releasing records
+        # of its node waiting for that are looked at again
+        report = new or old
+        if report is None or (old is not None and new is not None
+                              and new.unplugged <= old.unplugged):
+            return
+        for pn in self.caches.pod_networks.by_index("node", report.node):
+            if pn.status.phase is Phase.RELEASING:
+                self.enqueue.pod_of(pn)
+
     # --- running ----------------------------------------------------------------------
 
     def start(self) -> None:
@@ -354,6 +372,7 @@ class Engine:
         self.caches.nodes.add_handler(self._on_node)
         self.caches.namespaces.add_handler(self._on_namespace)
         self.caches.statefulsets.add_handler(self._on_statefulset)
+        self.caches.agent_reports.add_handler(self._on_agent_report)
         for informer in self.caches.required:
             informer.start()
         for informer in self.caches.all:

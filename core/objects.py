@@ -1,5 +1,5 @@
-"""Lean read views of the built-in objects the engine caches: Pods, Nodes, Namespaces
-and StatefulSets.
+"""Lean read views of the built-in objects the engine caches: Pods, Nodes, Namespaces,
+StatefulSets, and the Leases the node agents report in.
 
 The engine must hold 100,000 pods (and everything else) in under 1 GiB, so a view keeps
 only the fields podnet acts on: annotations are cut down to ``podnet.io/*`` keys, and
@@ -11,6 +11,7 @@ references are shared too: the pods of one ReplicaSet point at a single record.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import sys
 import weakref
@@ -20,7 +21,7 @@ from typing import Any
 
 from podnet.core.annotations import PREFIX
 from podnet.core.convert import converter
-from podnet.core.models import NodeInfo, OwnerReference, PodInfo, WorkloadInfo
+from podnet.core.models import AgentReport, NodeInfo, OwnerReference, PodInfo, WorkloadInfo
 
 #: Pod phases after which no container of the pod runs again.
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -115,6 +116,56 @@ def node_info(obj: Mapping[str, Any]) -> NodeInfo:
         ),
         deletion_timestamp=_time(meta.get("deletionTimestamp")),
     )
+
+
+#: a node agent's report is the Lease ``podnet-node-<node>`` in podnet's namespace, with
+#: this label naming the node and these annotations (JSON lists) holding what it says
+AGENT_LEASE_PREFIX = "podnet-node-"
+LABEL_AGENT_NODE = "podnet.io/agent-node"
+ANNOTATION_PLUGGED = "podnet.io/plugged"
+ANNOTATION_UNPLUGGED = "podnet.io/unplugged"
+
+
+def agent_lease_name(node: str) -> str:
+    return AGENT_LEASE_PREFIX + node
+
+
+def _json_list(raw: Any) -> frozenset[str]:
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else []
+    except ValueError:
+        return frozenset()  # a report nobody can read says nothing was unplugged
+    return frozenset(v for v in value if isinstance(v, str)) if isinstance(value, list) else (
+        frozenset())
+
+
+def agent_report(obj: Mapping[str, Any]) -> AgentReport | None:
+    """The view of a node agent's Lease; None for a Lease that is no agent's report."""
+    meta = _meta(obj)
+    node = (meta.get("labels") or {}).get(LABEL_AGENT_NODE)
+    if not isinstance(node, str) or meta.get("name") != agent_lease_name(node):
+        return None
+    annotations = meta.get("annotations") or {}
+    spec: Mapping[str, Any] = obj.get("spec") or {}
+    return AgentReport(
+        node=_intern(node), holder=str(spec.get("holderIdentity") or ""),
+        plugged=_json_list(annotations.get(ANNOTATION_PLUGGED)),
+        unplugged=_json_list(annotations.get(ANNOTATION_UNPLUGGED)),
+        renew_time=_time(spec.get("renewTime")))
+
+
+def agent_report_lease(report: AgentReport, namespace: str, renew_time: str) -> dict[str, Any]:
+    """The Lease a node agent writes for ``report`` (``renew_time`` in RFC 3339, micro)."""
+    return {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {
+            "name": agent_lease_name(report.node), "namespace": namespace,
+            "labels": {LABEL_AGENT_NODE: report.node},
+            "annotations": {ANNOTATION_PLUGGED: json.dumps(sorted(report.plugged)),
+                            ANNOTATION_UNPLUGGED: json.dumps(sorted(report.unplugged))},
+        },
+        "spec": {"holderIdentity": report.holder, "renewTime": renew_time},
+    }
 
 
 def namespace_annotations(obj: Mapping[str, Any]) -> dict[str, str]:

@@ -59,6 +59,7 @@ from podnet.core.filetrace import SPAN_KEY, UNSET_STATUS, LeanSpan, LeanTracerPr
 from podnet.core.redaction import redact
 
 __all__ = [
+    "ATTR_CONTAINER",
     "ATTR_ERROR_TYPE",
     "ATTR_FROM",
     "ATTR_INTERFACE",
@@ -95,6 +96,8 @@ ATTR_NAMESPACE: Final = "k8s.namespace.name"
 ATTR_NODE: Final = "k8s.node.name"
 ATTR_IP: Final = "podnet.ip"
 ATTR_INTERFACE: Final = "podnet.interface"
+#: OpenTelemetry's semantic convention for a container's id (the CNI sandbox)
+ATTR_CONTAINER: Final = "container.id"
 ATTR_ERROR_TYPE: Final = "error.type"
 ATTR_RPC_SYSTEM: Final = "rpc.system"
 ATTR_RPC_METHOD: Final = "rpc.method"

@@ -284,6 +284,19 @@ class NodeInfo:
 
 
 @attrs.frozen
+class AgentReport:
+    """What a node agent last reported about its node (its Lease, see
+    ``podnet.core.objects.agent_report``): the records it has interfaces for, and the uids
+    of the Releasing records it has seen and holds no interface for (since 0.3.0)."""
+
+    node: str
+    holder: str = ""
+    plugged: frozenset[str] = frozenset()
+    unplugged: frozenset[str] = frozenset()
+    renew_time: datetime | None = None
+
+
+@attrs.frozen
 class WorkloadInfo:
     """A pod's controller as core's cache sees it (StatefulSets, for now).
 

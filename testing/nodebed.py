@@ -306,16 +306,15 @@ class Host:
 
     ``links`` names the host links a dataplane makes for a container interface,
     ``bridges`` the links it makes per network: :meth:`cleanup` removes them from this
-    namespace (a node namespace of an :class:`Underlay` goes with all it holds)."""
+    namespace, where a test ran an agent here (a node namespace of an :class:`Underlay`
+    goes with all it holds). No bridge by default: a bridge here may be another test's,
+    running at the same time."""
 
     def __init__(self, links: Callable[[str, str], Iterable[str]] = reference_links,
-                 bridges: Iterable[str] | None = None,
+                 bridges: Iterable[str] = (),
                  interfaces: Sequence[str] = ("eth0", "net1")) -> None:
-        from podnet.plugins.reference.dataplane import bridge_name
-
         self.links = links
-        self.bridges = list(bridges if bridges is not None
-                            else (bridge_name("default"), bridge_name(ATTACHMENT)))
+        self.bridges = list(bridges)
         self.interfaces = tuple(interfaces)
         self.namespaces: list[str] = []
         self.containers: list[str] = []

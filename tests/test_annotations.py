@@ -91,6 +91,13 @@ def test_networks() -> None:
     assert a.parse_networks({a.NETWORKS: "storage, backup"}) == ("storage", "backup")
 
 
+def test_networks_name_their_interfaces() -> None:
+    value = "storage@data0, backup, red@net1"
+    assert a.parse_attachments({a.NETWORKS: value}) == (
+        ("storage", "data0"), ("backup", None), ("red", "net1"))
+    assert a.parse_networks({a.NETWORKS: value}) == ("storage", "backup", "red")
+
+
 def test_unknown_keys_sorted_and_prefix_only() -> None:
     annotations = {
         "podnet.io/zeta": "1",
@@ -161,6 +168,13 @@ def test_bad_annotation(key: str, value: str, needle: str) -> None:
 
 
 BAD_NETWORKS = [
+    ("storage@", "invalid interface name ''"),
+    ("storage@data/0", "invalid interface name 'data/0'"),
+    ("storage@" + "x" * 16, "invalid interface name"),
+    ("storage@..", "invalid interface name '..'"),
+    ("storage@d0,backup@d0", "duplicate entry 'd0'"),
+    ("storage@d0,storage@d1", "duplicate entry 'storage'"),
+    ("Storage@d0", "DNS-1123"),
     ("storage,default", "'default'"),
     ("storage,storage", "duplicate entry 'storage'"),
     ("Storage", "DNS-1123"),

@@ -544,3 +544,17 @@ def test_a_failure_of_the_plugin_itself_is_still_an_error_object(
     assert status == 1
     assert json.loads(out) == {"cniVersion": "1.0.0", "code": 100,
                                "msg": "podnet-cni internal error: KeyError: 'ips'"}
+
+
+@pytest.mark.parametrize(("attachments", "names"), [
+    ((("default", None),), ["eth0"]),
+    ((("default", None), ("blue", None), ("red", None)), ["eth0", "net1", "net2"]),
+    # a name the annotation gives is kept, and the numbered ones step around it
+    ((("default", None), ("blue", "net1"), ("red", None)), ["eth0", "net1", "net2"]),
+    ((("default", None), ("blue", None), ("red", "net1")), ["eth0", "net2", "net1"]),
+    ((("default", None), ("blue", "data0"), ("red", None)), ["eth0", "data0", "net1"]),
+])
+def test_the_agent_names_a_pods_interfaces(attachments: Any, names: list[str]) -> None:
+    from podnet.app.node import interface_names
+
+    assert interface_names("eth0", attachments) == names

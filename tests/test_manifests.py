@@ -80,18 +80,28 @@ def test_rbac_lets_the_engine_watch_every_kind_it_caches_and_write_none_it_only_
 
     rules = [r for _, d in DOCS if d["kind"] == "ClusterRole"
              and d["metadata"]["name"] == "podnet" for r in d["rules"]]
+    bound = {d["roleRef"]["name"] for _, d in DOCS if d["kind"] == "RoleBinding"
+             and {"kind": "ServiceAccount", "name": "podnet", "namespace": "kube-system"}
+             in d["subjects"]}
+    #: namespace -> the rules of the Roles the controller is bound to there
+    roles: dict[str, list[dict[str, Any]]] = {}
+    for _, d in DOCS:
+        if d["kind"] == "Role" and d["metadata"]["name"] in bound:
+            roles.setdefault(d["metadata"]["namespace"], []).extend(d["rules"])
 
-    def verbs(group: str, resource: str) -> set[str]:
-        return {v for r in rules if group in r["apiGroups"] and resource in r["resources"]
-                for v in r["verbs"]}
+    def verbs(group: str, resource: str, namespace: str | None = None) -> set[str]:
+        where = rules + (roles.get(namespace, []) if namespace else [])
+        return {v for r in where if group in r["apiGroups"] and resource in r["resources"]
+                and "resourceNames" not in r for v in r["verbs"]}
 
     engine = Engine(InMemoryCluster(),
                     build_plugin_manager(ReferenceProvider(cloud=ReferenceCloud())),
                     options=EngineOptions(default_provider="reference"))
-    cached = {(i.kind.group, i.kind.plural) for i in engine.informers}
-    assert {("", "namespaces"), ("apps", "statefulsets")} <= cached
-    for group, resource in cached:
-        assert {"get", "list", "watch"} <= verbs(group, resource), (group, resource)
+    cached = {(i.kind.group, i.kind.plural, i.namespace) for i in engine.informers}
+    assert {("", "namespaces", None), ("apps", "statefulsets", None),
+            ("coordination.k8s.io", "leases", "kube-system")} <= cached
+    for group, resource, namespace in cached:
+        assert {"get", "list", "watch"} <= verbs(group, resource, namespace), (group, resource)
     for group, resource in (("", "namespaces"), ("apps", "statefulsets")):
         assert verbs(group, resource) == {"get", "list", "watch"}, "read only"
 
@@ -114,7 +124,8 @@ def test_configmap_holds_a_valid_config_consistent_with_the_deployment() -> None
     (dep,) = [d for _, d in DOCS if d["kind"] == "Deployment"]
     port = dep["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGet"]["port"]
     assert config.listen == f"127.0.0.1:{port}"
-    (role,) = [d for _, d in DOCS if d["kind"] == "Role"]
+    (role,) = [d for _, d in DOCS if d["kind"] == "Role"
+               and d["metadata"]["name"] == "podnet-leader-election"]
     assert role["metadata"]["namespace"] == config.leader_election.namespace
     names = {n for r in role["rules"] for n in r.get("resourceNames", [])}
     assert names == {config.leader_election.name}
@@ -142,7 +153,7 @@ def test_the_sample_configs_parse_and_name_only_built_in_providers() -> None:
         assert named <= set(BUILTIN_PLUGINS), path.name
 
 
-def test_the_node_agent_reads_podnetworks_and_pods_and_writes_nothing() -> None:
+def test_the_node_agent_reads_podnetworks_and_pods_and_writes_only_its_report() -> None:
     (role,) = [d for _, d in DOCS if d["kind"] == "ClusterRole"
                and d["metadata"]["name"] == "podnet-node"]
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
@@ -151,6 +162,16 @@ def test_the_node_agent_reads_podnetworks_and_pods_and_writes_nothing() -> None:
                        ("podnet.io", "podnetworks", "watch"), ("", "pods", "get")}
     (binding,) = [d for _, d in DOCS if d["kind"] == "ClusterRoleBinding"
                   and d["roleRef"]["name"] == "podnet-node"]
+    # its one write: its node's Lease, in podnet's namespace alone
+    (report,) = [d for _, d in DOCS if d["kind"] == "Role"
+                 and d["metadata"]["name"] == "podnet-node-report"]
+    assert report["metadata"]["namespace"] == "kube-system"
+    assert {(g, r, v) for rule in report["rules"] for g in rule["apiGroups"]
+            for r in rule["resources"] for v in rule["verbs"]} == {
+        ("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
+    (report_binding,) = [d for _, d in DOCS if d["kind"] == "RoleBinding"
+                         and d["roleRef"]["name"] == "podnet-node-report"]
+    assert report_binding["subjects"][0]["name"] == "podnet-node"
     (ds,) = [d for _, d in DOCS if d["kind"] == "DaemonSet"]
     spec = ds["spec"]["template"]["spec"]
     assert binding["subjects"][0]["name"] == spec["serviceAccountName"] == "podnet-node"

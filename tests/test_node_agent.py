@@ -12,14 +12,20 @@ Needs root, network namespaces and kubectl; skipped with the reason otherwise.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
+import subprocess
+import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from podnet.testing.cni import CniResult, pod_args, run_cni
 from podnet.testing.netns import netns_unavailable
 from podnet.testing.nodebed import (
     ATTACHMENT,
@@ -27,9 +33,13 @@ from podnet.testing.nodebed import (
     POD_CIDR,
     AgentClient,
     Host,
+    NodeNamespace,
     Stack,
     TcpServer,
+    Underlay,
     addresses_in,
+    in_netns,
+    links_in,
     node_object,
     ping,
     pod,
@@ -55,22 +65,41 @@ def host() -> Iterator[Host]:
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    s = Stack(tmp_path)
+def underlay() -> Iterator[Underlay]:
+    u = Underlay()
+    try:
+        yield u
+    finally:
+        u.cleanup()
+
+
+@pytest.fixture
+def stack(tmp_path: Path, underlay: Underlay) -> Iterator[Stack]:
+    """The cluster in the underlay's router namespace, the apiserver on the router's
+    underlay address (closed before the underlay goes: it depends on it). Every agent runs
+    in a node namespace: in this one, other tests' agents (other checkouts run them at
+    the same time) would take its links for their leftovers."""
+    s = Stack(tmp_path, netns=underlay.router, address=underlay.router_address)
     try:
         yield s
     finally:
         s.close()
 
 
-def test_two_pods_ping_and_talk_tcp_del_removes_the_veth_not_the_address(
-        stack: Stack, host: Host) -> None:
-    from pyroute2 import IPRoute
+@pytest.fixture
+def node(stack: Stack, underlay: Underlay) -> NodeNamespace:
+    """:data:`NODE` as a namespace of its own on the underlay, its Node created (no agent
+    yet)."""
+    n = underlay.add_node(NODE, POD_CIDR)
+    stack.create([node_object(NODE, POD_CIDR, n.address)])
+    return n
 
+
+def test_two_pods_ping_and_talk_tcp_del_removes_the_veth_not_the_address(
+        stack: Stack, node: NodeNamespace, host: Host) -> None:
     from podnet.plugins.reference.dataplane import veth_names
 
-    stack.create([node_object(NODE, POD_CIDR)])
-    stack.agent()
+    stack.agent(NODE, netns=node.netns)
     client = AgentClient(stack.socket, {"cniVersion": "1.1.0", "name": "podnet",
                                         "type": "podnet-cni"})
     wait_for("the agent's socket", lambda: os.path.exists(stack.socket))
@@ -117,37 +146,35 @@ def test_two_pods_ping_and_talk_tcp_del_removes_the_veth_not_the_address(
     host_b = veth_names(cid_b, "eth0")[0]
     assert client.delete(cid_b, path_b, "b") == (200, {})
     assert client.delete(cid_b, path_b, "b") == (200, {})  # idempotent
-    with IPRoute() as ipr:
-        assert ipr.link_lookup(ifname=host_b) == []
+    assert host_b not in links_in(node.netns)
     assert stack.records()["b"]["status"]["ip"] == ip_b
     assert not ping(ns_a, ip_b)
     # the pod is gone: now the controller releases it
     stack.kubectl("delete", "pod", "b", "--wait=false")
     wait_for("b's record released", lambda: "b" not in stack.records())
 
-    # a restarted agent removes leftovers of records that no longer exist: a's record is
-    # released while the agent is down, its veth stays until the agent is back
+    # the release handshake: a's pod is deleted while the agent is down and its veth is
+    # still there, so its record stays Releasing and its address is nobody else's; the
+    # restarted agent removes the leftover, reports it, and only then is it released
     stack.stop("agent")
     stack.kubectl("delete", "pod", "a", "--wait=false")
-    wait_for("a's record released", lambda: "a" not in stack.records())
+    wait_for("a's record Releasing", lambda: stack.records().get("a", {}).get(
+        "status", {}).get("phase") == "Releasing")
+    time.sleep(3)  # what the controller would have needed to release it
+    assert stack.records()["a"]["status"]["ip"] == ip_a, "released while its veth exists"
     host_a = veth_names(cid_a, "eth0")[0]
-    with IPRoute() as ipr:
-        assert ipr.link_lookup(ifname=host_a) != []
-    stack.agent()
+    assert host_a in links_in(node.netns)
+    stack.agent(NODE, netns=node.netns)
     wait_for("the restarted agent ready", lambda: os.path.exists(stack.socket)
              and client.status()[0] == 200)
 
-    def a_gone() -> bool:
-        with IPRoute() as ipr:
-            return ipr.link_lookup(ifname=host_a) == []
-
-    wait_for("a's leftover veth removed", a_gone)
+    wait_for("a's leftover veth removed", lambda: host_a not in links_in(node.netns))
+    wait_for("a's record released once its veth is gone", lambda: "a" not in stack.records())
 
 
 def test_add_times_out_with_error_11_and_bad_input_names_the_field(
-        stack: Stack, host: Host, tmp_path: Path) -> None:
-    stack.create([node_object(NODE, POD_CIDR)])
-    stack.agent(add_timeout=1)
+        stack: Stack, node: NodeNamespace, host: Host) -> None:
+    stack.agent(NODE, netns=node.netns, add_timeout=1)
     client = AgentClient(stack.socket, {"cniVersion": "1.1.0", "name": "podnet"})
     wait_for("the agent ready", lambda: os.path.exists(stack.socket)
              and client.status()[0] == 200)
@@ -163,13 +190,11 @@ def test_add_times_out_with_error_11_and_bad_input_names_the_field(
     assert client.gc([]) == (200, {})
 
 
-def test_a_pod_with_two_networks_has_two_interfaces(stack: Stack, host: Host) -> None:
-    from pyroute2 import IPRoute
-
+def test_a_pod_with_two_networks_has_two_interfaces(
+        stack: Stack, node: NodeNamespace, host: Host) -> None:
     from podnet.plugins.reference.dataplane import veth_names
 
-    stack.create([node_object(NODE, POD_CIDR)])
-    stack.agent()
+    stack.agent(NODE, netns=node.netns)
     client = AgentClient(stack.socket, {"cniVersion": "1.1.0", "name": "podnet"})
     wait_for("the agent ready", lambda: os.path.exists(stack.socket)
              and client.status()[0] == 200)
@@ -192,19 +217,17 @@ def test_a_pod_with_two_networks_has_two_interfaces(stack: Stack, host: Host) ->
     assert client.check(cid, path, "multi") == (200, {})
     # GC with the container no longer listed: both host ends go
     assert client.gc([]) == (200, {})
-    with IPRoute() as ipr:
-        for itf in ("eth0", "net1"):
-            assert ipr.link_lookup(ifname=veth_names(cid, itf)[0]) == []
+    for itf in ("eth0", "net1"):
+        assert veth_names(cid, itf)[0] not in links_in(node.netns)
 
 
-def test_the_runtime_runs_podnet_cni_against_the_agent(stack: Stack, host: Host) -> None:
+def test_the_runtime_runs_podnet_cni_against_the_agent(
+        stack: Stack, node: NodeNamespace, host: Host) -> None:
     """The real client: ``podnet-cni`` run as a runtime runs it (environment, config on
     stdin, an older cniVersion), against the real agent: two pods ping each other; CHECK
     passes; DEL removes the interface and, run again, still succeeds."""
-    from podnet.testing.cni import pod_args, run_cni
 
-    stack.create([node_object(NODE, POD_CIDR)])
-    stack.agent()
+    stack.agent(NODE, netns=node.netns)
     config = {"cniVersion": "0.4.0", "name": "podnet", "type": "podnet-cni",
               "agentSocket": stack.socket}
     wait_for("the agent ready", lambda: run_cni("STATUS", {**config, "cniVersion": "1.1.0"},
@@ -231,3 +254,212 @@ def test_the_runtime_runs_podnet_cni_against_the_agent(stack: Stack, host: Host)
     assert "eth0" not in addresses_in(ns_a)
     assert not ping(ns_b, ip_a), "a's address still answers after DEL"
     assert run_cni("DEL", config, env_a).exit_code == 0, "DEL must be idempotent"
+
+
+# --- nodes as network namespaces -----------------------------------------------------------
+
+
+def test_pods_on_two_nodes_ping_and_hold_tcp_over_the_underlay(
+        stack: Stack, underlay: Underlay, host: Host) -> None:
+    """Each node its own namespace and its own agent; the bridge and the host ends live
+    in the node's namespace; the router routes each podCIDR to its node."""
+    from podnet.plugins.reference.dataplane import bridge_name, veth_names
+
+    nodes = [underlay.add_node("node-a", "10.93.0.0/24"),
+             underlay.add_node("node-b", "10.93.1.0/24")]
+    stack.create([node_object(n.name, n.pod_cidr, n.address) for n in nodes])
+    for n in nodes:
+        internal = json.loads(stack.kubectl("get", "node", n.name, "-o", "json"))
+        assert {"type": "InternalIP", "address": n.address} in internal["status"]["addresses"]
+        stack.agent(n.name, netns=n.netns)
+    stack.create([pod("a", "node-a"), pod("b", "node-b")])
+
+    pods: dict[str, tuple[str, str, str]] = {}
+    for name, n in zip(("a", "b"), nodes, strict=True):
+        config = {"cniVersion": "1.1.0", "name": "podnet", "type": "podnet-cni",
+                  "agentSocket": stack.socket_of(n.name)}
+        wait_for(f"the agent of {n.name} ready", AgentClient(stack.socket_of(n.name)).ready)
+        ns, path = host.netns()
+        cid = host.container()
+        done = run_cni("ADD", config, {"CNI_CONTAINERID": cid, "CNI_NETNS": path,
+                                       "CNI_ARGS": pod_args(name=name, uid=None)})
+        assert done.ok, done.stdout + done.stderr
+        address = done.output["ips"][0]["address"]
+        assert ipaddress.ip_interface(address) in ipaddress.ip_network(n.pod_cidr), address
+        pods[name] = (ns, cid, address.split("/")[0])
+        # the dataplane is the node's: bridge and host end in its namespace, not here
+        host_end = veth_names(cid, "eth0")[0]
+        assert {bridge_name("default"), host_end} <= set(links_in(n.netns))
+        assert host_end not in links_in()
+    (ns_a, _, ip_a), (ns_b, _, ip_b) = pods["a"], pods["b"]
+
+    assert ping(ns_a, ip_b), "a cannot ping b on the other node"
+    assert ping(ns_b, ip_a), "b cannot ping a on the other node"
+    with TcpServer(ns_b, ip_b, 8080):
+        talk = tcp_talk(ns_a, ip_b, 8080, "from a")
+    assert talk.returncode == 0, talk.stderr
+    assert talk.stdout.strip() == f"hello {ip_a} from a"  # no NAT on the way
+
+    # what no pod has is not answered: a free address of b's podCIDR, and an address in
+    # no node's podCIDR (the router has no route for it)
+    free = str(list(ipaddress.ip_network(nodes[1].pod_cidr).hosts())[-1])
+    assert free != ip_b
+    assert not ping(ns_a, free, count=2), f"{free} answered, no pod has it"
+    assert not ping(ns_a, "10.94.0.9", count=2), "an address outside every podCIDR answered"
+    talk = tcp_talk(ns_a, free, 8080, "nobody", timeout=3)
+    assert talk.returncode != 0, f"a TCP connection to {free} was made"
+
+
+# --- the hard cases -------------------------------------------------------------------------
+
+
+def _start_agent(stack: Stack, node: NodeNamespace, *, add_timeout: float = 30
+                 ) -> dict[str, Any]:
+    """The node's agent, ready; the plugin's config for it."""
+    stack.agent(NODE, netns=node.netns, add_timeout=add_timeout)
+    wait_for("the agent ready", AgentClient(stack.socket).ready)
+    return {"cniVersion": "1.1.0", "name": "podnet", "type": "podnet-cni",
+            "agentSocket": stack.socket}
+
+
+def _host_ends(netns: str) -> list[str]:
+    from podnet.plugins.reference.dataplane import HOST_PREFIX, PEER_PREFIX
+
+    return [n for n in links_in(netns) if n.startswith((HOST_PREFIX, PEER_PREFIX))]
+
+
+def _plugs_in(netns: str) -> list[str]:
+    """What the reference provider's ``podnet_plugs`` lists in the node's namespace."""
+    done = in_netns(netns, """
+        import json
+        from podnet.plugins.reference.dataplane import BridgeDataplane
+        print(json.dumps([p.host_interface for p in BridgeDataplane().plugs()]))
+    """)
+    assert done.returncode == 0, done.stderr
+    return list(json.loads(done.stdout))
+
+
+def _add_as_a_runtime(config: dict[str, Any], env: dict[str, str], tries: int = 60
+                      ) -> tuple[CniResult, list[int | None]]:
+    """ADD as a runtime does: after error 11, the same ADD again (same container id),
+    a bounded number of times; the last result and the error codes seen before it."""
+    seen: list[int | None] = []
+    for _ in range(tries):
+        done = run_cni("ADD", config, env)
+        if done.ok or done.error_code != 11:
+            return done, seen
+        seen.append(done.error_code)
+        time.sleep(0.5)
+    return done, seen
+
+
+def test_kill_9_of_the_agent_during_50_adds_the_retries_converge_and_del_leaves_nothing(
+        stack: Stack, node: NodeNamespace, host: Host) -> None:
+    from podnet.plugins.reference.dataplane import veth_names
+
+    config = _start_agent(stack, node)
+    names = [f"burst-{i:02d}" for i in range(50)]
+    stack.create([pod(n) for n in names])
+    sandboxes = {n: (*host.netns(), host.container()) for n in names}
+    envs = {n: {"CNI_CONTAINERID": cid, "CNI_NETNS": path,
+                "CNI_ARGS": pod_args(name=n, uid=None)}
+            for n, (_, path, cid) in sandboxes.items()}
+
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        futures = {n: pool.submit(_add_as_a_runtime, config, envs[n]) for n in names}
+        # part-way: some interfaces plugged, not all
+        wait_for("the first host ends", lambda: len(_host_ends(node.netns)) >= 5)
+        plugged_before = len(_host_ends(node.netns))
+        stack.kill("agent")
+        stack.agent(NODE, netns=node.netns)
+        outcomes = {n: f.result() for n, f in futures.items()}
+
+    for n, (done, _) in outcomes.items():
+        assert done.ok, f"{n}: {done.stdout}{done.stderr}"
+    retried = [n for n, (_, seen) in outcomes.items() if seen]
+    assert plugged_before < len(names) and retried, "the kill did not hit the burst"
+    assert all(code == 11 for _, seen in outcomes.values() for code in seen)
+
+    # nothing plumbed twice: one host end per container, one interface in each pod, the
+    # addresses unique and the records'
+    records = stack.records()
+    expected = sorted(veth_names(cid, "eth0")[0] for _, _, cid in sandboxes.values())
+    assert sorted(_host_ends(node.netns)) == expected
+    addresses = set()
+    for n, (_, path, _) in sandboxes.items():
+        ip = records[n]["status"]["ip"]
+        assert links_in(path) == ["eth0", "lo"], n
+        assert addresses_in(path)["eth0"] == [f"{ip}/24"], n
+        assert outcomes[n][0].output["ips"][0]["address"] == f"{ip}/24", n
+        addresses.add(ip)
+    assert len(addresses) == len(names)
+
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        dels = list(pool.map(lambda n: run_cni("DEL", config, envs[n]), names))
+    assert all(d.ok for d in dels), [d.stdout for d in dels if not d.ok]
+    assert _host_ends(node.netns) == []
+    assert _plugs_in(node.netns) == []
+
+
+def test_half_made_veth_pairs_are_converged_by_add_or_removed_at_start(
+        stack: Stack, node: NodeNamespace, host: Host) -> None:
+    """The states a crash between the dataplane's steps leaves, made by hand: a retried
+    ADD converges each to one pair; the restarted agent removes a marked pair whose
+    record is gone; DEL removes an unmarked pair (its name comes from the container)."""
+    from podnet.plugins.reference.dataplane import ALIAS_MARK, veth_names
+
+    stack.create([pod("peer-on-host"), pod("peer-not-renamed"), pod("unmarked"),
+                  pod("given-up")])
+
+    def half_pair(cid: str, key: str | None, peer_in: str | None) -> None:
+        host_end, peer = veth_names(cid, "eth0")
+        subprocess.run(["ip", "-n", node.netns, "link", "add", host_end, "type", "veth",
+                        "peer", "name", peer, *(["netns", peer_in] if peer_in else [])],
+                       check=True)
+        if key is not None:
+            alias = ALIAS_MARK + json.dumps({"c": cid, "i": "eth0", "n": "default", "k": key},
+                                            separators=(",", ":"))
+            subprocess.run(["ip", "-n", node.netns, "link", "set", host_end, "alias", alias],
+                           check=True)
+
+    sandboxes: dict[str, tuple[str, str, str]] = {}
+    for name in ("peer-on-host", "peer-not-renamed", "unmarked"):
+        ns, path = host.netns()
+        sandboxes[name] = (ns, path, host.container())
+    half_pair(sandboxes["peer-on-host"][2], "default/whatever", None)
+    half_pair(sandboxes["peer-not-renamed"][2], "default/whatever",
+              sandboxes["peer-not-renamed"][0])
+    half_pair(sandboxes["unmarked"][2], None, sandboxes["unmarked"][0])
+    gone = host.container()  # a pod deleted while the agent was down: no record
+    half_pair(gone, "default/gone-0000", None)
+    # an unmarked pair whose runtime gives up on the sandbox: DEL, no second ADD
+    given_up_ns, given_up_path = host.netns()
+    given_up = host.container()
+    half_pair(given_up, None, given_up_ns)
+
+    stack.agent(NODE, netns=node.netns)
+    wait_for("the agent ready", AgentClient(stack.socket).ready)
+    gone_ends = set(veth_names(gone, "eth0"))
+    wait_for("the leftover of the gone record removed",
+             lambda: not gone_ends & set(links_in(node.netns)))
+
+    config = {"cniVersion": "1.1.0", "name": "podnet", "type": "podnet-cni",
+              "agentSocket": stack.socket}
+    for name, (_, path, cid) in sandboxes.items():
+        done = run_cni("ADD", config, {"CNI_CONTAINERID": cid, "CNI_NETNS": path,
+                                       "CNI_ARGS": pod_args(name=name, uid=None)})
+        assert done.ok, f"{name}: {done.stdout}{done.stderr}"
+        records = stack.records()
+        assert links_in(path) == ["eth0", "lo"], name
+        assert addresses_in(path)["eth0"] == [f"{records[name]['status']['ip']}/24"], name
+    wanted = sorted(veth_names(cid, "eth0")[0] for _, _, cid in sandboxes.values())
+    given_up_end = veth_names(given_up, "eth0")[0]
+    assert sorted(_host_ends(node.netns)) == sorted([*wanted, given_up_end])
+    assert sorted(_plugs_in(node.netns)) == wanted  # an unmarked pair is no one's plug
+
+    wait_for("the given-up pod's record", lambda: "given-up" in stack.records())
+    done = run_cni("DEL", config, {"CNI_CONTAINERID": given_up, "CNI_NETNS": given_up_path,
+                                   "CNI_ARGS": pod_args(name="given-up", uid=None)})
+    assert done.ok, done.stdout
+    assert sorted(_host_ends(node.netns)) == wanted
+    assert links_in(given_up_path) == ["lo"]

@@ -106,6 +106,11 @@ class Informer(Generic[T]):
     # --- reading -------------------------------------------------------------------
 
     @property
+    def namespace(self) -> str | None:
+        """The one namespace it lists and watches; None for all."""
+        return self._namespace
+
+    @property
     def has_synced(self) -> bool:
         return self._synced
 

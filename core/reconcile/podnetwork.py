@@ -99,6 +99,7 @@ from podnet.core.tracing import (
     TransitionSpan,
 )
 from podnet.core.transition import Subject, Transitions
+from podnet.core.unplug import UnplugGate
 from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
@@ -165,7 +166,7 @@ class PodNetworkReconciler:
     def __init__(self, *, caches: Caches, records: RecordWriter, enqueue: Enqueuer,
                  gateway: ProviderGateway, transitions: Transitions, placement: Placement,
                  owned: Ownership, pools: Pools, lost: LostAddresses,
-                 problems: PoolProblems, clock: Clock) -> None:
+                 problems: PoolProblems, clock: Clock, unplug: UnplugGate) -> None:
         self.caches = caches
         self.records = records
         self.enqueue = enqueue
@@ -178,6 +179,8 @@ class PodNetworkReconciler:
         self.lost = lost
         self.problems = problems
         self.clock = clock
+        #: whether a released address may go back yet (its node agent's word)
+        self.unplug = unplug
         #: monotonic time each routed record is next verified at (in memory only)
         self._verify_at: dict[str, float] = {}
         #: (pod key, uid) whose record someone else deleted while the pod looked alive:
@@ -997,7 +1000,19 @@ class PodNetworkReconciler:
             hold = self._hold(pn, pod)
             if hold is not None:
                 return hold
+        if not self._same_pod_lives(pn, pod):
+            wait = self.unplug.wait(pn)
+            if wait is not None:
+                # waiting, not failing: the node agent's report wakes the key sooner
+                return Result(requeue_after=wait)
         return self._finish(pn, pod)
+
+    @staticmethod
+    def _same_pod_lives(pn: PodNetwork, pod: PodInfo | None) -> bool:
+        """A record deleted by hand while its own pod runs: the pod keeps the interface,
+        and its next record takes the same address back (nothing to wait for)."""
+        return (pod is not None and pod.uid == pn.spec.pod_uid and not pod_is_terminal(pod)
+                and pn.metadata.deletion_timestamp is not None)
 
     def _release_reason(self, pn: PodNetwork, pod: PodInfo | None) -> str:
         if pn.metadata.deletion_timestamp is not None:

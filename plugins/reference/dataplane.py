@@ -150,7 +150,8 @@ class BridgeDataplane:
                 inside = _index(ns, context.if_name)
                 host_index = _index(ipr, host)
                 if host_index is not None and inside is None:
-                    # half made (the agent died between the steps): made again
+                    # half made (the agent died between the steps, or an older version's
+                    # peer was never renamed; the peer goes with it): made again
                     ipr.link("del", index=host_index)
                     host_index = None
                 if host_index is None:
@@ -159,7 +160,7 @@ class BridgeDataplane:
                             ErrorKind.FATAL,
                             f"{context.if_name} already exists in {context.netns} and is "
                             "not podnet's", field="ifName")
-                    # a peer left on the host by an agent that moved peers in afterwards
+                    # a peer left on the host by an older version of this step
                     stale = _index(ipr, peer)
                     if stale is not None:
                         ipr.link("del", index=stale)

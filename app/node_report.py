@@ -1,0 +1,91 @@
+"""The node agent's report to the controller: its node's Lease.
+
+The controller gives a released address back only once the node's agent says the old
+interface is gone (``podnet.core.unplug``). The agent says it in one object per node, the
+Lease ``podnet-node-<node>`` in podnet's namespace (the wire format is
+``podnet.core.objects.agent_report_lease``), rewritten only when what it says changes and
+at most once per ``batch`` seconds: a burst of pods leaving one node costs a few writes,
+not one per pod.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable
+
+from podnet.core.clock import SystemClock, format_micro_time
+from podnet.core.cluster.port import LEASE, ApiError, Cluster, Conflict, NotFound
+from podnet.core.models import AgentReport
+from podnet.core.objects import agent_lease_name, agent_report_lease
+
+log = logging.getLogger("podnet.node")
+
+#: seconds a change waits for the next ones before the report is written
+DEFAULT_BATCH = 0.2
+
+
+class NodeReporter:
+    """Writes what ``compute`` says to the node's Lease whenever it changes."""
+
+    def __init__(self, cluster: Cluster, node: str, namespace: str,
+                 compute: Callable[[], AgentReport], *, batch: float = DEFAULT_BATCH) -> None:
+        self.cluster = cluster
+        self.node = node
+        self.namespace = namespace
+        self.compute = compute
+        self.batch = batch
+        #: API writes made, by verb: what the handshake costs
+        self.writes: Counter[str] = Counter()
+        self._dirty = threading.Event()
+        self._written: AgentReport | None = None
+        self._clock = SystemClock()
+
+    @property
+    def written(self) -> AgentReport | None:
+        """The report last written; None before the first."""
+        return self._written
+
+    def poke(self) -> None:
+        """Something the report says may have changed."""
+        self._dirty.set()
+
+    def run(self, stop: threading.Event) -> None:
+        self._dirty.set()  # the first report, at start
+        while not stop.is_set():
+            if not self._dirty.wait(timeout=1.0):
+                continue
+            stop.wait(self.batch)  # let the rest of a burst arrive
+            self._dirty.clear()
+            try:
+                self.flush()
+            except ApiError as exc:
+                log.warning("node %s: report not written, retried: %s", self.node, exc)
+                self._dirty.set()
+                stop.wait(1.0)
+
+    def flush(self) -> bool:
+        """Write the report if it differs from the last one written; whether it wrote."""
+        report = self.compute()
+        if report == self._written:
+            return False
+        lease = agent_report_lease(report, self.namespace, format_micro_time(self._clock.now()))
+        name = agent_lease_name(self.node)
+        try:
+            current = self.cluster.get(LEASE, name, self.namespace)
+        except NotFound:
+            current = None
+        if current is None:
+            self.cluster.create(LEASE, lease)
+            self.writes["create"] += 1
+        else:
+            lease["metadata"]["resourceVersion"] = current["metadata"].get("resourceVersion")
+            try:
+                self.cluster.update(LEASE, lease)
+            except Conflict:
+                self._dirty.set()  # someone else wrote it: read again, write again
+                return False
+            self.writes["update"] += 1
+        self._written = report
+        return True

@@ -1,0 +1,178 @@
+"""The release handshake on the in-memory cluster: a Releasing record's address goes back
+to the pool only once its node agent reports the old interface gone, the node is gone, or
+``unplug_timeout`` passed; a node without an agent report does not wait.
+
+The test plays the node agent by writing its Lease through the same wire function the
+agent uses (``agent_report_lease``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from podnet.app.demo import node_obj, pod_obj
+from podnet.core.clock import FakeClock, format_micro_time
+from podnet.core.cluster.memory import InMemoryCluster
+from podnet.core.cluster.port import LEASE, NAMESPACE, NODE, POD, POD_NETWORK, NotFound, Obj
+from podnet.core.engine import Engine, EngineOptions
+from podnet.core.models import AgentReport
+from podnet.core.objects import agent_lease_name, agent_report, agent_report_lease
+from podnet.core.plugin import new_plugin_manager
+from podnet.core.policy import PoolPolicy
+from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+
+NS = "demo"
+AGENTS = "kube-system"
+TIMEOUT = 90.0
+
+
+class Rig:
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.cluster = InMemoryCluster(clock=self.clock)
+        self.cloud = ReferenceCloud()
+        policy = PoolPolicy(min_idle=1, max_idle=4, batch_size=2, reuse_cooldown=0.0,
+                            unplug_timeout=TIMEOUT)
+        for ns in (NS, AGENTS):
+            self.cluster.create(NAMESPACE, {"metadata": {"name": ns}})
+        pm = new_plugin_manager()
+        pm.register(ReferenceProvider(self.cloud, policy=policy), name="reference")
+        self.engine = Engine(self.cluster, pm, clock=self.clock, options=EngineOptions(
+            default_provider="reference", agent_namespace=AGENTS))
+        self.engine.start()
+        self.node = str(self.cluster.create(NODE, node_obj(0))["metadata"]["name"])
+
+    def settle(self, advance: float = 0.0) -> None:
+        self.engine.run_until_idle(advance=advance)
+
+    def pod(self, name: str) -> Obj:
+        return self.cluster.create(POD, pod_obj(name, self.node))
+
+    def record(self, pod: Obj) -> Obj | None:
+        uid = pod["metadata"]["uid"]
+        found = [r for r in self.cluster.list(POD_NETWORK).items if r["spec"]["podUid"] == uid]
+        return found[0] if found else None
+
+    def report(self, *, plugged: set[str] = frozenset(),  # type: ignore[assignment]
+               unplugged: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+        """What the node's agent writes: its Lease, created or replaced."""
+        lease = agent_report_lease(
+            AgentReport(node=self.node, holder="agent", plugged=frozenset(plugged),
+                        unplugged=frozenset(unplugged)),
+            AGENTS, format_micro_time(self.clock.now()))
+        try:
+            current = self.cluster.get(LEASE, agent_lease_name(self.node), AGENTS)
+        except NotFound:
+            self.cluster.create(LEASE, lease)
+            return
+        lease["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        self.cluster.update(LEASE, lease)
+
+    def pooled_free(self) -> set[str]:
+        pool = self.engine.pools.find("reference", self.node)
+        assert pool is not None
+        return {a.address for a in pool.addresses.values() if a.owner is None}
+
+
+def key(record: Obj) -> str:
+    return f"{record['metadata']['namespace']}/{record['metadata']['name']}"
+
+
+@pytest.fixture
+def rig() -> Rig:
+    return Rig()
+
+
+def test_the_address_waits_for_the_agent_to_report_the_interface_gone(rig: Rig) -> None:
+    web = rig.pod("web")
+    rig.settle()
+    record = rig.record(web)
+    assert record is not None and record["status"]["phase"] == "Routed"
+    ip, uid = record["status"]["ip"], record["metadata"]["uid"]
+    rig.report(plugged={key(record)})
+    rig.settle()
+
+    # the kubelet removes the pod before the runtime's DEL: the record is Releasing, its
+    # address is neither free in the pool nor given to the next pod
+    rig.cluster.delete(POD, "web", NS)
+    rig.settle(advance=TIMEOUT / 3)
+    held = rig.record(web)
+    assert held is not None and held["status"]["phase"] == "Releasing"
+    assert ip not in rig.pooled_free()
+    other = rig.pod("other")
+    rig.settle()
+    taken = rig.record(other)
+    assert taken is not None and taken["status"]["ip"] != ip
+    assert rig.engine.stats.failed_transitions == {}, "waiting is not failing"
+
+    # the agent's DEL removed the interface and it says so: the address goes back now
+    rig.report(plugged={key(taken)}, unplugged={uid})
+    rig.settle()
+    assert rig.record(web) is None
+    assert ip in rig.pooled_free()
+
+
+def test_the_address_goes_back_after_the_unplug_timeout(rig: Rig) -> None:
+    web = rig.pod("web")
+    rig.settle()
+    record = rig.record(web)
+    assert record is not None
+    rig.report(plugged={key(record)})
+    rig.cluster.delete(POD, "web", NS)
+    rig.settle(advance=TIMEOUT - 5)
+    assert rig.record(web) is not None, "released before the timeout"
+    rig.settle(advance=10)
+    assert rig.record(web) is None
+    assert record["status"]["ip"] in rig.pooled_free()
+
+
+def test_a_node_without_an_agent_report_does_not_wait(rig: Rig) -> None:
+    web = rig.pod("web")
+    rig.settle()
+    record = rig.record(web)
+    assert record is not None
+    rig.cluster.delete(POD, "web", NS)
+    rig.settle()
+    assert rig.record(web) is None
+    assert record["status"]["ip"] in rig.pooled_free()
+
+
+def test_a_gone_node_does_not_wait(rig: Rig) -> None:
+    web = rig.pod("web")
+    rig.settle()
+    record = rig.record(web)
+    assert record is not None
+    rig.report(plugged={key(record)})
+    rig.settle()
+    rig.cluster.delete(NODE, rig.node)
+    rig.cluster.delete(POD, "web", NS)
+    rig.settle(advance=1)
+    assert rig.record(web) is None
+
+
+def test_an_acknowledgement_for_another_record_incarnation_does_not_count(rig: Rig) -> None:
+    """The report names record uids: an old record of the same name does not free the
+    new one's address."""
+    web = rig.pod("web")
+    rig.settle()
+    record = rig.record(web)
+    assert record is not None
+    rig.report(plugged={key(record)}, unplugged={"some-older-uid"})
+    rig.cluster.delete(POD, "web", NS)
+    rig.settle(advance=5)
+    assert rig.record(web) is not None
+
+
+@pytest.mark.parametrize("annotations", [
+    {}, {"podnet.io/unplugged": "not json"}, {"podnet.io/unplugged": '{"a": 1}'},
+    {"podnet.io/unplugged": '["u1", 7]'},
+])
+def test_a_report_that_does_not_parse_acknowledges_nothing(annotations: dict[str, Any]) -> None:
+    lease = {"metadata": {"name": agent_lease_name("n1"), "namespace": AGENTS,
+                          "labels": {"podnet.io/agent-node": "n1"},
+                          "annotations": annotations}, "spec": {}}
+    report = agent_report(lease)
+    assert report is not None and report.node == "n1"
+    assert report.unplugged <= {"u1"}
+    assert agent_report({"metadata": {"name": "podnet", "labels": {}}}) is None

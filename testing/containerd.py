@@ -335,6 +335,37 @@ class Containerd:
             args += ["--with-ns", f"network:{netns}"]
         return self.ctr(*args, image, cid, *argv, check=False, timeout=timeout)
 
+    def start(self, image: str, argv: Sequence[str], *, netns: str | None = None,
+              container_id: str | None = None) -> str:
+        """Start ``argv`` in a new container of ``image`` and leave it running (``ctr run
+        --detach``): a server, say. Return the container's id; :meth:`close` removes it,
+        or ``ctr("task", "kill", ...)`` and ``ctr("containers", "delete", ...)``."""
+        cid = container_id or f"pn-{uuid.uuid4().hex[:12]}"
+        args = ["run", "--detach", "--snapshotter", self.snapshotter, "--fifo-dir",
+                str(self.fifo_dir), "--runc-root", str(self.runc_root)]
+        if netns is not None:
+            args += ["--with-ns", f"network:{netns}"]
+        self.ctr(*args, image, cid, *argv)
+        return cid
+
+    def task_pid(self, container_id: str) -> int:
+        """The pid, on this host, of a running container's first process."""
+        for line in self.ctr("task", "list").stdout.splitlines()[1:]:
+            fields = line.split()
+            if fields and fields[0] == container_id:
+                return int(fields[1])
+        raise LookupError(f"container {container_id}: no task")
+
+    @property
+    def daemon_pid(self) -> int | None:
+        """The containerd process's pid (a child of the reaper), None once it is gone:
+        for a test that kills the daemon to see what :meth:`close` still cleans."""
+        try:
+            children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
+        except OSError:
+            return None
+        return int(children.split()[0]) if children.split() else None
+
     # --- cleanup -----------------------------------------------------------------------
 
     def close(self) -> None:

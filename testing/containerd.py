@@ -8,13 +8,15 @@ manifest, the index) from the host's static busybox (Debian's ``busybox-static``
     with private_containerd() as ctrd:
         image = ctrd.import_image(write_busybox_image(ctrd.base / "busybox.tar"))
         done = ctrd.run(image, ["busybox", "ip", "addr"], netns="/run/netns/pod-1")
+        server = ctrd.start(image, ["nc", "-l", "-p", "8080"], netns="/run/netns/pod-2")
 
 The daemon runs with its own ``--config``: root, state, sockets, runc root and FIFO
 directory all under one temporary directory, the CRI plugin off, the ``native``
 snapshotter (plain directory copies: no overlay mounts, so it also runs where overlayfs
 on the host's filesystem does not). Only the shims' sockets live outside it, in
 containerd's fixed ``/run/containerd/s`` (named by a hash of our socket, namespace and
-container): they are removed with their shim.
+container): they are removed with their shim. :meth:`Containerd.run` runs a command to
+its end (``ctr run --rm``), :meth:`Containerd.start` leaves one running (``--detach``).
 
 :meth:`Containerd.close` (and the context manager, also on failure) kills and deletes
 every task and container, stops the daemon, kills a shim it left behind, unmounts what

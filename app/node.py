@@ -48,6 +48,7 @@ from podnet.core.fence import Fence
 from podnet.core.gateway import ProviderGateway
 from podnet.core.models import DEFAULT_NETWORK, LABEL_NODE, AgentReport, Phase, PodNetwork
 from podnet.core.plugin import Providers
+from podnet.core.reconcile.podnetwork import ready_condition
 from podnet.core.tracing import (
     ATTR_CONTAINER,
     ATTR_INTERFACE,
@@ -74,6 +75,8 @@ NOT_READY = 50
 CHECK_FAILED = 100
 
 _DEFAULT_ROUTES = frozenset({"0.0.0.0/0", "::/0"})
+#: the Ready reason the controller writes for a request it will not serve as it is
+INVALID_REQUEST = "InvalidRequest"
 
 
 class CniError(Exception):
@@ -196,13 +199,17 @@ class NodeAgent:
 
     @property
     def ready(self) -> bool:
-        return self.records.has_synced
+        """Its records listed and its first report written: it may plug."""
+        return self.records.has_synced and self.reporter.written is not None
 
     def start(self) -> None:
         """List the node's records, unplug leftovers of records that no longer exist,
         then follow the records in a thread."""
         self.records.start()
         self.remove_leftovers()
+        # the first report before the first ADD: a node whose agent has never reported is
+        # a node without an agent, whose releases do not wait (the release handshake)
+        self.reporter.flush()
         self._thread = threading.Thread(target=self.records.run, args=(self._stop, 0.5),
                                         name="podnet-node-informer", daemon=True)
         self._thread.start()
@@ -288,22 +295,43 @@ class NodeAgent:
             out[pn.spec.network] = pn
         return out
 
-    def _networks_of(self, namespace: str, pod: str, if_name: str) -> Attachments:
-        """The pod's networks, the default first, then its attachments in order."""
+    def _networks_of(self, namespace: str, pod: str, if_name: str, uid: str | None = None
+                     ) -> Attachments:
+        """The pod's networks, the default first, then its attachments in order, each
+        with the interface name the annotation gives it.
+
+        :raises CniError: 11 while the pod may still come (not found yet, not bound yet);
+            7 when its records never will: a host-network pod, a pod bound to another
+            node, another pod than the sandbox's (``podUid``), a malformed
+            ``podnet.io/networks`` (or one naming the runtime's own interface)."""
         try:
             obj = self.cluster.get(POD, pod, namespace)
         except NotFound:
             raise CniError(TRY_AGAIN, f"pod {namespace}/{pod} not found", status=503) from None
-        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+        who = f"pod {namespace}/{pod}"
+        if spec.get("hostNetwork"):
+            raise CniError(INVALID, f"{who}: spec.hostNetwork is true: podnet serves no "
+                                    "host-network pod (it needs no CNI ADD)")
+        if uid and meta.get("uid") and meta["uid"] != uid:
+            raise CniError(INVALID, f"podUid: {uid} is not {who}'s uid {meta['uid']} (the "
+                                    "sandbox is an earlier pod's of that name)")
+        bound = spec.get("nodeName")
+        if not bound:
+            raise CniError(TRY_AGAIN, f"{who} is not bound to a node yet", status=503)
+        if bound != self.node:
+            raise CniError(INVALID, f"{who}: spec.nodeName is {bound}, not this node "
+                                    f"{self.node}: its networks are set up there")
+        annotations = meta.get("annotations") or {}
         try:
             attachments = parse_attachments(annotations)
         except InvalidRequest as exc:
-            raise CniError(INVALID, f"pod {namespace}/{pod}: {exc}") from None
+            raise CniError(INVALID, f"{who}: {exc}") from None
         for network, name in attachments:
             if name == if_name:
-                raise CniError(INVALID, f"pod {namespace}/{pod}: {annotation_field(NETWORKS)}: "
-                                        f"{network} is given the interface name {name}, which "
-                                        "the runtime gives the default network")
+                raise CniError(INVALID, f"{who}: {annotation_field(NETWORKS)}: {network} is "
+                                        f"given the interface name {name}, which the runtime "
+                                        "gives the default network")
         return ((DEFAULT_NETWORK, None), *attachments)
 
     def _wait_routed(self, namespace: str, pod: str, uid: str | None, if_name: str
@@ -316,10 +344,10 @@ class NodeAgent:
         while True:
             if attachments is None:
                 try:
-                    attachments = self._networks_of(namespace, pod, if_name)
+                    attachments = self._networks_of(namespace, pod, if_name, uid)
                 except CniError as exc:
                     if exc.code != TRY_AGAIN:
-                        raise  # a request that can never succeed: say so now
+                        raise  # it will never come: no use waiting
             if attachments is not None:
                 networks = [network for network, _ in attachments]
                 found = self._records_of(namespace, pod, uid)
@@ -327,6 +355,8 @@ class NodeAgent:
                            if n not in found or found[n].status.phase is not Phase.ROUTED]
                 if not missing:
                     return attachments, [found[n] for n in networks]
+                for network in missing:
+                    _raise_if_invalid(found.get(network))
             left = deadline - time.monotonic()
             if left <= 0:
                 what = (f"networks {', '.join(missing)}" if attachments is not None
@@ -343,6 +373,9 @@ class NodeAgent:
         assert req.netns is not None and req.namespace is not None and req.pod is not None
         if not os.path.exists(req.netns):
             raise CniError(INVALID, f"netns: {req.netns} does not exist")
+        if not self.ready:
+            raise CniError(TRY_AGAIN, "podnet node agent is starting: its records are not "
+                                      "listed or its first report not written yet", status=503)
         with self._lock(req.container_id):
             attachments, records = self._wait_routed(req.namespace, req.pod, req.uid,
                                                      req.if_name)
@@ -480,6 +513,17 @@ class NodeAgent:
             raise CniError(code, str(exc), details=type(exc).__name__, status=500) from exc
         except ApiError as exc:
             raise CniError(TRY_AGAIN, str(exc), status=503) from exc
+
+
+def _raise_if_invalid(pn: PodNetwork | None) -> None:
+    """Error 7 with the controller's reason when it found the pod's request invalid
+    (``Ready=False``, reason ``InvalidRequest``): the record is not routed until the pod
+    changes, so waiting is no use."""
+    ready = ready_condition(pn) if pn is not None else None
+    if pn is not None and ready is not None and ready.status == "False" \
+            and ready.reason == INVALID_REQUEST:
+        raise CniError(INVALID, ready.message or f"{pn.key}: invalid request",
+                       details=f"PodNetwork {pn.key}: {INVALID_REQUEST}")
 
 
 def _without_default_routes(pn: PodNetwork) -> PodNetwork:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from podnet.core.cluster.kube import KubeCluster
     from podnet.core.cluster.port import Cluster, Obj
     from podnet.core.config import Config
-    from podnet.core.models import Condition, NodeInfo, NodeNetwork, PodNetwork
+    from podnet.core.models import AgentReport, Condition, NodeInfo, NodeNetwork, PodNetwork
     from podnet.core.plugin import Providers
 
 __all__ = [
@@ -67,6 +67,9 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
     _cluster_arguments(parser)
     parser.add_argument("--node", default=None, help="only this node and its pod networks")
     parser.add_argument("--namespace", default=None, help="only pod networks in this namespace")
+    parser.add_argument("--agent-namespace", default="kube-system",
+                        help="podnet's namespace, where the node agents report "
+                             "(default %(default)s)")
 
 
 def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
@@ -100,6 +103,8 @@ class Records:
     node_networks: tuple[NodeNetwork, ...]
     pod_networks: tuple[PodNetwork, ...]
     unreadable: tuple[Unreadable, ...]
+    #: the node agents' reports (their Leases), by node
+    agents: tuple[AgentReport, ...] = ()
 
 
 def _dig(obj: Mapping[str, Any], *path: str) -> str | None:
@@ -111,8 +116,9 @@ def _dig(obj: Mapping[str, Any], *path: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def read_records(cluster: Cluster) -> Records:
-    """Every NodeNetwork and PodNetwork, parsed; those that do not parse set apart."""
+def read_records(cluster: Cluster, agent_namespace: str | None = None) -> Records:
+    """Every NodeNetwork and PodNetwork, parsed; those that do not parse set apart; with
+    ``agent_namespace``, the node agents' reports there too."""
     from podnet.core.cluster.port import NODE_NETWORK, POD_NETWORK
     from podnet.core.convert import RecordError, from_wire
     from podnet.core.models import NodeNetwork, PodNetwork
@@ -136,10 +142,20 @@ def read_records(cluster: Cluster) -> Records:
                             if a)
             unreadable.append(Unreadable("PodNetwork", key, _dig(obj, "spec", "nodeName"),
                                          _dig(obj, "spec", "provider"), str(exc), claimed))
+    agents: list[AgentReport] = []
+    if agent_namespace is not None:
+        from podnet.core.cluster.port import LEASE
+        from podnet.core.objects import LABEL_AGENT_NODE, agent_report
+
+        for obj in cluster.list(LEASE, agent_namespace, label_selector=LABEL_AGENT_NODE).items:
+            report = agent_report(obj)
+            if report is not None:
+                agents.append(report)
     return Records(
         tuple(sorted(node_networks, key=lambda nn: nn.metadata.name)),
         tuple(sorted(pod_networks, key=lambda pn: pn.key)),
         tuple(sorted(unreadable, key=lambda u: (u.kind, u.name))),
+        tuple(sorted(agents, key=lambda a: a.node)),
     )
 
 
@@ -250,7 +266,22 @@ def status_report(records: Records, *, node: str | None = None,
                 "ip": None, "ipv6": None, "node": bad.node, "interface": None,
                 "not_ready": None, "error": bad.error,
             })
+    from podnet.core.models import Phase
+
+    agents = []
+    for report in records.agents:
+        if node is not None and report.node != node:
+            continue
+        # Releasing records of the node its agent has not reported unplugged: their
+        # addresses wait (the release handshake)
+        waiting = sorted(pn.key for pn in records.pod_networks
+                         if pn.spec.node_name == report.node
+                         and pn.status.phase is Phase.RELEASING
+                         and (pn.metadata.uid or pn.key) not in report.unplugged)
+        agents.append({"node": report.node, "plugged": len(report.plugged),
+                       "waiting_for_unplug": waiting, "reported": _time(report.renew_time)})
     return {
+        "agents": agents,
         "nodes": sorted(nodes, key=lambda n: str(n["name"])),
         "pods": [
             {"namespace": ns, "name": name,
@@ -266,7 +297,7 @@ def run_status(args: argparse.Namespace) -> int:
 
     try:
         with _connect(args) as cluster:
-            records = read_records(cluster)
+            records = read_records(cluster, agent_namespace=args.agent_namespace)
     except (ConfigError, ApiError) as exc:
         print(f"podnet status: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
@@ -334,9 +365,17 @@ def _print_status(report: Mapping[str, Any]) -> None:
                          _cell(net["ip"]), _cell(net["ipv6"]), _cell(net["node"]),
                          _cell(net["interface"]), problem)
             pod = ""
+    agents = Table(title="node agents")
+    for col in ("node", "interfaces", "waiting for unplug", "reported"):
+        agents.add_column(col, justify="right" if col == "interfaces" else "left")
+    for a in report["agents"]:
+        agents.add_row(a["node"], str(a["plugged"]), ", ".join(a["waiting_for_unplug"]),
+                       _cell(a["reported"]))
     console = _console()
     console.print(nodes)
     console.print(pods)
+    if report["agents"]:
+        console.print(agents)
 
 
 # --- podnet audit -----------------------------------------------------------------------------

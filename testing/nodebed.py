@@ -169,7 +169,7 @@ class Stack:
 
     def __init__(self, tmp: Path, *, provider: str = "reference",
                  controller_config: dict[str, Any] | None = None, netns: str | None = None,
-                 address: str = "127.0.0.1") -> None:
+                 address: str = "127.0.0.1", controller_args: Sequence[str] = ()) -> None:
         self.tmp = tmp
         self.provider = provider
         self.netns = netns
@@ -187,7 +187,7 @@ class Stack:
                 controller_config if controller_config is not None else reference_config(tmp)))
             self.spawn("controller", ["run", "--kubeconfig", str(self.kubeconfig),
                                       "--provider", provider, "--config", str(config),
-                                      "--no-leader-elect"], netns=netns)
+                                      "--no-leader-elect", *controller_args], netns=netns)
         except BaseException:
             self.close()
             raise
@@ -209,14 +209,15 @@ class Stack:
         return proc
 
     def agent(self, node: str = NODE, *, netns: str | None = None, add_timeout: float = 60,
-              providers: Sequence[str] | None = None, name: str | None = None
-              ) -> subprocess.Popen[str]:
+              providers: Sequence[str] | None = None, name: str | None = None,
+              args: Sequence[str] = ()) -> subprocess.Popen[str]:
         """Start ``podnet node`` for ``node`` (process name ``agent`` for :data:`NODE`,
-        ``agent-<node>`` otherwise), in ``netns``, its socket at :meth:`socket_of`."""
+        ``agent-<node>`` otherwise), in ``netns``, its socket at :meth:`socket_of`; ``args``
+        are more of its flags."""
         provider_args = [a for p in (providers or [self.provider]) for a in ("--provider", p)]
         return self.spawn(name or self.agent_name(node), [
             "node", "--node", node, "--kubeconfig", str(self.kubeconfig), *provider_args,
-            "--socket", self.socket_of(node), "--add-timeout", f"{add_timeout:g}"],
+            "--socket", self.socket_of(node), "--add-timeout", f"{add_timeout:g}", *args],
             netns=netns)
 
     @staticmethod
@@ -262,8 +263,10 @@ class Stack:
                 if pn["spec"].get("network", "default") == network}
 
     def close(self) -> None:
-        """Stop every process, agents first (they talk to the apiserver)."""
-        for name in sorted(self.procs, key=lambda n: n in ("apiserver", "controller")):
+        """Stop every process: the agents, the controller, the apiserver last (the
+        others talk to it)."""
+        last = ("controller", "apiserver")
+        for name in sorted(self.procs, key=lambda n: last.index(n) + 1 if n in last else 0):
             self.stop(name)
 
 

@@ -866,6 +866,40 @@ def test_cli_prints_url_and_writes_a_working_kubeconfig(tmp_path: Path) -> None:
             proc.wait()
 
 
+def test_cli_listens_on_the_address_it_is_given_and_only_there(tmp_path: Path) -> None:
+    """``--address`` (``--host`` is its older name): the URL and the kubeconfig name it,
+    and the server answers there, not on 127.0.0.1 (another address of the loopback)."""
+    kubeconfig = tmp_path / "kc.yaml"
+    code = (
+        "import sys; from podnet.sim.apiserver import main; "
+        f"sys.exit(main(['--address', '127.0.0.2', '--port', '0', '--kubeconfig-out', "
+        f"{str(kubeconfig)!r}]))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.2:"), proc.stderr.read() if proc.stderr else ""
+        port = int(url.rsplit(":", 1)[1])
+        conf = yaml.safe_load(kubeconfig.read_text())
+        assert conf["clusters"][0]["cluster"]["server"] == url
+        conn = http.client.HTTPConnection("127.0.0.2", port, timeout=10)
+        conn.request("GET", "/api")
+        assert conn.getresponse().status == 200
+        conn.close()
+        with pytest.raises(ConnectionRefusedError):
+            http.client.HTTPConnection("127.0.0.1", port, timeout=10).connect()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_the_audit_log_records_each_write_with_its_user_agent(tmp_path: Path) -> None:
     log = tmp_path / "audit.jsonl"
     with ApiServer(audit_log=log) as srv, client.ApiClient(

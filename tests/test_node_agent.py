@@ -87,6 +87,23 @@ def stack(tmp_path: Path, underlay: Underlay) -> Iterator[Stack]:
 
 
 @pytest.fixture
+def stack_factory(tmp_path: Path, underlay: Underlay) -> Iterator[Callable[..., Stack]]:
+    """:func:`stack` with the Stack's options chosen by the test."""
+    made: list[Stack] = []
+
+    def make(**options: Any) -> Stack:
+        made.append(Stack(tmp_path, netns=underlay.router, address=underlay.router_address,
+                          **options))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for s in made:
+            s.close()
+
+
+@pytest.fixture
 def node(stack: Stack, underlay: Underlay) -> NodeNamespace:
     """:data:`NODE` as a namespace of its own on the underlay, its Node created (no agent
     yet)."""
@@ -463,3 +480,178 @@ def test_half_made_veth_pairs_are_converged_by_add_or_removed_at_start(
     assert done.ok, done.stdout
     assert sorted(_host_ends(node.netns)) == wanted
     assert links_in(given_up_path) == ["lo"]
+
+
+def test_a_pod_deleted_before_its_del_keeps_its_address_until_the_interface_is_gone(
+        stack: Stack, node: NodeNamespace, host: Host) -> None:
+    """The release handshake with the agent up: the kubelet removes the pods before the
+    runtime's DEL; their records stay Releasing, their addresses answer ping and belong to
+    nobody else, until DEL removes the interfaces; the agent's reports for the whole
+    burst cost fewer writes than pods."""
+    stack.agent(NODE, netns=node.netns)
+    client = AgentClient(stack.socket, {"cniVersion": "1.1.0", "name": "podnet"})
+    wait_for("the agent ready", lambda: os.path.exists(stack.socket)
+             and client.status()[0] == 200)
+    names = [f"p{i}" for i in range(6)]
+    stack.create([pod(n) for n in [*names, "watcher"]])
+    sandboxes = {}
+    for name in [*names, "watcher"]:
+        ns, path = host.netns()
+        cid = host.container()
+        code, result = client.add(cid, path, name)
+        assert code == 200, result
+        sandboxes[name] = (ns, path, cid, result["ips"][0]["address"].split("/")[0])
+    watcher = sandboxes["watcher"][0]
+    writes_before = sum(client.request("GET", "/v1/agent/report")[1]["writes"].values())
+
+    stack.kubectl("delete", "pod", *names, "--wait=false")
+    wait_for("the records Releasing", lambda: all(
+        stack.records().get(n, {}).get("status", {}).get("phase") == "Releasing"
+        for n in names))
+    time.sleep(3)  # more than the controller needs to release an address it may
+    records = stack.records()
+    for name in names:
+        assert records[name]["status"]["ip"] == sandboxes[name][3], f"{name} released early"
+    assert ping(watcher, sandboxes["p0"][3]), "the old interface still holds the address"
+    # a new pod gets none of the held addresses
+    stack.create([pod("late")])
+    _ns_late, path_late = host.netns()
+    code, late = client.add(host.container(), path_late, "late")
+    assert code == 200, late
+    assert late["ips"][0]["address"].split("/")[0] not in {s[3] for s in sandboxes.values()}
+
+    for name in names:
+        _ns, path, cid, _ip = sandboxes[name]
+        assert client.delete(cid, path, name) == (200, {})
+    wait_for("the records released once their interfaces are gone",
+             lambda: not set(names) & set(stack.records()), timeout=30)
+    report = client.request("GET", "/v1/agent/report")[1]
+    assert report["plugged"] == sorted(
+        f"default/{r['metadata']['name']}" for r in stack.records().values())
+    writes = sum(report["writes"].values()) - writes_before
+    assert 1 <= writes < len(names), f"{writes} report writes for {len(names)} pods"
+
+
+def test_the_agents_spans_join_the_records_trace(
+        stack_factory: Callable[..., Stack], host: Host, underlay: Underlay,
+        tmp_path: Path) -> None:
+    """One trace from the controller to the pod: the agent's node.add, node.plug and
+    node.unplug spans are in the trace the record's allocation started."""
+    from podnet.core.tracing import read_trace_file
+
+    controller_trace, agent_trace = tmp_path / "controller.jsonl", tmp_path / "agent.jsonl"
+    stack = stack_factory(controller_args=["--trace-file", str(controller_trace)])
+    n = underlay.add_node(NODE, POD_CIDR)
+    stack.create([node_object(NODE, POD_CIDR, n.address)])
+    stack.agent(NODE, netns=n.netns, args=["--trace-file", str(agent_trace)])
+    client = AgentClient(stack.socket, {"cniVersion": "1.1.0", "name": "podnet"})
+    wait_for("the agent ready", lambda: os.path.exists(stack.socket)
+             and client.status()[0] == 200)
+    stack.create([pod("traced")])
+    _ns, path = host.netns()
+    cid = host.container()
+    code, result = client.add(cid, path, "traced")
+    assert code == 200, result
+    assert client.delete(cid, path, "traced") == (200, {})
+    record = stack.records()["traced"]
+    trace_id = record["status"]["traceparent"].split("-")[1]
+    stack.stop("agent")  # flushes its spans
+
+    agent_spans = read_trace_file(agent_trace)
+    mine = {s["name"]: s for s in agent_spans if s["traceId"] == trace_id}
+    assert {"node.add", "node.plug", "node.unplug"} <= set(mine), sorted(
+        (s["name"], s["traceId"]) for s in agent_spans)
+    plug = mine["node.plug"]
+    attributes = plug["attributes"]
+    assert attributes["container.id"] == cid
+    assert attributes["podnet.interface"] == "eth0"
+    assert attributes["k8s.node.name"] == NODE
+    assert attributes["podnet.object"] == f"default/{record['metadata']['name']}"
+    assert attributes["podnet.ip"] == record["status"]["ip"]
+    wait_for("the controller's spans written", lambda: controller_trace.exists()
+             and any(s["traceId"] == trace_id for s in read_trace_file(controller_trace)))
+    controller = {s["name"] for s in read_trace_file(controller_trace)
+                  if s["traceId"] == trace_id}
+    assert "pod_network.allocate" in controller, controller
+
+
+def test_a_sandbox_recreated_for_the_same_pod_gets_the_same_address(
+        stack: Stack, node: NodeNamespace, host: Host) -> None:
+    """DEL of the first sandbox, ADD of a new one (a new container id, a new namespace),
+    as the kubelet does when a pod's sandbox dies: the record's address and MAC again,
+    the old sandbox's host end gone, and the address answers from the new sandbox."""
+    from podnet.plugins.reference.dataplane import veth_names
+
+    config = _start_agent(stack, node)
+    stack.create([pod("again"), pod("peer")])
+    peer_ns, peer_path = host.netns()
+    assert run_cni("ADD", config, {"CNI_CONTAINERID": host.container(), "CNI_NETNS": peer_path,
+                                   "CNI_ARGS": pod_args(name="peer", uid=None)}).ok
+
+    first_ns, first_path = host.netns()
+    first = host.container()
+    env = {"CNI_CONTAINERID": first, "CNI_NETNS": first_path,
+           "CNI_ARGS": pod_args(name="again", uid=None)}
+    done = run_cni("ADD", config, env)
+    assert done.ok, done.stdout + done.stderr
+    before = done.output
+    assert run_cni("DEL", config, env).ok
+    subprocess.run(["ip", "netns", "del", first_ns], check=True)  # the sandbox is gone
+
+    _, second_path = host.netns()
+    second = host.container()
+    done = run_cni("ADD", config, {**env, "CNI_CONTAINERID": second,
+                                   "CNI_NETNS": second_path})
+    assert done.ok, done.stdout + done.stderr
+    after = done.output
+    assert after["ips"] == before["ips"]
+    assert after["interfaces"][0]["mac"] == before["interfaces"][0]["mac"]
+    assert after["interfaces"][0]["sandbox"] == second_path
+    ends = set(_host_ends(node.netns))
+    assert veth_names(first, "eth0")[0] not in ends
+    assert veth_names(second, "eth0")[0] in ends
+    ip = after["ips"][0]["address"].split("/")[0]
+    assert ping(peer_ns, ip), "the recreated sandbox does not answer on its address"
+    assert stack.records()["again"]["status"]["ip"] == ip
+
+
+def test_add_for_a_pod_podnet_never_serves_is_error_7_at_once_and_plumbs_nothing(
+        stack: Stack, node: NodeNamespace, host: Host) -> None:
+    """A host-network pod, a pod bound to another node, a pod whose annotation the
+    controller refused: ADD is error 7 naming the field, not a wait for a record that
+    never comes (the plugin's agentTimeout is well below the agent's wait, so a wait
+    would show as error 11), and nothing is left in the pod's namespace or on the node.
+    A pod that does not exist yet is still a wait: error 11."""
+    config = {**_start_agent(stack, node, add_timeout=60), "agentTimeout": 15}
+    other = "node-elsewhere"
+    stack.create([node_object(other, "10.93.9.0/24"),
+                  pod("on-host", host_network=True),
+                  pod("not-mine", other),
+                  pod("bad-address", annotations={"podnet.io/ip-address": "10.93.0.300"}),
+                  pod("bad-networks", networks="Not_A_Name")])
+    wait_for("the controller's verdict on bad-address",
+             lambda: any(c.get("reason") == "InvalidRequest" for c in
+                         stack.records().get("bad-address", {}).get("status", {})
+                         .get("conditions", [])))
+    cases = {
+        "on-host": ["spec.hostNetwork"],
+        "not-mine": ["spec.nodeName", other],
+        "bad-address": ["metadata.annotations[podnet.io/ip-address]", "10.93.0.300"],
+        "bad-networks": ["podnet.io/networks"],
+    }
+    for name, named in cases.items():
+        _, path = host.netns()
+        done = run_cni("ADD", config, {"CNI_CONTAINERID": host.container(), "CNI_NETNS": path,
+                                       "CNI_ARGS": pod_args(name=name, uid=None)})
+        done.check_error(7, f"default/{name}", *named)
+        assert links_in(path) == ["lo"], name
+        assert _host_ends(node.netns) == [], name
+
+    stack.stop("agent")
+    stack.agent(NODE, netns=node.netns, add_timeout=1)
+    wait_for("the agent ready", AgentClient(stack.socket).ready)
+    _, path = host.netns()
+    done = run_cni("ADD", config, {"CNI_CONTAINERID": host.container(), "CNI_NETNS": path,
+                                   "CNI_ARGS": pod_args(name="not-yet", uid=None)})
+    done.check_error(11, "default/not-yet")
+    assert links_in(path) == ["lo"]

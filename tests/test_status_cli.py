@@ -325,3 +325,36 @@ def test_audit_skips_providers_without_a_node_pool_and_those_not_loaded(
     code, found = site.audit(capsys)  # the command loads only the reference provider
     assert code == 0
     assert {s["provider"] for s in found["skipped"]} == {"overlay", "elsewhere"}
+
+
+def test_status_shows_each_node_agent_and_the_releases_waiting_for_it(
+        site: Site, capsys: pytest.CaptureFixture[str]) -> None:
+    from podnet.core.cluster.port import LEASE, NAMESPACE
+    from podnet.core.models import AgentReport
+    from podnet.core.objects import agent_report_lease
+
+    records = site.records(POD_NETWORK)
+    node = records[0]["spec"]["nodeName"]
+    here = sorted((r for r in records if r["spec"]["nodeName"] == node),
+                  key=lambda r: r["metadata"]["name"])
+    assert len(here) >= 2
+    # the controller turned two records Releasing; the agent has unplugged the second only
+    for r in here[:2]:
+        r["status"]["phase"] = "Releasing"
+        site.store.update_status(POD_NETWORK, r)
+    keys = [f"{r['metadata']['namespace']}/{r['metadata']['name']}" for r in here]
+    site.store.create(NAMESPACE, {"metadata": {"name": "kube-system"}})
+    site.store.create(LEASE, agent_report_lease(AgentReport(
+        node=node, holder="agent", plugged=frozenset(keys[:1] + keys[2:]),
+        unplugged=frozenset({here[1]["metadata"]["uid"]})), "kube-system",
+        "2026-12-01T10:00:00.000000Z"))
+
+    _, report = site.podnet(capsys, "status")
+    assert report["agents"] == [{"node": node, "plugged": len(keys) - 1,
+                                 "waiting_for_unplug": [keys[0]],
+                                 "reported": "2026-12-01T10:00:00Z"}]
+    _, other = site.podnet(capsys, "status", "--agent-namespace", "elsewhere")
+    assert other["agents"] == []
+    assert main(["status", "--kubeconfig", str(site.kubeconfig)]) == 0
+    table = capsys.readouterr().out
+    assert "node agents" in table and keys[0] in table

@@ -176,3 +176,30 @@ def test_a_report_that_does_not_parse_acknowledges_nothing(annotations: dict[str
     assert report is not None and report.node == "n1"
     assert report.unplugged <= {"u1"}
     assert agent_report({"metadata": {"name": "podnet", "labels": {}}}) is None
+
+
+def test_a_record_the_garbage_collector_deletes_ahead_of_the_pod_cache_still_waits(
+        rig: Rig) -> None:
+    """The pod is deleted and the garbage collector deletes its record; the controller
+    sees the record's deletion while its pod cache still has the pod. That is no record
+    deleted by hand under a live pod: the address waits for the agent all the same."""
+    web = rig.pod("web")
+    rig.settle()
+    record = rig.record(web)
+    assert record is not None
+    rig.report(plugged={key(record)})
+    rig.settle()
+    rig.cluster.delete(POD, "web", NS)
+    rig.cluster.delete(POD_NETWORK, record["metadata"]["name"], NS)
+    engine = rig.engine
+    while engine.caches.pod_networks.pump(0):
+        pass  # the records' watch is ahead; the pods' is not pumped
+    assert engine.caches.pods.get(f"{NS}/web") is not None, "the pod cache is behind"
+    engine.podnetworks.reconcile(f"{NS}/web")
+    held = rig.record(web)
+    assert held is not None and held["status"]["ip"] == record["status"]["ip"]
+    rig.settle(advance=5)
+    assert rig.record(web) is not None, "released without the agent's word"
+    rig.report(unplugged={record["metadata"]["uid"]})
+    rig.settle()
+    assert rig.record(web) is None

@@ -1007,12 +1007,20 @@ class PodNetworkReconciler:
                 return Result(requeue_after=wait)
         return self._finish(pn, pod)
 
-    @staticmethod
-    def _same_pod_lives(pn: PodNetwork, pod: PodInfo | None) -> bool:
+    def _same_pod_lives(self, pn: PodNetwork, pod: PodInfo | None) -> bool:
         """A record deleted by hand while its own pod runs: the pod keeps the interface,
-        and its next record takes the same address back (nothing to wait for)."""
-        return (pod is not None and pod.uid == pn.spec.pod_uid and not pod_is_terminal(pod)
-                and pn.metadata.deletion_timestamp is not None)
+        and its next record takes the same address back (nothing to wait for). Asked of
+        the API server, not the cache: the garbage collector deletes the records of a
+        deleted pod ahead of the pod cache, and the pod would look alive."""
+        if (pod is None or pod.uid != pn.spec.pod_uid or pod_is_terminal(pod)
+                or pn.metadata.deletion_timestamp is None):
+            return False
+        try:
+            live = self.records.cluster.get(POD, pod.name, pod.namespace)
+        except NotFound:
+            return False
+        meta = live.get("metadata") or {}
+        return meta.get("uid") == pod.uid and not meta.get("deletionTimestamp")
 
     def _release_reason(self, pn: PodNetwork, pod: PodInfo | None) -> str:
         if pn.metadata.deletion_timestamp is not None:

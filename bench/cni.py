@@ -117,6 +117,8 @@ def measure_add(pods: int) -> dict[str, Any]:
     if why:
         raise SystemExit(f"bench/cni.py --add: {why}")
     total = pods + WARMUP
+    if pods < 1:
+        raise SystemExit(f"--pods: at least 1, not {pods}")
     if total > 250:  # the node's podCIDR is a /24
         raise SystemExit(f"--pods: at most {250 - WARMUP} on the one node's /24")
     argv = [sys.executable, str(PLUGIN)]

@@ -3,8 +3,10 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-# Debian packages the tests and the demo use (installed when missing, as root).
-DEBS   ?= ovn-central containernetworking-plugins
+# Debian packages the tests and the demo use (installed when missing, as root): OVN for
+# the overlay, the reference CNI plugins (podnet-ipam's clients), containerd, runc and
+# busybox-static for the real container (test_container).
+DEBS   ?= ovn-central containernetworking-plugins containerd runc busybox-static
 
 .PHONY: demo test check lint typecheck importlint unit bench clean
 

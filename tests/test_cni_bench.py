@@ -1,5 +1,5 @@
-"""The CNI start-up benchmark runs and prints its JSON; its figures are not checked here
-(a shared machine makes them noisy), only its shape."""
+"""The CNI benchmark (start-up, and ADD/DEL against the agent) runs and prints its JSON;
+its figures are not checked here (a shared machine makes them noisy), only its shape."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from podnet.testing.netns import netns_unavailable
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "cni.py"
 
@@ -21,3 +25,20 @@ def test_bench_smoke() -> None:
     for form in ("file", "file_without_site", "python_alone"):
         assert report[form]["runs"] == 3
         assert 0 < report[form]["p50_ms"] <= report[form]["p99_ms"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(netns_unavailable() is not None, reason=netns_unavailable() or "")
+def test_add_bench_smoke() -> None:
+    """``--add``: the agent and the controller as processes, a few pods; the shape, and
+    nothing left on the node after the DELs."""
+    out = subprocess.run([sys.executable, str(BENCH), "--add", "--pods", "3"], check=True,
+                         capture_output=True, text=True, timeout=300)
+    report = json.loads(out.stdout)
+    assert report["benchmark"] == "cni_add" and report["target_add_p99_ms"] == 250.0
+    assert report["veths_left_after_del"] == 0
+    assert isinstance(report["met"], bool)
+    for what in ("add", "del"):
+        assert report[what]["runs"] == 3
+        assert 0 < report[what]["p50_ms"] <= report[what]["p99_ms"]
+    assert report["startup"]["runs"] == 20

@@ -126,6 +126,41 @@ def test_unplug_succeeds_when_the_namespace_is_gone(dataplane) -> None:
     assert host_links(veth_names(cid, "eth0")[0]) == []
 
 
+def test_a_path_that_is_no_namespace_is_named_and_nothing_is_made(dataplane, tmp_path
+                                                                  ) -> None:
+    from podnet.core.errors import ProviderError
+    from podnet.plugins.reference.dataplane import veth_names
+
+    not_a_netns = tmp_path / "netns"
+    not_a_netns.write_text("")
+    cid = uuid.uuid4().hex
+    with pytest.raises(ProviderError, match=f"{not_a_netns}: not a network namespace") as err:
+        dataplane.plug(PlugContext(pod_network=record(), container_id=cid, if_name="eth0",
+                                   netns=str(not_a_netns)))
+    assert err.value.field == "netns"
+    assert host_links(veth_names(cid, "eth0")[0]) == []
+
+
+def test_the_lean_link_dump_reads_names_and_aliases_as_ip_sets_them(netns) -> None:
+    """``link_aliases`` (what ``plugs`` lists from) against links ``ip`` made in a
+    namespace of the test's own: aliased links by name, none without an alias."""
+    import json
+    import sys
+
+    name = netns.rsplit("/", 1)[1]
+    aliases = {f"pnvtest{i}": f"podnet:{{\"c\": \"{i}\", \"note\": \"é\"}}"
+               for i in range(40)}
+    for link, alias in aliases.items():
+        subprocess.run(["ip", "-n", name, "link", "add", link, "type", "veth", "peer", "name",
+                        link.replace("pnv", "pnp")], check=True)
+        subprocess.run(["ip", "-n", name, "link", "set", link, "alias", alias], check=True)
+    listed = subprocess.run(
+        ["ip", "netns", "exec", name, sys.executable, "-c",
+         "import json; from podnet.plugins.reference.dataplane import link_aliases; "
+         "print(json.dumps(link_aliases()))"], capture_output=True, text=True, check=True)
+    assert json.loads(listed.stdout) == aliases
+
+
 def test_the_dataplane_hooks_through_the_gateway(netns, dataplane) -> None:
     """``podnet_plug``, ``podnet_check_plug``, ``podnet_plugs`` and ``podnet_unplug``
     reach the reference provider through the gateway's call path, counted."""

@@ -372,7 +372,7 @@ def _print_node_stage(console: Console, report: DemoReport) -> None:
     """The stage "on a node": each pod's interface as its record has it, the ping."""
     node = report.node
     if not node.ran:
-        console.print(f"on a node: skipped ({node.skipped})", highlight=False)
+        console.print(f"on a node: skipped: {node.skipped}", highlight=False)
         return
     console.print(f"on a node: {node.node} ({node.provider} provider, network namespace "
                   f"{node.node_netns})", highlight=False)

@@ -94,7 +94,7 @@ def test_no_node_stage_skips_the_stage_and_says_so(tmp_path: Path) -> None:
     run = podnet("demo", "--provider", "reference", "--nodes", "1", "--pods", "4",
                  "--no-node-stage", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert "on a node: skipped (--no-node-stage)" in run.stdout
+    assert "on a node: skipped: --no-node-stage" in run.stdout
     report = demo.run_demo(demo.DemoOptions(provider="reference", nodes=1, pods=2,
                                             node_stage=False, timeout_s=60))
     assert report.ok and not report.node.ran and report.node.skipped == "--no-node-stage"

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from podnet.app.demo import DemoOptions, DemoReport
 
 
@@ -77,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--workers", type=_positive_int, default=4)
     demo.add_argument("--timeout", type=_non_negative_float, default=600.0)
     demo.add_argument("--json", action="store_true", help="print one JSON summary")
+    demo.add_argument("--no-node-stage", action="store_true",
+                      help="skip the last stage, two pods plugged and pinging on a node "
+                           "(it runs by default where root and network namespaces allow)")
 
     sub.add_parser("plugins", help="list discovered plugins and the hooks they implement")
 
@@ -291,15 +296,18 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         seed=args.seed, cloud_latency_ms=args.cloud_latency_ms, cloud_rate=args.cloud_rate,
         fault_rate=args.fault_rate, trace_file=args.trace_file or None,
         workers=max(1, args.workers),
-        timeout_s=args.timeout,
+        timeout_s=args.timeout, node_stage=not args.no_node_stage,
     )
-    if args.json:
-        report = run_demo(opts)
-        print(json.dumps(report.as_json(), sort_keys=True))
-    else:
-        report = _demo_with_progress(opts)
-    ok = report.settled and report.leaked_ips == 0 and report.duplicate_ips == 0
-    return 0 if ok else 1
+    try:
+        if args.json:
+            report = run_demo(opts)
+            print(json.dumps(report.as_json(), sort_keys=True))
+        else:
+            report = _demo_with_progress(opts)
+    except KeyboardInterrupt:  # what the demo made is removed by then
+        print("podnet demo: interrupted", file=sys.stderr)
+        return 130
+    return 0 if report.ok else 1
 
 
 def _demo_with_progress(opts: DemoOptions) -> DemoReport:
@@ -354,9 +362,31 @@ def _demo_with_progress(opts: DemoOptions) -> DemoReport:
     console.print(table)
     console.print(f"pods with every network routed: {report.routed} / {report.pods}; "
                   + ", ".join(f"{k} {v}" for k, v in report.transitions.items()))
+    _print_node_stage(console, report)
     if report.trace_file:
         console.print(f"traces written to {report.trace_file}")
     return report
+
+
+def _print_node_stage(console: Console, report: DemoReport) -> None:
+    """The stage "on a node": each pod's interface as its record has it, the ping."""
+    node = report.node
+    if not node.ran:
+        console.print(f"on a node: skipped: {node.skipped}", highlight=False)
+        return
+    console.print(f"on a node: {node.node} ({node.provider} provider, network namespace "
+                  f"{node.node_netns})", highlight=False)
+    for pod in node.pods:
+        console.print(f"  {pod.pod}: {pod.interface} {pod.mac} {pod.address}, "
+                      f"ADD {pod.add_ms:g} ms", highlight=False)
+    if node.ping_sent:
+        console.print(f"  {node.ping_from} -> {node.ping_to}: "
+                      f"{node.ping_replies}/{node.ping_sent} replies", highlight=False)
+    if node.error is not None:
+        console.print(f"  [red]failed:[/red] {node.error}")
+    else:
+        console.print("  DEL both, pods deleted, records released; "
+                      + ("namespaces removed" if node.cleaned else "[red]namespaces left[/red]"))
 
 
 def _plugins() -> int:

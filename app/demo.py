@@ -8,6 +8,10 @@ The default (``--provider mixed``) is the cluster podnet is built for: half the 
 BBC machines and half ECS instances, each on its loopback simulator (the real SDKs over
 HTTP), and every third pod also attaches to an OVN overlay network on a throwaway
 Northbound server (left out, with the install command, when ovsdb-server is missing).
+
+Then, where the machine allows it (root, network namespaces), the stage "on a node"
+(:mod:`podnet.app.demo_node`): one more node, served by the reference provider, whose
+node agent gives two pods real interfaces that ping each other.
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ from typing import Any
 
 import attrs
 
+from podnet.app import demo_node
+from podnet.app.demo_node import NodeStageReport
 from podnet.core.clock import SystemClock
 from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Obj
-from podnet.core.config import Config, parse_config
+from podnet.core.config import parse_config
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.models import DEFAULT_NETWORK, Phase
 from podnet.core.plugin import new_plugin_manager
@@ -65,6 +71,8 @@ class DemoOptions:
     trace_file: str | None = None
     workers: int = 4
     timeout_s: float = 600.0
+    #: run the stage "on a node" (when the machine allows it: see demo_node)
+    node_stage: bool = True
 
 
 @attrs.define
@@ -112,6 +120,15 @@ class DemoReport:
     #: single-provider runs only
     min_write_calls: int | None = None
     lower_bound_s: float | None = None
+    #: the stage "on a node": pods plugged, ping replies, ADD latency per pod
+    node: NodeStageReport = attrs.field(factory=NodeStageReport)
+
+    @property
+    def ok(self) -> bool:
+        """Everything settled, nothing leaked or duplicated, and the node stage, if it
+        ran, plugged both pods and they reached each other."""
+        return (self.settled and self.leaked_ips == 0 and self.duplicate_ips == 0
+                and (not self.node.ran or self.node.ok))
 
     def as_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -208,15 +225,19 @@ def _members(opts: DemoOptions) -> tuple[list[Member], dict[str, str]]:
     return members, skipped
 
 
-def _engine_options(opts: DemoOptions, members: list[Member]) -> EngineOptions:
+def _engine_options(opts: DemoOptions, members: list[Member], node_stage: bool
+                    ) -> EngineOptions:
     names = {m.name for m in members}
     if opts.provider == MIXED:
         file = dict(MIXED_CONFIG)
         if "ovn" not in names:
             file.pop("networks")
-        config = parse_config(file)
     else:
-        config = Config(default_provider=opts.provider)
+        file = {"defaultProvider": opts.provider}
+    if node_stage:
+        # the stage's node goes to the reference provider, before any other rule
+        file["nodeProviders"] = [demo_node.node_rule(), *file.get("nodeProviders", [])]
+    config = parse_config(file)
     policies: dict[str, dict[str, Any]] = {}
     if opts.cloud_rate:
         # as an operator would: podnet's own bucket set to the cloud's published limit
@@ -240,19 +261,33 @@ class _Releases:
             self.by_provider[event.provider] += 1
 
 
+def _node_stage_skipped(opts: DemoOptions) -> str | None:
+    """Why the stage "on a node" does not run, or None when it does."""
+    if not opts.node_stage:
+        return "--no-node-stage"
+    return demo_node.stage_unavailable()
+
+
 def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None = None
              ) -> DemoReport:
     members, skipped = _members(opts)
+    node_skipped = _node_stage_skipped(opts)
+    # the stage's provider, beside the demo's members when it is not one of them
+    audited = list(members)
+    if node_skipped is None and demo_node.PROVIDER not in {m.name for m in members}:
+        audited.append(_member(demo_node.PROVIDER, opts))
     cluster = InMemoryCluster()
     pm = new_plugin_manager()
-    for m in members:
+    for m in audited:
         pm.register(m.cloud.plugin, name=m.name)
     releases = _Releases()
     pm.register(releases, name="demo-releases")
     tracer_provider = make_tracer_provider(trace_file=opts.trace_file) if opts.trace_file else None
-    engine = Engine(cluster, pm, clock=SystemClock(), tracing=Tracing(tracer_provider),
-                    options=_engine_options(opts, members))
-    report = DemoReport(provider=opts.provider, trace_file=opts.trace_file, skipped=skipped)
+    tracing = Tracing(tracer_provider)
+    engine = Engine(cluster, pm, clock=SystemClock(), tracing=tracing,
+                    options=_engine_options(opts, audited, node_skipped is None))
+    report = DemoReport(provider=opts.provider, trace_file=opts.trace_file, skipped=skipped,
+                        node=NodeStageReport(skipped=node_skipped))
     cluster.create(NAMESPACE, {"metadata": {"name": NAMESPACE_NAME}})
     node_members = [m for m in members if m.demo.serves_nodes] or members[:1]
     nodes = []
@@ -282,6 +317,11 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
             settled = _wait_settled(cluster, opts.pods, deadline, progress, "churn")
         report.settled = settled
         report.duration_s = round(time.monotonic() - started, 3)
+        if node_skipped is None and not settled:
+            report.node = NodeStageReport(skipped="the cluster did not settle")
+        elif node_skipped is None:
+            # the agent's spans join each record's trace in the same trace file
+            report.node = demo_node.run_node_stage(cluster, tracing=tracing)
     finally:
         stop.set()
         runner.join(timeout=10)
@@ -290,13 +330,13 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
             tracer_provider.shutdown()
     report.pods = opts.pods
     report.routed = _progress(cluster)[0]
-    _audit(report, cluster, engine, members, releases)
+    _audit(report, cluster, engine, audited, releases)
     report.transitions = dict(sorted(engine.stats.transitions.items()))
     report.released = engine.stats.transitions.get("pod_network.finish", 0)
     report.provider_calls = dict(sorted(engine.stats.provider_calls.items()))
     report.writes = dict(sorted(engine.stats.writes.items()))
     calls: Counter[str] = Counter()
-    for m in members:
+    for m in audited:
         calls.update(report.providers[m.name].cloud_calls)
     report.cloud_calls = dict(sorted(calls.items()))
     if "ovn" in report.providers:

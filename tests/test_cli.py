@@ -25,8 +25,9 @@ def podnet(*args: str, timeout: float = 300, cwd: Path | None = None
 
 def test_demo_settles_with_churn_and_traces_every_pod_network(tmp_path: Path) -> None:
     trace = tmp_path / "t.jsonl"
+    # the control plane alone: the node stage's two pods would add to the exact counts
     run = podnet("demo", "--provider", "reference", "--nodes", "20", "--pods", "500",
-                 "--churn", "200", "--json", "--trace-file", str(trace))
+                 "--churn", "200", "--json", "--trace-file", str(trace), "--no-node-stage")
     assert run.returncode == 0, run.stderr[-2000:]
     report = json.loads(run.stdout)
     assert report["pods"] == 500
@@ -87,6 +88,18 @@ def test_the_default_demo_is_the_mixed_cluster_and_writes_its_trace(tmp_path: Pa
     spans = read_trace_file(trace)
     providers_traced = {s["attributes"].get("podnet.provider") for s in spans}
     assert {"bbc", "ecs"} <= providers_traced
+
+
+def test_no_node_stage_skips_the_stage_and_says_so(tmp_path: Path) -> None:
+    run = podnet("demo", "--provider", "reference", "--nodes", "1", "--pods", "4",
+                 "--no-node-stage", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "on a node: skipped: --no-node-stage" in run.stdout
+    report = demo.run_demo(demo.DemoOptions(provider="reference", nodes=1, pods=2,
+                                            node_stage=False, timeout_s=60))
+    assert report.ok and not report.node.ran and report.node.skipped == "--no-node-stage"
+    assert report.as_json()["node"]["skipped"] == "--no-node-stage"
+    assert report.providers["reference"].nodes == 1  # no node of the stage
 
 
 @pytest.mark.parametrize("name", list(demo.DEMO_MODULES))

@@ -1,0 +1,417 @@
+"""The demo's last stage, "on a node": two pods get real interfaces and ping each other.
+
+The demo's other stages prove the control plane; this one runs the node side on one
+more node of the same in-memory cluster, served by the reference provider (the one with
+a dataplane today: a Linux bridge per network, a veth pair per pod interface):
+
+1. the node (labelled :data:`NODE_LABEL`, which the demo's ``nodeProviders`` rule routes
+   to the reference provider) is a network namespace, and its node agent
+   (:class:`~podnet.app.node.NodeAgent`, in this process, on a unix socket in a
+   temporary folder) does its netlink work from threads inside that namespace, so the
+   bridge and the host ends of the veth pairs are made there, never on this host;
+2. two pods on it, each a network namespace; once their PodNetworks are Routed, the real
+   ``podnet-cni ADD`` runs for each, as a runtime runs it (the ``CNI_*`` environment, the
+   configuration on stdin, ``agentSocket`` pointing at the agent);
+3. ICMP echoes from one pod's namespace to the other's address;
+4. ``podnet-cni DEL`` for both, the pods deleted, their records released (the release
+   handshake through the agent's report), then everything made is removed: namespaces,
+   socket, agent, also when a step fails or on Ctrl-C.
+
+It needs root and network namespaces (:func:`stage_unavailable` says why not).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import attrs
+
+from podnet.app.netns import (
+    add_netns,
+    del_netns,
+    netns_exists,
+    netns_path,
+    netns_unavailable,
+    run_in_netns,
+)
+from podnet.app.node import NodeAgent, UnixHTTPServer, listen
+from podnet.core.cluster.memory import InMemoryCluster
+from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Obj
+from podnet.core.models import Phase
+from podnet.core.plugin import Providers, load_plugins, new_plugin_manager
+from podnet.core.tracing import Tracing
+
+T = TypeVar("T")
+
+#: the provider serving the stage's node, and the rule's label that routes it there
+PROVIDER = "reference"
+NODE_LABEL = "podnet.io/demo-node"
+NODE_LABEL_VALUE = "plain"
+NODE_SELECTOR = f"{NODE_LABEL}={NODE_LABEL_VALUE}"
+NODE_NAME = "node-plain"
+#: below every other demo node's podCIDR (10.64.0.0/24 and up)
+POD_CIDR = "10.63.0.0/24"
+#: the Kubernetes namespace of the stage's pods (the demo's counts look at "demo" only)
+POD_NAMESPACE = "demo-node"
+PODS = ("pod-a", "pod-b")
+IF_NAME = "eth0"
+PING_COUNT = 3
+PING_TIMEOUT_S = 2.0
+#: the CNI network configuration's name and type, as ``podnet install-cni`` writes them
+CNI_NETWORK = "podnet"
+CNI_TYPE = "podnet-cni"
+
+
+def stage_unavailable() -> str | None:
+    """Why the stage cannot run on this machine, or None."""
+    return netns_unavailable()
+
+
+def node_rule() -> dict[str, str]:
+    """The ``nodeProviders`` rule that gives the stage's node to the reference provider."""
+    return {"provider": PROVIDER, "nodeSelector": NODE_SELECTOR}
+
+
+@attrs.define
+class PluggedPod:
+    """One pod's interface, as its record has it, and what its ADD took."""
+
+    pod: str
+    container_id: str
+    netns: str
+    interface: str
+    mac: str
+    address: str
+    #: the plugin's run, a process start included, as the runtime sees it
+    add_ms: float
+
+
+@attrs.define
+class NodeStageReport:
+    """The outcome of the stage: ``ran`` False with ``skipped`` saying why, or what it
+    did; ``error`` names the step that failed."""
+
+    ran: bool = False
+    skipped: str | None = None
+    ok: bool = False
+    node: str = NODE_NAME
+    provider: str = PROVIDER
+    #: the node's network namespace (the bridge and the host ends of the pairs are there)
+    node_netns: str = ""
+    pods_plugged: int = 0
+    pods: list[PluggedPod] = attrs.field(factory=list)
+    ping_from: str = PODS[0]
+    ping_to: str = PODS[1]
+    ping_sent: int = 0
+    ping_replies: int = 0
+    #: both pods' records released and gone after their DEL and deletion
+    released: bool = False
+    #: every namespace the stage made is gone
+    cleaned: bool = False
+    duration_s: float = 0.0
+    error: str | None = None
+
+
+class StageError(Exception):
+    """A step of the stage failed; the message names it."""
+
+
+def _plugin_file() -> str:
+    """The CNI plugin's one file, as a DaemonSet installs it onto a host."""
+    spec = importlib.util.find_spec("podnet.cni.plugin")
+    if spec is None or spec.origin is None:
+        raise StageError("the CNI plugin podnet.cni.plugin is not installed")
+    return spec.origin
+
+
+def _checksum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    total: int = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    total = (total >> 16) + (total & 0xFFFF)
+    total += total >> 16
+    return ~total & 0xFFFF
+
+
+def icmp_echo(target: str, count: int, timeout: float) -> int:
+    """How many of ``count`` ICMP echoes to ``target`` are answered (a raw socket: root;
+    each echo waits up to ``timeout`` seconds). Run it inside the sender's namespace."""
+    ident = os.getpid() & 0xFFFF
+    replies = 0
+    with socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP) as sock:
+        for seq in range(count):
+            payload = b"podnet-demo"
+            header = struct.pack("!BBHHH", 8, 0, 0, ident, seq)
+            packet = struct.pack("!BBHHH", 8, 0, _checksum(header + payload), ident,
+                                 seq) + payload
+            sock.sendto(packet, (target, 0))
+            deadline = time.monotonic() + timeout
+            while (left := deadline - time.monotonic()) > 0:
+                sock.settimeout(left)
+                try:
+                    data, (source, _) = sock.recvfrom(1024)
+                except TimeoutError:
+                    break
+                ihl = (data[0] & 0x0F) * 4
+                kind, _, _, got_ident, got_seq = struct.unpack("!BBHHH", data[ihl:ihl + 8])
+                if source == target and kind == 0 and (got_ident, got_seq) == (ident, seq):
+                    replies += 1
+                    break
+    return replies
+
+
+def interface_in_netns(name: str) -> tuple[str | None, list[str]]:
+    """Interface ``name``'s MAC and IPv4 addresses (``a.b.c.d/len``) in this thread's
+    namespace; (None, []) when there is no such interface."""
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        found = ipr.link_lookup(ifname=name)
+        if not found:
+            return None, []
+        link = ipr.get_links(found[0])[0]
+        addresses = [f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}"
+                     for a in ipr.get_addr(index=found[0], family=socket.AF_INET)]
+        return str(link.get_attr("IFLA_ADDRESS")).lower(), addresses
+
+
+class NodeStage:
+    """One run of the stage on ``cluster``, whose engine (serving :data:`PROVIDER` for
+    nodes matching :data:`NODE_SELECTOR`) is running."""
+
+    def __init__(self, cluster: InMemoryCluster, *, tracing: Tracing | None = None,
+                 timeout_s: float = 60.0) -> None:
+        self.cluster = cluster
+        self.tracing = tracing
+        self.timeout_s = timeout_s
+        # names unique to this run: another run (or a test) may be making its own
+        suffix = uuid.uuid4().hex[:6]
+        self.node_netns = f"pndemo-{suffix}-node"
+        self.pod_netns = {pod: f"pndemo-{suffix}-{pod.removeprefix('pod-')}" for pod in PODS}
+        self.containers = {pod: uuid.uuid4().hex for pod in PODS}
+        self.made: list[str] = []
+        self.tmp: str | None = None
+        self.socket_path = ""
+        self.agent: NodeAgent | None = None
+        self.server: UnixHTTPServer | None = None
+        self.serving = False
+        self.uids: dict[str, str] = {}
+
+    # --- the stage -------------------------------------------------------------------
+
+    def run(self) -> NodeStageReport:
+        report = NodeStageReport(ran=True, node_netns=self.node_netns)
+        started = time.monotonic()
+        try:
+            self._run(report)
+        except Exception as exc:  # the report says which step; the demo goes on
+            report.error = str(exc) if isinstance(exc, StageError) else (
+                f"{type(exc).__name__}: {exc}")
+        finally:  # Ctrl-C included: nothing of the stage is left on the host
+            self.cleanup(report)
+            report.duration_s = round(time.monotonic() - started, 3)
+        report.ok = (report.error is None and report.pods_plugged == len(PODS)
+                     and report.ping_sent > 0 and report.ping_replies == report.ping_sent
+                     and report.released and report.cleaned)
+        return report
+
+    def _run(self, report: NodeStageReport) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        node_path = self._netns(self.node_netns)
+        self._node()
+        self._start_agent(node_path)
+        for pod in PODS:
+            self._netns(self.pod_netns[pod])
+            made = self.cluster.create(POD, _pod_obj(pod))
+            self.uids[pod] = made["metadata"]["uid"]
+        records = self._wait("the pods' PodNetworks Routed", deadline, self._routed)
+        for pod in PODS:
+            started = time.monotonic()
+            result = self._cni("ADD", pod)
+            add_ms = round((time.monotonic() - started) * 1000, 1)
+            st = records[pod]["status"]
+            plugged = (result or {}).get("interfaces") or [{}]
+            name = str(plugged[0].get("name"))
+            address = f"{st.get('ip')}/{st.get('prefixLength')}"
+            # what the kernel holds in the pod, not only what the plugin answered
+            mac, addresses = run_in_netns(netns_path(self.pod_netns[pod]),
+                                          functools.partial(interface_in_netns, name))
+            if mac != st.get("mac") or address not in addresses:
+                raise StageError(f"{pod}: {name} has {mac} {', '.join(addresses) or '-'}, "
+                                 f"the record {st.get('mac')} {address}")
+            report.pods.append(PluggedPod(
+                pod=pod, container_id=self.containers[pod], netns=self.pod_netns[pod],
+                interface=name, mac=str(st.get("mac")), address=address, add_ms=add_ms))
+            report.pods_plugged += 1
+        source, target = PODS
+        target_ip = str(records[target]["status"]["ip"])
+        report.ping_sent = PING_COUNT
+        # the echo's socket is made inside the sender's namespace, by a thread there
+        report.ping_replies = run_in_netns(
+            netns_path(self.pod_netns[source]),
+            lambda: icmp_echo(target_ip, PING_COUNT, PING_TIMEOUT_S))
+        for pod in PODS:
+            self._cni("DEL", pod)
+        for pod in PODS:
+            self.cluster.delete(POD, pod, POD_NAMESPACE)
+        self._wait("the pods' PodNetworks released", deadline,
+                   lambda: None if self._records() else True)
+        report.released = True
+
+    # --- its parts ---------------------------------------------------------------------
+
+    def _netns(self, name: str) -> str:
+        self.made.append(name)  # before: a half-made one is removed too
+        return add_netns(name)
+
+    def _node(self) -> None:
+        self.cluster.create(NAMESPACE, {"metadata": {"name": POD_NAMESPACE}})
+        self.cluster.create(NODE, {
+            "metadata": {"name": NODE_NAME, "labels": {"kubernetes.io/os": "linux",
+                                                       NODE_LABEL: NODE_LABEL_VALUE}},
+            "spec": {"podCIDR": POD_CIDR, "providerID": f"demo://{NODE_NAME}"},
+        })
+
+    def _start_agent(self, node_path: str) -> None:
+        """The node agent as ``podnet node --provider reference`` runs it, in this
+        process; every thread doing its netlink work is started inside the node's
+        namespace."""
+        pm = new_plugin_manager()
+        load_plugins(pm, builtins=[PROVIDER], entry_points=False)
+        self.agent = agent = NodeAgent(self.cluster, Providers(pm), NODE_NAME,
+                                       tracing=self.tracing)
+        self.tmp = tempfile.mkdtemp(prefix="podnet-demo-")
+        self.socket_path = os.path.join(self.tmp, "agent.sock")
+        self.server = server = listen(agent, self.socket_path)
+
+        def start() -> None:
+            # the start-up pass (leftovers), the report thread (it lists the plugs) and
+            # the request threads (spawned by the server's) all inherit the namespace
+            agent.start()
+            # a short poll: the stage's end waits for the server loop to notice
+            threading.Thread(target=server.serve_forever, args=(0.05,),
+                             name="podnet-demo-agent", daemon=True).start()
+            self.serving = True
+
+        run_in_netns(node_path, start)
+
+    def _records(self) -> dict[str, Obj]:
+        return {pn["spec"]["podName"]: pn
+                for pn in self.cluster.list(POD_NETWORK, POD_NAMESPACE).items}
+
+    def _routed(self) -> dict[str, Obj] | None:
+        records = self._records()
+        if all(records.get(pod, {}).get("status", {}).get("phase") == Phase.ROUTED.value
+               for pod in PODS):
+            return records
+        return None
+
+    def _wait(self, what: str, deadline: float, check: Callable[[], T | None]) -> T:
+        while True:
+            got = check()
+            if got is not None:
+                return got
+            if time.monotonic() > deadline:
+                raise StageError(f"timed out waiting for {what}")
+            time.sleep(0.05)
+
+    def _cni(self, command: str, pod: str) -> dict[str, Any] | None:
+        """Run ``podnet-cni`` as a container runtime does; its result (None when it
+        printed nothing)."""
+        plugin = _plugin_file()
+        env = {
+            "PATH": os.environ.get("PATH", os.defpath),
+            "CNI_COMMAND": command,
+            "CNI_CONTAINERID": self.containers[pod],
+            "CNI_NETNS": netns_path(self.pod_netns[pod]),
+            "CNI_IFNAME": IF_NAME,
+            "CNI_PATH": os.path.dirname(plugin),
+            "CNI_ARGS": f"IgnoreUnknown=1;K8S_POD_NAMESPACE={POD_NAMESPACE};"
+                        f"K8S_POD_NAME={pod};K8S_POD_UID={self.uids[pod]}",
+        }
+        config = {"cniVersion": "1.1.0", "name": CNI_NETWORK, "type": CNI_TYPE,
+                  "agentSocket": self.socket_path}
+        done = subprocess.run([sys.executable, plugin], input=json.dumps(config), env=env,
+                              capture_output=True, text=True, timeout=90, check=False)
+        out: Any = None
+        with contextlib.suppress(ValueError):
+            out = json.loads(done.stdout) if done.stdout.strip() else None
+        if done.returncode != 0:
+            msg = out.get("msg") if isinstance(out, dict) else (done.stdout or done.stderr).strip()
+            raise StageError(f"podnet-cni {command} {pod}: exit {done.returncode}: {msg}")
+        return out if isinstance(out, dict) else None
+
+    def cleanup(self, report: NodeStageReport) -> None:
+        """Remove everything the stage made, whatever it got to: the pods, the agent and
+        its socket, the namespaces (the node's holds the bridge and the host ends). A
+        Ctrl-C meanwhile is held until the end; a step that fails does not keep the
+        others from running."""
+        steps: list[Callable[[], object]] = [
+            *(functools.partial(self.cluster.delete, POD, pod, POD_NAMESPACE)
+              for pod in self.uids),
+            self._stop_agent,
+            *(functools.partial(del_netns, name) for name in reversed(self.made)),
+        ]
+        if self.tmp is not None:
+            steps.append(functools.partial(shutil.rmtree, self.tmp, ignore_errors=True))
+        with _interrupt_deferred():
+            for step in steps:
+                with contextlib.suppress(Exception):  # e.g. a pod the stage deleted
+                    step()
+        report.cleaned = not any(netns_exists(name) for name in self.made)
+
+    def _stop_agent(self) -> None:
+        if self.server is not None:
+            if self.serving:
+                self.server.shutdown()
+            self.server.server_close()
+        if self.agent is not None:
+            self.agent.stop()
+
+
+@contextlib.contextmanager
+def _interrupt_deferred() -> Iterator[None]:
+    """SIGINT (Ctrl-C) held while the block runs, then raised as KeyboardInterrupt: a
+    cleanup interrupted halfway would leave namespaces behind. Only the main thread
+    can set a handler; elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
+
+
+def _pod_obj(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": POD_NAMESPACE, "labels": {"app": "demo-node"}},
+        "spec": {"nodeName": NODE_NAME, "containers": [{"name": "app", "image": "demo"}]},
+        "status": {"phase": "Running"},
+    }
+
+
+def run_node_stage(cluster: InMemoryCluster, *, tracing: Tracing | None = None,
+                   timeout_s: float = 60.0) -> NodeStageReport:
+    """The stage on ``cluster`` (see the module), its outcome."""
+    return NodeStage(cluster, tracing=tracing, timeout_s=timeout_s).run()

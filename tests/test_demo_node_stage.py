@@ -1,0 +1,113 @@
+"""The demo's stage "on a node": two pods on a node served by the reference provider get
+their interfaces from the node agent through the real ``podnet-cni ADD`` and ping each
+other; afterwards nothing of the stage is left on the host.
+
+Needs root and network namespaces; skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import glob
+import ipaddress
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from podnet.app.demo import DemoOptions, run_demo
+from podnet.app.demo_node import POD_CIDR, NodeStageReport
+from podnet.core.tracing import read_trace_file
+from podnet.plugins.reference.dataplane import veth_names
+from podnet.testing.netns import netns_unavailable
+from podnet.testing.nodebed import links_in
+
+WHY = netns_unavailable()
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(WHY is not None, reason=WHY or "")]
+
+
+def _namespaces() -> set[str]:
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                            check=True).stdout
+    return {line.split()[0] for line in listed.splitlines() if line.strip()}
+
+
+def _temp_dirs() -> set[str]:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "podnet-demo-*")))
+
+
+def _assert_nothing_left(node: NodeStageReport, temp_before: set[str]) -> None:
+    """No namespace of the stage (the node's held the bridge and the host ends), no veth
+    of its containers in this namespace, no socket folder."""
+    made = {node.node_netns, *(p.netns for p in node.pods)}
+    assert len(made) == 3
+    assert not made & _namespaces()
+    links = set(links_in())
+    for plugged in node.pods:
+        assert not set(veth_names(plugged.container_id, plugged.interface)) & links
+    assert _temp_dirs() <= temp_before
+
+
+def test_the_node_stage_plugs_two_pods_that_ping_each_other_and_leaves_nothing() -> None:
+    temp_before = _temp_dirs()
+    report = run_demo(DemoOptions(nodes=2, pods=10, churn=2, timeout_s=120))
+    node = report.node
+    assert node.ran and node.error is None, node.error
+    assert node.ok and report.ok
+    assert node.pods_plugged == 2 and [p.pod for p in node.pods] == ["pod-a", "pod-b"]
+    assert node.ping_sent > 0 and node.ping_replies == node.ping_sent
+    assert node.released and node.cleaned
+    cidr = ipaddress.ip_network(POD_CIDR)
+    for plugged in node.pods:
+        assert plugged.interface == "eth0"
+        assert ipaddress.ip_interface(plugged.address).network == cidr
+        assert plugged.add_ms > 0
+    assert len({p.address for p in node.pods}) == len({p.mac for p in node.pods}) == 2
+    # the stage's node is the reference provider's, beside the mixed cluster's
+    reference = report.providers["reference"]
+    assert reference.nodes == 1 and reference.released == 2
+    assert reference.pod_networks == 0 and reference.leaked_ips == 0
+    assert report.providers["bbc"].nodes == report.providers["ecs"].nodes == 1
+    _assert_nothing_left(node, temp_before)
+
+
+def test_the_demo_command_prints_the_stage_and_its_json_and_traces_the_agent(
+        tmp_path: Path) -> None:
+    temp_before = _temp_dirs()
+    trace = tmp_path / "t.jsonl"
+    run = subprocess.run(
+        [sys.executable, "-m", "podnet.app.cli", "demo", "--provider", "reference",
+         "--nodes", "2", "--pods", "10", "--json", "--trace-file", str(trace)],
+        capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    node = json.loads(run.stdout)["node"]
+    assert node["ran"] and node["ok"] and node["pods_plugged"] == 2
+    assert node["ping_replies"] == node["ping_sent"] > 0
+    assert [p["pod"] for p in node["pods"]] == ["pod-a", "pod-b"]
+    assert all(p["add_ms"] > 0 and p["mac"] and p["address"] for p in node["pods"])
+    # the agent's spans join each record's own trace: allocation to unplug, one trace
+    spans = read_trace_file(trace)
+    traces: dict[str, set[str]] = {}
+    steps: dict[str, set[str]] = {}
+    for span in spans:
+        obj = span["attributes"].get("podnet.object", "")
+        lifecycle = span["name"].startswith(("pod_network.", "node."))
+        if obj.startswith("demo-node/") and lifecycle:
+            traces.setdefault(obj, set()).add(span["traceId"])
+            steps.setdefault(obj, set()).add(span["name"])
+    assert len(traces) == 2 and all(len(ids) == 1 for ids in traces.values())
+    assert all({"pod_network.allocate", "node.plug", "node.unplug",
+                "pod_network.finish"} <= names for names in steps.values())
+
+    printed = subprocess.run(
+        [sys.executable, "-m", "podnet.app.cli", "demo", "--provider", "reference",
+         "--nodes", "2", "--pods", "10"],
+        capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
+    assert printed.returncode == 0, printed.stderr[-2000:]
+    assert "on a node: node-plain" in printed.stdout
+    assert "pod-a -> pod-b: 3/3 replies" in printed.stdout
+    assert "namespaces removed" in printed.stdout
+    assert _temp_dirs() <= temp_before

@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # Debian packages the tests and the demo use (installed when missing, as root).
-DEBS   ?= ovn-central
+DEBS   ?= ovn-central ovn-host openvswitch-switch
 
 .PHONY: demo test check lint typecheck importlint unit bench clean
 

@@ -6,7 +6,10 @@ namespaces.
 Two pods on one logical switch ping each other and hold a TCP connection; a pod on
 another switch of the same router is reached through it; a spoofed source address is
 dropped by port security while the real one passes; DEL removes the OVS port and the
-pod's reachability; deleting the pods leaves no port in OVS and no pod port in NB."""
+pod's reachability; deleting the pods leaves no port in OVS and no pod port in NB; an
+agent started after its pod left removes the pod's port. The dataplane alone, on the
+session's chassis: a second plug converges on the first, a port OVN does not know times
+out as a transient error, half-made plugs are listed and converged."""
 
 from __future__ import annotations
 
@@ -34,6 +37,8 @@ from podnet.testing.nodebed import (
     wait_for,
 )
 from podnet.testing.ovnbed import OvnBed, bed_unavailable
+
+pytest_plugins = ["podnet.testing"]
 
 _MISSING = netns_unavailable() or bed_unavailable()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")]
@@ -207,3 +212,188 @@ def test_pods_on_br_int_talk_through_switches_and_routers(bed: Bed) -> None:
     stack.kubectl("delete", "pod", "a", "b", "c", "--wait=false")
     assert _ovs_ports(bed) == []
     wait_for("the pods' ports to leave NB", lambda: _pod_ports(bed) == [], 30)
+
+
+def test_an_agent_started_after_its_pod_left_removes_the_port(bed: Bed) -> None:
+    """The start-up pass: the agent lists the OVS ports it marked (``podnet_plugs``) and
+    removes those whose record is gone or Releasing (the pod was deleted while it was
+    down, and no DEL came)."""
+    stack, client = bed.stack, bed.client
+    assert stack is not None
+    stack.create([pod("d"), pod("e")])
+    plugged = {}
+    for name in ("d", "e"):
+        _, path = bed.host.netns()
+        cid = bed.host.container()
+        status, result = client.add(cid, path, name)
+        assert status == 200, result
+        plugged[name] = cid
+    assert len(_ovs_ports(bed)) == 2
+    stack.stop("agent")
+    stack.kubectl("delete", "pod", "d", "--wait=false")
+
+    def d_released() -> bool:
+        record = stack.records().get("d")
+        return record is None or record["status"].get("phase") == "Releasing"
+
+    wait_for("d's record to be Releasing", d_released, 30)
+    stack.agent(NODE, netns=bed.node.netns,
+                args=["--config", str(stack.tmp / "controller.yaml")])
+    wait_for("the agent to be ready", client.ready, 30)
+
+    e = stack.records()["e"]["metadata"]
+    e_key = f"{e['namespace']}/{e['name']}"
+
+    def only_e() -> bool:
+        assert bed.ovn is not None
+        owners = [bed.ovn.vsctl("get", "Interface", p, "external_ids:podnet-owner"
+                                ).strip().strip('"') for p in _ovs_ports(bed)]
+        return owners == [e_key]
+
+    wait_for("d's OVS port to be removed at start", only_e, 30)
+    # and with the interface gone, the controller releases d's address: its port leaves NB
+    wait_for("d's port to leave NB", lambda: _pod_ports(bed) == [e_key], 30)
+
+
+# --- the dataplane alone, on the session's chassis: convergence, timeouts, leftovers -------
+
+_DRIVER = """
+import json, sys
+from podnet.core.models import ObjectMeta, Phase, PodNetwork, PodNetworkSpec, PodNetworkStatus
+from podnet.core.models import Route
+from podnet.core.errors import ProviderError
+from podnet.hookspecs.types import PlugContext, UnplugContext
+from podnet.plugins.ovn.dataplane import OvsDataplane, tx_checksum_on, _ethtool
+
+def record(port, ip, mac):
+    return PodNetwork(
+        metadata=ObjectMeta(name=port.split("/")[1], namespace="default"),
+        spec=PodNetworkSpec(pod_name="web", pod_uid="u1", node_name="n1", provider="ovn"),
+        status=PodNetworkStatus(phase=Phase.ROUTED, ip=ip, mac=mac, gateway="10.41.0.1",
+                                prefix_length=24, interface=port, mtu=1400,
+                                routes=(Route(dst="0.0.0.0/0", gw="10.41.0.1"),)))
+
+def context(pn, cid, netns):
+    return PlugContext(pod_network=pn, container_id=cid, if_name="eth0", netns=netns)
+
+def unplug_context(cid, netns):
+    return UnplugContext(provider="ovn", network="default", container_id=cid,
+                         if_name="eth0", netns=netns)
+
+dp = OvsDataplane(OVS_DB, bind_timeout=BIND_TIMEOUT)
+out = {}
+"""
+
+
+def drive(bed: OvnBed, code: str, bind_timeout: float = 10.0) -> dict[str, Any]:
+    """Run ``code`` with an :class:`OvsDataplane` ``dp`` in the chassis' namespace (where
+    the agent would run); it fills ``out``, which comes back."""
+    import textwrap
+
+    script = (f"OVS_DB = {bed.ovs_remote!r}\nBIND_TIMEOUT = {bind_timeout!r}\n"
+              + textwrap.dedent(_DRIVER) + textwrap.dedent(code)
+              + "\ndp.close()\nprint(json.dumps(out))\n")
+    done = in_netns(bed.netns, script, timeout=60)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+@pytest.fixture
+def chassis(ovn_bed: OvnBed) -> Iterator[OvnBed]:
+    """The session's chassis with a switch ``ls-t`` of its own, and pod namespaces."""
+    ovn_bed.nbctl("--may-exist", "ls-add", "ls-t")
+    yield ovn_bed
+    ovn_bed.nbctl("--if-exists", "ls-del", "ls-t")
+
+
+@pytest.fixture
+def pod_netns() -> Iterator[Host]:
+    host = Host(links=lambda container, interface: [])
+    try:
+        yield host
+    finally:
+        host.cleanup()
+
+
+def _lsp(bed: OvnBed, name: str, mac: str, ip: str) -> None:
+    bed.nbctl("lsp-add", "ls-t", name, "--", "lsp-set-addresses", name, f"{mac} {ip}")
+
+
+def test_plug_twice_is_one_bound_port_and_unplug_twice_is_fine(chassis: OvnBed,
+                                                               pod_netns: Host) -> None:
+    _, path = pod_netns.netns()
+    cid = pod_netns.container()
+    _lsp(chassis, "default/web-a", "0a:41:00:00:00:05", "10.41.0.5")
+    got = drive(chassis, f"""
+        pn = record("default/web-a", "10.41.0.5", "0a:41:00:00:00:05")
+        first = dp.plug(context(pn, {cid!r}, {path!r}), pn.status.interface)
+        second = dp.plug(context(pn, {cid!r}, {path!r}), pn.status.interface)
+        out["same"] = first == second
+        out["bind"] = dp.bind_seconds
+        out["check"] = dp.check(context(pn, {cid!r}, {path!r}), "default/web-a").ok
+        out["csum"] = tx_checksum_on({path!r}, "eth0")
+        out["plugs"] = [(p.container_id, p.if_name, p.owner) for p in dp.plugs()]
+        out["host"] = first.host_interface
+        dp.unplug(unplug_context({cid!r}, {path!r}))
+        dp.unplug(unplug_context({cid!r}, {path!r}))
+        out["after"] = [p.host_interface for p in dp.plugs()]
+    """)
+    assert got["same"] and got["check"] and not got["csum"], got
+    assert got["plugs"] == [[cid, "eth0", "default/web-a"]]
+    print(f"bind (ovn-installed) per plug: {', '.join(f'{t:.3f} s' for t in got['bind'])}")
+    assert got["after"] == []
+    assert got["host"] not in chassis.vsctl("list-ports", "br-int").split()
+    chassis.nbctl("lsp-del", "default/web-a")
+
+
+def test_a_port_ovn_does_not_know_times_out_and_is_listed_for_removal(
+        chassis: OvnBed, pod_netns: Host) -> None:
+    _, path = pod_netns.netns()
+    cid = pod_netns.container()
+    got = drive(chassis, f"""
+        import time
+        pn = record("default/nowhere", "10.41.0.6", "0a:41:00:00:00:06")
+        start = time.monotonic()
+        try:
+            dp.plug(context(pn, {cid!r}, {path!r}), pn.status.interface)
+        except ProviderError as exc:
+            out["error"] = [exc.kind.value, str(exc)]
+        out["waited"] = time.monotonic() - start
+        out["plugs"] = [p.owner for p in dp.plugs()]
+        dp.unplug(unplug_context({cid!r}, {path!r}))
+        out["after"] = [p.owner for p in dp.plugs()]
+    """, bind_timeout=0.5)
+    kind, message = got["error"]
+    assert kind == "transient" and "default/nowhere" in message and "0.5 s" in message, got
+    assert 0.5 <= got["waited"] < 5
+    assert got["plugs"] == ["default/nowhere"] and got["after"] == []
+
+
+def test_half_made_plugs_are_listed_and_converged(chassis: OvnBed, pod_netns: Host) -> None:
+    _, path = pod_netns.netns()
+    cid = pod_netns.container()
+    _lsp(chassis, "default/web-h", "0a:41:00:00:00:07", "10.41.0.7")
+    got = drive(chassis, f"""
+        import subprocess
+        pn = record("default/web-h", "10.41.0.7", "0a:41:00:00:00:07")
+        host = dp.plug(context(pn, {cid!r}, {path!r}), pn.status.interface).host_interface
+        # the OVS port gone (an agent killed between the pair and the port): still listed
+        # by the host end's mark, found by check, made again by the next plug
+        dp.api.del_port(host).execute(check_error=True)
+        out["listed"] = [p.owner for p in dp.plugs()]
+        out["check"] = dp.check(context(pn, {cid!r}, {path!r}), "default/web-h").reason
+        dp.plug(context(pn, {cid!r}, {path!r}), pn.status.interface)
+        out["again"] = dp.check(context(pn, {cid!r}, {path!r}), "default/web-h").ok
+        # checksum offload turned back on behind podnet's back: check says so
+        _ethtool({path!r}, "eth0", 0x17, 1)
+        out["csum"] = dp.check(context(pn, {cid!r}, {path!r}), "default/web-h").reason
+        dp.plug(context(pn, {cid!r}, {path!r}), pn.status.interface)
+        out["fixed"] = dp.check(context(pn, {cid!r}, {path!r}), "default/web-h").ok
+        dp.unplug(unplug_context({cid!r}, {path!r}))
+    """)
+    assert got["listed"] == ["default/web-h"], got
+    assert "OVS port" in got["check"] and "missing" in got["check"], got
+    assert got["again"] and got["fixed"], got
+    assert "checksum" in got["csum"], got
+    chassis.nbctl("lsp-del", "default/web-h")

@@ -99,6 +99,17 @@ def _netns(path: str) -> Any:
     return NetNS(path)
 
 
+def _alias(marks: dict[str, str]) -> str:
+    """The host end's mark; the kernel keeps at most 255 bytes of an alias, so a record
+    key too long for it is left out (the OVS port's external_ids, listed first, keep
+    it; a host end listed without an owner is a leftover the agent removes)."""
+    alias = ALIAS_MARK + json.dumps(marks, separators=(",", ":"), sort_keys=True)
+    if len(alias.encode()) > 255:
+        short = {k: v for k, v in marks.items() if k != OWNER_ID}
+        alias = ALIAS_MARK + json.dumps(short, separators=(",", ":"), sort_keys=True)
+    return alias
+
+
 # --- checksum offload, inside the pod's namespace ------------------------------------------
 
 
@@ -163,7 +174,7 @@ def _connect(remote: str, timeout: float) -> Any:
         name = f"PodnetOvsApi{_counter}"
     idl = connection.OvsdbIdl.from_server(remote, "Open_vSwitch")
     conn = connection.Connection(idl, timeout=timeout)
-    cls = type(name, (OvsdbIdl,), {"ovsdb_connection": None})
+    cls = type(name, (OvsdbIdl,), {"_ovsdb_connection": None})
     return cls(conn)
 
 
@@ -275,8 +286,7 @@ class OvsDataplane:
             raise _fail(f"veth {host} was not created")
         # marked at once, before it is an OVS port: a crash right after leaves a pair
         # the agent still lists (and removes)
-        alias = ALIAS_MARK + json.dumps(marks, separators=(",", ":"), sort_keys=True)
-        ipr.link("set", index=host_index, ifalias=alias)
+        ipr.link("set", index=host_index, ifalias=_alias(marks))
         moved = _index(ns, peer)
         if moved is None:
             raise _fail(f"{peer} did not arrive in {context.netns}")

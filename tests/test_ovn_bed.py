@@ -19,6 +19,8 @@ from podnet.testing.ovnbed import (
     trace,
 )
 
+pytest_plugins = ["podnet.testing"]
+
 _NO_BED = bed_unavailable()
 _NO_CENTRAL = central_unavailable()
 TAPS = {"ovs-netdev", "br-int"}
@@ -100,8 +102,9 @@ def test_a_failed_start_stops_what_it_started(tmp_path: os.PathLike[str]) -> Non
 
 
 @pytest.mark.skipif(_NO_CENTRAL is not None, reason=_NO_CENTRAL or "")
-def test_trace_delivers_and_drops() -> None:
-    with OvnCentral() as central:
+def test_trace_delivers_and_drops(ovn_central: OvnCentral) -> None:
+    central = ovn_central
+    try:
         a, b = "0a:00:00:00:00:01 10.0.0.1", "0a:00:00:00:00:02 10.0.0.2"
         central.nbctl(
             "ls-add", "ls1",
@@ -123,6 +126,8 @@ def test_trace_delivers_and_drops() -> None:
         assert blocked.dropped and blocked.stage == "ls_out_acl", blocked.text
         assert trace(central, "ls1", ip_src="10.0.0.1", proto="tcp", dport=24,
                      **packet).delivered == ("b",)
+    finally:  # the session's central: leave it as it was
+        central.nbctl("--if-exists", "ls-del", "ls1")
 
 
 def test_parse_trace_reads_a_routed_path() -> None:

@@ -1,6 +1,7 @@
 """The OVN test bed itself: it starts a chassis that registers, and leaves nothing behind
 (no daemon, no namespace, no tap device in this namespace, no folder), also when its
-start fails half way; ovn-trace's verdicts are read as delivered or dropped."""
+start fails half way; ovn-trace's verdicts are read as delivered or dropped. And the OVN
+dataplane on a host without OVS lists nothing (no bed needed)."""
 
 from __future__ import annotations
 
@@ -154,3 +155,10 @@ egress(dp="ls2", inport="ls2-lr", outport="c")
 """
     got = parse_trace(text)
     assert got.outputs == ("ls1-lr", "c") and got.delivered == ("c",) and not got.dropped
+
+
+def test_a_host_without_ovs_has_nothing_plugged(tmp_path: os.PathLike[str]) -> None:
+    from podnet.plugins.ovn.dataplane import OvsDataplane
+
+    dataplane = OvsDataplane(f"unix:{tmp_path}/no-such/db.sock")
+    assert dataplane.plugs() == []

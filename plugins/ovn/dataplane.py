@@ -400,8 +400,11 @@ class OvsDataplane:
         """The OVS ports podnet marked, and the marked host ends not yet on the bridge (a
         plug interrupted before it added the port)."""
         found: dict[str, Plug] = {}
-        rows = self.api.db_list("Interface", columns=["name", "external_ids"]
-                                ).execute(check_error=True)
+        # a host without OVS (an agent running several providers) has plugged nothing
+        # into it: its start-up pass must not fail for that
+        local = self.ovs_db.startswith("unix:") and not os.path.exists(self.ovs_db[5:])
+        rows = [] if local else self.api.db_list(
+            "Interface", columns=["name", "external_ids"]).execute(check_error=True)
         for row in rows:
             ids = row["external_ids"]
             if OWNER_ID in ids and CONTAINER_ID in ids and IFNAME_ID in ids:

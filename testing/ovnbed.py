@@ -298,6 +298,14 @@ class OvnBed(OvnCentral):
                "ovn-bridge": self.bridge, "ovn-bridge-datapath-type": "netdev"}
         self.vsctl("set", "open_vswitch", ".",
                    *(f"external_ids:{k}={v}" for k, v in ids.items()))
+        self.start_controller()
+
+    def stop_controller(self) -> None:
+        """Stop ``ovn-controller`` (SIGTERM): ports are no longer bound or installed."""
+        self._stop("controller")
+
+    def start_controller(self) -> None:
+        """Start ``ovn-controller`` (again) and wait until its chassis is in SB."""
         # ovn-controller has no --unixctl: its control socket lands in OVN_RUNDIR
         self._daemon("controller", ["ovn-controller", self.ovs_remote], netns=self.netns)
         deadline = time.monotonic() + self.timeout

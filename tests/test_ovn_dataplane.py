@@ -7,7 +7,9 @@ Two pods on one logical switch ping each other and hold a TCP connection; a pod 
 another switch of the same router is reached through it; a spoofed source address is
 dropped by port security while the real one passes; DEL removes the OVS port and the
 pod's reachability; deleting the pods leaves no port in OVS and no pod port in NB; an
-agent started after its pod left removes the pod's port. The dataplane alone, on the
+agent started after its pod left removes the pod's port; with ovn-controller down ADD is
+error 11 after bind_timeout, and the retried ADD converges once it is back. The dataplane
+alone, on the
 session's chassis: a second plug converges on the first, a port OVN does not know times
 out as a transient error, half-made plugs are listed and converged."""
 
@@ -47,12 +49,12 @@ ANN = "podnet.io/"
 BLUE, GREEN = "10.31.0.0/24", "10.32.0.0/24"
 
 
-def ovn_config(bed: OvnBed) -> dict[str, Any]:
+def ovn_config(bed: OvnBed, bind_timeout: float = 20) -> dict[str, Any]:
     """The controller's (and the agent's) configuration: two subnets on one router."""
     return {
         "defaultProvider": "ovn",
         "providers": {"ovn": {
-            "remote": bed.nb_remote, "ovs_db": bed.ovs_remote, "bind_timeout": 20,
+            "remote": bed.nb_remote, "ovs_db": bed.ovs_remote, "bind_timeout": bind_timeout,
             "subnets": [
                 {"name": "blue", "cidr": BLUE, "router": "lr1", "default": True},
                 {"name": "green", "cidr": GREEN, "router": "lr1"},
@@ -67,7 +69,7 @@ class Bed:
     """The underlay's node namespace holds br-int (ovs-vswitchd, ovn-controller) and the
     agent; the apiserver and the controller run in its router namespace."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, bind_timeout: float = 20) -> None:
         # pods' namespaces; their host ends are in the node namespace, gone with it
         self.host = Host(links=lambda container, interface: [])
         self.underlay = Underlay("192.168.79.0/24")
@@ -78,7 +80,8 @@ class Bed:
             started = time.monotonic()
             self.ovn = OvnBed(tmp / "ovn", netns=self.node.netns).start()
             self.ovn_start = time.monotonic() - started
-            self.stack = Stack(tmp, provider="ovn", controller_config=ovn_config(self.ovn),
+            self.stack = Stack(tmp, provider="ovn",
+                               controller_config=ovn_config(self.ovn, bind_timeout),
                                netns=self.underlay.router,
                                address=self.underlay.router_address)
             self.stack.create([node_object(NODE, self.node.pod_cidr, self.node.address)])
@@ -102,9 +105,10 @@ class Bed:
 
 
 @pytest.fixture
-def bed(tmp_path: Path) -> Iterator[Bed]:
+def bed(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Bed]:
     (tmp_path / "ovn").mkdir()
-    made = Bed(tmp_path)  # cleans up after itself when it fails half way
+    bind_timeout = getattr(request, "param", 20)
+    made = Bed(tmp_path, bind_timeout)  # cleans up after itself when it fails half way
     try:
         yield made
     finally:
@@ -253,6 +257,33 @@ def test_an_agent_started_after_its_pod_left_removes_the_port(bed: Bed) -> None:
     wait_for("d's OVS port to be removed at start", only_e, 30)
     # and with the interface gone, the controller releases d's address: its port leaves NB
     wait_for("d's port to leave NB", lambda: _pod_ports(bed) == [e_key], 30)
+
+
+@pytest.mark.parametrize("bed", [2], indirect=True)
+def test_a_port_ovn_controller_does_not_bind_is_error_11_until_it_does(bed: Bed) -> None:
+    """ovn-controller down: ADD waits bind_timeout, then answers 11 (try again); once it
+    is back, the runtime's retried ADD converges on what the first made."""
+    stack, client, ovn = bed.stack, bed.client, bed.ovn
+    assert stack is not None and ovn is not None
+    stack.create([pod("f"), pod("g")])
+    _, g_path = bed.host.netns()
+    assert client.add(bed.host.container(), g_path, "g")[0] == 200
+    ovn.stop_controller()
+    f_netns, f_path = bed.host.netns()
+    cid = bed.host.container()
+    started = time.monotonic()
+    status, body = client.add(cid, f_path, "f")
+    waited = time.monotonic() - started
+    assert status != 200 and body["code"] == 11, body
+    assert "not bound by ovn-controller within 2 s" in body["msg"], body
+    assert 2 <= waited < 15, waited
+    ovn.start_controller()
+    status, result = client.add(cid, f_path, "f")
+    assert status == 200, result
+    assert len(_ovs_ports(bed)) == 2  # the retry found the first one's port
+    assert client.check(cid, f_path, "f")[0] == 200
+    g_ip = stack.records()["g"]["status"]["ip"]
+    assert ping(f_netns, g_ip), "f cannot reach g after ovn-controller came back"
 
 
 # --- the dataplane alone, on the session's chassis: convergence, timeouts, leftovers -------

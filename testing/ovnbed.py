@@ -37,7 +37,7 @@ Usage::
 
 Or the pytest fixtures ``ovn_central`` and ``ovn_bed`` (session scope, skipping with the
 reason when something is missing): ``pytest_plugins = ["podnet.testing"]`` offers them.
-Starting a bed takes about 0.3 s, tearing it down about as long.
+Starting a bed takes 0.2-0.7 s (central alone: about 0.15 s), tearing it down about 0.15 s.
 """
 
 from __future__ import annotations

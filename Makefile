@@ -4,9 +4,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # Debian packages the tests and the demo use (installed when missing, as root): OVN for
-# the overlay, the reference CNI plugins (podnet-ipam's clients), containerd, runc and
-# busybox-static for the real container (test_container).
-DEBS   ?= ovn-central containernetworking-plugins containerd runc busybox-static
+# the overlay (central, and a chassis: ovn-host, openvswitch-switch), the reference CNI
+# plugins (podnet-ipam's clients), containerd, runc and busybox-static for the real
+# container (test_container).
+DEBS   ?= ovn-central ovn-host openvswitch-switch containernetworking-plugins containerd runc busybox-static
 
 .PHONY: demo test check lint typecheck importlint unit bench clean
 

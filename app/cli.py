@@ -108,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--context", default=None)
     node.add_argument("--provider", action="append", default=[],
                       help="enable this built-in provider (repeatable; default: all installed)")
+    node.add_argument("--config", default=None,
+                      help="config file (YAML; the controller's): each enabled provider gets "
+                           "its providers.<name> section (e.g. the OVN provider's local OVS "
+                           "database)")
     node.add_argument("--socket", default="/run/podnet/agent.sock",
                       help="the unix socket the CNI plugin asks (default %(default)s)")
     node.add_argument("--add-timeout", type=_non_negative_float, default=30.0,
@@ -241,6 +245,7 @@ def _node(args: argparse.Namespace) -> int:
 
     from podnet.app.node import run as run_node
     from podnet.core.cluster.kube import KubeCluster
+    from podnet.core.config import load_config
     from podnet.core.errors import ConfigError
     from podnet.core.plugin import Providers, load_plugins, new_plugin_manager
     from podnet.core.tracing import Tracing
@@ -249,6 +254,11 @@ def _node(args: argparse.Namespace) -> int:
         pm = new_plugin_manager()
         load_plugins(pm, builtins=args.provider or None)
         providers = Providers(pm)
+        if args.config:
+            # the sections of providers this agent runs; the others are the controller's
+            for name, section in load_config(args.config).providers.items():
+                if name in providers:
+                    providers.configure(name, section)
         cluster = KubeCluster.connect(args.kubeconfig, args.context)
     except ConfigError as exc:
         print(f"podnet node: {exc}", file=sys.stderr)

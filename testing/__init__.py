@@ -17,8 +17,9 @@ else:
     # the kit's own asserts explain themselves in a failing provider's test run
     pytest.register_assert_rewrite(
         "podnet.testing.harness", "podnet.testing.conformance", "podnet.testing.chaos",
-        "podnet.testing.plugin", "podnet.testing.nodebed",
+        "podnet.testing.plugin", "podnet.testing.nodebed", "podnet.testing.ovnbed",
     )
+    from podnet.testing.ovnbed import ovn_bed, ovn_central  # noqa: F401
     from podnet.testing.plugin import (  # noqa: F401
         cluster,
         engine_factory,

@@ -4,6 +4,7 @@ podnet's back, the IPAM rebuilt from NB, the dataplane rows, and the batcher."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import threading
 import time
@@ -16,6 +17,7 @@ from podnet.core.cluster.port import NAMESPACE, POD, POD_NETWORK, STATEFUL_SET
 from podnet.core.models import Phase
 from podnet.plugins.ovn.nbserver import NbServer, ovsdb_server_available
 from podnet.testing.harness import HookRecorder, World
+from podnet.testing.ovnbed import OvnCentral, Trace, central_unavailable, trace
 
 pytest_plugins = ["podnet.testing"]
 
@@ -90,6 +92,28 @@ def _wait(predicate: Callable[[], bool], what: str, timeout: float = 5.0) -> Non
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.01)
+
+
+@contextlib.contextmanager
+def northd(server: NbServer) -> Iterator[OvnCentral]:
+    """SB and ovn-northd on the test's NB server: the flows ``ovn-trace`` follows."""
+    problem = central_unavailable()
+    if problem is not None:
+        pytest.skip(problem)
+    with OvnCentral(nb_remote=server.remote) as central:
+        yield central
+
+
+def send(central: OvnCentral, world: World, src: str, dst: str | None = None, *,
+         ip_dst: str | None = None, eth_dst: str | None = None, ip_src: str | None = None,
+         eth_src: str | None = None, proto: str = "icmp") -> Trace:
+    """Where OVN takes a packet from pod ``src``'s port: to pod ``dst`` (its MAC and
+    address), unless the other arguments say otherwise; source: ``src``'s own."""
+    a = _routed(world, src).status
+    b = _routed(world, dst).status if dst else None
+    return trace(central, a.subnet, inport=a.interface, eth_src=eth_src or a.mac,
+                 eth_dst=eth_dst or (b.mac if b else ""), ip_src=ip_src or a.ip,
+                 ip_dst=ip_dst or (b.ip if b else ""), proto=proto)
 
 
 def _routed(world: World, pod: str) -> Any:
@@ -475,6 +499,7 @@ def test_port_deleted_behind_podnets_back_comes_back(world: World, nb_server: Nb
     world.add_node(0)
     world.add_pod("p0", 0, annotations={f"{ANN}port-security": "true",
                                         f"{ANN}security-groups": "sg-web"})
+    world.add_pod("peer", 0)
     world.settle()
     pn = _routed(world, "p0")
     port = pn.status.interface
@@ -493,6 +518,10 @@ def test_port_deleted_behind_podnets_back_comes_back(world: World, nb_server: Nb
     groups = _nbctl(nb_server, "--bare", "--columns=name,ports", "list", "Port_Group")
     assert "sg_sg_web" in groups and str(lsp.uuid) in groups
     assert _routed(world, "p0").status.ip == pn.status.ip
+    with northd(nb_server) as central:  # the port came back with its port security
+        assert send(central, world, "p0", "peer").delivered, "p0 cannot reach its peer"
+        spoofed = send(central, world, "p0", "peer", ip_src="10.99.0.1")
+        assert spoofed.dropped and spoofed.stage == "ls_in_apply_port_sec", spoofed.text
     world.assert_converged()
 
 
@@ -898,6 +927,21 @@ def test_a_routed_subnet_is_connected_to_its_router(world: World, nb_server: NbS
     world.settle()
     assert _router_ports(nb_server) == ["lr-edge-edge"]
     assert _switch_router_ports(nb_server, "ovn-default") == []
+    # packets: a pod of another subnet on the same router is reached through it (sent to
+    # the gateway's MAC, one hop: TTL decremented); the router-less subnet is not
+    world.add_pod("b", 0, annotations={f"{ANN}subnets": "small-r"})
+    world.settle()
+    b = _routed(world, "b").status
+    with northd(nb_server) as central:
+        for proto in ("icmp", "tcp"):
+            routed = send(central, world, "a", "b", eth_dst=mac, proto=proto)
+            assert routed.delivered == (b.interface,), routed.text
+            assert "lr-edge-edge" in routed.outputs or "edge-lr-edge" in routed.outputs
+            assert "ip.ttl--" in routed.text
+        lost = send(central, world, "a", "plain", eth_dst=mac)
+        assert lost.dropped and lost.datapath == "lr-edge", lost.text
+        back = send(central, world, "b", "a", eth_dst=link_mac("lr-edge", "small-r"))
+        assert back.delivered == (_routed(world, "a").status.interface,), back.text
     world.assert_converged()
 
 

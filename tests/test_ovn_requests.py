@@ -9,7 +9,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_ovn_provider import _nbctl, ground_truth  # noqa: F401 - the same NB helpers
+from test_ovn_provider import (  # noqa: F401 - the same NB and trace helpers
+    _nbctl,
+    ground_truth,
+    northd,
+    send,
+)
 
 from podnet.core.cluster.port import POD, POD_NETWORK
 from podnet.core.models import Phase
@@ -238,9 +243,11 @@ def test_nat_on_a_dual_stack_pod_takes_the_eips_family_or_is_refused(
 
 
 def test_port_security_groups_and_vips_changed_on_a_running_pod_are_written(
-        world: World, provider_plugin: Any, hook_calls: HookRecorder) -> None:
+        world: World, provider_plugin: Any, hook_calls: HookRecorder,
+        nb_server: NbServer) -> None:
     world.add_node(0)
     world.add_pod("w", 0)
+    world.add_pod("peer", 0)
     world.settle()
     w = _routed(world, "w")
     port = w.status.interface
@@ -250,6 +257,16 @@ def test_port_security_groups_and_vips_changed_on_a_running_pod_are_written(
     world.settle()
     w = _routed(world, "w")
     assert w.spec.requests.vips == ("10.16.9.9",)
+    with northd(nb_server) as central:
+        # port security, by packets: the pod's own address and its VIP pass, a spoofed
+        # address or MAC is dropped where OVN applies it
+        for proto in ("icmp", "tcp"):
+            for source in (w.status.ip, "10.16.9.9"):
+                ok = send(central, world, "w", "peer", ip_src=source, proto=proto)
+                assert ok.delivered == (_routed(world, "peer").status.interface,), ok.text
+            for spoof in ({"ip_src": "10.16.9.10"}, {"eth_src": "0a:00:00:00:0b:ad"}):
+                bad = send(central, world, "w", "peer", proto=proto, **spoof)
+                assert bad.dropped and bad.stage == "ls_in_apply_port_sec", bad.text
     lsp = provider_plugin.client.port(port)
     assert list(lsp.port_security) == [f"{w.status.mac} {w.status.ip} 10.16.9.9"]
     assert port in _members(provider_plugin, "sg_web")
@@ -263,6 +280,8 @@ def test_port_security_groups_and_vips_changed_on_a_running_pod_are_written(
     world.settle()
     w = _routed(world, "w")
     assert list(provider_plugin.client.port(port).port_security) == []
+    with northd(nb_server) as central:  # no port security: any source passes
+        assert send(central, world, "w", "peer", ip_src="10.16.9.10").delivered
     assert port not in _members(provider_plugin, "sg_web")
     assert provider_plugin.client.port("ovn-default-vip-10.16.9.9") is None
     assert provider_plugin.ipam.owner("10.16.9.9") is None

@@ -42,7 +42,13 @@ from typing import Any, TypeVar
 
 import attrs
 
-from podnet.app.netns import (
+from podnet.app.node import NodeAgent, UnixHTTPServer, listen
+from podnet.core.cluster.memory import InMemoryCluster
+from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Obj
+from podnet.core.models import Phase
+from podnet.core.plugin import Providers, load_plugins, new_plugin_manager
+from podnet.core.tracing import Tracing
+from podnet.linux.netns import (
     add_netns,
     del_netns,
     netns_exists,
@@ -50,12 +56,6 @@ from podnet.app.netns import (
     netns_unavailable,
     run_in_netns,
 )
-from podnet.app.node import NodeAgent, UnixHTTPServer, listen
-from podnet.core.cluster.memory import InMemoryCluster
-from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Obj
-from podnet.core.models import Phase
-from podnet.core.plugin import Providers, load_plugins, new_plugin_manager
-from podnet.core.tracing import Tracing
 
 T = TypeVar("T")
 

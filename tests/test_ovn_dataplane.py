@@ -294,7 +294,8 @@ from podnet.core.models import ObjectMeta, Phase, PodNetwork, PodNetworkSpec, Po
 from podnet.core.models import Route
 from podnet.core.errors import ProviderError
 from podnet.hookspecs.types import PlugContext, UnplugContext
-from podnet.plugins.ovn.dataplane import OvsDataplane, tx_checksum_on, _ethtool
+from podnet.plugins.ovn.dataplane import OvsDataplane
+from podnet.linux.veth import set_tx_checksum, tx_checksum_on
 
 def record(port, ip, mac):
     return PodNetwork(
@@ -417,7 +418,7 @@ def test_half_made_plugs_are_listed_and_converged(chassis: OvnBed, pod_netns: Ho
         dp.plug(context(pn, {cid!r}, {path!r}), pn.status.interface)
         out["again"] = dp.check(context(pn, {cid!r}, {path!r}), "default/web-h").ok
         # checksum offload turned back on behind podnet's back: check says so
-        _ethtool({path!r}, "eth0", 0x17, 1)
+        set_tx_checksum({path!r}, "eth0", True)
         out["csum"] = dp.check(context(pn, {cid!r}, {path!r}), "default/web-h").reason
         dp.plug(context(pn, {cid!r}, {path!r}), pn.status.interface)
         out["fixed"] = dp.check(context(pn, {cid!r}, {path!r}), "default/web-h").ok

@@ -156,7 +156,7 @@ def test_the_lean_link_dump_reads_names_and_aliases_as_ip_sets_them(netns) -> No
         subprocess.run(["ip", "-n", name, "link", "set", link, "alias", alias], check=True)
     listed = subprocess.run(
         ["ip", "netns", "exec", name, sys.executable, "-c",
-         "import json; from podnet.plugins.reference.dataplane import link_aliases; "
+         "import json; from podnet.linux.veth import link_aliases; "
          "print(json.dumps(link_aliases()))"], capture_output=True, text=True, check=True)
     assert json.loads(listed.stdout) == aliases
 

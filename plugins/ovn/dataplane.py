@@ -27,21 +27,30 @@ the node, and polling for ``ovn-installed`` costs a read, not a process.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import errno
-import fcntl
-import hashlib
-import ipaddress
 import json
 import os
-import socket
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from podnet.core.errors import ErrorKind, ProviderError
 from podnet.hookspecs.types import CheckResult, Plug, PlugContext, PlugResult, UnplugContext
+from podnet.linux.netns import iproute
+from podnet.linux.veth import (
+    IFALIASZ,
+    closing,
+    configure_pod_end,
+    delete_link,
+    failure,
+    link_aliases,
+    link_index,
+    make_pair,
+    pod_end_differs,
+    pod_namespace,
+    set_tx_checksum,
+    tx_checksum_on,
+)
+from podnet.linux.veth import veth_names as _veth_names
 
 HOST_PREFIX = "pno"
 PEER_PREFIX = "pnq"
@@ -54,11 +63,6 @@ IFNAME_ID = "podnet-ifname"
 NETWORK_ID = "podnet-network"
 INSTALLED = "ovn-installed"
 
-_ETHTOOL_GTXCSUM = 0x16
-_ETHTOOL_STXCSUM = 0x17
-_SIOCETHTOOL = 0x8946
-_CLONE_NEWNET = 0x40000000
-
 _counter = 0
 _counter_lock = threading.Lock()
 
@@ -66,37 +70,7 @@ _counter_lock = threading.Lock()
 def veth_names(container_id: str, if_name: str) -> tuple[str, str]:
     """The host end's name (also the OVS port's) and its peer's, stable for one container
     and interface."""
-    digest = hashlib.blake2s(f"{container_id}/{if_name}".encode(), digest_size=5).hexdigest()
-    return HOST_PREFIX + digest, PEER_PREFIX + digest
-
-
-def _fail(message: str, field: str | None = None) -> ProviderError:
-    return ProviderError(ErrorKind.TRANSIENT, message, field=field)
-
-
-def _index(ipr: Any, name: str) -> int | None:
-    found = ipr.link_lookup(ifname=name)
-    return int(found[0]) if found else None
-
-
-@contextlib.contextmanager
-def _closing(obj: Any) -> Iterator[Any]:
-    try:
-        yield obj
-    finally:
-        obj.close()
-
-
-def _iproute() -> Any:
-    from pyroute2 import IPRoute
-
-    return IPRoute()
-
-
-def _netns(path: str) -> Any:
-    from pyroute2 import NetNS
-
-    return NetNS(path)
+    return _veth_names(HOST_PREFIX, PEER_PREFIX, container_id, if_name)
 
 
 def _alias(marks: dict[str, str]) -> str:
@@ -104,59 +78,10 @@ def _alias(marks: dict[str, str]) -> str:
     key too long for it is left out (the OVS port's external_ids, listed first, keep
     it; a host end listed without an owner is a leftover the agent removes)."""
     alias = ALIAS_MARK + json.dumps(marks, separators=(",", ":"), sort_keys=True)
-    if len(alias.encode()) > 255:
+    if len(alias.encode()) > IFALIASZ:
         short = {k: v for k, v in marks.items() if k != OWNER_ID}
         alias = ALIAS_MARK + json.dumps(short, separators=(",", ":"), sort_keys=True)
     return alias
-
-
-# --- checksum offload, inside the pod's namespace ------------------------------------------
-
-
-class _EthtoolValue(ctypes.Structure):
-    _fields_ = [("cmd", ctypes.c_uint32), ("data", ctypes.c_uint32)]
-
-
-class _Ifreq(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char * 16), ("data", ctypes.c_void_p),
-                ("pad", ctypes.c_char * 16)]
-
-
-def _ethtool(netns: str, if_name: str, cmd: int, data: int = 0) -> int:
-    """One ethtool value ioctl on ``if_name`` in namespace ``netns``, from a thread that
-    joins the namespace (``setns`` moves the calling thread only; Python 3.11 has no
-    ``os.setns``, hence libc)."""
-    result: list[int] = []
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            fd = os.open(netns, os.O_RDONLY)
-            try:
-                if libc.setns(fd, _CLONE_NEWNET) != 0:
-                    raise OSError(ctypes.get_errno(), f"setns {netns}")
-            finally:
-                os.close(fd)
-            value = _EthtoolValue(cmd, data)
-            req = _Ifreq(if_name.encode(), ctypes.cast(ctypes.pointer(value), ctypes.c_void_p))
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-                fcntl.ioctl(sock.fileno(), _SIOCETHTOOL, req)
-            result.append(value.data)
-        except BaseException as exc:
-            failure.append(exc)
-
-    worker = threading.Thread(target=run, name="podnet-ovn-ethtool")
-    worker.start()
-    worker.join()
-    if failure:
-        raise _fail(f"ethtool on {if_name} in {netns}: {failure[0]}")
-    return result[0]
-
-
-def tx_checksum_on(netns: str, if_name: str) -> bool:
-    """Whether ``if_name`` in ``netns`` offloads its transmit checksums."""
-    return bool(_ethtool(netns, if_name, _ETHTOOL_GTXCSUM))
 
 
 # --- the local Open vSwitch database --------------------------------------------------------
@@ -203,7 +128,7 @@ class OvsDataplane:
                 try:
                     self._api = _connect(self.ovs_db, self.timeout)
                 except Exception as exc:
-                    raise _fail(f"local OVS database {self.ovs_db}: {exc}") from exc
+                    raise failure(f"local OVS database {self.ovs_db}: {exc}") from exc
             return self._api
 
     def close(self) -> None:
@@ -224,30 +149,26 @@ class OvsDataplane:
         """Plug the record's interface as logical switch port ``port``."""
         pn = context.pod_network
         st = pn.status
-        if not context.netns:
-            raise ProviderError(ErrorKind.FATAL, "no network namespace to plug into",
-                                field="netns")
-        if not os.path.exists(context.netns):
-            raise ProviderError(ErrorKind.FATAL, f"{context.netns}: no such namespace",
-                                field="netns")
         if st.ip is None or st.mac is None:
             raise ProviderError(ErrorKind.FATAL, f"{pn.key} has no address or MAC",
                                 field="status.ip")
         host, peer = veth_names(context.container_id, context.if_name)
         marks = {CONTAINER_ID: context.container_id, IFNAME_ID: context.if_name,
                  NETWORK_ID: pn.spec.network, OWNER_ID: pn.key}
-        with _closing(_iproute()) as ipr, _closing(_netns(context.netns)) as ns:
+        with closing(pod_namespace(context.netns)) as ns, closing(iproute()) as ipr:
+            assert context.netns is not None  # pod_namespace checked it
             host_index = self._pair(ipr, ns, context, host, peer, marks)
             settings: dict[str, Any] = {"state": "up"}
             if st.mtu:
                 settings["mtu"] = st.mtu
             ipr.link("set", index=host_index, **settings)
-            inside = _index(ns, context.if_name)
+            inside = link_index(ns, context.if_name)
             if inside is None:
-                raise _fail(f"{context.if_name} vanished from {context.netns}")
-            self._inside(ns, inside, context)
+                raise failure(f"{context.if_name} vanished from {context.netns}")
+            prefix = st.prefix_length if st.prefix_length is not None else 32
+            configure_pod_end(ns, inside, st, prefix)
         if tx_checksum_on(context.netns, context.if_name):
-            _ethtool(context.netns, context.if_name, _ETHTOOL_STXCSUM, 0)
+            set_tx_checksum(context.netns, context.if_name, False)
         ids = {"iface-id": port, "attached-mac": st.mac.lower(), "iface-status": "active",
                "pod_name": pn.spec.pod_name, "pod_namespace": pn.metadata.namespace or "",
                **marks}
@@ -263,10 +184,10 @@ class OvsDataplane:
 
     def _pair(self, ipr: Any, ns: Any, context: PlugContext, host: str, peer: str,
               marks: dict[str, str]) -> int:
-        """The veth pair, found or made: the host end here, its peer renamed to the
-        interface name in the pod's namespace. :return: the host end's index."""
-        inside = _index(ns, context.if_name)
-        host_index = _index(ipr, host)
+        """The veth pair, found or made: the host end here, the pod end in the pod's
+        namespace under the interface's name. :return: the host end's index."""
+        inside = link_index(ns, context.if_name)
+        host_index = link_index(ipr, host)
         if host_index is not None and inside is None:
             # half made (the agent died between the steps): made again
             ipr.link("del", index=host_index)
@@ -277,50 +198,14 @@ class OvsDataplane:
             raise ProviderError(ErrorKind.FATAL, f"{context.if_name} already exists in "
                                 f"{context.netns} and is not podnet's", field="ifName")
         assert context.netns is not None  # plug checked it
-        fd = os.open(context.netns, os.O_RDONLY)
-        try:
-            # the peer is made in the pod's namespace: never a peer left on the host
-            ipr.link("add", ifname=host, kind="veth", peer={"ifname": peer, "net_ns_fd": fd})
-        finally:
-            os.close(fd)
-        host_index = _index(ipr, host)
-        if host_index is None:
-            raise _fail(f"veth {host} was not created")
+        st = context.pod_network.status
+        assert st.mac is not None  # plug checked it
+        delete_link(ipr, peer)  # a peer an older version of this step left on the host
+        host_index = make_pair(ipr, host, context.netns, context.if_name, st.mac, st.mtu)
         # marked at once, before it is an OVS port: a crash right after leaves a pair
         # the agent still lists (and removes)
         ipr.link("set", index=host_index, ifalias=_alias(marks))
-        moved = _index(ns, peer)
-        if moved is None:
-            raise _fail(f"{peer} did not arrive in {context.netns}")
-        ns.link("set", index=moved, ifname=context.if_name)
         return host_index
-
-    def _inside(self, ns: Any, index: int, context: PlugContext) -> None:
-        st = context.pod_network.status
-        settings: dict[str, Any] = {"address": st.mac, "state": "up"}
-        if st.mtu:
-            settings["mtu"] = st.mtu
-        ns.link("set", index=index, state="down")
-        ns.link("set", index=index, **settings)
-        lo = _index(ns, "lo")
-        if lo is not None:
-            ns.link("set", index=lo, state="up")
-        have = {(a.get_attr("IFA_ADDRESS"), a["prefixlen"]) for a in ns.get_addr(index=index)}
-        assert st.ip is not None  # plug checked it
-        wanted = {(st.ip, st.prefix_length if st.prefix_length is not None else 32)}
-        if st.ipv6:
-            wanted.add((st.ipv6, st.ipv6_prefix_length or 128))
-        for address, length in have - wanted:
-            if ipaddress.ip_address(address).is_link_local:
-                continue
-            ns.addr("del", index=index, address=address, prefixlen=length)
-        for address, length in wanted - have:
-            ns.addr("add", index=index, address=address, prefixlen=length)
-        for route in st.routes:
-            spec: dict[str, Any] = {"dst": route.dst, "oif": index}
-            if route.gw:
-                spec["gateway"] = route.gw
-            ns.route("replace", **spec)
 
     def _wait_installed(self, host: str, port: str, start: float) -> None:
         """Wait for ``ovn-installed``; ``start``: when the port was written (the bind
@@ -332,19 +217,18 @@ class OvsDataplane:
                 self.bind_seconds = [*self.bind_seconds[-999:], time.monotonic() - start]
                 return
             if time.monotonic() > deadline:
-                raise _fail(f"logical switch port {port} (OVS port {host} on {self.bridge}) "
+                raise failure(f"logical switch port {port} (OVS port {host} on {self.bridge}) "
                             f"was not bound by ovn-controller within {self.bind_timeout:g} s")
             time.sleep(0.01)
 
     # --- check ---------------------------------------------------------------------------
 
     def check(self, context: PlugContext, port: str) -> CheckResult:
-        st = context.pod_network.status
         if not context.netns or not os.path.exists(context.netns):
             return CheckResult(ok=False, reason=f"network namespace {context.netns} is gone")
         host, _ = veth_names(context.container_id, context.if_name)
-        with _closing(_iproute()) as ipr:
-            if _index(ipr, host) is None:
+        with closing(iproute()) as ipr:
+            if link_index(ipr, host) is None:
                 return CheckResult(ok=False, reason=f"host end {host} is missing")
         row = self._interface(host)
         if row is None:
@@ -355,27 +239,10 @@ class OvsDataplane:
                                                 f"{ids.get('iface-id')!r}, not {port}")
         if ids.get(INSTALLED) != "true":
             return CheckResult(ok=False, reason=f"ovn-controller has not installed {port}")
-        with _closing(_netns(context.netns)) as ns:
-            index = _index(ns, context.if_name)
-            if index is None:
-                return CheckResult(ok=False, reason=f"{context.if_name} is missing")
-            link = ns.get_links(index)[0]
-            mac = str(link.get_attr("IFLA_ADDRESS")).lower()
-            if st.mac and mac != st.mac.lower():
-                return CheckResult(ok=False, reason=f"{context.if_name} has MAC {mac}, "
-                                                    f"the record {st.mac}")
-            if st.mtu and link.get_attr("IFLA_MTU") != st.mtu:
-                return CheckResult(ok=False, reason=f"{context.if_name} has MTU "
-                                                    f"{link.get_attr('IFLA_MTU')}, "
-                                                    f"the record {st.mtu}")
-            have = {a.get_attr("IFA_ADDRESS") for a in ns.get_addr(index=index)}
-            if st.ip not in have:
-                return CheckResult(ok=False, reason=f"{context.if_name} lacks {st.ip}")
-            gateways = {r.get_attr("RTA_GATEWAY") for r in ns.get_routes(oif=index)}
-            for route in st.routes:
-                if route.gw and route.gw not in gateways:
-                    return CheckResult(ok=False, reason=f"no route to {route.dst} via "
-                                                        f"{route.gw}")
+        with closing(pod_namespace(context.netns)) as ns:
+            reason = pod_end_differs(ns, context.if_name, context.pod_network.status)
+        if reason:
+            return CheckResult(ok=False, reason=reason)
         if tx_checksum_on(context.netns, context.if_name):
             return CheckResult(ok=False, reason=f"{context.if_name} offloads its transmit "
                                                 "checksums")
@@ -387,14 +254,8 @@ class OvsDataplane:
         host, _ = veth_names(context.container_id, context.if_name)
         api = self.api
         api.del_port(host, if_exists=True).execute(check_error=True)
-        with _closing(_iproute()) as ipr:
-            index = _index(ipr, host)
-            if index is not None:
-                try:
-                    ipr.link("del", index=index)  # its peer, in the pod, goes with it
-                except Exception as exc:
-                    if getattr(exc, "code", None) != errno.ENODEV:
-                        raise
+        with closing(iproute()) as ipr:
+            delete_link(ipr, host)  # its peer, in the pod, goes with it
 
     def plugs(self) -> list[Plug]:
         """The OVS ports podnet marked, and the marked host ends not yet on the bridge (a
@@ -412,20 +273,17 @@ class OvsDataplane:
                                           if_name=ids[IFNAME_ID],
                                           network=ids.get(NETWORK_ID, "default"),
                                           owner=ids[OWNER_ID], host_interface=row["name"])
-        with _closing(_iproute()) as ipr:
-            for link in ipr.get_links():
-                name = str(link.get_attr("IFLA_IFNAME") or "")
-                alias = str(link.get_attr("IFLA_IFALIAS") or "")
-                if name in found or not name.startswith(HOST_PREFIX):
-                    continue
-                if not alias.startswith(ALIAS_MARK):
-                    continue
-                try:
-                    marks = json.loads(alias[len(ALIAS_MARK):])
-                    found[name] = Plug(container_id=str(marks[CONTAINER_ID]),
-                                       if_name=str(marks[IFNAME_ID]),
-                                       network=str(marks[NETWORK_ID]),
-                                       owner=marks.get(OWNER_ID), host_interface=name)
-                except (ValueError, KeyError, TypeError):
-                    continue
+        for name, alias in link_aliases().items():
+            if name in found or not name.startswith(HOST_PREFIX):
+                continue
+            if not alias.startswith(ALIAS_MARK):
+                continue
+            try:
+                marks = json.loads(alias[len(ALIAS_MARK):])
+                found[name] = Plug(container_id=str(marks[CONTAINER_ID]),
+                                   if_name=str(marks[IFNAME_ID]),
+                                   network=str(marks[NETWORK_ID]),
+                                   owner=marks.get(OWNER_ID), host_interface=name)
+            except (ValueError, KeyError, TypeError):
+                continue
         return list(found.values())

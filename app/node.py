@@ -51,6 +51,7 @@ from podnet.core.errors import InvalidRequest, PodnetError
 from podnet.core.fence import Fence
 from podnet.core.gateway import ProviderGateway
 from podnet.core.models import DEFAULT_NETWORK, LABEL_NODE, AgentReport, Phase, PodNetwork
+from podnet.core.objects import release_token
 from podnet.core.plugin import Providers
 from podnet.core.reconcile.podnetwork import ready_condition
 from podnet.core.tracing import (
@@ -237,15 +238,14 @@ class NodeAgent:
 
     def report(self) -> AgentReport:
         """What the agent tells the controller: the records it has interfaces for (or is
-        plugging), and the uids of the Releasing records it has none for."""
+        plugging), and the release tokens of the Releasing records it has none for."""
         with self._state_lock:
             plugged = {plug.owner for provider in self.providers.names()
                        for plug in self.gateway.plugs(provider, self.node) if plug.owner}
             plugged.update(self._plugging)
             plugged.update(self.grants.owners())
-            unplugged = {pn.metadata.uid for pn in self.records.values()
-                         if pn.status.phase is Phase.RELEASING and pn.metadata.uid
-                         and pn.key not in plugged}
+            unplugged = {release_token(pn) for pn in self.records.values()
+                         if pn.status.phase is Phase.RELEASING and pn.key not in plugged}
         return AgentReport(node=self.node, holder=f"podnet-node/{self.node}",
                            plugged=frozenset(plugged), unplugged=frozenset(unplugged))
 

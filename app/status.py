@@ -267,6 +267,7 @@ def status_report(records: Records, *, node: str | None = None,
                 "not_ready": None, "error": bad.error,
             })
     from podnet.core.models import Phase
+    from podnet.core.objects import release_token
 
     agents = []
     for report in records.agents:
@@ -277,7 +278,7 @@ def status_report(records: Records, *, node: str | None = None,
         waiting = sorted(pn.key for pn in records.pod_networks
                          if pn.spec.node_name == report.node
                          and pn.status.phase is Phase.RELEASING
-                         and (pn.metadata.uid or pn.key) not in report.unplugged)
+                         and release_token(pn) not in report.unplugged)
         agents.append({"node": report.node, "plugged": len(report.plugged),
                        "waiting_for_unplug": waiting, "reported": _time(report.renew_time)})
     return {

@@ -20,8 +20,16 @@ from datetime import datetime
 from typing import Any
 
 from podnet.core.annotations import PREFIX
+from podnet.core.clock import format_micro_time
 from podnet.core.convert import converter
-from podnet.core.models import AgentReport, NodeInfo, OwnerReference, PodInfo, WorkloadInfo
+from podnet.core.models import (
+    AgentReport,
+    NodeInfo,
+    OwnerReference,
+    PodInfo,
+    PodNetwork,
+    WorkloadInfo,
+)
 
 #: Pod phases after which no container of the pod runs again.
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -137,6 +145,15 @@ def _json_list(raw: Any) -> frozenset[str]:
         return frozenset()  # a report nobody can read says nothing was unplugged
     return frozenset(v for v in value if isinstance(v, str)) if isinstance(value, list) else (
         frozenset())
+
+
+def release_token(pn: PodNetwork) -> str:
+    """What a node agent reports for a Releasing record it holds no interface for: the
+    record's uid and when it turned Releasing. One Releasing episode of one record: a
+    sticky record taken back by its pod and released again later is another, which an
+    old report does not acknowledge."""
+    since = pn.status.last_transition_time
+    return f"{pn.metadata.uid or pn.key}@{format_micro_time(since) if since else ''}"
 
 
 def agent_report(obj: Mapping[str, Any]) -> AgentReport | None:

@@ -10,7 +10,8 @@ once it has seen a record Releasing it never plugs it again, so its word is fina
 
 A Releasing record's address goes back when any of these holds:
 
-- the node's agent lists the record's uid as unplugged;
+- the node's agent lists the record as unplugged (its release token: uid and when it
+  turned Releasing, ``podnet.core.objects.release_token``);
 - the node has no agent report at all (a node without podnet's node side: nothing to
   wait for);
 - the node is gone (nothing runs there any more);
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from podnet.core.caches import Caches
 from podnet.core.clock import Clock
 from podnet.core.models import PodNetwork
+from podnet.core.objects import release_token
 from podnet.core.policy import PoolPolicy
 
 log = logging.getLogger("podnet.unplug")
@@ -47,13 +49,14 @@ class UnplugGate:
         None when its address may go now."""
         node = pn.spec.node_name
         uid = pn.metadata.uid or pn.key
+        token = release_token(pn)
         # reports not listed yet (or not readable: RBAC): the timeout still bounds the wait
         synced = self.caches.agent_reports.has_synced
         report = self.caches.agent_report_of(node) if synced else None
         if synced and report is None:
             return None
         node_gone = self.caches.nodes.has_synced and self.caches.nodes.get(node) is None
-        if node_gone or (report is not None and uid in report.unplugged):
+        if node_gone or (report is not None and token in report.unplugged):
             self._first_seen.pop(uid, None)
             return None
         timeout = self.policy(pn.spec.provider).unplug_timeout

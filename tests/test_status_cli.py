@@ -330,8 +330,9 @@ def test_audit_skips_providers_without_a_node_pool_and_those_not_loaded(
 def test_status_shows_each_node_agent_and_the_releases_waiting_for_it(
         site: Site, capsys: pytest.CaptureFixture[str]) -> None:
     from podnet.core.cluster.port import LEASE, NAMESPACE
-    from podnet.core.models import AgentReport
-    from podnet.core.objects import agent_report_lease
+    from podnet.core.convert import from_wire
+    from podnet.core.models import AgentReport, PodNetwork
+    from podnet.core.objects import agent_report_lease, release_token
 
     records = site.records(POD_NETWORK)
     node = records[0]["spec"]["nodeName"]
@@ -346,7 +347,9 @@ def test_status_shows_each_node_agent_and_the_releases_waiting_for_it(
     site.store.create(NAMESPACE, {"metadata": {"name": "kube-system"}})
     site.store.create(LEASE, agent_report_lease(AgentReport(
         node=node, holder="agent", plugged=frozenset(keys[:1] + keys[2:]),
-        unplugged=frozenset({here[1]["metadata"]["uid"]})), "kube-system",
+        unplugged=frozenset({release_token(from_wire(PodNetwork, site.store.get(
+            POD_NETWORK, here[1]["metadata"]["name"], here[1]["metadata"]["namespace"])))})),
+        "kube-system",
         "2026-12-01T10:00:00.000000Z"))
 
     _, report = site.podnet(capsys, "status")

@@ -15,9 +15,10 @@ from podnet.app.demo import node_obj, pod_obj
 from podnet.core.clock import FakeClock, format_micro_time
 from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import LEASE, NAMESPACE, NODE, POD, POD_NETWORK, NotFound, Obj
+from podnet.core.convert import from_wire
 from podnet.core.engine import Engine, EngineOptions
-from podnet.core.models import AgentReport
-from podnet.core.objects import agent_lease_name, agent_report, agent_report_lease
+from podnet.core.models import AgentReport, PodNetwork
+from podnet.core.objects import agent_lease_name, agent_report, agent_report_lease, release_token
 from podnet.core.plugin import new_plugin_manager
 from podnet.core.policy import PoolPolicy
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
@@ -79,6 +80,13 @@ def key(record: Obj) -> str:
     return f"{record['metadata']['namespace']}/{record['metadata']['name']}"
 
 
+def token(rig: Rig, pod: Obj) -> str:
+    """What the agent reports for the pod's record as it is now (Releasing)."""
+    current = rig.record(pod)
+    assert current is not None
+    return release_token(from_wire(PodNetwork, current))
+
+
 @pytest.fixture
 def rig() -> Rig:
     return Rig()
@@ -89,7 +97,7 @@ def test_the_address_waits_for_the_agent_to_report_the_interface_gone(rig: Rig) 
     rig.settle()
     record = rig.record(web)
     assert record is not None and record["status"]["phase"] == "Routed"
-    ip, uid = record["status"]["ip"], record["metadata"]["uid"]
+    ip = record["status"]["ip"]
     rig.report(plugged={key(record)})
     rig.settle()
 
@@ -107,7 +115,7 @@ def test_the_address_waits_for_the_agent_to_report_the_interface_gone(rig: Rig) 
     assert rig.engine.stats.failed_transitions == {}, "waiting is not failing"
 
     # the agent's DEL removed the interface and it says so: the address goes back now
-    rig.report(plugged={key(taken)}, unplugged={uid})
+    rig.report(plugged={key(taken)}, unplugged={token(rig, web)})
     rig.settle()
     assert rig.record(web) is None
     assert ip in rig.pooled_free()
@@ -151,17 +159,25 @@ def test_a_gone_node_does_not_wait(rig: Rig) -> None:
     assert rig.record(web) is None
 
 
-def test_an_acknowledgement_for_another_record_incarnation_does_not_count(rig: Rig) -> None:
-    """The report names record uids: an old record of the same name does not free the
-    new one's address."""
+def test_an_acknowledgement_of_another_release_does_not_count(rig: Rig) -> None:
+    """The report names Releasing episodes (uid and when): an older record of the same
+    name, or an earlier release of this one, does not free the address."""
     web = rig.pod("web")
     rig.settle()
     record = rig.record(web)
     assert record is not None
-    rig.report(plugged={key(record)}, unplugged={"some-older-uid"})
+    rig.report(plugged={key(record)})
     rig.cluster.delete(POD, "web", NS)
+    rig.settle()
+    now = token(rig, web)
+    uid, when = now.split("@")
+    rig.report(plugged={key(record)}, unplugged={
+        f"some-older-uid@{when}", f"{uid}@2020-01-01T00:00:00.000000Z", uid})
     rig.settle(advance=5)
     assert rig.record(web) is not None
+    rig.report(plugged={key(record)}, unplugged={now})
+    rig.settle()
+    assert rig.record(web) is None
 
 
 @pytest.mark.parametrize("annotations", [
@@ -200,6 +216,6 @@ def test_a_record_the_garbage_collector_deletes_ahead_of_the_pod_cache_still_wai
     assert held is not None and held["status"]["ip"] == record["status"]["ip"]
     rig.settle(advance=5)
     assert rig.record(web) is not None, "released without the agent's word"
-    rig.report(unplugged={record["metadata"]["uid"]})
+    rig.report(unplugged={token(rig, web)})
     rig.settle()
     assert rig.record(web) is None

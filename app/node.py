@@ -392,6 +392,7 @@ class NodeAgent:
             names = interface_names(req.if_name, attachments)
             results: list[tuple[PodNetwork, PlugResult]] = []
             with self._plugging_of(records), self._span("add", records[0], req, req.if_name):
+                self._unplug_older_sandboxes(records, req)
                 for i, (pn, name) in enumerate(zip(records, names, strict=True)):
                     plugged = pn if i == 0 else _without_default_routes(pn)
                     context = PlugContext(pod_network=plugged, container_id=req.container_id,
@@ -400,6 +401,24 @@ class NodeAgent:
                         results.append((plugged, self._provider_call(self.gateway.plug,
                                                                      context)))
         return cni_result(results)
+
+    def _unplug_older_sandboxes(self, records: list[PodNetwork], req: CniRequest) -> None:
+        """One record, one interface: what another sandbox of the pod still has of these
+        records goes before this one's is made (a sandbox the runtime recreated without
+        its DEL reaching us: two interfaces would carry one address)."""
+        mine = {pn.key: pn for pn in records}
+        for provider in self.providers.names():
+            for plug in self._provider_call(self.gateway.plugs, provider, self.node):
+                if plug.owner not in mine or plug.container_id == req.container_id:
+                    continue
+                log.info("pod %s: its new sandbox %s replaces %s; %s of %s unplugged",
+                         req.pod_key, req.container_id, plug.container_id, plug.if_name,
+                         plug.owner)
+                with self._span("unplug", mine[plug.owner], req, plug.if_name):
+                    self._provider_call(self.gateway.unplug, UnplugContext(
+                        provider=provider, network=plug.network,
+                        container_id=plug.container_id, if_name=plug.if_name,
+                        pod_network=mine[plug.owner]))
 
     def delete(self, body: Mapping[str, Any]) -> dict[str, Any]:
         req = CniRequest.parse(body, sandbox=False)

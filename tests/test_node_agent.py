@@ -614,6 +614,19 @@ def test_a_sandbox_recreated_for_the_same_pod_gets_the_same_address(
     assert ping(peer_ns, ip), "the recreated sandbox does not answer on its address"
     assert stack.records()["again"]["status"]["ip"] == ip
 
+    # a third sandbox whose predecessor's DEL never came (the runtime lost it): one
+    # record, one interface, so the second sandbox's is unplugged before the third's
+    _third_ns, third_path = host.netns()
+    third = host.container()
+    done = run_cni("ADD", config, {**env, "CNI_CONTAINERID": third, "CNI_NETNS": third_path})
+    assert done.ok, done.stdout + done.stderr
+    ends = set(_host_ends(node.netns))
+    assert veth_names(second, "eth0")[0] not in ends
+    assert veth_names(third, "eth0")[0] in ends
+    assert "eth0" not in addresses_in(second_path)
+    assert addresses_in(third_path)["eth0"] == [after["ips"][0]["address"]]
+    assert ping(peer_ns, ip), "the third sandbox does not answer on its address"
+
 
 def test_add_for_a_pod_podnet_never_serves_is_error_7_at_once_and_plumbs_nothing(
         stack: Stack, node: NodeNamespace, host: Host) -> None:

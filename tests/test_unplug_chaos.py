@@ -1,0 +1,224 @@
+"""The release handshake explored by hypothesis: the controller (the real engine) and the
+node agent (the real ``NodeAgent``: its cache, its plug decisions, its report) over one
+in-memory API server, in any interleaving of pods made and deleted, the runtime's ADD and
+DEL, the agent's cache and report running behind, and either side restarting.
+
+The host is a dict: a provider plugin whose dataplane keeps each plugged interface and
+the address it carries (netlink is what the packet tests are for; here the point is the
+order of events). ``unplug_timeout`` is out of reach, so no release may lean on it.
+
+Invariant, after every step: an address on a plugged interface is recorded by no other
+PodNetwork than the one it was plugged for. At the end, once every sandbox is deleted
+and both sides caught up: every deleted pod's record is gone (nothing waits for ever),
+and no interface is left.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+import hypothesis.strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from podnet.app.demo import node_obj, pod_obj
+from podnet.app.node import CniError, NodeAgent
+from podnet.core.clock import FakeClock
+from podnet.core.cluster.memory import InMemoryCluster
+from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, NotFound
+from podnet.core.engine import Engine, EngineOptions
+from podnet.core.plugin import Providers, new_plugin_manager
+from podnet.core.policy import PoolPolicy
+from podnet.hookspecs import hookimpl
+from podnet.hookspecs.types import Plug, PlugContext, PlugResult, ProviderInfo, UnplugContext
+from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+from podnet.testing.chaos import chaos_settings
+from podnet.testing.harness import EngineFactory
+
+NS = "demo"
+PODS = 3
+NEVER = 1e9  # the unplug timeout: out of the machine's reach
+
+
+class DictDataplane:
+    """The ``reference`` provider as the node agent sees it: plugs kept in a dict."""
+
+    def __init__(self) -> None:
+        #: (container, interface) -> (the plug, the address it carries)
+        self.plugged: dict[tuple[str, str], tuple[Plug, str]] = {}
+
+    @hookimpl
+    def podnet_register_provider(self) -> ProviderInfo:
+        return ProviderInfo(name="reference", version="test")
+
+    @hookimpl
+    def podnet_plug(self, context: PlugContext) -> PlugResult:
+        pn = context.pod_network
+        assert pn.status.ip is not None and pn.status.mac is not None
+        self.plugged[(context.container_id, context.if_name)] = (
+            Plug(container_id=context.container_id, if_name=context.if_name,
+                 network=pn.spec.network, owner=pn.key), pn.status.ip)
+        return PlugResult(name=context.if_name, mac=pn.status.mac,
+                          sandbox=context.netns or "")
+
+    @hookimpl
+    def podnet_unplug(self, context: UnplugContext) -> None:
+        self.plugged.pop((context.container_id, context.if_name), None)
+
+    @hookimpl
+    def podnet_plugs(self, provider: str, node: str) -> list[Plug]:
+        return [plug for plug, _ in self.plugged.values()]
+
+
+class HandshakeMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = FakeClock()
+        self.cluster = InMemoryCluster(clock=self.clock)
+        self.cloud = ReferenceCloud()
+        # a pool of one idle address: a freed address is the next one handed out
+        self.policy = PoolPolicy(min_idle=0, max_idle=1, batch_size=1, max_batch_size=1,
+                                 reuse_cooldown=0.0,
+                                 unplug_timeout=NEVER)
+        for ns in (NS, "kube-system"):
+            self.cluster.create(NAMESPACE, {"metadata": {"name": ns}})
+        self.node = str(self.cluster.create(NODE, node_obj(0))["metadata"]["name"])
+        self.engine = self._engine()
+        self.dataplane = DictDataplane()
+        self.agent = self._agent()
+        fd, self.netns = tempfile.mkstemp(prefix="podnet-chaos-netns-")
+        os.close(fd)  # an existing path is all the agent asks of a sandbox here
+        #: pod index -> the live sandbox's container id; a counter for new ones
+        self.sandboxes: dict[int, str] = {}
+        self.made = 0
+
+    def teardown(self) -> None:
+        EngineFactory.stop(self.engine)
+        self.agent.records.stop()
+        os.unlink(self.netns)
+
+    def _engine(self) -> Engine:
+        pm = new_plugin_manager()
+        pm.register(ReferenceProvider(self.cloud, policy=self.policy), name="reference")
+        engine = Engine(self.cluster, pm, clock=self.clock,
+                        options=EngineOptions(default_provider="reference"))
+        engine.start()
+        return engine
+
+    def _agent(self) -> NodeAgent:
+        pm = new_plugin_manager()
+        pm.register(self.dataplane, name="dict-dataplane")
+        agent = NodeAgent(self.cluster, Providers(pm), self.node, add_timeout=0)
+        # the parts of start() without its threads: the machine runs them as rules
+        agent.records.start()
+        agent.remove_leftovers()
+        agent.reporter.flush()
+        return agent
+
+    def _body(self, i: int, container: str) -> dict[str, Any]:
+        return {"cniVersion": "1.1.0", "containerId": container, "netns": self.netns,
+                "ifName": "eth0", "podNamespace": NS, "podName": f"p{i}", "podUid": None,
+                "network": "podnet", "config": {}}
+
+    # --- the cluster and the runtime ----------------------------------------------------
+
+    @rule(i=st.integers(0, PODS - 1))
+    def create_pod(self, i: int) -> None:
+        try:
+            self.cluster.create(POD, pod_obj(f"p{i}", self.node))
+        except Exception:
+            pass  # it exists
+
+    @rule(i=st.integers(0, PODS - 1))
+    def delete_pod(self, i: int) -> None:
+        try:
+            self.cluster.delete(POD, f"p{i}", NS)
+        except NotFound:
+            pass
+
+    @rule(i=st.integers(0, PODS - 1), fresh=st.booleans())
+    def add(self, i: int, fresh: bool) -> None:
+        """The runtime's ADD: a new sandbox (after a DEL, or the kubelet's new one) or the
+        same one retried."""
+        if fresh or i not in self.sandboxes:
+            self.made += 1
+            self.sandboxes[i] = f"c{self.made}"
+        try:
+            self.agent.add(self._body(i, self.sandboxes[i]))
+        except CniError:
+            pass  # not Routed yet, being released, ...: the runtime retries
+
+    @precondition(lambda self: bool(self.sandboxes))
+    @rule(data=st.data())
+    def delete(self, data: st.DataObject) -> None:
+        i = data.draw(st.sampled_from(sorted(self.sandboxes)))
+        self.agent.delete(self._body(i, self.sandboxes.pop(i)))
+
+    # --- the two sides, each behind the other -----------------------------------------
+
+    @rule(advance=st.sampled_from([0.0, 1.0, 30.0]))
+    def controller_runs(self, advance: float) -> None:
+        self.engine.run_until_idle(advance=advance)
+
+    @rule()
+    def controller_step(self) -> None:
+        self.engine.step()
+
+    @rule()
+    def agent_watch(self) -> None:
+        self.agent.records.pump(0)
+
+    @rule()
+    def agent_reports(self) -> None:
+        self.agent.reporter.flush()
+
+    @rule()
+    def agent_restarts(self) -> None:
+        self.agent.records.stop()
+        self.agent = self._agent()
+
+    @rule()
+    def controller_restarts(self) -> None:
+        EngineFactory.stop(self.engine)
+        self.engine = self._engine()
+
+    # --- what must hold ---------------------------------------------------------------
+
+    @invariant()
+    def a_plugged_address_is_its_records_alone(self) -> None:
+        recorded: dict[str, set[str]] = {}
+        for obj in self.cluster.list(POD_NETWORK).items:
+            ip = (obj.get("status") or {}).get("ip")
+            if ip:
+                key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+                recorded.setdefault(ip, set()).add(key)
+        for plug, address in self.dataplane.plugged.values():
+            others = recorded.get(address, set()) - {plug.owner}
+            assert not others, (f"{address} is on {plug.container_id}'s interface, plugged "
+                                f"for {plug.owner}, and recorded by {sorted(others)}")
+
+    def check_the_end(self) -> None:
+        for i in sorted(self.sandboxes):
+            self.agent.delete(self._body(i, self.sandboxes.pop(i)))
+        for i in range(PODS):
+            self.delete_pod(i)
+        for _ in range(5):
+            self.engine.run_until_idle(advance=30.0)
+            self.agent.records.pump(0)
+            self.agent.reporter.flush()
+        self.engine.run_until_idle(advance=30.0)
+        assert self.dataplane.plugged == {}
+        left = [obj["metadata"]["name"] for obj in self.cluster.list(POD_NETWORK).items]
+        assert left == [], f"records still waiting once every interface is gone: {left}"
+
+
+class _Machine(HandshakeMachine):
+    @rule()
+    def the_end(self) -> None:
+        """Now and then, the whole story's end (its checks) in the middle of one."""
+        self.check_the_end()
+
+
+TestHandshake = _Machine.TestCase
+TestHandshake.settings = chaos_settings(step_count=40)

@@ -27,7 +27,7 @@ from typing import Any, Literal, cast
 import attrs
 import pluggy
 
-from podnet.app.demo import node_obj
+from podnet.app.demo import node_obj, pod_obj
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import (
@@ -539,6 +539,72 @@ def provider_name_of(pm: pluggy.PluginManager) -> str:
     if len(names) != 1:
         raise ValueError(f"expected exactly one provider, the plugins declare {names}")
     return names[0]
+
+
+class EngineRig:
+    """One engine on the in-memory cluster and a fake clock, over the plugins given, for a
+    test of one behaviour: make nodes and pods, settle, read the records.
+
+    ``plugins``: ``(name, plugin)`` pairs, registered in order; ``config``: what an
+    operator's config file would say (``defaultProvider`` defaults to ``reference``);
+    ``provider_config``: the sections handed to ``podnet_configure`` (else the config's
+    ``providers``); ``namespaces``: made
+    first (pods go into the first); ``options``: more :class:`EngineOptions`. With
+    ``start=False`` the test adds to ``pm`` first (call monitoring, ...), then
+    :meth:`start`."""
+
+    def __init__(self, plugins: Sequence[tuple[str, object]], *,
+                 config: Mapping[str, Any] | None = None,
+                 provider_config: Mapping[str, dict[str, Any]] | None = None,
+                 namespaces: Sequence[str] = (NAMESPACE_NAME,), start: bool = True,
+                 **options: Any) -> None:
+        from podnet.core.config import parse_config
+
+        self.clock = FakeClock()
+        self.cluster = InMemoryCluster(clock=self.clock)
+        self.namespace = namespaces[0]
+        for ns in namespaces:
+            self.cluster.create(NAMESPACE, {"metadata": {"name": ns}})
+        self.pm = new_plugin_manager()
+        for name, plugin in plugins:
+            self.pm.register(plugin, name=name)
+        if provider_config is not None:
+            options["provider_config"] = dict(provider_config)
+        self.options = EngineOptions.from_config(
+            parse_config({"defaultProvider": "reference", **(config or {})}),
+            **{"seed": 0, **options})
+        self.engine: Engine
+        if start:
+            self.start()
+
+    def start(self) -> Engine:
+        self.engine = Engine(self.cluster, self.pm, clock=self.clock, options=self.options)
+        self.engine.start()
+        return self.engine
+
+    def settle(self, advance: float = 10.0) -> None:
+        self.engine.run_until_idle(advance=advance)
+
+    def node(self, i: int, labels: Mapping[str, str] | None = None) -> str:
+        obj = node_obj(i)
+        obj["metadata"]["labels"].update(labels or {})
+        return str(self.cluster.create(NODE, obj)["metadata"]["name"])
+
+    def pod(self, name: str, node: str, **meta: Any) -> Obj:
+        obj = pod_obj(name, node)
+        obj["metadata"]["namespace"] = self.namespace
+        obj["metadata"].update(meta)
+        return self.cluster.create(POD, obj)
+
+    def records(self, pod: str | None = None) -> list[Obj]:
+        """The PodNetworks (of the pod named ``pod``)."""
+        items = self.cluster.list(POD_NETWORK).items
+        return [r for r in items if pod is None or r["spec"]["podName"] == pod]
+
+    def record(self, pod: str) -> Obj:
+        """The one PodNetwork of the pod named ``pod``."""
+        (found,) = self.records(pod)
+        return found
 
 
 class EngineFactory:

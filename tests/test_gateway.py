@@ -13,14 +13,9 @@ from typing import Any
 
 import pytest
 
-from podnet.app.demo import node_obj, pod_obj
-from podnet.core.clock import FakeClock
-from podnet.core.cluster.memory import InMemoryCluster
-from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, NotFound, Obj
-from podnet.core.config import parse_config
-from podnet.core.engine import Engine, EngineOptions
+from podnet.core.cluster.port import NODE, POD, POD_NETWORK, NotFound
 from podnet.core.errors import ErrorKind
-from podnet.core.plugin import Providers, new_plugin_manager
+from podnet.core.plugin import Providers
 from podnet.core.policy import PoolPolicy
 from podnet.core.ratelimit import CloudLimiter
 from podnet.hookspecs import hookimpl
@@ -39,6 +34,7 @@ from podnet.hookspecs.types import (
     VerifyResult,
 )
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+from podnet.testing.harness import EngineRig
 
 NS = "demo"
 POLICY = PoolPolicy(min_idle=1, max_idle=4, batch_size=4, max_batch_size=8, reuse_cooldown=0.0,
@@ -192,46 +188,22 @@ class Bystander:
         self.removed.append((provider, node))
 
 
-class Rig:
+class Rig(EngineRig):
     def __init__(self) -> None:
-        self.clock = FakeClock()
-        self.cluster = InMemoryCluster(clock=self.clock)
-        self.cluster.create(NAMESPACE, {"metadata": {"name": NS}})
         self.reference = ReferenceProvider(ReferenceCloud(), policy=POLICY)
         self.greedy = Greedy()
-        self.pm = new_plugin_manager()
-        self.pm.register(self.reference, name="reference")
-        self.pm.register(self.greedy, name="greedy")  # pluggy would ask it first
         self.bystander = Bystander()
-        self.pm.register(self.bystander, name="bystander")
+        # greedy registered after reference: pluggy would ask it first
+        super().__init__(
+            [("reference", self.reference), ("greedy", self.greedy),
+             ("bystander", self.bystander)],
+            config={"nodeProviders": [{"provider": "greedy",
+                                       "nodeSelector": f"{GREEDY_LABEL}=yes"}],
+                    "providers": {"reference": {}, "greedy": {}}},
+            start=False)
         self.routes = Routes(Providers(self.pm).plugins)
         self.pm.add_hookcall_monitoring(self.routes.before, self.routes.after)
-        options = EngineOptions.from_config(parse_config({
-            "defaultProvider": "reference",
-            "nodeProviders": [{"provider": "greedy",
-                               "nodeSelector": f"{GREEDY_LABEL}=yes"}],
-            "providers": {"reference": {}, "greedy": {}},
-        }), seed=0)
-        self.engine = Engine(self.cluster, self.pm, clock=self.clock, options=options)
-        self.engine.start()
-
-    def settle(self, advance: float = 10.0) -> None:
-        self.engine.run_until_idle(advance=advance)
-
-    def node(self, i: int, labels: Mapping[str, str] | None = None) -> str:
-        obj = node_obj(i)
-        obj["metadata"]["labels"].update(labels or {})
-        return str(self.cluster.create(NODE, obj)["metadata"]["name"])
-
-    def pod(self, name: str, node: str, **meta: Any) -> Obj:
-        obj = pod_obj(name, node)
-        obj["metadata"].update(meta)
-        return self.cluster.create(POD, obj)
-
-    def record(self, pod: str) -> Obj:
-        (found,) = [r for r in self.cluster.list(POD_NETWORK).items
-                    if r["spec"]["podName"] == pod]
-        return found
+        self.start()
 
 
 def test_a_second_provider_plugin_is_never_called_for_the_first_ones_pod_networks() -> None:

@@ -14,15 +14,10 @@ from typing import Any
 import attrs
 import pytest
 
-from podnet.app.demo import node_obj, pod_obj
-from podnet.core.clock import FakeClock
-from podnet.core.cluster.memory import InMemoryCluster
-from podnet.core.cluster.port import EVENT, NAMESPACE, NODE, POD, POD_NETWORK, Obj
-from podnet.core.config import parse_config
-from podnet.core.engine import Engine, EngineOptions
+from podnet.app.demo import pod_obj
+from podnet.core.cluster.port import EVENT, NAMESPACE, POD, Obj
 from podnet.core.errors import ConfigError
 from podnet.core.models import NodeInfo, PodInfo
-from podnet.core.plugin import new_plugin_manager
 from podnet.core.policy import PoolPolicy
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
@@ -40,6 +35,7 @@ from podnet.hookspecs.types import (
     VerifyResult,
 )
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+from podnet.testing.harness import EngineRig
 
 NS = "demo"
 POLICY = PoolPolicy(min_idle=1, max_idle=4, batch_size=4, max_batch_size=8, reuse_cooldown=0.0)
@@ -47,43 +43,17 @@ STS = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "st
         "controller": True}]
 
 
-class Rig:
-    """A cluster and an engine over the reference provider plus ``extra`` plugins."""
+class Rig(EngineRig):
+    """A cluster and an engine over the reference provider plus ``extra`` plugins;
+    ``file``: what an operator's config file would say (nodeProviders, networks)."""
 
     def __init__(self, *extra: object, provider: ReferenceProvider | None = None,
                  config: Mapping[str, dict[str, Any]] | None = None,
                  file: Mapping[str, Any] | None = None) -> None:
-        self.clock = FakeClock()
-        self.cluster = InMemoryCluster(clock=self.clock)
-        self.cluster.create(NAMESPACE, {"metadata": {"name": NS}})
         self.provider = provider or ReferenceProvider(ReferenceCloud(), policy=POLICY)
-        self.pm = new_plugin_manager()
-        self.pm.register(self.provider, name="reference")
-        for i, plugin in enumerate(extra):
-            self.pm.register(plugin, name=f"extra-{i}")
-        # ``file``: what an operator's config file would say (nodeProviders, networks)
-        options = EngineOptions.from_config(
-            parse_config({"defaultProvider": "reference", **(file or {})}),
-            provider_config=dict(config or {}), seed=0)
-        self.engine = Engine(self.cluster, self.pm, clock=self.clock, options=options)
-        self.engine.start()
-
-    def settle(self, advance: float = 10.0) -> None:
-        self.engine.run_until_idle(advance=advance)
-
-    def node(self, i: int, labels: dict[str, str] | None = None) -> str:
-        obj = node_obj(i)
-        obj["metadata"]["labels"].update(labels or {})
-        return str(self.cluster.create(NODE, obj)["metadata"]["name"])
-
-    def pod(self, name: str, node: str, **meta: Any) -> Obj:
-        obj = pod_obj(name, node)
-        obj["metadata"].update(meta)
-        return self.cluster.create(POD, obj)
-
-    def records(self, pod: str | None = None) -> list[Obj]:
-        items = self.cluster.list(POD_NETWORK).items
-        return [r for r in items if pod is None or r["spec"]["podName"] == pod]
+        super().__init__([("reference", self.provider),
+                          *((f"extra-{i}", plugin) for i, plugin in enumerate(extra))],
+                         config=file, provider_config=config)
 
 
 def phase(record: Obj) -> str:

@@ -11,59 +11,49 @@ from typing import Any
 
 import pytest
 
-from podnet.app.demo import node_obj, pod_obj
-from podnet.core.clock import FakeClock, format_micro_time
-from podnet.core.cluster.memory import InMemoryCluster
-from podnet.core.cluster.port import LEASE, NAMESPACE, NODE, POD, POD_NETWORK, NotFound, Obj
+from podnet.core.clock import format_micro_time
+from podnet.core.cluster.port import LEASE, NODE, POD, POD_NETWORK, NotFound, Obj
 from podnet.core.convert import from_wire
-from podnet.core.engine import Engine, EngineOptions
 from podnet.core.models import AgentReport, PodNetwork
 from podnet.core.objects import agent_lease_name, agent_report, agent_report_lease, release_token
-from podnet.core.plugin import new_plugin_manager
 from podnet.core.policy import PoolPolicy
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+from podnet.testing.harness import EngineRig
 
 NS = "demo"
 AGENTS = "kube-system"
 TIMEOUT = 90.0
 
 
-class Rig:
+class Rig(EngineRig):
     def __init__(self) -> None:
-        self.clock = FakeClock()
-        self.cluster = InMemoryCluster(clock=self.clock)
         self.cloud = ReferenceCloud()
         policy = PoolPolicy(min_idle=1, max_idle=4, batch_size=2, reuse_cooldown=0.0,
                             unplug_timeout=TIMEOUT)
-        for ns in (NS, AGENTS):
-            self.cluster.create(NAMESPACE, {"metadata": {"name": ns}})
-        pm = new_plugin_manager()
-        pm.register(ReferenceProvider(self.cloud, policy=policy), name="reference")
-        self.engine = Engine(self.cluster, pm, clock=self.clock, options=EngineOptions(
-            default_provider="reference", agent_namespace=AGENTS))
-        self.engine.start()
-        self.node = str(self.cluster.create(NODE, node_obj(0))["metadata"]["name"])
+        super().__init__([("reference", ReferenceProvider(self.cloud, policy=policy))],
+                         namespaces=(NS, AGENTS), agent_namespace=AGENTS)
+        self.node_name = super().node(0)
 
     def settle(self, advance: float = 0.0) -> None:
         self.engine.run_until_idle(advance=advance)
 
-    def pod(self, name: str) -> Obj:
-        return self.cluster.create(POD, pod_obj(name, self.node))
+    def pod(self, name: str) -> Obj:  # type: ignore[override]
+        return super().pod(name, self.node_name)
 
-    def record(self, pod: Obj) -> Obj | None:
+    def record(self, pod: Obj) -> Obj | None:  # type: ignore[override]
         uid = pod["metadata"]["uid"]
-        found = [r for r in self.cluster.list(POD_NETWORK).items if r["spec"]["podUid"] == uid]
+        found = [r for r in self.records() if r["spec"]["podUid"] == uid]
         return found[0] if found else None
 
     def report(self, *, plugged: set[str] = frozenset(),  # type: ignore[assignment]
                unplugged: set[str] = frozenset()) -> None:  # type: ignore[assignment]
         """What the node's agent writes: its Lease, created or replaced."""
         lease = agent_report_lease(
-            AgentReport(node=self.node, holder="agent", plugged=frozenset(plugged),
+            AgentReport(node=self.node_name, holder="agent", plugged=frozenset(plugged),
                         unplugged=frozenset(unplugged)),
             AGENTS, format_micro_time(self.clock.now()))
         try:
-            current = self.cluster.get(LEASE, agent_lease_name(self.node), AGENTS)
+            current = self.cluster.get(LEASE, agent_lease_name(self.node_name), AGENTS)
         except NotFound:
             self.cluster.create(LEASE, lease)
             return
@@ -71,7 +61,7 @@ class Rig:
         self.cluster.update(LEASE, lease)
 
     def pooled_free(self) -> set[str]:
-        pool = self.engine.pools.find("reference", self.node)
+        pool = self.engine.pools.find("reference", self.node_name)
         assert pool is not None
         return {a.address for a in pool.addresses.values() if a.owner is None}
 
@@ -153,7 +143,7 @@ def test_a_gone_node_does_not_wait(rig: Rig) -> None:
     assert record is not None
     rig.report(plugged={key(record)})
     rig.settle()
-    rig.cluster.delete(NODE, rig.node)
+    rig.cluster.delete(NODE, rig.node_name)
     rig.cluster.delete(POD, "web", NS)
     rig.settle(advance=1)
     assert rig.record(web) is None

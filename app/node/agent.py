@@ -1,47 +1,41 @@
-"""``podnet node``: the node agent.
-
-One per node (a DaemonSet on the host network). It watches its own node's PodNetworks
-(the server-side label selector ``podnet.io/node=<node>``), serves the CNI plugin's
-requests on a unix socket (HTTP/1.1, JSON; the protocol is in docs/node.md), and plumbs
-each pod interface through its provider's dataplane hooks, called through the same
-provider gateway the controller uses:
-
-- ``ADD`` waits, bounded, until every PodNetwork of the pod (the default network, then
-  each attachment of ``podnet.io/networks``) is Routed, then plugs each one (the default
-  network as the interface the runtime names, attachments as ``net1``, ``net2``, ...);
-- ``DEL`` unplugs every interface plugged for the container; it never releases an address
-  (the controller does, once the pod is gone);
-- ``CHECK`` compares the interfaces with the records;
-- ``GC`` unplugs what was plugged for containers the runtime no longer lists;
-- on start, what was plugged for records that no longer exist is unplugged;
-- it reports to the controller, in its node's Lease, the Releasing records it holds no
-  interface for (``app/node_report.py``): the controller hands their addresses to other
-  pods only then (the release handshake, ``podnet.core.unplug``);
-- for ``podnet-ipam`` (another CNI plugin plumbs the interface), ``/v1/ipam/*`` answer one
-  PodNetwork's addresses and routes, plug nothing and release nothing.
-"""
+"""The node agent's state and its answers to the protocol's requests (``NodeAgent``)."""
 
 from __future__ import annotations
 
 import contextlib
 import ipaddress
-import json
 import logging
 import os
-import socket
-import socketserver
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import attrs
-
-from podnet.app.ipam_grants import IpamGrants
-from podnet.app.node_report import DEFAULT_BATCH, NodeReporter
+from podnet.app.node.grants import IpamGrants
+from podnet.app.node.protocol import (
+    CHECK_FAILED,
+    DEFAULT_ADD_TIMEOUT,
+    DEFAULT_NAMESPACE,
+    INVALID,
+    NOT_READY,
+    TRY_AGAIN,
+    Attachments,
+    CniError,
+    CniRequest,
+    as_plugged,
+    body_field,
+    cni_result,
+    interface_names,
+    ipam_request,
+    ipam_result,
+    only_network,
+    raise_if_invalid,
+    record_addresses,
+    without_default_routes,
+)
+from podnet.app.node.report import DEFAULT_BATCH, NodeReporter
 from podnet.core.annotations import NETWORKS, annotation_field, parse_attachments
 from podnet.core.clock import SystemClock
 from podnet.core.cluster.informer import Informer
@@ -53,7 +47,6 @@ from podnet.core.gateway import ProviderGateway
 from podnet.core.models import DEFAULT_NETWORK, LABEL_NODE, AgentReport, Phase, PodNetwork
 from podnet.core.objects import release_token
 from podnet.core.plugin import Providers
-from podnet.core.reconcile.podnetwork import ready_condition
 from podnet.core.tracing import (
     ATTR_CONTAINER,
     ATTR_INTERFACE,
@@ -67,37 +60,6 @@ from podnet.hookspecs.types import PlugContext, PlugResult, UnplugContext
 
 log = logging.getLogger("podnet.node")
 
-DEFAULT_SOCKET = "/run/podnet/agent.sock"
-DEFAULT_ADD_TIMEOUT = 30.0
-DEFAULT_NAMESPACE = "kube-system"
-RESULT_VERSION = "1.1.0"
-
-#: CNI error codes the agent answers with
-INVALID = 7
-TRY_AGAIN = 11
-NOT_READY = 50
-#: a plugin-specific code (the spec leaves 100 and up to plugins): CHECK found a difference
-CHECK_FAILED = 100
-
-_DEFAULT_ROUTES = frozenset({"0.0.0.0/0", "::/0"})
-#: the Ready reason the controller writes for a request it will not serve as it is
-INVALID_REQUEST = "InvalidRequest"
-
-
-class CniError(Exception):
-    """An answer of the CNI error kind: ``code``, ``msg``, ``details``; ``status`` is the
-    HTTP status it travels with."""
-
-    def __init__(self, code: int, msg: str, details: str = "", status: int = 400) -> None:
-        super().__init__(msg)
-        self.code = code
-        self.msg = msg
-        self.details = details
-        self.status = status
-
-    def body(self) -> dict[str, Any]:
-        return {"code": self.code, "msg": self.msg, "details": self.details}
-
 
 def _read_pod_network(obj: Obj) -> PodNetwork | None:
     try:
@@ -105,63 +67,6 @@ def _read_pod_network(obj: Obj) -> PodNetwork | None:
     except RecordError as exc:
         log.warning("a PodNetwork does not parse, ignored: %s", exc)
         return None
-
-
-def _field(body: Mapping[str, Any], name: str, *, optional: bool = False) -> Any:
-    value = body.get(name)
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or not value:
-        raise CniError(INVALID, f"{name}: missing or not a non-empty string")
-    return value
-
-
-@attrs.frozen
-class CniRequest:
-    """The fields of an add, check or del request (docs/node.md), parsed once."""
-
-    container_id: str
-    if_name: str
-    netns: str | None
-    namespace: str | None
-    pod: str | None
-    uid: str | None
-
-    @classmethod
-    def parse(cls, body: Mapping[str, Any], *, sandbox: bool = True) -> CniRequest:
-        """``sandbox``: the request needs the netns and the pod (add, check); a del
-        needs only the container and the interface."""
-        netns = body.get("netns")
-        return cls(
-            container_id=_field(body, "containerId"), if_name=_field(body, "ifName"),
-            netns=_field(body, "netns") if sandbox else netns if isinstance(netns, str) else None,
-            namespace=_field(body, "podNamespace", optional=not sandbox),
-            pod=_field(body, "podName", optional=not sandbox),
-            uid=_field(body, "podUid", optional=True))
-
-    @property
-    def pod_key(self) -> str:
-        return f"{self.namespace}/{self.pod}"
-
-
-#: a pod's networks in interface order: (network, the name the annotation gives or None)
-Attachments = tuple[tuple[str, str | None], ...]
-
-
-def interface_names(if_name: str, attachments: Attachments) -> list[str]:
-    """The pod's interfaces: the runtime's name for the default network (the first), then
-    for each attachment the name the annotation gives it, else the lowest free ``netN``."""
-    taken = {if_name, *(name for _, name in attachments[1:] if name)}
-    names = [if_name]
-    n = 0
-    for _, name in attachments[1:]:
-        if name is None:
-            n += 1
-            while f"net{n}" in taken:
-                n += 1
-            name = f"net{n}"
-        names.append(name)
-    return names
 
 
 class NodeAgent:
@@ -357,7 +262,7 @@ class NodeAgent:
                     if exc.code != TRY_AGAIN:
                         raise  # it will never come: no use waiting
                 if attachments is not None and only is not None:
-                    attachments = _only_network(attachments, only, namespace, pod)
+                    attachments = only_network(attachments, only, namespace, pod)
             if attachments is not None:
                 networks = [network for network, _ in attachments]
                 found = self._records_of(namespace, pod, uid)
@@ -366,7 +271,7 @@ class NodeAgent:
                 if not missing:
                     return attachments, [found[n] for n in networks]
                 for network in missing:
-                    _raise_if_invalid(found.get(network))
+                    raise_if_invalid(found.get(network))
             left = deadline - time.monotonic()
             if left <= 0:
                 what = (f"networks {', '.join(missing)}" if attachments is not None
@@ -394,7 +299,7 @@ class NodeAgent:
             with self._plugging_of(records), self._span("add", records[0], req, req.if_name):
                 self._unplug_older_sandboxes(records, req)
                 for i, (pn, name) in enumerate(zip(records, names, strict=True)):
-                    plugged = pn if i == 0 else _without_default_routes(pn)
+                    plugged = pn if i == 0 else without_default_routes(pn)
                     context = PlugContext(pod_network=plugged, container_id=req.container_id,
                                           if_name=name, netns=req.netns)
                     with self._span("plug", pn, req, name):
@@ -474,7 +379,7 @@ class NodeAgent:
             if pn is None or pn.status.phase is not Phase.ROUTED:
                 raise CniError(CHECK_FAILED, f"network {network} of {req.pod_key} is "
                                              "not Routed", status=409)
-            context = PlugContext(pod_network=pn if i == 0 else _without_default_routes(pn),
+            context = PlugContext(pod_network=pn if i == 0 else without_default_routes(pn),
                                   container_id=req.container_id, if_name=name,
                                   netns=req.netns)
             with self._span("check", pn, req, name):
@@ -524,8 +429,8 @@ class NodeAgent:
     def ipam_add(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """The addresses and routes of the pod's record of ``network``, once Routed (the
         same bounded wait as ADD); nothing is plugged."""
-        namespace, pod, uid, network = _ipam_request(body)
-        container_id, if_name = _field(body, "containerId"), _field(body, "ifName")
+        namespace, pod, uid, network = ipam_request(body)
+        container_id, if_name = body_field(body, "containerId"), body_field(body, "ifName")
         if not self.ready:
             raise CniError(TRY_AGAIN, "podnet node agent is starting: its records are not "
                                       "listed or its first report not written yet", status=503)
@@ -536,21 +441,21 @@ class NodeAgent:
                 self.grants.grant(container_id, if_name, pn.key)
             except ValueError as exc:
                 raise CniError(INVALID, f"containerId, ifName: {exc}") from None
-        return ipam_result(_as_plugged(pn))
+        return ipam_result(as_plugged(pn))
 
     def ipam_del(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """The grant goes (the calling plugin has removed its interface); the address is
         not released: the controller does that once the pod is gone, so a sandbox made
         again for the pod gets it back."""
-        _ipam_request(body)
-        self.grants.revoke(_field(body, "containerId"), _field(body, "ifName"))
+        ipam_request(body)
+        self.grants.revoke(body_field(body, "containerId"), body_field(body, "ifName"))
         self.reporter.poke()
         return {}
 
     def ipam_check(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """The caller's addresses (``config.prevResult.ips``) against the record's: each of
         the record's must be there, and no other address of the record's subnets."""
-        namespace, pod, uid, network = _ipam_request(body)
+        namespace, pod, uid, network = ipam_request(body)
         config = body.get("config")
         prev = config.get("prevResult") if isinstance(config, dict) else None
         ips = prev.get("ips") if isinstance(prev, dict) else None
@@ -571,7 +476,7 @@ class NodeAgent:
         if pn is None or pn.status.phase is not Phase.ROUTED:
             raise CniError(CHECK_FAILED, f"network {network} of {namespace}/{pod} is not "
                                          "Routed", status=409)
-        for want in _record_addresses(pn):
+        for want in record_addresses(pn):
             if want not in held:
                 raise CniError(CHECK_FAILED, f"prevResult.ips: {want} of {pn.key} is missing",
                                status=409)
@@ -605,217 +510,3 @@ class NodeAgent:
             raise CniError(code, str(exc), details=type(exc).__name__, status=500) from exc
         except ApiError as exc:
             raise CniError(TRY_AGAIN, str(exc), status=503) from exc
-
-
-def _raise_if_invalid(pn: PodNetwork | None) -> None:
-    """Error 7 with the controller's reason when it found the pod's request invalid
-    (``Ready=False``, reason ``InvalidRequest``): the record is not routed until the pod
-    changes, so waiting is no use."""
-    ready = ready_condition(pn) if pn is not None else None
-    if pn is not None and ready is not None and ready.status == "False" \
-            and ready.reason == INVALID_REQUEST:
-        raise CniError(INVALID, ready.message or f"{pn.key}: invalid request",
-                       details=f"PodNetwork {pn.key}: {INVALID_REQUEST}")
-
-
-def _without_default_routes(pn: PodNetwork) -> PodNetwork:
-    """An attachment's record without default routes: the default network has the pod's
-    default route."""
-    routes = tuple(r for r in pn.status.routes if r.dst not in _DEFAULT_ROUTES)
-    return attrs.evolve(pn, status=attrs.evolve(pn.status, routes=routes))
-
-
-def _result_ips(pn: PodNetwork, interface: int | None) -> list[dict[str, Any]]:
-    """The record's addresses as CNI result ``ips`` (``interface`` left out when None: an
-    IPAM result's addresses belong to the interface the caller makes)."""
-    st = pn.status
-    ips: list[dict[str, Any]] = []
-    for address, prefix, gateway in ((st.ip, st.prefix_length or 32, st.gateway),
-                                     (st.ipv6, st.ipv6_prefix_length or 128, st.ipv6_gateway)):
-        if not address:
-            continue
-        ip: dict[str, Any] = {"address": f"{address}/{prefix}"}
-        if gateway:
-            ip["gateway"] = gateway
-        if interface is not None:
-            ip["interface"] = interface
-        ips.append(ip)
-    return ips
-
-
-def _result_routes(pn: PodNetwork) -> list[dict[str, Any]]:
-    return [{"dst": route.dst, **({"gw": route.gw} if route.gw else {})}
-            for route in pn.status.routes]
-
-
-def cni_result(plugged: list[tuple[PodNetwork, PlugResult]]) -> dict[str, Any]:
-    """The CNI 1.1.0 result of the interfaces plugged, in order."""
-    interfaces: list[dict[str, Any]] = []
-    ips: list[dict[str, Any]] = []
-    routes: list[dict[str, Any]] = []
-    for index, (pn, result) in enumerate(plugged):
-        interfaces.append({"name": result.name, "mac": result.mac, "sandbox": result.sandbox})
-        ips.extend(_result_ips(pn, index))
-        routes.extend(_result_routes(pn))
-    return {"cniVersion": RESULT_VERSION, "interfaces": interfaces, "ips": ips,
-            "routes": routes, "dns": {}}
-
-
-# --- IPAM only: the helpers of NodeAgent.ipam_* ----------------------------------------
-
-
-def ipam_result(pn: PodNetwork) -> dict[str, Any]:
-    """The CNI 1.1.0 IPAM result of one record: its addresses and routes, no interfaces."""
-    return {"cniVersion": RESULT_VERSION, "ips": _result_ips(pn, None),
-            "routes": _result_routes(pn), "dns": {}}
-
-
-def _as_plugged(pn: PodNetwork) -> PodNetwork:
-    """The record as ADD would plug it: an attachment's without default routes."""
-    return pn if pn.spec.network == DEFAULT_NETWORK else _without_default_routes(pn)
-
-
-def _record_addresses(pn: PodNetwork) -> list[ipaddress.IPv4Interface | ipaddress.IPv6Interface]:
-    return [ipaddress.ip_interface(ip["address"]) for ip in _result_ips(pn, None)]
-
-
-def _ipam_request(body: Mapping[str, Any]) -> tuple[str, str, str | None, str]:
-    """(namespace, pod, uid, network) of an IPAM request; error 7 naming the field."""
-    _field(body, "containerId")
-    _field(body, "ifName")
-    return (_field(body, "podNamespace"), _field(body, "podName"),
-            _field(body, "podUid", optional=True), _field(body, "network"))
-
-
-def _only_network(attachments: Attachments, network: str, namespace: str, pod: str
-                  ) -> Attachments:
-    """That network's attachment when the pod has it, else error 7: waiting would not
-    make a record the pod does not ask for."""
-    mine = tuple(a for a in attachments if a[0] == network)
-    if not mine:
-        names = ", ".join(n for n, _ in attachments)
-        raise CniError(INVALID, f"ipam.network: pod {namespace}/{pod} has no network "
-                                f"{network!r} (its networks: {names})")
-    return mine
-
-
-# --- the unix socket server ------------------------------------------------------------
-
-
-class UnixHTTPServer(ThreadingHTTPServer):
-    address_family = socket.AF_UNIX
-    daemon_threads = True
-    #: the listen backlog: a runtime starts many sandboxes at once, and a full backlog
-    #: fails a unix socket's connect at once (EAGAIN), not after a wait (the default is 5)
-    request_queue_size = 256
-
-    def server_bind(self) -> None:
-        socketserver.TCPServer.server_bind(self)
-        self.server_name = "podnet-node"
-        self.server_port = 0
-
-
-def _handler(agent: NodeAgent) -> type[BaseHTTPRequestHandler]:
-    routes = {
-        ("POST", "/v1/cni/add"): agent.add,
-        ("POST", "/v1/cni/del"): agent.delete,
-        ("POST", "/v1/cni/check"): agent.check,
-        ("POST", "/v1/cni/gc"): agent.gc,
-        ("POST", "/v1/ipam/add"): agent.ipam_add,
-        ("POST", "/v1/ipam/del"): agent.ipam_del,
-        ("POST", "/v1/ipam/check"): agent.ipam_check,
-    }
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def address_string(self) -> str:
-            return "unix"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("%s " + format, self.address_string(), *args)
-
-        def _answer(self, status: int, body: Mapping[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _serve(self, method: str) -> None:
-            try:
-                if method == "GET" and self.path == "/v1/cni/status":
-                    self._answer(200, agent.status())
-                    return
-                if method == "GET" and self.path == "/v1/agent/report":
-                    self._answer(200, agent.report_body())
-                    return
-                fn = routes.get((method, self.path))
-                if fn is None:
-                    raise CniError(INVALID, f"{method} {self.path}: no such request",
-                                   status=404)
-                length = int(self.headers.get("Content-Length") or 0)
-                try:
-                    body = json.loads(self.rfile.read(length) or b"{}")
-                except ValueError as exc:
-                    raise CniError(INVALID, f"body: not JSON: {exc}") from None
-                if not isinstance(body, dict):
-                    raise CniError(INVALID, "body: not a JSON object")
-                self._answer(200, fn(body))
-            except CniError as exc:
-                self._answer(exc.status, exc.body())
-            except Exception as exc:
-                log.exception("%s %s failed", method, self.path)
-                self._answer(500, {"code": TRY_AGAIN, "msg": f"podnet node agent: {exc}",
-                                   "details": type(exc).__name__})
-
-        def do_GET(self) -> None:
-            self._serve("GET")
-
-        def do_POST(self) -> None:
-            self._serve("POST")
-
-    return Handler
-
-
-def listen(agent: NodeAgent, path: str) -> UnixHTTPServer:
-    """The protocol's server on a unix socket at ``path``: its directory 0700, the
-    socket 0600 (root only)."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    os.chmod(directory, 0o700)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    old = os.umask(0o177)
-    try:
-        server = UnixHTTPServer(path, _handler(agent))  # type: ignore[arg-type]
-    finally:
-        os.umask(old)
-    os.chmod(path, 0o600)
-    return server
-
-
-def run(cluster: Cluster, providers: Providers, *, node: str, socket_path: str,
-        add_timeout: float, namespace: str = DEFAULT_NAMESPACE, tracing: Tracing | None = None,
-        stop: threading.Event | None = None) -> int:
-    """Start the agent, serve until ``stop`` (or a signal's KeyboardInterrupt)."""
-    agent = NodeAgent(cluster, providers, node, add_timeout=add_timeout, namespace=namespace,
-                      tracing=tracing, state_dir=os.path.dirname(socket_path) or ".")
-    server = listen(agent, socket_path)
-    thread = threading.Thread(target=server.serve_forever, name="podnet-node-http",
-                              daemon=True)
-    thread.start()  # STATUS answers "not ready" until the records are listed
-    try:
-        agent.start()
-        print(f"podnet node {node}: serving on {socket_path}", flush=True)
-        (stop or threading.Event()).wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.shutdown()
-        server.server_close()
-        agent.stop()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(socket_path)
-    return 0

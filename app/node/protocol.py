@@ -1,0 +1,196 @@
+"""The plugin <-> agent protocol's values (docs/node.md): the CNI error codes and error
+answer, the request's fields parsed once, the pod's interface names, and the results
+built from the records."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from podnet.core.models import DEFAULT_NETWORK, PodNetwork
+from podnet.core.reconcile.podnetwork import ready_condition
+from podnet.hookspecs.types import PlugResult
+
+DEFAULT_SOCKET = "/run/podnet/agent.sock"
+DEFAULT_ADD_TIMEOUT = 30.0
+DEFAULT_NAMESPACE = "kube-system"
+RESULT_VERSION = "1.1.0"
+
+#: CNI error codes the agent answers with
+INVALID = 7
+TRY_AGAIN = 11
+NOT_READY = 50
+#: a plugin-specific code (the spec leaves 100 and up to plugins): CHECK found a difference
+CHECK_FAILED = 100
+
+_DEFAULT_ROUTES = frozenset({"0.0.0.0/0", "::/0"})
+#: the Ready reason the controller writes for a request it will not serve as it is
+INVALID_REQUEST = "InvalidRequest"
+
+
+class CniError(Exception):
+    """An answer of the CNI error kind: ``code``, ``msg``, ``details``; ``status`` is the
+    HTTP status it travels with."""
+
+    def __init__(self, code: int, msg: str, details: str = "", status: int = 400) -> None:
+        super().__init__(msg)
+        self.code = code
+        self.msg = msg
+        self.details = details
+        self.status = status
+
+    def body(self) -> dict[str, Any]:
+        return {"code": self.code, "msg": self.msg, "details": self.details}
+
+
+def body_field(body: Mapping[str, Any], name: str, *, optional: bool = False) -> Any:
+    value = body.get(name)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise CniError(INVALID, f"{name}: missing or not a non-empty string")
+    return value
+
+
+@attrs.frozen
+class CniRequest:
+    """The fields of an add, check or del request (docs/node.md), parsed once."""
+
+    container_id: str
+    if_name: str
+    netns: str | None
+    namespace: str | None
+    pod: str | None
+    uid: str | None
+
+    @classmethod
+    def parse(cls, body: Mapping[str, Any], *, sandbox: bool = True) -> CniRequest:
+        """``sandbox``: the request needs the netns and the pod (add, check); a del
+        needs only the container and the interface."""
+        netns = body.get("netns")
+        return cls(
+            container_id=body_field(body, "containerId"), if_name=body_field(body, "ifName"),
+            netns=(body_field(body, "netns") if sandbox
+                   else netns if isinstance(netns, str) else None),
+            namespace=body_field(body, "podNamespace", optional=not sandbox),
+            pod=body_field(body, "podName", optional=not sandbox),
+            uid=body_field(body, "podUid", optional=True))
+
+    @property
+    def pod_key(self) -> str:
+        return f"{self.namespace}/{self.pod}"
+
+
+#: a pod's networks in interface order: (network, the name the annotation gives or None)
+Attachments = tuple[tuple[str, str | None], ...]
+
+
+def interface_names(if_name: str, attachments: Attachments) -> list[str]:
+    """The pod's interfaces: the runtime's name for the default network (the first), then
+    for each attachment the name the annotation gives it, else the lowest free ``netN``."""
+    taken = {if_name, *(name for _, name in attachments[1:] if name)}
+    names = [if_name]
+    n = 0
+    for _, name in attachments[1:]:
+        if name is None:
+            n += 1
+            while f"net{n}" in taken:
+                n += 1
+            name = f"net{n}"
+        names.append(name)
+    return names
+
+
+def raise_if_invalid(pn: PodNetwork | None) -> None:
+    """Error 7 with the controller's reason when it found the pod's request invalid
+    (``Ready=False``, reason ``InvalidRequest``): the record is not routed until the pod
+    changes, so waiting is no use."""
+    ready = ready_condition(pn) if pn is not None else None
+    if pn is not None and ready is not None and ready.status == "False" \
+            and ready.reason == INVALID_REQUEST:
+        raise CniError(INVALID, ready.message or f"{pn.key}: invalid request",
+                       details=f"PodNetwork {pn.key}: {INVALID_REQUEST}")
+
+
+def without_default_routes(pn: PodNetwork) -> PodNetwork:
+    """An attachment's record without default routes: the default network has the pod's
+    default route."""
+    routes = tuple(r for r in pn.status.routes if r.dst not in _DEFAULT_ROUTES)
+    return attrs.evolve(pn, status=attrs.evolve(pn.status, routes=routes))
+
+
+def result_ips(pn: PodNetwork, interface: int | None) -> list[dict[str, Any]]:
+    """The record's addresses as CNI result ``ips`` (``interface`` left out when None: an
+    IPAM result's addresses belong to the interface the caller makes)."""
+    st = pn.status
+    ips: list[dict[str, Any]] = []
+    for address, prefix, gateway in ((st.ip, st.prefix_length or 32, st.gateway),
+                                     (st.ipv6, st.ipv6_prefix_length or 128, st.ipv6_gateway)):
+        if not address:
+            continue
+        ip: dict[str, Any] = {"address": f"{address}/{prefix}"}
+        if gateway:
+            ip["gateway"] = gateway
+        if interface is not None:
+            ip["interface"] = interface
+        ips.append(ip)
+    return ips
+
+
+def result_routes(pn: PodNetwork) -> list[dict[str, Any]]:
+    return [{"dst": route.dst, **({"gw": route.gw} if route.gw else {})}
+            for route in pn.status.routes]
+
+
+def cni_result(plugged: list[tuple[PodNetwork, PlugResult]]) -> dict[str, Any]:
+    """The CNI 1.1.0 result of the interfaces plugged, in order."""
+    interfaces: list[dict[str, Any]] = []
+    ips: list[dict[str, Any]] = []
+    routes: list[dict[str, Any]] = []
+    for index, (pn, result) in enumerate(plugged):
+        interfaces.append({"name": result.name, "mac": result.mac, "sandbox": result.sandbox})
+        ips.extend(result_ips(pn, index))
+        routes.extend(result_routes(pn))
+    return {"cniVersion": RESULT_VERSION, "interfaces": interfaces, "ips": ips,
+            "routes": routes, "dns": {}}
+
+
+# --- IPAM only: the helpers of NodeAgent.ipam_* ----------------------------------------
+
+
+def ipam_result(pn: PodNetwork) -> dict[str, Any]:
+    """The CNI 1.1.0 IPAM result of one record: its addresses and routes, no interfaces."""
+    return {"cniVersion": RESULT_VERSION, "ips": result_ips(pn, None),
+            "routes": result_routes(pn), "dns": {}}
+
+
+def as_plugged(pn: PodNetwork) -> PodNetwork:
+    """The record as ADD would plug it: an attachment's without default routes."""
+    return pn if pn.spec.network == DEFAULT_NETWORK else without_default_routes(pn)
+
+
+def record_addresses(pn: PodNetwork) -> list[ipaddress.IPv4Interface | ipaddress.IPv6Interface]:
+    return [ipaddress.ip_interface(ip["address"]) for ip in result_ips(pn, None)]
+
+
+def ipam_request(body: Mapping[str, Any]) -> tuple[str, str, str | None, str]:
+    """(namespace, pod, uid, network) of an IPAM request; error 7 naming the field."""
+    body_field(body, "containerId")
+    body_field(body, "ifName")
+    return (body_field(body, "podNamespace"), body_field(body, "podName"),
+            body_field(body, "podUid", optional=True), body_field(body, "network"))
+
+
+def only_network(attachments: Attachments, network: str, namespace: str, pod: str
+                  ) -> Attachments:
+    """That network's attachment when the pod has it, else error 7: waiting would not
+    make a record the pod does not ask for."""
+    mine = tuple(a for a in attachments if a[0] == network)
+    if not mine:
+        names = ", ".join(n for n, _ in attachments)
+        raise CniError(INVALID, f"ipam.network: pod {namespace}/{pod} has no network "
+                                f"{network!r} (its networks: {names})")
+    return mine

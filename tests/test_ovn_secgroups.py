@@ -7,6 +7,8 @@ fails only the pods naming it, with a condition and an Event naming the group's 
 
 from __future__ import annotations
 
+import subprocess
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -67,12 +69,19 @@ def _routed(world: World, pod: str) -> Any:
     return pn
 
 
+def _status(world: World, pod: str) -> Any:
+    """A record's status, routed or not (a pod whose group went bad keeps its port)."""
+    pn = world.record_of(pod)
+    assert pn is not None and pn.status.interface, pn
+    return pn.status
+
+
 def send(central: OvnCentral, world: World, src: str, dst: str, *, proto: str = "tcp",
          dport: int = 80, sport: int = 40000, reply: bool = False) -> Trace:
     """Where OVN takes one packet from pod ``src`` to pod ``dst``: a TCP SYN to ``dport``
     or an ICMP echo request; ``reply``: a SYN-ACK from ``sport`` of a connection conntrack
     knows (``trk,est,rpl`` at every ``ct_next``)."""
-    a, b = _routed(world, src).status, _routed(world, dst).status
+    a, b = _status(world, src), _status(world, dst)
     flow = [f'inport=="{a.interface}"', f"eth.src=={a.mac}", f"eth.dst=={b.mac}",
             f"ip4.src=={a.ip}", f"ip4.dst=={b.ip}", "ip.ttl==64"]
     if proto == "icmp":
@@ -87,7 +96,7 @@ def send(central: OvnCentral, world: World, src: str, dst: str, *, proto: str = 
 
 
 def _delivered(t: Trace, world: World, dst: str) -> None:
-    assert t.delivered == (_routed(world, dst).status.interface,), t.text
+    assert t.delivered == (_status(world, dst).interface,), t.text
 
 
 def _acl_dropped(t: Trace) -> None:
@@ -228,3 +237,53 @@ def test_a_bad_group_fails_only_the_pods_naming_it(world: World, provider_plugin
     with northd(nb_server) as central:  # the pods using good groups work
         _delivered(send(central, world, "c", "w", dport=80), world, "w")
         _acl_dropped(send(central, world, "c", "w", dport=81))
+
+
+def test_a_group_made_bad_under_a_running_pod_is_said_and_its_rules_kept(
+        world: World, provider_plugin: Any, nb_server: NbServer) -> None:
+    world.add_node(0)
+    world.add_pod("w", 0, annotations={SG: "web"})
+    world.add_pod("c", 0)
+    world.settle()
+    before = _acls(provider_plugin)
+    broken = {**GROUPS, "web": {"ingress": [{"protocol": "tcp", "port": 0}]}}
+    provider_plugin.podnet_configure("ovn", {"security_groups": broken})
+    world.settle(advance=world.policy().verify_period + 1)
+    pn = world.record_of("w")
+    assert pn is not None
+    text = " ".join(c.message for c in pn.status.conditions if c.status == "False")
+    assert "providers.ovn.security_groups.web.ingress[0].port" in text, pn.status.conditions
+    assert any("security_groups.web.ingress[0].port" in e for e in _events(world, "w"))
+    # fail static: the port keeps the group's last good rules, nothing is opened
+    assert _acls(provider_plugin)["sg_web"] == before["sg_web"]
+    with northd(nb_server) as central:
+        _delivered(send(central, world, "c", "w", dport=80), world, "w")
+        _acl_dropped(send(central, world, "c", "w", dport=81))
+    # fixed, and the controller restarted with the new config (the config is read at
+    # start): the pod is routed again, with the fixed rules
+    fixed = {**GROUPS, "web": {"ingress": [{"protocol": "tcp", "port": 81}]}}
+    provider_plugin.podnet_configure("ovn", {"security_groups": fixed})
+    world.restart()
+    world.settle()
+    _routed(world, "w")
+    with northd(nb_server) as central:
+        _acl_dropped(send(central, world, "c", "w", dport=80))
+        _delivered(send(central, world, "c", "w", dport=81), world, "w")
+
+
+def test_acls_removed_behind_podnets_back_come_back(world: World, provider_plugin: Any,
+                                                   nb_server: NbServer) -> None:
+    world.add_node(0)
+    world.add_pod("w", 0, annotations={SG: "web"})
+    world.settle()
+    before = _acls(provider_plugin)
+    client = provider_plugin.client
+    subprocess.run(["ovn-nbctl", f"--db={nb_server.remote}", "acl-del", "sg_web"],
+                   check=True, capture_output=True, timeout=30)
+    deadline = time.monotonic() + 5
+    while _acls(provider_plugin)["sg_web"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert client.acls_ok({"sg_web": []})
+    world.settle(advance=world.policy().verify_period + 1)
+    assert _acls(provider_plugin) == before
+    _routed(world, "w")

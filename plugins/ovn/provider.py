@@ -945,6 +945,12 @@ class OvnProvider:
         pn = context.pod_network
         self.calls["verify"] += 1
         client = self.client
+        try:
+            self._groups_of(pn)
+        except InvalidRequest as exc:
+            # a group made bad (or undefined) under a running pod: the repair's route says
+            # so on the pod; its port keeps the group's last rules meanwhile
+            return VerifyResult(ok=False, reason=str(exc))
         spec, groups, routers = self._desired(pn, pn.spec.node_name)
         link = self.subnets[spec.switch].router_link() if routers else None
         acls, _ = self._acls_of(pn)

@@ -130,6 +130,17 @@ def parse_groups(raw: object, prefix: str) -> dict[str, SecurityGroup | BadGroup
             out[name] = _group(name, body)
         except _Bad as bad:
             out[name] = BadGroup(name, f"{prefix}.{name}{bad.path}", bad.message)
+    # two names OVN would see as one port group ('.' and '-' become '_'): neither is used
+    by_pg: dict[str, list[str]] = {}
+    for name in out:
+        by_pg.setdefault(port_group_of(name), []).append(name)
+    for pg, names in by_pg.items():
+        if len(names) > 1:
+            for name in names:
+                others = ", ".join(n for n in names if n != name)
+                out[name] = BadGroup(name, f"{prefix}.{name}", f"its port group {pg} is "
+                                     f"also that of {others} (OVN names allow letters, "
+                                     "digits and '_' only)")
     # a peer must be a group that is defined (its port group and address sets exist)
     for name, group in list(out.items()):
         if not isinstance(group, SecurityGroup):

@@ -628,6 +628,8 @@ class NbClient:
         """Commit the port groups whose podnet ACLs differ, in a transaction of their own
         (before the members join: a port never is in a group without its rules).
         :return: whether anything was written."""
+        if self.acls_ok(acls):  # the common case, without queueing behind a write
+            return False
         with self._infra_lock:
             with self.reading():
                 wrong = {g: rows for g, rows in acls.items()

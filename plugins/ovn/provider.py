@@ -65,7 +65,6 @@ from podnet.plugins.ovn.rows import (
     vip_port_name,
 )
 from podnet.plugins.ovn.secgroups import (
-    DENY_GROUP,
     Acl,
     BadGroup,
     SecurityGroup,
@@ -878,10 +877,7 @@ class OvnProvider:
         # own (this port their parent), which port security lets the pod send from
         entry = " ".join([mac, *ips])
         security = [" ".join([mac, *ips, *req.vips])] if req.port_security else []
-        secured = self._groups_of(pn)
-        groups = [g.port_group for g in secured]
-        if secured:  # a member of any group: what no group allows is dropped
-            groups.append(DENY_GROUP)
+        groups = [g.port_group for g in self._groups_of(pn)]
         nated = bool(req.eip or req.snat)
         if subnet.gateway_type == "distributed" and node and not nated:
             # an EIP/SNAT pod leaves its node's group (as Kube-OVN does): its traffic
@@ -1019,7 +1015,7 @@ class OvnProvider:
         return out
 
     def _acls_of(self, pn: PodNetwork) -> tuple[dict[str, list[Acl]], list[str]]:
-        """The ACLs of the pod's groups (and of the deny group) by port group, and the
+        """The ACLs of the pod's groups by port group, and the
         port groups of the peers their rules name (their address sets must exist)."""
         groups = self._groups_of(pn)
         if not groups:

@@ -7,10 +7,13 @@ others keep working.
 
 The ACLs, in the spirit of Kube-OVN's: a group's ingress rules are ``to-lport`` on
 ``outport == @sg_<name>``, its egress rules ``from-lport`` on ``inport == @sg_<name>``,
-all ``allow-related`` (replies and related ICMP pass through conntrack). Every port in any
-security group is also in :data:`DENY_GROUP`, whose ACLs drop all other IP traffic at a
-lower priority, and allow IPv6 neighbour discovery above it (ARP is not IP: the deny never
-sees it; podnet's pods get static addresses, no DHCP).
+all ``allow-related`` (replies and related ICMP pass through conntrack). Each group's
+port group also gets a drop of all other IP traffic, both ways, at a lower priority, and
+IPv6 neighbour discovery allowed above it (ARP is not IP: the drop never sees it; podnet's
+pods get static addresses, no DHCP). OVN puts every port group's ACLs into one table per
+switch, ordered by priority: a member of several groups gets what any of them allows, and
+a member of any group loses the rest (Kube-OVN puts members in one deny-all group; a drop
+per group does the same without a second membership per port).
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ import attrs
 
 __all__ = [
     "ACL_GROUP",
-    "DENY_GROUP",
     "PRIORITY_ALLOW",
     "PRIORITY_DENY",
     "PRIORITY_INFRA",
@@ -31,15 +33,11 @@ __all__ = [
     "BadGroup",
     "Rule",
     "SecurityGroup",
-    "deny_acls",
     "group_acls",
     "parse_groups",
     "port_group_of",
 ]
 
-#: the port group of every port in any security group (``pg_name`` never makes it: its
-#: security groups' port groups start with ``sg_``)
-DENY_GROUP = "podnet_sg_deny"
 #: the ACLs' priorities: a group's rules and the always-allowed traffic above the deny
 PRIORITY_DENY = 2000
 PRIORITY_ALLOW = 2010
@@ -288,9 +286,17 @@ def _rule_matches(rule: Rule, port: str, side: str) -> list[str]:
 
 
 def group_acls(group: SecurityGroup) -> list[Acl]:
-    """The ACLs of one group's port group, in a stable order, without duplicates."""
+    """The ACLs of one group's port group, in a stable order, without duplicates: its
+    rules, what a member must always have, and the drop of the rest."""
     pg = group.port_group
-    out: list[Acl] = []
+    out: list[Acl] = [
+        Acl("to-lport", PRIORITY_DENY, f"outport == @{pg} && ip", "drop"),
+        Acl("from-lport", PRIORITY_DENY, f"inport == @{pg} && ip", "drop"),
+        Acl("to-lport", PRIORITY_INFRA, f"outport == @{pg} && (nd || nd_rs || nd_ra)",
+            "allow"),
+        Acl("from-lport", PRIORITY_INFRA, f"inport == @{pg} && (nd || nd_rs || nd_ra)",
+            "allow"),
+    ]
     for direction, rules, port, side in (
             ("to-lport", group.ingress, f"outport == @{pg}", "src"),
             ("from-lport", group.egress, f"inport == @{pg}", "dst")):
@@ -304,22 +310,6 @@ def group_acls(group: SecurityGroup) -> list[Acl]:
     return out
 
 
-def deny_acls() -> list[Acl]:
-    """The ACLs of :data:`DENY_GROUP`: IP traffic no group allows is dropped; IPv6
-    neighbour discovery always passes (ARP is not IP: the deny does not match it)."""
-    pg = DENY_GROUP
-    return [
-        Acl("to-lport", PRIORITY_DENY, f"outport == @{pg} && ip", "drop"),
-        Acl("from-lport", PRIORITY_DENY, f"inport == @{pg} && ip", "drop"),
-        Acl("to-lport", PRIORITY_INFRA, f"outport == @{pg} && (nd || nd_rs || nd_ra)",
-            "allow"),
-        Acl("from-lport", PRIORITY_INFRA, f"inport == @{pg} && (nd || nd_rs || nd_ra)",
-            "allow"),
-    ]
-
-
 def acls_by_port_group(groups: Sequence[SecurityGroup]) -> dict[str, list[Acl]]:
-    """The ACLs of these groups and of the deny group, by port group."""
-    out = {g.port_group: group_acls(g) for g in groups}
-    out[DENY_GROUP] = deny_acls()
-    return out
+    """The ACLs of these groups, by port group."""
+    return {g.port_group: group_acls(g) for g in groups}

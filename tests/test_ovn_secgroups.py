@@ -287,3 +287,41 @@ def test_acls_removed_behind_podnets_back_come_back(world: World, provider_plugi
     world.settle(advance=world.policy().verify_period + 1)
     assert _acls(provider_plugin) == before
     _routed(world, "w")
+
+
+@pytest.mark.parametrize(("body", "field", "detail"), [
+    ({"ingress": [{"protocol": "sctp"}]}, "g.ingress[0].protocol", "unknown protocol 'sctp'"),
+    ({"ingress": [{"protocol": "tcp", "port": 0}]}, "g.ingress[0].port", "out of range"),
+    ({"ingress": [{"protocol": "udp", "port": "90-80"}]}, "g.ingress[0].port", "out of range"),
+    ({"ingress": [{"protocol": "tcp", "port": "http"}]}, "g.ingress[0].port", "'http'"),
+    ({"ingress": [{"protocol": "icmp", "port": 8}]}, "g.ingress[0].port", "tcp or udp"),
+    ({"egress": [{"to": "10.0.0.1/8"}]}, "g.egress[0].to", "host bits"),
+    ({"egress": [{"to": ["192.0.2.0/33"]}]}, "g.egress[0].to", "not a CIDR"),
+    ({"egress": [{"from": "10.0.0.0/8"}]}, "g.egress[0].from", "egress rules say 'to'"),
+    ({"ingress": [{"groups": ["ghost"]}]}, "g.ingress[0].groups", "'ghost'"),
+    ({"ingress": {"protocol": "tcp"}}, "g.ingress", "a list of rules"),
+    ({"sideways": []}, "g.sideways", "ingress or egress"),
+])
+def test_each_rule_is_checked_and_the_error_names_the_field(body: Any, field: str,
+                                                            detail: str) -> None:
+    from podnet.plugins.ovn.secgroups import BadGroup, SecurityGroup, parse_groups
+
+    got = parse_groups({"g": body, "ok": {"ingress": [{"protocol": "tcp", "port": 1}]}},
+                       "providers.ovn.security_groups")
+    bad = got["g"]
+    assert isinstance(bad, BadGroup), bad
+    assert bad.field == f"providers.ovn.security_groups.{field}" and detail in bad.message, bad
+    assert isinstance(got["ok"], SecurityGroup)  # the other group is unaffected
+
+
+def test_names_sharing_a_port_group_and_a_section_not_a_mapping_are_refused() -> None:
+    from podnet.core.errors import ConfigError
+    from podnet.plugins.ovn.provider import OvnProvider
+    from podnet.plugins.ovn.secgroups import BadGroup, parse_groups
+
+    got = parse_groups({"a-b": {}, "a.b": {}, "c": {}}, "sg")
+    assert isinstance(got["a-b"], BadGroup) and isinstance(got["a.b"], BadGroup)
+    assert "sg_a_b" in got["a-b"].message and not isinstance(got["c"], BadGroup)
+    with pytest.raises(ConfigError) as info:
+        OvnProvider().podnet_configure(provider="ovn", config={"security_groups": ["web"]})
+    assert "providers.ovn.security_groups" in str(info.value)

@@ -7,7 +7,9 @@ A member of a group allowing only tcp/8080 in accepts a connection on 8080; a SY
 8081, where a server listens too, gets no answer at all (dropped, not refused), while the
 same port on a pod in no group connects; a ping from a pod outside the group is dropped,
 the member's own ping out is answered (its egress is not restricted, the reply passes the
-default deny through conntrack: allow-related)."""
+default deny through conntrack: allow-related). A group allowing one port from another
+group's members only: a member of that group connects, a pod in no group gets no answer,
+and the member of a group that allows no egress starts nothing but answers."""
 
 from __future__ import annotations
 
@@ -41,7 +43,12 @@ _MISSING = netns_unavailable() or bed_unavailable()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")]
 
 ANN = "podnet.io/"
-GROUPS = {"web": {"ingress": [{"protocol": "tcp", "port": 8080}]}}
+GROUPS = {
+    "web": {"ingress": [{"protocol": "tcp", "port": 8080}]},
+    # tcp/5432 from web's members only (northd's address set of its port group), and
+    # nothing may start out of it
+    "db": {"ingress": [{"protocol": "tcp", "port": 5432, "groups": ["web"]}], "egress": []},
+}
 
 
 def _config(bed: OvnBed) -> dict[str, Any]:
@@ -123,14 +130,15 @@ def test_a_security_group_lets_its_port_through_and_drops_the_rest(bed: Bed) -> 
     stack, client = bed.stack, bed.client
     assert stack is not None
     stack.create([pod("m", annotations={f"{ANN}security-groups": "web"}),
+                  pod("d", annotations={f"{ANN}security-groups": "db"}),
                   pod("o"), pod("q")])
     pods: dict[str, dict[str, str]] = {}
-    for name in ("m", "o", "q"):
+    for name in ("m", "d", "o", "q"):
         netns, path = bed.host.netns()
         status, result = client.add(bed.host.container(), path, name)
         assert status == 200, result
         pods[name] = {"netns": netns, "ip": result["ips"][0]["address"].split("/")[0]}
-    m, o, q = pods["m"], pods["o"], pods["q"]
+    m, d, o, q = pods["m"], pods["d"], pods["o"], pods["q"]
     # the allowed port: a connection from a pod in no group succeeds
     with TcpServer(m["netns"], m["ip"], port=8080):
         talk = tcp_talk(o["netns"], m["ip"], port=8080, message="from o")
@@ -155,3 +163,12 @@ def test_a_security_group_lets_its_port_through_and_drops_the_rest(bed: Bed) -> 
     assert ping(m["netns"], o["ip"]), "the member's ping got no reply"
     with TcpServer(o["netns"], o["ip"], port=8083):
         assert _connect(m["netns"], o["ip"], 8083) == "ok"
+    # db: 5432 from web's members only; the answer to m passes though db starts nothing
+    with TcpServer(d["netns"], d["ip"], port=5432):
+        assert _connect(o["netns"], d["ip"], 5432) == "timeout"
+        talk = tcp_talk(m["netns"], d["ip"], port=5432, message="from m")
+    assert talk.returncode == 0 and talk.stdout.strip() == f"hello {m['ip']} from m", talk
+    with TcpServer(q["netns"], q["ip"], port=8084):
+        assert _connect(d["netns"], q["ip"], 8084) == "timeout"
+        assert _connect(o["netns"], q["ip"], 8084) == "ok"
+    assert not ping(d["netns"], q["ip"], count=2, timeout=1), "db's member pinged out"

@@ -919,13 +919,14 @@ class OvnProvider:
             taken = self._claim_vips(pn, subnet, node, spec.name, own)
         link = subnet.router_link() if routers else None
         try:
-            # the groups' rules first: a port never joins a group that lacks them
+            # the peers' port groups before the rules naming their address sets, and the
+            # rules before the port joins: a port never is in a group that lacks them
             acls, peers = self._acls_of(pn)
-            if acls:
-                client.ensure_acls(acls)
             client.ensure_infra(switches=[spec.switch], routers=routers,
                                 port_groups=[*groups, *peers],
                                 links=[link] if link is not None else [])
+            if acls:
+                client.ensure_acls(acls)
             client.run([client.ensure_port(spec)])
         except BaseException:
             with self.lock:
@@ -1033,9 +1034,13 @@ class OvnProvider:
         holding pods keeps its last rules: fail closed, not open). A bad group's rows
         are left as they are."""
         good = [g for g in self.security_groups.values() if isinstance(g, SecurityGroup)]
+        known = {self._port_group(n) for n in self.security_groups}
+        # the peers' port groups too (a bad one's: its address sets are named in rules)
+        client.ensure_infra(port_groups=sorted(
+            {g.port_group for g in good} | {self._port_group(p) for g in good
+                                            for p in g.peers()}))
         if good:
             client.ensure_acls(acls_by_port_group(good))
-        known = {self._port_group(n) for n in self.security_groups}
         stale = [pg.name for pg in client.rows("Port_Group")
                  if pg.name.startswith("sg_") and pg.name not in known
                  and pg.external_ids.get(OWNER) == OWNER_VALUE and not pg.ports]

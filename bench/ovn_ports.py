@@ -2,7 +2,7 @@
 one ``ovn-nbctl`` invocation per port doing the same, on one throwaway NB server.
 
 Each port has an address ("MAC IP"), port security with the same entry, and membership
-of one port group (a security group: podnet writes its six ACLs once, ovn-nbctl none).
+of one port group (a security group: podnet writes its four ACLs once, ovn-nbctl none).
 
 podnet: the OVN provider's hooks, as the engine's workers call them: ``--workers`` threads
 each run allocate + route for their share of the pod networks (create), then release

@@ -28,7 +28,8 @@ pytestmark = pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")
 
 ANN = "podnet.io/"
 SG = f"{ANN}security-groups"
-SUBNETS = [{"name": "ovn-default", "cidr": "10.16.0.0/16", "default": True}]
+SUBNETS = [{"name": "ovn-default", "cidr": "10.16.0.0/16", "default": True},
+           {"name": "dual", "cidr": "10.17.0.0/24,fd00:17::/120"}]
 GROUPS: dict[str, Any] = {
     # ingress tcp/80 only; egress not restricted by this group
     "web": {"ingress": [{"protocol": "tcp", "port": 80}]},
@@ -173,7 +174,7 @@ def test_rules_are_written_once_and_follow_the_config(world: World, provider_plu
     world.add_pod("old", 0, annotations={SG: "pingable"})
     world.settle()
     first = _acls(provider_plugin)
-    assert len(first["sg_web"]) == 2 + 4, first  # its rules, ND, the drops
+    assert len(first["sg_web"]) == 2 + 2, first  # its rules, the drops
     # a provider restarting on the same NB, and the same config applied again: no write
     again = OvnProvider(nb_server.remote, SUBNETS, seed=4, security_groups=GROUPS)
     try:
@@ -194,7 +195,7 @@ def test_rules_are_written_once_and_follow_the_config(world: World, provider_plu
     web = [m for _, _, m, _ in now["sg_web"]]
     assert any("tcp.dst >= 8080 && tcp.dst <= 8081" in m for m in web), web
     assert not any("tcp.dst == 80" in m for m in web), web
-    assert len(now["sg_web"]) == 6
+    assert len(now["sg_web"]) == 4
     # pingable is no longer defined but still holds a pod: kept with its last rules
     assert now["sg_pingable"] == first["sg_pingable"]
     world.settle()
@@ -325,3 +326,36 @@ def test_names_sharing_a_port_group_and_a_section_not_a_mapping_are_refused() ->
     with pytest.raises(ConfigError) as info:
         OvnProvider().podnet_configure(provider="ovn", config={"security_groups": ["web"]})
     assert "providers.ovn.security_groups" in str(info.value)
+
+
+def _trace6(central: OvnCentral, world: World, src: str, dst: str, what: str) -> Trace:
+    """An IPv6 packet from pod ``src`` to pod ``dst``: a neighbour solicitation for
+    ``dst``'s address (``nd``) or an ICMPv6 echo request (``echo``)."""
+    a, b = _status(world, src), _status(world, dst)
+    flow = [f'inport=="{a.interface}"', f"eth.src=={a.mac}", f"eth.dst=={b.mac}",
+            f"ip6.src=={a.ipv6}", f"ip6.dst=={b.ipv6}"]
+    if what == "nd":
+        flow += ["ip.ttl==255", "icmp6.type==135", "icmp6.code==0", f"nd.target=={b.ipv6}"]
+    else:
+        flow += ["ip.ttl==64", "icmp6.type==128", "icmp6.code==0"]
+    central.sync()
+    done = central.tool("ovn-trace", f"--db={central.sb_remote}", "--detailed",
+                        *["--ct=trk,new"] * 4, a.subnet, " && ".join(flow))
+    return parse_trace(done.stdout)
+
+
+def test_neighbour_discovery_passes_a_member_that_may_send_nothing(
+        world: World, provider_plugin: Any, nb_server: NbServer) -> None:
+    world.add_node(0)
+    world.add_pod("d", 0, annotations={SG: "db", f"{ANN}subnets": "dual"})
+    world.add_pod("c", 0, annotations={f"{ANN}subnets": "dual"})
+    world.settle()
+    with northd(nb_server) as central:
+        # db allows no egress: its ICMPv6 echo is dropped in the ACL stage ...
+        _acl_dropped(_trace6(central, world, "d", "c", "echo"))
+        # ... but its neighbour solicitation passes (OVN's own ACL stage lets ND and MLD
+        # through above every ACL once ACLs are stateful; the switch answers it)
+        nd = _trace6(central, world, "d", "c", "nd")
+        assert not nd.dropped and _status(world, "d").interface in nd.outputs, nd.text
+        # and IPv4 the same way: its echo is dropped
+        _acl_dropped(send(central, world, "d", "c", proto="icmp"))

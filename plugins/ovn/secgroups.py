@@ -8,12 +8,15 @@ others keep working.
 The ACLs, in the spirit of Kube-OVN's: a group's ingress rules are ``to-lport`` on
 ``outport == @sg_<name>``, its egress rules ``from-lport`` on ``inport == @sg_<name>``,
 all ``allow-related`` (replies and related ICMP pass through conntrack). Each group's
-port group also gets a drop of all other IP traffic, both ways, at a lower priority, and
-IPv6 neighbour discovery allowed above it (ARP is not IP: the drop never sees it; podnet's
-pods get static addresses, no DHCP). OVN puts every port group's ACLs into one table per
-switch, ordered by priority: a member of several groups gets what any of them allows, and
-a member of any group loses the rest (Kube-OVN puts members in one deny-all group; a drop
-per group does the same without a second membership per port).
+port group also gets a drop of all other IP traffic, both ways, at a lower priority.
+What a member must always have passes without an ACL of podnet's: ARP is not IP (the
+drop never sees it), OVN's own ACL stage lets IPv6 ND and MLD through above every ACL
+once ACLs are stateful, and podnet's pods get static addresses (no DHCP).
+
+OVN puts every port group's ACLs into one table per switch, ordered by priority: a
+member of several groups gets what any of them allows, and a member of any group loses
+the rest (Kube-OVN puts members in one deny-all group; a drop per group does the same
+without a second membership per port).
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ __all__ = [
     "ACL_GROUP",
     "PRIORITY_ALLOW",
     "PRIORITY_DENY",
-    "PRIORITY_INFRA",
     "Acl",
     "BadGroup",
     "Rule",
@@ -38,10 +40,9 @@ __all__ = [
     "port_group_of",
 ]
 
-#: the ACLs' priorities: a group's rules and the always-allowed traffic above the deny
+#: the ACLs' priorities: a group's rules above the drop of the rest
 PRIORITY_DENY = 2000
 PRIORITY_ALLOW = 2010
-PRIORITY_INFRA = 2020
 #: external_ids key on podnet's ACLs: the security group (port group) that wrote it
 ACL_GROUP = "podnet/sg"
 
@@ -286,16 +287,12 @@ def _rule_matches(rule: Rule, port: str, side: str) -> list[str]:
 
 
 def group_acls(group: SecurityGroup) -> list[Acl]:
-    """The ACLs of one group's port group, in a stable order, without duplicates: its
-    rules, what a member must always have, and the drop of the rest."""
+    """The ACLs of one group's port group, in a stable order, without duplicates: the
+    drop of what no rule allows, and its rules above it."""
     pg = group.port_group
     out: list[Acl] = [
         Acl("to-lport", PRIORITY_DENY, f"outport == @{pg} && ip", "drop"),
         Acl("from-lport", PRIORITY_DENY, f"inport == @{pg} && ip", "drop"),
-        Acl("to-lport", PRIORITY_INFRA, f"outport == @{pg} && (nd || nd_rs || nd_ra)",
-            "allow"),
-        Acl("from-lport", PRIORITY_INFRA, f"inport == @{pg} && (nd || nd_rs || nd_ra)",
-            "allow"),
     ]
     for direction, rules, port, side in (
             ("to-lport", group.ingress, f"outport == @{pg}", "src"),

@@ -70,6 +70,7 @@ from podnet.plugins.ovn.secgroups import (
     SecurityGroup,
     acls_by_port_group,
     parse_groups,
+    port_group_of,
 )
 
 if TYPE_CHECKING:
@@ -1016,16 +1017,13 @@ class OvnProvider:
         return out
 
     def _acls_of(self, pn: PodNetwork) -> tuple[dict[str, list[Acl]], list[str]]:
-        """The ACLs of the pod's groups by port group, and the
-        port groups of the peers their rules name (their address sets must exist)."""
+        """The ACLs of the pod's groups by port group, and the port groups of the peers
+        their rules name (northd makes the peers' address sets from them)."""
         groups = self._groups_of(pn)
         if not groups:
             return {}, []
-        peers = sorted({self._port_group(p) for g in groups for p in g.peers()})
+        peers = sorted({port_group_of(p) for g in groups for p in g.peers()})
         return acls_by_port_group(groups), peers
-
-    def _port_group(self, name: str) -> str:
-        return pg_name("sg", name)
 
     def _sync_security_groups(self, client: NbClient) -> None:
         """Every good group's ACLs as configured (a changed rule replaces the old ACL, a
@@ -1034,10 +1032,10 @@ class OvnProvider:
         holding pods keeps its last rules: fail closed, not open). A bad group's rows
         are left as they are."""
         good = [g for g in self.security_groups.values() if isinstance(g, SecurityGroup)]
-        known = {self._port_group(n) for n in self.security_groups}
-        # the peers' port groups too (a bad one's: its address sets are named in rules)
+        known = {port_group_of(n) for n in self.security_groups}
+        # the peers' port groups too (a bad peer's: good rules name its address sets)
         client.ensure_infra(port_groups=sorted(
-            {g.port_group for g in good} | {self._port_group(p) for g in good
+            {g.port_group for g in good} | {port_group_of(p) for g in good
                                             for p in g.peers()}))
         if good:
             client.ensure_acls(acls_by_port_group(good))

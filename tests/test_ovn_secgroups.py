@@ -359,3 +359,29 @@ def test_neighbour_discovery_passes_a_member_that_may_send_nothing(
         assert not nd.dropped and _status(world, "d").interface in nd.outputs, nd.text
         # and IPv4 the same way: its echo is dropped
         _acl_dropped(send(central, world, "d", "c", proto="icmp"))
+
+
+def test_a_duplicate_acl_is_removed_and_foreign_acls_are_left(
+        world: World, provider_plugin: Any, nb_server: NbServer) -> None:
+    world.add_node(0)
+    world.add_pod("w", 0, annotations={SG: "web"})
+    world.settle()
+    before = _acls(provider_plugin)["sg_web"]
+    db = f"--db={nb_server.remote}"
+    # a second copy of one of podnet's ACLs (two writers raced), and an operator's own
+    subprocess.run(["ovn-nbctl", db, "--id=@a", "create", "ACL", "direction=to-lport",
+                    "priority=2000", 'match="outport == @sg_web && ip"', "action=drop",
+                    'external_ids:"podnet/owner"=podnet', "--",
+                    "add", "Port_Group", "sg_web", "acls", "@a"],
+                   check=True, capture_output=True, timeout=30)
+    subprocess.run(["ovn-nbctl", db, "acl-add", "sg_web", "to-lport", "3000",
+                    "outport == @sg_web && tcp.dst == 9999", "allow-related"],
+                   check=True, capture_output=True, timeout=30)
+    deadline = time.monotonic() + 5
+    while len(_acls(provider_plugin)["sg_web"]) < len(before) + 2:
+        assert time.monotonic() < deadline, "the ACLs never reached the IDL"
+        time.sleep(0.01)
+    provider_plugin.podnet_sweep("ovn", owners=(), remove=())  # the periodic resync
+    after = _acls(provider_plugin)["sg_web"]
+    assert sorted([*before, ("to-lport", 3000, "outport == @sg_web && tcp.dst == 9999",
+                             "allow-related")]) == after

@@ -2,7 +2,7 @@
 one ``ovn-nbctl`` invocation per port doing the same, on one throwaway NB server.
 
 Each port has an address ("MAC IP"), port security with the same entry, and membership
-of one port group (a security group).
+of one port group (a security group: podnet writes its four ACLs once, ovn-nbctl none).
 
 podnet: the OVN provider's hooks, as the engine's workers call them: ``--workers`` threads
 each run allocate + route for their share of the pod networks (create), then release
@@ -52,7 +52,9 @@ def _record(i: int) -> PodNetwork:
 
 
 def podnet_run(remote: str, ports: int, workers: int) -> dict[str, Any]:
-    plugin = OvnProvider(remote, [SUBNET], seed=0)
+    # a security group with one rule (its ACLs are written by the first route)
+    plugin = OvnProvider(remote, [SUBNET], seed=0,
+                         security_groups={GROUP: {"ingress": [{"protocol": "tcp", "port": 80}]}})
     node = NodeContext(node=NodeInfo(name="node-0", uid="n0"))
     records = [_record(i) for i in range(ports)]
     plugin.client.ensure_infra(switches=["bench"], port_groups=["sg_sg_bench"])

@@ -35,6 +35,13 @@ SUBNETS = [
     {"name": "dual", "cidr": "10.17.0.0/24,fd00:17::/120", "router": "edge",
      "ip_pools": {"gold": ["10.17.0.50", "10.17.0.51"]}},
 ]
+#: one good group and three bad ones: a bad group fails only the pods naming it
+SECURITY_GROUPS = {
+    "web": {"ingress": [{"protocol": "tcp", "port": 80}]},
+    "bad-proto": {"ingress": [{"protocol": "sctp"}]},
+    "bad-port": {"ingress": [{"protocol": "tcp", "port": 70000}]},
+    "bad-cidr": {"egress": [{"protocol": "udp", "to": "10.0.0.0/33"}]},
+}
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +66,8 @@ class TestOvnBadInput(BadInputSuite):
         from podnet.plugins.ovn.provider import OvnProvider
 
         nb_server.restart_fresh()
-        plugin = OvnProvider(nb_server.remote, SUBNETS, seed=0)
+        plugin = OvnProvider(nb_server.remote, SUBNETS, seed=0,
+                             security_groups=SECURITY_GROUPS)
         yield plugin
         plugin.close()
 
@@ -87,6 +95,14 @@ class TestOvnBadInput(BadInputSuite):
             bad_annotation("snat-without-external-ip",
                            {f"{ANN}subnets": "dual", f"{ANN}snat": "true"}, "snat"),
             BadInput("mac-owned-by-another-pod", _mac_taken, "mac-address"),
+            bad_annotation("unknown-security-group", {f"{ANN}security-groups": "web,nope"},
+                           "security-groups"),
+            *(bad_annotation(f"security-group-{group}", {f"{ANN}security-groups":
+                                                         f"web,{group}"},
+                             f"providers.ovn.security_groups.{group}.{key}")
+              for group, key in (("bad-proto", "ingress[0].protocol"),
+                                 ("bad-port", "ingress[0].port"),
+                                 ("bad-cidr", "egress[0].to"))),
         ]
 
 

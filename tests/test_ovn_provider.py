@@ -69,7 +69,8 @@ def provider_plugin(nb_server: NbServer, workloads: Workloads) -> Iterator[Any]:
 
     nb_server.restart_fresh()
     plugin = OvnProvider(nb_server.remote, SUBNETS, routers=ROUTERS, seed=1,
-                         workload_exists=workloads, networks={"storage": "storage"})
+                         workload_exists=workloads, networks={"storage": "storage"},
+                         security_groups={"sg-web": {}})
     yield plugin
     plugin.close()
 

@@ -49,7 +49,8 @@ def provider_plugin(nb_server: NbServer) -> Iterator[Any]:
     from podnet.plugins.ovn.provider import OvnProvider
 
     nb_server.restart_fresh()
-    plugin = OvnProvider(nb_server.remote, SUBNETS, routers=ROUTERS, seed=1)
+    plugin = OvnProvider(nb_server.remote, SUBNETS, routers=ROUTERS, seed=1,
+                         security_groups={"web": {}, "db": {}})
     yield plugin
     plugin.close()
 

@@ -30,6 +30,7 @@ from podnet.plugins.ovn.rows import (
     RouterLink,
     vip_port_name,
 )
+from podnet.plugins.ovn.secgroups import ACL_GROUP, Acl
 
 __all__ = ["GROUPS", "KEY", "OWNER", "OWNER_VALUE", "Batcher", "NbClient", "PortSpec",
            "RouterLink", "connect"]
@@ -378,6 +379,78 @@ def _link_ok(api: Any, link: RouterLink) -> bool:
             and lsp.external_ids.get(OWNER) == OWNER_VALUE)
 
 
+def _acl_key(row: Any) -> tuple[str, int, str, str]:
+    return (row.direction, int(row.priority), row.match, row.action)
+
+
+def _acls_differ(api: Any, group: str, acls: Sequence[Acl]) -> bool:
+    """Whether port group ``group``'s podnet ACLs are other than ``acls`` (or it is
+    missing): ACLs others put on it do not count."""
+    pg = api.lookup("Port_Group", group, default=None)
+    if pg is None:
+        return True
+    have = sorted(_acl_key(a) for a in pg.acls if a.external_ids.get(OWNER) == OWNER_VALUE)
+    return have != sorted((a.direction, a.priority, a.match, a.action) for a in acls)
+
+
+class EnsureAcls(ovs_command.BaseCommand):
+    """Make each port group's podnet ACLs exactly the ones given (creating the group when
+    missing): ACLs already there stay, duplicates and ones no longer wanted go."""
+
+    def __init__(self, api: Any, acls: Mapping[str, Sequence[Acl]]) -> None:
+        super().__init__(api)
+        self.acls = {group: list(rows) for group, rows in acls.items()}
+
+    def run_idl(self, txn: Any) -> None:
+        tables = self.api.tables
+        for group, wanted in self.acls.items():
+            pg = self.api.lookup("Port_Group", group, default=None)
+            existing: list[Any] = []
+            if pg is None:
+                pg = txn.insert(tables["Port_Group"])
+                pg.name = group
+                pg.external_ids = {OWNER: OWNER_VALUE}
+            else:
+                existing = list(pg.acls)
+            keys = {(a.direction, a.priority, a.match, a.action) for a in wanted}
+            kept: set[tuple[str, int, str, str]] = set()
+            for row in existing:
+                if row.external_ids.get(OWNER) != OWNER_VALUE:
+                    continue  # someone else's ACL on the group: not podnet's to judge
+                key = _acl_key(row)
+                if key in keys and key not in kept:
+                    kept.add(key)
+                    continue
+                pg.delvalue("acls", row)  # ACL rows are not roots: unreferenced, they go
+            for a in wanted:
+                key = (a.direction, a.priority, a.match, a.action)
+                if key in kept:
+                    continue
+                kept.add(key)
+                acl = txn.insert(tables["ACL"])
+                acl.direction = a.direction
+                acl.priority = a.priority
+                acl.match = a.match
+                acl.action = a.action
+                acl.external_ids = {OWNER: OWNER_VALUE, ACL_GROUP: group}
+                pg.addvalue("acls", acl)
+
+
+class DeletePortGroups(ovs_command.BaseCommand):
+    """Delete podnet's port groups of these names that have no member (their ACLs go
+    with them)."""
+
+    def __init__(self, api: Any, names: Sequence[str]) -> None:
+        super().__init__(api)
+        self.names = list(names)
+
+    def run_idl(self, txn: Any) -> None:
+        for name in self.names:
+            pg = self.api.lookup("Port_Group", name, default=None)
+            if pg is not None and not pg.ports and pg.external_ids.get(OWNER) == OWNER_VALUE:
+                pg.delete()
+
+
 class DeletePort(ovs_command.BaseCommand):
     """Remove a port and every NAT rule and route carrying its record's key."""
 
@@ -545,6 +618,34 @@ class NbClient:
                         [n for t, n in missing if t == "Logical_Router"],
                         [n for t, n in missing if t == "Port_Group"],
                         wrong).execute(check_error=True)
+
+    def acls_ok(self, acls: Mapping[str, Sequence[Acl]]) -> bool:
+        """Whether every port group named has exactly these podnet ACLs."""
+        with self.reading():
+            return not any(_acls_differ(self.api, g, rows) for g, rows in acls.items())
+
+    def ensure_acls(self, acls: Mapping[str, Sequence[Acl]]) -> bool:
+        """Commit the port groups whose podnet ACLs differ, in a transaction of their own
+        (before the members join: a port never is in a group without its rules).
+        :return: whether anything was written."""
+        if self.acls_ok(acls):  # the common case, without queueing behind a write
+            return False
+        with self._infra_lock:
+            with self.reading():
+                wrong = {g: rows for g, rows in acls.items()
+                         if _acls_differ(self.api, g, rows)}
+            if not wrong:
+                return False
+            self.batcher.transactions += 1
+            EnsureAcls(self.api, wrong).execute(check_error=True)
+            return True
+
+    def delete_empty_port_groups(self, names: Sequence[str]) -> None:
+        """Delete podnet's port groups among ``names`` that have no member."""
+        if names:
+            with self._infra_lock:
+                self.batcher.transactions += 1
+                DeletePortGroups(self.api, names).execute(check_error=True)
 
     def delete_port(self, name: str, key: str) -> DeletePort:
         return DeletePort(self.api, name, key)

@@ -64,6 +64,14 @@ from podnet.plugins.ovn.rows import (
     RouterLink,
     vip_port_name,
 )
+from podnet.plugins.ovn.secgroups import (
+    Acl,
+    BadGroup,
+    SecurityGroup,
+    acls_by_port_group,
+    parse_groups,
+    port_group_of,
+)
 
 if TYPE_CHECKING:
     from podnet.plugins.ovn.dataplane import OvsDataplane
@@ -370,6 +378,17 @@ def _backoff(value: tuple[int, ...]) -> tuple[int, ...]:
     return value
 
 
+def _security_groups(value: object) -> dict[str, Any]:
+    """The raw groups: each is checked on its own (``parse_groups``), so one bad group
+    fails only the pods naming it; the section's shape is checked here."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError("expected security group name -> {ingress: [rules], "
+                         "egress: [rules]}")
+    return {str(k): v for k, v in value.items()}
+
+
 def _check_config(cfg: OvnConfig) -> None:
     names = [s.name for s in cfg.subnets]
     if len(set(names)) != len(names):
@@ -397,6 +416,9 @@ class OvnConfig:
     seed: int | None = attrs.field(default=None, metadata=between(0, 2**32))
     #: attachment network -> the subnet serving it
     networks: dict[str, str] = attrs.field(factory=dict)
+    #: security group name -> {ingress: [rules], egress: [rules]} (see secgroups.py)
+    security_groups: dict[str, Any] = attrs.field(factory=dict,
+                                                  metadata=rule(parse=_security_groups))
     #: [MIN, MAX] between reconnect attempts
     reconnect_backoff_ms: tuple[int, ...] | None = attrs.field(default=None,
                                                                metadata=rule(_backoff))
@@ -417,7 +439,8 @@ class OvnProvider:
                  networks: Mapping[str, str] | None = None,
                  policy: PoolPolicy | None = None,
                  workload_exists: Callable[[str, str, str, str], bool | None] | None = None,
-                 reconnect_backoff_ms: tuple[int, int] | None = None) -> None:
+                 reconnect_backoff_ms: tuple[int, int] | None = None,
+                 security_groups: Mapping[str, Any] | None = None) -> None:
         self.name = name
         self.remote = remote
         self.timeout = timeout
@@ -443,9 +466,15 @@ class OvnProvider:
         #: that pod (exists, and for a StatefulSet, has replicas above the pod's ordinal);
         #: None: cannot tell, core's sticky_hold window decides
         self.workload_exists = workload_exists
+        #: security groups by name, each checked on its own (a bad one is a BadGroup)
+        self.security_groups: dict[str, SecurityGroup | BadGroup] = {}
+        #: the groups' ACLs are to be written and unused groups swept (at the next use of
+        #: the client: after a start, a reconnect to a new NB, or a config change)
+        self._sg_dirty = True
         self.config = OvnConfig()
         self._configure({"subnets": list(subnets) or [_DEFAULT_SUBNET],
-                         "routers": list(routers), "networks": dict(networks or {})},
+                         "routers": list(routers), "networks": dict(networks or {}),
+                         "security_groups": dict(security_groups or {})},
                         initial=True)
 
     # --- the connection and the IPAM's rebuild ---------------------------------------------
@@ -469,6 +498,9 @@ class OvnProvider:
                 self._synced = True
             else:
                 self._follow_foreign_ports(self._client)
+            if self._sg_dirty:
+                self._sync_security_groups(self._client)
+                self._sg_dirty = False
             return self._client
 
     @property
@@ -489,6 +521,7 @@ class OvnProvider:
                 self._client.close()
             self._client = None
             self._synced = False
+            self._sg_dirty = True
             if self._dataplane is not None:
                 self._dataplane.close()
             self._dataplane = None
@@ -582,6 +615,10 @@ class OvnProvider:
         self.routers = routers or self.routers
         if initial or "networks" in config:
             self.networks = dict(cfg.networks)
+        if initial or "security_groups" in config:
+            self.security_groups = parse_groups(cfg.security_groups,
+                                                config_key(self.name, "security_groups"))
+            self._sg_dirty = True
         if {"ovs_db", "integration_bridge", "bind_timeout"} & set(config):
             if self._dataplane is not None:
                 self._dataplane.close()
@@ -841,7 +878,7 @@ class OvnProvider:
         # own (this port their parent), which port security lets the pod send from
         entry = " ".join([mac, *ips])
         security = [" ".join([mac, *ips, *req.vips])] if req.port_security else []
-        groups = [pg_name("sg", g) for g in req.security_groups]
+        groups = [g.port_group for g in self._groups_of(pn)]
         nated = bool(req.eip or req.snat)
         if subnet.gateway_type == "distributed" and node and not nated:
             # an EIP/SNAT pod leaves its node's group (as Kube-OVN does): its traffic
@@ -883,8 +920,14 @@ class OvnProvider:
             taken = self._claim_vips(pn, subnet, node, spec.name, own)
         link = subnet.router_link() if routers else None
         try:
-            client.ensure_infra(switches=[spec.switch], routers=routers, port_groups=groups,
+            # the peers' port groups before the rules naming their address sets, and the
+            # rules before the port joins: a port never is in a group that lacks them
+            acls, peers = self._acls_of(pn)
+            client.ensure_infra(switches=[spec.switch], routers=routers,
+                                port_groups=[*groups, *peers],
                                 links=[link] if link is not None else [])
+            if acls:
+                client.ensure_acls(acls)
             client.run([client.ensure_port(spec)])
         except BaseException:
             with self.lock:
@@ -900,10 +943,21 @@ class OvnProvider:
         pn = context.pod_network
         self.calls["verify"] += 1
         client = self.client
+        try:
+            self._groups_of(pn)
+        except InvalidRequest as exc:
+            # a group made bad (or undefined) under a running pod: the repair's route says
+            # so on the pod; its port keeps the group's last rules meanwhile
+            return VerifyResult(ok=False, reason=str(exc))
         spec, groups, routers = self._desired(pn, pn.spec.node_name)
         link = self.subnets[spec.switch].router_link() if routers else None
+        acls, _ = self._acls_of(pn)
         with client.reading():  # the port, its groups and its router link as of one moment
-            return self._compare(client, spec, groups, link)
+            result = self._compare(client, spec, groups, link)
+        if result.ok and acls and not client.acls_ok(acls):
+            return VerifyResult(ok=False, reason="the ACLs of port groups "
+                                f"{', '.join(sorted(acls))} differ from their security groups")
+        return result
 
     @staticmethod
     def _compare(client: NbClient, spec: PortSpec, groups: Sequence[str],
@@ -943,6 +997,53 @@ class OvnProvider:
                                 f"subnet {spec.switch} is missing or changed")
         return VerifyResult(ok=True)
 
+    # --- security groups ---------------------------------------------------------------------
+
+    def _groups_of(self, pn: PodNetwork) -> list[SecurityGroup]:
+        """The checked security groups the pod names (``podnet.io/security-groups``): an
+        unknown or a bad one is the pod's ``InvalidRequest``, naming the group's key."""
+        out = []
+        for name in pn.spec.requests.security_groups:
+            group = self.security_groups.get(name)
+            if group is None:
+                known = ", ".join(sorted(self.security_groups)) or "none"
+                raise InvalidRequest(_field("security-groups"), f"unknown security group "
+                                     f"{name!r}; defined in "
+                                     f"{config_key(self.name, 'security_groups')}: {known}")
+            if isinstance(group, BadGroup):
+                raise InvalidRequest(group.field, f"security group {name} (named in "
+                                     f"{_field('security-groups')}): {group.message}")
+            out.append(group)
+        return out
+
+    def _acls_of(self, pn: PodNetwork) -> tuple[dict[str, list[Acl]], list[str]]:
+        """The ACLs of the pod's groups by port group, and the port groups of the peers
+        their rules name (northd makes the peers' address sets from them)."""
+        groups = self._groups_of(pn)
+        if not groups:
+            return {}, []
+        peers = sorted({port_group_of(p) for g in groups for p in g.peers()})
+        return acls_by_port_group(groups), peers
+
+    def _sync_security_groups(self, client: NbClient) -> None:
+        """Every good group's ACLs as configured (a changed rule replaces the old ACL, a
+        restart writes nothing that is there already); podnet's ``sg_`` port groups of
+        groups no longer defined are deleted once they have no member (a group still
+        holding pods keeps its last rules: fail closed, not open). A bad group's rows
+        are left as they are."""
+        good = [g for g in self.security_groups.values() if isinstance(g, SecurityGroup)]
+        known = {port_group_of(n) for n in self.security_groups}
+        # the peers' port groups too (a bad peer's: good rules name its address sets)
+        client.ensure_infra(port_groups=sorted(
+            {g.port_group for g in good} | {port_group_of(p) for g in good
+                                            for p in g.peers()}))
+        if good:
+            client.ensure_acls(acls_by_port_group(good))
+        stale = [pg.name for pg in client.rows("Port_Group")
+                 if pg.name.startswith("sg_") and pg.name not in known
+                 and pg.external_ids.get(OWNER) == OWNER_VALUE and not pg.ports]
+        client.delete_empty_port_groups(stale)
+
     # --- release ---------------------------------------------------------------------------
 
     @hookimpl
@@ -963,6 +1064,7 @@ class OvnProvider:
         stayed orphans long enough are deleted with their routes and NAT, and their
         addresses freed; the others are reported."""
         client = self.client
+        self._sync_security_groups(client)  # and the groups no pod uses any more
         # a port's external ids name its record (a pod's port is also named after it,
         # port_name); candidates are pods' ports (a key, no type, no role) and their VIPs'
         # virtual ports (role vip), owned by the same record: the router links podnet

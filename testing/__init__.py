@@ -19,6 +19,7 @@ else:
         "podnet.testing.harness", "podnet.testing.conformance", "podnet.testing.chaos",
         "podnet.testing.plugin", "podnet.testing.nodebed", "podnet.testing.ovnbed",
     )
+    from podnet.testing.nodebed import host, underlay  # noqa: F401
     from podnet.testing.ovnbed import ovn_bed, ovn_central  # noqa: F401
     from podnet.testing.plugin import (  # noqa: F401
         cluster,

@@ -42,7 +42,7 @@ import subprocess
 import sys
 import textwrap
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -558,3 +558,31 @@ def links_in(netns: str | None = None) -> list[str]:
     with contextlib.closing(NetNS(netns) if netns else IPRoute()) as ns:
         return sorted(str(link.get_attr("IFLA_IFNAME")) for link in ns.get_links())
 
+
+
+# --- pytest fixtures --------------------------------------------------------------------
+
+
+try:
+    import pytest
+except ImportError:  # pragma: no cover - production install without test extras
+    pass
+else:
+    @pytest.fixture
+    def host() -> Iterator[Host]:
+        """The pod namespaces and containers a test makes (the reference dataplane's
+        links), removed at the end, also when the test fails."""
+        made = Host()
+        try:
+            yield made
+        finally:
+            made.cleanup()
+
+    @pytest.fixture
+    def underlay() -> Iterator[Underlay]:
+        """Nodes as namespaces on a router namespace, removed at the end."""
+        made = Underlay()
+        try:
+            yield made
+        finally:
+            made.cleanup()

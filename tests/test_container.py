@@ -40,18 +40,11 @@ from podnet.testing.nodebed import (
 )
 from podnet.testing.waiting import wait_for
 
+pytest_plugins = ["podnet.testing"]
+
 WHY = (netns_unavailable() or (None if shutil.which("kubectl") else "kubectl is not installed")
        or containerd_unavailable())
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(WHY is not None, reason=WHY or "")]
-
-
-@pytest.fixture
-def underlay() -> Iterator[Underlay]:
-    u = Underlay()
-    try:
-        yield u
-    finally:
-        u.cleanup()
 
 
 @pytest.fixture
@@ -60,15 +53,6 @@ def node(underlay: Underlay) -> NodeNamespace:
     # this host (its start, its GC) would take every podnet veth of the host's namespace
     # for its own leftovers
     return underlay.add_node(NODE, POD_CIDR)
-
-
-@pytest.fixture
-def host() -> Iterator[Host]:
-    h = Host(bridges=())
-    try:
-        yield h
-    finally:
-        h.cleanup()
 
 
 @pytest.fixture

@@ -47,30 +47,14 @@ from podnet.testing.nodebed import (
 )
 from podnet.testing.waiting import wait_for as _wait_for
 
+pytest_plugins = ["podnet.testing"]
+
 WHY = netns_unavailable() or (None if shutil.which("kubectl") else "kubectl is not installed")
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(WHY is not None, reason=WHY or "")]
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
     _wait_for(what, check, timeout, interval=0.3)
-
-
-@pytest.fixture
-def host() -> Iterator[Host]:
-    h = Host()
-    try:
-        yield h
-    finally:
-        h.cleanup()
-
-
-@pytest.fixture
-def underlay() -> Iterator[Underlay]:
-    u = Underlay()
-    try:
-        yield u
-    finally:
-        u.cleanup()
 
 
 @pytest.fixture

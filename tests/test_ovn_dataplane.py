@@ -3,7 +3,9 @@ apiserver``, ``podnet run --provider ovn`` writing a real NB, ``podnet node --pr
 plugging pods into a real ``br-int`` that a real ``ovn-controller`` binds), pods as network
 namespaces.
 
-Two pods on one logical switch ping each other and hold a TCP connection; a pod on
+Two pods on one logical switch ping each other and hold a TCP connection; each pod's
+eth0 (and its host end) has the MTU its record carries, and a packet of that size passes
+br-int; a pod on
 another switch of the same router is reached through it; a spoofed source address is
 dropped by port security while the real one passes; DEL removes the OVS port and the
 pod's reachability; deleting the pods leaves no port in OVS and no pod port in NB; an
@@ -57,7 +59,7 @@ def ovn_config(bed: OvnBed, bind_timeout: float = 20) -> dict[str, Any]:
             "remote": bed.nb_remote, "ovs_db": bed.ovs_remote, "bind_timeout": bind_timeout,
             "subnets": [
                 {"name": "blue", "cidr": BLUE, "router": "lr1", "default": True},
-                {"name": "green", "cidr": GREEN, "router": "lr1"},
+                {"name": "green", "cidr": GREEN, "router": "lr1", "mtu": 1300},
             ],
             "routers": [{"name": "lr1"}],
         }},
@@ -137,6 +139,24 @@ def _up(bed: Bed, port: str) -> bool:
                          f'name="{port}"').strip() == "true"
 
 
+def _mtu(netns: str, link: str) -> int:
+    """The MTU of ``link`` in namespace ``netns`` (a name or a path)."""
+    from pyroute2 import NetNS
+
+    with NetNS(netns) as ns:
+        found = ns.link_lookup(ifname=link)
+        assert found, f"{link} is not in {netns}"
+        return int(ns.get_links(found[0])[0].get_attr("IFLA_MTU"))
+
+
+def _host_end(bed: Bed, cid: str) -> str:
+    """The OVS port (the veth's host end) of container ``cid``."""
+    assert bed.ovn is not None
+    return next(p for p in _ovs_ports(bed) if p.startswith("pno")
+                and bed.ovn.vsctl("get", "Interface", p, "external_ids:podnet-container"
+                                  ).strip().strip('"') == cid)
+
+
 def _connect_from(netns: str, source: str, address: str, port: int) -> bool:
     """Whether a TCP connection from ``source`` in ``netns`` to ``address:port`` opens."""
     done = in_netns(netns, f"""
@@ -180,6 +200,15 @@ def test_pods_on_br_int_talk_through_switches_and_routers(bed: Bed) -> None:
     a, b, c = pods["a"], pods["b"], pods["c"]
     assert a["result"]["ips"][0]["address"].endswith("/24")
     assert a["result"]["ips"][0]["gateway"] == "10.31.0.1"
+    # the MTU the record carries (the provider's 1400, green's own 1300) on the pod's
+    # eth0 and the host end; a full-sized packet passes br-int, one byte more is not sent
+    assert records["a"]["status"]["mtu"] == 1400 and records["c"]["status"]["mtu"] == 1300
+    assert _mtu(a["netns"], "eth0") == 1400 and _mtu(c["netns"], "eth0") == 1300
+    assert _mtu(bed.node.netns, _host_end(bed, a["cid"])) == 1400
+    assert _mtu(bed.node.netns, _host_end(bed, c["cid"])) == 1300
+    assert ping(a["netns"], b["ip"], size=1400), "a 1400-byte packet did not pass"
+    assert not ping(a["netns"], b["ip"], count=1, size=1401)
+    assert ping(c["netns"], a["ip"], size=1300), "a 1300-byte packet did not pass the router"
     # one logical switch: ping and TCP
     assert ping(a["netns"], b["ip"]), "a cannot ping b"
     assert ping(b["netns"], a["ip"]), "b cannot ping a"
@@ -203,9 +232,7 @@ def test_pods_on_br_int_talk_through_switches_and_routers(bed: Bed) -> None:
             "a spoofed source got through port security"
         assert _connect_from(a["netns"], a["ip"], b["ip"], 8081), "a's own address failed"
     # DEL: the OVS port goes, and with it a's reachability
-    host_end = next(p for p in _ovs_ports(bed) if p.startswith("pno")
-                    and bed.ovn.vsctl("get", "Interface", p, "external_ids:podnet-container"
-                                      ).strip().strip('"') == a["cid"])
+    host_end = _host_end(bed, a["cid"])
     assert client.delete(a["cid"], a["path"], "a")[0] == 200
     assert host_end not in _ovs_ports(bed)
     assert not ping(b["netns"], a["ip"], count=2, timeout=1), "a still answers after DEL"

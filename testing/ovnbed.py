@@ -131,6 +131,7 @@ class OvnCentral:
         self.folder = Path(folder or tempfile.mkdtemp(prefix="podnet-ovn-"))
         self.timeout = timeout
         self._external_nb = nb_remote
+        self._external_sb: str | None = None
         #: the environment of every process the bed runs: the tools' default sockets,
         #: pid files and logs are in ``folder``
         self.env = dict(os.environ)
@@ -139,6 +140,8 @@ class OvnCentral:
             self.env[var] = str(self.folder)
         #: daemons started, in order: name -> pid file
         self._daemons: dict[str, Path] = {}
+        #: each database server's command line, to start it again on its database
+        self._servers: dict[str, list[str]] = {}
 
     # the default socket names of the tools, so they need no --db flag
     @property
@@ -147,7 +150,7 @@ class OvnCentral:
 
     @property
     def sb_remote(self) -> str:
-        return f"unix:{self.folder / 'ovnsb_db.sock'}"
+        return self._external_sb or f"unix:{self.folder / 'ovnsb_db.sock'}"
 
     def tool(self, *argv: str, check: bool = True, timeout: float = 30.0,
              netns: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -179,14 +182,14 @@ class OvnCentral:
         self.tool(*argv, f"--pidfile={pidfile}", f"--log-file={self.folder / name}.log",
                   "--detach", netns=netns, timeout=self.timeout)
 
-    def _stop(self, name: str) -> None:
+    def _stop(self, name: str, sig: signal.Signals = signal.SIGTERM) -> None:
         pidfile = self._daemons.pop(name, None)
         if pidfile is None or not pidfile.exists():
             return
         with contextlib.suppress(ValueError, OSError):
             pid = int(pidfile.read_text().strip())
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
+                os.kill(pid, sig)
             deadline = time.monotonic() + 5
             while not _gone(pid):
                 if time.monotonic() > deadline:
@@ -198,8 +201,22 @@ class OvnCentral:
     def _database(self, name: str, schema: str, remotes: Sequence[str]) -> None:
         db = self.folder / f"{name}.db"
         self.tool("ovsdb-tool", "create", str(db), schema)
-        self._daemon(name, ["ovsdb-server", str(db), *(f"--remote={r}" for r in remotes),
-                            f"--unixctl={self.folder / name}.ctl"])
+        self._servers[name] = ["ovsdb-server", str(db), *(f"--remote={r}" for r in remotes),
+                               f"--unixctl={self.folder / name}.ctl"]
+        self._daemon(name, self._servers[name])
+
+    def stop_nb(self) -> None:
+        """Stop the Northbound ``ovsdb-server`` (SIGTERM); its database stays."""
+        if "nb" not in self._servers:
+            raise RuntimeError("this bed runs on an NB server of someone else's")
+        self._stop("nb")
+
+    def start_nb(self) -> None:
+        """Start the Northbound ``ovsdb-server`` again on its database (it answers once
+        this returns: ``--detach`` waits until it listens)."""
+        if "nb" not in self._servers:
+            raise RuntimeError("this bed runs on an NB server of someone else's")
+        self._daemon("nb", self._servers["nb"])
 
     def start(self) -> OvnCentral:
         try:
@@ -250,12 +267,18 @@ class OvnBed(OvnCentral):
 
     def __init__(self, folder: str | os.PathLike[str] | None = None, *,
                  chassis: str = "chassis-1", netns: str | None = None,
-                 bridge: str = "br-int", timeout: float = 20.0) -> None:
+                 bridge: str = "br-int", timeout: float = 20.0,
+                 encap_ip: str = "127.0.0.1", sb_remote: str | None = None) -> None:
         problem = bed_unavailable()
         if problem is not None:
             raise OvnBedMissing(problem)
         super().__init__(folder, timeout=timeout)
         self.chassis = chassis
+        #: the Geneve tunnels' local endpoint (``ovn-encap-ip``): another chassis must
+        #: reach it
+        self.encap_ip = encap_ip
+        #: another bed's SB: this one is a chassis only (no NB, SB or northd of its own)
+        self._external_sb = sb_remote
         self.bridge = bridge
         self._own_netns = netns is None
         #: the namespace of ``ovs-vswitchd``: the bridge, its taps and the ports' host ends
@@ -273,7 +296,8 @@ class OvnBed(OvnCentral):
 
     def start(self) -> OvnBed:
         try:
-            self._start_central()
+            if self._external_sb is None:
+                self._start_central()
             self._start_chassis()
         except BaseException:
             self.close()
@@ -294,15 +318,16 @@ class OvnBed(OvnCentral):
         self.vsctl("add-br", self.bridge, "--", "set", "bridge", self.bridge,
                    "datapath_type=netdev", "fail-mode=secure")
         ids = {"system-id": self.chassis, "ovn-remote": self.sb_remote,
-               "ovn-encap-type": "geneve", "ovn-encap-ip": "127.0.0.1",
+               "ovn-encap-type": "geneve", "ovn-encap-ip": self.encap_ip,
                "ovn-bridge": self.bridge, "ovn-bridge-datapath-type": "netdev"}
         self.vsctl("set", "open_vswitch", ".",
                    *(f"external_ids:{k}={v}" for k, v in ids.items()))
         self.start_controller()
 
-    def stop_controller(self) -> None:
-        """Stop ``ovn-controller`` (SIGTERM): ports are no longer bound or installed."""
-        self._stop("controller")
+    def stop_controller(self, *, kill: bool = False) -> None:
+        """Stop ``ovn-controller`` (SIGTERM; ``kill``: SIGKILL, a crash): new ports are no
+        longer bound or installed."""
+        self._stop("controller", signal.SIGKILL if kill else signal.SIGTERM)
 
     def start_controller(self) -> None:
         """Start ``ovn-controller`` (again) and wait until its chassis is in SB."""

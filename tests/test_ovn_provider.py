@@ -525,6 +525,32 @@ def test_port_deleted_behind_podnets_back_comes_back(world: World, nb_server: Nb
     world.assert_converged()
 
 
+def test_a_released_port_is_taken_off_whichever_switch_holds_it(
+        world: World, nb_server: NbServer, provider_plugin: Any) -> None:
+    """A port moved to another switch behind podnet's back is still deleted on release
+    (taken off the switch that holds it, not the one its record names), with the other
+    ports of a burst of releases sharing the transaction."""
+    world.add_node(0)
+    for name in ("mv", "stay-1", "stay-2"):
+        world.add_pod(name, 0)
+    world.settle()
+    port = _routed(world, "mv").status.interface
+    assert port
+    uuid = _nbctl(nb_server, "--bare", "--columns=_uuid", "find", "Logical_Switch_Port",
+                  f'name="{port}"').strip()
+    _nbctl(nb_server, "ls-add", "elsewhere", "--", "remove", "Logical_Switch",
+           "ovn-default", "ports", uuid, "--", "add", "Logical_Switch", "elsewhere",
+           "ports", uuid)
+    for name in ("mv", "stay-1", "stay-2"):
+        world.delete_pod(name)
+    world.settle()
+    left = _nbctl(nb_server, "--bare", "--columns=name", "list", "Logical_Switch_Port")
+    assert port not in left.split(), left
+    assert _nbctl(nb_server, "--bare", "--columns=ports", "list", "Logical_Switch").split() == []
+    _nbctl(nb_server, "ls-del", "elsewhere")
+    world.assert_converged()
+
+
 def test_port_changed_behind_podnets_back_is_rewritten(world: World, nb_server: NbServer,
                                                        provider_plugin: Any) -> None:
     world.add_node(0)

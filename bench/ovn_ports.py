@@ -20,8 +20,10 @@ ADD, as a runtime runs it). One pod at a time: the Pod is POSTed to the apiserve
 ADD is spawned at once (it waits for the controller to allocate and route the record,
 then for ovn-controller to install the port); timed from before the POST to the plugin's
 exit. After each ADD, NB's ``Logical_Switch_Port.up`` is read (not timed):
-``nb_up_at_answer`` counts the ports already up when ADD answered. The first ``WARMUP``
-pods are not counted. Then DEL of each and the pods deleted; ``ovs_ports_left`` must be 0.
+``nb_up_at_answer`` counts the ports already up when ADD answered;
+``first_quarter_p50_ms`` and ``last_quarter_p50_ms`` show how the time grows as the
+chassis fills. The first ``WARMUP`` pods are not counted. Then DEL of each;
+``ovs_ports_left`` must be 0.
 Needs root, network namespaces, ``ovn-host`` and ``openvswitch-switch``.
 
 Prints one JSON object on stdout; progress on stderr. Needs ovsdb-server and ovn-nbctl
@@ -169,7 +171,11 @@ def plug_run(pods: int) -> dict[str, Any]:
                         step()
                     except Exception as exc:  # every step runs, whatever failed before
                         print(f"cleanup: {exc}", file=sys.stderr)
+    quarter = max(1, len(add_ms) // 4)
     return {"pods": pods, "warmup_pods": WARMUP, "create_to_add_answered": _summary(add_ms),
+            # the chassis filling up: the first and the last quarter of the pods
+            "first_quarter_p50_ms": round(_percentile(add_ms[:quarter], 50), 1),
+            "last_quarter_p50_ms": round(_percentile(add_ms[-quarter:], 50), 1),
             "nb_up_at_answer": up_at_answer, "ovs_ports_left": len(left)}
 
 

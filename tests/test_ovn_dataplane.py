@@ -3,17 +3,23 @@ apiserver``, ``podnet run --provider ovn`` writing a real NB, ``podnet node --pr
 plugging pods into a real ``br-int`` that a real ``ovn-controller`` binds), pods as network
 namespaces.
 
-Two pods on one logical switch ping each other and hold a TCP connection; each pod's
-eth0 (and its host end) has the MTU its record carries, and a packet of that size passes
-br-int; a pod on
-another switch of the same router is reached through it; a spoofed source address is
-dropped by port security while the real one passes; DEL removes the OVS port and the
-pod's reachability; deleting the pods leaves no port in OVS and no pod port in NB; an
-agent started after its pod left removes the pod's port; with ovn-controller down ADD is
-error 11 after bind_timeout, and the retried ADD converges once it is back. The dataplane
-alone, on the
-session's chassis: a second plug converges on the first, a port OVN does not know times
-out as a transient error, half-made plugs are listed and converged."""
+Two pods on one logical switch ping each other and hold a TCP connection; each pod's eth0
+(and its host end) has the MTU its record carries, and a packet of that size passes
+br-int; a pod on another switch of the same router is reached through it; a spoofed
+source address is dropped by port security while the real one passes; DEL removes the
+OVS port and the pod's reachability; deleting the pods leaves no port in OVS and no pod
+port in NB; an agent started after its pod left removes the pod's port.
+
+Restarts, each on a bed of its own: ovn-controller stopped or killed (plugged pods keep
+talking, ADD is error 11 after bind_timeout, the retry converges once it is back); the NB
+server stopped and started again (plugged pods keep talking, a pod created meanwhile gets
+its port once NB is back); kill -9 of the agent during 30 concurrent ``podnet-cni`` ADDs
+(the retries converge, nothing plumbed twice, DEL and the pods' deletion leave nothing in
+OVS or NB). Two chassis: pods on two nodes ping each other over Geneve.
+
+The dataplane alone, on the session's chassis: a second plug converges on the first, a
+port OVN does not know times out as a transient error, half-made plugs are listed and
+converged."""
 
 from __future__ import annotations
 

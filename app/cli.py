@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from podnet.app.demo import DemoOptions, DemoReport
+    from podnet.app.demo_node import NodeStageReport
 
 
 class _Parser(argparse.ArgumentParser):
@@ -372,26 +373,27 @@ def _demo_with_progress(opts: DemoOptions) -> DemoReport:
     console.print(table)
     console.print(f"pods with every network routed: {report.routed} / {report.pods}; "
                   + ", ".join(f"{k} {v}" for k, v in report.transitions.items()))
-    _print_node_stage(console, report)
+    _print_node_stage(console, report.node, "on a node")
+    _print_node_stage(console, report.ovn_node, "on an OVN node")
     if report.trace_file:
         console.print(f"traces written to {report.trace_file}")
     return report
 
 
-def _print_node_stage(console: Console, report: DemoReport) -> None:
-    """The stage "on a node": each pod's interface as its record has it, the ping."""
-    node = report.node
+def _print_node_stage(console: Console, node: NodeStageReport, title: str) -> None:
+    """A stage "on a node": each pod's interface as its record has it, the ping."""
     if not node.ran:
-        console.print(f"on a node: skipped: {node.skipped}", highlight=False)
+        console.print(f"{title}: skipped: {node.skipped}", highlight=False)
         return
-    console.print(f"on a node: {node.node} ({node.provider} provider, network namespace "
+    console.print(f"{title}: {node.node} ({node.provider} provider, network namespace "
                   f"{node.node_netns})", highlight=False)
     for pod in node.pods:
         console.print(f"  {pod.pod}: {pod.interface} {pod.mac} {pod.address}, "
                       f"ADD {pod.add_ms:g} ms", highlight=False)
     if node.ping_sent:
         console.print(f"  {node.ping_from} -> {node.ping_to}: "
-                      f"{node.ping_replies}/{node.ping_sent} replies", highlight=False)
+                      f"{node.ping_replies}/{node.ping_sent} replies; pods answering a ping: "
+                      f"{node.pods_answering}/{len(node.pods)}", highlight=False)
     if node.error is not None:
         console.print(f"  [red]failed:[/red] {node.error}")
     else:

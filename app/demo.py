@@ -122,13 +122,16 @@ class DemoReport:
     lower_bound_s: float | None = None
     #: the stage "on a node": pods plugged, ping replies, ADD latency per pod
     node: NodeStageReport = attrs.field(factory=NodeStageReport)
+    #: the same stage on a node the OVN provider serves, on a throwaway chassis
+    ovn_node: NodeStageReport = attrs.field(factory=NodeStageReport)
 
     @property
     def ok(self) -> bool:
         """Everything settled, nothing leaked or duplicated, and the node stage, if it
         ran, plugged both pods and they reached each other."""
         return (self.settled and self.leaked_ips == 0 and self.duplicate_ips == 0
-                and (not self.node.ran or self.node.ok))
+                and (not self.node.ran or self.node.ok)
+                and (not self.ovn_node.ran or self.ovn_node.ok))
 
     def as_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -225,8 +228,8 @@ def _members(opts: DemoOptions) -> tuple[list[Member], dict[str, str]]:
     return members, skipped
 
 
-def _engine_options(opts: DemoOptions, members: list[Member], node_stage: bool
-                    ) -> EngineOptions:
+def _engine_options(opts: DemoOptions, members: list[Member], node_stage: bool,
+                    ovn_stage: bool = False) -> EngineOptions:
     names = {m.name for m in members}
     if opts.provider == MIXED:
         file = dict(MIXED_CONFIG)
@@ -237,6 +240,8 @@ def _engine_options(opts: DemoOptions, members: list[Member], node_stage: bool
     if node_stage:
         # the stage's node goes to the reference provider, before any other rule
         file["nodeProviders"] = [demo_node.node_rule(), *file.get("nodeProviders", [])]
+    if ovn_stage:
+        file["nodeProviders"] = [demo_node.ovn_node_rule(), *file.get("nodeProviders", [])]
     config = parse_config(file)
     policies: dict[str, dict[str, Any]] = {}
     if opts.cloud_rate:
@@ -268,10 +273,20 @@ def _node_stage_skipped(opts: DemoOptions) -> str | None:
     return demo_node.stage_unavailable()
 
 
+def _ovn_stage_skipped(opts: DemoOptions, members: list[Member]) -> str | None:
+    """Why the stage on an OVN node does not run, or None when it does."""
+    if not opts.node_stage:
+        return "--no-node-stage"
+    if "ovn" not in {m.name for m in members}:
+        return "the OVN provider is not in this run"
+    return demo_node.ovn_stage_unavailable()
+
+
 def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None = None
              ) -> DemoReport:
     members, skipped = _members(opts)
     node_skipped = _node_stage_skipped(opts)
+    ovn_skipped = _ovn_stage_skipped(opts, members)
     # the stage's provider, beside the demo's members when it is not one of them
     audited = list(members)
     if node_skipped is None and demo_node.PROVIDER not in {m.name for m in members}:
@@ -285,9 +300,13 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
     tracer_provider = make_tracer_provider(trace_file=opts.trace_file) if opts.trace_file else None
     tracing = Tracing(tracer_provider)
     engine = Engine(cluster, pm, clock=SystemClock(), tracing=tracing,
-                    options=_engine_options(opts, audited, node_skipped is None))
+                    options=_engine_options(opts, audited, node_skipped is None,
+                                            ovn_skipped is None))
     report = DemoReport(provider=opts.provider, trace_file=opts.trace_file, skipped=skipped,
-                        node=NodeStageReport(skipped=node_skipped))
+                        node=NodeStageReport(skipped=node_skipped),
+                        ovn_node=NodeStageReport(skipped=ovn_skipped,
+                                                 node=demo_node.OVN_NODE_NAME,
+                                                 provider=demo_node.OVN_PROVIDER))
     cluster.create(NAMESPACE, {"metadata": {"name": NAMESPACE_NAME}})
     node_members = [m for m in members if m.demo.serves_nodes] or members[:1]
     nodes = []
@@ -322,6 +341,12 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
         elif node_skipped is None:
             # the agent's spans join each record's trace in the same trace file
             report.node = demo_node.run_node_stage(cluster, tracing=tracing)
+        if ovn_skipped is None and not settled:
+            report.ovn_node = NodeStageReport(skipped="the cluster did not settle")
+        elif ovn_skipped is None:
+            ovn = next(m for m in members if m.name == "ovn")
+            report.ovn_node = demo_node.run_ovn_node_stage(cluster, ovn.cloud.plugin,
+                                                           tracing=tracing)
     finally:
         stop.set()
         runner.join(timeout=10)

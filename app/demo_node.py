@@ -73,6 +73,13 @@ PODS = ("pod-a", "pod-b")
 IF_NAME = "eth0"
 PING_COUNT = 3
 PING_TIMEOUT_S = 2.0
+#: the stage on an OVN node: its provider, node, label value, podCIDR (unused by an
+#: overlay) and its pods' namespace
+OVN_PROVIDER = "ovn"
+OVN_NODE_NAME = "node-ovn"
+OVN_LABEL_VALUE = "ovn"
+OVN_POD_CIDR = "10.62.0.0/24"
+OVN_POD_NAMESPACE = "demo-ovn"
 #: the CNI network configuration's name and type, as ``podnet install-cni`` writes them
 CNI_NETWORK = "podnet"
 CNI_TYPE = "podnet-cni"
@@ -120,6 +127,8 @@ class NodeStageReport:
     ping_to: str = PODS[1]
     ping_sent: int = 0
     ping_replies: int = 0
+    #: of the pods, how many answered a ping from the other
+    pods_answering: int = 0
     #: both pods' records released and gone after their DEL and deletion
     released: bool = False
     #: every namespace the stage made is gone
@@ -195,6 +204,13 @@ class NodeStage:
     """One run of the stage on ``cluster``, whose engine (serving :data:`PROVIDER` for
     nodes matching :data:`NODE_SELECTOR`) is running."""
 
+    #: the provider serving the node, the node's name and label, its pods' namespace
+    provider = PROVIDER
+    node_name = NODE_NAME
+    label_value = NODE_LABEL_VALUE
+    pod_cidr = POD_CIDR
+    pod_namespace = POD_NAMESPACE
+
     def __init__(self, cluster: InMemoryCluster, *, tracing: Tracing | None = None,
                  timeout_s: float = 60.0) -> None:
         self.cluster = cluster
@@ -216,7 +232,8 @@ class NodeStage:
     # --- the stage -------------------------------------------------------------------
 
     def run(self) -> NodeStageReport:
-        report = NodeStageReport(ran=True, node_netns=self.node_netns)
+        report = NodeStageReport(ran=True, node_netns=self.node_netns, node=self.node_name,
+                                 provider=self.provider)
         started = time.monotonic()
         try:
             self._run(report)
@@ -238,7 +255,7 @@ class NodeStage:
         self._start_agent(node_path)
         for pod in PODS:
             self._netns(self.pod_netns[pod])
-            made = self.cluster.create(POD, _pod_obj(pod))
+            made = self.cluster.create(POD, self._pod_obj(pod))
             self.uids[pod] = made["metadata"]["uid"]
         records = self._wait("the pods' PodNetworks Routed", deadline, self._routed)
         for pod in PODS:
@@ -266,10 +283,15 @@ class NodeStage:
         report.ping_replies = run_in_netns(
             netns_path(self.pod_netns[source]),
             lambda: icmp_echo(target_ip, PING_COUNT, PING_TIMEOUT_S))
+        # and back: how many of the pods answered a ping from the other
+        source_ip = str(records[source]["status"]["ip"])
+        back = run_in_netns(netns_path(self.pod_netns[target]),
+                            lambda: icmp_echo(source_ip, PING_COUNT, PING_TIMEOUT_S))
+        report.pods_answering = (report.ping_replies > 0) + (back > 0)
         for pod in PODS:
             self._cni("DEL", pod)
         for pod in PODS:
-            self.cluster.delete(POD, pod, POD_NAMESPACE)
+            self.cluster.delete(POD, pod, self.pod_namespace)
         self._wait("the pods' PodNetworks released", deadline,
                    lambda: None if self._records() else True)
         report.released = True
@@ -281,22 +303,20 @@ class NodeStage:
         return add_netns(name)
 
     def _node(self) -> None:
-        self.cluster.create(NAMESPACE, {"metadata": {"name": POD_NAMESPACE}})
+        self.cluster.create(NAMESPACE, {"metadata": {"name": self.pod_namespace}})
         self.cluster.create(NODE, {
-            "metadata": {"name": NODE_NAME, "labels": {"kubernetes.io/os": "linux",
-                                                       NODE_LABEL: NODE_LABEL_VALUE}},
-            "spec": {"podCIDR": POD_CIDR, "providerID": f"demo://{NODE_NAME}"},
+            "metadata": {"name": self.node_name, "labels": {"kubernetes.io/os": "linux",
+                                                            NODE_LABEL: self.label_value}},
+            "spec": {"podCIDR": self.pod_cidr, "providerID": f"demo://{self.node_name}"},
         })
 
     def _start_agent(self, node_path: str) -> None:
-        """The node agent as ``podnet node --provider reference`` runs it, in this
+        """The node agent as ``podnet node --provider PROVIDER`` runs it, in this
         process; every thread doing its netlink work is started inside the node's
         namespace."""
-        pm = new_plugin_manager()
-        load_plugins(pm, builtins=[PROVIDER], entry_points=False)
-        self.agent = agent = NodeAgent(self.cluster, Providers(pm), NODE_NAME,
-                                       tracing=self.tracing)
         self.tmp = tempfile.mkdtemp(prefix="podnet-demo-")
+        self.agent = agent = NodeAgent(self.cluster, self._providers(), self.node_name,
+                                       tracing=self.tracing)
         self.socket_path = os.path.join(self.tmp, "agent.sock")
         self.server = server = listen(agent, self.socket_path)
 
@@ -313,7 +333,7 @@ class NodeStage:
 
     def _records(self) -> dict[str, Obj]:
         return {pn["spec"]["podName"]: pn
-                for pn in self.cluster.list(POD_NETWORK, POD_NAMESPACE).items}
+                for pn in self.cluster.list(POD_NETWORK, self.pod_namespace).items}
 
     def _routed(self) -> dict[str, Obj] | None:
         records = self._records()
@@ -342,7 +362,7 @@ class NodeStage:
             "CNI_NETNS": netns_path(self.pod_netns[pod]),
             "CNI_IFNAME": IF_NAME,
             "CNI_PATH": os.path.dirname(plugin),
-            "CNI_ARGS": f"IgnoreUnknown=1;K8S_POD_NAMESPACE={POD_NAMESPACE};"
+            "CNI_ARGS": f"IgnoreUnknown=1;K8S_POD_NAMESPACE={self.pod_namespace};"
                         f"K8S_POD_NAME={pod};K8S_POD_UID={self.uids[pod]}",
         }
         config = {"cniVersion": "1.1.0", "name": CNI_NETWORK, "type": CNI_TYPE,
@@ -363,9 +383,10 @@ class NodeStage:
         Ctrl-C meanwhile is held until the end; a step that fails does not keep the
         others from running."""
         steps: list[Callable[[], object]] = [
-            *(functools.partial(self.cluster.delete, POD, pod, POD_NAMESPACE)
+            *(functools.partial(self.cluster.delete, POD, pod, self.pod_namespace)
               for pod in self.uids),
             self._stop_agent,
+            self._stop_dataplane,
             *(functools.partial(del_netns, name) for name in reversed(self.made)),
         ]
         if self.tmp is not None:
@@ -375,6 +396,26 @@ class NodeStage:
                 with contextlib.suppress(Exception):  # e.g. a pod the stage deleted
                     step()
         report.cleaned = not any(netns_exists(name) for name in self.made)
+
+    def _pod_obj(self, name: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name, "namespace": self.pod_namespace,
+                         "labels": {"app": "demo-node"}},
+            "spec": {"nodeName": self.node_name,
+                     "containers": [{"name": "app", "image": "demo"}]},
+            "status": {"phase": "Running"},
+        }
+
+    def _providers(self) -> Providers:
+        """The agent's providers: the built-in reference plugin, as ``podnet node
+        --provider reference`` loads it."""
+        pm = new_plugin_manager()
+        load_plugins(pm, builtins=[PROVIDER], entry_points=False)
+        return Providers(pm)
+
+    def _stop_dataplane(self) -> None:
+        """What the node's dataplane runs beside the agent (nothing, for the reference
+        provider's bridge), stopped before the namespaces go."""
 
     def _stop_agent(self) -> None:
         if self.server is not None:
@@ -403,12 +444,70 @@ def _interrupt_deferred() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
-def _pod_obj(name: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": POD_NAMESPACE, "labels": {"app": "demo-node"}},
-        "spec": {"nodeName": NODE_NAME, "containers": [{"name": "app", "image": "demo"}]},
-        "status": {"phase": "Running"},
-    }
+
+
+class OvnNodeStage(NodeStage):
+    """The same stage on a node the OVN provider serves: the node's namespace holds a
+    throwaway chassis (:class:`~podnet.plugins.ovn.chassis.OvnBed`: OVS with the
+    userspace datapath, ``br-int`` and ``ovn-controller``, with SB and ``ovn-northd`` on
+    the demo's own Northbound server), and the agent plugs the pods into ``br-int`` with
+    the demo's OVN plugin, whose ports ``ovn-controller`` binds."""
+
+    provider = OVN_PROVIDER
+    node_name = OVN_NODE_NAME
+    label_value = OVN_LABEL_VALUE
+    pod_cidr = OVN_POD_CIDR
+    pod_namespace = OVN_POD_NAMESPACE
+
+    def __init__(self, cluster: InMemoryCluster, plugin: Any, *,
+                 tracing: Tracing | None = None, timeout_s: float = 60.0) -> None:
+        super().__init__(cluster, tracing=tracing, timeout_s=timeout_s)
+        #: the demo's OVN plugin (its ``remote`` is the demo's NB server)
+        self.plugin = plugin
+        self.chassis: Any = None
+
+    def _providers(self) -> Providers:
+        from podnet.plugins.ovn.chassis import OvnBed
+
+        assert self.tmp is not None
+        folder = os.path.join(self.tmp, "ovn")
+        os.mkdir(folder)
+        self.chassis = OvnBed(folder, netns=self.node_netns, nb_remote=self.plugin.remote,
+                              chassis=self.node_name).start()
+        # the agent's side of the same plugin: the chassis' local OVS database
+        self.plugin.podnet_configure(provider=OVN_PROVIDER,
+                                     config={"ovs_db": self.chassis.ovs_remote})
+        pm = new_plugin_manager()
+        pm.register(self.plugin, name=OVN_PROVIDER)
+        return Providers(pm)
+
+    def _stop_dataplane(self) -> None:
+        from podnet.plugins.ovn.provider import DEFAULT_OVS_DB
+
+        # a new ovs_db closes the plugin's connection to the chassis' database
+        self.plugin.podnet_configure(provider=OVN_PROVIDER, config={"ovs_db": DEFAULT_OVS_DB})
+        if self.chassis is not None:
+            self.chassis.close()  # the bridges first: the datapath's taps go with them
+
+
+def ovn_stage_unavailable() -> str | None:
+    """Why the stage cannot run on an OVN node here (no OVS/OVN binaries, no
+    namespaces), or None."""
+    from podnet.plugins.ovn.chassis import bed_unavailable
+
+    return bed_unavailable()
+
+
+def ovn_node_rule() -> dict[str, str]:
+    """The ``nodeProviders`` rule that gives the OVN stage's node to the OVN provider."""
+    return {"provider": OVN_PROVIDER, "nodeSelector": f"{NODE_LABEL}={OVN_LABEL_VALUE}"}
+
+
+def run_ovn_node_stage(cluster: InMemoryCluster, plugin: Any, *,
+                       tracing: Tracing | None = None,
+                       timeout_s: float = 60.0) -> NodeStageReport:
+    """The stage on an OVN node (see :class:`OvnNodeStage`), its outcome."""
+    return OvnNodeStage(cluster, plugin, tracing=tracing, timeout_s=timeout_s).run()
 
 
 def run_node_stage(cluster: InMemoryCluster, *, tracing: Tracing | None = None,

@@ -11,6 +11,21 @@ each run allocate + route for their share of the pod networks (create), then rel
 ovn-nbctl: one process per port, its commands chained with ``--`` (create: the port with
 its addresses and port security, on the switch, in the group; delete: ``lsp-del``).
 
+Plug (``--plug-pods``, default 200; 0 skips it): the time from a pod created to its CNI
+ADD answered with the port bound, on one real chassis, everything as processes: ``podnet
+apiserver``, ``podnet run --provider ovn`` (NB, SB and northd of the test kit's OVN bed),
+``podnet node --provider ovn`` in the chassis' namespace (OVS userspace datapath,
+``ovn-controller``), and the real ``podnet-cni`` (the plugin's one file, a new process per
+ADD, as a runtime runs it). One pod at a time: the Pod is POSTed to the apiserver, then
+ADD is spawned at once (it waits for the controller to allocate and route the record,
+then for ovn-controller to install the port); timed from before the POST to the plugin's
+exit. After each ADD, NB's ``Logical_Switch_Port.up`` is read (not timed):
+``nb_up_at_answer`` counts the ports already up when ADD answered;
+``first_quarter_p50_ms`` and ``last_quarter_p50_ms`` show how the time grows as the
+chassis fills. The first ``WARMUP`` pods are not counted. Then DEL of each;
+``ovs_ports_left`` must be 0.
+Needs root, network namespaces, ``ovn-host`` and ``openvswitch-switch``.
+
 Prints one JSON object on stdout; progress on stderr. Needs ovsdb-server and ovn-nbctl
 (Debian ``ovn-central``).
 """
@@ -19,11 +34,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from podnet.core.models import (
@@ -41,6 +60,123 @@ from podnet.plugins.ovn.provider import OvnProvider
 
 SUBNET = {"name": "bench", "cidr": "10.40.0.0/16", "gateway_type": "centralized"}
 GROUP = "sg-bench"
+PLUGIN = Path(__file__).resolve().parent.parent / "cni" / "plugin.py"
+#: pods plugged before the counted ones: the agent's, OVS's and the controller's first-time
+#: costs
+WARMUP = 3
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+
+
+def _summary(ms: list[float]) -> dict[str, float]:
+    return {"p50_ms": round(_percentile(ms, 50), 1), "p99_ms": round(_percentile(ms, 99), 1),
+            "max_ms": round(max(ms), 1), "mean_ms": round(sum(ms) / len(ms), 1)}
+
+
+def plug_run(pods: int) -> dict[str, Any]:
+    """``pods`` pods, one at a time: created, then ADD by the real plugin; the time from
+    the create to ADD's answer (the port bound by ovn-controller)."""
+    from podnet.linux.netns import run_in_netns
+    from podnet.testing.cni import pod_args
+    from podnet.testing.nodebed import (
+        NODE,
+        AgentClient,
+        Host,
+        Stack,
+        Underlay,
+        node_object,
+        pod,
+        wait_for,
+    )
+    from podnet.testing.ovnbed import OvnBed, bed_unavailable
+
+    why = bed_unavailable()
+    if why:
+        return {"skipped": why}
+    total = pods + WARMUP
+    if total > 250:  # the subnet is a /24
+        raise SystemExit(f"--plug-pods: at most {250 - WARMUP}")
+    with tempfile.TemporaryDirectory(prefix="pnovnbench-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        (tmp / "ovn").mkdir()
+        underlay = Underlay("192.168.83.0/24")
+        host = Host(links=lambda container, interface: [])
+        bed: OvnBed | None = None
+        stack: Stack | None = None
+        try:
+            node = underlay.add_node(NODE, "10.97.0.0/24")
+            bed = OvnBed(tmp / "ovn", netns=node.netns).start()
+            config = {"defaultProvider": "ovn", "listen": "127.0.0.1:0", "providers": {"ovn": {
+                "remote": bed.nb_remote, "ovs_db": bed.ovs_remote,
+                "subnets": [{"name": "plug", "cidr": "10.51.0.0/24", "default": True}]}}}
+            stack = Stack(tmp, provider="ovn", controller_config=config,
+                          netns=underlay.router, address=underlay.router_address)
+            stack.create([node_object(NODE, node.pod_cidr, node.address)])
+            stack.agent(NODE, netns=node.netns, args=["--config", str(tmp / "controller.yaml")])
+            wait_for("the agent ready", AgentClient(stack.socket).ready, 30)
+            network = json.dumps({"cniVersion": "1.1.0", "name": "podnet",
+                                  "type": "podnet-cni", "agentSocket": stack.socket}).encode()
+            base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                    "CNI_PATH": "/opt/cni/bin", "CNI_IFNAME": "eth0"}
+            router = f"/run/netns/{underlay.router}"
+            url = f"{stack.url}/api/v1/namespaces/default/pods"
+
+            def create(name: str) -> None:
+                body = json.dumps(pod(name)).encode()
+                req = urllib.request.Request(url, body, method="POST",
+                                             headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=20) as answer:
+                    answer.read()
+
+            add_ms: list[float] = []
+            up_at_answer = 0
+            envs = []
+            for i in range(total):
+                name = f"plug-{i:03d}"
+                _, path = host.netns()
+                env = {**base, "CNI_CONTAINERID": host.container(), "CNI_NETNS": path,
+                       "CNI_ARGS": pod_args(name=name, uid=None)}
+                envs.append(env)
+                started = time.perf_counter()
+                run_in_netns(router, lambda name=name: create(name))  # type: ignore[misc]
+                done = subprocess.run([sys.executable, str(PLUGIN)], input=network,
+                                      env={**env, "CNI_COMMAND": "ADD"},
+                                      capture_output=True, timeout=120, check=False)
+                elapsed = (time.perf_counter() - started) * 1000
+                if done.returncode != 0:
+                    raise SystemExit(f"ADD of {name} failed: {done.stdout.decode()}")
+                port = f"default/{name}"
+                up = bed.nbctl("--bare", "--columns=up", "find", "Logical_Switch_Port",
+                               f'external_ids:pod="{name}"').strip() == "true"
+                if i >= WARMUP:
+                    add_ms.append(elapsed)
+                    up_at_answer += up
+                if i % 50 == 0:
+                    print(f"  {i}/{total} pods ({port}: {elapsed:.0f} ms)", file=sys.stderr)
+            for env in envs:
+                done = subprocess.run([sys.executable, str(PLUGIN)], input=network,
+                                      env={**env, "CNI_COMMAND": "DEL"},
+                                      capture_output=True, timeout=60, check=False)
+                if done.returncode != 0:
+                    raise SystemExit(f"DEL failed: {done.stdout.decode()}")
+            left = [p for p in bed.vsctl("list-ports", bed.bridge).split() if p]
+        finally:
+            for step in (stack and stack.close, bed and bed.close, host.cleanup,
+                         underlay.cleanup):
+                if step:
+                    try:
+                        step()
+                    except Exception as exc:  # every step runs, whatever failed before
+                        print(f"cleanup: {exc}", file=sys.stderr)
+    quarter = max(1, len(add_ms) // 4)
+    return {"pods": pods, "warmup_pods": WARMUP, "create_to_add_answered": _summary(add_ms),
+            # the chassis filling up: the first and the last quarter of the pods
+            "first_quarter_p50_ms": round(_percentile(add_ms[:quarter], 50), 1),
+            "last_quarter_p50_ms": round(_percentile(add_ms[-quarter:], 50), 1),
+            "nb_up_at_answer": up_at_answer, "ovs_ports_left": len(left)}
 
 
 def _record(i: int) -> PodNetwork:
@@ -124,8 +260,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ports", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=16,
                         help="threads calling the provider, as the engine's workers do")
+    parser.add_argument("--plug-pods", type=int, default=200,
+                        help="pods plugged on a real chassis, one at a time (0: none)")
     parser.add_argument("--json", action="store_true", help="JSON only (the default output)")
     args = parser.parse_args(argv)
+    load_before = round(os.getloadavg()[0], 2)
     problem = ovsdb_server_available() or (
         None if shutil.which("ovn-nbctl") else "ovn-nbctl is not installed (Debian ovn-central)")
     if problem:
@@ -144,6 +283,12 @@ def main(argv: list[str] | None = None) -> int:
         "speedup_delete": round(nbctl["delete_s"] / max(podnet["delete_s"], 1e-9), 1),
     }
     result["goal_met"] = result["speedup_create"] >= 5 and result["speedup_delete"] >= 5
+    if args.plug_pods > 0:
+        print(f"plug: {args.plug_pods} pods on one chassis ...", file=sys.stderr)
+        result["plug"] = plug_run(args.plug_pods)
+    result["cpus"] = os.cpu_count()
+    result["load_average_1m_before"] = load_before
+    result["load_average_1m"] = round(os.getloadavg()[0], 2)
     print(json.dumps(result))
     return 0
 

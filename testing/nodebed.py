@@ -459,14 +459,16 @@ def checksum(data):
     return ~s & 0xFFFF
 sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
 sock.settimeout(TIMEOUT)
+if SIZE:  # don't fragment (IP_MTU_DISCOVER = IP_PMTUDISC_DO: Python names neither)
+    sock.setsockopt(socket.IPPROTO_IP, 10, 2)
 for seq in range(COUNT):
     header = struct.pack("!BBHHH", 8, 0, 0, 0x5050, seq)
-    payload = b"podnet"
+    payload = b"podnet".ljust(max(SIZE - 28, 6), b".")
     packet = struct.pack("!BBHHH", 8, 0, checksum(header + payload), 0x5050, seq) + payload
     sock.sendto(packet, (TARGET, 0))
     try:
         while True:
-            data, addr = sock.recvfrom(1024)
+            data, addr = sock.recvfrom(65536)
             ihl = (data[0] & 0x0F) * 4
             kind, _, _, ident, got = struct.unpack("!BBHHH", data[ihl:ihl + 8])
             if addr[0] == TARGET and kind == 0 and ident == 0x5050:
@@ -478,10 +480,13 @@ sys.exit(1)
 """
 
 
-def ping(netns: str, target: str, count: int = 5, timeout: float = 2.0) -> bool:
+def ping(netns: str, target: str, count: int = 5, timeout: float = 2.0,
+         size: int = 0) -> bool:
     """Whether ``target`` answers an ICMP echo from namespace ``netns`` (``count`` tries,
-    ``timeout`` seconds each)."""
-    code = f"TARGET = {target!r}\nCOUNT = {count}\nTIMEOUT = {timeout}\n" + _PING
+    ``timeout`` seconds each). ``size``: the IP packet's length, sent with don't-fragment
+    (one larger than the interface's MTU is not sent: no answer); 0: a small one."""
+    code = (f"TARGET = {target!r}\nCOUNT = {count}\nTIMEOUT = {timeout}\nSIZE = {size}\n"
+            + _PING)
     return in_netns(netns, code, timeout=count * (timeout + 1) + 10).returncode == 0
 
 

@@ -111,3 +111,48 @@ def test_the_demo_command_prints_the_stage_and_its_json_and_traces_the_agent(
     assert "pod-a -> pod-b: 3/3 replies" in printed.stdout
     assert "namespaces removed" in printed.stdout
     assert _temp_dirs() <= temp_before
+
+
+def _daemons_of(folder: str) -> set[str]:
+    """Processes whose command line names ``folder`` (the chassis' daemons run with their
+    pid files and logs in the stage's folder)."""
+    found = set()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if folder.encode() in f.read():
+                        found.add(pid)
+            except OSError:
+                continue
+    return found
+
+
+def test_the_ovn_node_stage_plugs_two_pods_into_a_throwaway_chassis_and_leaves_nothing(
+        ) -> None:
+    """Where OVS and OVN are installed, the demo's OVN provider also serves a node: a
+    chassis (OVS, br-int, ovn-controller; SB and northd on the demo's NB server) in the
+    node's namespace; its two pods are plugged into br-int and answer each other's ping;
+    afterwards no namespace, no daemon and no folder of the stage is left."""
+    from podnet.app.demo_node import OVN_NODE_NAME
+    from podnet.plugins.ovn.chassis import bed_unavailable
+
+    why = bed_unavailable()
+    if why:
+        pytest.skip(why)
+    temp_before = _temp_dirs()
+    daemons_before = _daemons_of(os.path.join(tempfile.gettempdir(), "podnet-demo-"))
+    report = run_demo(DemoOptions(provider="ovn", nodes=2, pods=10, timeout_s=120))
+    node = report.ovn_node
+    assert node.ran and node.error is None, node.error
+    assert node.ok and report.ok
+    assert node.node == OVN_NODE_NAME and node.provider == "ovn"
+    assert node.pods_plugged == 2 and node.pods_answering == 2
+    assert node.ping_replies == node.ping_sent > 0
+    for plugged in node.pods:
+        assert ipaddress.ip_interface(plugged.address) in ipaddress.ip_network("10.16.0.0/16")
+    assert node.released and node.cleaned
+    assert not {node.node_netns, *(p.netns for p in node.pods)} & _namespaces()
+    assert _temp_dirs() <= temp_before
+    assert _daemons_of(os.path.join(tempfile.gettempdir(), "podnet-demo-")) <= daemons_before
+    assert report.node.ok  # the reference provider's stage ran too

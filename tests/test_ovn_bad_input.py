@@ -124,6 +124,13 @@ class TestOvnBadInput(BadInputSuite):
      "ovn.subnets[0].colour"),
     ({"routers": [{"name": "r", "external_ip": "nope"}]}, "ovn.routers[0].external_ip"),
     ({"timeout": "soon"}, "ovn.timeout"),
+    ({"mtu": 40}, "ovn.mtu"),
+    ({"mtu": "big"}, "ovn.mtu"),
+    ({"subnets": [{"name": "a", "cidr": "10.0.0.0/24", "mtu": 70000}]},
+     "ovn.subnets[0].mtu"),
+    ({"subnets": [{"name": "a", "cidr": "10.0.0.0/24,fd00::/120", "mtu": 1200}]},
+     "ovn.subnets[0].mtu"),
+    ({"mtu": 1200, "subnets": [{"name": "a", "cidr": "fd00::/120"}]}, "ovn.mtu"),
     ({"reconnect_backoff_ms": 500}, "ovn.reconnect_backoff_ms"),
     ({"reconnect_backoff_ms": [800, 100]}, "ovn.reconnect_backoff_ms"),
 ])

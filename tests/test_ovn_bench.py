@@ -21,8 +21,26 @@ BENCH = Path(__file__).resolve().parent.parent / "bench" / "ovn_ports.py"
 
 def test_bench_smoke() -> None:
     out = subprocess.run([sys.executable, str(BENCH), "--ports", "20", "--workers", "4",
-                          "--json"], check=True, capture_output=True, text=True, timeout=120)
+                          "--plug-pods", "0", "--json"], check=True, capture_output=True,
+                         text=True, timeout=120)
     result = json.loads(out.stdout)
     assert result["ports"] == 20
     assert result["podnet"]["create_s"] > 0 and result["ovn_nbctl"]["delete_s"] > 0
     assert {"speedup_create", "speedup_delete", "goal_met"} <= set(result)
+
+
+@pytest.mark.slow
+def test_bench_plug_smoke() -> None:
+    """The plug phase on a real chassis, a few pods: every ADD answered with the port up,
+    nothing left on br-int after DEL."""
+    from podnet.testing.ovnbed import bed_unavailable
+
+    why = bed_unavailable()
+    if why:
+        pytest.skip(why)
+    out = subprocess.run([sys.executable, str(BENCH), "--ports", "5", "--workers", "2",
+                          "--plug-pods", "2", "--json"], check=True, capture_output=True,
+                         text=True, timeout=300)
+    plug = json.loads(out.stdout)["plug"]
+    assert plug["pods"] == 2 and plug["ovs_ports_left"] == 0, plug
+    assert plug["create_to_add_answered"]["p99_ms"] > 0

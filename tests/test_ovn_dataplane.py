@@ -3,35 +3,51 @@ apiserver``, ``podnet run --provider ovn`` writing a real NB, ``podnet node --pr
 plugging pods into a real ``br-int`` that a real ``ovn-controller`` binds), pods as network
 namespaces.
 
-Two pods on one logical switch ping each other and hold a TCP connection; a pod on
-another switch of the same router is reached through it; a spoofed source address is
-dropped by port security while the real one passes; DEL removes the OVS port and the
-pod's reachability; deleting the pods leaves no port in OVS and no pod port in NB; an
-agent started after its pod left removes the pod's port; with ovn-controller down ADD is
-error 11 after bind_timeout, and the retried ADD converges once it is back. The dataplane
-alone, on the
-session's chassis: a second plug converges on the first, a port OVN does not know times
-out as a transient error, half-made plugs are listed and converged."""
+Two pods on one logical switch ping each other and hold a TCP connection; each pod's eth0
+(and its host end) has the MTU its record carries, and a packet of that size passes
+br-int; a pod on another switch of the same router is reached through it; a spoofed
+source address is dropped by port security while the real one passes; DEL removes the
+OVS port and the pod's reachability; deleting the pods leaves no port in OVS and no pod
+port in NB; an agent started after its pod left removes the pod's port.
+
+Restarts, each on a bed of its own: ovn-controller stopped or killed (plugged pods keep
+talking, ADD is error 11 after bind_timeout, the retry converges once it is back); the NB
+server stopped and started again (plugged pods keep talking, a pod created meanwhile gets
+its port once NB is back); kill -9 of the agent during 30 concurrent ``podnet-cni`` ADDs
+(the retries converge, nothing plumbed twice, DEL and the pods' deletion leave nothing in
+OVS or NB). Two chassis: pods on two nodes ping each other over Geneve.
+
+The dataplane alone, on the session's chassis: a second plug converges on the first, a
+port OVN does not know times out as a transient error, half-made plugs are listed and
+converged."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from podnet.linux.veth import set_tx_checksum
+from podnet.testing.cni import CniResult, pod_args, run_cni
 from podnet.testing.netns import netns_unavailable
 from podnet.testing.nodebed import (
     NODE,
     AgentClient,
     Host,
+    NodeNamespace,
     Stack,
     TcpServer,
     Underlay,
+    addresses_in,
     in_netns,
+    links_in,
     node_object,
     ping,
     pod,
@@ -57,7 +73,7 @@ def ovn_config(bed: OvnBed, bind_timeout: float = 20) -> dict[str, Any]:
             "remote": bed.nb_remote, "ovs_db": bed.ovs_remote, "bind_timeout": bind_timeout,
             "subnets": [
                 {"name": "blue", "cidr": BLUE, "router": "lr1", "default": True},
-                {"name": "green", "cidr": GREEN, "router": "lr1"},
+                {"name": "green", "cidr": GREEN, "router": "lr1", "mtu": 1300},
             ],
             "routers": [{"name": "lr1"}],
         }},
@@ -137,6 +153,24 @@ def _up(bed: Bed, port: str) -> bool:
                          f'name="{port}"').strip() == "true"
 
 
+def _mtu(netns: str, link: str) -> int:
+    """The MTU of ``link`` in namespace ``netns`` (a name or a path)."""
+    from pyroute2 import NetNS
+
+    with NetNS(netns) as ns:
+        found = ns.link_lookup(ifname=link)
+        assert found, f"{link} is not in {netns}"
+        return int(ns.get_links(found[0])[0].get_attr("IFLA_MTU"))
+
+
+def _host_end(bed: Bed, cid: str) -> str:
+    """The OVS port (the veth's host end) of container ``cid``."""
+    assert bed.ovn is not None
+    return next(p for p in _ovs_ports(bed) if p.startswith("pno")
+                and bed.ovn.vsctl("get", "Interface", p, "external_ids:podnet-container"
+                                  ).strip().strip('"') == cid)
+
+
 def _connect_from(netns: str, source: str, address: str, port: int) -> bool:
     """Whether a TCP connection from ``source`` in ``netns`` to ``address:port`` opens."""
     done = in_netns(netns, f"""
@@ -180,6 +214,15 @@ def test_pods_on_br_int_talk_through_switches_and_routers(bed: Bed) -> None:
     a, b, c = pods["a"], pods["b"], pods["c"]
     assert a["result"]["ips"][0]["address"].endswith("/24")
     assert a["result"]["ips"][0]["gateway"] == "10.31.0.1"
+    # the MTU the record carries (the provider's 1400, green's own 1300) on the pod's
+    # eth0 and the host end; a full-sized packet passes br-int, one byte more is not sent
+    assert records["a"]["status"]["mtu"] == 1400 and records["c"]["status"]["mtu"] == 1300
+    assert _mtu(a["netns"], "eth0") == 1400 and _mtu(c["netns"], "eth0") == 1300
+    assert _mtu(bed.node.netns, _host_end(bed, a["cid"])) == 1400
+    assert _mtu(bed.node.netns, _host_end(bed, c["cid"])) == 1300
+    assert ping(a["netns"], b["ip"], size=1400), "a 1400-byte packet did not pass"
+    assert not ping(a["netns"], b["ip"], count=1, size=1401)
+    assert ping(c["netns"], a["ip"], size=1300), "a 1300-byte packet did not pass the router"
     # one logical switch: ping and TCP
     assert ping(a["netns"], b["ip"]), "a cannot ping b"
     assert ping(b["netns"], a["ip"]), "b cannot ping a"
@@ -203,9 +246,7 @@ def test_pods_on_br_int_talk_through_switches_and_routers(bed: Bed) -> None:
             "a spoofed source got through port security"
         assert _connect_from(a["netns"], a["ip"], b["ip"], 8081), "a's own address failed"
     # DEL: the OVS port goes, and with it a's reachability
-    host_end = next(p for p in _ovs_ports(bed) if p.startswith("pno")
-                    and bed.ovn.vsctl("get", "Interface", p, "external_ids:podnet-container"
-                                      ).strip().strip('"') == a["cid"])
+    host_end = _host_end(bed, a["cid"])
     assert client.delete(a["cid"], a["path"], "a")[0] == 200
     assert host_end not in _ovs_ports(bed)
     assert not ping(b["netns"], a["ip"], count=2, timeout=1), "a still answers after DEL"
@@ -259,16 +300,30 @@ def test_an_agent_started_after_its_pod_left_removes_the_port(bed: Bed) -> None:
     wait_for("d's port to leave NB", lambda: _pod_ports(bed) == [e_key], 30)
 
 
+def _plug(bed: Bed, name: str) -> dict[str, Any]:
+    """ADD pod ``name`` (its namespace made here); its netns, path, container and IP."""
+    netns, path = bed.host.netns()
+    cid = bed.host.container()
+    status, result = bed.client.add(cid, path, name)
+    assert status == 200, result
+    return {"netns": netns, "path": path, "cid": cid,
+            "ip": result["ips"][0]["address"].split("/")[0]}
+
+
 @pytest.mark.parametrize("bed", [2], indirect=True)
-def test_a_port_ovn_controller_does_not_bind_is_error_11_until_it_does(bed: Bed) -> None:
-    """ovn-controller down: ADD waits bind_timeout, then answers 11 (try again); once it
-    is back, the runtime's retried ADD converges on what the first made."""
+@pytest.mark.parametrize("kill", [False, True], ids=["sigterm", "sigkill"])
+def test_ovn_controller_restarted_ports_keep_working_new_adds_are_error_11_until_back(
+        bed: Bed, kill: bool) -> None:
+    """ovn-controller stopped (or killed): the pods already plugged keep talking (the
+    flows stay in ovs-vswitchd); an ADD waits bind_timeout, then answers 11 (try again);
+    once it is back, the runtime's retried ADD converges on what the first made, and the
+    old pods are still checked good."""
     stack, client, ovn = bed.stack, bed.client, bed.ovn
     assert stack is not None and ovn is not None
-    stack.create([pod("f"), pod("g")])
-    _, g_path = bed.host.netns()
-    assert client.add(bed.host.container(), g_path, "g")[0] == 200
-    ovn.stop_controller()
+    stack.create([pod("f"), pod("g"), pod("h")])
+    g, h = _plug(bed, "g"), _plug(bed, "h")
+    ovn.stop_controller(kill=kill)
+    assert ping(g["netns"], h["ip"]), "g cannot reach h while ovn-controller is down"
     f_netns, f_path = bed.host.netns()
     cid = bed.host.container()
     started = time.monotonic()
@@ -280,10 +335,123 @@ def test_a_port_ovn_controller_does_not_bind_is_error_11_until_it_does(bed: Bed)
     ovn.start_controller()
     status, result = client.add(cid, f_path, "f")
     assert status == 200, result
-    assert len(_ovs_ports(bed)) == 2  # the retry found the first one's port
+    assert len(_ovs_ports(bed)) == 3  # the retry found the first one's port
     assert client.check(cid, f_path, "f")[0] == 200
-    g_ip = stack.records()["g"]["status"]["ip"]
-    assert ping(f_netns, g_ip), "f cannot reach g after ovn-controller came back"
+    for name, p in (("g", g), ("h", h)):
+        assert client.check(p["cid"], p["path"], name)[0] == 200, name
+    assert ping(f_netns, g["ip"]), "f cannot reach g after ovn-controller came back"
+    assert ping(h["netns"], g["ip"]), "h cannot reach g after ovn-controller came back"
+
+
+def test_nb_restarted_the_controller_reconnects_and_pods_made_meanwhile_get_ports(
+        bed: Bed) -> None:
+    """The NB ovsdb-server stopped: plugged pods keep talking (NB is not on their path);
+    a pod created meanwhile waits (its record cannot be allocated: no port, no ADD);
+    once NB is back on its database, the controller's client reconnects, the pod gets
+    its port, its ADD succeeds and it reaches the others."""
+    stack, ovn = bed.stack, bed.ovn
+    assert stack is not None and ovn is not None
+    stack.create([pod("j"), pod("k")])
+    j, k = _plug(bed, "j"), _plug(bed, "k")
+    ovn.stop_nb()
+    try:
+        stack.create([pod("m")])
+        assert ping(j["netns"], k["ip"]), "j cannot reach k while NB is down"
+        # the controller tried (the record exists) and could not allocate
+        wait_for("m's record", lambda: "m" in stack.records(), 30)
+        assert not stack.records()["m"].get("status", {}).get("ip"), "m got an address without NB"
+    finally:
+        ovn.start_nb()
+    m = _plug(bed, "m")  # the agent's ADD waits for the record to be routed
+    assert len(_pod_ports(bed)) == 3
+    wait_for("m's port up", lambda: _up(bed, stack.records()["m"]["status"]["interface"]), 30)
+    assert ping(m["netns"], j["ip"]), "m cannot reach j after NB came back"
+    assert ping(k["netns"], m["ip"]), "k cannot reach m after NB came back"
+    assert len({j["ip"], k["ip"], m["ip"]}) == 3
+
+
+def _add_as_a_runtime(config: dict[str, Any], env: dict[str, str], tries: int = 60
+                      ) -> tuple[CniResult, list[int | None]]:
+    """ADD as a runtime does: after error 11, the same ADD again (same container id),
+    a bounded number of times; the last result and the error codes seen before it."""
+    seen: list[int | None] = []
+    for _ in range(tries):
+        done = run_cni("ADD", config, env)
+        if done.ok or done.error_code != 11:
+            return done, seen
+        seen.append(done.error_code)
+        time.sleep(0.5)
+    return done, seen
+
+
+def _marked_interfaces(bed: Bed) -> list[str]:
+    """The OVS Interfaces carrying podnet's marks (plugged pods, or their leftovers)."""
+    from podnet.plugins.ovn.dataplane import OWNER_ID
+
+    assert bed.ovn is not None
+    rows = json.loads(bed.ovn.vsctl("--format=json", "--columns=name,external_ids", "list",
+                                    "Interface"))
+    return sorted(name for name, ids in rows["data"] if OWNER_ID in dict(ids[1]))
+
+
+def test_kill_9_of_the_agent_during_30_adds_the_retries_converge_and_del_leaves_nothing(
+        bed: Bed) -> None:
+    """podnet-cni run as a runtime runs it, 30 at once; the agent killed part-way and
+    started again: every ADD succeeds (after error 11 for some), each pod has one
+    interface and one OVS port, all answer ping; DEL of all and the pods' deletion leave
+    no marked Interface in OVS and no pod port in NB."""
+    from podnet.plugins.ovn.dataplane import veth_names
+
+    stack = bed.stack
+    assert stack is not None
+    config = {"cniVersion": "1.1.0", "name": "podnet", "type": "podnet-cni",
+              "agentSocket": stack.socket}
+    names = [f"burst-{i:02d}" for i in range(30)]
+    stack.create([pod(n) for n in names])
+    sandboxes = {n: (*bed.host.netns(), bed.host.container()) for n in names}
+    envs = {n: {"CNI_CONTAINERID": cid, "CNI_NETNS": path,
+                "CNI_ARGS": pod_args(name=n, uid=None)}
+            for n, (_, path, cid) in sandboxes.items()}
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        futures = {n: pool.submit(_add_as_a_runtime, config, envs[n]) for n in names}
+        wait_for("the first OVS ports", lambda: len(_ovs_ports(bed)) >= 3, 60)
+        plugged_before = len(_ovs_ports(bed))
+        stack.kill("agent")
+        stack.agent(NODE, netns=bed.node.netns,
+                    args=["--config", str(stack.tmp / "controller.yaml")])
+        outcomes = {n: f.result() for n, f in futures.items()}
+    for n, (done, _) in outcomes.items():
+        assert done.ok, f"{n}: {done.stdout}{done.stderr}"
+    retried = [n for n, (_, seen) in outcomes.items() if seen]
+    assert plugged_before < len(names) and retried, "the kill did not hit the burst"
+    assert all(code == 11 for _, seen in outcomes.values() for code in seen)
+
+    # nothing plumbed twice: one OVS port per container, one interface in each pod,
+    # one NB port per pod, the addresses unique and the records'
+    records = stack.records()
+    expected = sorted(veth_names(cid, "eth0")[0] for _, _, cid in sandboxes.values())
+    assert sorted(_ovs_ports(bed)) == expected
+    assert _marked_interfaces(bed) == expected
+    assert sorted(_pod_ports(bed)) == sorted(records[n]["status"]["interface"] for n in names)
+    addresses = []
+    for n, (_, path, _) in sandboxes.items():
+        ip = records[n]["status"]["ip"]
+        assert links_in(path) == ["eth0", "lo"], n
+        assert addresses_in(path)["eth0"] == [f"{ip}/24"], n
+        assert outcomes[n][0].output["ips"][0]["address"] == f"{ip}/24", n
+        addresses.append(ip)
+    assert len(set(addresses)) == len(names)
+    first = sandboxes[names[0]][0]
+    unreachable = [n for n, ip in zip(names[1:], addresses[1:], strict=True)
+                   if not ping(first, ip, count=3, timeout=1)]
+    assert not unreachable, f"{names[0]} cannot reach {unreachable}"
+
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        dels = list(pool.map(lambda n: run_cni("DEL", config, envs[n]), names))
+    assert all(d.ok for d in dels), [d.stdout for d in dels if not d.ok]
+    stack.kubectl("delete", "pod", *names, "--wait=false")
+    assert _marked_interfaces(bed) == [] and _ovs_ports(bed) == []
+    wait_for("the pods' ports to leave NB", lambda: _pod_ports(bed) == [], 60)
 
 
 # --- the dataplane alone, on the session's chassis: convergence, timeouts, leftovers -------
@@ -429,3 +597,94 @@ def test_half_made_plugs_are_listed_and_converged(chassis: OvnBed, pod_netns: Ho
     assert got["again"] and got["fixed"], got
     assert "checksum" in got["csum"], got
     chassis.nbctl("lsp-del", "default/web-h")
+
+
+# --- two chassis: Geneve between two node namespaces, in userspace ------------------------
+
+
+def _underlay_on_br_phy(bed: OvnBed, underlay: Underlay, node: NodeNamespace,
+                        index: int) -> None:
+    """The userspace datapath sends a tunnel's packets out of an OVS bridge only: the
+    node's underlay link joins a netdev bridge ``br-phy``, and its address (the chassis'
+    ovn-encap-ip) moves onto that bridge's own port. Packets now pass a datapath that
+    completes no checksum: the router's side stops leaving its checksums to the device
+    (with it on, ping passes and TCP to the apiserver times out)."""
+    prefix, gateway = underlay.subnet.prefixlen, underlay.router_address
+    bed.vsctl("add-br", "br-phy", "--", "set", "bridge", "br-phy", "datapath_type=netdev",
+              "--", "add-port", "br-phy", "underlay0")
+    for argv in (["addr", "flush", "dev", "underlay0"],
+                 ["addr", "add", f"{node.address}/{prefix}", "dev", "br-phy"],
+                 ["link", "set", "br-phy", "up"],
+                 ["route", "replace", "default", "via", gateway]):
+        subprocess.run(["ip", "-n", node.netns, *argv], check=True, capture_output=True)
+    set_tx_checksum(f"/run/netns/{node.netns}", "br-phy", False)
+    for link in ("underlay", f"to-node{index}"):
+        set_tx_checksum(f"/run/netns/{underlay.router}", link, False)
+
+
+def test_pods_on_two_chassis_ping_each_other_over_geneve(tmp_path: Path) -> None:
+    """Two node namespaces on one underlay, each an OVS (userspace datapath) and an
+    ovn-controller of its own (system-id chassis-1 / chassis-2, ovn-encap-ip its underlay
+    address), one agent each; a pod on each node: they ping each other through the
+    Geneve tunnel between the chassis, a full 1400-byte packet included."""
+    host = Host(links=lambda container, interface: [])
+    underlay = Underlay("192.168.81.0/24")
+    beds: list[OvnBed] = []
+    stack: Stack | None = None
+    try:
+        n1 = underlay.add_node(NODE, "10.94.0.0/24")
+        n2 = underlay.add_node("node-2", "10.95.0.0/24")
+        (tmp_path / "ovn1").mkdir()
+        (tmp_path / "ovn2").mkdir()
+        first = OvnBed(tmp_path / "ovn1", netns=n1.netns, chassis="chassis-1",
+                       encap_ip=n1.address)
+        beds.append(first.start())
+        second = OvnBed(tmp_path / "ovn2", netns=n2.netns, chassis="chassis-2",
+                        encap_ip=n2.address, sb_remote=first.sb_remote)
+        beds.append(second.start())
+        for index, (bed, node) in enumerate(((first, n1), (second, n2))):
+            _underlay_on_br_phy(bed, underlay, node, index)
+        config = ovn_config(first)
+        stack = Stack(tmp_path, provider="ovn", controller_config=config,
+                      netns=underlay.router, address=underlay.router_address)
+        stack.create([node_object(NODE, n1.pod_cidr, n1.address),
+                      node_object("node-2", n2.pod_cidr, n2.address)])
+        second_config = tmp_path / "node-2.yaml"
+        config["providers"]["ovn"]["ovs_db"] = second.ovs_remote
+        second_config.write_text(yaml.safe_dump(config))
+        stack.agent(NODE, netns=n1.netns, args=["--config", str(tmp_path / "controller.yaml")])
+        stack.agent("node-2", netns=n2.netns, args=["--config", str(second_config)])
+        clients = {NODE: AgentClient(stack.socket_of(NODE)),
+                   "node-2": AgentClient(stack.socket_of("node-2"))}
+        for client in clients.values():
+            wait_for("the agent to be ready", client.ready, 30)
+        stack.create([pod("p1"), pod("p2", node="node-2")])
+        pods = {}
+        for name, node in (("p1", NODE), ("p2", "node-2")):
+            netns, path = host.netns()
+            status, result = clients[node].add(host.container(), path, name)
+            assert status == 200, result
+            pods[name] = (netns, result["ips"][0]["address"].split("/")[0])
+        chassis = {row.split()[-1] for row in first.sbctl(
+            "--bare", "--columns=chassis", "find", "Port_Binding", "type=\"\"").split("\n")
+            if row.strip()}
+        assert len(chassis) == 2, f"the ports are bound to {chassis}, not two chassis"
+        for bed, other in ((first, n2), (second, n1)):
+            tunnels = bed.vsctl("--bare", "--columns=options", "find", "Interface",
+                                "type=geneve")
+            assert f"remote_ip={other.address}" in tunnels.replace('"', ""), tunnels
+        assert ping(pods["p1"][0], pods["p2"][1]), (
+            "p1 (chassis-1) cannot reach p2 (chassis-2): "
+            + first.vsctl("show") + second.vsctl("show"))
+        assert ping(pods["p2"][0], pods["p1"][1]), "p2 cannot reach p1"
+        # the default MTU leaves room for Geneve on the 1500 underlay: a full-sized
+        # don't-fragment packet crosses the tunnel
+        assert ping(pods["p1"][0], pods["p2"][1], size=1400), "1400 bytes did not cross"
+    finally:
+        steps = [s for s in (stack and stack.close, *(b.close for b in reversed(beds)),
+                             host.cleanup, underlay.cleanup) if s]
+        for step in steps:
+            try:
+                step()
+            except Exception as exc:  # every step runs, whatever failed before
+                print(f"cleanup: {step}: {exc}")

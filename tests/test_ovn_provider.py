@@ -32,7 +32,7 @@ SUBNETS = [
     {"name": "edge", "cidr": "10.19.0.0/24", "router": "lr-edge", "gateway_type": "centralized"},
     {"name": "pooled", "cidr": "10.20.0.0/24", "namespaces": ["pooled-ns"],
      "ip_pools": {"gold": ["10.20.0.50", "10.20.0.51"]}},
-    {"name": "lan", "cidr": "192.168.0.0/24", "gateway": "192.168.0.254"},
+    {"name": "lan", "cidr": "192.168.0.0/24", "gateway": "192.168.0.254", "mtu": 8900},
     {"name": "storage", "cidr": "10.21.0.0/24"},
     {"name": "dual", "cidr": "10.22.0.0/24,fd00:22::/120"},
     {"name": "small-r", "cidr": "10.23.0.0/29", "router": "lr-edge"},
@@ -526,6 +526,32 @@ def test_port_deleted_behind_podnets_back_comes_back(world: World, nb_server: Nb
     world.assert_converged()
 
 
+def test_a_released_port_is_taken_off_whichever_switch_holds_it(
+        world: World, nb_server: NbServer, provider_plugin: Any) -> None:
+    """A port moved to another switch behind podnet's back is still deleted on release
+    (taken off the switch that holds it, not the one its record names), with the other
+    ports of a burst of releases sharing the transaction."""
+    world.add_node(0)
+    for name in ("mv", "stay-1", "stay-2"):
+        world.add_pod(name, 0)
+    world.settle()
+    port = _routed(world, "mv").status.interface
+    assert port
+    uuid = _nbctl(nb_server, "--bare", "--columns=_uuid", "find", "Logical_Switch_Port",
+                  f'name="{port}"').strip()
+    _nbctl(nb_server, "ls-add", "elsewhere", "--", "remove", "Logical_Switch",
+           "ovn-default", "ports", uuid, "--", "add", "Logical_Switch", "elsewhere",
+           "ports", uuid)
+    for name in ("mv", "stay-1", "stay-2"):
+        world.delete_pod(name)
+    world.settle()
+    left = _nbctl(nb_server, "--bare", "--columns=name", "list", "Logical_Switch_Port")
+    assert port not in left.split(), left
+    assert _nbctl(nb_server, "--bare", "--columns=ports", "list", "Logical_Switch").split() == []
+    _nbctl(nb_server, "ls-del", "elsewhere")
+    world.assert_converged()
+
+
 def test_port_changed_behind_podnets_back_is_rewritten(world: World, nb_server: NbServer,
                                                        provider_plugin: Any) -> None:
     world.add_node(0)
@@ -553,6 +579,25 @@ def test_dual_stack_subnet_gives_both_families(world: World, provider_plugin: An
     lsp = provider_plugin.client.port(pn.status.interface)
     assert list(lsp.addresses) == [f"{pn.status.mac} {pn.status.ip} {pn.status.ipv6}"]
     assert set(world.cloud_addresses()) == {pn.status.ip}  # the kit counts status.ip
+    world.assert_converged()
+
+
+def test_the_record_carries_the_subnets_mtu_else_the_providers(world: World,
+                                                               provider_plugin: Any) -> None:
+    """The pod interface's MTU is the record's: a subnet's own, else the provider's (by
+    default 1400, room for Geneve on a 1500 underlay); a changed provider MTU reaches
+    new pods."""
+    world.add_node(0)
+    world.add_pod("m1", 0)
+    world.add_pod("m2", 0, annotations={f"{ANN}subnets": "lan"})
+    world.settle()
+    assert _routed(world, "m1").status.mtu == 1400
+    assert _routed(world, "m2").status.mtu == 8900
+    provider_plugin.podnet_configure(provider="ovn", config={"mtu": 1350})
+    world.add_pod("m3", 0)
+    world.settle()
+    assert _routed(world, "m3").status.mtu == 1350
+    assert _routed(world, "m1").status.mtu == 1400  # a record keeps what it was given
     world.assert_converged()
 
 

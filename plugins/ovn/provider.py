@@ -101,6 +101,11 @@ DEFAULT_OVS_DB = "unix:/var/run/openvswitch/db.sock"
 #: how long a transaction's leader waits for company: 2 ms gathers a burst's ports into a
 #: few transactions (6x faster than one ovn-nbctl per port at 1,000, against 4.5x at 0)
 DEFAULT_BATCH_WINDOW = 0.002
+#: the pod interface's MTU when the config names none: a 1500 underlay less the 100 bytes
+#: Kube-OVN sets aside for Geneve (its encapsulation needs 58 on IPv4, more with options)
+DEFAULT_MTU = 1400
+#: the smallest MTU IPv6 allows (a subnet with IPv6 must not go below it)
+IPV6_MIN_MTU = 1280
 
 
 def port_name(pn: PodNetwork) -> str:
@@ -126,6 +131,8 @@ class Subnet:
     router: str | None = None
     ip_pools: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
     default: bool = False
+    #: the subnet's own MTU; ``None``: the provider's
+    mtu: int | None = None
 
     def networks(self) -> list[IPNetwork]:
         return [n for n in (self.v4, self.v6) if n is not None]
@@ -322,6 +329,9 @@ def _check_subnet(cfg: OvnSubnetConfig) -> None:
     for g in _gateways(cfg):
         if not any(g.version == n.version and g in n for n in networks):
             raise invalid(f"{g} is outside the subnet", "gateway")
+    if cfg.mtu is not None and cfg.mtu < IPV6_MIN_MTU and any(n.version == 6
+                                                              for n in networks):
+        raise invalid(f"an IPv6 subnet needs at least {IPV6_MIN_MTU}, got {cfg.mtu}", "mtu")
 
 
 @section(check=_check_subnet)
@@ -344,6 +354,8 @@ class OvnSubnetConfig:
     default: bool = False
     ip_pools: dict[str, tuple[str, ...]] = attrs.field(factory=dict,
                                                        metadata=rule(parse=_ip_pools))
+    #: the pod interface's MTU on this subnet; default: the provider's ``mtu``
+    mtu: int | None = attrs.field(default=None, metadata=between(68, 65535))
 
 
 @section()
@@ -395,6 +407,11 @@ def _check_config(cfg: OvnConfig) -> None:
         raise invalid("subnet names must be unique", "subnets")
     if sum(s.default for s in cfg.subnets) > 1:
         raise invalid("only one subnet may be the default", "subnets")
+    if cfg.mtu < IPV6_MIN_MTU:
+        for s in cfg.subnets:
+            if s.mtu is None and any(n.version == 6 for n in _networks(s)):
+                raise invalid(f"subnet {s.name} has IPv6, which needs an MTU of at least "
+                              f"{IPV6_MIN_MTU}; got {cfg.mtu}", "mtu")
     for net, sub in cfg.networks.items():
         if sub not in names:
             raise invalid(f"unknown subnet {sub!r}", "networks", net)
@@ -427,6 +444,9 @@ class OvnConfig:
     ovs_db: str = attrs.field(default=DEFAULT_OVS_DB, metadata=rule(_remote))
     integration_bridge: str = attrs.field(default="br-int", metadata=text())
     bind_timeout: float = attrs.field(default=20.0, metadata=between(0.1, 300))
+    #: the pod interface's MTU (a subnet's ``mtu`` comes first): room for Geneve's
+    #: overhead on a 1500 underlay, as Kube-OVN leaves
+    mtu: int = attrs.field(default=DEFAULT_MTU, metadata=between(68, 65535))
 
 
 class OvnProvider:
@@ -851,7 +871,7 @@ class OvnProvider:
             with self.lock:
                 self.ipam.free(name)
             raise
-        return _allocation(subnet, v4, v6, mac, name)
+        return _allocation(subnet, v4, v6, mac, name, self.config.mtu)
 
     def _allocation_of(self, lsp: Any) -> Allocation | None:
         ext = lsp.external_ids
@@ -860,7 +880,7 @@ class OvnProvider:
         if not (v4 or v6) or subnet is None:
             return None
         self.ipam.take(lsp.name, [ip for ip in (v4, v6) if ip], mac)
-        return _allocation(subnet, v4, v6, mac, lsp.name)
+        return _allocation(subnet, v4, v6, mac, lsp.name, self.config.mtu)
 
     # --- route / verify ------------------------------------------------------------------------
 
@@ -1169,20 +1189,20 @@ class OvnProvider:
 
 
 def _allocation(subnet: Subnet, v4: str | None, v6: str | None, mac: str | None,
-                port: str) -> Allocation:
+                port: str, mtu: int) -> Allocation:
     """The record's address: the pod's interface gets the subnet's prefix, so pods of one
     logical switch reach each other directly, and everything else through the gateway
     (the subnet's router port, when it has a router)."""
     if v4 is None:  # an IPv6-only subnet: the IPv6 address is the primary one
         return Allocation(ip=v6 or "", mac=mac, subnet=subnet.name, gateway=subnet.gateway6,
-                          interface=port,
+                          interface=port, mtu=subnet.mtu or mtu,
                           prefix_length=subnet.v6.prefixlen if subnet.v6 else None)
     dual = v6 is not None and subnet.v6 is not None
     return Allocation(ip=v4, ipv6=v6, mac=mac, subnet=subnet.name, gateway=subnet.gateway,
                       interface=port, cidr=str(subnet.v4) if subnet.v4 else None,
                       prefix_length=subnet.v4.prefixlen if subnet.v4 else None,
                       ipv6_prefix_length=subnet.v6.prefixlen if dual and subnet.v6 else None,
-                      ipv6_gateway=subnet.gateway6 if dual else None)
+                      ipv6_gateway=subnet.gateway6 if dual else None, mtu=subnet.mtu or mtu)
 
 
 def _port_addresses(addresses: Sequence[str]) -> list[tuple[list[str], str]]:
@@ -1291,7 +1311,7 @@ def _subnet(cfg: OvnSubnetConfig) -> Subnet:
         excluded.update(_excluded(item))
     return Subnet(name=cfg.name, v4=v4, v6=v6, gateway=gw4, gateway6=gw6, excluded=excluded,
                   namespaces=cfg.namespaces, gateway_type=cfg.gateway_type, router=cfg.router,
-                  ip_pools=dict(cfg.ip_pools), default=cfg.default)
+                  ip_pools=dict(cfg.ip_pools), default=cfg.default, mtu=cfg.mtu)
 
 
 #: what the host registers as the built-in ``ovn`` plugin

@@ -45,7 +45,10 @@ Starting a bed takes 0.2-0.7 s (central alone: about 0.15 s), tearing it down ab
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -147,6 +150,58 @@ def trace(central: OvnCentral, datapath: str, *, inport: str, eth_src: str, eth_
     done = central.tool("ovn-trace", f"--db={central.sb_remote}", "--detailed",
                         datapath, " && ".join(flow))
     return parse_trace(done.stdout)
+
+
+# --- one node with a real chassis, as the packet tests run it ------------------------------
+
+
+class OvnNodeBed:
+    """A node of an :class:`~podnet.testing.nodebed.Underlay` holding ``br-int``
+    (``ovs-vswitchd``, ``ovn-controller``) and the node agent; the apiserver and the
+    controller (``podnet run --provider ovn``) in the underlay's router namespace.
+
+    ``controller_config`` gets the started chassis and answers the controller's config
+    (the agent reads the same file, for its ``providers.ovn`` section). ``host`` holds the
+    pods' namespaces (their host ends live in the node namespace and go with it);
+    ``client`` speaks to the agent; ``ovn_start`` is the chassis' start in seconds.
+    Everything is removed by :meth:`close`, also when the start fails half way."""
+
+    def __init__(self, tmp: Path, controller_config: Callable[[OvnBed], dict[str, Any]], *,
+                 pod_cidr: str = "10.93.0.0/24", underlay: str = "192.168.79.0/24") -> None:
+        from podnet.testing.nodebed import NODE, AgentClient, Host, Stack, Underlay, node_object
+        from podnet.testing.waiting import wait_for
+
+        self.host = Host(links=lambda container, interface: [])
+        self.underlay = Underlay(underlay)
+        self.ovn: OvnBed | None = None
+        self.stack: Stack | None = None
+        try:
+            self.node = self.underlay.add_node(NODE, pod_cidr)
+            (tmp / "ovn").mkdir(exist_ok=True)
+            started = time.monotonic()
+            self.ovn = OvnBed(tmp / "ovn", netns=self.node.netns).start()
+            self.ovn_start = time.monotonic() - started
+            self.stack = Stack(tmp, provider="ovn", controller_config=controller_config(self.ovn),
+                               netns=self.underlay.router,
+                               address=self.underlay.router_address)
+            self.stack.create([node_object(NODE, self.node.pod_cidr, self.node.address)])
+            self.stack.agent(NODE, netns=self.node.netns,
+                             args=["--config", str(tmp / "controller.yaml")])
+            self.client = AgentClient(self.stack.socket)
+            wait_for("the agent to be ready", self.client.ready, 30)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Processes first, then OVS (bridges before daemons), then the namespaces."""
+        steps = [s for s in (self.stack and self.stack.close, self.ovn and self.ovn.close,
+                             self.host.cleanup, self.underlay.cleanup) if s]
+        for step in steps:
+            try:
+                step()
+            except Exception as exc:  # every step runs, whatever failed before
+                print(f"cleanup: {step}: {exc}")
 
 
 # --- pytest fixtures --------------------------------------------------------------------

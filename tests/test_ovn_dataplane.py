@@ -54,7 +54,7 @@ from podnet.testing.nodebed import (
     tcp_talk,
     wait_for,
 )
-from podnet.testing.ovnbed import OvnBed, bed_unavailable
+from podnet.testing.ovnbed import OvnBed, OvnNodeBed, bed_unavailable
 
 pytest_plugins = ["podnet.testing"]
 
@@ -81,50 +81,15 @@ def ovn_config(bed: OvnBed, bind_timeout: float = 20) -> dict[str, Any]:
     }
 
 
-class Bed:
-    """The underlay's node namespace holds br-int (ovs-vswitchd, ovn-controller) and the
-    agent; the apiserver and the controller run in its router namespace."""
-
-    def __init__(self, tmp: Path, bind_timeout: float = 20) -> None:
-        # pods' namespaces; their host ends are in the node namespace, gone with it
-        self.host = Host(links=lambda container, interface: [])
-        self.underlay = Underlay("192.168.79.0/24")
-        self.ovn: OvnBed | None = None
-        self.stack: Stack | None = None
-        try:
-            self.node = self.underlay.add_node(NODE, "10.93.0.0/24")
-            started = time.monotonic()
-            self.ovn = OvnBed(tmp / "ovn", netns=self.node.netns).start()
-            self.ovn_start = time.monotonic() - started
-            self.stack = Stack(tmp, provider="ovn",
-                               controller_config=ovn_config(self.ovn, bind_timeout),
-                               netns=self.underlay.router,
-                               address=self.underlay.router_address)
-            self.stack.create([node_object(NODE, self.node.pod_cidr, self.node.address)])
-            self.stack.agent(NODE, netns=self.node.netns,
-                             args=["--config", str(tmp / "controller.yaml")])
-            self.client = AgentClient(self.stack.socket)
-            wait_for("the agent to be ready", self.client.ready, 30)
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        """Processes first, then OVS (bridges before daemons), then the namespaces."""
-        steps = [s for s in (self.stack and self.stack.close, self.ovn and self.ovn.close,
-                             self.host.cleanup, self.underlay.cleanup) if s]
-        for step in steps:
-            try:
-                step()
-            except Exception as exc:  # every step runs, whatever failed before
-                print(f"cleanup: {step}: {exc}")
+#: the kit's node with a real chassis, the controller and the agent
+Bed = OvnNodeBed
 
 
 @pytest.fixture
 def bed(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Bed]:
-    (tmp_path / "ovn").mkdir()
     bind_timeout = getattr(request, "param", 20)
-    made = Bed(tmp_path, bind_timeout)  # cleans up after itself when it fails half way
+    # cleans up after itself when it fails half way
+    made = Bed(tmp_path, lambda ovn: ovn_config(ovn, bind_timeout))
     try:
         yield made
     finally:

@@ -22,20 +22,13 @@ import pytest
 
 from podnet.testing.netns import netns_unavailable
 from podnet.testing.nodebed import (
-    NODE,
-    AgentClient,
-    Host,
-    Stack,
     TcpServer,
-    Underlay,
     in_netns,
-    node_object,
     ping,
     pod,
     tcp_talk,
-    wait_for,
 )
-from podnet.testing.ovnbed import OvnBed, bed_unavailable
+from podnet.testing.ovnbed import OvnBed, OvnNodeBed, bed_unavailable
 
 pytest_plugins = ["podnet.testing"]
 
@@ -63,44 +56,12 @@ def _config(bed: OvnBed) -> dict[str, Any]:
     }
 
 
-class Bed:
-    """br-int, ovn-controller and the agent in the underlay's node namespace; the
-    apiserver and the controller in its router namespace."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.host = Host(links=lambda container, interface: [])
-        self.underlay = Underlay("192.168.78.0/24")
-        self.ovn: OvnBed | None = None
-        self.stack: Stack | None = None
-        try:
-            self.node = self.underlay.add_node(NODE, "10.94.0.0/24")
-            self.ovn = OvnBed(tmp / "ovn", netns=self.node.netns).start()
-            self.stack = Stack(tmp, provider="ovn", controller_config=_config(self.ovn),
-                               netns=self.underlay.router,
-                               address=self.underlay.router_address)
-            self.stack.create([node_object(NODE, self.node.pod_cidr, self.node.address)])
-            self.stack.agent(NODE, netns=self.node.netns,
-                             args=["--config", str(tmp / "controller.yaml")])
-            self.client = AgentClient(self.stack.socket)
-            wait_for("the agent to be ready", self.client.ready, 30)
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        steps = [s for s in (self.stack and self.stack.close, self.ovn and self.ovn.close,
-                             self.host.cleanup, self.underlay.cleanup) if s]
-        for step in steps:
-            try:
-                step()
-            except Exception as exc:  # every step runs, whatever failed before
-                print(f"cleanup: {step}: {exc}")
+Bed = OvnNodeBed
 
 
 @pytest.fixture
 def bed(tmp_path: Path) -> Iterator[Bed]:
-    (tmp_path / "ovn").mkdir()
-    made = Bed(tmp_path)
+    made = Bed(tmp_path, _config, pod_cidr="10.94.0.0/24", underlay="192.168.78.0/24")
     try:
         yield made
     finally:

@@ -281,9 +281,12 @@ def node_object(name: str, pod_cidr: str, internal_ip: str | None = None) -> dic
 
 def pod(name: str, node: str = NODE, *, networks: str | None = None,
         annotations: dict[str, str] | None = None, host_network: bool = False,
-        namespace: str = "default") -> dict[str, Any]:
-    """A running Pod bound to ``node``; ``networks`` is its ``podnet.io/networks``."""
+        namespace: str = "default", owner: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A running Pod bound to ``node``; ``networks`` is its ``podnet.io/networks``;
+    ``owner`` its controller's ``ownerReferences`` entry (a StatefulSet's: sticky)."""
     meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if owner is not None:
+        meta["ownerReferences"] = [{"controller": True, **owner}]
     notes = {**(annotations or {}), **({"podnet.io/networks": networks} if networks else {})}
     if notes:
         meta["annotations"] = notes

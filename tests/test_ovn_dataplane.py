@@ -194,6 +194,9 @@ def test_pods_on_br_int_talk_through_switches_and_routers(bed: Bed) -> None:
     with TcpServer(b["netns"], b["ip"]):
         talk = tcp_talk(a["netns"], b["ip"])
     assert talk.returncode == 0 and talk.stdout.strip() == f"hello {a['ip']} from a", talk
+    # each pod reaches its gateway (the router's port on its switch)
+    assert ping(a["netns"], "10.31.0.1"), "a cannot ping its gateway"
+    assert ping(c["netns"], records["c"]["status"]["gateway"]), "c cannot ping its gateway"
     # two switches joined by the subnets' router
     assert ping(a["netns"], c["ip"]), "a cannot reach c through the router"
     with TcpServer(c["netns"], c["ip"]):
@@ -222,6 +225,48 @@ def test_pods_on_br_int_talk_through_switches_and_routers(bed: Bed) -> None:
     stack.kubectl("delete", "pod", "a", "b", "c", "--wait=false")
     assert _ovs_ports(bed) == []
     wait_for("the pods' ports to leave NB", lambda: _pod_ports(bed) == [], 30)
+
+
+def test_a_statefulset_pod_recreated_keeps_its_address_and_is_reachable_again(
+        bed: Bed) -> None:
+    """A StatefulSet's pod is deleted and made again (a new uid, a new sandbox): its record
+    was held, the new pod takes it back, and the same address answers from the new
+    sandbox on a port bound again."""
+    import json
+
+    stack, client = bed.stack, bed.client
+    stack.create([{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                   "metadata": {"name": "db", "namespace": "default"},
+                   "spec": {"replicas": 1, "serviceName": "db",
+                            "selector": {"matchLabels": {"app": "db"}},
+                            "template": {"metadata": {"labels": {"app": "db"}},
+                                         "spec": {"containers": [{"name": "c",
+                                                                  "image": "busybox"}]}}}}])
+    sts = json.loads(stack.kubectl("get", "statefulset", "db", "-o", "json"))
+    owner = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db",
+             "uid": sts["metadata"]["uid"]}
+    stack.create([pod("db-0", owner=owner), pod("client")])
+    peer_ns, peer_path = bed.host.netns()
+    assert client.add(bed.host.container(), peer_path, "client")[0] == 200
+    _first_ns, first_path = bed.host.netns()
+    first = bed.host.container()
+    status, result = client.add(first, first_path, "db-0")
+    assert status == 200, result
+    ip = result["ips"][0]["address"].split("/")[0]
+    assert ping(peer_ns, ip), "db-0 does not answer"
+
+    # the pod goes (its sandbox first), and comes back as a new pod of the same name
+    assert client.delete(first, first_path, "db-0")[0] == 200
+    stack.kubectl("delete", "pod", "db-0", "--wait=false")
+    wait_for("db-0's record held", lambda: stack.records().get("db-0", {}).get(
+        "status", {}).get("phase") == "Releasing", 30)
+    assert not ping(peer_ns, ip, count=2, timeout=1), "the old sandbox still answers"
+    stack.create([pod("db-0", owner=owner)])
+    _, second_path = bed.host.netns()
+    status, again = client.add(bed.host.container(), second_path, "db-0")
+    assert status == 200, again
+    assert again["ips"] == result["ips"], "the recreated pod got another address"
+    assert ping(peer_ns, ip), "the recreated pod does not answer on its address"
 
 
 def test_an_agent_started_after_its_pod_left_removes_the_port(bed: Bed) -> None:

@@ -183,3 +183,8 @@ def test_the_node_agent_reads_podnetworks_and_pods_and_writes_only_its_report() 
     socket = agent["args"][agent["args"].index("--socket") + 1]
     assert socket == init["args"][init["args"].index("--socket") + 1]
     assert socket.startswith("/run/podnet/")
+    # the agent reads the controller's config (its providers' sections) from the ConfigMap
+    config = agent["args"][agent["args"].index("--config") + 1]
+    (mount,) = [m for m in agent["volumeMounts"] if config.startswith(m["mountPath"] + "/")]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    assert volume["configMap"]["name"] == "podnet-config" and mount["readOnly"] is True

@@ -30,7 +30,8 @@ ANN = "podnet.io/"
 ROUTER = "lr-out"
 SUBNET = "natted"
 SUBNETS = [{"name": "ovn-default", "cidr": "10.16.0.0/16", "default": True},
-           {"name": SUBNET, "cidr": "10.30.0.0/24", "router": ROUTER}]
+           {"name": SUBNET, "cidr": "10.30.0.0/24", "router": ROUTER},
+           {"name": "behind", "cidr": "10.31.0.0/24", "router": ROUTER}]
 EXTERNAL = {"address": "203.0.113.1/24", "gateway": "203.0.113.254",
             "network_name": "physnet", "chassis": ["chassis-1"]}
 ROUTERS = [{"name": ROUTER, "external": EXTERNAL}]
@@ -123,6 +124,11 @@ def test_the_external_network_is_written_as_configured(nb_server: NbServer,
         f"{EXT_LRP}-chassis-1", "1"]
     networks = _nbctl(nb_server, "get", "Logical_Router_Port", EXT_LRP, "networks")
     assert "203.0.113.1/24" in networks
+    # the router's way out, and each of its subnets translated to its external address
+    routes = _nbctl(nb_server, "lr-route-list", ROUTER)
+    assert "0.0.0.0/0" in routes and "203.0.113.254" in routes, routes
+    nat = _nbctl(nb_server, "lr-nat-list", ROUTER)
+    assert "10.30.0.0/24" in nat and "10.31.0.0/24" in nat and "203.0.113.1" in nat, nat
     # the router's external_ip defaults to its external address
     assert provider_plugin.routers[ROUTER].external_ip == "203.0.113.1"
     assert provider_plugin.routers[ROUTER].external_gateway == "203.0.113.254"
@@ -134,6 +140,7 @@ def test_snat_eip_and_plain_pods_as_traced(world: World, nb_server: NbServer,
     world.add_pod("snat", 0, annotations={f"{ANN}subnets": SUBNET, f"{ANN}snat": "true"})
     world.add_pod("eip", 0, annotations={f"{ANN}subnets": SUBNET, f"{ANN}eip": EIP})
     world.add_pod("plain", 0, annotations={f"{ANN}subnets": SUBNET})
+    world.add_pod("other", 0, annotations={f"{ANN}subnets": "behind"})
     world.settle()
     _learn_gateway(central)
     # snat: out of the localnet port, its source the router's external address
@@ -150,15 +157,16 @@ def test_snat_eip_and_plain_pods_as_traced(world: World, nb_server: NbServer,
     # the snat pod is not reachable from outside at the router's address (no dnat)
     t = inbound(central, "203.0.113.1", proto="tcp")
     assert _routed(world, "snat").status.interface not in t.delivered, t.text
-    # neither: no route out (podnet translates only the pods that ask): dropped
-    t = out(central, world, "plain")
-    assert t.dropped and t.stage == "lr_in_ip_routing", t.text
-    assert LOCALNET not in t.outputs
-    # a packet from outside to its private address is routed in (OVN routes what comes
-    # to the gateway port; the physical network has no route to the pods' CIDR), but
-    # its reply has no way out: the drop above
-    t = inbound(central, _routed(world, "plain").status.ip)
-    assert t.delivered == (_routed(world, "plain").status.interface,), t.text
+    # neither: out by the router's default route, translated by its subnet's snat rule
+    # to the router's external_ip (no private address reaches the physical network)
+    t = out(central, world, "plain", proto="tcp")
+    assert t.outputs[-1] == LOCALNET and snat_to(t) == "203.0.113.1", t.text
+    # between the router's subnets nothing leaves and nothing is translated, NAT or not
+    other = _routed(world, "other").status
+    for pod in ("snat", "eip", "plain"):
+        t = out(central, world, pod, dst=other.ip)
+        assert t.delivered == (other.interface,), t.text
+        assert snat_to(t) is None and LOCALNET not in t.outputs, t.text
     world.assert_converged()
 
 
@@ -202,6 +210,8 @@ def test_an_external_network_removed_from_the_config_is_deleted(
         assert EXT_LRP not in _names(nb_server, "Logical_Router_Port")
         assert _names(nb_server, "Gateway_Chassis") == []
         assert ROUTER in _names(nb_server, "Logical_Router")  # the router stays
+        assert _nbctl(nb_server, "lr-nat-list", ROUTER).strip() == ""
+        assert "0.0.0.0/0" not in _nbctl(nb_server, "lr-route-list", ROUTER)
     finally:
         plain.close()
 

@@ -414,7 +414,28 @@ def _external_ok(api: Any, ext: ExternalNet) -> bool:
             or not any(p.uuid == ln.uuid for p in ls.ports)):
         return False
     have = {gc.name: (gc.chassis_name, int(gc.priority)) for gc in lrp.gateway_chassis}
-    return have == ext.gateway_chassis()
+    if have != ext.gateway_chassis():
+        return False
+    lr = _by_name(tables["Logical_Router"], ext.router)
+    if lr is None:
+        return False
+    nats, routes = _router_rows(lr, ext.router)
+    return bool(set(nats) == {("snat", e, c) for e, c in ext.snat}
+                and set(routes) == {ext.default_route()})
+
+
+def _router_rows(lr: Any, router: str) -> tuple[dict[tuple[str, str, str], Any],
+                                                dict[tuple[str, str], Any]]:
+    """The router-wide NAT rules and routes podnet wrote for ``router``'s external
+    network (not the pods': those carry a record's key)."""
+    def ours(row: Any) -> bool:
+        ids: dict[str, str] = dict(row.external_ids)
+        return (ids.get(OWNER) == OWNER_VALUE and ids.get(ROLE) == ROLE_EXTERNAL
+                and ids.get(ROUTER) == router)
+
+    nats = {(n.type, n.external_ip, n.logical_ip): n for n in lr.nat if ours(n)}
+    routes = {(r.ip_prefix, r.nexthop): r for r in lr.static_routes if ours(r)}
+    return nats, routes
 
 
 class EnsureExternal(ovs_command.BaseCommand):
@@ -456,6 +477,7 @@ class EnsureExternal(ovs_command.BaseCommand):
                 ln.options = {**ln.options, "network_name": ext.network_name}
             if not any(p.uuid == ln.uuid for p in ls.ports):
                 ls.addvalue("ports", ln)
+        self._router_rows(txn, marks)
         want = ext.gateway_chassis()
         for gc in list(lrp.gateway_chassis):
             if want.get(gc.name) != (gc.chassis_name, int(gc.priority)):
@@ -469,6 +491,34 @@ class EnsureExternal(ovs_command.BaseCommand):
             gc.priority = priority
             gc.external_ids = {OWNER: OWNER_VALUE}
             lrp.addvalue("gateway_chassis", gc)
+
+    def _router_rows(self, txn: Any, marks: dict[str, str]) -> None:
+        """The default route via the external gateway and the subnets' snat rules, set
+        (a subnet gone from the router loses its rule)."""
+        tables = self.api.tables
+        ext = self.ext
+        lr = _by_name(tables["Logical_Router"], ext.router)
+        nats, routes = _router_rows(lr, ext.router)
+        want_nat = {("snat", e, c) for e, c in ext.snat}
+        for triple, row in nats.items():
+            if triple not in want_nat:
+                lr.delvalue("nat", row)
+        for kind, external, logical in sorted(want_nat - set(nats)):
+            nat = txn.insert(tables["NAT"])
+            nat.type = kind
+            nat.external_ip = external
+            nat.logical_ip = logical
+            nat.external_ids = marks
+            lr.addvalue("nat", nat)
+        want_route = ext.default_route()
+        for pair, row in routes.items():
+            if pair != want_route:
+                lr.delvalue("static_routes", row)
+        if want_route not in routes:
+            route = txn.insert(tables["Logical_Router_Static_Route"])
+            route.ip_prefix, route.nexthop = want_route
+            route.external_ids = marks
+            lr.addvalue("static_routes", route)
 
 
 class DeleteExternals(ovs_command.BaseCommand):
@@ -493,6 +543,11 @@ class DeleteExternals(ovs_command.BaseCommand):
                 for lrp in list(lr.ports):
                     if lrp.name == lrp_name:
                         lr.delvalue("ports", lrp)
+                nats, routes = _router_rows(lr, router)
+                for row in nats.values():
+                    lr.delvalue("nat", row)
+                for row in routes.values():
+                    lr.delvalue("static_routes", row)
             ls.delete()
 
 

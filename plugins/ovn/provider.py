@@ -618,8 +618,7 @@ class OvnProvider:
                 self._sync_security_groups(self._client)
                 self._sg_dirty = False
             if self._ext_dirty:
-                self._client.ensure_externals([r.external for r in self.routers.values()
-                                               if r.external is not None])
+                self._client.ensure_externals(self._externals())
                 self._ext_dirty = False
             return self._client
 
@@ -646,6 +645,20 @@ class OvnProvider:
             if self._dataplane is not None:
                 self._dataplane.close()
             self._dataplane = None
+
+    def _externals(self) -> list[ExternalNet]:
+        """The routers' external networks, each with a ``snat`` rule to the router's
+        ``external_ip`` for each of its subnets' CIDRs of the external family."""
+        nets = []
+        for router in self.routers.values():
+            ext = router.external
+            if ext is None:
+                continue
+            ext.snat = [(router.external_ip or "", str(net))
+                        for s in self.subnets.values() if s.router == router.name
+                        for net in s.networks() if net.version == ext.family]
+            nets.append(ext)
+        return nets
 
     def _rebuild(self, client: NbClient) -> None:
         """Every address on a port in NB is held: podnet's ports by their record, the
@@ -735,6 +748,7 @@ class OvnProvider:
                 if s.router and s.router not in routers:
                     routers[s.router] = Router(s.router)
             self.subnets = {s.name: s for s in subnets}
+            self._ext_dirty = True  # the routers' snat rules follow their subnets
         self.routers = routers or self.routers
         if initial or "networks" in config:
             self.networks = dict(cfg.networks)
@@ -1361,7 +1375,9 @@ def _nat_rules(eip: str | None, snat: bool, router: Router, v4: str | None, v6: 
                                  f"but router {router.name}'s external_gateway {gateway} is "
                                  f"IPv{gateway.version}")
         nats.append((kind, external, logical))
-        if (logical, str(gateway)) not in routes:
+        # with an external network the router's default route takes the pod out (a
+        # source route would also take its traffic to the router's other subnets out)
+        if router.external is None and (logical, str(gateway)) not in routes:
             routes.append((logical, str(gateway)))
     return nats, routes
 

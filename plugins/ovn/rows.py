@@ -70,7 +70,7 @@ class ExternalNet:
     port holds the router's external address and is a distributed gateway port: its
     ``Gateway_Chassis`` rows (``chassis`` first = highest priority) say where NAT runs."""
 
-    __slots__ = ("chassis", "gateway", "link", "localnet", "network_name", "switch")
+    __slots__ = ("chassis", "gateway", "link", "localnet", "network_name", "snat", "switch")
 
     def __init__(self, router: str, address: str, gateway: str, network_name: str,
                  chassis: Sequence[str]) -> None:
@@ -80,6 +80,18 @@ class ExternalNet:
         self.gateway = gateway
         self.network_name = network_name
         self.chassis = list(chassis)
+        #: the router-wide ``snat`` rules (external address, a subnet's CIDR): every pod
+        #: of the router's subnets leaves translated (a pod's own eip or snat rule, a /32,
+        #: comes first); set from the subnets when written
+        self.snat: list[tuple[str, str]] = []
+
+    @property
+    def family(self) -> int:
+        return 6 if ":" in self.gateway else 4
+
+    def default_route(self) -> tuple[str, str]:
+        """(prefix, next hop) of the router's default route."""
+        return ("::/0" if self.family == 6 else "0.0.0.0/0", self.gateway)
 
     @property
     def router(self) -> str:

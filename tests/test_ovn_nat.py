@@ -76,29 +76,32 @@ def _routed(world: World, pod: str) -> Any:
     return pn
 
 
-def _learn_gateway(central: OvnCentral) -> None:
+def learn_gateway(central: OvnCentral, router: str = ROUTER,
+                  gateway: str = EXTERNAL["gateway"]) -> None:
     """What ARP teaches the router on a real network (ovn-controller writes it to SB's
     MAC_Binding; ovn-trace sends no ARP, it reads that table)."""
     central.sync()
     datapath = central.sbctl("--bare", "--columns=_uuid", "find", "Datapath_Binding",
-                             f"external_ids:name={ROUTER}").strip()
-    central.sbctl("create", "MAC_Binding", f"logical_port={EXT_LRP}",
-                  f"ip={EXTERNAL['gateway']}", f'mac="{GATEWAY_MAC}"', f"datapath={datapath}")
+                             f"external_ids:name={router}").strip()
+    central.sbctl("create", "MAC_Binding", f"logical_port={router}-ext-{router}",
+                  f"ip={gateway}", f'mac="{GATEWAY_MAC}"', f"datapath={datapath}")
 
 
 def out(central: OvnCentral, world: World, pod: str, dst: str = OUTSIDE,
-        proto: str = "icmp") -> Trace:
-    """A packet from ``pod`` to ``dst`` outside, sent to its gateway."""
+        proto: str = "icmp", router: str = ROUTER) -> Trace:
+    """A packet from ``pod`` to ``dst`` outside, sent to its gateway on ``router``."""
     st = _routed(world, pod).status
     return trace(central, st.subnet, inport=st.interface, eth_src=st.mac,
-                 eth_dst=link_mac(ROUTER, st.subnet), ip_src=st.ip, ip_dst=dst, proto=proto)
+                 eth_dst=link_mac(router, st.subnet), ip_src=st.ip, ip_dst=dst, proto=proto)
 
 
-def inbound(central: OvnCentral, dst: str, src: str = OUTSIDE, proto: str = "icmp") -> Trace:
-    """A packet from the physical network (the localnet port) to ``dst``, routed there
-    by the external gateway."""
-    return trace(central, EXT_SWITCH, inport=LOCALNET, eth_src=GATEWAY_MAC,
-                 eth_dst=link_mac(ROUTER, EXT_SWITCH), ip_src=src, ip_dst=dst, proto=proto)
+def inbound(central: OvnCentral, dst: str, src: str = OUTSIDE, proto: str = "icmp",
+            router: str = ROUTER) -> Trace:
+    """A packet from the physical network (``router``'s localnet port) to ``dst``, routed
+    there by the external gateway."""
+    switch = f"ext-{router}"
+    return trace(central, switch, inport=f"{switch}-localnet", eth_src=GATEWAY_MAC,
+                 eth_dst=link_mac(router, switch), ip_src=src, ip_dst=dst, proto=proto)
 
 
 def snat_to(t: Trace) -> str | None:
@@ -142,7 +145,7 @@ def test_snat_eip_and_plain_pods_as_traced(world: World, nb_server: NbServer,
     world.add_pod("plain", 0, annotations={f"{ANN}subnets": SUBNET})
     world.add_pod("other", 0, annotations={f"{ANN}subnets": "behind"})
     world.settle()
-    _learn_gateway(central)
+    learn_gateway(central)
     # snat: out of the localnet port, its source the router's external address
     t = out(central, world, "snat", proto="tcp")
     assert t.outputs and t.outputs[-1] == LOCALNET, t.text

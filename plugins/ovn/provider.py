@@ -1347,8 +1347,9 @@ def _virtual_ip(lsp: Any) -> str | None:
 def _nat_rules(eip: str | None, snat: bool, router: Router, v4: str | None, v6: str | None
                ) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
     """The NAT rules and source routes of a pod on ``router``, as Kube-OVN writes them:
-    ``eip`` a ``dnat_and_snat`` rule, ``snat`` a ``snat`` rule (external address: the
-    router's ``external_ip``, else the pod's eip), both when both are asked for. A rule
+    ``eip`` a ``dnat_and_snat`` rule, ``snat`` a ``snat`` rule to the router's
+    ``external_ip`` (with an eip, the eip's rule alone: it translates the pod's own
+    connections to the eip). A rule
     translates the pod's address of the external address's family (a dual-stack pod's
     other address is not translated); a source route sends that address to the router's
     ``external_gateway``, which must be of the same family."""
@@ -1356,12 +1357,13 @@ def _nat_rules(eip: str | None, snat: bool, router: Router, v4: str | None, v6: 
     asked: list[tuple[str, str, str]] = []
     if eip:
         asked.append(("dnat_and_snat", eip, "eip"))
-    if snat:
-        external = router.external_ip or eip
-        if not external:
+    if snat and not eip:
+        # with an eip its dnat_and_snat rule is the pod's snat: a snat rule of the same
+        # address next to it would leave OVN's choice between the two to chance
+        if not router.external_ip:
             raise InvalidRequest(_field("snat"), f"router {router.name} has no "
                                  "external_ip and the pod names no eip")
-        asked.append(("snat", external, "snat"))
+        asked.append(("snat", router.external_ip, "snat"))
     routes: list[tuple[str, str]] = []
     gateway = ipaddress.ip_address(router.external_gateway)
     for kind, external, field in asked:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_ovn_provider import _nbctl, ground_truth, northd  # noqa: F401 - shared helpers
+from test_ovn_provider import _nbctl, _wait, ground_truth, northd  # noqa: F401 - shared helpers
 
 from podnet.core.errors import ConfigError
 from podnet.core.models import Phase
@@ -199,6 +199,26 @@ def test_a_restart_writes_nothing_and_a_change_converges(world: World, nb_server
                                                  LOCALNET, "options")
     finally:
         moved.close()
+
+
+def test_an_external_network_broken_behind_podnets_back_is_repaired_by_a_route(
+        world: World, nb_server: NbServer, provider_plugin: Any) -> None:
+    world.add_node(0)
+    world.add_pod("first", 0, annotations={f"{ANN}subnets": SUBNET})
+    world.settle()
+    _nbctl(nb_server, "lsp-del", LOCALNET)
+    _nbctl(nb_server, "lrp-del-gateway-chassis", EXT_LRP, "chassis-1")
+    client = provider_plugin.client
+    _wait(lambda: client.port(LOCALNET) is None and not client.external_ok(
+        provider_plugin.routers[ROUTER].external), "the replica to see the damage")
+    world.add_pod("second", 0, annotations={f"{ANN}subnets": SUBNET})
+    world.settle()
+    _routed(world, "second")
+    assert "network_name=physnet" in _nbctl(nb_server, "get", "Logical_Switch_Port",
+                                            LOCALNET, "options")
+    assert _nbctl(nb_server, "lrp-get-gateway-chassis", EXT_LRP).split() == [
+        f"{EXT_LRP}-chassis-1", "1"]
+    world.assert_converged()
 
 
 def test_an_external_network_removed_from_the_config_is_deleted(

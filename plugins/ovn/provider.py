@@ -660,6 +660,15 @@ class OvnProvider:
             nets.append(ext)
         return nets
 
+    def _repair_external(self, client: NbClient, routers: Sequence[str]) -> None:
+        """A router's external network changed behind podnet's back (or NB lost it) is
+        written again before a pod of it is routed (reads only when it is as it should)."""
+        nets = [r.external for name in routers
+                if (r := self.routers.get(name)) is not None and r.external is not None]
+        if nets and not all(client.external_ok(e) for e in nets):
+            with self.lock:
+                client.ensure_externals(self._externals())
+
     def _rebuild(self, client: NbClient) -> None:
         """Every address on a port in NB is held: podnet's ports by their record, the
         others (router ports, someone else's) by nobody."""
@@ -1065,6 +1074,7 @@ class OvnProvider:
                                 links=[link] if link is not None else [])
             if acls:
                 client.ensure_acls(acls)
+            self._repair_external(client, routers)
             client.run([client.ensure_port(spec)])
         except BaseException:
             with self.lock:

@@ -720,6 +720,17 @@ def test_route_writes_port_groups_vips_nat_and_routes(world: World, nb_server: N
     assert "snat" in nat and "203.0.113.1" in nat and out.status.ip in nat
     routes = _nbctl(nb_server, "lr-route-list", "lr-edge")
     assert fe.status.ip in routes and "100.64.0.254" in routes and "src-ip" in routes
+    with northd(nb_server) as central:
+        from podnet.plugins.ovn.rows import link_mac
+
+        # lr-edge has no external network here: the rows translate nothing, the source
+        # route's next hop is on no port of the router (tests/test_ovn_nat.py: one that
+        # forwards)
+        for pod in ("fe", "out"):
+            t = send(central, world, pod, ip_dst="198.51.100.10",
+                     eth_dst=link_mac("lr-edge", "edge"))
+            assert t.dropped and t.stage == "lr_in_ip_routing", t.text
+            assert "ct_snat" not in t.text, t.text
     # distributed gateway (the default subnet): the port joins its node's group
     groups = _nbctl(nb_server, "--bare", "--columns=name", "list", "Port_Group")
     assert "node_node_0000" in groups

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from test_ovn_nat import OUTSIDE, inbound, learn_gateway, out, snat_to
 from test_ovn_provider import (  # noqa: F401 - the same NB and trace helpers
     _nbctl,
     ground_truth,
@@ -33,9 +34,13 @@ SUBNETS = [
     {"name": "small-r", "cidr": "10.23.0.0/24", "router": "lr-edge"},
     {"name": "dual-r", "cidr": "10.24.0.0/24,fd00:24::/120", "router": "lr-dual"},
 ]
+#: lr-edge has a way out (NAT forwards, traced below); lr-dual has none (NAT rules and
+#: source routes are written, and translate nothing)
 ROUTERS = [{"name": "lr-edge", "external_ip": "203.0.113.1",
-            "external_gateway": "100.64.0.254"},
+            "external": {"address": "100.64.0.1/24", "gateway": "100.64.0.254",
+                         "network_name": "physnet", "chassis": ["chassis-1"]}},
            {"name": "lr-dual", "external_gateway": "100.64.0.1"}]
+EDGE_OUT = ("0.0.0.0/0", "100.64.0.254")
 
 
 @pytest.fixture(scope="module")
@@ -81,10 +86,12 @@ def _members(provider: Any, group: str) -> set[str]:
 
 
 def _nats(provider: Any, router: str) -> set[tuple[str, str, str]]:
+    """The pods' NAT rules (not the router's own, for its subnets)."""
     client = provider.client
     with client.reading():
         lr = client.api.lookup("Logical_Router", router, default=None)
-        return {(n.type, n.external_ip, n.logical_ip) for n in lr.nat} if lr else set()
+        return {(n.type, n.external_ip, n.logical_ip) for n in lr.nat
+                if "podnet/key" in n.external_ids} if lr else set()
 
 
 def _routes(provider: Any, router: str) -> set[tuple[str, str]]:
@@ -206,8 +213,8 @@ def test_the_sweep_takes_the_virtual_ports_of_a_vanished_record_only(
 # --- item 11a: EIP / SNAT ---------------------------------------------------------------------
 
 
-def test_eip_and_snat_pods_leave_the_node_group_and_get_both_rules(
-        world: World, provider_plugin: Any) -> None:
+def test_an_eip_and_snat_pod_leaves_the_node_group_and_forwards_at_its_eip(
+        world: World, provider_plugin: Any, nb_server: NbServer) -> None:
     world.add_node(0)
     world.add_pod("both", 0, annotations={f"{ANN}subnets": "small-r",
                                           f"{ANN}eip": "203.0.113.30", f"{ANN}snat": "true"})
@@ -216,15 +223,29 @@ def test_eip_and_snat_pods_leave_the_node_group_and_get_both_rules(
     both, plain = _routed(world, "both"), _routed(world, "plain")
     members = _members(provider_plugin, "node_node_0000")
     assert plain.status.interface in members and both.status.interface not in members
+    # with an eip, its rule is the snat too: a second rule of the same /32 would leave
+    # OVN's choice of source to chance (seen: either, from one run to the next)
     assert _nats(provider_plugin, "lr-edge") == {
-        ("dnat_and_snat", "203.0.113.30", both.status.ip),
-        ("snat", "203.0.113.1", both.status.ip)}
-    assert _routes(provider_plugin, "lr-edge") == {(both.status.ip, "100.64.0.254")}
+        ("dnat_and_snat", "203.0.113.30", both.status.ip)}
+    # a router with an external network: its default route, no source route per pod
+    assert _routes(provider_plugin, "lr-edge") == {EDGE_OUT}
+    with northd(nb_server) as central:
+        learn_gateway(central, "lr-edge", "100.64.0.254")
+        # out with the eip as source, in at the eip to the pod
+        t = out(central, world, "both", router="lr-edge", proto="tcp")
+        assert t.outputs[-1] == "ext-lr-edge-localnet" and snat_to(t) == "203.0.113.30", \
+            t.text
+        t = inbound(central, "203.0.113.30", router="lr-edge", proto="tcp")
+        assert t.delivered == (both.status.interface,), t.text
+        # the plain pod leaves translated to the router's external_ip
+        t = out(central, world, "plain", router="lr-edge")
+        assert t.outputs[-1] == "ext-lr-edge-localnet" and snat_to(t) == "203.0.113.1", \
+            t.text
     world.assert_converged()
 
 
 def test_nat_on_a_dual_stack_pod_takes_the_eips_family_or_is_refused(
-        world: World, provider_plugin: Any) -> None:
+        world: World, provider_plugin: Any, nb_server: NbServer) -> None:
     world.add_node(0)
     world.add_pod("v4", 0, annotations={f"{ANN}subnets": "dual-r", f"{ANN}eip": "198.51.100.7"})
     world.add_pod("v6", 0, annotations={f"{ANN}subnets": "dual-r", f"{ANN}eip": "2001:db8::7"})
@@ -233,6 +254,11 @@ def test_nat_on_a_dual_stack_pod_takes_the_eips_family_or_is_refused(
     assert v4.status.ipv6
     assert _nats(provider_plugin, "lr-dual") == {("dnat_and_snat", "198.51.100.7", v4.status.ip)}
     assert _routes(provider_plugin, "lr-dual") == {(v4.status.ip, "100.64.0.1")}
+    with northd(nb_server) as central:
+        # lr-dual has no external network: its NAT translates nothing, the packet has
+        # no way to its source route's next hop
+        t = out(central, world, "v4", dst=OUTSIDE, router="lr-dual")
+        assert t.dropped and t.stage == "lr_in_ip_routing" and snat_to(t) is None, t.text
     v6 = world.record_of("v6")
     assert v6 is not None and v6.status.phase is not Phase.ROUTED
     ready = _ready(v6)
@@ -290,7 +316,7 @@ def test_port_security_groups_and_vips_changed_on_a_running_pod_are_written(
 
 
 def test_an_eip_added_to_a_running_pod_takes_it_out_of_its_node_group(
-        world: World, provider_plugin: Any) -> None:
+        world: World, provider_plugin: Any, nb_server: NbServer) -> None:
     world.add_node(0)
     world.add_pod("w", 0, annotations={f"{ANN}subnets": "small-r"})
     world.settle()
@@ -301,11 +327,20 @@ def test_an_eip_added_to_a_running_pod_takes_it_out_of_its_node_group(
     assert _routed(world, "w").spec.requests.eip == "203.0.113.40"
     assert w.status.interface not in _members(provider_plugin, "node_node_0000")
     assert _nats(provider_plugin, "lr-edge") == {("dnat_and_snat", "203.0.113.40", w.status.ip)}
-    _annotate(world, "w", {f"{ANN}eip": None})
-    world.settle()
-    assert w.status.interface in _members(provider_plugin, "node_node_0000")
-    assert _nats(provider_plugin, "lr-edge") == set()
-    assert _routes(provider_plugin, "lr-edge") == set()
+    with northd(nb_server) as central:
+        learn_gateway(central, "lr-edge", "100.64.0.254")
+        t = inbound(central, "203.0.113.40", router="lr-edge")
+        assert t.delivered == (w.status.interface,), t.text
+        _annotate(world, "w", {f"{ANN}eip": None})
+        world.settle()
+        assert w.status.interface in _members(provider_plugin, "node_node_0000")
+        assert _nats(provider_plugin, "lr-edge") == set()
+        assert _routes(provider_plugin, "lr-edge") == {EDGE_OUT}
+        # the eip gone: nothing reaches the pod at it, and it leaves as the router
+        t = inbound(central, "203.0.113.40", router="lr-edge")
+        assert not t.delivered, t.text
+        t = out(central, world, "w", router="lr-edge")
+        assert snat_to(t) == "203.0.113.1", t.text
 
 
 def test_an_address_change_on_a_running_pod_is_refused_with_a_condition(

@@ -24,16 +24,19 @@ from podnet.plugins.ovn.rows import (
     OWNER,
     OWNER_VALUE,
     ROLE,
+    ROLE_EXTERNAL,
     ROLE_ROUTER_LINK,
     ROLE_VIP,
+    ROUTER,
     VIPS,
+    ExternalNet,
     RouterLink,
     vip_port_name,
 )
 from podnet.plugins.ovn.secgroups import ACL_GROUP, Acl
 
-__all__ = ["GROUPS", "KEY", "OWNER", "OWNER_VALUE", "Batcher", "NbClient", "PortSpec",
-           "RouterLink", "connect"]
+__all__ = ["GROUPS", "KEY", "OWNER", "OWNER_VALUE", "Batcher", "ExternalNet", "NbClient",
+           "PortSpec", "RouterLink", "connect"]
 
 _counter = 0
 _counter_lock = threading.Lock()
@@ -390,6 +393,172 @@ def _link_ok(api: Any, link: RouterLink) -> bool:
             and lsp.external_ids.get(OWNER) == OWNER_VALUE)
 
 
+def _external_marks(ext: ExternalNet) -> dict[str, str]:
+    return {OWNER: OWNER_VALUE, ROLE: ROLE_EXTERNAL, ROUTER: ext.router}
+
+
+def _external_ok(api: Any, ext: ExternalNet) -> bool:
+    """Whether the replica has ``ext``'s switch marks, localnet port and gateway chassis
+    as they should be (its router link is :func:`_link_ok`'s)."""
+    tables = api.tables
+    marks = _external_marks(ext)
+    ls = _by_name(tables["Logical_Switch"], ext.switch)
+    lrp = _by_name(tables["Logical_Router_Port"], ext.link.lrp)
+    ln = api.lookup("Logical_Switch_Port", ext.localnet, default=None)
+    if ls is None or lrp is None or ln is None:
+        return False
+    if any(ls.external_ids.get(k) != v for k, v in marks.items()):
+        return False
+    if (ln.type != "localnet" or list(ln.addresses) != ["unknown"]
+            or ln.options.get("network_name") != ext.network_name
+            or not any(p.uuid == ln.uuid for p in ls.ports)):
+        return False
+    have = {gc.name: (gc.chassis_name, int(gc.priority)) for gc in lrp.gateway_chassis}
+    if have != ext.gateway_chassis():
+        return False
+    lr = _by_name(tables["Logical_Router"], ext.router)
+    if lr is None:
+        return False
+    nats, routes = _router_rows(lr, ext.router)
+    return bool(set(nats) == {("snat", e, c) for e, c in ext.snat}
+                and set(routes) == {ext.default_route()})
+
+
+def _router_rows(lr: Any, router: str) -> tuple[dict[tuple[str, str, str], Any],
+                                                dict[tuple[str, str], Any]]:
+    """The router-wide NAT rules and routes podnet wrote for ``router``'s external
+    network (not the pods': those carry a record's key)."""
+    def ours(row: Any) -> bool:
+        ids: dict[str, str] = dict(row.external_ids)
+        return (ids.get(OWNER) == OWNER_VALUE and ids.get(ROLE) == ROLE_EXTERNAL
+                and ids.get(ROUTER) == router)
+
+    nats = {(n.type, n.external_ip, n.logical_ip): n for n in lr.nat if ours(n)}
+    routes = {(r.ip_prefix, r.nexthop): r for r in lr.static_routes if ours(r)}
+    return nats, routes
+
+
+class EnsureExternal(ovs_command.BaseCommand):
+    """Mark a router's external switch, and create or correct its localnet port and its
+    gateway port's ``Gateway_Chassis`` rows (set, never added to: a chassis removed from
+    the config loses its row). The switch and the router link exist already
+    (:meth:`NbClient.ensure_infra`)."""
+
+    def __init__(self, api: Any, ext: ExternalNet) -> None:
+        super().__init__(api)
+        self.ext = ext
+
+    def run_idl(self, txn: Any) -> None:
+        tables = self.api.tables
+        ext = self.ext
+        marks = _external_marks(ext)
+        ls = _by_name(tables["Logical_Switch"], ext.switch)
+        lrp = _by_name(tables["Logical_Router_Port"], ext.link.lrp)
+        if ls is None or lrp is None:
+            raise RuntimeError(f"external switch {ext.switch} or router port "
+                               f"{ext.link.lrp} is missing")
+        if any(ls.external_ids.get(k) != v for k, v in marks.items()):
+            ls.external_ids = {**ls.external_ids, **marks}
+        ln = self.api.lookup("Logical_Switch_Port", ext.localnet, default=None)
+        if ln is None:
+            ln = txn.insert(tables["Logical_Switch_Port"])
+            ln.name = ext.localnet
+            ln.external_ids = marks
+            ln.type = "localnet"
+            ln.addresses = ["unknown"]  # it stands for every host on the physical network
+            ln.options = {"network_name": ext.network_name}
+            ls.addvalue("ports", ln)
+        else:
+            if ln.type != "localnet":
+                ln.type = "localnet"
+            if list(ln.addresses) != ["unknown"]:
+                ln.addresses = ["unknown"]
+            if ln.options.get("network_name") != ext.network_name:
+                ln.options = {**ln.options, "network_name": ext.network_name}
+            if not any(p.uuid == ln.uuid for p in ls.ports):
+                ls.addvalue("ports", ln)
+        self._router_rows(txn, marks)
+        want = ext.gateway_chassis()
+        for gc in list(lrp.gateway_chassis):
+            if want.get(gc.name) != (gc.chassis_name, int(gc.priority)):
+                lrp.delvalue("gateway_chassis", gc)  # not root: the database drops it
+            else:
+                want.pop(gc.name)
+        for name, (chassis, priority) in want.items():
+            gc = txn.insert(tables["Gateway_Chassis"])
+            gc.name = name
+            gc.chassis_name = chassis
+            gc.priority = priority
+            gc.external_ids = {OWNER: OWNER_VALUE}
+            lrp.addvalue("gateway_chassis", gc)
+
+    def _router_rows(self, txn: Any, marks: dict[str, str]) -> None:
+        """The default route via the external gateway and the subnets' snat rules, set
+        (a subnet gone from the router loses its rule)."""
+        tables = self.api.tables
+        ext = self.ext
+        lr = _by_name(tables["Logical_Router"], ext.router)
+        nats, routes = _router_rows(lr, ext.router)
+        want_nat = {("snat", e, c) for e, c in ext.snat}
+        for triple, row in nats.items():
+            if triple not in want_nat:
+                lr.delvalue("nat", row)
+        for kind, external, logical in sorted(want_nat - set(nats)):
+            nat = txn.insert(tables["NAT"])
+            nat.type = kind
+            nat.external_ip = external
+            nat.logical_ip = logical
+            nat.external_ids = marks
+            lr.addvalue("nat", nat)
+        want_route = ext.default_route()
+        for pair, row in routes.items():
+            if pair != want_route:
+                lr.delvalue("static_routes", row)
+        if want_route not in routes:
+            route = txn.insert(tables["Logical_Router_Static_Route"])
+            route.ip_prefix, route.nexthop = want_route
+            route.external_ids = marks
+            lr.addvalue("static_routes", route)
+
+
+class DeleteExternals(ovs_command.BaseCommand):
+    """Delete podnet's external networks of routers not in ``keep``: the switch (its
+    ports go with it) and the router's port on it (its gateway chassis go with it)."""
+
+    def __init__(self, api: Any, keep: Sequence[str]) -> None:
+        super().__init__(api)
+        self.keep = set(keep)
+
+    def run_idl(self, txn: Any) -> None:
+        tables = self.api.tables
+        for ls in list(tables["Logical_Switch"].rows.values()):
+            ext = ls.external_ids
+            if ext.get(OWNER) != OWNER_VALUE or ext.get(ROLE) != ROLE_EXTERNAL:
+                continue
+            router = ext.get(ROUTER, "")
+            if router in self.keep:
+                continue
+            lrp_name = RouterLink(router, ls.name, []).lrp
+            for lr in tables["Logical_Router"].rows.values():
+                for lrp in list(lr.ports):
+                    if lrp.name == lrp_name:
+                        lr.delvalue("ports", lrp)
+                nats, routes = _router_rows(lr, router)
+                for row in nats.values():
+                    lr.delvalue("nat", row)
+                for row in routes.values():
+                    lr.delvalue("static_routes", row)
+            ls.delete()
+
+
+def external_switches(api: Any) -> dict[str, str]:
+    """podnet's external switches in the replica: router -> switch."""
+    return {ls.external_ids.get(ROUTER, ""): ls.name
+            for ls in api.tables["Logical_Switch"].rows.values()
+            if ls.external_ids.get(OWNER) == OWNER_VALUE
+            and ls.external_ids.get(ROLE) == ROLE_EXTERNAL}
+
+
 def _acl_key(row: Any) -> tuple[str, int, str, str]:
     return (row.direction, int(row.priority), row.match, row.action)
 
@@ -629,6 +798,33 @@ class NbClient:
                         [n for t, n in missing if t == "Logical_Router"],
                         [n for t, n in missing if t == "Port_Group"],
                         wrong).execute(check_error=True)
+
+    def ensure_externals(self, nets: Sequence[ExternalNet]) -> int:
+        """Each router's external network as configured, and podnet's external networks
+        of the other routers deleted. Writes only what differs (a restart writes nothing).
+        :return: the transactions committed."""
+        before = self.batcher.transactions
+        self.ensure_infra(switches=[e.switch for e in nets], routers=[e.router for e in nets],
+                          links=[e.link for e in nets])
+        keep = [e.router for e in nets]
+        with self._infra_lock:
+            with self.reading():
+                wrong = [e for e in nets if not _external_ok(self.api, e)]
+                stale = set(external_switches(self.api)) - set(keep)
+            if wrong:
+                self.batcher.transactions += 1
+                txn_cmds = [EnsureExternal(self.api, e) for e in wrong]
+                with self.api.transaction(check_error=True) as txn:
+                    for cmd in txn_cmds:
+                        txn.add(cmd)
+            if stale:
+                self.batcher.transactions += 1
+                DeleteExternals(self.api, keep).execute(check_error=True)
+        return self.batcher.transactions - before
+
+    def external_ok(self, ext: ExternalNet) -> bool:
+        with self.reading():
+            return _link_ok(self.api, ext.link) and _external_ok(self.api, ext)
 
     def acls_ok(self, acls: Mapping[str, Sequence[Acl]]) -> bool:
         """Whether every port group named has exactly these podnet ACLs."""

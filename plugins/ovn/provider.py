@@ -61,6 +61,7 @@ from podnet.plugins.ovn.rows import (
     ROLE,
     ROLE_VIP,
     VIPS,
+    ExternalNet,
     RouterLink,
     vip_port_name,
 )
@@ -156,6 +157,17 @@ class Router:
     name: str
     external_ip: str | None = None
     external_gateway: str = "100.64.0.1"
+    #: its external network (``None``: none configured, NAT has no way out)
+    external: ExternalNet | None = None
+
+
+def _router(cfg: OvnRouterConfig) -> Router:
+    ext = cfg.external
+    if ext is None:
+        return Router(cfg.name, cfg.external_ip, cfg.external_gateway or "100.64.0.1")
+    net = ExternalNet(cfg.name, ext.address, ext.gateway, ext.network_name, ext.chassis)
+    return Router(cfg.name, cfg.external_ip or str(ipaddress.ip_interface(ext.address).ip),
+                  ext.gateway, net)
 
 
 @attrs.define
@@ -358,15 +370,90 @@ class OvnSubnetConfig:
     mtu: int | None = attrs.field(default=None, metadata=between(68, 65535))
 
 
-@section()
+def _interface(value: str) -> str:
+    """``ADDRESS/PREFIXLEN``: the router's address on its external network."""
+    try:
+        iface = ipaddress.ip_interface(value)
+    except (ValueError, TypeError):
+        raise ValueError(f"expected ADDRESS/PREFIXLEN, got {show(value)}") from None
+    if "/" not in value or iface.ip == iface.network.network_address:
+        raise ValueError(f"expected ADDRESS/PREFIXLEN (a host's address), got {show(value)}")
+    return value
+
+
+def _chassis_list(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if (not isinstance(value, list | tuple) or not value
+            or not all(isinstance(c, str) and c.strip() for c in value)):
+        raise ValueError("expected a non-empty list of chassis names (highest priority first)")
+    if len(set(value)) != len(value):
+        raise ValueError("a chassis is named twice")
+    return tuple(value)
+
+
+def _cidr(value: str) -> str:
+    try:
+        ipaddress.ip_network(value, strict=True)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+def _check_external(cfg: OvnExternalConfig) -> None:
+    iface = ipaddress.ip_interface(cfg.address)
+    if cfg.cidr is not None and ipaddress.ip_network(cfg.cidr) != iface.network:
+        raise invalid(f"{cfg.address} is not in {cfg.cidr}", "address")
+    gateway = ipaddress.ip_address(cfg.gateway)
+    if gateway.version != iface.version or gateway not in iface.network:
+        raise invalid(f"{cfg.gateway} is not on the external network {iface.network}",
+                      "gateway")
+    if gateway == iface.ip:
+        raise invalid(f"{cfg.gateway} is the router's own address", "gateway")
+
+
+@section(check=_check_external)
+@attrs.frozen
+class OvnExternalConfig:
+    """A router's ``external``: the network its NAT leaves by."""
+
+    #: the router's address there, with the network's prefix length
+    address: str = attrs.field(metadata=rule(_interface))
+    #: the next hop out (the physical network's router)
+    gateway: str = attrs.field(metadata=rule(_ip))
+    #: what the chassis' ``ovn-bridge-mappings`` map to a bridge
+    network_name: str = attrs.field(metadata=text(strip=True))
+    #: where the gateway port (and so the NAT) runs, highest priority first
+    chassis: tuple[str, ...] = attrs.field(metadata=rule(parse=_chassis_list))
+    #: optional: the network, checked against ``address``
+    cidr: str | None = attrs.field(default=None, metadata=rule(_cidr))
+
+
+def _check_router(cfg: OvnRouterConfig) -> None:
+    ext = cfg.external
+    if ext is None:
+        return
+    if cfg.external_gateway is not None and cfg.external_gateway != ext.gateway:
+        raise invalid(f"{cfg.external_gateway} differs from external.gateway {ext.gateway} "
+                      "(leave it out: it defaults to it)", "external_gateway")
+    if cfg.external_ip is not None and (ipaddress.ip_address(cfg.external_ip).version
+                                        != ipaddress.ip_interface(ext.address).version):
+        raise invalid(f"{cfg.external_ip} is not of external.address's family",
+                      "external_ip")
+
+
+@section(check=_check_router)
 @attrs.frozen
 class OvnRouterConfig:
     """One entry of ``providers.ovn.routers``."""
 
     name: str = attrs.field(metadata=text())
+    #: default: ``external.address``'s address (when there is an ``external``)
     external_ip: str | None = attrs.field(default=None, metadata=rule(_ip))
-    #: default 100.64.0.1
+    #: default: ``external.gateway``, else 100.64.0.1
     external_gateway: str | None = attrs.field(default=None, metadata=rule(_ip))
+    #: the external network; without it NAT rules are written but translate nothing
+    external: OvnExternalConfig | None = None
 
 
 def _remote(value: str) -> str:
@@ -403,6 +490,13 @@ def _security_groups(value: object) -> dict[str, Any]:
 
 def _check_config(cfg: OvnConfig) -> None:
     names = [s.name for s in cfg.subnets]
+    routers = [r.name for r in cfg.routers]
+    if len(set(routers)) != len(routers):
+        raise invalid("router names must be unique", "routers")
+    for i, r in enumerate(cfg.routers):
+        if r.external is not None and f"ext-{r.name}" in names:
+            raise invalid(f"a subnet is named ext-{r.name}, the name of router {r.name}'s "
+                          "external switch", "routers", i, "external")
     if len(set(names)) != len(names):
         raise invalid("subnet names must be unique", "subnets")
     if sum(s.default for s in cfg.subnets) > 1:
@@ -491,6 +585,8 @@ class OvnProvider:
         #: the groups' ACLs are to be written and unused groups swept (at the next use of
         #: the client: after a start, a reconnect to a new NB, or a config change)
         self._sg_dirty = True
+        #: the routers' external networks are to be written (and removed ones deleted)
+        self._ext_dirty = True
         self.config = OvnConfig()
         self._configure({"subnets": list(subnets) or [_DEFAULT_SUBNET],
                          "routers": list(routers), "networks": dict(networks or {}),
@@ -521,6 +617,9 @@ class OvnProvider:
             if self._sg_dirty:
                 self._sync_security_groups(self._client)
                 self._sg_dirty = False
+            if self._ext_dirty:
+                self._client.ensure_externals(self._externals())
+                self._ext_dirty = False
             return self._client
 
     @property
@@ -542,9 +641,33 @@ class OvnProvider:
             self._client = None
             self._synced = False
             self._sg_dirty = True
+            self._ext_dirty = True
             if self._dataplane is not None:
                 self._dataplane.close()
             self._dataplane = None
+
+    def _externals(self) -> list[ExternalNet]:
+        """The routers' external networks, each with a ``snat`` rule to the router's
+        ``external_ip`` for each of its subnets' CIDRs of the external family."""
+        nets = []
+        for router in self.routers.values():
+            ext = router.external
+            if ext is None:
+                continue
+            ext.snat = [(router.external_ip or "", str(net))
+                        for s in self.subnets.values() if s.router == router.name
+                        for net in s.networks() if net.version == ext.family]
+            nets.append(ext)
+        return nets
+
+    def _repair_external(self, client: NbClient, routers: Sequence[str]) -> None:
+        """A router's external network changed behind podnet's back (or NB lost it) is
+        written again before a pod of it is routed (reads only when it is as it should)."""
+        nets = [r.external for name in routers
+                if (r := self.routers.get(name)) is not None and r.external is not None]
+        if nets and not all(client.external_ok(e) for e in nets):
+            with self.lock:
+                client.ensure_externals(self._externals())
 
     def _rebuild(self, client: NbClient) -> None:
         """Every address on a port in NB is held: podnet's ports by their record, the
@@ -622,8 +745,10 @@ class OvnProvider:
             self.reconnect_backoff_ms = (low, high)
         if "seed" in config and cfg.seed is not None:
             self.ipam.random.seed(cfg.seed)
-        routers = {r.name: Router(r.name, r.external_ip, r.external_gateway or "100.64.0.1")
-                   for r in cfg.routers} if initial or "routers" in config else {}
+        routers = {r.name: _router(r) for r in cfg.routers} \
+            if initial or "routers" in config else {}
+        if initial or "routers" in config:
+            self._ext_dirty = True
         if initial or "subnets" in config:
             subnets = [_subnet(s) for s in cfg.subnets]
             if not any(s.default for s in subnets):
@@ -632,6 +757,7 @@ class OvnProvider:
                 if s.router and s.router not in routers:
                     routers[s.router] = Router(s.router)
             self.subnets = {s.name: s for s in subnets}
+            self._ext_dirty = True  # the routers' snat rules follow their subnets
         self.routers = routers or self.routers
         if initial or "networks" in config:
             self.networks = dict(cfg.networks)
@@ -948,6 +1074,7 @@ class OvnProvider:
                                 links=[link] if link is not None else [])
             if acls:
                 client.ensure_acls(acls)
+            self._repair_external(client, routers)
             client.run([client.ensure_port(spec)])
         except BaseException:
             with self.lock:
@@ -1230,8 +1357,9 @@ def _virtual_ip(lsp: Any) -> str | None:
 def _nat_rules(eip: str | None, snat: bool, router: Router, v4: str | None, v6: str | None
                ) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
     """The NAT rules and source routes of a pod on ``router``, as Kube-OVN writes them:
-    ``eip`` a ``dnat_and_snat`` rule, ``snat`` a ``snat`` rule (external address: the
-    router's ``external_ip``, else the pod's eip), both when both are asked for. A rule
+    ``eip`` a ``dnat_and_snat`` rule, ``snat`` a ``snat`` rule to the router's
+    ``external_ip`` (with an eip, the eip's rule alone: it translates the pod's own
+    connections to the eip). A rule
     translates the pod's address of the external address's family (a dual-stack pod's
     other address is not translated); a source route sends that address to the router's
     ``external_gateway``, which must be of the same family."""
@@ -1239,12 +1367,13 @@ def _nat_rules(eip: str | None, snat: bool, router: Router, v4: str | None, v6: 
     asked: list[tuple[str, str, str]] = []
     if eip:
         asked.append(("dnat_and_snat", eip, "eip"))
-    if snat:
-        external = router.external_ip or eip
-        if not external:
+    if snat and not eip:
+        # with an eip its dnat_and_snat rule is the pod's snat: a snat rule of the same
+        # address next to it would leave OVN's choice between the two to chance
+        if not router.external_ip:
             raise InvalidRequest(_field("snat"), f"router {router.name} has no "
                                  "external_ip and the pod names no eip")
-        asked.append(("snat", external, "snat"))
+        asked.append(("snat", router.external_ip, "snat"))
     routes: list[tuple[str, str]] = []
     gateway = ipaddress.ip_address(router.external_gateway)
     for kind, external, field in asked:
@@ -1258,7 +1387,9 @@ def _nat_rules(eip: str | None, snat: bool, router: Router, v4: str | None, v6: 
                                  f"but router {router.name}'s external_gateway {gateway} is "
                                  f"IPv{gateway.version}")
         nats.append((kind, external, logical))
-        if (logical, str(gateway)) not in routes:
+        # with an external network the router's default route takes the pod out (a
+        # source route would also take its traffic to the router's other subnets out)
+        if router.external is None and (logical, str(gateway)) not in routes:
             routes.append((logical, str(gateway)))
     return nats, routes
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-__all__ = ["GROUPS", "KEY", "OWNER", "OWNER_VALUE", "ROLE", "ROLE_ROUTER_LINK", "ROLE_VIP",
-           "VIPS", "RouterLink", "link_mac", "vip_port_name"]
+__all__ = ["GROUPS", "KEY", "OWNER", "OWNER_VALUE", "ROLE", "ROLE_EXTERNAL", "ROLE_ROUTER_LINK",
+           "ROLE_VIP", "ROUTER", "VIPS", "ExternalNet", "RouterLink", "link_mac",
+           "vip_port_name"]
 
 #: external_ids key naming the PodNetwork record a row belongs to
 KEY = "podnet/key"
@@ -18,6 +19,10 @@ GROUPS = "podnet/groups"
 #: what an infrastructure row of podnet's is for (pods' ports carry no role, but a KEY)
 ROLE = "podnet/role"
 ROLE_ROUTER_LINK = "router-link"
+#: a router's external network: its switch and that switch's localnet port
+ROLE_EXTERNAL = "external"
+#: on an external switch: the router it belongs to
+ROUTER = "podnet/router"
 #: a virtual port (``type=virtual``) holding one of a pod's VIPs (``podnet.io/vips``);
 #: its KEY is the record's, like the pod's own port
 ROLE_VIP = "vip"
@@ -56,3 +61,48 @@ class RouterLink:
 
     def __repr__(self) -> str:
         return f"RouterLink({self.lrp} {self.mac} {self.networks} <-> {self.lsp})"
+
+
+class ExternalNet:
+    """A router's way out: a logical switch ``ext-{router}`` with a ``localnet`` port
+    ``ext-{router}-localnet`` (its ``network_name`` is what a chassis maps to a bridge in
+    ``ovn-bridge-mappings``), joined to the router by a :class:`RouterLink` whose router
+    port holds the router's external address and is a distributed gateway port: its
+    ``Gateway_Chassis`` rows (``chassis`` first = highest priority) say where NAT runs."""
+
+    __slots__ = ("chassis", "gateway", "link", "localnet", "network_name", "snat", "switch")
+
+    def __init__(self, router: str, address: str, gateway: str, network_name: str,
+                 chassis: Sequence[str]) -> None:
+        self.switch = f"ext-{router}"
+        self.localnet = f"{self.switch}-localnet"
+        self.link = RouterLink(router, self.switch, [address])
+        self.gateway = gateway
+        self.network_name = network_name
+        self.chassis = list(chassis)
+        #: the router-wide ``snat`` rules (external address, a subnet's CIDR): every pod
+        #: of the router's subnets leaves translated (a pod's own eip or snat rule, a /32,
+        #: comes first); set from the subnets when written
+        self.snat: list[tuple[str, str]] = []
+
+    @property
+    def family(self) -> int:
+        return 6 if ":" in self.gateway else 4
+
+    def default_route(self) -> tuple[str, str]:
+        """(prefix, next hop) of the router's default route."""
+        return ("::/0" if self.family == 6 else "0.0.0.0/0", self.gateway)
+
+    @property
+    def router(self) -> str:
+        return self.link.router
+
+    def gateway_chassis(self) -> dict[str, tuple[str, int]]:
+        """``Gateway_Chassis`` name -> (chassis, priority), as ``ovn-nbctl
+        lrp-set-gateway-chassis`` names them."""
+        count = len(self.chassis)
+        return {f"{self.link.lrp}-{c}": (c, count - i) for i, c in enumerate(self.chassis)}
+
+    def __repr__(self) -> str:
+        return (f"ExternalNet({self.link!r} via {self.gateway}, {self.localnet} on "
+                f"{self.network_name}, chassis {self.chassis})")

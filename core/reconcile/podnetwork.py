@@ -120,9 +120,13 @@ ATTR_DRIFT = "podnet.drift"
 #: how long to wait before looking again at a pod network waiting for an address
 _WAIT_RECHECK = 5.0
 #: a wait for an address is written on the record (Ready=False, WaitingForAddress) only
-#: once it has lasted this long: in a burst most waits end sooner, and each such write
-#: would cost an API write per pod network
+#: once it has lasted this long while the node's pool says why it cannot serve (a failed
+#: grow, at capacity) ...
 WAIT_SAID_AFTER = _WAIT_RECHECK
+#: ... or this long while the pool grows without trouble: a cold burst on a rate-limited
+#: cloud fills its nodes in about ten seconds, and a write per waiting pod network would
+#: cost a third more API writes (P8) to say what a healthy pool is doing anyway
+WAIT_SAID_AFTER_GROWING = 30.0
 #: the Ready reason of a pod network waiting for its node's pool
 WAITING_FOR_ADDRESS = "WaitingForAddress"
 
@@ -890,15 +894,17 @@ class PodNetworkReconciler:
         """``pn`` waits for an address of ``pool`` (in ``subnet``): a waiter, woken by the
         node's pass once the pool has one for it. New waiters ask that pass for a grow;
         the record says it waits (Ready=False, ``WaitingForAddress``) only once the wait
-        has lasted :data:`WAIT_SAID_AFTER`, and only when that changes."""
+        has lasted :data:`WAIT_SAID_AFTER` with the pool blocked, or
+        :data:`WAIT_SAID_AFTER_GROWING` without, and only when that changes."""
         now = self.clock.monotonic()
         if pool.wait_for_address(pn.key, subnet, now, queued=queued):
             self.enqueue.node(pn.spec.node_name)
         if traceparent and not pn.status.traceparent:
             self._first_trace.setdefault(pn.key, traceparent)
-        if pool.waited(pn.key, now) < WAIT_SAID_AFTER:
-            return
         blocked = pool.last_error
+        waited = pool.waited(pn.key, now)
+        if waited < (WAIT_SAID_AFTER if blocked else WAIT_SAID_AFTER_GROWING):
+            return
         message = one_line(f"waiting for an address: {why}" + (f"; {blocked}" if blocked else ""))
         self._set_ready(pn, "False", WAITING_FOR_ADDRESS, message,
                         pn.status.traceparent or self._first_trace.pop(pn.key, None))

@@ -741,6 +741,9 @@ class PodNetworkReconciler:
 
     def _invalid(self, pn: PodNetwork, pod: PodInfo, exc: InvalidRequest) -> Result:
         """Bad input: say so on the record and the pod, allocate nothing, don't retry."""
+        waiting_in = self.pools.find(pn.spec.provider, pn.spec.node_name)
+        if waiting_in is not None:
+            waiting_in.stop_waiting(pn.key)  # it takes nobody's turn while it cannot take one
         message = one_line(f"pod {pod.key}: {exc}")
         if self._set_ready(pn, "False", "InvalidRequest", message):
             self.records.event(pn, "InvalidRequest", message)

@@ -219,3 +219,25 @@ def test_only_news_asks_the_node_for_a_grow() -> None:
     assert pool.waited("ns/a", 7.0) == 7.0
     pool.stop_waiting("ns/a")
     assert pool.waited("ns/a", 8.0) == 0.0
+
+
+def test_metrics_show_waits_as_waiting_and_count_the_waiters() -> None:
+    from podnet.core.metrics import Metrics
+
+    rig = Rig(PoolPolicy(min_idle=2, max_idle=8, batch_size=4, max_batch_size=8,
+                         reuse_cooldown=0.0))
+    metrics = Metrics()
+    metrics.attach(rig.engine)
+    node = rig.node(0)
+    rig.settle()
+    rig.plugin.refusals = 1_000
+    rig.pod("web", node)
+    rig.settle(advance=WAIT_SAID_AFTER)
+    text = metrics.render().decode()
+    assert 'outcome="error"' not in text
+    assert 'outcome="waiting",transition="pod_network.allocate"' in text
+    assert 'podnet_pod_networks_waiting{provider="reference"} 1.0' in text
+    rig.plugin.refusals = 0
+    rig.settle(advance=WAIT_SAID_AFTER * 2)
+    text = metrics.render().decode()
+    assert 'podnet_pod_networks_waiting{provider="reference"} 0.0' in text

@@ -810,7 +810,8 @@ class PodNetworkReconciler:
             pool = self.pools.get(provider, pn.spec.node_name)
             if not pool.synced:
                 # the pool is rebuilt from inventory + records before any allocation
-                pool.wait_for_address(pn.key, None, self.clock.monotonic())
+                pool.wait_for_address(pn.key, pool.waiting.get(pn.key),
+                                      self.clock.monotonic(), queued=self._takes_any(pn))
                 self.enqueue.node(pn.spec.node_name)
                 return pn
             if self._takes_any(pn):

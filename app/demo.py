@@ -101,6 +101,9 @@ class DemoReport:
     duplicate_ips: int = 0
     duration_s: float = 0.0
     transitions: dict[str, int] = attrs.field(factory=dict)
+    #: attempts that failed, and attempts that found no address and waited (no failure)
+    failed_transitions: dict[str, int] = attrs.field(factory=dict)
+    waited_transitions: dict[str, int] = attrs.field(factory=dict)
     cloud_calls: dict[str, int] = attrs.field(factory=dict)
     provider_calls: dict[str, int] = attrs.field(factory=dict)
     writes: dict[str, int] = attrs.field(factory=dict)
@@ -357,6 +360,8 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
     report.routed = _progress(cluster)[0]
     _audit(report, cluster, engine, audited, releases)
     report.transitions = dict(sorted(engine.stats.transitions.items()))
+    report.failed_transitions = dict(sorted(engine.stats.failed_transitions.items()))
+    report.waited_transitions = dict(sorted(engine.stats.waited_transitions.items()))
     report.released = engine.stats.transitions.get("pod_network.finish", 0)
     report.provider_calls = dict(sorted(engine.stats.provider_calls.items()))
     report.writes = dict(sorted(engine.stats.writes.items()))

@@ -113,6 +113,8 @@ class Stats:
 
     transitions: Counter[str] = attrs.field(factory=Counter)
     failed_transitions: Counter[str] = attrs.field(factory=Counter)
+    #: attempts that found no address to take (PoolEmpty): waits, not failures
+    waited_transitions: Counter[str] = attrs.field(factory=Counter)
     provider_calls: Counter[str] = attrs.field(factory=Counter)
     reconciles: Counter[str] = attrs.field(factory=Counter)
     reconcile_errors: Counter[str] = attrs.field(factory=Counter)
@@ -173,7 +175,8 @@ class Engine:
         #: the one way either machine's state changes
         self.transitions = Transitions(
             self.tracing, succeeded=self.stats.transitions,
-            failed=self.stats.failed_transitions, notify=self.gateway.notify_transition)
+            failed=self.stats.failed_transitions, waited=self.stats.waited_transitions,
+            notify=self.gateway.notify_transition)
 
         self.podnetworks = PodNetworkReconciler(
             caches=self.caches, records=self.records, enqueue=self.enqueue,

@@ -30,6 +30,8 @@ class _Counts(Protocol):
     @property
     def failed_transitions(self) -> Mapping[str, int]: ...
     @property
+    def waited_transitions(self) -> Mapping[str, int]: ...
+    @property
     def writes(self) -> Mapping[str, int]: ...
 
 
@@ -118,7 +120,19 @@ class _EngineCollector(Collector):
             transitions.add_metric([name, "ok"], count)
         for name, count in e.stats.failed_transitions.items():
             transitions.add_metric([name, "error"], count)
+        # found no address to take: waits, not errors (an alert on "error" stays quiet)
+        for name, count in e.stats.waited_transitions.items():
+            transitions.add_metric([name, "waiting"], count)
         yield transitions
+        waiters = GaugeMetricFamily("podnet_pod_networks_waiting",
+                                    "Pod networks waiting for an address of their node's "
+                                    "pool.", labels=["provider"])
+        per_provider: dict[str, int] = {}
+        for p in e.pools.all():
+            per_provider[p.provider] = per_provider.get(p.provider, 0) + len(p.waiting)
+        for provider, count in sorted(per_provider.items()):
+            waiters.add_metric([provider], count)
+        yield waiters
         writes = CounterMetricFamily("podnet_record_writes", "Writes to the API server.",
                                      labels=["write"])
         for name, count in e.stats.writes.items():

@@ -200,9 +200,15 @@ class NodePool:
         self.synced = False
         #: monotonic time of the last inventory read (rebuild or GC resync)
         self.inventory_at = 0.0
-        #: PodNetwork keys waiting for an address on this node, with the subnet they need
+        #: PodNetwork keys waiting for an address on this node, with the subnet they need,
+        #: in the order they arrived
         self.waiting: dict[str, str | None] = {}
         self.waiting_since: float | None = None
+        #: when each waiting key started waiting (monotonic)
+        self._waiting_from: dict[str, float] = {}
+        #: the waiting keys whose request any idle address of theirs serves (no static
+        #: address), in arrival order: each is served before those behind it
+        self._queued: dict[str, None] = {}
         #: addresses the cloud has that nobody owns and no pool record holds: first seen
         self.suspects: dict[str, float] = {}
         #: batch policy state (halved on quota errors, reset on success)
@@ -544,15 +550,62 @@ class NodePool:
                     a.owner = None
                     self._released(a.address)
 
-    def wait_for_address(self, key: str, subnet: str | None, now: float) -> None:
+    def wait_for_address(self, key: str, subnet: str | None, now: float, *,
+                         queued: bool = False) -> bool:
+        """``key`` waits for an address (in ``subnet``); ``queued``: any idle address
+        (of that subnet) serves it, so it takes its turn (:meth:`serves_next`).
+        :return: whether this is news for the pool (a new waiter, or another subnet): the
+        node's pass is then due, not on every look at an old waiter."""
         with self.lock:
             if not self.waiting:
                 self.waiting_since = now
+            news = key not in self.waiting or self.waiting[key] != subnet
             self.waiting[key] = subnet
+            self._waiting_from.setdefault(key, now)
+            if queued:
+                self._queued.setdefault(key, None)
+            else:
+                self._queued.pop(key, None)
+            return news
+
+    def waited(self, key: str, now: float) -> float:
+        """How long ``key`` has waited (0 when it does not wait)."""
+        since = self._waiting_from.get(key)
+        return 0.0 if since is None else now - since
+
+    def serves_next(self, key: str, subnet: str | None, now: float) -> bool:
+        """Whether an idle address (in ``subnet``) is there for ``key`` once the queued
+        waiters ahead of it took theirs: pod networks are served in the order they
+        arrived, and one that would find nothing makes no provider call."""
+        with self.lock:
+            if not self._queued:
+                return self.first_idle(now, subnet) is not None
+            anywhere = 0  # waiters ahead that take any idle address
+            within: dict[str, int] = {}  # waiters ahead that take one of their subnet's
+            for other in self._queued:
+                if other == key:
+                    break
+                wanted = self.waiting.get(other)
+                if wanted is None:
+                    anywhere += 1
+                else:
+                    within[wanted] = within.get(wanted, 0) + 1
+            idle = self.idle_addresses(now)
+            if subnet is not None:
+                mine = sum(1 for a in idle if a.subnet == subnet)
+                return mine > within.get(subnet, 0) + anywhere
+            # a waiter for a subnet with no idle address there takes nothing of ours
+            per_subnet: dict[str | None, int] = {}
+            for a in idle:
+                per_subnet[a.subnet] = per_subnet.get(a.subnet, 0) + 1
+            taken = anywhere + sum(min(n, per_subnet.get(s, 0)) for s, n in within.items())
+            return len(idle) > taken
 
     def stop_waiting(self, key: str) -> None:
         with self.lock:
             self.waiting.pop(key, None)
+            self._waiting_from.pop(key, None)
+            self._queued.pop(key, None)
             if not self.waiting:
                 self.waiting_since = None
 
@@ -877,6 +930,8 @@ class Reservation:
             # already this pod network's (an earlier write whose answer was lost): a
             # rollback must not free it
             self._was_mine = entry.owner == self._owner
+            # its turn is over: those behind it count the idle addresses left
+            pool._queued.pop(self._owner, None)
             entry.owner = self._owner
             self.taken = entry.address
             return entry.entry()

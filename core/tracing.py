@@ -74,6 +74,9 @@ __all__ = [
     "ATTR_RPC_SYSTEM",
     "ATTR_TO",
     "ATTR_TRIGGER",
+    "ATTR_WAITING",
+    "ATTR_WAITING_REASON",
+    "EVENT_WAITING",
     "JsonLinesSpanExporter",
     "Tracing",
     "TransitionSpan",
@@ -99,6 +102,12 @@ ATTR_INTERFACE: Final = "podnet.interface"
 #: OpenTelemetry's semantic convention for a container's id (the CNI sandbox)
 ATTR_CONTAINER: Final = "container.id"
 ATTR_ERROR_TYPE: Final = "error.type"
+#: what a transition attempt that found nothing to take waits for (``address``): the
+#: attempt is a wait, not a failure, and its span is not ERROR
+ATTR_WAITING: Final = "podnet.waiting"
+#: the span event of such an attempt, and its attribute saying why
+EVENT_WAITING: Final = "waiting"
+ATTR_WAITING_REASON: Final = "podnet.waiting.reason"
 ATTR_RPC_SYSTEM: Final = "rpc.system"
 ATTR_RPC_METHOD: Final = "rpc.method"
 
@@ -111,6 +120,12 @@ def _error_type(exc: BaseException) -> str:
         return type(exc).__qualname__
     # ErrorKind is a StrEnum; a plain Enum's str() would be "Cls.MEMBER", so take the value
     return str(kind.value) if isinstance(kind, enum.Enum) else str(kind)
+
+
+def _is_wait(exc: BaseException) -> bool:
+    """A provider's answer that no idle address fits (``ErrorKind.POOL_EMPTY``, a
+    StrEnum): what its caller waits on, not a failure."""
+    return getattr(exc, "kind", None) == "pool_empty"
 
 
 def _mark_failed(span: Span, exc: BaseException, *, event: bool) -> None:
@@ -259,9 +274,14 @@ class _SpanScope(AbstractContextManager[Span]):
         if self._token is not None:
             context_api.detach(self._token)
         span = self._span
-        # like OpenTelemetry's use_span: BaseException (cancel, exit) is not a failure
+        # like OpenTelemetry's use_span: BaseException (cancel, exit) is not a failure;
+        # nor is a provider finding no idle address (its transition waits)
         if exc is not None and isinstance(exc, Exception):
-            _mark_failed(span, exc, event=False)
+            if _is_wait(exc):
+                if span.is_recording():
+                    span.set_attribute(ATTR_WAITING, "address")
+            else:
+                _mark_failed(span, exc, event=False)
         span.end()
 
 
@@ -273,7 +293,8 @@ class TransitionSpan(AbstractContextManager["TransitionSpan"]):
     and the exception goes on.
     """
 
-    __slots__ = ("_attributes", "_name", "_span", "_token", "_traceparent", "_tracer")
+    __slots__ = ("_attributes", "_name", "_span", "_token", "_traceparent", "_tracer",
+                 "_waiting")
 
     def __init__(
         self,
@@ -288,6 +309,7 @@ class TransitionSpan(AbstractContextManager["TransitionSpan"]):
         self._traceparent = traceparent
         self._span: Span = INVALID_SPAN
         self._token: Token[Context] | None = None
+        self._waiting = False
 
     @property
     def traceparent(self) -> str | None:
@@ -314,6 +336,17 @@ class TransitionSpan(AbstractContextManager["TransitionSpan"]):
     def succeeded(self, dest: str) -> None:
         """Record the state the transition reached."""
         self._span.set_attribute(ATTR_TO, dest)
+
+    def waiting(self, what: str, reason: str) -> None:
+        """The attempt waits for ``what`` (``address``) rather than failing: the span
+        gets ``podnet.waiting`` and a ``waiting`` event saying why (redacted), and the
+        exception ending it does not make it ERROR."""
+        self._waiting = True
+        span = self._span
+        if not span.is_recording():
+            return
+        span.set_attribute(ATTR_WAITING, what)
+        span.add_event(EVENT_WAITING, {ATTR_WAITING: what, ATTR_WAITING_REASON: redact(reason)})
 
     def __enter__(self) -> TransitionSpan:
         tracer = self._tracer
@@ -360,7 +393,7 @@ class TransitionSpan(AbstractContextManager["TransitionSpan"]):
         if self._token is not None:
             context_api.detach(self._token)
         span = self._span
-        if isinstance(exc, Exception):
+        if isinstance(exc, Exception) and not self._waiting:
             _mark_failed(span, exc, event=True)
         span.end()
         return None

@@ -8,6 +8,11 @@ write, run before the state changes), ``stats.transitions`` or
 whether the attempt succeeded or not. A failed attempt changes no state; what its
 caller makes of the failure (a condition and an Event, a retry) is the ``failed``
 handler, called once the span has ended.
+
+An attempt that raised :class:`PoolEmpty` found no address to take: it waits, it did not
+fail. It changes no state either, but it is counted in ``waited`` (not ``failed``), its
+span is not ERROR (it says what it waits for) and the ``failed`` handler decides how it
+waits.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any, TypeVar, overload
 
 import attrs
 
+from podnet.core.errors import PoolEmpty
 from podnet.core.machines import StateMachine
 from podnet.core.tracing import Tracing, TransitionSpan
 from podnet.hookspecs.types import TransitionEvent
@@ -44,14 +50,16 @@ class Subject:
 
 
 class Transitions:
-    """Runs transitions, counting them in ``succeeded`` / ``failed`` (by
+    """Runs transitions, counting them in ``succeeded`` / ``failed`` / ``waited`` (by
     ``machine.trigger``) and telling ``notify`` of each attempt."""
 
     def __init__(self, tracing: Tracing, *, succeeded: Counter[str], failed: Counter[str],
-                 notify: Callable[[TransitionEvent], None]) -> None:
+                 notify: Callable[[TransitionEvent], None],
+                 waited: Counter[str] | None = None) -> None:
         self._tracing = tracing
         self._succeeded = succeeded
         self._failed = failed
+        self._waited: Counter[str] = waited if waited is not None else Counter()
         self._notify = notify
 
     @overload
@@ -87,6 +95,11 @@ class Transitions:
             with span:
                 try:
                     dest, result = machine.fire(subject.state, trigger, lambda: action(span))
+                except PoolEmpty as exc:
+                    span.waiting("address", str(exc))
+                    self._waited[name] += 1
+                    self._notify(_event(machine, trigger, subject, None, exc))
+                    raise
                 except BaseException as exc:
                     self._failed[name] += 1
                     self._notify(_event(machine, trigger, subject, None, exc))

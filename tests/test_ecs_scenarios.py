@@ -18,6 +18,7 @@ import pytest
 from podnet.core.cluster.port import POD_NETWORK
 from podnet.core.models import Phase
 from podnet.core.policy import PoolPolicy
+from podnet.core.reconcile.podnetwork import WAIT_SAID_AFTER
 from podnet.plugins.ecs.demo import KIT_POLICY, EcsWorld, instance_id_for
 from podnet.plugins.ecs.provider import POLICY, EcsProvider
 from podnet.testing.harness import HookRecorder, World
@@ -236,6 +237,7 @@ def test_tiny_node_capacity_is_its_secondary_enis(world: World, ecs: EcsWorld,
     assert ecs.sim.calls["CreateNetworkInterface"] == 3
     record = world.record_of("p9")
     assert record is not None and record.status.phase is Phase.PENDING
+    world.settle(advance=WAIT_SAID_AFTER)  # a wait is said once it lasts
     assert any("capacity" in m or "interfaces" in m for m in conditions_of(world, "p9"))
     for i in range(10):
         world.delete_pod(f"p{i}")

@@ -27,6 +27,7 @@ from podnet.core.engine import Engine, EngineOptions
 from podnet.core.models import FINALIZER
 from podnet.core.plugin import new_plugin_manager
 from podnet.core.policy import PoolPolicy
+from podnet.core.reconcile.podnetwork import WAIT_SAID_AFTER
 from podnet.core.tracing import Tracing
 from podnet.hookspecs import hookimpl
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
@@ -619,9 +620,15 @@ def test_grow_failure_leaves_the_pod_pending_with_a_condition_naming_why() -> No
     rig.settle(advance=1)
     record = rig.record_of(pod)
     assert phase(record) == "Pending"
+    # a short wait is not written (a burst's waits would cost a write each)
+    assert "conditions" not in record["status"]
+    rig.settle(advance=WAIT_SAID_AFTER)
+    record = rig.record_of(pod)
+    assert phase(record) == "Pending"
     ready = {c["type"]: c for c in record["status"]["conditions"]}["Ready"]
     assert ready["reason"] == "WaitingForAddress"
     assert "subnet_exhausted" in ready["message"]
+    assert not rig.engine.stats.failed_transitions, "waiting is not failing"
     rig.cloud.scripted.clear()
     rig.settle(advance=700)
     assert phase(rig.record_of(pod)) == "Routed"
@@ -689,7 +696,8 @@ def test_every_transition_attempt_is_one_span_and_a_lifecycle_is_one_trace() -> 
         assert ok.attributes[key] == value, key
     assert ok.attributes["podnet.ip"]
     all_transitions = sum(rig.engine.stats.transitions.values()) + sum(
-        rig.engine.stats.failed_transitions.values())
+        rig.engine.stats.failed_transitions.values()) + sum(
+        rig.engine.stats.waited_transitions.values())
     transition_spans = [s for s in exporter.get_finished_spans()
                         if s.name.startswith(("pod_network.", "eni."))]
     assert len(transition_spans) == all_transitions

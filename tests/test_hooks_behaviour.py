@@ -106,7 +106,8 @@ def test_podnet_transition_reports_every_attempt_in_order_to_a_listener() -> Non
     assert routed.attributes["node"] == node and routed.attributes["ip"]
     # every counted transition was broadcast, and nothing else
     stats = rig.engine.stats
-    counted = sum(stats.transitions.values()) + sum(stats.failed_transitions.values())
+    counted = (sum(stats.transitions.values()) + sum(stats.failed_transitions.values())
+               + sum(stats.waited_transitions.values()))
     assert len(listener.events) == counted
 
 

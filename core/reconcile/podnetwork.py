@@ -84,7 +84,7 @@ from podnet.core.objects import (
 )
 from podnet.core.ownership import Ownership
 from podnet.core.placement import Placement
-from podnet.core.pool import Pools, Reservation
+from podnet.core.pool import NodePool, Pools, Reservation
 from podnet.core.reconcile.requests import REQUESTS_APPLIED
 from podnet.core.reconcile.requests import compare as compare_requests
 from podnet.core.reconcile.result import DONE, Result
@@ -119,6 +119,16 @@ ANNOTATIONS = "AnnotationsRecognized"
 ATTR_DRIFT = "podnet.drift"
 #: how long to wait before looking again at a pod network waiting for an address
 _WAIT_RECHECK = 5.0
+#: a wait for an address is written on the record (Ready=False, WaitingForAddress) only
+#: once it has lasted this long while the node's pool says why it cannot serve (a failed
+#: grow, at capacity) ...
+WAIT_SAID_AFTER = _WAIT_RECHECK
+#: ... or this long while the pool grows without trouble: a cold burst on a rate-limited
+#: cloud fills its nodes in about ten seconds, and a write per waiting pod network would
+#: cost a third more API writes (P8) to say what a healthy pool is doing anyway
+WAIT_SAID_AFTER_GROWING = 30.0
+#: the Ready reason of a pod network waiting for its node's pool
+WAITING_FOR_ADDRESS = "WaitingForAddress"
 
 
 @attrs.frozen
@@ -196,6 +206,9 @@ class PodNetworkReconciler:
         #: pod key -> what was last said on a pod that has no record to carry it (its
         #: node does not exist): said once per pod and reason, again when it changes
         self._said: dict[str, str] = {}
+        #: PodNetwork key -> the trace its first (waiting) allocate attempt started, while
+        #: that wait is not written on the record yet: its next attempt joins it
+        self._first_trace: dict[str, str] = {}
 
     # --- the pass ---------------------------------------------------------------------
 
@@ -728,6 +741,9 @@ class PodNetworkReconciler:
 
     def _invalid(self, pn: PodNetwork, pod: PodInfo, exc: InvalidRequest) -> Result:
         """Bad input: say so on the record and the pod, allocate nothing, don't retry."""
+        waiting_in = self.pools.find(pn.spec.provider, pn.spec.node_name)
+        if waiting_in is not None:
+            waiting_in.stop_waiting(pn.key)  # it takes nobody's turn while it cannot take one
         message = one_line(f"pod {pod.key}: {exc}")
         if self._set_ready(pn, "False", "InvalidRequest", message):
             self.records.event(pn, "InvalidRequest", message)
@@ -794,11 +810,25 @@ class PodNetworkReconciler:
             pool = self.pools.get(provider, pn.spec.node_name)
             if not pool.synced:
                 # the pool is rebuilt from inventory + records before any allocation
-                pool.wait_for_address(pn.key, None, self.clock.monotonic())
+                pool.wait_for_address(pn.key, pool.waiting.get(pn.key),
+                                      self.clock.monotonic(), queued=self._takes_any(pn))
                 self.enqueue.node(pn.spec.node_name)
                 return pn
+            if self._takes_any(pn):
+                # nothing a plain request could take: wait for the node's pass to grow
+                # the pool and wake it, without a transition (no span, no provider call,
+                # no write). Its turn comes in the order it arrived
+                subnet = pool.waiting.get(pn.key)
+                if not pool.serves_next(pn.key, subnet, self.clock.monotonic()):
+                    self._wait(pn, pool, subnet, queued=True,
+                               why=f"no idle address{f' in subnet {subnet}' if subnet else ''}"
+                                   f" on node {pool.node}")
+                    return pn
             reservation = pool.reserve(pn.key, self.clock.monotonic(),
                                        prefer=self._prefer.get(pn.key))
+            traced = self._first_trace.get(pn.key)
+            if traced is not None and not pn.status.traceparent:
+                pn = attrs.evolve(pn, status=attrs.evolve(pn.status, traceparent=traced))
         ctx = AllocateContext(pod_network=pn, node=node_ctx, pod=pod, pool=reservation,
                               namespace_annotations=self._namespace_annotations(
                                   pn.metadata.namespace or ""))
@@ -840,6 +870,7 @@ class PodNetworkReconciler:
         if updated is None:
             return pn
         self._prefer.pop(pn.key, None)
+        self._first_trace.pop(pn.key, None)
         # this write succeeded: whatever an earlier, unanswered write claimed is free
         self.owned.addresses.release_owner(pn.key, keep=(a for a in (updated.status.ip,
                                                            updated.status.ipv6) if a))
@@ -854,6 +885,33 @@ class PodNetworkReconciler:
                 pool.adopt(updated.status.ip, pn.key, updated.status.interface,
                            updated.status.subnet, ipv6=updated.status.ipv6)
         return updated
+
+    def _takes_any(self, pn: PodNetwork) -> bool:
+        """Whether any idle address of the node's pool serves ``pn``'s request: no static
+        address or address pool, no subnet asked for (the provider resolves those, and a
+        wait it finds is told by its PoolEmpty), no address of its own to take back."""
+        req = pn.spec.requests
+        return not (req.ip_address or req.ip_pool or req.subnets or pn.key in self._prefer)
+
+    def _wait(self, pn: PodNetwork, pool: NodePool, subnet: str | None, *, queued: bool,
+              why: str, traceparent: str | None = None) -> None:
+        """``pn`` waits for an address of ``pool`` (in ``subnet``): a waiter, woken by the
+        node's pass once the pool has one for it. New waiters ask that pass for a grow;
+        the record says it waits (Ready=False, ``WaitingForAddress``) only once the wait
+        has lasted :data:`WAIT_SAID_AFTER` with the pool blocked, or
+        :data:`WAIT_SAID_AFTER_GROWING` without, and only when that changes."""
+        now = self.clock.monotonic()
+        if pool.wait_for_address(pn.key, subnet, now, queued=queued):
+            self.enqueue.node(pn.spec.node_name)
+        if traceparent and not pn.status.traceparent:
+            self._first_trace.setdefault(pn.key, traceparent)
+        blocked = pool.last_error
+        waited = pool.waited(pn.key, now)
+        if waited < (WAIT_SAID_AFTER if blocked else WAIT_SAID_AFTER_GROWING):
+            return
+        message = one_line(f"waiting for an address: {why}" + (f"; {blocked}" if blocked else ""))
+        self._set_ready(pn, "False", WAITING_FOR_ADDRESS, message,
+                        pn.status.traceparent or self._first_trace.pop(pn.key, None))
 
     def _take_back(self, pn: PodNetwork, ctx: AllocateContext,
                    reservation: Reservation | None) -> Allocation | None:
@@ -1100,6 +1158,7 @@ class PodNetworkReconciler:
         self.owned.finishing.discard(pn.key)
         self._verify_at.pop(pn.key, None)
         self.lost.by_key.pop(pn.key, None)
+        self._first_trace.pop(pn.key, None)
         waiting_in = self.pools.find(pn.spec.provider, pn.spec.node_name)
         if waiting_in is not None:
             waiting_in.stop_waiting(pn.key)
@@ -1200,13 +1259,11 @@ class PodNetworkReconciler:
             raise exc  # nothing to record: this replica may no longer write at all
         kind = self.gateway.classify(pn.spec.provider, exc)
         if isinstance(exc, PoolEmpty):
+            # a wait, not a failure (the transition counted it so): no Warning Event, and
+            # the record says so only once the wait lasts
             pool = self.pools.get(pn.spec.provider, pn.spec.node_name)
-            pool.wait_for_address(pn.key, exc.subnet, self.clock.monotonic())
-            self.enqueue.node(pn.spec.node_name)
-            reason = "WaitingForAddress"
-            blocked = pool.last_error
-            message = one_line(f"{exc}" + (f"; {blocked}" if blocked else ""))
-            self._set_ready(pn, "False", reason, message, span.traceparent)
+            self._wait(pn, pool, exc.subnet, queued=self._takes_any(pn), why=str(exc),
+                       traceparent=span.traceparent)
             return pn
         reason = "InvalidRequest" if kind is ErrorKind.INVALID else f"{trigger.capitalize()}Failed"
         message = f"{trigger}: {describe(exc)}"

@@ -74,10 +74,14 @@ from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
     Allocation,
+    CheckResult,
     CloudInterface,
     Inventory,
     NodeContext,
     NodeFinding,
+    Plug,
+    PlugContext,
+    PlugResult,
     PodNetworkContext,
     PoolEntry,
     ProviderInfo,
@@ -85,8 +89,10 @@ from podnet.hookspecs.types import (
     ResolvedRequest,
     RouteResult,
     Subnet,
+    UnplugContext,
     VerifyResult,
 )
+from podnet.plugins.ecs.dataplane import EniDataplane
 
 NAME = "ecs"
 __version__ = "0.1.0"
@@ -253,6 +259,8 @@ class EcsProvider:
         self.sdk_calls: dict[str, int] = {}
         #: core's buckets per API action (``podnet_cloud_limiter``)
         self._limiter: CloudLimiter | None = None
+        #: the node agent's dataplane (plugins/ecs/dataplane.py)
+        self.dataplane = EniDataplane(self._mac_of)
 
     # --- the SDK ------------------------------------------------------------------------
 
@@ -971,6 +979,28 @@ class EcsProvider:
         # nothing to undo on the ENI: the address goes back to the node's pool, and core
         # keeps it idle or unassigns it (pool_shrink)
         return ReleaseResult(return_to_pool=True)
+
+    # --- the dataplane on a node (the node agent): a routed veth pair, a table per ENI --
+
+    def _mac_of(self, eni_id: str) -> str | None:
+        found = self.describe_enis(ids=[eni_id])
+        return found[0].mac if found else None
+
+    @hookimpl
+    def podnet_plug(self, context: PlugContext) -> PlugResult | None:
+        return self.dataplane.plug(context)
+
+    @hookimpl
+    def podnet_unplug(self, context: UnplugContext) -> None:
+        self.dataplane.unplug(context)
+
+    @hookimpl
+    def podnet_check_plug(self, context: PlugContext) -> CheckResult | None:
+        return self.dataplane.check(context)
+
+    @hookimpl
+    def podnet_plugs(self, provider: str, node: str) -> Sequence[Plug] | None:
+        return self.dataplane.plugs()
 
     # --- errors -------------------------------------------------------------------------
 

@@ -1,0 +1,260 @@
+"""The ECS ENI dataplane with real packets, through a VPC that forwards by the cloud's state
+(:mod:`podnet.testing.vpcbed`).
+
+``podnet apiserver`` and ``podnet run`` (the ECS provider) run in the underlay's router
+namespace, the ECS simulator in this process with its socket there too (the real SDK is
+its client, in the controller and in the agents); each node is a namespace with its own
+``podnet node``; the ENIs the simulator attaches appear in the nodes as devices with
+their MACs, wired to the VPC namespace, which routes each address only to the ENI the
+simulator says holds it and checks sources.
+
+Instances are ``ecs.sim.tiny``: 3 secondary addresses per ENI, so a node with four pods
+has two secondary ENIs.
+
+Needs root, network namespaces and kubectl; skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from podnet.linux.netns import iproute, netns_path, run_in_netns
+from podnet.plugins.ecs.dataplane import (
+    ORPHAN_RULE,
+    PROTO,
+    RULE_PRIORITY,
+    table_of,
+    veth_names,
+)
+from podnet.plugins.ecs.sim import EcsSimulator
+from podnet.testing.netns import netns_unavailable
+from podnet.testing.nodebed import (
+    AgentClient,
+    Host,
+    NodeNamespace,
+    Stack,
+    TcpServer,
+    Underlay,
+    in_netns,
+    ping,
+    pod,
+    tcp_talk,
+)
+from podnet.testing.vpcbed import VpcBed, ecs_state
+from podnet.testing.waiting import wait_for as _wait_for
+
+WHY = netns_unavailable() or (None if shutil.which("kubectl") else "kubectl is not installed")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(WHY is not None, reason=WHY or "")]
+
+VSWITCH = "vsw-eni-1"
+CIDR = "10.70.0.0/24"
+TYPE = "ecs.sim.tiny"
+#: the simulator never checks signatures
+CREDENTIALS = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "test", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "test"}
+
+
+def wait_for(what: str, check: Any, timeout: float = 60.0) -> None:
+    _wait_for(what, check, timeout, interval=0.2)
+
+
+class Bed:
+    """The underlay, the simulator in its router namespace, the VPC, the cluster."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.underlay = Underlay()
+        self.host = Host(links=lambda c, i: veth_names(c, i))
+        self.vpc: VpcBed | None = None
+        self.stack: Stack | None = None
+        self.sim = EcsSimulator(host=self.underlay.router_address)
+        try:
+            self.sim.add_vswitch(VSWITCH, CIDR)
+            run_in_netns(netns_path(self.underlay.router), self.sim.start)
+            self.vpc = VpcBed(self.underlay, lambda: ecs_state(self.sim))
+            self.config = {
+                "defaultProvider": "ecs",
+                "providers": {"ecs": {"endpoint": self.sim.endpoint, "protocol": "http",
+                                      "vswitches": [VSWITCH], "security_groups": ["sg-1"],
+                                      "timeout": 5}},
+                "policies": {"ecs": {"minIdle": 0, "maxIdle": 0}},
+                "listen": "127.0.0.1:0"}
+            self.stack = Stack(tmp, provider="ecs", controller_config=self.config,
+                               netns=self.underlay.router, address=self.underlay.router_address)
+            self.vpc.follow()
+        except BaseException:
+            self.close()
+            raise
+        self.tmp = tmp
+
+    def node(self, name: str, instance: str) -> NodeNamespace:
+        assert self.stack is not None and self.vpc is not None
+        self.sim.add_instance(instance, TYPE, VSWITCH)
+        # a podCIDR of its own for the underlay's router; the ENI dataplane uses none
+        n = self.underlay.add_node(name, f"10.93.{len(self.underlay.nodes)}.0/24")
+        self.vpc.add_node(n, instance)
+        self.stack.create([{
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"node.kubernetes.io/instance-type": TYPE}},
+            "spec": {"providerID": f"cn-hangzhou.{instance}"}}])
+        self.start_agent(n)
+        return n
+
+    def start_agent(self, n: NodeNamespace) -> None:
+        assert self.stack is not None
+        self.stack.agent(n.name, netns=n.netns, providers=["ecs"], add_timeout=20,
+                         args=["--config", str(self.tmp / "controller.yaml")])
+        wait_for(f"the agent of {n.name} ready", AgentClient(self.stack.socket_of(n.name)).ready)
+
+    def add(self, name: str, n: NodeNamespace) -> tuple[str, str, str]:
+        """Pod ``name`` on ``n``, ADDed as a runtime does (again after a transient error,
+        a bounded number of times: an ENI's device may appear a moment after the
+        record is Routed); its namespace, container id and address."""
+        assert self.stack is not None
+        ns, path = self.host.netns()
+        cid = self.host.container()
+        client = AgentClient(self.stack.socket_of(n.name))
+        for _ in range(100):
+            status, body = client.add(cid, path, name)
+            if status == 200:
+                return ns, cid, body["ips"][0]["address"].split("/")[0]
+            time.sleep(0.2)
+        raise AssertionError(f"ADD of {name} on {n.name}: {status} {body}")
+
+    def eni_of(self, address: str) -> str:
+        return next(e.id for e in ecs_state(self.sim) if address in e.addresses)
+
+    def close(self) -> None:
+        if self.stack is not None:
+            self.stack.close()
+        if self.vpc is not None:
+            self.vpc.cleanup()
+        self.host.cleanup()
+        self.sim.stop()
+        self.underlay.cleanup()
+
+
+@pytest.fixture
+def bed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bed]:
+    for key, value in CREDENTIALS.items():
+        monkeypatch.setenv(key, value)  # the processes inherit them
+    b = Bed(tmp_path)
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def rules_in(netns: str) -> dict[str, list[int]]:
+    """Pod address -> the tables its podnet rules look up, in namespace ``netns``."""
+    out: dict[str, list[int]] = {}
+    with contextlib.closing(iproute(netns_path(netns))) as ipr:
+        for rule in ipr.get_rules(family=socket.AF_INET):
+            if rule.get_attr("FRA_PRIORITY") == RULE_PRIORITY:
+                out.setdefault(rule.get_attr("FRA_SRC"), []).append(rule.get_attr("FRA_TABLE"))
+    return out
+
+
+def device_index(netns: str, name: str) -> int:
+    with contextlib.closing(iproute(netns_path(netns))) as ipr:
+        return int(ipr.link_lookup(ifname=name)[0])
+
+
+def default_route(netns: str, table: int) -> list[tuple[Any, Any]]:
+    with contextlib.closing(iproute(netns_path(netns))) as ipr:
+        return [(r.get_attr("RTA_GATEWAY"), r.get_attr("RTA_OIF"))
+                for r in ipr.get_routes(family=socket.AF_INET, table=table)]
+
+
+def test_pods_on_different_enis_and_nodes_talk_through_the_vpc_which_routes_by_the_cloud(
+        bed: Bed) -> None:
+    assert bed.stack is not None and bed.vpc is not None
+    node_a, node_b = bed.node("ecs-a", "i-enia"), bed.node("ecs-b", "i-enib")
+    bed.stack.create([*(pod(f"a{i}", "ecs-a") for i in range(4)), pod("b0", "ecs-b")])
+    pods = {f"a{i}": bed.add(f"a{i}", node_a) for i in range(4)}
+    pods["b0"] = bed.add("b0", node_b)
+    enis = {name: bed.eni_of(ip) for name, (_, _, ip) in pods.items()}
+    # 3 addresses per ENI: node a holds two secondary ENIs
+    assert len({enis[f"a{i}"] for i in range(4)}) == 2, enis
+    first = "a0"
+    second = next(f"a{i}" for i in range(4) if enis[f"a{i}"] != enis["a0"])
+
+    # each pod's rule looks up its own ENI's table, whose default route is that ENI's
+    # device and the vSwitch's gateway
+    devices = bed.vpc.devices("ecs-a")
+    rules = rules_in(node_a.netns)
+    for name in (first, second):
+        ip = pods[name][2]
+        index = device_index(node_a.netns, devices[enis[name]])
+        assert rules[ip] == [table_of(index)], (name, rules)
+        assert default_route(node_a.netns, table_of(index)) == [("10.70.0.1", index)]
+    assert rules[pods[first][2]] != rules[pods[second][2]]
+
+    (ns_1, _, ip_1), (ns_2, _, ip_2), (ns_b, _, ip_b) = pods[first], pods[second], pods["b0"]
+    assert ping(ns_1, ip_b), f"{first} cannot ping b0 on the other node"
+    assert ping(ns_2, ip_b), f"{second} (the second ENI) cannot ping b0"
+    assert ping(ns_b, ip_2), f"b0 cannot ping {second}"
+    assert ping(ns_1, ip_2), f"{first} cannot ping {second} (another ENI of its node)"
+    with TcpServer(ns_b, ip_b, 8080):
+        talk = tcp_talk(ns_2, ip_b, 8080, "from a")
+    assert talk.returncode == 0, talk.stderr
+    assert talk.stdout.strip() == f"hello {ip_2} from a"  # no NAT on the way
+
+    # an address no ENI holds is dropped by the VPC
+    assert not ping(ns_1, "10.70.0.200", count=2)
+
+    # the cloud moves first's address to the other ENI behind podnet's back: the VPC
+    # delivers it there and drops what the pod sends from its old ENI (source check)
+    bed.sim.move_address(ip_1, enis[second])
+    bed.vpc.sync()
+    assert bed.vpc.routes()[ip_1] == enis[second]
+    assert not ping(ns_1, ip_b, count=2), "a pod answered through an ENI without its address"
+    assert not ping(ns_b, ip_1, count=2)
+    # ...and back: it works again (it was the cloud's state, nothing else)
+    bed.sim.move_address(ip_1, enis[first])
+    bed.vpc.sync()
+    assert ping(ns_1, ip_b), "the address came back to its ENI and does not work"
+
+    # b0 goes: its DEL removes its rule and route; its address is unassigned (no idle
+    # addresses kept) and the VPC stops delivering it
+    status, body = AgentClient(bed.stack.socket_of("ecs-b")).delete(pods["b0"][1], None, "b0")
+    assert status == 200, body
+    assert ip_b not in rules_in(node_b.netns)
+    bed.stack.kubectl("delete", "pod", "b0", "--wait=false")
+    wait_for("b0's address unassigned", lambda: ip_b not in bed.sim.addresses())
+    bed.vpc.sync()
+    assert ip_b not in bed.vpc.routes()
+    assert not ping(ns_1, ip_b, count=2), "a released address answered"
+
+
+def test_a_rule_left_behind_is_removed_by_the_agents_start(bed: Bed) -> None:
+    """A rule of podnet's whose pod interface is gone (the agent died between the two
+    deletes) is listed as a leftover and unplugged when the agent starts."""
+    assert bed.stack is not None
+    node = bed.node("ecs-c", "i-enic")
+    bed.stack.create([pod("c0", "ecs-c")])
+    _, _, ip = bed.add("c0", node)
+    leftover = "10.70.0.250"
+    with contextlib.closing(iproute(netns_path(node.netns))) as ipr:
+        table = rules_in(node.netns)[ip][0]
+        ipr.rule("add", family=socket.AF_INET, src=leftover, src_len=32, table=table,
+                 iifname="pne0000000000",
+                 priority=RULE_PRIORITY, FRA_PROTOCOL=PROTO)
+    listed = in_netns(node.netns, """
+        from podnet.plugins.ecs.dataplane import EniDataplane
+        print([(p.container_id, p.if_name, p.owner) for p in EniDataplane(str).plugs()])
+    """)
+    assert listed.returncode == 0, listed.stderr
+    assert f"('{leftover}', '{ORPHAN_RULE}', None)" in listed.stdout
+    assert "'eth0', 'default/c0')" in listed.stdout, listed.stdout
+    bed.stack.stop(Stack.agent_name("ecs-c"))
+    bed.start_agent(node)
+    rules = rules_in(node.netns)
+    assert leftover not in rules, rules
+    assert ip in rules, "the live pod's rule went too"

@@ -40,6 +40,11 @@ ENI podnet made whose security groups differ from them as a ``SecurityGroupDrift
 finding, which core turns into a Warning Event on the Node.
 Credentials are kept only inside the SDK's config: never logged, traced or put in a
 message.
+
+On a node (``podnet node --config``, the same section) the plug hooks are the ENI
+dataplane of ``plugins/ecs/dataplane.py``: a routed veth per pod and a policy rule from
+the pod's address to a table per ENI whose default route is that ENI's device (found by
+its MAC, asked of the cloud once per ENI); see docs/node.md.
 """
 
 from __future__ import annotations

@@ -221,8 +221,32 @@ def test_pods_on_different_enis_and_nodes_talk_through_the_vpc_which_routes_by_t
     bed.vpc.sync()
     assert ping(ns_1, ip_b), "the address came back to its ENI and does not work"
 
+    # a rule pointing at the wrong ENI's table: CHECK names it, the VPC drops the pod's
+    # packets, and the runtime's ADD again converges it
+    client_a = AgentClient(bed.stack.socket_of("ecs-a"))
+    cid_1, path_1 = pods[first][1], netns_path(ns_1)
+    assert client_a.check(cid_1, path_1, first)[0] == 200
+    host_1 = veth_names(cid_1, "eth0")[0]
+    wrong = table_of(device_index(node_a.netns, devices[enis[second]]))
+    with contextlib.closing(iproute(netns_path(node_a.netns))) as ipr:
+        ipr.rule("del", family=socket.AF_INET, src=ip_1, src_len=32, iifname=host_1,
+                 table=rules[ip_1][0], priority=RULE_PRIORITY)
+        ipr.rule("add", family=socket.AF_INET, src=ip_1, src_len=32, iifname=host_1,
+                 table=wrong, priority=RULE_PRIORITY, FRA_PROTOCOL=PROTO)
+    status, body = client_a.check(cid_1, path_1, first)
+    assert status != 200 and f"the rules from {ip_1} look up [{wrong}]" in body["msg"], body
+    assert not ping(ns_1, ip_b, count=2), "a pod's packets left through the wrong ENI"
+    assert client_a.add(cid_1, path_1, first)[0] == 200
+    assert rules_in(node_a.netns)[ip_1] == rules[ip_1]
+    assert ping(ns_1, ip_b), "ADD did not converge the rule"
+
     # b0 goes: its DEL removes its rule and route; its address is unassigned (no idle
-    # addresses kept) and the VPC stops delivering it
+    # addresses kept) and the VPC stops delivering it; its ENI, now empty, is disposed
+    # and leaves no table behind
+    eni_b = enis["b0"]
+    table_b = table_of(device_index(node_b.netns, bed.vpc.devices("ecs-b")[eni_b]))
+    assert default_route(node_b.netns, table_b) == [("10.70.0.1", device_index(
+        node_b.netns, bed.vpc.devices("ecs-b")[eni_b]))]
     status, body = AgentClient(bed.stack.socket_of("ecs-b")).delete(pods["b0"][1], None, "b0")
     assert status == 200, body
     assert ip_b not in rules_in(node_b.netns)
@@ -231,6 +255,11 @@ def test_pods_on_different_enis_and_nodes_talk_through_the_vpc_which_routes_by_t
     bed.vpc.sync()
     assert ip_b not in bed.vpc.routes()
     assert not ping(ns_1, ip_b, count=2), "a released address answered"
+    wait_for("b0's ENI disposed", lambda: eni_b not in bed.sim.eni_states())
+    bed.vpc.sync()
+    assert eni_b not in bed.vpc.devices("ecs-b")
+    assert default_route(node_b.netns, table_b) == []
+    assert rules_in(node_b.netns) == {}
 
 
 def test_a_rule_left_behind_is_removed_by_the_agents_start(bed: Bed) -> None:

@@ -24,13 +24,13 @@ way. The primary ENI appears too (its MAC, no address: the node's own address st
 the underlay), so a dataplane finds it where it would on a real instance.
 
 The cloud's state is read by a function the bed is given, returning :class:`AttachedEni`
-values (:func:`ecs_state` reads the ECS simulator's). :meth:`VpcBed.sync` programs the
+values (:func:`attached_state` reads the ECS and BBC simulators'). :meth:`VpcBed.sync` programs the
 VPC from it; :meth:`VpcBed.follow` does that in a thread whenever the state changed, so
 ENIs the controller creates appear while a test runs. A test that changes the cloud's
 state behind podnet's back calls :meth:`VpcBed.sync` before it looks at packets::
 
     underlay = Underlay()
-    vpc = VpcBed(underlay, lambda: ecs_state(sim))
+    vpc = VpcBed(underlay, lambda: attached_state(sim))
     vpc.add_node(node, "i-123")   # a NodeNamespace of the underlay and its instance
     vpc.follow()
     ...
@@ -51,7 +51,7 @@ import attrs
 from podnet.linux.netns import add_netns, del_netns, iproute, netns_path
 from podnet.testing.nodebed import NodeNamespace, Underlay
 
-__all__ = ["DEVICE_PREFIX", "AttachedEni", "VpcBed", "ecs_state"]
+__all__ = ["DEVICE_PREFIX", "AttachedEni", "VpcBed", "attached_state"]
 
 #: the ENI devices in a node's namespace are ``eni0``, ``eni1``, ... in attach order
 DEVICE_PREFIX = "eni"
@@ -74,8 +74,10 @@ class AttachedEni:
     addresses: tuple[str, ...]
 
 
-def ecs_state(sim: Any) -> list[AttachedEni]:
-    """The ECS simulator's attached ENIs (``EcsSimulator.attached``)."""
+def attached_state(sim: Any) -> list[AttachedEni]:
+    """A simulator's attached ENIs, from its ``attached()`` (``EcsSimulator``'s and
+    ``BbcSimulator``'s: dicts with ``id``, ``instance``, ``mac``, ``gateway`` and
+    ``addresses``)."""
     return [AttachedEni(id=e["id"], instance=e["instance"], mac=e["mac"].lower(),
                         gateway=e["gateway"], addresses=tuple(e["addresses"]))
             for e in sim.attached()]

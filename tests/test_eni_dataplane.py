@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from podnet.linux.netns import iproute, netns_path, run_in_netns
+from podnet.plugins.bbc.sim import BbcSimulator
 from podnet.plugins.ecs.dataplane import (
     ORPHAN_RULE,
     PROTO,
@@ -48,17 +49,20 @@ from podnet.testing.nodebed import (
     pod,
     tcp_talk,
 )
-from podnet.testing.vpcbed import VpcBed, ecs_state
+from podnet.testing.vpcbed import VpcBed, attached_state
 from podnet.testing.waiting import wait_for as _wait_for
 
 WHY = netns_unavailable() or (None if shutil.which("kubectl") else "kubectl is not installed")
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(WHY is not None, reason=WHY or "")]
 
 VSWITCH = "vsw-eni-1"
+SUBNET = "sbn-eni-1"
+TYPE_LABEL = "node.kubernetes.io/instance-type"
 CIDR = "10.70.0.0/24"
 TYPE = "ecs.sim.tiny"
 #: the simulator never checks signatures
-CREDENTIALS = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "test", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "test"}
+CREDENTIALS = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "test", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "test",
+               "BCE_ACCESS_KEY_ID": "test", "BCE_SECRET_ACCESS_KEY": "test"}
 
 
 def wait_for(what: str, check: Any, timeout: float = 60.0) -> None:
@@ -66,26 +70,33 @@ def wait_for(what: str, check: Any, timeout: float = 60.0) -> None:
 
 
 class Bed:
-    """The underlay, the simulator in its router namespace, the VPC, the cluster."""
+    """The underlay, the simulator (``cloud``: ``ecs`` or ``bbc``) in its router
+    namespace, the VPC, the cluster."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, cloud: str = "ecs") -> None:
+        self.cloud = cloud
         self.underlay = Underlay()
         self.host = Host(links=lambda c, i: veth_names(c, i))
         self.vpc: VpcBed | None = None
         self.stack: Stack | None = None
-        self.sim = EcsSimulator(host=self.underlay.router_address)
+        self.sim: Any = (EcsSimulator if cloud == "ecs" else BbcSimulator)(
+            host=self.underlay.router_address)
         try:
-            self.sim.add_vswitch(VSWITCH, CIDR)
             run_in_netns(netns_path(self.underlay.router), self.sim.start)
-            self.vpc = VpcBed(self.underlay, lambda: ecs_state(self.sim))
+            section: dict[str, Any]
+            if cloud == "ecs":
+                self.sim.add_vswitch(VSWITCH, CIDR)
+                section = {"endpoint": self.sim.endpoint, "protocol": "http",
+                           "vswitches": [VSWITCH], "security_groups": ["sg-1"], "timeout": 5}
+            else:
+                self.sim.add_subnet(SUBNET, CIDR)
+                section = {"endpoint": self.sim.endpoint, "subnets": [SUBNET]}
+            self.vpc = VpcBed(self.underlay, lambda: attached_state(self.sim))
             self.config = {
-                "defaultProvider": "ecs",
-                "providers": {"ecs": {"endpoint": self.sim.endpoint, "protocol": "http",
-                                      "vswitches": [VSWITCH], "security_groups": ["sg-1"],
-                                      "timeout": 5}},
-                "policies": {"ecs": {"minIdle": 0, "maxIdle": 0}},
+                "defaultProvider": cloud, "providers": {cloud: section},
+                "policies": {cloud: {"minIdle": 0, "maxIdle": 0}},
                 "listen": "127.0.0.1:0"}
-            self.stack = Stack(tmp, provider="ecs", controller_config=self.config,
+            self.stack = Stack(tmp, provider=cloud, controller_config=self.config,
                                netns=self.underlay.router, address=self.underlay.router_address)
             self.vpc.follow()
         except BaseException:
@@ -95,20 +106,24 @@ class Bed:
 
     def node(self, name: str, instance: str) -> NodeNamespace:
         assert self.stack is not None and self.vpc is not None
-        self.sim.add_instance(instance, TYPE, VSWITCH)
+        if self.cloud == "ecs":
+            self.sim.add_instance(instance, TYPE, VSWITCH)
+            labels, provider_id = {TYPE_LABEL: TYPE}, f"cn-hangzhou.{instance}"
+        else:
+            self.sim.add_instance(instance, SUBNET)
+            labels, provider_id = {TYPE_LABEL: "BBC"}, f"cce://{instance}"
         # a podCIDR of its own for the underlay's router; the ENI dataplane uses none
         n = self.underlay.add_node(name, f"10.93.{len(self.underlay.nodes)}.0/24")
         self.vpc.add_node(n, instance)
         self.stack.create([{
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"node.kubernetes.io/instance-type": TYPE}},
-            "spec": {"providerID": f"cn-hangzhou.{instance}"}}])
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
+            "spec": {"providerID": provider_id}}])
         self.start_agent(n)
         return n
 
     def start_agent(self, n: NodeNamespace) -> None:
         assert self.stack is not None
-        self.stack.agent(n.name, netns=n.netns, providers=["ecs"], add_timeout=20,
+        self.stack.agent(n.name, netns=n.netns, providers=[self.cloud], add_timeout=20,
                          args=["--config", str(self.tmp / "controller.yaml")])
         wait_for(f"the agent of {n.name} ready", AgentClient(self.stack.socket_of(n.name)).ready)
 
@@ -120,15 +135,17 @@ class Bed:
         ns, path = self.host.netns()
         cid = self.host.container()
         client = AgentClient(self.stack.socket_of(n.name))
-        for _ in range(100):
+        for _ in range(50):
             status, body = client.add(cid, path, name)
             if status == 200:
                 return ns, cid, body["ips"][0]["address"].split("/")[0]
+            if "has no device" not in str(body.get("msg")):
+                break
             time.sleep(0.2)
         raise AssertionError(f"ADD of {name} on {n.name}: {status} {body}")
 
     def eni_of(self, address: str) -> str:
-        return next(e.id for e in ecs_state(self.sim) if address in e.addresses)
+        return next(e.id for e in attached_state(self.sim) if address in e.addresses)
 
     def close(self) -> None:
         if self.stack is not None:
@@ -145,6 +162,17 @@ def bed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bed]:
     for key, value in CREDENTIALS.items():
         monkeypatch.setenv(key, value)  # the processes inherit them
     b = Bed(tmp_path)
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+@pytest.fixture
+def bbc_bed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bed]:
+    for key, value in CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    b = Bed(tmp_path, "bbc")
     try:
         yield b
     finally:
@@ -281,9 +309,40 @@ def test_a_rule_left_behind_is_removed_by_the_agents_start(bed: Bed) -> None:
     """)
     assert listed.returncode == 0, listed.stderr
     assert f"('{leftover}', '{ORPHAN_RULE}', None)" in listed.stdout
-    assert "'eth0', 'default/c0')" in listed.stdout, listed.stdout
+    assert "'eth0', 'default/c0." in listed.stdout, listed.stdout
     bed.stack.stop(Stack.agent_name("ecs-c"))
     bed.start_agent(node)
     rules = rules_in(node.netns)
     assert leftover not in rules, rules
     assert ip in rules, "the live pod's rule went too"
+
+
+def test_bbc_pods_on_two_machines_talk_through_their_one_eni_each(bbc_bed: Bed) -> None:
+    """BBC: one ENI per machine, one table; the record's MAC is the ENI's, the pod gets
+    its own."""
+    bed = bbc_bed
+    assert bed.stack is not None and bed.vpc is not None
+    node_a, node_b = bed.node("bbc-a", "i-bbca"), bed.node("bbc-b", "i-bbcb")
+    bed.stack.create([pod("x0", "bbc-a"), pod("x1", "bbc-a"), pod("y0", "bbc-b")])
+    pods = {name: bed.add(name, n) for name, n in
+            (("x0", node_a), ("x1", node_a), ("y0", node_b))}
+    (ns_x, _, ip_x), (_, _, ip_x1), (ns_y, cid_y, ip_y) = pods["x0"], pods["x1"], pods["y0"]
+    (eni_a,) = bed.vpc.devices("bbc-a").values()
+    table = table_of(device_index(node_a.netns, eni_a))
+    assert rules_in(node_a.netns) == {ip_x: [table], ip_x1: [table]}
+    assert ping(ns_x, ip_y), "x0 cannot ping y0 on the other machine"
+    assert ping(ns_y, ip_x1), "y0 cannot ping x1"
+    assert ping(ns_x, ip_x1), "x0 cannot ping x1 (the same machine, through the VPC)"
+    with TcpServer(ns_y, ip_y, 8080):
+        talk = tcp_talk(ns_x, ip_y, 8080, "from x")
+    assert talk.returncode == 0, talk.stderr
+    assert talk.stdout.strip() == f"hello {ip_x} from x"
+
+    status, body = AgentClient(bed.stack.socket_of("bbc-b")).delete(cid_y, None, "y0")
+    assert status == 200, body
+    assert rules_in(node_b.netns) == {}
+    bed.stack.kubectl("delete", "pod", "y0", "--wait=false")
+    wait_for("y0's address deleted", lambda: ip_y not in bed.sim.addresses())
+    bed.vpc.sync()
+    assert ip_y not in bed.vpc.routes()
+    assert not ping(ns_x, ip_y, count=2), "a released address answered"

@@ -57,9 +57,13 @@ from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
     Allocation,
+    CheckResult,
     CloudInterface,
     Inventory,
     NodeContext,
+    Plug,
+    PlugContext,
+    PlugResult,
     PodNetworkContext,
     PoolEntry,
     ProviderInfo,
@@ -67,8 +71,10 @@ from podnet.hookspecs.types import (
     ResolvedRequest,
     RouteResult,
     Subnet,
+    UnplugContext,
     VerifyResult,
 )
+from podnet.linux.eni import EniDataplane
 
 NAME = "bbc"
 #: the APIs as BBC meters them (one bucket each): the names core's limiter keys on
@@ -357,6 +363,9 @@ class BbcProvider:
         self._api: BbcApi | None = None
         self._limiter: CloudLimiter | None = None
         self._lock = threading.Lock()
+        #: the node agent's dataplane: the machine's one ENI, one table (its MAC is in
+        #: every record, the allocation's ``mac``)
+        self.dataplane = EniDataplane(lambda pn: pn.status.mac, record_mac_is_the_pods=False)
         self._instances: dict[str, _InstanceState] = {}
         #: node name -> its instance, to forget the instance when the node goes
         self._node_instance: dict[str, str] = {}
@@ -712,6 +721,24 @@ class BbcProvider:
         return ReleaseResult(return_to_pool=True)
 
     # 7. errors
+
+    # --- the dataplane on a node (the node agent): podnet.linux.eni --------------------
+
+    @hookimpl
+    def podnet_plug(self, context: PlugContext) -> PlugResult | None:
+        return self.dataplane.plug(context)
+
+    @hookimpl
+    def podnet_unplug(self, context: UnplugContext) -> None:
+        self.dataplane.unplug(context)
+
+    @hookimpl
+    def podnet_check_plug(self, context: PlugContext) -> CheckResult | None:
+        return self.dataplane.check(context)
+
+    @hookimpl
+    def podnet_plugs(self, provider: str, node: str) -> Sequence[Plug] | None:
+        return self.dataplane.plugs()
 
     @hookimpl
     def podnet_classify_error(self, provider: str, error: BaseException) -> ErrorKind | None:

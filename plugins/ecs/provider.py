@@ -75,6 +75,7 @@ from podnet.core.sections import (
     text,
 )
 from podnet.hookspecs import hookimpl
+from podnet.hookspecs.models import PodNetwork
 from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
@@ -97,7 +98,7 @@ from podnet.hookspecs.types import (
     UnplugContext,
     VerifyResult,
 )
-from podnet.plugins.ecs.dataplane import EniDataplane
+from podnet.plugins.ecs.dataplane import ecs_dataplane
 
 NAME = "ecs"
 __version__ = "0.1.0"
@@ -265,7 +266,7 @@ class EcsProvider:
         #: core's buckets per API action (``podnet_cloud_limiter``)
         self._limiter: CloudLimiter | None = None
         #: the node agent's dataplane (plugins/ecs/dataplane.py)
-        self.dataplane = EniDataplane(self._mac_of)
+        self.dataplane = ecs_dataplane(self._mac_of)
 
     # --- the SDK ------------------------------------------------------------------------
 
@@ -987,8 +988,8 @@ class EcsProvider:
 
     # --- the dataplane on a node (the node agent): a routed veth pair, a table per ENI --
 
-    def _mac_of(self, eni_id: str) -> str | None:
-        found = self.describe_enis(ids=[eni_id])
+    def _mac_of(self, pn: PodNetwork) -> str | None:
+        found = self.describe_enis(ids=[pn.status.interface or ""])
         return found[0].mac if found else None
 
     @hookimpl

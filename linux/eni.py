@@ -98,14 +98,17 @@ def table_of(device_index: int) -> int:
 class EniDataplane:
     """Plug, check, unplug and list the pod interfaces of one host.
 
-    ``mac_of`` answers the MAC of the ENI a record's address is on (its
-    ``status.interface``; None: no such ENI); it is asked once per ENI.
+    ``provider`` is whose host ends these are. ``mac_of`` answers the MAC of the ENI a
+    record's address is on (its ``status.interface``; None: no such ENI); it is asked
+    once per ENI.
     ``record_mac_is_the_pods``: the record's ``status.mac`` is the pod interface's (ECS);
     False when it is the ENI's (BBC's records carry the machine's ENI MAC), and the pod
     gets :func:`pod_mac`."""
 
-    def __init__(self, mac_of: Callable[[PodNetwork], str | None], *,
+    def __init__(self, provider: str, mac_of: Callable[[PodNetwork], str | None], *,
                  record_mac_is_the_pods: bool = True) -> None:
+        #: the host ends' marks name it: one agent may serve two ENI providers
+        self.provider = provider
         self._mac_of = mac_of
         self._pod_mac_in_record = record_mac_is_the_pods
         self._macs: dict[str, str] = {}
@@ -166,7 +169,7 @@ class EniDataplane:
         host, peer = veth_names(context.container_id, context.if_name)
         alias = ALIAS_MARK + json.dumps(
             {"c": context.container_id, "i": context.if_name, "n": pn.spec.network,
-             "k": pn.key, "a": st.ip}, separators=(",", ":"))
+             "k": pn.key, "a": st.ip, "p": self.provider}, separators=(",", ":"))
         with closing(pod_namespace(context.netns)) as ns, closing(iproute()) as ipr:
             assert context.netns is not None  # pod_namespace checked it
             table = self._table(ipr, pn, st.gateway)
@@ -322,6 +325,8 @@ class EniDataplane:
         out: list[Plug] = []
         marks = self._marks()
         for name, mark in marks.items():
+            if mark.get("p") != self.provider:
+                continue
             try:
                 out.append(Plug(container_id=str(mark["c"]), if_name=str(mark["i"]),
                                 network=str(mark["n"]), owner=mark.get("k"),

@@ -305,7 +305,7 @@ def test_a_rule_left_behind_is_removed_by_the_agents_start(bed: Bed) -> None:
                  priority=RULE_PRIORITY, FRA_PROTOCOL=PROTO)
     listed = in_netns(node.netns, """
         from podnet.plugins.ecs.dataplane import EniDataplane
-        print([(p.container_id, p.if_name, p.owner) for p in EniDataplane(str).plugs()])
+        print([(p.container_id, p.if_name, p.owner) for p in EniDataplane('ecs', str).plugs()])
     """)
     assert listed.returncode == 0, listed.stderr
     assert f"('{leftover}', '{ORPHAN_RULE}', None)" in listed.stdout

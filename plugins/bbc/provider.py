@@ -365,7 +365,8 @@ class BbcProvider:
         self._lock = threading.Lock()
         #: the node agent's dataplane: the machine's one ENI, one table (its MAC is in
         #: every record, the allocation's ``mac``)
-        self.dataplane = EniDataplane(lambda pn: pn.status.mac, record_mac_is_the_pods=False)
+        self.dataplane = EniDataplane(NAME, lambda pn: pn.status.mac,
+                                      record_mac_is_the_pods=False)
         self._instances: dict[str, _InstanceState] = {}
         #: node name -> its instance, to forget the instance when the node goes
         self._node_instance: dict[str, str] = {}

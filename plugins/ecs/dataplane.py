@@ -23,5 +23,6 @@ __all__ = ["GATEWAY", "ORPHAN_RULE", "PROTO", "RULE_PRIORITY", "TABLE_BASE", "En
            "ecs_dataplane", "table_of", "veth_names"]
 
 
-def ecs_dataplane(mac_of: Callable[[PodNetwork], str | None]) -> EniDataplane:
-    return EniDataplane(mac_of)
+def ecs_dataplane(provider: str, mac_of: Callable[[PodNetwork], str | None]
+                  ) -> EniDataplane:
+    return EniDataplane(provider, mac_of)

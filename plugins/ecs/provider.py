@@ -266,7 +266,7 @@ class EcsProvider:
         #: core's buckets per API action (``podnet_cloud_limiter``)
         self._limiter: CloudLimiter | None = None
         #: the node agent's dataplane (plugins/ecs/dataplane.py)
-        self.dataplane = ecs_dataplane(self._mac_of)
+        self.dataplane = ecs_dataplane(name, self._mac_of)
 
     # --- the SDK ------------------------------------------------------------------------
 

@@ -17,6 +17,10 @@ Config section (``providers.bbc`` in the config file, or constructor keywords)::
     instanceIdLabel: ...                 # else the instance id is the providerID's tail
     maxIpsPerNode: 40                    # secondary addresses one instance can hold
     timeoutMs: 10000
+
+On a node the plug hooks are the ENI dataplane (``podnet.linux.eni``): a routed veth per
+pod and a rule from its address to the table of the machine's one ENI, the ENI's device
+found by the MAC the record carries; see docs/node.md.
 """
 
 from __future__ import annotations

@@ -59,6 +59,7 @@ VSWITCH = "vsw-eni-1"
 SUBNET = "sbn-eni-1"
 TYPE_LABEL = "node.kubernetes.io/instance-type"
 CIDR = "10.70.0.0/24"
+BBC_CIDR = "10.71.0.0/24"
 TYPE = "ecs.sim.tiny"
 #: the simulator never checks signatures
 CREDENTIALS = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "test", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "test",
@@ -70,47 +71,57 @@ def wait_for(what: str, check: Any, timeout: float = 60.0) -> None:
 
 
 class Bed:
-    """The underlay, the simulator (``cloud``: ``ecs`` or ``bbc``) in its router
-    namespace, the VPC, the cluster."""
+    """The underlay, the simulators (``clouds``: ``ecs``, ``bbc`` or both, one VPC) in its
+    router namespace, the VPC, the cluster. ``sim`` is the first cloud's simulator."""
 
-    def __init__(self, tmp: Path, cloud: str = "ecs") -> None:
-        self.cloud = cloud
+    def __init__(self, tmp: Path, *clouds: str) -> None:
+        self.clouds = clouds or ("ecs",)
         self.underlay = Underlay()
         self.host = Host(links=lambda c, i: veth_names(c, i))
         self.vpc: VpcBed | None = None
         self.stack: Stack | None = None
-        self.sim: Any = (EcsSimulator if cloud == "ecs" else BbcSimulator)(
-            host=self.underlay.router_address)
+        self.sims: dict[str, Any] = {}
         try:
-            run_in_netns(netns_path(self.underlay.router), self.sim.start)
-            section: dict[str, Any]
-            if cloud == "ecs":
-                self.sim.add_vswitch(VSWITCH, CIDR)
-                section = {"endpoint": self.sim.endpoint, "protocol": "http",
-                           "vswitches": [VSWITCH], "security_groups": ["sg-1"], "timeout": 5}
-            else:
-                self.sim.add_subnet(SUBNET, CIDR)
-                section = {"endpoint": self.sim.endpoint, "subnets": [SUBNET]}
-            self.vpc = VpcBed(self.underlay, lambda: attached_state(self.sim))
+            sections: dict[str, dict[str, Any]] = {}
+            for cloud in self.clouds:
+                sim = self.sims[cloud] = (EcsSimulator if cloud == "ecs" else BbcSimulator)(
+                    host=self.underlay.router_address)
+                run_in_netns(netns_path(self.underlay.router), sim.start)
+                if cloud == "ecs":
+                    sim.add_vswitch(VSWITCH, CIDR)
+                    sections[cloud] = {"endpoint": sim.endpoint, "protocol": "http",
+                                       "vswitches": [VSWITCH], "security_groups": ["sg-1"],
+                                       "timeout": 5}
+                else:
+                    sim.add_subnet(SUBNET, BBC_CIDR)
+                    sections[cloud] = {"endpoint": sim.endpoint, "subnets": [SUBNET]}
+            self.sim = self.sims[self.clouds[0]]
+            self.vpc = VpcBed(self.underlay, lambda: [
+                eni for sim in self.sims.values() for eni in attached_state(sim)])
             self.config = {
-                "defaultProvider": cloud, "providers": {cloud: section},
-                "policies": {cloud: {"minIdle": 0, "maxIdle": 0}},
+                "defaultProvider": self.clouds[0], "providers": sections,
+                "nodeProviders": [{"provider": "bbc", "nodeSelector": f"{TYPE_LABEL}=BBC"}]
+                if len(self.clouds) > 1 else [],
+                "policies": {c: {"minIdle": 0, "maxIdle": 0} for c in self.clouds},
                 "listen": "127.0.0.1:0"}
-            self.stack = Stack(tmp, provider=cloud, controller_config=self.config,
-                               netns=self.underlay.router, address=self.underlay.router_address)
+            more = [a for c in self.clouds[1:] for a in ("--provider", c)]
+            self.stack = Stack(tmp, provider=self.clouds[0], controller_config=self.config,
+                               netns=self.underlay.router, address=self.underlay.router_address,
+                               controller_args=more)
             self.vpc.follow()
         except BaseException:
             self.close()
             raise
         self.tmp = tmp
 
-    def node(self, name: str, instance: str) -> NodeNamespace:
+    def node(self, name: str, instance: str, cloud: str | None = None) -> NodeNamespace:
         assert self.stack is not None and self.vpc is not None
-        if self.cloud == "ecs":
-            self.sim.add_instance(instance, TYPE, VSWITCH)
+        cloud = cloud or self.clouds[0]
+        if cloud == "ecs":
+            self.sims[cloud].add_instance(instance, TYPE, VSWITCH)
             labels, provider_id = {TYPE_LABEL: TYPE}, f"cn-hangzhou.{instance}"
         else:
-            self.sim.add_instance(instance, SUBNET)
+            self.sims[cloud].add_instance(instance, SUBNET)
             labels, provider_id = {TYPE_LABEL: "BBC"}, f"cce://{instance}"
         # a podCIDR of its own for the underlay's router; the ENI dataplane uses none
         n = self.underlay.add_node(name, f"10.93.{len(self.underlay.nodes)}.0/24")
@@ -118,12 +129,13 @@ class Bed:
         self.stack.create([{
             "apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
             "spec": {"providerID": provider_id}}])
-        self.start_agent(n)
+        self.start_agent(n, cloud)
         return n
 
-    def start_agent(self, n: NodeNamespace) -> None:
+    def start_agent(self, n: NodeNamespace, cloud: str | None = None) -> None:
         assert self.stack is not None
-        self.stack.agent(n.name, netns=n.netns, providers=[self.cloud], add_timeout=20,
+        self.stack.agent(n.name, netns=n.netns, providers=[cloud or self.clouds[0]],
+                         add_timeout=20,
                          args=["--config", str(self.tmp / "controller.yaml")])
         wait_for(f"the agent of {n.name} ready", AgentClient(self.stack.socket_of(n.name)).ready)
 
@@ -153,7 +165,8 @@ class Bed:
         if self.vpc is not None:
             self.vpc.cleanup()
         self.host.cleanup()
-        self.sim.stop()
+        for sim in self.sims.values():
+            sim.stop()
         self.underlay.cleanup()
 
 
@@ -173,6 +186,17 @@ def bbc_bed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bed]:
     for key, value in CREDENTIALS.items():
         monkeypatch.setenv(key, value)
     b = Bed(tmp_path, "bbc")
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+@pytest.fixture
+def mixed_bed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bed]:
+    for key, value in CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    b = Bed(tmp_path, "ecs", "bbc")
     try:
         yield b
     finally:
@@ -346,3 +370,22 @@ def test_bbc_pods_on_two_machines_talk_through_their_one_eni_each(bbc_bed: Bed) 
     bed.vpc.sync()
     assert ip_y not in bed.vpc.routes()
     assert not ping(ns_x, ip_y, count=2), "a released address answered"
+
+
+def test_an_ecs_pod_reaches_a_bbc_pod_in_one_vpc(mixed_bed: Bed) -> None:
+    """Both clouds' simulators program one VPC: an ECS instance and a BBC machine, each
+    pod's traffic through its own ENI and subnet gateway."""
+    bed = mixed_bed
+    assert bed.stack is not None
+    ecs_node = bed.node("ecs-m", "i-ecsm", "ecs")
+    bbc_node = bed.node("bbc-m", "i-bbcm", "bbc")
+    bed.stack.create([pod("e0", "ecs-m"), pod("b0", "bbc-m")])
+    ns_e, _, ip_e = bed.add("e0", ecs_node)
+    ns_b, _, ip_b = bed.add("b0", bbc_node)
+    assert ip_e in bed.sims["ecs"].addresses() and ip_b in bed.sims["bbc"].addresses()
+    assert ping(ns_e, ip_b), "the ECS pod cannot ping the BBC pod"
+    assert ping(ns_b, ip_e), "the BBC pod cannot ping the ECS pod"
+    with TcpServer(ns_b, ip_b, 8080):
+        talk = tcp_talk(ns_e, ip_b, 8080, "from ecs")
+    assert talk.returncode == 0, talk.stderr
+    assert talk.stdout.strip() == f"hello {ip_e} from ecs"

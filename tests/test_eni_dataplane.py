@@ -160,6 +160,10 @@ class Bed:
         return next(e.id for e in attached_state(self.sim) if address in e.addresses)
 
     def close(self) -> None:
+        if self.vpc is not None:
+            # what the VPC's thread could not program shows in the test's report
+            for error in self.vpc.errors:
+                print("the VPC bed's follow thread:", error)
         if self.stack is not None:
             self.stack.close()
         if self.vpc is not None:
@@ -312,6 +316,7 @@ def test_pods_on_different_enis_and_nodes_talk_through_the_vpc_which_routes_by_t
     assert eni_b not in bed.vpc.devices("ecs-b")
     assert default_route(node_b.netns, table_b) == []
     assert rules_in(node_b.netns) == {}
+    assert bed.vpc.errors == []
 
 
 def test_a_rule_left_behind_is_removed_by_the_agents_start(bed: Bed) -> None:
@@ -370,6 +375,7 @@ def test_bbc_pods_on_two_machines_talk_through_their_one_eni_each(bbc_bed: Bed) 
     bed.vpc.sync()
     assert ip_y not in bed.vpc.routes()
     assert not ping(ns_x, ip_y, count=2), "a released address answered"
+    assert bed.vpc.errors == []
 
 
 def test_an_ecs_pod_reaches_a_bbc_pod_in_one_vpc(mixed_bed: Bed) -> None:

@@ -45,7 +45,7 @@ from typing import Any
 import attrs
 
 from podnet.hookspecs.errors import ErrorKind, ProviderError
-from podnet.hookspecs.models import PodNetwork
+from podnet.hookspecs.models import PodNetwork, Route
 from podnet.hookspecs.types import CheckResult, Plug, PlugContext, PlugResult, UnplugContext
 from podnet.linux.netns import iproute
 from podnet.linux.veth import (
@@ -67,6 +67,9 @@ PEER_PREFIX = "pnq"
 ALIAS_MARK = "podnet-eni:"
 #: the pod's gateway: link-local, answered by a permanent neighbour entry in the pod
 GATEWAY = "169.254.1.1"
+#: the routes a pod's record says its interface gets (the allocation's ``routes``, with
+#: ``prefix_length`` 32): what the runtime's CNI result then shows
+POD_ROUTES = (Route(dst="0.0.0.0/0", gw=GATEWAY),)
 #: an ENI's table is this plus its device's ifindex
 TABLE_BASE = 1000
 #: the priority of the per-pod rules (before main, 32766)

@@ -29,6 +29,7 @@ import pytest
 from podnet.linux.netns import iproute, netns_path, run_in_netns
 from podnet.plugins.bbc.sim import BbcSimulator
 from podnet.plugins.ecs.dataplane import (
+    GATEWAY,
     ORPHAN_RULE,
     PROTO,
     RULE_PRIORITY,
@@ -150,7 +151,12 @@ class Bed:
         for _ in range(50):
             status, body = client.add(cid, path, name)
             if status == 200:
-                return ns, cid, body["ips"][0]["address"].split("/")[0]
+                # the result says what the pod got: its address alone, the link-local
+                # gateway
+                address = body["ips"][0]["address"]
+                assert address.endswith("/32"), body
+                assert body["routes"] == [{"dst": "0.0.0.0/0", "gw": GATEWAY}], body
+                return ns, cid, address.split("/")[0]
             if "has no device" not in str(body.get("msg")):
                 break
             time.sleep(0.2)

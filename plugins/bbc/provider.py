@@ -78,7 +78,7 @@ from podnet.hookspecs.types import (
     UnplugContext,
     VerifyResult,
 )
-from podnet.linux.eni import EniDataplane
+from podnet.linux.eni import POD_ROUTES, EniDataplane
 
 NAME = "bbc"
 #: the APIs as BBC meters them (one bucket each): the names core's limiter keys on
@@ -660,8 +660,11 @@ class BbcProvider:
             gateway, cidr_text = str(next(cidr.hosts())), str(cidr)
         except (ProviderError, BceError, StopIteration):
             gateway = None  # the subnet API is unreachable: the record goes without it
+        # the pod's interface (the ENI dataplane): its address alone, the link-local
+        # gateway; ``gateway`` stays the subnet's, the ENI's table's next hop
         return Allocation(ip=entry.address, mac=port.mac, subnet=subnet, gateway=gateway,
-                          interface=port.eni_id, cidr=cidr_text)
+                          interface=port.eni_id, cidr=cidr_text, prefix_length=32,
+                          routes=POD_ROUTES)
 
     def _add_static(self, context: AllocateContext, request: ResolvedRequest, instance: str,
                     port: Port) -> PoolEntry:

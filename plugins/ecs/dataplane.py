@@ -11,6 +11,7 @@ from podnet.hookspecs.models import PodNetwork
 from podnet.linux.eni import (
     GATEWAY,
     ORPHAN_RULE,
+    POD_ROUTES,
     PROTO,
     RULE_PRIORITY,
     TABLE_BASE,
@@ -19,8 +20,8 @@ from podnet.linux.eni import (
     veth_names,
 )
 
-__all__ = ["GATEWAY", "ORPHAN_RULE", "PROTO", "RULE_PRIORITY", "TABLE_BASE", "EniDataplane",
-           "ecs_dataplane", "table_of", "veth_names"]
+__all__ = ["GATEWAY", "ORPHAN_RULE", "POD_ROUTES", "PROTO", "RULE_PRIORITY", "TABLE_BASE",
+           "EniDataplane", "ecs_dataplane", "table_of", "veth_names"]
 
 
 def ecs_dataplane(provider: str, mac_of: Callable[[PodNetwork], str | None]

@@ -98,7 +98,7 @@ from podnet.hookspecs.types import (
     UnplugContext,
     VerifyResult,
 )
-from podnet.plugins.ecs.dataplane import ecs_dataplane
+from podnet.plugins.ecs.dataplane import POD_ROUTES, ecs_dataplane
 
 NAME = "ecs"
 __version__ = "0.1.0"
@@ -903,9 +903,11 @@ class EcsProvider:
             # core never hands out half a pair; a provider's own static add is paired
             raise ProviderError(ErrorKind.FATAL, f"{entry.address} has no IPv6 partner",
                                 field="status.ipv6")
+        # what the pod's interface gets (the ENI dataplane): its address alone, the
+        # link-local gateway; ``gateway`` stays the vSwitch's, the ENI's table's next hop
         return Allocation(ip=entry.address, ipv6=entry.ipv6, mac=pn.spec.requests.mac_address,
                           subnet=entry.subnet, gateway=gateway, interface=entry.interface,
-                          cidr=cidr_text)
+                          cidr=cidr_text, prefix_length=32, routes=POD_ROUTES)
 
     def _add_static(self, context: AllocateContext, request: ResolvedRequest) -> PoolEntry:
         """Assign the requested address core found outside the pool to an ENI of the node

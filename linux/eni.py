@@ -23,7 +23,8 @@ never bridged:
   address. The host has a permanent neighbour entry for the pod too.
 
 Traffic from a pod to another pod of the same node goes out through its ENI and back (the
-VPC routes it); the node's own addresses (the underlay) are not reachable from a pod.
+VPC routes it). The node's own addresses are the local table's, whose rule comes first;
+everything else a pod sends, to other hosts of the node's underlay too, goes to its ENI.
 
 Unplug removes the rule, the route and the pair. ``plugs`` lists the host ends (their
 alias records whose they are) and, as leftovers with no owner, each rule of podnet's

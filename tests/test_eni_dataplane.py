@@ -322,6 +322,14 @@ def test_pods_on_different_enis_and_nodes_talk_through_the_vpc_which_routes_by_t
     assert eni_b not in bed.vpc.devices("ecs-b")
     assert default_route(node_b.netns, table_b) == []
     assert rules_in(node_b.netns) == {}
+
+    # the same address, asked for by a pod on node a, works there
+    bed.stack.create([pod("a9", "ecs-a", annotations={"podnet.io/ip-address": ip_b})])
+    ns_9, _, ip_9 = bed.add("a9", node_a)
+    assert ip_9 == ip_b
+    bed.vpc.sync()
+    assert ping(ns_1, ip_b), "the address given again, on another node, does not work"
+    assert ping(ns_9, ip_2)
     assert bed.vpc.errors == []
 
 

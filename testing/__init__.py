@@ -18,6 +18,7 @@ else:
     pytest.register_assert_rewrite(
         "podnet.testing.harness", "podnet.testing.conformance", "podnet.testing.chaos",
         "podnet.testing.plugin", "podnet.testing.nodebed", "podnet.testing.ovnbed",
+        "podnet.testing.vpcbed",
     )
     from podnet.testing.nodebed import host, underlay  # noqa: F401
     from podnet.testing.ovnbed import ovn_bed, ovn_central  # noqa: F401

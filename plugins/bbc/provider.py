@@ -17,6 +17,10 @@ Config section (``providers.bbc`` in the config file, or constructor keywords)::
     instanceIdLabel: ...                 # else the instance id is the providerID's tail
     maxIpsPerNode: 40                    # secondary addresses one instance can hold
     timeoutMs: 10000
+
+On a node the plug hooks are the ENI dataplane (``podnet.linux.eni``): a routed veth per
+pod and a rule from its address to the table of the machine's one ENI, the ENI's device
+found by the MAC the record carries; see docs/node.md.
 """
 
 from __future__ import annotations
@@ -57,9 +61,13 @@ from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
     Allocation,
+    CheckResult,
     CloudInterface,
     Inventory,
     NodeContext,
+    Plug,
+    PlugContext,
+    PlugResult,
     PodNetworkContext,
     PoolEntry,
     ProviderInfo,
@@ -67,8 +75,10 @@ from podnet.hookspecs.types import (
     ResolvedRequest,
     RouteResult,
     Subnet,
+    UnplugContext,
     VerifyResult,
 )
+from podnet.linux.eni import POD_ROUTES, EniDataplane
 
 NAME = "bbc"
 #: the APIs as BBC meters them (one bucket each): the names core's limiter keys on
@@ -357,6 +367,10 @@ class BbcProvider:
         self._api: BbcApi | None = None
         self._limiter: CloudLimiter | None = None
         self._lock = threading.Lock()
+        #: the node agent's dataplane: the machine's one ENI, one table (its MAC is in
+        #: every record, the allocation's ``mac``)
+        self.dataplane = EniDataplane(NAME, lambda pn: pn.status.mac,
+                                      record_mac_is_the_pods=False)
         self._instances: dict[str, _InstanceState] = {}
         #: node name -> its instance, to forget the instance when the node goes
         self._node_instance: dict[str, str] = {}
@@ -646,8 +660,11 @@ class BbcProvider:
             gateway, cidr_text = str(next(cidr.hosts())), str(cidr)
         except (ProviderError, BceError, StopIteration):
             gateway = None  # the subnet API is unreachable: the record goes without it
+        # the pod's interface (the ENI dataplane): its address alone, the link-local
+        # gateway; ``gateway`` stays the subnet's, the ENI's table's next hop
         return Allocation(ip=entry.address, mac=port.mac, subnet=subnet, gateway=gateway,
-                          interface=port.eni_id, cidr=cidr_text)
+                          interface=port.eni_id, cidr=cidr_text, prefix_length=32,
+                          routes=POD_ROUTES)
 
     def _add_static(self, context: AllocateContext, request: ResolvedRequest, instance: str,
                     port: Port) -> PoolEntry:
@@ -712,6 +729,24 @@ class BbcProvider:
         return ReleaseResult(return_to_pool=True)
 
     # 7. errors
+
+    # --- the dataplane on a node (the node agent): podnet.linux.eni --------------------
+
+    @hookimpl
+    def podnet_plug(self, context: PlugContext) -> PlugResult | None:
+        return self.dataplane.plug(context)
+
+    @hookimpl
+    def podnet_unplug(self, context: UnplugContext) -> None:
+        self.dataplane.unplug(context)
+
+    @hookimpl
+    def podnet_check_plug(self, context: PlugContext) -> CheckResult | None:
+        return self.dataplane.check(context)
+
+    @hookimpl
+    def podnet_plugs(self, provider: str, node: str) -> Sequence[Plug] | None:
+        return self.dataplane.plugs()
 
     @hookimpl
     def podnet_classify_error(self, provider: str, error: BaseException) -> ErrorKind | None:

@@ -230,6 +230,16 @@ class BbcSimulator:
             inst.ips[ip] = inst.subnet
             return ip
 
+    def attached(self) -> list[dict[str, Any]]:
+        """Ground truth for a simulated VPC (``podnet.testing.vpcbed``): each instance's
+        one ENI with its MAC, its subnet's gateway and its addresses (the primary
+        first)."""
+        with self.lock:
+            return [{"id": i.eni_id, "instance": i.id, "mac": i.mac,
+                     "gateway": str(next(self.subnets[i.subnet].network.hosts())),
+                     "addresses": [i.primary_ip, *i.ips]}
+                    for i in self.instances.values()]
+
     def script(self, api: str, code: str, status: int = 400, times: int = 1) -> None:
         """Answer the next ``times`` calls of ``api`` with the error ``code``."""
         with self.lock:

@@ -40,6 +40,11 @@ ENI podnet made whose security groups differ from them as a ``SecurityGroupDrift
 finding, which core turns into a Warning Event on the Node.
 Credentials are kept only inside the SDK's config: never logged, traced or put in a
 message.
+
+On a node (``podnet node --config``, the same section) the plug hooks are the ENI
+dataplane of ``plugins/ecs/dataplane.py``: a routed veth per pod and a policy rule from
+the pod's address to a table per ENI whose default route is that ENI's device (found by
+its MAC, asked of the cloud once per ENI); see docs/node.md.
 """
 
 from __future__ import annotations
@@ -70,14 +75,19 @@ from podnet.core.sections import (
     text,
 )
 from podnet.hookspecs import hookimpl
+from podnet.hookspecs.models import PodNetwork
 from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
     Allocation,
+    CheckResult,
     CloudInterface,
     Inventory,
     NodeContext,
     NodeFinding,
+    Plug,
+    PlugContext,
+    PlugResult,
     PodNetworkContext,
     PoolEntry,
     ProviderInfo,
@@ -85,8 +95,10 @@ from podnet.hookspecs.types import (
     ResolvedRequest,
     RouteResult,
     Subnet,
+    UnplugContext,
     VerifyResult,
 )
+from podnet.plugins.ecs.dataplane import POD_ROUTES, ecs_dataplane
 
 NAME = "ecs"
 __version__ = "0.1.0"
@@ -253,6 +265,8 @@ class EcsProvider:
         self.sdk_calls: dict[str, int] = {}
         #: core's buckets per API action (``podnet_cloud_limiter``)
         self._limiter: CloudLimiter | None = None
+        #: the node agent's dataplane (plugins/ecs/dataplane.py)
+        self.dataplane = ecs_dataplane(name, self._mac_of)
 
     # --- the SDK ------------------------------------------------------------------------
 
@@ -889,9 +903,11 @@ class EcsProvider:
             # core never hands out half a pair; a provider's own static add is paired
             raise ProviderError(ErrorKind.FATAL, f"{entry.address} has no IPv6 partner",
                                 field="status.ipv6")
+        # what the pod's interface gets (the ENI dataplane): its address alone, the
+        # link-local gateway; ``gateway`` stays the vSwitch's, the ENI's table's next hop
         return Allocation(ip=entry.address, ipv6=entry.ipv6, mac=pn.spec.requests.mac_address,
                           subnet=entry.subnet, gateway=gateway, interface=entry.interface,
-                          cidr=cidr_text)
+                          cidr=cidr_text, prefix_length=32, routes=POD_ROUTES)
 
     def _add_static(self, context: AllocateContext, request: ResolvedRequest) -> PoolEntry:
         """Assign the requested address core found outside the pool to an ENI of the node
@@ -971,6 +987,28 @@ class EcsProvider:
         # nothing to undo on the ENI: the address goes back to the node's pool, and core
         # keeps it idle or unassigns it (pool_shrink)
         return ReleaseResult(return_to_pool=True)
+
+    # --- the dataplane on a node (the node agent): a routed veth pair, a table per ENI --
+
+    def _mac_of(self, pn: PodNetwork) -> str | None:
+        found = self.describe_enis(ids=[pn.status.interface or ""])
+        return found[0].mac if found else None
+
+    @hookimpl
+    def podnet_plug(self, context: PlugContext) -> PlugResult | None:
+        return self.dataplane.plug(context)
+
+    @hookimpl
+    def podnet_unplug(self, context: UnplugContext) -> None:
+        self.dataplane.unplug(context)
+
+    @hookimpl
+    def podnet_check_plug(self, context: PlugContext) -> CheckResult | None:
+        return self.dataplane.check(context)
+
+    @hookimpl
+    def podnet_plugs(self, provider: str, node: str) -> Sequence[Plug] | None:
+        return self.dataplane.plugs()
 
     # --- errors -------------------------------------------------------------------------
 

@@ -423,6 +423,27 @@ class EcsSimulator:
                     eni.secondary.remove(ip)
                     self.vswitches[eni.vswitch].used.discard(ip)
 
+    def attached(self) -> list[dict[str, Any]]:
+        """Ground truth for a simulated VPC (``podnet.testing.vpcbed``): every InUse ENI
+        with its instance, MAC, vSwitch gateway and private IPv4 addresses (its primary
+        first)."""
+        with self.lock:
+            self._settle_all()
+            return [{"id": e.id, "instance": e.instance_id, "mac": e.mac,
+                     "gateway": str(next(self.vswitches[e.vswitch].cidr.hosts())),
+                     "addresses": [e.primary_ip, *e.secondary]}
+                    for e in self.enis.values() if e.status == "InUse" and e.instance_id]
+
+    def move_address(self, address: str, eni_id: str) -> None:
+        """Ground truth: the cloud puts secondary ``address`` on ENI ``eni_id`` (same
+        vSwitch) behind the controller's back."""
+        with self.lock:
+            target = self._eni(eni_id)
+            for eni in self.enis.values():
+                if address in eni.secondary:
+                    eni.secondary.remove(address)
+            target.secondary.append(address)
+
     def eni_states(self) -> dict[str, str]:
         with self.lock:
             self._settle_all()

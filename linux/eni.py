@@ -1,0 +1,349 @@
+"""An ENI dataplane on a node, for the cloud providers whose pod addresses are secondary
+addresses of elastic network interfaces (ECS, BBC): a pod's traffic leaves through the ENI
+that holds its address.
+
+A VPC delivers a secondary address only to the ENI it is assigned to, and drops what an
+ENI sends from an address it does not hold; so each pod interface is a veth pair, routed,
+never bridged:
+
+- on the host, a /32 route to the pod via the host end (``proto`` :data:`PROTO`), and a
+  policy rule ``from <pod address> iif <host end> lookup <table of its ENI>`` at priority
+  :data:`RULE_PRIORITY` (marked with protocol :data:`PROTO`). The rule is for what the pod
+  sends only: a packet from the pod that the VPC brings back to another pod of this node
+  (through another ENI) comes in on an ENI and takes the main table's /32 route;
+- per ENI, table :data:`TABLE_BASE` + the ifindex of the ENI's device, whose default
+  route goes through that device to its subnet's gateway (``onlink``: the device has no
+  address). The device is the link with the ENI's MAC, which the provider answers
+  (``mac_of``; asked once per ENI: an ENI's MAC never changes). An ifindex is
+  unique on the host while the device exists; a re-attached ENI gets another device,
+  another index and a fresh table, and the kernel empties the old one with its device;
+- in the pod, its address as a /32 and a default route via the link-local gateway
+  :data:`GATEWAY` on the veth, with a permanent neighbour entry for it (the host end's
+  MAC): the pod never needs an answer to an ARP request, and the host end needs no
+  address. The host has a permanent neighbour entry for the pod too.
+
+Traffic from a pod to another pod of the same node goes out through its ENI and back (the
+VPC routes it). The node's own addresses are the local table's, whose rule comes first;
+everything else a pod sends, to other hosts of the node's underlay too, goes to its ENI.
+
+Unplug removes the rule, the route and the pair. ``plugs`` lists the host ends (their
+alias records whose they are) and, as leftovers with no owner, each rule of podnet's
+whose address no host end has (``if_name`` :data:`ORPHAN_RULE`, ``container_id`` the
+address): the agent's start-up reconcile unplugs them, which deletes the rule.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from podnet.hookspecs.errors import ErrorKind, ProviderError
+from podnet.hookspecs.models import PodNetwork, Route
+from podnet.hookspecs.types import CheckResult, Plug, PlugContext, PlugResult, UnplugContext
+from podnet.linux.netns import iproute
+from podnet.linux.veth import (
+    closing,
+    configure_pod_end,
+    delete_link,
+    failure,
+    link_aliases,
+    link_index,
+    make_pair,
+    pod_end_differs,
+    pod_namespace,
+)
+from podnet.linux.veth import veth_names as _veth_names
+
+#: host ends are ``pne<10 hex>``, their peers (until renamed in the pod) ``pnq<10 hex>``
+HOST_PREFIX = "pne"
+PEER_PREFIX = "pnq"
+ALIAS_MARK = "podnet-eni:"
+#: the pod's gateway: link-local, answered by a permanent neighbour entry in the pod
+GATEWAY = "169.254.1.1"
+#: the routes a pod's record says its interface gets (the allocation's ``routes``, with
+#: ``prefix_length`` 32): what the runtime's CNI result then shows
+POD_ROUTES = (Route(dst="0.0.0.0/0", gw=GATEWAY),)
+#: an ENI's table is this plus its device's ifindex
+TABLE_BASE = 1000
+#: the priority of the per-pod rules (before main, 32766)
+RULE_PRIORITY = 2000
+#: the protocol number marking podnet's routes and rules (``ip rule show proto 98``)
+PROTO = 98
+#: the ``if_name`` of a leftover rule in :meth:`EniDataplane.plugs`
+ORPHAN_RULE = "eni-rule"
+_NUD_PERMANENT = 0x80
+_RTNH_F_ONLINK = 4
+
+
+def veth_names(container_id: str, if_name: str) -> tuple[str, str]:
+    """The host end's name and its peer's, stable for one container and interface."""
+    return _veth_names(HOST_PREFIX, PEER_PREFIX, container_id, if_name)
+
+
+def pod_mac(address: str) -> str:
+    """The pod interface's MAC when the record names none: locally administered, stable
+    for the address (ENI addresses have no MAC of their own; the VPC never sees it)."""
+    digest = hashlib.blake2s(address.encode(), digest_size=5).digest()
+    return "02:" + ":".join(f"{b:02x}" for b in digest)
+
+
+def table_of(device_index: int) -> int:
+    return TABLE_BASE + device_index
+
+
+class EniDataplane:
+    """Plug, check, unplug and list the pod interfaces of one host.
+
+    ``provider`` is whose host ends these are. ``mac_of`` answers the MAC of the ENI a
+    record's address is on (its ``status.interface``; None: no such ENI); it is asked
+    once per ENI.
+    ``record_mac_is_the_pods``: the record's ``status.mac`` is the pod interface's (ECS);
+    False when it is the ENI's (BBC's records carry the machine's ENI MAC), and the pod
+    gets :func:`pod_mac`."""
+
+    def __init__(self, provider: str, mac_of: Callable[[PodNetwork], str | None], *,
+                 record_mac_is_the_pods: bool = True) -> None:
+        #: the host ends' marks name it: one agent may serve two ENI providers
+        self.provider = provider
+        self._mac_of = mac_of
+        self._pod_mac_in_record = record_mac_is_the_pods
+        self._macs: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    # --- the ENI -------------------------------------------------------------------------
+
+    def eni_mac(self, pn: PodNetwork) -> str:
+        eni_id = pn.status.interface or ""
+        with self._lock:
+            mac = self._macs.get(eni_id)
+        if mac is None:
+            found = self._mac_of(pn)
+            if not found:
+                raise ProviderError(ErrorKind.NOT_FOUND, f"ENI {eni_id} does not exist",
+                                    field="status.interface", subject=eni_id)
+            mac = found.lower()
+            with self._lock:
+                self._macs[eni_id] = mac
+        return mac
+
+    @staticmethod
+    def device_of(ipr: Any, mac: str) -> int | None:
+        """The index of the link with ``mac`` that is not one of podnet's host ends."""
+        for link in ipr.get_links():
+            name = str(link.get_attr("IFLA_IFNAME"))
+            if (str(link.get_attr("IFLA_ADDRESS")).lower() == mac
+                    and not name.startswith((HOST_PREFIX, PEER_PREFIX))):
+                return int(link["index"])
+        return None
+
+    def _table(self, ipr: Any, pn: PodNetwork, gateway: str) -> int:
+        """The ENI's table, its default route in place; transient while the ENI's device
+        is not on this host yet (the attach is still on its way)."""
+        eni_id = pn.status.interface
+        mac = self.eni_mac(pn)
+        device = self.device_of(ipr, mac)
+        if device is None:
+            raise failure(f"ENI {eni_id} (MAC {mac}) has no device on this host",
+                          field="status.interface")
+        table = table_of(device)
+        ipr.route("replace", dst="0.0.0.0/0", table=table, gateway=gateway, oif=device,
+                  flags=_RTNH_F_ONLINK, proto=PROTO)
+        return table
+
+    # --- the hooks' work -----------------------------------------------------------------
+
+    def plug(self, context: PlugContext) -> PlugResult:
+        pn = context.pod_network
+        st = pn.status
+        for value, field in ((st.ip, "status.ip"), (st.interface, "status.interface"),
+                             (st.gateway, "status.gateway")):
+            if not value:
+                raise ProviderError(ErrorKind.FATAL, f"PodNetwork {pn.key} has no "
+                                    f"{field.split('.')[1]}", field=field)
+        assert st.ip and st.interface and st.gateway
+        mac = ((st.mac if self._pod_mac_in_record else None) or pod_mac(st.ip)).lower()
+        host, peer = veth_names(context.container_id, context.if_name)
+        alias = ALIAS_MARK + json.dumps(
+            {"c": context.container_id, "i": context.if_name, "n": pn.spec.network,
+             "k": pn.key, "a": st.ip, "p": self.provider}, separators=(",", ":"))
+        with closing(pod_namespace(context.netns)) as ns, closing(iproute()) as ipr:
+            assert context.netns is not None  # pod_namespace checked it
+            table = self._table(ipr, pn, st.gateway)
+            inside = link_index(ns, context.if_name)
+            host_index = link_index(ipr, host)
+            if host_index is not None and inside is None:
+                ipr.link("del", index=host_index)  # half made: made again
+                host_index = None
+            if host_index is None:
+                if inside is not None:
+                    raise ProviderError(
+                        ErrorKind.FATAL, f"{context.if_name} already exists in "
+                        f"{context.netns} and is not podnet's", field="ifName")
+                delete_link(ipr, peer)
+                host_index = make_pair(ipr, host, context.netns, context.if_name, mac,
+                                       st.mtu)
+                inside = link_index(ns, context.if_name)
+                if inside is None:
+                    raise failure(f"veth {host} was not created")
+                ipr.link("set", index=host_index, ifalias=alias)  # marked at once
+            settings: dict[str, Any] = {"state": "up", "ifalias": alias}
+            if st.mtu:
+                settings["mtu"] = st.mtu
+            ipr.link("set", index=host_index, **settings)
+            host_mac = str(ipr.get_links(host_index)[0].get_attr("IFLA_ADDRESS"))
+            assert inside is not None
+            # the pod: its address alone (a /32), the link-local gateway's MAC known
+            configure_pod_end(ns, inside, attrs.evolve(st, mac=mac, routes=(), ipv6=None),
+                              32)
+            ns.neigh("replace", dst=GATEWAY, lladdr=host_mac, ifindex=inside,
+                     state=_NUD_PERMANENT)
+            ns.route("replace", dst=f"{GATEWAY}/32", oif=inside, scope=253)  # link
+            ns.route("replace", dst="0.0.0.0/0", gateway=GATEWAY, oif=inside)
+            # the host: to the pod by its veth, from the pod by its ENI's table
+            ipr.neigh("replace", dst=st.ip, lladdr=mac, ifindex=host_index,
+                      state=_NUD_PERMANENT)
+            ipr.route("replace", dst=f"{st.ip}/32", oif=host_index, scope=253, proto=PROTO)
+            self._rule(ipr, st.ip, table, host)
+        return PlugResult(name=context.if_name, mac=mac, sandbox=context.netns,
+                          host_interface=host)
+
+    @staticmethod
+    def _rules_from(ipr: Any, address: str) -> list[Any]:
+        return [r for r in ipr.get_rules(family=socket.AF_INET)
+                if r.get_attr("FRA_PRIORITY") == RULE_PRIORITY
+                and r.get_attr("FRA_SRC") == address and r["src_len"] == 32]
+
+    def _rule(self, ipr: Any, address: str, table: int, host: str) -> None:
+        """Exactly one rule from ``address`` coming in on ``host``, to ``table``."""
+        found = False
+        for rule in self._rules_from(ipr, address):
+            if (rule.get_attr("FRA_TABLE") == table and rule.get_attr("FRA_IIFNAME") == host
+                    and not found):
+                found = True
+                continue
+            self._delete_rule(ipr, rule)
+        if not found:
+            ipr.rule("add", family=socket.AF_INET, src=address, src_len=32, iifname=host,
+                     table=table, priority=RULE_PRIORITY, FRA_PROTOCOL=PROTO)
+
+    @staticmethod
+    def _delete_rule(ipr: Any, rule: Any) -> None:
+        spec: dict[str, Any] = {"family": socket.AF_INET, "src": rule.get_attr("FRA_SRC"),
+                                "src_len": 32, "table": rule.get_attr("FRA_TABLE"),
+                                "priority": RULE_PRIORITY}
+        if rule.get_attr("FRA_IIFNAME"):
+            spec["iifname"] = rule.get_attr("FRA_IIFNAME")
+        try:
+            ipr.rule("del", **spec)
+        except Exception as exc:
+            if getattr(exc, "code", None) not in (errno.ENOENT, errno.ESRCH):
+                raise
+
+    def check(self, context: PlugContext) -> CheckResult:
+        if not context.netns or not os.path.exists(context.netns):
+            return CheckResult(ok=False, reason=f"network namespace {context.netns} is gone")
+        st = context.pod_network.status
+        host, _ = veth_names(context.container_id, context.if_name)
+        with closing(iproute()) as ipr:
+            host_index = link_index(ipr, host)
+            if host_index is None:
+                return CheckResult(ok=False, reason=f"host end {host} is missing")
+            if st.ip:
+                routes = ipr.get_routes(family=socket.AF_INET, dst=st.ip, dst_len=32,
+                                        table=254)
+                if not any(r.get_attr("RTA_OIF") == host_index for r in routes):
+                    return CheckResult(ok=False, reason=f"no host route to {st.ip} via {host}")
+                if st.interface:
+                    device = self.device_of(ipr, self.eni_mac(context.pod_network))
+                    want = table_of(device) if device is not None else None
+                    tables = [r.get_attr("FRA_TABLE") for r in self._rules_from(ipr, st.ip)]
+                    if tables != [want]:
+                        return CheckResult(ok=False, reason=(
+                            f"the rules from {st.ip} look up {tables or 'nothing'}, "
+                            f"not {want} (ENI {st.interface})"))
+        with closing(pod_namespace(context.netns)) as ns:
+            pod = attrs.evolve(st, routes=(), ipv6=None,
+                               mac=st.mac if self._pod_mac_in_record else None)
+            reason = pod_end_differs(ns, context.if_name, pod)
+        return CheckResult(ok=False, reason=reason) if reason else CheckResult(ok=True)
+
+    def unplug(self, context: UnplugContext) -> None:
+        with closing(iproute()) as ipr:
+            if context.if_name == ORPHAN_RULE:
+                orphan = context.container_id
+                if orphan not in self._addresses():
+                    for rule in self._rules_from(ipr, orphan):
+                        self._delete_rule(ipr, rule)
+                return
+            host, _ = veth_names(context.container_id, context.if_name)
+            address = self._address_of(host)
+            if address is None and context.pod_network is not None:
+                address = context.pod_network.status.ip
+            if address is not None:
+                # the rule first: a crash after leaves a host end, which plugs lists
+                for rule in self._rules_from(ipr, address):
+                    self._delete_rule(ipr, rule)
+                index = link_index(ipr, host)
+                for route in ipr.get_routes(family=socket.AF_INET, dst=address, dst_len=32,
+                                            table=254):
+                    if index is not None and route.get_attr("RTA_OIF") == index:
+                        try:
+                            ipr.route("del", dst=f"{address}/32", oif=index, scope=253,
+                                      proto=PROTO)
+                        except Exception as exc:  # gone meanwhile: what unplug wants
+                            if getattr(exc, "code", None) != errno.ESRCH:
+                                raise
+            delete_link(ipr, host)  # the pair goes with it, the pod's end too
+
+    # --- what is plugged -----------------------------------------------------------------
+
+    @staticmethod
+    def _marks() -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for name, alias in link_aliases().items():
+            if name.startswith(HOST_PREFIX) and alias.startswith(ALIAS_MARK):
+                try:
+                    mark = json.loads(alias[len(ALIAS_MARK):])
+                except ValueError:
+                    continue
+                if isinstance(mark, dict):
+                    out[name] = mark
+        return out
+
+    def _address_of(self, host: str) -> str | None:
+        mark = self._marks().get(host)
+        return str(mark["a"]) if mark and mark.get("a") else None
+
+    def _addresses(self) -> set[str]:
+        return {str(m["a"]) for m in self._marks().values() if m.get("a")}
+
+    def plugs(self) -> list[Plug]:
+        out: list[Plug] = []
+        marks = self._marks()
+        for name, mark in marks.items():
+            if mark.get("p") != self.provider:
+                continue
+            try:
+                out.append(Plug(container_id=str(mark["c"]), if_name=str(mark["i"]),
+                                network=str(mark["n"]), owner=mark.get("k"),
+                                host_interface=name))
+            except KeyError:
+                continue
+        plugged = {str(m.get("a")) for m in marks.values()}
+        with closing(iproute()) as ipr:
+            for rule in ipr.get_rules(family=socket.AF_INET):
+                address = rule.get_attr("FRA_SRC")
+                if (rule.get_attr("FRA_PRIORITY") == RULE_PRIORITY
+                        and rule.get_attr("FRA_PROTOCOL") == PROTO
+                        and address and address not in plugged):
+                    out.append(Plug(container_id=address, if_name=ORPHAN_RULE,
+                                    network="default", owner=None))
+        return out

@@ -61,13 +61,9 @@ from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
     Allocation,
-    CheckResult,
     CloudInterface,
     Inventory,
     NodeContext,
-    Plug,
-    PlugContext,
-    PlugResult,
     PodNetworkContext,
     PoolEntry,
     ProviderInfo,
@@ -75,10 +71,10 @@ from podnet.hookspecs.types import (
     ResolvedRequest,
     RouteResult,
     Subnet,
-    UnplugContext,
     VerifyResult,
 )
 from podnet.linux.eni import POD_ROUTES, EniDataplane
+from podnet.linux.hooks import DataplaneHooks
 
 NAME = "bbc"
 #: the APIs as BBC meters them (one bucket each): the names core's limiter keys on
@@ -346,7 +342,7 @@ class _InstanceState:
     missing: set[str] = attrs.field(factory=set)
 
 
-class BbcProvider:
+class BbcProvider(DataplaneHooks):
     """The plugin. One per controller; its memory is a cache, rebuilt from the cloud."""
 
     def __init__(self, *, endpoint: str | None = None, access_key_id: str | None = None,
@@ -730,23 +726,8 @@ class BbcProvider:
 
     # 7. errors
 
-    # --- the dataplane on a node (the node agent): podnet.linux.eni --------------------
-
-    @hookimpl
-    def podnet_plug(self, context: PlugContext) -> PlugResult | None:
-        return self.dataplane.plug(context)
-
-    @hookimpl
-    def podnet_unplug(self, context: UnplugContext) -> None:
-        self.dataplane.unplug(context)
-
-    @hookimpl
-    def podnet_check_plug(self, context: PlugContext) -> CheckResult | None:
-        return self.dataplane.check(context)
-
-    @hookimpl
-    def podnet_plugs(self, provider: str, node: str) -> Sequence[Plug] | None:
-        return self.dataplane.plugs()
+    # --- the dataplane on a node (the node agent): podnet.linux.eni, its hooks from
+    # DataplaneHooks -------------------------------------------------------------------
 
     @hookimpl
     def podnet_classify_error(self, provider: str, error: BaseException) -> ErrorKind | None:

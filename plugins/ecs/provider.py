@@ -80,14 +80,10 @@ from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
     Allocation,
-    CheckResult,
     CloudInterface,
     Inventory,
     NodeContext,
     NodeFinding,
-    Plug,
-    PlugContext,
-    PlugResult,
     PodNetworkContext,
     PoolEntry,
     ProviderInfo,
@@ -95,9 +91,9 @@ from podnet.hookspecs.types import (
     ResolvedRequest,
     RouteResult,
     Subnet,
-    UnplugContext,
     VerifyResult,
 )
+from podnet.linux.hooks import DataplaneHooks
 from podnet.plugins.ecs.dataplane import POD_ROUTES, ecs_dataplane
 
 NAME = "ecs"
@@ -238,7 +234,7 @@ class _Eni:
     ipv6: tuple[str, ...] = ()
 
 
-class EcsProvider:
+class EcsProvider(DataplaneHooks):
     """The plugin. One instance per controller process."""
 
     def __init__(self, *, name: str = NAME, policy: PoolPolicy | None = None) -> None:
@@ -988,27 +984,12 @@ class EcsProvider:
         # keeps it idle or unassigns it (pool_shrink)
         return ReleaseResult(return_to_pool=True)
 
-    # --- the dataplane on a node (the node agent): a routed veth pair, a table per ENI --
+    # --- the dataplane on a node (the node agent): a routed veth pair, a table per ENI;
+    # its four hooks come from DataplaneHooks (self.dataplane) ---------------------------
 
     def _mac_of(self, pn: PodNetwork) -> str | None:
         found = self.describe_enis(ids=[pn.status.interface or ""])
         return found[0].mac if found else None
-
-    @hookimpl
-    def podnet_plug(self, context: PlugContext) -> PlugResult | None:
-        return self.dataplane.plug(context)
-
-    @hookimpl
-    def podnet_unplug(self, context: UnplugContext) -> None:
-        self.dataplane.unplug(context)
-
-    @hookimpl
-    def podnet_check_plug(self, context: PlugContext) -> CheckResult | None:
-        return self.dataplane.check(context)
-
-    @hookimpl
-    def podnet_plugs(self, provider: str, node: str) -> Sequence[Plug] | None:
-        return self.dataplane.plugs()
 
     # --- errors -------------------------------------------------------------------------
 

@@ -34,23 +34,19 @@ from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
     Allocation,
-    CheckResult,
     CloudInterface,
     Inventory,
     NodeContext,
     NodeFinding,
-    Plug,
-    PlugContext,
-    PlugResult,
     PodNetworkContext,
     PoolEntry,
     ProviderInfo,
     ReleaseResult,
     RouteResult,
     Subnet,
-    UnplugContext,
     VerifyResult,
 )
+from podnet.linux.hooks import DataplaneHooks
 from podnet.plugins.reference.dataplane import BridgeDataplane
 
 NAME = "reference"
@@ -328,7 +324,7 @@ class ReferenceConfig:
     state_file: str | None = attrs.field(default=None, metadata=text())
 
 
-class ReferenceProvider:
+class ReferenceProvider(DataplaneHooks):
     """The plugin. One instance per controller; the cloud may outlive it."""
 
     def __init__(self, cloud: ReferenceCloud | None = None, *, name: str = NAME,
@@ -489,23 +485,8 @@ class ReferenceProvider:
             self.cloud.delete_route(pn.status.ip, pn.key)
         return ReleaseResult(return_to_pool=True)
 
-    # 6. the dataplane on a node (the node agent): a bridge network of veth pairs
-
-    @hookimpl
-    def podnet_plug(self, context: PlugContext) -> PlugResult | None:
-        return self.dataplane.plug(context)
-
-    @hookimpl
-    def podnet_unplug(self, context: UnplugContext) -> None:
-        self.dataplane.unplug(context)
-
-    @hookimpl
-    def podnet_check_plug(self, context: PlugContext) -> CheckResult | None:
-        return self.dataplane.check(context)
-
-    @hookimpl
-    def podnet_plugs(self, provider: str, node: str) -> Sequence[Plug] | None:
-        return self.dataplane.plugs()
+    # 6. the dataplane on a node (the node agent): a bridge network of veth pairs; its
+    # four hooks come from DataplaneHooks (self.dataplane)
 
     # 7. errors
 

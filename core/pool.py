@@ -296,7 +296,7 @@ class NodePool:
 
     def rebuild(
         self, inventory: Inventory, owners: dict[str, str], pooled: set[str], now: float,
-        pairs: Mapping[str, str] | None = None,
+        pairs: Mapping[str, str] | None = None, held6: Collection[str] = (),
     ) -> list[str]:
         """Replace the pool with ``inventory``; owners from the records.
 
@@ -309,7 +309,9 @@ class NodePool:
         pool's) says, else as this pool had them, else the idle ones in order. An address
         podnet knows that is left without its partner is an invalid half (given back by
         the next shrink), unless a record owns it; an IPv6 address a record names is
-        never paired with another address or given back.
+        never paired with another address or given back. ``held6`` are IPv6 addresses
+        records name whose IPv4 half another record holds: suspects (GC leaves an
+        address a record names alone), paired with nothing.
         """
         pairs = pairs or {}
         with self.lock:
@@ -338,7 +340,8 @@ class NodePool:
                     held.owner if held is not None and held.owner != SHRINKING else None)
             # the IPv6 halves the records name: never anyone else's, never given back
             named6 = {pairs[ip]: ip for ip in owners if ip in pairs}
-            paired = (self._pair(inventory, kept, pooled, pairs, named6)
+            held6 = set(held6) - set(named6)
+            paired = (self._pair(inventory, kept, pooled, pairs, named6, held6)
                       if inventory.dual_stack else {})
             for ip, itf in cloud.items():
                 owner = kept[ip]
@@ -358,7 +361,7 @@ class NodePool:
                 if ip6 in used6:
                     self.suspects.pop(ip6, None)
                     continue
-                if ip6 not in pooled and ip6 not in old and ip6 not in old6:
+                if ip6 in held6 or (ip6 not in pooled and ip6 not in old and ip6 not in old6):
                     self.suspects.setdefault(ip6, now)
                     continue
                 self.addresses[ip6] = Address(address=ip6, interface=itf.id,
@@ -375,8 +378,8 @@ class NodePool:
             return [owner for ip, owner in owners.items() if ip not in self.addresses]
 
     def _pair(self, inventory: Inventory, owners: Mapping[str, str | None],
-              pooled: set[str], pairs: Mapping[str, str], named6: Mapping[str, str]
-              ) -> dict[str, str]:
+              pooled: set[str], pairs: Mapping[str, str], named6: Mapping[str, str],
+              held6: Collection[str] = ()) -> dict[str, str]:
         """IPv4 -> IPv6 on each interface: by ``pairs``, then as this pool had them, then
         the idle IPv4 addresses podnet knows with the free IPv6 ones, in order. An IPv6
         address a record names (``named6``: IPv6 -> the record's IPv4) goes with that
@@ -386,7 +389,7 @@ class NodePool:
         for itf in inventory.interfaces:
             if not itf.pooled:
                 continue
-            free6 = dict.fromkeys(itf.ipv6)
+            free6 = dict.fromkeys(ip6 for ip6 in itf.ipv6 if ip6 not in held6)
             for ip in itf.ips:
                 want = pairs.get(ip)
                 if want is None or want not in free6 or named6.get(want, ip) != ip:

@@ -18,8 +18,10 @@ import fcntl
 import hashlib
 import ipaddress
 import os
+import random
 import socket
 import struct
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -219,18 +221,31 @@ def _align(length: int) -> int:
     return (length + 3) & ~3
 
 
-def link_aliases(attempts: int = 3) -> dict[str, str]:
+#: how long a dump that concurrent link changes keep interrupting is read again
+DUMP_PATIENCE = 2.0
+
+
+def link_aliases(patience: float = DUMP_PATIENCE) -> dict[str, str]:
     """Every link of this thread's namespace that has an alias: name -> alias.
 
     One RTM_GETLINK dump read for two attributes only: every DEL and GC lists what was
     plugged, and pyroute2 decoding every attribute of every link costs about 0.3 ms a
     link (30 ms on a node of 100 pods), this about 0.02. A dump that a concurrent change
-    interrupted (``NLM_F_DUMP_INTR``) is read again."""
-    for _ in range(attempts):
+    interrupted (``NLM_F_DUMP_INTR``) is read again, after a short random pause that
+    doubles each time (a burst of pods plugged at once interrupts several in a row), for
+    ``patience`` seconds at most."""
+    deadline = time.monotonic() + patience
+    pause, attempts = 0.001, 0
+    while True:
         found, interrupted = _dump_aliases()
+        attempts += 1
         if not interrupted:
             return found
-    raise failure(f"the link dump was interrupted by changes {attempts} times in a row")
+        if time.monotonic() + pause > deadline:
+            raise failure(f"the link dump was interrupted by changes {attempts} times "
+                          f"in a row over {patience:g} s")
+        time.sleep(pause * (0.5 + random.random()))
+        pause = min(pause * 2, 0.05)
 
 
 def _dump_aliases() -> tuple[dict[str, str], bool]:

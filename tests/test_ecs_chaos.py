@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 
+from podnet.core.cluster.port import POD_NETWORK
 from podnet.core.errors import ErrorKind
 from podnet.plugins.ecs.demo import KIT_POLICY, EcsWorld
 from podnet.plugins.ecs.provider import EcsProvider
@@ -113,6 +114,28 @@ def test_a_shrink_throttled_after_the_cloud_did_it_hands_out_no_gone_address() -
         state.populate(running=3, up=3)
         state.provider_fault(kind=ErrorKind.THROTTLED, times=2, where=("pool_shrink", "after"))
         state.step(n=7)
+        state.records_point_at_real_addresses()
+        state.no_address_owned_twice()
+    finally:
+        state.world.close()
+
+
+def test_a_restart_keeps_the_ipv6_half_of_a_record_a_hand_edit_duplicated() -> None:
+    """Found by a random run (dual stack): p2's status.ip edited to p6's IPv4, then a
+    new leader rebuilt the pool. It gave the address to the record it listed first (p2),
+    and p6's IPv6 half, named by no winning record, went back to the cloud while p6 was
+    Routed on it. Now the last recorded pool breaks the tie, and a losing record's IPv6
+    half stays out of everyone's hands until GC finds no record naming it."""
+    state = DualEcsChaos()
+    try:
+        state.populate(up=1, running=7)
+        state.settle(seconds=0.0)
+        state.cluster_fail_next(conflict=False, kind=POD_NETWORK, op="update_status", times=3)
+        state.edit_record_ip(a="p2", b="p6")
+        state.pause_leader_past_lease(late=0.0, stale_steps=1, steps=18)
+        state.records_point_at_real_addresses()
+        state.no_address_owned_twice()
+        state.settle(seconds=0.0)
         state.records_point_at_real_addresses()
         state.no_address_owned_twice()
     finally:

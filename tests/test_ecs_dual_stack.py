@@ -294,6 +294,31 @@ def test_pool_rebuild_pairs_records_first_then_zips_and_keeps_halves_out() -> No
     assert pool.addresses[v6[2]].half and pool.total() == 1
 
 
+def test_pool_rebuild_holds_the_ipv6_half_of_a_record_that_lost_its_ipv4() -> None:
+    """Two records name one IPv4 address (a hand edit); the loser's IPv6 half is still
+    its pod's: not paired with its old IPv4 partner (the last recorded pool's pair),
+    not idle, not a half to give back, but a suspect GC leaves alone while named."""
+    from podnet.core.pool import NodePool
+    from podnet.hookspecs.types import CloudInterface, Inventory
+
+    inventory = Inventory(interfaces=(
+        CloudInterface(id="eni-1", ips=("10.0.0.1", "10.0.0.2"),
+                       ipv6=("2408::1", "2408::2")),
+    ), max_interfaces=2, ips_per_interface=9, dual_stack=True)
+    pool = NodePool("n", "ecs")
+    # the winner holds 10.0.0.1 with 2408::1; the loser named 10.0.0.1 with 2408::2, and
+    # the last recorded pool paired 2408::2 with 10.0.0.2 (the loser's before the edit)
+    pooled = {"10.0.0.1", "10.0.0.2", "2408::1", "2408::2"}
+    pairs = {"10.0.0.1": "2408::1", "10.0.0.2": "2408::2"}
+    pool.rebuild(inventory, {"10.0.0.1": "ns/winner"}, pooled, 0.0, pairs,
+                 held6={"2408::2"})
+    assert pool.addresses["10.0.0.1"].ipv6 == "2408::1"
+    assert pool.addresses["10.0.0.2"].ipv6 is None and pool.addresses["10.0.0.2"].half
+    assert "2408::2" not in pool.addresses and "2408::2" in pool.suspects
+    assert all(a.address != "2408::2" for a in pool.halves())
+    assert pool.expired_suspects(PoolPolicy(leaked_ip_expiry=0.0), 10.0, {"2408::2"}) == []
+
+
 def test_a_static_pair_is_served_when_the_node_holds_it_idle(world: World,
                                                             ecs: EcsWorld) -> None:
     bring_up(world, 1)

@@ -161,6 +161,52 @@ def test_the_lean_link_dump_reads_names_and_aliases_as_ip_sets_them(netns) -> No
     assert json.loads(listed.stdout) == aliases
 
 
+_CHURN = """
+import json, threading
+from pyroute2 import IPRoute
+from podnet.linux.veth import link_aliases
+
+stop = threading.Event()
+
+def churn(k):
+    with IPRoute() as ipr:
+        while not stop.is_set():
+            ipr.link("add", ifname=f"pnchurn{k}", kind="veth", peer=f"pnchurp{k}")
+            ipr.link("del", ifname=f"pnchurn{k}")
+
+threads = [threading.Thread(target=churn, args=(k,)) for k in range(6)]
+for t in threads:
+    t.start()
+try:
+    seen = [link_aliases() for _ in range(300)]
+finally:
+    stop.set()
+    for t in threads:
+        t.join()
+print(json.dumps(seen))
+"""
+
+
+def test_the_lean_link_dump_lists_every_stable_link_while_others_churn(netns) -> None:
+    """A burst of ADDs and DELs on a node changes links while each DEL dumps them: the
+    dump is interrupted (``NLM_F_DUMP_INTR``), read again, and in the end complete."""
+    import json
+    import sys
+
+    name = netns.rsplit("/", 1)[1]
+    stable = {f"pnvkeep{i}": f"podnet:{i}" for i in range(60)}
+    for link, alias in stable.items():
+        subprocess.run(["ip", "-n", name, "link", "add", link, "type", "veth", "peer", "name",
+                        link.replace("pnv", "pnp")], check=True)
+        subprocess.run(["ip", "-n", name, "link", "set", link, "alias", alias], check=True)
+    listed = subprocess.run(["ip", "netns", "exec", name, sys.executable, "-c", _CHURN],
+                            capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    dumps = json.loads(listed.stdout)
+    assert len(dumps) == 300
+    assert all(d == stable for d in dumps)
+
+
 def test_the_dataplane_hooks_through_the_gateway(netns, dataplane) -> None:
     """``podnet_plug``, ``podnet_check_plug``, ``podnet_plugs`` and ``podnet_unplug``
     reach the reference provider through the gateway's call path, counted."""

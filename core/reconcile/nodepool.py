@@ -49,6 +49,7 @@ from podnet.core.models import (
     ObjectMeta,
     OwnerReference,
     Phase,
+    PodNetwork,
     set_condition,
 )
 from podnet.core.placement import Placement
@@ -355,22 +356,36 @@ class NodePoolReconciler:
     def _rebuild(self, node: NodeInfo, nn: NodeNetwork, provider: str, pool: NodePool) -> None:
         """Inventory (what exists) + records (who owns it) + last pool (what was idle)."""
         inventory = self.inventory(node, nn, provider)
-        owners: dict[str, str] = {}
-        #: IPv4 -> IPv6 as the records pair them (dual stack): pod networks first
-        pairs: dict[str, str] = {}
+        #: who the last recorded pool says owns each address: the tie-break when two
+        #: records name one address (a hand edit), so a restart keeps the owner podnet gave
+        recorded_owner = {ip.address: ip.owner for itf in nn.status.interfaces
+                          for ip in itf.ips if ip.owner}
+        claims: dict[str, list[PodNetwork]] = {}
         for pn in self.caches.pod_networks.by_index("node", node.name):
             if pn.spec.provider == provider and pn.status.ip and pn.status.phase in (
                 Phase.ALLOCATED, Phase.ROUTED, Phase.RELEASING,
             ):
-                if pn.status.ip in owners:
-                    log.error("address %s recorded by %s and %s", pn.status.ip,
-                              owners[pn.status.ip], pn.key)
-                    self.records.event(pn, "DuplicateAddress",
-                            f"address {pn.status.ip} is also recorded by {owners[pn.status.ip]}")
+                claims.setdefault(pn.status.ip, []).append(pn)
+        owners: dict[str, str] = {}
+        #: IPv4 -> IPv6 as the records pair them (dual stack): pod networks first
+        pairs: dict[str, str] = {}
+        #: IPv6 halves named by records that lost their IPv4 to another record: in use
+        #: by their pod until it is re-addressed, so neither handed out nor given back
+        held6: set[str] = set()
+        for address, named in claims.items():
+            winner = next((pn for pn in named if pn.key == recorded_owner.get(address)),
+                          named[0])
+            owners[address] = winner.key
+            if winner.status.ipv6:
+                pairs[address] = winner.status.ipv6
+            for pn in named:
+                if pn is winner:
                     continue
-                owners[pn.status.ip] = pn.key
+                log.error("address %s recorded by %s and %s", address, winner.key, pn.key)
+                self.records.event(pn, "DuplicateAddress",
+                                   f"address {address} is also recorded by {winner.key}")
                 if pn.status.ipv6:
-                    pairs[pn.status.ip] = pn.status.ipv6
+                    held6.add(pn.status.ipv6)
         pooled = {ip.address for itf in nn.status.interfaces for ip in itf.ips}
         named6 = set(pairs.values())
         for itf_status in nn.status.interfaces:
@@ -380,7 +395,7 @@ class NodePoolReconciler:
                     if ip.address not in pairs and ip.ipv6 not in named6:
                         pairs[ip.address] = ip.ipv6  # the last recorded pool's pairs
         now = self.clock.monotonic()
-        lost = pool.rebuild(inventory, owners, pooled, now, pairs)
+        lost = pool.rebuild(inventory, owners, pooled, now, pairs, held6)
         pool.resume(nn.status.interfaces, now, self.clock.now())
         self.lost.report(lost)
         self.enqueue.wake(dict(pool.waiting))

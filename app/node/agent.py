@@ -102,6 +102,13 @@ class NodeAgent:
         #: Releasing record has no interface, no plug for it may start
         self._plugging: Counter[str] = Counter()
         self._state_lock = threading.Lock()
+        #: counts the pluggings that ended, and when each record's last one did: a report
+        #: lists the host's interfaces outside the state lock (a netlink dump a burst can
+        #: make retry), so a plug that ended meanwhile counts as plugged
+        self._plug_seq = 0
+        self._plug_ended: dict[str, int] = {}
+        #: one report computed at a time (the reporter's flush, a GET of the report)
+        self._report_lock = threading.Lock()
         #: addresses handed to other CNI plugins (podnet-ipam), until their DEL
         self.grants = IpamGrants(os.path.join(state_dir, "ipam") if state_dir else None)
         self.reporter = NodeReporter(cluster, node, namespace, self.report, batch=report_batch)
@@ -144,13 +151,20 @@ class NodeAgent:
     def report(self) -> AgentReport:
         """What the agent tells the controller: the records it has interfaces for (or is
         plugging), and the release tokens of the Releasing records it has none for."""
-        with self._state_lock:
-            plugged = {plug.owner for provider in self.providers.names()
-                       for plug in self.gateway.plugs(provider, self.node) if plug.owner}
-            plugged.update(self._plugging)
-            plugged.update(self.grants.owners())
-            unplugged = {release_token(pn) for pn in self.records.values()
-                         if pn.status.phase is Phase.RELEASING and pn.key not in plugged}
+        with self._report_lock:
+            with self._state_lock:
+                start = self._plug_seq
+            # the slow part, outside the lock every ADD takes
+            listed = {plug.owner for provider in self.providers.names()
+                      for plug in self.gateway.plugs(provider, self.node) if plug.owner}
+            granted = self.grants.owners()
+            with self._state_lock:
+                plugged = listed | granted | set(self._plugging)
+                plugged.update(k for k, seq in self._plug_ended.items() if seq > start)
+                self._plug_ended = {k: seq for k, seq in self._plug_ended.items()
+                                    if seq > start}
+                unplugged = {release_token(pn) for pn in self.records.values()
+                             if pn.status.phase is Phase.RELEASING and pn.key not in plugged}
         return AgentReport(node=self.node, holder=f"podnet-node/{self.node}",
                            plugged=frozenset(plugged), unplugged=frozenset(unplugged))
 
@@ -172,6 +186,8 @@ class NodeAgent:
             with self._state_lock:
                 self._plugging.subtract(keys)
                 self._plugging += Counter()  # drop the zeros
+                self._plug_seq += 1
+                self._plug_ended.update(dict.fromkeys(keys, self._plug_seq))
             self.reporter.poke()
 
     def remove_leftovers(self) -> int:

@@ -232,6 +232,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return 2
     # which replica wrote what, in the API server's audit log
     cluster.api_client.user_agent = f"podnet/{host.identity}"
+    cluster.on_request = host.metrics.kube_request
     host.install_signal_handlers()
     host.serve(config.listen)
     code = host.run()

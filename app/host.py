@@ -75,6 +75,7 @@ class Host:
         self._engine_stop = threading.Event()
         self._engine_thread: threading.Thread | None = None
         self.leading = False
+        self.metrics.attach_leader(f"{le.namespace}/{le.name}", lambda: self.leading)
         self.lost_lease = False
         self.failed = False
         self._server: ThreadingHTTPServer | None = None

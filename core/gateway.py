@@ -127,13 +127,17 @@ class ProviderGateway:
         self.calls[f"{provider}.{api}"] += 1
         metrics = self.metrics
         started = time.perf_counter() if metrics is not None else 0.0
-        ok = False
+        outcome = "error"
         with self.tracing.client(provider, api):
             try:
                 answer: object = self.providers.hook(provider, hook)(**kwargs)
-                ok = True
+                outcome = "ok"
                 return answer
-            except (PodnetError, ApiError):
+            except PodnetError as exc:
+                if getattr(exc, "kind", None) is ErrorKind.POOL_EMPTY:
+                    outcome = "waiting"  # nothing idle to take yet: a wait, not a failure
+                raise
+            except ApiError:
                 raise
             except Exception as exc:
                 # the provider boundary: past it, every error carries a kind core acts on
@@ -143,7 +147,8 @@ class ProviderGateway:
                                     code=getattr(exc, "code", None)) from exc
             finally:
                 if metrics is not None:
-                    metrics.provider_call(provider, api, time.perf_counter() - started, ok)
+                    metrics.provider_call(provider, api, time.perf_counter() - started,
+                                          outcome)
 
     def classify(self, provider: str, exc: BaseException) -> ErrorKind:
         """The kind of an error a call to ``provider`` raised: podnet's own and the API

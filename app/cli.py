@@ -77,6 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--trace-file", default=None,
                       help="write OTLP JSON lines here (default for mixed: "
                            f"{DEMO_TRACE_FILE}; '' for none)")
+    demo.add_argument("--otlp-endpoint", default=None,
+                      help="export spans to this OTLP/HTTP endpoint, the full signal URL (e.g. "
+                           "http://127.0.0.1:4318/v1/traces); the OTEL_* environment "
+                           "(OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, ...) is honoured "
+                           "without it")
     demo.add_argument("--workers", type=_positive_int, default=4)
     demo.add_argument("--timeout", type=_non_negative_float, default=600.0)
     demo.add_argument("--json", action="store_true", help="print one JSON summary")
@@ -98,8 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--identity", default=None, help="leader-election identity")
     run.add_argument("--no-leader-elect", action="store_true")
     run.add_argument("--workers", type=_positive_int, default=None)
-    run.add_argument("--trace-file", default=None)
-    run.add_argument("--otlp-endpoint", default=None)
+    run.add_argument("--trace-file", default=None,
+                     help="write the controller's spans (OTLP JSON lines) to this file")
+    run.add_argument("--otlp-endpoint", default=None,
+                     help="export spans to this OTLP/HTTP endpoint, the full signal URL (e.g. "
+                           "http://127.0.0.1:4318/v1/traces); the OTEL_* environment "
+                           "(OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, ...) is honoured "
+                           "without it")
     run.add_argument("--log-format", choices=["json", "text"], default="json")
 
     node = sub.add_parser("node", help="run the node agent: plumb this node's pods")
@@ -123,7 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--trace-file", default=None,
                       help="write the agent's spans (OTLP JSON lines) to this file")
     node.add_argument("--otlp-endpoint", default=None,
-                      help="export the agent's spans to this OTLP/HTTP endpoint")
+                      help="export spans to this OTLP/HTTP endpoint, the full signal URL (e.g. "
+                           "http://127.0.0.1:4318/v1/traces); the OTEL_* environment "
+                           "(OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, ...) is honoured "
+                           "without it")
 
     install = sub.add_parser("install-cni", help="put the CNI plugin and its conflist onto "
                              "this host (the node agent's init step)")
@@ -206,7 +219,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from podnet.core.config import Config, load_config
     from podnet.core.errors import ConfigError
     from podnet.core.plugin import load_plugins, new_plugin_manager
-    from podnet.core.tracing import Tracing, make_tracer_provider
+    from podnet.core.tracing import Tracing, tracer_provider_from_env
 
     if args.log_format == "json":
         for handler in logging.getLogger().handlers:
@@ -220,9 +233,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         pm = new_plugin_manager()
         load_plugins(pm, builtins=args.provider or None)
         cluster = KubeCluster.connect(args.kubeconfig, args.context)
-        tracer_provider = None
-        if args.trace_file or args.otlp_endpoint:
-            tracer_provider = make_tracer_provider(trace_file=args.trace_file,
+        tracer_provider = tracer_provider_from_env(trace_file=args.trace_file,
                                                    otlp_endpoint=args.otlp_endpoint)
         host = Host(cluster, pm, config, identity=args.identity,
                     tracing=Tracing(tracer_provider),
@@ -250,9 +261,12 @@ def _node(args: argparse.Namespace) -> int:
     from podnet.core.config import load_config
     from podnet.core.errors import ConfigError
     from podnet.core.plugin import Providers, load_plugins, new_plugin_manager
-    from podnet.core.tracing import Tracing
+    from podnet.core.tracing import Tracing, tracer_provider_from_env
 
     try:
+        tracer_provider = tracer_provider_from_env(service_name="podnet-node",
+                                                   trace_file=args.trace_file,
+                                                   otlp_endpoint=args.otlp_endpoint)
         pm = new_plugin_manager()
         load_plugins(pm, builtins=args.provider or None)
         providers = Providers(pm)
@@ -269,13 +283,6 @@ def _node(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    tracer_provider = None
-    if args.trace_file or args.otlp_endpoint:
-        from podnet.core.tracing import make_tracer_provider
-
-        tracer_provider = make_tracer_provider(service_name="podnet-node",
-                                               trace_file=args.trace_file,
-                                               otlp_endpoint=args.otlp_endpoint)
     try:
         return run_node(cluster, providers, node=args.node, socket_path=args.socket,
                         add_timeout=args.add_timeout, namespace=args.namespace,
@@ -303,10 +310,19 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.provider not in available:
         parser.error(f"argument --provider: {args.provider!r} is not available "
                      f"(available: {', '.join(available)})")
+    from podnet.core.errors import ConfigError
+    from podnet.core.tracing import otel_exporters
+
+    try:
+        otel_exporters()  # a bad OTEL_* value: one line before anything starts
+    except ConfigError as exc:
+        print(f"podnet demo: {exc}", file=sys.stderr)
+        return 2
     opts = DemoOptions(
         provider=args.provider, nodes=args.nodes, pods=args.pods, churn=args.churn,
         seed=args.seed, cloud_latency_ms=args.cloud_latency_ms, cloud_rate=args.cloud_rate,
         fault_rate=args.fault_rate, trace_file=args.trace_file or None,
+        otlp_endpoint=args.otlp_endpoint,
         workers=max(1, args.workers),
         timeout_s=args.timeout, node_stage=not args.no_node_stage,
     )

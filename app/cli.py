@@ -55,9 +55,25 @@ def _fraction(text: str) -> float:
 DEMO_TRACE_FILE = "podnet-demo-trace.jsonl"
 
 
+#: the commands that run until stopped: INFO and (controller, agent) JSON lines by
+#: default; the others print their own output and log warnings only, as text
+_DAEMONS = frozenset({"run", "node", "apiserver", "sim"})
+_JSON_BY_DEFAULT = frozenset({"run", "node"})
+_VERBOSE_HELP = "debug logs of podnet (libraries stay at WARNING); before or after the command"
+_LOG_FORMAT_HELP = ("json: one JSON object a line (default for run and node); text: for "
+                    "people (default for the other commands)")
+
+
+def _add_log_flags(parser: argparse.ArgumentParser, dest_prefix: str = "") -> None:
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        dest=f"{dest_prefix}verbose", help=_VERBOSE_HELP)
+    parser.add_argument("--log-format", choices=["json", "text"], default=None,
+                        dest=f"{dest_prefix}log_format", help=_LOG_FORMAT_HELP)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="podnet", description="Kubernetes pod-network controller")
-    parser.add_argument("-v", "--verbose", action="count", default=0)
+    _add_log_flags(parser)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     demo = sub.add_parser("demo", help="run the engine on an embedded cluster and cloud")
@@ -110,7 +126,6 @@ def build_parser() -> argparse.ArgumentParser:
                            "http://127.0.0.1:4318/v1/traces); the OTEL_* environment "
                            "(OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, ...) is honoured "
                            "without it")
-    run.add_argument("--log-format", choices=["json", "text"], default="json")
 
     node = sub.add_parser("node", help="run the node agent: plumb this node's pods")
     node.add_argument("--node", required=True, help="the node this agent serves")
@@ -162,16 +177,27 @@ def build_parser() -> argparse.ArgumentParser:
     from podnet.sim.apiserver import add_arguments
 
     add_arguments(apiserver)
+    # the same flags after the command (`podnet run -v`), kept apart from the ones before
+    # it: a subcommand's defaults would otherwise overwrite them
+    for command in sub.choices.values():
+        _add_log_flags(command, dest_prefix="sub_")
     return parser
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    from podnet.app.logs import configure_logging
+
+    command = args.command
+    log_format = args.sub_log_format or args.log_format or (
+        "json" if command in _JSON_BY_DEFAULT else "text")
+    configure_logging(verbosity=args.verbose + args.sub_verbose, log_format=log_format,
+                      default=logging.INFO if command in _DAEMONS else logging.WARNING)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING - 10 * min(args.verbose, 2),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    _configure_logging(args)
     if args.command == "demo":
         return _demo(parser, args)
     if args.command == "plugins":
@@ -214,16 +240,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     import attrs
 
-    from podnet.app.host import Host, JsonLogFormatter
+    from podnet.app.host import Host
     from podnet.core.cluster.kube import KubeCluster
     from podnet.core.config import Config, load_config
     from podnet.core.errors import ConfigError
     from podnet.core.plugin import load_plugins, new_plugin_manager
     from podnet.core.tracing import Tracing, tracer_provider_from_env
 
-    if args.log_format == "json":
-        for handler in logging.getLogger().handlers:
-            handler.setFormatter(JsonLogFormatter())
     try:
         config = load_config(args.config) if args.config else Config()
         if args.workers:

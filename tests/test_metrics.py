@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import time
@@ -166,3 +167,19 @@ def test_unconfigured_ovn_sweep_is_no_error() -> None:
     provider = ovn.OvnProvider()
     assert provider.remote in (None, "")
     assert provider.podnet_sweep(provider="ovn", owners=(), remove=()) is None
+
+
+def test_the_readme_lists_every_metric(engine: Engine) -> None:
+    assert engine.metrics is not None
+    engine.metrics.attach_leader("kube-system/podnet", lambda: False)
+    engine.metrics.kube_request("get", "200", 0.001)
+    engine.gateway.cloud_limiters["reference"].observe("Describe", 0.01, "transient")
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    listed = set(re.findall(r"`([a-z_]+)`", readme.split("### Metrics", 1)[1]
+                            .split("###", 1)[0]))
+    exposed = set()
+    for family in text_string_to_metric_families(engine.metrics.render().decode()):
+        # the parser names a counter without its _total; the exposition has it
+        exposed.add(family.name + ("_total" if family.type == "counter" else ""))
+    assert exposed - listed == set()
+    assert {m for m in listed if m.startswith(("podnet_", "workqueue_"))} <= exposed

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from podnet.app.cli import build_parser
 from podnet.app.demo import node_obj, pod_obj
-from podnet.app.logs import configure_logging
+from podnet.app.logs import ContextFilter, JsonLogFormatter, configure_logging
 from podnet.core import logcontext
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.memory import InMemoryCluster
@@ -136,8 +136,16 @@ def test_a_provider_that_stops_answering_is_said_once_and_once_when_back(
     plugin.down = True
     cluster.create(NODE, node_obj(0))
     cluster.create(POD, pod_obj("web", node_obj(0)["metadata"]["name"]))
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.addFilter(ContextFilter())
+    handler.setFormatter(JsonLogFormatter())
+    logging.getLogger("podnet").addHandler(handler)
     with caplog.at_level(logging.INFO, logger="podnet"):
-        engine.run_until_idle(advance=120.0)  # many retries, with backoff
+        try:
+            engine.run_until_idle(advance=120.0)  # many retries, with backoff
+        finally:
+            logging.getLogger("podnet").removeHandler(handler)
         stopped = [r for r in caplog.records if "stopped answering" in r.getMessage()]
         cannot = [r for r in caplog.records if "its pool cannot serve" in r.getMessage()]
         assert len(stopped) == 1 and stopped[0].levelno == logging.WARNING
@@ -145,6 +153,9 @@ def test_a_provider_that_stops_answering_is_said_once_and_once_when_back(
         assert len(cannot) == 1
         plugin.down = False
         engine.run_until_idle(advance=300.0)
+    # the line a node's reconcile wrote names that node
+    (line,) = [json.loads(x) for x in out.getvalue().splitlines() if "cannot serve" in x]
+    assert line["object"] == {"kind": "Node", "name": node_obj(0)["metadata"]["name"]}
     messages = [r.getMessage() for r in caplog.records]
     assert messages.count("provider reference answers again") == 1
     assert sum("its pool serves again" in m for m in messages) == 1

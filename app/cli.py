@@ -55,9 +55,25 @@ def _fraction(text: str) -> float:
 DEMO_TRACE_FILE = "podnet-demo-trace.jsonl"
 
 
+#: the commands that run until stopped: INFO and (controller, agent) JSON lines by
+#: default; the others print their own output and log warnings only, as text
+_DAEMONS = frozenset({"run", "node", "apiserver", "sim"})
+_JSON_BY_DEFAULT = frozenset({"run", "node"})
+_VERBOSE_HELP = "debug logs of podnet (libraries stay at WARNING); before or after the command"
+_LOG_FORMAT_HELP = ("json: one JSON object a line (default for run and node); text: for "
+                    "people (default for the other commands)")
+
+
+def _add_log_flags(parser: argparse.ArgumentParser, dest_prefix: str = "") -> None:
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        dest=f"{dest_prefix}verbose", help=_VERBOSE_HELP)
+    parser.add_argument("--log-format", choices=["json", "text"], default=None,
+                        dest=f"{dest_prefix}log_format", help=_LOG_FORMAT_HELP)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="podnet", description="Kubernetes pod-network controller")
-    parser.add_argument("-v", "--verbose", action="count", default=0)
+    _add_log_flags(parser)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     demo = sub.add_parser("demo", help="run the engine on an embedded cluster and cloud")
@@ -77,6 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--trace-file", default=None,
                       help="write OTLP JSON lines here (default for mixed: "
                            f"{DEMO_TRACE_FILE}; '' for none)")
+    demo.add_argument("--otlp-endpoint", default=None,
+                      help="export spans to this OTLP/HTTP endpoint, the full signal URL (e.g. "
+                           "http://127.0.0.1:4318/v1/traces); the OTEL_* environment "
+                           "(OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, ...) is honoured "
+                           "without it")
     demo.add_argument("--workers", type=_positive_int, default=4)
     demo.add_argument("--timeout", type=_non_negative_float, default=600.0)
     demo.add_argument("--json", action="store_true", help="print one JSON summary")
@@ -98,9 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--identity", default=None, help="leader-election identity")
     run.add_argument("--no-leader-elect", action="store_true")
     run.add_argument("--workers", type=_positive_int, default=None)
-    run.add_argument("--trace-file", default=None)
-    run.add_argument("--otlp-endpoint", default=None)
-    run.add_argument("--log-format", choices=["json", "text"], default="json")
+    run.add_argument("--trace-file", default=None,
+                     help="write the controller's spans (OTLP JSON lines) to this file")
+    run.add_argument("--otlp-endpoint", default=None,
+                     help="export spans to this OTLP/HTTP endpoint, the full signal URL (e.g. "
+                           "http://127.0.0.1:4318/v1/traces); the OTEL_* environment "
+                           "(OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, ...) is honoured "
+                           "without it")
 
     node = sub.add_parser("node", help="run the node agent: plumb this node's pods")
     node.add_argument("--node", required=True, help="the node this agent serves")
@@ -123,7 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--trace-file", default=None,
                       help="write the agent's spans (OTLP JSON lines) to this file")
     node.add_argument("--otlp-endpoint", default=None,
-                      help="export the agent's spans to this OTLP/HTTP endpoint")
+                      help="export spans to this OTLP/HTTP endpoint, the full signal URL (e.g. "
+                           "http://127.0.0.1:4318/v1/traces); the OTEL_* environment "
+                           "(OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, ...) is honoured "
+                           "without it")
 
     install = sub.add_parser("install-cni", help="put the CNI plugin and its conflist onto "
                              "this host (the node agent's init step)")
@@ -149,16 +177,27 @@ def build_parser() -> argparse.ArgumentParser:
     from podnet.sim.apiserver import add_arguments
 
     add_arguments(apiserver)
+    # the same flags after the command (`podnet run -v`), kept apart from the ones before
+    # it: a subcommand's defaults would otherwise overwrite them
+    for command in sub.choices.values():
+        _add_log_flags(command, dest_prefix="sub_")
     return parser
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    from podnet.app.logs import configure_logging
+
+    command = args.command
+    log_format = args.sub_log_format or args.log_format or (
+        "json" if command in _JSON_BY_DEFAULT else "text")
+    configure_logging(verbosity=args.verbose + args.sub_verbose, log_format=log_format,
+                      default=logging.INFO if command in _DAEMONS else logging.WARNING)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING - 10 * min(args.verbose, 2),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    _configure_logging(args)
     if args.command == "demo":
         return _demo(parser, args)
     if args.command == "plugins":
@@ -201,16 +240,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     import attrs
 
-    from podnet.app.host import Host, JsonLogFormatter
+    from podnet.app.host import Host
     from podnet.core.cluster.kube import KubeCluster
     from podnet.core.config import Config, load_config
     from podnet.core.errors import ConfigError
     from podnet.core.plugin import load_plugins, new_plugin_manager
-    from podnet.core.tracing import Tracing, make_tracer_provider
+    from podnet.core.tracing import Tracing, tracer_provider_from_env
 
-    if args.log_format == "json":
-        for handler in logging.getLogger().handlers:
-            handler.setFormatter(JsonLogFormatter())
     try:
         config = load_config(args.config) if args.config else Config()
         if args.workers:
@@ -220,9 +256,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         pm = new_plugin_manager()
         load_plugins(pm, builtins=args.provider or None)
         cluster = KubeCluster.connect(args.kubeconfig, args.context)
-        tracer_provider = None
-        if args.trace_file or args.otlp_endpoint:
-            tracer_provider = make_tracer_provider(trace_file=args.trace_file,
+        tracer_provider = tracer_provider_from_env(trace_file=args.trace_file,
                                                    otlp_endpoint=args.otlp_endpoint)
         host = Host(cluster, pm, config, identity=args.identity,
                     tracing=Tracing(tracer_provider),
@@ -232,6 +266,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return 2
     # which replica wrote what, in the API server's audit log
     cluster.api_client.user_agent = f"podnet/{host.identity}"
+    cluster.on_request = host.metrics.kube_request
     host.install_signal_handlers()
     host.serve(config.listen)
     code = host.run()
@@ -249,9 +284,12 @@ def _node(args: argparse.Namespace) -> int:
     from podnet.core.config import load_config
     from podnet.core.errors import ConfigError
     from podnet.core.plugin import Providers, load_plugins, new_plugin_manager
-    from podnet.core.tracing import Tracing
+    from podnet.core.tracing import Tracing, tracer_provider_from_env
 
     try:
+        tracer_provider = tracer_provider_from_env(service_name="podnet-node",
+                                                   trace_file=args.trace_file,
+                                                   otlp_endpoint=args.otlp_endpoint)
         pm = new_plugin_manager()
         load_plugins(pm, builtins=args.provider or None)
         providers = Providers(pm)
@@ -268,13 +306,6 @@ def _node(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    tracer_provider = None
-    if args.trace_file or args.otlp_endpoint:
-        from podnet.core.tracing import make_tracer_provider
-
-        tracer_provider = make_tracer_provider(service_name="podnet-node",
-                                               trace_file=args.trace_file,
-                                               otlp_endpoint=args.otlp_endpoint)
     try:
         return run_node(cluster, providers, node=args.node, socket_path=args.socket,
                         add_timeout=args.add_timeout, namespace=args.namespace,
@@ -302,10 +333,19 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.provider not in available:
         parser.error(f"argument --provider: {args.provider!r} is not available "
                      f"(available: {', '.join(available)})")
+    from podnet.core.errors import ConfigError
+    from podnet.core.tracing import otel_exporters
+
+    try:
+        otel_exporters()  # a bad OTEL_* value: one line before anything starts
+    except ConfigError as exc:
+        print(f"podnet demo: {exc}", file=sys.stderr)
+        return 2
     opts = DemoOptions(
         provider=args.provider, nodes=args.nodes, pods=args.pods, churn=args.churn,
         seed=args.seed, cloud_latency_ms=args.cloud_latency_ms, cloud_rate=args.cloud_rate,
         fault_rate=args.fault_rate, trace_file=args.trace_file or None,
+        otlp_endpoint=args.otlp_endpoint,
         workers=max(1, args.workers),
         timeout_s=args.timeout, node_stage=not args.no_node_stage,
     )

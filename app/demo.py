@@ -36,7 +36,7 @@ from podnet.core.engine import Engine, EngineOptions
 from podnet.core.models import DEFAULT_NETWORK, Phase
 from podnet.core.plugin import new_plugin_manager
 from podnet.core.policy import RateLimit
-from podnet.core.tracing import Tracing, make_tracer_provider
+from podnet.core.tracing import Tracing, tracer_provider_from_env
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.demo import DemoCloud, DemoProvider, DemoSettings
 from podnet.hookspecs.types import TransitionEvent
@@ -69,6 +69,9 @@ class DemoOptions:
     cloud_rate: float | None = None
     fault_rate: float = 0.0
     trace_file: str | None = None
+    #: export the spans to this OTLP/HTTP endpoint (the full signal URL) too; the
+    #: ``OTEL_*`` environment is honoured either way
+    otlp_endpoint: str | None = None
     workers: int = 4
     timeout_s: float = 600.0
     #: run the stage "on a node" (when the machine allows it: see demo_node)
@@ -300,7 +303,8 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
         pm.register(m.cloud.plugin, name=m.name)
     releases = _Releases()
     pm.register(releases, name="demo-releases")
-    tracer_provider = make_tracer_provider(trace_file=opts.trace_file) if opts.trace_file else None
+    tracer_provider = tracer_provider_from_env(trace_file=opts.trace_file,
+                                               otlp_endpoint=opts.otlp_endpoint)
     tracing = Tracing(tracer_provider)
     engine = Engine(cluster, pm, clock=SystemClock(), tracing=tracing,
                     options=_engine_options(opts, audited, node_skipped is None,

@@ -9,7 +9,6 @@ its supervisor restarts it as a fresh candidate — as controller-runtime does.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -30,21 +29,6 @@ from podnet.core.metrics import Metrics
 from podnet.core.tracing import Tracing
 
 log = logging.getLogger("podnet.host")
-
-
-class JsonLogFormatter(logging.Formatter):
-    """One JSON object per line: what log pipelines index without parsing."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
-            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
 
 
 class Host:
@@ -75,6 +59,7 @@ class Host:
         self._engine_stop = threading.Event()
         self._engine_thread: threading.Thread | None = None
         self.leading = False
+        self.metrics.attach_leader(f"{le.namespace}/{le.name}", lambda: self.leading)
         self.lost_lease = False
         self.failed = False
         self._server: ThreadingHTTPServer | None = None
@@ -126,7 +111,9 @@ class Host:
             self.failed = True
             self.stop.set()
             return
+        log.info("caches synced: reconciling with %d workers", self.engine.options.workers)
         self.engine.run(self._engine_stop)
+        log.info("engine stopped")
 
     def _stop_engine(self) -> None:
         if not self.stop.is_set():
@@ -141,6 +128,18 @@ class Host:
                         refused)
 
     def run(self) -> int:
+        le = self.config.leader_election
+        log.info("starting %s: providers %s; %s", self.identity,
+                 ", ".join(self.engine.providers.names()) or "none",
+                 f"campaigning for the lease {le.namespace}/{le.name}" if self.leader_elect
+                 else "leader election off")
+        code = self._run()
+        why = ("lost the lease" if self.lost_lease else "the engine failed" if self.failed
+               else "stopped")
+        log.log(logging.WARNING if code else logging.INFO, "exiting %d: %s", code, why)
+        return code
+
+    def _run(self) -> int:
         if self.leader_elect:
             self.elector.run(self.stop, self._start_engine, self._stop_engine)
             if self.leading:

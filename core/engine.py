@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 import pluggy
 
+from podnet.core import logcontext
 from podnet.core.caches import Caches
 from podnet.core.clock import Clock, SystemClock
 from podnet.core.cluster.informer import Informer
@@ -424,6 +425,7 @@ class Engine:
         self.stats.reconciles[kind] += 1
         started = time.perf_counter()
         outcome = "error"
+        logcontext.current.key = key  # what this thread's log lines are about
         try:
             with self.tracing.reconcile(kind, name):
                 result = self._reconcilers[kind](name)
@@ -450,6 +452,7 @@ class Engine:
             if result.requeue_after is not None:
                 self.queue.add_after(key, result.requeue_after)
         finally:
+            logcontext.current.key = None
             self.queue.done(key)
             if self._metrics is not None:
                 self._metrics.reconcile(kind, time.perf_counter() - started, outcome)

@@ -80,6 +80,10 @@ from podnet.hookspecs.types import (
 
 log = logging.getLogger("podnet.gateway")
 
+#: transient failures in a row after which a provider is said to have stopped answering
+#: (one lost answer among many is no outage worth a line)
+UNANSWERED_AFTER = 3
+
 
 class ProviderGateway:
     """Every call core makes into a provider, and the broadcasts to every plugin."""
@@ -107,6 +111,10 @@ class ProviderGateway:
         #: core's own bucket per provider, for those that are not self-limited
         self._buckets: dict[str, TokenBucket] = {}
         self._buckets_lock = threading.Lock()
+        #: per provider, its transient failures in a row (none while it answers); past
+        #: UNANSWERED_AFTER it "stopped answering", said once, and once when it is back
+        self._failing: dict[str, int] = {}
+        self._silent: set[str] = set()
 
     def _takes_tokens(self, provider: str, limiter: CloudLimiter) -> bool:
         """``podnet_cloud_limiter``: whether the provider takes the limiter's tokens
@@ -127,23 +135,51 @@ class ProviderGateway:
         self.calls[f"{provider}.{api}"] += 1
         metrics = self.metrics
         started = time.perf_counter() if metrics is not None else 0.0
-        ok = False
+        outcome = "error"
         with self.tracing.client(provider, api):
             try:
                 answer: object = self.providers.hook(provider, hook)(**kwargs)
-                ok = True
+                outcome = "ok"
+                if self._failing:  # the common case costs this one test
+                    self._answered(provider)
                 return answer
-            except (PodnetError, ApiError):
+            except PodnetError as exc:
+                kind = getattr(exc, "kind", None)
+                if kind is ErrorKind.POOL_EMPTY:
+                    outcome = "waiting"  # nothing idle to take yet: a wait, not a failure
+                elif kind is ErrorKind.TRANSIENT:
+                    self._unanswered(provider, api, exc)
+                raise
+            except ApiError:
                 raise
             except Exception as exc:
                 # the provider boundary: past it, every error carries a kind core acts on
                 kind = self.classify(provider, exc)
                 # one line: SDK errors may carry whole tracebacks into conditions
-                raise ProviderError(kind, one_line(f"{type(exc).__name__}: {exc}"),
-                                    code=getattr(exc, "code", None)) from exc
+                error = ProviderError(kind, one_line(f"{type(exc).__name__}: {exc}"),
+                                      code=getattr(exc, "code", None))
+                if kind is ErrorKind.TRANSIENT:
+                    self._unanswered(provider, api, error)
+                raise error from exc
             finally:
                 if metrics is not None:
-                    metrics.provider_call(provider, api, time.perf_counter() - started, ok)
+                    metrics.provider_call(provider, api, time.perf_counter() - started,
+                                          outcome)
+
+    def _unanswered(self, provider: str, api: str, exc: BaseException) -> None:
+        """A transient failure (a timeout, a refused connection, a 5xx): the provider
+        stopped answering once there were UNANSWERED_AFTER in a row."""
+        failures = self._failing.get(provider, 0) + 1
+        self._failing[provider] = failures
+        if failures >= UNANSWERED_AFTER and provider not in self._silent:
+            self._silent.add(provider)
+            log.warning("provider %s stopped answering: %d calls in a row failed, the last "
+                        "(%s) with %s", provider, failures, api, exc)
+
+    def _answered(self, provider: str) -> None:
+        if self._failing.pop(provider, None) is not None and provider in self._silent:
+            self._silent.discard(provider)
+            log.info("provider %s answers again", provider)
 
     def classify(self, provider: str, exc: BaseException) -> ErrorKind:
         """The kind of an error a call to ``provider`` raised: podnet's own and the API

@@ -61,6 +61,8 @@ class LeaderElector:
         self._observed: tuple[str | None, str | None] = (None, None)
         self._observed_at = 0.0
         self._last_renew = 0.0
+        #: the holder this candidate last said it waits for (said once per holder)
+        self._standing_by: str | None = None
 
     def try_acquire_or_renew(self) -> bool:
         """One attempt. :return: whether this replica holds the Lease now."""
@@ -84,6 +86,10 @@ class LeaderElector:
             self._observed, self._observed_at = seen, now_mono
         duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
         if holder not in (None, self.identity) and now_mono - self._observed_at < duration:
+            if not self.leading and holder != self._standing_by:
+                self._standing_by = holder
+                log.info("%s stands by: %s holds the lease %s/%s", self.identity, holder,
+                         self.namespace, self.name)
             return self._lost(f"{holder} holds it")
         if holder != self.identity:
             spec["acquireTime"] = now
@@ -118,6 +124,7 @@ class LeaderElector:
         if not self.leading:
             self.transitions += 1
             log.info("%s became leader of %s/%s", self.identity, self.namespace, self.name)
+            self._standing_by = None
         self.leading = True
         self._last_renew = now_mono
         self.fence.extend(now_mono + self.renew_deadline)

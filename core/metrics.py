@@ -6,22 +6,40 @@ read from the engine's own state at scrape time, so metrics cost nothing between
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+
+from podnet.core.histogram import CALL_BUCKETS
 
 if TYPE_CHECKING:
     from podnet.core.fence import Fence
     from podnet.core.pool import Pools
     from podnet.core.ratelimit import CloudLimiter, TokenBucket
+    from podnet.core.workqueue import QueueStats
 
 
 class _Queue(Protocol):
-    def __len__(self) -> int: ...
+    name: str
+
+    def stats(self) -> QueueStats: ...
     def pending_delayed(self) -> int: ...
+    def processing(self) -> int: ...
 
 
 class _Counts(Protocol):
@@ -61,59 +79,116 @@ class EngineState(Protocol):
     def workers_alive(self) -> int: ...
 
 
-_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+_BUCKETS = CALL_BUCKETS
 
 
 class Metrics:
+    """The registry ``/metrics`` renders, and what observes durations into it.
+
+    Every name is listed, with what it is for, in the README ("Metrics"). Counters end in
+    ``_total``, durations are ``_seconds`` histograms, and no label value stands for the
+    sum of the others, so ``sum()`` over any label never double counts.
+    """
+
     def __init__(self) -> None:
+        # no *_created series beside every counter and histogram: a scrape twice the size
+        # for a start time process_start_time_seconds already gives
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=True)
+        # the standard process_* family: CPU, memory, open fds, start time
+        ProcessCollector(registry=self.registry)
         self.reconcile_seconds = Histogram(
             "podnet_reconcile_duration_seconds", "Time spent in one reconcile.",
             ["controller", "outcome"], buckets=_BUCKETS, registry=self.registry,
         )
         self.provider_call_seconds = Histogram(
-            "podnet_provider_call_duration_seconds", "Latency of provider hook calls.",
-            ["provider", "api", "outcome"], buckets=_BUCKETS, registry=self.registry,
+            "podnet_provider_hook_duration_seconds",
+            "Latency of provider hook calls (outcome ok, error, or waiting: no idle "
+            "address yet).", ["provider", "hook", "outcome"], buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.kube_requests = Counter(
+            "podnet_kube_api_requests_total",
+            "Requests to the Kubernetes API server by verb and HTTP status code "
+            "(code \"error\": no answer).", ["verb", "code"], registry=self.registry,
+        )
+        self.kube_request_seconds = Histogram(
+            "podnet_kube_api_request_duration_seconds",
+            "Latency of requests to the Kubernetes API server until the answer's headers "
+            "(a watch: until it opened).", ["verb"], buckets=_BUCKETS,
+            registry=self.registry,
         )
 
     def attach(self, engine: EngineState) -> None:
         self.registry.register(_EngineCollector(engine))
 
+    def attach_leader(self, lease: str, leading: Callable[[], bool]) -> None:
+        """``podnet_leader{lease}``: 1 while ``leading()`` says this replica leads."""
+        self.registry.register(_LeaderCollector(lease, leading))
+
     def reconcile(self, controller: str, seconds: float, outcome: str) -> None:
         self.reconcile_seconds.labels(controller, outcome).observe(seconds)
 
-    def provider_call(self, provider: str, api: str, seconds: float, ok: bool) -> None:
-        self.provider_call_seconds.labels(provider, api, "ok" if ok else "error").observe(seconds)
+    def provider_call(self, provider: str, hook: str, seconds: float, outcome: str) -> None:
+        self.provider_call_seconds.labels(provider, hook, outcome).observe(seconds)
+
+    def kube_request(self, verb: str, code: str, seconds: float) -> None:
+        self.kube_requests.labels(verb, code).inc()
+        self.kube_request_seconds.labels(verb).observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _LeaderCollector(Collector):
+    def __init__(self, lease: str, leading: Callable[[], bool]) -> None:
+        self.lease = lease
+        self.leading = leading
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        gauge = GaugeMetricFamily("podnet_leader", "1 while this replica holds the Lease "
+                                  "and runs the engine, else 0.", labels=["lease"])
+        gauge.add_metric([self.lease], 1 if self.leading() else 0)
+        yield gauge
+
+
+def _histogram(family: HistogramMetricFamily, labels: list[str],
+               snapshot: tuple[list[tuple[str, int]], float]) -> None:
+    buckets, total = snapshot
+    family.add_metric(labels, buckets, total)
 
 
 class _EngineCollector(Collector):
     def __init__(self, engine: EngineState) -> None:
         self.engine = engine
 
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         e = self.engine
-        depth = GaugeMetricFamily("podnet_queue_depth", "Keys ready to be reconciled.")
-        depth.add_metric([], len(e.queue))
-        yield depth
+        yield from self._queue(e.queue)
         alive = GaugeMetricFamily("podnet_worker_threads_alive",
                                   "Reconcile worker threads running.")
         alive.add_metric([], e.workers_alive())
         yield alive
-        delayed = GaugeMetricFamily("podnet_queue_delayed", "Keys waiting for a requeue time.")
-        delayed.add_metric([], e.queue.pending_delayed())
-        yield delayed
-        pool = GaugeMetricFamily("podnet_pool_addresses", "Addresses in node pools.",
-                                 labels=["provider", "node", "state"])
+        active = GaugeMetricFamily("podnet_active_workers",
+                                   "Reconcile workers busy with a key now.")
+        active.add_metric([], e.queue.processing())
+        yield active
+        pool = GaugeMetricFamily(
+            "podnet_pool_addresses", "Addresses in node pools, by state: allocated (a "
+            "record owns it), idle (free to hand out), suspect (in the cloud, nobody's: "
+            "deleted after the leaked-IP expiry).", labels=["provider", "node", "state"])
+        capacity = GaugeMetricFamily(
+            "podnet_pool_capacity_addresses",
+            "Addresses a node's pool may hold at most (its interfaces' limits).",
+            labels=["provider", "node"])
         for p in e.pools.all():
             owned = p.owned()
-            pool.add_metric([p.provider, p.node, "total"], p.total())
             pool.add_metric([p.provider, p.node, "allocated"], owned)
             pool.add_metric([p.provider, p.node, "idle"], p.total() - owned)
             pool.add_metric([p.provider, p.node, "suspect"], len(p.suspects))
+            capacity.add_metric([p.provider, p.node], p.capacity)
         yield pool
+        yield capacity
         transitions = CounterMetricFamily("podnet_transitions", "Transitions by trigger.",
                                           labels=["transition", "outcome"])
         for name, count in e.stats.transitions.items():
@@ -153,3 +228,61 @@ class _EngineCollector(Collector):
             waited.add_metric([provider], limiter.waited_seconds
                               + (gate.waited_seconds if gate is not None else 0.0))
         yield waited
+        yield from self._cloud_apis(e.gateway.cloud_limiters)
+
+    @staticmethod
+    def _queue(queue: _Queue) -> Iterator[Metric]:
+        """The ``workqueue_*`` family as controller-runtime exports it."""
+        name = [queue.name]
+        stats = queue.stats()
+        depth = GaugeMetricFamily("workqueue_depth", "Keys ready to be reconciled.",
+                                  labels=["name"])
+        depth.add_metric(name, stats.depth)
+        adds = CounterMetricFamily("workqueue_adds", "Keys added to the queue (a key "
+                                   "already waiting is not added again).", labels=["name"])
+        adds.add_metric(name, stats.adds)
+        retries = CounterMetricFamily("workqueue_retries", "Keys re-added after a failed "
+                                      "reconcile, with backoff.", labels=["name"])
+        retries.add_metric(name, stats.retries)
+        queued = HistogramMetricFamily(
+            "workqueue_queue_duration_seconds",
+            "How long a key waited in the queue before a worker took it.", labels=["name"])
+        _histogram(queued, name, stats.queue_duration)
+        work = HistogramMetricFamily("workqueue_work_duration_seconds",
+                                     "How long processing a key took.", labels=["name"])
+        _histogram(work, name, stats.work_duration)
+        unfinished = GaugeMetricFamily(
+            "workqueue_unfinished_work_seconds",
+            "Seconds the keys being processed now have been processed, summed: grows "
+            "when a worker is stuck.", labels=["name"])
+        unfinished.add_metric(name, stats.unfinished_work)
+        longest = GaugeMetricFamily(
+            "workqueue_longest_running_processor_seconds",
+            "Seconds the longest-running key being processed has been processed.",
+            labels=["name"])
+        longest.add_metric(name, stats.longest_running)
+        delayed = GaugeMetricFamily("podnet_workqueue_delayed_keys",
+                                    "Keys waiting for their requeue time.", labels=["name"])
+        delayed.add_metric(name, queue.pending_delayed())
+        yield from (depth, adds, retries, queued, work, unfinished, longest, delayed)
+
+    @staticmethod
+    def _cloud_apis(limiters: Mapping[str, CloudLimiter]) -> Iterator[Metric]:
+        """Per cloud API (the provider's action name), as providers report each request
+        (``limiter.observe``)."""
+        latency = HistogramMetricFamily(
+            "podnet_cloud_api_request_duration_seconds",
+            "Latency of cloud API requests, by provider and the cloud's API name.",
+            labels=["provider", "api"])
+        errors = CounterMetricFamily(
+            "podnet_cloud_api_errors",
+            "Failed cloud API requests, by provider, API name and error kind.",
+            labels=["provider", "api", "kind"])
+        for provider, limiter in sorted(limiters.items()):
+            histograms, failures = limiter.requests()
+            for api, snapshot in sorted(histograms.items()):
+                _histogram(latency, [provider, api], snapshot)
+            for (api, kind), count in sorted(failures.items()):
+                errors.add_metric([provider, api, kind], count)
+        yield latency
+        yield errors

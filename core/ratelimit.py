@@ -10,6 +10,7 @@ from collections.abc import Hashable, Mapping
 from typing import Self
 
 from podnet.core.clock import Clock
+from podnet.core.histogram import CALL_BUCKETS, DurationHistogram
 from podnet.core.policy import QUEUE_ITEM_BACKOFF, QUEUE_RATE, Backoff, RateLimit
 
 # Float drift in ``elapsed * rate`` must not make a fully refilled token look missing.
@@ -155,6 +156,27 @@ class CloudLimiter:
         self._clock = clock
         self._lock = threading.Lock()
         self._buckets: dict[str, TokenBucket] = {}
+        #: per API: the latency of its requests, and its failures by error kind
+        self._latency: dict[str, DurationHistogram] = {}
+        self._errors: dict[tuple[str, str], int] = {}
+
+    def observe(self, api: str, seconds: float, error: str | None = None) -> None:
+        """One request of ``api`` answered (``error`` None) or failed (``error``: its
+        kind, e.g. ``throttled``), after ``seconds``: the per-API metrics."""
+        with self._lock:
+            histogram = self._latency.get(api)
+            if histogram is None:
+                histogram = self._latency[api] = DurationHistogram(CALL_BUCKETS)
+            histogram.observe(seconds)
+            if error is not None:
+                self._errors[api, error] = self._errors.get((api, error), 0) + 1
+
+    def requests(self) -> tuple[dict[str, tuple[list[tuple[str, int]], float]],
+                                dict[tuple[str, str], int]]:
+        """Per API its latency histogram's snapshot; per (API, kind) its failures."""
+        with self._lock:
+            return ({api: h.snapshot() for api, h in self._latency.items()},
+                    dict(self._errors))
 
     def bucket(self, api: str) -> TokenBucket:
         with self._lock:

@@ -21,6 +21,7 @@ from collections.abc import Hashable
 from typing import Generic, TypeVar
 
 from podnet.core.clock import Clock
+from podnet.core.histogram import DurationHistogram
 from podnet.core.ratelimit import MaxOfRateLimiter
 
 K = TypeVar("K", bound=Hashable)
@@ -28,6 +29,23 @@ K = TypeVar("K", bound=Hashable)
 # Rebuild the delayed heap once stale entries outnumber live ones by this much.
 _COMPACT_RATIO = 4
 _COMPACT_MIN = 64
+
+class QueueStats:
+    """What the ``workqueue_*`` metrics read of a queue, taken under its lock at once."""
+
+    __slots__ = ("adds", "depth", "longest_running", "queue_duration", "retries",
+                 "unfinished_work", "work_duration")
+
+    def __init__(self, adds: int, retries: int, depth: int, unfinished_work: float,
+                 longest_running: float, queue_duration: tuple[list[tuple[str, int]], float],
+                 work_duration: tuple[list[tuple[str, int]], float]) -> None:
+        self.adds = adds
+        self.retries = retries
+        self.depth = depth
+        self.unfinished_work = unfinished_work
+        self.longest_running = longest_running
+        self.queue_duration = queue_duration
+        self.work_duration = work_duration
 
 
 class WorkQueue(Generic[K]):
@@ -43,7 +61,10 @@ class WorkQueue(Generic[K]):
         self._queue: deque[K] = deque()
         # Keys that need processing: those in _queue plus those re-added while processing.
         self._dirty: set[K] = set()
-        self._processing: set[K] = set()
+        # Keys being processed, with the (real, monotonic) time each was handed out.
+        self._processing: dict[K, float] = {}
+        # When each key in _queue went in (real time): its wait, once handed out.
+        self._queued_at: dict[K, float] = {}
         # Live due time per delayed key; the heap may hold stale entries, skipped lazily.
         self._delayed: dict[K, float] = {}
         self._heap: list[tuple[float, int, K]] = []
@@ -53,6 +74,10 @@ class WorkQueue(Generic[K]):
         #: metrics: keys actually queued (after dedupe), and rate-limited re-adds
         self.adds = 0
         self.retries = 0
+        #: seconds keys waited in the queue before a worker took them, and were processed
+        #: (real time even on a FakeClock: these measure the process, not the model)
+        self.queue_duration = DurationHistogram()
+        self.work_duration = DurationHistogram()
 
     # -- adding ---------------------------------------------------------------------------
 
@@ -69,6 +94,7 @@ class WorkQueue(Generic[K]):
             # done() re-queues it; handing it out now would let two workers hold it.
             return
         self._queue.append(key)
+        self._queued_at[key] = time.monotonic()
         self._cond.notify()
 
     def add_after(self, key: K, delay: float) -> None:
@@ -137,7 +163,9 @@ class WorkQueue(Generic[K]):
         if not self._queue:
             return None
         key = self._queue.popleft()
-        self._processing.add(key)
+        now = time.monotonic()
+        self._processing[key] = now
+        self.queue_duration.observe(now - self._queued_at.pop(key, now))
         self._dirty.discard(key)
         if self._queue:
             # Several keys may have become due at once; make sure another getter sees them.
@@ -147,11 +175,14 @@ class WorkQueue(Generic[K]):
     def done(self, key: K) -> None:
         """Processing of ``key`` finished; queue it again if it was re-added meanwhile."""
         with self._cond:
-            if key not in self._processing:
+            started = self._processing.pop(key, None)
+            if started is None:
                 return
-            self._processing.discard(key)
+            now = time.monotonic()
+            self.work_duration.observe(now - started)
             if key in self._dirty:
                 self._queue.append(key)
+                self._queued_at[key] = now
                 self._cond.notify()
 
     # -- delayed keys ---------------------------------------------------------------------
@@ -206,6 +237,22 @@ class WorkQueue(Generic[K]):
     @property
     def depth(self) -> int:
         return len(self)
+
+    def processing(self) -> int:
+        """Keys being processed now: the workers that are busy."""
+        with self._cond:
+            return len(self._processing)
+
+    def stats(self) -> QueueStats:
+        with self._cond:
+            self._promote_locked()
+            now = time.monotonic()
+            running = [now - started for started in self._processing.values()]
+            return QueueStats(
+                adds=self.adds, retries=self.retries, depth=len(self._queue),
+                unfinished_work=sum(running), longest_running=max(running, default=0.0),
+                queue_duration=self.queue_duration.snapshot(),
+                work_duration=self.work_duration.snapshot())
 
     def is_idle(self) -> bool:
         """Nothing ready and nothing being processed; delayed keys may still be pending."""

@@ -146,7 +146,9 @@ def podnet_cloud_limiter(provider: str, limiter: CloudLimiter) -> bool | None:
     client wrapper sends them; it waits on core's clock for the API's next slot. Name
     each API as the cloud meters it (its action name), so operators can set
     ``cloudRates`` to the cloud's published limits. A cloud's throttled answer must
-    still be classified ``throttled``.
+    still be classified ``throttled``. Once each request answered or failed, report it
+    with ``limiter.observe(api, seconds, error_kind_or_None)``: operators see latency and
+    errors per cloud API by that name (since 0.4.0).
 
     :return: ``True`` when you take its tokens before each call; ``None`` when you do
         not: core then keeps limiting your
@@ -163,6 +165,8 @@ def podnet_cloud_limiter(provider: str, limiter: CloudLimiter) -> bool | None:
     .. versionchanged:: 0.3.0
        routed (before, every plugin was called and answered only for its own
        provider).
+    .. versionchanged:: 0.4.0
+       ``limiter.observe`` reports each request's latency and failure per API.
     """
 
 

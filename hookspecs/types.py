@@ -125,6 +125,19 @@ class CloudLimiter(Protocol):
         returns the seconds waited."""
         ...
 
+    def observe(self, api: str, seconds: float, error: str | None = None) -> None:
+        """Report one request of ``api`` (the name given to :meth:`acquire`) once it
+        answered or failed: its latency in seconds (the request alone, not the wait for
+        its token) and, when it failed, its kind (an
+        :class:`~podnet.hookspecs.errors.ErrorKind` value such as ``throttled``).
+        Core exports them per API name (``podnet_cloud_api_request_duration_seconds``,
+        ``podnet_cloud_api_errors_total``), which the hook's own timing cannot: one
+        hook may send several requests.
+
+        .. versionadded:: 0.4.0
+        """
+        ...
+
 
 @attrs.frozen
 class Subnet:

@@ -176,3 +176,22 @@ def test_demo_builder_serves_bbc_nodes() -> None:
         world.close()
     finally:
         plugin.simulator.stop()  # type: ignore[attr-defined]
+
+
+def test_each_request_is_reported_by_the_bbc_api_name(sim: BbcSimulator) -> None:
+    from podnet.core.clock import SystemClock
+    from podnet.core.policy import RateLimit
+    from podnet.core.ratelimit import CloudLimiter
+
+    p = provider_for(sim, subnets=["sbn-demo-b"])
+    limiter = CloudLimiter(RateLimit(rate=1000, burst=100), SystemClock())
+    assert p.podnet_cloud_limiter("bbc", limiter) is True
+    ctx = NodeContext(node=_node(provider_id="cce://node-0000"))
+    sim.scripted.setdefault(API_ADD_CROSS, []).append((429, "RateLimit"))
+    with pytest.raises(Exception, match="scripted"):  # the SDK's, classified by core
+        p.podnet_pool_grow(provider="bbc", node=ctx, interface=None, count=2, subnet=None)
+    p.podnet_pool_grow(provider="bbc", node=ctx, interface=None, count=2, subnet=None)
+    latency, errors = limiter.requests()
+    counts = {api: buckets[-1][1] for api, (buckets, _) in latency.items()}
+    assert counts[API_ADD_CROSS] == 2  # the refused request and the one that landed
+    assert errors == {(API_ADD_CROSS, "throttled"): 1}

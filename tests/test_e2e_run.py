@@ -8,6 +8,7 @@ controller); kubectl creates nodes and pods and reads the records back.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import socket
@@ -337,9 +338,22 @@ def test_sigterm_finishes_and_hands_the_lease_back(cluster: Cluster) -> None:
     wait_for("the pod routed", lambda: "t-0" in routed(c), timeout=60)
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
         assert r.status == 200
+    scraped = metrics(port)
+    assert 'podnet_leader{lease="kube-system/podnet"} 1.0' in scraped
+    # the elector's and the engine's requests, by verb and code
+    assert 'podnet_kube_api_requests_total{code="200",verb="watch"}' in scraped
+    assert 'podnet_kube_api_requests_total{code="201",verb="create"}' in scraped
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     lease = json.loads(c.kubectl("get", "lease", "podnet", "-n", "kube-system", "-o", "json"))
     assert not lease["spec"].get("holderIdentity"), "the lease was not handed back"
-    log = (c.tmp / "solo.log").read_text().splitlines()
-    assert all(json.loads(line)["level"] for line in log if line.startswith("{"))
+    lines = [json.loads(line) for line in (c.tmp / "solo.log").read_text().splitlines()]
+    # JSON lines by default, each with an RFC 3339 time (UTC, milliseconds)
+    assert lines and all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z",
+                                      line["time"]) for line in lines), lines
+    said = [line["message"] for line in lines if line["level"] == "info"]
+    # INFO by default: a line per milestone, in order
+    milestones = ["starting solo", "solo became leader", "caches synced", "exiting 0"]
+    found = [next(i for i, m in enumerate(said) if m.startswith(want)) for want in milestones]
+    assert found == sorted(found), said
+    assert not [line for line in lines if line["level"] == "debug"]

@@ -230,3 +230,26 @@ def test_waiting_for_a_state_an_eni_never_heads_to_gives_up_soon(ecs: EcsWorld) 
     took = time.monotonic() - started
     assert info.value.kind is ErrorKind.TRANSIENT and "still Available" in str(info.value)
     assert ecs.plugin.config.attach_timeout >= 30 and took < 5
+
+
+def test_each_sdk_request_is_reported_by_its_action_name(ecs: EcsWorld) -> None:
+    from podnet.core.clock import SystemClock
+    from podnet.core.policy import RateLimit
+    from podnet.core.ratelimit import CloudLimiter
+
+    limiter = CloudLimiter(RateLimit(rate=1000, burst=100), SystemClock())
+    assert ecs.plugin.podnet_cloud_limiter("ecs", limiter) is True
+    ecs.sim.fail_next("AttachNetworkInterface", "EniPerInstanceLimitExceeded")
+    with pytest.raises(ProviderError):
+        ecs.plugin.podnet_interface_create("ecs", ctx(), None, 3)
+    itf = ecs.plugin.podnet_interface_create("ecs", ctx(), None, 0)
+    assert itf is not None
+    ecs.plugin.podnet_pool_grow("ecs", ctx(), itf, 2, None)
+    latency, errors = limiter.requests()
+    counts = {api: buckets[-1][1] for api, (buckets, _) in latency.items()}
+    # what the simulator answered, request by request, under the cloud's own names
+    assert counts["AssignPrivateIpAddresses"] == ecs.sim.calls["AssignPrivateIpAddresses"] == 1
+    assert counts["AttachNetworkInterface"] == ecs.sim.calls["AttachNetworkInterface"]
+    assert errors == {("AttachNetworkInterface", "quota_exceeded"): 1}
+    assert not any(api.startswith("podnet_") or api in ("pool_grow", "interface_create")
+                   for api in counts)

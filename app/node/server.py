@@ -134,6 +134,7 @@ def run(cluster: Cluster, providers: Providers, *, node: str, socket_path: str,
     try:
         agent.start()
         print(f"podnet node {node}: serving on {socket_path}", flush=True)
+        log.info("node agent of %s: records listed, serving on %s", node, socket_path)
         (stop or threading.Event()).wait()
     except KeyboardInterrupt:
         pass
@@ -143,4 +144,5 @@ def run(cluster: Cluster, providers: Providers, *, node: str, socket_path: str,
         agent.stop()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(socket_path)
+        log.info("node agent of %s: stopped", node)
     return 0

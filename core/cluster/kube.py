@@ -89,6 +89,10 @@ _READ_SIZE: Final = 1 << 16
 _GC_PAUSE_BYTES: Final = 1 << 20
 # the transport failures urllib3 and the client raise; none carries a request body
 _TRANSPORT_ERRORS: Final = (urllib3.exceptions.HTTPError, OSError, ApiException)
+#: the Kubernetes verb of a request by its method (GET is get unless the caller says
+#: list or watch)
+_VERBS: Final = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
+                 "DELETE": "delete"}
 
 
 def _unreachable(what: str, exc: BaseException) -> ApiError:
@@ -337,6 +341,9 @@ class KubeCluster:
         self.request_timeout = request_timeout
         self.watch_timeout = watch_timeout
         self._rng = random.Random()
+        #: told of every request, once its answer's headers are in: (Kubernetes verb,
+        #: HTTP status or "error", seconds); the host sets it to count them in metrics
+        self.on_request: Callable[[str, str, float], None] | None = None
         self._events = EventCorrelator(
             lambda event: self.create(EVENT, event),
             lambda namespace, name, patch: self.patch(EVENT, name, patch, namespace),
@@ -416,8 +423,10 @@ class KubeCluster:
         body: Any = None,
         content_type: str | None = None,
         timeout: float | tuple[float, float] | None = None,
+        verb: str | None = None,
     ) -> urllib3.BaseHTTPResponse:
-        """Send a request; the raw, unread response (any status)."""
+        """Send a request; the raw, unread response (any status). ``verb``: the
+        Kubernetes verb it is (``list``, ``watch``), when the method does not say."""
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
@@ -425,6 +434,8 @@ class KubeCluster:
         method, url, headers, _, _ = self.api_client.param_serialize(
             method, path, query_params=query or None, header_params=headers, auth_settings=_AUTH
         )
+        observe = self.on_request
+        started = time.perf_counter() if observe is not None else 0.0
         try:
             answer = self.api_client.call_api(
                 method,
@@ -434,8 +445,15 @@ class KubeCluster:
                 _request_timeout=timeout or self.request_timeout,
             )
         except _TRANSPORT_ERRORS as exc:
+            if observe is not None:
+                observe(verb or _VERBS.get(method, method.lower()), "error",
+                        time.perf_counter() - started)
             raise _unreachable(f"{method} {path}", exc) from exc
-        return cast(urllib3.BaseHTTPResponse, answer.response)
+        response = cast(urllib3.BaseHTTPResponse, answer.response)
+        if observe is not None:
+            observe(verb or _VERBS.get(method, method.lower()), str(response.status),
+                    time.perf_counter() - started)
+        return response
 
     def _call(
         self,
@@ -445,9 +463,11 @@ class KubeCluster:
         query: builtins.list[tuple[str, Any]] | None = None,
         body: Any = None,
         content_type: str | None = None,
+        verb: str | None = None,
     ) -> Any:
         """Send a request and decode its JSON answer; HTTP errors become port errors."""
-        resp = self._open(method, path, query=query, body=body, content_type=content_type)
+        resp = self._open(method, path, query=query, body=body, content_type=content_type,
+                          verb=verb)
         try:
             data = resp.read()
         except _TRANSPORT_ERRORS as exc:
@@ -488,13 +508,13 @@ class KubeCluster:
             if token:
                 query.append(("continue", token))
             try:
-                page = self._call("GET", path, query=query)
+                page = self._call("GET", path, query=query, verb="list")
             except Gone:
                 if not token:
                     raise
                 # the continue token outlived its snapshot: take the list whole, once
                 log.debug("list %s: continue token expired, listing unpaged", kind.plural)
-                page = self._call("GET", path, query=base)
+                page = self._call("GET", path, query=base, verb="list")
                 items.clear()
                 token = ""
             raw = (_typed(o, kind) for o in page.get("items") or ())
@@ -532,7 +552,8 @@ class KubeCluster:
         path = self._path(kind, namespace)
         # a silent connection past the server's own deadline is a dead one
         resp = self._open(
-            "GET", path, query=query, timeout=(self.request_timeout[0], seconds + 30.0)
+            "GET", path, query=query, timeout=(self.request_timeout[0], seconds + 30.0),
+            verb="watch",
         )
         if not 200 <= resp.status < 300:
             try:

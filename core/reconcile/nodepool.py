@@ -270,7 +270,10 @@ class NodePoolReconciler:
         except (Conflict, NotFound):
             return
         if problem:
+            log.warning("node %s: its pool cannot serve: %s", nn.metadata.name, problem)
             self.records.event(current, "PoolError", f"node {nn.metadata.name}: {problem}")
+        else:
+            log.info("node %s: its pool serves again", nn.metadata.name)
 
     def policy_for(self, provider: str, nn: NodeNetwork | None, pool: NodePool) -> PoolPolicy:
         policy = self.placement.policy(provider)

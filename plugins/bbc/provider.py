@@ -25,12 +25,14 @@ found by the MAC the record carries; see docs/node.md.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -284,9 +286,24 @@ class BbcApi:
         #: core's buckets per API (``podnet_cloud_limiter``): one token before each request
         self.limiter: CloudLimiter | None = None
 
-    def _take(self, api: str) -> None:
-        if self.limiter is not None:
-            self.limiter.acquire(api)
+    @contextlib.contextmanager
+    def _request(self, api: str) -> Iterator[None]:
+        """One SDK request of ``api``: its token first, then its latency and failure
+        reported per API (``limiter.observe``)."""
+        limiter = self.limiter
+        if limiter is None:
+            yield
+            return
+        limiter.acquire(api)
+        started = time.perf_counter()
+        try:
+            yield
+        except Exception as exc:
+            kind = exc.kind if isinstance(exc, ProviderError) else classify(exc)
+            limiter.observe(api, time.perf_counter() - started,
+                            (kind or ErrorKind.TRANSIENT).value)
+            raise
+        limiter.observe(api, time.perf_counter() - started)
 
     def __repr__(self) -> str:  # never the credentials
         return "BbcApi()"
@@ -304,33 +321,35 @@ class BbcApi:
 
     def add_ips(self, instance_id: str, count: int | None = None,
                 ips: Sequence[str] | None = None) -> list[str]:
-        self._take(API_ADD)
-        reply = self.bbc.batch_add_ip(
-            instance_id, private_ips=list(ips) if ips is not None else None,
-            secondary_private_ip_address_count=count)
+        with self._request(API_ADD):
+            reply = self.bbc.batch_add_ip(
+                instance_id, private_ips=list(ips) if ips is not None else None,
+                secondary_private_ip_address_count=count)
         return parse_added(self._json(reply), "batchAddIp")
 
     def add_ips_cross_subnet(self, instance_id: str, eni_id: str, subnet_id: str,
                              count: int) -> list[str]:
         body = {"instanceId": instance_id, "singleEniAndSubentIps": [
             {"eniId": eni_id, "subnetId": subnet_id, "secondaryPrivateIpAddressCount": count}]}
-        self._take(API_ADD_CROSS)
-        reply = self.bbc._send_request(http_methods.PUT, b"/instance/batchAddIpCrossSubnet",
-                                       json.dumps(body))
+        with self._request(API_ADD_CROSS):
+            reply = self.bbc._send_request(http_methods.PUT,
+                                           b"/instance/batchAddIpCrossSubnet", json.dumps(body))
         return parse_added(self._json(reply), "batchAddIpCrossSubnet")
 
     def delete_ips(self, instance_id: str, ips: Sequence[str]) -> None:
-        self._take(API_DEL)
-        self.bbc.batch_delete_ip(instance_id, list(ips))
+        with self._request(API_DEL):
+            self.bbc.batch_delete_ip(instance_id, list(ips))
 
     def port(self, instance_id: str) -> Port:
         path = b"/vpcPort/" + instance_id.encode()
-        self._take(API_PORT)
-        return parse_port(self._json(self.bbc._send_request(http_methods.GET, path)))
+        with self._request(API_PORT):
+            reply = self.bbc._send_request(http_methods.GET, path)
+        return parse_port(self._json(reply))
 
     def subnet(self, subnet_id: str) -> SubnetInfo:
-        self._take(API_SUBNET)
-        return parse_subnet(self._json(self.vpc.get_subnet(subnet_id)), subnet_id)
+        with self._request(API_SUBNET):
+            reply = self.vpc.get_subnet(subnet_id)
+        return parse_subnet(self._json(reply), subnet_id)
 
 
 @attrs.define

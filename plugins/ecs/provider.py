@@ -308,15 +308,22 @@ class EcsProvider(DataplaneHooks):
             limiter.acquire(api)  # every request, reads and polls too: one bucket per API
         with self._lock:
             self.sdk_calls[api] = self.sdk_calls.get(api, 0) + 1
+        started = time.perf_counter()
         try:
             response = method(request)
-        except ProviderError:
+        except ProviderError as exc:
+            if limiter is not None:
+                limiter.observe(api, time.perf_counter() - started, exc.kind.value)
             raise
         except Exception as exc:
             kind = classify(exc) or ErrorKind.TRANSIENT
+            if limiter is not None:
+                limiter.observe(api, time.perf_counter() - started, kind.value)
             code = error_code(exc) or type(exc).__name__
             raise ProviderError(kind, f"{api}: {code}{f' ({subject})' if subject else ''}",
                                 subject=subject) from None
+        if limiter is not None:
+            limiter.observe(api, time.perf_counter() - started)
         body = getattr(response, "body", None)
         if body is None:
             raise ProviderError(ErrorKind.TRANSIENT, f"{api}: empty reply", subject=subject)

@@ -1209,7 +1209,10 @@ class OvnProvider:
                      remove: Collection[str]) -> Sequence[str] | None:
         """podnet's ports (marked in external_ids) whose record is gone: those core says
         stayed orphans long enough are deleted with their routes and NAT, and their
-        addresses freed; the others are reported."""
+        addresses freed; the others are reported. Without a Northbound remote there is
+        nothing of podnet's to sweep: no answer, not an error."""
+        if not self.remote:
+            return None
         client = self.client
         self._sync_security_groups(client)  # and the groups no pod uses any more
         # a port's external ids name its record (a pod's port is also named after it,

@@ -18,7 +18,22 @@ if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "bootstrap: installing Debian packages: ${missing[*]}"
     DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    # prometheus is wanted for its promtool only: its server must not start (a listener
+    # on every address), so services are refused while it installs
+    tools=() rest=()
+    for pkg in "${missing[@]}"; do
+      if [ "$pkg" = prometheus ]; then tools+=("$pkg"); else rest+=("$pkg"); fi
+    done
+    if [ ${#rest[@]} -gt 0 ]; then
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${rest[@]}" >/dev/null
+    fi
+    if [ ${#tools[@]} -gt 0 ]; then
+      policy=/usr/sbin/policy-rc.d
+      made=
+      if [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod +x "$policy"; made=1; fi
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${tools[@]}" >/dev/null
+      if [ -n "$made" ]; then rm -f "$policy"; fi
+    fi
   else
     echo "bootstrap: please install these Debian packages: ${missing[*]}" >&2
   fi

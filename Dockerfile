@@ -12,22 +12,26 @@
 ARG BASE=debian:bookworm-slim
 
 FROM ${BASE} AS build
-RUN apt-get update \
+# (a base that has them already, like one made with debootstrap --include, skips apt)
+RUN python3 -c "import ensurepip" 2>/dev/null || { apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       python3 python3-venv \
- && rm -rf /var/lib/apt/lists/*
+ && rm -rf /var/lib/apt/lists/*; }
 COPY . /src
 ARG EXTRAS=all
+# e.g. "--no-index --find-links /src/wheelhouse": install from wheels made beforehand
+# (`pip wheel -w wheelhouse '.[all]'`), for a builder that cannot reach an index
+ARG PIP_ARGS=""
 # a virtualenv on Debian's python3: the runtime stage has the same interpreter path
 RUN python3 -m venv /opt/podnet \
- && /opt/podnet/bin/pip install --no-cache-dir "/src[${EXTRAS}]" \
+ && /opt/podnet/bin/pip install --no-cache-dir ${PIP_ARGS} "/src[${EXTRAS}]" \
  && /opt/podnet/bin/pip uninstall -y pip \
  && /opt/podnet/bin/podnet --version
 
 FROM ${BASE}
-RUN apt-get update \
+RUN command -v python3 >/dev/null || { apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 \
- && rm -rf /var/lib/apt/lists/*
+ && rm -rf /var/lib/apt/lists/*; }
 COPY --from=build /opt/podnet /opt/podnet
 ENV PATH=/opt/podnet/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -5,6 +5,7 @@ add-on's, and deploy/'s plain manifests are the chart's defaults."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -177,3 +178,36 @@ def test_deploy_holds_the_charts_defaults() -> None:
     made = {p.name for p in render_deploy.expected_files()}
     shipped = {p.name for p in (ROOT / "deploy").glob("*.yaml")}
     assert shipped <= made, "a file in deploy/ the chart does not make"
+
+
+def test_the_image_recipe_matches_what_the_chart_runs() -> None:
+    lines = [line.split(None, 1) for line in (ROOT / "Dockerfile").read_text().splitlines()
+             if line and not line.startswith((" ", "#"))]
+    stages = [rest for word, rest in lines if word == "FROM"]
+    assert len(stages) >= 2, "multi-stage: the build's tools stay out of the image"
+    (user,) = [rest for word, rest in lines if word == "USER"]
+    uid, _, gid = user.strip().partition(":")
+    rendered = docs()
+    controller = one(rendered, "Deployment")["spec"]["template"]["spec"]
+    assert (controller["securityContext"]["runAsUser"],
+            controller["securityContext"]["runAsGroup"]) == (int(uid), int(gid))
+    assert int(uid) != 0
+    version = _version()
+    (entrypoint,) = [rest for word, rest in lines if word == "ENTRYPOINT"]
+    assert json.loads(entrypoint) == ["podnet"]
+    # the chart's commands are podnet's subcommands, given as args to that entrypoint
+    ds = one(rendered, "DaemonSet")["spec"]["template"]["spec"]
+    for container in controller["containers"] + ds["containers"] + ds["initContainers"]:
+        assert "command" not in container
+        assert container["args"][0] in ("run", "node", "install-cni")
+        assert container["image"] == f"podnet:{version}"
+
+
+def _version() -> str:
+    import tomllib
+
+    version: str = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    # the chart follows the package: its appVersion is the image tag it runs
+    assert chart["appVersion"] == chart["version"] == version
+    return version

@@ -88,8 +88,12 @@ def test_each_providers_config_parses_and_holds_no_credentials(provider: str) ->
     assert source == {"secretRef": {"name": "podnet-credentials",
                                     "optional": provider not in ("ecs", "bbc")}}
     ds = one(rendered, "DaemonSet")["spec"]["template"]["spec"]
-    for container in ds["containers"] + ds["initContainers"]:
-        assert "envFrom" not in container, "the agent never gets the credentials"
+    assert "envFrom" not in ds["initContainers"][0]
+    # the ECS agent asks the cloud for ENIs' MACs; no other agent gets the keys
+    (agent,) = ds["containers"]
+    assert ("envFrom" in agent) == (provider == "ecs")
+    if provider == "ecs":
+        assert agent["envFrom"] == controller["envFrom"]
 
 
 def test_the_controller_is_two_replicas_a_pdb_and_a_scrapable_metrics_service() -> None:

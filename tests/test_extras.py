@@ -154,3 +154,14 @@ def test_missing_extra_is_a_config_error_naming_provider_and_extra() -> None:
     assert isinstance(exc, ConfigError)
     assert exc.key == "providers.ecs"
     assert (exc.provider, exc.extra) == ("ecs", "ecs")
+
+
+def test_plugins_lists_a_provider_without_its_sdk_with_the_extra(tmp_path: Path) -> None:
+    code = "import sys\nfrom podnet.app.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    run = _python(code, "block", "plugins", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    rows = {line.split("│")[1].strip(): line for line in run.stdout.splitlines()
+            if line.startswith("│") and line.split("│")[1].strip()}
+    assert "reference" in rows and "builtin" in rows["reference"]
+    for name in ("bbc", "ecs", "ovn"):
+        assert "not installed" in rows[name] and f"pip install 'podnet[{name}]'" in rows[name]

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from podnet.app.demo import DemoOptions, DemoReport
     from podnet.app.demo_node import NodeStageReport
+    from podnet.core.config import Config
 
 
 class _Parser(argparse.ArgumentParser):
@@ -71,9 +72,20 @@ def _add_log_flags(parser: argparse.ArgumentParser, dest_prefix: str = "") -> No
                         dest=f"{dest_prefix}log_format", help=_LOG_FORMAT_HELP)
 
 
+def _version() -> str:
+    """The installed distribution's version (the one ``pip`` shows)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("podnet")
+    except PackageNotFoundError:  # pragma: no cover - run from a tree never installed
+        return "0+unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="podnet", description="Kubernetes pod-network controller")
     _add_log_flags(parser)
+    parser.add_argument("--version", action="version", version=f"podnet {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     demo = sub.add_parser("demo", help="run the engine on an embedded cluster and cloud")
@@ -244,7 +256,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from podnet.core.cluster.kube import KubeCluster
     from podnet.core.config import Config, load_config
     from podnet.core.errors import ConfigError
-    from podnet.core.plugin import load_plugins, new_plugin_manager
+    from podnet.core.plugin import load_plugins, new_plugin_manager, require_installed
     from podnet.core.tracing import Tracing, tracer_provider_from_env
 
     try:
@@ -255,6 +267,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             config = attrs.evolve(config, listen=args.listen)
         pm = new_plugin_manager()
         load_plugins(pm, builtins=args.provider or None)
+        require_installed(pm, _named_providers(config))
         cluster = KubeCluster.connect(args.kubeconfig, args.context)
         tracer_provider = tracer_provider_from_env(trace_file=args.trace_file,
                                                    otlp_endpoint=args.otlp_endpoint)
@@ -275,6 +288,17 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     return code
 
 
+def _named_providers(config: Config) -> list[tuple[str, str | None]]:
+    """Every provider the config names, with the key naming it."""
+    return [("defaultProvider", config.default_provider),
+            *((f"providers.{name}", name) for name in config.providers),
+            *((f"policies.{name}", name) for name in config.policies),
+            *((f"nodeProviders[{i}].provider", rule.provider)
+              for i, rule in enumerate(config.node_providers)),
+            *((f"networks.{network}.provider", name)
+              for network, name in config.networks.items())]
+
+
 def _node(args: argparse.Namespace) -> int:
     import signal
     import threading
@@ -283,7 +307,7 @@ def _node(args: argparse.Namespace) -> int:
     from podnet.core.cluster.kube import KubeCluster
     from podnet.core.config import load_config
     from podnet.core.errors import ConfigError
-    from podnet.core.plugin import Providers, load_plugins, new_plugin_manager
+    from podnet.core.plugin import Providers, load_plugins, new_plugin_manager, require_installed
     from podnet.core.tracing import Tracing, tracer_provider_from_env
 
     try:
@@ -294,8 +318,12 @@ def _node(args: argparse.Namespace) -> int:
         load_plugins(pm, builtins=args.provider or None)
         providers = Providers(pm)
         if args.config:
-            # the sections of providers this agent runs; the others are the controller's
-            for name, section in load_config(args.config).providers.items():
+            config = load_config(args.config)
+            # a provider this agent would plumb for (the default network's, the nodes'
+            # rules): its SDK must be here; the sections of the others are the controller's
+            require_installed(pm, [item for item in _named_providers(config)
+                                   if not item[0].startswith(("providers.", "policies."))])
+            for name, section in config.providers.items():
                 if name in providers:
                     providers.configure(name, section)
         cluster = KubeCluster.connect(args.kubeconfig, args.context)
@@ -331,6 +359,13 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
     available = demo_providers()
     if args.provider not in available:
+        from podnet.core.plugin import missing_extra
+
+        for name in ("bbc", "ecs") if mixed else (args.provider,):
+            missing = missing_extra(name, "--provider")
+            if missing is not None:
+                print(f"podnet demo: {missing}", file=sys.stderr)
+                return 2
         parser.error(f"argument --provider: {args.provider!r} is not available "
                      f"(available: {', '.join(available)})")
     from podnet.core.errors import ConfigError
@@ -445,7 +480,12 @@ def _plugins() -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from podnet.core.plugin import load_plugins, new_plugin_manager, plugin_records
+    from podnet.core.plugin import (
+        load_plugins,
+        new_plugin_manager,
+        plugin_records,
+        skipped_providers,
+    )
 
     pm = new_plugin_manager()
     load_plugins(pm)
@@ -455,6 +495,9 @@ def _plugins() -> int:
     for rec in plugin_records(pm):
         table.add_row(rec.name, rec.version, rec.source,
                       ", ".join(h.removeprefix("podnet_") for h in rec.hooks))
+    for name, missing in sorted(skipped_providers(pm).items()):
+        table.add_row(name, "-", "not installed",
+                      f"needs {missing.module}: pip install 'podnet\\[{missing.extra}]'")
     Console(width=200).print(table)
     return 0
 

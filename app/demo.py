@@ -34,7 +34,7 @@ from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Obj
 from podnet.core.config import parse_config
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.models import DEFAULT_NETWORK, Phase
-from podnet.core.plugin import new_plugin_manager
+from podnet.core.plugin import missing_extra, new_plugin_manager
 from podnet.core.policy import RateLimit
 from podnet.core.tracing import Tracing, tracer_provider_from_env
 from podnet.hookspecs import hookimpl
@@ -184,11 +184,13 @@ DEMO_MODULES: dict[str, str] = {
 }
 
 
-def _installed(module: str) -> bool:
+def _installed(name: str) -> bool:
+    """Provider ``name``'s demo module is there, and so is its SDK (its extra)."""
     try:
-        return importlib.util.find_spec(module) is not None
+        found = importlib.util.find_spec(DEMO_MODULES[name]) is not None
     except ModuleNotFoundError:  # its provider package is not installed
         return False
+    return found and missing_extra(name) is None
 
 
 def demo_providers() -> list[str]:
@@ -196,7 +198,7 @@ def demo_providers() -> list[str]:
     installed (its stand-in cloud in-process: the reference cloud in memory, the cloud
     simulators over loopback HTTP, a throwaway NB server); ``mixed`` first when both cloud
     providers are there."""
-    names = [name for name, module in DEMO_MODULES.items() if _installed(module)]
+    names = [name for name in DEMO_MODULES if _installed(name)]
     if {"bbc", "ecs"} <= set(names):
         names.insert(0, MIXED)
     return names

@@ -216,9 +216,9 @@ class Engine:
         for name, section in options.provider_config.items():
             providers.configure(name, section)
         if options.default_provider is not None:
-            providers[options.default_provider]
+            providers.require(options.default_provider, "defaultProvider")
         for name in options.policies:
-            providers[name]
+            providers.require(name, f"policies.{name}")
         for i, rule in enumerate(options.node_providers):
             providers.require(rule.provider, f"nodeProviders[{i}].provider")
         for network, name in options.networks.items():

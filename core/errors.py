@@ -22,6 +22,7 @@ __all__ = [
     "ConfigError",
     "ErrorKind",
     "InvalidRequest",
+    "MissingExtra",
     "NotLeader",
     "PodnetError",
     "PoolEmpty",
@@ -41,6 +42,20 @@ class TerminalError(PodnetError):
         self.message = message
         self.field = field
         self.reason = reason
+
+
+class MissingExtra(ConfigError):
+    """A provider the configuration names whose Python SDK this install lacks: the base
+    install carries no cloud SDK, each comes with the provider's extra."""
+
+    def __init__(self, key: str, provider: str, module: str, extra: str) -> None:
+        super().__init__(key, f"provider {provider!r} needs the Python package {module!r}, "
+                              f"which is not installed: pip install 'podnet[{extra}]'")
+        if key.startswith("--"):  # named by a flag, not by the config file
+            self.args = (str(self.args[0]).removeprefix("config "),)
+        self.provider = provider
+        self.module = module
+        self.extra = extra
 
 
 class NotLeader(PodnetError):

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
 import logging
 import os
 import sys
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -20,7 +22,7 @@ import attrs
 import pluggy
 
 import podnet.hookspecs as hookspecs
-from podnet.core.errors import ConfigError
+from podnet.core.errors import ConfigError, MissingExtra
 from podnet.hookspecs.types import ProviderInfo
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,51 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "ecs": "podnet.plugins.ecs.provider",
     "ovn": "podnet.plugins.ovn.provider",
 }
+
+#: What a built-in provider needs beyond the base install: the extra that brings it
+#: (``pip install 'podnet[<extra>]'``) and the top-level modules it imports from there.
+#: They are looked up, not imported, before the provider's module is.
+BUILTIN_EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "bbc": ("bbc", ("baidubce",)),
+    "ecs": ("ecs", ("alibabacloud_ecs20140526", "alibabacloud_tea_openapi", "Tea")),
+    "ovn": ("ovn", ("ovsdbapp", "ovs")),
+}
+
+#: per plugin manager: the built-in providers skipped for a missing SDK, as the error a
+#: configuration naming one of them gets
+_SKIPPED: weakref.WeakKeyDictionary[pluggy.PluginManager, dict[str, MissingExtra]] = (
+    weakref.WeakKeyDictionary())
+
+
+def missing_extra(name: str, key: str = "providers") -> MissingExtra | None:
+    """The error for built-in provider ``name`` when a module of its extra is not
+    installed, else None (also for a name that needs no extra)."""
+    extra, modules = BUILTIN_EXTRAS.get(name, (name, ()))
+    for module in modules:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ImportError:  # a finder that refuses the name: absent all the same
+            found = False
+        if not found:
+            return MissingExtra(key, name, module, extra)
+    return None
+
+
+def skipped_providers(pm: pluggy.PluginManager) -> dict[str, MissingExtra]:
+    """The built-in providers :func:`load_plugins` left out of ``pm`` for a missing SDK."""
+    return dict(_SKIPPED.get(pm, {}))
+
+
+def require_installed(pm: pluggy.PluginManager,
+                      named: Iterable[tuple[str, str | None]]) -> None:
+    """Raise :class:`MissingExtra` for the first provider of ``named`` (config key,
+    provider name) that :func:`load_plugins` left out of ``pm`` for a missing SDK: the
+    check a command makes before it connects anywhere."""
+    skipped = _SKIPPED.get(pm, {})
+    for key, name in named:
+        missing = skipped.get(name) if name is not None else None
+        if missing is not None:
+            raise MissingExtra(key, missing.provider, missing.module, missing.extra)
 
 
 @attrs.frozen
@@ -67,7 +114,11 @@ def load_plugins(
     entry_points: bool = True,
     environ: Mapping[str, str] | None = None,
 ) -> None:
-    """Register built-in plugins (all, or those named) and entry-point plugins."""
+    """Register built-in plugins (all, or those named) and entry-point plugins.
+
+    Of all built-ins, one whose SDK is not installed is left out (a configuration naming
+    it gets :class:`MissingExtra`, see :meth:`Providers.require`); one named in
+    ``builtins`` must be installed: :class:`MissingExtra` now."""
     blocked = disabled_plugins(environ)
     for name in blocked:
         pm.set_blocked(name)
@@ -78,6 +129,12 @@ def load_plugins(
         module_path = BUILTIN_PLUGINS.get(name)
         if module_path is None:
             raise ConfigError("providers", f"no built-in provider named {name!r}")
+        missing = missing_extra(name, "--provider" if builtins is not None else "providers")
+        if missing is not None:
+            if builtins is not None:
+                raise missing
+            _SKIPPED.setdefault(pm, {})[name] = missing
+            continue
         try:
             module = importlib.import_module(module_path)
         except ModuleNotFoundError as exc:
@@ -165,6 +222,10 @@ class Providers:
         try:
             return self.infos[name]
         except KeyError:
+            skipped = _SKIPPED.get(self.pm, {}).get(name)
+            if skipped is not None:
+                raise MissingExtra(key, skipped.provider, skipped.module,
+                                   skipped.extra) from None
             known = ", ".join(sorted(self.infos)) or "none"
             raise ConfigError(key, f"unknown provider {name!r} (known: {known})") from None
 
@@ -187,5 +248,5 @@ class Providers:
         return route
 
     def configure(self, provider: str, config: Mapping[str, Any]) -> None:
-        self[provider]
+        self.require(provider, f"providers.{provider}")
         self.hook(provider, "podnet_configure")(provider=provider, config=config)

@@ -44,8 +44,8 @@ if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
 log="$venv/bootstrap.log"
-echo "bootstrap: installing podnet and its test tools (log: $log)"
-if ! { "$venv/bin/python" -m pip install --upgrade pip && "$venv/bin/python" -m pip install -e '.[test]'; } >"$log" 2>&1; then
+echo "bootstrap: installing podnet with every provider's extra and its test tools (log: $log)"
+if ! { "$venv/bin/python" -m pip install --upgrade pip && "$venv/bin/python" -m pip install -e '.[all,test]'; } >"$log" 2>&1; then
   tail -n 40 "$log" >&2
   exit 1
 fi

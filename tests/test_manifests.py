@@ -17,10 +17,11 @@ K8S_VERSION = "1.30"
 
 
 def documents() -> list[tuple[str, dict[str, Any]]]:
-    """Every manifest; deploy/config/ holds podnet config files, not manifests."""
+    """Every manifest; deploy/config/ holds podnet config files, not manifests, and
+    deploy/chart/ the chart they are rendered from (tests/test_chart.py)."""
     out = []
     for path in sorted(DEPLOY.rglob("*.yaml")):
-        if path.relative_to(DEPLOY).parts[0] == "config":
+        if path.relative_to(DEPLOY).parts[0] in ("config", "chart"):
             continue
         for doc in yaml.safe_load_all(path.read_text()):
             if doc:
@@ -40,8 +41,8 @@ def test_manifest_validates_strictly(name: str, doc: dict[str, Any]) -> None:
 def test_every_kind_we_ship_is_there() -> None:
     kinds = sorted({doc["kind"] for _, doc in DOCS})
     assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap",
-                     "CustomResourceDefinition", "DaemonSet", "Deployment", "Role",
-                     "RoleBinding", "ServiceAccount"]
+                     "CustomResourceDefinition", "DaemonSet", "Deployment",
+                     "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"]
 
 
 def test_rbac_has_no_wildcards_and_no_secrets() -> None:
@@ -111,7 +112,9 @@ def test_deployment_probes_and_resources() -> None:
     container = dep["spec"]["template"]["spec"]["containers"][0]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert container["livenessProbe"]["httpGet"]["host"] == "127.0.0.1"
+    # probed where it listens: its pod IP (no host: the kubelet's default), by port name
+    assert "host" not in container["livenessProbe"]["httpGet"]
+    assert container["livenessProbe"]["httpGet"]["port"] == "metrics"
     assert container["resources"]["requests"]["cpu"]
     assert container["resources"]["requests"]["memory"]
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
@@ -122,8 +125,13 @@ def test_configmap_holds_a_valid_config_consistent_with_the_deployment() -> None
     config = parse_config(yaml.safe_load(cm["data"]["config.yaml"]))
     assert config.default_provider in BUILTIN_PLUGINS
     (dep,) = [d for _, d in DOCS if d["kind"] == "Deployment"]
-    port = dep["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGet"]["port"]
-    assert config.listen == f"127.0.0.1:{port}"
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    (port,) = [p["containerPort"] for p in container["ports"] if p["name"] == "metrics"]
+    # the listen address is the flag's (the file cannot name the pod's IP)
+    args = container["args"]
+    assert args[args.index("--listen") + 1] == f"$(POD_IP):{port}"
+    assert {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in (
+        container["env"])
     (role,) = [d for _, d in DOCS if d["kind"] == "Role"
                and d["metadata"]["name"] == "podnet-leader-election"]
     assert role["metadata"]["namespace"] == config.leader_election.namespace

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,6 +20,14 @@ def test_wheel_installs_and_imports(tmp_path: Path) -> None:
     )
     wheels = list(wheel_dir.glob("podnet-*.whl"))
     assert len(wheels) == 1
+    # the license travels with the wheel, and its metadata names it
+    with zipfile.ZipFile(wheels[0]) as whl:
+        names = whl.namelist()
+        (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        assert "License-Expression: Apache-2.0" in whl.read(metadata).decode()
+        (license_file,) = [n for n in names if n.endswith("/licenses/LICENSE")]
+        assert whl.read(license_file) == (ROOT / "LICENSE").read_bytes()
+    assert b"Apache License" in (ROOT / "LICENSE").read_bytes()[:200]
     target = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),

@@ -1,0 +1,59 @@
+"""Write deploy/'s plain manifests from the Helm chart in deploy/chart/ (its defaults, in
+kube-system), rendered by Helm's own engine (the Helm SDK behind helm-python-sdk).
+
+    .venv/bin/python scripts/render_deploy.py          # rewrite deploy/*.yaml, deploy/crds/
+    .venv/bin/python scripts/render_deploy.py --check  # exit 1 when they differ
+
+tests/test_chart.py fails when deploy/ is not what this writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+CHART = DEPLOY / "chart"
+NAMESPACE = "kube-system"
+HEADER = ("# Rendered from deploy/chart with its default values by scripts/render_deploy.py:"
+          " edit the chart, then run that.\n")
+
+
+def render(values: dict[str, object] | None = None, *, namespace: str = NAMESPACE
+           ) -> dict[str, str]:
+    """Template file name (``deployment.yaml``) -> its rendered text, empty ones left out."""
+    import helm_python
+
+    chart = helm_python.Chart.load(str(CHART))
+    out = chart.render(values, name="podnet", namespace=namespace, is_install=True)
+    return {Path(path).name: text for path, text in sorted(out.items())
+            if Path(path).suffix == ".yaml" and text.strip()}
+
+
+def expected_files() -> dict[Path, str]:
+    """Every file of deploy/ the chart makes, with its text."""
+    files = {DEPLOY / name: HEADER + text.lstrip("\n") for name, text in render().items()}
+    for crd in sorted((CHART / "crds").glob("*.yaml")):
+        files[DEPLOY / "crds" / crd.name] = crd.read_text()
+    return files
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only say what differs")
+    args = parser.parse_args(argv)
+    stale = [path for path, text in expected_files().items()
+             if not path.exists() or path.read_text() != text]
+    if args.check:
+        for path in stale:
+            print(f"{path.relative_to(DEPLOY.parent)} differs from the chart", file=sys.stderr)
+        return 1 if stale else 0
+    for path in stale:
+        path.write_text(expected_files()[path])
+        print(f"wrote {path.relative_to(DEPLOY.parent)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -15,6 +15,10 @@ new pod's PodNetwork reach ``routed``.
 The bound: ``1.25 * writes per pod * write latency * pods / workers``, the time the
 controller's writes take when its ``workers`` writers are never idle, plus a quarter; and
 10 s at most.
+
+Then every pod is deleted (in the server process: its PodNetwork goes with it, by its
+owner reference, once podnet's finalizer is off) and the run waits until each record's
+``finish``: the writes of the whole life, release included (P8), not timed.
 """
 
 from __future__ import annotations
@@ -68,16 +72,23 @@ class Routed:
         self.routed: set[str] = set()
         self.done = threading.Event()
         self.done_at = 0.0
+        self.finished: set[str] = set()
+        self.all_finished = threading.Event()
 
     @hookimpl
     def podnet_transition(self, event: TransitionEvent) -> None:
-        if event.machine != "pod_network" or not event.ok or event.dest != "routed":
+        if event.machine != "pod_network" or not event.ok:
             return
         with self.lock:
-            self.routed.add(event.object_key)
-            if len(self.routed) == self.expected:
-                self.done_at = time.perf_counter()
-                self.done.set()
+            if event.dest == "routed":
+                self.routed.add(event.object_key)
+                if len(self.routed) == self.expected:
+                    self.done_at = time.perf_counter()
+                    self.done.set()
+            elif event.trigger == "finish":
+                self.finished.add(event.object_key)
+                if len(self.finished) == self.expected:
+                    self.all_finished.set()
 
 
 #: handed to the forked server process (a module global, as in bench/restart.py)
@@ -98,11 +109,15 @@ def _serve(kubeconfig: str, write_latency: float, read_latency: float,
                 message = conn.recv()
             except EOFError:
                 return
-            if message[0] != "create":
+            if message[0] == "create":
+                for name, node in message[1]:
+                    store.create(POD, pod_obj(name, node))
+            elif message[0] == "delete":
+                for name, _node in message[1]:
+                    store.delete(POD, name, NAMESPACE_NAME)
+            else:
                 return
-            for name, node in message[1]:
-                store.create(POD, pod_obj(name, node))
-            conn.send(("created",))
+            conn.send(("done",))
 
 
 def run(pods: int, nodes: int, workers: int, write_latency: float, read_latency: float,
@@ -173,6 +188,17 @@ def run(pods: int, nodes: int, workers: int, write_latency: float, read_latency:
             calls.subtract(calls0)
             grows = sum(v for k, v in calls.items() if k.endswith(".pool_grow"))
             final = kube.list(POD_NETWORK, NAMESPACE_NAME).items
+            log("deleting every pod: each record released and removed")
+            conn.send(("delete", burst))
+            if not listener.all_finished.wait(max(120.0, pods * 0.1)):
+                raise RuntimeError(f"{len(listener.finished)} of {pods} released in time")
+            conn.recv()
+            life = Counter(engine.stats.writes)
+            life.subtract(writes0)
+            while kube.list(POD_NETWORK, NAMESPACE_NAME).items:
+                if time.perf_counter() > deadline + 600:
+                    raise RuntimeError("PodNetworks left after every finish")
+                time.sleep(0.05)
         finally:
             stop.set()
             if engine_thread is not None:
@@ -212,6 +238,10 @@ def run(pods: int, nodes: int, workers: int, write_latency: float, read_latency:
         "serial_write_time_s": round(all_writes * write_latency, 3),
         "controller_cpu_s": round(controller_cpu, 3),
         "writes": {k: v for k, v in sorted(writes.items()) if v},
+        # the whole life, release included (P8: <= 4.0)
+        "lifecycle_writes_per_pod": round(
+            sum(v for k, v in life.items() if k != "events") / pods, 3),
+        "lifecycle_writes": {k: v for k, v in sorted(life.items()) if v},
         "provider_calls": {k: v for k, v in sorted(calls.items()) if v},
         "pool_grow_calls": grows,
         "met": {"bound": elapsed <= bound, "ten_seconds": elapsed <= TARGET_S},

@@ -70,6 +70,9 @@ MIB = 1024 * 1024
 TARGETS = {
     "p3_median_ms": 1.0,
     "p3_p99_ms": 5.0,
+    #: GOALS P3 as raised: the engine's own share (the API server stand-in's removed)
+    "p3_engine_only_median_ms": 0.25,
+    "p3_engine_only_p99_ms": 2.0,
     "p7_traced_ratio": 0.85,
     "p4_rss_mib": 1024.0,
 }
@@ -428,6 +431,10 @@ def p3(pods: int, seed: int) -> dict[str, Any]:
             "share": split["api_server_share"],
             "metered_median_ms": split["median_ms"],
             "api_server_median_ms": split["api_server_median_ms"],
+            # per pod, its CPU less its own API server share, in the metered pass (the
+            # metering adds to both sides of that difference)
+            "engine_only_median_ms": split["engine_only_median_ms"],
+            "engine_only_p99_ms": split["engine_only_p99_ms"],
             "engine_only_median_ms_est": round(
                 untraced_median * (1 - split["api_server_share"]), 4),
             "calls_per_pod": split["api_server_calls_per_pod"],
@@ -641,6 +648,10 @@ def main(argv: list[str] | None = None) -> int:
             log("P3 runs in the same process after P4; P4's heap is released first")
         report["p3"] = p3(p3_pods, args.seed)
         met["p3_median"] = report["p3"]["untraced"]["median_ms"] <= TARGETS["p3_median_ms"]
+        met["p3_engine_only_median"] = (report["p3"]["api_server"]["engine_only_median_ms_est"]
+                                        <= TARGETS["p3_engine_only_median_ms"])
+        met["p3_engine_only_p99"] = (report["p3"]["api_server"]["engine_only_p99_ms"]
+                                     <= TARGETS["p3_engine_only_p99_ms"])
         met["p3_p99"] = report["p3"]["untraced"]["p99_ms"] <= TARGETS["p3_p99_ms"]
         met["p3_traced_median"] = report["p3"]["traced"]["median_ms"] <= TARGETS["p3_median_ms"]
         met["p3_traced_p99"] = report["p3"]["traced"]["p99_ms"] <= TARGETS["p3_p99_ms"]

@@ -8,7 +8,10 @@ them back in here (``assume``) so the next read sees them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, TypeVar
+
+import attrs
 
 from podnet.core.cluster.informer import Informer
 from podnet.core.cluster.port import (
@@ -29,6 +32,7 @@ from podnet.core.models import (
     AgentReport,
     NodeInfo,
     NodeNetwork,
+    ObjectMeta,
     Phase,
     PodInfo,
     PodNetwork,
@@ -48,6 +52,7 @@ from podnet.core.objects import (
 from podnet.hookspecs.types import NodeContext
 
 M = TypeVar("M", PodNetwork, NodeNetwork)
+_NO_OFFSET = timedelta(0)
 
 
 def pod_key_of(pn: PodNetwork) -> str:
@@ -146,6 +151,37 @@ class Caches:
             return None
         self._reported.pop(key, None)
         return model
+
+    def as_written(self, obj: Obj, sent: PodNetwork, wire: Obj) -> PodNetwork | None:
+        """What reading ``obj`` (the API server's answer to writing ``sent``, whose wire
+        form is ``wire``) gives, without parsing it all again: ``sent`` with the answer's
+        metadata, when the answer carries the very spec and status sent and ``sent``
+        reads back as itself (its times whole seconds in UTC, as the wire keeps them).
+        None when that is not certain: the answer is then read as any other."""
+        if obj.keys() != wire.keys() or any(obj[k] != wire[k] for k in wire if k != "metadata"):
+            return None
+        status = sent.status
+        times = [status.last_transition_time, *(c.last_transition_time
+                                                for c in status.conditions)]
+        if any(t is not None and (t.microsecond or t.utcoffset() != _NO_OFFSET)
+               for t in times):
+            return None
+        meta = obj.get("metadata") or {}
+        key = f"{POD_NETWORK.plural}/{meta.get('namespace')}/{meta.get('name')}"
+        if key in self._reported:
+            return None  # it did not parse before: read in full, which clears that
+        sent_meta, rv = wire["metadata"], meta.get("resourceVersion")
+        if (isinstance(rv, str) and meta.keys() == sent_meta.keys()
+                and all(meta[k] == sent_meta[k] for k in meta if k != "resourceVersion")
+                and not any(t is not None and (t.microsecond or t.utcoffset() != _NO_OFFSET)
+                            for t in (sent.metadata.creation_timestamp,
+                                      sent.metadata.deletion_timestamp))):
+            # an update's answer: only the version is new
+            return attrs.evolve(sent, metadata=attrs.evolve(sent.metadata, resource_version=rv))
+        try:
+            return attrs.evolve(sent, metadata=from_wire(ObjectMeta, meta))
+        except RecordError:
+            return None
 
     def unreadable_keys(self, kind: Kind) -> set[str]:
         """Keys (``namespace/name``) of records of ``kind`` that exist but do not parse."""

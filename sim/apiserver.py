@@ -423,7 +423,17 @@ class ApiServer:
         bookmark_interval: float = 1.0,
         crd_dir: Path | None = None,
         audit_log: Path | None = None,
+        write_latency: float = 0.0,
+        read_latency: float = 0.0,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        if write_latency < 0 or read_latency < 0:
+            raise ValueError("a request latency cannot be negative")
+        #: seconds each write request (POST, PUT, PATCH, DELETE) and each read (GET, a
+        #: watch's start included) waits before it is served: a loaded API server
+        self.write_latency = write_latency
+        self.read_latency = read_latency
+        self._sleep = sleep
         if cluster is None:
             cluster = InMemoryCluster()
             cluster.create(NAMESPACE, {"metadata": {"name": "default"}})
@@ -544,6 +554,13 @@ class ApiServer:
             obj = store.get((namespace or "") if kind.namespaced else "", {}).get(name)
             return clone_obj(obj) if obj is not None else None
 
+    def delay(self, method: str) -> None:
+        """Wait as long as a request of ``method`` takes on a loaded server (each
+        request on its own thread: concurrent requests wait side by side)."""
+        latency = self.read_latency if method == "GET" else self.write_latency
+        if latency > 0:
+            self._sleep(latency)
+
     def locked(self) -> contextlib.AbstractContextManager[Any]:
         # the cluster's own (reentrant) lock: a check and the write it guards are atomic
         return cast(contextlib.AbstractContextManager[Any], self.cluster._lock)
@@ -640,6 +657,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query, True).items()}
         self.warnings: list[str] = []
         self.code = 0
+        if not url.path.startswith("/_podnet/"):
+            self.api.delay(method)
         try:
             self._answer(method, url)
         finally:
@@ -1432,6 +1451,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--audit-log", type=Path, default=None, metavar="PATH",
         help="append one JSON line per write request (verb, URI, user agent, status code)",
     )
+    parser.add_argument(
+        "--write-latency", type=_latency, default=0.0, metavar="SECONDS",
+        help="wait this long before serving each write (POST, PUT, PATCH, DELETE), as a "
+        "loaded API server answers (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--read-latency", type=_latency, default=0.0, metavar="SECONDS",
+        help="wait this long before serving each read (GET, a watch's start included; "
+        "default: %(default)s)",
+    )
+
+
+def _latency(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not 0 <= seconds < float("inf"):  # nan fails this too
+        raise argparse.ArgumentTypeError(f"{value!r}: a latency is a finite number >= 0")
+    return seconds
 
 
 def run(args: argparse.Namespace) -> int:
@@ -1448,6 +1487,8 @@ def run(args: argparse.Namespace) -> int:
             bookmark_interval=args.bookmark_interval,
             crd_dir=args.crds,
             audit_log=args.audit_log,
+            write_latency=args.write_latency,
+            read_latency=args.read_latency,
         )
         with server:
             if args.kubeconfig_out is not None:

@@ -305,17 +305,21 @@ class Informer(Generic[T]):
 
     # --- the controller's own writes -----------------------------------------------
 
-    def assume(self, obj: Obj, based_on: str | None = None) -> bool:
+    def assume(self, obj: Obj, based_on: str | None = None, value: T | None = None) -> bool:
         """Apply an object the controller just wrote, ahead of its watch event.
 
         ``based_on``: the resourceVersion the write was conditioned on. A write that
         succeeded on the cached version is its successor and always applies; so does the
         first write of ours the stream has not delivered yet. Two writes of ours in
         flight without that link cannot be ordered here: the first stays cached and the
-        stream settles it. Returns whether it was applied.
+        stream settles it. ``value``: what the transform makes of ``obj``, when the
+        writer knows it already (it is not transformed again). Returns whether it was
+        applied.
         """
         with self._lock:
             digest = self._digest(obj)
+            if value is not None:
+                digest = digest._replace(obj=None, value=value, transformed=True)
             key, rv = digest.key, digest.rv
             if not rv or self._is_tombstoned(key, digest.uid):
                 return False

@@ -12,7 +12,9 @@ there) with the records, and fires at most one trigger per record per step:
   record deleted, address back to the pool) — or, for a sticky record whose pod may come
   back, hold it, and ``reclaim`` when it does.
 
-Every transition writes the record before anything relies on it; a failed step leaves
+Every transition writes the record before anything relies on it (``allocate`` and the
+``route`` that follows it write once, together: the address is held in the address book
+and the pool meanwhile, and the pod relies on nothing before Routed); a failed step leaves
 the phase as it was, with a ``Ready=False`` condition saying why and a Warning Event.
 """
 
@@ -157,6 +159,18 @@ def record_name(pod: PodInfo, network: str, sticky: bool) -> str:
     digest = hashlib.sha256(base.encode()).hexdigest()[:10]
     # a DNS-1123 subdomain's labels end alphanumeric: trim what the cut left dangling
     return f"{base[:242].rstrip('.-')}.{digest}"
+
+
+@attrs.frozen
+class _Unwritten:
+    """An allocation made and not written yet: the record as the Routed write (or a
+    failed route's condition) writes it, and what follows once a write carries it."""
+
+    record: PodNetwork
+    #: a write naming the allocation landed (the record as written)
+    recorded: Callable[[PodNetwork], None]
+    #: no write carried it: (the failure, whether a write was sent) undoes the claims
+    not_recorded: Callable[[BaseException, bool], None]
 
 
 def ready_condition(pn: PodNetwork) -> Condition | None:
@@ -523,9 +537,13 @@ class PodNetworkReconciler:
                 pn = self._readdress(pn, pod, *problem)
         phase = pn.status.phase
         if phase is Phase.PENDING:
-            pn = self._allocate(pn, pod)
-            if pn.status.phase is Phase.PENDING:
+            allocated = self._allocate(pn, pod)
+            if isinstance(allocated, _Unwritten):
+                pn = self._route_unwritten(allocated, pod)
+            elif allocated.status.phase is Phase.PENDING:
                 return Result(requeue_after=_WAIT_RECHECK)
+            else:
+                pn = allocated
         if pn.status.phase is Phase.ALLOCATED:
             pn = self._route(pn, pod)
         if pn.status.phase is Phase.ROUTED:
@@ -797,7 +815,10 @@ class PodNetworkReconciler:
         except NotFound:
             return {}  # gone, and its pods with it
 
-    def _allocate(self, pn: PodNetwork, pod: PodInfo) -> PodNetwork:
+    def _allocate(self, pn: PodNetwork, pod: PodInfo) -> PodNetwork | _Unwritten:
+        """Allocate an address for a Pending record: the record as it was when nothing
+        was allocated (it waits), or the allocation, not written yet: the route's write
+        records it (:meth:`_route_unwritten`), one status write for both."""
         provider = pn.spec.provider
         info = self.placement.providers[provider]
         node_ctx = self.caches.node_context(pn.spec.node_name)
@@ -832,11 +853,9 @@ class PodNetworkReconciler:
         ctx = AllocateContext(pod_network=pn, node=node_ctx, pod=pod, pool=reservation,
                               namespace_annotations=self._namespace_annotations(
                                   pn.metadata.namespace or ""))
-        writing = False
         undo: list[Callable[[], object]] = []
 
         def allocate(span: TransitionSpan) -> PodNetwork:
-            nonlocal writing
             answer = self._take_back(pn, ctx, reservation)
             if answer is None:
                 answer = self._ask(ctx, reservation)
@@ -844,17 +863,17 @@ class PodNetworkReconciler:
                 raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} did not allocate")
             allocation = answer
             undo.extend(self._claim(pn, allocation, reservation))
-            writing = True
-            return self._write_phase(pn, Phase.ALLOCATED, span, ip=allocation.ip,
-                                     ipv6=allocation.ipv6, mac=allocation.mac,
-                                     subnet=allocation.subnet, gateway=allocation.gateway,
-                                     interface=allocation.interface,
-                                     **pod_interface_fields(allocation))
+            return self._phase_record(pn, Phase.ALLOCATED, span, ip=allocation.ip,
+                                      ipv6=allocation.ipv6, mac=allocation.mac,
+                                      subnet=allocation.subnet, gateway=allocation.gateway,
+                                      interface=allocation.interface,
+                                      **pod_interface_fields(allocation))
 
-        def not_allocated(exc: BaseException) -> None:
-            # a write whose answer was lost may have landed: the address stays with this
-            # record until a later write proves otherwise (a 409 or 404 proves it did not)
-            maybe_written = writing and not isinstance(exc, Conflict | NotFound)
+        def not_allocated(exc: BaseException, written: bool = False) -> None:
+            # ``written``: a write naming the address was sent. One whose answer was lost
+            # may have landed: the address stays with this record until a later write
+            # proves otherwise (a 409 or 404 proves it did not)
+            maybe_written = written and not isinstance(exc, Conflict | NotFound)
             if not maybe_written:
                 for step in reversed(undo):
                     step()
@@ -869,6 +888,14 @@ class PodNetworkReconciler:
         updated = self._run(pn, "allocate", allocate, undo=not_allocated)
         if updated is None:
             return pn
+        return _Unwritten(updated, functools.partial(self._allocation_recorded, reservation),
+                          not_allocated)
+
+    def _allocation_recorded(self, reservation: Reservation | None, updated: PodNetwork
+                             ) -> None:
+        """A write naming the allocation landed: what earlier, unanswered writes held for
+        the record is free, and the pool knows the address the record names."""
+        pn, provider = updated, updated.spec.provider
         self._prefer.pop(pn.key, None)
         self._first_trace.pop(pn.key, None)
         # this write succeeded: whatever an earlier, unanswered write claimed is free
@@ -884,7 +911,31 @@ class PodNetworkReconciler:
                 reservation.rollback()
                 pool.adopt(updated.status.ip, pn.key, updated.status.interface,
                            updated.status.subnet, ipv6=updated.status.ipv6)
-        return updated
+
+    def _route_unwritten(self, allocated: _Unwritten, pod: PodInfo) -> PodNetwork:
+        """Route an allocation not written yet: the Routed write records the address and
+        the route at once. A failed route records the address with its Ready=False
+        condition (:meth:`_failed`); when no write named it for certain, the claims are
+        undone."""
+        staged = allocated.record
+        try:
+            routed = self._route(staged, pod)
+        except BaseException as exc:
+            current = self.caches.pod_networks.get(staged.key)
+            if (current is not None and current.status.phase is Phase.ALLOCATED
+                    and current.status.ip == staged.status.ip
+                    and current.metadata.resource_version != staged.metadata.resource_version):
+                allocated.recorded(current)  # the failure's condition write carried it
+            else:
+                # a 409 or 404 on the write proves it did not land; anything else may have
+                allocated.not_recorded(exc.__cause__ if isinstance(exc.__cause__, NotFound)
+                                       else exc, True)
+            raise
+        if routed is staged:
+            # not routed and nothing written (a wait): the allocation is recorded now
+            routed = self.records.update_status(POD_NETWORK, staged)
+        allocated.recorded(routed)
+        return routed
 
     def _takes_any(self, pn: PodNetwork) -> bool:
         """Whether any idle address of the node's pool serves ``pn``'s request: no static
@@ -1231,6 +1282,14 @@ class PodNetworkReconciler:
                      reason: str | None = None, message: str = "", **fields: Any) -> PodNetwork:
         """The transition's record write: ``phase``, its Ready condition and ``fields``;
         the span names the address the record now has."""
+        return self.records.update_status(POD_NETWORK, self._phase_record(
+            pn, phase, span, reason=reason, message=message, **fields))
+
+    def _phase_record(self, pn: PodNetwork, phase: Phase, span: TransitionSpan, *,
+                      reason: str | None = None, message: str = "", **fields: Any
+                      ) -> PodNetwork:
+        """``pn`` in ``phase``, with its Ready condition and ``fields``, not written; the
+        span names the address it has."""
         now = self.clock.now()
         ready = phase is Phase.ROUTED
         condition = Condition(
@@ -1243,7 +1302,7 @@ class PodNetworkReconciler:
             traceparent=span.traceparent or pn.status.traceparent,
             **fields,
         )
-        updated = self.records.update_status(POD_NETWORK, attrs.evolve(pn, status=status))
+        updated = attrs.evolve(pn, status=status)
         span.set(ATTR_IP, updated.status.ip)
         span.set(ATTR_INTERFACE, updated.status.interface)
         return updated

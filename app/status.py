@@ -59,8 +59,10 @@ DEFAULT_GRACE = 300.0
 def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", default=None,
                         help="kubeconfig file (default: in-cluster config, else $KUBECONFIG)")
-    parser.add_argument("--context", default=None)
-    parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    parser.add_argument("--context", default=None,
+                        help="the kubeconfig context to use (default: its current context)")
+    parser.add_argument("-o", "--output", choices=["table", "json"], default="table",
+                        help="a table for people, or JSON for scripts (default %(default)s)")
 
 
 def add_status_arguments(parser: argparse.ArgumentParser) -> None:

@@ -326,9 +326,12 @@ def _cell(value: Any) -> str:
 def _console() -> Any:
     from rich.console import Console
 
-    console = Console()
+    # every string printed comes from the records or the cloud: none is rich markup
+    # ("metadata.annotations[podnet.io/networks]" is text, not a style tag) or an emoji code
+    plain = {"markup": False, "emoji": False, "highlight": False}
+    console = Console(**plain)
     # piped output is read by people and by grep: do not squeeze it to 80 columns
-    return console if console.is_terminal else Console(width=200)
+    return console if console.is_terminal else Console(width=200, **plain)
 
 
 def _problem(cond: Mapping[str, str] | None) -> str:

@@ -150,6 +150,20 @@ def test_status_filters_by_node_and_prints_tables(
         assert pn["spec"]["podName"] in table and pn["status"]["ip"] in table
 
 
+def test_the_tables_print_bracketed_text_as_it_is(
+        site: Site, capsys: pytest.CaptureFixture[str]) -> None:
+    """What records say is text, never rich markup: a field path's brackets, a style tag
+    and an emoji code reach the table unchanged."""
+    said = "metadata.annotations[podnet.io/networks]: [bold]x[/bold] :smile: [red]"
+    pn = site.records(POD_NETWORK)[0]
+    pn["status"]["conditions"] = [{"type": "Ready", "status": "False",
+                                   "reason": "InvalidRequest", "message": said}]
+    site.store.update_status(POD_NETWORK, pn)
+    assert main(["status", "--kubeconfig", str(site.kubeconfig)]) == 0
+    table = capsys.readouterr().out
+    assert f"InvalidRequest: {said}" in table
+
+
 def test_a_record_that_does_not_parse_is_shown_as_invalid(
         site: Site, capsys: pytest.CaptureFixture[str]) -> None:
     pn = site.records(POD_NETWORK)[0]

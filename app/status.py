@@ -328,10 +328,11 @@ def _console() -> Any:
 
     # every string printed comes from the records or the cloud: none is rich markup
     # ("metadata.annotations[podnet.io/networks]" is text, not a style tag) or an emoji code
-    plain = {"markup": False, "emoji": False, "highlight": False}
-    console = Console(**plain)
+    console = Console(markup=False, emoji=False, highlight=False)
+    if console.is_terminal:
+        return console
     # piped output is read by people and by grep: do not squeeze it to 80 columns
-    return console if console.is_terminal else Console(width=200, **plain)
+    return Console(width=200, markup=False, emoji=False, highlight=False)
 
 
 def _problem(cond: Mapping[str, str] | None) -> str:

@@ -722,7 +722,8 @@ class PodNetworkReconciler:
                 status, reason, message):
             return None
         condition = Condition(type=kind, status=status, reason=reason, message=message,
-                              last_transition_time=self.clock.now())
+                              last_transition_time=self.clock.now(),
+                              observed_generation=pn.metadata.generation)
         try:
             return self.records.update_status(POD_NETWORK, attrs.evolve(pn, status=attrs.evolve(
                 pn.status, conditions=set_condition(pn.status.conditions, condition))))
@@ -1236,6 +1237,7 @@ class PodNetworkReconciler:
         condition = Condition(
             type=READY, status="True" if ready else "False",
             reason=reason or phase.value, message=message, last_transition_time=now,
+            observed_generation=pn.metadata.generation,
         )
         status = attrs.evolve(
             pn.status, phase=phase, last_transition_time=now,
@@ -1287,7 +1289,8 @@ class PodNetworkReconciler:
         ) and traceparent == pn.status.traceparent:
             return False
         condition = Condition(type=READY, status=status, reason=reason, message=message,
-                              last_transition_time=self.clock.now())
+                              last_transition_time=self.clock.now(),
+                              observed_generation=pn.metadata.generation)
         try:
             self.records.update_status(POD_NETWORK, attrs.evolve(pn, status=attrs.evolve(
                 pn.status, conditions=set_condition(pn.status.conditions, condition),

@@ -885,7 +885,20 @@ class PodNetworkReconciler:
                 reservation.rollback()
                 pool.adopt(updated.status.ip, pn.key, updated.status.interface,
                            updated.status.subnet, ipv6=updated.status.ipv6)
+        self._milestone(updated, "Allocated", "allocated")
         return updated
+
+    def _milestone(self, pn: PodNetwork, reason: str, done: str) -> None:
+        """A Normal Event on the record: the address it got, was routed with, or gave
+        back (one Event write per milestone, counted apart from the record writes)."""
+        status = pn.status
+        if not status.ip and not status.ipv6:
+            return
+        addresses = " and ".join(a for a in (status.ip, status.ipv6) if a)
+        where = f"on node {pn.spec.node_name}"
+        if status.interface:
+            where += f", interface {status.interface}"
+        self.records.event(pn, reason, f"{addresses} {done} {where}", warning=False)
 
     def _takes_any(self, pn: PodNetwork) -> bool:
         """Whether any idle address of the node's pool serves ``pn``'s request: no static
@@ -1012,6 +1025,7 @@ class PodNetworkReconciler:
             return pn
         self._verify_at[pn.key] = (self.clock.monotonic()
                                    + self.placement.policy(provider).verify_period)
+        self._milestone(updated, "Routed", "routed")
         return updated
 
     def _maybe_verify(self, pn: PodNetwork, pod: PodInfo) -> Result:
@@ -1166,6 +1180,7 @@ class PodNetworkReconciler:
         if pn.status.ip and (released is None or released.return_to_pool):
             self._give_back(pn)
         self.owned.addresses.release_owner(pn.key)
+        self._milestone(pn, "Released", "released")
         self._successor(pn, pod)
         return DONE
 

@@ -4,11 +4,15 @@ that is down is waited for, said once; every flag says what it is for."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import http.server
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -19,6 +23,9 @@ import pytest
 import yaml
 
 from podnet.app.cli import build_parser
+from podnet.core.cluster.kube import KubeCluster
+from podnet.core.cluster.port import ApiError
+from podnet.core.errors import ConfigError
 from podnet.sim.apiserver import ApiServer
 
 
@@ -123,25 +130,59 @@ def test_an_api_server_host_that_does_not_resolve(tmp_path: Path) -> None:
     assert "cannot resolve the host 'no-such-host.invalid'" in line
 
 
-def test_an_address_that_is_no_api_server(tmp_path: Path) -> None:
-    """A wrong address whose port answers, but not as Kubernetes (here: the controller's
-    own health server of another run would do; a plain HTTP server does)."""
-    import http.server
-    import threading
+@contextlib.contextmanager
+def answering(code: int, body: bytes = b"") -> Iterator[str]:
+    """An HTTP server on loopback that answers every GET with ``code``; its URL."""
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
-    class Quiet(http.server.BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
             pass
 
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
-        config = kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{httpd.server_address[1]}")
-        line = one_line(podnet("run", "--kubeconfig", str(config), "--listen", "127.0.0.1:0"))
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
     finally:
         httpd.shutdown()
         httpd.server_close()
-    assert "not a Kubernetes API server" in line
+
+
+def test_an_address_that_is_no_api_server(tmp_path: Path) -> None:
+    """A wrong address whose port answers, but not as Kubernetes: no retry mends it."""
+    with answering(501) as url:
+        config = kubeconfig(tmp_path / "kc", url)
+        line = one_line(podnet("run", "--kubeconfig", str(config), "--listen", "127.0.0.1:0"))
+    assert line == (f"podnet run: config kubeconfig: API server {url}: not a Kubernetes API "
+                    "server (GET /version: HTTP 501)")
+
+
+@pytest.mark.parametrize("code, body, needle", [
+    (404, b"", "not a Kubernetes API server (GET /version: HTTP 404)"),
+    (200, b"{}", "is not a Kubernetes API server (/version has no gitVersion)"),
+    (401, b"", "credentials refused (HTTP 401)"),
+    (403, b"", "credentials refused (HTTP 403)"),
+])
+def test_the_probe_tells_a_mistake_from_a_server_that_is_down(
+    tmp_path: Path, code: int, body: bytes, needle: str
+) -> None:
+    """What `podnet run` and `podnet node` probe first (in one process: the command's
+    line is the test above's)."""
+    with answering(code, body) as url:
+        cluster = KubeCluster.connect(str(kubeconfig(tmp_path / "kc", url)))
+        with pytest.raises(ConfigError, match=re.escape(needle)):
+            cluster.probe()
+    for down in (500, 503, 429):  # a server starting or shedding load: retried
+        with answering(down) as url:
+            cluster = KubeCluster.connect(str(kubeconfig(tmp_path / "kc", url)))
+            with pytest.raises(ApiError) as raised:
+                cluster.probe()
+            assert not isinstance(raised.value, ConfigError)
 
 
 def test_a_busy_listen_port(api: Path, busy_port: int) -> None:

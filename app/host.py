@@ -17,11 +17,10 @@ import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from podnet.core.cluster.kube import KubeCluster
 from podnet.core.cluster.port import ApiError, Cluster
 from podnet.core.config import Config, parse_listen
 from podnet.core.engine import Engine, EngineOptions
@@ -30,6 +29,9 @@ from podnet.core.fence import Fence
 from podnet.core.leader import LeaderElector
 from podnet.core.metrics import Metrics
 from podnet.core.tracing import Tracing
+
+if TYPE_CHECKING:  # the kubernetes client is imported by who connects, not by this module
+    from podnet.core.cluster.kube import KubeCluster
 
 log = logging.getLogger("podnet.host")
 

@@ -92,16 +92,22 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--provider", default="mixed",
                       help="mixed (BBC and ECS nodes, an OVN overlay), or one provider: "
                            "reference, bbc, ecs, ovn")
-    demo.add_argument("--nodes", type=_positive_int, default=20)
-    demo.add_argument("--pods", type=_positive_int, default=500)
+    demo.add_argument("--nodes", type=_positive_int, default=20,
+                      help="nodes of the embedded cluster (default %(default)s)")
+    demo.add_argument("--pods", type=_positive_int, default=500,
+                      help="pods created in the burst (default %(default)s)")
     demo.add_argument("--churn", type=_positive_int, default=None,
                       help="delete and recreate this many pods after the burst "
                            "(default: a fifth of the pods for mixed, else none)")
-    demo.add_argument("--seed", type=_positive_int, default=1)
-    demo.add_argument("--cloud-latency-ms", type=_non_negative_float, default=0.0)
+    demo.add_argument("--seed", type=_positive_int, default=1,
+                      help="seed of the stand-in clouds' randomness: a run repeats with it "
+                           "(default %(default)s)")
+    demo.add_argument("--cloud-latency-ms", type=_non_negative_float, default=0.0,
+                      help="milliseconds each stand-in cloud call takes (default %(default)s)")
     demo.add_argument("--cloud-rate", type=_non_negative_float, default=None,
                       help="cloud calls per second per API")
-    demo.add_argument("--fault-rate", type=_fraction, default=0.0)
+    demo.add_argument("--fault-rate", type=_fraction, default=0.0,
+                      help="fraction of cloud calls that fail, 0 to 1 (default %(default)s)")
     demo.add_argument("--trace-file", default=None,
                       help="write OTLP JSON lines here (default for mixed: "
                            f"{DEMO_TRACE_FILE}; '' for none)")
@@ -110,8 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "http://127.0.0.1:4318/v1/traces); the OTEL_* environment "
                            "(OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, ...) is honoured "
                            "without it")
-    demo.add_argument("--workers", type=_positive_int, default=4)
-    demo.add_argument("--timeout", type=_non_negative_float, default=600.0)
+    demo.add_argument("--workers", type=_positive_int, default=4,
+                      help="reconcile workers (default %(default)s)")
+    demo.add_argument("--timeout", type=_non_negative_float, default=600.0,
+                      help="seconds to wait for the cluster to settle (default %(default)s)")
     demo.add_argument("--json", action="store_true", help="print one JSON summary")
     demo.add_argument("--no-node-stage", action="store_true",
                       help="skip the last stage, two pods plugged and pinging on a node "
@@ -122,15 +130,18 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the controller against a cluster")
     run.add_argument("--kubeconfig", default=None,
                      help="kubeconfig file (default: in-cluster config, else $KUBECONFIG)")
-    run.add_argument("--context", default=None)
+    run.add_argument("--context", default=None,
+                     help="the kubeconfig context to use (default: its current context)")
     run.add_argument("--provider", action="append", default=[],
                      help="enable this built-in provider (repeatable; default: all installed)")
     run.add_argument("--config", default=None, help="config file (YAML)")
     run.add_argument("--listen", default=None,
                      help="HOST:PORT for /healthz, /readyz, /metrics (default 127.0.0.1:8080)")
     run.add_argument("--identity", default=None, help="leader-election identity")
-    run.add_argument("--no-leader-elect", action="store_true")
-    run.add_argument("--workers", type=_positive_int, default=None)
+    run.add_argument("--no-leader-elect", action="store_true",
+                     help="lead without the Lease (one replica only: two would both write)")
+    run.add_argument("--workers", type=_positive_int, default=None,
+                     help="reconcile workers (default: the config file's workers)")
     run.add_argument("--trace-file", default=None,
                      help="write the controller's spans (OTLP JSON lines) to this file")
     run.add_argument("--otlp-endpoint", default=None,
@@ -143,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--node", required=True, help="the node this agent serves")
     node.add_argument("--kubeconfig", default=None,
                       help="kubeconfig file (default: in-cluster config, else $KUBECONFIG)")
-    node.add_argument("--context", default=None)
+    node.add_argument("--context", default=None,
+                      help="the kubeconfig context to use (default: its current context)")
     node.add_argument("--provider", action="append", default=[],
                       help="enable this built-in provider (repeatable; default: all installed)")
     node.add_argument("--config", default=None,
@@ -167,14 +179,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     install = sub.add_parser("install-cni", help="put the CNI plugin and its conflist onto "
                              "this host (the node agent's init step)")
-    install.add_argument("--bin-dir", default="/opt/cni/bin")
-    install.add_argument("--conf-dir", default="/etc/cni/net.d")
+    install.add_argument("--bin-dir", default="/opt/cni/bin",
+                         help="where the CNI plugin binary goes (default %(default)s)")
+    install.add_argument("--conf-dir", default="/etc/cni/net.d",
+                         help="where the conflist goes (default %(default)s)")
     install.add_argument("--network", default="podnet", help="the conflist's network name")
     install.add_argument("--socket", default="/run/podnet/agent.sock",
                          help="the agent's socket, written into the conflist")
 
     sim = sub.add_parser("sim", help="serve a cloud simulator (bbc, ecs) on loopback")
-    sim.add_argument("cloud", choices=["bbc", "ecs"])
+    sim.add_argument("cloud", choices=["bbc", "ecs"], help="which cloud to simulate")
     sim.add_argument("options", nargs=argparse.REMAINDER,
                      help="the simulator's own flags, e.g. --port 0")
 
@@ -252,13 +266,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     import attrs
 
-    from podnet.app.host import Host
+    from podnet.app.host import Host, quiet_http_retries
     from podnet.core.cluster.kube import KubeCluster
     from podnet.core.config import Config, load_config
     from podnet.core.errors import ConfigError
     from podnet.core.plugin import load_plugins, new_plugin_manager, require_installed
     from podnet.core.tracing import Tracing, tracer_provider_from_env
 
+    quiet_http_retries()
+    tracer_provider = None
     try:
         config = load_config(args.config) if args.config else Config()
         if args.workers:
@@ -274,15 +290,24 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         host = Host(cluster, pm, config, identity=args.identity,
                     tracing=Tracing(tracer_provider),
                     leader_elect=False if args.no_leader_elect else None)
+        # which replica wrote what, in the API server's audit log
+        cluster.api_client.user_agent = f"podnet/{host.identity}"
+        cluster.on_request = host.metrics.kube_request
+        try:
+            host.serve(config.listen)
+        except OSError as exc:  # busy, or not an address of this host
+            print(f"podnet run: --listen {config.listen}: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return 2
+        host.install_signal_handlers()
+        # a server briefly down is waited for; a wrong address or credentials end here
+        answered = host.wait_for_api(cluster)
     except ConfigError as exc:
+        if tracer_provider is not None:
+            tracer_provider.shutdown()
         print(f"podnet run: {exc}", file=sys.stderr)
         return 2
-    # which replica wrote what, in the API server's audit log
-    cluster.api_client.user_agent = f"podnet/{host.identity}"
-    cluster.on_request = host.metrics.kube_request
-    host.install_signal_handlers()
-    host.serve(config.listen)
-    code = host.run()
+    code = host.run() if answered else 0
     if tracer_provider is not None:
         tracer_provider.shutdown()
     return code
@@ -303,6 +328,7 @@ def _node(args: argparse.Namespace) -> int:
     import signal
     import threading
 
+    from podnet.app.host import quiet_http_retries, wait_for_api
     from podnet.app.node import run as run_node
     from podnet.core.cluster.kube import KubeCluster
     from podnet.core.config import load_config
@@ -310,6 +336,7 @@ def _node(args: argparse.Namespace) -> int:
     from podnet.core.plugin import Providers, load_plugins, new_plugin_manager, require_installed
     from podnet.core.tracing import Tracing, tracer_provider_from_env
 
+    quiet_http_retries()
     try:
         tracer_provider = tracer_provider_from_env(service_name="podnet-node",
                                                    trace_file=args.trace_file,
@@ -327,17 +354,23 @@ def _node(args: argparse.Namespace) -> int:
                 if name in providers:
                     providers.configure(name, section)
         cluster = KubeCluster.connect(args.kubeconfig, args.context)
+        cluster.api_client.user_agent = f"podnet-node/{args.node}"
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        # a server briefly down is waited for; a wrong address or credentials end here
+        if not wait_for_api(cluster, stop):
+            return 0
     except ConfigError as exc:
         print(f"podnet node: {exc}", file=sys.stderr)
         return 2
-    cluster.api_client.user_agent = f"podnet-node/{args.node}"
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     try:
         return run_node(cluster, providers, node=args.node, socket_path=args.socket,
                         add_timeout=args.add_timeout, namespace=args.namespace,
                         tracing=Tracing(tracer_provider), stop=stop)
+    except ConfigError as exc:
+        print(f"podnet node: {exc}", file=sys.stderr)
+        return 2
     finally:
         if tracer_provider is not None:
             tracer_provider.shutdown()
@@ -345,6 +378,7 @@ def _node(args: argparse.Namespace) -> int:
 
 def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from podnet.app.demo import DemoOptions, run_demo
+    from podnet.hookspecs.demo import DemoUnavailable
 
     if args.nodes < 1:
         parser.error("argument --nodes: must be at least 1")
@@ -393,6 +427,9 @@ def _demo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # what the demo made is removed by then
         print("podnet demo: interrupted", file=sys.stderr)
         return 130
+    except DemoUnavailable as exc:  # the one provider asked for needs a program installed
+        print(f"podnet demo: --provider {args.provider}: {exc}", file=sys.stderr)
+        return 2
     return 0 if report.ok else 1
 
 

@@ -16,19 +16,62 @@ import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from podnet.core.cluster.port import Cluster
+from podnet.core.cluster.port import ApiError, Cluster
 from podnet.core.config import Config, parse_listen
 from podnet.core.engine import Engine, EngineOptions
+from podnet.core.errors import one_line
 from podnet.core.fence import Fence
 from podnet.core.leader import LeaderElector
 from podnet.core.metrics import Metrics
 from podnet.core.tracing import Tracing
 
+if TYPE_CHECKING:  # the kubernetes client is imported by who connects, not by this module
+    from podnet.core.cluster.kube import KubeCluster
+
 log = logging.getLogger("podnet.host")
+
+#: seconds between probes of an API server that does not answer (yet)
+API_RETRY_PERIOD = 2.0
+
+
+def quiet_http_retries() -> None:
+    """urllib3 warns on every retry of every request (about 90 lines a minute while the
+    API server is down); podnet says once what it retries instead."""
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+
+
+def wait_for_api(cluster: KubeCluster, stop: threading.Event, *,
+                 retry_period: float = API_RETRY_PERIOD,
+                 waiting: Callable[[str | None], None] = lambda _: None) -> bool:
+    """Probe the API server until it answers, as controller-runtime's clients retry a
+    server that is briefly down: one line when it does not answer, one when it does.
+
+    ``waiting`` is told why it waits, each attempt, and None once it answers.
+
+    :return: False when ``stop`` came first.
+    :raises ConfigError: when the address or the credentials are wrong (no retry helps).
+    """
+    failing = False
+    while True:
+        try:
+            cluster.probe()
+        except ApiError as exc:
+            waiting(f"API server {cluster.server} does not answer: {one_line(exc)}")
+            if not failing:
+                log.warning("API server %s does not answer (%s): retrying every %g s",
+                            cluster.server, one_line(exc), retry_period)
+                failing = True
+            if stop.wait(retry_period):
+                return False
+            continue
+        waiting(None)
+        if failing:
+            log.warning("API server %s answers again", cluster.server)
+        return True
 
 
 class Host:
@@ -63,6 +106,8 @@ class Host:
         self.lost_lease = False
         self.failed = False
         self._server: ThreadingHTTPServer | None = None
+        #: why the API server is not reached yet (checked before campaigning)
+        self.api_problem: str | None = None
 
     # --- health and metrics ---------------------------------------------------------------
 
@@ -71,7 +116,17 @@ class Host:
         its caches are synced, while its workers run and drain the queue."""
         return self.not_ready() is None
 
+    def wait_for_api(self, cluster: KubeCluster) -> bool:
+        """:func:`wait_for_api`, not ready meanwhile (a standby that cannot reach the API
+        server cannot take over)."""
+        def waiting(why: str | None) -> None:
+            self.api_problem = why
+
+        return wait_for_api(cluster, self.stop, waiting=waiting)
+
     def not_ready(self) -> str | None:
+        if self.api_problem is not None:
+            return self.api_problem
         if not self.leading:
             return None
         if not (self.engine.started and all(i.has_synced for i in self.engine.informers)):

@@ -59,8 +59,10 @@ DEFAULT_GRACE = 300.0
 def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", default=None,
                         help="kubeconfig file (default: in-cluster config, else $KUBECONFIG)")
-    parser.add_argument("--context", default=None)
-    parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    parser.add_argument("--context", default=None,
+                        help="the kubeconfig context to use (default: its current context)")
+    parser.add_argument("-o", "--output", choices=["table", "json"], default="table",
+                        help="a table for people, or JSON for scripts (default %(default)s)")
 
 
 def add_status_arguments(parser: argparse.ArgumentParser) -> None:
@@ -324,9 +326,13 @@ def _cell(value: Any) -> str:
 def _console() -> Any:
     from rich.console import Console
 
-    console = Console()
+    # every string printed comes from the records or the cloud: none is rich markup
+    # ("metadata.annotations[podnet.io/networks]" is text, not a style tag) or an emoji code
+    console = Console(markup=False, emoji=False, highlight=False)
+    if console.is_terminal:
+        return console
     # piped output is read by people and by grep: do not squeeze it to 80 columns
-    return console if console.is_terminal else Console(width=200)
+    return Console(width=200, markup=False, emoji=False, highlight=False)
 
 
 def _problem(cond: Mapping[str, str] | None) -> str:

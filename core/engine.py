@@ -294,7 +294,7 @@ class Engine:
         self.records.event(obj, "InvalidRecord", message)
         ready = set_condition(_readable_ready(obj), Condition(
             type="Ready", status="False", reason="InvalidRecord", message=message,
-            last_transition_time=self.clock.now()))
+            last_transition_time=self.clock.now(), observed_generation=_generation(meta)))
         patch = {"status": {"conditions": [to_wire(c) for c in ready]}}
         try:
             self.cluster.patch(kind, meta.get("name", ""), patch, meta.get("namespace"),
@@ -556,3 +556,9 @@ def _readable_ready(obj: Obj) -> tuple[Condition, ...]:
             except RecordError:
                 return ()
     return ()
+
+
+def _generation(meta: Mapping[str, Any]) -> int | None:
+    """``metadata.generation`` of a record that does not parse, if it is a number."""
+    generation = meta.get("generation")
+    return generation if isinstance(generation, int) and not isinstance(generation, bool) else None

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from podnet.core.clock import Clock, SystemClock, format_micro_time
 from podnet.core.cluster.port import LEASE, AlreadyExists, ApiError, Cluster, Conflict, NotFound
+from podnet.core.errors import one_line
 from podnet.core.fence import Fence
 
 log = logging.getLogger("podnet.leader")
@@ -63,6 +64,8 @@ class LeaderElector:
         self._last_renew = 0.0
         #: the holder this candidate last said it waits for (said once per holder)
         self._standing_by: str | None = None
+        #: the API server stopped answering the lease's requests (said once, until it does)
+        self._unanswered = False
 
     def try_acquire_or_renew(self) -> bool:
         """One attempt. :return: whether this replica holds the Lease now."""
@@ -75,10 +78,12 @@ class LeaderElector:
         try:
             lease = self.cluster.get(LEASE, self.name, self.namespace)
         except NotFound:
+            self._answering()
             return self._create(now)
         except ApiError as exc:
-            log.debug("lease read failed: %s", exc)
+            self._failing("read", exc)
             return self._still_leading(now_mono)
+        self._answering()
         spec = lease.setdefault("spec", {})
         holder = spec.get("holderIdentity") or None
         seen = (holder, spec.get("renewTime"))
@@ -101,7 +106,7 @@ class LeaderElector:
         except (Conflict, NotFound):
             return self._still_leading(now_mono, lost_race=True)
         except ApiError as exc:
-            log.debug("lease update failed: %s", exc)
+            self._failing("update", exc)
             return self._still_leading(now_mono)
         return self._won(now_mono)
 
@@ -116,9 +121,25 @@ class LeaderElector:
         except (AlreadyExists, Conflict):
             return False
         except ApiError as exc:
-            log.debug("lease create failed: %s", exc)
+            self._failing("create", exc)
             return False
         return self._won(self.clock.monotonic())
+
+    def _failing(self, verb: str, exc: ApiError) -> None:
+        """Said once per outage, not per attempt (every retry period)."""
+        if not self._unanswered:
+            log.warning("the lease %s/%s cannot be %s (%s): retrying every %g s",
+                        self.namespace, self.name, {"read": "read", "update": "renewed",
+                                                    "create": "created"}[verb],
+                        one_line(exc), self.retry_period)
+            self._unanswered = True
+        else:
+            log.debug("lease %s failed: %s", verb, exc)
+
+    def _answering(self) -> None:
+        if self._unanswered:
+            log.warning("the lease %s/%s can be read again", self.namespace, self.name)
+            self._unanswered = False
 
     def _won(self, now_mono: float) -> bool:
         if not self.leading:

@@ -74,8 +74,9 @@ class RecordWriter:
 
     def event(self, obj: PodNetwork | NodeNetwork | Obj, reason: str, message: str,
               warning: bool = True) -> None:
-        """Record an Event; never fails the caller (events are best effort)."""
-        involved = obj if isinstance(obj, dict) else to_wire(obj)
+        """Record an Event; never fails the caller (events are best effort). Counted as
+        ``events``, apart from the record writes."""
+        involved = obj if isinstance(obj, dict) else _reference(obj)
         try:
             self.cluster.emit_event(
                 involved, reason, message, type="Warning" if warning else "Normal"
@@ -83,3 +84,14 @@ class RecordWriter:
             self._writes["events"] += 1
         except ApiError as exc:
             log.debug("event %s dropped: %s", reason, exc)
+
+
+def _reference(model: PodNetwork | NodeNetwork) -> Obj:
+    """What an Event needs of its record (an ``involvedObject``): not the whole wire form,
+    which costs a conversion per Event."""
+    meta = model.metadata
+    return {"apiVersion": model.api_version, "kind": model.kind,
+            "metadata": {k: v for k, v in (("name", meta.name), ("namespace", meta.namespace),
+                                           ("uid", meta.uid),
+                                           ("resourceVersion", meta.resource_version))
+                         if v is not None}}

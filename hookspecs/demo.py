@@ -18,7 +18,12 @@ from typing import Any
 
 import attrs
 
-__all__ = ["DemoCloud", "DemoProvider", "DemoSettings", "keep_node"]
+__all__ = ["DemoCloud", "DemoProvider", "DemoSettings", "DemoUnavailable", "keep_node"]
+
+
+class DemoUnavailable(RuntimeError):
+    """A provider's stand-in cannot run on this host (a program it needs is not
+    installed); the message says what to install. ``build`` raises it."""
 
 
 @attrs.frozen

@@ -82,6 +82,9 @@ class Condition:
     reason: str = ""
     message: str = ""
     last_transition_time: datetime | None = None
+    #: the object's ``metadata.generation`` the condition was written for (since 0.4.0;
+    #: absent on older records)
+    observed_generation: int | None = None
 
 
 def set_condition(

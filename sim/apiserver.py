@@ -1427,6 +1427,16 @@ def _causes(exc: ApiError) -> Obj | None:
 # --- command line -----------------------------------------------------------------------
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, got {value}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``podnet apiserver`` options."""
     parser.add_argument(
@@ -1434,7 +1444,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="address to listen on (default: %(default)s); listen elsewhere only when "
         "configured so (a test's underlay: no authentication is asked)",
     )
-    parser.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one")
+    parser.add_argument("--port", type=_port, default=0, help="port to bind; 0 picks a free one")
     parser.add_argument(
         "--kubeconfig-out", type=Path, default=None, metavar="PATH",
         help="write a kubeconfig for the server here (no auth, its context current)",
@@ -1481,15 +1491,20 @@ def run(args: argparse.Namespace) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, lambda *_: done.set())
     try:
-        server = ApiServer(
-            host=args.address,
-            port=args.port,
-            bookmark_interval=args.bookmark_interval,
-            crd_dir=args.crds,
-            audit_log=args.audit_log,
-            write_latency=args.write_latency,
-            read_latency=args.read_latency,
-        )
+        try:
+            server = ApiServer(
+                host=args.address,
+                port=args.port,
+                bookmark_interval=args.bookmark_interval,
+                crd_dir=args.crds,
+                audit_log=args.audit_log,
+                write_latency=args.write_latency,
+                read_latency=args.read_latency,
+            )
+        except OSError as exc:  # the port is busy, the address not this host's, no CRDs
+            what = exc.filename or f"{args.address}:{args.port}"
+            print(f"podnet apiserver: {what}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
         with server:
             if args.kubeconfig_out is not None:
                 server.write_kubeconfig(args.kubeconfig_out)

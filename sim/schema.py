@@ -153,11 +153,16 @@ def _parse_crd(doc: Mapping[str, Any], path: Path) -> Iterator[CustomResource]:
 
 # --- a JSONPath subset for printer columns ----------------------------------------------
 
-_STEP = re.compile(r"\.([A-Za-z0-9_-]+)|\[(\*|\d+)\]")
+_STEP = re.compile(
+    r"\.([A-Za-z0-9_-]+)|\[(\*|\d+)\]"
+    # a filter on one field of list items, as printer columns pick one condition by type
+    r"""|\[\?\(@\.([A-Za-z0-9_-]+)\s*==\s*(?:"([^"]*)"|'([^']*)')\)\]"""
+)
 
 
 def find_path(obj: Any, path: str) -> list[Any]:
-    """Values at a simple JSONPath (``.a.b``, ``.a[*].b``, ``.a[0]``); [] when missing."""
+    """Values at a simple JSONPath (``.a.b``, ``.a[*].b``, ``.a[0]``,
+    ``.a[?(@.type=="Ready")].b``); [] when missing."""
     current = [obj]
     pos = 0
     text = path.strip()
@@ -168,10 +173,15 @@ def find_path(obj: Any, path: str) -> list[Any]:
         if m is None:
             raise ValueError(f"unsupported JSONPath {path!r} at {text[pos:]!r}")
         pos = m.end()
-        key, index = m.group(1), m.group(2)
+        key, index, field = m.group(1), m.group(2), m.group(3)
+        wanted = m.group(4) if m.group(4) is not None else m.group(5)
         nxt: list[Any] = []
         for value in current:
-            if key is not None:
+            if field is not None:
+                if isinstance(value, list):
+                    nxt.extend(item for item in value
+                               if isinstance(item, dict) and item.get(field) == wanted)
+            elif key is not None:
                 if isinstance(value, dict) and key in value:
                     nxt.append(value[key])
             elif isinstance(value, list):

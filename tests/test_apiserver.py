@@ -604,7 +604,9 @@ def test_table_output_uses_the_crd_printer_columns(server: ApiServer) -> None:
     request(server, "POST", "/apis/podnet.io/v1alpha1/namespaces/default/podnetworks", pn("web"))
     request(
         server, "PATCH", "/apis/podnet.io/v1alpha1/namespaces/default/podnetworks/web/status",
-        {"status": {"phase": "Routed", "ip": "10.0.0.7"}}, {"Content-Type": MERGE},
+        {"status": {"phase": "Routed", "ip": "10.0.0.7", "conditions": [
+            {"type": "Other", "status": "False"}, {"type": "Ready", "status": "True"}]}},
+        {"Content-Type": MERGE},
     )
     _, out, _ = request(
         server, "GET", "/apis/podnet.io/v1alpha1/namespaces/default/podnetworks",
@@ -612,9 +614,10 @@ def test_table_output_uses_the_crd_printer_columns(server: ApiServer) -> None:
     )
     assert out["kind"] == "Table"
     names = [c["name"] for c in out["columnDefinitions"] if c["priority"] == 0]
-    assert names == ["Name", "Phase", "IP", "Node", "Age"]
+    assert names == ["Name", "Ready", "Phase", "IP", "Node", "Age"]
     cells = out["rows"][0]["cells"]
-    assert cells[:4] == ["web", "Routed", "10.0.0.7", "n1"] and cells[-1].endswith("s")
+    # Ready: the status of the condition of that type (a JSONPath filter), not the first
+    assert cells[:5] == ["web", "True", "Routed", "10.0.0.7", "n1"] and cells[-1].endswith("s")
     assert out["rows"][0]["object"]["metadata"]["name"] == "web"
     _, out, _ = request(server, "GET", "/api/v1/namespaces/default/pods", headers={"Accept": table})
     assert [c["name"] for c in out["columnDefinitions"]][:3] == ["Name", "Status", "Node"]
@@ -781,20 +784,29 @@ def test_kubectl_create_get_delete(server: ApiServer, kubectl: Any, tmp_path: Pa
     request(
         server, "PATCH",
         "/apis/podnet.io/v1alpha1/namespaces/default/podnetworks/web.default/status",
-        {"status": {"phase": "Routed", "ip": "10.0.0.7"}}, {"Content-Type": MERGE},
+        {"status": {"phase": "Routed", "ip": "10.0.0.7", "conditions": [
+            {"type": "Ready", "status": "True", "reason": "Routed", "observedGeneration": 1}]}},
+        {"Content-Type": MERGE},
     )
     pods = kubectl("get", "pods").splitlines()
     assert pods[0].split() == ["NAME", "STATUS", "NODE", "AGE"] and pods[1].split()[:3] == [
         "web", "Pending", "n1"
     ]
     table = kubectl("get", "pn").splitlines()
-    assert table[0].split() == ["NAME", "PHASE", "IP", "NODE", "AGE"]
-    assert table[1].split()[:4] == ["web.default", "Routed", "10.0.0.7", "n1"]
+    assert table[0].split() == ["NAME", "READY", "PHASE", "IP", "NODE", "AGE"]
+    assert table[1].split()[:5] == ["web.default", "True", "Routed", "10.0.0.7", "n1"]
+    generation = kubectl("get", "pn", "web.default", "-o",
+                         "jsonpath={.status.conditions[0].observedGeneration}")
+    assert generation == "1"  # the schema keeps it (an unknown field would be pruned)
     listed = json.loads(kubectl("get", "pn", "-o", "json"))
     assert [i["spec"]["podUid"] for i in listed["items"]] == ["u-1"]
     nn = kubectl("get", "nn").splitlines()
-    assert nn[0].split() == ["NAME", "PROVIDER", "INTERFACES", "AGE"]
+    assert nn[0].split() == ["NAME", "READY", "PROVIDER", "INTERFACES", "AGE"]
     assert nn[1].split()[:2] == ["n1", "reference"] and len(nn[1].split()) == 3  # no interfaces
+    request(server, "PATCH", "/apis/podnet.io/v1alpha1/nodenetworks/n1/status",
+            {"status": {"conditions": [{"type": "PoolReady", "status": "False",
+                                        "reason": "PoolError"}]}}, {"Content-Type": MERGE})
+    assert kubectl("get", "nn").splitlines()[1].split()[:3] == ["n1", "False", "reference"]
     assert "web.default" in kubectl("get", "podnet")  # the CRDs' category
     # a bad record is refused with the field named
     bad = tmp_path / "bad.yaml"

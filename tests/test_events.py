@@ -114,3 +114,40 @@ def test_concurrent_repeats_make_one_event(store: InMemoryCluster) -> None:
     for t in threads:
         t.join()
     assert counts(store, pn) == [("Allocated", 100)]
+
+
+def test_the_milestones_of_a_pod_network_are_normal_events() -> None:
+    """Allocated, Routed, Released: one Normal Event each, on the record, naming the
+    address; counted as event writes, apart from the record writes."""
+    from podnet.plugins.reference import provider as reference
+    from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+    from podnet.testing.harness import EngineFactory, World, build_plugin_manager
+
+    clock = FakeClock()
+    store = InMemoryCluster(clock=clock)
+    cloud = ReferenceCloud()
+    engines = EngineFactory(store, build_plugin_manager(ReferenceProvider(cloud=cloud)), clock,
+                            provider=reference.NAME)
+    world = World(store, clock, engines, cloud.all_addresses)
+    try:
+        node = world.add_node(0)
+        world.add_pod("web", 0)
+        world.settle(advance=30)
+        pn = world.record_of("web")
+        assert pn is not None and pn.status.ip
+        raw = store.get(POD_NETWORK, pn.metadata.name, pn.metadata.namespace)
+        said = [(e["type"], e["reason"], e["message"]) for e in store.events_for(raw)]
+        where = f"on node {node}, interface {pn.status.interface}"
+        assert said == [("Normal", "Allocated", f"{pn.status.ip} allocated {where}"),
+                        ("Normal", "Routed", f"{pn.status.ip} routed {where}")]
+        writes = world.engine.stats.writes
+        assert writes["events"] == 2
+        assert writes["status.podnetworks"] == 2  # the milestones added no record write
+        world.delete_pod("web")
+        world.settle(advance=30)
+        assert world.record_of("web") is None
+        released = store.events_for(raw, reason="Released")
+        assert [(e["type"], e["message"]) for e in released] == [
+            ("Normal", f"{pn.status.ip} released {where}")]
+    finally:
+        world.close()

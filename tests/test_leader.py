@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+
+import pytest
 
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.memory import InMemoryCluster
@@ -98,3 +101,25 @@ def test_bad_timings_are_refused() -> None:
     with pytest.raises(ValueError):
         LeaderElector(InMemoryCluster(), namespace="n", name="x", identity="a",
                       lease_duration=5, renew_deadline=10, retry_period=2)
+
+
+def test_an_api_server_that_stops_answering_is_said_once_per_outage(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock()
+    cluster = InMemoryCluster(clock=clock)
+    _, b = electors(clock, cluster)
+    cluster.faults.error_rate = 1.0
+    with caplog.at_level(logging.DEBUG, logger="podnet.leader"):
+        for _ in range(5):
+            assert b.try_acquire_or_renew() is False
+            clock.advance(2)
+        cluster.faults.error_rate = 0.0
+        assert b.try_acquire_or_renew() is True
+        cluster.faults.error_rate = 1.0
+        clock.advance(2)
+        b.try_acquire_or_renew()
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert said[0].startswith("the lease kube-system/podnet cannot be read (")
+    assert said[0].endswith("): retrying every 2 s")
+    assert said[1:] == ["the lease kube-system/podnet can be read again", said[0]]

@@ -150,7 +150,7 @@ def test_crds_have_status_printer_columns_and_short_names() -> None:
         assert version["schema"]["openAPIV3Schema"]["type"] == "object"
     columns = [c["name"] for c in crds["podnetworks"]["spec"]["versions"][0][
         "additionalPrinterColumns"]]
-    assert columns[:3] == ["Phase", "IP", "Node"]
+    assert columns[:4] == ["Ready", "Phase", "IP", "Node"]
 
 
 def test_the_sample_configs_parse_and_name_only_built_in_providers() -> None:

@@ -60,6 +60,11 @@ def test_a_dataplane_change_on_a_routed_pod_is_routed_again(
     assert drift == ["requests changed: podnet.io/port-security, podnet.io/security-groups"]
     # the same trace as the pod network's other transitions
     assert after.status.traceparent == before.status.traceparent
+    # the spec changed: the conditions written since say they were for the new generation
+    assert (before.metadata.generation, after.metadata.generation) == (1, 2)
+    assert [c.observed_generation for c in before.status.conditions] == [1]
+    ready = next(c for c in after.status.conditions if c.type == "Ready")
+    assert ready.observed_generation == 2
     hook_calls.clear()
     world.settle(advance=1)
     assert hook_calls.of("podnet_route") == []  # nothing changed since: nothing written

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import shutil
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -148,6 +150,54 @@ def test_status_filters_by_node_and_prints_tables(
     table = capsys.readouterr().out
     for pn in site.records(POD_NETWORK):
         assert pn["spec"]["podName"] in table and pn["status"]["ip"] in table
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on PATH")
+def test_kubectl_waits_for_the_conditions_podnet_writes(site: Site, tmp_path: Path) -> None:
+    """What the engine wrote: each condition names the generation it was written for; a
+    healthy NodeNetwork says PoolReady=True, so `kubectl wait` returns; `kubectl get`
+    shows both in its Ready column."""
+    for kind, condition in ((NODE_NETWORK, "PoolReady"), (POD_NETWORK, "Ready")):
+        for record in site.records(kind):
+            conditions = record["status"]["conditions"]
+            assert {c["type"]: c["status"] for c in conditions}[condition] == "True"
+            assert all(c["observedGeneration"] == record["metadata"]["generation"]
+                       for c in conditions), record
+
+    def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["kubectl", "--kubeconfig", str(site.kubeconfig),
+                               "--cache-dir", str(tmp_path / "cache"), *args],
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    node = site.records(NODE_NETWORK)[0]["metadata"]["name"]
+    waited = kubectl("wait", "--for=condition=PoolReady", f"nodenetwork/{node}",
+                     "--timeout=20s")
+    assert waited.returncode == 0, waited.stderr
+    assert f"nodenetwork.podnet.io/{node} condition met" in waited.stdout
+    namespace = site.records(POD_NETWORK)[0]["metadata"]["namespace"]
+    waited = kubectl("wait", "--for=condition=Ready", "pn", "--all", "-n", namespace,
+                     "--timeout=20s")
+    assert waited.returncode == 0, waited.stderr
+    assert waited.stdout.count("condition met") == PODS
+    rows = [line.split() for line in kubectl("get", "nn").stdout.splitlines()]
+    assert rows[0][:2] == ["NAME", "READY"] and {r[1] for r in rows[1:]} == {"True"}
+    rows = [line.split() for line in kubectl("get", "pn", "-n", namespace).stdout.splitlines()]
+    assert rows[0][:3] == ["NAME", "READY", "PHASE"]
+    assert {(r[1], r[2]) for r in rows[1:]} == {("True", "Routed")}
+
+
+def test_the_tables_print_bracketed_text_as_it_is(
+        site: Site, capsys: pytest.CaptureFixture[str]) -> None:
+    """What records say is text, never rich markup: a field path's brackets, a style tag
+    and an emoji code reach the table unchanged."""
+    said = "metadata.annotations[podnet.io/networks]: [bold]x[/bold] :smile: [red]"
+    pn = site.records(POD_NETWORK)[0]
+    pn["status"]["conditions"] = [{"type": "Ready", "status": "False",
+                                   "reason": "InvalidRequest", "message": said}]
+    site.store.update_status(POD_NETWORK, pn)
+    assert main(["status", "--kubeconfig", str(site.kubeconfig)]) == 0
+    table = capsys.readouterr().out
+    assert f"InvalidRequest: {said}" in table
 
 
 def test_a_record_that_does_not_parse_is_shown_as_invalid(

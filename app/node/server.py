@@ -17,6 +17,7 @@ from typing import Any
 from podnet.app.node.agent import NodeAgent
 from podnet.app.node.protocol import DEFAULT_NAMESPACE, INVALID, TRY_AGAIN, CniError
 from podnet.core.cluster.port import Cluster
+from podnet.core.errors import ConfigError
 from podnet.core.plugin import Providers
 from podnet.core.tracing import (
     Tracing,
@@ -125,9 +126,15 @@ def run(cluster: Cluster, providers: Providers, *, node: str, socket_path: str,
         add_timeout: float, namespace: str = DEFAULT_NAMESPACE, tracing: Tracing | None = None,
         stop: threading.Event | None = None) -> int:
     """Start the agent, serve until ``stop`` (or a signal's KeyboardInterrupt)."""
-    agent = NodeAgent(cluster, providers, node, add_timeout=add_timeout, namespace=namespace,
-                      tracing=tracing, state_dir=os.path.dirname(socket_path) or ".")
-    server = listen(agent, socket_path)
+    try:
+        # the socket's directory keeps the agent's state (its IPAM grants) too
+        agent = NodeAgent(cluster, providers, node, add_timeout=add_timeout,
+                          namespace=namespace, tracing=tracing,
+                          state_dir=os.path.dirname(socket_path) or ".")
+        server = listen(agent, socket_path)
+    except OSError as exc:  # its directory cannot be made or written (a file, read-only)
+        where = exc.filename or socket_path
+        raise ConfigError("socket", f"{where}: {exc.strerror or exc}") from None
     thread = threading.Thread(target=server.serve_forever, name="podnet-node-http",
                               daemon=True)
     thread.start()  # STATUS answers "not ready" until the records are listed

@@ -42,7 +42,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from ..clock import Clock, SystemClock
-from ..errors import ConfigError
+from ..errors import ConfigError, one_line
 from .events import EventCorrelator
 from .port import (
     EVENT,
@@ -99,6 +99,46 @@ def _unreachable(what: str, exc: BaseException) -> ApiError:
     # ApiException's str may include response headers; its reason is enough
     detail = exc.reason if isinstance(exc, ApiException) else exc
     return ApiError(f"{what}: API server unreachable: {type(exc).__name__}: {detail}", code=503)
+
+
+def _mistake(exc: ApiError) -> str | None:
+    """What in the configuration is wrong, when ``exc`` shows it; None: the server may
+    come back (refused, reset, timed out, 5xx)."""
+    if exc.code in (401, 403):
+        return f"credentials refused (HTTP {exc.code})"
+    if (400 <= exc.code < 500 and exc.code != 429) or exc.code == 501:
+        # a Kubernetes API server answers /version to anyone; what refuses it is another
+        # server (5xx and 429 may be one starting or shedding load: worth a retry)
+        return f"not a Kubernetes API server (GET /version: HTTP {exc.code})"
+    cause: BaseException | None = exc.__cause__
+    while cause is not None:
+        if isinstance(cause, urllib3.exceptions.MaxRetryError) and cause.reason is not None:
+            cause = cause.reason
+            continue
+        if isinstance(cause, urllib3.exceptions.NameResolutionError):
+            return f"cannot resolve the host {cause.conn.host!r}"
+        if isinstance(cause, urllib3.exceptions.SSLError):
+            return f"TLS failed: {one_line(cause)}"
+        if isinstance(cause, urllib3.exceptions.LocationParseError):
+            return f"not a URL: {one_line(cause)}"
+        cause = cause.__cause__
+    return None
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The innermost cause of a transport failure ("[Errno 111] Connection refused"), not
+    urllib3's three wrappers around it."""
+    cause = exc
+    while True:
+        inner: BaseException | None = (
+            cause.reason if isinstance(cause, urllib3.exceptions.MaxRetryError) else None)
+        inner = inner or cause.__cause__
+        if inner is None:
+            break
+        cause = inner
+    if isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror.lower()
+    return one_line(cause)
 
 
 def _error(status: int, data: bytes, what: str) -> ApiError:
@@ -372,6 +412,12 @@ class KubeCluster:
             )
         except (k8s_config.ConfigException, OSError) as exc:
             raise ConfigError("kubeconfig", str(exc)) from exc
+        except Exception as exc:  # not YAML, or YAML of another shape: the client fails anyhow
+            where = path or os.environ.get("KUBECONFIG") or "~/.kube/config"
+            what = ("not YAML" if "yaml" in type(exc).__module__
+                    else "not a mapping of clusters, users and contexts")
+            raise ConfigError("kubeconfig", f"{where} is not a kubeconfig ({what}: "
+                              f"{one_line(exc)})") from exc
         return cls(api)
 
     @classmethod
@@ -385,6 +431,28 @@ class KubeCluster:
         except (k8s_config.ConfigException, OSError) as exc:
             raise ConfigError("in-cluster", str(exc)) from exc
         return cls(k8s_client.ApiClient(configuration))
+
+    @property
+    def server(self) -> str:
+        """The API server's URL, as the kubeconfig or the service account names it."""
+        return str(self.api_client.configuration.host)
+
+    def probe(self) -> None:
+        """GET /version once.
+
+        :raises ConfigError: when no retry can help: the host name does not resolve, TLS
+            fails, the credentials are refused, or what answers is no Kubernetes API.
+        :raises ApiError: (code 503) when the server is down or slow: worth retrying."""
+        try:
+            answer = self._call("GET", "/version")
+        except ApiError as exc:
+            mistake = _mistake(exc)
+            if mistake is not None:
+                raise ConfigError("kubeconfig", f"API server {self.server}: {mistake}") from exc
+            raise ApiError(_root_cause(exc), code=exc.code) from exc
+        if not isinstance(answer, dict) or "gitVersion" not in answer:
+            raise ConfigError("kubeconfig", f"{self.server} is not a Kubernetes API server "
+                              "(/version has no gitVersion)")
 
     def close(self) -> None:
         self.api_client.close()  # type: ignore[no-untyped-call]

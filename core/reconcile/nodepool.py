@@ -72,6 +72,9 @@ log = logging.getLogger("podnet.nodepool")
 
 T = TypeVar("T")
 
+#: the NodeNetwork condition that says whether its pool can serve (and grow)
+POOL_READY = "PoolReady"
+
 #: after a rate-limit answer, wait about this long (with jitter) before the next call
 _THROTTLE_WAIT = 0.2
 
@@ -244,7 +247,8 @@ class NodePoolReconciler:
                                                                          message):
             return
         condition = Condition(type="ProviderCheck", status=status, reason=reason,
-                              message=message, last_transition_time=self.clock.now())
+                              message=message, last_transition_time=self.clock.now(),
+                              observed_generation=current.metadata.generation)
         try:
             self.records.update_status(NODE_NETWORK, attrs.evolve(current, status=attrs.evolve(
                 current.status, conditions=set_condition(current.status.conditions, condition))))
@@ -255,15 +259,16 @@ class NodePoolReconciler:
         """``PoolReady`` on the NodeNetwork says whether the pool can serve, and why not;
         a new problem is also an Event. Written only when it changes."""
         current = self.caches.node_networks.get(nn.metadata.name) or nn
-        old = next((c for c in current.status.conditions if c.type == "PoolReady"), None)
+        old = next((c for c in current.status.conditions if c.type == POOL_READY), None)
         status, reason = ("False", "PoolError") if problem else ("True", "Ready")
         message = problem or ""
         if old is not None and (old.status, old.message) == (status, message):
             return
-        if old is None and problem is None:
-            return  # healthy from the start: nothing worth a write
-        condition = Condition(type="PoolReady", status=status, reason=reason,
-                              message=message, last_transition_time=self.clock.now())
+        # healthy and never said (a record from before PoolReady was written when healthy,
+        # its pool unchanged since): said once, so waiting for the condition ends
+        condition = Condition(type=POOL_READY, status=status, reason=reason,
+                              message=message, last_transition_time=self.clock.now(),
+                              observed_generation=current.metadata.generation)
         try:
             self.records.update_status(NODE_NETWORK, attrs.evolve(current, status=attrs.evolve(
                 current.status, conditions=set_condition(current.status.conditions, condition))))
@@ -348,7 +353,15 @@ class NodePoolReconciler:
         if (current.status.last_inventory_sync is not None
                 and current.status.interfaces == tuple(interfaces)):
             return  # the record says it already (a restart's rebuild, mostly): no write
-        status = attrs.evolve(nn.status, interfaces=tuple(interfaces), last_inventory_sync=wall)
+        conditions = current.status.conditions
+        if pool.last_error is None and not any(c.type == POOL_READY for c in conditions):
+            # the first pool write says the pool serves, in the same write: `kubectl wait
+            # --for=condition=PoolReady` returns (a problem is _report's, with its Event)
+            conditions = set_condition(conditions, Condition(
+                type=POOL_READY, status="True", reason="Ready", last_transition_time=wall,
+                observed_generation=current.metadata.generation))
+        status = attrs.evolve(nn.status, interfaces=tuple(interfaces), last_inventory_sync=wall,
+                              conditions=conditions)
         try:
             self.records.update_status(NODE_NETWORK, attrs.evolve(current, status=status))
         except (Conflict, NotFound):

@@ -740,7 +740,8 @@ class PodNetworkReconciler:
                 status, reason, message):
             return None
         condition = Condition(type=kind, status=status, reason=reason, message=message,
-                              last_transition_time=self.clock.now())
+                              last_transition_time=self.clock.now(),
+                              observed_generation=pn.metadata.generation)
         try:
             return self.records.update_status(POD_NETWORK, attrs.evolve(pn, status=attrs.evolve(
                 pn.status, conditions=set_condition(pn.status.conditions, condition))))
@@ -937,6 +938,18 @@ class PodNetworkReconciler:
         allocated.recorded(routed)
         return routed
 
+    def _milestone(self, pn: PodNetwork, reason: str, done: str) -> None:
+        """A Normal Event on the record: the address it got, was routed with, or gave
+        back (one Event write per milestone, counted apart from the record writes)."""
+        status = pn.status
+        if not status.ip and not status.ipv6:
+            return
+        addresses = " and ".join(a for a in (status.ip, status.ipv6) if a)
+        where = f"on node {pn.spec.node_name}"
+        if status.interface:
+            where += f", interface {status.interface}"
+        self.records.event(pn, reason, f"{addresses} {done} {where}", warning=False)
+
     def _takes_any(self, pn: PodNetwork) -> bool:
         """Whether any idle address of the node's pool serves ``pn``'s request: no static
         address or address pool, no subnet asked for (the provider resolves those, and a
@@ -1062,6 +1075,7 @@ class PodNetworkReconciler:
             return pn
         self._verify_at[pn.key] = (self.clock.monotonic()
                                    + self.placement.policy(provider).verify_period)
+        self._milestone(updated, "Routed", "routed")
         return updated
 
     def _maybe_verify(self, pn: PodNetwork, pod: PodInfo) -> Result:
@@ -1216,6 +1230,7 @@ class PodNetworkReconciler:
         if pn.status.ip and (released is None or released.return_to_pool):
             self._give_back(pn)
         self.owned.addresses.release_owner(pn.key)
+        self._milestone(pn, "Released", "released")
         self._successor(pn, pod)
         return DONE
 
@@ -1295,6 +1310,7 @@ class PodNetworkReconciler:
         condition = Condition(
             type=READY, status="True" if ready else "False",
             reason=reason or phase.value, message=message, last_transition_time=now,
+            observed_generation=pn.metadata.generation,
         )
         status = attrs.evolve(
             pn.status, phase=phase, last_transition_time=now,
@@ -1346,7 +1362,8 @@ class PodNetworkReconciler:
         ) and traceparent == pn.status.traceparent:
             return False
         condition = Condition(type=READY, status=status, reason=reason, message=message,
-                              last_transition_time=self.clock.now())
+                              last_transition_time=self.clock.now(),
+                              observed_generation=pn.metadata.generation)
         try:
             self.records.update_status(POD_NETWORK, attrs.evolve(pn, status=attrs.evolve(
                 pn.status, conditions=set_condition(pn.status.conditions, condition),

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from podnet.hookspecs.demo import DemoUnavailable
+
 __all__ = ["NbServer", "NbServerMissing", "find_schema", "ovsdb_server_available"]
 
 #: where Debian and other distributions install the Northbound schema
@@ -27,7 +29,7 @@ INSTALL_HINT = ("install Debian's ovn-central package (apt-get install -y ovn-ce
                 "which provides ovsdb-server, ovsdb-tool, ovn-nbctl and the OVN schemas")
 
 
-class NbServerMissing(RuntimeError):
+class NbServerMissing(DemoUnavailable):
     """ovsdb-server, ovsdb-tool or the Northbound schema is not installed."""
 
 

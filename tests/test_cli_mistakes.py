@@ -1,0 +1,300 @@
+"""Operator mistakes end in one line naming the cause and exit status 2; an API server
+that is down is waited for, said once; every flag says what it is for."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.server
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from podnet.app.cli import build_parser
+from podnet.core.cluster.kube import KubeCluster
+from podnet.core.cluster.port import ApiError
+from podnet.core.errors import ConfigError
+from podnet.sim.apiserver import ApiServer
+
+
+def podnet(*args: str, env: dict[str, str] | None = None, timeout: float = 60
+           ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "podnet.app.cli", *args],
+                          capture_output=True, text=True, timeout=timeout, check=False, env=env)
+
+
+def spawn(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "podnet.app.cli", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def one_line(run: subprocess.CompletedProcess[str]) -> str:
+    assert run.returncode == 2, (run.returncode, run.stderr[-2000:])
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, run.stderr[-2000:]
+    assert "Traceback" not in run.stderr
+    return lines[0]
+
+
+def free_port() -> int:
+    """A port nothing listens on (picked by the kernel, then let go)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": server}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {}}],
+    }))
+    return path
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield int(s.getsockname()[1])
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[Path]:
+    """A running API emulator; its kubeconfig."""
+    with ApiServer() as server:
+        path = tmp_path / "kubeconfig"
+        server.write_kubeconfig(path)
+        yield path
+
+
+# --- help ---------------------------------------------------------------------------------
+
+
+def _flags_without_help(parser: argparse.ArgumentParser, path: str) -> Iterator[str]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _flags_without_help(sub, f"{path} {name}")
+        elif not isinstance(action, argparse._HelpAction) and not action.help:
+            yield f"{path} {'/'.join(action.option_strings) or action.dest}"
+
+
+def test_every_flag_of_every_subcommand_has_help_text() -> None:
+    assert list(_flags_without_help(build_parser(), "podnet")) == []
+
+
+def test_the_walk_finds_a_flag_without_help() -> None:
+    parser = build_parser()
+    parser.add_argument("--undocumented")
+    assert list(_flags_without_help(parser, "podnet")) == ["podnet --undocumented"]
+
+
+# --- podnet run -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("clusters: [\n", "not YAML"),
+    ("just words\n", "not a mapping"),
+])
+def test_a_garbage_kubeconfig(tmp_path: Path, text: str, needle: str) -> None:
+    bad = tmp_path / "kubeconfig"
+    bad.write_text(text)
+    line = one_line(podnet("run", "--kubeconfig", str(bad), "--listen", "127.0.0.1:0"))
+    assert str(bad) in line and needle in line
+
+
+def test_a_missing_kubeconfig(tmp_path: Path) -> None:
+    line = one_line(podnet("run", "--kubeconfig", str(tmp_path / "nope")))
+    assert "no such file" in line
+
+
+def test_an_api_server_host_that_does_not_resolve(tmp_path: Path) -> None:
+    config = kubeconfig(tmp_path / "kc", "https://no-such-host.invalid:6443")
+    line = one_line(podnet("run", "--kubeconfig", str(config), "--listen", "127.0.0.1:0",
+                           "--no-leader-elect"))
+    assert "cannot resolve the host 'no-such-host.invalid'" in line
+
+
+@contextlib.contextmanager
+def answering(code: int, body: bytes = b"") -> Iterator[str]:
+    """An HTTP server on loopback that answers every GET with ``code``; its URL."""
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_an_address_that_is_no_api_server(tmp_path: Path) -> None:
+    """A wrong address whose port answers, but not as Kubernetes: no retry mends it."""
+    with answering(501) as url:
+        config = kubeconfig(tmp_path / "kc", url)
+        line = one_line(podnet("run", "--kubeconfig", str(config), "--listen", "127.0.0.1:0"))
+    assert line == (f"podnet run: config kubeconfig: API server {url}: not a Kubernetes API "
+                    "server (GET /version: HTTP 501)")
+
+
+@pytest.mark.parametrize("code, body, needle", [
+    (404, b"", "not a Kubernetes API server (GET /version: HTTP 404)"),
+    (200, b"{}", "is not a Kubernetes API server (/version has no gitVersion)"),
+    (401, b"", "credentials refused (HTTP 401)"),
+    (403, b"", "credentials refused (HTTP 403)"),
+])
+def test_the_probe_tells_a_mistake_from_a_server_that_is_down(
+    tmp_path: Path, code: int, body: bytes, needle: str
+) -> None:
+    """What `podnet run` and `podnet node` probe first (in one process: the command's
+    line is the test above's)."""
+    with answering(code, body) as url:
+        cluster = KubeCluster.connect(str(kubeconfig(tmp_path / "kc", url)))
+        with pytest.raises(ConfigError, match=re.escape(needle)):
+            cluster.probe()
+    for down in (500, 503, 429):  # a server starting or shedding load: retried
+        with answering(down) as url:
+            cluster = KubeCluster.connect(str(kubeconfig(tmp_path / "kc", url)))
+            with pytest.raises(ApiError) as raised:
+                cluster.probe()
+            assert not isinstance(raised.value, ConfigError)
+
+
+def test_a_busy_listen_port(api: Path, busy_port: int) -> None:
+    line = one_line(podnet("run", "--kubeconfig", str(api), "--no-leader-elect",
+                           "--listen", f"127.0.0.1:{busy_port}"))
+    assert line == f"podnet run: --listen 127.0.0.1:{busy_port}: Address already in use"
+
+
+@pytest.mark.parametrize("leader_elect", [False, True])
+def test_an_api_server_that_is_down_is_waited_for_and_said_once(
+    tmp_path: Path, leader_elect: bool
+) -> None:
+    """As controller-runtime does: a server briefly down is retried, not a reason to exit.
+    One line says what is retried (no urllib3 warning per attempt), one that it answers;
+    then the controller serves (leads, its caches synced: /readyz says ok)."""
+    port, listen = free_port(), free_port()
+    config = kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{port}")
+    args = ["-v", "run", "--kubeconfig", str(config), "--listen", f"127.0.0.1:{listen}",
+            "--log-format", "text", "--provider", "reference"]
+    proc = spawn(*args, *([] if leader_elect else ["--no-leader-elect"]))
+    try:
+        time.sleep(5)  # two retry periods and more: still one line
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{listen}/readyz", timeout=5)
+        assert refused.value.code == 503 and b"does not answer" in refused.value.read()
+        with ApiServer(port=port):
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{listen}/readyz",
+                                                timeout=2) as answer:
+                        if answer.status == 200 and b"ok" in answer.read():
+                            break
+                except OSError:
+                    pass
+                time.sleep(0.3)
+            else:
+                pytest.fail("the controller never became ready once the API server answered")
+            if leader_elect:
+                time.sleep(1)  # the Lease is taken a retry period after the first answer
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-3000:]
+    assert "urllib3" not in err and "Retrying" not in err
+    assert "Traceback" not in err
+    waits = [line for line in err.splitlines() if "does not answer" in line]
+    assert len(waits) == 1, err[-3000:]
+    assert f"http://127.0.0.1:{port}" in waits[0] and "connection refused" in waits[0]
+    assert "retrying every 2 s" in waits[0]
+    assert sum("answers again" in line for line in err.splitlines()) == 1, err[-3000:]
+
+
+# --- podnet node ------------------------------------------------------------------------
+
+
+def test_node_with_a_socket_directory_it_cannot_make(api: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    line = one_line(podnet("node", "--node", "n1", "--kubeconfig", str(api),
+                           "--provider", "reference", "--socket", str(blocker / "agent.sock")))
+    assert line.startswith("podnet node: ") and str(blocker) in line
+    assert "Not a directory" in line
+
+
+def test_node_with_a_garbage_kubeconfig(tmp_path: Path) -> None:
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("{{{")
+    line = one_line(podnet("node", "--node", "n1", "--kubeconfig", str(bad)))
+    assert "not a kubeconfig" in line
+
+
+def test_node_waits_for_an_api_server_that_is_down(tmp_path: Path) -> None:
+    config = kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{free_port()}")
+    proc = spawn("node", "--node", "n1", "--kubeconfig", str(config),
+                 "--provider", "reference", "--socket", str(tmp_path / "s" / "agent.sock"))
+    try:
+        time.sleep(4.5)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "does not answer (connection refused)" in lines[0], err
+
+
+# --- podnet apiserver, podnet demo ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "http"])
+def test_apiserver_with_a_port_out_of_range(port: str) -> None:
+    assert "--port" in one_line(podnet("apiserver", "--port", port))
+
+
+def test_apiserver_on_a_busy_port(busy_port: int) -> None:
+    line = one_line(podnet("apiserver", "--port", str(busy_port)))
+    assert line == f"podnet apiserver: 127.0.0.1:{busy_port}: Address already in use"
+
+
+def test_demo_of_ovn_without_ovsdb_server() -> None:
+    """ovsdb-server out of reach (PATH holds only the interpreter's folder)."""
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable))
+    env.pop("PODNET_OVN_NB_SCHEMA", None)
+    line = one_line(podnet("demo", "--provider", "ovn", "--nodes", "1", "--pods", "1",
+                           "--no-node-stage", env=env))
+    assert line.startswith("podnet demo: --provider ovn: ovsdb-server is not installed")
+    assert "ovn-central" in line

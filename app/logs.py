@@ -103,4 +103,7 @@ def configure_logging(*, verbosity: int, log_format: str, default: int = logging
     root.setLevel(logging.DEBUG if verbosity > 0 else default)
     for name in QUIET_LIBRARIES:
         logging.getLogger(name).setLevel(logging.WARNING)
+    # urllib3 warns on every retry of every request (about 90 lines a minute while an API
+    # server is down); podnet's commands say once what they retry instead
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     return handler

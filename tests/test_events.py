@@ -117,8 +117,9 @@ def test_concurrent_repeats_make_one_event(store: InMemoryCluster) -> None:
 
 
 def test_the_milestones_of_a_pod_network_are_normal_events() -> None:
-    """Allocated, Routed, Released: one Normal Event each, on the record, naming the
-    address; counted as event writes, apart from the record writes."""
+    """Routed (the address and its route are written at once) and Released: one Normal
+    Event each, on the record, naming the address; counted as event writes, apart from
+    the record writes."""
     from podnet.plugins.reference import provider as reference
     from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
     from podnet.testing.harness import EngineFactory, World, build_plugin_manager
@@ -138,11 +139,10 @@ def test_the_milestones_of_a_pod_network_are_normal_events() -> None:
         raw = store.get(POD_NETWORK, pn.metadata.name, pn.metadata.namespace)
         said = [(e["type"], e["reason"], e["message"]) for e in store.events_for(raw)]
         where = f"on node {node}, interface {pn.status.interface}"
-        assert said == [("Normal", "Allocated", f"{pn.status.ip} allocated {where}"),
-                        ("Normal", "Routed", f"{pn.status.ip} routed {where}")]
+        assert said == [("Normal", "Routed", f"{pn.status.ip} routed {where}")]
         writes = world.engine.stats.writes
-        assert writes["events"] == 2
-        assert writes["status.podnetworks"] == 2  # the milestones added no record write
+        assert writes["events"] == 1
+        assert writes["status.podnetworks"] == 1  # the milestone added no record write
         world.delete_pod("web")
         world.settle(advance=30)
         assert world.record_of("web") is None

@@ -73,8 +73,9 @@ class EventCorrelator:
     key. ``create(event)`` and ``patch(namespace, name, patch)`` write through the
     adapter; ``clock`` stamps the Events.
 
-    One occurrence is written at a time, so two threads recording the same Event at
-    once make one Event with count 2, never two Events.
+    One occurrence of a key is written at a time, so two threads recording the same
+    Event at once make one Event with count 2, never two Events; different Events are
+    written in parallel.
     """
 
     def __init__(
@@ -90,41 +91,61 @@ class EventCorrelator:
         self._cache_size = max(1, cache_size)
         self._lock = threading.Lock()
         self._seen: OrderedDict[EventKey, _Seen] = OrderedDict()
+        #: key -> [its lock, how many records of it are under way]
+        self._writing: dict[EventKey, list[Any]] = {}
 
     def record(
         self, involved: Mapping[str, Any], reason: str, message: str, type: EventType = "Normal"
     ) -> None:
         ref = _reference(involved)
         key = _key(ref, reason, message, type)
+        # one occurrence of a key at a time; Events of different keys are written in
+        # parallel (a write under one lock for all would queue every worker behind it)
+        with self._lock:
+            writing = self._writing.setdefault(key, [threading.Lock(), 0])
+            writing[1] += 1
+        try:
+            with writing[0]:
+                self._record(key, ref, reason, message, type)
+        finally:
+            with self._lock:
+                writing[1] -= 1
+                if not writing[1]:
+                    del self._writing[key]
+
+    def _record(self, key: EventKey, ref: Obj, reason: str, message: str,
+                type: EventType) -> None:
         with self._lock:
             now = format_time(self._clock.now())
             seen = self._seen.get(key)
-            if seen is not None:
-                count = seen.count + 1
-                bump = {"count": count, "lastTimestamp": now, "involvedObject": ref}
-                try:
-                    self._patch(seen.namespace, seen.name, bump)
-                except NotFound:
-                    pass  # expired (Events have a TTL): record it anew
-                else:
+        if seen is not None:
+            count = seen.count + 1
+            bump = {"count": count, "lastTimestamp": now, "involvedObject": ref}
+            try:
+                self._patch(seen.namespace, seen.name, bump)
+            except NotFound:
+                pass  # expired (Events have a TTL): record it anew
+            else:
+                with self._lock:
                     self._remember(key, _Seen(seen.namespace, seen.name, count))
-                    return
-            namespace = _event_namespace(ref)
-            created = self._create({
-                "apiVersion": EVENT.api_version,
-                "kind": EVENT.kind,
-                "metadata": {"generateName": f"{ref['name'] or COMPONENT}.",
-                             "namespace": namespace},
-                "involvedObject": ref,
-                "reason": reason,
-                "message": message,
-                "type": type,
-                "count": 1,
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "source": {"component": COMPONENT},
-                "reportingComponent": COMPONENT,
-            })
+                return
+        namespace = _event_namespace(ref)
+        created = self._create({
+            "apiVersion": EVENT.api_version,
+            "kind": EVENT.kind,
+            "metadata": {"generateName": f"{ref['name'] or COMPONENT}.",
+                         "namespace": namespace},
+            "involvedObject": ref,
+            "reason": reason,
+            "message": message,
+            "type": type,
+            "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+        })
+        with self._lock:
             self._remember(key, _Seen(namespace, created["metadata"]["name"], 1))
 
     def _remember(self, key: EventKey, seen: _Seen) -> None:

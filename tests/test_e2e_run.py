@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -173,9 +174,18 @@ def assert_no_leak_and_no_double(c: Cluster) -> None:
     assert_no_double(c)
 
 
-def metrics(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        return r.read().decode()
+def metrics(port: int, timeout: float = 30.0) -> str:
+    """The replica's /metrics; a replica still starting (a loaded machine takes seconds
+    to import it) is waited for."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                return r.read().decode()
+        except urllib.error.URLError as exc:
+            if not isinstance(exc.reason, ConnectionRefusedError) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def transitions(port: int) -> float:

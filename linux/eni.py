@@ -347,3 +347,112 @@ class EniDataplane:
                     out.append(Plug(container_id=address, if_name=ORPHAN_RULE,
                                     network="default", owner=None))
         return out
+
+
+# --- what is in place on this host, in short (the agent's report, ``podnet status``) -------
+
+#: the most rules a summary lists (its JSON stays within a few kB on a full node; the
+#: count of all of them is kept beside)
+SUMMARY_RULES = 256
+
+
+@attrs.frozen
+class EniDevice:
+    """An ENI's device found on the host: its table, and that table's default gateway."""
+
+    mac: str
+    name: str
+    table: int
+    gateway: str | None = None
+    gateway6: str | None = None
+
+
+@attrs.frozen
+class EniSummary:
+    """The ENI devices with a table of podnet's, and the tables each pod address's rules
+    look up (the first :data:`SUMMARY_RULES` addresses, ``rules_total`` of them all)."""
+
+    devices: tuple[EniDevice, ...] = ()
+    rules: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    rules_total: int = 0
+
+    def table_of_mac(self, mac: str) -> int | None:
+        return next((d.table for d in self.devices if d.mac == mac.lower()), None)
+
+    def device_of_table(self, table: int) -> EniDevice | None:
+        return next((d for d in self.devices if d.table == table), None)
+
+    def tables_of(self, address: str) -> tuple[int, ...] | None:
+        """The tables ``address``'s rules look up; None when the summary does not say
+        (no rule, or left out of a long list)."""
+        return dict(self.rules).get(address)
+
+    @property
+    def complete(self) -> bool:
+        return len(self.rules) == self.rules_total
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "devices": [{k: v for k, v in attrs.asdict(d).items() if v is not None}
+                        for d in self.devices],
+            "rules": {address: list(tables) for address, tables in self.rules},
+            "rulesTotal": self.rules_total}, separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> EniSummary:
+        """The summary ``text`` says; ValueError naming what is malformed."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+        devices = []
+        for i, d in enumerate(data.get("devices") or []):
+            try:
+                devices.append(EniDevice(mac=str(d["mac"]), name=str(d["name"]),
+                                         table=int(d["table"]), gateway=d.get("gateway"),
+                                         gateway6=d.get("gateway6")))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"devices[{i}]: {exc!r}") from None
+        rules = data.get("rules") or {}
+        if not isinstance(rules, dict):
+            raise ValueError("rules: not an object")
+        try:
+            listed = tuple(sorted((str(a), tuple(int(t) for t in ts)) for a, ts in rules.items()))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"rules: {exc!r}") from None
+        total = data.get("rulesTotal", len(listed))
+        if not isinstance(total, int):
+            raise ValueError("rulesTotal: not an integer")
+        return cls(devices=tuple(devices), rules=listed, rules_total=total)
+
+
+def host_summary(limit: int = SUMMARY_RULES) -> EniSummary:
+    """What this thread's namespace has of podnet's ENI dataplane: each table of podnet's
+    with a default route (its device, found by index, named by its MAC), and each pod
+    address's rules (both families)."""
+    with closing(iproute()) as ipr:
+        links = {int(link["index"]): link for link in ipr.get_links()}
+        found: dict[int, dict[str, Any]] = {}
+        for family, key in ((socket.AF_INET, "gateway"), (socket.AF_INET6, "gateway6")):
+            for route in ipr.get_routes(family=family, proto=PROTO):  # every table
+                table = int(route.get_attr("RTA_TABLE") or route["table"])
+                if table < TABLE_BASE or route["dst_len"] != 0:
+                    continue
+                link = links.get(int(route.get_attr("RTA_OIF") or 0))
+                if link is None:
+                    continue
+                entry = found.setdefault(table, {
+                    "mac": str(link.get_attr("IFLA_ADDRESS")).lower(),
+                    "name": str(link.get_attr("IFLA_IFNAME")), "table": table})
+                entry[key] = route.get_attr("RTA_GATEWAY")
+        rules: dict[str, list[int]] = {}
+        for family in (socket.AF_INET, socket.AF_INET6):
+            for rule in ipr.get_rules(family=family):
+                address = rule.get_attr("FRA_SRC")
+                if (rule.get_attr("FRA_PRIORITY") == RULE_PRIORITY
+                        and rule.get_attr("FRA_PROTOCOL") == PROTO and address):
+                    rules.setdefault(str(address), []).append(int(rule.get_attr("FRA_TABLE")))
+    listed = sorted(rules.items())
+    return EniSummary(
+        devices=tuple(EniDevice(**found[t]) for t in sorted(found)),
+        rules=tuple((a, tuple(sorted(ts))) for a, ts in listed[:limit]),
+        rules_total=len(listed))

@@ -17,8 +17,11 @@ Needs root, network namespaces and kubectl; skipped with the reason otherwise.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -162,6 +165,27 @@ class Bed:
             time.sleep(0.2)
         raise AssertionError(f"ADD of {name} on {n.name}: {status} {body}")
 
+    def podnet(self, *args: str) -> tuple[int, Any]:
+        """``podnet ARGS -o json`` as an operator runs it, against the apiserver (and the
+        clouds' simulators, for audit) from the router namespace; its exit status and
+        output."""
+        assert self.stack is not None
+        extra = (["--config", str(self.tmp / "controller.yaml"),
+                  *(a for c in self.clouds for a in ("--provider", c))]
+                 if args[0] == "audit" else [])
+        run = subprocess.run(
+            ["ip", "netns", "exec", self.underlay.router, sys.executable, "-m",
+             "podnet.app.cli", *args, "--kubeconfig", str(self.stack.kubeconfig), *extra,
+             "-o", "json"], capture_output=True, text=True, timeout=60, check=False)
+        assert run.returncode in (0, 1), run.stderr
+        return run.returncode, json.loads(run.stdout)
+
+    def dataplane(self, node: str) -> dict[str, Any] | None:
+        """What ``podnet status`` shows of ``node``'s ENI dataplane."""
+        _, report = self.podnet("status", "--node", node)
+        (agent,) = report["agents"]
+        return agent["eni_dataplane"]  # type: ignore[no-any-return]
+
     def eni_of(self, address: str) -> str:
         return next(e.id for e in attached_state(self.sim) if address in e.addresses)
 
@@ -297,10 +321,34 @@ def test_pods_on_different_enis_and_nodes_talk_through_the_vpc_which_routes_by_t
                  table=wrong, priority=RULE_PRIORITY, FRA_PROTOCOL=PROTO)
     status, body = client_a.check(cid_1, path_1, first)
     assert status != 200 and f"the rules from {ip_1} look up [{wrong}]" in body["msg"], body
+    # the agent's report says so (it looks again every few seconds), and podnet audit,
+    # which sees no netlink, names the address and both ENIs; status shows the devices
+    # by MAC and the rules each table has
+    macs = {e.id: e.mac for e in attached_state(bed.sim)}
+    wait_for("the moved rule in the agent's report", lambda: [
+        d["rules"] for d in bed.dataplane("ecs-a")["devices"]  # type: ignore[index]
+        if d["table"] == wrong] == [sum(1 for e in enis.values() if e == enis[second]) + 1],
+        timeout=20)
+    shown = bed.dataplane("ecs-a")
+    assert shown is not None and shown["error"] is None
+    by_mac = {d["mac"]: d for d in shown["devices"]}
+    for name in (first, second):
+        device = by_mac[macs[enis[name]]]
+        assert device["name"] == devices[enis[name]] and device["gateway"] == "10.70.0.1"
+    assert by_mac[macs[enis[first]]]["rules"] == sum(
+        1 for e in enis.values() if e == enis[first]) - 1
+    code, found = bed.podnet("audit")
+    assert code == 1, found
+    assert found["wrong_eni"] == [{
+        "pod_network": bed.stack.records()[first]["metadata"]["namespace"] + "/"
+        + bed.stack.records()[first]["metadata"]["name"], "node": "ecs-a", "ip": ip_1,
+        "eni": enis[first], "rule_eni": enis[second]}], found
     assert not ping(ns_1, ip_b, count=2), "a pod's packets left through the wrong ENI"
     assert client_a.add(cid_1, path_1, first)[0] == 200
     assert rules_in(node_a.netns)[ip_1] == rules[ip_1]
     assert ping(ns_1, ip_b), "ADD did not converge the rule"
+    wait_for("the audit clean of the moved rule",
+             lambda: bed.podnet("audit")[1]["wrong_eni"] == [], timeout=20)
 
     # b0 goes: its DEL removes its rule and route; its address is unassigned (no idle
     # addresses kept) and the VPC stops delivering it; its ENI, now empty, is disposed

@@ -173,7 +173,7 @@ def test_audit_is_clean_then_finds_a_leak_a_lost_and_a_misplaced_address(
     code, clean = site.audit(capsys)
     assert code == 0, clean
     assert clean == {"unowned": [], "lost": [], "misplaced": [], "duplicates": [], "gone": [],
-                     "errors": [], "skipped": []}
+                     "wrong_eni": [], "errors": [], "skipped": []}
 
     nodes = sorted((n["metadata"]["name"], n["spec"]["podCIDR"]) for n in site.records(NODE))
     (node_a, cidr_a), (node_b, _) = nodes
@@ -355,7 +355,8 @@ def test_status_shows_each_node_agent_and_the_releases_waiting_for_it(
     _, report = site.podnet(capsys, "status")
     assert report["agents"] == [{"node": node, "plugged": len(keys) - 1,
                                  "waiting_for_unplug": [keys[0]],
-                                 "reported": "2026-12-01T10:00:00Z"}]
+                                 "reported": "2026-12-01T10:00:00Z",
+                                 "eni_dataplane": None}]
     _, other = site.podnet(capsys, "status", "--agent-namespace", "elsewhere")
     assert other["agents"] == []
     assert main(["status", "--kubeconfig", str(site.kubeconfig)]) == 0

@@ -19,6 +19,10 @@ VPC namespace. The VPC:
   <port> from <address> lookup main``, before a ``blackhole`` rule; ``rp_filter`` would
   also drop the ARP requests a node sends from its underlay address for the gateway).
 
+IPv6 the same way: each port holds its subnet's IPv6 gateway too, each IPv6 address of an
+ENI is routed to its port only (a /128, a permanent neighbour entry) and checked as a
+source there; the nodes forward IPv6 (what a dual-stack node's setup does).
+
 So an address podnet thinks is on ENI A but the cloud put on ENI B does not work, either
 way. The primary ENI appears too (its MAC, no address: the node's own address stays on
 the underlay), so a dataplane finds it where it would on a real instance.
@@ -60,26 +64,31 @@ _PROTO = 99
 #: the priorities of the source rules and of the blackhole rule after them
 _SOURCE = 1000
 _BLACKHOLE = 32000
+_IFA_F_NODAD = 0x02
+_FAMILIES = ((socket.AF_INET, 32), (socket.AF_INET6, 128))
 
 
 @attrs.frozen
 class AttachedEni:
     """One ENI the cloud says is attached: its instance, MAC, the gateway of its subnet
-    and its private addresses (IPv4)."""
+    and its private addresses (IPv4), its IPv6 addresses and its subnet's IPv6 gateway."""
 
     id: str
     instance: str
     mac: str
     gateway: str
     addresses: tuple[str, ...]
+    ipv6: tuple[str, ...] = ()
+    gateway6: str | None = None
 
 
 def attached_state(sim: Any) -> list[AttachedEni]:
     """A simulator's attached ENIs, from its ``attached()`` (``EcsSimulator``'s and
     ``BbcSimulator``'s: dicts with ``id``, ``instance``, ``mac``, ``gateway`` and
-    ``addresses``)."""
+    ``addresses``, and optionally ``ipv6`` and ``gateway6``)."""
     return [AttachedEni(id=e["id"], instance=e["instance"], mac=e["mac"].lower(),
-                        gateway=e["gateway"], addresses=tuple(e["addresses"]))
+                        gateway=e["gateway"], addresses=tuple(e["addresses"]),
+                        ipv6=tuple(e.get("ipv6") or ()), gateway6=e.get("gateway6"))
             for e in sim.attached()]
 
 
@@ -120,18 +129,21 @@ class VpcBed:
         add_netns(self.name)
         try:
             for key in ("net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0",
-                        "net.ipv4.conf.default.rp_filter=0"):
+                        "net.ipv4.conf.default.rp_filter=0", "net.ipv6.conf.all.forwarding=1"):
                 _run("ip", "netns", "exec", self.name, "sysctl", "-q", "-w", key)
             # what no source rule lets through goes nowhere (the local table, rule 0,
             # still answers for the gateways)
-            _run("ip", "-n", self.name, "rule", "add", "priority", str(_BLACKHOLE),
-                 "blackhole")
+            for family in ("-4", "-6"):
+                _run("ip", family, "-n", self.name, "rule", "add", "priority",
+                     str(_BLACKHOLE), "blackhole")
         except BaseException:
             del_netns(self.name)
             raise
 
     def add_node(self, node: NodeNamespace, instance: str) -> None:
         """``node`` is ``instance`` of the cloud: the ENIs attached to it appear in it."""
+        _run("ip", "netns", "exec", node.netns, "sysctl", "-q", "-w",
+             "net.ipv6.conf.all.forwarding=1")
         with self._lock:
             self.instances[instance] = node
             self._next_device.setdefault(node.name, 0)
@@ -144,7 +156,8 @@ class VpcBed:
     def routes(self) -> dict[str, str]:
         """Address -> the ENI the VPC delivers it to (what it was last programmed with)."""
         with self._lock:
-            return {a: eni for eni, p in self.ports.items() for a in p.eni.addresses}
+            return {a: eni for eni, p in self.ports.items()
+                    for a in (*p.eni.addresses, *p.eni.ipv6)}
 
     # --- programming ---------------------------------------------------------------------
 
@@ -203,30 +216,44 @@ class VpcBed:
 
     def _program(self, vpc: Any, wanted: Mapping[str, AttachedEni]) -> None:
         index = {p.port: vpc.link_lookup(ifname=p.port)[0] for p in self.ports.values()}
-        # each port holds the gateway of its ENI's subnet
+        # each port holds the gateway of its ENI's subnet (and its IPv6 gateway)
         for p in self.ports.values():
             have = {a.get_attr("IFA_ADDRESS") for a in vpc.get_addr(index=index[p.port])}
             if p.eni.gateway not in have:
                 vpc.addr("add", index=index[p.port], address=p.eni.gateway, prefixlen=32)
+            if p.eni.gateway6 and p.eni.gateway6 not in have:
+                vpc.addr("add", index=index[p.port], address=p.eni.gateway6, prefixlen=128,
+                         flags=_IFA_F_NODAD)
+        for family, length in _FAMILIES:
+            self._program_family(vpc, index, family, length)
+
+    def _program_family(self, vpc: Any, index: Mapping[str, int], family: int,
+                        length: int) -> None:
+        def mine(p: _Port) -> tuple[str, ...]:
+            return p.eni.ipv6 if family == socket.AF_INET6 else p.eni.addresses
+
         routes: dict[str, tuple[int, str]] = {}
         for p in self.ports.values():
-            for address in p.eni.addresses:
+            for address in mine(p):
                 routes[address] = (index[p.port], p.eni.mac)
-        for route in vpc.get_routes(family=socket.AF_INET, table=254, proto=_PROTO):
+        for route in vpc.get_routes(family=family, table=254, proto=_PROTO):
             dst = route.get_attr("RTA_DST")
             oif = route.get_attr("RTA_OIF")
             if routes.get(dst, (None,))[0] != oif:
                 with contextlib.suppress(Exception):  # its port went with a detach
-                    vpc.route("del", dst=f"{dst}/32", oif=oif, proto=_PROTO)
+                    vpc.route("del", family=family, dst=f"{dst}/{length}", oif=oif,
+                              proto=_PROTO)
                 with contextlib.suppress(Exception):
-                    vpc.neigh("del", dst=dst, ifindex=oif)
+                    vpc.neigh("del", family=family, dst=dst, ifindex=oif)
         for address, (oif, mac) in routes.items():
-            vpc.route("replace", dst=f"{address}/32", oif=oif, proto=_PROTO)
-            vpc.neigh("replace", dst=address, lladdr=mac, ifindex=oif, state=0x80)  # PERMANENT
+            vpc.route("replace", family=family, dst=f"{address}/{length}", oif=oif,
+                      proto=_PROTO)
+            vpc.neigh("replace", family=family, dst=address, lladdr=mac, ifindex=oif,
+                      state=0x80)  # PERMANENT
         # the source check: from each address only on its ENI's port
-        sources = {(a, p.port) for p in self.ports.values() for a in p.eni.addresses}
+        sources = {(a, p.port) for p in self.ports.values() for a in mine(p)}
         have = set()
-        for rule in vpc.get_rules(family=socket.AF_INET):
+        for rule in vpc.get_rules(family=family):
             if rule.get_attr("FRA_PRIORITY") != _SOURCE:
                 continue
             key = (rule.get_attr("FRA_SRC"), rule.get_attr("FRA_IIFNAME"))
@@ -234,11 +261,11 @@ class VpcBed:
                 have.add(key)
             else:
                 with contextlib.suppress(Exception):  # its port went with a detach
-                    vpc.rule("del", family=socket.AF_INET, priority=_SOURCE, src=key[0],
-                             src_len=32, iifname=key[1], table=254)
+                    vpc.rule("del", family=family, priority=_SOURCE, src=key[0],
+                             src_len=length, iifname=key[1], table=254)
         for address, port in sources - have:
-            vpc.rule("add", family=socket.AF_INET, priority=_SOURCE, src=address,
-                     src_len=32, iifname=port, table=254, FRA_PROTOCOL=_PROTO)
+            vpc.rule("add", family=family, priority=_SOURCE, src=address,
+                     src_len=length, iifname=port, table=254, FRA_PROTOCOL=_PROTO)
 
     # --- the end ---------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from podnet.linux.netns import iproute, netns_path, run_in_netns
 from podnet.plugins.bbc.sim import BbcSimulator
 from podnet.plugins.ecs.dataplane import (
     GATEWAY,
+    GATEWAY6,
     ORPHAN_RULE,
     PROTO,
     RULE_PRIORITY,
@@ -65,6 +66,8 @@ TYPE_LABEL = "node.kubernetes.io/instance-type"
 CIDR = "10.70.0.0/24"
 BBC_CIDR = "10.71.0.0/24"
 TYPE = "ecs.sim.tiny"
+TYPE6 = "ecs.sim.tiny6"
+CIDR6 = "fd70:0:0:1::/64"
 #: the simulator never checks signatures
 CREDENTIALS = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "test", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "test",
                "BCE_ACCESS_KEY_ID": "test", "BCE_SECRET_ACCESS_KEY": "test"}
@@ -78,8 +81,12 @@ class Bed:
     """The underlay, the simulators (``clouds``: ``ecs``, ``bbc`` or both, one VPC) in its
     router namespace, the VPC, the cluster. ``sim`` is the first cloud's simulator."""
 
-    def __init__(self, tmp: Path, *clouds: str) -> None:
+    def __init__(self, tmp: Path, *clouds: str, dual: bool = False) -> None:
         self.clouds = clouds or ("ecs",)
+        #: dual-stack ECS: a vSwitch with an IPv6 CIDR, instances with IPv6 on their ENIs
+        self.dual = dual
+        #: pod name -> the IPv6 address its ADD gave it (dual stack)
+        self.ipv6: dict[str, str] = {}
         self.underlay = Underlay()
         self.host = Host(links=lambda c, i: veth_names(c, i))
         self.vpc: VpcBed | None = None
@@ -92,10 +99,10 @@ class Bed:
                     host=self.underlay.router_address)
                 run_in_netns(netns_path(self.underlay.router), sim.start)
                 if cloud == "ecs":
-                    sim.add_vswitch(VSWITCH, CIDR)
+                    sim.add_vswitch(VSWITCH, CIDR, ipv6_cidr=CIDR6 if dual else None)
                     sections[cloud] = {"endpoint": sim.endpoint, "protocol": "http",
                                        "vswitches": [VSWITCH], "security_groups": ["sg-1"],
-                                       "timeout": 5}
+                                       "timeout": 5, **({"ip_stack": "dual"} if dual else {})}
                 else:
                     sim.add_subnet(SUBNET, BBC_CIDR)
                     sections[cloud] = {"endpoint": sim.endpoint, "subnets": [SUBNET]}
@@ -122,8 +129,9 @@ class Bed:
         assert self.stack is not None and self.vpc is not None
         cloud = cloud or self.clouds[0]
         if cloud == "ecs":
-            self.sims[cloud].add_instance(instance, TYPE, VSWITCH)
-            labels, provider_id = {TYPE_LABEL: TYPE}, f"cn-hangzhou.{instance}"
+            kind = TYPE6 if self.dual else TYPE
+            self.sims[cloud].add_instance(instance, kind, VSWITCH)
+            labels, provider_id = {TYPE_LABEL: kind}, f"cn-hangzhou.{instance}"
         else:
             self.sims[cloud].add_instance(instance, SUBNET)
             labels, provider_id = {TYPE_LABEL: "BBC"}, f"cce://{instance}"
@@ -158,7 +166,13 @@ class Bed:
                 # gateway
                 address = body["ips"][0]["address"]
                 assert address.endswith("/32"), body
-                assert body["routes"] == [{"dst": "0.0.0.0/0", "gw": GATEWAY}], body
+                routes = [{"dst": "0.0.0.0/0", "gw": GATEWAY}]
+                if self.dual:
+                    address6 = body["ips"][1]["address"]
+                    assert address6.endswith("/128"), body
+                    self.ipv6[name] = address6.split("/")[0]
+                    routes.append({"dst": "::/0", "gw": GATEWAY6})
+                assert body["routes"] == routes, body
                 return ns, cid, address.split("/")[0]
             if "has no device" not in str(body.get("msg")):
                 break
@@ -216,6 +230,17 @@ def bed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bed]:
 
 
 @pytest.fixture
+def dual_bed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bed]:
+    for key, value in CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    b = Bed(tmp_path, dual=True)
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+@pytest.fixture
 def bbc_bed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bed]:
     for key, value in CREDENTIALS.items():
         monkeypatch.setenv(key, value)
@@ -237,11 +262,11 @@ def mixed_bed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bed]:
         b.close()
 
 
-def rules_in(netns: str) -> dict[str, list[int]]:
+def rules_in(netns: str, family: int = socket.AF_INET) -> dict[str, list[int]]:
     """Pod address -> the tables its podnet rules look up, in namespace ``netns``."""
     out: dict[str, list[int]] = {}
     with contextlib.closing(iproute(netns_path(netns))) as ipr:
-        for rule in ipr.get_rules(family=socket.AF_INET):
+        for rule in ipr.get_rules(family=family):
             if rule.get_attr("FRA_PRIORITY") == RULE_PRIORITY:
                 out.setdefault(rule.get_attr("FRA_SRC"), []).append(rule.get_attr("FRA_TABLE"))
     return out
@@ -252,10 +277,20 @@ def device_index(netns: str, name: str) -> int:
         return int(ipr.link_lookup(ifname=name)[0])
 
 
-def default_route(netns: str, table: int) -> list[tuple[Any, Any]]:
+def default_route(netns: str, table: int, family: int = socket.AF_INET
+                  ) -> list[tuple[Any, Any]]:
     with contextlib.closing(iproute(netns_path(netns))) as ipr:
         return [(r.get_attr("RTA_GATEWAY"), r.get_attr("RTA_OIF"))
-                for r in ipr.get_routes(family=socket.AF_INET, table=table)]
+                for r in ipr.get_routes(family=family, table=table)
+                if family == socket.AF_INET or r["dst_len"] == 0]
+
+
+def host_routes(netns: str, address: str) -> list[Any]:
+    """The main table's routes to ``address`` alone (a /32 or /128) in ``netns``."""
+    family, length = ((socket.AF_INET6, 128) if ":" in address else (socket.AF_INET, 32))
+    with contextlib.closing(iproute(netns_path(netns))) as ipr:
+        return [r for r in ipr.get_routes(family=family, table=254)
+                if r.get_attr("RTA_DST") == address and r["dst_len"] == length]
 
 
 def test_pods_on_different_enis_and_nodes_talk_through_the_vpc_which_routes_by_the_cloud(
@@ -457,3 +492,37 @@ def test_an_ecs_pod_reaches_a_bbc_pod_in_one_vpc(mixed_bed: Bed) -> None:
         talk = tcp_talk(ns_e, ip_b, 8080, "from ecs")
     assert talk.returncode == 0, talk.stderr
     assert talk.stdout.strip() == f"hello {ip_e} from ecs"
+
+
+def test_dual_stack_ecs_pods_ping_over_ipv6_through_the_eni_that_holds_the_address(
+        dual_bed: Bed) -> None:
+    """Dual stack: each pod's IPv6 address is a /128 on its veth, a rule from it to its
+    ENI's table, whose IPv6 default route goes to the vSwitch's IPv6 gateway; the VPC
+    routes each IPv6 address only to its ENI. A released IPv6 address is unreachable,
+    and unplug leaves no IPv6 route or rule."""
+    bed = dual_bed
+    assert bed.stack is not None and bed.vpc is not None
+    node_a, node_b = bed.node("dual-a", "i-duala"), bed.node("dual-b", "i-dualb")
+    bed.stack.create([pod("a0", "dual-a"), pod("b0", "dual-b")])
+    (ns_a, _, ip_a), (ns_b, cid_b, ip_b) = bed.add("a0", node_a), bed.add("b0", node_b)
+    v6_a, v6_b = bed.ipv6["a0"], bed.ipv6["b0"]
+    assert bed.vpc.routes()[v6_a] == bed.eni_of(ip_a), "the cloud has a0's pair on two ENIs"
+    device = device_index(node_a.netns, bed.vpc.devices("dual-a")[bed.eni_of(ip_a)])
+    assert rules_in(node_a.netns, socket.AF_INET6) == {v6_a: [table_of(device)]}
+    assert default_route(node_a.netns, table_of(device), socket.AF_INET6) == [
+        ("fd70:0:0:1::1", device)]
+    assert ping(ns_a, v6_b), "a0 cannot ping b0 over IPv6"
+    assert ping(ns_b, v6_a), "b0 cannot ping a0 over IPv6"
+    assert ping(ns_a, ip_b), "the IPv4 half does not work beside it"
+
+    assert rules_in(node_b.netns, socket.AF_INET6) != {} and host_routes(node_b.netns, v6_b)
+    status, body = AgentClient(bed.stack.socket_of("dual-b")).delete(cid_b, None, "b0")
+    assert status == 200, body
+    assert rules_in(node_b.netns, socket.AF_INET6) == {}
+    assert host_routes(node_b.netns, v6_b) == []
+    bed.stack.kubectl("delete", "pod", "b0", "--wait=false")
+    wait_for("b0's IPv6 address unassigned", lambda: v6_b not in bed.sim.addresses())
+    bed.vpc.sync()
+    assert v6_b not in bed.vpc.routes()
+    assert not ping(ns_a, v6_b, count=2), "a released IPv6 address answered"
+    assert bed.vpc.errors == []

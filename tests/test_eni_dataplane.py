@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +126,8 @@ class Bed:
             raise
         self.tmp = tmp
 
-    def node(self, name: str, instance: str, cloud: str | None = None) -> NodeNamespace:
+    def node(self, name: str, instance: str, cloud: str | None = None, *,
+             wait: bool = True) -> NodeNamespace:
         assert self.stack is not None and self.vpc is not None
         cloud = cloud or self.clouds[0]
         if cloud == "ecs":
@@ -141,26 +143,54 @@ class Bed:
         self.stack.create([{
             "apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
             "spec": {"providerID": provider_id}}])
-        self.start_agent(n, cloud)
+        self.start_agent(n, cloud, wait=wait)
         return n
 
-    def start_agent(self, n: NodeNamespace, cloud: str | None = None) -> None:
+    def nodes(self, *names: str) -> dict[str, NodeNamespace]:
+        """ECS nodes ``names`` (instance ``i-<name without dashes>``), their agents
+        started together."""
+        out = {name: self.node(name, "i-" + name.replace("-", ""), wait=False)
+               for name in names}
+        self.wait_ready(*names)
+        return out
+
+    def wait_ready(self, *names: str) -> None:
+        assert self.stack is not None
+        for name in names:
+            wait_for(f"the agent of {name} ready",
+                     AgentClient(self.stack.socket_of(name)).ready)
+
+    def start_agent(self, n: NodeNamespace, cloud: str | None = None, *,
+                    wait: bool = True) -> None:
         assert self.stack is not None
         self.stack.agent(n.name, netns=n.netns, providers=[cloud or self.clouds[0]],
                          add_timeout=20,
                          args=["--config", str(self.tmp / "controller.yaml")])
-        wait_for(f"the agent of {n.name} ready", AgentClient(self.stack.socket_of(n.name)).ready)
+        if wait:
+            wait_for(f"the agent of {n.name} ready",
+                     AgentClient(self.stack.socket_of(n.name)).ready)
 
-    def add(self, name: str, n: NodeNamespace) -> tuple[str, str, str]:
+    def add(self, name: str, n: NodeNamespace, *, patient: bool = False
+            ) -> tuple[str, str, str]:
         """Pod ``name`` on ``n``, ADDed as a runtime does (again after a transient error,
         a bounded number of times: an ENI's device may appear a moment after the
-        record is Routed); its namespace, container id and address."""
+        record is Routed); its namespace, container id and address. ``patient``: again
+        after any error 11 and while the agent is not there (killed, restarting), for
+        up to a minute."""
         assert self.stack is not None
         ns, path = self.host.netns()
         cid = self.host.container()
         client = AgentClient(self.stack.socket_of(n.name))
-        for _ in range(50):
-            status, body = client.add(cid, path, name)
+        deadline = time.monotonic() + 60
+        for _ in range(50 if not patient else 1_000_000):
+            try:
+                status, body = client.add(cid, path, name)
+            except OSError as exc:  # the agent died under the request, or is not back yet
+                if not patient or time.monotonic() > deadline:
+                    raise
+                status, body = 0, {"msg": repr(exc)}
+                time.sleep(0.2)
+                continue
             if status == 200:
                 # the result says what the pod got: its address alone, the link-local
                 # gateway
@@ -174,6 +204,9 @@ class Bed:
                     routes.append({"dst": "::/0", "gw": GATEWAY6})
                 assert body["routes"] == routes, body
                 return ns, cid, address.split("/")[0]
+            if patient and body.get("code") == 11 and time.monotonic() < deadline:
+                time.sleep(0.2)
+                continue
             if "has no device" not in str(body.get("msg")):
                 break
             time.sleep(0.2)
@@ -526,3 +559,121 @@ def test_dual_stack_ecs_pods_ping_over_ipv6_through_the_eni_that_holds_the_addre
     assert v6_b not in bed.vpc.routes()
     assert not ping(ns_a, v6_b, count=2), "a released IPv6 address answered"
     assert bed.vpc.errors == []
+
+
+def host_ends(netns: str) -> list[str]:
+    with contextlib.closing(iproute(netns_path(netns))) as ipr:
+        return [str(link.get_attr("IFLA_IFNAME")) for link in ipr.get_links()
+                if str(link.get_attr("IFLA_IFNAME")).startswith("pne")]
+
+
+def leftovers(netns: str) -> dict[str, list[Any]]:
+    """What of podnet's ENI dataplane is in namespace ``netns``: rules, host routes,
+    tables' default routes, host ends (both families)."""
+    with contextlib.closing(iproute(netns_path(netns))) as ipr:
+        found: dict[str, list[Any]] = {"rules": [], "host routes": [], "tables": [],
+                                       "host ends": []}
+        for family in (socket.AF_INET, socket.AF_INET6):
+            found["rules"] += [r.get_attr("FRA_SRC") for r in ipr.get_rules(family=family)
+                               if r.get_attr("FRA_PRIORITY") == RULE_PRIORITY]
+            for route in ipr.get_routes(family=family, proto=PROTO):
+                table = route.get_attr("RTA_TABLE")
+                key = "host routes" if table == 254 else "tables"
+                found[key].append((table, route.get_attr("RTA_DST")))
+    found["host ends"] = host_ends(netns)
+    return found
+
+
+def converged(bed: Bed, nodes: dict[str, NodeNamespace],
+              pods: dict[str, tuple[str, str, str]], where: dict[str, str]) -> None:
+    """Each pod's one rule looks up its ENI's table (the cloud's ENI), one host end per
+    pod, and every pod answers a ping from a pod on another node."""
+    assert bed.vpc is not None
+    for name, n in nodes.items():
+        rules = rules_in(n.netns)
+        mine = {p for p, node in where.items() if node == name}
+        assert set(rules) == {pods[p][2] for p in mine}, (name, rules)
+        devices = bed.vpc.devices(name)
+        for p in mine:
+            index = device_index(n.netns, devices[bed.eni_of(pods[p][2])])
+            assert rules[pods[p][2]] == [table_of(index)], (p, rules)
+        assert sorted(host_ends(n.netns)) == sorted(
+            veth_names(pods[p][1], "eth0")[0] for p in mine)
+    for name, (_, _, ip) in pods.items():
+        other = next(p for p in pods if where[p] != where[name])
+        assert ping(pods[other][0], ip), f"{name} ({ip}) does not answer a ping"
+
+
+def delete_all(bed: Bed, nodes: dict[str, NodeNamespace],
+               pods: dict[str, tuple[str, str, str]], where: dict[str, str]) -> None:
+    """DEL every pod, delete the pods; once the cloud disposed of their ENIs nothing of
+    the dataplane is left on the nodes."""
+    assert bed.stack is not None
+    for name, (_, cid, _) in pods.items():
+        status, body = AgentClient(bed.stack.socket_of(where[name])).delete(cid, None, name)
+        assert status == 200, (name, body)
+    bed.stack.kubectl("delete", "pod", *pods, "--wait=false")
+    wait_for("every secondary ENI disposed", lambda: not any(
+        e.id for e in attached_state(bed.sim) if e.addresses[1:]) and not bed.sim.addresses())
+    for name, n in nodes.items():
+        wait_for(f"nothing left on {name}", lambda n=n: leftovers(n.netns) == {
+            "rules": [], "host routes": [], "tables": [], "host ends": []}, timeout=20)
+
+
+def test_kill_9_of_ecs_agents_during_a_burst_of_adds_converges_and_leaves_nothing(
+        bed: Bed) -> None:
+    """Two ECS nodes, eight pods ADDed at once (two ENIs attached on each meanwhile);
+    both agents are killed with SIGKILL part-way and started again: every ADD, retried as a runtime
+    does, succeeds, each pod's rule looks up its own ENI's table, every pod answers a
+    ping, and once the pods are gone nothing is left."""
+    assert bed.stack is not None
+    nodes = bed.nodes("kill-a", "kill-b")
+    where = {f"{n[-1]}{i}": n for n in nodes for i in range(4)}
+    bed.stack.create([pod(p, n) for p, n in where.items()])
+    with ThreadPoolExecutor(max_workers=len(where)) as pool:
+        futures = {p: pool.submit(bed.add, p, nodes[n], patient=True) for p, n in where.items()}
+        # at the first host end: most ADDs are still on their way (waiting for their
+        # record, an ENI's attach, or plugging)
+        _wait_for("the first host end", lambda: any(
+            host_ends(n.netns) for n in nodes.values()), 30, interval=0.02)
+        plugged_before = sum(len(host_ends(n.netns)) for n in nodes.values())
+        killed = time.monotonic()
+        for name in nodes:
+            bed.stack.kill(Stack.agent_name(name))
+        for n in nodes.values():
+            bed.start_agent(n, wait=False)
+        bed.wait_ready(*nodes)
+        pods = {p: f.result() for p, f in futures.items()}
+    print(f"converged {time.monotonic() - killed:.1f} s after the kill "
+          f"({plugged_before} of {len(where)} host ends made before it)")
+    assert plugged_before < len(where), "the kill did not hit the burst"
+    converged(bed, nodes, pods, where)
+    delete_all(bed, nodes, pods, where)
+
+
+def test_cloud_throttling_and_5xx_while_pods_are_plugged_converge_and_leave_nothing(
+        bed: Bed) -> None:
+    """The simulator throttles a share of the calls and answers 5xx to others (the
+    controller's allocations and the agents' ENI look-ups both meet them) while pods on
+    two nodes are ADDed: every ADD ends well, every pod answers a ping, and once the pods
+    are gone nothing is left."""
+    assert bed.stack is not None
+    nodes = bed.nodes("fault-a", "fault-b")
+    where = {f"{n[-1]}{i}": n for n in nodes for i in range(3)}
+    with bed.sim.lock:
+        bed.sim.throttle_rate = 0.1
+        bed.sim.fault_rate = 0.1
+    bed.sim.fail_next("CreateNetworkInterface", "ServiceUnavailable", 2)
+    bed.sim.fail_next("DescribeNetworkInterfaces", "InternalError", 2)
+    before = sum(bed.sim.calls.values())
+    bed.stack.create([pod(p, n) for p, n in where.items()])
+    with ThreadPoolExecutor(max_workers=len(where)) as pool:
+        futures = {p: pool.submit(bed.add, p, nodes[n], patient=True) for p, n in where.items()}
+        pods = {p: f.result() for p, f in futures.items()}
+    with bed.sim.lock:
+        scripted_left = {api: codes for api, codes in bed.sim.scripted.items() if codes}
+    print(f"{sum(bed.sim.calls.values()) - before} cloud calls while plugging")
+    assert scripted_left == {}, f"faults never met: {scripted_left}"
+    bed.sim.clear_faults()
+    converged(bed, nodes, pods, where)
+    delete_all(bed, nodes, pods, where)

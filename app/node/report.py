@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -70,10 +71,13 @@ class NodeReporter:
 
     def run(self, stop: threading.Event) -> None:
         self._dirty.set()  # the first report, at start
+        looked = time.monotonic()
         while not stop.is_set():
-            self._dirty.wait(timeout=self.refresh)  # poked, or time to look again
-            if stop.is_set():
-                break
+            # poked, or time to look again (the stop seen within a second either way)
+            if (not self._dirty.wait(timeout=1.0)
+                    and time.monotonic() - looked < self.refresh):
+                continue
+            looked = time.monotonic()
             stop.wait(self.batch)  # let the rest of a burst arrive
             self._dirty.clear()
             try:

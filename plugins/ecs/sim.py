@@ -424,7 +424,7 @@ class EcsSimulator:
                     self.vswitches[eni.vswitch].used.discard(ip)
 
     def attached(self) -> list[dict[str, Any]]:
-        """Ground truth for a simulated VPC (``podnet.testing.vpcbed``): every InUse ENI
+        """Ground truth for a simulated VPC (``podnet.sim.vpc``): every InUse ENI
         with its instance, MAC, vSwitch gateway and private IPv4 addresses (its primary
         first), and its IPv6 addresses with the vSwitch's IPv6 gateway (its CIDR's first
         host; None without IPv6)."""

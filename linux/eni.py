@@ -57,6 +57,7 @@ from podnet.hookspecs.models import PodNetwork, Route
 from podnet.hookspecs.types import CheckResult, Plug, PlugContext, PlugResult, UnplugContext
 from podnet.linux.netns import iproute
 from podnet.linux.veth import (
+    IFALIASZ,
     closing,
     configure_pod_end,
     delete_link,
@@ -211,10 +212,14 @@ class EniDataplane:
                                 "and no IPv6 gateway", field="status.ipv6Gateway")
         mac = ((st.mac if self._pod_mac_in_record else None) or pod_mac(st.ip)).lower()
         host, peer = veth_names(context.container_id, context.if_name)
-        alias = ALIAS_MARK + json.dumps(
-            {"c": context.container_id, "i": context.if_name, "n": pn.spec.network,
-             "k": pn.key, "a": st.ip, "p": self.provider,
-             **({"a6": st.ipv6} if st.ipv6 else {})}, separators=(",", ":"))
+        mark = {"c": context.container_id, "i": context.if_name, "n": pn.spec.network,
+                "k": pn.key, "a": st.ip, "p": self.provider}
+        alias = ALIAS_MARK + json.dumps({**mark, "a6": st.ipv6} if st.ipv6 else mark,
+                                        separators=(",", ":"))
+        if len(alias.encode()) > IFALIASZ:
+            # the kernel keeps 255 bytes of an alias: the IPv6 address goes (its rule
+            # names the host end, which is how unplug and plugs find it then)
+            alias = ALIAS_MARK + json.dumps(mark, separators=(",", ":"))
         with closing(pod_namespace(context.netns)) as ns, closing(iproute()) as ipr:
             assert context.netns is not None  # pod_namespace checked it
             table = self._table(ipr, pn, st.gateway, st.ipv6_gateway if st.ipv6 else None)
@@ -348,15 +353,24 @@ class EniDataplane:
         with closing(iproute()) as ipr:
             if context.if_name == ORPHAN_RULE:
                 orphan = context.container_id
+                marks = self._marks()
                 if orphan not in self._addresses():
                     for rule in self._rules_from(ipr, orphan):
-                        self._delete_rule(ipr, rule)
+                        if rule.get_attr("FRA_IIFNAME") not in marks:  # no live pod's
+                            self._delete_rule(ipr, rule)
                 return
             host, _ = veth_names(context.container_id, context.if_name)
             addresses = self._addresses_of(host)
             if not addresses and context.pod_network is not None:
                 st = context.pod_network.status
                 addresses = [a for a in (st.ip, st.ipv6) if a]
+            # the rules coming in on the host end: an address a short mark left out
+            addresses += [str(r.get_attr("FRA_SRC")) for family in (socket.AF_INET,
+                                                                  socket.AF_INET6)
+                          for r in ipr.get_rules(family=family)
+                          if r.get_attr("FRA_PRIORITY") == RULE_PRIORITY
+                          and r.get_attr("FRA_IIFNAME") == host
+                          and str(r.get_attr("FRA_SRC")) not in addresses]
             index = link_index(ipr, host)
             for address in addresses:
                 # the rule first: a crash after leaves a host end, which plugs lists
@@ -413,7 +427,8 @@ class EniDataplane:
                     address = rule.get_attr("FRA_SRC")
                     if (rule.get_attr("FRA_PRIORITY") == RULE_PRIORITY
                             and rule.get_attr("FRA_PROTOCOL") == PROTO
-                            and address and address not in plugged):
+                            and address and address not in plugged
+                            and rule.get_attr("FRA_IIFNAME") not in marks):
                         out.append(Plug(container_id=address, if_name=ORPHAN_RULE,
                                         network="default", owner=None))
         return out

@@ -536,9 +536,12 @@ def test_dual_stack_ecs_pods_ping_over_ipv6_through_the_eni_that_holds_the_addre
     bed = dual_bed
     assert bed.stack is not None and bed.vpc is not None
     node_a, node_b = bed.node("dual-a", "i-duala"), bed.node("dual-b", "i-dualb")
-    bed.stack.create([pod("a0", "dual-a"), pod("b0", "dual-b")])
-    (ns_a, _, ip_a), (ns_b, cid_b, ip_b) = bed.add("a0", node_a), bed.add("b0", node_b)
-    v6_a, v6_b = bed.ipv6["a0"], bed.ipv6["b0"]
+    # b's name is long enough that its host end's mark has no room for its IPv6 address
+    # (the kernel keeps 255 bytes of an alias): its rule is found by the host end it names
+    b = "b0-" + "x" * 100
+    bed.stack.create([pod("a0", "dual-a"), pod(b, "dual-b")])
+    (ns_a, _, ip_a), (ns_b, cid_b, ip_b) = bed.add("a0", node_a), bed.add(b, node_b)
+    v6_a, v6_b = bed.ipv6["a0"], bed.ipv6[b]
     assert bed.vpc.routes()[v6_a] == bed.eni_of(ip_a), "the cloud has a0's pair on two ENIs"
     device = device_index(node_a.netns, bed.vpc.devices("dual-a")[bed.eni_of(ip_a)])
     assert rules_in(node_a.netns, socket.AF_INET6) == {v6_a: [table_of(device)]}
@@ -549,11 +552,15 @@ def test_dual_stack_ecs_pods_ping_over_ipv6_through_the_eni_that_holds_the_addre
     assert ping(ns_a, ip_b), "the IPv4 half does not work beside it"
 
     assert rules_in(node_b.netns, socket.AF_INET6) != {} and host_routes(node_b.netns, v6_b)
-    status, body = AgentClient(bed.stack.socket_of("dual-b")).delete(cid_b, None, "b0")
+    with contextlib.closing(iproute(netns_path(node_b.netns))) as ipr:
+        (link,) = ipr.get_links(ipr.link_lookup(ifname=veth_names(cid_b, "eth0")[0])[0])
+        mark = str(link.get_attr("IFLA_IFALIAS"))
+    assert f'"a":"{ip_b}"' in mark and '"a6"' not in mark, mark
+    status, body = AgentClient(bed.stack.socket_of("dual-b")).delete(cid_b, None, b)
     assert status == 200, body
     assert rules_in(node_b.netns, socket.AF_INET6) == {}
     assert host_routes(node_b.netns, v6_b) == []
-    bed.stack.kubectl("delete", "pod", "b0", "--wait=false")
+    bed.stack.kubectl("delete", "pod", b, "--wait=false")
     wait_for("b0's IPv6 address unassigned", lambda: v6_b not in bed.sim.addresses())
     bed.vpc.sync()
     assert v6_b not in bed.vpc.routes()

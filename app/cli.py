@@ -487,6 +487,10 @@ def _demo_with_progress(opts: DemoOptions) -> DemoReport:
                   + ", ".join(f"{k} {v}" for k, v in report.transitions.items()))
     _print_node_stage(console, report.node, "on a node")
     _print_node_stage(console, report.ovn_node, "on an OVN node")
+    _print_node_stage(console, report.ecs_node, "on an ECS node")
+    _print_node_stage(console, report.bbc_node, "on a BBC node")
+    console.print("pods answering a ping: " + ", ".join(
+        f"{name} {count}" for name, count in report.answering().items()), highlight=False)
     if report.trace_file:
         console.print(f"traces written to {report.trace_file}")
     return report

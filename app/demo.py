@@ -11,7 +11,10 @@ Northbound server (left out, with the install command, when ovsdb-server is miss
 
 Then, where the machine allows it (root, network namespaces), the stage "on a node"
 (:mod:`podnet.app.demo_node`): one more node, served by the reference provider, whose
-node agent gives two pods real interfaces that ping each other.
+node agent gives two pods real interfaces that ping each other; in the mixed cluster the
+same on an ECS and on a BBC node, their ENIs wired to a simulated VPC, and on an OVN
+node where OVS and OVN are installed. The demo prints how many pods of each cloud's
+stage answered a ping, or why a stage was skipped.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 import attrs
 
 from podnet.app import demo_node
+from podnet.app.demo_node import PODS as PODS_PER_STAGE
 from podnet.app.demo_node import NodeStageReport
 from podnet.core.clock import SystemClock
 from podnet.core.cluster.memory import InMemoryCluster
@@ -130,14 +134,27 @@ class DemoReport:
     node: NodeStageReport = attrs.field(factory=NodeStageReport)
     #: the same stage on a node the OVN provider serves, on a throwaway chassis
     ovn_node: NodeStageReport = attrs.field(factory=NodeStageReport)
+    #: the same stage on an ECS and on a BBC node, their ENIs in a simulated VPC
+    ecs_node: NodeStageReport = attrs.field(factory=NodeStageReport)
+    bbc_node: NodeStageReport = attrs.field(factory=NodeStageReport)
 
     @property
     def ok(self) -> bool:
         """Everything settled, nothing leaked or duplicated, and the node stage, if it
         ran, plugged both pods and they reached each other."""
         return (self.settled and self.leaked_ips == 0 and self.duplicate_ips == 0
-                and (not self.node.ran or self.node.ok)
-                and (not self.ovn_node.ran or self.ovn_node.ok))
+                and all(not stage.ran or stage.ok for stage in (
+                    self.node, self.ovn_node, self.ecs_node, self.bbc_node)))
+
+    def answering(self) -> dict[str, str]:
+        """Per cloud provider's stage: how many of its pods answered a ping (``2/2``), or
+        why it was skipped."""
+        out = {}
+        for name, stage in (("BBC", self.bbc_node), ("ECS", self.ecs_node),
+                            ("OVN", self.ovn_node)):
+            out[name] = (f"{stage.pods_answering}/{len(PODS_PER_STAGE)}" if stage.ran
+                         else f"skipped: {stage.skipped}")
+        return out
 
     def as_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -281,6 +298,16 @@ def _node_stage_skipped(opts: DemoOptions) -> str | None:
     return demo_node.stage_unavailable()
 
 
+def _eni_stage_skipped(opts: DemoOptions, members: list[Member], name: str) -> str | None:
+    """Why the stage on an ENI node of provider ``name`` does not run, or None."""
+    if not opts.node_stage:
+        return "--no-node-stage"
+    if opts.provider != MIXED:
+        return "only in the mixed cluster"
+    member = next((m for m in members if m.name == name), None)
+    return demo_node.eni_stage_unavailable(member.cloud if member else None)
+
+
 def _ovn_stage_skipped(opts: DemoOptions, members: list[Member]) -> str | None:
     """Why the stage on an OVN node does not run, or None when it does."""
     if not opts.node_stage:
@@ -295,6 +322,7 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
     members, skipped = _members(opts)
     node_skipped = _node_stage_skipped(opts)
     ovn_skipped = _ovn_stage_skipped(opts, members)
+    eni_skipped = {name: _eni_stage_skipped(opts, members, name) for name in ("ecs", "bbc")}
     # the stage's provider, beside the demo's members when it is not one of them
     audited = list(members)
     if node_skipped is None and demo_node.PROVIDER not in {m.name for m in members}:
@@ -315,7 +343,9 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
                         node=NodeStageReport(skipped=node_skipped),
                         ovn_node=NodeStageReport(skipped=ovn_skipped,
                                                  node=demo_node.OVN_NODE_NAME,
-                                                 provider=demo_node.OVN_PROVIDER))
+                                                 provider=demo_node.OVN_PROVIDER),
+                        ecs_node=NodeStageReport(skipped=eni_skipped["ecs"], provider="ecs"),
+                        bbc_node=NodeStageReport(skipped=eni_skipped["bbc"], provider="bbc"))
     cluster.create(NAMESPACE, {"metadata": {"name": NAMESPACE_NAME}})
     node_members = [m for m in members if m.demo.serves_nodes] or members[:1]
     nodes = []
@@ -356,6 +386,14 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
             ovn = next(m for m in members if m.name == "ovn")
             report.ovn_node = demo_node.run_ovn_node_stage(cluster, ovn.cloud.plugin,
                                                            tracing=tracing)
+        for name in ("ecs", "bbc"):
+            if eni_skipped[name] is not None:
+                continue
+            stage = (NodeStageReport(skipped="the cluster did not settle", provider=name)
+                     if not settled else demo_node.run_eni_node_stage(
+                         cluster, name, next(m for m in members if m.name == name).cloud,
+                         tracing=tracing))
+            setattr(report, f"{name}_node", stage)
     finally:
         stop.set()
         runner.join(timeout=10)

@@ -48,6 +48,7 @@ from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Obj
 from podnet.core.models import Phase
 from podnet.core.plugin import Providers, load_plugins, new_plugin_manager
 from podnet.core.tracing import Tracing
+from podnet.hookspecs.demo import DemoCloud
 from podnet.linux.netns import (
     add_netns,
     del_netns,
@@ -258,6 +259,7 @@ class NodeStage:
             made = self.cluster.create(POD, self._pod_obj(pod))
             self.uids[pod] = made["metadata"]["uid"]
         records = self._wait("the pods' PodNetworks Routed", deadline, self._routed)
+        self._before_plug(records)
         for pod in PODS:
             started = time.monotonic()
             result = self._cni("ADD", pod)
@@ -269,12 +271,13 @@ class NodeStage:
             # what the kernel holds in the pod, not only what the plugin answered
             mac, addresses = run_in_netns(netns_path(self.pod_netns[pod]),
                                           functools.partial(interface_in_netns, name))
-            if mac != st.get("mac") or address not in addresses:
+            want = self._pod_mac(st, plugged[0])
+            if mac != want or address not in addresses:
                 raise StageError(f"{pod}: {name} has {mac} {', '.join(addresses) or '-'}, "
-                                 f"the record {st.get('mac')} {address}")
+                                 f"the record {want} {address}")
             report.pods.append(PluggedPod(
                 pod=pod, container_id=self.containers[pod], netns=self.pod_netns[pod],
-                interface=name, mac=str(st.get("mac")), address=address, add_ms=add_ms))
+                interface=name, mac=str(want), address=address, add_ms=add_ms))
             report.pods_plugged += 1
         source, target = PODS
         target_ip = str(records[target]["status"]["ip"])
@@ -413,6 +416,14 @@ class NodeStage:
         load_plugins(pm, builtins=[PROVIDER], entry_points=False)
         return Providers(pm)
 
+    def _pod_mac(self, status: dict[str, Any], interface: dict[str, Any]) -> str | None:
+        """The MAC the pod's interface must have: its record's."""
+        return status.get("mac")
+
+    def _before_plug(self, records: dict[str, Obj]) -> None:
+        """What the node needs once the pods' records are Routed, before their ADDs
+        (nothing, for the reference provider's bridge)."""
+
     def _stop_dataplane(self) -> None:
         """What the node's dataplane runs beside the agent (nothing, for the reference
         provider's bridge), stopped before the namespaces go."""
@@ -514,3 +525,91 @@ def run_node_stage(cluster: InMemoryCluster, *, tracing: Tracing | None = None,
                    timeout_s: float = 60.0) -> NodeStageReport:
     """The stage on ``cluster`` (see the module), its outcome."""
     return NodeStage(cluster, tracing=tracing, timeout_s=timeout_s).run()
+
+
+class EniNodeStage(NodeStage):
+    """The same stage on a node of a cloud ENI provider (ECS, BBC): the node's instance
+    is one more of the demo's stand-in cloud, whose attached ENIs appear in the node's
+    namespace as devices with their MACs, wired to a simulated VPC
+    (:class:`podnet.sim.vpc.Vpc`, one more namespace) that routes each address only to
+    the ENI the simulator says holds it; the agent plugs the pods with the provider's
+    ENI dataplane (a routed veth, a rule to the ENI's table), and the pods' echoes go
+    out through their ENI and back through the VPC."""
+
+    pod_cidr = ""
+
+    def __init__(self, cluster: InMemoryCluster, provider: str, cloud: DemoCloud, *,
+                 tracing: Tracing | None = None, timeout_s: float = 60.0) -> None:
+        super().__init__(cluster, tracing=tracing, timeout_s=timeout_s)
+        self.provider = provider
+        self.node_name = f"node-{provider}-eni"
+        self.pod_namespace = f"demo-{provider}"
+        self.cloud = cloud
+        self.vpc_netns = f"{self.node_netns.removesuffix('-node')}-vpc"
+        self.vpc: Any = None
+
+    def _pod_mac(self, status: dict[str, Any], interface: dict[str, Any]) -> str | None:
+        # an ENI address has no MAC of its own: the plugin's answer names the pod's
+        # (BBC's record holds the ENI's)
+        mac = interface.get("mac")
+        return str(mac).lower() if mac else None
+
+    def _node(self) -> None:
+        self.cluster.create(NAMESPACE, {"metadata": {"name": self.pod_namespace}})
+        # the cloud's own node: its instance registered, its labels and providerID
+        self.cluster.create(NODE, self.cloud.setup_node({
+            "metadata": {"name": self.node_name, "labels": {"kubernetes.io/os": "linux"}},
+            "spec": {}}))
+
+    def _providers(self) -> Providers:
+        pm = new_plugin_manager()
+        pm.register(self.cloud.plugin, name=self.provider)
+        return Providers(pm)
+
+    def _before_plug(self, records: dict[str, Obj]) -> None:
+        from podnet.core.convert import from_wire
+        from podnet.hookspecs.models import PodNetwork
+        from podnet.sim.vpc import Vpc, attached_enis
+
+        attached = self.cloud.attached
+        assert attached is not None
+        instance = next((e["instance"] for e in attached()
+                         if e["id"] == records[PODS[0]]["status"].get("interface")), None)
+        if instance is None:
+            raise StageError(f"the cloud has no attached ENI {records[PODS[0]]['status']}")
+        self.made.append(self.vpc_netns)
+        self.vpc = Vpc(self.vpc_netns, lambda: attached_enis(attached()))
+        self.vpc.add_node(_VpcNode(self.node_name, self.node_netns), instance)
+        self.vpc.sync()
+        # the agent's threads are in the node's namespace, the stand-in cloud's API on
+        # this host's loopback: each ENI's MAC (asked of the cloud once) is asked here
+        dataplane = getattr(self.cloud.plugin, "dataplane", None)
+        if dataplane is not None and hasattr(dataplane, "eni_mac"):
+            for record in records.values():
+                dataplane.eni_mac(from_wire(PodNetwork, record))
+
+    def _stop_dataplane(self) -> None:
+        if self.vpc is not None:
+            self.vpc.cleanup()
+
+
+@attrs.frozen
+class _VpcNode:
+    name: str
+    netns: str
+
+
+def eni_stage_unavailable(cloud: DemoCloud | None) -> str | None:
+    """Why the stage cannot run on an ENI node of ``cloud`` here, or None."""
+    if cloud is None:
+        return "the provider is not in this run"
+    if cloud.attached is None:
+        return "its stand-in cloud reports no attached ENIs"
+    return stage_unavailable()
+
+
+def run_eni_node_stage(cluster: InMemoryCluster, provider: str, cloud: DemoCloud, *,
+                       tracing: Tracing | None = None,
+                       timeout_s: float = 60.0) -> NodeStageReport:
+    """The stage on an ENI node of ``provider`` (see :class:`EniNodeStage`)."""
+    return EniNodeStage(cluster, provider, cloud, tracing=tracing, timeout_s=timeout_s).run()

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from podnet.core.config import Config
     from podnet.core.models import AgentReport, Condition, NodeInfo, NodeNetwork, PodNetwork
     from podnet.core.plugin import Providers
+    from podnet.linux.eni import EniSummary
 
 __all__ = [
     "AuditReport",
@@ -79,6 +80,9 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="the controller's config file (YAML)")
     parser.add_argument("--provider", action="append", default=[],
                         help="enable this built-in provider (repeatable; default: all installed)")
+    parser.add_argument("--agent-namespace", default="kube-system",
+                        help="podnet's namespace, where the node agents report what their "
+                             "ENI dataplane has in place (default %(default)s)")
     parser.add_argument("--grace", type=float, default=DEFAULT_GRACE,
                         help="seconds a record may outlive its pod, or a pool keep a gone "
                         f"record's address, before it is a finding (default {DEFAULT_GRACE:g})")
@@ -107,6 +111,11 @@ class Records:
     unreadable: tuple[Unreadable, ...]
     #: the node agents' reports (their Leases), by node
     agents: tuple[AgentReport, ...] = ()
+    #: node -> what its agent says of its ENI dataplane (a string: why it does not parse)
+    dataplanes: tuple[tuple[str, EniSummary | str], ...] = ()
+
+    def dataplane_of(self, node: str | None) -> EniSummary | str | None:
+        return dict(self.dataplanes).get(node or "")
 
 
 def _dig(obj: Mapping[str, Any], *path: str) -> str | None:
@@ -145,19 +154,30 @@ def read_records(cluster: Cluster, agent_namespace: str | None = None) -> Record
             unreadable.append(Unreadable("PodNetwork", key, _dig(obj, "spec", "nodeName"),
                                          _dig(obj, "spec", "provider"), str(exc), claimed))
     agents: list[AgentReport] = []
+    dataplanes: list[tuple[str, EniSummary | str]] = []
     if agent_namespace is not None:
+        from podnet.app.node.report import ANNOTATION_ENI
         from podnet.core.cluster.port import LEASE
         from podnet.core.objects import LABEL_AGENT_NODE, agent_report
+        from podnet.linux.eni import EniSummary
 
         for obj in cluster.list(LEASE, agent_namespace, label_selector=LABEL_AGENT_NODE).items:
             report = agent_report(obj)
-            if report is not None:
-                agents.append(report)
+            if report is None:
+                continue
+            agents.append(report)
+            text = _dig(obj, "metadata", "annotations", ANNOTATION_ENI)
+            if text is not None:
+                try:
+                    dataplanes.append((report.node, EniSummary.from_json(text)))
+                except ValueError as exc:
+                    dataplanes.append((report.node, f"{ANNOTATION_ENI}: {exc}"))
     return Records(
         tuple(sorted(node_networks, key=lambda nn: nn.metadata.name)),
         tuple(sorted(pod_networks, key=lambda pn: pn.key)),
         tuple(sorted(unreadable, key=lambda u: (u.kind, u.name))),
         tuple(sorted(agents, key=lambda a: a.node)),
+        tuple(sorted(dataplanes, key=lambda d: d[0])),
     )
 
 
@@ -236,6 +256,26 @@ def _network_row(pn: PodNetwork) -> dict[str, Any]:
     }
 
 
+def _dataplane_row(summary: EniSummary | str | None) -> dict[str, Any] | None:
+    """What a node's agent says of its ENI dataplane: each ENI device (by MAC) with its
+    table, its default gateways and how many rules look it up; rules to other tables."""
+    if summary is None:
+        return None
+    if isinstance(summary, str):
+        return {"devices": [], "rules": 0, "rules_elsewhere": 0, "error": summary}
+    counts: dict[int, int] = {}
+    for _, tables in summary.rules:
+        for table in tables:
+            counts[table] = counts.get(table, 0) + 1
+    known = {d.table for d in summary.devices}
+    return {"devices": [{"mac": d.mac, "name": d.name, "table": d.table,
+                         "gateway": d.gateway, "gateway6": d.gateway6,
+                         "rules": counts.get(d.table, 0)} for d in summary.devices],
+            "rules": summary.rules_total,
+            "rules_elsewhere": sum(n for t, n in counts.items() if t not in known),
+            "error": None}
+
+
 def status_report(records: Records, *, node: str | None = None,
                   namespace: str | None = None) -> dict[str, Any]:
     """``{"nodes": [...], "pods": [...]}``, rows sorted by name; every row of a list has the
@@ -282,7 +322,8 @@ def status_report(records: Records, *, node: str | None = None,
                          and pn.status.phase is Phase.RELEASING
                          and release_token(pn) not in report.unplugged)
         agents.append({"node": report.node, "plugged": len(report.plugged),
-                       "waiting_for_unplug": waiting, "reported": _time(report.renew_time)})
+                       "waiting_for_unplug": waiting, "reported": _time(report.renew_time),
+                       "eni_dataplane": _dataplane_row(records.dataplane_of(report.node))})
     return {
         "agents": agents,
         "nodes": sorted(nodes, key=lambda n: str(n["name"])),
@@ -341,6 +382,20 @@ def _problem(cond: Mapping[str, str] | None) -> str:
     return f"{cond['reason']}: {cond['message']}" if cond["message"] else cond["reason"]
 
 
+def _devices_cell(row: Mapping[str, Any] | None) -> str:
+    """``eni1 02:..:01 table 1005 via 10.0.0.1, 2 rules``, one line per device."""
+    if row is None:
+        return ""
+    if row["error"]:
+        return f"invalid: {row['error']}"
+    lines = [f"{d['name']} {d['mac']} table {d['table']} via "
+             f"{', '.join(g for g in (d['gateway'], d['gateway6']) if g)}, {d['rules']} rules"
+             for d in row["devices"]]
+    if row["rules_elsewhere"]:
+        lines.append(f"{row['rules_elsewhere']} rules to a table without a device")
+    return "\n".join(lines) or "no ENI device with a table"
+
+
 def _print_status(report: Mapping[str, Any]) -> None:
     from rich.table import Table
 
@@ -373,11 +428,11 @@ def _print_status(report: Mapping[str, Any]) -> None:
                          _cell(net["interface"]), problem)
             pod = ""
     agents = Table(title="node agents")
-    for col in ("node", "interfaces", "waiting for unplug", "reported"):
+    for col in ("node", "interfaces", "waiting for unplug", "reported", "ENI devices"):
         agents.add_column(col, justify="right" if col == "interfaces" else "left")
     for a in report["agents"]:
         agents.add_row(a["node"], str(a["plugged"]), ", ".join(a["waiting_for_unplug"]),
-                       _cell(a["reported"]))
+                       _cell(a["reported"]), _devices_cell(a["eni_dataplane"]))
     console = _console()
     console.print(nodes)
     console.print(pods)
@@ -439,6 +494,20 @@ class Gone:
 
 
 @attrs.frozen
+class WrongEni:
+    """A pod address whose rule on its node looks up another table than the one of the
+    ENI its record (and the node's NodeNetwork) says holds the address: the pod's packets
+    leave through an ENI that does not have it, and the VPC drops them."""
+
+    pod_network: str
+    node: str
+    ip: str
+    #: the ENI that holds the address, and the ENI (or ``table <n>``) its rule points at
+    eni: str
+    rule_eni: str
+
+
+@attrs.frozen
 class AuditError:
     """A node the audit could not judge: its inventory call failed, or its record is bad."""
 
@@ -463,18 +532,19 @@ class AuditReport:
     skipped: tuple[Skipped, ...] = ()
     duplicates: tuple[Duplicate, ...] = ()
     gone: tuple[Gone, ...] = ()
+    wrong_eni: tuple[WrongEni, ...] = ()
 
     @property
     def clean(self) -> bool:
         return not (self.unowned or self.lost or self.misplaced or self.errors
-                    or self.duplicates or self.gone)
+                    or self.duplicates or self.gone or self.wrong_eni)
 
     def as_json(self) -> dict[str, list[dict[str, Any]]]:
         return {
             name: [attrs.asdict(row, recurse=False, value_serializer=_json_value)
                    for row in getattr(self, name)]
-            for name in ("unowned", "lost", "misplaced", "duplicates", "gone", "errors",
-                         "skipped")
+            for name in ("unowned", "lost", "misplaced", "duplicates", "gone", "wrong_eni",
+                         "errors", "skipped")
         }
 
 
@@ -593,7 +663,40 @@ def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers, *,
         skipped=tuple(Skipped(p, r, tuple(sorted(n))) for (p, r), n in sorted(skipped.items())),
         duplicates=_duplicates(records),
         gone=_gone(records, pods, now or datetime.now(UTC), grace),
+        wrong_eni=_wrong_enis(records),
     )
+
+
+def _wrong_enis(records: Records) -> tuple[WrongEni, ...]:
+    """Routed records whose address's rule, as the node's agent reports it, looks up
+    another table than that of the device with their ENI's MAC (the NodeNetwork's)."""
+    from podnet.core.models import Phase
+
+    nns = {nn.metadata.name: nn for nn in records.node_networks}
+    found: list[WrongEni] = []
+    for pn in records.pod_networks:
+        summary = records.dataplane_of(pn.spec.node_name)
+        nn = nns.get(pn.spec.node_name)
+        if (pn.status.phase is not Phase.ROUTED or not pn.status.interface or nn is None
+                or summary is None or isinstance(summary, str)):
+            continue
+        macs = {itf.id: itf.mac.lower() for itf in nn.status.interfaces if itf.mac}
+        enis = {mac: eni for eni, mac in macs.items()}
+        mac = macs.get(pn.status.interface)
+        want = summary.table_of_mac(mac) if mac else None
+        if want is None:
+            continue  # its device not found (yet): nothing to compare with
+        for address in (pn.status.ip, pn.status.ipv6):
+            tables = summary.tables_of(address) if address else None
+            if address is None or tables is None or tables == (want,):
+                continue  # no rule (not plugged, or left out of a long summary)
+            for table in (t for t in tables if t != want):
+                device = summary.device_of_table(table)
+                other = (enis.get(device.mac, f"{device.name} ({device.mac})")
+                         if device is not None else f"table {table}")
+                found.append(WrongEni(pn.key, pn.spec.node_name, address,
+                                      pn.status.interface, other))
+    return tuple(sorted(found, key=lambda w: (w.node, w.ip)))
 
 
 def _duplicates(records: Records) -> tuple[Duplicate, ...]:
@@ -661,7 +764,7 @@ def run_audit(args: argparse.Namespace) -> int:
         for name, section in config.providers.items():
             providers.configure(name, section)
         with _connect(args) as cluster:
-            records = read_records(cluster)
+            records = read_records(cluster, agent_namespace=args.agent_namespace)
             nodes = {str(n["metadata"]["name"]): n for n in cluster.list(NODE).items}
             pods = {f"{_dig(p, 'metadata', 'namespace')}/{_dig(p, 'metadata', 'name')}": p
                     for p in cluster.list(POD).items}
@@ -697,6 +800,10 @@ def _print_audit(report: AuditReport) -> None:
                       f"recorded by {', '.join(d.pod_networks)}")
     for g in report.gone:
         table.add_row("gone", _cell(g.node), "", _cell(g.ip), f"{g.pod_network}: {g.reason}")
+    for w in report.wrong_eni:
+        table.add_row("wrong ENI", w.node, "", w.ip,
+                      f"{w.pod_network}: its rule looks up the table of {w.rule_eni}, not "
+                      f"of {w.eni}, which holds the address")
     for e in report.errors:
         table.add_row("error", _cell(e.node), _cell(e.provider), "", e.error)
     console = _console()

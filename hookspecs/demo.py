@@ -59,6 +59,10 @@ class DemoCloud:
     #: called with each demo Node (a dict) before it is created; returns the Node as this
     #: cloud's nodes look (instance id, labels), after registering its instance
     setup_node: Callable[[dict[str, Any]], dict[str, Any]] = keep_node
+    #: the stand-in cloud's attached ENIs (dicts: ``id``, ``instance``, ``mac``,
+    #: ``gateway``, ``addresses``), for a simulated VPC the demo's ENI nodes plug into;
+    #: None: the cloud has none
+    attached: Callable[[], list[dict[str, Any]]] | None = None
 
 
 @attrs.frozen

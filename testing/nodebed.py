@@ -460,21 +460,26 @@ def checksum(data):
     s = (s >> 16) + (s & 0xFFFF)
     s += s >> 16
     return ~s & 0xFFFF
-sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+V6 = ":" in TARGET
+# ICMPv6: the kernel fills in the checksum and hands replies over without the IP header
+sock = (socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6) if V6
+        else socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP))
 sock.settimeout(TIMEOUT)
-if SIZE:  # don't fragment (IP_MTU_DISCOVER = IP_PMTUDISC_DO: Python names neither)
+if SIZE and not V6:  # don't fragment (IP_MTU_DISCOVER = IP_PMTUDISC_DO: Python names neither)
     sock.setsockopt(socket.IPPROTO_IP, 10, 2)
+request, reply = (128, 129) if V6 else (8, 0)
 for seq in range(COUNT):
-    header = struct.pack("!BBHHH", 8, 0, 0, 0x5050, seq)
+    header = struct.pack("!BBHHH", request, 0, 0, 0x5050, seq)
     payload = b"podnet".ljust(max(SIZE - 28, 6), b".")
-    packet = struct.pack("!BBHHH", 8, 0, checksum(header + payload), 0x5050, seq) + payload
+    packet = struct.pack("!BBHHH", request, 0, 0 if V6 else checksum(header + payload),
+                         0x5050, seq) + payload
     sock.sendto(packet, (TARGET, 0))
     try:
         while True:
             data, addr = sock.recvfrom(65536)
-            ihl = (data[0] & 0x0F) * 4
+            ihl = 0 if V6 else (data[0] & 0x0F) * 4
             kind, _, _, ident, got = struct.unpack("!BBHHH", data[ihl:ihl + 8])
-            if addr[0] == TARGET and kind == 0 and ident == 0x5050:
+            if addr[0] == TARGET and kind == reply and ident == 0x5050:
                 print("reply from", addr[0])
                 sys.exit(0)
     except socket.timeout:

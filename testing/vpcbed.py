@@ -1,33 +1,10 @@
-"""A simulated VPC that forwards the way the cloud says, for packet tests of an ENI
-dataplane (the ECS provider's, or a third-party cloud provider's with its own simulator).
+"""The simulated VPC (:mod:`podnet.sim.vpc`) on the test kit's underlay: a VPC that
+forwards the way the cloud says, for packet tests of an ENI dataplane (the ECS provider's,
+or a third-party cloud provider's with its own simulator).
 
 Nodes are the network namespaces of an :class:`podnet.testing.nodebed.Underlay`; the
 underlay stays the nodes' control network (the apiserver, the cloud's API), apart from
-the VPC. The VPC is one more namespace, ``pnvpc-<suffix>``. Each ENI the cloud says is
-attached (InUse) to a node's instance appears in that node's namespace as an interface
-named ``eni<n>`` with the ENI's MAC: one end of a veth whose other end is a port of the
-VPC namespace. The VPC:
-
-- holds each subnet's gateway address (a /32 on every port, so each ENI reaches its
-  gateway on its own link);
-- routes each private address of an ENI to that ENI's port only, with a permanent
-  neighbour entry to the ENI's MAC (the VPC knows where it put an address; it never
-  asks);
-- has no other route: an address no ENI holds is dropped;
-- checks sources: a packet an ENI sends from an address the cloud did not put on that
-  ENI is dropped, as a VPC's source check drops it (a policy rule per address, ``iif
-  <port> from <address> lookup main``, before a ``blackhole`` rule; ``rp_filter`` would
-  also drop the ARP requests a node sends from its underlay address for the gateway).
-
-So an address podnet thinks is on ENI A but the cloud put on ENI B does not work, either
-way. The primary ENI appears too (its MAC, no address: the node's own address stays on
-the underlay), so a dataplane finds it where it would on a real instance.
-
-The cloud's state is read by a function the bed is given, returning :class:`AttachedEni`
-values (:func:`attached_state` reads the ECS and BBC simulators'). :meth:`VpcBed.sync` programs the
-VPC from it; :meth:`VpcBed.follow` does that in a thread whenever the state changed, so
-ENIs the controller creates appear while a test runs. A test that changes the cloud's
-state behind podnet's back calls :meth:`VpcBed.sync` before it looks at packets::
+the VPC, the namespace ``pnvpc-<the underlay's suffix>``::
 
     underlay = Underlay()
     vpc = VpcBed(underlay, lambda: attached_state(sim))
@@ -39,213 +16,17 @@ state behind podnet's back calls :meth:`VpcBed.sync` before it looks at packets:
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import subprocess
-import threading
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable
 
-import attrs
-
-from podnet.linux.netns import add_netns, del_netns, iproute, netns_path
-from podnet.testing.nodebed import NodeNamespace, Underlay
+from podnet.sim.vpc import DEVICE_PREFIX, AttachedEni, Vpc, attached_state
+from podnet.testing.nodebed import Underlay
 
 __all__ = ["DEVICE_PREFIX", "AttachedEni", "VpcBed", "attached_state"]
 
-#: the ENI devices in a node's namespace are ``eni0``, ``eni1``, ... in attach order
-DEVICE_PREFIX = "eni"
-#: the VPC's routes and rules are made with this protocol number, so a sync finds its own
-_PROTO = 99
-#: the priorities of the source rules and of the blackhole rule after them
-_SOURCE = 1000
-_BLACKHOLE = 32000
 
-
-@attrs.frozen
-class AttachedEni:
-    """One ENI the cloud says is attached: its instance, MAC, the gateway of its subnet
-    and its private addresses (IPv4)."""
-
-    id: str
-    instance: str
-    mac: str
-    gateway: str
-    addresses: tuple[str, ...]
-
-
-def attached_state(sim: Any) -> list[AttachedEni]:
-    """A simulator's attached ENIs, from its ``attached()`` (``EcsSimulator``'s and
-    ``BbcSimulator``'s: dicts with ``id``, ``instance``, ``mac``, ``gateway`` and
-    ``addresses``)."""
-    return [AttachedEni(id=e["id"], instance=e["instance"], mac=e["mac"].lower(),
-                        gateway=e["gateway"], addresses=tuple(e["addresses"]))
-            for e in sim.attached()]
-
-
-def _run(*argv: str) -> None:
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip()}")
-
-
-@attrs.define
-class _Port:
-    eni: AttachedEni
-    node: NodeNamespace
-    device: str
-    port: str
-
-
-class VpcBed:
-    """The VPC namespace and the ENI devices of the nodes added to it (see the module)."""
+class VpcBed(Vpc):
+    """The VPC of an underlay's nodes (see :class:`podnet.sim.vpc.Vpc`)."""
 
     def __init__(self, underlay: Underlay, state: Callable[[], Iterable[AttachedEni]]) -> None:
         self.underlay = underlay
-        self.state = state
-        self.name = f"pnvpc-{underlay.suffix}"
-        self.netns = netns_path(self.name)
-        #: instance id -> its node
-        self.instances: dict[str, NodeNamespace] = {}
-        #: ENI id -> its device and port
-        self.ports: dict[str, _Port] = {}
-        self._next_port = 0
-        self._next_device: dict[str, int] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._last: list[AttachedEni] | None = None
-        #: what went wrong in the :meth:`follow` thread
-        self.errors: list[str] = []
-        add_netns(self.name)
-        try:
-            for key in ("net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0",
-                        "net.ipv4.conf.default.rp_filter=0"):
-                _run("ip", "netns", "exec", self.name, "sysctl", "-q", "-w", key)
-            # what no source rule lets through goes nowhere (the local table, rule 0,
-            # still answers for the gateways)
-            _run("ip", "-n", self.name, "rule", "add", "priority", str(_BLACKHOLE),
-                 "blackhole")
-        except BaseException:
-            del_netns(self.name)
-            raise
-
-    def add_node(self, node: NodeNamespace, instance: str) -> None:
-        """``node`` is ``instance`` of the cloud: the ENIs attached to it appear in it."""
-        with self._lock:
-            self.instances[instance] = node
-            self._next_device.setdefault(node.name, 0)
-
-    def devices(self, node: str) -> dict[str, str]:
-        """ENI id -> its device's name in ``node``'s namespace."""
-        with self._lock:
-            return {eni: p.device for eni, p in self.ports.items() if p.node.name == node}
-
-    def routes(self) -> dict[str, str]:
-        """Address -> the ENI the VPC delivers it to (what it was last programmed with)."""
-        with self._lock:
-            return {a: eni for eni, p in self.ports.items() for a in p.eni.addresses}
-
-    # --- programming ---------------------------------------------------------------------
-
-    def sync(self) -> None:
-        """Program the VPC from the cloud's state now."""
-        enis = sorted(self.state(), key=lambda e: e.id)
-        with self._lock:
-            self._apply(enis)
-            self._last = enis
-
-    def follow(self, period: float = 0.1) -> None:
-        """Sync in a thread every ``period`` seconds when the state changed (until
-        :meth:`cleanup`)."""
-        def loop() -> None:
-            while not self._stop.wait(period):
-                try:
-                    enis = sorted(self.state(), key=lambda e: e.id)
-                    if enis != self._last:
-                        with self._lock:
-                            self._apply(enis)
-                            self._last = enis
-                except Exception as exc:  # kept for the test to see; the next pass retries
-                    self.errors.append(repr(exc))
-
-        self._thread = threading.Thread(target=loop, name="vpcbed", daemon=True)
-        self._thread.start()
-
-    def _apply(self, enis: list[AttachedEni]) -> None:
-        wanted = {e.id: e for e in enis if e.instance in self.instances}
-        for eni_id in [i for i in self.ports if i not in wanted
-                       or self.ports[i].node is not self.instances[wanted[i].instance]]:
-            # detached (or moved to another instance): its device goes with the veth
-            port = self.ports.pop(eni_id)
-            with contextlib.closing(iproute(self.netns)) as vpc:
-                for index in vpc.link_lookup(ifname=port.port):
-                    vpc.link("del", index=index)
-        for eni_id, eni in wanted.items():
-            if eni_id not in self.ports:
-                self._attach(eni)
-            else:
-                self.ports[eni_id].eni = eni
-        with contextlib.closing(iproute(self.netns)) as vpc:
-            self._program(vpc, wanted)
-
-    def _attach(self, eni: AttachedEni) -> None:
-        node = self.instances[eni.instance]
-        device = f"{DEVICE_PREFIX}{self._next_device[node.name]}"
-        self._next_device[node.name] += 1
-        port = f"p{self._next_port}"
-        self._next_port += 1
-        _run("ip", "-n", self.name, "link", "add", port, "type", "veth", "peer", "name",
-             device, "address", eni.mac, "netns", node.netns)
-        _run("ip", "-n", node.netns, "link", "set", device, "up")
-        _run("ip", "-n", self.name, "link", "set", port, "up")
-        self.ports[eni.id] = _Port(eni=eni, node=node, device=device, port=port)
-
-    def _program(self, vpc: Any, wanted: Mapping[str, AttachedEni]) -> None:
-        index = {p.port: vpc.link_lookup(ifname=p.port)[0] for p in self.ports.values()}
-        # each port holds the gateway of its ENI's subnet
-        for p in self.ports.values():
-            have = {a.get_attr("IFA_ADDRESS") for a in vpc.get_addr(index=index[p.port])}
-            if p.eni.gateway not in have:
-                vpc.addr("add", index=index[p.port], address=p.eni.gateway, prefixlen=32)
-        routes: dict[str, tuple[int, str]] = {}
-        for p in self.ports.values():
-            for address in p.eni.addresses:
-                routes[address] = (index[p.port], p.eni.mac)
-        for route in vpc.get_routes(family=socket.AF_INET, table=254, proto=_PROTO):
-            dst = route.get_attr("RTA_DST")
-            oif = route.get_attr("RTA_OIF")
-            if routes.get(dst, (None,))[0] != oif:
-                with contextlib.suppress(Exception):  # its port went with a detach
-                    vpc.route("del", dst=f"{dst}/32", oif=oif, proto=_PROTO)
-                with contextlib.suppress(Exception):
-                    vpc.neigh("del", dst=dst, ifindex=oif)
-        for address, (oif, mac) in routes.items():
-            vpc.route("replace", dst=f"{address}/32", oif=oif, proto=_PROTO)
-            vpc.neigh("replace", dst=address, lladdr=mac, ifindex=oif, state=0x80)  # PERMANENT
-        # the source check: from each address only on its ENI's port
-        sources = {(a, p.port) for p in self.ports.values() for a in p.eni.addresses}
-        have = set()
-        for rule in vpc.get_rules(family=socket.AF_INET):
-            if rule.get_attr("FRA_PRIORITY") != _SOURCE:
-                continue
-            key = (rule.get_attr("FRA_SRC"), rule.get_attr("FRA_IIFNAME"))
-            if key in sources:
-                have.add(key)
-            else:
-                with contextlib.suppress(Exception):  # its port went with a detach
-                    vpc.rule("del", family=socket.AF_INET, priority=_SOURCE, src=key[0],
-                             src_len=32, iifname=key[1], table=254)
-        for address, port in sources - have:
-            vpc.rule("add", family=socket.AF_INET, priority=_SOURCE, src=address,
-                     src_len=32, iifname=port, table=254, FRA_PROTOCOL=_PROTO)
-
-    # --- the end ---------------------------------------------------------------------------
-
-    def cleanup(self) -> None:
-        """Stop following; remove the VPC namespace (every port, and with it every ENI
-        device in the nodes)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        del_netns(self.name)
+        super().__init__(f"pnvpc-{underlay.suffix}", state)

@@ -74,9 +74,13 @@ def test_the_default_demo_is_the_mixed_cluster_and_writes_its_trace(tmp_path: Pa
     assert report["routed"] == 30 and report["leaked_ips"] == 0
     assert report["duplicate_ips"] == 0
     providers = report["providers"]
-    assert providers["bbc"]["nodes"] == 2 and providers["ecs"]["nodes"] == 2
+    # one more node each where the ECS and BBC node stages ran (root, namespaces)
+    assert providers["bbc"]["nodes"] == 2 + report["bbc_node"]["ran"]
+    assert providers["ecs"]["nodes"] == 2 + report["ecs_node"]["ran"]
     assert providers["bbc"]["routed"] == providers["ecs"]["routed"] == 15
-    assert providers["bbc"]["released"] + providers["ecs"]["released"] == 6  # churn: 30 // 5
+    # churn: 30 // 5; each ENI node stage releases its two pods
+    staged_eni = 2 * (report["bbc_node"]["ran"] + report["ecs_node"]["ran"])
+    assert providers["bbc"]["released"] + providers["ecs"]["released"] == 6 + staged_eni
     assert providers["bbc"]["cloud_calls"] and providers["ecs"]["cloud_calls"]
     if "ovn" in report["skipped"]:
         assert "ovn-central" in report["skipped"]["ovn"]

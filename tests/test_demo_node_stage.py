@@ -70,8 +70,38 @@ def test_the_node_stage_plugs_two_pods_that_ping_each_other_and_leaves_nothing()
     reference = report.providers["reference"]
     assert reference.nodes == 1 and reference.released == 2
     assert reference.pod_networks == 0 and reference.leaked_ips == 0
-    assert report.providers["bbc"].nodes == report.providers["ecs"].nodes == 1
+    assert report.providers["bbc"].nodes == report.providers["ecs"].nodes == 2
     _assert_nothing_left(node, temp_before)
+
+
+def test_the_ecs_and_bbc_node_stages_ping_through_a_simulated_vpc_and_leave_nothing() -> None:
+    """In the mixed cluster one more ECS and one more BBC node: their ENIs appear as
+    devices wired to a simulated VPC, their pods get a /32 and the link-local gateway,
+    ping each other through the VPC; the demo counts the pods that answered, per cloud."""
+    from podnet.plugins.ecs.dataplane import veth_names as eni_veth_names
+
+    temp_before = _temp_dirs()
+    report = run_demo(DemoOptions(nodes=2, pods=10, timeout_s=120))
+    assert report.ok
+    for provider, stage in (("ecs", report.ecs_node), ("bbc", report.bbc_node)):
+        assert stage.ran and stage.error is None, (provider, stage.error)
+        assert stage.ok and stage.provider == provider
+        assert stage.node == f"node-{provider}-eni"
+        assert stage.pods_plugged == 2 and stage.pods_answering == 2
+        assert stage.ping_replies == stage.ping_sent > 0
+        assert all(p.address.endswith("/32") for p in stage.pods)
+        assert len({p.mac for p in stage.pods}) == 2
+        assert stage.released and stage.cleaned
+        left = {stage.node_netns, stage.node_netns.removesuffix("-node") + "-vpc",
+                *(p.netns for p in stage.pods)}
+        assert not left & _namespaces()
+        links = set(links_in())
+        for plugged in stage.pods:
+            assert not set(eni_veth_names(plugged.container_id, plugged.interface)) & links
+    answering = report.answering()
+    assert answering["ECS"] == answering["BBC"] == "2/2"
+    assert answering["OVN"] == "2/2" or answering["OVN"].startswith("skipped: ")
+    assert _temp_dirs() <= temp_before
 
 
 def test_the_demo_command_prints_the_stage_and_its_json_and_traces_the_agent(
@@ -110,6 +140,9 @@ def test_the_demo_command_prints_the_stage_and_its_json_and_traces_the_agent(
     assert "on a node: node-plain" in printed.stdout
     assert "pod-a -> pod-b: 3/3 replies" in printed.stdout
     assert "namespaces removed" in printed.stdout
+    # a single-provider run has no ECS or BBC node stage, and says why
+    assert ("pods answering a ping: BBC skipped: only in the mixed cluster, ECS skipped: "
+            "only in the mixed cluster, OVN skipped: ") in " ".join(printed.stdout.split())
     assert _temp_dirs() <= temp_before
 
 

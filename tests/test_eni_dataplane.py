@@ -17,10 +17,14 @@ Needs root, network namespaces and kubectl; skipped with the reason otherwise.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,7 @@ from podnet.linux.netns import iproute, netns_path, run_in_netns
 from podnet.plugins.bbc.sim import BbcSimulator
 from podnet.plugins.ecs.dataplane import (
     GATEWAY,
+    GATEWAY6,
     ORPHAN_RULE,
     PROTO,
     RULE_PRIORITY,
@@ -62,6 +67,8 @@ TYPE_LABEL = "node.kubernetes.io/instance-type"
 CIDR = "10.70.0.0/24"
 BBC_CIDR = "10.71.0.0/24"
 TYPE = "ecs.sim.tiny"
+TYPE6 = "ecs.sim.tiny6"
+CIDR6 = "fd70:0:0:1::/64"
 #: the simulator never checks signatures
 CREDENTIALS = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "test", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "test",
                "BCE_ACCESS_KEY_ID": "test", "BCE_SECRET_ACCESS_KEY": "test"}
@@ -75,8 +82,12 @@ class Bed:
     """The underlay, the simulators (``clouds``: ``ecs``, ``bbc`` or both, one VPC) in its
     router namespace, the VPC, the cluster. ``sim`` is the first cloud's simulator."""
 
-    def __init__(self, tmp: Path, *clouds: str) -> None:
+    def __init__(self, tmp: Path, *clouds: str, dual: bool = False) -> None:
         self.clouds = clouds or ("ecs",)
+        #: dual-stack ECS: a vSwitch with an IPv6 CIDR, instances with IPv6 on their ENIs
+        self.dual = dual
+        #: pod name -> the IPv6 address its ADD gave it (dual stack)
+        self.ipv6: dict[str, str] = {}
         self.underlay = Underlay()
         self.host = Host(links=lambda c, i: veth_names(c, i))
         self.vpc: VpcBed | None = None
@@ -89,10 +100,10 @@ class Bed:
                     host=self.underlay.router_address)
                 run_in_netns(netns_path(self.underlay.router), sim.start)
                 if cloud == "ecs":
-                    sim.add_vswitch(VSWITCH, CIDR)
+                    sim.add_vswitch(VSWITCH, CIDR, ipv6_cidr=CIDR6 if dual else None)
                     sections[cloud] = {"endpoint": sim.endpoint, "protocol": "http",
                                        "vswitches": [VSWITCH], "security_groups": ["sg-1"],
-                                       "timeout": 5}
+                                       "timeout": 5, **({"ip_stack": "dual"} if dual else {})}
                 else:
                     sim.add_subnet(SUBNET, BBC_CIDR)
                     sections[cloud] = {"endpoint": sim.endpoint, "subnets": [SUBNET]}
@@ -115,12 +126,14 @@ class Bed:
             raise
         self.tmp = tmp
 
-    def node(self, name: str, instance: str, cloud: str | None = None) -> NodeNamespace:
+    def node(self, name: str, instance: str, cloud: str | None = None, *,
+             wait: bool = True) -> NodeNamespace:
         assert self.stack is not None and self.vpc is not None
         cloud = cloud or self.clouds[0]
         if cloud == "ecs":
-            self.sims[cloud].add_instance(instance, TYPE, VSWITCH)
-            labels, provider_id = {TYPE_LABEL: TYPE}, f"cn-hangzhou.{instance}"
+            kind = TYPE6 if self.dual else TYPE
+            self.sims[cloud].add_instance(instance, kind, VSWITCH)
+            labels, provider_id = {TYPE_LABEL: kind}, f"cn-hangzhou.{instance}"
         else:
             self.sims[cloud].add_instance(instance, SUBNET)
             labels, provider_id = {TYPE_LABEL: "BBC"}, f"cce://{instance}"
@@ -130,37 +143,95 @@ class Bed:
         self.stack.create([{
             "apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
             "spec": {"providerID": provider_id}}])
-        self.start_agent(n, cloud)
+        self.start_agent(n, cloud, wait=wait)
         return n
 
-    def start_agent(self, n: NodeNamespace, cloud: str | None = None) -> None:
+    def nodes(self, *names: str) -> dict[str, NodeNamespace]:
+        """ECS nodes ``names`` (instance ``i-<name without dashes>``), their agents
+        started together."""
+        out = {name: self.node(name, "i-" + name.replace("-", ""), wait=False)
+               for name in names}
+        self.wait_ready(*names)
+        return out
+
+    def wait_ready(self, *names: str) -> None:
+        assert self.stack is not None
+        for name in names:
+            wait_for(f"the agent of {name} ready",
+                     AgentClient(self.stack.socket_of(name)).ready)
+
+    def start_agent(self, n: NodeNamespace, cloud: str | None = None, *,
+                    wait: bool = True) -> None:
         assert self.stack is not None
         self.stack.agent(n.name, netns=n.netns, providers=[cloud or self.clouds[0]],
                          add_timeout=20,
                          args=["--config", str(self.tmp / "controller.yaml")])
-        wait_for(f"the agent of {n.name} ready", AgentClient(self.stack.socket_of(n.name)).ready)
+        if wait:
+            wait_for(f"the agent of {n.name} ready",
+                     AgentClient(self.stack.socket_of(n.name)).ready)
 
-    def add(self, name: str, n: NodeNamespace) -> tuple[str, str, str]:
+    def add(self, name: str, n: NodeNamespace, *, patient: bool = False
+            ) -> tuple[str, str, str]:
         """Pod ``name`` on ``n``, ADDed as a runtime does (again after a transient error,
         a bounded number of times: an ENI's device may appear a moment after the
-        record is Routed); its namespace, container id and address."""
+        record is Routed); its namespace, container id and address. ``patient``: again
+        after any error 11 and while the agent is not there (killed, restarting), for
+        up to a minute."""
         assert self.stack is not None
         ns, path = self.host.netns()
         cid = self.host.container()
         client = AgentClient(self.stack.socket_of(n.name))
-        for _ in range(50):
-            status, body = client.add(cid, path, name)
+        deadline = time.monotonic() + 60
+        for _ in range(50 if not patient else 1_000_000):
+            try:
+                status, body = client.add(cid, path, name)
+            except OSError as exc:  # the agent died under the request, or is not back yet
+                if not patient or time.monotonic() > deadline:
+                    raise
+                status, body = 0, {"msg": repr(exc)}
+                time.sleep(0.2)
+                continue
             if status == 200:
                 # the result says what the pod got: its address alone, the link-local
                 # gateway
                 address = body["ips"][0]["address"]
                 assert address.endswith("/32"), body
-                assert body["routes"] == [{"dst": "0.0.0.0/0", "gw": GATEWAY}], body
+                routes = [{"dst": "0.0.0.0/0", "gw": GATEWAY}]
+                if self.dual:
+                    address6 = body["ips"][1]["address"]
+                    assert address6.endswith("/128"), body
+                    self.ipv6[name] = address6.split("/")[0]
+                    routes.append({"dst": "::/0", "gw": GATEWAY6})
+                assert body["routes"] == routes, body
                 return ns, cid, address.split("/")[0]
+            if patient and body.get("code") == 11 and time.monotonic() < deadline:
+                time.sleep(0.2)
+                continue
             if "has no device" not in str(body.get("msg")):
                 break
             time.sleep(0.2)
         raise AssertionError(f"ADD of {name} on {n.name}: {status} {body}")
+
+    def podnet(self, *args: str) -> tuple[int, Any]:
+        """``podnet ARGS -o json`` as an operator runs it, against the apiserver (and the
+        clouds' simulators, for audit) from the router namespace; its exit status and
+        output."""
+        assert self.stack is not None
+        extra = (["--config", str(self.tmp / "controller.yaml"),
+                  *(a for c in self.clouds for a in ("--provider", c))]
+                 if args[0] == "audit" else [])
+        run = subprocess.run(
+            ["ip", "netns", "exec", self.underlay.router, sys.executable, "-m",
+             "podnet.app.cli", *args, "--kubeconfig", str(self.stack.kubeconfig), *extra,
+             "-o", "json"], capture_output=True, text=True, timeout=60, check=False)
+        assert run.returncode in (0, 1), run.stderr
+        return run.returncode, json.loads(run.stdout)
+
+    def dataplane(self, node: str) -> dict[str, Any] | None:
+        """What ``podnet status`` shows of ``node``'s ENI dataplane."""
+        _, report = self.podnet("status", "--node", node)
+        (agent,) = report["agents"]
+        return agent["eni_dataplane"]  # type: ignore[no-any-return]
 
     def eni_of(self, address: str) -> str:
         return next(e.id for e in attached_state(self.sim) if address in e.addresses)
@@ -192,6 +263,17 @@ def bed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bed]:
 
 
 @pytest.fixture
+def dual_bed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bed]:
+    for key, value in CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    b = Bed(tmp_path, dual=True)
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+@pytest.fixture
 def bbc_bed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bed]:
     for key, value in CREDENTIALS.items():
         monkeypatch.setenv(key, value)
@@ -213,11 +295,11 @@ def mixed_bed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bed]:
         b.close()
 
 
-def rules_in(netns: str) -> dict[str, list[int]]:
+def rules_in(netns: str, family: int = socket.AF_INET) -> dict[str, list[int]]:
     """Pod address -> the tables its podnet rules look up, in namespace ``netns``."""
     out: dict[str, list[int]] = {}
     with contextlib.closing(iproute(netns_path(netns))) as ipr:
-        for rule in ipr.get_rules(family=socket.AF_INET):
+        for rule in ipr.get_rules(family=family):
             if rule.get_attr("FRA_PRIORITY") == RULE_PRIORITY:
                 out.setdefault(rule.get_attr("FRA_SRC"), []).append(rule.get_attr("FRA_TABLE"))
     return out
@@ -228,10 +310,20 @@ def device_index(netns: str, name: str) -> int:
         return int(ipr.link_lookup(ifname=name)[0])
 
 
-def default_route(netns: str, table: int) -> list[tuple[Any, Any]]:
+def default_route(netns: str, table: int, family: int = socket.AF_INET
+                  ) -> list[tuple[Any, Any]]:
     with contextlib.closing(iproute(netns_path(netns))) as ipr:
         return [(r.get_attr("RTA_GATEWAY"), r.get_attr("RTA_OIF"))
-                for r in ipr.get_routes(family=socket.AF_INET, table=table)]
+                for r in ipr.get_routes(family=family, table=table)
+                if family == socket.AF_INET or r["dst_len"] == 0]
+
+
+def host_routes(netns: str, address: str) -> list[Any]:
+    """The main table's routes to ``address`` alone (a /32 or /128) in ``netns``."""
+    family, length = ((socket.AF_INET6, 128) if ":" in address else (socket.AF_INET, 32))
+    with contextlib.closing(iproute(netns_path(netns))) as ipr:
+        return [r for r in ipr.get_routes(family=family, table=254)
+                if r.get_attr("RTA_DST") == address and r["dst_len"] == length]
 
 
 def test_pods_on_different_enis_and_nodes_talk_through_the_vpc_which_routes_by_the_cloud(
@@ -297,10 +389,34 @@ def test_pods_on_different_enis_and_nodes_talk_through_the_vpc_which_routes_by_t
                  table=wrong, priority=RULE_PRIORITY, FRA_PROTOCOL=PROTO)
     status, body = client_a.check(cid_1, path_1, first)
     assert status != 200 and f"the rules from {ip_1} look up [{wrong}]" in body["msg"], body
+    # the agent's report says so (it looks again every few seconds), and podnet audit,
+    # which sees no netlink, names the address and both ENIs; status shows the devices
+    # by MAC and the rules each table has
+    macs = {e.id: e.mac for e in attached_state(bed.sim)}
+    wait_for("the moved rule in the agent's report", lambda: [
+        d["rules"] for d in bed.dataplane("ecs-a")["devices"]  # type: ignore[index]
+        if d["table"] == wrong] == [sum(1 for e in enis.values() if e == enis[second]) + 1],
+        timeout=20)
+    shown = bed.dataplane("ecs-a")
+    assert shown is not None and shown["error"] is None
+    by_mac = {d["mac"]: d for d in shown["devices"]}
+    for name in (first, second):
+        device = by_mac[macs[enis[name]]]
+        assert device["name"] == devices[enis[name]] and device["gateway"] == "10.70.0.1"
+    assert by_mac[macs[enis[first]]]["rules"] == sum(
+        1 for e in enis.values() if e == enis[first]) - 1
+    code, found = bed.podnet("audit")
+    assert code == 1, found
+    assert found["wrong_eni"] == [{
+        "pod_network": bed.stack.records()[first]["metadata"]["namespace"] + "/"
+        + bed.stack.records()[first]["metadata"]["name"], "node": "ecs-a", "ip": ip_1,
+        "eni": enis[first], "rule_eni": enis[second]}], found
     assert not ping(ns_1, ip_b, count=2), "a pod's packets left through the wrong ENI"
     assert client_a.add(cid_1, path_1, first)[0] == 200
     assert rules_in(node_a.netns)[ip_1] == rules[ip_1]
     assert ping(ns_1, ip_b), "ADD did not converge the rule"
+    wait_for("the audit clean of the moved rule",
+             lambda: bed.podnet("audit")[1]["wrong_eni"] == [], timeout=20)
 
     # b0 goes: its DEL removes its rule and route; its address is unassigned (no idle
     # addresses kept) and the VPC stops delivering it; its ENI, now empty, is disposed
@@ -409,3 +525,162 @@ def test_an_ecs_pod_reaches_a_bbc_pod_in_one_vpc(mixed_bed: Bed) -> None:
         talk = tcp_talk(ns_e, ip_b, 8080, "from ecs")
     assert talk.returncode == 0, talk.stderr
     assert talk.stdout.strip() == f"hello {ip_e} from ecs"
+
+
+def test_dual_stack_ecs_pods_ping_over_ipv6_through_the_eni_that_holds_the_address(
+        dual_bed: Bed) -> None:
+    """Dual stack: each pod's IPv6 address is a /128 on its veth, a rule from it to its
+    ENI's table, whose IPv6 default route goes to the vSwitch's IPv6 gateway; the VPC
+    routes each IPv6 address only to its ENI. A released IPv6 address is unreachable,
+    and unplug leaves no IPv6 route or rule."""
+    bed = dual_bed
+    assert bed.stack is not None and bed.vpc is not None
+    node_a, node_b = bed.node("dual-a", "i-duala"), bed.node("dual-b", "i-dualb")
+    # b's name is long enough that its host end's mark has no room for its IPv6 address
+    # (the kernel keeps 255 bytes of an alias): its rule is found by the host end it names
+    b = "b0-" + "x" * 100
+    bed.stack.create([pod("a0", "dual-a"), pod(b, "dual-b")])
+    (ns_a, _, ip_a), (ns_b, cid_b, ip_b) = bed.add("a0", node_a), bed.add(b, node_b)
+    v6_a, v6_b = bed.ipv6["a0"], bed.ipv6[b]
+    assert bed.vpc.routes()[v6_a] == bed.eni_of(ip_a), "the cloud has a0's pair on two ENIs"
+    device = device_index(node_a.netns, bed.vpc.devices("dual-a")[bed.eni_of(ip_a)])
+    assert rules_in(node_a.netns, socket.AF_INET6) == {v6_a: [table_of(device)]}
+    assert default_route(node_a.netns, table_of(device), socket.AF_INET6) == [
+        ("fd70:0:0:1::1", device)]
+    assert ping(ns_a, v6_b), "a0 cannot ping b0 over IPv6"
+    assert ping(ns_b, v6_a), "b0 cannot ping a0 over IPv6"
+    assert ping(ns_a, ip_b), "the IPv4 half does not work beside it"
+
+    assert rules_in(node_b.netns, socket.AF_INET6) != {} and host_routes(node_b.netns, v6_b)
+    with contextlib.closing(iproute(netns_path(node_b.netns))) as ipr:
+        (link,) = ipr.get_links(ipr.link_lookup(ifname=veth_names(cid_b, "eth0")[0])[0])
+        mark = str(link.get_attr("IFLA_IFALIAS"))
+    assert f'"a":"{ip_b}"' in mark and '"a6"' not in mark, mark
+    status, body = AgentClient(bed.stack.socket_of("dual-b")).delete(cid_b, None, b)
+    assert status == 200, body
+    assert rules_in(node_b.netns, socket.AF_INET6) == {}
+    assert host_routes(node_b.netns, v6_b) == []
+    bed.stack.kubectl("delete", "pod", b, "--wait=false")
+    wait_for("b0's IPv6 address unassigned", lambda: v6_b not in bed.sim.addresses())
+    bed.vpc.sync()
+    assert v6_b not in bed.vpc.routes()
+    assert not ping(ns_a, v6_b, count=2), "a released IPv6 address answered"
+    assert bed.vpc.errors == []
+
+
+def host_ends(netns: str) -> list[str]:
+    with contextlib.closing(iproute(netns_path(netns))) as ipr:
+        return [str(link.get_attr("IFLA_IFNAME")) for link in ipr.get_links()
+                if str(link.get_attr("IFLA_IFNAME")).startswith("pne")]
+
+
+def leftovers(netns: str) -> dict[str, list[Any]]:
+    """What of podnet's ENI dataplane is in namespace ``netns``: rules, host routes,
+    tables' default routes, host ends (both families)."""
+    with contextlib.closing(iproute(netns_path(netns))) as ipr:
+        found: dict[str, list[Any]] = {"rules": [], "host routes": [], "tables": [],
+                                       "host ends": []}
+        for family in (socket.AF_INET, socket.AF_INET6):
+            found["rules"] += [r.get_attr("FRA_SRC") for r in ipr.get_rules(family=family)
+                               if r.get_attr("FRA_PRIORITY") == RULE_PRIORITY]
+            for route in ipr.get_routes(family=family, proto=PROTO):
+                table = route.get_attr("RTA_TABLE")
+                key = "host routes" if table == 254 else "tables"
+                found[key].append((table, route.get_attr("RTA_DST")))
+    found["host ends"] = host_ends(netns)
+    return found
+
+
+def converged(bed: Bed, nodes: dict[str, NodeNamespace],
+              pods: dict[str, tuple[str, str, str]], where: dict[str, str]) -> None:
+    """Each pod's one rule looks up its ENI's table (the cloud's ENI), one host end per
+    pod, and every pod answers a ping from a pod on another node."""
+    assert bed.vpc is not None
+    for name, n in nodes.items():
+        rules = rules_in(n.netns)
+        mine = {p for p, node in where.items() if node == name}
+        assert set(rules) == {pods[p][2] for p in mine}, (name, rules)
+        devices = bed.vpc.devices(name)
+        for p in mine:
+            index = device_index(n.netns, devices[bed.eni_of(pods[p][2])])
+            assert rules[pods[p][2]] == [table_of(index)], (p, rules)
+        assert sorted(host_ends(n.netns)) == sorted(
+            veth_names(pods[p][1], "eth0")[0] for p in mine)
+    for name, (_, _, ip) in pods.items():
+        other = next(p for p in pods if where[p] != where[name])
+        assert ping(pods[other][0], ip), f"{name} ({ip}) does not answer a ping"
+
+
+def delete_all(bed: Bed, nodes: dict[str, NodeNamespace],
+               pods: dict[str, tuple[str, str, str]], where: dict[str, str]) -> None:
+    """DEL every pod, delete the pods; once the cloud disposed of their ENIs nothing of
+    the dataplane is left on the nodes."""
+    assert bed.stack is not None
+    for name, (_, cid, _) in pods.items():
+        status, body = AgentClient(bed.stack.socket_of(where[name])).delete(cid, None, name)
+        assert status == 200, (name, body)
+    bed.stack.kubectl("delete", "pod", *pods, "--wait=false")
+    wait_for("every secondary ENI disposed", lambda: not any(
+        e.id for e in attached_state(bed.sim) if e.addresses[1:]) and not bed.sim.addresses())
+    for name, n in nodes.items():
+        wait_for(f"nothing left on {name}", lambda n=n: leftovers(n.netns) == {
+            "rules": [], "host routes": [], "tables": [], "host ends": []}, timeout=20)
+
+
+def test_kill_9_of_ecs_agents_during_a_burst_of_adds_converges_and_leaves_nothing(
+        bed: Bed) -> None:
+    """Two ECS nodes, eight pods ADDed at once (two ENIs attached on each meanwhile);
+    both agents are killed with SIGKILL part-way and started again: every ADD, retried as a runtime
+    does, succeeds, each pod's rule looks up its own ENI's table, every pod answers a
+    ping, and once the pods are gone nothing is left."""
+    assert bed.stack is not None
+    nodes = bed.nodes("kill-a", "kill-b")
+    where = {f"{n[-1]}{i}": n for n in nodes for i in range(4)}
+    bed.stack.create([pod(p, n) for p, n in where.items()])
+    with ThreadPoolExecutor(max_workers=len(where)) as pool:
+        futures = {p: pool.submit(bed.add, p, nodes[n], patient=True) for p, n in where.items()}
+        # at the first host end: most ADDs are still on their way (waiting for their
+        # record, an ENI's attach, or plugging)
+        _wait_for("the first host end", lambda: any(
+            host_ends(n.netns) for n in nodes.values()), 30, interval=0.02)
+        plugged_before = sum(len(host_ends(n.netns)) for n in nodes.values())
+        killed = time.monotonic()
+        for name in nodes:
+            bed.stack.kill(Stack.agent_name(name))
+        for n in nodes.values():
+            bed.start_agent(n, wait=False)
+        bed.wait_ready(*nodes)
+        pods = {p: f.result() for p, f in futures.items()}
+    print(f"converged {time.monotonic() - killed:.1f} s after the kill "
+          f"({plugged_before} of {len(where)} host ends made before it)")
+    assert plugged_before < len(where), "the kill did not hit the burst"
+    converged(bed, nodes, pods, where)
+    delete_all(bed, nodes, pods, where)
+
+
+def test_cloud_throttling_and_5xx_while_pods_are_plugged_converge_and_leave_nothing(
+        bed: Bed) -> None:
+    """The simulator throttles a share of the calls and answers 5xx to others (the
+    controller's allocations and the agents' ENI look-ups both meet them) while pods on
+    two nodes are ADDed: every ADD ends well, every pod answers a ping, and once the pods
+    are gone nothing is left."""
+    assert bed.stack is not None
+    nodes = bed.nodes("fault-a", "fault-b")
+    where = {f"{n[-1]}{i}": n for n in nodes for i in range(3)}
+    with bed.sim.lock:
+        bed.sim.throttle_rate = 0.1
+        bed.sim.fault_rate = 0.1
+    bed.sim.fail_next("CreateNetworkInterface", "ServiceUnavailable", 2)
+    bed.sim.fail_next("DescribeNetworkInterfaces", "InternalError", 2)
+    before = sum(bed.sim.calls.values())
+    bed.stack.create([pod(p, n) for p, n in where.items()])
+    with ThreadPoolExecutor(max_workers=len(where)) as pool:
+        futures = {p: pool.submit(bed.add, p, nodes[n], patient=True) for p, n in where.items()}
+        pods = {p: f.result() for p, f in futures.items()}
+    with bed.sim.lock:
+        scripted_left = {api: codes for api, codes in bed.sim.scripted.items() if codes}
+    print(f"{sum(bed.sim.calls.values()) - before} cloud calls while plugging")
+    assert scripted_left == {}, f"faults never met: {scripted_left}"
+    bed.sim.clear_faults()
+    converged(bed, nodes, pods, where)
+    delete_all(bed, nodes, pods, where)

@@ -223,7 +223,7 @@ def test_audit_is_clean_then_finds_a_leak_a_lost_and_a_misplaced_address(
     code, clean = site.audit(capsys)
     assert code == 0, clean
     assert clean == {"unowned": [], "lost": [], "misplaced": [], "duplicates": [], "gone": [],
-                     "errors": [], "skipped": []}
+                     "wrong_eni": [], "errors": [], "skipped": []}
 
     nodes = sorted((n["metadata"]["name"], n["spec"]["podCIDR"]) for n in site.records(NODE))
     (node_a, cidr_a), (node_b, _) = nodes
@@ -405,9 +405,35 @@ def test_status_shows_each_node_agent_and_the_releases_waiting_for_it(
     _, report = site.podnet(capsys, "status")
     assert report["agents"] == [{"node": node, "plugged": len(keys) - 1,
                                  "waiting_for_unplug": [keys[0]],
-                                 "reported": "2026-12-01T10:00:00Z"}]
+                                 "reported": "2026-12-01T10:00:00Z",
+                                 "eni_dataplane": None}]
     _, other = site.podnet(capsys, "status", "--agent-namespace", "elsewhere")
     assert other["agents"] == []
     assert main(["status", "--kubeconfig", str(site.kubeconfig)]) == 0
     table = capsys.readouterr().out
     assert "node agents" in table and keys[0] in table
+
+
+def test_a_malformed_eni_summary_in_an_agents_lease_is_shown_as_such(
+        site: Site, capsys: pytest.CaptureFixture[str]) -> None:
+    """What an agent reports of its ENI dataplane is read, never trusted: a summary that
+    does not parse is shown with the annotation and what is wrong, and audit finds no
+    wrong ENI from it."""
+    from podnet.app.node.report import ANNOTATION_ENI
+    from podnet.core.cluster.port import LEASE, NAMESPACE
+    from podnet.core.models import AgentReport
+    from podnet.core.objects import agent_report_lease
+
+    node = site.records(POD_NETWORK)[0]["spec"]["nodeName"]
+    site.store.create(NAMESPACE, {"metadata": {"name": "kube-system"}})
+    lease = agent_report_lease(AgentReport(node=node, holder="agent"), "kube-system",
+                               "2026-12-01T10:00:00.000000Z")
+    lease["metadata"]["annotations"][ANNOTATION_ENI] = json.dumps(
+        {"devices": [{"mac": "02:00:00:00:00:01", "name": "eni1"}], "rules": {}})
+    site.store.create(LEASE, lease)
+    _, report = site.podnet(capsys, "status")
+    (agent,) = report["agents"]
+    error = agent["eni_dataplane"]["error"]
+    assert error.startswith(f"{ANNOTATION_ENI}: devices[0]:") and "table" in error, error
+    _, found = site.audit(capsys)
+    assert found["wrong_eni"] == [], found

@@ -35,7 +35,7 @@ from podnet.app.node.protocol import (
     record_addresses,
     without_default_routes,
 )
-from podnet.app.node.report import DEFAULT_BATCH, NodeReporter
+from podnet.app.node.report import ANNOTATION_ENI, DEFAULT_BATCH, NodeReporter
 from podnet.core.annotations import NETWORKS, annotation_field, parse_attachments
 from podnet.core.clock import SystemClock
 from podnet.core.cluster.informer import Informer
@@ -57,6 +57,7 @@ from podnet.core.tracing import (
     Tracing,
 )
 from podnet.hookspecs.types import PlugContext, PlugResult, UnplugContext
+from podnet.linux.eni import EniDataplane, host_summary
 
 log = logging.getLogger("podnet.node")
 
@@ -111,7 +112,13 @@ class NodeAgent:
         self._report_lock = threading.Lock()
         #: addresses handed to other CNI plugins (podnet-ipam), until their DEL
         self.grants = IpamGrants(os.path.join(state_dir, "ipam") if state_dir else None)
-        self.reporter = NodeReporter(cluster, node, namespace, self.report, batch=report_batch)
+        #: a provider of this agent plugs with the ENI dataplane: the report says what of
+        #: it is in place
+        self.eni = any(isinstance(getattr(plugin, "dataplane", None), EniDataplane)
+                       for plugin in providers.plugins.values())
+        self._eni_summary: dict[str, str] = {}
+        self.reporter = NodeReporter(cluster, node, namespace, self.report, batch=report_batch,
+                                     annotations=self.dataplane_annotations)
         self._reporter_thread: threading.Thread | None = None
 
     # --- life --------------------------------------------------------------------------
@@ -167,6 +174,16 @@ class NodeAgent:
                              if pn.status.phase is Phase.RELEASING and pn.key not in plugged}
         return AgentReport(node=self.node, holder=f"podnet-node/{self.node}",
                            plugged=frozenset(plugged), unplugged=frozenset(unplugged))
+
+    def dataplane_annotations(self) -> dict[str, str]:
+        """The report's summary of the ENI dataplane on this host (none without one)."""
+        if not self.eni:
+            return {}
+        try:
+            self._eni_summary = {ANNOTATION_ENI: host_summary().to_json()}
+        except OSError as exc:  # netlink unreadable now: the last summary stands
+            log.warning("node %s: the ENI dataplane could not be read: %s", self.node, exc)
+        return self._eni_summary
 
     @contextlib.contextmanager
     def _plugging_of(self, records: list[PodNetwork]) -> Iterator[None]:

@@ -6,12 +6,20 @@ Lease ``podnet-node-<node>`` in podnet's namespace (the wire format is
 ``podnet.core.objects.agent_report_lease``), rewritten only when what it says changes and
 at most once per ``batch`` seconds: a burst of pods leaving one node costs a few writes,
 not one per pod.
+
+Beside what the handshake needs, a node whose providers use the ENI dataplane says what
+its netlink has of it (:data:`ANNOTATION_ENI`: the ENI devices found, by MAC, and the
+table each pod address's rule looks up; bounded, see ``podnet.linux.eni.EniSummary``), so
+``podnet status`` and ``podnet audit``, which cannot see a node's netlink, can. Nothing
+pokes the reporter when a rule changes by hand: it computes again every ``refresh``
+seconds, and writes only when something changed.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -24,22 +32,32 @@ log = logging.getLogger("podnet.node")
 
 #: seconds a change waits for the next ones before the report is written
 DEFAULT_BATCH = 0.2
+#: seconds after which the report is computed again though nothing poked it
+DEFAULT_REFRESH = 5.0
+#: the Lease annotation with the node's ENI dataplane summary (JSON)
+ANNOTATION_ENI = "podnet.io/eni-dataplane"
 
 
 class NodeReporter:
     """Writes what ``compute`` says to the node's Lease whenever it changes."""
 
     def __init__(self, cluster: Cluster, node: str, namespace: str,
-                 compute: Callable[[], AgentReport], *, batch: float = DEFAULT_BATCH) -> None:
+                 compute: Callable[[], AgentReport], *, batch: float = DEFAULT_BATCH,
+                 annotations: Callable[[], dict[str, str]] | None = None,
+                 refresh: float = DEFAULT_REFRESH) -> None:
         self.cluster = cluster
         self.node = node
         self.namespace = namespace
         self.compute = compute
+        #: more annotations of the Lease (what the dataplane has in place)
+        self.annotations = annotations or dict
         self.batch = batch
+        self.refresh = refresh
         #: API writes made, by verb: what the handshake costs
         self.writes: Counter[str] = Counter()
         self._dirty = threading.Event()
         self._written: AgentReport | None = None
+        self._written_annotations: dict[str, str] | None = None
         self._clock = SystemClock()
 
     @property
@@ -53,9 +71,13 @@ class NodeReporter:
 
     def run(self, stop: threading.Event) -> None:
         self._dirty.set()  # the first report, at start
+        looked = time.monotonic()
         while not stop.is_set():
-            if not self._dirty.wait(timeout=1.0):
+            # poked, or time to look again (the stop seen within a second either way)
+            if (not self._dirty.wait(timeout=1.0)
+                    and time.monotonic() - looked < self.refresh):
                 continue
+            looked = time.monotonic()
             stop.wait(self.batch)  # let the rest of a burst arrive
             self._dirty.clear()
             try:
@@ -68,9 +90,11 @@ class NodeReporter:
     def flush(self) -> bool:
         """Write the report if it differs from the last one written; whether it wrote."""
         report = self.compute()
-        if report == self._written:
+        more = self.annotations()
+        if report == self._written and more == self._written_annotations:
             return False
         lease = agent_report_lease(report, self.namespace, format_micro_time(self._clock.now()))
+        lease["metadata"]["annotations"].update(more)
         name = agent_lease_name(self.node)
         try:
             current = self.cluster.get(LEASE, name, self.namespace)
@@ -88,4 +112,5 @@ class NodeReporter:
                 return False
             self.writes["update"] += 1
         self._written = report
+        self._written_annotations = more
         return True

@@ -73,7 +73,7 @@ def build(settings: DemoSettings, *, ip_cap: int = 40) -> DemoCloud:
     def calls() -> Counter[str]:
         return Counter(sim.calls)
 
-    return DemoCloud(plugin, sim.addresses, calls, setup_node)
+    return DemoCloud(plugin, sim.addresses, calls, setup_node, attached=sim.attached)
 
 
 def min_calls(pods_per_node: Sequence[int]) -> dict[str, tuple[int, bool]]:

@@ -231,7 +231,7 @@ class BbcSimulator:
             return ip
 
     def attached(self) -> list[dict[str, Any]]:
-        """Ground truth for a simulated VPC (``podnet.testing.vpcbed``): each instance's
+        """Ground truth for a simulated VPC (``podnet.sim.vpc``): each instance's
         one ENI with its MAC, its subnet's gateway and its addresses (the primary
         first)."""
         with self.lock:

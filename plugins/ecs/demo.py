@@ -137,7 +137,8 @@ def build(settings: DemoSettings, *, instance_type: str = DEMO_INSTANCE_TYPE) ->
         labels["node.kubernetes.io/instance-type"] = instance_type
         return node
 
-    return DemoCloud(world.plugin, world.addresses, calls, setup_node)
+    return DemoCloud(world.plugin, world.addresses, calls, setup_node,
+                     attached=world.sim.attached)
 
 
 def min_calls(pods_per_node: Sequence[int]) -> dict[str, tuple[int, bool]]:

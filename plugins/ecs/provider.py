@@ -94,7 +94,12 @@ from podnet.hookspecs.types import (
     VerifyResult,
 )
 from podnet.linux.hooks import DataplaneHooks
-from podnet.plugins.ecs.dataplane import POD_ROUTES, ecs_dataplane
+from podnet.plugins.ecs.dataplane import (
+    POD_ROUTES,
+    POD_ROUTES_DUAL,
+    ecs_dataplane,
+    ipv6_gateway,
+)
 
 NAME = "ecs"
 __version__ = "0.1.0"
@@ -910,7 +915,10 @@ class EcsProvider(DataplaneHooks):
         # link-local gateway; ``gateway`` stays the vSwitch's, the ENI's table's next hop
         return Allocation(ip=entry.address, ipv6=entry.ipv6, mac=pn.spec.requests.mac_address,
                           subnet=entry.subnet, gateway=gateway, interface=entry.interface,
-                          cidr=cidr_text, prefix_length=32, routes=POD_ROUTES)
+                          cidr=cidr_text, prefix_length=32,
+                          ipv6_prefix_length=128 if entry.ipv6 else None,
+                          ipv6_gateway=ipv6_gateway(entry.ipv6) if entry.ipv6 else None,
+                          routes=POD_ROUTES_DUAL if entry.ipv6 else POD_ROUTES)
 
     def _add_static(self, context: AllocateContext, request: ResolvedRequest) -> PoolEntry:
         """Assign the requested address core found outside the pool to an ENI of the node

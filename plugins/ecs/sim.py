@@ -424,15 +424,23 @@ class EcsSimulator:
                     self.vswitches[eni.vswitch].used.discard(ip)
 
     def attached(self) -> list[dict[str, Any]]:
-        """Ground truth for a simulated VPC (``podnet.testing.vpcbed``): every InUse ENI
+        """Ground truth for a simulated VPC (``podnet.sim.vpc``): every InUse ENI
         with its instance, MAC, vSwitch gateway and private IPv4 addresses (its primary
-        first)."""
+        first), and its IPv6 addresses with the vSwitch's IPv6 gateway (its CIDR's first
+        host; None without IPv6)."""
         with self.lock:
             self._settle_all()
-            return [{"id": e.id, "instance": e.instance_id, "mac": e.mac,
-                     "gateway": str(next(self.vswitches[e.vswitch].cidr.hosts())),
-                     "addresses": [e.primary_ip, *e.secondary]}
-                    for e in self.enis.values() if e.status == "InUse" and e.instance_id]
+            out = []
+            for e in self.enis.values():
+                if e.status != "InUse" or not e.instance_id:
+                    continue
+                vsw = self.vswitches[e.vswitch]
+                out.append({"id": e.id, "instance": e.instance_id, "mac": e.mac,
+                            "gateway": str(next(vsw.cidr.hosts())),
+                            "addresses": [e.primary_ip, *e.secondary], "ipv6": list(e.ipv6),
+                            "gateway6": str(vsw.ipv6_cidr.network_address + 1)
+                            if vsw.ipv6_cidr is not None else None})
+            return out
 
     def move_address(self, address: str, eni_id: str) -> None:
         """Ground truth: the cloud puts secondary ``address`` on ENI ``eni_id`` (same

@@ -19,8 +19,10 @@ stage answered a ping, or why a stage was skipped.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import os
 import threading
 import time
 from collections import Counter
@@ -333,6 +335,11 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
         pm.register(m.cloud.plugin, name=m.name)
     releases = _Releases()
     pm.register(releases, name="demo-releases")
+    if opts.trace_file:
+        # one run, one trace file: the exporter appends (a controller's restarts go on
+        # in its file), a demo's earlier run would mix in
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(opts.trace_file)
     tracer_provider = tracer_provider_from_env(trace_file=opts.trace_file,
                                                otlp_endpoint=opts.otlp_endpoint)
     tracing = Tracing(tracer_provider)

@@ -59,7 +59,7 @@ from podnet.core.reconcile.nodepool import NodePoolReconciler
 from podnet.core.reconcile.podnetwork import PodNetworkReconciler
 from podnet.core.reconcile.result import Result
 from podnet.core.records import RecordWriter
-from podnet.core.tracing import Tracing
+from podnet.core.tracing import Tracing, is_stale_read
 from podnet.core.transition import Transitions
 from podnet.core.unplug import UnplugGate
 from podnet.core.workqueue import WorkQueue
@@ -116,6 +116,8 @@ class Stats:
     failed_transitions: Counter[str] = attrs.field(factory=Counter)
     #: attempts that found no address to take (PoolEmpty): waits, not failures
     waited_transitions: Counter[str] = attrs.field(factory=Counter)
+    #: attempts whose write met a newer version (409): retried from a fresh read
+    conflicted_transitions: Counter[str] = attrs.field(factory=Counter)
     provider_calls: Counter[str] = attrs.field(factory=Counter)
     reconciles: Counter[str] = attrs.field(factory=Counter)
     reconcile_errors: Counter[str] = attrs.field(factory=Counter)
@@ -177,6 +179,7 @@ class Engine:
         self.transitions = Transitions(
             self.tracing, succeeded=self.stats.transitions,
             failed=self.stats.failed_transitions, waited=self.stats.waited_transitions,
+            conflicted=self.stats.conflicted_transitions,
             notify=self.gateway.notify_transition)
 
         self.podnetworks = PodNetworkReconciler(
@@ -439,8 +442,12 @@ class Engine:
             log.info("%s %s: %s (not retried)", kind, name, exc)
             self.queue.forget(key)
         except (PodnetError, ApiError, RecordError) as exc:
-            self.stats.reconcile_errors[kind] += 1
-            log.debug("%s %s failed: %s", kind, name, exc)
+            if is_stale_read(exc):
+                outcome = "conflict"  # read again and retried: not an error
+                log.debug("%s %s: %s; retried from a fresh read", kind, name, exc)
+            else:
+                self.stats.reconcile_errors[kind] += 1
+                log.debug("%s %s failed: %s", kind, name, exc)
             self.queue.add_rate_limited(key)
         except Exception:
             self.stats.reconcile_errors[kind] += 1

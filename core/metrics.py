@@ -50,6 +50,8 @@ class _Counts(Protocol):
     @property
     def waited_transitions(self) -> Mapping[str, int]: ...
     @property
+    def conflicted_transitions(self) -> Mapping[str, int]: ...
+    @property
     def writes(self) -> Mapping[str, int]: ...
 
 
@@ -198,6 +200,9 @@ class _EngineCollector(Collector):
         # found no address to take: waits, not errors (an alert on "error" stays quiet)
         for name, count in e.stats.waited_transitions.items():
             transitions.add_metric([name, "waiting"], count)
+        # a write that met a newer version, retried from a fresh read: not an error either
+        for name, count in e.stats.conflicted_transitions.items():
+            transitions.add_metric([name, "conflict"], count)
         yield transitions
         waiters = GaugeMetricFamily("podnet_pod_networks_waiting",
                                     "Pod networks waiting for an address of their node's "

@@ -112,6 +112,11 @@ ATTR_WAITING: Final = "podnet.waiting"
 #: the span event of such an attempt, and its attribute saying why
 EVENT_WAITING: Final = "waiting"
 ATTR_WAITING_REASON: Final = "podnet.waiting.reason"
+#: an attempt that ends to be retried at once, not failed: ``conflict`` (a write with a
+#: stale ``resourceVersion``; the writer reads again). Its span event says why
+ATTR_RETRY: Final = "podnet.retry"
+RETRY_CONFLICT: Final = "conflict"
+EVENT_RETRY: Final = "retry"
 ATTR_RPC_SYSTEM: Final = "rpc.system"
 ATTR_RPC_METHOD: Final = "rpc.method"
 
@@ -124,6 +129,12 @@ def _error_type(exc: BaseException) -> str:
         return type(exc).__qualname__
     # ErrorKind is a StrEnum; a plain Enum's str() would be "Cls.MEMBER", so take the value
     return str(kind.value) if isinstance(kind, enum.Enum) else str(kind)
+
+
+def is_stale_read(exc: BaseException) -> bool:
+    """A write refused for a stale ``resourceVersion`` (a 409 Conflict): the writer reads
+    again and retries; a span it ends is not ERROR."""
+    return getattr(exc, "stale_read", False) is True
 
 
 def _is_wait(exc: BaseException) -> bool:
@@ -284,6 +295,9 @@ class _SpanScope(AbstractContextManager[Span]):
             if _is_wait(exc):
                 if span.is_recording():
                     span.set_attribute(ATTR_WAITING, "address")
+            elif is_stale_read(exc):
+                if span.is_recording():
+                    span.set_attribute(ATTR_RETRY, RETRY_CONFLICT)
             else:
                 _mark_failed(span, exc, event=False)
         span.end()
@@ -398,7 +412,13 @@ class TransitionSpan(AbstractContextManager["TransitionSpan"]):
             context_api.detach(self._token)
         span = self._span
         if isinstance(exc, Exception) and not self._waiting:
-            _mark_failed(span, exc, event=True)
+            if is_stale_read(exc):
+                if span.is_recording():
+                    span.set_attribute(ATTR_RETRY, RETRY_CONFLICT)
+                    span.add_event(EVENT_RETRY, {ATTR_RETRY: RETRY_CONFLICT,
+                                                 ATTR_WAITING_REASON: redact(str(exc))})
+            else:
+                _mark_failed(span, exc, event=True)
         span.end()
         return None
 

@@ -23,9 +23,10 @@ from typing import Any, TypeVar, overload
 
 import attrs
 
+from podnet.core.cluster.port import ApiError
 from podnet.core.errors import PoolEmpty
 from podnet.core.machines import StateMachine
-from podnet.core.tracing import Tracing, TransitionSpan
+from podnet.core.tracing import Tracing, TransitionSpan, is_stale_read
 from podnet.hookspecs.types import TransitionEvent
 
 T = TypeVar("T")
@@ -55,11 +56,13 @@ class Transitions:
 
     def __init__(self, tracing: Tracing, *, succeeded: Counter[str], failed: Counter[str],
                  notify: Callable[[TransitionEvent], None],
-                 waited: Counter[str] | None = None) -> None:
+                 waited: Counter[str] | None = None,
+                 conflicted: Counter[str] | None = None) -> None:
         self._tracing = tracing
         self._succeeded = succeeded
         self._failed = failed
         self._waited: Counter[str] = waited if waited is not None else Counter()
+        self._conflicted: Counter[str] = conflicted if conflicted is not None else Counter()
         self._notify = notify
 
     @overload
@@ -98,6 +101,12 @@ class Transitions:
                 except PoolEmpty as exc:
                     span.waiting("address", str(exc))
                     self._waited[name] += 1
+                    self._notify(_event(machine, trigger, subject, None, exc))
+                    raise
+                except ApiError as exc:
+                    # a stale read is retried from a fresh one, not failed
+                    counter = self._conflicted if is_stale_read(exc) else self._failed
+                    counter[name] += 1
                     self._notify(_event(machine, trigger, subject, None, exc))
                     raise
                 except BaseException as exc:

@@ -67,10 +67,15 @@ def test_demo_without_json_prints_a_summary_table_per_provider(tmp_path: Path) -
 def test_the_default_demo_is_the_mixed_cluster_and_writes_its_trace(tmp_path: Path) -> None:
     """No flags but a smaller size: BBC and ECS nodes, every third pod on the OVN overlay
     (when ovsdb-server is installed), churn by default, the trace file in the folder."""
+    trace = tmp_path / "podnet-demo-trace.jsonl"
+    trace.write_text('{"an earlier run": true}\n')  # each run writes its own trace
     run = podnet("demo", "--nodes", "4", "--pods", "30", "--json", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     report = json.loads(run.stdout)
     assert report["provider"] == "mixed" and report["settled"]
+    # a clean run: pods that wait for their node's pool, writes that meet a newer
+    # version, all of that is no failure and no ERROR span
+    assert report["failed_transitions"] == {}
     assert report["routed"] == 30 and report["leaked_ips"] == 0
     assert report["duplicate_ips"] == 0
     providers = report["providers"]
@@ -91,8 +96,9 @@ def test_the_default_demo_is_the_mixed_cluster_and_writes_its_trace(tmp_path: Pa
         assert providers["ovn"]["routed"] == 10
         assert providers["ovn"]["released"] == 2 + staged
         assert providers["ovn"]["leaked_ips"] == 0 and report["ovn_transactions"] > 0
-    trace = tmp_path / "podnet-demo-trace.jsonl"
+    assert "an earlier run" not in trace.read_text()
     spans = read_trace_file(trace)
+    assert [(s["name"], s["status"]["message"]) for s in spans if s["statusCode"] == 2] == []
     providers_traced = {s["attributes"].get("podnet.provider") for s in spans}
     assert {"bbc", "ecs"} <= providers_traced
 

@@ -241,3 +241,32 @@ def test_metrics_show_waits_as_waiting_and_count_the_waiters() -> None:
     rig.settle(advance=WAIT_SAID_AFTER * 2)
     text = metrics.render().decode()
     assert 'podnet_pod_networks_waiting{provider="reference"} 0.0' in text
+
+
+def test_a_write_that_meets_a_newer_version_is_retried_not_failed() -> None:
+    """A 409 Conflict on a transition's write (another writer moved the record on) is
+    optimistic concurrency at work: the attempt is retried from a fresh read. Its span
+    and its reconcile's are not ERROR, it counts as ``conflict``, not as a failure."""
+    from podnet.core.cluster.port import Conflict
+    from podnet.core.tracing import ATTR_RETRY, EVENT_RETRY, RETRY_CONFLICT
+
+    rig = Rig(PoolPolicy(min_idle=2, max_idle=8, batch_size=4, max_batch_size=8,
+                         reuse_cooldown=0.0))
+    node = rig.node(0)
+    rig.settle(advance=1)
+    rig.cluster.faults.fail_next("update_status", POD_NETWORK,
+                                 Conflict("the object has been modified"), times=1)
+    rig.pod("web", node)
+    rig.settle(advance=5)
+    assert rig.record("web")["status"]["phase"] == "Routed"
+
+    stats = rig.engine.stats
+    assert sum(stats.conflicted_transitions.values()) == 1
+    assert not stats.failed_transitions
+    assert not stats.reconcile_errors
+    spans = rig.exporter.get_finished_spans()
+    assert [s.name for s in spans if s.status.status_code is StatusCode.ERROR] == []
+    retried = [s for s in spans if s.attributes and s.attributes.get(ATTR_RETRY)]
+    assert {s.attributes[ATTR_RETRY] for s in retried if s.attributes} == {RETRY_CONFLICT}
+    assert any(e.name == EVENT_RETRY for s in retried for e in s.events)
+    assert rig.warnings() == []

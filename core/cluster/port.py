@@ -67,10 +67,15 @@ class Conflict(ApiError):
 
     code = 409
     reason = "Conflict"
+    #: the writer read an old version: it reads again and retries. Optimistic
+    #: concurrency at work, not a failure (no ERROR span, no failure count)
+    stale_read = True
 
 
 class AlreadyExists(Conflict):
     """409: create of a name that exists."""
+
+    stale_read = False
 
     reason = "AlreadyExists"
 

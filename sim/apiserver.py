@@ -19,6 +19,12 @@ Where it departs from a real server, on purpose:
 * no authentication, no admission, no namespace lifecycle, ``dryRun`` is refused,
   ``limit``/``continue`` are ignored (a list is always whole).
 
+No kubelet runs: a pod deleted without ``gracePeriodSeconds: 0`` stays Terminating, as on a
+real server whose kubelet is away, unless the kubelet stand-in is asked for:
+``--kubelet-finish-after SECONDS`` confirms each terminating pod (deletes it with grace 0)
+that long after it was marked (0: at once), and ``POST /_podnet/kubelet`` (a JSON body with
+optional ``namespace`` and ``name``) confirms the terminating pods now.
+
 Fault injection for chaos tests (emulator only): ``POST /_podnet/faults`` with a JSON
 object, any of::
 
@@ -423,11 +429,14 @@ class ApiServer:
         bookmark_interval: float = 1.0,
         crd_dir: Path | None = None,
         audit_log: Path | None = None,
+        kubelet_finish_after: float | None = None,
     ) -> None:
         if cluster is None:
             cluster = InMemoryCluster()
             cluster.create(NAMESPACE, {"metadata": {"name": "default"}})
         self.cluster = cluster
+        if kubelet_finish_after is not None:
+            cluster.kubelet_finish_after = kubelet_finish_after
         self.host = host
         self.bookmark_interval = bookmark_interval
         self.crds = load_crds(crd_dir)
@@ -436,6 +445,7 @@ class ApiServer:
             self.resources.setdefault(res.kind.api_version, {})[res.kind.plural] = res
         self._httpd = _HTTPServer((host, port), self)
         self._thread: threading.Thread | None = None
+        self._kubelet: threading.Thread | None = None
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._watches: set[MemoryWatch] = set()
@@ -463,7 +473,18 @@ class ApiServer:
                 daemon=True,
             )
             self._thread.start()
+        after = self.cluster.kubelet_finish_after
+        if self._kubelet is None and after is not None and after > 0:
+            # the stand-in confirms on any call too; this is for a quiet server
+            self._kubelet = threading.Thread(
+                target=self._kubelet_loop, args=(min(0.1, after / 2),),
+                name=f"podnet-apiserver-kubelet:{self.port}", daemon=True)
+            self._kubelet.start()
         return self
+
+    def _kubelet_loop(self, every: float) -> None:
+        while not self._stopping.wait(every):
+            self.cluster.kubelet_tick()
 
     def stop(self) -> None:
         """Stop serving: end the watches, close the connections, release the port."""
@@ -476,6 +497,9 @@ class ApiServer:
             self._httpd.shutdown()
             self._thread.join(5)
             self._thread = None
+        if self._kubelet is not None:
+            self._kubelet.join(5)
+            self._kubelet = None
         for conn in conns:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
@@ -874,6 +898,12 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/_podnet/bookmark" and method == "POST":
             self.api.cluster.bookmark()
             return self._send(200, {"bookmark": True})
+        if path == "/_podnet/kubelet" and method == "POST":
+            spec = self._object_body() if self.body else {}
+            where = {k: spec.get(k) for k in ("namespace", "name")}
+            if not all(v is None or isinstance(v, str) for v in where.values()):
+                raise HttpError(400, "kubelet: namespace and name are strings")
+            return self._send(200, {"finished": self.api.cluster.finish_terminating(**where)})
         if path != "/_podnet/faults" or method not in ("GET", "POST"):
             raise HttpError(404, f"no admin endpoint {method} {path}")
         answer: Obj = {}
@@ -1408,6 +1438,16 @@ def _causes(exc: ApiError) -> Obj | None:
 # --- command line -----------------------------------------------------------------------
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected seconds (a number >= 0), got {text!r}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``podnet apiserver`` options."""
     parser.add_argument(
@@ -1432,6 +1472,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--audit-log", type=Path, default=None, metavar="PATH",
         help="append one JSON line per write request (verb, URI, user agent, status code)",
     )
+    parser.add_argument(
+        "--kubelet-finish-after", type=_seconds, default=None, metavar="SECONDS",
+        help="play the kubelet: delete each terminating pod with grace 0 this long after "
+        "it was marked (0: at once); default: pods stay Terminating until deleted with "
+        "grace 0 (or POST /_podnet/kubelet)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -1448,6 +1494,7 @@ def run(args: argparse.Namespace) -> int:
             bookmark_interval=args.bookmark_interval,
             crd_dir=args.crds,
             audit_log=args.audit_log,
+            kubelet_finish_after=args.kubelet_finish_after,
         )
         with server:
             if args.kubeconfig_out is not None:

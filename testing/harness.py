@@ -876,9 +876,11 @@ class World:
             except NotFound:
                 return None
 
-    def delete_pod(self, name: str, grace: int | None = None) -> None:
-        """Delete a pod; with ``grace`` it is marked terminating and stays that long (and
-        until :meth:`confirm_pod_deleted`, the kubelet's part)."""
+    def delete_pod(self, name: str, grace: int | None = 0) -> None:
+        """Delete a pod with ``grace``: 0 (the default) deletes it at once, as a force delete
+        or the kubelet's confirmation does; with more (or None: the pod's own, 30 s) it is
+        marked terminating and stays until :meth:`confirm_pod_deleted`, the kubelet's
+        part (no kubelet stand-in runs here)."""
         with self.quiet():
             self.cluster.delete(POD, name, self.namespace, grace_period_seconds=grace)
 

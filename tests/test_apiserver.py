@@ -140,7 +140,7 @@ def test_core_pods_and_nodes_round_trip(api: client.ApiClient) -> None:
     assert int(listed.metadata.resource_version) >= int(created.metadata.resource_version)
     assert [n.metadata.name for n in core.list_node(label_selector="zone=a").items] == ["n1"]
     assert core.list_node(label_selector="zone=b").items == []
-    deleted = core.delete_namespaced_pod("web", "default")
+    deleted = core.delete_namespaced_pod("web", "default", grace_period_seconds=0)
     assert deleted.metadata.name == "web"
     with pytest.raises(ApiException) as err:
         core.read_namespaced_pod("web", "default")
@@ -238,7 +238,7 @@ def test_watch_sees_added_modified_deleted(api: client.ApiClient) -> None:
     rv = core.list_namespaced_pod("default").metadata.resource_version
     core.create_namespaced_pod("default", pod("web"))
     core.patch_namespaced_pod("web", "default", {"metadata": {"labels": {"a": "b"}}})
-    core.delete_namespaced_pod("web", "default")
+    core.delete_namespaced_pod("web", "default", grace_period_seconds=0)
     w = watch.Watch()
     seen = []
     for ev in w.stream(core.list_namespaced_pod, "default", resource_version=rv, timeout_seconds=2):
@@ -375,7 +375,7 @@ def test_deleting_a_pod_collects_its_podnetwork(api: client.ApiClient) -> None:
     owner = core.create_namespaced_pod("default", pod("web"))
     ref = {"apiVersion": "v1", "kind": "Pod", "name": "web", "uid": owner.metadata.uid}
     create_pn(api, pn("web", ownerReferences=[ref]))
-    core.delete_namespaced_pod("web", "default")
+    core.delete_namespaced_pod("web", "default", grace_period_seconds=0)
     with pytest.raises(ApiException) as err:
         co.get_namespaced_custom_object(GROUP, VERSION, "default", "podnetworks", "web")
     assert err.value.status == 404
@@ -395,6 +395,54 @@ def test_delete_preconditions(api: client.ApiClient) -> None:
         )
     assert err.value.status == 409
     core.read_namespaced_pod("web", "default")  # still there
+
+
+def test_pod_delete_without_grace_holds_the_pod(api: client.ApiClient) -> None:
+    """kubernetes.io "Termination of Pods" and the pod strategy's ``CheckGracefulDelete``:
+    with no ``gracePeriodSeconds`` the pod's ``spec.terminationGracePeriodSeconds`` is taken
+    (30 when unset); the answer is the pod marked with ``deletionTimestamp`` and
+    ``deletionGracePeriodSeconds``, and it stays until deleted with grace 0."""
+    core = client.CoreV1Api(api)
+    core.create_namespaced_pod("default", pod("web"))
+    quick = pod("quick")
+    quick["spec"]["terminationGracePeriodSeconds"] = 3
+    core.create_namespaced_pod("default", quick)
+    out = core.delete_namespaced_pod("web", "default")
+    assert out.metadata.deletion_timestamp is not None
+    assert out.metadata.deletion_grace_period_seconds == 30
+    core.delete_namespaced_pod("quick", "default")
+    assert core.read_namespaced_pod("quick", "default").metadata.deletion_grace_period_seconds == 3
+    assert core.read_namespaced_pod("web", "default").metadata.deletion_timestamp is not None
+    core.delete_namespaced_pod("web", "default", grace_period_seconds=0)
+    assert [p.metadata.name for p in core.list_namespaced_pod("default").items] == ["quick"]
+
+
+def test_kubelet_stand_in_finishes_terminating_pods() -> None:
+    """The ``kubelet_finish_after`` stand-in does the kubelet's part of "Termination of
+    Pods" (kubernetes.io): the watch sees the pod marked (MODIFIED with a
+    deletionTimestamp), then DELETED, as with a kubelet that stops containers quickly."""
+    with ApiServer(kubelet_finish_after=0.2) as srv, client.ApiClient(
+            client.Configuration(host=srv.url)) as api_client:
+        core = client.CoreV1Api(api_client)
+        rv = core.create_namespaced_pod("default", pod("web")).metadata.resource_version
+        core.delete_namespaced_pod("web", "default")
+        seen = []
+        for ev in watch.Watch().stream(core.list_namespaced_pod, "default",
+                                       resource_version=rv, timeout_seconds=5):
+            seen.append((ev["type"], ev["object"].metadata.deletion_grace_period_seconds))
+            if ev["type"] == "DELETED":
+                break
+    assert seen == [("MODIFIED", 30), ("DELETED", 0)]
+
+
+def test_kubelet_finish_after_must_be_seconds(capsys: pytest.CaptureFixture[str]) -> None:
+    from podnet.sim.apiserver import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--kubelet-finish-after", "-1"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--kubelet-finish-after" in err and "'-1'" in err
 
 
 def test_graceful_pod_delete_answers_the_terminating_pod(api: client.ApiClient) -> None:
@@ -806,7 +854,29 @@ def test_kubectl_create_get_delete(server: ApiServer, kubectl: Any, tmp_path: Pa
     assert "deleted" in kubectl("delete", "pn", "web.default", "--wait=false")
     stamp = kubectl("get", "pn", "web.default", "-o", "jsonpath={.metadata.deletionTimestamp}")
     assert stamp.endswith("Z") and len(stamp) == 20
-    assert 'pod "web" deleted' in kubectl("delete", "pod", "web")
+    assert 'pod "web" force deleted' in kubectl("delete", "pod", "web", "--grace-period=0",
+                                                "--force")
+    assert kubectl("get", "pods", "-o", "name") == ""
+
+
+@needs_kubectl
+def test_kubectl_delete_leaves_the_pod_terminating(server: ApiServer, kubectl: Any) -> None:
+    """kubernetes.io "Termination of Pods": a deleted pod is marked with its grace period
+    (``terminationGracePeriodSeconds``, 30 by default) and shown Terminating until the kubelet
+    has stopped it and deleted it from the API server (with grace 0). No kubelet runs
+    here: the pod stays until the stand-in (``POST /_podnet/kubelet``) plays its part."""
+    server.cluster.create(POD, pod("web") | {"metadata": {"name": "web",
+                                                          "namespace": "default"}})
+    kubectl("delete", "pod", "web", "--wait=false")
+    table = kubectl("get", "pod", "web", "--no-headers")
+    assert table.split()[:2] == ["web", "Terminating"]
+    grace = kubectl("get", "pod", "web", "-o", "jsonpath={.metadata.deletionGracePeriodSeconds}")
+    assert grace == "30"
+    # a second delete without a grace period changes nothing
+    kubectl("delete", "pod", "web", "--wait=false")
+    assert kubectl("get", "pods", "-o", "name") == "pod/web\n"
+    code, body, _ = request(server, "POST", "/_podnet/kubelet", {"namespace": "default"})
+    assert (code, body) == (200, {"finished": 1})
     assert kubectl("get", "pods", "-o", "name") == ""
 
 
@@ -916,3 +986,4 @@ def test_the_audit_log_records_each_write_with_its_user_agent(tmp_path: Path) ->
                                                           ("DELETE", 200)]
     assert {e["userAgent"] for e in entries} == {"podnet/replica-a"}
     assert entries[2]["requestURI"] == "/api/v1/namespaces/default/pods/web"
+

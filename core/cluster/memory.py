@@ -6,7 +6,12 @@ What it keeps faithful, because podnet's correctness depends on it:
 * the status subresource: ``update`` cannot change status, ``update_status`` only can;
 * finalizers: delete only marks ``deletionTimestamp`` until the last finalizer goes;
   a strategic-merge patch that omits a finalizer keeps it (lists merge as a union);
-* pod graceful deletion, owner-reference garbage collection (background propagation);
+* pod graceful deletion: a pod deleted without a grace period stays Terminating for its
+  ``spec.terminationGracePeriodSeconds`` (30 by default) until the kubelet confirms with
+  grace 0; nobody plays the kubelet unless ``kubelet_finish_after`` says so (seconds after
+  which a terminating pod is confirmed, 0: at once) or :meth:`InMemoryCluster.finish_terminating`
+  is called;
+* owner-reference garbage collection (background propagation);
 * watches that replay from a resourceVersion, answer 410 Gone once history is
   compacted, deliver objects that leave a selector as DELETED, and carry bookmarks.
 
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import heapq
 import random
 import threading
 import time
@@ -69,7 +75,11 @@ from .selectors import FieldSelector, LabelSelector, parse_field_selector, parse
 if TYPE_CHECKING:
     from .port import Cluster
 
-__all__ = ["STATUS_SUBRESOURCE", "Faults", "InMemoryCluster", "MemoryWatch"]
+__all__ = ["DEFAULT_TERMINATION_GRACE", "STATUS_SUBRESOURCE", "Faults", "InMemoryCluster",
+           "MemoryWatch"]
+
+#: A pod's ``spec.terminationGracePeriodSeconds`` when it does not say (the API's default).
+DEFAULT_TERMINATION_GRACE: Final = 30
 
 #: Kinds whose status is written only through the status subresource.
 STATUS_SUBRESOURCE: Final = frozenset({POD, NODE, POD_NETWORK, NODE_NETWORK})
@@ -112,6 +122,18 @@ _CONFLICT_MESSAGE: Final = (
 def _spec_view(obj: Obj) -> dict[str, Any]:
     # generation follows everything a user declares: all but metadata and status
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+
+
+def _default_grace(pod: Obj) -> int:
+    """The grace a delete without one gives ``pod``: upstream's pod strategy
+    (``CheckGracefulDelete``) takes ``spec.terminationGracePeriodSeconds``, but 0 for a pod
+    no node runs (unscheduled) or one that is already terminal."""
+    spec = pod.get("spec") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+        return 0
+    grace = spec.get("terminationGracePeriodSeconds")
+    return grace if isinstance(grace, int) and grace >= 0 else DEFAULT_TERMINATION_GRACE
 
 
 def _owner_uids(meta: Mapping[str, Any]) -> list[str]:
@@ -307,8 +329,14 @@ class MemoryWatch:
 class InMemoryCluster:
     """A thread-safe, in-process API server for tests, the simulator and benchmarks."""
 
-    def __init__(self, clock: Clock | None = None, history: int = 10000, seed: int = 0) -> None:
+    def __init__(self, clock: Clock | None = None, history: int = 10000, seed: int = 0,
+                 kubelet_finish_after: float | None = None) -> None:
         self.clock: Clock = clock or SystemClock()
+        #: the kubelet stand-in: confirm a terminating pod (delete it with grace 0) this
+        #: many seconds after it was marked (at the latest when its grace period ends);
+        #: None: nobody does, the pod stays Terminating (a cluster without kubelets)
+        self.kubelet_finish_after = kubelet_finish_after
+        self._terminating: list[tuple[float, str]] = []  # (due, pod uid), a heap
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._ids = random.Random(seed)
@@ -339,6 +367,8 @@ class InMemoryCluster:
             return sum(len(b) for b in self._store.get(kind, {}).values())
 
     def _begin(self, op: str, kind: Kind) -> None:
+        if self._terminating and self._terminating[0][0] <= self.clock.monotonic():
+            self._kubelet_due()
         self.stats[(op, kind.plural)] += 1
         self.faults._check(op, kind)
 
@@ -406,6 +436,7 @@ class InMemoryCluster:
             self._dependents.clear()
             self._history.clear()
             self._gc_queue.clear()
+            self._terminating.clear()
             self._compacted_rv = 0
             self._rv = 1
 
@@ -805,18 +836,77 @@ class InMemoryCluster:
                 if parse_time(marked) > now:
                     return  # still terminating; the kubelet has not confirmed yet
                 grace = 0
-            if grace is not None and grace > 0:
+            if grace is None:
+                grace = _default_grace(stored)
+            if grace > 0:
                 deadline = now + timedelta(seconds=grace)
                 if marked and parse_time(marked) <= deadline:
                     return  # already terminating at least that fast
                 self._mark_deleting(kind, stored, deadline, grace)
+                self._kubelet_schedule(meta["uid"], grace)
                 return
         if meta.get("finalizers"):
             if marked and not self._grace_pending(kind, meta):
                 return  # deleting again changes nothing
             self._mark_deleting(kind, stored, now, 0)
             return
+        if marked and kind == POD:
+            # upstream's last word on a confirmed pod shows the grace it ended with: 0
+            meta = {**meta, "deletionTimestamp": format_time(now), "deletionGracePeriodSeconds": 0}
+            stored = {**stored, "metadata": meta}
         self._remove(kind, stored)
+
+    # --- the kubelet stand-in -------------------------------------------------------
+
+    def _kubelet_schedule(self, uid: str, grace: int) -> None:
+        after = self.kubelet_finish_after
+        if after is None:
+            return
+        if after <= 0:
+            self._kubelet_confirm(uid)
+            return
+        due = self.clock.monotonic() + min(float(after), float(grace))
+        heapq.heappush(self._terminating, (due, uid))
+
+    def _kubelet_due(self) -> None:
+        now = self.clock.monotonic()
+        while self._terminating and self._terminating[0][0] <= now:
+            self._kubelet_confirm(heapq.heappop(self._terminating)[1])
+        self._collect_garbage()
+
+    def _kubelet_confirm(self, uid: str) -> bool:
+        """Delete the terminating pod ``uid`` with grace 0, as its kubelet does once the
+        containers stopped (lock held); False when it is gone or not terminating."""
+        where = self._by_uid.get(uid)
+        if where is None or where[0] != POD:
+            return False
+        obj = self._store[POD][where[1]][where[2]]
+        if not self._grace_pending(POD, obj["metadata"]):
+            return False
+        self._delete(POD, obj, 0)
+        return True
+
+    def kubelet_tick(self) -> None:
+        """Confirm the terminating pods whose ``kubelet_finish_after`` has passed (they are
+        also confirmed on the next call of any operation)."""
+        with self._lock:
+            if self._terminating:
+                self._kubelet_due()
+
+    def finish_terminating(self, namespace: str | None = None, name: str | None = None) -> int:
+        """The kubelet stand-in, now: confirm every terminating pod (of ``namespace``, named
+        ``name``) with grace 0; finalizers still hold them. Returns how many."""
+        with self._lock:
+            uids = [
+                obj["metadata"]["uid"]
+                for ns, bucket in self._store.get(POD, {}).items()
+                if namespace is None or ns == namespace
+                for pod_name, obj in bucket.items()
+                if name is None or pod_name == name
+            ]
+            done = sum(self._kubelet_confirm(uid) for uid in uids)
+            self._collect_garbage()
+            return done
 
     def _mark_deleting(self, kind: Kind, stored: Obj, when: datetime, grace: int) -> None:
         meta = {

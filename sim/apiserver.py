@@ -1295,10 +1295,19 @@ class _Handler(BaseHTTPRequestHandler):
             body = self._json_body()
             if isinstance(body, dict):
                 opts = body
-        if "gracePeriodSeconds" in self.query:
-            opts["gracePeriodSeconds"] = self.query["gracePeriodSeconds"]
+        for key in ("gracePeriodSeconds", "propagationPolicy", "orphanDependents"):
+            if key in self.query:
+                opts[key] = self.query[key]
         if opts.get("dryRun"):
             raise HttpError(400, "dryRun is not supported by the podnet emulator")
+        orphan = opts.get("orphanDependents")
+        if orphan is not None:
+            if opts.get("propagationPolicy"):
+                raise HttpError(422, "DeleteOptions is invalid: propagationPolicy: Invalid "
+                                "value: orphanDependents and propagationPolicy cannot be both set",
+                                "Invalid")
+            # the deprecated form: true orphans, false is the default
+            opts["propagationPolicy"] = "Orphan" if orphan in (True, "true") else None
         return opts
 
     def _delete(self, target: _Target) -> None:
@@ -1320,7 +1329,8 @@ class _Handler(BaseHTTPRequestHandler):
                     f"precondition: {want_rv}, ResourceVersion in object meta: "
                     f"{before['metadata']['resourceVersion']}"
                 )
-            cluster.delete(res.kind, name, ns, uid=pre.get("uid"), grace_period_seconds=grace)
+            cluster.delete(res.kind, name, ns, uid=pre.get("uid"), grace_period_seconds=grace,
+                           propagation_policy=opts.get("propagationPolicy"))
             after = self.api.peek(res.kind, name, ns)
         if after is not None:
             return self._send_object(res, after)  # finalizers or a grace period hold it
@@ -1357,6 +1367,7 @@ class _Handler(BaseHTTPRequestHandler):
                     meta["name"],
                     meta.get("namespace"),
                     grace_period_seconds=None if grace is None else int(grace),
+                    propagation_policy=opts.get("propagationPolicy"),
                 )
         self._send(
             200,

@@ -41,6 +41,7 @@ from podnet.core.cluster.port import (
     Kind,
     NotFound,
     Obj,
+    Propagation,
 )
 from podnet.core.convert import RecordError, from_wire, salvage_pod_network
 from podnet.core.engine import Engine, EngineOptions
@@ -407,8 +408,10 @@ class LossyCluster:
         return patched
 
     def delete(self, kind: Kind, name: str, namespace: str | None = None,
-               uid: str | None = None, grace_period_seconds: int | None = None) -> None:
-        self.inner.delete(kind, name, namespace, uid, grace_period_seconds)
+               uid: str | None = None, grace_period_seconds: int | None = None,
+               propagation_policy: Propagation | None = None) -> None:
+        self.inner.delete(kind, name, namespace, uid, grace_period_seconds,
+                          propagation_policy)
         self._answer("delete", kind)
 
     def emit_event(self, involved: Obj, reason: str, message: str,
@@ -455,9 +458,11 @@ class WriteCounter:
         return self.inner.patch(kind, name, patch, namespace, patch_type, subresource)
 
     def delete(self, kind: Kind, name: str, namespace: str | None = None,
-               uid: str | None = None, grace_period_seconds: int | None = None) -> None:
+               uid: str | None = None, grace_period_seconds: int | None = None,
+               propagation_policy: Propagation | None = None) -> None:
         self.writes[f"delete.{kind.plural}"] += 1
-        self.inner.delete(kind, name, namespace, uid, grace_period_seconds)
+        self.inner.delete(kind, name, namespace, uid, grace_period_seconds,
+                          propagation_policy)
 
     def emit_event(self, involved: Obj, reason: str, message: str,
                    type: Literal["Normal", "Warning"] = "Normal") -> None:

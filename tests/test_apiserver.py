@@ -987,3 +987,85 @@ def test_the_audit_log_records_each_write_with_its_user_agent(tmp_path: Path) ->
     assert {e["userAgent"] for e in entries} == {"podnet/replica-a"}
     assert entries[2]["requestURI"] == "/api/v1/namespaces/default/pods/web"
 
+
+# --- garbage collection by propagation policy --------------------------------------------
+
+
+def sts_with_pod(api: client.ApiClient, pod_name: str = "db-0") -> tuple[Any, Any]:
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    owner = apps.create_namespaced_stateful_set("default", {
+        "metadata": {"name": "db"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "db"}},
+                 "serviceName": "db",
+                 "template": {"metadata": {"labels": {"app": "db"}},
+                              "spec": {"containers": [{"name": "db", "image": "demo"}]}}}})
+    ref = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db",
+           "uid": owner.metadata.uid, "controller": True, "blockOwnerDeletion": True}
+    dep = core.create_namespaced_pod("default", pod(pod_name, ownerReferences=[ref]))
+    return owner, dep
+
+
+@needs_kubectl
+def test_orphan_delete_keeps_dependents_without_the_owner(api: client.ApiClient,
+                                                          kubectl: Any) -> None:
+    """kubernetes.io "Garbage Collection" (cascading deletion, orphan): the owner is deleted
+    and its dependents stay, their ownerReferences to it removed (``kubectl delete
+    --cascade=orphan`` sends ``propagationPolicy: Orphan``)."""
+    sts_with_pod(api)
+    kubectl("delete", "statefulset", "db", "--cascade=orphan")
+    kept = client.CoreV1Api(api).read_namespaced_pod("db-0", "default")
+    assert kept.metadata.owner_references is None
+    assert kept.metadata.deletion_timestamp is None
+    assert client.AppsV1Api(api).list_namespaced_stateful_set("default").items == []
+
+
+def test_foreground_delete_waits_for_blocking_dependents(api: client.ApiClient) -> None:
+    """kubernetes.io "Garbage Collection" (foreground cascading deletion): the owner enters
+    deletion in progress (deletionTimestamp, the ``foregroundDeletion`` finalizer), its
+    dependents are deleted, and the owner goes once those with ``blockOwnerDeletion: true``
+    are gone. The pod dependent waits out its grace period (no kubelet here)."""
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    sts_with_pod(api)
+    apps.delete_namespaced_stateful_set(
+        "db", "default", body=client.V1DeleteOptions(propagation_policy="Foreground"))
+    held = apps.read_namespaced_stateful_set("db", "default")
+    assert held.metadata.finalizers == ["foregroundDeletion"]
+    assert held.metadata.deletion_timestamp is not None
+    assert core.read_namespaced_pod("db-0", "default").metadata.deletion_timestamp is not None
+    core.delete_namespaced_pod("db-0", "default", grace_period_seconds=0)  # the kubelet
+    assert apps.list_namespaced_stateful_set("default").items == []
+
+
+def test_foreground_delete_does_not_wait_for_non_blocking_dependents(
+        api: client.ApiClient) -> None:
+    """A dependent without ``blockOwnerDeletion`` is deleted but does not hold the owner
+    (kubernetes.io "Garbage Collection": only blocking dependents keep it)."""
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    owner, _ = sts_with_pod(api)
+    ref = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db",
+           "uid": owner.metadata.uid}
+    core.delete_namespaced_pod("db-0", "default", grace_period_seconds=0)
+    core.create_namespaced_pod("default", pod("loose", ownerReferences=[ref]))
+    apps.delete_namespaced_stateful_set("db", "default", propagation_policy="Foreground")
+    assert apps.list_namespaced_stateful_set("default").items == []
+    assert core.read_namespaced_pod("loose", "default").metadata.deletion_timestamp is not None
+
+
+def test_background_delete_collects_dependents(api: client.ApiClient) -> None:
+    """Background (the default for these kinds): the owner goes at once, its dependents
+    are deleted after it (a pod one is marked Terminating with its grace period)."""
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    sts_with_pod(api)
+    apps.delete_namespaced_stateful_set("db", "default")
+    assert apps.list_namespaced_stateful_set("default").items == []
+    dep = core.read_namespaced_pod("db-0", "default")
+    assert dep.metadata.deletion_grace_period_seconds == 30
+
+
+def test_unknown_propagation_policy_is_invalid(server: ApiServer) -> None:
+    """An unsupported propagationPolicy is a 422 naming the field and the values."""
+    server.cluster.create(POD, pod("web") | {"metadata": {"name": "web",
+                                                          "namespace": "default"}})
+    code, body, _ = request(server, "DELETE", "/api/v1/namespaces/default/pods/web",
+                            {"propagationPolicy": "Sideways"})
+    assert code == 422 and "propagationPolicy" in body["message"]

@@ -444,6 +444,43 @@ def test_deleting_an_owner_deletes_its_dependents(cluster: Cluster) -> None:
     assert exists(cluster, POD_NETWORK, "b")
 
 
+def test_orphan_delete_keeps_dependents_and_strips_the_reference(cluster: Cluster) -> None:
+    """kubernetes.io "Garbage Collection", orphan cascading deletion: the owner goes, its
+    dependents stay, with the ownerReferences to it removed (others kept)."""
+    owner = cluster.create(POD, pod("a"))
+    other = cluster.create(POD, pod("b"))
+    cluster.create(POD_NETWORK, podnet("a", owner=owner))
+    shared = podnet("s", owner=owner)
+    shared["metadata"]["ownerReferences"].append(
+        {**shared["metadata"]["ownerReferences"][0], "name": "b", "uid": other["metadata"]["uid"]})
+    cluster.create(POD_NETWORK, shared)
+    cluster.delete(POD, "a", NS, grace_period_seconds=0, propagation_policy="Orphan")
+    assert not exists(cluster, POD, "a")
+    kept = cluster.get(POD_NETWORK, "a", NS)
+    assert "ownerReferences" not in kept["metadata"]
+    assert "deletionTimestamp" not in kept["metadata"]
+    refs = cluster.get(POD_NETWORK, "s", NS)["metadata"]["ownerReferences"]
+    assert [r["name"] for r in refs] == ["b"]
+
+
+def test_foreground_delete_holds_the_owner_until_blocking_dependents_go(
+        cluster: Cluster) -> None:
+    """kubernetes.io "Garbage Collection", foreground cascading deletion: the owner is
+    marked (deletionTimestamp, the ``foregroundDeletion`` finalizer), the dependents are
+    deleted, and the owner goes when those with ``blockOwnerDeletion`` are gone."""
+    owner = cluster.create(POD, pod("a"))
+    dep = podnet("a", owner=owner, finalizers=[FIN])
+    dep["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] = True
+    cluster.create(POD_NETWORK, dep)
+    cluster.delete(POD, "a", NS, grace_period_seconds=0, propagation_policy="Foreground")
+    held = cluster.get(POD, "a", NS)
+    assert held["metadata"]["finalizers"] == ["foregroundDeletion"]
+    assert held["metadata"]["deletionTimestamp"]
+    assert cluster.get(POD_NETWORK, "a", NS)["metadata"]["deletionTimestamp"]
+    cluster.patch(POD_NETWORK, "a", {"metadata": {"finalizers": None}}, NS)
+    assert eventually(lambda: not exists(cluster, POD, "a"))
+
+
 # --- watches ----------------------------------------------------------------------------
 
 

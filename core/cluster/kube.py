@@ -55,6 +55,7 @@ from .port import (
     ListResult,
     NotFound,
     Obj,
+    Propagation,
     WatchEvent,
     WatchType,
     events_until_closed,
@@ -600,8 +601,11 @@ class KubeCluster:
         namespace: str | None = None,
         uid: str | None = None,
         grace_period_seconds: int | None = None,
+        propagation_policy: Propagation | None = None,
     ) -> None:
         options: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if propagation_policy is not None:
+            options["propagationPolicy"] = propagation_policy
         if uid is not None:
             options["preconditions"] = {"uid": uid}
         if grace_period_seconds is not None:

@@ -11,7 +11,11 @@ What it keeps faithful, because podnet's correctness depends on it:
   grace 0; nobody plays the kubelet unless ``kubelet_finish_after`` says so (seconds after
   which a terminating pod is confirmed, 0: at once) or :meth:`InMemoryCluster.finish_terminating`
   is called;
-* owner-reference garbage collection (background propagation);
+* owner-reference garbage collection, by the delete's propagation policy: ``Background``
+  (the default) deletes the dependents once their owners are gone, ``Orphan`` keeps them
+  and strips the owner's references, ``Foreground`` keeps the owner (with the
+  ``foregroundDeletion`` finalizer) until the dependents that ``blockOwnerDeletion`` are
+  gone; what upstream's garbage collector does a moment later is done in the same call;
 * watches that replay from a resourceVersion, answer 410 Gone once history is
   compacted, deliver objects that leave a selector as DELETED, and carry bookmarks.
 
@@ -65,6 +69,7 @@ from .port import (
     ListResult,
     NotFound,
     Obj,
+    Propagation,
     TooLargeResourceVersion,
     WatchEvent,
     WatchType,
@@ -75,11 +80,24 @@ from .selectors import FieldSelector, LabelSelector, parse_field_selector, parse
 if TYPE_CHECKING:
     from .port import Cluster
 
-__all__ = ["DEFAULT_TERMINATION_GRACE", "STATUS_SUBRESOURCE", "Faults", "InMemoryCluster",
-           "MemoryWatch"]
+__all__ = [
+    "DEFAULT_TERMINATION_GRACE",
+    "FOREGROUND_FINALIZER",
+    "PROPAGATION_POLICIES",
+    "STATUS_SUBRESOURCE",
+    "Faults",
+    "InMemoryCluster",
+    "MemoryWatch",
+    "Propagation",
+]
 
 #: A pod's ``spec.terminationGracePeriodSeconds`` when it does not say (the API's default).
 DEFAULT_TERMINATION_GRACE: Final = 30
+
+#: The finalizer a foreground delete puts on the owner (metav1.FinalizerDeleteDependents).
+FOREGROUND_FINALIZER: Final = "foregroundDeletion"
+
+PROPAGATION_POLICIES: Final = ("Orphan", "Background", "Foreground")
 
 #: Kinds whose status is written only through the status subresource.
 STATUS_SUBRESOURCE: Final = frozenset({POD, NODE, POD_NETWORK, NODE_NETWORK})
@@ -354,6 +372,8 @@ class InMemoryCluster:
         self._compacted_rv = 0  # events up to this RV may be missing from history
         self._watches: dict[Kind, set[MemoryWatch]] = {}
         self._gc_queue: deque[str] = deque()
+        self._foreground: set[str] = set()  # owners waiting for their dependents to go
+        self._fg_queue: deque[str] = deque()  # of those, owners that lost a dependent
 
     # --- small helpers -------------------------------------------------------------
 
@@ -436,6 +456,8 @@ class InMemoryCluster:
             self._dependents.clear()
             self._history.clear()
             self._gc_queue.clear()
+            self._foreground.clear()
+            self._fg_queue.clear()
             self._terminating.clear()
             self._compacted_rv = 0
             self._rv = 1
@@ -815,7 +837,15 @@ class InMemoryCluster:
         namespace: str | None = None,
         uid: str | None = None,
         grace_period_seconds: int | None = None,
+        propagation_policy: Propagation | None = None,
     ) -> None:
+        """Delete (see the Cluster port); ``propagation_policy`` as DeleteOptions' (None:
+        the kind's default, ``Background`` for every kind served here)."""
+        if propagation_policy not in (None, *PROPAGATION_POLICIES):
+            raise Invalid(
+                f"propagationPolicy: Unsupported value: {propagation_policy!r}: supported "
+                'values: "Foreground", "Background", "Orphan"'
+            )
         with self._lock:
             self._begin("delete", kind)
             stored = self._find(kind, name, namespace)
@@ -824,8 +854,76 @@ class InMemoryCluster:
                     f'Precondition failed for {kind} "{name}": UID in precondition: {uid}, '
                     f"UID in object meta: {stored['metadata']['uid']}"
                 )
-            self._delete(kind, stored, grace_period_seconds)
+            owner = stored["metadata"]["uid"]
+            if propagation_policy == "Orphan":
+                self._orphan(owner)
+                stored = self._find(kind, name, namespace)
+            if propagation_policy == "Foreground" and self._dependents.get(owner):
+                self._delete_foreground(kind, stored, grace_period_seconds)
+            else:
+                self._delete(kind, stored, grace_period_seconds)
             self._collect_garbage()
+
+    def _orphan(self, owner: str) -> None:
+        """Strip ``owner`` from its dependents' ownerReferences (lock held), as upstream's
+        garbage collector does for an owner deleted with the ``orphan`` finalizer."""
+        for dep in sorted(self._dependents.get(owner, ())):
+            where = self._by_uid.get(dep)
+            if where is None:
+                continue
+            obj = self._store[where[0]][where[1]][where[2]]
+            meta = dict(obj["metadata"])
+            refs = [r for r in meta.get("ownerReferences") or () if r.get("uid") != owner]
+            if refs:
+                meta["ownerReferences"] = refs
+            else:
+                meta.pop("ownerReferences", None)
+            self._replace(where[0], obj, {**obj, "metadata": meta})
+
+    def _delete_foreground(self, kind: Kind, stored: Obj, grace: int | None) -> None:
+        """Mark the owner deleting with the ``foregroundDeletion`` finalizer, delete its
+        dependents; it goes when the blocking ones are gone (lock held)."""
+        meta = stored["metadata"]
+        if meta.get("deletionTimestamp"):
+            self._delete(kind, stored, grace)
+            return
+        if kind == POD and grace is None:
+            grace = _default_grace(stored)
+        grace = grace or 0
+        when = self.clock.now().replace(microsecond=0) + timedelta(seconds=grace)
+        fins = [f for f in meta.get("finalizers") or () if f != FOREGROUND_FINALIZER]
+        marked = {**stored, "metadata": {**meta, "finalizers": [*fins, FOREGROUND_FINALIZER]}}
+        self._mark_deleting(kind, marked, when, grace)
+        owner = meta["uid"]
+        self._foreground.add(owner)
+        if kind == POD and grace > 0:
+            self._kubelet_schedule(owner, grace)
+        for dep in sorted(self._dependents.get(owner, ())):
+            where = self._by_uid.get(dep)
+            if where is not None:
+                self._delete(where[0], self._store[where[0]][where[1]][where[2]], None)
+        self._fg_queue.append(owner)
+
+    def _foreground_release(self, owner: str) -> None:
+        """Drop the owner's ``foregroundDeletion`` finalizer once no dependent that blocks
+        its deletion is left (lock held)."""
+        where = self._by_uid.get(owner)
+        if where is None:
+            self._foreground.discard(owner)
+            return
+        for dep in self._dependents.get(owner, ()):
+            found = self._by_uid.get(dep)
+            if found is None:
+                continue
+            obj = self._store[found[0]][found[1]][found[2]]
+            for ref in obj["metadata"].get("ownerReferences") or ():
+                if ref.get("uid") == owner and ref.get("blockOwnerDeletion"):
+                    return
+        self._foreground.discard(owner)
+        obj = self._store[where[0]][where[1]][where[2]]
+        meta = dict(obj["metadata"])
+        meta["finalizers"] = [f for f in meta.get("finalizers") or () if f != FOREGROUND_FINALIZER]
+        self._replace(where[0], obj, {**obj, "metadata": meta})
 
     def _delete(self, kind: Kind, stored: Obj, grace: int | None) -> None:
         meta = stored["metadata"]
@@ -909,6 +1007,7 @@ class InMemoryCluster:
             return done
 
     def _mark_deleting(self, kind: Kind, stored: Obj, when: datetime, grace: int) -> None:
+        # (``stored`` may carry metadata not stored yet: a foreground delete's finalizer)
         meta = {
             **stored["metadata"],
             "deletionTimestamp": format_time(when),
@@ -929,14 +1028,20 @@ class InMemoryCluster:
         if not bucket:
             buckets.pop(ns, None)
         self._by_uid.pop(meta["uid"], None)
+        if self._foreground:
+            self._fg_queue.extend(o for o in _owner_uids(meta) if o in self._foreground)
         self._unindex_owners(meta)
         final = {**obj, "metadata": {**meta, "resourceVersion": self._next_rv()}}
         self._record(kind, "DELETED", final)
         self._gc_queue.append(meta["uid"])
 
     def _collect_garbage(self) -> None:
-        """Background propagation: delete dependents whose owners are all gone."""
-        while self._gc_queue:
+        """Background propagation: delete dependents whose owners are all gone; release
+        foreground owners whose blocking dependents are gone."""
+        while self._gc_queue or self._fg_queue:
+            if not self._gc_queue:
+                self._foreground_release(self._fg_queue.popleft())
+                continue
             owner = self._gc_queue.popleft()
             for dep in sorted(self._dependents.pop(owner, ())):
                 where = self._by_uid.get(dep)

@@ -16,7 +16,9 @@ Where it departs from a real server, on purpose:
   ``fieldValidation=Ignore`` or ``Warn`` (then pruned, as a real server does by default);
 * pods keep the status they are created with (a real server resets it to Pending), so a
   harness can create running pods in one call; podnet objects lose it, as upstream;
-* no authentication, no admission, no namespace lifecycle, ``dryRun`` is refused,
+* no authentication, no admission but the namespace lifecycle's (a fresh emulator has the
+  four namespaces of a new cluster; one given a cluster checks what that cluster says:
+  ``InMemoryCluster.require_namespaces``), ``dryRun`` is refused,
   ``limit``/``continue`` are ignored (a list is always whole).
 
 No kubelet runs: a pod deleted without ``gracePeriodSeconds: 0`` stays Terminating, as on a
@@ -106,6 +108,10 @@ SERVER_VERSION: Final = {
     "platform": "linux/amd64",
 }
 
+#: The namespaces a new cluster has (kube-apiserver makes the first three, kubeadm and the
+#: node lease controller the last).
+INITIAL_NAMESPACES: Final = ("default", "kube-system", "kube-public", "kube-node-lease")
+
 VERBS: Final = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 STATUS_VERBS: Final = ["get", "patch", "update"]
 DEFAULT_WATCH_TIMEOUT: Final = 1800.0  # upstream's minimum request timeout
@@ -125,6 +131,7 @@ _LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _FIELD_MESSAGE: Final = re.compile(r"([A-Za-z][\w.\[\]/-]*): (.+)", re.S)
 _REASONS: Final = {
     400: "BadRequest",
+    403: "Forbidden",
     404: "NotFound",
     405: "MethodNotAllowed",
     406: "NotAcceptable",
@@ -432,8 +439,10 @@ class ApiServer:
         kubelet_finish_after: float | None = None,
     ) -> None:
         if cluster is None:
-            cluster = InMemoryCluster()
-            cluster.create(NAMESPACE, {"metadata": {"name": "default"}})
+            # as a fresh cluster: its four namespaces, creates into others answer 404
+            cluster = InMemoryCluster(require_namespaces=True)
+            for ns in INITIAL_NAMESPACES:
+                cluster.create(NAMESPACE, {"metadata": {"name": ns}, "status": {"phase": "Active"}})
         self.cluster = cluster
         if kubelet_finish_after is not None:
             cluster.kubelet_finish_after = kubelet_finish_after

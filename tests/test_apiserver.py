@@ -925,7 +925,10 @@ def test_cli_prints_url_and_writes_a_working_kubeconfig(tmp_path: Path) -> None:
         api_client = config.new_client_from_config(config_file=str(kubeconfig))
         with api_client:
             spaces = client.CoreV1Api(api_client).list_namespace()
-            assert [n.metadata.name for n in spaces.items] == ["default"]
+            # a new cluster's namespaces (kube-apiserver's system namespaces and the
+            # node lease one)
+            assert sorted(n.metadata.name for n in spaces.items) == [
+                "default", "kube-node-lease", "kube-public", "kube-system"]
             made = create_pn(api_client, pn("web"))
             assert made["metadata"]["namespace"] == "default"
         proc.send_signal(signal.SIGTERM)
@@ -1069,3 +1072,39 @@ def test_unknown_propagation_policy_is_invalid(server: ApiServer) -> None:
     code, body, _ = request(server, "DELETE", "/api/v1/namespaces/default/pods/web",
                             {"propagationPolicy": "Sideways"})
     assert code == 422 and "propagationPolicy" in body["message"]
+
+
+# --- namespace lifecycle ----------------------------------------------------------------
+
+
+def test_create_into_missing_namespace_answers_404(api: client.ApiClient) -> None:
+    """NamespaceLifecycle admission: 404 NotFound, ``namespaces "<ns>" not found``."""
+    with pytest.raises(ApiException) as err:
+        client.CoreV1Api(api).create_namespaced_pod("nowhere", pod("web"))
+    body = status_of(err.value)
+    assert (err.value.status, body["reason"]) == (404, "NotFound")
+    assert body["message"] == 'namespaces "nowhere" not found'
+
+
+@needs_kubectl
+def test_kubectl_sees_a_deleted_namespace_terminating(server: ApiServer, api: client.ApiClient,
+                                                      kubectl: Any) -> None:
+    """kubernetes.io "Namespaces": a deleted namespace shows Terminating while its pods end
+    (here: until the kubelet stand-in confirms them), then goes; a create into it is 403
+    Forbidden (NamespaceLifecycle: "unable to create new content in namespace <ns> because
+    it is being terminated")."""
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": "doomed"}})
+    core.create_namespaced_pod("doomed", pod("web"))
+    kubectl("delete", "namespace", "doomed", "--wait=false")
+    assert kubectl("get", "namespace", "doomed", "--no-headers").split()[:2] == [
+        "doomed", "Terminating"]
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_pod("doomed", pod("late"))
+    body = status_of(err.value)
+    assert (err.value.status, body["reason"]) == (403, "Forbidden")
+    assert body["message"] == ('pods "late" is forbidden: unable to create new content in '
+                               "namespace doomed because it is being terminated")
+    code, done, _ = request(server, "POST", "/_podnet/kubelet", {"namespace": "doomed"})
+    assert (code, done) == (200, {"finished": 1})
+    assert "doomed" not in kubectl("get", "namespaces", "-o", "name")

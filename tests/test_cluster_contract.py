@@ -23,6 +23,7 @@ from podnet.core.cluster.kube import KubeCluster
 from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import (
     EVENT,
+    NAMESPACE,
     NODE,
     POD,
     POD_NETWORK,
@@ -30,6 +31,7 @@ from podnet.core.cluster.port import (
     ApiError,
     Cluster,
     Conflict,
+    Forbidden,
     Gone,
     Invalid,
     Kind,
@@ -53,7 +55,9 @@ class Backend:
 
 @pytest.fixture(params=["memory", "kube"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    store = InMemoryCluster()
+    store = InMemoryCluster(require_namespaces=True)
+    for ns in (NS, "other"):
+        store.create(NAMESPACE, {"metadata": {"name": ns}})
     if request.param == "memory":
         yield Backend("memory", store, store)
         return
@@ -479,6 +483,39 @@ def test_foreground_delete_holds_the_owner_until_blocking_dependents_go(
     assert cluster.get(POD_NETWORK, "a", NS)["metadata"]["deletionTimestamp"]
     cluster.patch(POD_NETWORK, "a", {"metadata": {"finalizers": None}}, NS)
     assert eventually(lambda: not exists(cluster, POD, "a"))
+
+
+# --- namespaces -------------------------------------------------------------------------
+
+
+def test_create_into_a_missing_namespace_is_not_found(cluster: Cluster) -> None:
+    """Upstream's NamespaceLifecycle admission answers a create into a namespace that does
+    not exist with 404 NotFound, ``namespaces "<name>" not found``."""
+    with pytest.raises(NotFound, match='namespaces "nowhere" not found'):
+        cluster.create(POD, pod("a", ns="nowhere"))
+
+
+def test_namespace_delete_terminates_its_contents_then_goes(cluster: Cluster) -> None:
+    """kubernetes.io "Namespaces" / the namespace controller: a deleted namespace is
+    ``status.phase: Terminating`` while its contents are deleted, and goes when it is
+    empty; NamespaceLifecycle answers a create into it 403 Forbidden, "unable to create new
+    content in namespace <ns> because it is being terminated"."""
+    cluster.create(NAMESPACE, {"metadata": {"name": "doomed"}})
+    assert cluster.get(NAMESPACE, "doomed")["status"]["phase"] == "Active"
+    cluster.create(POD, pod("a", ns="doomed"))
+    cluster.create(POD_NETWORK, {**podnet("a"), "metadata": {
+        "name": "a", "namespace": "doomed", "finalizers": [FIN]}})
+    cluster.delete(NAMESPACE, "doomed")
+    held = cluster.get(NAMESPACE, "doomed")
+    assert held["status"]["phase"] == "Terminating" and held["metadata"]["deletionTimestamp"]
+    with pytest.raises(Forbidden, match="unable to create new content in namespace doomed "
+                                        "because it is being terminated"):
+        cluster.create(POD, pod("b", ns="doomed"))
+    assert cluster.get(POD, "a", "doomed")["metadata"]["deletionTimestamp"]  # its grace
+    cluster.delete(POD, "a", "doomed", grace_period_seconds=0)  # the kubelet confirms
+    assert exists(cluster, NAMESPACE, "doomed")  # the record's finalizer holds it
+    cluster.patch(POD_NETWORK, "a", {"metadata": {"finalizers": None}}, "doomed")
+    assert eventually(lambda: not exists(cluster, NAMESPACE, "doomed"))
 
 
 # --- watches ----------------------------------------------------------------------------

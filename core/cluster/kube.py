@@ -49,6 +49,7 @@ from .port import (
     AlreadyExists,
     ApiError,
     Conflict,
+    Forbidden,
     Gone,
     Invalid,
     Kind,
@@ -110,6 +111,8 @@ def _error(status: int, data: bytes, what: str) -> ApiError:
         reason = str(body.get("reason") or "")
     if not message:
         message = f"{what}: HTTP {status}"
+    if status == 403:
+        return Forbidden(message)
     if status == 404:
         return NotFound(message)
     if status == 409:

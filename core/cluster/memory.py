@@ -11,6 +11,9 @@ What it keeps faithful, because podnet's correctness depends on it:
   grace 0; nobody plays the kubelet unless ``kubelet_finish_after`` says so (seconds after
   which a terminating pod is confirmed, 0: at once) or :meth:`InMemoryCluster.finish_terminating`
   is called;
+* namespace lifecycle: a deleted namespace is Terminating (``status.phase``) while its
+  contents are deleted, then goes; a create into it is 403 Forbidden, and with
+  ``require_namespaces`` a create into a namespace that does not exist is 404;
 * owner-reference garbage collection, by the delete's propagation policy: ``Background``
   (the default) deletes the dependents once their owners are gone, ``Orphan`` keeps them
   and strips the owner's references, ``Foreground`` keeps the owner (with the
@@ -56,6 +59,7 @@ from .patch import (
 )
 from .port import (
     EVENT,
+    NAMESPACE,
     NODE,
     NODE_NETWORK,
     POD,
@@ -63,6 +67,7 @@ from .port import (
     AlreadyExists,
     ApiError,
     Conflict,
+    Forbidden,
     Gone,
     Invalid,
     Kind,
@@ -348,13 +353,19 @@ class InMemoryCluster:
     """A thread-safe, in-process API server for tests, the simulator and benchmarks."""
 
     def __init__(self, clock: Clock | None = None, history: int = 10000, seed: int = 0,
-                 kubelet_finish_after: float | None = None) -> None:
+                 kubelet_finish_after: float | None = None,
+                 require_namespaces: bool = False) -> None:
         self.clock: Clock = clock or SystemClock()
         #: the kubelet stand-in: confirm a terminating pod (delete it with grace 0) this
         #: many seconds after it was marked (at the latest when its grace period ends);
         #: None: nobody does, the pod stays Terminating (a cluster without kubelets)
         self.kubelet_finish_after = kubelet_finish_after
         self._terminating: list[tuple[float, str]] = []  # (due, pod uid), a heap
+        #: a create into a namespace that does not exist answers 404, as upstream's
+        #: NamespaceLifecycle admission does (off: in-process tests skip making them)
+        self.require_namespaces = require_namespaces
+        self._ending_namespaces: set[str] = set()  # deleted, waiting for their contents
+        self._ns_queue: deque[str] = deque()  # of those, namespaces that lost an object
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._ids = random.Random(seed)
@@ -458,6 +469,8 @@ class InMemoryCluster:
             self._gc_queue.clear()
             self._foreground.clear()
             self._fg_queue.clear()
+            self._ending_namespaces.clear()
+            self._ns_queue.clear()
             self._terminating.clear()
             self._compacted_rv = 0
             self._rv = 1
@@ -616,6 +629,8 @@ class InMemoryCluster:
         if meta.get("deletionTimestamp"):
             raise Invalid("metadata.deletionTimestamp: may not be set on create")
         ns = self._namespace(kind, meta.get("namespace"))
+        if ns:
+            self._admit_namespace(kind, ns, meta.get("name") or "")
         bucket = self._store.get(kind, {}).get(ns, {})
         name = meta.get("name")
         if not name:
@@ -642,6 +657,8 @@ class InMemoryCluster:
         meta["generation"] = 1
         meta.pop("deletionGracePeriodSeconds", None)
         meta["resourceVersion"] = self._next_rv()
+        if kind == NAMESPACE:
+            new["status"] = {**(new.get("status") or {}), "phase": "Active"}
         # the server's apiVersion/kind win, listed first as the API prints them
         body = {k: v for k, v in new.items() if k not in ("apiVersion", "kind")}
         new = {"apiVersion": kind.api_version, "kind": kind.kind, **body}
@@ -649,6 +666,18 @@ class InMemoryCluster:
         self._index(kind, new)
         self._record(kind, "ADDED", new)
         return new
+
+    def _admit_namespace(self, kind: Kind, ns: str, name: str) -> None:
+        """Upstream's NamespaceLifecycle admission for a create into ``ns``."""
+        found = self._store.get(NAMESPACE, {}).get("", {}).get(ns)
+        if found is None:
+            if self.require_namespaces:
+                raise NotFound(f'namespaces "{ns}" not found')
+        elif "deletionTimestamp" in found["metadata"]:
+            raise Forbidden(
+                f'{kind.plural} "{name}" is forbidden: unable to create new content in '
+                f"namespace {ns} because it is being terminated"
+            )
 
     def _validate(self, meta: Mapping[str, Any]) -> None:
         fins = meta.get("finalizers")
@@ -855,6 +884,10 @@ class InMemoryCluster:
                     f"UID in object meta: {stored['metadata']['uid']}"
                 )
             owner = stored["metadata"]["uid"]
+            if kind == NAMESPACE:
+                self._delete_namespace(stored)
+                self._collect_garbage()
+                return
             if propagation_policy == "Orphan":
                 self._orphan(owner)
                 stored = self._find(kind, name, namespace)
@@ -903,6 +936,32 @@ class InMemoryCluster:
             if where is not None:
                 self._delete(where[0], self._store[where[0]][where[1]][where[2]], None)
         self._fg_queue.append(owner)
+
+    def _delete_namespace(self, stored: Obj) -> None:
+        """Mark the namespace Terminating and delete what it holds, as upstream's namespace
+        controller does; it goes when it is empty (lock held)."""
+        meta = stored["metadata"]
+        name = meta["name"]
+        if "deletionTimestamp" not in meta:
+            now = self.clock.now().replace(microsecond=0)
+            status = {**(stored.get("status") or {}), "phase": "Terminating"}
+            self._mark_deleting(NAMESPACE, {**stored, "status": status}, now, 0)
+            self._ending_namespaces.add(name)
+        for kind in [k for k in self._store if k.namespaced]:
+            for obj in list(self._store[kind].get(name, {}).values()):
+                if "deletionTimestamp" not in obj["metadata"]:
+                    self._delete(kind, obj, None)
+        self._ns_queue.append(name)
+
+    def _namespace_release(self, name: str) -> None:
+        if name not in self._ending_namespaces:
+            return
+        if any(self._store[k].get(name) for k in self._store if k.namespaced):
+            return
+        self._ending_namespaces.discard(name)
+        found = self._store.get(NAMESPACE, {}).get("", {}).get(name)
+        if found is not None and not found["metadata"].get("finalizers"):
+            self._remove(NAMESPACE, found)
 
     def _foreground_release(self, owner: str) -> None:
         """Drop the owner's ``foregroundDeletion`` finalizer once no dependent that blocks
@@ -1030,6 +1089,8 @@ class InMemoryCluster:
         self._by_uid.pop(meta["uid"], None)
         if self._foreground:
             self._fg_queue.extend(o for o in _owner_uids(meta) if o in self._foreground)
+        if ns and ns in self._ending_namespaces:
+            self._ns_queue.append(ns)
         self._unindex_owners(meta)
         final = {**obj, "metadata": {**meta, "resourceVersion": self._next_rv()}}
         self._record(kind, "DELETED", final)
@@ -1038,9 +1099,12 @@ class InMemoryCluster:
     def _collect_garbage(self) -> None:
         """Background propagation: delete dependents whose owners are all gone; release
         foreground owners whose blocking dependents are gone."""
-        while self._gc_queue or self._fg_queue:
+        while self._gc_queue or self._fg_queue or self._ns_queue:
             if not self._gc_queue:
-                self._foreground_release(self._fg_queue.popleft())
+                if self._fg_queue:
+                    self._foreground_release(self._fg_queue.popleft())
+                else:
+                    self._namespace_release(self._ns_queue.popleft())
                 continue
             owner = self._gc_queue.popleft()
             for dep in sorted(self._dependents.pop(owner, ())):

@@ -57,6 +57,13 @@ class ApiError(Exception):
             self.code = code
 
 
+class Forbidden(ApiError):
+    """403: refused whatever the object says (a create into a terminating namespace)."""
+
+    code = 403
+    reason = "Forbidden"
+
+
 class NotFound(ApiError):
     code = 404
     reason = "NotFound"

@@ -12,8 +12,9 @@ podnet CRDs' schemas enforced on writes (422 naming the field). Standard library
 
 Where it departs from a real server, on purpose:
 
-* unknown fields in podnet objects are rejected (422) unless the request says
-  ``fieldValidation=Ignore`` or ``Warn`` (then pruned, as a real server does by default);
+* unknown fields in podnet objects are pruned and named in a ``Warning`` header (upstream's
+  default, ``fieldValidation=Warn``), pruned silently with ``Ignore``, refused (400, a
+  strict decoding error) with ``Strict``; built-in objects are not checked;
 * pods keep the status they are created with (a real server resets it to Pending), so a
   harness can create running pods in one call; podnet objects lose it, as upstream;
 * no authentication, no admission but the namespace lifecycle's (a fresh emulator has the
@@ -717,7 +718,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             for warning in self.warnings:
-                self.send_header("Warning", f'299 - "{warning}"')
+                # RFC 7234 warn-text is a quoted-string: quotes inside are escaped
+                text = warning.replace("\\", "\\\\").replace('"', '\\"')
+                self.send_header("Warning", f'299 - "{text}"')
             self.end_headers()
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
@@ -1171,11 +1174,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     # --- writes ------------------------------------------------------------------------
 
-    def _prune(self) -> bool:
-        mode = self.query.get("fieldValidation", "Strict")
+    def _field_validation(self) -> str:
+        # upstream's default is Warn: unknown fields are pruned and named in a warning
+        mode = self.query.get("fieldValidation") or "Warn"
         if mode not in ("Strict", "Warn", "Ignore"):
             raise HttpError(400, f"fieldValidation: {mode!r} is not one of Strict, Warn, Ignore")
-        return mode != "Strict"
+        return mode
+
+    def _prune(self) -> bool:
+        return self._field_validation() != "Strict"
 
     def _check_identity(self, target: _Target, obj: Obj) -> Obj:
         """The body's apiVersion, kind, namespace and name against the URL's."""
@@ -1220,10 +1227,20 @@ class _Handler(BaseHTTPRequestHandler):
         """Check a podnet object against its CRD's schema; the (pruned) object to write."""
         if res.crd is None:
             return obj
-        checked = validate(res.crd.schema, obj, prune=self._prune(), only=only)
+        mode = self._field_validation()
+        checked = validate(res.crd.schema, obj, prune=True, only=only)
+        if checked.unknown and mode == "Strict":
+            # a decoding error, before validation: 400, as upstream's strict decoder says
+            kind = res.kind
+            fields = ", ".join(f'unknown field "{f}"' for f in checked.unknown)
+            raise HttpError(
+                400,
+                f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: '
+                f"strict decoding error: {fields}",
+            )
         if checked.errors:
             raise _invalid(res, _get(obj, "metadata", "name") or "", checked.errors)
-        if checked.unknown and self.query.get("fieldValidation") == "Warn":
+        if checked.unknown and mode == "Warn":
             self.warnings += [f'unknown field "{f}"' for f in checked.unknown]
         return cast(Obj, checked.value)
 

@@ -486,12 +486,51 @@ def test_crd_schema_rejects_bad_records_naming_the_field(api: client.ApiClient) 
             _content_type=MERGE,
         )
     assert err.value.status == 422 and "spec.sticky" in status_of(err.value)["message"]
-    with pytest.raises(ApiException) as err:
-        create_pn(api, pn("other") | {"spec": {**pn("other")["spec"], "colour": "red"}})
-    assert err.value.status == 422 and "spec.colour" in status_of(err.value)["message"]
+    # an unknown field is no error by default: pruned (see the fieldValidation tests)
+    other = create_pn(api, pn("other") | {"spec": {**pn("other")["spec"], "colour": "red"}})
+    assert "colour" not in other["spec"]
     # nothing bad was stored
     got = co.get_namespaced_custom_object(GROUP, VERSION, "default", "podnetworks", "web")
     assert "status" not in got and "sticky" not in got["spec"]
+
+
+def test_unknown_fields_are_pruned_with_a_warning_by_default(server: ApiServer) -> None:
+    """kubernetes.io API concepts, "Field validation": without ``fieldValidation`` the
+    server's default is ``Warn``: unknown fields are dropped and each is named in a
+    ``Warning`` header; ``Strict`` fails the request with 400 BadRequest and a strict
+    decoding error naming the field."""
+    body = pn("web")
+    body["spec"]["colour"] = "red"
+    path = "/apis/podnet.io/v1alpha1/namespaces/default/podnetworks"
+    code, out, resp = request(server, "POST", path, body)
+    assert code == 201 and "colour" not in out["spec"]
+    assert resp.getheader("Warning") == '299 - "unknown field \\"spec.colour\\""'
+    body["metadata"]["name"] = "strict"
+    code, out, _ = request(server, "POST", path + "?fieldValidation=Strict", body)
+    assert (code, out["reason"]) == (400, "BadRequest")
+    assert out["message"] == ('PodNetwork in version "v1alpha1" cannot be handled as a '
+                              'PodNetwork: strict decoding error: unknown field "spec.colour"')
+
+
+def test_put_without_resource_version(api: client.ApiClient) -> None:
+    """Upstream's update: a built-in kind's strategy allows an unconditional update (a PUT
+    without ``metadata.resourceVersion`` is taken, last write wins); the custom resource
+    strategy does not, and answers 422 Invalid on ``metadata.resourceVersion``."""
+    core, co = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    made = core.create_namespaced_pod("default", pod("web"))
+    body = api.sanitize_for_serialization(made)
+    body["metadata"].pop("resourceVersion")
+    body["metadata"]["labels"] = {"edited": "yes"}
+    replaced = core.replace_namespaced_pod("web", "default", body)
+    assert replaced.metadata.labels == {"edited": "yes"}
+    assert int(replaced.metadata.resource_version) > int(made.metadata.resource_version)
+    record = create_pn(api, pn("web"))
+    record["metadata"].pop("resourceVersion")
+    with pytest.raises(ApiException) as err:
+        co.replace_namespaced_custom_object(GROUP, VERSION, "default", "podnetworks", "web",
+                                            record)
+    assert err.value.status == 422
+    assert "metadata.resourceVersion" in status_of(err.value)["message"]
 
 
 def test_field_validation_ignore_prunes_unknown_fields(server: ApiServer) -> None:

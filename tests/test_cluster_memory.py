@@ -177,8 +177,8 @@ def test_update_requires_current_resource_version(cluster: InMemoryCluster) -> N
         **updated,
         "metadata": {k: v for k, v in updated["metadata"].items() if k != "resourceVersion"},
     }
-    with pytest.raises(Conflict):
-        cluster.update(POD_NETWORK, missing_rv)
+    with pytest.raises(Invalid, match=r"metadata\.resourceVersion"):
+        cluster.update(POD_NETWORK, missing_rv)  # a custom resource: 422, as upstream
     with pytest.raises(NotFound):
         cluster.update(
             POD_NETWORK,

@@ -99,6 +99,9 @@ __all__ = [
 #: A pod's ``spec.terminationGracePeriodSeconds`` when it does not say (the API's default).
 DEFAULT_TERMINATION_GRACE: Final = 30
 
+#: API groups served as custom resources (CRDs), whose strategy differs from built-ins'.
+CUSTOM_GROUPS: Final = frozenset({"podnet.io"})
+
 #: The finalizer a foreground delete puts on the owner (metav1.FinalizerDeleteDependents).
 FOREGROUND_FINALIZER: Final = "foregroundDeletion"
 
@@ -700,9 +703,13 @@ class InMemoryCluster:
 
     def _check_rv(self, kind: Kind, stored: Obj, rv: Any) -> None:
         if not rv:
-            raise Conflict(
-                f'{kind.plural} "{stored["metadata"]["name"]}": metadata.resourceVersion '
-                "must be specified for an update"
+            # upstream: built-in strategies allow an unconditional update (the last write
+            # wins); the custom resource strategy does not, and answers 422
+            if kind.group not in CUSTOM_GROUPS:
+                return
+            raise Invalid(
+                f'{kind.kind}.{kind.group} "{stored["metadata"]["name"]}" is invalid: '
+                "metadata.resourceVersion: Invalid value: 0: must be specified for an update"
             )
         if rv != stored["metadata"]["resourceVersion"]:
             raise Conflict(

@@ -15,8 +15,9 @@ Where it departs from a real server, on purpose:
 * unknown fields in podnet objects are pruned and named in a ``Warning`` header (upstream's
   default, ``fieldValidation=Warn``), pruned silently with ``Ignore``, refused (400, a
   strict decoding error) with ``Strict``; built-in objects are not checked;
-* pods keep the status they are created with (a real server resets it to Pending), so a
-  harness can create running pods in one call; podnet objects lose it, as upstream;
+* a pod created over HTTP gets upstream's spec defaults and ``status.phase: Pending``, as
+  upstream; :class:`InMemoryCluster` called in-process keeps what it is given (so a
+  harness can create running pods in one call);
 * no authentication, no admission but the namespace lifecycle's (a fresh emulator has the
   four namespaces of a new cluster; one given a cluster checks what that cluster says:
   ``InMemoryCluster.require_namespaces``), ``dryRun`` is refused,
@@ -1255,6 +1256,8 @@ class _Handler(BaseHTTPRequestHandler):
             _check_name(res, name)
         if res.crd is not None and res.crd.status_subresource:
             obj.pop("status", None)  # upstream drops it: status is written through /status
+        if res.kind == POD:
+            obj = pod_defaults(obj)
         obj = self._admit(res, obj)
         created = self.api.cluster.create(res.kind, obj)
         self._send_object(res, created, 201)
@@ -1404,6 +1407,67 @@ class _Handler(BaseHTTPRequestHandler):
                 "items": listed.items,
             },
         )
+
+
+_POD_SPEC_DEFAULTS: Final = {
+    "restartPolicy": "Always",
+    "dnsPolicy": "ClusterFirst",
+    "schedulerName": "default-scheduler",
+    "terminationGracePeriodSeconds": 30,
+    "securityContext": {},
+    "enableServiceLinks": True,
+}
+_CONTAINER_DEFAULTS: Final = {
+    "terminationMessagePath": "/dev/termination-log",
+    "terminationMessagePolicy": "File",
+    "resources": {},
+}
+
+
+def _pull_policy(image: Any) -> str:
+    # upstream: Always for a ":latest" or untagged image, else IfNotPresent
+    if not isinstance(image, str) or "@" in image:
+        return "IfNotPresent"
+    tail = image.rsplit("/", 1)[-1]
+    return "Always" if ":" not in tail or tail.endswith(":latest") else "IfNotPresent"
+
+
+def _qos_class(containers: list[Any]) -> str:
+    """The pod's QoS class (upstream's ``GetPodQOS``, for cpu and memory)."""
+    requests_any = False
+    guaranteed = True
+    for c in containers:
+        res = c.get("resources") if isinstance(c, dict) else None
+        res = res if isinstance(res, dict) else {}
+        limits, requests = res.get("limits") or {}, res.get("requests") or {}
+        if limits or requests:
+            requests_any = True
+        for name in ("cpu", "memory"):
+            if name not in limits or requests.get(name, limits[name]) != limits[name]:
+                guaranteed = False
+    if not requests_any:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def pod_defaults(pod: Obj) -> Obj:
+    """A new pod as upstream stores it: the API's defaults filled into ``spec`` and its
+    containers (``SetDefaults_PodSpec``, ``SetDefaults_Container``), the status replaced by
+    ``phase: Pending`` and the QoS class (the pod strategy's ``PrepareForCreate``)."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return pod
+    spec = {**_POD_SPEC_DEFAULTS, **spec}
+    for key in ("containers", "initContainers"):
+        if isinstance(spec.get(key), list):
+            spec[key] = [
+                {**_CONTAINER_DEFAULTS, "imagePullPolicy": _pull_policy(c.get("image")), **c}
+                if isinstance(c, dict) else c
+                for c in spec[key]
+            ]
+    containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
+    status = {"phase": "Pending", "qosClass": _qos_class(containers)}
+    return {**pod, "spec": spec, "status": status}
 
 
 def _bookmark(kind: Kind, rv: str, **annotations: str) -> Obj:

@@ -1147,3 +1147,34 @@ def test_kubectl_sees_a_deleted_namespace_terminating(server: ApiServer, api: cl
     code, done, _ = request(server, "POST", "/_podnet/kubelet", {"namespace": "doomed"})
     assert (code, done) == (200, {"finished": 1})
     assert "doomed" not in kubectl("get", "namespaces", "-o", "name")
+
+
+# --- what a new pod is stored as ---------------------------------------------------------
+
+
+def test_new_pod_gets_upstream_defaults_and_a_pending_status(api: client.ApiClient) -> None:
+    """The pod API's defaults (pkg/apis/core/v1/defaults.go: ``SetDefaults_PodSpec``,
+    ``SetDefaults_Container``) and the pod strategy's ``PrepareForCreate``: the status sent
+    is replaced by ``phase: Pending`` with the QoS class (BestEffort without requests or
+    limits, Guaranteed when limits equal requests)."""
+    core = client.CoreV1Api(api)
+    body = pod("web") | {"status": {"phase": "Running", "podIP": "10.0.0.9"}}
+    body["spec"]["containers"].append({"name": "pinned", "image": "registry/app:1.2"})
+    made = core.create_namespaced_pod("default", body)
+    spec = made.spec
+    assert (spec.restart_policy, spec.dns_policy, spec.scheduler_name) == (
+        "Always", "ClusterFirst", "default-scheduler")
+    assert spec.termination_grace_period_seconds == 30
+    assert spec.enable_service_links is True
+    first, second = spec.containers
+    assert (first.termination_message_path, first.termination_message_policy) == (
+        "/dev/termination-log", "File")
+    assert (first.image_pull_policy, second.image_pull_policy) == ("Always", "IfNotPresent")
+    assert (made.status.phase, made.status.qos_class, made.status.pod_ip) == (
+        "Pending", "BestEffort", None)
+    sized = pod("sized")
+    sized["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1", "memory": "1Gi"}}
+    assert core.create_namespaced_pod("default", sized).status.qos_class == "Guaranteed"
+    sized = pod("burst")
+    sized["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    assert core.create_namespaced_pod("default", sized).status.qos_class == "Burstable"

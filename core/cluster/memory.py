@@ -662,6 +662,9 @@ class InMemoryCluster:
         meta["resourceVersion"] = self._next_rv()
         if kind == NAMESPACE:
             new["status"] = {**(new.get("status") or {}), "phase": "Active"}
+        elif kind.group in CUSTOM_GROUPS and kind in STATUS_SUBRESOURCE:
+            # upstream drops it: a custom resource's status is written through /status
+            new.pop("status", None)
         # the server's apiVersion/kind win, listed first as the API prints them
         body = {k: v for k, v in new.items() if k not in ("apiVersion", "kind")}
         new = {"apiVersion": kind.api_version, "kind": kind.kind, **body}

@@ -1465,8 +1465,9 @@ def pod_defaults(pod: Obj) -> Obj:
                 if isinstance(c, dict) else c
                 for c in spec[key]
             ]
-    containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
-    status = {"phase": "Pending", "qosClass": _qos_class(containers)}
+    containers = spec.get("containers")
+    qos = _qos_class(containers if isinstance(containers, list) else [])
+    status = {"phase": "Pending", "qosClass": qos}
     return {**pod, "spec": spec, "status": status}
 
 

@@ -20,8 +20,8 @@ Where it departs from a real server, on purpose:
   harness can create running pods in one call);
 * no authentication, no admission but the namespace lifecycle's (a fresh emulator has the
   four namespaces of a new cluster; one given a cluster checks what that cluster says:
-  ``InMemoryCluster.require_namespaces``), ``dryRun`` is refused,
-  ``limit``/``continue`` are ignored (a list is always whole).
+  ``InMemoryCluster.require_namespaces``), ``dryRun`` is refused; a ``continue`` page shows
+  the objects as they are now, not as they were at the first page's resourceVersion.
 
 No kubelet runs: a pod deleted without ``gracePeriodSeconds: 0`` stays Terminating, as on a
 real server whose kubelet is away, unless the kubelet stand-in is asked for:
@@ -51,6 +51,7 @@ what order.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import hashlib
 import json
@@ -991,21 +992,52 @@ class _Handler(BaseHTTPRequestHandler):
                 return params.get("as")
         return None
 
+    def _page(self, items: list[Obj], rv: str, selected: bool) -> tuple[list[Obj], Obj]:
+        """``limit``/``continue`` paging, as upstream: a page of at most ``limit`` items in
+        (namespace, name) order and a continue token naming the last key and the first
+        page's resourceVersion; a token older than the compacted history answers 410.
+        Unlike upstream's, later pages show the objects as they are now, not at that
+        resourceVersion."""
+        try:
+            limit = int(self.query.get("limit") or 0)
+        except ValueError:
+            raise HttpError(400, "limit: expected an integer") from None
+        token = self.query.get("continue")
+        meta: Obj = {"resourceVersion": rv}
+        if token:
+            start, rv = _decode_continue(token)
+            if int(rv) < self.api.cluster._compacted_rv:
+                raise HttpError(410, _CONTINUE_EXPIRED, "Expired")
+            meta["resourceVersion"] = rv
+            items = [o for o in items if _key(o) > start]
+        if limit <= 0 or len(items) <= limit:
+            return items, meta
+        page = items[:limit]
+        meta["continue"] = _encode_continue(_key(page[-1]), meta["resourceVersion"])
+        if not selected:
+            meta["remainingItemCount"] = len(items) - limit
+        return page, meta
+
     def _list(self, target: _Target) -> None:
         res = target.resource
         labels, fields = self._selectors(res)
         listed = self.api.cluster.list(res.kind, target.namespace, labels, fields)
+        items, meta = listed.items, {"resourceVersion": listed.resource_version}
+        if "limit" in self.query or "continue" in self.query:
+            items, meta = self._page(items, listed.resource_version, bool(labels or fields))
         form = self._accept()
         if form == "Table":
-            return self._send(200, self._table(res, listed.items, listed.resource_version))
+            table = self._table(res, items, meta["resourceVersion"])
+            table["metadata"] = meta
+            return self._send(200, table)
         if form in ("PartialObjectMetadataList", "PartialObjectMetadata"):
             return self._send(
                 200,
                 {
                     "kind": "PartialObjectMetadataList",
                     "apiVersion": "meta.k8s.io/v1",
-                    "metadata": {"resourceVersion": listed.resource_version},
-                    "items": [_partial(o) for o in listed.items],
+                    "metadata": meta,
+                    "items": [_partial(o) for o in items],
                 },
             )
         self._send(
@@ -1013,8 +1045,8 @@ class _Handler(BaseHTTPRequestHandler):
             {
                 "kind": res.list_kind,
                 "apiVersion": res.kind.api_version,
-                "metadata": {"resourceVersion": listed.resource_version},
-                "items": listed.items,
+                "metadata": meta,
+                "items": items,
             },
         )
 
@@ -1469,6 +1501,37 @@ def pod_defaults(pod: Obj) -> Obj:
     qos = _qos_class(containers if isinstance(containers, list) else [])
     status = {"phase": "Pending", "qosClass": qos}
     return {**pod, "spec": spec, "status": status}
+
+
+_CONTINUE_EXPIRED: Final = (
+    "The provided continue parameter is too old to display a consistent list result. You "
+    "can start a new list without the continue parameter, or use the continue token in this "
+    "response to retrieve the remainder of the results. Continuing with the provided token "
+    "results in an inconsistent list - objects that were created, modified, or deleted "
+    "between the time the first chunk was returned and now may show up in the list."
+)
+
+
+def _key(obj: Obj) -> str:
+    meta = obj["metadata"]
+    return f"{meta.get('namespace', '')}/{meta['name']}"
+
+
+def _encode_continue(key: str, rv: str) -> str:
+    # upstream's token shape: base64 of {"v": ..., "rv": ..., "start": key + NUL}
+    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": int(rv), "start": key + "\x00"})
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_continue(token: str) -> tuple[str, str]:
+    try:
+        raw = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        start, rv = raw["start"], raw["rv"]
+        if raw.get("v") != "meta.k8s.io/v1" or not isinstance(start, str) or int(rv) < 1:
+            raise ValueError("not a continue token")
+    except (ValueError, TypeError, KeyError) as exc:
+        raise HttpError(400, f"continue key is not valid: {exc}") from None
+    return start.rstrip("\x00"), str(rv)
 
 
 def _bookmark(kind: Kind, rv: str, **annotations: str) -> Obj:

@@ -1178,3 +1178,45 @@ def test_new_pod_gets_upstream_defaults_and_a_pending_status(api: client.ApiClie
     sized = pod("burst")
     sized["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
     assert core.create_namespaced_pod("default", sized).status.qos_class == "Burstable"
+
+
+# --- paging -------------------------------------------------------------------------------
+
+
+def test_list_pages_with_limit_and_continue(server: ApiServer, api: client.ApiClient) -> None:
+    """kubernetes.io API concepts, "Retrieving large results sets in chunks": ``limit``
+    caps a page, ``metadata.continue`` asks for the next, the last page has none;
+    ``remainingItemCount`` counts what is left; a token older than the compacted history
+    answers 410 Expired."""
+    core = client.CoreV1Api(api)
+    for i in range(5):
+        core.create_namespaced_pod("default", pod(f"p{i}"))
+    first = core.list_namespaced_pod("default", limit=2)
+    assert [p.metadata.name for p in first.items] == ["p0", "p1"]
+    assert first.metadata.remaining_item_count == 3 and first.metadata._continue
+    names, token = [], first.metadata._continue
+    while token:
+        page = core.list_namespaced_pod("default", limit=2, _continue=token)
+        assert page.metadata.resource_version == first.metadata.resource_version
+        names += [p.metadata.name for p in page.items]
+        token = page.metadata._continue
+    assert names == ["p2", "p3", "p4"]
+    core.create_namespaced_pod("default", pod("later"))  # history moves on, then compacts
+    request(server, "POST", "/_podnet/faults", {"compact": True})
+    with pytest.raises(ApiException) as err:
+        core.list_namespaced_pod("default", limit=2, _continue=first.metadata._continue)
+    body = status_of(err.value)
+    assert (err.value.status, body["reason"]) == (410, "Expired")
+    assert body["message"].startswith("The provided continue parameter is too old")
+    code, bad, _ = request(server, "GET", "/api/v1/namespaces/default/pods?continue=nonsense")
+    assert code == 400 and bad["message"].startswith("continue key is not valid")
+
+
+@needs_kubectl
+def test_kubectl_get_reads_every_chunk(server: ApiServer, kubectl: Any) -> None:
+    """kubectl asks in chunks (``--chunk-size``) and follows the continue tokens."""
+    for i in range(5):
+        server.cluster.create(POD, pod(f"p{i}") | {"metadata": {"name": f"p{i}",
+                                                                "namespace": "default"}})
+    out = kubectl("get", "pods", "--chunk-size=2", "-o", "name")
+    assert out.split() == [f"pod/p{i}" for i in range(5)]

@@ -757,8 +757,9 @@ class _Handler(BaseHTTPRequestHandler):
         target = self._target(path)
         if target is None:
             raise HttpError(404, "the server could not find the requested resource")
-        if _flag(self.query.get("dryRun")) or self.query.get("dryRun") == "All":
-            raise HttpError(400, "dryRun is not supported by the podnet emulator")
+        dry = self.query.get("dryRun")
+        if dry is not None and dry != "All":
+            raise HttpError(400, f'dryRun: Unsupported value: "{dry}": supported values: "All"')
         res, name, sub = target.resource, target.name, target.subresource
         if sub is not None and (sub != "status" or not res.has_status):
             raise HttpError(404, f"{res.kind.plural} have no {sub!r} subresource")
@@ -766,6 +767,13 @@ class _Handler(BaseHTTPRequestHandler):
             if method != "GET" or sub is not None:
                 raise HttpError(405, f"{method} is not allowed on a watch")
             return self._watch(target)
+        if dry == "All" and method in ("POST", "PUT", "PATCH"):
+            with self.api.cluster.dry_run():  # every check, nothing stored
+                return self._dispatch(method, target)
+        return self._dispatch(method, target)
+
+    def _dispatch(self, method: str, target: _Target) -> None:
+        res, name = target.resource, target.name
         if name is None:
             if method == "GET":
                 return self._list(target)
@@ -1359,8 +1367,11 @@ class _Handler(BaseHTTPRequestHandler):
         for key in ("gracePeriodSeconds", "propagationPolicy", "orphanDependents"):
             if key in self.query:
                 opts[key] = self.query[key]
-        if opts.get("dryRun"):
-            raise HttpError(400, "dryRun is not supported by the podnet emulator")
+        if self.query.get("dryRun") == "All":
+            opts["dryRun"] = ["All"]
+        if opts.get("dryRun") not in (None, [], ["All"]):
+            raise HttpError(400, f"dryRun: Unsupported value: {opts['dryRun']!r}: supported "
+                            'values: "All"')
         orphan = opts.get("orphanDependents")
         if orphan is not None:
             if opts.get("propagationPolicy"):
@@ -1383,6 +1394,13 @@ class _Handler(BaseHTTPRequestHandler):
         cluster = self.api.cluster
         with self.api.locked():
             before = self.api.peek(res.kind, name, ns)
+            if opts.get("dryRun"):
+                if before is None:
+                    raise NotFound(f'{res.kind.plural} "{name}" not found')
+                if pre.get("uid") and pre["uid"] != before["metadata"]["uid"]:
+                    raise Conflict(f'Precondition failed for {res.kind} "{name}": UID in '
+                                   f"precondition: {pre['uid']}, UID in object meta: "
+                                   f"{before['metadata']['uid']}")
             want_rv = pre.get("resourceVersion")
             if before is not None and want_rv and want_rv != before["metadata"]["resourceVersion"]:
                 raise Conflict(
@@ -1390,9 +1408,16 @@ class _Handler(BaseHTTPRequestHandler):
                     f"precondition: {want_rv}, ResourceVersion in object meta: "
                     f"{before['metadata']['resourceVersion']}"
                 )
-            cluster.delete(res.kind, name, ns, uid=pre.get("uid"), grace_period_seconds=grace,
-                           propagation_policy=opts.get("propagationPolicy"))
+            if not opts.get("dryRun"):
+                cluster.delete(res.kind, name, ns, uid=pre.get("uid"),
+                               grace_period_seconds=grace,
+                               propagation_policy=opts.get("propagationPolicy"))
             after = self.api.peek(res.kind, name, ns)
+        if opts.get("dryRun") and (res.kind == POD or (before is not None and
+                                   before["metadata"].get("finalizers"))):
+            return self._send_object(res, cast(Obj, before))  # what a delete would answer
+        if opts.get("dryRun"):
+            after = None
         if after is not None:
             return self._send_object(res, after)  # finalizers or a grace period hold it
         if res.kind == POD and before is not None:
@@ -1420,7 +1445,7 @@ class _Handler(BaseHTTPRequestHandler):
         grace = opts.get("gracePeriodSeconds")
         cluster = self.api.cluster
         listed = cluster.list(res.kind, target.namespace, labels, fields)
-        for obj in listed.items:
+        for obj in [] if opts.get("dryRun") else listed.items:
             meta = obj["metadata"]
             with contextlib.suppress(NotFound):
                 cluster.delete(

@@ -1220,3 +1220,36 @@ def test_kubectl_get_reads_every_chunk(server: ApiServer, kubectl: Any) -> None:
                                                                 "namespace": "default"}})
     out = kubectl("get", "pods", "--chunk-size=2", "-o", "name")
     assert out.split() == [f"pod/p{i}" for i in range(5)]
+
+
+# --- dry run ------------------------------------------------------------------------------
+
+
+@needs_kubectl
+def test_dry_run_all_checks_and_stores_nothing(server: ApiServer, api: client.ApiClient,
+                                               kubectl: Any, tmp_path: Path) -> None:
+    """kubernetes.io API concepts, "Dry-run": with ``dryRun=All`` a write goes through
+    every stage and answers what it would store, and nothing is persisted; a bad object is
+    still refused. ``kubectl --dry-run=server`` sends it."""
+    core, co = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    rv = core.list_namespaced_pod("default").metadata.resource_version
+    would = core.create_namespaced_pod("default", pod("web"), dry_run="All")
+    assert would.metadata.name == "web" and would.status.phase == "Pending"
+    assert core.list_namespaced_pod("default").items == []
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(yaml.safe_dump(pod("kube")))
+    assert "pod/kube created (server dry run)" in kubectl("create", "-f", str(manifest),
+                                                           "--dry-run=server")
+    assert kubectl("get", "pods", "-o", "name") == ""
+    core.create_namespaced_pod("default", pod("real"))
+    patched = core.patch_namespaced_pod("real", "default", {"metadata": {"labels": {"a": "b"}}},
+                                        dry_run="All")
+    assert patched.metadata.labels == {"a": "b"}
+    assert core.read_namespaced_pod("real", "default").metadata.labels is None
+    core.delete_namespaced_pod("real", "default", dry_run="All", grace_period_seconds=0)
+    assert core.read_namespaced_pod("real", "default").metadata.deletion_timestamp is None
+    with pytest.raises(ApiException) as err:
+        co.create_namespaced_custom_object(GROUP, VERSION, "default", "podnetworks",
+                                           pn("bad") | {"spec": {"podName": "x"}}, dry_run="All")
+    assert err.value.status == 422
+    assert int(server.cluster.resource_version) == int(rv) + 1  # only the one real create

@@ -364,6 +364,7 @@ class InMemoryCluster:
         #: None: nobody does, the pod stays Terminating (a cluster without kubelets)
         self.kubelet_finish_after = kubelet_finish_after
         self._terminating: list[tuple[float, str]] = []  # (due, pod uid), a heap
+        self._dry = False  # inside dry_run(): writes are checked and answered, not stored
         #: a create into a namespace that does not exist answers 404, as upstream's
         #: NamespaceLifecycle admission does (off: in-process tests skip making them)
         self.require_namespaces = require_namespaces
@@ -401,7 +402,8 @@ class InMemoryCluster:
             return sum(len(b) for b in self._store.get(kind, {}).values())
 
     def _begin(self, op: str, kind: Kind) -> None:
-        if self._terminating and self._terminating[0][0] <= self.clock.monotonic():
+        if (self._terminating and not self._dry
+                and self._terminating[0][0] <= self.clock.monotonic()):
             self._kubelet_due()
         self.stats[(op, kind.plural)] += 1
         self.faults._check(op, kind)
@@ -659,7 +661,7 @@ class InMemoryCluster:
         meta["creationTimestamp"] = format_time(self.clock.now())
         meta["generation"] = 1
         meta.pop("deletionGracePeriodSeconds", None)
-        meta["resourceVersion"] = self._next_rv()
+        meta["resourceVersion"] = "" if self._dry else self._next_rv()
         if kind == NAMESPACE:
             new["status"] = {**(new.get("status") or {}), "phase": "Active"}
         elif kind.group in CUSTOM_GROUPS and kind in STATUS_SUBRESOURCE:
@@ -668,6 +670,9 @@ class InMemoryCluster:
         # the server's apiVersion/kind win, listed first as the API prints them
         body = {k: v for k, v in new.items() if k not in ("apiVersion", "kind")}
         new = {"apiVersion": kind.api_version, "kind": kind.kind, **body}
+        if self._dry:
+            meta.pop("resourceVersion")
+            return new
         self._put(kind, new)
         self._index(kind, new)
         self._record(kind, "ADDED", new)
@@ -851,6 +856,8 @@ class InMemoryCluster:
         meta["resourceVersion"] = old_meta["resourceVersion"]
         if new == stored:
             return stored  # a no-op write keeps the resourceVersion, as etcd does
+        if self._dry:
+            return new
         if deleting and old_fins and not fins and not self._grace_pending(kind, meta):
             self._unindex_owners(old_meta)
             self._remove(kind, new)
@@ -1022,6 +1029,17 @@ class InMemoryCluster:
             meta = {**meta, "deletionTimestamp": format_time(now), "deletionGracePeriodSeconds": 0}
             stored = {**stored, "metadata": meta}
         self._remove(kind, stored)
+
+    @contextlib.contextmanager
+    def dry_run(self) -> Iterator[None]:
+        """Inside, creates, updates and patches run every check and answer what they would
+        store, storing nothing (upstream's ``dryRun=All``); the cluster lock is held."""
+        with self._lock:
+            self._dry = True
+            try:
+                yield
+            finally:
+                self._dry = False
 
     # --- the kubelet stand-in -------------------------------------------------------
 

@@ -484,6 +484,18 @@ def test_foreground_delete_holds_the_owner_until_blocking_dependents_go(
     assert eventually(lambda: not exists(cluster, POD, "a"))
 
 
+def test_boolean_field_selector_matches_an_unset_field(cluster: Cluster) -> None:
+    """Upstream's node field set formats ``spec.unschedulable`` with strconv.FormatBool, so
+    a node that does not say is ``false``: ``spec.unschedulable=false`` selects it (as
+    ``kubectl drain`` and the scheduler's informers rely on)."""
+    cluster.create(NODE, {"metadata": {"name": "plain"}})
+    cluster.create(NODE, {"metadata": {"name": "cordoned"}, "spec": {"unschedulable": True}})
+    open_ = cluster.list(NODE, field_selector="spec.unschedulable=false").items
+    assert [n["metadata"]["name"] for n in open_] == ["plain"]
+    shut = cluster.list(NODE, field_selector="spec.unschedulable!=false").items
+    assert [n["metadata"]["name"] for n in shut] == ["cordoned"]
+
+
 # --- namespaces -------------------------------------------------------------------------
 
 

@@ -324,6 +324,28 @@ _EVENT_COLUMNS: Final = (
 )
 _NAME_AND_NAMESPACE: Final = frozenset({"metadata.name", "metadata.namespace"})
 
+#: Served for clients that keep their configuration in the cluster (podnet keeps none).
+CONFIG_MAP: Final = Kind("", "v1", "ConfigMap", "configmaps", True)
+SECRET: Final = Kind("", "v1", "Secret", "secrets", True)
+SERVICE_ACCOUNT: Final = Kind("", "v1", "ServiceAccount", "serviceaccounts", True)
+
+
+def _data_count(obj: Obj) -> int:
+    return len(obj.get("data") or {}) + len(obj.get("binaryData") or {})
+
+
+def secret_on_write(secret: Obj) -> Obj:
+    """A Secret as upstream stores it: ``stringData`` (write-only) folded into ``data`` as
+    base64, ``type`` Opaque when unset."""
+    out = {**secret, "type": secret.get("type") or "Opaque"}
+    strings = out.pop("stringData", None)
+    if isinstance(strings, dict):
+        data = dict(out.get("data") or {})
+        for key, value in strings.items():
+            data[key] = base64.b64encode(str(value).encode()).decode()
+        out["data"] = data
+    return out
+
 #: The built-in resources, their table columns (besides Name and Age) and the field
 #: selectors the real server takes for them (None: pods and events, as the cluster's).
 _BUILTINS: Final = (
@@ -348,6 +370,27 @@ _BUILTINS: Final = (
         "lease",
         field_selectors=_NAME_AND_NAMESPACE,
         columns=((_column("Holder"), lambda o: _get(o, "spec", "holderIdentity")),),
+    ),
+    Resource(
+        CONFIG_MAP,
+        "configmap",
+        ("cm",),
+        field_selectors=_NAME_AND_NAMESPACE,
+        columns=((_column("Data", "integer"), _data_count),),
+    ),
+    Resource(
+        SECRET,
+        "secret",
+        field_selectors=_NAME_AND_NAMESPACE,
+        columns=((_column("Type"), lambda o: o.get("type")),
+                 (_column("Data", "integer"), _data_count)),
+    ),
+    Resource(
+        SERVICE_ACCOUNT,
+        "serviceaccount",
+        ("sa",),
+        field_selectors=_NAME_AND_NAMESPACE,
+        columns=((_column("Secrets", "integer"), lambda o: len(o.get("secrets") or ())),),
     ),
     Resource(
         STATEFUL_SET,
@@ -732,6 +775,14 @@ class _Handler(BaseHTTPRequestHandler):
         ctype = self.headers.get("Content-Type", "application/json").split(";")[0].strip()
         if not self.body:
             raise HttpError(400, "the request body is empty")
+        if ctype == "application/vnd.kubernetes.protobuf":
+            # a server that cannot decode a media type says so with 415 (client-go then
+            # sends JSON)
+            raise HttpError(
+                415,
+                "the body of the request was in an unknown format - accepted media types "
+                "include: application/json, application/yaml",
+            )
         try:
             if "yaml" in ctype:
                 return yaml.safe_load(self.body)
@@ -1298,6 +1349,8 @@ class _Handler(BaseHTTPRequestHandler):
             obj.pop("status", None)  # upstream drops it: status is written through /status
         if res.kind == POD:
             obj = pod_defaults(obj)
+        elif res.kind == SECRET:
+            obj = secret_on_write(obj)
         obj = self._admit(res, obj)
         created = self.api.cluster.create(res.kind, obj)
         self._send_object(res, created, 201)
@@ -1314,6 +1367,8 @@ class _Handler(BaseHTTPRequestHandler):
                 # status is the stored one's whatever the body says; check the rest
                 rest = self._admit(res, _without_status(obj))
                 obj = rest | ({"status": obj["status"]} if "status" in obj else {})
+            elif res.kind == SECRET:
+                obj = secret_on_write(obj)
             result = cluster.update(res.kind, obj)
         self._send_object(res, result)
 

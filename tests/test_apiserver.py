@@ -1253,3 +1253,33 @@ def test_dry_run_all_checks_and_stores_nothing(server: ApiServer, api: client.Ap
                                            pn("bad") | {"spec": {"podName": "x"}}, dry_run="All")
     assert err.value.status == 422
     assert int(server.cluster.resource_version) == int(rv) + 1  # only the one real create
+
+
+# --- configuration kinds -------------------------------------------------------------------
+
+
+@needs_kubectl
+def test_configmaps_secrets_and_serviceaccounts_are_served(api: client.ApiClient,
+                                                           kubectl: Any, tmp_path: Path) -> None:
+    """core/v1 ConfigMap, Secret and ServiceAccount, as kubectl and the client use them; a
+    Secret's ``stringData`` is write-only, folded into ``data`` as base64, and its type
+    defaults to Opaque (kubernetes.io "Secrets"). (kubectl's imperative ``create
+    configmap`` sends protobuf, which the emulator answers 415: manifests here.)"""
+    core = client.CoreV1Api(api)
+    manifest = tmp_path / "config.yaml"
+    manifest.write_text(yaml.safe_dump_all([
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"},
+         "data": {"mode": "fast"}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "podnet"}}]))
+    kubectl("create", "-f", str(manifest))
+    assert core.read_namespaced_config_map("settings", "default").data == {"mode": "fast"}
+    assert kubectl("get", "cm", "settings", "--no-headers").split()[:2] == ["settings", "1"]
+    core.create_namespaced_secret("default", {"metadata": {"name": "token"},
+                                              "stringData": {"key": "s3cret"}})
+    stored = core.read_namespaced_secret("token", "default")
+    assert (stored.type, stored.data, stored.string_data) == (
+        "Opaque", {"key": "czNjcmV0"}, None)
+    assert kubectl("get", "secret", "token", "--no-headers").split()[:3] == [
+        "token", "Opaque", "1"]
+    assert [a.metadata.name for a in core.list_namespaced_service_account("default").items] == [
+        "podnet"]

@@ -10,18 +10,21 @@ podnet CRDs' schemas enforced on writes (422 naming the field). Standard library
         server.write_kubeconfig("kubeconfig")
         ...  # kubectl --kubeconfig kubeconfig get pn
 
+As upstream: unknown fields in podnet objects are pruned and named in a ``Warning`` header
+(``fieldValidation`` Warn, the default), pruned silently with ``Ignore``, refused (400, a
+strict decoding error) with ``Strict``; a pod created over HTTP gets the API's spec
+defaults and ``status.phase: Pending``; ``dryRun=All``, ``limit``/``continue`` paging,
+delete propagation policies and the namespace lifecycle (a fresh emulator has the four
+namespaces of a new cluster; one given a cluster checks what that cluster says:
+``InMemoryCluster.require_namespaces``) behave as on a real server.
+
 Where it departs from a real server, on purpose:
 
-* unknown fields in podnet objects are pruned and named in a ``Warning`` header (upstream's
-  default, ``fieldValidation=Warn``), pruned silently with ``Ignore``, refused (400, a
-  strict decoding error) with ``Strict``; built-in objects are not checked;
-* a pod created over HTTP gets upstream's spec defaults and ``status.phase: Pending``, as
-  upstream; :class:`InMemoryCluster` called in-process keeps what it is given (so a
-  harness can create running pods in one call);
-* no authentication, no admission but the namespace lifecycle's (a fresh emulator has the
-  four namespaces of a new cluster; one given a cluster checks what that cluster says:
-  ``InMemoryCluster.require_namespaces``), ``dryRun`` is refused; a ``continue`` page shows
-  the objects as they are now, not as they were at the first page's resourceVersion.
+* built-in objects are not validated against their schemas; protobuf bodies answer 415;
+* :class:`InMemoryCluster` called in-process keeps the pod status it is given (so a
+  harness can create running pods in one call), and pod defaults are set on create only;
+* no authentication, no other admission; a ``continue`` page shows the objects as they are
+  now, not as they were at the first page's resourceVersion; no ``/openapi/v2``.
 
 No kubelet runs: a pod deleted without ``gracePeriodSeconds: 0`` stays Terminating, as on a
 real server whose kubelet is away, unless the kubelet stand-in is asked for:

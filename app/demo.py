@@ -377,7 +377,8 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
         settled = _wait_settled(cluster, opts.pods, deadline, progress, "burst")
         if opts.churn and settled:
             for i, name in enumerate(names[: opts.churn]):
-                cluster.delete(POD, name, NAMESPACE_NAME)
+                # no kubelet plays here: gone at once, so the name can be used again
+                cluster.delete(POD, name, NAMESPACE_NAME, grace_period_seconds=0)
                 cluster.create(POD, pod_obj(name, nodes[(i + 1) % len(nodes)], networks_of(i)))
             settled = _wait_settled(cluster, opts.pods, deadline, progress, "churn")
         report.settled = settled

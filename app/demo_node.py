@@ -294,7 +294,8 @@ class NodeStage:
         for pod in PODS:
             self._cni("DEL", pod)
         for pod in PODS:
-            self.cluster.delete(POD, pod, self.pod_namespace)
+            # the kubelet's part: its containers are gone (CNI DEL), it confirms at grace 0
+            self.cluster.delete(POD, pod, self.pod_namespace, grace_period_seconds=0)
         self._wait("the pods' PodNetworks released", deadline,
                    lambda: None if self._records() else True)
         report.released = True
@@ -386,7 +387,8 @@ class NodeStage:
         Ctrl-C meanwhile is held until the end; a step that fails does not keep the
         others from running."""
         steps: list[Callable[[], object]] = [
-            *(functools.partial(self.cluster.delete, POD, pod, self.pod_namespace)
+            *(functools.partial(self.cluster.delete, POD, pod, self.pod_namespace,
+                                grace_period_seconds=0)
               for pod in self.uids),
             self._stop_agent,
             self._stop_dataplane,

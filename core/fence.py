@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from podnet.core.clock import Clock, SystemClock
-from podnet.core.cluster.port import Cluster, Kind, ListResult, Obj, Watch
+from podnet.core.cluster.port import Cluster, Kind, ListResult, Obj, Propagation, Watch
 from podnet.core.errors import NotLeader
 
 log = logging.getLogger("podnet.fence")
@@ -119,9 +119,11 @@ class FencedCluster:
         return self.inner.patch(kind, name, patch, namespace, patch_type, subresource)
 
     def delete(self, kind: Kind, name: str, namespace: str | None = None,
-               uid: str | None = None, grace_period_seconds: int | None = None) -> None:
+               uid: str | None = None, grace_period_seconds: int | None = None,
+               propagation_policy: Propagation | None = None) -> None:
         self.fence.check(f"delete.{kind.plural}")
-        self.inner.delete(kind, name, namespace, uid, grace_period_seconds)
+        self.inner.delete(kind, name, namespace, uid, grace_period_seconds,
+                          propagation_policy)
 
     def emit_event(self, involved: Obj, reason: str, message: str,
                    type: Literal["Normal", "Warning"] = "Normal") -> None:

@@ -10,14 +10,27 @@ podnet CRDs' schemas enforced on writes (422 naming the field). Standard library
         server.write_kubeconfig("kubeconfig")
         ...  # kubectl --kubeconfig kubeconfig get pn
 
+As upstream: unknown fields in podnet objects are pruned and named in a ``Warning`` header
+(``fieldValidation`` Warn, the default), pruned silently with ``Ignore``, refused (400, a
+strict decoding error) with ``Strict``; a pod created over HTTP gets the API's spec
+defaults and ``status.phase: Pending``; ``dryRun=All``, ``limit``/``continue`` paging,
+delete propagation policies and the namespace lifecycle (a fresh emulator has the four
+namespaces of a new cluster; one given a cluster checks what that cluster says:
+``InMemoryCluster.require_namespaces``) behave as on a real server.
+
 Where it departs from a real server, on purpose:
 
-* unknown fields in podnet objects are rejected (422) unless the request says
-  ``fieldValidation=Ignore`` or ``Warn`` (then pruned, as a real server does by default);
-* pods keep the status they are created with (a real server resets it to Pending), so a
-  harness can create running pods in one call; podnet objects lose it, as upstream;
-* no authentication, no admission, no namespace lifecycle, ``dryRun`` is refused,
-  ``limit``/``continue`` are ignored (a list is always whole).
+* built-in objects are not validated against their schemas; protobuf bodies answer 415;
+* :class:`InMemoryCluster` called in-process keeps the pod status it is given (so a
+  harness can create running pods in one call), and pod defaults are set on create only;
+* no authentication, no other admission; a ``continue`` page shows the objects as they are
+  now, not as they were at the first page's resourceVersion; no ``/openapi/v2``.
+
+No kubelet runs: a pod deleted without ``gracePeriodSeconds: 0`` stays Terminating, as on a
+real server whose kubelet is away, unless the kubelet stand-in is asked for:
+``--kubelet-finish-after SECONDS`` confirms each terminating pod (deletes it with grace 0)
+that long after it was marked (0: at once), and ``POST /_podnet/kubelet`` (a JSON body with
+optional ``namespace`` and ``name``) confirms the terminating pods now.
 
 Fault injection for chaos tests (emulator only): ``POST /_podnet/faults`` with a JSON
 object, any of::
@@ -41,6 +54,7 @@ what order.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import hashlib
 import json
@@ -100,6 +114,10 @@ SERVER_VERSION: Final = {
     "platform": "linux/amd64",
 }
 
+#: The namespaces a new cluster has (kube-apiserver makes the first three, kubeadm and the
+#: node lease controller the last).
+INITIAL_NAMESPACES: Final = ("default", "kube-system", "kube-public", "kube-node-lease")
+
 VERBS: Final = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 STATUS_VERBS: Final = ["get", "patch", "update"]
 DEFAULT_WATCH_TIMEOUT: Final = 1800.0  # upstream's minimum request timeout
@@ -119,6 +137,7 @@ _LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _FIELD_MESSAGE: Final = re.compile(r"([A-Za-z][\w.\[\]/-]*): (.+)", re.S)
 _REASONS: Final = {
     400: "BadRequest",
+    403: "Forbidden",
     404: "NotFound",
     405: "MethodNotAllowed",
     406: "NotAcceptable",
@@ -308,6 +327,28 @@ _EVENT_COLUMNS: Final = (
 )
 _NAME_AND_NAMESPACE: Final = frozenset({"metadata.name", "metadata.namespace"})
 
+#: Served for clients that keep their configuration in the cluster (podnet keeps none).
+CONFIG_MAP: Final = Kind("", "v1", "ConfigMap", "configmaps", True)
+SECRET: Final = Kind("", "v1", "Secret", "secrets", True)
+SERVICE_ACCOUNT: Final = Kind("", "v1", "ServiceAccount", "serviceaccounts", True)
+
+
+def _data_count(obj: Obj) -> int:
+    return len(obj.get("data") or {}) + len(obj.get("binaryData") or {})
+
+
+def secret_on_write(secret: Obj) -> Obj:
+    """A Secret as upstream stores it: ``stringData`` (write-only) folded into ``data`` as
+    base64, ``type`` Opaque when unset."""
+    out = {**secret, "type": secret.get("type") or "Opaque"}
+    strings = out.pop("stringData", None)
+    if isinstance(strings, dict):
+        data = dict(out.get("data") or {})
+        for key, value in strings.items():
+            data[key] = base64.b64encode(str(value).encode()).decode()
+        out["data"] = data
+    return out
+
 #: The built-in resources, their table columns (besides Name and Age) and the field
 #: selectors the real server takes for them (None: pods and events, as the cluster's).
 _BUILTINS: Final = (
@@ -332,6 +373,27 @@ _BUILTINS: Final = (
         "lease",
         field_selectors=_NAME_AND_NAMESPACE,
         columns=((_column("Holder"), lambda o: _get(o, "spec", "holderIdentity")),),
+    ),
+    Resource(
+        CONFIG_MAP,
+        "configmap",
+        ("cm",),
+        field_selectors=_NAME_AND_NAMESPACE,
+        columns=((_column("Data", "integer"), _data_count),),
+    ),
+    Resource(
+        SECRET,
+        "secret",
+        field_selectors=_NAME_AND_NAMESPACE,
+        columns=((_column("Type"), lambda o: o.get("type")),
+                 (_column("Data", "integer"), _data_count)),
+    ),
+    Resource(
+        SERVICE_ACCOUNT,
+        "serviceaccount",
+        ("sa",),
+        field_selectors=_NAME_AND_NAMESPACE,
+        columns=((_column("Secrets", "integer"), lambda o: len(o.get("secrets") or ())),),
     ),
     Resource(
         STATEFUL_SET,
@@ -426,6 +488,7 @@ class ApiServer:
         write_latency: float = 0.0,
         read_latency: float = 0.0,
         sleep: Callable[[float], None] = time.sleep,
+        kubelet_finish_after: float | None = None,
     ) -> None:
         if write_latency < 0 or read_latency < 0:
             raise ValueError("a request latency cannot be negative")
@@ -435,9 +498,13 @@ class ApiServer:
         self.read_latency = read_latency
         self._sleep = sleep
         if cluster is None:
-            cluster = InMemoryCluster()
-            cluster.create(NAMESPACE, {"metadata": {"name": "default"}})
+            # as a fresh cluster: its four namespaces, creates into others answer 404
+            cluster = InMemoryCluster(require_namespaces=True)
+            for ns in INITIAL_NAMESPACES:
+                cluster.create(NAMESPACE, {"metadata": {"name": ns}, "status": {"phase": "Active"}})
         self.cluster = cluster
+        if kubelet_finish_after is not None:
+            cluster.kubelet_finish_after = kubelet_finish_after
         self.host = host
         self.bookmark_interval = bookmark_interval
         self.crds = load_crds(crd_dir)
@@ -446,6 +513,7 @@ class ApiServer:
             self.resources.setdefault(res.kind.api_version, {})[res.kind.plural] = res
         self._httpd = _HTTPServer((host, port), self)
         self._thread: threading.Thread | None = None
+        self._kubelet: threading.Thread | None = None
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._watches: set[MemoryWatch] = set()
@@ -473,7 +541,18 @@ class ApiServer:
                 daemon=True,
             )
             self._thread.start()
+        after = self.cluster.kubelet_finish_after
+        if self._kubelet is None and after is not None and after > 0:
+            # the stand-in confirms on any call too; this is for a quiet server
+            self._kubelet = threading.Thread(
+                target=self._kubelet_loop, args=(min(0.1, after / 2),),
+                name=f"podnet-apiserver-kubelet:{self.port}", daemon=True)
+            self._kubelet.start()
         return self
+
+    def _kubelet_loop(self, every: float) -> None:
+        while not self._stopping.wait(every):
+            self.cluster.kubelet_tick()
 
     def stop(self) -> None:
         """Stop serving: end the watches, close the connections, release the port."""
@@ -486,6 +565,9 @@ class ApiServer:
             self._httpd.shutdown()
             self._thread.join(5)
             self._thread = None
+        if self._kubelet is not None:
+            self._kubelet.join(5)
+            self._kubelet = None
         for conn in conns:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
@@ -703,7 +785,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             for warning in self.warnings:
-                self.send_header("Warning", f'299 - "{warning}"')
+                # RFC 7234 warn-text is a quoted-string: quotes inside are escaped
+                text = warning.replace("\\", "\\\\").replace('"', '\\"')
+                self.send_header("Warning", f'299 - "{text}"')
             self.end_headers()
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
@@ -713,6 +797,14 @@ class _Handler(BaseHTTPRequestHandler):
         ctype = self.headers.get("Content-Type", "application/json").split(";")[0].strip()
         if not self.body:
             raise HttpError(400, "the request body is empty")
+        if ctype == "application/vnd.kubernetes.protobuf":
+            # a server that cannot decode a media type says so with 415 (client-go then
+            # sends JSON)
+            raise HttpError(
+                415,
+                "the body of the request was in an unknown format - accepted media types "
+                "include: application/json, application/yaml",
+            )
         try:
             if "yaml" in ctype:
                 return yaml.safe_load(self.body)
@@ -738,8 +830,9 @@ class _Handler(BaseHTTPRequestHandler):
         target = self._target(path)
         if target is None:
             raise HttpError(404, "the server could not find the requested resource")
-        if _flag(self.query.get("dryRun")) or self.query.get("dryRun") == "All":
-            raise HttpError(400, "dryRun is not supported by the podnet emulator")
+        dry = self.query.get("dryRun")
+        if dry is not None and dry != "All":
+            raise HttpError(400, f'dryRun: Unsupported value: "{dry}": supported values: "All"')
         res, name, sub = target.resource, target.name, target.subresource
         if sub is not None and (sub != "status" or not res.has_status):
             raise HttpError(404, f"{res.kind.plural} have no {sub!r} subresource")
@@ -747,6 +840,13 @@ class _Handler(BaseHTTPRequestHandler):
             if method != "GET" or sub is not None:
                 raise HttpError(405, f"{method} is not allowed on a watch")
             return self._watch(target)
+        if dry == "All" and method in ("POST", "PUT", "PATCH"):
+            with self.api.cluster.dry_run():  # every check, nothing stored
+                return self._dispatch(method, target)
+        return self._dispatch(method, target)
+
+    def _dispatch(self, method: str, target: _Target) -> None:
+        res, name = target.resource, target.name
         if name is None:
             if method == "GET":
                 return self._list(target)
@@ -893,6 +993,12 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/_podnet/bookmark" and method == "POST":
             self.api.cluster.bookmark()
             return self._send(200, {"bookmark": True})
+        if path == "/_podnet/kubelet" and method == "POST":
+            spec = self._object_body() if self.body else {}
+            where = {k: spec.get(k) for k in ("namespace", "name")}
+            if not all(v is None or isinstance(v, str) for v in where.values()):
+                raise HttpError(400, "kubelet: namespace and name are strings")
+            return self._send(200, {"finished": self.api.cluster.finish_terminating(**where)})
         if path != "/_podnet/faults" or method not in ("GET", "POST"):
             raise HttpError(404, f"no admin endpoint {method} {path}")
         answer: Obj = {}
@@ -967,21 +1073,52 @@ class _Handler(BaseHTTPRequestHandler):
                 return params.get("as")
         return None
 
+    def _page(self, items: list[Obj], rv: str, selected: bool) -> tuple[list[Obj], Obj]:
+        """``limit``/``continue`` paging, as upstream: a page of at most ``limit`` items in
+        (namespace, name) order and a continue token naming the last key and the first
+        page's resourceVersion; a token older than the compacted history answers 410.
+        Unlike upstream's, later pages show the objects as they are now, not at that
+        resourceVersion."""
+        try:
+            limit = int(self.query.get("limit") or 0)
+        except ValueError:
+            raise HttpError(400, "limit: expected an integer") from None
+        token = self.query.get("continue")
+        meta: Obj = {"resourceVersion": rv}
+        if token:
+            start, rv = _decode_continue(token)
+            if int(rv) < self.api.cluster._compacted_rv:
+                raise HttpError(410, _CONTINUE_EXPIRED, "Expired")
+            meta["resourceVersion"] = rv
+            items = [o for o in items if _key(o) > start]
+        if limit <= 0 or len(items) <= limit:
+            return items, meta
+        page = items[:limit]
+        meta["continue"] = _encode_continue(_key(page[-1]), meta["resourceVersion"])
+        if not selected:
+            meta["remainingItemCount"] = len(items) - limit
+        return page, meta
+
     def _list(self, target: _Target) -> None:
         res = target.resource
         labels, fields = self._selectors(res)
         listed = self.api.cluster.list(res.kind, target.namespace, labels, fields)
+        items, meta = listed.items, {"resourceVersion": listed.resource_version}
+        if "limit" in self.query or "continue" in self.query:
+            items, meta = self._page(items, listed.resource_version, bool(labels or fields))
         form = self._accept()
         if form == "Table":
-            return self._send(200, self._table(res, listed.items, listed.resource_version))
+            table = self._table(res, items, meta["resourceVersion"])
+            table["metadata"] = meta
+            return self._send(200, table)
         if form in ("PartialObjectMetadataList", "PartialObjectMetadata"):
             return self._send(
                 200,
                 {
                     "kind": "PartialObjectMetadataList",
                     "apiVersion": "meta.k8s.io/v1",
-                    "metadata": {"resourceVersion": listed.resource_version},
-                    "items": [_partial(o) for o in listed.items],
+                    "metadata": meta,
+                    "items": [_partial(o) for o in items],
                 },
             )
         self._send(
@@ -989,8 +1126,8 @@ class _Handler(BaseHTTPRequestHandler):
             {
                 "kind": res.list_kind,
                 "apiVersion": res.kind.api_version,
-                "metadata": {"resourceVersion": listed.resource_version},
-                "items": listed.items,
+                "metadata": meta,
+                "items": items,
             },
         )
 
@@ -1151,11 +1288,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     # --- writes ------------------------------------------------------------------------
 
-    def _prune(self) -> bool:
-        mode = self.query.get("fieldValidation", "Strict")
+    def _field_validation(self) -> str:
+        # upstream's default is Warn: unknown fields are pruned and named in a warning
+        mode = self.query.get("fieldValidation") or "Warn"
         if mode not in ("Strict", "Warn", "Ignore"):
             raise HttpError(400, f"fieldValidation: {mode!r} is not one of Strict, Warn, Ignore")
-        return mode != "Strict"
+        return mode
+
+    def _prune(self) -> bool:
+        return self._field_validation() != "Strict"
 
     def _check_identity(self, target: _Target, obj: Obj) -> Obj:
         """The body's apiVersion, kind, namespace and name against the URL's."""
@@ -1200,10 +1341,20 @@ class _Handler(BaseHTTPRequestHandler):
         """Check a podnet object against its CRD's schema; the (pruned) object to write."""
         if res.crd is None:
             return obj
-        checked = validate(res.crd.schema, obj, prune=self._prune(), only=only)
+        mode = self._field_validation()
+        checked = validate(res.crd.schema, obj, prune=True, only=only)
+        if checked.unknown and mode == "Strict":
+            # a decoding error, before validation: 400, as upstream's strict decoder says
+            kind = res.kind
+            fields = ", ".join(f'unknown field "{f}"' for f in checked.unknown)
+            raise HttpError(
+                400,
+                f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: '
+                f"strict decoding error: {fields}",
+            )
         if checked.errors:
             raise _invalid(res, _get(obj, "metadata", "name") or "", checked.errors)
-        if checked.unknown and self.query.get("fieldValidation") == "Warn":
+        if checked.unknown and mode == "Warn":
             self.warnings += [f'unknown field "{f}"' for f in checked.unknown]
         return cast(Obj, checked.value)
 
@@ -1218,6 +1369,10 @@ class _Handler(BaseHTTPRequestHandler):
             _check_name(res, name)
         if res.crd is not None and res.crd.status_subresource:
             obj.pop("status", None)  # upstream drops it: status is written through /status
+        if res.kind == POD:
+            obj = pod_defaults(obj)
+        elif res.kind == SECRET:
+            obj = secret_on_write(obj)
         obj = self._admit(res, obj)
         created = self.api.cluster.create(res.kind, obj)
         self._send_object(res, created, 201)
@@ -1234,6 +1389,8 @@ class _Handler(BaseHTTPRequestHandler):
                 # status is the stored one's whatever the body says; check the rest
                 rest = self._admit(res, _without_status(obj))
                 obj = rest | ({"status": obj["status"]} if "status" in obj else {})
+            elif res.kind == SECRET:
+                obj = secret_on_write(obj)
             result = cluster.update(res.kind, obj)
         self._send_object(res, result)
 
@@ -1284,10 +1441,22 @@ class _Handler(BaseHTTPRequestHandler):
             body = self._json_body()
             if isinstance(body, dict):
                 opts = body
-        if "gracePeriodSeconds" in self.query:
-            opts["gracePeriodSeconds"] = self.query["gracePeriodSeconds"]
-        if opts.get("dryRun"):
-            raise HttpError(400, "dryRun is not supported by the podnet emulator")
+        for key in ("gracePeriodSeconds", "propagationPolicy", "orphanDependents"):
+            if key in self.query:
+                opts[key] = self.query[key]
+        if self.query.get("dryRun") == "All":
+            opts["dryRun"] = ["All"]
+        if opts.get("dryRun") not in (None, [], ["All"]):
+            raise HttpError(400, f"dryRun: Unsupported value: {opts['dryRun']!r}: supported "
+                            'values: "All"')
+        orphan = opts.get("orphanDependents")
+        if orphan is not None:
+            if opts.get("propagationPolicy"):
+                raise HttpError(422, "DeleteOptions is invalid: propagationPolicy: Invalid "
+                                "value: orphanDependents and propagationPolicy cannot be both set",
+                                "Invalid")
+            # the deprecated form: true orphans, false is the default
+            opts["propagationPolicy"] = "Orphan" if orphan in (True, "true") else None
         return opts
 
     def _delete(self, target: _Target) -> None:
@@ -1302,6 +1471,13 @@ class _Handler(BaseHTTPRequestHandler):
         cluster = self.api.cluster
         with self.api.locked():
             before = self.api.peek(res.kind, name, ns)
+            if opts.get("dryRun"):
+                if before is None:
+                    raise NotFound(f'{res.kind.plural} "{name}" not found')
+                if pre.get("uid") and pre["uid"] != before["metadata"]["uid"]:
+                    raise Conflict(f'Precondition failed for {res.kind} "{name}": UID in '
+                                   f"precondition: {pre['uid']}, UID in object meta: "
+                                   f"{before['metadata']['uid']}")
             want_rv = pre.get("resourceVersion")
             if before is not None and want_rv and want_rv != before["metadata"]["resourceVersion"]:
                 raise Conflict(
@@ -1309,8 +1485,16 @@ class _Handler(BaseHTTPRequestHandler):
                     f"precondition: {want_rv}, ResourceVersion in object meta: "
                     f"{before['metadata']['resourceVersion']}"
                 )
-            cluster.delete(res.kind, name, ns, uid=pre.get("uid"), grace_period_seconds=grace)
+            if not opts.get("dryRun"):
+                cluster.delete(res.kind, name, ns, uid=pre.get("uid"),
+                               grace_period_seconds=grace,
+                               propagation_policy=opts.get("propagationPolicy"))
             after = self.api.peek(res.kind, name, ns)
+        if opts.get("dryRun") and (res.kind == POD or (before is not None and
+                                   before["metadata"].get("finalizers"))):
+            return self._send_object(res, cast(Obj, before))  # what a delete would answer
+        if opts.get("dryRun"):
+            after = None
         if after is not None:
             return self._send_object(res, after)  # finalizers or a grace period hold it
         if res.kind == POD and before is not None:
@@ -1338,7 +1522,7 @@ class _Handler(BaseHTTPRequestHandler):
         grace = opts.get("gracePeriodSeconds")
         cluster = self.api.cluster
         listed = cluster.list(res.kind, target.namespace, labels, fields)
-        for obj in listed.items:
+        for obj in [] if opts.get("dryRun") else listed.items:
             meta = obj["metadata"]
             with contextlib.suppress(NotFound):
                 cluster.delete(
@@ -1346,6 +1530,7 @@ class _Handler(BaseHTTPRequestHandler):
                     meta["name"],
                     meta.get("namespace"),
                     grace_period_seconds=None if grace is None else int(grace),
+                    propagation_policy=opts.get("propagationPolicy"),
                 )
         self._send(
             200,
@@ -1356,6 +1541,99 @@ class _Handler(BaseHTTPRequestHandler):
                 "items": listed.items,
             },
         )
+
+
+_POD_SPEC_DEFAULTS: Final = {
+    "restartPolicy": "Always",
+    "dnsPolicy": "ClusterFirst",
+    "schedulerName": "default-scheduler",
+    "terminationGracePeriodSeconds": 30,
+    "securityContext": {},
+    "enableServiceLinks": True,
+}
+_CONTAINER_DEFAULTS: Final = {
+    "terminationMessagePath": "/dev/termination-log",
+    "terminationMessagePolicy": "File",
+    "resources": {},
+}
+
+
+def _pull_policy(image: Any) -> str:
+    # upstream: Always for a ":latest" or untagged image, else IfNotPresent
+    if not isinstance(image, str) or "@" in image:
+        return "IfNotPresent"
+    tail = image.rsplit("/", 1)[-1]
+    return "Always" if ":" not in tail or tail.endswith(":latest") else "IfNotPresent"
+
+
+def _qos_class(containers: list[Any]) -> str:
+    """The pod's QoS class (upstream's ``GetPodQOS``, for cpu and memory)."""
+    requests_any = False
+    guaranteed = True
+    for c in containers:
+        res = c.get("resources") if isinstance(c, dict) else None
+        res = res if isinstance(res, dict) else {}
+        limits, requests = res.get("limits") or {}, res.get("requests") or {}
+        if limits or requests:
+            requests_any = True
+        for name in ("cpu", "memory"):
+            if name not in limits or requests.get(name, limits[name]) != limits[name]:
+                guaranteed = False
+    if not requests_any:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def pod_defaults(pod: Obj) -> Obj:
+    """A new pod as upstream stores it: the API's defaults filled into ``spec`` and its
+    containers (``SetDefaults_PodSpec``, ``SetDefaults_Container``), the status replaced by
+    ``phase: Pending`` and the QoS class (the pod strategy's ``PrepareForCreate``)."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return pod
+    spec = {**_POD_SPEC_DEFAULTS, **spec}
+    for key in ("containers", "initContainers"):
+        if isinstance(spec.get(key), list):
+            spec[key] = [
+                {**_CONTAINER_DEFAULTS, "imagePullPolicy": _pull_policy(c.get("image")), **c}
+                if isinstance(c, dict) else c
+                for c in spec[key]
+            ]
+    containers = spec.get("containers")
+    qos = _qos_class(containers if isinstance(containers, list) else [])
+    status = {"phase": "Pending", "qosClass": qos}
+    return {**pod, "spec": spec, "status": status}
+
+
+_CONTINUE_EXPIRED: Final = (
+    "The provided continue parameter is too old to display a consistent list result. You "
+    "can start a new list without the continue parameter, or use the continue token in this "
+    "response to retrieve the remainder of the results. Continuing with the provided token "
+    "results in an inconsistent list - objects that were created, modified, or deleted "
+    "between the time the first chunk was returned and now may show up in the list."
+)
+
+
+def _key(obj: Obj) -> str:
+    meta = obj["metadata"]
+    return f"{meta.get('namespace', '')}/{meta['name']}"
+
+
+def _encode_continue(key: str, rv: str) -> str:
+    # upstream's token shape: base64 of {"v": ..., "rv": ..., "start": key + NUL}
+    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": int(rv), "start": key + "\x00"})
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_continue(token: str) -> tuple[str, str]:
+    try:
+        raw = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        start, rv = raw["start"], raw["rv"]
+        if raw.get("v") != "meta.k8s.io/v1" or not isinstance(start, str) or int(rv) < 1:
+            raise ValueError("not a continue token")
+    except (ValueError, TypeError, KeyError) as exc:
+        raise HttpError(400, f"continue key is not valid: {exc}") from None
+    return start.rstrip("\x00"), str(rv)
 
 
 def _bookmark(kind: Kind, rv: str, **annotations: str) -> Obj:
@@ -1462,24 +1740,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="append one JSON line per write request (verb, URI, user agent, status code)",
     )
     parser.add_argument(
-        "--write-latency", type=_latency, default=0.0, metavar="SECONDS",
+        "--write-latency", type=_seconds, default=0.0, metavar="SECONDS",
         help="wait this long before serving each write (POST, PUT, PATCH, DELETE), as a "
         "loaded API server answers (default: %(default)s)",
     )
     parser.add_argument(
-        "--read-latency", type=_latency, default=0.0, metavar="SECONDS",
+        "--read-latency", type=_seconds, default=0.0, metavar="SECONDS",
         help="wait this long before serving each read (GET, a watch's start included; "
         "default: %(default)s)",
     )
+    parser.add_argument(
+        "--kubelet-finish-after", type=_seconds, default=None, metavar="SECONDS",
+        help="play the kubelet: delete each terminating pod with grace 0 this long after "
+        "it was marked (0: at once); default: pods stay Terminating until deleted with "
+        "grace 0 (or POST /_podnet/kubelet)",
+    )
 
 
-def _latency(value: str) -> float:
+def _seconds(value: str) -> float:
     try:
         seconds = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
     if not 0 <= seconds < float("inf"):  # nan fails this too
-        raise argparse.ArgumentTypeError(f"{value!r}: a latency is a finite number >= 0")
+        raise argparse.ArgumentTypeError(f"{value!r}: expected a finite number of seconds >= 0")
     return seconds
 
 
@@ -1500,6 +1784,7 @@ def run(args: argparse.Namespace) -> int:
                 audit_log=args.audit_log,
                 write_latency=args.write_latency,
                 read_latency=args.read_latency,
+                kubelet_finish_after=args.kubelet_finish_after,
             )
         except OSError as exc:  # the port is busy, the address not this host's, no CRDs
             what = exc.filename or f"{args.address}:{args.port}"

@@ -299,7 +299,7 @@ def make_chaos_machine(
         def delete_pod(self, pod: str, graceful: bool) -> None:
             obj = self.world.pod(pod)
             if obj is not None and not obj["metadata"].get("deletionTimestamp"):
-                self.world.delete_pod(pod, grace=30 if graceful else None)
+                self.world.delete_pod(pod, grace=30 if graceful else 0)
 
         @rule(pod=pod_names)
         def kubelet_confirms(self, pod: str) -> None:

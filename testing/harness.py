@@ -41,6 +41,7 @@ from podnet.core.cluster.port import (
     Kind,
     NotFound,
     Obj,
+    Propagation,
 )
 from podnet.core.convert import RecordError, from_wire, salvage_pod_network
 from podnet.core.engine import Engine, EngineOptions
@@ -407,8 +408,10 @@ class LossyCluster:
         return patched
 
     def delete(self, kind: Kind, name: str, namespace: str | None = None,
-               uid: str | None = None, grace_period_seconds: int | None = None) -> None:
-        self.inner.delete(kind, name, namespace, uid, grace_period_seconds)
+               uid: str | None = None, grace_period_seconds: int | None = None,
+               propagation_policy: Propagation | None = None) -> None:
+        self.inner.delete(kind, name, namespace, uid, grace_period_seconds,
+                          propagation_policy)
         self._answer("delete", kind)
 
     def emit_event(self, involved: Obj, reason: str, message: str,
@@ -455,9 +458,11 @@ class WriteCounter:
         return self.inner.patch(kind, name, patch, namespace, patch_type, subresource)
 
     def delete(self, kind: Kind, name: str, namespace: str | None = None,
-               uid: str | None = None, grace_period_seconds: int | None = None) -> None:
+               uid: str | None = None, grace_period_seconds: int | None = None,
+               propagation_policy: Propagation | None = None) -> None:
         self.writes[f"delete.{kind.plural}"] += 1
-        self.inner.delete(kind, name, namespace, uid, grace_period_seconds)
+        self.inner.delete(kind, name, namespace, uid, grace_period_seconds,
+                          propagation_policy)
 
     def emit_event(self, involved: Obj, reason: str, message: str,
                    type: Literal["Normal", "Warning"] = "Normal") -> None:
@@ -876,9 +881,11 @@ class World:
             except NotFound:
                 return None
 
-    def delete_pod(self, name: str, grace: int | None = None) -> None:
-        """Delete a pod; with ``grace`` it is marked terminating and stays that long (and
-        until :meth:`confirm_pod_deleted`, the kubelet's part)."""
+    def delete_pod(self, name: str, grace: int | None = 0) -> None:
+        """Delete a pod with ``grace``: 0 (the default) deletes it at once, as a force delete
+        or the kubelet's confirmation does; with more (or None: the pod's own, 30 s) it is
+        marked terminating and stays until :meth:`confirm_pod_deleted`, the kubelet's
+        part (no kubelet stand-in runs here)."""
         with self.quiet():
             self.cluster.delete(POD, name, self.namespace, grace_period_seconds=grace)
 

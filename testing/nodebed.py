@@ -165,19 +165,25 @@ class Stack:
     ``netns``: the namespace the apiserver, the controller and kubectl run in (None: this
     one); ``address``: where the apiserver listens (reachable from the agents'
     namespaces). ``provider`` and ``controller_config`` choose the provider under test
-    (default: :func:`reference_config`)."""
+    (default: :func:`reference_config`). ``kubelet_finish_after``: the apiserver's kubelet
+    stand-in, which deletes a terminating pod with grace 0 that many seconds after it was
+    marked (0, the default: at once, a kubelet whose containers stop at once; None: never,
+    pods stay Terminating until deleted with grace 0)."""
 
     def __init__(self, tmp: Path, *, provider: str = "reference",
                  controller_config: dict[str, Any] | None = None, netns: str | None = None,
-                 address: str = "127.0.0.1", controller_args: Sequence[str] = ()) -> None:
+                 address: str = "127.0.0.1", controller_args: Sequence[str] = (),
+                 kubelet_finish_after: float | None = 0) -> None:
         self.tmp = tmp
         self.provider = provider
         self.netns = netns
         self.kubeconfig = tmp / "kubeconfig"
         self.procs: dict[str, subprocess.Popen[str]] = {}
         try:
+            kubelet = ([] if kubelet_finish_after is None
+                       else ["--kubelet-finish-after", str(kubelet_finish_after)])
             api = self.spawn("apiserver", ["apiserver", "--address", address, "--port", "0",
-                                           "--kubeconfig-out", str(self.kubeconfig)],
+                                           "--kubeconfig-out", str(self.kubeconfig), *kubelet],
                              netns=netns)
             assert api.stdout is not None
             self.url = api.stdout.readline().strip()

@@ -140,7 +140,7 @@ def test_core_pods_and_nodes_round_trip(api: client.ApiClient) -> None:
     assert int(listed.metadata.resource_version) >= int(created.metadata.resource_version)
     assert [n.metadata.name for n in core.list_node(label_selector="zone=a").items] == ["n1"]
     assert core.list_node(label_selector="zone=b").items == []
-    deleted = core.delete_namespaced_pod("web", "default")
+    deleted = core.delete_namespaced_pod("web", "default", grace_period_seconds=0)
     assert deleted.metadata.name == "web"
     with pytest.raises(ApiException) as err:
         core.read_namespaced_pod("web", "default")
@@ -238,7 +238,7 @@ def test_watch_sees_added_modified_deleted(api: client.ApiClient) -> None:
     rv = core.list_namespaced_pod("default").metadata.resource_version
     core.create_namespaced_pod("default", pod("web"))
     core.patch_namespaced_pod("web", "default", {"metadata": {"labels": {"a": "b"}}})
-    core.delete_namespaced_pod("web", "default")
+    core.delete_namespaced_pod("web", "default", grace_period_seconds=0)
     w = watch.Watch()
     seen = []
     for ev in w.stream(core.list_namespaced_pod, "default", resource_version=rv, timeout_seconds=2):
@@ -375,7 +375,7 @@ def test_deleting_a_pod_collects_its_podnetwork(api: client.ApiClient) -> None:
     owner = core.create_namespaced_pod("default", pod("web"))
     ref = {"apiVersion": "v1", "kind": "Pod", "name": "web", "uid": owner.metadata.uid}
     create_pn(api, pn("web", ownerReferences=[ref]))
-    core.delete_namespaced_pod("web", "default")
+    core.delete_namespaced_pod("web", "default", grace_period_seconds=0)
     with pytest.raises(ApiException) as err:
         co.get_namespaced_custom_object(GROUP, VERSION, "default", "podnetworks", "web")
     assert err.value.status == 404
@@ -395,6 +395,54 @@ def test_delete_preconditions(api: client.ApiClient) -> None:
         )
     assert err.value.status == 409
     core.read_namespaced_pod("web", "default")  # still there
+
+
+def test_pod_delete_without_grace_holds_the_pod(api: client.ApiClient) -> None:
+    """kubernetes.io "Termination of Pods" and the pod strategy's ``CheckGracefulDelete``:
+    with no ``gracePeriodSeconds`` the pod's ``spec.terminationGracePeriodSeconds`` is taken
+    (30 when unset); the answer is the pod marked with ``deletionTimestamp`` and
+    ``deletionGracePeriodSeconds``, and it stays until deleted with grace 0."""
+    core = client.CoreV1Api(api)
+    core.create_namespaced_pod("default", pod("web"))
+    quick = pod("quick")
+    quick["spec"]["terminationGracePeriodSeconds"] = 3
+    core.create_namespaced_pod("default", quick)
+    out = core.delete_namespaced_pod("web", "default")
+    assert out.metadata.deletion_timestamp is not None
+    assert out.metadata.deletion_grace_period_seconds == 30
+    core.delete_namespaced_pod("quick", "default")
+    assert core.read_namespaced_pod("quick", "default").metadata.deletion_grace_period_seconds == 3
+    assert core.read_namespaced_pod("web", "default").metadata.deletion_timestamp is not None
+    core.delete_namespaced_pod("web", "default", grace_period_seconds=0)
+    assert [p.metadata.name for p in core.list_namespaced_pod("default").items] == ["quick"]
+
+
+def test_kubelet_stand_in_finishes_terminating_pods() -> None:
+    """The ``kubelet_finish_after`` stand-in does the kubelet's part of "Termination of
+    Pods" (kubernetes.io): the watch sees the pod marked (MODIFIED with a
+    deletionTimestamp), then DELETED, as with a kubelet that stops containers quickly."""
+    with ApiServer(kubelet_finish_after=0.2) as srv, client.ApiClient(
+            client.Configuration(host=srv.url)) as api_client:
+        core = client.CoreV1Api(api_client)
+        rv = core.create_namespaced_pod("default", pod("web")).metadata.resource_version
+        core.delete_namespaced_pod("web", "default")
+        seen = []
+        for ev in watch.Watch().stream(core.list_namespaced_pod, "default",
+                                       resource_version=rv, timeout_seconds=5):
+            seen.append((ev["type"], ev["object"].metadata.deletion_grace_period_seconds))
+            if ev["type"] == "DELETED":
+                break
+    assert seen == [("MODIFIED", 30), ("DELETED", 0)]
+
+
+def test_kubelet_finish_after_must_be_seconds(capsys: pytest.CaptureFixture[str]) -> None:
+    from podnet.sim.apiserver import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--kubelet-finish-after", "-1"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--kubelet-finish-after" in err and "'-1'" in err
 
 
 def test_graceful_pod_delete_answers_the_terminating_pod(api: client.ApiClient) -> None:
@@ -438,12 +486,51 @@ def test_crd_schema_rejects_bad_records_naming_the_field(api: client.ApiClient) 
             _content_type=MERGE,
         )
     assert err.value.status == 422 and "spec.sticky" in status_of(err.value)["message"]
-    with pytest.raises(ApiException) as err:
-        create_pn(api, pn("other") | {"spec": {**pn("other")["spec"], "colour": "red"}})
-    assert err.value.status == 422 and "spec.colour" in status_of(err.value)["message"]
+    # an unknown field is no error by default: pruned (see the fieldValidation tests)
+    other = create_pn(api, pn("other") | {"spec": {**pn("other")["spec"], "colour": "red"}})
+    assert "colour" not in other["spec"]
     # nothing bad was stored
     got = co.get_namespaced_custom_object(GROUP, VERSION, "default", "podnetworks", "web")
     assert "status" not in got and "sticky" not in got["spec"]
+
+
+def test_unknown_fields_are_pruned_with_a_warning_by_default(server: ApiServer) -> None:
+    """kubernetes.io API concepts, "Field validation": without ``fieldValidation`` the
+    server's default is ``Warn``: unknown fields are dropped and each is named in a
+    ``Warning`` header; ``Strict`` fails the request with 400 BadRequest and a strict
+    decoding error naming the field."""
+    body = pn("web")
+    body["spec"]["colour"] = "red"
+    path = "/apis/podnet.io/v1alpha1/namespaces/default/podnetworks"
+    code, out, resp = request(server, "POST", path, body)
+    assert code == 201 and "colour" not in out["spec"]
+    assert resp.getheader("Warning") == '299 - "unknown field \\"spec.colour\\""'
+    body["metadata"]["name"] = "strict"
+    code, out, _ = request(server, "POST", path + "?fieldValidation=Strict", body)
+    assert (code, out["reason"]) == (400, "BadRequest")
+    assert out["message"] == ('PodNetwork in version "v1alpha1" cannot be handled as a '
+                              'PodNetwork: strict decoding error: unknown field "spec.colour"')
+
+
+def test_put_without_resource_version(api: client.ApiClient) -> None:
+    """Upstream's update: a built-in kind's strategy allows an unconditional update (a PUT
+    without ``metadata.resourceVersion`` is taken, last write wins); the custom resource
+    strategy does not, and answers 422 Invalid on ``metadata.resourceVersion``."""
+    core, co = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    made = core.create_namespaced_pod("default", pod("web"))
+    body = api.sanitize_for_serialization(made)
+    body["metadata"].pop("resourceVersion")
+    body["metadata"]["labels"] = {"edited": "yes"}
+    replaced = core.replace_namespaced_pod("web", "default", body)
+    assert replaced.metadata.labels == {"edited": "yes"}
+    assert int(replaced.metadata.resource_version) > int(made.metadata.resource_version)
+    record = create_pn(api, pn("web"))
+    record["metadata"].pop("resourceVersion")
+    with pytest.raises(ApiException) as err:
+        co.replace_namespaced_custom_object(GROUP, VERSION, "default", "podnetworks", "web",
+                                            record)
+    assert err.value.status == 422
+    assert "metadata.resourceVersion" in status_of(err.value)["message"]
 
 
 def test_field_validation_ignore_prunes_unknown_fields(server: ApiServer) -> None:
@@ -818,7 +905,29 @@ def test_kubectl_create_get_delete(server: ApiServer, kubectl: Any, tmp_path: Pa
     assert "deleted" in kubectl("delete", "pn", "web.default", "--wait=false")
     stamp = kubectl("get", "pn", "web.default", "-o", "jsonpath={.metadata.deletionTimestamp}")
     assert stamp.endswith("Z") and len(stamp) == 20
-    assert 'pod "web" deleted' in kubectl("delete", "pod", "web")
+    assert 'pod "web" force deleted' in kubectl("delete", "pod", "web", "--grace-period=0",
+                                                "--force")
+    assert kubectl("get", "pods", "-o", "name") == ""
+
+
+@needs_kubectl
+def test_kubectl_delete_leaves_the_pod_terminating(server: ApiServer, kubectl: Any) -> None:
+    """kubernetes.io "Termination of Pods": a deleted pod is marked with its grace period
+    (``terminationGracePeriodSeconds``, 30 by default) and shown Terminating until the kubelet
+    has stopped it and deleted it from the API server (with grace 0). No kubelet runs
+    here: the pod stays until the stand-in (``POST /_podnet/kubelet``) plays its part."""
+    server.cluster.create(POD, pod("web") | {"metadata": {"name": "web",
+                                                          "namespace": "default"}})
+    kubectl("delete", "pod", "web", "--wait=false")
+    table = kubectl("get", "pod", "web", "--no-headers")
+    assert table.split()[:2] == ["web", "Terminating"]
+    grace = kubectl("get", "pod", "web", "-o", "jsonpath={.metadata.deletionGracePeriodSeconds}")
+    assert grace == "30"
+    # a second delete without a grace period changes nothing
+    kubectl("delete", "pod", "web", "--wait=false")
+    assert kubectl("get", "pods", "-o", "name") == "pod/web\n"
+    code, body, _ = request(server, "POST", "/_podnet/kubelet", {"namespace": "default"})
+    assert (code, body) == (200, {"finished": 1})
     assert kubectl("get", "pods", "-o", "name") == ""
 
 
@@ -867,7 +976,10 @@ def test_cli_prints_url_and_writes_a_working_kubeconfig(tmp_path: Path) -> None:
         api_client = config.new_client_from_config(config_file=str(kubeconfig))
         with api_client:
             spaces = client.CoreV1Api(api_client).list_namespace()
-            assert [n.metadata.name for n in spaces.items] == ["default"]
+            # a new cluster's namespaces (kube-apiserver's system namespaces and the
+            # node lease one)
+            assert sorted(n.metadata.name for n in spaces.items) == [
+                "default", "kube-node-lease", "kube-public", "kube-system"]
             made = create_pn(api_client, pn("web"))
             assert made["metadata"]["namespace"] == "default"
         proc.send_signal(signal.SIGTERM)
@@ -928,3 +1040,258 @@ def test_the_audit_log_records_each_write_with_its_user_agent(tmp_path: Path) ->
                                                           ("DELETE", 200)]
     assert {e["userAgent"] for e in entries} == {"podnet/replica-a"}
     assert entries[2]["requestURI"] == "/api/v1/namespaces/default/pods/web"
+
+
+# --- garbage collection by propagation policy --------------------------------------------
+
+
+def sts_with_pod(api: client.ApiClient, pod_name: str = "db-0") -> tuple[Any, Any]:
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    owner = apps.create_namespaced_stateful_set("default", {
+        "metadata": {"name": "db"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "db"}},
+                 "serviceName": "db",
+                 "template": {"metadata": {"labels": {"app": "db"}},
+                              "spec": {"containers": [{"name": "db", "image": "demo"}]}}}})
+    ref = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db",
+           "uid": owner.metadata.uid, "controller": True, "blockOwnerDeletion": True}
+    dep = core.create_namespaced_pod("default", pod(pod_name, ownerReferences=[ref]))
+    return owner, dep
+
+
+@needs_kubectl
+def test_orphan_delete_keeps_dependents_without_the_owner(api: client.ApiClient,
+                                                          kubectl: Any) -> None:
+    """kubernetes.io "Garbage Collection" (cascading deletion, orphan): the owner is deleted
+    and its dependents stay, their ownerReferences to it removed (``kubectl delete
+    --cascade=orphan`` sends ``propagationPolicy: Orphan``)."""
+    sts_with_pod(api)
+    kubectl("delete", "statefulset", "db", "--cascade=orphan")
+    kept = client.CoreV1Api(api).read_namespaced_pod("db-0", "default")
+    assert kept.metadata.owner_references is None
+    assert kept.metadata.deletion_timestamp is None
+    assert client.AppsV1Api(api).list_namespaced_stateful_set("default").items == []
+
+
+def test_foreground_delete_waits_for_blocking_dependents(api: client.ApiClient) -> None:
+    """kubernetes.io "Garbage Collection" (foreground cascading deletion): the owner enters
+    deletion in progress (deletionTimestamp, the ``foregroundDeletion`` finalizer), its
+    dependents are deleted, and the owner goes once those with ``blockOwnerDeletion: true``
+    are gone. The pod dependent waits out its grace period (no kubelet here)."""
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    sts_with_pod(api)
+    apps.delete_namespaced_stateful_set(
+        "db", "default", body=client.V1DeleteOptions(propagation_policy="Foreground"))
+    held = apps.read_namespaced_stateful_set("db", "default")
+    assert held.metadata.finalizers == ["foregroundDeletion"]
+    assert held.metadata.deletion_timestamp is not None
+    assert core.read_namespaced_pod("db-0", "default").metadata.deletion_timestamp is not None
+    core.delete_namespaced_pod("db-0", "default", grace_period_seconds=0)  # the kubelet
+    assert apps.list_namespaced_stateful_set("default").items == []
+
+
+def test_foreground_delete_does_not_wait_for_non_blocking_dependents(
+        api: client.ApiClient) -> None:
+    """A dependent without ``blockOwnerDeletion`` is deleted but does not hold the owner
+    (kubernetes.io "Garbage Collection": only blocking dependents keep it)."""
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    owner, _ = sts_with_pod(api)
+    ref = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db",
+           "uid": owner.metadata.uid}
+    core.delete_namespaced_pod("db-0", "default", grace_period_seconds=0)
+    core.create_namespaced_pod("default", pod("loose", ownerReferences=[ref]))
+    apps.delete_namespaced_stateful_set("db", "default", propagation_policy="Foreground")
+    assert apps.list_namespaced_stateful_set("default").items == []
+    assert core.read_namespaced_pod("loose", "default").metadata.deletion_timestamp is not None
+
+
+def test_background_delete_collects_dependents(api: client.ApiClient) -> None:
+    """Background (the default for these kinds): the owner goes at once, its dependents
+    are deleted after it (a pod one is marked Terminating with its grace period)."""
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    sts_with_pod(api)
+    apps.delete_namespaced_stateful_set("db", "default")
+    assert apps.list_namespaced_stateful_set("default").items == []
+    dep = core.read_namespaced_pod("db-0", "default")
+    assert dep.metadata.deletion_grace_period_seconds == 30
+
+
+def test_unknown_propagation_policy_is_invalid(server: ApiServer) -> None:
+    """An unsupported propagationPolicy is a 422 naming the field and the values."""
+    server.cluster.create(POD, pod("web") | {"metadata": {"name": "web",
+                                                          "namespace": "default"}})
+    code, body, _ = request(server, "DELETE", "/api/v1/namespaces/default/pods/web",
+                            {"propagationPolicy": "Sideways"})
+    assert code == 422 and "propagationPolicy" in body["message"]
+
+
+# --- namespace lifecycle ----------------------------------------------------------------
+
+
+def test_create_into_missing_namespace_answers_404(api: client.ApiClient) -> None:
+    """NamespaceLifecycle admission: 404 NotFound, ``namespaces "<ns>" not found``."""
+    with pytest.raises(ApiException) as err:
+        client.CoreV1Api(api).create_namespaced_pod("nowhere", pod("web"))
+    body = status_of(err.value)
+    assert (err.value.status, body["reason"]) == (404, "NotFound")
+    assert body["message"] == 'namespaces "nowhere" not found'
+
+
+@needs_kubectl
+def test_kubectl_sees_a_deleted_namespace_terminating(server: ApiServer, api: client.ApiClient,
+                                                      kubectl: Any) -> None:
+    """kubernetes.io "Namespaces": a deleted namespace shows Terminating while its pods end
+    (here: until the kubelet stand-in confirms them), then goes; a create into it is 403
+    Forbidden (NamespaceLifecycle: "unable to create new content in namespace <ns> because
+    it is being terminated")."""
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": "doomed"}})
+    core.create_namespaced_pod("doomed", pod("web"))
+    kubectl("delete", "namespace", "doomed", "--wait=false")
+    assert kubectl("get", "namespace", "doomed", "--no-headers").split()[:2] == [
+        "doomed", "Terminating"]
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_pod("doomed", pod("late"))
+    body = status_of(err.value)
+    assert (err.value.status, body["reason"]) == (403, "Forbidden")
+    assert body["message"] == ('pods "late" is forbidden: unable to create new content in '
+                               "namespace doomed because it is being terminated")
+    code, done, _ = request(server, "POST", "/_podnet/kubelet", {"namespace": "doomed"})
+    assert (code, done) == (200, {"finished": 1})
+    assert "doomed" not in kubectl("get", "namespaces", "-o", "name")
+
+
+# --- what a new pod is stored as ---------------------------------------------------------
+
+
+def test_new_pod_gets_upstream_defaults_and_a_pending_status(api: client.ApiClient) -> None:
+    """The pod API's defaults (pkg/apis/core/v1/defaults.go: ``SetDefaults_PodSpec``,
+    ``SetDefaults_Container``) and the pod strategy's ``PrepareForCreate``: the status sent
+    is replaced by ``phase: Pending`` with the QoS class (BestEffort without requests or
+    limits, Guaranteed when limits equal requests)."""
+    core = client.CoreV1Api(api)
+    body = pod("web") | {"status": {"phase": "Running", "podIP": "10.0.0.9"}}
+    body["spec"]["containers"].append({"name": "pinned", "image": "registry/app:1.2"})
+    made = core.create_namespaced_pod("default", body)
+    spec = made.spec
+    assert (spec.restart_policy, spec.dns_policy, spec.scheduler_name) == (
+        "Always", "ClusterFirst", "default-scheduler")
+    assert spec.termination_grace_period_seconds == 30
+    assert spec.enable_service_links is True
+    first, second = spec.containers
+    assert (first.termination_message_path, first.termination_message_policy) == (
+        "/dev/termination-log", "File")
+    assert (first.image_pull_policy, second.image_pull_policy) == ("Always", "IfNotPresent")
+    assert (made.status.phase, made.status.qos_class, made.status.pod_ip) == (
+        "Pending", "BestEffort", None)
+    sized = pod("sized")
+    sized["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1", "memory": "1Gi"}}
+    assert core.create_namespaced_pod("default", sized).status.qos_class == "Guaranteed"
+    sized = pod("burst")
+    sized["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    assert core.create_namespaced_pod("default", sized).status.qos_class == "Burstable"
+
+
+# --- paging -------------------------------------------------------------------------------
+
+
+def test_list_pages_with_limit_and_continue(server: ApiServer, api: client.ApiClient) -> None:
+    """kubernetes.io API concepts, "Retrieving large results sets in chunks": ``limit``
+    caps a page, ``metadata.continue`` asks for the next, the last page has none;
+    ``remainingItemCount`` counts what is left; a token older than the compacted history
+    answers 410 Expired."""
+    core = client.CoreV1Api(api)
+    for i in range(5):
+        core.create_namespaced_pod("default", pod(f"p{i}"))
+    first = core.list_namespaced_pod("default", limit=2)
+    assert [p.metadata.name for p in first.items] == ["p0", "p1"]
+    assert first.metadata.remaining_item_count == 3 and first.metadata._continue
+    names, token = [], first.metadata._continue
+    while token:
+        page = core.list_namespaced_pod("default", limit=2, _continue=token)
+        assert page.metadata.resource_version == first.metadata.resource_version
+        names += [p.metadata.name for p in page.items]
+        token = page.metadata._continue
+    assert names == ["p2", "p3", "p4"]
+    core.create_namespaced_pod("default", pod("later"))  # history moves on, then compacts
+    request(server, "POST", "/_podnet/faults", {"compact": True})
+    with pytest.raises(ApiException) as err:
+        core.list_namespaced_pod("default", limit=2, _continue=first.metadata._continue)
+    body = status_of(err.value)
+    assert (err.value.status, body["reason"]) == (410, "Expired")
+    assert body["message"].startswith("The provided continue parameter is too old")
+    code, bad, _ = request(server, "GET", "/api/v1/namespaces/default/pods?continue=nonsense")
+    assert code == 400 and bad["message"].startswith("continue key is not valid")
+
+
+@needs_kubectl
+def test_kubectl_get_reads_every_chunk(server: ApiServer, kubectl: Any) -> None:
+    """kubectl asks in chunks (``--chunk-size``) and follows the continue tokens."""
+    for i in range(5):
+        server.cluster.create(POD, pod(f"p{i}") | {"metadata": {"name": f"p{i}",
+                                                                "namespace": "default"}})
+    out = kubectl("get", "pods", "--chunk-size=2", "-o", "name")
+    assert out.split() == [f"pod/p{i}" for i in range(5)]
+
+
+# --- dry run ------------------------------------------------------------------------------
+
+
+@needs_kubectl
+def test_dry_run_all_checks_and_stores_nothing(server: ApiServer, api: client.ApiClient,
+                                               kubectl: Any, tmp_path: Path) -> None:
+    """kubernetes.io API concepts, "Dry-run": with ``dryRun=All`` a write goes through
+    every stage and answers what it would store, and nothing is persisted; a bad object is
+    still refused. ``kubectl --dry-run=server`` sends it."""
+    core, co = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    rv = core.list_namespaced_pod("default").metadata.resource_version
+    would = core.create_namespaced_pod("default", pod("web"), dry_run="All")
+    assert would.metadata.name == "web" and would.status.phase == "Pending"
+    assert core.list_namespaced_pod("default").items == []
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(yaml.safe_dump(pod("kube")))
+    assert "pod/kube created (server dry run)" in kubectl("create", "-f", str(manifest),
+                                                           "--dry-run=server")
+    assert kubectl("get", "pods", "-o", "name") == ""
+    core.create_namespaced_pod("default", pod("real"))
+    patched = core.patch_namespaced_pod("real", "default", {"metadata": {"labels": {"a": "b"}}},
+                                        dry_run="All")
+    assert patched.metadata.labels == {"a": "b"}
+    assert core.read_namespaced_pod("real", "default").metadata.labels is None
+    core.delete_namespaced_pod("real", "default", dry_run="All", grace_period_seconds=0)
+    assert core.read_namespaced_pod("real", "default").metadata.deletion_timestamp is None
+    with pytest.raises(ApiException) as err:
+        co.create_namespaced_custom_object(GROUP, VERSION, "default", "podnetworks",
+                                           pn("bad") | {"spec": {"podName": "x"}}, dry_run="All")
+    assert err.value.status == 422
+    assert int(server.cluster.resource_version) == int(rv) + 1  # only the one real create
+
+
+# --- configuration kinds -------------------------------------------------------------------
+
+
+@needs_kubectl
+def test_configmaps_secrets_and_serviceaccounts_are_served(api: client.ApiClient,
+                                                           kubectl: Any, tmp_path: Path) -> None:
+    """core/v1 ConfigMap, Secret and ServiceAccount, as kubectl and the client use them; a
+    Secret's ``stringData`` is write-only, folded into ``data`` as base64, and its type
+    defaults to Opaque (kubernetes.io "Secrets"). (kubectl's imperative ``create
+    configmap`` sends protobuf, which the emulator answers 415: manifests here.)"""
+    core = client.CoreV1Api(api)
+    manifest = tmp_path / "config.yaml"
+    manifest.write_text(yaml.safe_dump_all([
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"},
+         "data": {"mode": "fast"}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "podnet"}}]))
+    kubectl("create", "-f", str(manifest))
+    assert core.read_namespaced_config_map("settings", "default").data == {"mode": "fast"}
+    assert kubectl("get", "cm", "settings", "--no-headers").split()[:2] == ["settings", "1"]
+    core.create_namespaced_secret("default", {"metadata": {"name": "token"},
+                                              "stringData": {"key": "s3cret"}})
+    stored = core.read_namespaced_secret("token", "default")
+    assert (stored.type, stored.data, stored.string_data) == (
+        "Opaque", {"key": "czNjcmV0"}, None)
+    assert kubectl("get", "secret", "token", "--no-headers").split()[:3] == [
+        "token", "Opaque", "1"]
+    assert [a.metadata.name for a in core.list_namespaced_service_account("default").items] == [
+        "podnet"]

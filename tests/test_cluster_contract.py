@@ -23,6 +23,7 @@ from podnet.core.cluster.kube import KubeCluster
 from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import (
     EVENT,
+    NAMESPACE,
     NODE,
     POD,
     POD_NETWORK,
@@ -30,6 +31,7 @@ from podnet.core.cluster.port import (
     ApiError,
     Cluster,
     Conflict,
+    Forbidden,
     Gone,
     Invalid,
     Kind,
@@ -53,7 +55,9 @@ class Backend:
 
 @pytest.fixture(params=["memory", "kube"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    store = InMemoryCluster()
+    store = InMemoryCluster(require_namespaces=True)
+    for ns in (NS, "other"):
+        store.create(NAMESPACE, {"metadata": {"name": ns}})
     if request.param == "memory":
         yield Backend("memory", store, store)
         return
@@ -256,14 +260,12 @@ def test_update_status_changes_only_status_and_update_leaves_it(cluster: Cluster
     assert cluster.get(POD_NETWORK, "a", NS) == updated
 
 
-def test_create_drops_status_of_a_kind_with_a_status_subresource(
-    request: pytest.FixtureRequest, backend: Backend
-) -> None:
-    known_difference(
-        request, backend, "memory", "memory.py InMemoryCluster.create keeps a PodNetwork's status"
-    )
-    made = backend.cluster.create(POD_NETWORK, {**podnet("a"), "status": {"phase": "Routed"}})
+def test_create_drops_status_of_a_kind_with_a_status_subresource(cluster: Cluster) -> None:
+    """kubernetes.io "Custom Resources" (status subresource): a create ignores the status
+    stanza; status is written through /status only."""
+    made = cluster.create(POD_NETWORK, {**podnet("a"), "status": {"phase": "Routed"}})
     assert "status" not in made
+    assert "status" not in cluster.get(POD_NETWORK, "a", NS)
 
 
 # --- patches ----------------------------------------------------------------------------
@@ -340,7 +342,8 @@ def test_strategic_patch_merges_lists_by_key(cluster: Cluster) -> None:
     made = cluster.create(POD, pod("a"))
     containers = [{"name": "app", "image": "v2"}, {"name": "side", "image": "s"}]
     out = cluster.patch(POD, "a", {"spec": {"containers": containers}}, NS, "strategic")
-    assert out["spec"]["containers"] == containers
+    # (over HTTP the containers also carry the API's defaults)
+    assert [{k: c[k] for k in ("name", "image")} for c in out["spec"]["containers"]] == containers
     cluster.update_status(
         POD,
         {
@@ -442,6 +445,88 @@ def test_deleting_an_owner_deletes_its_dependents(cluster: Cluster) -> None:
     cluster.delete(POD, "a", NS, grace_period_seconds=0)
     assert eventually(lambda: not exists(cluster, POD_NETWORK, "a"))
     assert exists(cluster, POD_NETWORK, "b")
+
+
+def test_orphan_delete_keeps_dependents_and_strips_the_reference(cluster: Cluster) -> None:
+    """kubernetes.io "Garbage Collection", orphan cascading deletion: the owner goes, its
+    dependents stay, with the ownerReferences to it removed (others kept)."""
+    owner = cluster.create(POD, pod("a"))
+    other = cluster.create(POD, pod("b"))
+    cluster.create(POD_NETWORK, podnet("a", owner=owner))
+    shared = podnet("s", owner=owner)
+    shared["metadata"]["ownerReferences"].append(
+        {**shared["metadata"]["ownerReferences"][0], "name": "b", "uid": other["metadata"]["uid"]})
+    cluster.create(POD_NETWORK, shared)
+    cluster.delete(POD, "a", NS, grace_period_seconds=0, propagation_policy="Orphan")
+    assert not exists(cluster, POD, "a")
+    kept = cluster.get(POD_NETWORK, "a", NS)
+    assert "ownerReferences" not in kept["metadata"]
+    assert "deletionTimestamp" not in kept["metadata"]
+    refs = cluster.get(POD_NETWORK, "s", NS)["metadata"]["ownerReferences"]
+    assert [r["name"] for r in refs] == ["b"]
+
+
+def test_foreground_delete_holds_the_owner_until_blocking_dependents_go(
+        cluster: Cluster) -> None:
+    """kubernetes.io "Garbage Collection", foreground cascading deletion: the owner is
+    marked (deletionTimestamp, the ``foregroundDeletion`` finalizer), the dependents are
+    deleted, and the owner goes when those with ``blockOwnerDeletion`` are gone."""
+    owner = cluster.create(POD, pod("a"))
+    dep = podnet("a", owner=owner, finalizers=[FIN])
+    dep["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] = True
+    cluster.create(POD_NETWORK, dep)
+    cluster.delete(POD, "a", NS, grace_period_seconds=0, propagation_policy="Foreground")
+    held = cluster.get(POD, "a", NS)
+    assert held["metadata"]["finalizers"] == ["foregroundDeletion"]
+    assert held["metadata"]["deletionTimestamp"]
+    assert cluster.get(POD_NETWORK, "a", NS)["metadata"]["deletionTimestamp"]
+    cluster.patch(POD_NETWORK, "a", {"metadata": {"finalizers": None}}, NS)
+    assert eventually(lambda: not exists(cluster, POD, "a"))
+
+
+def test_boolean_field_selector_matches_an_unset_field(cluster: Cluster) -> None:
+    """Upstream's node field set formats ``spec.unschedulable`` with strconv.FormatBool, so
+    a node that does not say is ``false``: ``spec.unschedulable=false`` selects it (as
+    ``kubectl drain`` and the scheduler's informers rely on)."""
+    cluster.create(NODE, {"metadata": {"name": "plain"}})
+    cluster.create(NODE, {"metadata": {"name": "cordoned"}, "spec": {"unschedulable": True}})
+    open_ = cluster.list(NODE, field_selector="spec.unschedulable=false").items
+    assert [n["metadata"]["name"] for n in open_] == ["plain"]
+    shut = cluster.list(NODE, field_selector="spec.unschedulable!=false").items
+    assert [n["metadata"]["name"] for n in shut] == ["cordoned"]
+
+
+# --- namespaces -------------------------------------------------------------------------
+
+
+def test_create_into_a_missing_namespace_is_not_found(cluster: Cluster) -> None:
+    """Upstream's NamespaceLifecycle admission answers a create into a namespace that does
+    not exist with 404 NotFound, ``namespaces "<name>" not found``."""
+    with pytest.raises(NotFound, match='namespaces "nowhere" not found'):
+        cluster.create(POD, pod("a", ns="nowhere"))
+
+
+def test_namespace_delete_terminates_its_contents_then_goes(cluster: Cluster) -> None:
+    """kubernetes.io "Namespaces" / the namespace controller: a deleted namespace is
+    ``status.phase: Terminating`` while its contents are deleted, and goes when it is
+    empty; NamespaceLifecycle answers a create into it 403 Forbidden, "unable to create new
+    content in namespace <ns> because it is being terminated"."""
+    cluster.create(NAMESPACE, {"metadata": {"name": "doomed"}})
+    assert cluster.get(NAMESPACE, "doomed")["status"]["phase"] == "Active"
+    cluster.create(POD, pod("a", ns="doomed"))
+    cluster.create(POD_NETWORK, {**podnet("a"), "metadata": {
+        "name": "a", "namespace": "doomed", "finalizers": [FIN]}})
+    cluster.delete(NAMESPACE, "doomed")
+    held = cluster.get(NAMESPACE, "doomed")
+    assert held["status"]["phase"] == "Terminating" and held["metadata"]["deletionTimestamp"]
+    with pytest.raises(Forbidden, match="unable to create new content in namespace doomed "
+                                        "because it is being terminated"):
+        cluster.create(POD, pod("b", ns="doomed"))
+    assert cluster.get(POD, "a", "doomed")["metadata"]["deletionTimestamp"]  # its grace
+    cluster.delete(POD, "a", "doomed", grace_period_seconds=0)  # the kubelet confirms
+    assert exists(cluster, NAMESPACE, "doomed")  # the record's finalizer holds it
+    cluster.patch(POD_NETWORK, "a", {"metadata": {"finalizers": None}}, "doomed")
+    assert eventually(lambda: not exists(cluster, NAMESPACE, "doomed"))
 
 
 # --- watches ----------------------------------------------------------------------------

@@ -152,7 +152,7 @@ def test_informer_survives_dropped_watches_without_losing_events(emu: Emulated) 
                 patched = emu.store.patch(POD, f"p{i}", {"metadata": {"labels": {"i": str(i)}}}, NS)
                 wrote(patched, "MODIFIED")
             if i % 5 == 4:
-                emu.store.delete(POD, f"p{i - 2}", NS)
+                emu.store.delete(POD, f"p{i - 2}", NS, grace_period_seconds=0)
                 expected[f"{NS}/p{i - 2}"].append(("DELETED", "-"))
             if i % 10 == 9:
                 drops += emu.admin({"dropWatches": True}).get("droppedWatches", 0)
@@ -183,7 +183,7 @@ def test_informer_relists_after_gone_and_fires_deletes(emu: Emulated) -> None:
     until(lambda: watch.closed)
     # while nobody watches: deletes, a create, an update; then history is compacted
     for i in range(5):
-        emu.store.delete(POD, f"p{i}", NS)
+        emu.store.delete(POD, f"p{i}", NS, grace_period_seconds=0)
     emu.store.create(POD, pod("q0"))
     emu.store.patch(POD, "p5", {"metadata": {"labels": {"v": "2"}}}, NS)
     emu.admin({"compact": True})

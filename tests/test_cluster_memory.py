@@ -177,8 +177,8 @@ def test_update_requires_current_resource_version(cluster: InMemoryCluster) -> N
         **updated,
         "metadata": {k: v for k, v in updated["metadata"].items() if k != "resourceVersion"},
     }
-    with pytest.raises(Conflict):
-        cluster.update(POD_NETWORK, missing_rv)
+    with pytest.raises(Invalid, match=r"metadata\.resourceVersion"):
+        cluster.update(POD_NETWORK, missing_rv)  # a custom resource: 422, as upstream
     with pytest.raises(NotFound):
         cluster.update(
             POD_NETWORK,
@@ -217,7 +217,7 @@ def test_update_ignores_status_and_update_status_only_status(cluster: InMemoryCl
     changed = {**made, "spec": {**made["spec"], "nodeName": "n9"}, "status": {"phase": "Routed"}}
     after = cluster.update(POD_NETWORK, changed)
     assert after["spec"]["nodeName"] == "n9"
-    assert after["status"] == {"phase": "Pending"}
+    assert "status" not in after  # dropped on create, and update cannot write it
     status_write = {**after, "spec": {"nodeName": "ignored"}, "status": {"phase": "Allocated"}}
     after2 = cluster.update_status(POD_NETWORK, status_write)
     assert after2["status"] == {"phase": "Allocated"}
@@ -463,7 +463,7 @@ def test_client_cannot_clear_deletion_timestamp(cluster: InMemoryCluster) -> Non
 
 def test_strategic_delete_directive_removes_finalizer(cluster: InMemoryCluster) -> None:
     cluster.create(POD, pod_with("a", finalizers=[FIN]))
-    cluster.delete(POD, "a", "default")
+    cluster.delete(POD, "a", "default", grace_period_seconds=0)
     cluster.patch(
         POD,
         "a",
@@ -478,7 +478,7 @@ def test_delete_uid_precondition(cluster: InMemoryCluster) -> None:
     made = cluster.create(POD, pod("a"))
     with pytest.raises(Conflict):
         cluster.delete(POD, "a", "default", uid="not-it")
-    cluster.delete(POD, "a", "default", uid=made["metadata"]["uid"])
+    cluster.delete(POD, "a", "default", uid=made["metadata"]["uid"], grace_period_seconds=0)
     assert not exists(cluster, POD, "a")
 
 
@@ -500,8 +500,56 @@ def test_pod_graceful_deletion(cluster: InMemoryCluster, clock: FakeClock) -> No
     assert not exists(cluster, POD, "b")
 
     cluster.create(POD, pod("c"))
-    cluster.delete(POD, "c", "default")  # no grace given: immediate
+    cluster.delete(POD, "c", "default")  # no grace given: the pod's own, 30 by default
+    held = cluster.get(POD, "c", "default")
+    assert held["metadata"]["deletionGracePeriodSeconds"] == 30
+    assert cluster.finish_terminating("default", "c") == 1  # the kubelet stand-in
     assert not exists(cluster, POD, "c")
+
+
+def test_pod_default_grace_follows_the_pod(cluster: InMemoryCluster) -> None:
+    """Upstream's pod strategy (``CheckGracefulDelete`` in pkg/registry/core/pod/strategy.go)
+    takes ``spec.terminationGracePeriodSeconds`` when the delete gives none, and 0 for a
+    pod no node runs or one already terminal: those go at once."""
+    short = pod("short")
+    short["spec"]["terminationGracePeriodSeconds"] = 5
+    cluster.create(POD, short)
+    cluster.delete(POD, "short", "default")
+    assert cluster.get(POD, "short", "default")["metadata"]["deletionGracePeriodSeconds"] == 5
+    unscheduled = pod("unscheduled")
+    unscheduled["spec"].pop("nodeName", None)
+    cluster.create(POD, unscheduled)
+    cluster.delete(POD, "unscheduled", "default")
+    assert not exists(cluster, POD, "unscheduled")
+    done = pod("done") | {"status": {"phase": "Succeeded"}}
+    cluster.create(POD, done)
+    cluster.delete(POD, "done", "default")
+    assert not exists(cluster, POD, "done")
+
+
+def test_kubelet_stand_in_confirms_after_its_delay(clock: FakeClock) -> None:
+    """The stand-in plays the kubelet's part of pod termination (kubernetes.io, "Termination
+    of Pods": the kubelet stops the containers, then the pod is deleted from the API
+    server): a terminating pod is deleted with grace 0 ``kubelet_finish_after`` seconds
+    after it was marked, never later than its grace period; 0 confirms at once."""
+    later = InMemoryCluster(clock, kubelet_finish_after=2)
+    later.create(POD, pod("a"))
+    later.delete(POD, "a", "default")
+    clock.advance(1)
+    assert exists(later, POD, "a")
+    clock.advance(1)
+    later.kubelet_tick()
+    assert not exists(later, POD, "a")
+
+    at_once = InMemoryCluster(clock, kubelet_finish_after=0)
+    at_once.create(POD, pod_with("b", finalizers=[FIN]))
+    w = at_once.watch(POD, at_once.resource_version, "default")
+    at_once.delete(POD, "b", "default")
+    held = at_once.get(POD, "b", "default")  # confirmed, the finalizer holds it
+    assert held["metadata"]["deletionGracePeriodSeconds"] == 0
+    events = w.poll(1)
+    assert [e.type for e in events] == ["MODIFIED", "MODIFIED"]
+    assert events[0].object["metadata"]["deletionGracePeriodSeconds"] == 30
 
 
 def test_graceful_pod_with_finalizer_waits_for_both(cluster: InMemoryCluster) -> None:
@@ -540,7 +588,7 @@ def test_owner_gc_cascades(cluster: InMemoryCluster) -> None:
         },
     )
     unrelated = cluster.create(POD_NETWORK, podnet("b"))
-    cluster.delete(POD, "a", "default")
+    cluster.delete(POD, "a", "default", grace_period_seconds=0)
     assert not exists(cluster, POD_NETWORK, "a")
     assert not exists(cluster, LEASE, lease["metadata"]["name"])
     assert exists(cluster, POD_NETWORK, unrelated["metadata"]["name"])
@@ -550,16 +598,16 @@ def test_dependent_with_two_owners_waits_for_both(cluster: InMemoryCluster) -> N
     o1 = cluster.create(POD, pod("o1"))
     o2 = cluster.create(POD, pod("o2"))
     cluster.create(POD_NETWORK, podnet("shared", owners=[o1, o2]))
-    cluster.delete(POD, "o1", "default")
+    cluster.delete(POD, "o1", "default", grace_period_seconds=0)
     assert exists(cluster, POD_NETWORK, "shared")
-    cluster.delete(POD, "o2", "default")
+    cluster.delete(POD, "o2", "default", grace_period_seconds=0)
     assert not exists(cluster, POD_NETWORK, "shared")
 
 
 def test_gc_respects_dependent_finalizers(cluster: InMemoryCluster) -> None:
     owner = cluster.create(POD, pod("a"))
     cluster.create(POD_NETWORK, podnet("a", owners=[owner], finalizers=[FIN]))
-    cluster.delete(POD, "a", "default")
+    cluster.delete(POD, "a", "default", grace_period_seconds=0)
     held = cluster.get(POD_NETWORK, "a", "default")
     assert held["metadata"]["deletionTimestamp"]
     cluster.patch(POD_NETWORK, "a", {"metadata": {"finalizers": None}}, "default")

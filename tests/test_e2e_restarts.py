@@ -54,7 +54,8 @@ class Restartable(Cluster):
         self.apiserver.send_signal(signal.SIGKILL)
         self.apiserver.wait(timeout=10)
         self.apiserver = self.spawn(["apiserver", "--port", port, "--kubeconfig-out",
-                                     str(self.kubeconfig)], "apiserver-again")
+                                     str(self.kubeconfig), "--kubelet-finish-after", "0"],
+                                    "apiserver-again")
         assert self.apiserver.stdout is not None
         assert self.apiserver.stdout.readline().strip() == self.url
 

@@ -44,9 +44,10 @@ class Cluster:
         self.kubeconfig = tmp / "kubeconfig"
         self.procs: list[subprocess.Popen[str]] = []
         self.audit_log = tmp / "audit.jsonl"
+        # no kubelets run: the emulator's stand-in confirms deleted pods at once
         self.apiserver = self.spawn(["apiserver", "--port", "0", "--kubeconfig-out",
-                                     str(self.kubeconfig), "--audit-log", str(self.audit_log)],
-                                    "apiserver")
+                                     str(self.kubeconfig), "--audit-log", str(self.audit_log),
+                                     "--kubelet-finish-after", "0"], "apiserver")
         assert self.apiserver.stdout is not None
         self.url = self.apiserver.stdout.readline().strip()
         assert self.url.startswith("http://127.0.0.1:"), self.url

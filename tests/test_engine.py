@@ -159,7 +159,7 @@ def test_pod_gets_a_routed_network_and_gives_it_back() -> None:
     ready = {c["type"]: c for c in record["status"]["conditions"]}["Ready"]
     assert ready["status"] == "True"
 
-    rig.cluster.delete(POD, "web", NS)
+    rig.cluster.delete(POD, "web", NS, grace_period_seconds=0)
     rig.settle()
     assert rig.records() == []
     assert ip not in rig.cloud.routes
@@ -201,7 +201,7 @@ def test_node_record_owners_catch_up_within_a_refill_period_without_a_write_per_
     assert rig.cluster.stats[("update_status", "nodenetworks")] == writes
     rig.settle(advance=rig.policy.refill_period)
     assert written_owners()[record["status"]["ip"]] == f"{NS}/{record['metadata']['name']}"
-    rig.cluster.delete(POD, "web", NS)
+    rig.cluster.delete(POD, "web", NS, grace_period_seconds=0)
     rig.settle(advance=rig.policy.refill_period)
     assert record["status"]["ip"] not in {ip for ip, o in written_owners().items() if o}
 
@@ -240,7 +240,7 @@ def test_pool_is_topped_up_to_min_idle_and_trimmed_to_max_idle() -> None:
     assert all(phase(r) == "Routed" for r in rig.records())
     assert pool.idle_count() >= 3
     for i in range(10):
-        rig.cluster.delete(POD, f"p{i}", NS)
+        rig.cluster.delete(POD, f"p{i}", NS, grace_period_seconds=0)
     rig.settle()
     assert pool.idle_count() == 5
     assert len(rig.cloud.all_addresses()) == 5
@@ -326,7 +326,7 @@ def test_pod_recreated_under_the_same_name_never_inherits_the_old_record() -> No
     old = rig.pod("web", node)
     rig.settle()
     old_record = rig.record_of(old)
-    rig.cluster.delete(POD, "web", NS)
+    rig.cluster.delete(POD, "web", NS, grace_period_seconds=0)
     new = rig.pod("web", node)
     rig.settle()
     records = rig.records()
@@ -346,7 +346,7 @@ def test_sticky_statefulset_pod_gets_its_address_back() -> None:
     ip = record["status"]["ip"]
     assert record["spec"]["sticky"] is True
     assert record["metadata"]["ownerReferences"][0]["kind"] == "StatefulSet"
-    rig.cluster.delete(POD, "db-0", NS)
+    rig.cluster.delete(POD, "db-0", NS, grace_period_seconds=0)
     rig.settle()
     assert phase(rig.records()[0]) == "Releasing"  # held for the pod's return
     again = rig.pod("db-0", node, ownerReferences=owner)
@@ -362,7 +362,7 @@ def test_sticky_hold_expires() -> None:
     owner = rig.statefulset("db")
     rig.pod("db-0", node, ownerReferences=owner)
     rig.settle()
-    rig.cluster.delete(POD, "db-0", NS)
+    rig.cluster.delete(POD, "db-0", NS, grace_period_seconds=0)
     rig.settle(advance=rig.policy.sticky_hold + 1)
     assert rig.records() == []
     rig.assert_no_leak()
@@ -486,7 +486,7 @@ def test_static_address_is_honoured() -> None:
     rig.settle()
     record = rig.record_of(pod)
     assert phase(record) == "Routed" and record["status"]["ip"] == "10.64.0.200"
-    rig.cluster.delete(POD, "fixed", NS)
+    rig.cluster.delete(POD, "fixed", NS, grace_period_seconds=0)
     rig.settle()
     rig.assert_no_leak()
 
@@ -566,7 +566,7 @@ def test_crash_after_release_before_the_finalizer_is_removed_recovers() -> None:
     rig.pod("web", node)
     rig.settle()
     rig.plugin.crash_after = {"release"}
-    rig.cluster.delete(POD, "web", NS)
+    rig.cluster.delete(POD, "web", NS, grace_period_seconds=0)
     with pytest.raises(Crash):
         rig.settle()
     assert len(rig.records()) == 1  # the finalizer still holds the record
@@ -620,8 +620,9 @@ def test_grow_failure_leaves_the_pod_pending_with_a_condition_naming_why() -> No
     rig.settle(advance=1)
     record = rig.record_of(pod)
     assert phase(record) == "Pending"
-    # a short wait is not written (a burst's waits would cost a write each)
-    assert "conditions" not in record["status"]
+    # a short wait is not written (a burst's waits would cost a write each): no status
+    # yet (a create's status is dropped, as upstream drops a custom resource's)
+    assert "conditions" not in record.get("status", {})
     rig.settle(advance=WAIT_SAID_AFTER)
     record = rig.record_of(pod)
     assert phase(record) == "Pending"
@@ -673,7 +674,7 @@ def test_every_transition_attempt_is_one_span_and_a_lifecycle_is_one_trace() -> 
     pod = rig.pod("web", node)
     rig.settle(advance=1)
     name = rig.record_of(pod)["metadata"]["name"]
-    rig.cluster.delete(POD, "web", NS)
+    rig.cluster.delete(POD, "web", NS, grace_period_seconds=0)
     rig.settle()
     spans = [s for s in exporter.get_finished_spans()
              if s.name.startswith("pod_network.")

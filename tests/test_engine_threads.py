@@ -54,7 +54,8 @@ def test_vm_pods_restarting_under_threads_never_share_an_address() -> None:
         for start in range(STARTS):
             for vm in range(VMS):
                 if start:
-                    cluster.delete(POD, f"virt-launcher-vm{vm}-{start - 1}", NS)
+                    cluster.delete(POD, f"virt-launcher-vm{vm}-{start - 1}", NS,
+                                   grace_period_seconds=0)
                 cluster.create(POD, _vm_pod(vm, start, nodes[vm % 2]))
             time.sleep(0.01 * (start % 4))  # the next start while passes are under way
         live = {f"virt-launcher-vm{vm}-{STARTS - 1}" for vm in range(VMS)}

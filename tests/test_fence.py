@@ -233,7 +233,7 @@ def test_an_engine_step_after_the_renew_deadline_writes_nothing() -> None:
     assert b.try_acquire_or_renew()
     # work the stale leader would act on: a new pod, a deleted pod, a new node
     r.cluster.create(POD, pod_obj("late", node))
-    r.cluster.delete(POD, "p-0", NS)
+    r.cluster.delete(POD, "p-0", NS, grace_period_seconds=0)
     r.cluster.create(NODE, node_obj(1))
     writes, calls, errors = (r.cluster.non_lease_writes(), r.mutating_calls(),
                              sum(r.engine.stats.reconcile_errors.values()))

@@ -226,7 +226,7 @@ def test_a_second_provider_plugin_is_never_called_for_the_first_ones_pod_network
     rig.settle(advance=POLICY.verify_period + POLICY.gc_period + 1)
     assert rig.record("web")["status"]["phase"] == "Routed"  # greedy's verdict not taken
     for name in ("web", "db-0", "own"):
-        rig.cluster.delete(POD, name, NS)
+        rig.cluster.delete(POD, name, NS, grace_period_seconds=0)
     rig.settle(advance=POLICY.sticky_hold + 1)
     assert rig.cluster.list(POD_NETWORK).items == []  # greedy's hold not taken either
     rig.cluster.delete(NODE, node)

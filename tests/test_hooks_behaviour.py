@@ -89,7 +89,7 @@ def test_podnet_transition_reports_every_attempt_in_order_to_a_listener() -> Non
     rig.pod("web", node)
     rig.settle()
     key = f"{NS}/{rig.records('web')[0]['metadata']['name']}"
-    rig.cluster.delete(POD, "web", NS)
+    rig.cluster.delete(POD, "web", NS, grace_period_seconds=0)
     rig.settle()
     mine = [(e.trigger, e.source, e.dest, e.ok, e.error) for e in listener.events
             if e.machine == "pod_network" and e.object_key == key]
@@ -117,7 +117,7 @@ def test_a_failing_podnet_transition_listener_does_not_stop_the_engine() -> None
     rig.pod("web", node)
     rig.settle()
     assert phase(rig.records("web")[0]) == "Routed"
-    rig.cluster.delete(POD, "web", NS)
+    rig.cluster.delete(POD, "web", NS, grace_period_seconds=0)
     rig.settle()
     assert rig.records() == []
 
@@ -235,7 +235,7 @@ def test_podnet_select_networks_gives_a_pod_a_second_pod_network() -> None:
     assert overlay.routes == {storage["ip"]: f"{NS}/{db['storage']['metadata']['name']}"}
     assert [r["spec"]["network"] for r in rig.records("web")] == ["default"]
 
-    rig.cluster.delete(POD, "db", NS)
+    rig.cluster.delete(POD, "db", NS, grace_period_seconds=0)
     rig.settle()
     assert rig.records("db") == []
     assert overlay.routes == {} and overlay.by_key == {}
@@ -337,7 +337,7 @@ def test_a_network_nobody_serves_gets_a_record_with_a_condition_naming_it() -> N
     assert any("purple" in e["message"] for e in events)
     assert phase(rig.records("bystander")[0]) == "Routed"
 
-    rig.cluster.delete(POD, "app", NS)
+    rig.cluster.delete(POD, "app", NS, grace_period_seconds=0)
     rig.settle()
     assert rig.records("app") == [] and overlay.routes.keys() == {
         r["status"]["ip"] for r in rig.records() if r["spec"]["provider"] == "storage"}
@@ -368,7 +368,7 @@ def test_podnet_hold_address_false_releases_a_sticky_record_at_once() -> None:
     record = rig.records("db-0")[0]
     assert record["spec"]["sticky"] is True and phase(record) == "Routed"
     ip = record["status"]["ip"]
-    rig.cluster.delete(POD, "db-0", NS)
+    rig.cluster.delete(POD, "db-0", NS, grace_period_seconds=0)
     rig.settle(advance=0)  # no time passes: not the sticky_hold window running out
     assert rig.records() == []
     assert holder.asked and holder.asked[0].pod is None
@@ -384,7 +384,7 @@ def test_podnet_hold_address_true_holds_past_the_sticky_window_until_it_changes(
     rig.pod("db-0", node, ownerReferences=STS)
     rig.settle()
     ip = rig.records("db-0")[0]["status"]["ip"]
-    rig.cluster.delete(POD, "db-0", NS)
+    rig.cluster.delete(POD, "db-0", NS, grace_period_seconds=0)
     rig.settle(advance=POLICY.sticky_hold * 2)
     (held,) = rig.records("db-0")
     assert phase(held) == "Releasing" and held["status"]["ip"] == ip
@@ -502,7 +502,7 @@ def test_podnet_pool_shrink_gets_only_idle_addresses_and_trims_to_max_idle() -> 
         rig.pod(f"p{i}", node)
     rig.settle()
     for i in range(6):
-        rig.cluster.delete(POD, f"p{i}", NS)
+        rig.cluster.delete(POD, f"p{i}", NS, grace_period_seconds=0)
     rig.settle()
     owned = {r["status"]["ip"] for r in rig.records()}
     assert len(owned) == 2
@@ -536,7 +536,7 @@ def test_podnet_interface_create_and_dispose_drive_the_eni_machine() -> None:
     assert set(provider.cloud.nodes[node].interfaces) == {"eth0", "eth1"}
 
     for i in range(6):
-        rig.cluster.delete(POD, f"p{i}", NS)
+        rig.cluster.delete(POD, f"p{i}", NS, grace_period_seconds=0)
     rig.settle(advance=2 * policy.refill_period)
     # the emptied secondary interface went, after one "still detaching" answer; never eth0
     assert provider.disposed == ["eth1", "eth1"]
@@ -603,7 +603,7 @@ def test_one_node_pass_disposes_at_most_max_interface_ops_interfaces(ops: int) -
     rig.settle()
     assert len(provider.cloud.nodes[node].interfaces) == 4
     for i in range(8):
-        rig.cluster.delete(POD, f"p{i}", NS)
+        rig.cluster.delete(POD, f"p{i}", NS, grace_period_seconds=0)
     rig.settle(advance=policy.refill_period * 4)
     assert list(provider.cloud.nodes[node].interfaces) == ["eth0"]  # the primary stays
     assert sum(per_pass) == 3 and max(per_pass) == ops
@@ -620,7 +620,8 @@ def test_a_pod_cache_behind_the_garbage_collector_makes_no_record_for_a_gone_pod
     rig.settle()
     [record] = rig.records("web")
     pod_key = f"{NS}/web"
-    rig.cluster.delete(POD, "web", NS)  # the record is marked for deletion with it
+    # the record is marked for deletion with it
+    rig.cluster.delete(POD, "web", NS, grace_period_seconds=0)
     e = rig.engine
     for _ in range(5):  # only the records' cache moves; the pods' cache lags
         e.pod_networks.pump()
@@ -684,14 +685,14 @@ def test_a_vm_on_a_node_pool_gets_its_address_back_on_its_node_only() -> None:
     rig.settle()
     [first] = rig.records("virt-launcher-vm1-a")
     assert first["metadata"]["name"] == "vm1.default.vm" and phase(first) == "Routed"
-    rig.cluster.delete(POD, "virt-launcher-vm1-a", NS)
+    rig.cluster.delete(POD, "virt-launcher-vm1-a", NS, grace_period_seconds=0)
     rig.settle()
     rig.pod("virt-launcher-vm1-b", node0, ownerReferences=VMI_REF)  # started again, same node
     rig.settle()
     [again] = rig.records("virt-launcher-vm1-b")
     assert again["metadata"]["uid"] == first["metadata"]["uid"]
     assert again["status"]["ip"] == first["status"]["ip"] and phase(again) == "Routed"
-    rig.cluster.delete(POD, "virt-launcher-vm1-b", NS)
+    rig.cluster.delete(POD, "virt-launcher-vm1-b", NS, grace_period_seconds=0)
     rig.settle()
     rig.pod("virt-launcher-vm1-c", node1, ownerReferences=VMI_REF)  # another node's pool
     rig.settle()
@@ -731,7 +732,7 @@ def test_a_vms_next_pod_waits_while_its_last_pod_releases_the_shared_record() ->
     node = rig.node(0)
     rig.pod("virt-launcher-vm1-a", node, ownerReferences=VMI_REF)
     rig.settle()
-    rig.cluster.delete(POD, "virt-launcher-vm1-a", NS)
+    rig.cluster.delete(POD, "virt-launcher-vm1-a", NS, grace_period_seconds=0)
     rig.pod("virt-launcher-vm1-b", node, ownerReferences=VMI_REF)
     e = rig.engine
     for informer in e.informers:
@@ -762,7 +763,7 @@ def _vm_routed_on_a_node_pool() -> tuple[Rig, ReferenceProvider, str, Obj]:
 
 def test_a_vms_next_pod_seen_before_its_last_pods_release_still_takes_the_address() -> None:
     rig, _provider, node, first = _vm_routed_on_a_node_pool()
-    rig.cluster.delete(POD, "virt-launcher-vm1-a", NS)
+    rig.cluster.delete(POD, "virt-launcher-vm1-a", NS, grace_period_seconds=0)
     rig.pod("virt-launcher-vm1-b", node, ownerReferences=VMI_REF)
     e = rig.engine
     for informer in e.informers:

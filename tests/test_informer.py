@@ -72,7 +72,7 @@ def test_pump_applies_changes(cluster: InMemoryCluster) -> None:
     cluster.patch(POD, "a", {"spec": {"nodeName": "n2"}}, "default")
     cluster.patch(POD, "a", {"metadata": {"annotations": {"x": "y"}}}, "default")  # not in Lean
     assert inf.pump() == 3
-    cluster.delete(POD, "a", "default")
+    cluster.delete(POD, "a", "default", grace_period_seconds=0)
     assert inf.pump() == 1
     assert seen == [
         ("ADDED", "default/a", None, Lean("a", "n1", "Running")),
@@ -105,7 +105,7 @@ def test_indexes_follow_changes(cluster: InMemoryCluster) -> None:
     inf.pump()
     assert [v.name for v in inf.by_index("node", "n1")] == ["a", "b"]
     cluster.patch(POD, "a", {"spec": {"nodeName": "n2"}}, "default")
-    cluster.delete(POD, "b", "default")
+    cluster.delete(POD, "b", "default", grace_period_seconds=0)
     inf.pump()
     assert inf.by_index("node", "n1") == []
     assert [v.name for v in inf.by_index("node", "n2")] == ["a", "c"]
@@ -136,7 +136,7 @@ def test_relist_after_compaction_reconciles(cluster: InMemoryCluster) -> None:
     seen = recording(inf)
     cluster.faults.drop_watches()
     cluster.patch(POD, "change", {"status": {"phase": "Failed"}}, "default", subresource="status")
-    cluster.delete(POD, "drop", "default")
+    cluster.delete(POD, "drop", "default", grace_period_seconds=0)
     cluster.create(POD, pod("new"))
     cluster.faults.compact()
     applied = inf.pump()
@@ -193,7 +193,7 @@ def test_forget_and_deleted_events(cluster: InMemoryCluster) -> None:
     seen = recording(inf)
     stale = cluster.patch(POD, "a", {"spec": {"nodeName": "n2"}}, "default")
     inf.assume(stale)
-    cluster.delete(POD, "a", "default")
+    cluster.delete(POD, "a", "default", grace_period_seconds=0)
     assert inf.forget("default/a")
     assert not inf.forget("default/a")
     assert not inf.assume(stale)  # a late copy cannot bring it back

@@ -902,7 +902,8 @@ def test_a_port_whose_record_vanished_is_swept_after_the_grace(
         record = world.cluster.get(POD_NETWORK, gone.metadata.name, world.namespace)
         record["metadata"]["finalizers"] = []
         world.cluster.update(POD_NETWORK, record)
-        world.cluster.delete(POD, "gone", world.namespace)  # its record goes with it
+        # its record goes with it
+        world.cluster.delete(POD, "gone", world.namespace, grace_period_seconds=0)
     world.settle()
     assert [r.spec.pod_name for r in world.records()] == ["stays"]
     assert provider_plugin.client.port(gone.status.interface) is not None  # leaked, for now

@@ -193,7 +193,7 @@ def test_the_sweep_takes_the_virtual_ports_of_a_vanished_record_only(
         record = world.cluster.get(POD_NETWORK, gone.metadata.name, world.namespace)
         record["metadata"]["finalizers"] = []
         world.cluster.update(POD_NETWORK, record)
-        world.cluster.delete(POD, "gone", world.namespace)
+        world.cluster.delete(POD, "gone", world.namespace, grace_period_seconds=0)
     world.settle()
     assert provider_plugin.client.port("ovn-default-vip-10.16.6.6") is not None  # for now
     owners = frozenset(pn.key for pn in world.records())

@@ -173,7 +173,8 @@ def test_a_record_removed_without_its_release_leaves_nothing_owned() -> None:
     address, key = record["status"]["ip"], f"{NS}/{record['metadata']['name']}"
     rig.cluster.patch(POD_NETWORK, record["metadata"]["name"], {"metadata": {"finalizers": []}},
                       NS)
-    rig.cluster.delete(POD, "web", NS)  # its dependents go with it: the record too
+    # its dependents go with it: the record too
+    rig.cluster.delete(POD, "web", NS, grace_period_seconds=0)
     rig.settle()
     assert rig.records() == []
     pool = rig.engine.pools.find("reference", node)

@@ -277,12 +277,14 @@ def test_audit_finds_owners_that_are_gone(
     node's pool keeps for a record whose finalizer was removed by hand before it went."""
     left, unfinalized = sorted(site.records(POD_NETWORK), key=lambda p: p["metadata"]["name"])[:2]
     key = "{0[metadata][namespace]}/{0[metadata][name]}".format
-    site.store.delete(POD, left["spec"]["podName"], left["metadata"]["namespace"])
+    site.store.delete(POD, left["spec"]["podName"], left["metadata"]["namespace"],
+                      grace_period_seconds=0)
     unfinalized["metadata"]["finalizers"] = []
     site.store.update(POD_NETWORK, unfinalized)
     site.store.delete(POD_NETWORK, unfinalized["metadata"]["name"],
                       unfinalized["metadata"]["namespace"])
-    site.store.delete(POD, unfinalized["spec"]["podName"], unfinalized["metadata"]["namespace"])
+    site.store.delete(POD, unfinalized["spec"]["podName"], unfinalized["metadata"]["namespace"],
+                      grace_period_seconds=0)
     assert {pn["metadata"]["name"] for pn in site.records(POD_NETWORK)} >= {
         left["metadata"]["name"]}, "the first record outlives its pod (no controller runs)"
     code, found = site.audit(capsys)

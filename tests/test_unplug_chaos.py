@@ -133,7 +133,7 @@ class HandshakeMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, PODS - 1))
     def delete_pod(self, i: int) -> None:
         try:
-            self.cluster.delete(POD, f"p{i}", NS)
+            self.cluster.delete(POD, f"p{i}", NS, grace_period_seconds=0)
         except NotFound:
             pass
 

@@ -93,7 +93,7 @@ def test_the_address_waits_for_the_agent_to_report_the_interface_gone(rig: Rig) 
 
     # the kubelet removes the pod before the runtime's DEL: the record is Releasing, its
     # address is neither free in the pool nor given to the next pod
-    rig.cluster.delete(POD, "web", NS)
+    rig.cluster.delete(POD, "web", NS, grace_period_seconds=0)
     rig.settle(advance=TIMEOUT / 3)
     held = rig.record(web)
     assert held is not None and held["status"]["phase"] == "Releasing"
@@ -117,7 +117,7 @@ def test_the_address_goes_back_after_the_unplug_timeout(rig: Rig) -> None:
     record = rig.record(web)
     assert record is not None
     rig.report(plugged={key(record)})
-    rig.cluster.delete(POD, "web", NS)
+    rig.cluster.delete(POD, "web", NS, grace_period_seconds=0)
     rig.settle(advance=TIMEOUT - 5)
     assert rig.record(web) is not None, "released before the timeout"
     rig.settle(advance=10)
@@ -130,7 +130,7 @@ def test_a_node_without_an_agent_report_does_not_wait(rig: Rig) -> None:
     rig.settle()
     record = rig.record(web)
     assert record is not None
-    rig.cluster.delete(POD, "web", NS)
+    rig.cluster.delete(POD, "web", NS, grace_period_seconds=0)
     rig.settle()
     assert rig.record(web) is None
     assert record["status"]["ip"] in rig.pooled_free()
@@ -144,7 +144,7 @@ def test_a_gone_node_does_not_wait(rig: Rig) -> None:
     rig.report(plugged={key(record)})
     rig.settle()
     rig.cluster.delete(NODE, rig.node_name)
-    rig.cluster.delete(POD, "web", NS)
+    rig.cluster.delete(POD, "web", NS, grace_period_seconds=0)
     rig.settle(advance=1)
     assert rig.record(web) is None
 
@@ -157,7 +157,7 @@ def test_an_acknowledgement_of_another_release_does_not_count(rig: Rig) -> None:
     record = rig.record(web)
     assert record is not None
     rig.report(plugged={key(record)})
-    rig.cluster.delete(POD, "web", NS)
+    rig.cluster.delete(POD, "web", NS, grace_period_seconds=0)
     rig.settle()
     now = token(rig, web)
     uid, when = now.split("@")
@@ -195,7 +195,7 @@ def test_a_record_the_garbage_collector_deletes_ahead_of_the_pod_cache_still_wai
     assert record is not None
     rig.report(plugged={key(record)})
     rig.settle()
-    rig.cluster.delete(POD, "web", NS)
+    rig.cluster.delete(POD, "web", NS, grace_period_seconds=0)
     rig.cluster.delete(POD_NETWORK, record["metadata"]["name"], NS)
     engine = rig.engine
     while engine.caches.pod_networks.pump(0):

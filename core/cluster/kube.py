@@ -49,12 +49,14 @@ from .port import (
     AlreadyExists,
     ApiError,
     Conflict,
+    Forbidden,
     Gone,
     Invalid,
     Kind,
     ListResult,
     NotFound,
     Obj,
+    Propagation,
     WatchEvent,
     WatchType,
     events_until_closed,
@@ -153,6 +155,8 @@ def _error(status: int, data: bytes, what: str) -> ApiError:
         reason = str(body.get("reason") or "")
     if not message:
         message = f"{what}: HTTP {status}"
+    if status == 403:
+        return Forbidden(message)
     if status == 404:
         return NotFound(message)
     if status == 409:
@@ -689,8 +693,11 @@ class KubeCluster:
         namespace: str | None = None,
         uid: str | None = None,
         grace_period_seconds: int | None = None,
+        propagation_policy: Propagation | None = None,
     ) -> None:
         options: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if propagation_policy is not None:
+            options["propagationPolicy"] = propagation_policy
         if uid is not None:
             options["preconditions"] = {"uid": uid}
         if grace_period_seconds is not None:

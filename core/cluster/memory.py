@@ -6,7 +6,19 @@ What it keeps faithful, because podnet's correctness depends on it:
 * the status subresource: ``update`` cannot change status, ``update_status`` only can;
 * finalizers: delete only marks ``deletionTimestamp`` until the last finalizer goes;
   a strategic-merge patch that omits a finalizer keeps it (lists merge as a union);
-* pod graceful deletion, owner-reference garbage collection (background propagation);
+* pod graceful deletion: a pod deleted without a grace period stays Terminating for its
+  ``spec.terminationGracePeriodSeconds`` (30 by default) until the kubelet confirms with
+  grace 0; nobody plays the kubelet unless ``kubelet_finish_after`` says so (seconds after
+  which a terminating pod is confirmed, 0: at once) or :meth:`InMemoryCluster.finish_terminating`
+  is called;
+* namespace lifecycle: a deleted namespace is Terminating (``status.phase``) while its
+  contents are deleted, then goes; a create into it is 403 Forbidden, and with
+  ``require_namespaces`` a create into a namespace that does not exist is 404;
+* owner-reference garbage collection, by the delete's propagation policy: ``Background``
+  (the default) deletes the dependents once their owners are gone, ``Orphan`` keeps them
+  and strips the owner's references, ``Foreground`` keeps the owner (with the
+  ``foregroundDeletion`` finalizer) until the dependents that ``blockOwnerDeletion`` are
+  gone; what upstream's garbage collector does a moment later is done in the same call;
 * watches that replay from a resourceVersion, answer 410 Gone once history is
   compacted, deliver objects that leave a selector as DELETED, and carry bookmarks.
 
@@ -22,6 +34,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import heapq
 import random
 import threading
 import time
@@ -46,6 +59,7 @@ from .patch import (
 )
 from .port import (
     EVENT,
+    NAMESPACE,
     NODE,
     NODE_NETWORK,
     POD,
@@ -53,12 +67,14 @@ from .port import (
     AlreadyExists,
     ApiError,
     Conflict,
+    Forbidden,
     Gone,
     Invalid,
     Kind,
     ListResult,
     NotFound,
     Obj,
+    Propagation,
     TooLargeResourceVersion,
     WatchEvent,
     WatchType,
@@ -69,7 +85,27 @@ from .selectors import FieldSelector, LabelSelector, parse_field_selector, parse
 if TYPE_CHECKING:
     from .port import Cluster
 
-__all__ = ["STATUS_SUBRESOURCE", "Faults", "InMemoryCluster", "MemoryWatch"]
+__all__ = [
+    "DEFAULT_TERMINATION_GRACE",
+    "FOREGROUND_FINALIZER",
+    "PROPAGATION_POLICIES",
+    "STATUS_SUBRESOURCE",
+    "Faults",
+    "InMemoryCluster",
+    "MemoryWatch",
+    "Propagation",
+]
+
+#: A pod's ``spec.terminationGracePeriodSeconds`` when it does not say (the API's default).
+DEFAULT_TERMINATION_GRACE: Final = 30
+
+#: API groups served as custom resources (CRDs), whose strategy differs from built-ins'.
+CUSTOM_GROUPS: Final = frozenset({"podnet.io"})
+
+#: The finalizer a foreground delete puts on the owner (metav1.FinalizerDeleteDependents).
+FOREGROUND_FINALIZER: Final = "foregroundDeletion"
+
+PROPAGATION_POLICIES: Final = ("Orphan", "Background", "Foreground")
 
 #: Kinds whose status is written only through the status subresource.
 STATUS_SUBRESOURCE: Final = frozenset({POD, NODE, POD_NETWORK, NODE_NETWORK})
@@ -112,6 +148,18 @@ _CONFLICT_MESSAGE: Final = (
 def _spec_view(obj: Obj) -> dict[str, Any]:
     # generation follows everything a user declares: all but metadata and status
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+
+
+def _default_grace(pod: Obj) -> int:
+    """The grace a delete without one gives ``pod``: upstream's pod strategy
+    (``CheckGracefulDelete``) takes ``spec.terminationGracePeriodSeconds``, but 0 for a pod
+    no node runs (unscheduled) or one that is already terminal."""
+    spec = pod.get("spec") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+        return 0
+    grace = spec.get("terminationGracePeriodSeconds")
+    return grace if isinstance(grace, int) and grace >= 0 else DEFAULT_TERMINATION_GRACE
 
 
 def _owner_uids(meta: Mapping[str, Any]) -> list[str]:
@@ -307,8 +355,21 @@ class MemoryWatch:
 class InMemoryCluster:
     """A thread-safe, in-process API server for tests, the simulator and benchmarks."""
 
-    def __init__(self, clock: Clock | None = None, history: int = 10000, seed: int = 0) -> None:
+    def __init__(self, clock: Clock | None = None, history: int = 10000, seed: int = 0,
+                 kubelet_finish_after: float | None = None,
+                 require_namespaces: bool = False) -> None:
         self.clock: Clock = clock or SystemClock()
+        #: the kubelet stand-in: confirm a terminating pod (delete it with grace 0) this
+        #: many seconds after it was marked (at the latest when its grace period ends);
+        #: None: nobody does, the pod stays Terminating (a cluster without kubelets)
+        self.kubelet_finish_after = kubelet_finish_after
+        self._terminating: list[tuple[float, str]] = []  # (due, pod uid), a heap
+        self._dry = False  # inside dry_run(): writes are checked and answered, not stored
+        #: a create into a namespace that does not exist answers 404, as upstream's
+        #: NamespaceLifecycle admission does (off: in-process tests skip making them)
+        self.require_namespaces = require_namespaces
+        self._ending_namespaces: set[str] = set()  # deleted, waiting for their contents
+        self._ns_queue: deque[str] = deque()  # of those, namespaces that lost an object
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._ids = random.Random(seed)
@@ -326,6 +387,8 @@ class InMemoryCluster:
         self._compacted_rv = 0  # events up to this RV may be missing from history
         self._watches: dict[Kind, set[MemoryWatch]] = {}
         self._gc_queue: deque[str] = deque()
+        self._foreground: set[str] = set()  # owners waiting for their dependents to go
+        self._fg_queue: deque[str] = deque()  # of those, owners that lost a dependent
 
     # --- small helpers -------------------------------------------------------------
 
@@ -339,6 +402,9 @@ class InMemoryCluster:
             return sum(len(b) for b in self._store.get(kind, {}).values())
 
     def _begin(self, op: str, kind: Kind) -> None:
+        if (self._terminating and not self._dry
+                and self._terminating[0][0] <= self.clock.monotonic()):
+            self._kubelet_due()
         self.stats[(op, kind.plural)] += 1
         self.faults._check(op, kind)
 
@@ -406,6 +472,11 @@ class InMemoryCluster:
             self._dependents.clear()
             self._history.clear()
             self._gc_queue.clear()
+            self._foreground.clear()
+            self._fg_queue.clear()
+            self._ending_namespaces.clear()
+            self._ns_queue.clear()
+            self._terminating.clear()
             self._compacted_rv = 0
             self._rv = 1
 
@@ -563,6 +634,8 @@ class InMemoryCluster:
         if meta.get("deletionTimestamp"):
             raise Invalid("metadata.deletionTimestamp: may not be set on create")
         ns = self._namespace(kind, meta.get("namespace"))
+        if ns:
+            self._admit_namespace(kind, ns, meta.get("name") or "")
         bucket = self._store.get(kind, {}).get(ns, {})
         name = meta.get("name")
         if not name:
@@ -588,14 +661,34 @@ class InMemoryCluster:
         meta["creationTimestamp"] = format_time(self.clock.now())
         meta["generation"] = 1
         meta.pop("deletionGracePeriodSeconds", None)
-        meta["resourceVersion"] = self._next_rv()
+        meta["resourceVersion"] = "" if self._dry else self._next_rv()
+        if kind == NAMESPACE:
+            new["status"] = {**(new.get("status") or {}), "phase": "Active"}
+        elif kind.group in CUSTOM_GROUPS and kind in STATUS_SUBRESOURCE:
+            # upstream drops it: a custom resource's status is written through /status
+            new.pop("status", None)
         # the server's apiVersion/kind win, listed first as the API prints them
         body = {k: v for k, v in new.items() if k not in ("apiVersion", "kind")}
         new = {"apiVersion": kind.api_version, "kind": kind.kind, **body}
+        if self._dry:
+            meta.pop("resourceVersion")
+            return new
         self._put(kind, new)
         self._index(kind, new)
         self._record(kind, "ADDED", new)
         return new
+
+    def _admit_namespace(self, kind: Kind, ns: str, name: str) -> None:
+        """Upstream's NamespaceLifecycle admission for a create into ``ns``."""
+        found = self._store.get(NAMESPACE, {}).get("", {}).get(ns)
+        if found is None:
+            if self.require_namespaces:
+                raise NotFound(f'namespaces "{ns}" not found')
+        elif "deletionTimestamp" in found["metadata"]:
+            raise Forbidden(
+                f'{kind.plural} "{name}" is forbidden: unable to create new content in '
+                f"namespace {ns} because it is being terminated"
+            )
 
     def _validate(self, meta: Mapping[str, Any]) -> None:
         fins = meta.get("finalizers")
@@ -618,9 +711,13 @@ class InMemoryCluster:
 
     def _check_rv(self, kind: Kind, stored: Obj, rv: Any) -> None:
         if not rv:
-            raise Conflict(
-                f'{kind.plural} "{stored["metadata"]["name"]}": metadata.resourceVersion '
-                "must be specified for an update"
+            # upstream: built-in strategies allow an unconditional update (the last write
+            # wins); the custom resource strategy does not, and answers 422
+            if kind.group not in CUSTOM_GROUPS:
+                return
+            raise Invalid(
+                f'{kind.kind}.{kind.group} "{stored["metadata"]["name"]}" is invalid: '
+                "metadata.resourceVersion: Invalid value: 0: must be specified for an update"
             )
         if rv != stored["metadata"]["resourceVersion"]:
             raise Conflict(
@@ -759,6 +856,8 @@ class InMemoryCluster:
         meta["resourceVersion"] = old_meta["resourceVersion"]
         if new == stored:
             return stored  # a no-op write keeps the resourceVersion, as etcd does
+        if self._dry:
+            return new
         if deleting and old_fins and not fins and not self._grace_pending(kind, meta):
             self._unindex_owners(old_meta)
             self._remove(kind, new)
@@ -784,7 +883,15 @@ class InMemoryCluster:
         namespace: str | None = None,
         uid: str | None = None,
         grace_period_seconds: int | None = None,
+        propagation_policy: Propagation | None = None,
     ) -> None:
+        """Delete (see the Cluster port); ``propagation_policy`` as DeleteOptions' (None:
+        the kind's default, ``Background`` for every kind served here)."""
+        if propagation_policy not in (None, *PROPAGATION_POLICIES):
+            raise Invalid(
+                f"propagationPolicy: Unsupported value: {propagation_policy!r}: supported "
+                'values: "Foreground", "Background", "Orphan"'
+            )
         with self._lock:
             self._begin("delete", kind)
             stored = self._find(kind, name, namespace)
@@ -793,8 +900,106 @@ class InMemoryCluster:
                     f'Precondition failed for {kind} "{name}": UID in precondition: {uid}, '
                     f"UID in object meta: {stored['metadata']['uid']}"
                 )
-            self._delete(kind, stored, grace_period_seconds)
+            owner = stored["metadata"]["uid"]
+            if kind == NAMESPACE:
+                self._delete_namespace(stored)
+                self._collect_garbage()
+                return
+            if propagation_policy == "Orphan":
+                self._orphan(owner)
+                stored = self._find(kind, name, namespace)
+            if propagation_policy == "Foreground" and self._dependents.get(owner):
+                self._delete_foreground(kind, stored, grace_period_seconds)
+            else:
+                self._delete(kind, stored, grace_period_seconds)
             self._collect_garbage()
+
+    def _orphan(self, owner: str) -> None:
+        """Strip ``owner`` from its dependents' ownerReferences (lock held), as upstream's
+        garbage collector does for an owner deleted with the ``orphan`` finalizer."""
+        for dep in sorted(self._dependents.get(owner, ())):
+            where = self._by_uid.get(dep)
+            if where is None:
+                continue
+            obj = self._store[where[0]][where[1]][where[2]]
+            meta = dict(obj["metadata"])
+            refs = [r for r in meta.get("ownerReferences") or () if r.get("uid") != owner]
+            if refs:
+                meta["ownerReferences"] = refs
+            else:
+                meta.pop("ownerReferences", None)
+            self._replace(where[0], obj, {**obj, "metadata": meta})
+
+    def _delete_foreground(self, kind: Kind, stored: Obj, grace: int | None) -> None:
+        """Mark the owner deleting with the ``foregroundDeletion`` finalizer, delete its
+        dependents; it goes when the blocking ones are gone (lock held)."""
+        meta = stored["metadata"]
+        if meta.get("deletionTimestamp"):
+            self._delete(kind, stored, grace)
+            return
+        if kind == POD and grace is None:
+            grace = _default_grace(stored)
+        grace = grace or 0
+        when = self.clock.now().replace(microsecond=0) + timedelta(seconds=grace)
+        fins = [f for f in meta.get("finalizers") or () if f != FOREGROUND_FINALIZER]
+        marked = {**stored, "metadata": {**meta, "finalizers": [*fins, FOREGROUND_FINALIZER]}}
+        self._mark_deleting(kind, marked, when, grace)
+        owner = meta["uid"]
+        self._foreground.add(owner)
+        if kind == POD and grace > 0:
+            self._kubelet_schedule(owner, grace)
+        for dep in sorted(self._dependents.get(owner, ())):
+            where = self._by_uid.get(dep)
+            if where is not None:
+                self._delete(where[0], self._store[where[0]][where[1]][where[2]], None)
+        self._fg_queue.append(owner)
+
+    def _delete_namespace(self, stored: Obj) -> None:
+        """Mark the namespace Terminating and delete what it holds, as upstream's namespace
+        controller does; it goes when it is empty (lock held)."""
+        meta = stored["metadata"]
+        name = meta["name"]
+        if "deletionTimestamp" not in meta:
+            now = self.clock.now().replace(microsecond=0)
+            status = {**(stored.get("status") or {}), "phase": "Terminating"}
+            self._mark_deleting(NAMESPACE, {**stored, "status": status}, now, 0)
+            self._ending_namespaces.add(name)
+        for kind in [k for k in self._store if k.namespaced]:
+            for obj in list(self._store[kind].get(name, {}).values()):
+                if "deletionTimestamp" not in obj["metadata"]:
+                    self._delete(kind, obj, None)
+        self._ns_queue.append(name)
+
+    def _namespace_release(self, name: str) -> None:
+        if name not in self._ending_namespaces:
+            return
+        if any(self._store[k].get(name) for k in self._store if k.namespaced):
+            return
+        self._ending_namespaces.discard(name)
+        found = self._store.get(NAMESPACE, {}).get("", {}).get(name)
+        if found is not None and not found["metadata"].get("finalizers"):
+            self._remove(NAMESPACE, found)
+
+    def _foreground_release(self, owner: str) -> None:
+        """Drop the owner's ``foregroundDeletion`` finalizer once no dependent that blocks
+        its deletion is left (lock held)."""
+        where = self._by_uid.get(owner)
+        if where is None:
+            self._foreground.discard(owner)
+            return
+        for dep in self._dependents.get(owner, ()):
+            found = self._by_uid.get(dep)
+            if found is None:
+                continue
+            obj = self._store[found[0]][found[1]][found[2]]
+            for ref in obj["metadata"].get("ownerReferences") or ():
+                if ref.get("uid") == owner and ref.get("blockOwnerDeletion"):
+                    return
+        self._foreground.discard(owner)
+        obj = self._store[where[0]][where[1]][where[2]]
+        meta = dict(obj["metadata"])
+        meta["finalizers"] = [f for f in meta.get("finalizers") or () if f != FOREGROUND_FINALIZER]
+        self._replace(where[0], obj, {**obj, "metadata": meta})
 
     def _delete(self, kind: Kind, stored: Obj, grace: int | None) -> None:
         meta = stored["metadata"]
@@ -805,20 +1010,91 @@ class InMemoryCluster:
                 if parse_time(marked) > now:
                     return  # still terminating; the kubelet has not confirmed yet
                 grace = 0
-            if grace is not None and grace > 0:
+            if grace is None:
+                grace = _default_grace(stored)
+            if grace > 0:
                 deadline = now + timedelta(seconds=grace)
                 if marked and parse_time(marked) <= deadline:
                     return  # already terminating at least that fast
                 self._mark_deleting(kind, stored, deadline, grace)
+                self._kubelet_schedule(meta["uid"], grace)
                 return
         if meta.get("finalizers"):
             if marked and not self._grace_pending(kind, meta):
                 return  # deleting again changes nothing
             self._mark_deleting(kind, stored, now, 0)
             return
+        if marked and kind == POD:
+            # upstream's last word on a confirmed pod shows the grace it ended with: 0
+            meta = {**meta, "deletionTimestamp": format_time(now), "deletionGracePeriodSeconds": 0}
+            stored = {**stored, "metadata": meta}
         self._remove(kind, stored)
 
+    @contextlib.contextmanager
+    def dry_run(self) -> Iterator[None]:
+        """Inside, creates, updates and patches run every check and answer what they would
+        store, storing nothing (upstream's ``dryRun=All``); the cluster lock is held."""
+        with self._lock:
+            self._dry = True
+            try:
+                yield
+            finally:
+                self._dry = False
+
+    # --- the kubelet stand-in -------------------------------------------------------
+
+    def _kubelet_schedule(self, uid: str, grace: int) -> None:
+        after = self.kubelet_finish_after
+        if after is None:
+            return
+        if after <= 0:
+            self._kubelet_confirm(uid)
+            return
+        due = self.clock.monotonic() + min(float(after), float(grace))
+        heapq.heappush(self._terminating, (due, uid))
+
+    def _kubelet_due(self) -> None:
+        now = self.clock.monotonic()
+        while self._terminating and self._terminating[0][0] <= now:
+            self._kubelet_confirm(heapq.heappop(self._terminating)[1])
+        self._collect_garbage()
+
+    def _kubelet_confirm(self, uid: str) -> bool:
+        """Delete the terminating pod ``uid`` with grace 0, as its kubelet does once the
+        containers stopped (lock held); False when it is gone or not terminating."""
+        where = self._by_uid.get(uid)
+        if where is None or where[0] != POD:
+            return False
+        obj = self._store[POD][where[1]][where[2]]
+        if not self._grace_pending(POD, obj["metadata"]):
+            return False
+        self._delete(POD, obj, 0)
+        return True
+
+    def kubelet_tick(self) -> None:
+        """Confirm the terminating pods whose ``kubelet_finish_after`` has passed (they are
+        also confirmed on the next call of any operation)."""
+        with self._lock:
+            if self._terminating:
+                self._kubelet_due()
+
+    def finish_terminating(self, namespace: str | None = None, name: str | None = None) -> int:
+        """The kubelet stand-in, now: confirm every terminating pod (of ``namespace``, named
+        ``name``) with grace 0; finalizers still hold them. Returns how many."""
+        with self._lock:
+            uids = [
+                obj["metadata"]["uid"]
+                for ns, bucket in self._store.get(POD, {}).items()
+                if namespace is None or ns == namespace
+                for pod_name, obj in bucket.items()
+                if name is None or pod_name == name
+            ]
+            done = sum(self._kubelet_confirm(uid) for uid in uids)
+            self._collect_garbage()
+            return done
+
     def _mark_deleting(self, kind: Kind, stored: Obj, when: datetime, grace: int) -> None:
+        # (``stored`` may carry metadata not stored yet: a foreground delete's finalizer)
         meta = {
             **stored["metadata"],
             "deletionTimestamp": format_time(when),
@@ -839,14 +1115,25 @@ class InMemoryCluster:
         if not bucket:
             buckets.pop(ns, None)
         self._by_uid.pop(meta["uid"], None)
+        if self._foreground:
+            self._fg_queue.extend(o for o in _owner_uids(meta) if o in self._foreground)
+        if ns and ns in self._ending_namespaces:
+            self._ns_queue.append(ns)
         self._unindex_owners(meta)
         final = {**obj, "metadata": {**meta, "resourceVersion": self._next_rv()}}
         self._record(kind, "DELETED", final)
         self._gc_queue.append(meta["uid"])
 
     def _collect_garbage(self) -> None:
-        """Background propagation: delete dependents whose owners are all gone."""
-        while self._gc_queue:
+        """Background propagation: delete dependents whose owners are all gone; release
+        foreground owners whose blocking dependents are gone."""
+        while self._gc_queue or self._fg_queue or self._ns_queue:
+            if not self._gc_queue:
+                if self._fg_queue:
+                    self._foreground_release(self._fg_queue.popleft())
+                else:
+                    self._namespace_release(self._ns_queue.popleft())
+                continue
             owner = self._gc_queue.popleft()
             for dep in sorted(self._dependents.pop(owner, ())):
                 where = self._by_uid.get(dep)

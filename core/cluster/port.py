@@ -57,6 +57,13 @@ class ApiError(Exception):
             self.code = code
 
 
+class Forbidden(ApiError):
+    """403: refused whatever the object says (a create into a terminating namespace)."""
+
+    code = 403
+    reason = "Forbidden"
+
+
 class NotFound(ApiError):
     code = 404
     reason = "NotFound"
@@ -110,6 +117,8 @@ class ListResult:
 
 
 WatchType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
+#: DeleteOptions.propagationPolicy: what happens to an object's dependents
+Propagation = Literal["Orphan", "Background", "Foreground"]
 
 
 @attrs.frozen
@@ -199,10 +208,12 @@ class Cluster(Protocol):
         namespace: str | None = None,
         uid: str | None = None,
         grace_period_seconds: int | None = None,
+        propagation_policy: Propagation | None = None,
     ) -> None:
         """Delete; with finalizers present only sets ``deletionTimestamp``. ``uid`` is a
         precondition: 409 when the live object has another uid. Dependents (owner
-        references) are deleted by the cluster's garbage collector."""
+        references) are deleted by the cluster's garbage collector, or kept
+        (``propagation_policy="Orphan"``), or first (``"Foreground"``)."""
 
     def emit_event(
         self,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import attrs
 
@@ -242,15 +242,21 @@ class FieldSelector:
 NO_FIELDS = FieldSelector()
 
 
+#: Boolean fields upstream's field sets format with ``strconv.FormatBool``: unset is false.
+BOOLEAN_FIELDS: Final = frozenset({("spec", "unschedulable"), ("spec", "hostNetwork")})
+
+
 def field_value(obj: Obj, path: tuple[str, ...]) -> str:
-    """The selector's view of a field: missing is "", booleans are lower-case."""
+    """The selector's view of a field: missing is "" (or "false", for a boolean), booleans
+    are lower-case."""
     cur: Any = obj
     for part in path:
         if not isinstance(cur, dict):
-            return ""
+            cur = None
+            break
         cur = cur.get(part)
     if cur is None:
-        return ""
+        return "false" if path in BOOLEAN_FIELDS else ""
     if isinstance(cur, bool):
         return "true" if cur else "false"
     return str(cur)

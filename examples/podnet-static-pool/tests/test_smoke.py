@@ -110,7 +110,7 @@ def test_ten_pods_settle_on_distinct_addresses_of_the_ranges_and_go_away_cleanly
     rig.assert_no_leak()
 
     for i in range(10):
-        rig.cluster.delete(POD, f"p{i}", NS)
+        rig.cluster.delete(POD, f"p{i}", NS, grace_period_seconds=0)
     rig.settle(advance=10)  # backend calls are rate-limited: let the fake clock run
     assert rig.records() == []
     assert rig.backend.routes == {}
@@ -180,7 +180,7 @@ def test_a_full_node_leaves_the_pod_waiting_with_a_reason() -> None:
     assert phase(record) == "Pending"
     assert ready(record)["reason"] == "WaitingForAddress"
     assert "capacity of 2" in ready(record)["message"]
-    rig.cluster.delete(POD, "a", NS)
+    rig.cluster.delete(POD, "a", NS, grace_period_seconds=0)
     rig.settle(advance=30)
     assert phase(rig.record_of(third)) == "Routed"
 

@@ -182,6 +182,30 @@ def test_settled_pod_costs_no_provider_call_and_no_write_on_a_second_pass() -> N
     assert dict(rig.cluster.stats) == writes
 
 
+def test_a_pod_networks_own_writes_do_not_queue_it_again_but_others_changes_do() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    rig.settle()
+    reconciles = rig.engine.stats.reconciles
+    before = reconciles["pod"]
+    web = rig.pod("web", node)
+    rig.settle()
+    record = rig.record_of(web)
+    assert phase(record) == "Routed"
+    # its create and its Routed write reach the cache as they are made: no second pass
+    assert reconciles["pod"] == before + 1
+    name = record["metadata"]["name"]
+    rig.cluster.patch(POD_NETWORK, name, {"metadata": {"labels": {"team": "a"}}}, NS)
+    rig.settle()
+    assert reconciles["pod"] == before + 2  # someone else's change: looked at again
+    rig.cluster.delete(POD_NETWORK, name, NS)  # by hand, while its pod runs
+    rig.settle()
+    again = rig.record_of(web)
+    assert phase(again) == "Routed" and again["metadata"]["uid"] != record["metadata"]["uid"]
+    assert again["status"]["ip"] == record["status"]["ip"]
+    rig.assert_no_leak()
+
+
 def test_node_record_owners_catch_up_within_a_refill_period_without_a_write_per_pod() -> None:
     rig = Rig()
     node = rig.node(0)

@@ -20,7 +20,7 @@ import attrs
 import pluggy
 
 from podnet.core import logcontext
-from podnet.core.caches import Caches
+from podnet.core.caches import Caches, pod_key_of
 from podnet.core.clock import Clock, SystemClock
 from podnet.core.cluster.informer import Informer
 from podnet.core.cluster.port import ApiError, Cluster, Kind, Obj
@@ -329,7 +329,13 @@ class Engine:
             self.owned.gone(old)
         pn = new or old
         if pn is not None:
-            self.enqueue.pod_of(pn)
+            pod_key = pod_key_of(pn)
+            # the pass that wrote this record goes on from the write's answer: queuing its
+            # own key again would only run a pass with nothing to do. Deletions (forget),
+            # the stream and other passes' writes still queue it
+            if not (self.caches.pod_networks.own_write
+                    and getattr(logcontext.current, "key", None) == ("pod", pod_key)):
+                self.enqueue.pod(pod_key)
             vm = pn.metadata.labels.get(LABEL_VM)
             if vm is not None:  # a VM's held record: its new pod may take it back now
                 for pod in self.caches.pods.by_index("vm", f"{pn.metadata.namespace}/{vm}"):

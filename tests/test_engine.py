@@ -182,6 +182,30 @@ def test_settled_pod_costs_no_provider_call_and_no_write_on_a_second_pass() -> N
     assert dict(rig.cluster.stats) == writes
 
 
+def test_a_pod_networks_own_writes_do_not_queue_it_again_but_others_changes_do() -> None:
+    rig = Rig()
+    node = rig.node(0)
+    rig.settle()
+    reconciles = rig.engine.stats.reconciles
+    before = reconciles["pod"]
+    web = rig.pod("web", node)
+    rig.settle()
+    record = rig.record_of(web)
+    assert phase(record) == "Routed"
+    # its create and its Routed write reach the cache as they are made: no second pass
+    assert reconciles["pod"] == before + 1
+    name = record["metadata"]["name"]
+    rig.cluster.patch(POD_NETWORK, name, {"metadata": {"labels": {"team": "a"}}}, NS)
+    rig.settle()
+    assert reconciles["pod"] == before + 2  # someone else's change: looked at again
+    rig.cluster.delete(POD_NETWORK, name, NS)  # by hand, while its pod runs
+    rig.settle()
+    again = rig.record_of(web)
+    assert phase(again) == "Routed" and again["metadata"]["uid"] != record["metadata"]["uid"]
+    assert again["status"]["ip"] == record["status"]["ip"]
+    rig.assert_no_leak()
+
+
 def test_node_record_owners_catch_up_within_a_refill_period_without_a_write_per_pod() -> None:
     rig = Rig()
     node = rig.node(0)
@@ -540,6 +564,44 @@ def test_crash_between_the_cloud_call_and_the_record_write_recovers() -> None:
     rig.settle(advance=rig.policy.leaked_ip_expiry + 2 * rig.policy.gc_period)
     assert not pool.suspects
     assert not (added & set(rig.cloud.all_addresses()))
+    rig.assert_no_leak()
+
+
+def test_a_burst_writes_its_nodes_pool_once_and_what_records_name_survives_a_restart(
+) -> None:
+    rig = Rig(policy=PoolPolicy(min_idle=0, max_idle=8, batch_size=4, max_batch_size=4,
+                                reuse_cooldown=0.0))
+    node = rig.node(0)
+    pods = [rig.pod(f"p{i}", node) for i in range(8)]
+    rig.settle(advance=2 * rig.policy.refill_period)
+    key = ("update_status", "nodenetworks")
+    assert all(phase(rig.record_of(p)) == "Routed" for p in pods)
+    assert rig.engine.stats.provider_calls["reference.pool_grow"] == 2
+    # both grows, every owner and PoolReady in one write, once nobody waited any more
+    assert rig.cluster.stats[key] == 1
+
+    def listed() -> dict[str, str | None]:
+        nn = rig.cluster.get(NODE_NETWORK, node)
+        assert {c["type"]: c["status"] for c in nn["status"]["conditions"]}["PoolReady"] == "True"
+        return {ip["address"]: ip.get("owner") for itf in nn["status"]["interfaces"]
+                for ip in itf.get("ips", [])}
+
+    def named() -> dict[str, str]:
+        return {r["status"]["ip"]: f"{NS}/{r['metadata']['name']}" for r in rig.records()}
+
+    assert listed() == named()
+    more = [rig.pod(f"q{i}", node) for i in range(4)]
+    rig.settle()  # the clock stands still: the grow's write is not due yet
+    assert all(phase(rig.record_of(p)) == "Routed" for p in more)
+    assert rig.cluster.stats[key] == 1
+    assert set(named()) - set(listed())  # only the records name the new addresses
+    rig.restart()  # the process dies before the write: its records are the truth
+    rig.settle()
+    pool = rig.engine.pools.find("reference", node)
+    assert pool is not None and not pool.suspects
+    assert {a.address: a.owner for a in pool.addresses.values()} == named()
+    rig.settle(advance=2 * rig.policy.refill_period)
+    assert listed() == named()
     rig.assert_no_leak()
 
 

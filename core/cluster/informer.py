@@ -102,6 +102,8 @@ class Informer(Generic[T]):
         self._synced = False
         self._need_relist = False
         self._stopped = threading.Event()
+        # set while handlers hear of a write the controller made itself (assume)
+        self._assuming = False
 
     # --- reading -------------------------------------------------------------------
 
@@ -149,6 +151,13 @@ class Informer(Generic[T]):
     def __contains__(self, key: object) -> bool:
         with self._lock:
             return key in self._cache
+
+    @property
+    def own_write(self) -> bool:
+        """Whether the handler being called hears of a write the controller itself made
+        (:meth:`assume`), not of the stream or a list. Handlers run under the cache lock,
+        so only the thread that writes sees it set."""
+        return self._assuming
 
     # --- handlers and indexes ------------------------------------------------------
 
@@ -332,7 +341,11 @@ class Informer(Generic[T]):
             expected.add(rv)
             if in_flight and not successor:
                 return False
-            return self._store(digest)
+            self._assuming = True
+            try:
+                return self._store(digest)
+            finally:
+                self._assuming = False
 
     def forget(self, key: str) -> bool:
         """Drop ``key`` after the controller saw it deleted; returns whether it was cached."""

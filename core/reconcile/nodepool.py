@@ -77,6 +77,15 @@ POOL_READY = "PoolReady"
 
 #: after a rate-limit answer, wait about this long (with jitter) before the next call
 _THROTTLE_WAIT = 0.2
+#: an address a grow brought while pod networks wait for one is recorded at the latest
+#: this long after it came, if no record names it by then (the waiters' writes do)
+_UNNAMED_GRACE = 1.0
+#: a node's first pool write waits this long: the pods placed with it arrive meanwhile,
+#: and the grows they ask for are written with it
+_FIRST_WRITE_DELAY = 1.0
+#: while pod networks wait, what a restart does not need (owners, addresses records name,
+#: addresses given back) is written once the pool is quiet, or after this long
+_BUSY_WRITE_DELAY = 30.0
 
 
 class NodePoolReconciler:
@@ -107,6 +116,9 @@ class NodePoolReconciler:
         #: of its last check (reported already: not again while they persist)
         self._next_check: dict[str, float] = {}
         self._findings: dict[str, tuple[NodeFinding, ...]] = {}
+        #: node -> when (monotonic) its pool first differed from its record unwritten: a
+        #: busy pool's changes coalesce into one write
+        self._unwritten: dict[str, float] = {}
 
     def reconcile(self, name: str) -> Result:
         node = self.caches.nodes.get(name)
@@ -153,9 +165,7 @@ class NodePoolReconciler:
                 problem = self._unavailable(node, provider, pool, problem)
             self._report(nn, problem)
             raise
-        if (self._snapshot(pool) != before or nn.status.last_inventory_sync is None
-                or self._owners_stale(nn, pool, policy)):
-            self._write(nn, pool)
+        results.append(self._record_pool(nn, pool, policy, self._snapshot(pool) != before))
         self._report(nn, pool.last_error)
         if pool.synced:
             results.append(self._check(node, nn, provider, policy))
@@ -167,6 +177,7 @@ class NodePoolReconciler:
         (``podnet_node_removed``) so it drops what it keeps about the node."""
         providers = sorted({p.provider for p in self.pools.all() if p.node == name})
         self.pools.drop_node(name)
+        self._unwritten.pop(name, None)
         self._forget_checks(name)
         for provider in providers:
             self.gateway.node_removed(provider, name)
@@ -264,6 +275,8 @@ class NodePoolReconciler:
         message = problem or ""
         if old is not None and (old.status, old.message) == (status, message):
             return
+        if old is None and not problem and nn.metadata.name in self._unwritten:
+            return  # the pool's first write, coalesced, says it
         # healthy and never said (a record from before PoolReady was written when healthy,
         # its pool unchanged since): said once, so waiting for the condition ends
         condition = Condition(type=POOL_READY, status=status, reason=reason,
@@ -329,7 +342,62 @@ class NodePoolReconciler:
             return any(written.get(a.address, a.owner) != a.owner
                        for a in pool.addresses.values())
 
-    def _write(self, nn: NodeNetwork, pool: NodePool) -> None:
+    def _record_pool(self, nn: NodeNetwork, pool: NodePool, policy: PoolPolicy,
+                     changed: bool) -> Result:
+        """The pool written to the record at the end of a pass, or later: what a restart
+        needs of it (an address podnet added that no record names, an interface in any
+        state but ready) at once, or within :data:`_UNNAMED_GRACE` while pod networks wait
+        for those addresses; the rest once nobody waits, or after
+        :data:`_BUSY_WRITE_DELAY` (a burst's grows become one write). Owners alone catch
+        up as before (:meth:`_owners_stale`). :return: when to look again."""
+        name = nn.metadata.name
+        current = self.caches.node_networks.get(name) or nn
+        interfaces = self._pool_status(pool)
+        if (current.status.last_inventory_sync is not None
+                and current.status.interfaces == interfaces):
+            self._unwritten.pop(name, None)
+            return DONE
+        if (current.status.last_inventory_sync is not None and name not in self._unwritten
+                and _without_owners(current.status.interfaces) == _without_owners(interfaces)):
+            if changed or self._owners_stale(current, pool, policy):
+                self._write(nn, pool, interfaces)
+            return DONE
+        now = self.clock.monotonic()
+        since = self._unwritten.setdefault(name, now)
+        if _restart_states(current.status.interfaces) != _restart_states(interfaces):
+            self._write(nn, pool, interfaces)
+            return DONE
+        unnamed = self._unnamed(current, pool)
+        if unnamed is not None:
+            if not pool.waiting or now >= unnamed + _UNNAMED_GRACE:
+                self._write(nn, pool, interfaces)
+                return DONE
+            return Result(requeue_after=unnamed + _UNNAMED_GRACE - now)
+        if current.status.last_inventory_sync is None and now < since + _FIRST_WRITE_DELAY:
+            return Result(requeue_after=since + _FIRST_WRITE_DELAY - now)
+        if pool.waiting and now < since + _BUSY_WRITE_DELAY:
+            return Result(requeue_after=since + _BUSY_WRITE_DELAY - now)
+        self._write(nn, pool, interfaces)
+        return DONE
+
+    def _unnamed(self, current: NodeNetwork, pool: NodePool) -> float | None:
+        """When the oldest address of the pool that neither the record lists nor a
+        PodNetwork names joined it; None when there is none."""
+        listed = {a for itf in current.status.interfaces for ip in itf.ips
+                  for a in (ip.address, ip.ipv6) if a}
+        oldest: float | None = None
+        records = self.caches.pod_networks
+        with pool.lock:
+            for entry in pool.addresses.values():
+                record = records.get(entry.owner) if entry.owner else None
+                named = (record.status.ip, record.status.ipv6) if record is not None else ()
+                if all(a in listed or a in named for a in (entry.address, entry.ipv6) if a):
+                    continue
+                oldest = entry.added_at if oldest is None else min(oldest, entry.added_at)
+        return oldest
+
+    def _pool_status(self, pool: NodePool) -> tuple[InterfaceStatus, ...]:
+        """The pool as the record's ``status.interfaces`` says it."""
         mono, wall = self.clock.monotonic(), self.clock.now()
         from datetime import timedelta
 
@@ -349,9 +417,17 @@ class NodePoolReconciler:
                     pooled=itf.pooled,
                     inhibited_until=until.replace(microsecond=0) if until else None,
                 ))
+        return tuple(interfaces)
+
+    def _write(self, nn: NodeNetwork, pool: NodePool,
+               interfaces: tuple[InterfaceStatus, ...] | None = None) -> None:
+        wall = self.clock.now()
+        if interfaces is None:
+            interfaces = self._pool_status(pool)
         current = self.caches.node_networks.get(nn.metadata.name) or nn
         if (current.status.last_inventory_sync is not None
-                and current.status.interfaces == tuple(interfaces)):
+                and current.status.interfaces == interfaces):
+            self._unwritten.pop(nn.metadata.name, None)
             return  # the record says it already (a restart's rebuild, mostly): no write
         conditions = current.status.conditions
         if pool.last_error is None and not any(c.type == POOL_READY for c in conditions):
@@ -360,12 +436,14 @@ class NodePoolReconciler:
             conditions = set_condition(conditions, Condition(
                 type=POOL_READY, status="True", reason="Ready", last_transition_time=wall,
                 observed_generation=current.metadata.generation))
-        status = attrs.evolve(nn.status, interfaces=tuple(interfaces), last_inventory_sync=wall,
+        status = attrs.evolve(nn.status, interfaces=interfaces, last_inventory_sync=wall,
                               conditions=conditions)
         try:
             self.records.update_status(NODE_NETWORK, attrs.evolve(current, status=status))
         except (Conflict, NotFound):
             self.enqueue.node(nn.metadata.name)  # written again from a fresh read
+            return
+        self._unwritten.pop(nn.metadata.name, None)
 
     # --- rebuild ----------------------------------------------------------------------
 
@@ -634,3 +712,16 @@ def _reported_before(nn: NodeNetwork, findings: tuple[NodeFinding, ...]
     if old is None or old.status != "False":
         return ()
     return tuple(f for f in findings if f.message and f.message in old.message)
+
+
+def _without_owners(interfaces: tuple[InterfaceStatus, ...]) -> tuple[InterfaceStatus, ...]:
+    return tuple(attrs.evolve(itf, ips=tuple(attrs.evolve(ip, owner=None) for ip in itf.ips))
+                 for itf in interfaces)
+
+
+def _restart_states(interfaces: tuple[InterfaceStatus, ...]
+                    ) -> set[tuple[str, InterfaceState, Any]]:
+    """What a restart takes from the record about interfaces (``NodePool.resume``): the
+    state of each that is not plainly ready (inhibited, being made or disposed)."""
+    return {(itf.id, itf.state, itf.inhibited_until) for itf in interfaces
+            if itf.state is not InterfaceState.READY or itf.inhibited_until is not None}

@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -107,3 +108,20 @@ def pod_args(namespace: str = "default", name: str = "pod-a", uid: str | None = 
     if uid:
         pairs.append(f"K8S_POD_UID={uid}")
     return ";".join(pairs)
+
+
+def add_as_a_runtime(config: Mapping[str, Any], env: Mapping[str, str], tries: int = 60,
+                     pause: float = 0.5) -> tuple[CniResult, list[int | None]]:
+    """ADD as a container runtime does: after error 11 (try again later), the same ADD
+    again (same container id), ``tries`` times at most, ``pause`` seconds apart.
+
+    :return: the last result, and the error codes of the attempts before it."""
+    seen: list[int | None] = []
+    done = run_cni("ADD", config, env)
+    for _ in range(tries - 1):
+        if done.ok or done.error_code != 11:
+            break
+        seen.append(done.error_code)
+        time.sleep(pause)
+        done = run_cni("ADD", config, env)
+    return done, seen

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from podnet.testing.cni import CniResult, pod_args, run_cni
+from podnet.testing.cni import add_as_a_runtime, pod_args, run_cni
 from podnet.testing.netns import netns_unavailable
 from podnet.testing.nodebed import (
     ATTACHMENT,
@@ -340,20 +340,6 @@ def _plugs_in(netns: str) -> list[str]:
     return list(json.loads(done.stdout))
 
 
-def _add_as_a_runtime(config: dict[str, Any], env: dict[str, str], tries: int = 60
-                      ) -> tuple[CniResult, list[int | None]]:
-    """ADD as a runtime does: after error 11, the same ADD again (same container id),
-    a bounded number of times; the last result and the error codes seen before it."""
-    seen: list[int | None] = []
-    for _ in range(tries):
-        done = run_cni("ADD", config, env)
-        if done.ok or done.error_code != 11:
-            return done, seen
-        seen.append(done.error_code)
-        time.sleep(0.5)
-    return done, seen
-
-
 def test_kill_9_of_the_agent_during_50_adds_the_retries_converge_and_del_leaves_nothing(
         stack: Stack, node: NodeNamespace, host: Host) -> None:
     from podnet.plugins.reference.dataplane import veth_names
@@ -367,7 +353,7 @@ def test_kill_9_of_the_agent_during_50_adds_the_retries_converge_and_del_leaves_
             for n, (_, path, cid) in sandboxes.items()}
 
     with ThreadPoolExecutor(max_workers=len(names)) as pool:
-        futures = {n: pool.submit(_add_as_a_runtime, config, envs[n]) for n in names}
+        futures = {n: pool.submit(add_as_a_runtime, config, envs[n]) for n in names}
         # part-way: some interfaces plugged, not all
         wait_for("the first host ends", lambda: len(_host_ends(node.netns)) >= 5)
         plugged_before = len(_host_ends(node.netns))

@@ -35,7 +35,7 @@ import pytest
 import yaml
 
 from podnet.linux.veth import set_tx_checksum
-from podnet.testing.cni import CniResult, pod_args, run_cni
+from podnet.testing.cni import add_as_a_runtime, pod_args, run_cni
 from podnet.testing.netns import netns_unavailable
 from podnet.testing.nodebed import (
     NODE,
@@ -380,20 +380,6 @@ def test_nb_restarted_the_controller_reconnects_and_pods_made_meanwhile_get_port
     assert len({j["ip"], k["ip"], m["ip"]}) == 3
 
 
-def _add_as_a_runtime(config: dict[str, Any], env: dict[str, str], tries: int = 60
-                      ) -> tuple[CniResult, list[int | None]]:
-    """ADD as a runtime does: after error 11, the same ADD again (same container id),
-    a bounded number of times; the last result and the error codes seen before it."""
-    seen: list[int | None] = []
-    for _ in range(tries):
-        done = run_cni("ADD", config, env)
-        if done.ok or done.error_code != 11:
-            return done, seen
-        seen.append(done.error_code)
-        time.sleep(0.5)
-    return done, seen
-
-
 def _marked_interfaces(bed: Bed) -> list[str]:
     """The OVS Interfaces carrying podnet's marks (plugged pods, or their leftovers)."""
     from podnet.plugins.ovn.dataplane import OWNER_ID
@@ -423,7 +409,7 @@ def test_kill_9_of_the_agent_during_30_adds_the_retries_converge_and_del_leaves_
                 "CNI_ARGS": pod_args(name=n, uid=None)}
             for n, (_, path, cid) in sandboxes.items()}
     with ThreadPoolExecutor(max_workers=len(names)) as pool:
-        futures = {n: pool.submit(_add_as_a_runtime, config, envs[n]) for n in names}
+        futures = {n: pool.submit(add_as_a_runtime, config, envs[n]) for n in names}
         wait_for("the first OVS ports", lambda: len(_ovs_ports(bed)) >= 3, 60)
         plugged_before = len(_ovs_ports(bed))
         stack.kill("agent")

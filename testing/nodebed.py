@@ -97,6 +97,10 @@ class AgentClient:
                          headers={"Content-Type": "application/json"} if data else {})
             resp = conn.getresponse()
             return resp.status, json.loads(resp.read() or b"{}")
+        except http.client.HTTPException as exc:
+            # an agent killed mid-answer (a cut body, no status line): unreachable, as
+            # the plugin takes it (error 11), not a malformed answer
+            raise ConnectionError(f"the agent's answer broke off: {exc!r}") from exc
         finally:
             conn.close()
 

@@ -56,7 +56,6 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import hashlib
 import json
 import re
 import select
@@ -97,6 +96,9 @@ from podnet.core.cluster.port import (
 )
 from podnet.core.cluster.selectors import parse_field_selector, parse_label_selector
 
+from . import builtin_validation
+from .builtin_schema import DecodeError, schemas
+from .openapi import PROTOBUF_V2, PROTOBUF_V2_ANSWER, OpenApi
 from .schema import CustomResource, FieldError, PrinterColumn, find_path, load_crds, validate
 
 __all__ = ["ApiServer", "Resource", "add_arguments", "main", "run"]
@@ -132,8 +134,6 @@ _AGE_DESCRIPTION: Final = (
     "CreationTimestamp is a timestamp representing the server time when this object was "
     "created."
 )
-_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _FIELD_MESSAGE: Final = re.compile(r"([A-Za-z][\w.\[\]/-]*): (.+)", re.S)
 _REASONS: Final = {
     400: "BadRequest",
@@ -511,6 +511,7 @@ class ApiServer:
         self.resources: dict[str, dict[str, Resource]] = {}  # "group/version" -> plural -> it
         for res in (*_BUILTINS, *(_crd_resource(c) for c in self.crds)):
             self.resources.setdefault(res.kind.api_version, {})[res.kind.plural] = res
+        self.openapi = OpenApi(self.resources, self.crds)
         self._httpd = _HTTPServer((host, port), self)
         self._thread: threading.Thread | None = None
         self._kubelet: threading.Thread | None = None
@@ -793,6 +794,17 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
+    def _send_raw(self, code: int, data: bytes, content_type: str) -> None:
+        self.code = code
+        try:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
     def _json_body(self) -> Any:
         ctype = self.headers.get("Content-Type", "application/json").split(";")[0].strip()
         if not self.body:
@@ -823,6 +835,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self, method: str, path: str) -> None:
         if path.startswith("/_podnet/"):
             return self._admin(method, path)
+        if method == "GET" and path.startswith("/openapi/"):
+            return self._serve_openapi(path)
         if method == "GET":
             doc = self._discovery(path)
             if doc is not None:
@@ -907,8 +921,6 @@ class _Handler(BaseHTTPRequestHandler):
                     {"clientCIDR": "0.0.0.0/0", "serverAddress": api.url.split("//", 1)[1]}
                 ],
             }
-        if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
-            return self._openapi(path.removeprefix("/openapi/v3").strip("/"))
         groups = self._groups()
         if path == "/apis":
             return {"kind": "APIGroupList", "apiVersion": "v1", "groups": list(groups.values())}
@@ -928,50 +940,26 @@ class _Handler(BaseHTTPRequestHandler):
             }
         return None
 
-    def _openapi(self, group_path: str) -> Obj | None:
-        """Just enough OpenAPI v3 for kubectl: each PATCH operation declares the
-        ``fieldValidation`` parameter, so kubectl leaves validation to the server (without
-        it kubectl wants /openapi/v2 to validate client-side, and fails)."""
-        docs: dict[str, Obj] = {}
-        for group_version, served in self.api.resources.items():
-            paths: Obj = {}
-            schemas: Obj = {}
-            for res in served.values():
-                kind = res.kind
-                gvk = {"group": kind.group, "version": kind.version, "kind": kind.kind}
-                if res.crd is not None:
-                    # the CRDs' schemas, so that `kubectl explain pn` works
-                    group = ".".join(reversed(kind.group.split(".")))
-                    schemas[f"{group}.{kind.version}.{kind.kind}"] = {
-                        **res.crd.schema,
-                        "x-kubernetes-group-version-kind": [gvk],
-                    }
-                prefix = "/api/v1" if not kind.group else f"/apis/{group_version}"
-                where = "/namespaces/{namespace}" if kind.namespaced else ""
-                paths[f"{prefix}{where}/{kind.plural}/{{name}}"] = {
-                    "patch": {
-                        "x-kubernetes-group-version-kind": gvk,
-                        "parameters": [
-                            {"name": p, "in": "query", "schema": {"type": "string"}}
-                            for p in ("dryRun", "fieldManager", "fieldValidation", "force")
-                        ],
-                        "responses": {},
-                    }
-                }
-            key = "api/v1" if group_version == "v1" else f"apis/{group_version}"
-            docs[key] = {
-                "openapi": "3.0.0",
-                "info": {"title": "podnet emulator", "version": SERVER_VERSION["gitVersion"]},
-                "paths": paths,
-                "components": {"schemas": schemas},
-            }
-        if not group_path:
-            index = {}
-            for key, doc in docs.items():
-                digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
-                index[key] = {"serverRelativeURL": f"/openapi/v3/{key}?hash={digest[:32].upper()}"}
-            return {"paths": index}
-        return docs.get(group_path)
+    def _serve_openapi(self, path: str) -> None:
+        """The OpenAPI documents (podnet.sim.openapi): v2 as protobuf or JSON, whichever
+        is asked for (406 for anything else, as upstream), v3 as JSON."""
+        accept = self.headers.get("Accept") or "*/*"
+        wants_json = "json" in accept or "*/*" in accept
+        if path == "/openapi/v2":
+            if PROTOBUF_V2 in accept or PROTOBUF_V2_ANSWER in accept:
+                return self._send_raw(200, self.api.openapi.v2(True), PROTOBUF_V2_ANSWER)
+            if wants_json:
+                return self._send_raw(200, self.api.openapi.v2(False), "application/json")
+            raise HttpError(406, f"only the following media types are accepted: "
+                            f"application/json, {PROTOBUF_V2}")
+        if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
+            doc = self.api.openapi.v3(path.removeprefix("/openapi/v3").strip("/"))
+            if doc is not None:
+                if not wants_json:
+                    raise HttpError(406, "only the following media types are accepted: "
+                                    "application/json")
+                return self._send_raw(200, doc, "application/json")
+        raise HttpError(404, "the server could not find the requested resource")
 
     def _groups(self) -> dict[str, Obj]:
         groups: dict[str, Obj] = {}
@@ -1358,6 +1346,49 @@ class _Handler(BaseHTTPRequestHandler):
             self.warnings += [f'unknown field "{f}"' for f in checked.unknown]
         return cast(Obj, checked.value)
 
+    def _builtin_admission(
+        self, res: Resource, patch: tuple[str, Any] | None = None
+    ) -> contextlib.AbstractContextManager[None]:
+        """Decode and validate what a write would store of a built-in kind, as upstream
+        does after applying a patch: a decoding error is 400 (on a patch: 422 naming
+        ``patch``), unknown fields are pruned with a warning (400 / 422 with
+        ``fieldValidation=Strict``), upstream's validation.go rules answer 422."""
+        if res.crd is not None or schemas().definition_of(res.kind) is None:
+            return contextlib.nullcontext()
+        mode = self._field_validation()
+        kind = res.kind
+
+        def check(kind_: Kind, new: Obj, old: Obj | None, sub: str | None) -> Obj:
+            if kind_ != kind:
+                return new  # a write the request caused (garbage collection), not its own
+            try:
+                decoded = schemas().decode(kind, new)
+                failure = ""
+            except DecodeError as exc:
+                decoded, failure = None, str(exc)
+            if decoded is not None and decoded.unknown and mode == "Strict":
+                fields = ", ".join(f'unknown field "{f}"' for f in decoded.unknown)
+                failure = f"strict decoding error: {fields}"
+            if failure and patch is not None:
+                raise _patch_invalid(patch, new, failure)
+            if failure:
+                raise HttpError(400, f'{kind.kind} in version "{kind.version}" cannot be '
+                                f"handled as a {kind.kind}: {failure}")
+            assert decoded is not None
+            if decoded.unknown and mode == "Warn":
+                self.warnings += [f'unknown field "{f}"' for f in decoded.unknown]
+            obj = cast(Obj, decoded.value)
+            if kind == POD and old is not None and isinstance(obj.get("spec"), dict):
+                # upstream defaults every decoded pod, so an update may leave defaults out
+                obj = {**obj, "spec": pod_defaults(obj)["spec"]}
+            obj = builtin_validation.normalize(kind, obj)
+            errors = builtin_validation.validate(kind, obj, old, sub)
+            if errors:
+                raise _invalid(res, _get(obj, "metadata", "name") or "", errors)
+            return obj
+
+        return self.api.cluster.admission(check)
+
     def _create(self, target: _Target) -> None:
         res = target.resource
         if res.kind.namespaced and target.namespace is None:
@@ -1374,7 +1405,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif res.kind == SECRET:
             obj = secret_on_write(obj)
         obj = self._admit(res, obj)
-        created = self.api.cluster.create(res.kind, obj)
+        with self._builtin_admission(res):
+            created = self.api.cluster.create(res.kind, obj)
         self._send_object(res, created, 201)
 
     def _update(self, target: _Target) -> None:
@@ -1383,7 +1415,8 @@ class _Handler(BaseHTTPRequestHandler):
         cluster = self.api.cluster
         if target.subresource == "status":
             obj = self._admit(res, obj, only="status")
-            result = cluster.update_status(res.kind, obj)
+            with self._builtin_admission(res):
+                result = cluster.update_status(res.kind, obj)
         else:
             if res.crd is not None:
                 # status is the stored one's whatever the body says; check the rest
@@ -1391,7 +1424,8 @@ class _Handler(BaseHTTPRequestHandler):
                 obj = rest | ({"status": obj["status"]} if "status" in obj else {})
             elif res.kind == SECRET:
                 obj = secret_on_write(obj)
-            result = cluster.update(res.kind, obj)
+            with self._builtin_admission(res):
+                result = cluster.update(res.kind, obj)
         self._send_object(res, result)
 
     def _patch(self, target: _Target) -> None:
@@ -1409,7 +1443,8 @@ class _Handler(BaseHTTPRequestHandler):
         sub = cast(Literal["status"] | None, target.subresource)
         cluster, kind = self.api.cluster, res.kind
         if res.crd is None:
-            result = cluster.patch(kind, name, patch, target.namespace, ptype, sub)
+            with self._builtin_admission(res, (ptype, patch)):
+                result = cluster.patch(kind, name, patch, target.namespace, ptype, sub)
             return self._send_object(res, result)
         with self.api.locked():
             stored = self.api.peek(kind, name, target.namespace)
@@ -1675,21 +1710,41 @@ def _invalid(res: Resource, name: str, errors: Sequence[FieldError]) -> HttpErro
     return HttpError(422, what + shown, "Invalid", details)
 
 
+def _patch_invalid(patch: tuple[str, Any], patched: Obj, why: str) -> HttpError:
+    """upstream's patcher when the patched object does not decode: 422 on ``patch``,
+    shown as the patched JSON (a strategic patch: the patch as Go prints a map)."""
+    ptype, body = patch
+    shown = (_go_print(body) if ptype == "strategic"
+             else json.dumps(patched, sort_keys=True, separators=(",", ":")))
+    error = FieldError("patch", "FieldValueInvalid",
+                       f"Invalid value: {json.dumps(shown)}: {why}")
+    details: Obj = {"causes": [{"reason": error.reason, "message": error.message,
+                                "field": error.field}]}
+    return HttpError(422, f' "" is invalid: {error}', "Invalid", details)
+
+
+def _go_print(value: Any) -> str:
+    """A decoded JSON value as Go's ``%+v`` prints it (maps sorted by key)."""
+    if isinstance(value, dict):
+        return "map[" + " ".join(f"{k}:{_go_print(v)}" for k, v in sorted(value.items())) + "]"
+    if isinstance(value, list):
+        return "[" + " ".join(_go_print(v) for v in value) + "]"
+    if value is None:
+        return "<nil>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 def _check_name(res: Resource, name: Any) -> None:
-    pattern, limit, what = (
-        (_LABEL, 63, "RFC 1123 label")
-        if res.kind == NAMESPACE
-        else (_SUBDOMAIN, 253, "RFC 1123 subdomain")
-    )
-    if not isinstance(name, str) or len(name) > limit or not pattern.fullmatch(name):
-        error = FieldError(
-            "metadata.name",
-            "FieldValueInvalid",
-            f"Invalid value: {json.dumps(name)}: a lowercase {what} must consist of lower case "
-            "alphanumeric characters, '-' or '.', and must start and end with an "
-            f"alphanumeric character (at most {limit} characters)",
-        )
-        raise _invalid(res, str(name), [error])
+    # ValidateObjectMeta's name rule (builtin_validation.name_errors), before any other
+    if not isinstance(name, str):
+        return  # the decoder's to refuse
+    messages = builtin_validation.name_errors(res.kind, name)
+    if messages:
+        errors = [FieldError("metadata.name", "FieldValueInvalid",
+                             f"Invalid value: {json.dumps(name)}: {m}") for m in messages]
+        raise _invalid(res, name, errors)
 
 
 def _causes(exc: ApiError) -> Obj | None:

@@ -90,6 +90,7 @@ __all__ = [
     "FOREGROUND_FINALIZER",
     "PROPAGATION_POLICIES",
     "STATUS_SUBRESOURCE",
+    "Admission",
     "Faults",
     "InMemoryCluster",
     "MemoryWatch",
@@ -137,6 +138,10 @@ MERGE_RULES: Final[dict[Kind, MergeRules]] = {
         ("status", "addresses"): "type",
     },
 }
+
+#: A write's check: (kind, the object to store, the stored one or None, subresource) ->
+#: the object to store instead (see InMemoryCluster.admission)
+Admission = Callable[[Kind, Obj, Obj | None, str | None], Obj]
 
 # what upstream's names.SimpleNameGenerator draws from
 _NAME_ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"
@@ -365,6 +370,7 @@ class InMemoryCluster:
         self.kubelet_finish_after = kubelet_finish_after
         self._terminating: list[tuple[float, str]] = []  # (due, pod uid), a heap
         self._dry = False  # inside dry_run(): writes are checked and answered, not stored
+        self._admission: Admission | None = None  # inside admission(): each write's check
         #: a create into a namespace that does not exist answers 404, as upstream's
         #: NamespaceLifecycle admission does (off: in-process tests skip making them)
         self.require_namespaces = require_namespaces
@@ -647,6 +653,9 @@ class InMemoryCluster:
                 name = prefix + "".join(self._ids.choice(_NAME_ALPHABET) for _ in range(5))
         if not isinstance(name, str):
             raise Invalid("metadata.name: must be a string")
+        if self._admission is not None:
+            new = self._admission(kind, {**new, "metadata": {**meta, "name": name}}, None, None)
+            meta = self._meta_of(new)
         if name in bucket:
             raise AlreadyExists(f'{kind.plural} "{name}" already exists')
         self._validate(meta)
@@ -734,6 +743,8 @@ class InMemoryCluster:
             new = clone_obj(obj)
             if kind in STATUS_SUBRESOURCE:
                 self._keep_status(new, stored)
+            if self._admission is not None:
+                new = self._admission(kind, new, stored, None)
             result = self._replace(kind, stored, new)
         return clone_obj(result)
 
@@ -747,6 +758,8 @@ class InMemoryCluster:
             self._check_rv(kind, stored, meta.get("resourceVersion"))
             new = {**stored, "metadata": dict(stored["metadata"])}
             self._keep_status(new, obj)
+            if self._admission is not None:
+                new = self._admission(kind, new, stored, "status")
             result = self._replace(kind, stored, new)
         return clone_obj(result)
 
@@ -814,6 +827,8 @@ class InMemoryCluster:
             new = patched
             if kind in STATUS_SUBRESOURCE:
                 self._keep_status(new, stored)
+        if self._admission is not None:
+            new = self._admission(kind, new, stored, subresource)
         return self._replace(kind, stored, new)
 
     def _replace(self, kind: Kind, stored: Obj, new: Obj) -> Obj:
@@ -1029,6 +1044,19 @@ class InMemoryCluster:
             meta = {**meta, "deletionTimestamp": format_time(now), "deletionGracePeriodSeconds": 0}
             stored = {**stored, "metadata": meta}
         self._remove(kind, stored)
+
+    @contextlib.contextmanager
+    def admission(self, check: Admission) -> Iterator[None]:
+        """Inside (the cluster lock held), each create, update and patch passes the object
+        it would store to ``check(kind, new, stored or None, subresource)``, which answers
+        the object to store or raises: an API front's validation of what a client wrote
+        (in-process callers are not checked)."""
+        with self._lock:
+            before, self._admission = self._admission, check
+            try:
+                yield
+            finally:
+                self._admission = before
 
     @contextlib.contextmanager
     def dry_run(self) -> Iterator[None]:

@@ -339,11 +339,16 @@ def test_patch_resource_version_is_a_precondition(cluster: Cluster) -> None:
 
 
 def test_strategic_patch_merges_lists_by_key(cluster: Cluster) -> None:
-    made = cluster.create(POD, pod("a"))
-    containers = [{"name": "app", "image": "v2"}, {"name": "side", "image": "s"}]
-    out = cluster.patch(POD, "a", {"spec": {"containers": containers}}, NS, "strategic")
+    two = pod("a")
+    two["spec"]["containers"].append({"name": "side", "image": "s"})
+    made = cluster.create(POD, two)
+    # a pod's containers cannot be added or removed (ValidatePodUpdate), their images can:
+    # the patch names one container by its merge key, the other stays
+    out = cluster.patch(POD, "a", {"spec": {"containers": [{"name": "side", "image": "s2"}]}},
+                        NS, "strategic")
     # (over HTTP the containers also carry the API's defaults)
-    assert [{k: c[k] for k in ("name", "image")} for c in out["spec"]["containers"]] == containers
+    assert [{k: c[k] for k in ("name", "image")} for c in out["spec"]["containers"]] == [
+        {"name": "app", "image": "demo"}, {"name": "side", "image": "s2"}]
     cluster.update_status(
         POD,
         {

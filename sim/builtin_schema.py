@@ -79,14 +79,42 @@ def go_type(name: str) -> str:
     return f"{parts[-2]}.{parts[-1]}"
 
 
-# A node decodes one value: (value, path with indexes, Go path, Go struct, unknown) -> kept
-Node = Callable[[Any, str, str, str, list[str]], Any]
+#: Where a value is: None at the top, else (where its holder is, a field name, a list
+#: index or a map key in a 1-tuple); spelled out only for an error or an unknown field
+Where = tuple[Any, Any] | None
+
+# A node decodes one value: (value, where, Go struct, unknown) -> kept
+Node = Callable[[Any, Where, str, list[str]], Any]
 
 
-def _type_error(value: Any, go_path: str, struct: str, type_: str) -> DecodeError:
+def _steps(where: Where) -> list[Any]:
+    steps = []
+    while where is not None:
+        where, step = where
+        steps.append(step)
+    return steps[::-1]
+
+
+def field_path(where: Where) -> str:
+    """``spec.containers[0].name``, ``metadata.labels[app]``."""
+    out = ""
+    for step in _steps(where):
+        if isinstance(step, str):
+            out = f"{out}.{step}" if out else step
+        else:
+            out += f"[{step if isinstance(step, int) else step[0]}]"
+    return out
+
+
+def _go_path(where: Where) -> str:
+    # Go's decoder names struct fields only: no indexes, no map keys
+    return ".".join(s for s in _steps(where) if isinstance(s, str))
+
+
+def _type_error(value: Any, where: Where, struct: str, type_: str) -> DecodeError:
     return DecodeError(
         f"json: cannot unmarshal {_json_kind(value)} into Go struct field "
-        f"{struct}.{go_path} of type {type_}"
+        f"{struct}.{_go_path(where)} of type {type_}"
     )
 
 
@@ -113,7 +141,7 @@ class Schemas:
         if name is None:
             return Decoded(obj, ())
         unknown: list[str] = []
-        value = self._node(name)(obj, "", "", "", unknown)
+        value = self._node(name)(obj, None, "", unknown)
         return Decoded(value, tuple(unknown))
 
     # --- compiling ---------------------------------------------------------------------
@@ -122,7 +150,7 @@ class Schemas:
         node = self._nodes.get(name)
         if node is None:
             # a forward reference first, so that recursive types (JSONSchemaProps) compile
-            self._nodes[name] = lambda *a: self._nodes[name](*a)
+            self._nodes[name] = lambda v, w, s, u: self._nodes[name](v, w, s, u)
             node = self._nodes[name] = self._compile_definition(name)
         return node
 
@@ -162,7 +190,14 @@ class Schemas:
         ref = schema.get("$ref")
         if ref:
             target = ref.rsplit("/", 1)[-1]
-            return lambda v, p, g, s, u: self._node(target)(v, p, g, s, u)
+            resolved: list[Node] = []
+
+            def follow(value: Any, where: Where, struct: str, unknown: list[str]) -> Any:
+                if not resolved:
+                    resolved.append(self._node(target))
+                return resolved[0](value, where, struct, unknown)
+
+            return follow
         shown = type_ or self._type_of(schema)
         kind = schema.get("type")
         if kind == "string":
@@ -187,26 +222,25 @@ class Schemas:
         fields = {key: self._compile(prop) for key, prop in body["properties"].items()}
         shown = go_type(name)
 
-        def decode(value: Any, path: str, go: str, outer: str, unknown: list[str]) -> Any:
+        def decode(value: Any, where: Where, outer: str, unknown: list[str]) -> Any:
             if not isinstance(value, dict):
-                raise _type_error(value, go, outer, shown)
+                raise _type_error(value, where, outer, shown)
             out: dict[str, Any] = {}
             for key, item in value.items():
-                where = f"{path}.{key}" if path else key
                 node = fields.get(key)
                 if node is None:
-                    unknown.append(where)
+                    unknown.append(field_path((where, key)))
                 elif item is not None:
-                    out[key] = node(item, where, f"{go}.{key}" if go else key, struct, unknown)
+                    out[key] = node(item, (where, key), struct, unknown)
             return out
 
         return decode
 
 
 def _scalar(type_: type, shown: str) -> Node:
-    def decode(value: Any, path: str, go: str, struct: str, unknown: list[str]) -> Any:
+    def decode(value: Any, where: Where, struct: str, unknown: list[str]) -> Any:
         if not isinstance(value, type_) or (type_ is not bool and isinstance(value, bool)):
-            raise _type_error(value, go, struct, shown)
+            raise _type_error(value, where, struct, shown)
         return value
 
     return decode
@@ -215,21 +249,21 @@ def _scalar(type_: type, shown: str) -> Node:
 def _integer(shown: str) -> Node:
     low, high = _INT_RANGES.get(shown, _INT_RANGES["int64"])
 
-    def decode(value: Any, path: str, go: str, struct: str, unknown: list[str]) -> Any:
+    def decode(value: Any, where: Where, struct: str, unknown: list[str]) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _type_error(value, go, struct, shown)
+            raise _type_error(value, where, struct, shown)
         if isinstance(value, float):
             if not value.is_integer():
                 # Go names the number it could not store
                 raise DecodeError(
                     f"json: cannot unmarshal number {value!r} into Go struct field "
-                    f"{struct}.{go} of type {shown}"
+                    f"{struct}.{_go_path(where)} of type {shown}"
                 )
             value = int(value)
         if not low <= value <= high:
             raise DecodeError(
-                f"json: cannot unmarshal number {value} into Go struct field {struct}.{go} "
-                f"of type {shown}"
+                f"json: cannot unmarshal number {value} into Go struct field "
+                f"{struct}.{_go_path(where)} of type {shown}"
             )
         return value
 
@@ -237,21 +271,21 @@ def _integer(shown: str) -> Node:
 
 
 def _number(shown: str) -> Node:
-    def decode(value: Any, path: str, go: str, struct: str, unknown: list[str]) -> Any:
+    def decode(value: Any, where: Where, struct: str, unknown: list[str]) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _type_error(value, go, struct, shown)
+            raise _type_error(value, where, struct, shown)
         return value
 
     return decode
 
 
 def _array(item: Node, shown: str) -> Node:
-    def decode(value: Any, path: str, go: str, struct: str, unknown: list[str]) -> Any:
+    def decode(value: Any, where: Where, struct: str, unknown: list[str]) -> Any:
         if not isinstance(value, list):
-            raise _type_error(value, go, struct, shown)
+            raise _type_error(value, where, struct, shown)
         # a null item of a struct list decodes as the zero value, kept as an empty object
         return [
-            item(v, f"{path}[{i}]", go, struct, unknown) if v is not None else None
+            item(v, (where, i), struct, unknown) if v is not None else None
             for i, v in enumerate(value)
         ]
 
@@ -259,11 +293,11 @@ def _array(item: Node, shown: str) -> Node:
 
 
 def _map(item: Node, shown: str) -> Node:
-    def decode(value: Any, path: str, go: str, struct: str, unknown: list[str]) -> Any:
+    def decode(value: Any, where: Where, struct: str, unknown: list[str]) -> Any:
         if not isinstance(value, dict):
-            raise _type_error(value, go, struct, shown)
+            raise _type_error(value, where, struct, shown)
         return {
-            k: item(v, f"{path}[{k}]", go, struct, unknown) if v is not None else None
+            k: item(v, (where, (k,)), struct, unknown) if v is not None else None
             for k, v in value.items()
         }
 
@@ -271,19 +305,19 @@ def _map(item: Node, shown: str) -> Node:
 
 
 def _any_object(shown: str) -> Node:
-    def decode(value: Any, path: str, go: str, struct: str, unknown: list[str]) -> Any:
+    def decode(value: Any, where: Where, struct: str, unknown: list[str]) -> Any:
         if not isinstance(value, dict):
-            raise _type_error(value, go, struct, shown)
+            raise _type_error(value, where, struct, shown)
         return value
 
     return decode
 
 
-def _anything(value: Any, path: str, go: str, struct: str, unknown: list[str]) -> Any:
+def _anything(value: Any, where: Where, struct: str, unknown: list[str]) -> Any:
     return value
 
 
-def _quantity(value: Any, path: str, go: str, struct: str, unknown: list[str]) -> Any:
+def _quantity(value: Any, where: Where, struct: str, unknown: list[str]) -> Any:
     # resource.Quantity decodes itself from a string or a number
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise DecodeError(_QUANTITY_MESSAGE)
@@ -292,7 +326,7 @@ def _quantity(value: Any, path: str, go: str, struct: str, unknown: list[str]) -
     return value
 
 
-def _int_or_string(value: Any, path: str, go: str, struct: str, unknown: list[str]) -> Any:
+def _int_or_string(value: Any, where: Where, struct: str, unknown: list[str]) -> Any:
     # intstr.IntOrString: a quoted value is a string, anything else must be an int32
     if isinstance(value, str):
         return value

@@ -30,6 +30,7 @@ import ipaddress
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any, Final
 
 from podnet.core.cluster.port import LEASE, NAMESPACE, NODE, POD, Kind, Obj
@@ -59,6 +60,10 @@ _QNAME: Final = re.compile(_QNAME_FMT)
 _LABEL_VALUE: Final = re.compile(_LABEL_VALUE_FMT)
 _CONFIG_KEY: Final = re.compile(_CONFIG_KEY_FMT)
 
+#: how many distinct strings each name rule remembers its answer for: a cluster's pods
+#: repeat their label keys and values, node names and images
+_CACHED: Final = 16384
+
 #: apimachinery's TotalAnnotationSizeLimitB: keys and values together
 ANNOTATIONS_LIMIT: Final = 256 * 1024
 
@@ -75,7 +80,8 @@ def _max_len(n: int) -> str:
     return f"must be no more than {n} characters"
 
 
-def dns1123_label(value: str) -> list[str]:
+@lru_cache(maxsize=_CACHED)
+def dns1123_label(value: str) -> tuple[str, ...]:
     """``IsDNS1123Label``."""
     errs = []
     if len(value) > 63:
@@ -85,10 +91,11 @@ def dns1123_label(value: str) -> list[str]:
             "a lowercase RFC 1123 label must consist of lower case alphanumeric characters "
             "or '-', and must start and end with an alphanumeric character",
             _DNS_LABEL_FMT, "my-name", "123-abc"))
-    return errs
+    return tuple(errs)
 
 
-def dns1123_subdomain(value: str) -> list[str]:
+@lru_cache(maxsize=_CACHED)
+def dns1123_subdomain(value: str) -> tuple[str, ...]:
     """``IsDNS1123Subdomain``."""
     errs = []
     if len(value) > 253:
@@ -98,7 +105,7 @@ def dns1123_subdomain(value: str) -> list[str]:
             "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
             "characters, '-' or '.', and must start and end with an alphanumeric character",
             _DNS_SUBDOMAIN_FMT, "example.com"))
-    return errs
+    return tuple(errs)
 
 
 _QNAME_MESSAGE: Final = (
@@ -107,7 +114,8 @@ _QNAME_MESSAGE: Final = (
 )
 
 
-def qualified_name(value: str) -> list[str]:
+@lru_cache(maxsize=_CACHED)
+def qualified_name(value: str) -> tuple[str, ...]:
     """``IsQualifiedName``: a label or annotation key (``prefix/name``)."""
     errs = []
     parts = value.split("/")
@@ -120,11 +128,11 @@ def qualified_name(value: str) -> list[str]:
         else:
             errs += ["prefix part " + m for m in dns1123_subdomain(prefix)]
     else:
-        return [
+        return (
             "a qualified name "
             + _regex_error(_QNAME_MESSAGE, _QNAME_FMT, "MyName", "my.name", "123-abc")
-            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-        ]
+            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+        )
     if not name:
         errs.append("name part must be non-empty")
     elif len(name) > 63:
@@ -133,10 +141,11 @@ def qualified_name(value: str) -> list[str]:
         errs.append(
             "name part " + _regex_error(_QNAME_MESSAGE, _QNAME_FMT, "MyName", "my.name", "123-abc")
         )
-    return errs
+    return tuple(errs)
 
 
-def label_value(value: str) -> list[str]:
+@lru_cache(maxsize=_CACHED)
+def label_value(value: str) -> tuple[str, ...]:
     """``IsValidLabelValue``."""
     errs = []
     if len(value) > 63:
@@ -146,10 +155,11 @@ def label_value(value: str) -> list[str]:
             "a valid label must be an empty string or consist of alphanumeric characters, "
             "'-', '_' or '.', and must start and end with an alphanumeric character",
             _LABEL_VALUE_FMT, "MyValue", "my_value", "12345"))
-    return errs
+    return tuple(errs)
 
 
-def config_key(value: str) -> list[str]:
+@lru_cache(maxsize=_CACHED)
+def config_key(value: str) -> tuple[str, ...]:
     """``IsConfigMapKey`` (configmap and secret data keys)."""
     errs = []
     if len(value) > 253:
@@ -162,7 +172,7 @@ def config_key(value: str) -> list[str]:
         errs.append(f"must not be '{value}'")
     elif value.startswith(".."):
         errs.append("must not start with '..'")
-    return errs
+    return tuple(errs)
 
 
 # --- field.Error -----------------------------------------------------------------------
@@ -233,7 +243,7 @@ def _list(value: Any) -> list[Any]:
 # --- metadata --------------------------------------------------------------------------
 
 
-def name_errors(kind: Kind, name: str) -> list[str]:
+def name_errors(kind: Kind, name: str) -> tuple[str, ...]:
     """The name rule of ``kind``: ``ValidateNamespaceName`` is a DNS label, the served
     others (pods, nodes, configmaps, secrets, ...) ``NameIsDNSSubdomain``."""
     return dns1123_label(name) if kind == NAMESPACE else dns1123_subdomain(name)

@@ -2,8 +2,11 @@
 
 Enough of the real API for kubectl and the official Python client: discovery, JSON
 objects and lists, chunked watch streams (bookmarks, 410 as an ERROR event), server-side
-tables for ``kubectl get``, the three patch formats, the status subresource, and the
-podnet CRDs' schemas enforced on writes (422 naming the field). Standard library only
+tables for ``kubectl get``, the three patch formats, the status subresource, the podnet
+CRDs' schemas enforced on writes (422 naming the field), built-in objects decoded and
+validated as upstream does (``builtin_schema``: the v1.32 OpenAPI types; ``builtin_validation``:
+validation.go's rules, pod update immutability included), and ``/openapi/v2`` and
+``/openapi/v3`` built from the same schemas (``openapi``). Standard library only
 (plus PyYAML for the CRD files); binds 127.0.0.1 unless told otherwise.
 
     with ApiServer() as server:
@@ -20,11 +23,13 @@ namespaces of a new cluster; one given a cluster checks what that cluster says:
 
 Where it departs from a real server, on purpose:
 
-* built-in objects are not validated against their schemas; protobuf bodies answer 415;
+* built-in objects are validated for the rules ``builtin_validation`` lists, not all of
+  validation.go; protobuf bodies answer 415;
 * :class:`InMemoryCluster` called in-process keeps the pod status it is given (so a
-  harness can create running pods in one call), and pod defaults are set on create only;
+  harness can create running pods in one call) and is not validated (only what comes
+  over HTTP is);
 * no authentication, no other admission; a ``continue`` page shows the objects as they are
-  now, not as they were at the first page's resourceVersion; no ``/openapi/v2``.
+  now, not as they were at the first page's resourceVersion.
 
 No kubelet runs: a pod deleted without ``gracePeriodSeconds: 0`` stays Terminating, as on a
 real server whose kubelet is away, unless the kubelet stand-in is asked for:

@@ -1717,7 +1717,9 @@ def _invalid(res: Resource, name: str, errors: Sequence[FieldError]) -> HttpErro
 
 def _patch_invalid(patch: tuple[str, Any], patched: Obj, why: str) -> HttpError:
     """upstream's patcher when the patched object does not decode: 422 on ``patch``,
-    shown as the patched JSON (a strategic patch: the patch as Go prints a map)."""
+    shown as the patched JSON (a strategic patch: the patch as Go prints a map). For a
+    strategic patch upstream's unstructured converter words a type error its own way;
+    the JSON decoder's words stand in for it."""
     ptype, body = patch
     shown = (_go_print(body) if ptype == "strategic"
              else json.dumps(patched, sort_keys=True, separators=(",", ":")))

@@ -430,7 +430,9 @@ def _pod_status(errs: _Errors, status: Mapping[str, Any]) -> None:
 
 
 def _pod_update(errs: _Errors, new: Obj, old: Obj) -> None:
-    """``ValidatePodUpdate``: what an update may change of a pod's spec."""
+    """``ValidatePodUpdate``: what an update may change of a pod's spec. Upstream ends
+    the Forbidden message with ``cmp.Diff`` of the Go structs; here it ends with one line
+    per changed field of ``spec`` (old -> new)."""
     spec, before = _dict(new.get("spec")), _dict(old.get("spec"))
     if spec == before:
         return

@@ -430,3 +430,18 @@ def test_kubectl_apply_validate_strict_is_refused_by_the_server(
     done = kubectl("apply", "-n", ns, "--validate=strict", "-f", str(manifest))
     assert done.returncode == 1
     assert 'strict decoding error: unknown field "spec.containers[0].bogus"' in done.stderr
+
+
+def test_a_create_is_decoded_before_it_is_validated_and_all_causes_come_together(
+        server: ApiServer, ns: str) -> None:
+    """The create handler decodes first (a type error is 400 whatever else is wrong),
+    then rest.BeforeCreate runs the strategy's Validate, whose field.ErrorList carries
+    the name's error beside the spec's (ValidateObjectMeta + ValidatePodSpec)."""
+    path = f"/api/v1/namespaces/{ns}/pods"
+    body = pod("Bad_Name", containers=[])
+    code, status, _ = send(server, "POST", path, body)
+    assert (code, causes(status)) == (422, [("metadata.name", "FieldValueInvalid"),
+                                            ("spec.containers", "FieldValueRequired")])
+    body["spec"]["priority"] = "high"
+    code, status, _ = send(server, "POST", path, body)
+    assert (code, status["reason"]) == (400, "BadRequest")

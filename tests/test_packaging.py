@@ -27,6 +27,8 @@ def test_wheel_installs_and_imports(tmp_path: Path) -> None:
         assert "License-Expression: Apache-2.0" in whl.read(metadata).decode()
         (license_file,) = [n for n in names if n.endswith("/licenses/LICENSE")]
         assert whl.read(license_file) == (ROOT / "LICENSE").read_bytes()
+        # the API emulator's built-in schemas are package data
+        assert "podnet/sim/openapi-v1.32.json" in names
     assert b"Apache License" in (ROOT / "LICENSE").read_bytes()[:200]
     target = tmp_path / "site"
     subprocess.run(

@@ -705,6 +705,7 @@ class _Handler(BaseHTTPRequestHandler):
     query: dict[str, str]
     body: bytes
     warnings: list[str]
+    table_headers_sent: bool
 
     # --- plumbing ----------------------------------------------------------------------
 
@@ -752,6 +753,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query, True).items()}
         self.warnings: list[str] = []
         self.code = 0
+        self.table_headers_sent = False  # a watch's Table events: the first has them
         if not url.path.startswith("/_podnet/"):
             self.api.delay(method)
         try:
@@ -1300,6 +1302,10 @@ class _Handler(BaseHTTPRequestHandler):
             if form == "Table":
                 rv = str(_get(obj, "metadata", "resourceVersion") or "")
                 obj = self._table(res, [obj], rv)
+                if self.table_headers_sent:
+                    # upstream renders later events with NoHeaders: no column definitions
+                    obj["columnDefinitions"] = None
+                self.table_headers_sent = True
             elif form in ("PartialObjectMetadata", "PartialObjectMetadataList"):
                 obj = _partial(obj)
         self._chunk({"type": ev.type, "object": obj})
@@ -1487,6 +1493,8 @@ class _Handler(BaseHTTPRequestHandler):
         cluster, kind = self.api.cluster, res.kind
         if res.stored_as is not None:
             return self._patch_view(res, name, target.namespace, patch, ptype)
+        if res.kind == SERVICE and sub is None and self.query.get("dryRun") != "All":
+            return self._patch_service(res, name, target.namespace, patch, ptype)
         if res.crd is None:
             result = cluster.patch(kind, name, patch, target.namespace, ptype, sub)
             return self._send_object(res, result)
@@ -1512,6 +1520,25 @@ class _Handler(BaseHTTPRequestHandler):
                     admitted["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
                     return self._send_object(res, write(kind, admitted | _status_of(patched, sub)))
             result = cluster.patch(kind, name, patch, target.namespace, ptype, sub)
+        self._send_object(res, result)
+
+    def _patch_service(self, res: Resource, name: str, ns: str | None, patch: Any,
+                       ptype: Literal["merge", "json", "strategic"]) -> None:
+        """A service's patch keeps its allocations as an update does: the patched object
+        is previewed (a dry run), checked, then written."""
+        cluster = self.api.cluster
+        with self.api.locked():
+            old = self.api.peek(SERVICE, name, ns)
+            if old is None:
+                raise NotFound(f'services "{name}" not found')
+            with cluster.dry_run():
+                preview = cluster.patch(SERVICE, name, patch, ns, ptype)
+            checked = self.api.services.on_update(old, preview)
+            if checked == preview:
+                result = cluster.patch(SERVICE, name, patch, ns, ptype)
+            else:  # the patch dropped an allocation: write what it keeps
+                checked["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+                result = cluster.update(SERVICE, checked)
         self._send_object(res, result)
 
     def _patch_view(self, res: Resource, name: str, ns: str | None, patch: Any,

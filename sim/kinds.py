@@ -25,7 +25,15 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from podnet.core.cluster.memory import InMemoryCluster
-from podnet.core.cluster.port import NAMESPACE, AlreadyExists, Invalid, Kind, NotFound, Obj
+from podnet.core.cluster.port import (
+    NAMESPACE,
+    AlreadyExists,
+    ApiError,
+    Invalid,
+    Kind,
+    NotFound,
+    Obj,
+)
 
 __all__ = [
     "CONFIG_MAP",
@@ -88,8 +96,10 @@ def default_service_account(cluster: InMemoryCluster, namespace: str) -> None:
         return
     try:
         cluster.create(SERVICE_ACCOUNT, {"metadata": {"name": "default", "namespace": namespace}})
-    except (AlreadyExists, NotFound):
-        pass  # there already, or the namespace went meanwhile
+    except AlreadyExists:
+        pass
+    except ApiError:
+        pass  # the namespace went meanwhile, or an injected fault: the controller's retry
 
 
 # --- services -------------------------------------------------------------------------

@@ -45,8 +45,9 @@ MAGIC: Final = b"k8s\x00"
 _META: Final = "k8s.io.apimachinery.pkg.apis.meta.v1"
 _UNKNOWN: Final = "k8s.io.apimachinery.pkg.runtime.Unknown"
 _EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-#: media types whose answer is the JSON the emulator writes
-_JSON_TYPES: Final = frozenset({"application/json", "application/*", "*/*"})
+#: media types the emulator's JSON answers (YAML too: JSON is YAML, and the emulator
+#: has always answered a YAML Accept so)
+_JSON_TYPES: Final = frozenset({"application/json", "application/yaml", "application/*", "*/*"})
 
 
 class ProtobufError(ValueError):

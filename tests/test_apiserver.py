@@ -105,7 +105,8 @@ def test_discovery_lists_kinds_verbs_and_short_names(server: ApiServer) -> None:
     assert by_name["pods/status"]["verbs"] == ["get", "patch", "update"]
     _, groups, _ = request(server, "GET", "/apis")
     versions = {v["groupVersion"] for g in groups["groups"] for v in g["versions"]}
-    assert versions == {"coordination.k8s.io/v1", "podnet.io/v1alpha1", "apps/v1"}
+    assert versions == {"coordination.k8s.io/v1", "podnet.io/v1alpha1", "apps/v1",
+                        "events.k8s.io/v1"}
     _, ours, _ = request(server, "GET", "/apis/podnet.io/v1alpha1")
     res = {r["name"]: r for r in ours["resources"]}
     assert res["podnetworks"]["shortNames"] == ["pn"] and res["podnetworks"]["namespaced"]

@@ -22,7 +22,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from podnet.core.cluster.port import EVENT, NODE, POD
+from podnet.core.cluster.port import EVENT, LEASE, NODE, POD
 from podnet.sim import protobuf
 from podnet.sim.apiserver import ApiServer
 from podnet.sim.kinds import SERVICE_ACCOUNT
@@ -149,6 +149,37 @@ def test_a_protobuf_pod_keeps_set_pointers_and_drops_go_zero_values(server: ApiS
     assert app["ports"] == [{"containerPort": 8080, "protocol": "TCP"}]
     assert stored["metadata"]["labels"] == {"app": "web"}
     assert core.read_namespaced_pod("pb", "default").spec.node_name == "n1"
+
+
+def test_a_protobuf_lease_and_node_are_read_with_their_times(server: ApiServer) -> None:
+    """coordination/v1 and core/v1 messages as client-go's leader election and a kubelet
+    send them: MicroTime in RFC 3339 with microseconds, Time to the second
+    (apimachinery meta/v1 micro_time.go and time.go ``MarshalJSON``), a pointer int32
+    at its value (k8s.io/api/coordination/v1/types.go)."""
+    lease = protobuf.message_class("k8s.io.api.coordination.v1.Lease")()
+    lease.metadata.name = "podnet-controller"
+    lease.spec.holderIdentity = "a"
+    lease.spec.leaseDurationSeconds = 15
+    lease.spec.renewTime.seconds, lease.spec.renewTime.nanos = 1_700_000_000, 123_456_000
+    headers = {"Content-Type": protobuf.CONTENT_TYPE}
+    code, body = request(server, "POST",
+                         "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases",
+                         envelope("coordination.k8s.io/v1", "Lease", lease), headers)
+    assert code == 201, body
+    assert body["spec"] == {"holderIdentity": "a", "leaseDurationSeconds": 15,
+                            "renewTime": "2023-11-14T22:13:20.123456Z"}
+    node = protobuf.message_class("k8s.io.api.core.v1.Node")()
+    node.metadata.name = "n1"
+    ready = node.status.conditions.add()
+    ready.type, ready.status = "Ready", "True"
+    ready.lastHeartbeatTime.seconds = 1_700_000_000
+    node.status.capacity["pods"].string = "110"
+    code, body = request(server, "POST", "/api/v1/nodes", envelope("v1", "Node", node),
+                         headers)
+    assert code == 201, body
+    stored = server.peek(NODE, "n1", None)
+    assert stored is not None and stored["status"]["capacity"] == {"pods": "110"}
+    assert stored["status"]["conditions"][0]["lastHeartbeatTime"] == "2023-11-14T22:13:20Z"
 
 
 def test_protobuf_for_a_custom_resource_is_415_and_a_bad_body_400(server: ApiServer) -> None:
@@ -302,8 +333,11 @@ def test_kubectl_get_of_the_other_kinds_has_the_real_columns(server: ApiServer,
     kubectl("create", "configmap", "settings", "--from-literal=a=1", "--from-literal=b=2")
     cms = kubectl("get", "configmaps")
     assert header(cms) == ["NAME", "DATA", "AGE"] and cms.splitlines()[1].split()[1] == "2"
-    leases = kubectl("get", "leases", "-A")
-    assert leases == "" or header(leases)[:3] == ["NAMESPACE", "NAME", "HOLDER"]
+    server.cluster.create(LEASE, {"metadata": {"name": "podnet", "namespace": "kube-system"},
+                                  "spec": {"holderIdentity": "controller-a"}})
+    leases = kubectl("get", "leases", "-n", "kube-system")
+    assert header(leases) == ["NAME", "HOLDER", "AGE"]
+    assert leases.splitlines()[1].split()[:2] == ["podnet", "controller-a"]
     services = kubectl("get", "services", "-o", "wide")
     assert header(services) == ["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE",
                                 "SELECTOR"]
@@ -353,6 +387,23 @@ def test_kubectl_get_pods_watch_prints_table_rows_as_they_change(server: ApiServ
     assert statuses[0] == "Running" and "Terminating" in statuses[1:]
 
 
+def test_a_table_watch_sends_the_column_definitions_once(server: ApiServer) -> None:
+    """Only the first event's Table carries columnDefinitions: the watch handler renders
+    later ones with NoHeaders (kubernetes/kubernetes PR 71548, handlers/watch.go)."""
+    server.cluster.create(POD, running_pod("a"))
+    server.cluster.create(POD, running_pod("b"))
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    conn.request("GET", "/api/v1/namespaces/default/pods?watch=1&timeoutSeconds=1",
+                 headers={"Accept": TABLE})
+    events = [json.loads(line) for line in conn.getresponse().read().splitlines() if line]
+    conn.close()
+    tables = [e["object"] for e in events if e["type"] == "ADDED"]
+    assert [t["rows"][0]["cells"][0] for t in tables] == ["a", "b"]
+    assert [c["name"] for c in tables[0]["columnDefinitions"]][:3] == ["Name", "Ready",
+                                                                       "Status"]
+    assert tables[1]["columnDefinitions"] is None
+
+
 # --- services, service accounts -------------------------------------------------------------
 
 
@@ -397,6 +448,13 @@ def test_services_get_a_cluster_ip_from_the_service_cidr(server: ApiServer,
         "metadata": {"name": "s1", "resourceVersion": body["metadata"]["resource_version"]},
         "spec": {"ports": [{"port": 81}]}})
     assert replaced.spec.cluster_ip == ips[1]
+    dropped = core.patch_namespaced_service("s1", "default", [
+        {"op": "remove", "path": "/spec/clusterIP"}, {"op": "remove", "path": "/spec/clusterIPs"}])
+    assert dropped.spec.cluster_ip == ips[1]
+    with pytest.raises(ApiException) as patched:
+        core.patch_namespaced_service("s1", "default", {"spec": {"clusterIP": "10.96.0.78",
+                                                                 "clusterIPs": ["10.96.0.78"]}})
+    assert patched.value.status == 422 and "may not change once set" in patched.value.body
     with pytest.raises(ApiException) as changed:
         core.replace_namespaced_service("s1", "default", {
             "metadata": {"name": "s1"}, "spec": {"clusterIP": "10.96.0.77", "clusterIPs": [

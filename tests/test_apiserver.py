@@ -937,13 +937,16 @@ def test_kubectl_watch_is_bounded_and_prints_existing(server: ApiServer, kubectl
     request(server, "POST", "/api/v1/namespaces/default/pods", pod("web"))
 
     def later() -> None:
-        time.sleep(0.3)
+        # once kubectl watches (its list is done): a fixed sleep lost that race under load
+        deadline = time.monotonic() + 5
+        while not server._watches and time.monotonic() < deadline:
+            time.sleep(0.02)
         request(server, "POST", "/api/v1/namespaces/default/pods", pod("late"))
 
     writer = threading.Thread(target=later)
     writer.start()
     started = time.monotonic()
-    out = kubectl("get", "pods", "-w", timeout="1s", check=False)
+    out = kubectl("get", "pods", "-w", timeout="2s", check=False)
     writer.join()
     assert time.monotonic() - started < 10
     lines = out.splitlines()

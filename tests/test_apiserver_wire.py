@@ -376,7 +376,9 @@ def test_kubectl_get_pods_watch_prints_table_rows_as_they_change(server: ApiServ
     server.cluster.create(POD, running_pod("web"))
 
     def later() -> None:
-        time.sleep(0.5)
+        deadline = time.monotonic() + 5
+        while not server._watches and time.monotonic() < deadline:
+            time.sleep(0.02)  # kubectl has listed and watches
         server.cluster.delete(POD, "web", "default")
 
     deleter = threading.Thread(target=later)

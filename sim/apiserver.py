@@ -28,7 +28,10 @@ Where it departs from a real server, on purpose:
 * :class:`InMemoryCluster` called in-process keeps the pod status it is given (so a
   harness can create running pods in one call), and pod defaults are set on create only;
 * no authentication, no other admission; a ``continue`` page shows the objects as they are
-  now, not as they were at the first page's resourceVersion; no ``/openapi/v2``.
+  now, not as they were at the first page's resourceVersion; no ``/openapi/v2``;
+* no PodDisruptionBudgets (every eviction is allowed), no Endpoints or EndpointSlices for
+  services, single-stack ClusterIPs, no ``serviceaccounts/token``; the ``default``
+  ServiceAccount is made for the namespaces there at start and those created over HTTP.
 
 No kubelet runs: a pod deleted without ``gracePeriodSeconds: 0`` stays Terminating, as on a
 real server whose kubelet is away, unless the kubelet stand-in is asked for:

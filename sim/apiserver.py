@@ -2,11 +2,14 @@
 
 Enough of the real API for kubectl and the official Python client: discovery, JSON
 objects and lists, chunked watch streams (bookmarks, 410 as an ERROR event), server-side
-tables for ``kubectl get``, the three patch formats, the status subresource, the podnet
-CRDs' schemas enforced on writes (422 naming the field), built-in objects decoded and
-validated as upstream does (``builtin_schema``: the v1.32 OpenAPI types; ``builtin_validation``:
-validation.go's rules, pod update immutability included), and ``/openapi/v2`` and
-``/openapi/v3`` built from the same schemas (``openapi``). Standard library only
+tables for ``kubectl get`` (the built-ins' upstream columns: ``tables``), the three patch
+formats, the status subresource, kubectl's protobuf request bodies (``protobuf``), pod
+evictions, services with ClusterIPs, events.k8s.io/v1 and each namespace's ``default``
+ServiceAccount (``kinds``), the podnet CRDs' schemas enforced on writes (422 naming the
+field), built-in objects decoded and validated as upstream does (``builtin_schema``: the
+v1.32 OpenAPI types; ``builtin_validation``: validation.go's rules, pod update
+immutability included), and ``/openapi/v2`` and ``/openapi/v3`` built from the same
+schemas (``openapi``). Standard library only
 (plus PyYAML for the CRD files); binds 127.0.0.1 unless told otherwise.
 
     with ApiServer() as server:
@@ -24,12 +27,16 @@ namespaces of a new cluster; one given a cluster checks what that cluster says:
 Where it departs from a real server, on purpose:
 
 * built-in objects are validated for the rules ``builtin_validation`` lists, not all of
-  validation.go; protobuf bodies answer 415;
+  validation.go; protobuf bodies are read (``podnet.sim.protobuf``) but answers are JSON
+  only (an Accept without JSON gets 406);
 * :class:`InMemoryCluster` called in-process keeps the pod status it is given (so a
   harness can create running pods in one call) and is not validated (only what comes
   over HTTP is);
 * no authentication, no other admission; a ``continue`` page shows the objects as they are
-  now, not as they were at the first page's resourceVersion.
+  now, not as they were at the first page's resourceVersion;
+* no PodDisruptionBudgets (every eviction is allowed), no Endpoints or EndpointSlices for
+  services, single-stack ClusterIPs, no ``serviceaccounts/token``; the ``default``
+  ServiceAccount is made for the namespaces there at start and those created over HTTP.
 
 No kubelet runs: a pod deleted without ``gracePeriodSeconds: 0`` stays Terminating, as on a
 real server whose kubelet is away, unless the kubelet stand-in is asked for:
@@ -101,8 +108,21 @@ from podnet.core.cluster.port import (
 )
 from podnet.core.cluster.selectors import parse_field_selector, parse_label_selector
 
-from . import builtin_validation
+from . import builtin_validation, protobuf, tables
 from .builtin_schema import DecodeError, schemas
+from .kinds import (
+    CONFIG_MAP,
+    DEFAULT_SERVICE_CIDR,
+    EVENTS_V1,
+    EVICTION_DISCOVERY,
+    SECRET,
+    SERVICE,
+    SERVICE_ACCOUNT,
+    VIEWS,
+    ServiceAllocator,
+    default_service_account,
+    eviction_delete_options,
+)
 from .openapi import PROTOBUF_V2, PROTOBUF_V2_ANSWER, OpenApi
 from .schema import CustomResource, FieldError, PrinterColumn, find_path, load_crds, validate
 
@@ -215,6 +235,20 @@ class Resource:
     crd: CustomResource | None = None
     #: table columns besides Name (and Age, unless the CRD declares its own)
     columns: tuple[tuple[Obj, Cell], ...] = field(default=(), compare=False)
+    #: the kind whose store this one is a view of (events.k8s.io/v1 Events: core/v1's)
+    stored_as: Kind | None = None
+
+    @property
+    def store_kind(self) -> Kind:
+        return self.stored_as or self.kind
+
+    def shown(self, obj: Obj) -> Obj:
+        """A stored object as this resource shows it."""
+        return VIEWS[self.kind][0](obj) if self.stored_as else obj
+
+    def to_store(self, obj: Obj) -> Obj:
+        """An object of this resource as its store keeps it."""
+        return VIEWS[self.kind][1](obj) if self.stored_as else obj
 
     @property
     def has_status(self) -> bool:
@@ -241,6 +275,8 @@ class Resource:
         if self.categories:
             main["categories"] = list(self.categories)
         out = [main]
+        if self.kind == POD:
+            out.append(dict(EVICTION_DISCOVERY))
         if self.has_status:
             out.append(
                 {
@@ -296,50 +332,8 @@ def human_duration(seconds: float) -> str:
     return f"{hours // 24 // 365}y"
 
 
-def _pod_status(pod: Obj) -> str:
-    if _get(pod, "metadata", "deletionTimestamp"):
-        return "Terminating"
-    return str(_get(pod, "status", "reason") or _get(pod, "status", "phase") or "Pending")
-
-
-def _node_status(node: Obj) -> str:
-    ready = "Unknown"
-    for cond in _get(node, "status", "conditions") or ():
-        if isinstance(cond, dict) and cond.get("type") == "Ready":
-            ready = "Ready" if cond.get("status") == "True" else "NotReady"
-    return ready + (",SchedulingDisabled" if _get(node, "spec", "unschedulable") else "")
-
-
-def _event_object(ev: Obj) -> str:
-    ref = ev.get("involvedObject") or {}
-    return f"{str(ref.get('kind', '')).lower()}/{ref.get('name', '')}"
-
-
-def _ready_replicas(sts: Obj) -> str:
-    return f"{_get(sts, 'status', 'readyReplicas') or 0}/{_get(sts, 'spec', 'replicas') or 0}"
-
-
-_POD_COLUMNS: Final = (
-    (_column("Status"), _pod_status),
-    (_column("Node"), lambda o: _get(o, "spec", "nodeName")),
-    (_column("IP", priority=1), lambda o: _get(o, "status", "podIP")),
-)
-_EVENT_COLUMNS: Final = (
-    (_column("Type"), lambda o: o.get("type")),
-    (_column("Reason"), lambda o: o.get("reason")),
-    (_column("Object"), _event_object),
-    (_column("Message"), lambda o: o.get("message")),
-)
 _NAME_AND_NAMESPACE: Final = frozenset({"metadata.name", "metadata.namespace"})
 
-#: Served for clients that keep their configuration in the cluster (podnet keeps none).
-CONFIG_MAP: Final = Kind("", "v1", "ConfigMap", "configmaps", True)
-SECRET: Final = Kind("", "v1", "Secret", "secrets", True)
-SERVICE_ACCOUNT: Final = Kind("", "v1", "ServiceAccount", "serviceaccounts", True)
-
-
-def _data_count(obj: Obj) -> int:
-    return len(obj.get("data") or {}) + len(obj.get("binaryData") or {})
 
 
 def secret_on_write(secret: Obj) -> Obj:
@@ -354,51 +348,59 @@ def secret_on_write(secret: Obj) -> Obj:
         out["data"] = data
     return out
 
-#: The built-in resources, their table columns (besides Name and Age) and the field
-#: selectors the real server takes for them (None: pods and events, as the cluster's).
+#: The built-in resources and the field selectors the real server takes for them (None:
+#: pods and events, as the cluster's); their tables are ``tables``'.
 _BUILTINS: Final = (
-    Resource(POD, "pod", ("po",), ("all",), columns=_POD_COLUMNS),
+    Resource(POD, "pod", ("po",), ("all",)),
     Resource(
         NODE,
         "node",
         ("no",),
         field_selectors=frozenset({"metadata.name", "spec.unschedulable"}),
-        columns=((_column("Status"), _node_status),),
     ),
     Resource(
         NAMESPACE,
         "namespace",
         ("ns",),
         field_selectors=frozenset({"metadata.name", "status.phase"}),
-        columns=((_column("Status"), lambda o: _get(o, "status", "phase") or "Active"),),
     ),
-    Resource(EVENT, "event", ("ev",), columns=_EVENT_COLUMNS),
+    Resource(EVENT, "event", ("ev",)),
     Resource(
         LEASE,
         "lease",
         field_selectors=_NAME_AND_NAMESPACE,
-        columns=((_column("Holder"), lambda o: _get(o, "spec", "holderIdentity")),),
     ),
     Resource(
         CONFIG_MAP,
         "configmap",
         ("cm",),
         field_selectors=_NAME_AND_NAMESPACE,
-        columns=((_column("Data", "integer"), _data_count),),
     ),
     Resource(
         SECRET,
         "secret",
         field_selectors=_NAME_AND_NAMESPACE,
-        columns=((_column("Type"), lambda o: o.get("type")),
-                 (_column("Data", "integer"), _data_count)),
     ),
     Resource(
         SERVICE_ACCOUNT,
         "serviceaccount",
         ("sa",),
         field_selectors=_NAME_AND_NAMESPACE,
-        columns=((_column("Secrets", "integer"), lambda o: len(o.get("secrets") or ())),),
+    ),
+    Resource(
+        SERVICE,
+        "service",
+        ("svc",),
+        ("all",),
+        field_selectors=frozenset({"metadata.name", "metadata.namespace", "spec.clusterIP",
+                                   "spec.type"}),
+    ),
+    Resource(
+        EVENTS_V1,
+        "event",
+        ("ev",),
+        field_selectors=_NAME_AND_NAMESPACE,
+        stored_as=EVENT,
     ),
     Resource(
         STATEFUL_SET,
@@ -406,7 +408,6 @@ _BUILTINS: Final = (
         ("sts",),
         ("all",),
         field_selectors=_NAME_AND_NAMESPACE,
-        columns=((_column("Ready"), _ready_replicas),),
     ),
 )
 
@@ -494,6 +495,7 @@ class ApiServer:
         read_latency: float = 0.0,
         sleep: Callable[[float], None] = time.sleep,
         kubelet_finish_after: float | None = None,
+        service_cidr: str = DEFAULT_SERVICE_CIDR,
     ) -> None:
         if write_latency < 0 or read_latency < 0:
             raise ValueError("a request latency cannot be negative")
@@ -518,6 +520,8 @@ class ApiServer:
             self.resources.setdefault(res.kind.api_version, {})[res.kind.plural] = res
         self.openapi = OpenApi(self.resources, self.crds)
         self._httpd = _HTTPServer((host, port), self)
+        self.services = ServiceAllocator(service_cidr)
+        self._controllers_start()
         self._thread: threading.Thread | None = None
         self._kubelet: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -526,6 +530,17 @@ class ApiServer:
         self._connections: set[socket.socket] = set()
         self._audit_lock = threading.Lock()
         self._audit = open(audit_log, "a", encoding="utf-8") if audit_log else None  # noqa: SIM115
+
+    def _controllers_start(self) -> None:
+        """What kube-apiserver and the controllers have made by the time a client looks:
+        the ``kubernetes`` service, each namespace's ``default`` ServiceAccount."""
+        cluster = self.cluster
+        with self.locked():
+            namespaces = [n["metadata"]["name"] for n in cluster.list(NAMESPACE).items]
+            if "default" in namespaces and self.peek(SERVICE, "kubernetes", "default") is None:
+                cluster.create(SERVICE, self.services.kubernetes_service(self.port))
+            for ns in namespaces:
+                default_service_account(cluster, ns)
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -698,6 +713,7 @@ class _Handler(BaseHTTPRequestHandler):
     query: dict[str, str]
     body: bytes
     warnings: list[str]
+    table_headers_sent: bool
 
     # --- plumbing ----------------------------------------------------------------------
 
@@ -745,6 +761,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query, True).items()}
         self.warnings: list[str] = []
         self.code = 0
+        self.table_headers_sent = False  # a watch's Table events: the first has them
         if not url.path.startswith("/_podnet/"):
             self.api.delay(method)
         try:
@@ -814,14 +831,18 @@ class _Handler(BaseHTTPRequestHandler):
         ctype = self.headers.get("Content-Type", "application/json").split(";")[0].strip()
         if not self.body:
             raise HttpError(400, "the request body is empty")
-        if ctype == "application/vnd.kubernetes.protobuf":
-            # a server that cannot decode a media type says so with 415 (client-go then
-            # sends JSON)
-            raise HttpError(
-                415,
-                "the body of the request was in an unknown format - accepted media types "
-                "include: application/json, application/yaml",
-            )
+        if ctype == protobuf.CONTENT_TYPE:
+            try:
+                return protobuf.decode(self.body)
+            except protobuf.Unsupported:
+                # custom resources have no protobuf form: upstream's 415
+                raise HttpError(
+                    415,
+                    "the body of the request was in an unknown format - accepted media types "
+                    "include: application/json, application/yaml",
+                ) from None
+            except protobuf.ProtobufError as exc:
+                raise HttpError(400, str(exc)) from None
         try:
             if "yaml" in ctype:
                 return yaml.safe_load(self.body)
@@ -849,10 +870,18 @@ class _Handler(BaseHTTPRequestHandler):
         target = self._target(path)
         if target is None:
             raise HttpError(404, "the server could not find the requested resource")
+        if not protobuf.accepts_json(self.headers.get("Accept")):
+            raise HttpError(406, "only the following media types are accepted: "
+                            "application/json", "NotAcceptable")
         dry = self.query.get("dryRun")
         if dry is not None and dry != "All":
             raise HttpError(400, f'dryRun: Unsupported value: "{dry}": supported values: "All"')
         res, name, sub = target.resource, target.name, target.subresource
+        if sub == "eviction" and res.kind == POD and name is not None:
+            if method != "POST":
+                raise HttpError(405, "the server does not allow this method on the requested "
+                                "resource", "MethodNotAllowed")
+            return self._evict(target)
         if sub is not None and (sub != "status" or not res.has_status):
             raise HttpError(404, f"{res.kind.plural} have no {sub!r} subresource")
         if target.watch or (method == "GET" and name is None and _flag(self.query.get("watch"))):
@@ -875,8 +904,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._delete_collection(target)
         else:
             if method == "GET":
-                obj = self.api.cluster.get(res.kind, name, target.namespace)
-                return self._send_object(res, obj)
+                obj = self.api.cluster.get(res.store_kind, name, target.namespace)
+                return self._send_object(res, res.shown(obj))
             if method == "PUT":
                 return self._update(target)
             if method == "PATCH":
@@ -1095,8 +1124,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _list(self, target: _Target) -> None:
         res = target.resource
         labels, fields = self._selectors(res)
-        listed = self.api.cluster.list(res.kind, target.namespace, labels, fields)
-        items, meta = listed.items, {"resourceVersion": listed.resource_version}
+        listed = self.api.cluster.list(res.store_kind, target.namespace, labels, fields)
+        items = [res.shown(o) for o in listed.items]
+        meta = {"resourceVersion": listed.resource_version}
         if "limit" in self.query or "continue" in self.query:
             items, meta = self._page(items, listed.resource_version, bool(labels or fields))
         form = self._accept()
@@ -1134,6 +1164,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(code, obj)
 
     def _table(self, res: Resource, objs: Iterable[Obj], rv: str) -> Obj:
+        if res.crd is None and tables.has_table(res.store_kind):
+            return self._builtin_table(res, list(objs), rv)
         columns = res.columns
         defs = [_column("Name", format="name", description=_NAME_DESCRIPTION)]
         defs += [d for d, _ in columns]
@@ -1162,6 +1194,25 @@ class _Handler(BaseHTTPRequestHandler):
             "rows": rows,
         }
 
+    def _builtin_table(self, res: Resource, objs: list[Obj], rv: str) -> Obj:
+        include = self.query.get("includeObject", "Metadata")
+        rows = []
+        kind = res.store_kind  # a view's rows are its store's (one printer upstream)
+        stored = [res.to_store(o) for o in objs]
+        for obj, (cells, conditions) in zip(objs, tables.rows_of(kind, stored, self.api.age),
+                                            strict=True):
+            row: Obj = {"cells": cells}
+            if conditions:
+                row["conditions"] = conditions
+            if include == "Object":
+                row["object"] = obj
+            elif include != "None":
+                row["object"] = _partial(obj)
+            rows.append(row)
+        return {"kind": "Table", "apiVersion": "meta.k8s.io/v1",
+                "metadata": {"resourceVersion": rv},
+                "columnDefinitions": tables.columns_of(kind), "rows": rows}
+
     # --- watch -------------------------------------------------------------------------
 
     def _watch(self, target: _Target) -> None:
@@ -1182,12 +1233,11 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if rv in ("", "0") or initial_events:
                 # upstream starts such a watch with the current objects as ADDED events
-                listed = api.cluster.list(res.kind, target.namespace, labels, fields)
+                listed = api.cluster.list(res.store_kind, target.namespace, labels, fields)
                 initial = [WatchEvent("ADDED", o) for o in listed.items]
                 rv = listed.resource_version
-            w = api.cluster.watch(
-                res.kind, rv, target.namespace, labels, fields, timeout, allow_bookmarks=bookmarks
-            )
+            w = api.cluster.watch(res.store_kind, rv, target.namespace, labels, fields, timeout,
+                                  allow_bookmarks=bookmarks)
         except Gone as exc:
             # upstream answers 200 and sends the 410 as the stream's only event
             self._start_stream()
@@ -1243,9 +1293,14 @@ class _Handler(BaseHTTPRequestHandler):
     def _event(self, res: Resource, ev: WatchEvent, form: str | None) -> None:
         obj = ev.object
         if ev.type != "BOOKMARK":
+            obj = res.shown(obj)
             if form == "Table":
                 rv = str(_get(obj, "metadata", "resourceVersion") or "")
                 obj = self._table(res, [obj], rv)
+                if self.table_headers_sent:
+                    # upstream renders later events with NoHeaders: no column definitions
+                    obj["columnDefinitions"] = None
+                self.table_headers_sent = True
             elif form in ("PartialObjectMetadata", "PartialObjectMetadataList"):
                 obj = _partial(obj)
         self._chunk({"type": ev.type, "object": obj})
@@ -1410,9 +1465,34 @@ class _Handler(BaseHTTPRequestHandler):
         elif res.kind == SECRET:
             obj = secret_on_write(obj)
         obj = self._admit(res, obj)
-        with self._builtin_admission(res):
-            created = self.api.cluster.create(res.kind, obj)
+        cluster = self.api.cluster
+        # an allocation and the write that takes it are one step (one reentrant lock)
+        with self.api.locked(), self._builtin_admission(res):
+            if res.kind == SERVICE:
+                obj = self.api.services.on_create(cluster, obj)
+            created = res.shown(cluster.create(res.store_kind, res.to_store(obj)))
+            if res.kind == NAMESPACE:
+                default_service_account(cluster, created["metadata"]["name"])
         self._send_object(res, created, 201)
+
+    def _evict(self, target: _Target) -> None:
+        name, ns = cast(str, target.name), target.namespace
+        try:
+            opts = eviction_delete_options(self._object_body(), name)
+        except ValueError as exc:
+            raise HttpError(400, str(exc)) from None
+        grace = opts.get("gracePeriodSeconds")
+        dry = self.query.get("dryRun") == "All" or opts.get("dryRun") == ["All"]
+        with self.api.locked():
+            if self.api.peek(POD, name, ns) is None:
+                raise NotFound(f'pods "{name}" not found')
+            if not dry:
+                pre = opts.get("preconditions") or {}
+                self.api.cluster.delete(POD, name, ns, uid=pre.get("uid"),
+                                        grace_period_seconds=None if grace is None else int(grace),
+                                        propagation_policy=opts.get("propagationPolicy"))
+        self._send(201, {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                         "status": "Success", "code": 201})
 
     def _update(self, target: _Target) -> None:
         res = target.resource
@@ -1429,8 +1509,12 @@ class _Handler(BaseHTTPRequestHandler):
                 obj = rest | ({"status": obj["status"]} if "status" in obj else {})
             elif res.kind == SECRET:
                 obj = secret_on_write(obj)
-            with self._builtin_admission(res):
-                result = cluster.update(res.kind, obj)
+            with self.api.locked(), self._builtin_admission(res):
+                if res.kind == SERVICE:
+                    old = self.api.peek(res.kind, cast(str, target.name), target.namespace)
+                    if old is not None:
+                        obj = self.api.services.on_update(old, obj)
+                result = res.shown(cluster.update(res.store_kind, res.to_store(obj)))
         self._send_object(res, result)
 
     def _patch(self, target: _Target) -> None:
@@ -1447,6 +1531,10 @@ class _Handler(BaseHTTPRequestHandler):
         patch = self._json_body()
         sub = cast(Literal["status"] | None, target.subresource)
         cluster, kind = self.api.cluster, res.kind
+        if res.stored_as is not None:
+            return self._patch_view(res, name, target.namespace, patch, ptype)
+        if res.kind == SERVICE and sub is None and self.query.get("dryRun") != "All":
+            return self._patch_service(res, name, target.namespace, patch, ptype)
         if res.crd is None:
             with self._builtin_admission(res, (ptype, patch)):
                 result = cluster.patch(kind, name, patch, target.namespace, ptype, sub)
@@ -1474,6 +1562,46 @@ class _Handler(BaseHTTPRequestHandler):
                     return self._send_object(res, write(kind, admitted | _status_of(patched, sub)))
             result = cluster.patch(kind, name, patch, target.namespace, ptype, sub)
         self._send_object(res, result)
+
+    def _patch_service(self, res: Resource, name: str, ns: str | None, patch: Any,
+                       ptype: Literal["merge", "json", "strategic"]) -> None:
+        """A service's patch keeps its allocations as an update does: the patched object
+        is previewed (a dry run), checked, then written."""
+        cluster = self.api.cluster
+        with self.api.locked():
+            old = self.api.peek(SERVICE, name, ns)
+            if old is None:
+                raise NotFound(f'services "{name}" not found')
+            with cluster.dry_run():
+                preview = cluster.patch(SERVICE, name, patch, ns, ptype)
+            checked = self.api.services.on_update(old, preview)
+            if checked == preview:
+                result = cluster.patch(SERVICE, name, patch, ns, ptype)
+            else:  # the patch dropped an allocation: write what it keeps
+                checked["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+                result = cluster.update(SERVICE, checked)
+        self._send_object(res, result)
+
+    def _patch_view(self, res: Resource, name: str, ns: str | None, patch: Any,
+                    ptype: str) -> None:
+        """Patch an object of a view (events.k8s.io/v1) as it shows it, then store it;
+        strategic merge is a merge here (Event has no merge keys of its own)."""
+        with self.api.locked():
+            stored = self.api.peek(res.store_kind, name, ns)
+            if stored is None:
+                raise NotFound(f'{res.kind.plural}.{res.kind.group} "{name}" not found')
+            if ptype == "json":
+                if not isinstance(patch, list):
+                    raise HttpError(400, "a json patch is a list of operations")
+                patched = json_patch(res.shown(stored), patch)
+            else:
+                patched = merge_patch(res.shown(stored), patch)
+            if not isinstance(patched, dict) or not isinstance(patched.get("metadata"), dict):
+                raise HttpError(422, "the patch does not leave an object")
+            patched["metadata"].setdefault("resourceVersion",
+                                           stored["metadata"]["resourceVersion"])
+            result = self.api.cluster.update(res.store_kind, res.to_store(patched))
+        self._send_object(res, res.shown(result))
 
     def _delete_options(self) -> Obj:
         opts: Obj = {}
@@ -1510,7 +1638,7 @@ class _Handler(BaseHTTPRequestHandler):
         pre = opts.get("preconditions") or {}
         cluster = self.api.cluster
         with self.api.locked():
-            before = self.api.peek(res.kind, name, ns)
+            before = self.api.peek(res.store_kind, name, ns)
             if opts.get("dryRun"):
                 if before is None:
                     raise NotFound(f'{res.kind.plural} "{name}" not found')
@@ -1526,19 +1654,22 @@ class _Handler(BaseHTTPRequestHandler):
                     f"{before['metadata']['resourceVersion']}"
                 )
             if not opts.get("dryRun"):
-                cluster.delete(res.kind, name, ns, uid=pre.get("uid"),
+                cluster.delete(res.store_kind, name, ns, uid=pre.get("uid"),
                                grace_period_seconds=grace,
                                propagation_policy=opts.get("propagationPolicy"))
-            after = self.api.peek(res.kind, name, ns)
+            after = self.api.peek(res.store_kind, name, ns)
+            if res.kind == SERVICE_ACCOUNT and name == "default" and ns and after is None:
+                default_service_account(cluster, ns)  # the controller makes it again
         if opts.get("dryRun") and (res.kind == POD or (before is not None and
                                    before["metadata"].get("finalizers"))):
             return self._send_object(res, cast(Obj, before))  # what a delete would answer
         if opts.get("dryRun"):
             after = None
-        if after is not None:
-            return self._send_object(res, after)  # finalizers or a grace period hold it
-        if res.kind == POD and before is not None:
-            return self._send_object(res, before)  # pods answer with what was deleted
+        if after is not None:  # finalizers or a grace period hold it
+            return self._send_object(res, res.shown(after))
+        if res.kind in (POD, SERVICE) and before is not None:
+            # their stores return the deleted object (ReturnDeletedObject upstream)
+            return self._send_object(res, before)
         details: Obj = {"name": name, "group": res.kind.group, "kind": res.kind.plural}
         if before is not None:
             details["uid"] = before["metadata"]["uid"]
@@ -1561,12 +1692,12 @@ class _Handler(BaseHTTPRequestHandler):
         opts = self._delete_options()
         grace = opts.get("gracePeriodSeconds")
         cluster = self.api.cluster
-        listed = cluster.list(res.kind, target.namespace, labels, fields)
+        listed = cluster.list(res.store_kind, target.namespace, labels, fields)
         for obj in [] if opts.get("dryRun") else listed.items:
             meta = obj["metadata"]
             with contextlib.suppress(NotFound):
                 cluster.delete(
-                    res.kind,
+                    res.store_kind,
                     meta["name"],
                     meta.get("namespace"),
                     grace_period_seconds=None if grace is None else int(grace),
@@ -1578,7 +1709,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "kind": res.list_kind,
                 "apiVersion": res.kind.api_version,
                 "metadata": {"resourceVersion": cluster.resource_version},
-                "items": listed.items,
+                "items": [res.shown(o) for o in listed.items],
             },
         )
 
@@ -1817,6 +1948,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "it was marked (0: at once); default: pods stay Terminating until deleted with "
         "grace 0 (or POST /_podnet/kubelet)",
     )
+    parser.add_argument(
+        "--service-cluster-ip-range", type=_cidr, default=DEFAULT_SERVICE_CIDR, metavar="CIDR",
+        help="where services' ClusterIPs come from, its first address the kubernetes "
+        "service's (default: %(default)s, kubeadm's)",
+    )
+
+
+def _cidr(value: str) -> str:
+    try:
+        ServiceAllocator(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r}: {exc}") from None
+    return value
 
 
 def _seconds(value: str) -> float:
@@ -1847,6 +1991,7 @@ def run(args: argparse.Namespace) -> int:
                 write_latency=args.write_latency,
                 read_latency=args.read_latency,
                 kubelet_finish_after=args.kubelet_finish_after,
+                service_cidr=args.service_cluster_ip_range,
             )
         except OSError as exc:  # the port is busy, the address not this host's, no CRDs
             what = exc.filename or f"{args.address}:{args.port}"

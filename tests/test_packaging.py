@@ -38,9 +38,13 @@ def test_wheel_installs_and_imports(tmp_path: Path) -> None:
     )
     assert (target / "podnet" / "core" / "py.typed").exists()
     assert (target / "podnet" / "hookspecs" / "py.typed").exists()
+    assert (target / "podnet" / "sim" / "protos" / "fields.json").exists()
     code = (
         "import podnet.core.engine, podnet.hookspecs, podnet.plugins.reference.provider, "
         "podnet.plugins.bbc, podnet.plugins.ecs, podnet.plugins.ovn, podnet.sim; "
+        # the emulator's data files travel too: the CRDs and the protobuf descriptors
+        "from podnet.sim import protobuf, schema; schema.load_crds(None); "
+        "protobuf.message_class('k8s.io.api.core.v1.Pod'); "
         "import podnet.core, sys; print(podnet.core.__file__)"
     )
     # run from an empty folder so the source tree cannot be imported by accident

@@ -22,7 +22,8 @@ Where it departs from a real server, on purpose:
 
 * built-in objects are not validated against their schemas; protobuf bodies answer 415;
 * :class:`InMemoryCluster` called in-process keeps the pod status it is given (so a
-  harness can create running pods in one call), and pod defaults are set on create only;
+  harness can create running pods in one call) and sets no pod defaults (writes over HTTP
+  get them: a create, a PUT, the result of a patch);
 * no authentication, no other admission; a ``continue`` page shows the objects as they are
   now, not as they were at the first page's resourceVersion; no ``/openapi/v2``.
 
@@ -1391,6 +1392,8 @@ class _Handler(BaseHTTPRequestHandler):
                 obj = rest | ({"status": obj["status"]} if "status" in obj else {})
             elif res.kind == SECRET:
                 obj = secret_on_write(obj)
+            elif res.kind == POD:
+                obj = pod_spec_defaults(obj)
             result = cluster.update(res.kind, obj)
         self._send_object(res, result)
 
@@ -1409,7 +1412,9 @@ class _Handler(BaseHTTPRequestHandler):
         sub = cast(Literal["status"] | None, target.subresource)
         cluster, kind = self.api.cluster, res.kind
         if res.crd is None:
-            result = cluster.patch(kind, name, patch, target.namespace, ptype, sub)
+            defaults = pod_spec_defaults if kind == POD and sub is None else None
+            result = cluster.patch(kind, name, patch, target.namespace, ptype, sub,
+                                   defaults=defaults)
             return self._send_object(res, result)
         with self.api.locked():
             stored = self.api.peek(kind, name, target.namespace)
@@ -1584,10 +1589,10 @@ def _qos_class(containers: list[Any]) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
-def pod_defaults(pod: Obj) -> Obj:
-    """A new pod as upstream stores it: the API's defaults filled into ``spec`` and its
-    containers (``SetDefaults_PodSpec``, ``SetDefaults_Container``), the status replaced by
-    ``phase: Pending`` and the QoS class (the pod strategy's ``PrepareForCreate``)."""
+def pod_spec_defaults(pod: Obj) -> Obj:
+    """``pod`` with the API's defaults filled into ``spec`` and its containers
+    (``SetDefaults_PodSpec``, ``SetDefaults_Container``). Upstream defaults every object it
+    decodes, so a create, a PUT and the result of a patch all get them."""
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         return pod
@@ -1599,10 +1604,19 @@ def pod_defaults(pod: Obj) -> Obj:
                 if isinstance(c, dict) else c
                 for c in spec[key]
             ]
+    return {**pod, "spec": spec}
+
+
+def pod_defaults(pod: Obj) -> Obj:
+    """A new pod as upstream stores it: :func:`pod_spec_defaults`, the status replaced by
+    ``phase: Pending`` and the QoS class (the pod strategy's ``PrepareForCreate``)."""
+    pod = pod_spec_defaults(pod)
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return pod
     containers = spec.get("containers")
     qos = _qos_class(containers if isinstance(containers, list) else [])
-    status = {"phase": "Pending", "qosClass": qos}
-    return {**pod, "spec": spec, "status": status}
+    return {**pod, "status": {"phase": "Pending", "qosClass": qos}}
 
 
 _CONTINUE_EXPIRED: Final = (

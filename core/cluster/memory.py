@@ -765,10 +765,16 @@ class InMemoryCluster:
         namespace: str | None = None,
         patch_type: Literal["merge", "json", "strategic"] = "merge",
         subresource: Literal["status"] | None = None,
+        *,
+        defaults: Callable[[Obj], Obj] | None = None,
     ) -> Obj:
+        """Patch (see the Cluster port); ``defaults`` is applied to the patched object
+        before it is checked and stored, as upstream defaults what it decodes (the API
+        emulator passes the kind's defaulting)."""
         with self._lock:
             self._begin("patch", kind)
-            result = self._patch(kind, name, patch, namespace, patch_type, subresource)
+            result = self._patch(kind, name, patch, namespace, patch_type, subresource,
+                                 defaults)
         return clone_obj(result)
 
     def _patch(
@@ -779,6 +785,7 @@ class InMemoryCluster:
         namespace: str | None,
         patch_type: Literal["merge", "json", "strategic"],
         subresource: Literal["status"] | None,
+        defaults: Callable[[Obj], Obj] | None = None,
     ) -> Obj:
         """Apply a patch (lock held); returns what was stored."""
         if subresource not in (None, "status"):
@@ -811,7 +818,7 @@ class InMemoryCluster:
             new = {**stored, "metadata": dict(stored["metadata"])}
             self._keep_status(new, patched)
         else:
-            new = patched
+            new = patched if defaults is None else defaults(patched)
             if kind in STATUS_SUBRESOURCE:
                 self._keep_status(new, stored)
         return self._replace(kind, stored, new)

@@ -24,8 +24,7 @@ Where it departs from a real server, on purpose:
 * :class:`InMemoryCluster` called in-process keeps the pod status it is given (so a
   harness can create running pods in one call) and sets no pod defaults (writes over HTTP
   get them: a create, a PUT, the result of a patch);
-* no authentication, no other admission; a ``continue`` page shows the objects as they are
-  now, not as they were at the first page's resourceVersion; no ``/openapi/v2``.
+* no authentication, no other admission; no ``/openapi/v2``.
 
 No kubelet runs: a pod deleted without ``gracePeriodSeconds: 0`` stays Terminating, as on a
 real server whose kubelet is away, unless the kubelet stand-in is asked for:
@@ -94,6 +93,7 @@ from podnet.core.cluster.port import (
     Kind,
     NotFound,
     Obj,
+    TooLargeResourceVersion,
     WatchEvent,
 )
 from podnet.core.cluster.selectors import parse_field_selector, parse_label_selector
@@ -1074,28 +1074,22 @@ class _Handler(BaseHTTPRequestHandler):
                 return params.get("as")
         return None
 
-    def _page(self, items: list[Obj], rv: str, selected: bool) -> tuple[list[Obj], Obj]:
+    def _page(self, items: list[Obj], rv: str, selected: bool,
+              start: str | None) -> tuple[list[Obj], Obj]:
         """``limit``/``continue`` paging, as upstream: a page of at most ``limit`` items in
-        (namespace, name) order and a continue token naming the last key and the first
-        page's resourceVersion; a token older than the compacted history answers 410.
-        Unlike upstream's, later pages show the objects as they are now, not at that
-        resourceVersion."""
+        (namespace, name) order after the continue token's key (``start``), and a continue
+        token naming the last key and the first page's resourceVersion (``rv``)."""
         try:
             limit = int(self.query.get("limit") or 0)
         except ValueError:
             raise HttpError(400, "limit: expected an integer") from None
-        token = self.query.get("continue")
         meta: Obj = {"resourceVersion": rv}
-        if token:
-            start, rv = _decode_continue(token)
-            if int(rv) < self.api.cluster._compacted_rv:
-                raise HttpError(410, _CONTINUE_EXPIRED, "Expired")
-            meta["resourceVersion"] = rv
+        if start is not None:
             items = [o for o in items if _key(o) > start]
         if limit <= 0 or len(items) <= limit:
             return items, meta
         page = items[:limit]
-        meta["continue"] = _encode_continue(_key(page[-1]), meta["resourceVersion"])
+        meta["continue"] = _encode_continue(_key(page[-1]), rv)
         if not selected:
             meta["remainingItemCount"] = len(items) - limit
         return page, meta
@@ -1103,10 +1097,19 @@ class _Handler(BaseHTTPRequestHandler):
     def _list(self, target: _Target) -> None:
         res = target.resource
         labels, fields = self._selectors(res)
-        listed = self.api.cluster.list(res.kind, target.namespace, labels, fields)
+        token = self.query.get("continue")
+        start, at = _decode_continue(token) if token else (None, None)
+        try:
+            # a continue page lists the objects as they were at the first page's
+            # resourceVersion (upstream reads etcd at that revision), until compaction
+            listed = self.api.cluster.list(res.kind, target.namespace, labels, fields,
+                                           resource_version=at)
+        except (Gone, TooLargeResourceVersion):
+            raise HttpError(410, _CONTINUE_EXPIRED, "Expired") from None
         items, meta = listed.items, {"resourceVersion": listed.resource_version}
-        if "limit" in self.query or "continue" in self.query:
-            items, meta = self._page(items, listed.resource_version, bool(labels or fields))
+        if "limit" in self.query or token:
+            items, meta = self._page(items, listed.resource_version, bool(labels or fields),
+                                     start)
         form = self._accept()
         if form == "Table":
             table = self._table(res, items, meta["resourceVersion"])

@@ -13,10 +13,12 @@ podnet CRDs' schemas enforced on writes (422 naming the field). Standard library
 As upstream: unknown fields in podnet objects are pruned and named in a ``Warning`` header
 (``fieldValidation`` Warn, the default), pruned silently with ``Ignore``, refused (400, a
 strict decoding error) with ``Strict``; a pod created over HTTP gets the API's spec
-defaults and ``status.phase: Pending``; ``dryRun=All``, ``limit``/``continue`` paging,
-delete propagation policies and the namespace lifecycle (a fresh emulator has the four
-namespaces of a new cluster; one given a cluster checks what that cluster says:
-``InMemoryCluster.require_namespaces``) behave as on a real server.
+defaults and ``status.phase: Pending`` (a PUT or a patch, the spec defaults); ``dryRun=All``,
+``limit``/``continue`` paging (every page as of the first page's resourceVersion),
+``resourceVersionMatch=Exact`` lists, delete propagation policies and the namespace
+lifecycle (a fresh emulator has the four namespaces of a new cluster; one given a cluster
+checks what that cluster says: ``InMemoryCluster.require_namespaces``) behave as on a real
+server.
 
 Where it departs from a real server, on purpose:
 
@@ -1099,13 +1101,20 @@ class _Handler(BaseHTTPRequestHandler):
         labels, fields = self._selectors(res)
         token = self.query.get("continue")
         start, at = _decode_continue(token) if token else (None, None)
+        if self._exact_list(token):
+            at = self.query["resourceVersion"]
         try:
             # a continue page lists the objects as they were at the first page's
             # resourceVersion (upstream reads etcd at that revision), until compaction
             listed = self.api.cluster.list(res.kind, target.namespace, labels, fields,
                                            resource_version=at)
-        except (Gone, TooLargeResourceVersion):
-            raise HttpError(410, _CONTINUE_EXPIRED, "Expired") from None
+        except (Gone, TooLargeResourceVersion) as exc:
+            if token:
+                raise HttpError(410, _CONTINUE_EXPIRED, "Expired") from None
+            if isinstance(exc, Gone):
+                raise HttpError(410, "The resourceVersion for the provided list is too old.",
+                                "Expired") from None
+            raise
         items, meta = listed.items, {"resourceVersion": listed.resource_version}
         if "limit" in self.query or token:
             items, meta = self._page(items, listed.resource_version, bool(labels or fields),
@@ -1134,6 +1143,28 @@ class _Handler(BaseHTTPRequestHandler):
                 "items": items,
             },
         )
+
+    def _exact_list(self, token: str | None) -> bool:
+        """Whether the list asks for ``resourceVersionMatch=Exact``; the option checked as
+        upstream's ``ValidateListOptions`` does (422 naming the rule). ``NotOlderThan``
+        (and no match) is served the current objects, which are never older."""
+        match, rv = self.query.get("resourceVersionMatch"), self.query.get("resourceVersion")
+        if not match:
+            return False
+        if match not in ("Exact", "NotOlderThan"):
+            problem = (f'Unsupported value: "{match}": supported values: "Exact", '
+                       '"NotOlderThan"')
+        elif not rv:
+            problem = ("Forbidden: resourceVersionMatch is forbidden unless resourceVersion is "
+                       "provided")
+        elif token:
+            problem = "Forbidden: resourceVersionMatch is forbidden when continue is provided"
+        elif match == "Exact" and rv == "0":
+            problem = 'Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"'
+        else:
+            return match == "Exact"
+        raise HttpError(422, f'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: '
+                        f"{problem}")
 
     def _send_object(self, res: Resource, obj: Obj, code: int = 200) -> None:
         form = self._accept()

@@ -4,6 +4,7 @@ through the official client; each docstring names the upstream behaviour asserte
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -175,3 +176,29 @@ def test_foreground_deletion_without_dependents_is_seen_as_upstream_does(
         if ev["type"] == "DELETED":
             stream.stop()
     assert seen == [("MODIFIED", ["foregroundDeletion"]), ("DELETED", None)]
+
+
+def test_a_list_at_an_exact_resource_version(server: ApiServer, core: client.CoreV1Api) -> None:
+    """kubernetes.io "API Concepts" (resource versions, semantics for get and list):
+    ``resourceVersionMatch=Exact`` returns the data at exactly that resourceVersion, 410
+    Expired once it is compacted; the option is checked as upstream's
+    ``ValidateListOptions`` does (422: forbidden without a resourceVersion, or with "0")."""
+    core.create_namespaced_pod(NS, pod("a", v="1"))
+    rv = core.list_namespaced_pod(NS).metadata.resource_version
+    core.patch_namespaced_pod("a", NS, {"metadata": {"labels": {"v": "2"}}})
+    core.create_namespaced_pod(NS, pod("b"))
+    then = core.list_namespaced_pod(NS, resource_version=rv, resource_version_match="Exact")
+    assert [(p.metadata.name, p.metadata.labels) for p in then.items] == [("a", {"v": "1"})]
+    assert then.metadata.resource_version == rv
+    now = core.list_namespaced_pod(NS, resource_version=rv,
+                                   resource_version_match="NotOlderThan")
+    assert [p.metadata.name for p in now.items] == ["a", "b"]
+    for bad, rule in ((None, "unless resourceVersion is provided"), ("0", 'resourceVersion "0"')):
+        with pytest.raises(ApiException) as refused:
+            core.list_namespaced_pod(NS, resource_version=bad, resource_version_match="Exact")
+        assert refused.value.status == 422 and rule in json.loads(refused.value.body)["message"]
+    server.cluster.faults.compact()
+    with pytest.raises(ApiException) as expired:
+        core.list_namespaced_pod(NS, resource_version=rv, resource_version_match="Exact")
+    assert expired.value.status == 410
+    assert json.loads(expired.value.body)["reason"] == "Expired"

@@ -213,8 +213,9 @@ class _Elector:
             self.step_down.wait(30)
             raise RuntimeError(f"{identity} steps down")
 
-        # the library's lower bounds: lease 2 s > renew deadline 1.5 s > 1.2 x retry 1 s
-        config = electionconfig.Config(lock, lease_duration=2, renew_deadline=1.5,
+        # near the library's lower bounds (lease > renew deadline > 1.2 x retry >= 1 s),
+        # with a lease that a loaded machine's late renewal does not let expire
+        config = electionconfig.Config(lock, lease_duration=3, renew_deadline=2,
                                        retry_period=1, onstarted_leading=lead,
                                        onstopped_leading=lambda: log.append(
                                            ("stopped", identity)))
@@ -239,7 +240,7 @@ def test_leader_election_one_leads_and_the_other_takes_over(
     try:
         lease = server.peek(LEASE, "podnet-test", NS)
         assert lease is not None and lease["spec"]["holderIdentity"] == "first"
-        assert lease["spec"]["leaseDurationSeconds"] == 2
+        assert lease["spec"]["leaseDurationSeconds"] == 3
         first.step_down.set()
         wait_for("the take-over", lambda: ("leading", "second") in log, 15, 0.05)
         assert log.index(("stopped", "first")) < log.index(("leading", "second"))

@@ -17,6 +17,7 @@ import pytest
 from kr8s.objects import ConfigMap as Kr8sConfigMap
 from kr8s.objects import Pod as Kr8sPod
 from kr8s.objects import new_class
+from kubernetes import client
 from lightkube import Client as LightkubeClient
 from lightkube import KubeConfig
 from lightkube.core.exceptions import ApiError as LightkubeApiError
@@ -67,8 +68,11 @@ def exists(server: ApiServer, kind: Any, name: str) -> bool:
 
 
 class _Operator:
-    """A minimal kopf operator run in-process: pod handlers (create, delete: kopf's
-    finalizer) and a PodNetwork handler that writes status. Standalone: no peering."""
+    """A minimal kopf operator: pod handlers (create, delete: kopf's finalizer) and a
+    PodNetwork handler that writes status. ``kopf.operator`` runs on a thread of this
+    process, as ``kopf run`` would run it (a second interpreter would cost seconds);
+    standalone, so no peering; logged in to the emulator by a login handler, so this
+    process's kubeconfig is not touched."""
 
     def __init__(self, server: ApiServer) -> None:
         self.registry = kopf.OperatorRegistry()
@@ -81,7 +85,6 @@ class _Operator:
 
         @kopf.on.login(registry=reg)
         def login(**_: Any) -> kopf.ConnectionInfo:
-            # the emulator's address, without touching this process's KUBECONFIG
             return kopf.ConnectionInfo(server=server.url)
 
         @kopf.on.create("pods", registry=reg)
@@ -129,8 +132,6 @@ def test_kopf_pod_handlers_hold_deletion_with_their_finalizer(server: ApiServer)
     ``deletionTimestamp``; the object stays, readable, until the last finalizer is
     removed, and the patch that removes it deletes it. kopf's patches carry a JSON-patch
     ``test`` of the resourceVersion, which must hold on the emulator as on etcd."""
-    from kubernetes import client
-
     with _Operator(server) as op, client.ApiClient(
             client.Configuration(host=server.url)) as api:
         core = client.CoreV1Api(api)
@@ -159,8 +160,6 @@ def test_kopf_status_patch_on_a_custom_resource_lands_and_unknown_fields_are_pru
     declare are dropped from what is stored (and named in a warning), the declared ones are
     kept; the write is not refused. So the PodNetwork's phase and ip land, and kopf's
     ``status.network_created`` (not in the schema) is pruned, as on a real cluster."""
-    from kubernetes import client
-
     with _Operator(server) as op, client.ApiClient(
             client.Configuration(host=server.url)) as api:
         objects = client.CustomObjectsApi(api)
@@ -186,9 +185,8 @@ def test_kopf_status_patch_on_a_custom_resource_lands_and_unknown_fields_are_pru
 
 @pytest.fixture
 def lightkube(kubeconfig: Path) -> Iterator[LightkubeClient]:
-    client = LightkubeClient(config=KubeConfig.from_file(kubeconfig), field_manager="tests")
-    yield client
-    client._client._client.close()
+    with LightkubeClient(config=KubeConfig.from_file(kubeconfig), field_manager="tests") as client:
+        yield client
 
 
 def _lk_pod(name: str, **labels: str) -> Pod:

@@ -318,6 +318,44 @@ def test_lightkube_status_subresource_of_a_generic_resource(
                                "mac": "02:00:00:00:00:01"}
 
 
+def test_lightkube_wait_for_a_condition_and_delete_a_collection(
+        lightkube: LightkubeClient) -> None:
+    """``Client.wait`` watches one object (a ``metadata.name`` field selector, which
+    upstream serves for every kind) until a condition holds: here the pod's Ready
+    condition, written through ``pods/status`` as a kubelet writes it. A field selector on
+    ``spec.nodeName`` picks a node's pods (upstream's pod field set has it);
+    ``deletecollection`` with ``dryRun=All`` deletes nothing, with grace 0 deletes them
+    all at once."""
+    for name, node in (("a", "n1"), ("b", "n1"), ("c", "n2")):
+        pod = _lk_pod(name)
+        assert pod.spec is not None
+        pod.spec.nodeName = node
+        lightkube.create(pod, namespace=NS)
+    on_n1 = [p.metadata.name for p in lightkube.list(Pod, namespace=NS,
+                                                     fields={"spec.nodeName": "n1"})
+             if p.metadata]
+    assert on_n1 == ["a", "b"]
+
+    def kubelet() -> None:
+        lightkube.patch(Pod.Status, "a", {"status": {"conditions": [
+            {"type": "Ready", "status": "True"}]}}, namespace=NS)
+
+    timer = threading.Timer(0.2, kubelet)
+    timer.start()
+    ready = lightkube.wait(Pod, "a", for_conditions=["Ready"], namespace=NS)
+    timer.join()
+    assert ready.status is not None and ready.status.conditions is not None
+    assert [(c.type, c.status) for c in ready.status.conditions] == [("Ready", "True")]
+
+    def names() -> list[str]:
+        return [p.metadata.name or "" for p in lightkube.list(Pod, namespace=NS) if p.metadata]
+
+    lightkube.deletecollection(Pod, namespace=NS, grace_period=0, dry_run=True)
+    assert names() == ["a", "b", "c"]
+    lightkube.deletecollection(Pod, namespace=NS, grace_period=0)
+    assert names() == []
+
+
 # --- kr8s -------------------------------------------------------------------------------
 
 

@@ -583,18 +583,23 @@ class InMemoryCluster:
             raise Gone(f"too old resource version: {at} ({self._compacted_rv + 1})")
         if at > self._rv:
             raise TooLargeResourceVersion(f"Too large resource version: {at}, current: {self._rv}")
-        buckets = {ns: dict(bucket) for ns, bucket in self._store.get(kind, {}).items()}
+        stored = self._store.get(kind, {})
+        buckets: dict[str, dict[str, Obj]] | None = None  # copied once something differs
         for rec in reversed(self._history):
             if rec.rv <= at:
                 break
             if rec.kind != kind:
                 continue
+            if buckets is None:
+                buckets = {ns: dict(bucket) for ns, bucket in stored.items()}
             meta = rec.obj["metadata"]
             bucket = buckets.setdefault(meta.get("namespace", ""), {})
             if rec.old is None:  # created after: not there yet
                 bucket.pop(meta["name"], None)
             else:  # modified or deleted after: as it was before
                 bucket[meta["name"]] = rec.old
+        if buckets is None:
+            return stored
         return {ns: bucket for ns, bucket in buckets.items() if bucket}
 
     def watch(

@@ -19,10 +19,12 @@ schemas (``openapi``). Standard library only
 As upstream: unknown fields in podnet objects are pruned and named in a ``Warning`` header
 (``fieldValidation`` Warn, the default), pruned silently with ``Ignore``, refused (400, a
 strict decoding error) with ``Strict``; a pod created over HTTP gets the API's spec
-defaults and ``status.phase: Pending``; ``dryRun=All``, ``limit``/``continue`` paging,
-delete propagation policies and the namespace lifecycle (a fresh emulator has the four
-namespaces of a new cluster; one given a cluster checks what that cluster says:
-``InMemoryCluster.require_namespaces``) behave as on a real server.
+defaults and ``status.phase: Pending`` (a PUT or a patch, the spec defaults); ``dryRun=All``,
+``limit``/``continue`` paging (every page as of the first page's resourceVersion),
+``resourceVersionMatch=Exact`` lists, delete propagation policies and the namespace
+lifecycle (a fresh emulator has the four namespaces of a new cluster; one given a cluster
+checks what that cluster says: ``InMemoryCluster.require_namespaces``) behave as on a real
+server.
 
 Where it departs from a real server, on purpose:
 
@@ -30,10 +32,9 @@ Where it departs from a real server, on purpose:
   validation.go; protobuf bodies are read (``podnet.sim.protobuf``) but answers are JSON
   only (an Accept without JSON gets 406);
 * :class:`InMemoryCluster` called in-process keeps the pod status it is given (so a
-  harness can create running pods in one call) and is not validated (only what comes
-  over HTTP is);
-* no authentication, no other admission; a ``continue`` page shows the objects as they are
-  now, not as they were at the first page's resourceVersion;
+  harness can create running pods in one call), sets no pod defaults and is not
+  validated (only what comes over HTTP is: a create, a PUT, the result of a patch);
+* no authentication, no other admission;
 * no PodDisruptionBudgets (every eviction is allowed), no Endpoints or EndpointSlices for
   services, single-stack ClusterIPs, no ``serviceaccounts/token``; the ``default``
   ServiceAccount is made for the namespaces there at start and those created over HTTP.
@@ -104,6 +105,7 @@ from podnet.core.cluster.port import (
     Kind,
     NotFound,
     Obj,
+    TooLargeResourceVersion,
     WatchEvent,
 )
 from podnet.core.cluster.selectors import parse_field_selector, parse_label_selector
@@ -1095,28 +1097,22 @@ class _Handler(BaseHTTPRequestHandler):
                 return params.get("as")
         return None
 
-    def _page(self, items: list[Obj], rv: str, selected: bool) -> tuple[list[Obj], Obj]:
+    def _page(self, items: list[Obj], rv: str, selected: bool,
+              start: str | None) -> tuple[list[Obj], Obj]:
         """``limit``/``continue`` paging, as upstream: a page of at most ``limit`` items in
-        (namespace, name) order and a continue token naming the last key and the first
-        page's resourceVersion; a token older than the compacted history answers 410.
-        Unlike upstream's, later pages show the objects as they are now, not at that
-        resourceVersion."""
+        (namespace, name) order after the continue token's key (``start``), and a continue
+        token naming the last key and the first page's resourceVersion (``rv``)."""
         try:
             limit = int(self.query.get("limit") or 0)
         except ValueError:
             raise HttpError(400, "limit: expected an integer") from None
-        token = self.query.get("continue")
         meta: Obj = {"resourceVersion": rv}
-        if token:
-            start, rv = _decode_continue(token)
-            if int(rv) < self.api.cluster._compacted_rv:
-                raise HttpError(410, _CONTINUE_EXPIRED, "Expired")
-            meta["resourceVersion"] = rv
+        if start is not None:
             items = [o for o in items if _key(o) > start]
         if limit <= 0 or len(items) <= limit:
             return items, meta
         page = items[:limit]
-        meta["continue"] = _encode_continue(_key(page[-1]), meta["resourceVersion"])
+        meta["continue"] = _encode_continue(_key(page[-1]), rv)
         if not selected:
             meta["remainingItemCount"] = len(items) - limit
         return page, meta
@@ -1124,11 +1120,27 @@ class _Handler(BaseHTTPRequestHandler):
     def _list(self, target: _Target) -> None:
         res = target.resource
         labels, fields = self._selectors(res)
-        listed = self.api.cluster.list(res.store_kind, target.namespace, labels, fields)
+        token = self.query.get("continue")
+        start, at = _decode_continue(token) if token else (None, None)
+        if self._exact_list(token):
+            at = self.query["resourceVersion"]
+        try:
+            # a continue page lists the objects as they were at the first page's
+            # resourceVersion (upstream reads etcd at that revision), until compaction
+            listed = self.api.cluster.list(res.store_kind, target.namespace, labels, fields,
+                                           resource_version=at)
+        except (Gone, TooLargeResourceVersion) as exc:
+            if token:
+                raise HttpError(410, _CONTINUE_EXPIRED, "Expired") from None
+            if isinstance(exc, Gone):
+                raise HttpError(410, "The resourceVersion for the provided list is too old.",
+                                "Expired") from None
+            raise
         items = [res.shown(o) for o in listed.items]
         meta = {"resourceVersion": listed.resource_version}
-        if "limit" in self.query or "continue" in self.query:
-            items, meta = self._page(items, listed.resource_version, bool(labels or fields))
+        if "limit" in self.query or token:
+            items, meta = self._page(items, listed.resource_version, bool(labels or fields),
+                                     start)
         form = self._accept()
         if form == "Table":
             table = self._table(res, items, meta["resourceVersion"])
@@ -1153,6 +1165,28 @@ class _Handler(BaseHTTPRequestHandler):
                 "items": items,
             },
         )
+
+    def _exact_list(self, token: str | None) -> bool:
+        """Whether the list asks for ``resourceVersionMatch=Exact``; the option checked as
+        upstream's ``ValidateListOptions`` does (422 naming the rule). ``NotOlderThan``
+        (and no match) is served the current objects, which are never older."""
+        match, rv = self.query.get("resourceVersionMatch"), self.query.get("resourceVersion")
+        if not match:
+            return False
+        if match not in ("Exact", "NotOlderThan"):
+            problem = (f'Unsupported value: "{match}": supported values: "Exact", '
+                       '"NotOlderThan"')
+        elif not rv:
+            problem = ("Forbidden: resourceVersionMatch is forbidden unless resourceVersion is "
+                       "provided")
+        elif token:
+            problem = "Forbidden: resourceVersionMatch is forbidden when continue is provided"
+        elif match == "Exact" and rv == "0":
+            problem = 'Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"'
+        else:
+            return match == "Exact"
+        raise HttpError(422, f'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: '
+                        f"{problem}")
 
     def _send_object(self, res: Resource, obj: Obj, code: int = 200) -> None:
         form = self._accept()
@@ -1755,10 +1789,10 @@ def _qos_class(containers: list[Any]) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
-def pod_defaults(pod: Obj) -> Obj:
-    """A new pod as upstream stores it: the API's defaults filled into ``spec`` and its
-    containers (``SetDefaults_PodSpec``, ``SetDefaults_Container``), the status replaced by
-    ``phase: Pending`` and the QoS class (the pod strategy's ``PrepareForCreate``)."""
+def pod_spec_defaults(pod: Obj) -> Obj:
+    """``pod`` with the API's defaults filled into ``spec`` and its containers
+    (``SetDefaults_PodSpec``, ``SetDefaults_Container``). Upstream defaults every object it
+    decodes, so a create, a PUT and the result of a patch all get them."""
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         return pod
@@ -1770,10 +1804,19 @@ def pod_defaults(pod: Obj) -> Obj:
                 if isinstance(c, dict) else c
                 for c in spec[key]
             ]
+    return {**pod, "spec": spec}
+
+
+def pod_defaults(pod: Obj) -> Obj:
+    """A new pod as upstream stores it: :func:`pod_spec_defaults`, the status replaced by
+    ``phase: Pending`` and the QoS class (the pod strategy's ``PrepareForCreate``)."""
+    pod = pod_spec_defaults(pod)
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return pod
     containers = spec.get("containers")
     qos = _qos_class(containers if isinstance(containers, list) else [])
-    status = {"phase": "Pending", "qosClass": qos}
-    return {**pod, "spec": spec, "status": status}
+    return {**pod, "status": {"phase": "Pending", "qosClass": qos}}
 
 
 _CONTINUE_EXPIRED: Final = (

@@ -18,7 +18,8 @@ What it keeps faithful, because podnet's correctness depends on it:
   (the default) deletes the dependents once their owners are gone, ``Orphan`` keeps them
   and strips the owner's references, ``Foreground`` keeps the owner (with the
   ``foregroundDeletion`` finalizer) until the dependents that ``blockOwnerDeletion`` are
-  gone; what upstream's garbage collector does a moment later is done in the same call;
+  gone (and deletes dependents that own others in the foreground too); what upstream's
+  garbage collector does a moment later is done in the same call;
 * watches that replay from a resourceVersion, answer 410 Gone once history is
   compacted, deliver objects that leave a selector as DELETED, and carry bookmarks.
 
@@ -257,7 +258,7 @@ class _Record(NamedTuple):
     kind: Kind
     type: WatchType
     obj: Obj
-    old: Obj | None  # the previous version, for MODIFIED: selectors need both
+    old: Obj | None  # the version before (MODIFIED, DELETED): for selectors and snapshots
 
 
 class MemoryWatch:
@@ -545,12 +546,20 @@ class InMemoryCluster:
         label_selector: str | None = None,
         field_selector: str | None = None,
         transform: Callable[[Obj], Any] | None = None,
+        *,
+        resource_version: str | None = None,
     ) -> ListResult:
+        """List (see the Cluster port); with ``resource_version``, the objects as they were
+        at exactly that resourceVersion (upstream's ``resourceVersionMatch=Exact``, and
+        how it serves a ``continue`` page): Gone once history before it is compacted."""
         with self._lock:
             self._begin("list", kind)
             labels = parse_label_selector(label_selector)
             fields = parse_field_selector(field_selector, kind)
-            buckets = self._store.get(kind, {})
+            if resource_version is None:
+                buckets = self._store.get(kind, {})
+            else:
+                buckets = self._snapshot(kind, resource_version)
             if namespace and kind.namespaced:
                 spaces = [namespace] if namespace in buckets else []
             else:
@@ -564,10 +573,40 @@ class InMemoryCluster:
                         fields.empty or fields.matches(obj)
                     ):
                         items.append(obj)
-            rv = str(self._rv)
+            rv = str(self._rv) if resource_version is None else resource_version
         if transform is not None:
             return ListResult([transform(clone_obj(o)) for o in items], rv)
         return ListResult([clone_obj(o) for o in items], rv)
+
+    def _snapshot(self, kind: Kind, resource_version: str) -> dict[str, dict[str, Obj]]:
+        """The store of ``kind`` at ``resource_version``: today's, with the writes after it
+        undone from the history, newest first (lock held)."""
+        try:
+            at = int(resource_version)
+        except (TypeError, ValueError):
+            raise Invalid(f"invalid resourceVersion {resource_version!r}") from None
+        if at < self._compacted_rv:
+            raise Gone(f"too old resource version: {at} ({self._compacted_rv + 1})")
+        if at > self._rv:
+            raise TooLargeResourceVersion(f"Too large resource version: {at}, current: {self._rv}")
+        stored = self._store.get(kind, {})
+        buckets: dict[str, dict[str, Obj]] | None = None  # copied once something differs
+        for rec in reversed(self._history):
+            if rec.rv <= at:
+                break
+            if rec.kind != kind:
+                continue
+            if buckets is None:
+                buckets = {ns: dict(bucket) for ns, bucket in stored.items()}
+            meta = rec.obj["metadata"]
+            bucket = buckets.setdefault(meta.get("namespace", ""), {})
+            if rec.old is None:  # created after: not there yet
+                bucket.pop(meta["name"], None)
+            else:  # modified or deleted after: as it was before
+                bucket[meta["name"]] = rec.old
+        if buckets is None:
+            return stored
+        return {ns: bucket for ns, bucket in buckets.items() if bucket}
 
     def watch(
         self,
@@ -778,10 +817,16 @@ class InMemoryCluster:
         namespace: str | None = None,
         patch_type: Literal["merge", "json", "strategic"] = "merge",
         subresource: Literal["status"] | None = None,
+        *,
+        defaults: Callable[[Obj], Obj] | None = None,
     ) -> Obj:
+        """Patch (see the Cluster port); ``defaults`` is applied to the patched object
+        before it is checked and stored, as upstream defaults what it decodes (the API
+        emulator passes the kind's defaulting)."""
         with self._lock:
             self._begin("patch", kind)
-            result = self._patch(kind, name, patch, namespace, patch_type, subresource)
+            result = self._patch(kind, name, patch, namespace, patch_type, subresource,
+                                 defaults)
         return clone_obj(result)
 
     def _patch(
@@ -792,6 +837,7 @@ class InMemoryCluster:
         namespace: str | None,
         patch_type: Literal["merge", "json", "strategic"],
         subresource: Literal["status"] | None,
+        defaults: Callable[[Obj], Obj] | None = None,
     ) -> Obj:
         """Apply a patch (lock held); returns what was stored."""
         if subresource not in (None, "status"):
@@ -824,7 +870,7 @@ class InMemoryCluster:
             new = {**stored, "metadata": dict(stored["metadata"])}
             self._keep_status(new, patched)
         else:
-            new = patched
+            new = patched if defaults is None else defaults(patched)
             if kind in STATUS_SUBRESOURCE:
                 self._keep_status(new, stored)
         if self._admission is not None:
@@ -923,7 +969,7 @@ class InMemoryCluster:
             if propagation_policy == "Orphan":
                 self._orphan(owner)
                 stored = self._find(kind, name, namespace)
-            if propagation_policy == "Foreground" and self._dependents.get(owner):
+            if propagation_policy == "Foreground":
                 self._delete_foreground(kind, stored, grace_period_seconds)
             else:
                 self._delete(kind, stored, grace_period_seconds)
@@ -946,8 +992,12 @@ class InMemoryCluster:
             self._replace(where[0], obj, {**obj, "metadata": meta})
 
     def _delete_foreground(self, kind: Kind, stored: Obj, grace: int | None) -> None:
-        """Mark the owner deleting with the ``foregroundDeletion`` finalizer, delete its
-        dependents; it goes when the blocking ones are gone (lock held)."""
+        """Mark the owner deleting with the ``foregroundDeletion`` finalizer (even with no
+        dependents: upstream's registry adds it, the garbage collector then drops it),
+        delete its dependents; it goes when the blocking ones are gone (lock held). A
+        dependent with dependents of its own is deleted in the foreground too, as
+        upstream's garbage collector does for an owner waiting on its dependents, so a
+        chain goes from its leaves up."""
         meta = stored["metadata"]
         if meta.get("deletionTimestamp"):
             self._delete(kind, stored, grace)
@@ -965,8 +1015,13 @@ class InMemoryCluster:
             self._kubelet_schedule(owner, grace)
         for dep in sorted(self._dependents.get(owner, ())):
             where = self._by_uid.get(dep)
-            if where is not None:
-                self._delete(where[0], self._store[where[0]][where[1]][where[2]], None)
+            if where is None:
+                continue
+            obj = self._store[where[0]][where[1]][where[2]]
+            if self._dependents.get(dep):
+                self._delete_foreground(where[0], obj, None)
+            else:
+                self._delete(where[0], obj, None)
         self._fg_queue.append(owner)
 
     def _delete_namespace(self, stored: Obj) -> None:
@@ -1122,7 +1177,9 @@ class InMemoryCluster:
             return done
 
     def _mark_deleting(self, kind: Kind, stored: Obj, when: datetime, grace: int) -> None:
-        # (``stored`` may carry metadata not stored yet: a foreground delete's finalizer)
+        # (``stored`` may carry changes not stored yet: a foreground delete's finalizer, a
+        # namespace's phase; the history keeps what was stored, for snapshots and selectors)
+        before = self._stored(kind, stored)
         meta = {
             **stored["metadata"],
             "deletionTimestamp": format_time(when),
@@ -1131,7 +1188,12 @@ class InMemoryCluster:
         }
         new = {**stored, "metadata": meta}
         self._put(kind, new)
-        self._record(kind, "MODIFIED", new, stored)
+        self._record(kind, "MODIFIED", new, before)
+
+    def _stored(self, kind: Kind, obj: Obj) -> Obj:
+        meta = obj["metadata"]
+        found = self._store.get(kind, {}).get(meta.get("namespace", ""), {}).get(meta["name"])
+        return obj if found is None else found
 
     def _remove(self, kind: Kind, obj: Obj) -> None:
         """Drop ``obj`` for real: DELETED at a new RV, then queue its dependents for GC."""
@@ -1139,7 +1201,7 @@ class InMemoryCluster:
         ns = meta.get("namespace", "")
         buckets = self._store.get(kind, {})
         bucket = buckets.get(ns, {})
-        bucket.pop(meta["name"], None)
+        before = bucket.pop(meta["name"], None) or obj
         if not bucket:
             buckets.pop(ns, None)
         self._by_uid.pop(meta["uid"], None)
@@ -1149,7 +1211,7 @@ class InMemoryCluster:
             self._ns_queue.append(ns)
         self._unindex_owners(meta)
         final = {**obj, "metadata": {**meta, "resourceVersion": self._next_rv()}}
-        self._record(kind, "DELETED", final)
+        self._record(kind, "DELETED", final, before)
         self._gc_queue.append(meta["uid"])
 
     def _collect_garbage(self) -> None:

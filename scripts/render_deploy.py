@@ -1,7 +1,9 @@
 """Write deploy/'s plain manifests from the Helm chart in deploy/chart/ (its defaults, in
-kube-system), rendered by Helm's own engine (the Helm SDK behind helm-python-sdk).
+kube-system), rendered by Helm's own engine (the Helm SDK behind helm-python-sdk), and the
+CRDs from their one source, sim/crds/ (the package's copy, which the emulator serves), into
+the chart's crds/ and deploy/crds/.
 
-    .venv/bin/python scripts/render_deploy.py          # rewrite deploy/*.yaml, deploy/crds/
+    .venv/bin/python scripts/render_deploy.py          # rewrite deploy/*.yaml, the CRD copies
     .venv/bin/python scripts/render_deploy.py --check  # exit 1 when they differ
 
 tests/test_chart.py fails when deploy/ is not what this writes.
@@ -13,7 +15,9 @@ import argparse
 import sys
 from pathlib import Path
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+CRDS = ROOT / "sim" / "crds"  # edit the CRDs here
 CHART = DEPLOY / "chart"
 NAMESPACE = "kube-system"
 HEADER = ("# Rendered from deploy/chart with its default values by scripts/render_deploy.py:"
@@ -32,10 +36,10 @@ def render(values: dict[str, object] | None = None, *, namespace: str = NAMESPAC
 
 
 def expected_files() -> dict[Path, str]:
-    """Every file of deploy/ the chart makes, with its text."""
+    """Every file of deploy/ the chart and sim/crds/ make, with its text."""
     files = {DEPLOY / name: HEADER + text.lstrip("\n") for name, text in render().items()}
-    for crd in sorted((CHART / "crds").glob("*.yaml")):
-        files[DEPLOY / "crds" / crd.name] = crd.read_text()
+    for crd in sorted(CRDS.glob("*.yaml")):
+        files[CHART / "crds" / crd.name] = files[DEPLOY / "crds" / crd.name] = crd.read_text()
     return files
 
 
@@ -47,11 +51,12 @@ def main(argv: list[str] | None = None) -> int:
              if not path.exists() or path.read_text() != text]
     if args.check:
         for path in stale:
-            print(f"{path.relative_to(DEPLOY.parent)} differs from the chart", file=sys.stderr)
+            print(f"{path.relative_to(ROOT)} differs from what the chart and sim/crds make",
+                  file=sys.stderr)
         return 1 if stale else 0
     for path in stale:
         path.write_text(expected_files()[path])
-        print(f"wrote {path.relative_to(DEPLOY.parent)}")
+        print(f"wrote {path.relative_to(ROOT)}")
     return 0
 
 

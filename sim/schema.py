@@ -1,12 +1,13 @@
 """podnet's CustomResourceDefinitions as the emulated API server uses them.
 
-The CRDs are read from their YAML (the canonical copies in ``deploy/crds`` of a source
-checkout, else the package data ``podnet.sim/crds``). :func:`validate` checks an object
-against a CRD's ``openAPIV3Schema`` the way a structural schema does, for the subset of
-OpenAPI v3 the CRDs use: ``type``, ``properties``, ``required``, ``enum``, ``items``,
-``format`` (ipv4, ipv6, cidr, mac, date-time), ``additionalProperties``, ``nullable``,
-``minLength``/``maxLength``, ``minimum``/``maximum``, ``minItems``/``maxItems``,
-``pattern``, ``x-kubernetes-preserve-unknown-fields`` and the uniqueness rules of
+The CRDs are read from their YAML, the package data ``podnet.sim/crds`` (their one
+source; ``scripts/render_deploy.py`` copies them into the chart and ``deploy/crds``).
+:func:`validate` checks an object against a CRD's ``openAPIV3Schema`` the way a
+structural schema does, for the subset of OpenAPI v3 the CRDs use: ``type``,
+``properties``, ``required``, ``enum``, ``items``, ``format`` (ipv4, ipv6, cidr, mac,
+date-time), ``additionalProperties``, ``nullable``, ``minLength``/``maxLength``,
+``minimum``/``maximum``, ``minItems``/``maxItems``, ``pattern``,
+``x-kubernetes-preserve-unknown-fields`` and the uniqueness rules of
 ``x-kubernetes-list-type`` (map, set).
 """
 
@@ -85,10 +86,7 @@ class CustomResource:
 
 
 def crd_directory() -> Path | None:
-    """Where the CRD YAML is: the source checkout's ``deploy/crds``, else package data."""
-    checkout = Path(__file__).resolve().parent.parent / "deploy" / "crds"
-    if all((checkout / name).is_file() for name in CRD_FILES):
-        return checkout
+    """Where the CRD YAML is: the package data (``sim/crds`` of a source checkout)."""
     packaged = importlib.resources.files("podnet.sim") / "crds"
     if all((packaged / name).is_file() for name in CRD_FILES):
         # package data of a regular install is a directory on disk
@@ -101,8 +99,8 @@ def load_crds(directory: Path | None = None) -> list[CustomResource]:
     where = directory or crd_directory()
     if where is None:
         raise FileNotFoundError(
-            f"podnet CRDs not found: expected {', '.join(CRD_FILES)} in deploy/crds of the "
-            "source checkout or in the package data podnet.sim/crds"
+            f"podnet CRDs not found: expected {', '.join(CRD_FILES)} in the package "
+            "data podnet.sim/crds"
         )
     found: list[CustomResource] = []
     for name in CRD_FILES:

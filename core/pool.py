@@ -17,6 +17,7 @@ pool's fields.
 from __future__ import annotations
 
 import enum
+import functools
 import ipaddress
 import math
 import threading
@@ -196,6 +197,15 @@ def _is_v6(address: str) -> bool:
     return ":" in address
 
 
+@functools.lru_cache(maxsize=1024)
+def _network(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    # a node's few subnets, parsed once rather than on every allocation's check
+    try:
+        return ipaddress.ip_network(cidr, strict=False)
+    except ValueError:
+        return None
+
+
 def reserved_reason(address: str, cidr: str | None, gateway: str | None = None) -> str | None:
     """Why ``address`` can never be a pod's in subnet ``cidr`` (its network or broadcast
     address, or its gateway), or None. Providers check a static request with it before
@@ -208,9 +218,8 @@ def reserved_reason(address: str, cidr: str | None, gateway: str | None = None) 
         return f"{address} is the subnet's gateway"
     if not cidr:
         return None
-    try:
-        net = ipaddress.ip_network(cidr, strict=False)
-    except ValueError:
+    net = _network(cidr)
+    if net is None:
         return None
     if ip.version != net.version or ip not in net:
         return None

@@ -293,6 +293,8 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         # which replica wrote what, in the API server's audit log
         cluster.api_client.user_agent = f"podnet/{host.identity}"
         cluster.on_request = host.metrics.kube_request
+        # Events from a thread of their own: a worker never waits for one
+        cluster.queue_events().on_drop = host.metrics.event_dropped
         try:
             host.serve(config.listen)
         except OSError as exc:  # busy, or not an address of this host
@@ -308,6 +310,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(f"podnet run: {exc}", file=sys.stderr)
         return 2
     code = host.run() if answered else 0
+    cluster.close()  # the Events still queued are sent
     if tracer_provider is not None:
         tracer_provider.shutdown()
     return code

@@ -121,7 +121,7 @@ def _serve(kubeconfig: str, write_latency: float, read_latency: float,
 
 
 def run(pods: int, nodes: int, workers: int, write_latency: float, read_latency: float,
-        seed: int) -> dict[str, Any]:
+        seed: int, sync_events: bool = False) -> dict[str, Any]:
     per_node = math.ceil(pods / nodes)
     idle = per_node + SPARE
     store = InMemoryCluster(seed=seed)
@@ -146,11 +146,14 @@ def run(pods: int, nodes: int, workers: int, write_latency: float, read_latency:
         kube: KubeCluster | None = None
         stop = threading.Event()
         engine_thread: threading.Thread | None = None
+        events_dropped = 0
         try:
             if not conn.poll(60):
                 raise RuntimeError("the API server process did not start")
             conn.recv()
             kube = KubeCluster.from_kubeconfig(kubeconfig)
+            if not sync_events:
+                kube.queue_events()  # as podnet run does: Events from a thread of their own
             pm = new_plugin_manager()
             pm.register(ReferenceProvider(cloud, policy=p3_policy(idle)), name=PROVIDER)
             listener = Routed()
@@ -199,6 +202,9 @@ def run(pods: int, nodes: int, workers: int, write_latency: float, read_latency:
                 if time.perf_counter() > deadline + 600:
                     raise RuntimeError("PodNetworks left after every finish")
                 time.sleep(0.05)
+            if kube.events is not None:
+                kube.events.flush(120)
+                events_dropped = kube.events.dropped
         finally:
             stop.set()
             if engine_thread is not None:
@@ -226,6 +232,8 @@ def run(pods: int, nodes: int, workers: int, write_latency: float, read_latency:
         "pods": pods,
         "nodes": nodes,
         "workers": workers,
+        "events": "on the workers" if sync_events else "sender thread",
+        "events_dropped": events_dropped,
         "write_latency_s": write_latency,
         "read_latency_s": read_latency,
         "duration_s": round(elapsed, 3),
@@ -262,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="added to every write (%(default)s)")
     parser.add_argument("--read-latency", type=float, default=0.0, metavar="SECONDS",
                         help="added to every read (%(default)s)")
+    parser.add_argument("--sync-events", action="store_true",
+                        help="write Events on the workers (before the sender thread)")
     parser.add_argument("--quick", action="store_true", help="smoke test: 100 pods, 10 nodes")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
@@ -271,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_latency < 0 or args.read_latency < 0:
         parser.error("a latency cannot be negative")
     gc.collect()
-    result = run(pods, nodes, args.workers, args.write_latency, args.read_latency, args.seed)
+    result = run(pods, nodes, args.workers, args.write_latency, args.read_latency, args.seed,
+                 args.sync_events)
     report = {
         "benchmark": "api_latency",
         "goal": "P10: a burst with 10 ms per API write, warm pools: <= 1.25 x (writes per "

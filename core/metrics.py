@@ -121,6 +121,13 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.events_dropped = Counter(
+            "podnet_events_dropped_total",
+            "Events not written because the queue of Events waiting to be sent was full "
+            "(Events are best effort; the records are written regardless).",
+            registry=self.registry,
+        )
+
     def attach(self, engine: EngineState) -> None:
         self.registry.register(_EngineCollector(engine))
 
@@ -137,6 +144,9 @@ class Metrics:
     def kube_request(self, verb: str, code: str, seconds: float) -> None:
         self.kube_requests.labels(verb, code).inc()
         self.kube_request_seconds.labels(verb).observe(seconds)
+
+    def event_dropped(self) -> None:
+        self.events_dropped.inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -17,6 +17,7 @@ pool's fields.
 from __future__ import annotations
 
 import enum
+import functools
 import ipaddress
 import math
 import threading
@@ -39,8 +40,8 @@ class Address:
     address: str
     interface: str | None = None
     subnet: str | None = None
-    #: ``namespace/name`` of the PodNetwork owning it; None when idle
-    owner: str | None = None
+    #: ``namespace/name`` of the PodNetwork owning it; None when idle (``owner``)
+    _owner: str | None = None
     #: monotonic time before which an idle address is not handed out again
     cooldown_until: float = 0.0
     #: monotonic time it joined the pool (0: before this process started)
@@ -50,9 +51,50 @@ class Address:
     #: an invalid half of a dual-stack pair (``address`` of either family): never handed
     #: out, given back by the next shrink
     half: bool = False
+    #: the owner index of the pool map holding it (``AddressMap``): told of each owner set
+    _index: dict[str, set[str]] | None = attrs.field(default=None, eq=False, repr=False)
+
+    @property
+    def owner(self) -> str | None:
+        return self._owner
+
+    @owner.setter
+    def owner(self, owner: str | None) -> None:
+        self._owner = owner
+        if owner is not None and self._index is not None:
+            self._index.setdefault(owner, set()).add(self.address)
 
     def entry(self) -> PoolEntry:
         return PoolEntry(self.address, self.interface, self.subnet, self.ipv6)
+
+
+class AddressMap(dict[str, Address]):
+    """A pool's addresses by address, with an index of what each owner may hold: every
+    address ever owned by it while in the map (a superset; readers check the entry), so
+    finding an owner's addresses costs no scan of the pool."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_owner: dict[str, set[str]] = {}
+
+    def __setitem__(self, ip: str, entry: Address) -> None:
+        entry._index = self.by_owner
+        if entry.owner is not None:
+            self.by_owner.setdefault(entry.owner, set()).add(ip)
+        super().__setitem__(ip, entry)
+
+    def held_by(self, owner: str) -> list[Address]:
+        """The addresses ``owner`` holds now (and forgets the ones it no longer does)."""
+        ips = self.by_owner.get(owner)
+        if not ips:
+            return []
+        held = [a for ip in ips if (a := self.get(ip)) is not None and a.owner == owner]
+        if len(held) != len(ips):
+            if held:
+                self.by_owner[owner] = {a.address for a in held}
+            else:
+                del self.by_owner[owner]
+        return held
 
 
 @attrs.define
@@ -155,6 +197,15 @@ def _is_v6(address: str) -> bool:
     return ":" in address
 
 
+@functools.lru_cache(maxsize=1024)
+def _network(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    # a node's few subnets, parsed once rather than on every allocation's check
+    try:
+        return ipaddress.ip_network(cidr, strict=False)
+    except ValueError:
+        return None
+
+
 def reserved_reason(address: str, cidr: str | None, gateway: str | None = None) -> str | None:
     """Why ``address`` can never be a pod's in subnet ``cidr`` (its network or broadcast
     address, or its gateway), or None. Providers check a static request with it before
@@ -167,9 +218,8 @@ def reserved_reason(address: str, cidr: str | None, gateway: str | None = None) 
         return f"{address} is the subnet's gateway"
     if not cidr:
         return None
-    try:
-        net = ipaddress.ip_network(cidr, strict=False)
-    except ValueError:
+    net = _network(cidr)
+    if net is None:
         return None
     if ip.version != net.version or ip not in net:
         return None
@@ -187,7 +237,7 @@ class NodePool:
         self.node = node
         self.provider = provider
         self.lock = threading.RLock()
-        self.addresses: dict[str, Address] = {}
+        self.addresses = AddressMap()
         #: addresses that may be idle, in the order to hand them out (new ones, then
         #: released ones at the back): spares each allocation a scan past every owned
         #: address. Only a hint: what it misses, a full scan finds.
@@ -331,7 +381,7 @@ class NodePool:
             old = self.addresses
             old6 = {a.ipv6: a for a in old.values() if a.ipv6}
             cloud, cloud6 = inventory.all_ips(), inventory.all_ipv6()
-            self.addresses = {}
+            self.addresses = AddressMap()
             kept: dict[str, str | None] = {}
             for ip in cloud:
                 # an address reserved in memory but not yet recorded stays reserved
@@ -548,8 +598,8 @@ class NodePool:
         """``owner``'s record now names ``keep``: any other address held for it (by a
         write whose answer was lost) is idle again."""
         with self.lock:
-            for a in self.addresses.values():
-                if a.owner == owner and a.address != keep:
+            for a in self.addresses.held_by(owner):
+                if a.address != keep:
                     a.owner = None
                     self._released(a.address)
 

@@ -271,9 +271,15 @@ def test_a_cloud_restarted_empty_gets_every_routed_pod_its_address_again(ecs: Ec
     cloud = c.cloud_addresses()
     for i, name in enumerate(names):
         assert cloud[after[name]] == f"ecs-{i % 2}", name
-    told = {e["involvedObject"]["name"] for e in events(c, "AddressLost")
-            if e["involvedObject"]["kind"] == "Pod"}
-    assert told == set(names), sorted(set(names) - told)
+    def told() -> set[str]:
+        return {e["involvedObject"]["name"] for e in events(c, "AddressLost")
+                if e["involvedObject"]["kind"] == "Pod"}
+
+    # Events leave from the controller's sender thread: soon after the writes, not with them
+    try:
+        wait_for("an AddressLost Event on every pod", lambda: told() == set(names), timeout=15)
+    except AssertionError:
+        raise AssertionError(sorted(set(names) - told())) from None
     assert_no_double(c)
     assert_clean_audit(lambda: c.ecs_audit())
 
@@ -311,11 +317,17 @@ def test_a_status_ip_patched_to_another_pods_address_is_undone(reference: Cluste
                 and now["a"]["status"]["ip"] == own_a and now["b"]["status"]["ip"] == own_b)
 
     settle(c, "b given its own address back", undone, timeout=60)
-    involved = {(e["involvedObject"]["kind"], e["involvedObject"]["name"])
+    def involved() -> set[tuple[str, str]]:
+        return {(e["involvedObject"]["kind"], e["involvedObject"]["name"])
                 for e in events(c, "AddressConflict")}
-    names = {("PodNetwork", first[p]["metadata"]["name"]) for p in ("a", "b")}
-    assert names <= involved, involved
-    assert ("Pod", "b") in involved
+
+    names = {("PodNetwork", first[p]["metadata"]["name"]) for p in ("a", "b")} | {("Pod", "b")}
+    # Events leave from the controller's sender thread: soon after the writes, not with them
+    try:
+        wait_for("AddressConflict on both records and on b", lambda: names <= involved(),
+                 timeout=15)
+    except AssertionError:
+        raise AssertionError(involved()) from None
     assert_no_double(c)
     assert_clean_audit(lambda: reference_audit(c))
 
@@ -369,8 +381,9 @@ def test_a_running_pods_deleted_record_is_made_again_with_its_address(
     settle(c, "a new record for web, routed", remade, timeout=60)
     again = records(c)["web"]
     assert again["status"]["ip"] == pn["status"]["ip"]
-    told = [e for e in events(c, "PodNetworkDeleted")
-            if (e["involvedObject"]["kind"], e["involvedObject"]["name"]) == ("Pod", "web")]
-    assert told, "no PodNetworkDeleted Event on the pod"
+    # Events leave from the controller's sender thread: soon after the writes, not with them
+    wait_for("a PodNetworkDeleted Event on the pod", lambda: any(
+        (e["involvedObject"]["kind"], e["involvedObject"]["name"]) == ("Pod", "web")
+        for e in events(c, "PodNetworkDeleted")), timeout=15)
     assert_no_double(c)
     assert_clean_audit(lambda: reference_audit(c))

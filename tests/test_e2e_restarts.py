@@ -230,6 +230,11 @@ def test_bbc_cloud_restarting_empty_mid_burst_kills_no_worker(
         raise AssertionError(f"{exc}; {len(last)} unsettled: {last[:20]}") from None
     final = routed(c)
     record_of = {pn["spec"]["podName"]: pn["metadata"]["name"] for pn in c.get("podnetworks")}
+    moved = {name for name in before if final[name] != before[name]}
+    # Events leave from the controller's sender thread: soon after the writes, not with them
+    said = {pair for name in moved for pair in (("Pod", name), ("PodNetwork", record_of[name]))}
+    wait_for("an AddressLost Event on every re-addressed pod and its record",
+             lambda: said <= events_by_reason(c, "AddressLost"), timeout=15)
     lost = events_by_reason(c, "AddressLost")
     assert lost, "no AddressLost Event: nothing was found lost"
     for name in before:

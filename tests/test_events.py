@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
 from podnet.core.clock import FakeClock
-from podnet.core.cluster.events import EventCorrelator
+from podnet.core.cluster.events import EventCorrelator, reference
+from podnet.core.cluster.eventsender import EventSender
 from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import EVENT, POD_NETWORK, ApiError, Obj
 
@@ -151,3 +153,97 @@ def test_the_milestones_of_a_pod_network_are_normal_events() -> None:
             ("Normal", f"{pn.status.ip} released {where}")]
     finally:
         world.close()
+
+
+# --- the sender thread (eventsender.py) ---------------------------------------------------
+
+
+def test_queued_events_are_sent_in_order_and_still_counted(store: InMemoryCluster) -> None:
+    """What the sender thread hands the correlator is what ``record`` would have written:
+    the repeat is a count, the others are Events of their own, in the order given."""
+    pn = record(store, "a")
+    events = correlator(store)
+    sender = EventSender(events.record_reference)
+    for reason in ("Allocated", "Routed", "Allocated"):
+        assert sender.submit(reference(pn), reason, "got 10.0.0.5", "Normal")
+    assert sender.flush(10)
+    assert sender.pending() == 0
+    assert counts(store, pn) == [("Allocated", 2), ("Routed", 1)]
+    sender.close()
+
+
+def test_a_full_queue_drops_and_counts_and_close_sends_what_is_queued(
+    store: InMemoryCluster,
+) -> None:
+    pn = record(store, "a")
+    events = correlator(store)
+    gate = threading.Event()
+    started = threading.Event()
+
+    def slow(ref: Obj, reason: str, message: str, type: str) -> None:
+        started.set()
+        gate.wait(10)  # the API server is slow: the first Event is in flight
+        events.record_reference(ref, reason, message, type)  # type: ignore[arg-type]
+
+    sender = EventSender(slow, capacity=2)
+    dropped: list[int] = []
+    sender.on_drop = lambda: dropped.append(1)
+    ref = reference(pn)
+    assert sender.submit(ref, "First", "m", "Normal")
+    assert started.wait(10)
+    assert sender.submit(ref, "Second", "m", "Normal")
+    assert sender.submit(ref, "Third", "m", "Normal")
+    assert not sender.submit(ref, "Fourth", "m", "Warning")  # the queue holds two
+    assert (sender.dropped, len(dropped)) == (1, 1)
+    assert not sender.flush(0.05)
+    gate.set()
+    sender.close(timeout=10)
+    assert counts(store, pn) == [("First", 1), ("Second", 1), ("Third", 1)]
+    # after close an Event is written on the caller's thread, never lost to a stopped one
+    assert sender.submit(ref, "Late", "m", "Normal")
+    assert [r for r, _ in counts(store, pn)][-1] == "Late"
+
+
+def test_a_refused_event_does_not_stop_the_sender(store: InMemoryCluster) -> None:
+    pn = record(store, "a")
+    events = correlator(store)
+
+    def refuse_one(ref: Obj, reason: str, message: str, type: str) -> None:
+        if reason == "Refused":
+            raise ApiError("no", code=500)
+        events.record_reference(ref, reason, message, type)  # type: ignore[arg-type]
+
+    sender = EventSender(refuse_one)
+    sender.submit(reference(pn), "Refused", "m", "Normal")
+    sender.submit(reference(pn), "Routed", "m", "Normal")
+    assert sender.flush(10)
+    sender.close()
+    assert counts(store, pn) == [("Routed", 1)]
+
+
+def test_a_cluster_client_with_an_event_queue_sends_from_its_thread(tmp_path: Path) -> None:
+    """``podnet run``'s client: emit_event returns at once; the Events reach the API
+    server (emulator over HTTP), counted by the client as before, by ``close``."""
+    from podnet.core.cluster.kube import KubeCluster
+    from podnet.core.cluster.port import NAMESPACE
+    from podnet.sim.apiserver import ApiServer
+
+    backing = InMemoryCluster()
+    backing.create(NAMESPACE, {"metadata": {"name": NS}})
+    with ApiServer(backing) as server:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        cluster = KubeCluster.from_kubeconfig(str(kubeconfig))
+        sender = cluster.queue_events()
+        try:
+            pn = cluster.create(POD_NETWORK, {
+                "apiVersion": POD_NETWORK.api_version, "kind": POD_NETWORK.kind,
+                "metadata": {"name": "a", "namespace": NS},
+                "spec": {"podName": "a", "podUid": "u", "nodeName": "n1",
+                         "provider": "reference"},
+            })
+            for reason in ("Routed", "Routed", "Released"):
+                cluster.emit_event(pn, reason, "10.0.0.5")
+        finally:
+            cluster.close()
+        assert sender.pending() == 0
+        assert counts(backing, pn) == [("Routed", 2), ("Released", 1)]

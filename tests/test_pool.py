@@ -79,3 +79,30 @@ def test_subnet_is_honoured() -> None:
     with pytest.raises(PoolEmpty):
         take(pool, "ns/y", subnet="b")
     assert take(pool, "ns/z", subnet="a") == IPS[0]
+
+
+def test_release_others_frees_every_other_address_however_the_owner_got_it() -> None:
+    """The pool finds an owner's addresses by its index, not a scan: held by a rebuild
+    from the records, a take, an adopt, a claim, a hand-set owner, or an address that
+    left and came back; what another owner took since, or what left the pool, is not
+    touched."""
+    ips = [f"10.0.1.{i}" for i in range(1, 9)]
+    pool = NodePool("n", "p")
+    inventory = Inventory(interfaces=(CloudInterface(id="eth0", ips=tuple(ips[:6])),),
+                          max_interfaces=2, ips_per_interface=10)
+    pool.rebuild(inventory, owners={ips[0]: "ns/a"}, pooled=set(ips), now=0.0)
+    assert take(pool, "ns/a") == ips[1]
+    pool.adopt(ips[6], "ns/a", "eth0", None)
+    assert pool.claim(ips[7], "ns/a", "eth0", None) == (None, True)
+    pool.addresses[ips[2]].owner = "ns/a"
+    pool.addresses[ips[3]].owner = "ns/a"
+    pool.addresses[ips[3]].owner = "ns/b"  # taken by another since
+    pool.addresses[ips[4]].owner = "ns/a"
+    del pool.addresses[ips[4]]  # gone from the pool
+    held = sorted(ip for ip, a in pool.addresses.items() if a.owner == "ns/a")
+    assert held == sorted([ips[0], ips[1], ips[2], ips[6], ips[7]])
+    pool.release_others("ns/a", keep=ips[6])
+    assert {ip: a.owner for ip, a in pool.addresses.items() if a.owner} == {
+        ips[6]: "ns/a", ips[3]: "ns/b"}
+    pool.release_others("ns/a", keep=None)
+    assert pool.owner_of(ips[6]) is None and pool.owner_of(ips[3]) == "ns/b"

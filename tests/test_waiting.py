@@ -17,10 +17,11 @@ from podnet.core.clock import FakeClock
 from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import EVENT, NAMESPACE, NODE, POD, POD_NETWORK, Obj
 from podnet.core.engine import Engine, EngineOptions
-from podnet.core.errors import PoolEmpty
+from podnet.core.errors import ErrorKind, PoolEmpty, ProviderError
 from podnet.core.plugin import new_plugin_manager
 from podnet.core.policy import PoolPolicy
 from podnet.core.pool import NodePool
+from podnet.core.reconcile.nodepool import THROTTLED_READ_SAID_AFTER
 from podnet.core.reconcile.podnetwork import (
     WAIT_SAID_AFTER,
     WAIT_SAID_AFTER_GROWING,
@@ -276,3 +277,62 @@ def test_a_write_that_meets_a_newer_version_is_retried_not_failed() -> None:
     assert {s.attributes[ATTR_RETRY] for s in retried if s.attributes} == {RETRY_CONFLICT}
     assert any(e.name == EVENT_RETRY for s in retried for e in s.events)
     assert rig.warnings() == []
+
+
+class ThrottledReads(ReferenceProvider):
+    """The reference provider whose node inventory the cloud throttles ``throttled``
+    times (each read answered "slow down")."""
+
+    throttled = 0
+
+    @hookimpl
+    def podnet_node_inventory(self, provider: str, node: Any) -> Any:
+        if self.throttled and provider == "reference":
+            self.throttled -= 1
+            raise ProviderError(ErrorKind.THROTTLED, "DescribeNetworkInterfaces: Throttling")
+        return super().podnet_node_inventory(provider, node)
+
+
+def _throttled_rig(throttled: int) -> tuple[Rig, ThrottledReads]:
+    rig = Rig(PoolPolicy(min_idle=2, max_idle=8, batch_size=4, max_batch_size=8,
+                         reuse_cooldown=0.0))
+    plugin = ThrottledReads(ReferenceCloud(), policy=rig.plugin.policy)
+    plugin.throttled = throttled
+    pm = new_plugin_manager()
+    pm.register(plugin, name="reference")
+    rig.engine = Engine(rig.cluster, pm, clock=rig.clock,
+                        options=EngineOptions(default_provider="reference"))
+    rig.engine.start()
+    return rig, plugin
+
+
+def test_a_throttled_pool_read_is_a_wait_not_a_problem_said_on_every_waiter() -> None:
+    """A node's inventory read that the cloud throttles is read again soon: the pod
+    networks waiting on it are not told (a write and two Events each) of what passes in
+    a moment, and nothing fails."""
+    rig, plugin = _throttled_rig(throttled=5)
+    node = rig.node(0)
+    names = [f"web-{i}" for i in range(3)]
+    for name in names:
+        rig.pod(name, node)
+    rig.settle(advance=10)
+    assert plugin.throttled == 0, "read again until it answered"
+    for name in names:
+        record = rig.record(name)
+        assert record["status"]["phase"] == "Routed"
+        assert ready(record)["reason"] != "PoolUnavailable"  # type: ignore[index]
+    assert rig.engine.stats.writes["status.podnetworks"] == len(names)  # the Routed ones
+    assert rig.warnings() == []
+
+
+def test_a_pool_read_throttled_for_long_is_said_as_unavailable() -> None:
+    rig, _ = _throttled_rig(throttled=1_000_000)
+    node = rig.node(0)
+    rig.pod("web", node)
+    rig.settle(advance=THROTTLED_READ_SAID_AFTER / 2)
+    assert ready(rig.record("web")) is None, "a short throttle is not said"
+    rig.settle(advance=THROTTLED_READ_SAID_AFTER)
+    condition = ready(rig.record("web"))
+    assert condition is not None and condition["reason"] == "PoolUnavailable"
+    assert "throttled" in condition["message"].lower()
+    assert "PoolUnavailable" in {e["reason"] for e in rig.warnings()}

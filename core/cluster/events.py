@@ -23,7 +23,7 @@ import attrs
 from ..clock import Clock, format_time
 from .port import EVENT, NotFound, Obj
 
-__all__ = ["COMPONENT", "EVENT_CACHE", "EventCorrelator"]
+__all__ = ["COMPONENT", "EVENT_CACHE", "EventCorrelator", "EventType", "reference"]
 
 #: Event keys remembered (client-go's ``maxLruCacheEntries``).
 EVENT_CACHE: Final = 4096
@@ -35,7 +35,7 @@ EventType = Literal["Normal", "Warning"]
 EventKey = tuple[str, str, str, str]
 
 
-def _reference(involved: Mapping[str, Any]) -> Obj:
+def reference(involved: Mapping[str, Any]) -> Obj:
     """The ``involvedObject`` of an Event about ``involved`` (fields it lacks left out)."""
     meta = involved.get("metadata") or {}
     ref = {
@@ -97,7 +97,11 @@ class EventCorrelator:
     def record(
         self, involved: Mapping[str, Any], reason: str, message: str, type: EventType = "Normal"
     ) -> None:
-        ref = _reference(involved)
+        self.record_reference(reference(involved), reason, message, type)
+
+    def record_reference(self, ref: Obj, reason: str, message: str,
+                         type: EventType = "Normal") -> None:
+        """``record`` of an Event whose ``involvedObject`` (``reference()``) is made."""
         key = _key(ref, reason, message, type)
         # one occurrence of a key at a time; Events of different keys are written in
         # parallel (a write under one lock for all would queue every worker behind it)

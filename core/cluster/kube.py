@@ -43,7 +43,8 @@ from kubernetes.client.exceptions import ApiException
 
 from ..clock import Clock, SystemClock
 from ..errors import ConfigError, one_line
-from .events import EventCorrelator
+from .events import EventCorrelator, reference
+from .eventsender import EVENT_QUEUE, EventSender
 from .port import (
     EVENT,
     AlreadyExists,
@@ -379,6 +380,7 @@ class KubeCluster:
         request_timeout: tuple[float, float] = REQUEST_TIMEOUT,
         watch_timeout: float = WATCH_TIMEOUT,
         clock: Clock | None = None,
+        event_queue: int = 0,
     ) -> None:
         self.api_client = api_client
         self.page_size = page_size
@@ -393,6 +395,11 @@ class KubeCluster:
             lambda namespace, name, patch: self.patch(EVENT, name, patch, namespace),
             clock or SystemClock(),
         )
+        #: with ``event_queue`` > 0, Events are sent from a thread of their own (at most
+        #: that many waiting; more are dropped and counted): a worker never waits for one
+        self.events: EventSender | None = None
+        if event_queue > 0:
+            self.queue_events(event_queue)
 
     @classmethod
     def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> KubeCluster:
@@ -458,7 +465,16 @@ class KubeCluster:
             raise ConfigError("kubeconfig", f"{self.server} is not a Kubernetes API server "
                               "(/version has no gitVersion)")
 
+    def queue_events(self, capacity: int = EVENT_QUEUE) -> EventSender:
+        """From now on, send Events from a thread of their own (``eventsender.py``); ``podnet
+        run`` does, as client-go's recorders do. ``close`` sends what is queued."""
+        if self.events is None:
+            self.events = EventSender(self._events.record_reference, capacity)
+        return self.events
+
     def close(self) -> None:
+        if self.events is not None:
+            self.events.close()  # what is queued is sent first
         self.api_client.close()  # type: ignore[no-untyped-call]
 
     def __enter__(self) -> KubeCluster:
@@ -715,8 +731,12 @@ class KubeCluster:
         type: Literal["Normal", "Warning"] = "Normal",
     ) -> None:
         """Create an Event, or count one more of the Event this client wrote for the same
-        object, reason, message and type (the correlator in ``events.py``)."""
-        self._events.record(involved, reason, message, type)
+        object, reason, message and type (the correlator in ``events.py``); queued for
+        the sender thread when there is one (``event_queue``)."""
+        if self.events is not None:
+            self.events.submit(reference(involved), reason, message, type)
+        else:
+            self._events.record(involved, reason, message, type)
 
 
 if TYPE_CHECKING:

@@ -77,6 +77,9 @@ POOL_READY = "PoolReady"
 
 #: after a rate-limit answer, wait about this long (with jitter) before the next call
 _THROTTLE_WAIT = 0.2
+#: a pool whose read is throttled this long in a row is said to be unavailable (on the
+#: records waiting for it); shorter, it is a wait like a throttled grow, retried quietly
+THROTTLED_READ_SAID_AFTER = 30.0
 #: an address a grow brought while pod networks wait for one is recorded at the latest
 #: this long after it came, if no record names it by then (the waiters' writes do)
 _UNNAMED_GRACE = 1.0
@@ -119,6 +122,8 @@ class NodePoolReconciler:
         #: node -> when (monotonic) its pool first differed from its record unwritten: a
         #: busy pool's changes coalesce into one write
         self._unwritten: dict[str, float] = {}
+        #: node -> when (monotonic) its pool's reads began to be throttled, in a row
+        self._throttled_since: dict[str, float] = {}
 
     def reconcile(self, name: str) -> Result:
         node = self.caches.nodes.get(name)
@@ -160,11 +165,16 @@ class NodePoolReconciler:
                 results.append(self._shrink(node, nn, provider, pool, policy,
                                             halves_only=True))
         except Exception as exc:
+            if reading and self._read_throttled(name, provider, exc):
+                # the cloud slows the read down, it does not refuse it: read again soon,
+                # and nobody waiting is told (a write each) of what passes in a moment
+                return Result(requeue_after=_THROTTLE_WAIT * (1 + self.random.random()))
             problem = describe(exc)
             if reading:
                 problem = self._unavailable(node, provider, pool, problem)
             self._report(nn, problem)
             raise
+        self._throttled_since.pop(name, None)
         results.append(self._record_pool(nn, pool, policy, self._snapshot(pool) != before))
         self._report(nn, pool.last_error)
         if pool.synced:
@@ -178,9 +188,25 @@ class NodePoolReconciler:
         providers = sorted({p.provider for p in self.pools.all() if p.node == name})
         self.pools.drop_node(name)
         self._unwritten.pop(name, None)
+        self._throttled_since.pop(name, None)
         self._forget_checks(name)
         for provider in providers:
             self.gateway.node_removed(provider, name)
+
+    def _read_throttled(self, node: str, provider: str, exc: Exception) -> bool:
+        """Whether the pool's read failed only by throttling, for less than
+        :data:`THROTTLED_READ_SAID_AFTER` in a row (longer, and it is said as any
+        failed read is)."""
+        if self.gateway.classify(provider, exc) is not ErrorKind.THROTTLED:
+            self._throttled_since.pop(node, None)
+            return False
+        now = self.clock.monotonic()
+        since = self._throttled_since.setdefault(node, now)
+        if now - since >= THROTTLED_READ_SAID_AFTER:
+            return False
+        log.debug("node %s: its %s pool's read was throttled; read again: %s", node,
+                  provider, exc)
+        return True
 
     def _unavailable(self, node: NodeInfo, provider: str, pool: NodePool, problem: str) -> str:
         """The pool could not be read: say which node and instance, keep it for the pod

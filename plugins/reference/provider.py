@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import ipaddress
 import json
 import os
@@ -451,9 +452,8 @@ class ReferenceProvider(DataplaneHooks):
             assert request.address is not None
             added = self.cloud.add(node.name, node.pod_cidr, "eth0", 1, address=request.address)
             entry = PoolEntry(added[0], "eth0", node.pod_cidr)
-        cidr = ipaddress.ip_network(node.pod_cidr) if node.pod_cidr else None
+        cidr, gateway = _bridge_network(node.pod_cidr) if node.pod_cidr else (None, None)
         mac = pn.spec.requests.mac_address or _mac_for(entry.address)
-        gateway = str(next(cidr.hosts())) if cidr is not None else None
         # what the pod's interface gets on the node's bridge network: the podCIDR's
         # prefix, a default route via the bridge's gateway address, Ethernet's MTU
         return Allocation(ip=entry.address, mac=mac, subnet=node.pod_cidr, gateway=gateway,
@@ -508,3 +508,10 @@ def _mac_for(seed: str) -> str:
 
 #: what the host registers as the built-in ``reference`` plugin
 plugin = ReferenceProvider()
+
+
+@functools.lru_cache(maxsize=1024)
+def _bridge_network(pod_cidr: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str]:
+    """A node's podCIDR and its bridge's gateway (the first host), parsed once a node."""
+    cidr = ipaddress.ip_network(pod_cidr)
+    return cidr, str(next(cidr.hosts()))

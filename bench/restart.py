@@ -39,7 +39,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from core_overhead import P4_IPS_PER_NODE, p4_records, profile_text
+from core_overhead import P4_IPS_PER_NODE, p4_records, profile_text, rss_kib, settled_rss_kib
 
 from podnet.app.demo import NAMESPACE_NAME, pod_obj
 from podnet.core.cluster.kube import KubeCluster
@@ -216,11 +216,23 @@ _FORK: dict[str, Any] = {}
 
 
 def _serve(kubeconfig: str, conn: Connection) -> None:
-    """The child: serve the store; create the burst's pods in it when told (a scheduler
-    and kubelets elsewhere, not the controller's work)."""
+    """The child: build the state (or take the one handed over), serve the store; create
+    the burst's pods in it when told (a scheduler and kubelets elsewhere, not the
+    controller's work)."""
     from podnet.sim.apiserver import ApiServer
 
-    store: InMemoryCluster = _FORK.pop("store")
+    if "build" in _FORK:
+        # built here, so the controller's process never holds the store (its memory is
+        # then the controller's alone, goal P4); the cloud and the addresses go back
+        pods, nodes, idle, seed = _FORK.pop("build")
+        started = time.perf_counter()
+        store, cloud, old_ips = build_state(pods, nodes, idle, seed)
+        conn.send(("built", time.perf_counter() - started, cloud.nodes, cloud.routes,
+                   old_ips, sorted(o["metadata"]["name"] for o in store.list(NODE).items)))
+        del cloud, old_ips
+        gc.collect()
+    else:
+        store = _FORK.pop("store")
     gc.freeze()  # the store lives as long as the process
     with ApiServer(store) as server:
         server.write_kubeconfig(kubeconfig)
@@ -240,16 +252,33 @@ def _serve(kubeconfig: str, conn: Connection) -> None:
 
 
 class Server:
-    def __init__(self, store: InMemoryCluster, directory: str) -> None:
+    """The API emulator in a forked process, serving ``store``, or with ``build`` =
+    (pods, nodes, idle, seed) the state it builds itself (``built`` then holds the build's
+    seconds, the reference cloud, the restored addresses and the node names)."""
+
+    def __init__(self, store: InMemoryCluster | None, directory: str,
+                 build: tuple[int, int, int, int] | None = None) -> None:
         self.kubeconfig = os.path.join(directory, "kubeconfig")
         ctx = multiprocessing.get_context("fork")
         self.conn, child = ctx.Pipe()
-        _FORK["store"] = store
+        if build is not None:
+            _FORK["build"] = build
+        else:
+            _FORK["store"] = store
         self.process = ctx.Process(target=_serve, args=(self.kubeconfig, child),
                                    name="podnet-apiserver", daemon=True)
         self.process.start()
         _FORK.clear()
         child.close()
+        self.built: tuple[float, ReferenceCloud, dict[str, str], list[str]] | None = None
+        if build is not None:
+            if not self.conn.poll(max(600.0, build[0] / 100)):
+                raise RuntimeError("the API server process did not build the state")
+            _, build_s, cloud_nodes, routes, old_ips, node_names = self.conn.recv()
+            cloud = ReferenceCloud(seed=build[3], max_interfaces=1,
+                                   ips_per_interface=P4_IPS_PER_NODE)
+            cloud.nodes, cloud.routes = cloud_nodes, routes
+            self.built = (build_s, cloud, old_ips, node_names)
         if not self.conn.poll(60):
             raise RuntimeError("the API server process did not start")
         _, self.url = self.conn.recv()
@@ -272,6 +301,20 @@ class Server:
             self.process.join(5)
 
 
+def reset_peak_rss() -> bool:
+    """Start VmHWM over from the current RSS (Linux: ``5`` to ``clear_refs``)."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+            fh.write("5")
+    except OSError:
+        return False
+    return True
+
+
+def mib(kib: int) -> float:
+    return round(kib / 1024, 1)
+
+
 # --- one run --------------------------------------------------------------------------------
 
 
@@ -287,24 +330,24 @@ def run(pods: int, nodes: int, new_pods: int, idle: int, mode: str, threaded: bo
     if per_node > P4_IPS_PER_NODE:
         raise SystemExit(f"{per_node} addresses per node: at most {P4_IPS_PER_NODE}")
     log(f"building: {nodes} nodes, {pods} pods with Routed PodNetworks, {idle} idle "
-        "addresses per node, NodeNetworks")
-    started = time.perf_counter()
-    store, cloud, old_ips = build_state(pods, nodes, idle, seed)
-    build_s = time.perf_counter() - started
-    node_names = sorted(o["metadata"]["name"] for o in store.list(NODE).items)
-    burst = [(f"{NEW_PREFIX}{j:06d}", node_names[j % nodes]) for j in range(new_pods)]
-
+        "addresses per node, NodeNetworks" + (" (in the API server's process)"
+                                              if mode == "http" else ""))
     with tempfile.TemporaryDirectory(prefix="podnet-restart-") as tmp:
         server: Server | None = None
         kube: KubeCluster | None = None
         cluster: Cluster
         if mode == "http":
-            log("serving the store from a forked API emulator process")
-            server = Server(store, tmp)
-            del store  # the child has it; this process is the controller only
+            server = Server(None, tmp, build=(pods, nodes, idle, seed))
+            assert server.built is not None
+            build_s, cloud, old_ips, node_names = server.built
             cluster = kube = KubeCluster.from_kubeconfig(server.kubeconfig)
         else:
+            started = time.perf_counter()
+            store, cloud, old_ips = build_state(pods, nodes, idle, seed)
+            build_s = time.perf_counter() - started
+            node_names = sorted(o["metadata"]["name"] for o in store.list(NODE).items)
             cluster = store
+        burst = [(f"{NEW_PREFIX}{j:06d}", node_names[j % nodes]) for j in range(new_pods)]
         gc.collect()
         try:
             return _measure(cluster, cloud, server, old_ips, burst, pods, nodes, mode,
@@ -333,11 +376,17 @@ def _measure(cluster: Cluster, cloud: ReferenceCloud, server: Server | None,
 
     log(f"restart ({mode}, {'worker threads' if threaded else 'one thread, step'}): "
         "list, rebuild every pool, reconcile every pod")
+    # this process' memory (goal P4): with the cluster over HTTP it is the controller's
+    # (plus the reference cloud and this benchmark's expected addresses)
+    memory: dict[str, Any] = {"rss_mib_before_start": mib(settled_rss_kib())}
+    peak_reset = reset_peak_rss()
     if profiler is not None:
         profiler.enable()
     t0 = time.perf_counter()
     engine.start()
     listed = time.perf_counter()
+    memory["peak_mib_list"] = mib(rss_kib()["hwm"]) if peak_reset else None
+    memory["rss_mib_after_list"] = mib(rss_kib()["rss"])
     driver.begin()
     try:
         rebuilt = driver.wait(lambda: restart_done(engine, nodes, pods), timeout)
@@ -346,6 +395,8 @@ def _measure(cluster: Cluster, cloud: ReferenceCloud, server: Server | None,
         restart_cloud = Counter(cloud.calls)
         restart_reconciles = Counter(engine.stats.reconciles)
         restored_transitions = dict(listener.restored)
+        memory["rss_mib_rebuilt"] = mib(settled_rss_kib())
+        memory["peak_mib_rebuild"] = mib(rss_kib()["hwm"])
 
         log(f"allocate again: {len(burst)} new pods")
         listener.expected = len(burst)
@@ -367,6 +418,9 @@ def _measure(cluster: Cluster, cloud: ReferenceCloud, server: Server | None,
         driver.end()
 
     rebuild_s, allocate_s = rebuilt - t0, allocated - b0
+    memory["rss_mib_end"] = mib(settled_rss_kib())
+    memory["peak_mib_end"] = mib(rss_kib()["hwm"])
+    memory["peak_since"] = "engine start" if peak_reset else "process start"
     writes = delta(Counter(engine.stats.writes), restart_writes)
     calls = delta(Counter(engine.stats.provider_calls), restart_calls)
 
@@ -424,6 +478,7 @@ def _measure(cluster: Cluster, cloud: ReferenceCloud, server: Server | None,
             "reconciles": delta(Counter(engine.stats.reconciles), restart_reconciles),
         },
         "checks": checks,
+        "memory": memory,
     }
     if profiler is not None:
         out["profile"] = profile_text(profiler, "restart + burst, one thread", 25)

@@ -1073,39 +1073,40 @@ class _Handler(BaseHTTPRequestHandler):
                 return params.get("as")
         return None
 
-    def _page(self, items: list[Obj], rv: str, selected: bool) -> tuple[list[Obj], Obj]:
+    def _list_page(self, res: Resource, namespace: str | None, labels: str | None,
+                   fields: str | None) -> tuple[list[Obj], Obj]:
         """``limit``/``continue`` paging, as upstream: a page of at most ``limit`` items in
         (namespace, name) order and a continue token naming the last key and the first
         page's resourceVersion; a token older than the compacted history answers 410.
         Unlike upstream's, later pages show the objects as they are now, not at that
-        resourceVersion."""
+        resourceVersion. Only the page is copied from the store: each page of a big list
+        costs its own objects, not the whole list's."""
         try:
             limit = int(self.query.get("limit") or 0)
         except ValueError:
             raise HttpError(400, "limit: expected an integer") from None
         token = self.query.get("continue")
-        meta: Obj = {"resourceVersion": rv}
-        if token:
-            start, rv = _decode_continue(token)
-            if int(rv) < self.api.cluster._compacted_rv:
-                raise HttpError(410, _CONTINUE_EXPIRED, "Expired")
-            meta["resourceVersion"] = rv
-            items = [o for o in items if _key(o) > start]
-        if limit <= 0 or len(items) <= limit:
-            return items, meta
-        page = items[:limit]
-        meta["continue"] = _encode_continue(_key(page[-1]), meta["resourceVersion"])
-        if not selected:
-            meta["remainingItemCount"] = len(items) - limit
-        return page, meta
+        start, token_rv = _decode_continue(token) if token else ("", "")
+        if token and int(token_rv) < self.api.cluster._compacted_rv:
+            raise HttpError(410, _CONTINUE_EXPIRED, "Expired")
+        listed, more = self.api.cluster.list_page(res.kind, namespace, labels, fields,
+                                                  after=start, limit=limit)
+        meta: Obj = {"resourceVersion": token_rv or listed.resource_version}
+        items = listed.items
+        if more:
+            meta["continue"] = _encode_continue(_key(items[-1]), meta["resourceVersion"])
+            if not (labels or fields):
+                meta["remainingItemCount"] = more
+        return items, meta
 
     def _list(self, target: _Target) -> None:
         res = target.resource
         labels, fields = self._selectors(res)
-        listed = self.api.cluster.list(res.kind, target.namespace, labels, fields)
-        items, meta = listed.items, {"resourceVersion": listed.resource_version}
         if "limit" in self.query or "continue" in self.query:
-            items, meta = self._page(items, listed.resource_version, bool(labels or fields))
+            items, meta = self._list_page(res, target.namespace, labels, fields)
+        else:
+            listed = self.api.cluster.list(res.kind, target.namespace, labels, fields)
+            items, meta = listed.items, {"resourceVersion": listed.resource_version}
         form = self._accept()
         if form == "Table":
             table = self._table(res, items, meta["resourceVersion"])

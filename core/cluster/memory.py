@@ -32,6 +32,7 @@ for the chaos harness; ``stats`` counts calls by (operation, plural).
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import contextlib
 import heapq
@@ -562,6 +563,57 @@ class InMemoryCluster:
         if transform is not None:
             return ListResult([transform(clone_obj(o)) for o in items], rv)
         return ListResult([clone_obj(o) for o in items], rv)
+
+    def list_page(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        *,
+        after: str = "",
+        limit: int = 0,
+    ) -> tuple[ListResult, int]:
+        """One page of :meth:`list`: the objects whose ``namespace/name`` key sorts after
+        ``after``, at most ``limit`` of them (0: every one), and how many more match
+        (without selectors; with them, 1 when there is at least one more). Only the page
+        is copied: serving a big list page by page stays linear."""
+        with self._lock:
+            self._begin("list", kind)
+            labels = parse_label_selector(label_selector)
+            fields = parse_field_selector(field_selector, kind)
+            selected = not (labels.empty and fields.empty)
+            buckets = self._store.get(kind, {})
+            if namespace and kind.namespaced:
+                spaces = [namespace] if namespace in buckets else []
+            else:
+                spaces = sorted(buckets)
+            page: list[Obj] = []
+            more = 0
+            for ns in spaces:
+                bucket = buckets[ns]
+                prefix = f"{ns}/"
+                names = sorted(bucket)
+                if after.startswith(prefix):
+                    names = names[bisect.bisect_right(names, after[len(prefix):]):]
+                elif after:
+                    names = [n for n in names if prefix + n > after]
+                for i, name in enumerate(names):
+                    if limit > 0 and len(page) >= limit and not selected:
+                        more += len(names) - i
+                        break
+                    obj = bucket[name]
+                    if (labels.empty or labels.matches(obj["metadata"].get("labels"))) and (
+                        fields.empty or fields.matches(obj)
+                    ):
+                        if limit > 0 and len(page) >= limit:
+                            more = 1
+                            break
+                        page.append(obj)
+                if selected and more:
+                    break
+            rv = str(self._rv)
+        return ListResult([clone_obj(o) for o in page], rv), more
 
     def watch(
         self,

@@ -799,6 +799,14 @@ class NbClient:
                         [n for t, n in missing if t == "Port_Group"],
                         wrong).execute(check_error=True)
 
+    def infra_ok(self, switches: Sequence[str] = (), port_groups: Sequence[str] = ()) -> bool:
+        """Whether these switches and port groups all exist: a read only, which (unlike
+        ``ensure_infra``) may share one ``reading()`` with other checks."""
+        with self.reading() as tables:
+            return all(_by_name(tables[t], n) is not None
+                       for t, names in (("Logical_Switch", switches),
+                                        ("Port_Group", port_groups)) for n in names)
+
     def ensure_externals(self, nets: Sequence[ExternalNet]) -> int:
         """Each router's external network as configured, and podnet's external networks
         of the other routers deleted. Writes only what differs (a restart writes nothing).

@@ -49,6 +49,7 @@ from podnet.core.cluster.port import NODE, NODE_NETWORK, POD, POD_NETWORK, Clust
 from podnet.core.convert import to_wire
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.models import (
+    Condition,
     InterfaceStatus,
     IpStatus,
     NodeNetwork,
@@ -60,6 +61,7 @@ from podnet.core.models import (
 )
 from podnet.core.objects import node_info
 from podnet.core.plugin import new_plugin_manager
+from podnet.core.reconcile.nodepool import POOL_READY
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import NodeContext, TransitionEvent
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
@@ -119,7 +121,12 @@ def build_state(pods: int, nodes: int, idle: int, seed: int
             metadata=ObjectMeta(name=node.name, owner_references=(OwnerReference(
                 api_version="v1", kind="Node", name=node.name, uid=node.uid),)),
             spec=NodeNetworkSpec(provider=PROVIDER, instance_id=node.provider_id),
-            status=NodeNetworkStatus(interfaces=interfaces, last_inventory_sync=now),
+            # PoolReady, as the pool's first write says it: without it every node would
+            # be written once on the restart
+            status=NodeNetworkStatus(interfaces=interfaces, last_inventory_sync=now,
+                                     conditions=(Condition(
+                                         type=POOL_READY, status="True", reason="Ready",
+                                         last_transition_time=now, observed_generation=1),)),
         )
         wire = to_wire(record)
         created = store.create(NODE_NETWORK, wire)

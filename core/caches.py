@@ -7,6 +7,7 @@ them back in here (``assume``) so the next read sees them.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -56,8 +57,9 @@ _NO_OFFSET = timedelta(0)
 
 
 def pod_key_of(pn: PodNetwork) -> str:
-    """The queue key (``namespace/name``) of the pod a record belongs to."""
-    return f"{pn.metadata.namespace}/{pn.spec.pod_name}"
+    """The queue key (``namespace/name``) of the pod a record belongs to; interned, as
+    the pods' cache keys are, so what holds it (the queue, an index) holds no copy."""
+    return sys.intern(f"{pn.metadata.namespace}/{pn.spec.pod_name}")
 
 
 class Caches:
@@ -98,8 +100,7 @@ class Caches:
         self.pods.add_index("node", lambda p: [p.node_name] if p.node_name else [])
         self.pods.add_index("vm", lambda p: [f"{p.namespace}/{vm}"]
                             if (vm := vm_of(p)) is not None else [])
-        self.pod_networks.add_index(
-            "pod", lambda pn: [f"{pn.metadata.namespace}/{pn.spec.pod_name}"])
+        self.pod_networks.add_index("pod", lambda pn: [pod_key_of(pn)])
         self.pod_networks.add_index("node", lambda pn: [pn.spec.node_name])
         # sticky records by their StatefulSet, and records waiting for an address by
         # namespace: few of either, so the indexes stay small

@@ -1097,25 +1097,28 @@ class _Handler(BaseHTTPRequestHandler):
                 return params.get("as")
         return None
 
-    def _page(self, items: list[Obj], rv: str, selected: bool,
-              start: str | None) -> tuple[list[Obj], Obj]:
+    def _list_page(self, res: Resource, namespace: str | None, labels: str | None,
+                   fields: str | None, start: str | None,
+                   at: str | None) -> tuple[list[Obj], Obj]:
         """``limit``/``continue`` paging, as upstream: a page of at most ``limit`` items in
-        (namespace, name) order after the continue token's key (``start``), and a continue
-        token naming the last key and the first page's resourceVersion (``rv``)."""
+        (namespace, name) order after the continue token's key (``start``), as they were at
+        the first page's resourceVersion (``at``), and a continue token naming the last key
+        and that resourceVersion. Only the page is copied from the store: each page of a
+        big list costs its own objects, not the whole list's."""
         try:
             limit = int(self.query.get("limit") or 0)
         except ValueError:
             raise HttpError(400, "limit: expected an integer") from None
-        meta: Obj = {"resourceVersion": rv}
-        if start is not None:
-            items = [o for o in items if _key(o) > start]
-        if limit <= 0 or len(items) <= limit:
-            return items, meta
-        page = items[:limit]
-        meta["continue"] = _encode_continue(_key(page[-1]), rv)
-        if not selected:
-            meta["remainingItemCount"] = len(items) - limit
-        return page, meta
+        listed, more = self.api.cluster.list_page(res.store_kind, namespace, labels, fields,
+                                                  after=start or "", limit=limit,
+                                                  resource_version=at)
+        meta: Obj = {"resourceVersion": listed.resource_version}
+        items = listed.items
+        if more:
+            meta["continue"] = _encode_continue(_key(items[-1]), listed.resource_version)
+            if not (labels or fields):
+                meta["remainingItemCount"] = more
+        return items, meta
 
     def _list(self, target: _Target) -> None:
         res = target.resource
@@ -1127,8 +1130,12 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             # a continue page lists the objects as they were at the first page's
             # resourceVersion (upstream reads etcd at that revision), until compaction
-            listed = self.api.cluster.list(res.store_kind, target.namespace, labels, fields,
-                                           resource_version=at)
+            if "limit" in self.query or token:
+                items, meta = self._list_page(res, target.namespace, labels, fields, start, at)
+            else:
+                listed = self.api.cluster.list(res.store_kind, target.namespace, labels,
+                                               fields, resource_version=at)
+                items, meta = listed.items, {"resourceVersion": listed.resource_version}
         except (Gone, TooLargeResourceVersion) as exc:
             if token:
                 raise HttpError(410, _CONTINUE_EXPIRED, "Expired") from None
@@ -1136,11 +1143,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raise HttpError(410, "The resourceVersion for the provided list is too old.",
                                 "Expired") from None
             raise
-        items = [res.shown(o) for o in listed.items]
-        meta = {"resourceVersion": listed.resource_version}
-        if "limit" in self.query or token:
-            items, meta = self._page(items, listed.resource_version, bool(labels or fields),
-                                     start)
+        items = [res.shown(o) for o in items]
         form = self._accept()
         if form == "Table":
             table = self._table(res, items, meta["resourceVersion"])

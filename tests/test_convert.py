@@ -494,3 +494,21 @@ def test_unpooled_interfaces_and_pairs_keep_older_records_readable() -> None:
         from_wire(m.InterfaceStatus, {**data, "ips": [{"address": "10.0.0.6",
                                                         "ipv6": "10.0.0.7"}]})
     assert info.value.field == "ips[0].ipv6"
+
+
+def test_values_records_repeat_are_held_once_across_records() -> None:
+    """Two records read from two separate JSON documents share the strings many records
+    repeat (the namespace, the node, the subnet, label keys and values, the condition)
+    and their parsed moment: each distinct value is held once (memory at scale)."""
+    a = from_wire(m.PodNetwork, wire(full_pod_network()))
+    b = from_wire(m.PodNetwork, wire(full_pod_network()))
+    assert a == b and a.metadata.labels and a.status.conditions and a.status.subnet
+    assert a.metadata.namespace is b.metadata.namespace
+    assert a.spec.node_name is b.spec.node_name and a.spec.provider is b.spec.provider
+    assert a.status.subnet is b.status.subnet and a.status.gateway is b.status.gateway
+    for (ka, va), (kb, vb) in zip(a.metadata.labels.items(), b.metadata.labels.items(),
+                                  strict=True):
+        assert ka is kb and va is vb
+    ca, cb = a.status.conditions[0], b.status.conditions[0]
+    assert ca.type is cb.type and ca.reason is cb.reason
+    assert ca.last_transition_time is cb.last_transition_time

@@ -13,7 +13,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_ovn_provider import northd  # the same SB + northd on the test's NB server
+from test_ovn_provider import (
+    _nbctl,
+    _wait,
+    northd,  # the same SB + northd on the test's NB server
+)
 
 from podnet.core.cluster.port import POD, POD_NETWORK
 from podnet.core.models import Phase
@@ -238,6 +242,29 @@ def test_a_bad_group_fails_only_the_pods_naming_it(world: World, provider_plugin
     with northd(nb_server) as central:  # the pods using good groups work
         _delivered(send(central, world, "c", "w", dport=80), world, "w")
         _acl_dropped(send(central, world, "c", "w", dport=81))
+
+
+def test_a_port_taken_out_of_its_group_behind_podnets_back_is_put_back(
+        world: World, provider_plugin: Any, nb_server: NbServer) -> None:
+    """The port is written with its group once (allocate), route finds it in place; a port
+    removed from the group by hand is seen by verify and put back by the repair."""
+    world.add_node(0)
+    world.add_pod("w", 0, annotations={SG: "web"})
+    world.add_pod("x", 0, annotations={SG: "web"})
+    world.settle()
+    port = _routed(world, "w").status.interface
+    client = provider_plugin.client
+    lsp = client.port(port)
+    assert client.in_port_group("sg_web", lsp)
+    assert not client.in_port_group("sg_db", lsp)
+    _nbctl(nb_server, "remove", "Port_Group", "sg_web", "ports", str(lsp.uuid))
+    _wait(lambda: not client.in_port_group("sg_web", client.port(port)),
+          "the removal to reach the IDL")
+    other = client.port(_routed(world, "x").status.interface)
+    assert client.in_port_group("sg_web", other), "the other member was dropped too"
+    world.settle(advance=world.policy().verify_period + 1)
+    assert client.in_port_group("sg_web", client.port(port))
+    world.assert_converged()
 
 
 def test_a_group_made_bad_under_a_running_pod_is_said_and_its_rules_kept(

@@ -28,6 +28,7 @@ call :meth:`Informer.pump`); the cache is guarded by a lock either way.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -249,7 +250,8 @@ class Informer(Generic[T]):
         """What the cache needs of one object version; the raw object is not kept."""
         meta = obj.get("metadata") or {}
         uid = meta.get("uid")
-        return _Digest(self.key_of(obj), str(meta.get("resourceVersion") or ""),
+        # the key interned: records naming this one (a pool's owners) share its string
+        return _Digest(sys.intern(self.key_of(obj)), str(meta.get("resourceVersion") or ""),
                        uid if isinstance(uid, str) else None, obj, None, False)
 
     def _listed(self, obj: Obj) -> _Digest[T]:

@@ -33,6 +33,7 @@ for the chaos harness; ``stats`` counts calls by (operation, plural).
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import contextlib
 import heapq
@@ -607,6 +608,62 @@ class InMemoryCluster:
         if buckets is None:
             return stored
         return {ns: bucket for ns, bucket in buckets.items() if bucket}
+
+    def list_page(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        *,
+        after: str = "",
+        limit: int = 0,
+        resource_version: str | None = None,
+    ) -> tuple[ListResult, int]:
+        """One page of :meth:`list`: the objects whose ``namespace/name`` key sorts after
+        ``after``, at most ``limit`` of them (0: every one), and how many more match
+        (without selectors; with them, 1 when there is at least one more); with
+        ``resource_version``, as they were then (see :meth:`list`). Only the page is
+        copied: serving a big list page by page stays linear."""
+        with self._lock:
+            self._begin("list", kind)
+            labels = parse_label_selector(label_selector)
+            fields = parse_field_selector(field_selector, kind)
+            selected = not (labels.empty and fields.empty)
+            if resource_version is None:
+                buckets = self._store.get(kind, {})
+            else:
+                buckets = self._snapshot(kind, resource_version)
+            if namespace and kind.namespaced:
+                spaces = [namespace] if namespace in buckets else []
+            else:
+                spaces = sorted(buckets)
+            page: list[Obj] = []
+            more = 0
+            for ns in spaces:
+                bucket = buckets[ns]
+                prefix = f"{ns}/"
+                names = sorted(bucket)
+                if after.startswith(prefix):
+                    names = names[bisect.bisect_right(names, after[len(prefix):]):]
+                elif after:
+                    names = [n for n in names if prefix + n > after]
+                for i, name in enumerate(names):
+                    if limit > 0 and len(page) >= limit and not selected:
+                        more += len(names) - i
+                        break
+                    obj = bucket[name]
+                    if (labels.empty or labels.matches(obj["metadata"].get("labels"))) and (
+                        fields.empty or fields.matches(obj)
+                    ):
+                        if limit > 0 and len(page) >= limit:
+                            more = 1
+                            break
+                        page.append(obj)
+                if selected and more:
+                    break
+            rv = str(self._rv) if resource_version is None else resource_version
+        return ListResult([clone_obj(o) for o in page], rv), more
 
     def watch(
         self,

@@ -24,7 +24,14 @@ import attrs
 from podnet.core.annotations import SUBNETS, check_references, is_ip, show
 from podnet.core.annotations import annotation_field as _field
 from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, ProviderError
-from podnet.core.models import DEFAULT_NETWORK, NodeInfo, PodInfo, PodNetwork, WorkloadInfo
+from podnet.core.models import (
+    DEFAULT_NETWORK,
+    NodeInfo,
+    PodInfo,
+    PodNetwork,
+    PodNetworkStatus,
+    WorkloadInfo,
+)
 from podnet.core.objects import statefulset_ordinal
 from podnet.core.policy import PoolPolicy
 from podnet.core.sections import (
@@ -987,17 +994,69 @@ class OvnProvider:
                 raise
         from podnet.plugins.ovn.nb import PortSpec
 
+        allocation = _allocation(subnet, v4, v6, mac, name, self.config.mtu)
+        routed = self._routed_port(pn, allocation)
         spec = PortSpec(name, subnet.name, [" ".join([mac, *ips])],
                         self._external_ids(pn, subnet.name, v4, v6, mac, pn.spec.node_name),
-                        vips=vips)
+                        vips=vips) if routed is None else routed[0]
         try:
-            client.ensure_infra(switches=[subnet.name])
+            if routed is None:
+                client.ensure_infra(switches=[subnet.name])
+            else:
+                # the port as route makes it: the route that follows finds it in place and
+                # writes nothing (one transaction per pod network instead of two). Its
+                # groups and their rules first; checked in one read, which waits for the
+                # transaction in flight, as each read does
+                groups, acls = routed[1], routed[2]
+                with client.reading():
+                    ready = (client.infra_ok([subnet.name], groups)
+                             and (not acls or client.acls_ok(acls)))
+                if not ready:
+                    client.ensure_infra(switches=[subnet.name], port_groups=groups)
+                    if acls:
+                        client.ensure_acls(acls)
             client.run([client.ensure_port(spec)])
         except BaseException:
             with self.lock:
                 self.ipam.free(name)
             raise
-        return _allocation(subnet, v4, v6, mac, name, self.config.mtu)
+        return allocation
+
+    def _routed_port(self, pn: PodNetwork, allocation: Allocation
+                     ) -> tuple[PortSpec, list[str], dict[str, list[Acl]]] | None:
+        """The port as ``route`` will want it once the record holds ``allocation``, with
+        the port groups it needs and their ACLs; None when route has more to do than the
+        port (a router: NAT, routes, the subnet's link) or the request is one route must
+        refuse (its error belongs to route, on the record)."""
+        status = PodNetworkStatus(ip=allocation.ip, ipv6=allocation.ipv6,
+                                  mac=allocation.mac, subnet=allocation.subnet)
+        try:
+            spec, groups, routers = self._desired(attrs.evolve(pn, status=status),
+                                                  pn.spec.node_name)
+            acls, peers = self._acls_of(pn)
+        except (InvalidRequest, ProviderError):
+            return None
+        if routers or spec.router is not None:
+            return None
+        return spec, [*groups, *peers], acls
+
+    @staticmethod
+    def _routed_in_place(client: NbClient, spec: PortSpec, groups: Sequence[str],
+                         acls: Mapping[str, Sequence[Acl]]) -> bool:
+        """Whether NB (the replica, in one read) holds what route would write for a port
+        without a router: the switch, the port groups (the port's and its peers') with
+        their ACLs, and the port exactly as ``spec`` (exactly its podnet groups)."""
+        assert spec.port_groups is not None
+        with client.reading():
+            if not client.infra_ok([spec.switch], groups):
+                return False
+            if acls and not client.acls_ok(acls):
+                return False
+            lsp = client.port(spec.name)
+            if lsp is None or (lsp.external_ids.get(GROUPS, "")
+                               != ",".join(sorted(set(spec.port_groups)))):
+                return False
+            return OvnProvider._compare(client, spec, spec.port_groups, None).ok
 
     def _allocation_of(self, lsp: Any) -> Allocation | None:
         ext = lsp.external_ids
@@ -1069,13 +1128,14 @@ class OvnProvider:
             # the peers' port groups before the rules naming their address sets, and the
             # rules before the port joins: a port never is in a group that lacks them
             acls, peers = self._acls_of(pn)
-            client.ensure_infra(switches=[spec.switch], routers=routers,
-                                port_groups=[*groups, *peers],
-                                links=[link] if link is not None else [])
-            if acls:
-                client.ensure_acls(acls)
-            self._repair_external(client, routers)
-            client.run([client.ensure_port(spec)])
+            if routers or not self._routed_in_place(client, spec, [*groups, *peers], acls):
+                client.ensure_infra(switches=[spec.switch], routers=routers,
+                                    port_groups=[*groups, *peers],
+                                    links=[link] if link is not None else [])
+                if acls:
+                    client.ensure_acls(acls)
+                self._repair_external(client, routers)
+                client.run([client.ensure_port(spec)])
         except BaseException:
             with self.lock:
                 for vip in taken:

@@ -187,6 +187,8 @@ def compare(old: Any, new: Any, shape: Shape) -> tuple[FieldSet, FieldSet, Field
 
 def _compare(old: Any, new: Any, shape: Shape, path: Path, added: FieldSet,
              modified: FieldSet, removed: FieldSet, in_zero: bool = False) -> None:
+    if old is new:
+        return  # a subtree the write shares with the stored object (the store never mutates)
     probe = new if new is not None else old
     empty = (not old) and (not new)
     if not _granular(probe, shape) or empty or (
@@ -220,6 +222,45 @@ def _compare(old: Any, new: Any, shape: Shape, path: Path, added: FieldSet,
             added.add(path)
         elif new is None:
             removed.add(path)
+
+
+def _created_tree(value: Any, shape: Shape, in_zero: bool, in_item: bool) -> dict[str, Any]:
+    """FieldsV1 of what creating ``value`` adds: ``compare(None, value)`` encoded, without
+    building the set (the common write, so kept cheap)."""
+    if not _granular(value, shape) or not value:
+        return {}
+    node: dict[str, Any] = {}
+    if isinstance(value, dict):
+        required = shape.schema.get("required") or () if shape.kind == "struct" else ()
+        for key in sorted(value):
+            sub = value[key]
+            if sub is not None:
+                node["f:" + key] = _created_tree(sub, shape.field(key), key in required, False)
+    else:
+        item = shape.item()
+        for entry in sorted(value, key=shape.element):
+            node[shape.element(entry)] = _created_tree(entry, item, False, True)
+    if in_item or (shape.kind != "struct" and not in_zero):
+        return {".": {}, **node}
+    return node
+
+
+def _created_fields(new: Obj, shape: Shape, scope: str) -> dict[str, Any]:
+    tree = _created_tree(_body(new), shape, False, False)
+    tree.pop("f:apiVersion", None)
+    tree.pop("f:kind", None)
+    meta = tree.get("f:metadata")
+    if meta is not None:
+        meta = {k: v for k, v in meta.items() if ("f:metadata", k) not in _STRIPPED}
+        if meta:
+            tree["f:metadata"] = meta
+        else:
+            del tree["f:metadata"]
+    if scope == "main":
+        tree.pop("f:status", None)
+    elif scope == "status":
+        tree = {k: v for k, v in tree.items() if k == "f:status"}
+    return tree
 
 
 def _strip(fields: FieldSet, scope: str) -> FieldSet:
@@ -465,23 +506,101 @@ def record_update(live: Obj | None, new: Obj, shape: Shape, manager: str, sub: s
         return {**new, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
     if isinstance(sent, list) and sent and sent != live_entries:
         live_entries = sent  # the client rewrites them
-    managers, shown = read_managers(live_entries)
+    if live is None and not live_entries:
+        tree = _created_fields(new, shape, scope)
+        meta = {k: v for k, v in meta.items() if k != "managedFields"}
+        if tree:
+            meta["managedFields"] = [{
+                "manager": manager, "operation": "Update", "apiVersion": api_version,
+                "time": now, "fieldsType": "FieldsV1", "fieldsV1": tree,
+                **({"subresource": sub} if sub else {})}]
+        return {**new, "metadata": meta}
     added, modified, removed = compare(_body(live), _body(new), shape)
     ident = (manager, "Update", api_version, sub or "")
-    changed = bool(added or modified or removed)
-    for other in managers:
-        if other != ident:
-            managers[other] = managers[other] - modified - removed
-    mine = managers.get(ident, set()) - removed | _strip(added | modified, scope)
-    if mine:
-        managers[ident] = mine
-    else:
-        managers.pop(ident, None)
-    entries = write_managers(managers, shown, ident if changed else None, api_version, now)
+    gained = _strip(added | modified, scope)
+    lost = modified | removed
+    entries: list[Obj] = []
+    mine: Obj | None = None
+    for entry in live_entries if isinstance(live_entries, list) else ():
+        if not isinstance(entry, dict):
+            continue
+        if manager_identity(entry) == ident:
+            mine = entry
+            continue
+        theirs: Any = entry.get("fieldsV1")
+        hits = [p for p in lost if _tree_has(theirs, p)]
+        if hits:  # the write took these over, or removed them (edited in a copy)
+            theirs = clone(theirs)
+            for path in hits:
+                _tree_remove(theirs, path)
+            if not theirs:
+                continue
+            entry = {**entry, "fieldsV1": theirs}
+        entries.append(entry)
+    if gained or (mine is not None and removed):
+        own: Any = clone(mine.get("fieldsV1")) if mine is not None else {}
+        if not isinstance(own, dict):  # a client's malformed entry: start over
+            own = {}
+        for path in removed:
+            _tree_remove(own, path)
+        for path in sorted(gained, key=len):
+            _tree_add(own, path)
+        if own:
+            entries.append({"manager": manager, "operation": "Update",
+                            "apiVersion": api_version, "time": now, "fieldsType": "FieldsV1",
+                            "fieldsV1": own, **({"subresource": sub} if sub else {})})
+    elif mine is not None:
+        entries.append(mine)
+    entries.sort(key=lambda e: (str(e.get("operation")), str(e.get("time")),
+                                str(e.get("manager")), str(e.get("apiVersion")),
+                                str(e.get("subresource", ""))))
     meta = {k: v for k, v in meta.items() if k != "managedFields"}
     if entries:
         meta["managedFields"] = entries
     return {**new, "metadata": meta}
+
+
+def _tree_has(tree: Any, path: Path) -> bool:
+    """Whether FieldsV1 ``tree`` holds ``path`` as a member."""
+    node = tree
+    for pe in path:
+        if not isinstance(node, dict) or pe not in node:
+            return False
+        node = node[pe]
+    return isinstance(node, dict) and (not node or "." in node)
+
+
+def _tree_add(tree: dict[str, Any], path: Path) -> None:
+    node = tree
+    last = len(path) - 1
+    for at, pe in enumerate(path):
+        child = node.get(pe)
+        if child is None:
+            child = node[pe] = {}
+        elif not child and at < last:
+            child["."] = {}  # a leaf member that now has children
+        node = child
+    if node and "." not in node:
+        node["."] = {}
+
+
+def _tree_remove(tree: dict[str, Any], path: Path) -> None:
+    trail = []
+    node = tree
+    for pe in path:
+        if not isinstance(node, dict) or pe not in node:
+            return
+        trail.append((node, pe))
+        node = node[pe]
+    if len(node) > 1 or (node and "." not in node):
+        node.pop(".", None)  # its children stay owned
+        return
+    for parent, pe in reversed(trail):
+        del parent[pe]
+        if parent is tree or parent:
+            if list(parent) == ["."]:
+                parent.clear()  # only itself is left: a leaf member again
+            return
 
 
 def apply(live: Obj | None, config: Obj, shape: Shape, manager: str, sub: str | None,

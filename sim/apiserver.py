@@ -3,7 +3,8 @@
 Enough of the real API for kubectl and the official Python client: discovery, JSON
 objects and lists, chunked watch streams (bookmarks, 410 as an ERROR event), server-side
 tables for ``kubectl get`` (the built-ins' upstream columns: ``tables``), the three patch
-formats, the status subresource, kubectl's protobuf request bodies (``protobuf``), pod
+formats and server-side apply with ``metadata.managedFields`` on every write
+(``fieldmanager``), the status subresource, kubectl's protobuf request bodies (``protobuf``), pod
 evictions, services with ClusterIPs, events.k8s.io/v1 and each namespace's ``default``
 ServiceAccount (``kinds``), the podnet CRDs' schemas enforced on writes (422 naming the
 field), built-in objects decoded and validated as upstream does (``builtin_schema``: the
@@ -32,8 +33,12 @@ Where it departs from a real server, on purpose:
   validation.go; protobuf bodies are read (``podnet.sim.protobuf``) but answers are JSON
   only (an Accept without JSON gets 406);
 * :class:`InMemoryCluster` called in-process keeps the pod status it is given (so a
-  harness can create running pods in one call), sets no pod defaults and is not
-  validated (only what comes over HTTP is: a create, a PUT, the result of a patch);
+  harness can create running pods in one call), sets no pod defaults, records no
+  managedFields and is not validated (only what comes over HTTP is: a create, a PUT, the
+  result of a patch);
+* managedFields: an updater of a struct upstream decodes as a pointer (``rollingUpdate``)
+  is not shown owning the struct itself (``.``), the Go zero value being unknown here;
+  no cap on the number of Update entries, no ``before-first-apply`` manager;
 * no authentication, no other admission;
 * no PodDisruptionBudgets (every eviction is allowed), no Endpoints or EndpointSlices for
   services, single-stack ClusterIPs, no ``serviceaccounts/token``; the ``default``

@@ -448,10 +448,13 @@ def _identity_json(ident: tuple[str, str, str, str]) -> str:
 
 def _shown_manager(ident: tuple[str, str, str, str]) -> str:
     # fieldmanager's printManager: an updater is named with its apiVersion
-    manager, op, version, _ = ident
+    manager, op, version, sub = ident
+    shown = json.dumps(manager)
+    if sub:
+        shown += f" with subresource {json.dumps(sub)}"
     if op == "Update":
-        return f"{json.dumps(manager)} using {version}"
-    return json.dumps(manager)
+        return f"{shown} using {version}"
+    return shown
 
 
 class ApplyConflict(Exception):

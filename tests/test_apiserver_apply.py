@@ -278,6 +278,15 @@ def test_official_client_apply_to_a_custom_resource_and_its_status(
     assert done["status"]["phase"] == "Allocated" and done["metadata"]["generation"] == 1
     entry = next(e for e in done["metadata"]["managedFields"] if e["manager"] == "agent")
     assert entry["subresource"] == "status" and list(entry["fieldsV1"]) == ["f:status"]
+    with pytest.raises(ApiException) as info:
+        co.patch_namespaced_custom_object_status(
+            GROUP, VERSION, ns, "podnetworks", "web",
+            {**body, "status": {"phase": "Failed"}}, field_manager="other",
+            _content_type=APPLY)
+    assert info.value.status == 409
+    assert json.loads(info.value.body)["message"] == (
+        'Apply failed with 1 conflict: conflict with "agent" with subresource "status": '
+        ".status.phase")
     changed = co.patch_namespaced_custom_object(
         GROUP, VERSION, ns, "podnetworks", "web",
         {**body, "spec": {**body["spec"], "sticky": True}}, field_manager="ctl",
@@ -340,3 +349,22 @@ def test_strict_patch_of_a_custom_resource_is_422_on_patch(api: client.ApiClient
     status = json.loads(info.value.body)
     assert status["details"]["causes"][0]["field"] == "patch"
     assert 'strict decoding error: unknown field "spec.colour"' in status["message"]
+
+
+def test_several_conflicts_are_listed_by_manager(server: ApiServer, ns: str) -> None:
+    """More than one conflict: "Apply failed with N conflicts: conflicts with <manager>:"
+    then one "- <path>" line each, managers sorted (managedfields/internal/conflict.go,
+    getConflictMessage), one FieldManagerConflict cause per field."""
+    path = f"/api/v1/namespaces/{ns}/configmaps/many"
+    assert send(server, "PATCH", path + "?fieldManager=first",
+                config_map("many", ns, a="1", b="2"))[0] == 201
+    status, body = send(server, "PATCH", path + "?fieldManager=second",
+                        config_map("many", ns, a="x", b="y"))
+    assert status == 409
+    assert body["message"] == ('Apply failed with 2 conflicts: conflicts with "first":\n'
+                               "- .data.a\n- .data.b")
+    assert [c["field"] for c in body["details"]["causes"]] == [".data.a", ".data.b"]
+    status, same = send(server, "PATCH", path + "?fieldManager=second",
+                        config_map("many", ns, a="1"))
+    assert status == 200  # the same value co-owns, without a conflict
+    assert managers(same)[("second", "Apply")] == {"f:data": {"f:a": {}}}

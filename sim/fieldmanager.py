@@ -505,9 +505,10 @@ def record_update(live: Obj | None, new: Obj, shape: Shape, manager: str, sub: s
     sent = meta.get("managedFields")
     live_entries = ((live or {}).get("metadata") or {}).get("managedFields")
     if isinstance(sent, list) and sent and all(e == {} for e in sent):
-        # a list of one empty entry strips them all (an empty list changes nothing)
-        return {**new, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
-    if isinstance(sent, list) and sent and sent != live_entries:
+        # a list of one empty entry resets them, before the write's own changes are
+        # recorded (an empty list changes nothing)
+        live_entries = []
+    elif isinstance(sent, list) and sent and sent != live_entries:
         live_entries = sent  # the client rewrites them
     if live is None and not live_entries:
         tree = _created_fields(new, shape, scope)

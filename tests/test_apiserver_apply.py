@@ -234,8 +234,9 @@ def test_list_types_merge_as_the_schema_says(server: ApiServer, ns: str) -> None
 def test_lightkube_apply_and_managed_fields_reset(server: ApiServer, ns: str,
                                                  kubeconfig: Path) -> None:
     """lightkube's ``PatchType.APPLY`` (its Client.apply); a client writing
-    ``managedFields: [{}]`` strips them all, ``[]`` changes nothing (the server-side apply
-    documentation, "Clearing managedFields"; fieldmanager's decodeLiveOrNew)."""
+    ``managedFields: [{}]`` strips them all, then the write's own changes are recorded;
+    ``[]`` changes nothing (the server-side apply documentation, "Clearing
+    managedFields")."""
     from lightkube import Client, KubeConfig
     from lightkube.models.meta_v1 import ObjectMeta
     from lightkube.resources.core_v1 import ConfigMap
@@ -251,6 +252,10 @@ def test_lightkube_apply_and_managed_fields_reset(server: ApiServer, ns: str,
     status, stripped = send(server, "PATCH", path, {"metadata": {"managedFields": [{}]}},
                             MERGE)
     assert status == 200 and "managedFields" not in stripped["metadata"]
+    # a reset with other changes: the writer then owns what it changed
+    status, again = send(server, "PATCH", path + "?fieldManager=edit",
+                         {"metadata": {"managedFields": [{}]}, "data": {"k": "w"}}, MERGE)
+    assert status == 200 and managers(again) == {("edit", "Update"): {"f:data": {"f:k": {}}}}
 
 
 def test_official_client_apply_to_a_custom_resource_and_its_status(

@@ -1589,6 +1589,12 @@ class _Handler(BaseHTTPRequestHandler):
             live = self.api.peek(kind, name, target.namespace)
             if live is None and sub == "status":
                 raise NotFound(f'{_qualified(kind)} "{name}" not found')
+            wanted = (config.get("metadata") or {}).get("resourceVersion")
+            if wanted and live is not None and wanted != live["metadata"]["resourceVersion"]:
+                # a resourceVersion in the configuration is a precondition, as on an update
+                raise Conflict(f'Operation cannot be fulfilled on {kind} "{name}": the object '
+                               "has been modified; please apply your changes to the latest "
+                               "version and try again")
             try:
                 merged = fieldmanager.apply(
                     live, config, _shape(res), self.query["fieldManager"], sub,

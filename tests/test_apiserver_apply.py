@@ -174,7 +174,8 @@ def test_updates_are_recorded_and_an_apply_conflicts_with_an_updater(
 def test_apply_options_are_validated(server: ApiServer, ns: str) -> None:
     """ValidatePatchOptions (apimachinery meta/v1/validation): an apply without a
     fieldManager, and ``force`` on another patch type, are 422 on PatchOptions; an apply
-    of another version is 400 (fieldmanager's "Incorrect version specified")."""
+    of another version is 400 (fieldmanager's "Incorrect version specified"); an apply
+    carrying a stale resourceVersion is the update's 409 (the patcher's precondition)."""
     path = f"/api/v1/namespaces/{ns}/configmaps/opts"
     status, body = send(server, "PATCH", path, config_map("opts", ns, a="1"))
     assert status == 422 and body["details"]["kind"] == "PatchOptions"
@@ -194,6 +195,11 @@ def test_apply_options_are_validated(server: ApiServer, ns: str) -> None:
     status, body = send(server, "PATCH", path + "?fieldManager=m",
                         (yaml_body + "data:\n  a: '1'\n").encode())
     assert status == 201 and body["data"] == {"a": "1"}
+    # a resourceVersion in the configuration is a precondition (the update's 409)
+    stale = config_map("opts", ns, a="2")
+    stale["metadata"]["resourceVersion"] = "1"
+    status, body = send(server, "PATCH", path + "?fieldManager=m", stale)
+    assert status == 409 and "the object has been modified" in body["message"]
 
 
 def test_list_types_merge_as_the_schema_says(server: ApiServer, ns: str) -> None:

@@ -245,6 +245,22 @@ def _created_tree(value: Any, shape: Shape, in_zero: bool, in_item: bool) -> dic
     return node
 
 
+#: FieldsV1 trees already stored, by their JSON: objects of one shape (a deployment's
+#: pods) share one tree, as stored objects are never mutated (an edit copies first)
+_SHARED_TREES: dict[str, dict[str, Any]] = {}
+_SHARED_LIMIT: Final = 4096
+
+
+def _shared(tree: dict[str, Any]) -> dict[str, Any]:
+    key = json.dumps(tree, separators=(",", ":"))
+    found = _SHARED_TREES.get(key)
+    if found is None:
+        if len(_SHARED_TREES) >= _SHARED_LIMIT:
+            _SHARED_TREES.clear()
+        found = _SHARED_TREES[key] = tree
+    return found
+
+
 def _created_fields(new: Obj, shape: Shape, scope: str) -> dict[str, Any]:
     tree = _created_tree(_body(new), shape, False, False)
     tree.pop("f:apiVersion", None)
@@ -260,7 +276,7 @@ def _created_fields(new: Obj, shape: Shape, scope: str) -> dict[str, Any]:
         tree.pop("f:status", None)
     elif scope == "status":
         tree = {k: v for k, v in tree.items() if k == "f:status"}
-    return tree
+    return _shared(tree)
 
 
 def _strip(fields: FieldSet, scope: str) -> FieldSet:
@@ -552,7 +568,7 @@ def record_update(live: Obj | None, new: Obj, shape: Shape, manager: str, sub: s
         if own:
             entries.append({"manager": manager, "operation": "Update",
                             "apiVersion": api_version, "time": now, "fieldsType": "FieldsV1",
-                            "fieldsV1": own, **({"subresource": sub} if sub else {})})
+                            "fieldsV1": _shared(own), **({"subresource": sub} if sub else {})})
     elif mine is not None:
         entries.append(mine)
     entries.sort(key=lambda e: (str(e.get("operation")), str(e.get("time")),

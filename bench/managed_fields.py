@@ -6,7 +6,7 @@ Prints one JSON object: the CPU (``time.thread_time``) per pod of the field mana
 step on an HTTP pod create (``create_us``: the creator's Update entry), on an update by
 another manager (``update_us``: a label added), and on a server-side apply of the same
 pod (``apply_create_us``), beside the in-memory store's own create of the same pods, for
-scale. Pods are defaulted as the emulator defaults them before the step runs.
+scale; and the memory one pod's managedFields hold (``stored_bytes_per_pod``, tracemalloc). Pods are defaulted as the emulator defaults them before the step runs.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 import time
+import tracemalloc
 from typing import Any
 
 from podnet.core.cluster.memory import InMemoryCluster
@@ -67,6 +68,14 @@ def main(argv: list[str] | None = None) -> int:
             None, pods[i], shape, "kubectl", None, "main", False, NOW, "v1")),
         "store_create_us": _per_pod(n, lambda i: cluster.create(POD, pods[i])),
     }
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    kept = [fieldmanager.record_update(None, p, shape, "kubectl-create", None, "main", NOW,
+                                       "v1")["metadata"]["managedFields"] for p in pods]
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    result["stored_bytes_per_pod"] = sum(
+        d.size_diff for d in after.compare_to(before, "filename")) / len(kept)
     result = {k: round(v, 1) if isinstance(v, float) else v for k, v in result.items()}
     json.dump(result, sys.stdout)
     print()

@@ -6,7 +6,8 @@ Prints one JSON object: the CPU (``time.thread_time``) per pod of the field mana
 step on an HTTP pod create (``create_us``: the creator's Update entry), on an update by
 another manager (``update_us``: a label added), and on a server-side apply of the same
 pod (``apply_create_us``), beside the in-memory store's own create of the same pods, for
-scale; and the memory one pod's managedFields hold (``stored_bytes_per_pod``, tracemalloc). Pods are defaulted as the emulator defaults them before the step runs.
+scale; and the memory one pod's managedFields hold (``stored_bytes_per_pod``,
+tracemalloc). Pods are defaulted as the emulator defaults them before the step runs.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Enough of the real API for kubectl and the official Python client: discovery, JSON
 objects and lists, chunked watch streams (bookmarks, 410 as an ERROR event), server-side
 tables for ``kubectl get`` (the built-ins' upstream columns: ``tables``), the three patch
-formats, the status subresource, kubectl's protobuf request bodies (``protobuf``), pod
+formats and server-side apply with ``metadata.managedFields`` on every write
+(``fieldmanager``), the status subresource, kubectl's protobuf request bodies (``protobuf``), pod
 evictions, services with ClusterIPs, events.k8s.io/v1 and each namespace's ``default``
 ServiceAccount (``kinds``), the podnet CRDs' schemas enforced on writes (422 naming the
 field), built-in objects decoded and validated as upstream does (``builtin_schema``: the
@@ -32,8 +33,12 @@ Where it departs from a real server, on purpose:
   validation.go; protobuf bodies are read (``podnet.sim.protobuf``) but answers are JSON
   only (an Accept without JSON gets 406);
 * :class:`InMemoryCluster` called in-process keeps the pod status it is given (so a
-  harness can create running pods in one call), sets no pod defaults and is not
-  validated (only what comes over HTTP is: a create, a PUT, the result of a patch);
+  harness can create running pods in one call), sets no pod defaults, records no
+  managedFields and is not validated (only what comes over HTTP is: a create, a PUT, the
+  result of a patch);
+* managedFields: an updater of a struct upstream decodes as a pointer (``rollingUpdate``)
+  is not shown owning the struct itself (``.``), the Go zero value being unknown here;
+  no cap on the number of Update entries, no ``before-first-apply`` manager;
 * no authentication, no other admission;
 * no PodDisruptionBudgets (every eviction is allowed), no Endpoints or EndpointSlices for
   services, single-stack ClusterIPs, no ``serviceaccounts/token``; the ``default``
@@ -69,6 +74,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import functools
 import json
 import re
 import select
@@ -88,7 +94,7 @@ from typing import Any, Final, Literal, cast
 
 import yaml
 
-from podnet.core.clock import parse_time
+from podnet.core.clock import format_time, parse_time
 from podnet.core.cluster.memory import STATUS_SUBRESOURCE, InMemoryCluster, MemoryWatch
 from podnet.core.cluster.patch import clone_obj, json_patch, merge_patch
 from podnet.core.cluster.port import (
@@ -110,7 +116,7 @@ from podnet.core.cluster.port import (
 )
 from podnet.core.cluster.selectors import parse_field_selector, parse_label_selector
 
-from . import builtin_validation, protobuf, tables
+from . import builtin_validation, fieldmanager, protobuf, tables
 from .builtin_schema import DecodeError, schemas
 from .kinds import (
     CONFIG_MAP,
@@ -179,6 +185,7 @@ _PATCH_TYPES: Final[dict[str, Literal["merge", "json", "strategic"]]] = {
     "application/json-patch+json": "json",
     "application/strategic-merge-patch+json": "strategic",
 }
+APPLY_PATCH: Final = "application/apply-patch+yaml"
 _CR_PATCH_TYPES: Final = (
     "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
 )
@@ -763,6 +770,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query, True).items()}
         self.warnings: list[str] = []
         self.code = 0
+        #: the managedFields an apply computed, for the write that stores its result
+        self.applied_fields: Obj | None = None
         self.table_headers_sent = False  # a watch's Table events: the first has them
         if not url.path.startswith("/_podnet/"):
             self.api.delay(method)
@@ -1422,8 +1431,12 @@ class _Handler(BaseHTTPRequestHandler):
             meta["name"] = target.name
         return obj
 
-    def _admit(self, res: Resource, obj: Obj, only: str | None = None) -> Obj:
-        """Check a podnet object against its CRD's schema; the (pruned) object to write."""
+    def _admit(self, res: Resource, obj: Obj, only: str | None = None,
+               patch: tuple[str, Any] | None = None) -> Obj:
+        """Check a podnet object against its CRD's schema; the (pruned) object to write.
+        ``patch`` (type, body): ``obj`` is what that patch made, whose strict decoding
+        error is upstream's patcher's 422 on ``patch`` (handlers/patch.go,
+        applyPatchToCurrentObject), not the decoder's 400."""
         if res.crd is None:
             return obj
         mode = self._field_validation()
@@ -1432,6 +1445,8 @@ class _Handler(BaseHTTPRequestHandler):
             # a decoding error, before validation: 400, as upstream's strict decoder says
             kind = res.kind
             fields = ", ".join(f'unknown field "{f}"' for f in checked.unknown)
+            if patch is not None:
+                raise _patch_invalid(patch, obj, f"strict decoding error: {fields}")
             raise HttpError(
                 400,
                 f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: '
@@ -1451,13 +1466,16 @@ class _Handler(BaseHTTPRequestHandler):
         ``patch``), unknown fields are pruned with a warning (400 / 422 with
         ``fieldValidation=Strict``), upstream's validation.go rules answer 422."""
         if res.crd is not None or schemas().definition_of(res.kind) is None:
-            return contextlib.nullcontext()
+            return self._managed_fields(res, None)
         mode = self._field_validation()
         kind = res.kind
 
         def check(kind_: Kind, new: Obj, old: Obj | None, sub: str | None) -> Obj:
             if kind_ != kind:
                 return new  # a write the request caused (garbage collection), not its own
+            return self._record_fields(res, validated(new, old, sub), old, sub)
+
+        def validated(new: Obj, old: Obj | None, sub: str | None) -> Obj:
             try:
                 decoded = schemas().decode(kind, new)
                 failure = ""
@@ -1486,11 +1504,138 @@ class _Handler(BaseHTTPRequestHandler):
 
         return self.api.cluster.admission(check)
 
+    # --- managedFields and server-side apply -------------------------------------------
+
+    def _field_manager(self) -> str:
+        """The request's manager: ``fieldManager``, or the User-Agent up to its first "/"
+        (fieldmanager's prefixFromUserAgent), 128 characters at most."""
+        manager = self.query.get("fieldManager")
+        if manager is None:
+            manager = self.headers.get("User-Agent", "").split("/")[0]
+        return manager[:128]
+
+    def _record_fields(self, res: Resource, new: Obj, old: Obj | None, sub: str | None) -> Obj:
+        """``new`` with the managedFields this write leaves (an apply's, when it is one)."""
+        if res.stored_as is not None:
+            return new
+        if self.applied_fields is not None:
+            meta = {k: v for k, v in new["metadata"].items() if k != "managedFields"}
+            entries = self.applied_fields.get("entries")
+            if entries:
+                meta["managedFields"] = entries
+            return {**new, "metadata": meta}
+        return fieldmanager.record_update(
+            old, new, _shape(res), self._field_manager(), sub, _scope(res, sub),
+            format_time(self.api.cluster.clock.now()), res.kind.api_version)
+
+    def _managed_fields(self, res: Resource, patch: tuple[str, Any] | None
+                        ) -> contextlib.AbstractContextManager[None]:
+        """The admission of a kind without built-in validation: managedFields only."""
+        kind = res.kind
+
+        def check(kind_: Kind, new: Obj, old: Obj | None, sub: str | None) -> Obj:
+            return new if kind_ != kind else self._record_fields(res, new, old, sub)
+
+        return self.api.cluster.admission(check)
+
+    def _check_patch_options(self, apply: bool) -> None:
+        """upstream's ValidatePatchOptions: 422 on the PatchOptions."""
+        problems = []
+        if not apply and "force" in self.query:
+            problems.append(("force", "FieldValueForbidden",
+                             "Forbidden: may not be specified for non-apply patch"))
+        if apply and not self.query.get("fieldManager"):
+            problems.append(("fieldManager", "FieldValueRequired",
+                             "Required value: is required for apply patch"))
+        if len(self.query.get("fieldManager") or "") > 128:
+            problems.append(("fieldManager", "FieldValueTooLong",
+                             "Too long: may not be more than 128 bytes"))
+        if problems:
+            errors = [FieldError(f, r, m) for f, r, m in problems]
+            shown = (str(errors[0]) if len(errors) == 1
+                     else "[" + ", ".join(map(str, errors)) + "]")
+            details: Obj = {"group": "meta.k8s.io", "kind": "PatchOptions", "causes": [
+                {"reason": e.reason, "message": e.message, "field": e.field} for e in errors]}
+            raise HttpError(422, f'PatchOptions.meta.k8s.io "" is invalid: {shown}', "Invalid",
+                            details)
+
+    def _apply(self, target: _Target) -> None:
+        """Server-side apply (handlers/patch.go applyPatcher, fieldmanager.Apply): the
+        configuration merged into the live object (or a new one), conflicts 409."""
+        res, name = target.resource, cast(str, target.name)
+        sub = target.subresource
+        if res.stored_as is not None or (sub is not None and sub != "status"):
+            raise HttpError(415, "the body of the request was in an unknown format - "
+                            "accepted media types include: application/json-patch+json, "
+                            "application/merge-patch+json")
+        try:
+            config = yaml.safe_load(self.body) if self.body else None
+        except yaml.YAMLError as exc:
+            raise HttpError(400, f"error decoding YAML: {exc}") from None
+        if not isinstance(config, dict):
+            raise HttpError(400, "error decoding YAML: the apply configuration is not an object")
+        kind = res.kind
+        version = config.get("apiVersion")
+        if version != kind.api_version:
+            raise HttpError(400, "Incorrect version specified in apply patch. Specified patch "
+                            f"version: {version or ''}, expected: {kind.api_version}")
+        if config.get("kind") != kind.kind:
+            raise HttpError(400, f"the kind in the apply patch ({config.get('kind') or ''}) "
+                            f"does not match the expected kind ({kind.kind})")
+        meta = config.get("metadata")
+        if isinstance(meta, dict) and meta.get("managedFields") is not None:
+            raise HttpError(400, "metadata.managedFields must be nil")
+        self._check_identity(target, config)
+        force = _flag(self.query.get("force"))
+        cluster = self.api.cluster
+        with self.api.locked():
+            live = self.api.peek(kind, name, target.namespace)
+            if live is None and sub == "status":
+                raise NotFound(f'{_qualified(kind)} "{name}" not found')
+            wanted = (config.get("metadata") or {}).get("resourceVersion")
+            if wanted and live is not None and wanted != live["metadata"]["resourceVersion"]:
+                # a resourceVersion in the configuration is a precondition, as on an update
+                raise Conflict(f'Operation cannot be fulfilled on {kind} "{name}": the object '
+                               "has been modified; please apply your changes to the latest "
+                               "version and try again")
+            try:
+                merged = fieldmanager.apply(
+                    live, config, _shape(res), self.query["fieldManager"], sub,
+                    _scope(res, sub), force, format_time(cluster.clock.now()),
+                    kind.api_version)
+            except fieldmanager.ApplyConflict as exc:
+                raise HttpError(409, exc.message, "Conflict", {"causes": exc.causes}) from None
+            self.applied_fields = {"entries": merged["metadata"].get("managedFields")}
+            if live is None:
+                return self._create_object(target, merged)
+            merged["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
+            if sub == "status":
+                obj = self._admit(res, merged, only="status")
+                with self._builtin_admission(res):
+                    result = cluster.update_status(kind, obj)
+            else:
+                obj = merged
+                if res.crd is not None:
+                    rest = self._admit(res, _without_status(obj))
+                    obj = rest | ({"status": obj["status"]} if "status" in obj else {})
+                elif kind == POD:
+                    obj = pod_defaults(obj)
+                elif kind == SECRET:
+                    obj = secret_on_write(obj)
+                with self._builtin_admission(res):
+                    if kind == SERVICE:
+                        obj = self.api.services.on_update(live, obj)
+                    result = res.shown(cluster.update(res.store_kind, res.to_store(obj)))
+        self._send_object(res, result)
+
     def _create(self, target: _Target) -> None:
         res = target.resource
         if res.kind.namespaced and target.namespace is None:
             raise HttpError(405, f"create {res.kind.plural} in a namespace")
-        obj = self._check_identity(target, self._object_body())
+        self._create_object(target, self._check_identity(target, self._object_body()))
+
+    def _create_object(self, target: _Target, obj: Obj) -> None:
+        res = target.resource
         meta = obj["metadata"]
         name = meta.get("name")
         if name and (res.crd is not None or schemas().definition_of(res.kind) is None):
@@ -1557,6 +1702,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _patch(self, target: _Target) -> None:
         res, name = target.resource, cast(str, target.name)
         ctype = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        self._check_patch_options(ctype == APPLY_PATCH)
+        if ctype == APPLY_PATCH:
+            return self._apply(target)
         ptype = _PATCH_TYPES.get(ctype)
         if ptype is None or (ptype == "strategic" and res.crd is not None):
             accepted = _CR_PATCH_TYPES if res.crd else ", ".join(_PATCH_TYPES)
@@ -1576,7 +1724,7 @@ class _Handler(BaseHTTPRequestHandler):
             with self._builtin_admission(res, (ptype, patch)):
                 result = cluster.patch(kind, name, patch, target.namespace, ptype, sub)
             return self._send_object(res, result)
-        with self.api.locked():
+        with self.api.locked(), self._managed_fields(res, None):
             stored = self.api.peek(kind, name, target.namespace)
             if stored is not None:
                 if ptype == "json":
@@ -1588,9 +1736,10 @@ class _Handler(BaseHTTPRequestHandler):
                 if not isinstance(patched, dict):
                     raise HttpError(422, "the patch does not leave an object")
                 if sub == "status":
-                    admitted = self._admit(res, patched, only="status")
+                    admitted = self._admit(res, patched, only="status", patch=(ptype, patch))
                 else:
-                    admitted = self._admit(res, _without_status(patched))
+                    admitted = self._admit(res, _without_status(patched),
+                                           patch=(ptype, patch))
                 kept = {k: v for k, v in patched.items() if k in admitted}
                 if self._prune() and admitted != kept:
                     # fields were pruned: write the pruned object, guarded by its RV
@@ -1605,7 +1754,7 @@ class _Handler(BaseHTTPRequestHandler):
         """A service's patch keeps its allocations as an update does: the patched object
         is previewed (a dry run), checked, then written."""
         cluster = self.api.cluster
-        with self.api.locked():
+        with self.api.locked(), self._managed_fields(res, None):
             old = self.api.peek(SERVICE, name, ns)
             if old is None:
                 raise NotFound(f'services "{name}" not found')
@@ -1878,6 +2027,38 @@ def _partial(obj: Obj) -> Obj:
 
 def _qualified(kind: Kind) -> str:
     return f"{kind.kind}.{kind.group}" if kind.group else kind.kind
+
+
+def _shape(res: Resource) -> fieldmanager.Shape:
+    """The schema server-side apply merges ``res`` by (built-ins: the vendored OpenAPI;
+    custom resources: the CRD's structural schema)."""
+    defs = schemas().definitions
+    if res.crd is not None:
+        return _crd_shape(res.crd.schema, defs)
+    return _builtin_shape(schemas().definition_of(res.kind) or "")
+
+
+@functools.cache
+def _builtin_shape(name: str) -> fieldmanager.Shape:
+    return fieldmanager.Shape({"$ref": name} if name else {}, schemas().definitions)
+
+
+_CRD_SHAPES: dict[int, fieldmanager.Shape] = {}
+
+
+def _crd_shape(schema: Any, defs: Any) -> fieldmanager.Shape:
+    found = _CRD_SHAPES.get(id(schema))
+    if found is None or found.schema is not schema:
+        found = _CRD_SHAPES[id(schema)] = fieldmanager.Shape(schema, defs)
+    return found
+
+
+def _scope(res: Resource, sub: str | None) -> str:
+    """Which fields a write may own: a kind with a status subresource resets status on the
+    main resource, and all but status on /status (the strategies' GetResetFields)."""
+    if sub == "status":
+        return "status"
+    return "main" if res.has_status else "all"
 
 
 def _invalid(res: Resource, name: str, errors: Sequence[FieldError]) -> HttpError:

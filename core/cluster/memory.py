@@ -152,9 +152,28 @@ _CONFLICT_MESSAGE: Final = (
 )
 
 
-def _spec_view(obj: Obj) -> dict[str, Any]:
-    # generation follows everything a user declares: all but metadata and status
-    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+#: Built-in API groups whose registry strategies keep ``metadata.generation`` (v1.32: the
+#: apps workloads; core/v1 kinds, leases and events have none; pods only from v1.33).
+GENERATION_GROUPS: Final = frozenset({"apps"})
+
+
+def _keeps_generation(kind: Kind) -> bool:
+    """Whether upstream v1.32's strategy for ``kind`` sets ``metadata.generation``: custom
+    resources always (customResourceStrategy.PrepareForCreate), the apps workloads
+    (pkg/registry/apps/*/strategy.go); not pods, nodes, namespaces, configmaps, secrets,
+    services, serviceaccounts, events or leases."""
+    return kind.group in CUSTOM_GROUPS or kind.group in GENERATION_GROUPS
+
+
+def _spec_view(kind: Kind, obj: Obj) -> Any:
+    """What a change of bumps the generation: the apps strategies compare ``spec``; the
+    custom resource strategy everything but metadata (and status, with a status
+    subresource)."""
+    if kind.group not in CUSTOM_GROUPS:
+        return obj.get("spec")
+    skip = ("metadata", "status", "apiVersion", "kind") if kind in STATUS_SUBRESOURCE else (
+        "metadata", "apiVersion", "kind")
+    return {k: v for k, v in obj.items() if k not in skip}
 
 
 def _default_grace(pod: Obj) -> int:
@@ -764,7 +783,10 @@ class InMemoryCluster:
             meta.pop("namespace", None)
         meta["uid"] = self._new_uid()
         meta["creationTimestamp"] = format_time(self.clock.now())
-        meta["generation"] = 1
+        if _keeps_generation(kind):
+            meta["generation"] = 1
+        else:
+            meta.pop("generation", None)  # the strategy does not keep what a client sent
         meta.pop("deletionGracePeriodSeconds", None)
         meta["resourceVersion"] = "" if self._dry else self._next_rv()
         if kind == NAMESPACE:
@@ -969,8 +991,8 @@ class InMemoryCluster:
             meta.pop("finalizers", None)
         new["apiVersion"] = kind.api_version
         new["kind"] = kind.kind
-        if _spec_view(new) != _spec_view(stored):
-            meta["generation"] = int(old_meta.get("generation", 1)) + 1
+        if "generation" in old_meta and _spec_view(kind, new) != _spec_view(kind, stored):
+            meta["generation"] = int(old_meta["generation"]) + 1
         meta["resourceVersion"] = old_meta["resourceVersion"]
         if new == stored:
             return stored  # a no-op write keeps the resourceVersion, as etcd does
@@ -1243,6 +1265,9 @@ class InMemoryCluster:
             "deletionGracePeriodSeconds": grace,
             "resourceVersion": self._next_rv(),
         }
+        if int(meta.get("generation") or 0) > 0:
+            # upstream's store bumps it when a delete starts (BeforeDelete's graceful path)
+            meta["generation"] = int(meta["generation"]) + 1
         new = {**stored, "metadata": meta}
         self._put(kind, new)
         self._record(kind, "MODIFIED", new, before)

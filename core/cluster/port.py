@@ -142,6 +142,12 @@ class Watch(Protocol):
     @property
     def closed(self) -> bool: ...
 
+    @property
+    def idle(self) -> bool:
+        """Open with nothing to poll, at a glance (no lock): a caller that would not wait
+        skips the poll. Only a hint: what arrives just after is polled the next time."""
+        ...
+
     def stop(self) -> None: ...
 
 

@@ -17,7 +17,7 @@ import attrs
 Obj = dict[str, Any]
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # a key of every cache and index: hashed on each lookup
 class Kind:
     """A resource type: where it lives in the API and whether it is namespaced."""
 

@@ -413,7 +413,10 @@ class Engine:
             gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
     def pump(self, timeout: float = 0.0) -> int:
-        return sum(informer.pump(timeout) for informer in self.caches.all)
+        applied = 0
+        for informer in self.caches.all:
+            applied += informer.pump(timeout)
+        return applied
 
     def process(self, key: Key) -> None:
         """Reconcile one key and requeue it as its outcome says. Never raises an

@@ -116,6 +116,9 @@ ATTR_WAITING_REASON: Final = "podnet.waiting.reason"
 #: stale ``resourceVersion``; the writer reads again). Its span event says why
 ATTR_RETRY: Final = "podnet.retry"
 RETRY_CONFLICT: Final = "conflict"
+#: a provider call the cloud throttled: its caller waits and calls again (a read read
+#: again soon, a grow after its backoff); the call's span is not ERROR
+RETRY_THROTTLED: Final = "throttled"
 EVENT_RETRY: Final = "retry"
 ATTR_RPC_SYSTEM: Final = "rpc.system"
 ATTR_RPC_METHOD: Final = "rpc.method"
@@ -141,6 +144,11 @@ def _is_wait(exc: BaseException) -> bool:
     """A provider's answer that no idle address fits (``ErrorKind.POOL_EMPTY``, a
     StrEnum): what its caller waits on, not a failure."""
     return getattr(exc, "kind", None) == "pool_empty"
+
+
+def _is_throttled(exc: BaseException) -> bool:
+    """A provider call the cloud throttled (``ErrorKind.THROTTLED``, a StrEnum)."""
+    return getattr(exc, "kind", None) == "throttled"
 
 
 def _mark_failed(span: Span, exc: BaseException, *, event: bool) -> None:
@@ -298,6 +306,13 @@ class _SpanScope(AbstractContextManager[Span]):
             elif is_stale_read(exc):
                 if span.is_recording():
                     span.set_attribute(ATTR_RETRY, RETRY_CONFLICT)
+            elif self._kind is SpanKind.CLIENT and _is_throttled(exc):
+                # waiting is not failing: the cloud said "later", and the caller calls
+                # again; a caller that gives up says so on its own (reconcile) span
+                if span.is_recording():
+                    span.set_attribute(ATTR_RETRY, RETRY_THROTTLED)
+                    span.add_event(EVENT_RETRY, {ATTR_RETRY: RETRY_THROTTLED,
+                                                 ATTR_WAITING_REASON: redact(str(exc))})
             else:
                 _mark_failed(span, exc, event=False)
         span.end()

@@ -217,6 +217,19 @@ def test_watch_stop_is_prompt_and_ends_the_reader(emu: Emulated) -> None:
     assert [o["metadata"]["name"] for o in emu.kube.list(POD).items] == ["a"]
 
 
+def test_watch_is_idle_only_while_open_with_nothing_to_poll(emu: Emulated) -> None:
+    w = emu.kube.watch(POD, emu.store.resource_version, timeout_seconds=600)
+    try:
+        assert w.idle and w.poll(0) == []
+        emu.kube.create(POD, pod("a"))
+        until(lambda: not w.idle)  # the reader thread queued the event
+        assert [ev.object["metadata"]["name"] for ev in w.poll(0)] == ["a"]
+        assert w.idle
+    finally:
+        w.stop()
+    assert not w.idle  # ended: a pump must look, and re-watch
+
+
 def test_watch_timeout_is_jittered_whole_seconds(emu: Emulated) -> None:
     sent: list[str] = []
     real = emu.kube.api_client.call_api

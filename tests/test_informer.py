@@ -83,6 +83,25 @@ def test_pump_applies_changes(cluster: InMemoryCluster) -> None:
     assert inf.pump() == 0
 
 
+def test_pump_skips_an_idle_watch_and_sees_what_comes_and_when_it_ends(
+    cluster: InMemoryCluster,
+) -> None:
+    watch = cluster.watch(POD, cluster.resource_version)
+    assert watch.idle
+    cluster.create(POD, pod("a"))
+    assert not watch.idle and len(watch.poll(0)) == 1 and watch.idle
+    watch.stop()
+    assert not watch.idle
+    inf = Informer(cluster, POD, lean)
+    inf.start()
+    assert inf.pump() == 0
+    cluster.create(POD, pod("b"))
+    assert inf.pump() == 1 and "default/b" in inf
+    cluster.faults.drop_watches()
+    cluster.create(POD, pod("c"))  # while no watch is open: the pump re-watches and sees it
+    assert inf.pump() == 1 and "default/c" in inf
+
+
 def test_cluster_scoped_keys_and_selectors(cluster: InMemoryCluster) -> None:
     cluster.create(POD, pod("a", app="web"))
     cluster.create(POD, pod("b", app="db"))

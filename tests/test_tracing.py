@@ -39,8 +39,11 @@ from podnet.core.tracing import (
     ATTR_OBJECT,
     ATTR_POD,
     ATTR_PROVIDER,
+    ATTR_RETRY,
     ATTR_TO,
     ATTR_TRIGGER,
+    EVENT_RETRY,
+    RETRY_THROTTLED,
     JsonLinesSpanExporter,
     Tracing,
     format_traceparent,
@@ -434,6 +437,28 @@ def test_failed_client_call_marks_both_spans(
         assert span.status.status_code is StatusCode.ERROR
         assert dict(span.attributes or {})[ATTR_ERROR_TYPE] == "conflict"
         assert SECRET not in _span_text(span)
+
+
+def test_throttled_client_call_is_a_retry_not_an_error(
+    tracing: Tracing, memory: InMemorySpanExporter
+) -> None:
+    # the cloud said "later" to a pool read: the caller reads again, so the call waited
+    with (
+        pytest.raises(ProviderError),
+        tracing.reconcile("node", "n1"),
+        tracing.client("ecs", "DescribeNetworkInterfaces"),
+    ):
+        raise ProviderError(ErrorKind.THROTTLED, f"Throttling token={SECRET}")
+    client = one(memory, "ecs.DescribeNetworkInterfaces")
+    assert client.status.status_code is not StatusCode.ERROR
+    attributes = dict(client.attributes or {})
+    assert attributes[ATTR_RETRY] == RETRY_THROTTLED
+    assert ATTR_ERROR_TYPE not in attributes
+    [event] = [e for e in client.events if e.name == EVENT_RETRY]
+    assert dict(event.attributes or {})[ATTR_RETRY] == RETRY_THROTTLED
+    assert SECRET not in _span_text(client)
+    # a caller that gives up on it (raises) fails its own span
+    assert one(memory, "reconcile node").status.status_code is StatusCode.ERROR
 
 
 # -- tracing off ------------------------------------------------------------------------------

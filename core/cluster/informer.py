@@ -428,6 +428,12 @@ class Informer(Generic[T]):
 
     def pump(self, timeout: float = 0.0) -> int:
         """Process what the watch has (waiting up to ``timeout``); returns changes applied."""
+        watch = self._watch
+        if (timeout <= 0 and watch is not None and watch.idle and self._synced
+                and not self._need_relist):
+            # nothing to take and no wait asked for: no locks (a step pumps every cache,
+            # and most have nothing)
+            return 0
         if self._stopped.is_set():
             return 0
         with self._pump_lock:

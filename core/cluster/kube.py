@@ -350,6 +350,10 @@ class KubeWatch:
         with self._cond:
             return self._done and not self._queue
 
+    @property
+    def idle(self) -> bool:
+        return not (self._queue or self._done or self._error is not None)
+
     def stop(self) -> None:
         with self._cond:
             if self._done:

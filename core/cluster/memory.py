@@ -373,6 +373,12 @@ class MemoryWatch:
         with self._cond:
             return self._closed or self._expired()
 
+    @property
+    def idle(self) -> bool:
+        deadline = self._deadline
+        return not (self._queue or self._closed
+                    or (deadline is not None and time.monotonic() >= deadline))
+
     def stop(self) -> None:
         with self._cond:
             self._close()

@@ -17,7 +17,7 @@ import attrs
 Obj = dict[str, Any]
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # a key of every cache and index: hashed on each lookup
 class Kind:
     """A resource type: where it lives in the API and whether it is namespaced."""
 
@@ -141,6 +141,12 @@ class Watch(Protocol):
 
     @property
     def closed(self) -> bool: ...
+
+    @property
+    def idle(self) -> bool:
+        """Open with nothing to poll, at a glance (no lock): a caller that would not wait
+        skips the poll. Only a hint: what arrives just after is polled the next time."""
+        ...
 
     def stop(self) -> None: ...
 

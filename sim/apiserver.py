@@ -598,6 +598,14 @@ class ApiServer:
         if self._kubelet is not None:
             self._kubelet.join(5)
             self._kubelet = None
+        # let the woken streams write their last chunk before their connections are cut
+        # (also those whose watch began after the list above: their pumps see stopping)
+        drained = time.monotonic() + 1.0
+        while time.monotonic() < drained:
+            with self._lock:
+                if not self._watches:
+                    break
+            time.sleep(0.01)
         for conn in conns:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)

@@ -1,0 +1,33 @@
+"""Suite-wide ordering for parallel runs (``make unit``: pytest-xdist, one file per worker at
+a time, in collection order with ``--no-loadscope-reorder``).
+
+A worker that takes a chaos machine (200 histories) or an end-to-end file last keeps the
+run going minutes after the other ran out of files; started first, the long files overlap
+and the many short ones fill the gaps at the end. Only the workers' collection is
+reordered (the order the controller hands files out in); a run in one process keeps the
+files' own order.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def _weight(item: pytest.Item) -> int:
+    """0 for a chaos machine's file, 1 for a file with a slow test, 2 for the rest."""
+    if "chaos" in item.path.name:
+        return 0
+    return 1 if item.get_closest_marker("slow") else 2
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return
+    weight: dict[str, int] = {}
+    for item in items:
+        file = str(item.path)
+        weight[file] = min(weight.get(file, 2), _weight(item))
+    # stable: files keep their order within a weight, tests theirs within a file
+    items.sort(key=lambda item: weight[str(item.path)])

@@ -30,8 +30,13 @@ typecheck: $(STAMP)
 importlint: $(STAMP)
 	$(VENV)/bin/lint-imports
 
+# Test files are spread over PYTEST_WORKERS processes (pytest-xdist), each file whole on
+# one of them (its module fixtures start once), the long ones first (tests/conftest.py);
+# PYTEST_WORKERS=0 runs in this process.
+PYTEST_WORKERS ?= 2
+
 unit: $(STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(PY) bench/core_overhead.py

@@ -188,7 +188,8 @@ class OvnNodeBed:
             self.stack.agent(NODE, netns=self.node.netns,
                              args=["--config", str(tmp / "controller.yaml")])
             self.client = AgentClient(self.stack.socket)
-            wait_for("the agent to be ready", self.client.ready, 30)
+            # a loaded machine (CI, or two test workers) starts the three processes slowly
+            wait_for("the agent to be ready", self.client.ready, 60)
         except BaseException:
             self.close()
             raise

@@ -932,25 +932,29 @@ def test_kubectl_delete_leaves_the_pod_terminating(server: ApiServer, kubectl: A
 
 
 @needs_kubectl
-def test_kubectl_watch_is_bounded_and_prints_existing(server: ApiServer, kubectl: Any) -> None:
+def test_kubectl_watch_is_bounded_and_prints_existing(server: ApiServer, tmp_path: Path
+                                                       ) -> None:
     request(server, "POST", "/api/v1/namespaces/default/pods", pod("web"))
-
-    def later() -> None:
-        # once kubectl watches (its list is done): a fixed sleep lost that race under load
-        deadline = time.monotonic() + 5
-        while not server._watches and time.monotonic() < deadline:
-            time.sleep(0.02)
-        request(server, "POST", "/api/v1/namespaces/default/pods", pod("late"))
-
-    writer = threading.Thread(target=later)
-    writer.start()
+    kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
     started = time.monotonic()
-    out = kubectl("get", "pods", "-w", timeout="2s", check=False)
-    writer.join()
+    proc = subprocess.Popen(
+        [str(KUBECTL), "--kubeconfig", str(kubeconfig), "--cache-dir", str(tmp_path / "cache"),
+         "--request-timeout=1s", "get", "pods", "-w"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        header, first = proc.stdout.readline(), proc.stdout.readline()
+        # the list is printed: a pod made now is after its resourceVersion, where the watch
+        # starts (made at a fixed time instead, it raced a slow kubectl into the list)
+        request(server, "POST", "/api/v1/namespaces/default/pods", pod("late"))
+        rest, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert time.monotonic() - started < 10
-    lines = out.splitlines()
-    assert lines[0].split()[0] == "NAME" and lines[1].split()[0] == "web"
-    assert any(line.split()[0] == "late" for line in lines[2:])
+    assert header.split()[0] == "NAME" and first.split()[0] == "web", header + first
+    assert any(line.split()[0] == "late" for line in rest.splitlines()), rest
 
 
 # --- the command line ---------------------------------------------------------------------

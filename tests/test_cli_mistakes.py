@@ -28,6 +28,7 @@ from podnet.core.cluster.kube import KubeCluster
 from podnet.core.cluster.port import ApiError
 from podnet.core.errors import ConfigError
 from podnet.sim.apiserver import ApiServer
+from podnet.testing.waiting import wait_for
 
 
 def podnet(*args: str, env: dict[str, str] | None = None, timeout: float = 60
@@ -39,6 +40,35 @@ def podnet(*args: str, env: dict[str, str] | None = None, timeout: float = 60
 def spawn(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "podnet.app.cli", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+class Stderr:
+    """A spawned daemon's stderr, read as it comes: a test waits for a line it says
+    rather than for a fixed time (a loaded machine starts the interpreter slowly)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stderr is not None
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, args=(proc.stderr,), daemon=True)
+        self._reader.start()
+
+    def _read(self, stream: Iterator[str]) -> None:
+        for line in stream:
+            self.lines.append(line)
+
+    def said(self, text: str) -> bool:
+        return any(text in line for line in list(self.lines))
+
+    def rest(self, proc: subprocess.Popen[str], timeout: float = 30) -> str:
+        """Everything, once ``proc`` has ended."""
+        proc.wait(timeout=timeout)
+        self._reader.join(timeout=timeout)
+        return "".join(self.lines)
+
+
+#: the daemons' retry period while the API server is down ("retrying every 2 s"), and a
+#: margin: a line repeated per attempt shows within it
+RETRY_PERIOD_AND_MORE = 2.5
 
 
 def one_line(run: subprocess.CompletedProcess[str]) -> str:
@@ -216,12 +246,28 @@ def test_an_api_server_that_is_down_is_waited_for_and_said_once(
     args = ["-v", "run", "--kubeconfig", str(config), "--listen", f"127.0.0.1:{listen}",
             "--log-format", "text", "--provider", "reference"]
     proc = spawn(*args, *([] if leader_elect else ["--no-leader-elect"]))
+    stderr = Stderr(proc)
+    err = ""
     try:
-        time.sleep(5)  # two retry periods and more: still one line
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(f"http://127.0.0.1:{listen}/readyz", timeout=5)
-        assert refused.value.code == 503 and b"does not answer" in refused.value.read()
+        wait_for("the controller to say the API server does not answer",
+                 lambda: stderr.said("does not answer") or proc.poll() is not None)
+        time.sleep(RETRY_PERIOD_AND_MORE)  # another attempt and more: still one line
+        assert proc.poll() is None, "".join(stderr.lines)
+        not_ready: list[tuple[int, bytes]] = []
+
+        def readyz_refuses() -> bool:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{listen}/readyz", timeout=5)
+            except urllib.error.HTTPError as refused:
+                not_ready.append((refused.code, refused.read()))
+                return True
+            except OSError:  # the listener is not up yet
+                return False
+            pytest.fail("/readyz answered ok while the API server is down")
+
+        wait_for("/readyz to answer", readyz_refuses, timeout=30)
+        code, body = not_ready[-1]
+        assert code == 503 and b"does not answer" in body
         with ApiServer(port=port):
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
@@ -238,11 +284,11 @@ def test_an_api_server_that_is_down_is_waited_for_and_said_once(
             if leader_elect:
                 time.sleep(1)  # the Lease is taken a retry period after the first answer
             proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=30)
+            err = stderr.rest(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.communicate()
+            proc.wait()
     assert proc.returncode == 0, err[-3000:]
     assert "urllib3" not in err and "Retrying" not in err
     assert "Traceback" not in err
@@ -276,15 +322,18 @@ def test_node_waits_for_an_api_server_that_is_down(tmp_path: Path) -> None:
     config = kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{free_port()}")
     proc = spawn("node", "--node", "n1", "--kubeconfig", str(config),
                  "--provider", "reference", "--socket", str(tmp_path / "s" / "agent.sock"))
+    stderr = Stderr(proc)
     try:
-        time.sleep(4.5)
-        assert proc.poll() is None
+        wait_for("the agent to say the API server does not answer",
+                 lambda: stderr.said("does not answer") or proc.poll() is not None)
+        time.sleep(RETRY_PERIOD_AND_MORE)  # another attempt and more: still one line
+        assert proc.poll() is None, "".join(stderr.lines)
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        err = stderr.rest(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.communicate()
+            proc.wait()
     assert proc.returncode == 0
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "does not answer (connection refused)" in lines[0], err

@@ -11,9 +11,11 @@ import glob
 import ipaddress
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,20 @@ def _namespaces() -> set[str]:
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
                             check=True).stdout
     return {line.split()[0] for line in listed.splitlines() if line.strip()}
+
+
+@pytest.fixture(autouse=True)
+def _own_temp(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The stage's folders (and its subprocesses') made in a folder of this test's own: the
+    checks that nothing is left look there, not where another test worker, or another
+    checkout's demo, makes its own at the same time. Short: unix socket paths live in it."""
+    folder = tempfile.mkdtemp(prefix="pnt-")
+    monkeypatch.setattr(tempfile, "tempdir", folder)
+    monkeypatch.setenv("TMPDIR", folder)
+    try:
+        yield
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _temp_dirs() -> set[str]:

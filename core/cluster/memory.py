@@ -582,14 +582,7 @@ class InMemoryCluster:
             self._begin("list", kind)
             labels = parse_label_selector(label_selector)
             fields = parse_field_selector(field_selector, kind)
-            if resource_version is None:
-                buckets = self._store.get(kind, {})
-            else:
-                buckets = self._snapshot(kind, resource_version)
-            if namespace and kind.namespaced:
-                spaces = [namespace] if namespace in buckets else []
-            else:
-                spaces = sorted(buckets)
+            buckets, spaces = self._spaces(kind, namespace, resource_version)
             items: list[Obj] = []
             for ns in spaces:
                 bucket = buckets[ns]
@@ -603,6 +596,18 @@ class InMemoryCluster:
         if transform is not None:
             return ListResult([transform(clone_obj(o)) for o in items], rv)
         return ListResult([clone_obj(o) for o in items], rv)
+
+    def _spaces(self, kind: Kind, namespace: str | None, resource_version: str | None
+                ) -> tuple[dict[str, dict[str, Obj]], builtins.list[str]]:
+        """The buckets of ``kind`` (now, or at ``resource_version``) and the namespaces a
+        list of ``namespace`` (None: all) reads from them, in order (lock held)."""
+        if resource_version is None:
+            buckets = self._store.get(kind, {})
+        else:
+            buckets = self._snapshot(kind, resource_version)
+        if namespace and kind.namespaced:
+            return buckets, [namespace] if namespace in buckets else []
+        return buckets, sorted(buckets)
 
     def _snapshot(self, kind: Kind, resource_version: str) -> dict[str, dict[str, Obj]]:
         """The store of ``kind`` at ``resource_version``: today's, with the writes after it
@@ -655,14 +660,7 @@ class InMemoryCluster:
             labels = parse_label_selector(label_selector)
             fields = parse_field_selector(field_selector, kind)
             selected = not (labels.empty and fields.empty)
-            if resource_version is None:
-                buckets = self._store.get(kind, {})
-            else:
-                buckets = self._snapshot(kind, resource_version)
-            if namespace and kind.namespaced:
-                spaces = [namespace] if namespace in buckets else []
-            else:
-                spaces = sorted(buckets)
+            buckets, spaces = self._spaces(kind, namespace, resource_version)
             page: list[Obj] = []
             more = 0
             for ns in spaces:

@@ -900,16 +900,12 @@ class InMemoryCluster:
         namespace: str | None = None,
         patch_type: Literal["merge", "json", "strategic"] = "merge",
         subresource: Literal["status"] | None = None,
-        *,
-        defaults: Callable[[Obj], Obj] | None = None,
     ) -> Obj:
-        """Patch (see the Cluster port); ``defaults`` is applied to the patched object
-        before it is checked and stored, as upstream defaults what it decodes (the API
-        emulator passes the kind's defaulting)."""
+        """Patch (see the Cluster port); the API emulator's admission defaults the patched
+        object (``admission``), as upstream defaults what it decodes."""
         with self._lock:
             self._begin("patch", kind)
-            result = self._patch(kind, name, patch, namespace, patch_type, subresource,
-                                 defaults)
+            result = self._patch(kind, name, patch, namespace, patch_type, subresource)
         return clone_obj(result)
 
     def _patch(
@@ -920,7 +916,6 @@ class InMemoryCluster:
         namespace: str | None,
         patch_type: Literal["merge", "json", "strategic"],
         subresource: Literal["status"] | None,
-        defaults: Callable[[Obj], Obj] | None = None,
     ) -> Obj:
         """Apply a patch (lock held); returns what was stored."""
         if subresource not in (None, "status"):
@@ -953,7 +948,7 @@ class InMemoryCluster:
             new = {**stored, "metadata": dict(stored["metadata"])}
             self._keep_status(new, patched)
         else:
-            new = patched if defaults is None else defaults(patched)
+            new = patched
             if kind in STATUS_SUBRESOURCE:
                 self._keep_status(new, stored)
         if self._admission is not None:

@@ -96,3 +96,26 @@ def test_a_hand_edit_seen_first_by_a_new_leader_does_not_take_the_address() -> N
         state.no_address_owned_twice()
     finally:
         state.teardown()
+
+
+def test_an_edited_record_the_book_took_at_a_restart_gives_the_address_up() -> None:
+    """Found by a random CI run: p4's record is edited by hand to p0's address, then p0's
+    record is removed by hand (nothing released: its port keeps the address) and the
+    controller restarts. The address book, rebuilt from the records, gave the address to
+    p4 (the edited one); p0's new record got it back from OVN and stayed Pending on a
+    conflict for ever. Now the provider's verify of the holder decides: p4's port does
+    not have it, so p4 is re-addressed and p0 keeps its port's address."""
+    state = OvnChaos()
+    try:
+        state.populate(up=1, running=5)
+        state.edit_record_ip(a="p0", b="p0")
+        state.pause_leader_past_lease(late=0.0, stale_steps=25, steps=13)
+        state.compact()
+        state.edit_record_ip(a="p4", b="p0")
+        state.drop_watches()
+        state.remove_record_by_hand(pod="p0")
+        state.compact()
+        state.restart()
+        state.no_address_owned_twice()
+    finally:
+        state.teardown()

@@ -650,6 +650,26 @@ class PodNetworkReconciler:
             return False
         return verdict is not None and verdict.ok
 
+    def _disowned(self, key: str, address: str) -> bool:
+        """Whether the provider says for certain that record ``key`` does not have
+        ``address``: a routed record (not a node pool's, whose pool decides) naming it,
+        whose verify answers that its dataplane differs. Unsure (no record, not routed,
+        verify failing or silent): not disowned, so a live pod's address never moves."""
+        pn = self.caches.pod_networks.get(key)
+        if pn is None or pn.spec.provider not in self.placement.providers:
+            return False
+        if self.placement.providers[pn.spec.provider].uses_node_pool:
+            return False
+        if address not in (pn.status.ip, pn.status.ipv6) or pn.status.phase is not Phase.ROUTED:
+            return False
+        ctx = PodNetworkContext(pod_network=pn, node=self.caches.node_context(pn.spec.node_name))
+        try:
+            verdict = self.gateway.verify(pn.spec.provider, ctx)
+        except (PodnetError, ProviderError) as exc:
+            log.info("cannot tell whether %s holds %s: %s", key, address, exc)
+            return False
+        return verdict is not None and not verdict.ok
+
     def _backed_by_pool(self, key: str, address: str) -> bool:
         """Whether record ``key``'s node pool (a node-pool provider's, synced) holds
         ``address`` for it."""
@@ -1031,6 +1051,16 @@ class PodNetworkReconciler:
         fresh = [a for a in (allocation.ip, allocation.ipv6)
                  if a and self.owned.addresses.holder(provider, a) != pn.key]
         taken = self.owned.addresses.claim_all(provider, fresh, pn.key)
+        if taken is not None and self._disowned(taken[1], taken[0]):
+            # the book's holder names an address its provider does not give it (a hand
+            # edit the book took from the records at a restart), and the provider gave it
+            # to this record: the address follows the provider, the holder is re-addressed
+            self.owned.addresses.release(provider, taken[0], taken[1])
+            self.owned.conflicts[taken[1]] = (taken[0], pn.key)
+            disowned = self.caches.pod_networks.get(taken[1])
+            if disowned is not None:
+                self.enqueue.pod(pod_key_of(disowned))
+            taken = self.owned.addresses.claim_all(provider, fresh, pn.key)
         if taken is not None:
             holder = self.caches.pod_networks.get(taken[1])
             if holder is not None:

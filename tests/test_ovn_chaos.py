@@ -119,3 +119,35 @@ def test_an_edited_record_the_book_took_at_a_restart_gives_the_address_up() -> N
         state.no_address_owned_twice()
     finally:
         state.teardown()
+
+
+def test_a_record_released_before_its_finalizer_write_fails_is_not_dangling() -> None:
+    """Found by a random run: p0's pod is recreated on its node while API writes fail at
+    30 %. The old record's release deletes its port (no agent waits to see it Releasing,
+    so no Releasing write comes first) and the finalizer's removal fails; for a step the
+    record is marked for deletion, still Routed, on an address OVN no longer has. That
+    is a release half done, retried next pass, not a dangling record; an address named
+    twice would still fail ``no_address_owned_twice``, and the teardown's convergence
+    check sees the retry finish the release."""
+    from podnet.core.cluster.port import POD_NETWORK
+
+    state = OvnChaos()
+    try:
+        state.populate(up=2, running=2)
+        state.add_node(i=0)
+        state.crash_at(hook="allocate", when="before")
+        state.remove_record_by_hand(pod="p0")
+        state.crash_at(hook="allocate", when="before")
+        state.cluster_fail_next(conflict=True, kind=POD_NETWORK, op="create", times=2)
+        state.cluster_fault_rates(conflict=0.0, error=0.0)
+        state.remove_record_by_hand(pod="p0")
+        for _ in range(4):
+            state.drop_watches()
+        state.pause_leader_past_lease(late=0.0, stale_steps=1, steps=16)
+        state.recreate_pod(i=0, pod="p0", same_node=True)
+        state.cluster_fault_rates(conflict=0.0, error=0.3)
+        state.step(n=1)
+        state.records_point_at_real_addresses()
+        state.no_address_owned_twice()
+    finally:
+        state.teardown()

@@ -44,15 +44,6 @@ class UnplugGate:
         #: uid -> when a Releasing record without a transition time was first seen
         self._first_seen: dict[str, float] = {}
 
-    def unwatched(self, node: str) -> bool:
-        """Whether no agent's word is awaited on ``node`` (no agent report, or the node is
-        gone): a Releasing record there goes at once, whatever its token."""
-        if not self.caches.agent_reports.has_synced:
-            return False
-        if self.caches.agent_report_of(node) is None:
-            return True
-        return self.caches.nodes.has_synced and self.caches.nodes.get(node) is None
-
     def wait(self, pn: PodNetwork) -> float | None:
         """Seconds to look again in while ``pn``'s interface may still exist on its node;
         None when its address may go now."""

@@ -1138,26 +1138,18 @@ class PodNetworkReconciler:
     # --- backward ---------------------------------------------------------------------
 
     def _wind_down(self, pn: PodNetwork, pod: PodInfo | None) -> Result:
+        if pn.status.phase is not Phase.RELEASING:
+            released = self._run(pn, "release", lambda span: self._write_phase(
+                pn, Phase.RELEASING, span, reason="Releasing",
+                message=self._release_reason(pn, pod)))
+            if released is None:
+                return Result(requeue_after=0.0)
+            pn = released
         # a new pod under the record's name that does not want it (on another node's
         # pool): the name must be freed now. The record's own pod finished: held
         pod_is_back = (pod is not None and pod.name == pn.spec.pod_name
                        and pod.uid != pn.spec.pod_uid)
-        may_hold = (pn.spec.sticky and pn.metadata.deletion_timestamp is None
-                    and not pod_is_back)
-        if pn.status.phase is not Phase.RELEASING:
-            message = self._release_reason(pn, pod)
-            write: Callable[..., PodNetwork] = self._write_phase
-            if not may_hold and self.unplug.unwatched(pn.spec.node_name):
-                # nobody waits to see it Releasing (no hold, no node agent to unplug it):
-                # the record is finished in this pass, and the phase rides on what is
-                # written next (the finalizer's removal, or a failed finish's condition)
-                write = self._phase_record
-            released = self._run(pn, "release", lambda span: write(
-                pn, Phase.RELEASING, span, reason="Releasing", message=message))
-            if released is None:
-                return Result(requeue_after=0.0)
-            pn = released
-        if may_hold:
+        if pn.spec.sticky and pn.metadata.deletion_timestamp is None and not pod_is_back:
             hold = self._hold(pn, pod)
             if hold is not None:
                 return hold

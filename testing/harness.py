@@ -1029,11 +1029,7 @@ class World:
 
     def dangling_problems(self) -> list[str]:
         """Allocated or routed records on live nodes whose address (either half of a
-        dual-stack pair the cloud reports) the cloud lacks. A record marked for deletion
-        is left out: where no agent waits to see it Releasing, its release gives the
-        address back and the finalizer's removal says so, and a write failing between
-        the two leaves it Routed until the retry (``no_address_owned_twice`` still
-        counts what it names)."""
+        dual-stack pair the cloud reports) the cloud lacks."""
         cloud = self.cloud_addresses()
         nodes = self.live_nodes()
         return [
@@ -1041,7 +1037,6 @@ class World:
             f"not have on {pn.spec.node_name} (cloud: {cloud.get(address)})"
             for pn in self.records()
             if pn.status.phase in (Phase.ALLOCATED, Phase.ROUTED)
-            and pn.metadata.deletion_timestamp is None
             and pn.spec.node_name in nodes
             for address in (pn.status.ip, pn.status.ipv6)
             if address and (address == pn.status.ip or _cloud_has_ipv6(cloud))

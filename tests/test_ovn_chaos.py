@@ -121,14 +121,14 @@ def test_an_edited_record_the_book_took_at_a_restart_gives_the_address_up() -> N
         state.teardown()
 
 
-def test_a_record_released_before_its_finalizer_write_fails_is_not_dangling() -> None:
+def test_a_record_whose_finalizer_write_fails_after_its_release_is_not_left_routed() -> None:
     """Found by a random run: p0's pod is recreated on its node while API writes fail at
-    30 %. The old record's release deletes its port (no agent waits to see it Releasing,
-    so no Releasing write comes first) and the finalizer's removal fails; for a step the
-    record is marked for deletion, still Routed, on an address OVN no longer has. That
-    is a release half done, retried next pass, not a dangling record; an address named
-    twice would still fail ``no_address_owned_twice``, and the teardown's convergence
-    check sees the retry finish the release."""
+    30 %. The old record's release deletes its port and the finalizer's removal fails.
+    Because the record is written Releasing before the release (the intent recorded
+    before the cloud is touched), it never says Routed on an address OVN no longer has;
+    the retry finishes it (the teardown's convergence check). A change that skipped the
+    Releasing write where no node agent waits failed here and in a second history (a
+    finished pod whose record's delete failed once), and was taken back."""
     from podnet.core.cluster.port import POD_NETWORK
 
     state = OvnChaos()
@@ -146,6 +146,25 @@ def test_a_record_released_before_its_finalizer_write_fails_is_not_dangling() ->
         state.pause_leader_past_lease(late=0.0, stale_steps=1, steps=16)
         state.recreate_pod(i=0, pod="p0", same_node=True)
         state.cluster_fault_rates(conflict=0.0, error=0.3)
+        state.step(n=1)
+        state.records_point_at_real_addresses()
+        state.no_address_owned_twice()
+    finally:
+        state.teardown()
+
+
+def test_a_finished_pods_record_whose_delete_fails_is_releasing_not_routed() -> None:
+    """Found by a random CI run: p0 finishes (Succeeded) and the record's delete fails
+    once. The record must say Releasing from before its port is deleted, not Routed on an
+    address OVN no longer has."""
+    from podnet.core.cluster.port import POD_NETWORK
+
+    state = OvnChaos()
+    try:
+        state.populate(up=1, running=4)
+        state.settle(seconds=0.0)
+        state.pod_finishes(phase="Succeeded", pod="p0")
+        state.cluster_fail_next(conflict=False, kind=POD_NETWORK, op="delete", times=1)
         state.step(n=1)
         state.records_point_at_real_addresses()
         state.no_address_owned_twice()

@@ -635,40 +635,39 @@ class PodNetworkReconciler:
         synced node pool for a node-pool provider; else the provider's verify of the
         record (its dataplane carries the address for it). Asked only when two records
         name one address, so the provider call is rare."""
-        pn = self.caches.pod_networks.get(key)
-        if pn is None or pn.spec.provider not in self.placement.providers:
-            return False
-        if self.placement.providers[pn.spec.provider].uses_node_pool:
+        if self._uses_node_pool(key):
             return self._backed_by_pool(key, address)
-        if address not in (pn.status.ip, pn.status.ipv6) or pn.status.phase is not Phase.ROUTED:
-            return False
-        ctx = PodNetworkContext(pod_network=pn, node=self.caches.node_context(pn.spec.node_name))
-        try:
-            verdict = self.gateway.verify(pn.spec.provider, ctx)
-        except (PodnetError, ProviderError) as exc:
-            log.info("cannot tell whether %s holds %s: %s", key, address, exc)
-            return False
-        return verdict is not None and verdict.ok
+        return self._verified(key, address) is True
 
     def _disowned(self, key: str, address: str) -> bool:
         """Whether the provider says for certain that record ``key`` does not have
         ``address``: a routed record (not a node pool's, whose pool decides) naming it,
         whose verify answers that its dataplane differs. Unsure (no record, not routed,
         verify failing or silent): not disowned, so a live pod's address never moves."""
+        return not self._uses_node_pool(key) and self._verified(key, address) is False
+
+    def _uses_node_pool(self, key: str) -> bool:
+        pn = self.caches.pod_networks.get(key)
+        providers = self.placement.providers
+        return (pn is not None and pn.spec.provider in providers
+                and providers[pn.spec.provider].uses_node_pool)
+
+    def _verified(self, key: str, address: str) -> bool | None:
+        """The provider's verify of routed record ``key`` naming ``address``: True (its
+        dataplane carries it), False (it differs), None (no such routed record, or the
+        verify failed or said nothing)."""
         pn = self.caches.pod_networks.get(key)
         if pn is None or pn.spec.provider not in self.placement.providers:
-            return False
-        if self.placement.providers[pn.spec.provider].uses_node_pool:
-            return False
+            return None
         if address not in (pn.status.ip, pn.status.ipv6) or pn.status.phase is not Phase.ROUTED:
-            return False
+            return None
         ctx = PodNetworkContext(pod_network=pn, node=self.caches.node_context(pn.spec.node_name))
         try:
             verdict = self.gateway.verify(pn.spec.provider, ctx)
         except (PodnetError, ProviderError) as exc:
             log.info("cannot tell whether %s holds %s: %s", key, address, exc)
-            return False
-        return verdict is not None and not verdict.ok
+            return None
+        return None if verdict is None else verdict.ok
 
     def _backed_by_pool(self, key: str, address: str) -> bool:
         """Whether record ``key``'s node pool (a node-pool provider's, synced) holds

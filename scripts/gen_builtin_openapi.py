@@ -20,9 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from podnet.sim.openapi import refs
 
 VERSION = "v1.32.0"
 OUT = Path(__file__).resolve().parent.parent / "sim" / "openapi-v1.32.json"
@@ -66,18 +67,6 @@ def source_definitions() -> dict[str, Any]:
     return dict(doc["$defs"])
 
 
-def _refs(node: Any) -> Iterator[str]:
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key == "$ref" and isinstance(value, str):
-                yield value.rsplit("/", 1)[-1]
-            else:
-                yield from _refs(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _refs(value)
-
-
 def _swagger(node: Any, top: bool = False) -> Any:
     if isinstance(node, list):
         return [_swagger(v) for v in node]
@@ -108,7 +97,7 @@ def definitions(source: dict[str, Any] | None = None) -> dict[str, Any]:
         if name in seen:
             continue
         seen.add(name)
-        wanted.extend(_refs(defs[name]))
+        wanted.extend(refs(defs[name]))
     out: dict[str, Any] = {}
     for name in sorted(seen):
         if name in SCALARS:

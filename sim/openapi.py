@@ -38,16 +38,17 @@ _OBJECT_META: Final = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 _QUERY_PARAMETERS: Final = ("dryRun", "fieldManager", "fieldValidation", "force")
 
 
-def _refs(node: Any) -> Iterator[str]:
+def refs(node: Any) -> Iterator[str]:
+    """The definition names every ``$ref`` under ``node`` points at, in document order."""
     if isinstance(node, dict):
         for key, value in node.items():
             if key == "$ref" and isinstance(value, str):
                 yield value.rsplit("/", 1)[-1]
             else:
-                yield from _refs(value)
+                yield from refs(value)
     elif isinstance(node, list):
         for value in node:
-            yield from _refs(value)
+            yield from refs(value)
 
 
 def _closure(definitions: Mapping[str, Any], roots: Iterable[str]) -> list[str]:
@@ -57,7 +58,7 @@ def _closure(definitions: Mapping[str, Any], roots: Iterable[str]) -> list[str]:
         name = todo.pop()
         if name not in seen:
             seen.add(name)
-            todo.extend(r for r in _refs(definitions[name]) if r in definitions)
+            todo.extend(r for r in refs(definitions[name]) if r in definitions)
     return sorted(seen)
 
 

@@ -1,4 +1,4 @@
-"""KubeCluster specifics: informers over real HTTP watches, errors, and memory cost.
+"""KubeCluster specifics: informers over real HTTP watches, and errors.
 
 The shared behaviour of both adapters is in ``test_cluster_contract.py``; here the
 informer runs over :class:`KubeCluster` against the API server emulator and must survive
@@ -7,14 +7,9 @@ dropped watch connections and 410 Gone exactly as it does in memory.
 
 from __future__ import annotations
 
-import gc
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
-import tracemalloc
 import urllib.request
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -40,7 +35,6 @@ from podnet.core.cluster.port import (
     Obj,
 )
 from podnet.core.errors import ConfigError
-from podnet.core.objects import pod_info
 from podnet.sim.apiserver import ApiServer
 
 NS = "default"
@@ -343,209 +337,3 @@ def test_list_follows_continue_tokens_and_survives_their_expiry(
     again = emu.kube.list(POD)
     assert [next(iter(o)) for o in again.items] == ["a", "b", "c"]
     assert again.resource_version == "7"
-
-
-# --- memory: the cost of caching pods through an informer -------------------------------
-
-
-def realistic_pod(i: int) -> Obj:
-    """A Deployment's pod roughly as the API serves it (~4 KiB of JSON)."""
-    name = f"web-7d9c8b6f5-{i:05d}"
-    node = f"node-{i % 200:03d}"
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": f"team-{i % 20}",
-            "labels": {"app": "web", "pod-template-hash": "7d9c8b6f5", "tier": "frontend"},
-            "annotations": {
-                "podnet.io/subnets": "subnet-a,subnet-b",
-                "kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z",
-                "prometheus.io/scrape": "true",
-            },
-            "ownerReferences": [
-                {
-                    "apiVersion": "apps/v1",
-                    "kind": "ReplicaSet",
-                    "name": "web-7d9c8b6f5",
-                    "uid": "5b6c8c1e-0f57-4a8e-9e0e-3c1d2a4b5c6d",
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-            "managedFields": [
-                {
-                    "manager": "kube-controller-manager",
-                    "operation": "Update",
-                    "apiVersion": "v1",
-                    "time": "2026-01-01T00:00:00Z",
-                    "fieldsType": "FieldsV1",
-                    "fieldsV1": {
-                        "f:metadata": {"f:labels": {".": {}, "f:app": {}, "f:tier": {}}},
-                        "f:spec": {"f:containers": {'k:{"name":"web"}': {".": {}}}},
-                    },
-                }
-            ],
-        },
-        "spec": {
-            "nodeName": node,
-            "restartPolicy": "Always",
-            "serviceAccountName": "web",
-            "terminationGracePeriodSeconds": 30,
-            "dnsPolicy": "ClusterFirst",
-            "schedulerName": "default-scheduler",
-            "containers": [
-                {
-                    "name": "web",
-                    "image": "registry.example.com/team/web:1.42.0",
-                    "ports": [{"containerPort": 8080, "name": "http", "protocol": "TCP"}],
-                    "env": [
-                        {"name": "LOG_LEVEL", "value": "info"},
-                        {
-                            "name": "POD_NAME",
-                            "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
-                        },
-                    ],
-                    "resources": {
-                        "requests": {"cpu": "250m", "memory": "256Mi"},
-                        "limits": {"memory": "512Mi"},
-                    },
-                    "volumeMounts": [
-                        {
-                            "name": "kube-api-access-x7k2p",
-                            "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
-                            "readOnly": True,
-                        }
-                    ],
-                    "readinessProbe": {
-                        "httpGet": {"path": "/healthz", "port": 8080, "scheme": "HTTP"},
-                        "periodSeconds": 10,
-                    },
-                    "imagePullPolicy": "IfNotPresent",
-                    "terminationMessagePath": "/dev/termination-log",
-                }
-            ],
-            "volumes": [
-                {
-                    "name": "kube-api-access-x7k2p",
-                    "projected": {
-                        "defaultMode": 420,
-                        "sources": [
-                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                            {
-                                "configMap": {
-                                    "name": "kube-root-ca.crt",
-                                    "items": [{"key": "ca.crt", "path": "ca.crt"}],
-                                }
-                            },
-                        ],
-                    },
-                }
-            ],
-            "tolerations": [
-                {
-                    "key": "node.kubernetes.io/not-ready",
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                    "tolerationSeconds": 300,
-                }
-            ],
-        },
-        "status": {
-            "phase": "Running",
-            "qosClass": "Burstable",
-            "hostIP": f"10.1.{i % 200}.1",
-            "podIP": f"10.2.{i // 250}.{i % 250}",
-            "podIPs": [{"ip": f"10.2.{i // 250}.{i % 250}"}],
-            "startTime": "2026-01-01T00:00:00Z",
-            "conditions": [
-                {"type": t, "status": "True", "lastTransitionTime": "2026-01-01T00:00:05Z"}
-                for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady")
-            ],
-            "containerStatuses": [
-                {
-                    "name": "web",
-                    "ready": True,
-                    "restartCount": 0,
-                    "started": True,
-                    "image": "registry.example.com/team/web:1.42.0",
-                    "imageID": "registry.example.com/team/web@sha256:" + "ab" * 32,
-                    "containerID": f"containerd://{i:064x}",
-                    "state": {"running": {"startedAt": "2026-01-01T00:00:04Z"}},
-                }
-            ],
-        },
-    }
-
-
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-# Serves ``count`` realistic pods from another process, so that tracemalloc and RSS in
-# this one see only the client's side: the response, json.loads, the transform, the cache.
-_SERVE = """
-import sys, threading
-sys.path.insert(0, sys.argv[1])
-from test_cluster_kube import realistic_pod
-from podnet.core.cluster.memory import InMemoryCluster
-from podnet.core.cluster.port import POD
-from podnet.sim.apiserver import ApiServer
-
-store = InMemoryCluster()
-for i in range(int(sys.argv[2])):
-    store.create(POD, realistic_pod(i))
-with ApiServer(store, bookmark_interval=600) as server:
-    server.write_kubeconfig(sys.argv[3])
-    print(server.url, flush=True)
-    sys.stdin.read()  # until the test closes our stdin
-"""
-
-
-@pytest.mark.slow
-def test_memory_of_caching_pods_lean_versus_raw(tmp_path: Path) -> None:
-    """Prints (does not assert) what 10,000 cached pods cost, and the 100,000 estimate."""
-    count = 10_000
-    kubeconfig = tmp_path / "kubeconfig"
-    server = subprocess.Popen(
-        [sys.executable, "-c", _SERVE, str(Path(__file__).parent), str(count), str(kubeconfig)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None and server.stdout.readline().startswith("http")
-        size = sum(len(json.dumps(realistic_pod(i))) for i in range(100)) / 100
-        print(f"\n{count} pods, {size / 1024:.1f} KiB of JSON each (as created)")
-        transforms: dict[str, Callable[[Obj], Any]] = {"pod_info": pod_info, "raw dict": raw}
-        with KubeCluster.from_kubeconfig(str(kubeconfig)) as kube:
-            kube.list(NODE)  # warm the connection pool and imports outside the measurement
-            for label, transform in transforms.items():
-                gc.collect()
-                rss_before = _rss()
-                tracemalloc.start()
-                base = tracemalloc.get_traced_memory()[0]
-                started = time.perf_counter()
-                informer: Informer[Any] = Informer(kube, POD, transform)
-                informer.start()
-                took = time.perf_counter() - started
-                informer.stop()  # the watch thread and its buffers are not the cache
-                gc.collect()
-                held, peak = tracemalloc.get_traced_memory()
-                tracemalloc.stop()
-                rss_after = _rss()
-                assert len(informer) == count
-                per_pod = (held - base) / count / 1024
-                print(
-                    f"{label:>9}: {per_pod:6.2f} KiB/pod held (tracemalloc) "
-                    f"-> {per_pod * 100_000 / 1024:7.1f} MiB for 100,000 pods; "
-                    f"peak during list {(peak - base) / 2**20:6.2f} MiB; "
-                    f"RSS +{(rss_after - rss_before) / 2**20:6.1f} MiB; "
-                    f"list+cache {took:.2f} s (traced)"
-                )
-                del informer
-    finally:
-        assert server.stdin is not None
-        server.stdin.close()
-        if server.wait(10) is None:
-            server.kill()

@@ -34,6 +34,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
+from .gcpause import gc_paused
 from .port import ApiError, Cluster, Gone, Kind, Obj, Watch
 
 __all__ = ["EventType", "Handler", "Informer"]
@@ -368,6 +369,12 @@ class Informer(Generic[T]):
                 self._relist(raise_errors=True)
 
     def _relist(self, *, raise_errors: bool = False) -> int:
+        # a list builds the whole cache at once: the collector would walk it again and
+        # again as it grows (``gcpause``)
+        with gc_paused():
+            return self._list_and_replace(raise_errors)
+
+    def _list_and_replace(self, raise_errors: bool) -> int:
         if self._watch is not None:
             self._watch.stop()
             self._watch = None

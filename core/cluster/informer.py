@@ -189,9 +189,16 @@ class Informer(Generic[T]):
             return [self._cache[k] for k in sorted(bucket)]
 
     def _index_one(self, name: str, key: str, value: T) -> None:
-        values = tuple(dict.fromkeys(self._index_fns[name](value)))
-        if not values:
-            return
+        found = self._index_fns[name](value)
+        if found.__class__ is list and len(found) < 2:
+            # what most index functions return: a list of one value, or none
+            if not found:
+                return
+            values: tuple[str, ...] = (found[0],)
+        else:
+            values = tuple(dict.fromkeys(found))
+            if not values:
+                return
         self._indexed[name][key] = values[0] if len(values) == 1 else values
         buckets = self._indexes[name]
         for v in values:
@@ -273,7 +280,8 @@ class Informer(Generic[T]):
         self._cache[key] = value
         self._seen[key] = _Seen(rv, digest.uid)
         for name in self._indexes:
-            self._unindex_one(name, key)
+            if seen is not None:  # a new key is in no index yet (a list is all new keys)
+                self._unindex_one(name, key)
             self._index_one(name, key, value)
         if seen is None:
             self._fire("ADDED", key, None, value)

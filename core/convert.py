@@ -285,13 +285,25 @@ def _nonempty(value: Any, _: Any = None) -> str:
     return text
 
 
-def _checked(check: Callable[[str], object]) -> Hook:
-    """A string hook that validates with ``check`` but keeps the value as written."""
-    # The same addresses come back on every watch event; failures are never cached.
+def _checked(check: Callable[[str], object], accept: Callable[[str], object] | None = None,
+             optional: bool = False) -> Hook:
+    """A string hook that validates with ``check`` but keeps the value as written.
+    ``accept``: a quick test of the common form (a dotted quad) that ``check`` passes
+    too, tried first; ``optional``: None is taken as None (one call, not two)."""
+    # The same addresses come back on every watch event; failures are never cached. Values
+    # each record has its own (its address, its MAC) only pass through the cache: those
+    # are what ``accept`` is for
     check = functools.lru_cache(maxsize=4096)(check)
 
-    def structure(value: Any, _: Any = None) -> str:
-        text = _str(value)
+    def structure(value: Any, _: Any = None) -> str | None:
+        if value.__class__ is str:
+            if accept is not None and accept(value):
+                return value
+            text = value
+        elif value is None and optional:
+            return None
+        else:
+            text = _str(value)
         try:
             check(text)
         except ValueError as exc:
@@ -365,35 +377,46 @@ def _ip_check(
     return fast
 
 
-_ip = _checked(_ip_check(None))
-_mac = _optional(_checked(check_mac))
+#: what ``check_mac`` passes, as one regex: six octets, the first one's low bit clear
+#: (unicast), and (tested apart) not all zeros
+_UNICAST_MAC = re.compile(r"[0-9a-fA-F][02468aceACE](:[0-9a-fA-F]{2}){5}")
+
+
+def _plain_mac(text: str) -> bool:
+    return _UNICAST_MAC.fullmatch(text) is not None and text.strip("0:") != ""
+
+
+_ip = _checked(_ip_check(None), _IPV4.fullmatch)
+_optional_ip = _checked(_ip_check(None), _IPV4.fullmatch, optional=True)
+_mac = _checked(check_mac, _plain_mac, optional=True)
 
 _FIELD_HOOKS: dict[tuple[type, str], Hook] = {
     (models.ObjectMeta, "name"): _nonempty,
     (models.Condition, "type"): _nonempty,
     (models.Condition, "status"): _one_of("True", "False", "Unknown"),
     (models.NetworkRequest, "subnets"): _checked_list(check_references),
-    (models.NetworkRequest, "ip_address"): _optional(_checked(_ip_check(None, check_ip_address))),
+    (models.NetworkRequest, "ip_address"): _checked(_ip_check(None, check_ip_address),
+                                                     _IPV4.fullmatch, optional=True),
     (models.NetworkRequest, "ip_pool"): _checked_list(check_ip_pool),
     (models.NetworkRequest, "mac_address"): _mac,
     (models.NetworkRequest, "security_groups"): _checked_list(check_references),
     (models.NetworkRequest, "vips"): _checked_list(check_ips),
-    (models.NetworkRequest, "eip"): _optional(_ip),
+    (models.NetworkRequest, "eip"): _optional_ip,
     (models.PodNetworkSpec, "pod_name"): _nonempty,
     (models.PodNetworkSpec, "pod_uid"): _nonempty,
     (models.PodNetworkSpec, "node_name"): _nonempty,
     (models.PodNetworkSpec, "provider"): _nonempty,
     (models.PodNetworkSpec, "network"): _nonempty,
-    (models.PodNetworkStatus, "ip"): _optional(_checked(_ip_check(4))),
-    (models.PodNetworkStatus, "ipv6"): _optional(_checked(_ip_check(6))),
-    (models.PodNetworkStatus, "gateway"): _optional(_ip),
+    (models.PodNetworkStatus, "ip"): _checked(_ip_check(4), _IPV4.fullmatch, optional=True),
+    (models.PodNetworkStatus, "ipv6"): _checked(_ip_check(6), optional=True),
+    (models.PodNetworkStatus, "gateway"): _optional_ip,
     (models.PodNetworkStatus, "mac"): _mac,
-    (models.PodNetworkStatus, "ipv6_gateway"): _optional(_checked(_ip_check(6))),
+    (models.PodNetworkStatus, "ipv6_gateway"): _checked(_ip_check(6), optional=True),
     (models.PodNetworkStatus, "prefix_length"): _optional(_non_negative),
     (models.PodNetworkStatus, "ipv6_prefix_length"): _optional(_non_negative),
     (models.PodNetworkStatus, "mtu"): _optional(_non_negative),
     (models.Route, "dst"): _nonempty,
-    (models.Route, "gw"): _optional(_ip),
+    (models.Route, "gw"): _optional_ip,
     (models.PodNetwork, "api_version"): _api_version,
     (models.PodNetwork, "kind"): _one_of("PodNetwork"),
     (models.NodeNetworkSpec, "provider"): _nonempty,
@@ -401,7 +424,7 @@ _FIELD_HOOKS: dict[tuple[type, str], Hook] = {
     (models.PoolBounds, "min_idle"): _optional(_non_negative),
     (models.PoolBounds, "max_idle"): _optional(_non_negative),
     (models.IpStatus, "address"): _ip,
-    (models.IpStatus, "ipv6"): _optional(_checked(_ip_check(6))),
+    (models.IpStatus, "ipv6"): _checked(_ip_check(6), optional=True),
     (models.InterfaceStatus, "id"): _nonempty,
     (models.InterfaceStatus, "mac"): _mac,
     (models.NodeNetwork, "api_version"): _api_version,

@@ -502,6 +502,34 @@ def _interned_str(optional: bool, nonempty: bool) -> Hook:
     return structure
 
 
+def _interned_strings(t: Any) -> Hook:
+    """``_interned`` of a ``dict[str, str]`` or ``tuple[str, ...]`` field in one pass:
+    ``sys.intern`` refuses anything but a plain string, and then the general hook says
+    what is wrong (or takes the str subclass)."""
+    intern = sys.intern
+    slow = _interned(converter.get_structure_hook(t), t)
+    if _is_dict(t):
+        def mapping(value: Any, _: Any = None) -> Any:
+            if value.__class__ is dict:
+                try:
+                    return {intern(k): intern(v) for k, v in value.items()}
+                except TypeError:
+                    pass
+            return slow(value)
+
+        return mapping
+
+    def strings(value: Any, _: Any = None) -> Any:
+        if value.__class__ is list:
+            try:
+                return tuple(map(intern, value))
+            except TypeError:
+                pass
+        return slow(value)
+
+    return strings
+
+
 for _cls, _name in _INTERNED:
     _type = attrs.fields_dict(_cls)[_name].type
     _own = _FIELD_HOOKS.get((_cls, _name))
@@ -509,6 +537,8 @@ for _cls, _name in _INTERNED:
         _FIELD_HOOKS[(_cls, _name)] = _interned_str(_type is not str, False)
     elif _own is _nonempty and _type is str:
         _FIELD_HOOKS[(_cls, _name)] = _interned_str(False, True)
+    elif _own is None and _type in (dict[str, str], tuple[str, ...]):
+        _FIELD_HOOKS[(_cls, _name)] = _interned_strings(_type)
     else:
         _FIELD_HOOKS[(_cls, _name)] = _interned(_own or converter.get_structure_hook(_type), _type)
 

@@ -264,8 +264,11 @@ class Informer(Generic[T]):
 
     def _listed(self, obj: Obj) -> _Digest[T]:
         """List transform: the lean value, computed as each page arrives."""
-        digest = self._digest(obj)
-        return digest._replace(obj=None, value=self._transform(obj), transformed=True)
+        meta = obj.get("metadata") or {}
+        uid = meta.get("uid")
+        # as _digest, built once (a namedtuple's _replace costs more than the tuple)
+        return _Digest(sys.intern(self.key_of(obj)), str(meta.get("resourceVersion") or ""),
+                       uid if isinstance(uid, str) else None, None, self._transform(obj), True)
 
     def _store(self, digest: _Digest[T]) -> bool:
         """Make ``digest`` the cached version of its key; True when the cache changed."""

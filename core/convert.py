@@ -515,7 +515,7 @@ def _interned_strings(t: Any) -> Hook:
                     return {intern(k): intern(v) for k, v in value.items()}
                 except TypeError:
                     pass
-            return slow(value)
+            return slow(value, t)
 
         return mapping
 
@@ -525,7 +525,7 @@ def _interned_strings(t: Any) -> Hook:
                 return tuple(map(intern, value))
             except TypeError:
                 pass
-        return slow(value)
+        return slow(value, t)
 
     return strings
 

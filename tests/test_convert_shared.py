@@ -65,3 +65,16 @@ def test_string_fields_are_interned_and_checked() -> None:
     with pytest.raises(RecordError) as err:
         from_wire(OwnerReference, {**ref, "uid": None})
     assert err.value.field == "uid"
+
+
+def test_labels_and_finalizers_are_interned_and_checked() -> None:
+    from podnet.core.models import ObjectMeta
+
+    key = "".join(["podnet.io/", "node"])
+    meta = from_wire(ObjectMeta, {"name": "a", "labels": {key: "n"}, "finalizers": ["f"]})
+    assert next(iter(meta.labels)) is sys.intern(key) and meta.finalizers == ("f",)
+    for wire, field in (({"labels": {"x": 1}}, "labels[x]"), ({"finalizers": [1]}, "finalizers[0]"),
+                        ({"finalizers": "f"}, "finalizers"), ({"labels": ["x"]}, "labels")):
+        with pytest.raises(RecordError) as err:
+            from_wire(ObjectMeta, {"name": "a", **wire})
+        assert err.value.field == field

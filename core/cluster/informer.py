@@ -405,9 +405,10 @@ class Informer(Generic[T]):
             # the list replaces the cache, whatever the versions: it is at least as new
             # as every write that finished before it was asked for. A write of ours that
             # raced it may be reverted for a moment; its watch event brings it back.
-            fresh = {item.key: item for item in result.items}
-            for key in [k for k in self._seen if k not in fresh]:
-                changed += self._drop(key)
+            if self._seen:  # a re-list: what it no longer has goes (a first one has none)
+                fresh = {item.key for item in result.items}
+                for key in [k for k in self._seen if k not in fresh]:
+                    changed += self._drop(key)
             self._expected.clear()
             self._tombstones.clear()
             for item in result.items:

@@ -610,12 +610,22 @@ def _record_structure(cls: type) -> Hook:
     generated: Callable[[Any], Any] = make_dict_structure_fn(
         cls, converter, _cattrs_forbid_extra_keys=cls not in _LENIENT, **overrides
     )
+    # the same hooks without the try and the error list around each attribute: what
+    # parses does so in one expression; what fails is parsed again by ``generated``,
+    # whose errors name every field to blame (a record that parses never pays for that)
+    lean: Callable[[Any], Any] = make_dict_structure_fn(
+        cls, converter, _cattrs_forbid_extra_keys=cls not in _LENIENT,
+        _cattrs_detailed_validation=False, **overrides
+    )
     check = _CLASS_CHECKS.get(cls)
 
     def structure(value: Any, _: Any = None) -> Any:
         if value.__class__ is not dict and not isinstance(value, Mapping):
             raise _expected("object", value)
-        record = generated(value)
+        try:
+            record = lean(value)
+        except Exception:
+            record = generated(value)
         if check is not None:
             check(record)
         return record

@@ -117,8 +117,16 @@ def is_dns1123_label(value: str) -> bool:
     return _DNS1123_LABEL.fullmatch(value) is not None
 
 
+_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+#: a dotted quad exactly as ``ipaddress`` accepts it (no leading zeros), which is also
+#: its compressed form: most addresses are these, and the regex is ~10x quicker
+_DOTTED_QUAD = re.compile(rf"{_OCTET}(\.{_OCTET}){{3}}")
+
+
 def check_ip(value: str, version: int | None = None) -> str:
     """Validate one IP address (of ``version`` 4 or 6 if given); return it compressed."""
+    if version != 6 and value.__class__ is str and _DOTTED_QUAD.fullmatch(value):
+        return value
     try:
         # ipaddress takes IPv6 scope ids ("fe80::1%eth0"); a pod address never has one.
         if "%" in value:

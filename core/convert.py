@@ -285,13 +285,25 @@ def _nonempty(value: Any, _: Any = None) -> str:
     return text
 
 
-def _checked(check: Callable[[str], object]) -> Hook:
-    """A string hook that validates with ``check`` but keeps the value as written."""
-    # The same addresses come back on every watch event; failures are never cached.
+def _checked(check: Callable[[str], object], accept: Callable[[str], object] | None = None,
+             optional: bool = False) -> Hook:
+    """A string hook that validates with ``check`` but keeps the value as written.
+    ``accept``: a quick test of the common form (a dotted quad) that ``check`` passes
+    too, tried first; ``optional``: None is taken as None (one call, not two)."""
+    # The same addresses come back on every watch event; failures are never cached. Values
+    # each record has its own (its address, its MAC) only pass through the cache: those
+    # are what ``accept`` is for
     check = functools.lru_cache(maxsize=4096)(check)
 
-    def structure(value: Any, _: Any = None) -> str:
-        text = _str(value)
+    def structure(value: Any, _: Any = None) -> str | None:
+        if value.__class__ is str:
+            if accept is not None and accept(value):
+                return value
+            text = value
+        elif value is None and optional:
+            return None
+        else:
+            text = _str(value)
         try:
             check(text)
         except ValueError as exc:
@@ -365,35 +377,46 @@ def _ip_check(
     return fast
 
 
-_ip = _checked(_ip_check(None))
-_mac = _optional(_checked(check_mac))
+#: what ``check_mac`` passes, as one regex: six octets, the first one's low bit clear
+#: (unicast), and (tested apart) not all zeros
+_UNICAST_MAC = re.compile(r"[0-9a-fA-F][02468aceACE](:[0-9a-fA-F]{2}){5}")
+
+
+def _plain_mac(text: str) -> bool:
+    return _UNICAST_MAC.fullmatch(text) is not None and text.strip("0:") != ""
+
+
+_ip = _checked(_ip_check(None), _IPV4.fullmatch)
+_optional_ip = _checked(_ip_check(None), _IPV4.fullmatch, optional=True)
+_mac = _checked(check_mac, _plain_mac, optional=True)
 
 _FIELD_HOOKS: dict[tuple[type, str], Hook] = {
     (models.ObjectMeta, "name"): _nonempty,
     (models.Condition, "type"): _nonempty,
     (models.Condition, "status"): _one_of("True", "False", "Unknown"),
     (models.NetworkRequest, "subnets"): _checked_list(check_references),
-    (models.NetworkRequest, "ip_address"): _optional(_checked(_ip_check(None, check_ip_address))),
+    (models.NetworkRequest, "ip_address"): _checked(_ip_check(None, check_ip_address),
+                                                     _IPV4.fullmatch, optional=True),
     (models.NetworkRequest, "ip_pool"): _checked_list(check_ip_pool),
     (models.NetworkRequest, "mac_address"): _mac,
     (models.NetworkRequest, "security_groups"): _checked_list(check_references),
     (models.NetworkRequest, "vips"): _checked_list(check_ips),
-    (models.NetworkRequest, "eip"): _optional(_ip),
+    (models.NetworkRequest, "eip"): _optional_ip,
     (models.PodNetworkSpec, "pod_name"): _nonempty,
     (models.PodNetworkSpec, "pod_uid"): _nonempty,
     (models.PodNetworkSpec, "node_name"): _nonempty,
     (models.PodNetworkSpec, "provider"): _nonempty,
     (models.PodNetworkSpec, "network"): _nonempty,
-    (models.PodNetworkStatus, "ip"): _optional(_checked(_ip_check(4))),
-    (models.PodNetworkStatus, "ipv6"): _optional(_checked(_ip_check(6))),
-    (models.PodNetworkStatus, "gateway"): _optional(_ip),
+    (models.PodNetworkStatus, "ip"): _checked(_ip_check(4), _IPV4.fullmatch, optional=True),
+    (models.PodNetworkStatus, "ipv6"): _checked(_ip_check(6), optional=True),
+    (models.PodNetworkStatus, "gateway"): _optional_ip,
     (models.PodNetworkStatus, "mac"): _mac,
-    (models.PodNetworkStatus, "ipv6_gateway"): _optional(_checked(_ip_check(6))),
+    (models.PodNetworkStatus, "ipv6_gateway"): _checked(_ip_check(6), optional=True),
     (models.PodNetworkStatus, "prefix_length"): _optional(_non_negative),
     (models.PodNetworkStatus, "ipv6_prefix_length"): _optional(_non_negative),
     (models.PodNetworkStatus, "mtu"): _optional(_non_negative),
     (models.Route, "dst"): _nonempty,
-    (models.Route, "gw"): _optional(_ip),
+    (models.Route, "gw"): _optional_ip,
     (models.PodNetwork, "api_version"): _api_version,
     (models.PodNetwork, "kind"): _one_of("PodNetwork"),
     (models.NodeNetworkSpec, "provider"): _nonempty,
@@ -401,7 +424,7 @@ _FIELD_HOOKS: dict[tuple[type, str], Hook] = {
     (models.PoolBounds, "min_idle"): _optional(_non_negative),
     (models.PoolBounds, "max_idle"): _optional(_non_negative),
     (models.IpStatus, "address"): _ip,
-    (models.IpStatus, "ipv6"): _optional(_checked(_ip_check(6))),
+    (models.IpStatus, "ipv6"): _checked(_ip_check(6), optional=True),
     (models.InterfaceStatus, "id"): _nonempty,
     (models.InterfaceStatus, "mac"): _mac,
     (models.NodeNetwork, "api_version"): _api_version,
@@ -462,10 +485,62 @@ def _interned(hook: Hook, t: Any) -> Hook:
     return structure
 
 
+def _interned_str(optional: bool, nonempty: bool) -> Hook:
+    """``_interned`` of a plain string field (``_str``, ``_nonempty``, optional or not) in
+    one call: a string as expected is interned at once, anything else goes through the
+    hook that says what is wrong."""
+    intern = sys.intern
+    slow = _nonempty if nonempty else _str
+
+    def structure(value: Any, _: Any = None) -> Any:
+        if value.__class__ is str and (value or not nonempty):
+            return intern(value)
+        if value is None and optional:
+            return None
+        return intern(slow(value))
+
+    return structure
+
+
+def _interned_strings(t: Any) -> Hook:
+    """``_interned`` of a ``dict[str, str]`` or ``tuple[str, ...]`` field in one pass:
+    ``sys.intern`` refuses anything but a plain string, and then the general hook says
+    what is wrong (or takes the str subclass)."""
+    intern = sys.intern
+    slow = _interned(converter.get_structure_hook(t), t)
+    if _is_dict(t):
+        def mapping(value: Any, _: Any = None) -> Any:
+            if value.__class__ is dict:
+                try:
+                    return {intern(k): intern(v) for k, v in value.items()}
+                except TypeError:
+                    pass
+            return slow(value, t)
+
+        return mapping
+
+    def strings(value: Any, _: Any = None) -> Any:
+        if value.__class__ is list:
+            try:
+                return tuple(map(intern, value))
+            except TypeError:
+                pass
+        return slow(value, t)
+
+    return strings
+
+
 for _cls, _name in _INTERNED:
     _type = attrs.fields_dict(_cls)[_name].type
-    _FIELD_HOOKS[(_cls, _name)] = _interned(
-        _FIELD_HOOKS.get((_cls, _name)) or converter.get_structure_hook(_type), _type)
+    _own = _FIELD_HOOKS.get((_cls, _name))
+    if _own is None and _type in (str, str | None):
+        _FIELD_HOOKS[(_cls, _name)] = _interned_str(_type is not str, False)
+    elif _own is _nonempty and _type is str:
+        _FIELD_HOOKS[(_cls, _name)] = _interned_str(False, True)
+    elif _own is None and _type in (dict[str, str], tuple[str, ...]):
+        _FIELD_HOOKS[(_cls, _name)] = _interned_strings(_type)
+    else:
+        _FIELD_HOOKS[(_cls, _name)] = _interned(_own or converter.get_structure_hook(_type), _type)
 
 
 def _check_pool(bounds: models.PoolBounds) -> None:
@@ -516,6 +591,16 @@ def _record_unstructure(cls: type) -> Callable[[Any], dict[str, Any]]:
     return make_dict_unstructure_fn(cls, converter, **overrides)
 
 
+#: records whose wire form is usually a flat object of scalars that many records repeat
+#: (the Ready condition of records routed in the same second, the default requests, an
+#: empty pool): each distinct one is structured once and then shared (they are frozen),
+#: found by its keys, its values and their types (``true`` is not ``1``). At 150,000
+#: records that is both parse time and memory (goals P5, P4).
+_SHARED: frozenset[type] = frozenset({models.Condition, models.NetworkRequest,
+                                      models.PoolBounds})
+_SHARED_MAX = 4096
+
+
 def _record_structure(cls: type) -> Hook:
     names = _WIRE_NAMES[cls]
     overrides: dict[str, Any] = {
@@ -525,17 +610,48 @@ def _record_structure(cls: type) -> Hook:
     generated: Callable[[Any], Any] = make_dict_structure_fn(
         cls, converter, _cattrs_forbid_extra_keys=cls not in _LENIENT, **overrides
     )
+    # the same hooks without the try and the error list around each attribute: what
+    # parses does so in one expression; what fails is parsed again by ``generated``,
+    # whose errors name every field to blame (a record that parses never pays for that)
+    lean: Callable[[Any], Any] = make_dict_structure_fn(
+        cls, converter, _cattrs_forbid_extra_keys=cls not in _LENIENT,
+        _cattrs_detailed_validation=False, **overrides
+    )
     check = _CLASS_CHECKS.get(cls)
 
     def structure(value: Any, _: Any = None) -> Any:
         if value.__class__ is not dict and not isinstance(value, Mapping):
             raise _expected("object", value)
-        record = generated(value)
+        try:
+            record = lean(value)
+        except Exception:
+            record = generated(value)
         if check is not None:
             check(record)
         return record
 
-    return structure
+    if cls not in _SHARED:
+        return structure
+    shared: dict[tuple[tuple[Any, ...], ...], Any] = {}
+
+    def structure_shared(value: Any, _: Any = None) -> Any:
+        if value.__class__ is not dict:
+            return structure(value)
+        values = value.values()
+        key = (tuple(value), tuple(map(type, values)), tuple(values))
+        try:
+            return shared[key]
+        except KeyError:
+            pass
+        except TypeError:  # a list or an object among the values: not shared
+            return structure(value)
+        record = structure(value)  # what fails raises here, and is not kept
+        if len(shared) >= _SHARED_MAX:
+            shared.clear()
+        shared[key] = record
+        return record
+
+    return structure_shared
 
 
 converter.register_structure_hook_factory(lambda t: t in _WIRE_NAMES, _record_structure)

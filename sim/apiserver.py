@@ -118,6 +118,7 @@ from podnet.core.cluster.selectors import parse_field_selector, parse_label_sele
 
 from . import builtin_validation, fieldmanager, protobuf, tables
 from .builtin_schema import DecodeError, schemas
+from .encoded import EncodedObjects, encode
 from .kinds import (
     CONFIG_MAP,
     DEFAULT_SERVICE_CIDR,
@@ -519,6 +520,8 @@ class ApiServer:
             for ns in INITIAL_NAMESPACES:
                 cluster.create(NAMESPACE, {"metadata": {"name": ns}, "status": {"phase": "Active"}})
         self.cluster = cluster
+        #: the JSON of the stored objects lists have served (see ``encoded``)
+        self.encoded = EncodedObjects()
         if kubelet_finish_after is not None:
             cluster.kubelet_finish_after = kubelet_finish_after
         self.host = host
@@ -820,7 +823,10 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(length) if length > 0 else b""
 
     def _send(self, code: int, body: Any, content_type: str = "application/json") -> None:
-        data = json.dumps(body, separators=(",", ":")).encode()
+        self._send_encoded(code, encode(body), content_type)
+
+    def _send_encoded(self, code: int, data: bytes,
+                      content_type: str = "application/json") -> None:
         self.code = code
         try:
             self.send_response(code)
@@ -1116,7 +1122,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _list_page(self, res: Resource, namespace: str | None, labels: str | None,
                    fields: str | None, start: str | None,
-                   at: str | None) -> tuple[list[Obj], Obj]:
+                   at: str | None, copy: bool = True) -> tuple[list[Obj], Obj]:
         """``limit``/``continue`` paging, as upstream: a page of at most ``limit`` items in
         (namespace, name) order after the continue token's key (``start``), as they were at
         the first page's resourceVersion (``at``), and a continue token naming the last key
@@ -1128,7 +1134,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise HttpError(400, "limit: expected an integer") from None
         listed, more = self.api.cluster.list_page(res.store_kind, namespace, labels, fields,
                                                   after=start or "", limit=limit,
-                                                  resource_version=at)
+                                                  resource_version=at, copy=copy)
         meta: Obj = {"resourceVersion": listed.resource_version}
         items = listed.items
         if more:
@@ -1144,12 +1150,17 @@ class _Handler(BaseHTTPRequestHandler):
         start, at = _decode_continue(token) if token else (None, None)
         if self._exact_list(token):
             at = self.query["resourceVersion"]
+        form = self._accept()
+        # the stored objects themselves, written from their cached JSON (``encoded``)
+        stored = form is None and res.stored_as is None
         try:
             # a continue page lists the objects as they were at the first page's
             # resourceVersion (upstream reads etcd at that revision), until compaction
             if "limit" in self.query or token:
-                items, meta = self._list_page(res, target.namespace, labels, fields, start, at)
+                items, meta = self._list_page(res, target.namespace, labels, fields, start, at,
+                                              copy=not stored)
             else:
+                stored = False
                 listed = self.api.cluster.list(res.store_kind, target.namespace, labels,
                                                fields, resource_version=at)
                 items, meta = listed.items, {"resourceVersion": listed.resource_version}
@@ -1160,8 +1171,10 @@ class _Handler(BaseHTTPRequestHandler):
                 raise HttpError(410, "The resourceVersion for the provided list is too old.",
                                 "Expired") from None
             raise
+        if stored:
+            head = {"kind": res.list_kind, "apiVersion": res.kind.api_version, "metadata": meta}
+            return self._send_encoded(200, self.api.encoded.list_body(res.kind, head, items))
         items = [res.shown(o) for o in items]
-        form = self._accept()
         if form == "Table":
             table = self._table(res, items, meta["resourceVersion"])
             table["metadata"] = meta

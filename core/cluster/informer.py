@@ -34,6 +34,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
+from .gcpause import gc_paused
 from .port import ApiError, Cluster, Gone, Kind, Obj, Watch
 
 __all__ = ["EventType", "Handler", "Informer"]
@@ -188,9 +189,16 @@ class Informer(Generic[T]):
             return [self._cache[k] for k in sorted(bucket)]
 
     def _index_one(self, name: str, key: str, value: T) -> None:
-        values = tuple(dict.fromkeys(self._index_fns[name](value)))
-        if not values:
-            return
+        found = self._index_fns[name](value)
+        if found.__class__ is list and len(found) < 2:
+            # what most index functions return: a list of one value, or none
+            if not found:
+                return
+            values: tuple[str, ...] = (found[0],)
+        else:
+            values = tuple(dict.fromkeys(found))
+            if not values:
+                return
         self._indexed[name][key] = values[0] if len(values) == 1 else values
         buckets = self._indexes[name]
         for v in values:
@@ -256,8 +264,11 @@ class Informer(Generic[T]):
 
     def _listed(self, obj: Obj) -> _Digest[T]:
         """List transform: the lean value, computed as each page arrives."""
-        digest = self._digest(obj)
-        return digest._replace(obj=None, value=self._transform(obj), transformed=True)
+        meta = obj.get("metadata") or {}
+        uid = meta.get("uid")
+        # as _digest, built once (a namedtuple's _replace costs more than the tuple)
+        return _Digest(sys.intern(self.key_of(obj)), str(meta.get("resourceVersion") or ""),
+                       uid if isinstance(uid, str) else None, None, self._transform(obj), True)
 
     def _store(self, digest: _Digest[T]) -> bool:
         """Make ``digest`` the cached version of its key; True when the cache changed."""
@@ -272,7 +283,8 @@ class Informer(Generic[T]):
         self._cache[key] = value
         self._seen[key] = _Seen(rv, digest.uid)
         for name in self._indexes:
-            self._unindex_one(name, key)
+            if seen is not None:  # a new key is in no index yet (a list is all new keys)
+                self._unindex_one(name, key)
             self._index_one(name, key, value)
         if seen is None:
             self._fire("ADDED", key, None, value)
@@ -368,6 +380,12 @@ class Informer(Generic[T]):
                 self._relist(raise_errors=True)
 
     def _relist(self, *, raise_errors: bool = False) -> int:
+        # a list builds the whole cache at once: the collector would walk it again and
+        # again as it grows (``gcpause``)
+        with gc_paused():
+            return self._list_and_replace(raise_errors)
+
+    def _list_and_replace(self, raise_errors: bool) -> int:
         if self._watch is not None:
             self._watch.stop()
             self._watch = None
@@ -387,9 +405,10 @@ class Informer(Generic[T]):
             # the list replaces the cache, whatever the versions: it is at least as new
             # as every write that finished before it was asked for. A write of ours that
             # raced it may be reverted for a moment; its watch event brings it back.
-            fresh = {item.key: item for item in result.items}
-            for key in [k for k in self._seen if k not in fresh]:
-                changed += self._drop(key)
+            if self._seen:  # a re-list: what it no longer has goes (a first one has none)
+                fresh = {item.key for item in result.items}
+                for key in [k for k in self._seen if k not in fresh]:
+                    changed += self._drop(key)
             self._expected.clear()
             self._tombstones.clear()
             for item in result.items:

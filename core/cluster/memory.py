@@ -410,6 +410,11 @@ class InMemoryCluster:
         self.stats: Counter[tuple[str, str]] = Counter()
         # kind -> namespace ("" when cluster-scoped) -> name -> object
         self._store: dict[Kind, dict[str, dict[str, Obj]]] = {}
+        # (kind, namespace) -> a count bumped whenever a name comes or goes, and the
+        # bucket's names sorted as of that count: a big list is hundreds of pages, and
+        # sorting 150,000 names for each of them made serving it quadratic
+        self._names_changed: dict[tuple[Kind, str], int] = {}
+        self._sorted: dict[tuple[Kind, str], tuple[dict[str, Obj], int, builtins.list[str]]] = {}
         self._by_uid: dict[str, tuple[Kind, str, str]] = {}
         self._dependents: dict[str, set[str]] = {}  # owner uid -> dependent uids
         # the client side of emit_event: what it writes is stored like any other write
@@ -501,6 +506,7 @@ class InMemoryCluster:
         with self._lock:
             self._drop_watches()
             self._store.clear()
+            self._sorted.clear()
             self._by_uid.clear()
             self._dependents.clear()
             self._history.clear()
@@ -553,9 +559,24 @@ class InMemoryCluster:
 
     def _put(self, kind: Kind, obj: Obj) -> None:
         meta = obj["metadata"]
-        self._store.setdefault(kind, {}).setdefault(meta.get("namespace", ""), {})[meta["name"]] = (
-            obj
-        )
+        ns, name = meta.get("namespace", ""), meta["name"]
+        bucket = self._store.setdefault(kind, {}).setdefault(ns, {})
+        if name not in bucket:
+            self._names_changed[(kind, ns)] = self._names_changed.get((kind, ns), 0) + 1
+        bucket[name] = obj
+
+    def _sorted_names(self, kind: Kind, ns: str, bucket: dict[str, Obj]) -> builtins.list[str]:
+        """``bucket``'s names in order (lock held; the list is shared: not to be changed),
+        sorted once for as long as no name of the store's bucket comes or goes."""
+        key = (kind, ns)
+        changed = self._names_changed.get(key, 0)
+        cached = self._sorted.get(key)
+        if cached is not None and cached[0] is bucket and cached[1] == changed:
+            return cached[2]
+        names = sorted(bucket)
+        if bucket is self._store.get(kind, {}).get(ns):  # not a snapshot's copy
+            self._sorted[key] = (bucket, changed, names)
+        return names
 
     # --- reads ---------------------------------------------------------------------
 
@@ -649,12 +670,15 @@ class InMemoryCluster:
         after: str = "",
         limit: int = 0,
         resource_version: str | None = None,
+        copy: bool = True,
     ) -> tuple[ListResult, int]:
         """One page of :meth:`list`: the objects whose ``namespace/name`` key sorts after
         ``after``, at most ``limit`` of them (0: every one), and how many more match
         (without selectors; with them, 1 when there is at least one more); with
         ``resource_version``, as they were then (see :meth:`list`). Only the page is
-        copied: serving a big list page by page stays linear."""
+        copied: serving a big list page by page stays linear. ``copy=False``: the stored
+        objects themselves, which the caller must not change (the API emulator encodes
+        them, see ``podnet.sim.encoded``)."""
         with self._lock:
             self._begin("list", kind)
             labels = parse_label_selector(label_selector)
@@ -666,12 +690,14 @@ class InMemoryCluster:
             for ns in spaces:
                 bucket = buckets[ns]
                 prefix = f"{ns}/"
-                names = sorted(bucket)
+                names = self._sorted_names(kind, ns, bucket)
+                first = 0
                 if after.startswith(prefix):
-                    names = names[bisect.bisect_right(names, after[len(prefix):]):]
+                    first = bisect.bisect_right(names, after[len(prefix):])
                 elif after:
                     names = [n for n in names if prefix + n > after]
-                for i, name in enumerate(names):
+                for i in range(first, len(names)):
+                    name = names[i]
                     if limit > 0 and len(page) >= limit and not selected:
                         more += len(names) - i
                         break
@@ -686,7 +712,7 @@ class InMemoryCluster:
                 if selected and more:
                     break
             rv = str(self._rv) if resource_version is None else resource_version
-        return ListResult([clone_obj(o) for o in page], rv), more
+        return ListResult([clone_obj(o) for o in page] if copy else page, rv), more
 
     def watch(
         self,
@@ -1283,8 +1309,10 @@ class InMemoryCluster:
         buckets = self._store.get(kind, {})
         bucket = buckets.get(ns, {})
         before = bucket.pop(meta["name"], None) or obj
+        self._names_changed[(kind, ns)] = self._names_changed.get((kind, ns), 0) + 1
         if not bucket:
             buckets.pop(ns, None)
+            self._sorted.pop((kind, ns), None)
         self._by_uid.pop(meta["uid"], None)
         if self._foreground:
             self._fg_queue.extend(o for o in _owner_uids(meta) if o in self._foreground)

@@ -178,3 +178,16 @@ def test_the_pool_holds_as_many_connections_as_asked(tmp_path: Path,
     sizes = [c.api_client.rest_client.pool_manager.connection_from_url(url).pool.maxsize
              for c in (default, kube)]
     assert sizes[0] != 40 and sizes[1] == 40
+
+
+def test_writes_go_through_the_clients_proxy_when_it_has_one(
+        recorder: ThreadingHTTPServer) -> None:
+    configuration = k8s_client.Configuration()
+    configuration.host = "http://api.cluster.test:6443"  # resolved by the proxy alone
+    configuration.proxy = f"http://127.0.0.1:{recorder.server_address[1]}"
+    kube = KubeCluster(k8s_client.ApiClient(configuration))
+    kube.create(POD_NETWORK, _pn("a"))
+    seen: Seen = recorder.seen  # type: ignore[attr-defined]
+    # a plain-HTTP proxy is asked for the absolute URL
+    assert [r["path"] for r in seen] == [
+        "http://api.cluster.test:6443/apis/podnet.io/v1alpha1/namespaces/ns/podnetworks"]

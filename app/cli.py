@@ -59,6 +59,9 @@ DEMO_TRACE_FILE = "podnet-demo-trace.jsonl"
 #: the commands that run until stopped: INFO and (controller, agent) JSON lines by
 #: default; the others print their own output and log warnings only, as text
 _DAEMONS = frozenset({"run", "node", "apiserver", "sim"})
+#: connections the controller holds besides its workers' writes: a watch for each of
+#: its caches (7), the Event sender, the leader lease, and one spare
+_STANDING_CONNECTIONS = 10
 _JSON_BY_DEFAULT = frozenset({"run", "node"})
 _VERBOSE_HELP = "debug logs of podnet (libraries stay at WARNING); before or after the command"
 _LOG_FORMAT_HELP = ("json: one JSON object a line (default for run and node); text: for "
@@ -284,7 +287,9 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         pm = new_plugin_manager()
         load_plugins(pm, builtins=args.provider or None)
         require_installed(pm, _named_providers(config))
-        cluster = KubeCluster.connect(args.kubeconfig, args.context)
+        # every worker writing while every watch is open, each on a kept-alive connection
+        cluster = KubeCluster.connect(args.kubeconfig, args.context,
+                                      connections=config.workers + _STANDING_CONNECTIONS)
         tracer_provider = tracer_provider_from_env(trace_file=args.trace_file,
                                                    otlp_endpoint=args.otlp_endpoint)
         host = Host(cluster, pm, config, identity=args.identity,

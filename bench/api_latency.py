@@ -37,8 +37,10 @@ import threading
 import time
 from collections import Counter
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
+import threadprofile
 from core_overhead import p3_policy
 
 from podnet.app.demo import NAMESPACE_NAME, node_obj, pod_obj
@@ -96,12 +98,13 @@ _FORK: dict[str, Any] = {}
 
 
 def _serve(kubeconfig: str, write_latency: float, read_latency: float,
-           conn: Connection) -> None:
+           conn: Connection, audit_log: str | None = None, confirm: bool = False) -> None:
     """The child: serve the store with the latencies; create the burst's pods when told."""
     from podnet.sim.apiserver import ApiServer
 
     store: InMemoryCluster = _FORK.pop("store")
-    with ApiServer(store, write_latency=write_latency, read_latency=read_latency) as server:
+    with ApiServer(store, write_latency=write_latency, read_latency=read_latency,
+                   audit_log=Path(audit_log) if audit_log else None) as server:
         server.write_kubeconfig(kubeconfig)
         conn.send(("ready", server.url))
         while True:
@@ -115,13 +118,28 @@ def _serve(kubeconfig: str, write_latency: float, read_latency: float,
             elif message[0] == "delete":
                 for name, _node in message[1]:
                     store.delete(POD, name, NAMESPACE_NAME)
+                if confirm:
+                    # the kubelets stop the pods and confirm (grace 0): the pods go, and the
+                    # garbage collector deletes their records (held by podnet's finalizer)
+                    store.finish_terminating(NAMESPACE_NAME)
             else:
                 return
             conn.send(("done",))
 
 
+def _process_cpu(pid: int | None) -> float:
+    """A process' CPU seconds so far (user + system), from /proc; 0 where unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run(pods: int, nodes: int, workers: int, write_latency: float, read_latency: float,
-        seed: int, sync_events: bool = False) -> dict[str, Any]:
+        seed: int, sync_events: bool = False, profile: bool = False,
+        audit_log: str | None = None, kubelet: bool = False) -> dict[str, Any]:
     per_node = math.ceil(pods / nodes)
     idle = per_node + SPARE
     store = InMemoryCluster(seed=seed)
@@ -138,7 +156,8 @@ def run(pods: int, nodes: int, workers: int, write_latency: float, read_latency:
         conn, child = ctx.Pipe()
         _FORK["store"] = store
         process = ctx.Process(target=_serve, name="podnet-apiserver", daemon=True,
-                              args=(kubeconfig, write_latency, read_latency, child))
+                              args=(kubeconfig, write_latency, read_latency, child, audit_log,
+                                    kubelet))
         process.start()
         _FORK.clear()
         del store
@@ -147,11 +166,15 @@ def run(pods: int, nodes: int, workers: int, write_latency: float, read_latency:
         stop = threading.Event()
         engine_thread: threading.Thread | None = None
         events_dropped = 0
+        burst_profile: threadprofile.Snapshot | None = None
         try:
             if not conn.poll(60):
                 raise RuntimeError("the API server process did not start")
             conn.recv()
-            kube = KubeCluster.from_kubeconfig(kubeconfig)
+            # every thread the client and the engine start from here on is profiled
+            profiles = threadprofile.install() if profile else None
+            # as podnet run sizes it: every worker and every watch on a connection of its own
+            kube = KubeCluster.from_kubeconfig(kubeconfig, connections=workers + 10)
             if not sync_events:
                 kube.queue_events()  # as podnet run does: Events from a thread of their own
             pm = new_plugin_manager()
@@ -178,13 +201,24 @@ def run(pods: int, nodes: int, workers: int, write_latency: float, read_latency:
             listener.expected = pods
             log(f"burst: {pods} pods on {nodes} nodes, {write_latency * 1000:g} ms per write, "
                 f"{read_latency * 1000:g} ms per read, {workers} workers")
+            snap0 = profiles.snapshot() if profiles is not None else None
+            load_before = os.getloadavg()[0]
+            server_cpu0 = _process_cpu(process.pid)
             cpu0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
             conn.send(("create", burst))
             if not listener.done.wait(max(120.0, pods * 0.1)):
                 raise RuntimeError(f"{len(listener.routed)} of {pods} routed in time")
             elapsed = listener.done_at - t0
             cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+            server_cpu = _process_cpu(process.pid) - server_cpu0
             conn.recv()
+            if profiles is not None and snap0 is not None:
+                # settle: the last Events and watch deliveries belong to the burst
+                while not engine.is_idle() or (kube.events is not None
+                                               and kube.events.pending()):
+                    time.sleep(0.05)
+                time.sleep(0.5)
+                burst_profile = threadprofile.window(snap0, profiles.snapshot())
             writes = Counter(engine.stats.writes)
             writes.subtract(writes0)
             calls = Counter(engine.stats.provider_calls)
@@ -245,6 +279,10 @@ def run(pods: int, nodes: int, workers: int, write_latency: float, read_latency:
         # spent (all its threads): which of the two the burst is waiting on
         "serial_write_time_s": round(all_writes * write_latency, 3),
         "controller_cpu_s": round(controller_cpu, 3),
+        # the emulator's process in the same window (the pods' creation included): on a
+        # shared machine its CPU and the controller's compete for the same cores
+        "apiserver_cpu_s": round(server_cpu, 3),
+        "load_average_1m_before": round(load_before, 2),
         "writes": {k: v for k, v in sorted(writes.items()) if v},
         # the whole life, release included (P8: <= 4.0)
         "lifecycle_writes_per_pod": round(
@@ -256,6 +294,37 @@ def run(pods: int, nodes: int, workers: int, write_latency: float, read_latency:
         "checks": {"pod_networks": len(final), "not_routed": not_routed,
                    "duplicate_ips": len(ips) - len(set(ips))},
         "ok": ok,
+        **({"profile": profile_summary(burst_profile, pods)}
+           if burst_profile is not None else {}),
+    }
+
+
+def profile_summary(window: threadprofile.Snapshot, pods: int,
+                    top: int = 25) -> dict[str, Any]:
+    """Python calls of the controller's threads in the burst: per pod, per API request,
+    by package; the top functions by calls and by own time go to stderr."""
+    calls, own, cumulative = window
+    threads = {k.removeprefix("thread:"): v for k, v in calls.items() if k.startswith("thread:")}
+    calls = Counter({k: v for k, v in calls.items() if not k.startswith("thread:")})
+    total = sum(calls.values())
+    by_group: Counter[str] = Counter()
+    for label, n in calls.items():
+        by_group[threadprofile.group(label)] += n
+    # every request, watches included, goes through KubeCluster._open
+    requests = sum(n for label, n in calls.items()
+                   if "cluster/kube.py:" in label and label.endswith("(_open)"))
+    for title, table in (("calls", calls), ("own seconds", own),
+                         ("cumulative seconds", cumulative)):
+        log(f"top {top} by {title} in the burst (all threads):")
+        for label, n in table.most_common(top):
+            log(f"  {n:>12,.3f}  {label}" if isinstance(n, float) else f"  {n:>12,}  {label}")
+    return {
+        "python_calls_per_pod": round(total / pods, 1),
+        "requests": requests,
+        "requests_per_pod": round(requests / pods, 2),
+        "by_thread_per_pod": {k: round(v / pods, 1) for k, v in
+                              sorted(threads.items(), key=lambda kv: -kv[1])},
+        "by_package_per_pod": {k: round(v / pods, 1) for k, v in by_group.most_common(15)},
     }
 
 
@@ -272,6 +341,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="added to every read (%(default)s)")
     parser.add_argument("--sync-events", action="store_true",
                         help="write Events on the workers (before the sender thread)")
+    parser.add_argument("--profile", action="store_true",
+                        help="count the Python calls of every controller thread in the burst "
+                        "(cProfile per thread: the wall figures of such a run mean nothing)")
+    parser.add_argument("--audit-log", metavar="FILE",
+                        help="the API server's audit log: one line per write request")
+    parser.add_argument("--kubelet", action="store_true",
+                        help="the pods' kubelets confirm their deletion at once (the pods "
+                        "go, and the garbage collector takes their records); without it a "
+                        "deleted pod stays terminating and is released at its grace's end")
     parser.add_argument("--quick", action="store_true", help="smoke test: 100 pods, 10 nodes")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
@@ -282,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("a latency cannot be negative")
     gc.collect()
     result = run(pods, nodes, args.workers, args.write_latency, args.read_latency, args.seed,
-                 args.sync_events)
+                 args.sync_events, args.profile, args.audit_log, args.kubelet)
     report = {
         "benchmark": "api_latency",
         "goal": "P10: a burst with 10 ms per API write, warm pools: <= 1.25 x (writes per "

@@ -286,7 +286,7 @@ def test_connect_picks_the_kubeconfig_as_every_command_does(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A named file first; else, outside a pod, $KUBECONFIG; in a pod, its service account."""
-    monkeypatch.setattr(KubeCluster, "in_cluster", classmethod(lambda cls: "in-cluster"))
+    monkeypatch.setattr(KubeCluster, "in_cluster", classmethod(lambda cls, **_: "in-cluster"))
     with pytest.raises(ConfigError, match="no such file"):
         KubeCluster.connect(str(tmp_path / "missing"))
     store = InMemoryCluster()

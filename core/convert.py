@@ -34,6 +34,7 @@ from cattrs.errors import (
     IterableValidationError,
     IterableValidationNote,
 )
+from cattrs.fns import identity
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from podnet.core.annotations import (
@@ -48,8 +49,8 @@ from podnet.core.annotations import (
 from podnet.core.clock import format_time, parse_time
 from podnet.hookspecs import models
 
-__all__ = ["RecordError", "RuleError", "converter", "from_wire", "invalid", "register_section",
-           "to_wire"]
+__all__ = ["RecordError", "RuleError", "converter", "from_wire", "invalid",
+           "metadata_as_answered", "register_section", "to_wire"]
 
 T = TypeVar("T")
 Hook = Callable[[Any, Any], Any]
@@ -249,6 +250,16 @@ def _optional_structure(t: Any) -> Hook:
     return lambda value, _: None if value is None else inner(value, inner_type)
 
 
+def _optional_unstructure(t: Any) -> Callable[[Any], Any]:
+    # cattrs' own Optional hook is a call per field even when the value is written as it
+    # is (a string, a number): identity lets the generated record hook read it inline
+    inner_type = next(a for a in get_args(t) if a is not type(None))
+    inner = converter.get_unstructure_hook(inner_type)
+    if inner is identity:
+        return identity
+    return lambda value: None if value is None else inner(value)
+
+
 def _tuple_unstructure(t: Any) -> Callable[[Any], Any]:
     item_type = get_args(t)[0]
     if item_type in (str, int, bool):
@@ -269,6 +280,7 @@ for _enum in (models.Phase, models.InterfaceState):
     converter.register_structure_hook(_enum, _enum_hook(_enum))
     converter.register_unstructure_hook(_enum, _enum_value)
 converter.register_structure_hook_factory(_is_optional, _optional_structure)
+converter.register_unstructure_hook_factory(_is_optional, _optional_unstructure)
 converter.register_structure_hook_factory(_is_tuple, _tuple_structure)
 converter.register_unstructure_hook_factory(_is_tuple, _tuple_unstructure)
 converter.register_structure_hook_factory(_is_dict, _dict_structure)
@@ -563,6 +575,26 @@ def from_wire(cls: type[T], data: Mapping[str, Any]) -> T:
     except Exception as exc:
         path, message = _locate(exc, ())
         raise RecordError(_format_path(path), message) from exc
+
+
+#: ObjectMeta's wire keys -> attribute names
+_META_ATTRS = {wire: name for name, wire in _WIRE_NAMES[models.ObjectMeta].items()}
+
+
+def metadata_as_answered(sent: models.ObjectMeta, sent_wire: Mapping[str, Any],
+                         answer: Mapping[str, Any]) -> models.ObjectMeta:
+    """What reading ``answer`` (the metadata the API server answered a write of ``sent``
+    with; ``sent_wire`` its wire form) gives, reading only what the server changed or
+    added (uid, resourceVersion, creationTimestamp, ...): the rest reads as ``sent``.
+    Every key ``sent_wire`` has must be in ``answer``. :raise RecordError: as
+    :func:`from_wire`."""
+    changed = {k: v for k, v in answer.items() if k not in sent_wire or sent_wire[k] != v}
+    if not changed:
+        return sent
+    # the name goes along: a record without one does not parse
+    part = from_wire(models.ObjectMeta, {"name": answer.get("name"), **changed})
+    return attrs.evolve(sent, **{_META_ATTRS[k]: getattr(part, _META_ATTRS[k])
+                                 for k in changed if k in _META_ATTRS})
 
 
 def _note(exc: BaseException, kind: type[T]) -> T | None:

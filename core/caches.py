@@ -12,8 +12,6 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-import attrs
-
 from podnet.core.cluster.informer import Informer
 from podnet.core.cluster.port import (
     LEASE,
@@ -55,6 +53,7 @@ from podnet.core.objects import (
     statefulset_info,
     vm_of,
 )
+from podnet.core.values import evolve
 from podnet.hookspecs.types import NodeContext
 
 M = TypeVar("M", PodNetwork, NodeNetwork)
@@ -193,32 +192,32 @@ class Caches:
             if status.last_transition_time is not None and not _whole(
                     status.last_transition_time):
                 return None
-            if any(c.last_transition_time is not None and not _whole(c.last_transition_time)
-                   for c in status.conditions):
-                return None
+            for c in status.conditions:
+                if c.last_transition_time is not None and not _whole(c.last_transition_time):
+                    return None
         meta = obj.get("metadata") or {}
         key = f"{POD_NETWORK.plural}/{meta.get('namespace')}/{meta.get('name')}"
         if key in self._reported:
             return None  # it did not parse before: read in full, which clears that
         sent_meta, rv = wire["metadata"], meta.get("resourceVersion")
-        if any(k not in meta for k in sent_meta):
+        if not meta.keys() >= sent_meta.keys():
             return None  # the server took something away: read it as it is
         for t, k in ((sent.metadata.creation_timestamp, "creationTimestamp"),
                      (sent.metadata.deletion_timestamp, "deletionTimestamp")):
             if t is not None and meta.get(k) == sent_meta.get(k) and not _whole(t):
                 return None
-        if (isinstance(rv, str) and len(meta) == len(sent_meta)
-                and all(meta[k] == sent_meta[k] for k in meta if k != "resourceVersion")):
+        if (isinstance(rv, str) and "resourceVersion" in sent_meta
+                and meta == {**sent_meta, "resourceVersion": rv}):
             # an update's answer: only the version is new
-            read_meta = attrs.evolve(sent.metadata, resource_version=rv)
+            read_meta = evolve(sent.metadata, resource_version=rv)
         else:
             try:
                 read_meta = metadata_as_answered(sent.metadata, sent_meta, meta)
             except RecordError:
                 return None
         if status_kept:
-            return attrs.evolve(sent, metadata=read_meta)
-        return attrs.evolve(sent, metadata=read_meta, status=_DEFAULT_STATUS)
+            return evolve(sent, metadata=read_meta)
+        return evolve(sent, metadata=read_meta, status=_DEFAULT_STATUS)
 
     def unreadable_keys(self, kind: Kind) -> set[str]:
         """Keys (``namespace/name``) of records of ``kind`` that exist but do not parse."""

@@ -47,6 +47,7 @@ from podnet.core.annotations import (
     show,
 )
 from podnet.core.clock import format_time, parse_time
+from podnet.core.values import evolve
 from podnet.hookspecs import models
 
 __all__ = ["RecordError", "RuleError", "converter", "from_wire", "invalid",
@@ -593,8 +594,8 @@ def metadata_as_answered(sent: models.ObjectMeta, sent_wire: Mapping[str, Any],
         return sent
     # the name goes along: a record without one does not parse
     part = from_wire(models.ObjectMeta, {"name": answer.get("name"), **changed})
-    return attrs.evolve(sent, **{_META_ATTRS[k]: getattr(part, _META_ATTRS[k])
-                                 for k in changed if k in _META_ATTRS})
+    return evolve(sent, **{_META_ATTRS[k]: getattr(part, _META_ATTRS[k])
+                           for k in changed if k in _META_ATTRS})
 
 
 def _note(exc: BaseException, kind: type[T]) -> T | None:

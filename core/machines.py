@@ -121,7 +121,12 @@ class StateMachine:
 
 def state_of(recorded: Phase | InterfaceState) -> str:
     """The machine state a record's phase, or an interface's recorded state, stands for."""
-    return recorded.value.lower()
+    return _STATE_OF[recorded]
+
+
+#: each recorded value's machine state, worked out once (asked on every transition)
+_STATE_OF: dict[Phase | InterfaceState, str] = {
+    member: member.value.lower() for kind in (Phase, InterfaceState) for member in kind}
 
 
 def recorded_as(kind: type[Recorded], state: str) -> Recorded:

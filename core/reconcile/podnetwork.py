@@ -102,6 +102,7 @@ from podnet.core.tracing import (
 )
 from podnet.core.transition import Subject, Transitions
 from podnet.core.unplug import UnplugGate
+from podnet.core.values import evolve
 from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
@@ -131,6 +132,8 @@ WAIT_SAID_AFTER = _WAIT_RECHECK
 WAIT_SAID_AFTER_GROWING = 30.0
 #: the Ready reason of a pod network waiting for its node's pool
 WAITING_FOR_ADDRESS = "WaitingForAddress"
+#: what a pod without ``podnet.io/`` annotations asks for
+_NO_REQUEST = parse_network_request({})
 
 
 @attrs.frozen
@@ -368,12 +371,14 @@ class PodNetworkReconciler:
         invalid = None
         names: tuple[str, ...] = ()
         warnings: tuple[str, ...] = ()
-        try:
-            request = parse_network_request(pod.annotations)
-            names = parse_networks(pod.annotations)
-            warnings = check_unknown_keys(pod.annotations)
-        except InvalidRequest as exc:
-            request, invalid = NetworkRequest(), exc
+        request = _NO_REQUEST  # most pods carry no podnet.io/ annotation: nothing to read
+        if pod.annotations:
+            try:
+                request = parse_network_request(pod.annotations)
+                names = parse_networks(pod.annotations)
+                warnings = check_unknown_keys(pod.annotations)
+            except InvalidRequest as exc:
+                request, invalid = NetworkRequest(), exc
         info = self.placement.providers[provider]
         sticky = pod_is_sticky(pod, info.sticky_kinds)
         out = {DEFAULT_NETWORK: Desired(provider, request, sticky, invalid, warnings)}
@@ -1033,7 +1038,7 @@ class PodNetworkReconciler:
             def space() -> AddressSpace | None:
                 return self.gateway.address_space(provider, node)
 
-            ctx = attrs.evolve(ctx, request=resolve(
+            ctx = evolve(ctx, request=resolve(
                 pn.spec.requests, owner=pn.key, node=pn.spec.node_name, provider=provider,
                 pool=reservation, space=space))
         return self.gateway.allocate(provider, ctx)
@@ -1341,13 +1346,13 @@ class PodNetworkReconciler:
             reason=reason or phase.value, message=message, last_transition_time=now,
             observed_generation=pn.metadata.generation,
         )
-        status = attrs.evolve(
+        status = evolve(
             pn.status, phase=phase, last_transition_time=now,
             conditions=set_condition(pn.status.conditions, condition),
             traceparent=span.traceparent or pn.status.traceparent,
             **fields,
         )
-        updated = attrs.evolve(pn, status=status)
+        updated = evolve(pn, status=status)
         span.set(ATTR_IP, updated.status.ip)
         span.set(ATTR_INTERFACE, updated.status.interface)
         return updated

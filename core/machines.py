@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from transitions import Machine, MachineError
+from transitions import EventData, Machine
 
 from podnet.core.errors import TransitionRefused
 from podnet.core.models import InterfaceState, Phase
@@ -107,11 +107,18 @@ class StateMachine:
         if event is None or not self.allowed(trigger, state):
             raise TransitionRefused(self.name, trigger, state)
         subject = _Subject(state)
-        try:
-            event.trigger(subject, action=action)
-        except MachineError as exc:  # the table and transitions disagree: a bug here
-            raise TransitionRefused(self.name, trigger, state) from exc
-        return subject.state, subject.result
+        # the Machine's own transition for this source, executed as ``Event.trigger``
+        # executes it, without the event layer around it that this Machine does not use
+        # (no queue, no prepare_event, finalize_event or on_exception callbacks): a
+        # sixth of a fire's cost, twice per pod network
+        data = EventData(self._machine.get_state(state), event, self._machine, subject,
+                         args=(), kwargs={"action": action})
+        for transition in event.transitions.get(state, ()):
+            data.transition = transition
+            if transition.execute(data):
+                return subject.state, subject.result
+        # the table and transitions disagree: a bug here
+        raise TransitionRefused(self.name, trigger, state)
 
     @property
     def registered_models(self) -> int:

@@ -208,19 +208,19 @@ class Informer(Generic[T]):
         them on most writes: a record's pod, node, namespace) is left as it is."""
         for name, fn in self._index_fns.items():
             values = fn(value)
-            if len(values) > 1:
-                values = tuple(dict.fromkeys(values))
             indexed = self._indexed[name]
             was = indexed.get(key)
             if was is None:
                 if not values:
                     continue
-            elif (len(values) == 1 and was == values[0]) or was == values:
-                continue
+            elif values == [was] if was.__class__ is str else values == list(was):
+                continue  # the usual case: nothing to look up or build
             else:
                 self._unindex_one(name, key)
                 if not values:
                     continue
+            if len(values) > 1:
+                values = tuple(dict.fromkeys(values))
             indexed[key] = values[0] if len(values) == 1 else tuple(values)
             buckets = self._indexes[name]
             for v in values:

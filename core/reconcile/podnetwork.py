@@ -845,6 +845,7 @@ class PodNetworkReconciler:
         was allocated (it waits), or the allocation, not written yet: the route's write
         records it (:meth:`_route_unwritten`), one status write for both."""
         provider = pn.spec.provider
+        key = pn.key
         info = self.placement.providers[provider]
         node_ctx = self.caches.node_context(pn.spec.node_name)
         if not self.caches.namespaces.has_synced:
@@ -856,7 +857,7 @@ class PodNetworkReconciler:
             pool = self.pools.get(provider, pn.spec.node_name)
             if not pool.synced:
                 # the pool is rebuilt from inventory + records before any allocation
-                pool.wait_for_address(pn.key, pool.waiting.get(pn.key),
+                pool.wait_for_address(key, pool.waiting.get(key),
                                       self.clock.monotonic(), queued=self._takes_any(pn))
                 self.enqueue.node(pn.spec.node_name)
                 return pn
@@ -864,15 +865,15 @@ class PodNetworkReconciler:
                 # nothing a plain request could take: wait for the node's pass to grow
                 # the pool and wake it, without a transition (no span, no provider call,
                 # no write). Its turn comes in the order it arrived
-                subnet = pool.waiting.get(pn.key)
-                if not pool.serves_next(pn.key, subnet, self.clock.monotonic()):
+                subnet = pool.waiting.get(key)
+                if not pool.serves_next(key, subnet, self.clock.monotonic()):
                     self._wait(pn, pool, subnet, queued=True,
                                why=f"no idle address{f' in subnet {subnet}' if subnet else ''}"
                                    f" on node {pool.node}")
                     return pn
-            reservation = pool.reserve(pn.key, self.clock.monotonic(),
-                                       prefer=self._prefer.get(pn.key))
-            traced = self._first_trace.get(pn.key)
+            reservation = pool.reserve(key, self.clock.monotonic(),
+                                       prefer=self._prefer.get(key))
+            traced = self._first_trace.get(key)
             if traced is not None and not pn.status.traceparent:
                 pn = attrs.evolve(pn, status=attrs.evolve(pn.status, traceparent=traced))
         ctx = AllocateContext(pod_network=pn, node=node_ctx, pod=pod, pool=reservation,
@@ -920,21 +921,21 @@ class PodNetworkReconciler:
                              ) -> None:
         """A write naming the allocation landed: what earlier, unanswered writes held for
         the record is free, and the pool knows the address the record names."""
-        pn, provider = updated, updated.spec.provider
-        self._prefer.pop(pn.key, None)
-        self._first_trace.pop(pn.key, None)
+        pn, provider, key = updated, updated.spec.provider, updated.key
+        self._prefer.pop(key, None)
+        self._first_trace.pop(key, None)
         # this write succeeded: whatever an earlier, unanswered write claimed is free
-        self.owned.addresses.release_owner(pn.key, keep=(a for a in (updated.status.ip,
-                                                           updated.status.ipv6) if a))
+        self.owned.addresses.release_owner(key, keep=(a for a in (updated.status.ip,
+                                                       updated.status.ipv6) if a))
         if reservation is not None:
             pool = self.pools.get(provider, pn.spec.node_name)
-            pool.stop_waiting(pn.key)
+            pool.stop_waiting(key)
             # this write succeeded: any address an earlier, unanswered write held is free
-            pool.release_others(pn.key, keep=updated.status.ip)
+            pool.release_others(key, keep=updated.status.ip)
             if updated.status.ip and reservation.taken != updated.status.ip:
                 # the provider chose without the pool (a static address it added itself)
                 reservation.rollback()
-                pool.adopt(updated.status.ip, pn.key, updated.status.interface,
+                pool.adopt(updated.status.ip, key, updated.status.interface,
                            updated.status.subnet, ipv6=updated.status.ipv6)
 
     def _route_unwritten(self, allocated: _Unwritten, pod: PodInfo) -> PodNetwork:

@@ -16,13 +16,14 @@ import attrs
 
 T = TypeVar("T")
 
-#: per class: its ``__init__`` argument names and a getter of the matching fields
-_FIELDS: dict[type, tuple[tuple[str, ...], Callable[[Any], Any]]] = {}
+#: per class: its ``__init__`` argument names with their positions, a getter of the
+#: matching fields' values in that order, and whether ``__init__`` takes them by position
+_FIELDS: dict[type, tuple[dict[str, int], Callable[[Any], Any], bool]] = {}
 
 
-def _fields_of(cls: type) -> tuple[tuple[str, ...], Callable[[Any], Any]]:
+def _fields_of(cls: type) -> tuple[dict[str, int], Callable[[Any], Any], bool]:
     fields = [a for a in attrs.fields(cls) if a.init]
-    names = tuple(a.alias for a in fields)
+    names = {a.alias: i for i, a in enumerate(fields)}
     getter: Callable[[Any], Any]
     if not fields:
         getter = lambda _inst: ()  # noqa: E731
@@ -31,14 +32,23 @@ def _fields_of(cls: type) -> tuple[tuple[str, ...], Callable[[Any], Any]]:
         getter = lambda inst: (one(inst),)  # noqa: E731
     else:
         getter = operator.attrgetter(*(a.name for a in fields))
-    found = _FIELDS[cls] = (names, getter)
+    found = _FIELDS[cls] = (names, getter, not any(a.kw_only for a in fields))
     return found
 
 
 def evolve(inst: T, **changes: Any) -> T:
     """A copy of the attrs instance ``inst`` with ``changes``, as ``attrs.evolve``."""
     cls = inst.__class__
-    names, getter = _FIELDS.get(cls) or _fields_of(cls)
-    values = dict(zip(names, getter(inst)))  # noqa: B905 (one getter per names)
-    values.update(changes)
-    return cls(**values)
+    names, getter, positional = _FIELDS.get(cls) or _fields_of(cls)
+    if positional:
+        values = list(getter(inst))
+        for name, value in changes.items():
+            try:
+                values[names[name]] = value
+            except KeyError:
+                raise TypeError(f"{cls.__name__}.__init__() got an unexpected keyword "
+                                f"argument {name!r}") from None
+        return cls(*values)
+    given = dict(zip(names, getter(inst)))  # noqa: B905 (one getter per names)
+    given.update(changes)
+    return cls(**given)

@@ -22,6 +22,12 @@ class _One:
     value: int = attrs.field(validator=attrs.validators.instance_of(int))
 
 
+@attrs.frozen(kw_only=True)
+class _Named:
+    first: int
+    second: str = "s"
+
+
 @attrs.frozen
 class _Private:
     _hidden: str
@@ -43,6 +49,8 @@ def test_evolve_matches_attrs_evolve() -> None:
         (PoolBounds(min_idle=1), {"max_idle": 3}),
         (_One(1), {"value": 2}),
         (_Private("h"), {"hidden": "other"}),
+        (_Named(first=1), {"second": "t"}),
+        (_Named(first=1), {}),
     ]
     for inst, changes in cases:
         ours, theirs = evolve(inst, **changes), attrs.evolve(inst, **changes)

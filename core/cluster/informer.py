@@ -323,11 +323,11 @@ class Informer(Generic[T]):
         del self._tombstones[key]
         return False
 
-    def _apply(self, event: str, obj: Obj | _Digest[T]) -> bool:
+    def _apply(self, event: str, obj: Obj) -> bool:
         """Fold one watch event into the cache, in stream order; True when it changed."""
-        digest = obj if isinstance(obj, _Digest) else self._digest(obj)
+        digest = self._digest(obj)
         key, rv, uid = digest.key, digest.rv, digest.uid
-        if self._is_tombstoned(key, uid):
+        if key in self._tombstones and self._is_tombstoned(key, uid):
             if event == "DELETED":
                 del self._tombstones[key]
             return False  # a late event of an object already dropped
@@ -344,6 +344,8 @@ class Informer(Generic[T]):
             if seen is None or (uid and seen.uid and uid != seen.uid):
                 return False  # not the object this key caches
             return self._drop(key)
+        if seen is not None and rv and seen.rv == rv and seen.uid == uid:
+            return False  # this very version is cached already (our own write's event)
         return self._store(digest)
 
     # --- the controller's own writes -----------------------------------------------

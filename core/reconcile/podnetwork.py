@@ -25,8 +25,9 @@ import hashlib
 import ipaddress
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import attrs
@@ -1326,7 +1327,7 @@ class PodNetworkReconciler:
             self._failed(pn, trigger, exc, span)
 
         return self.transitions.run(POD_NETWORK_MACHINE, _subject(pn, drift), trigger,
-                                    action, settled=_subject, failed=failed)
+                                    action, settled=_settled, failed=failed)
 
     def _write_phase(self, pn: PodNetwork, phase: Phase, span: TransitionSpan, *,
                      reason: str | None = None, message: str = "", **fields: Any) -> PodNetwork:
@@ -1410,19 +1411,30 @@ class PodNetworkReconciler:
 
 def _subject(pn: PodNetwork, drift: str | None = None) -> Subject:
     """A pod network as its transitions' spans and events name it."""
+    spec, status = pn.spec, pn.status
     return Subject(
-        key=pn.key, provider=pn.spec.provider, state=state_of(pn.status.phase),
-        traceparent=pn.status.traceparent,
-        span_attributes={
-            ATTR_POD: pn.spec.pod_name,
+        pn.key, spec.provider, state_of(status.phase), status.traceparent,
+        {
+            ATTR_POD: spec.pod_name,
             ATTR_NAMESPACE: pn.metadata.namespace,
-            ATTR_NODE: pn.spec.node_name,
-            ATTR_IP: pn.status.ip,
-            ATTR_INTERFACE: pn.status.interface,
+            ATTR_NODE: spec.node_name,
+            ATTR_IP: status.ip,
+            ATTR_INTERFACE: status.interface,
             ATTR_DRIFT: drift,
         },
-        event_attributes={"ip": pn.status.ip, "node": pn.spec.node_name},
+        {"ip": status.ip, "node": spec.node_name},
     )
+
+
+_NO_ATTRIBUTES: Mapping[str, str | int | bool | None] = MappingProxyType({})
+
+
+def _settled(pn: PodNetwork) -> Subject:
+    """A pod network as the event of its transition names it once the transition is
+    done (the span has its attributes already)."""
+    status = pn.status
+    return Subject(pn.key, pn.spec.provider, state_of(status.phase), status.traceparent,
+                   _NO_ATTRIBUTES, {"ip": status.ip, "node": pn.spec.node_name})
 
 
 def workload_gave_up(pn: PodNetwork, workload: WorkloadInfo | None) -> bool:

@@ -2,8 +2,9 @@
 
 State lives in the records (``status.phase`` of a PodNetwork, ``state`` of an interface in
 a NodeNetwork), never in the machine. To work on an object the engine wraps its recorded
-state in a short-lived model and fires one trigger's ``Event`` on it: the Machine's own
-transitions, callbacks and checks run, but the model is never added to the Machine (a
+state in a short-lived model and executes the trigger's ``Transition`` for that state on
+it, as the trigger's ``Event`` would: the Machine's own transitions, callbacks and checks
+run, but the model is never added to the Machine (a
 registered model costs memory, and ``add_model`` binds every trigger and state helper to
 it: about half the cost of a fire, twice per pod network on the warm path).
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 import functools
 import ipaddress
+import operator
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -187,8 +188,8 @@ def _enum_hook(cls: type[enum.Enum]) -> Hook:
     return structure
 
 
-def _enum_value(member: enum.Enum) -> Any:
-    return member.value
+#: an enum member's value, read without the ``value`` property's descriptor calls
+_enum_value: Callable[[enum.Enum], Any] = operator.attrgetter("_value_")
 
 
 def _is_tuple(t: Any) -> bool:
@@ -266,7 +267,7 @@ def _tuple_unstructure(t: Any) -> Callable[[Any], Any]:
     if item_type in (str, int, bool):
         return list
     item = converter.get_unstructure_hook(item_type)
-    return lambda value: [item(v) for v in value]
+    return lambda value: list(map(item, value))
 
 
 # singledispatch hooks, which cattrs consults first; the str enums get their own below

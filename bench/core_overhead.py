@@ -34,7 +34,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
@@ -255,6 +255,15 @@ class SpanCounter(SpanProcessor):
 # --- P3: CPU per pod network, warm path ------------------------------------------------------
 
 
+class Profiler(Protocol):
+    """What ``p3_run`` turns on around each measured pass: a ``cProfile.Profile`` or a
+    :class:`CallCounter`."""
+
+    def enable(self) -> None: ...
+
+    def disable(self) -> None: ...
+
+
 def p3_policy(idle: int) -> PoolPolicy:
     """Pools filled to ``idle`` in one grow call per node and never trimmed."""
     return PoolPolicy(
@@ -307,7 +316,7 @@ def _spans_in(path: str | None) -> int:
 
 
 def p3_run(pods: int, warmup: int, *, traced: bool, seed: int, metered: bool = False,
-           profiler: cProfile.Profile | None = None) -> dict[str, Any]:
+           profiler: Profiler | None = None) -> dict[str, Any]:
     """One P3 pass. ``metered``: split each pod's CPU into API server and engine shares
     (the metering itself costs about 0.1 ms per pod, so headline figures run without it)."""
     with tempfile.TemporaryDirectory(prefix="podnet-bench-") as tmp:
@@ -458,6 +467,83 @@ def p3_profile(pods: int, seed: int, traced: bool, top: int = 15) -> str:
     p3_run(pods, warmup, traced=traced, seed=seed, profiler=profiler)
     mode = "traced" if traced else "untraced"
     return profile_text(profiler, f"P3 warm path, {mode}, {pods} pods", top)
+
+
+#: the in-memory cluster's modules: the API server stand-in's share
+_STAND_IN = tuple(os.path.join("core", "cluster", f"{m}.py")
+                  for m in ("memory", "patch", "events", "selectors"))
+
+
+class CallCounter:
+    """Counts every Python and C call while enabled (a ``sys.setprofile`` hook), each given
+    to the part it runs in: a podnet module, or a library by its top-level package. A call
+    into the standard library or a builtin counts for its caller's part, and everything
+    under a call into the in-memory cluster for the stand-in. Passed to ``p3_run`` as its
+    profiler. Slow, but the load cannot move it."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self._stack: list[str] = []
+        self._root = os.path.dirname(os.path.dirname(os.path.abspath(
+            sys.modules["podnet.core"].__file__ or "")))
+        self._parts: dict[str, str | None] = {}
+
+    def _part(self, filename: str) -> str | None:
+        part = self._parts.get(filename, "")
+        if part != "":
+            return part
+        found: str | None = None
+        if filename.startswith("<attrs generated"):
+            found = "attrs"
+        elif filename.startswith("<cattrs generated"):
+            found = "cattrs"
+        elif "site-packages" in filename:
+            found = filename.split("site-packages" + os.sep, 1)[1].split(os.sep, 1)[0]
+            found = found.removesuffix(".py")
+        elif filename.startswith(self._root + os.sep):
+            rel = filename[len(self._root) + 1:]
+            found = ("api_server_stand_in" if rel.endswith(_STAND_IN)
+                     else "podnet." + rel.removesuffix(".py").replace(os.sep, "."))
+        self._parts[filename] = found
+        return found
+
+    def _hook(self, frame: Any, event: str, _arg: Any) -> None:
+        stack = self._stack
+        if event == "call" or event == "c_call":
+            caller = stack[-1] if stack else "podnet.core.engine"
+            part = None
+            if caller != "api_server_stand_in" and event == "call":
+                part = self._part(frame.f_code.co_filename)
+            part = part or caller
+            stack.append(part)
+            self.calls[part] += 1
+        elif stack:  # return, c_return, c_exception
+            stack.pop()
+
+    def enable(self) -> None:
+        self._stack.clear()
+        sys.setprofile(self._hook)
+
+    def disable(self) -> None:
+        sys.setprofile(None)
+        self._stack.clear()
+
+
+def p3_count_calls(pods: int, seed: int) -> dict[str, Any]:
+    """Calls per pod network on the warm path (warm-up pods included), by part."""
+    warmup = min(50, max(5, pods // 20))
+    counter = CallCounter()
+    p3_run(pods, warmup, traced=False, seed=seed, profiler=counter)
+    total = pods + warmup
+    stand_in = counter.calls["api_server_stand_in"]
+    return {
+        "pods": pods,
+        "warmup_pods": warmup,
+        "calls_per_pod": round(sum(counter.calls.values()) / total, 1),
+        "outside_api_server_per_pod": round((sum(counter.calls.values()) - stand_in) / total, 1),
+        "by_part": {k: round(v / total, 1) for k, v in counter.calls.most_common()
+                    if v / total >= 0.5},
+    }
 
 
 def profile_text(profiler: cProfile.Profile, title: str, top: int = 15) -> str:
@@ -632,6 +718,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", choices=("untraced", "traced"), default=None,
                         help="also profile the P3 warm path (separate pass) and print the "
                              "top 15 by cumulative and by own time to stderr")
+    parser.add_argument("--count-calls", action="store_true",
+                        help="also count the P3 warm path's calls per pod network by part "
+                             "(separate pass, slow; JSON under p3_calls)")
     args = parser.parse_args(argv)
     p3_pods = args.p3_pods or (200 if args.quick else 2000)
     p4_pods = args.p4_pods or (10_000 if args.quick else 100_000)
@@ -669,6 +758,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile is not None:
         log(f"profiling the P3 warm path ({args.profile})")
         print(p3_profile(p3_pods, args.seed, args.profile == "traced"), file=sys.stderr)
+    if args.count_calls:
+        log("counting the P3 warm path's calls")
+        report["p3_calls"] = p3_count_calls(min(p3_pods, 200), args.seed)
     print(json.dumps(report, indent=2))
     return 0
 

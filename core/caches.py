@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
-
-import attrs
 
 from podnet.core.cluster.informer import Informer
 from podnet.core.cluster.port import (
@@ -27,16 +25,21 @@ from podnet.core.cluster.port import (
     Kind,
     Obj,
 )
-from podnet.core.convert import RecordError, from_wire, salvage_pod_network
+from podnet.core.convert import (
+    RecordError,
+    from_wire,
+    metadata_as_answered,
+    salvage_pod_network,
+)
 from podnet.core.models import (
     LABEL_VM,
     AgentReport,
     NodeInfo,
     NodeNetwork,
-    ObjectMeta,
     Phase,
     PodInfo,
     PodNetwork,
+    PodNetworkStatus,
     WorkloadInfo,
 )
 from podnet.core.objects import (
@@ -50,10 +53,18 @@ from podnet.core.objects import (
     statefulset_info,
     vm_of,
 )
+from podnet.core.values import evolve
 from podnet.hookspecs.types import NodeContext
 
 M = TypeVar("M", PodNetwork, NodeNetwork)
 _NO_OFFSET = timedelta(0)
+#: what a PodNetwork without ``status`` on the wire reads as
+_DEFAULT_STATUS = PodNetworkStatus()
+
+
+def _whole(t: datetime) -> bool:
+    """Whether ``t`` reads back from the wire as itself: whole seconds, in UTC."""
+    return not t.microsecond and t.utcoffset() == _NO_OFFSET
 
 
 def pod_key_of(pn: PodNetwork) -> str:
@@ -156,33 +167,57 @@ class Caches:
     def as_written(self, obj: Obj, sent: PodNetwork, wire: Obj) -> PodNetwork | None:
         """What reading ``obj`` (the API server's answer to writing ``sent``, whose wire
         form is ``wire``) gives, without parsing it all again: ``sent`` with the answer's
-        metadata, when the answer carries the very spec and status sent and ``sent``
-        reads back as itself (its times whole seconds in UTC, as the wire keeps them).
-        None when that is not certain: the answer is then read as any other."""
-        if obj.keys() != wire.keys() or any(obj[k] != wire[k] for k in wire if k != "metadata"):
+        metadata (only what the server changed in it is read), when the answer carries
+        the very spec and status sent, or no status at all (a create: the status
+        subresource drops it, and the record reads with the default status), and what
+        is kept of ``sent`` reads back as itself (its times whole seconds in UTC, as the
+        wire keeps them). None when that is not certain: the answer is then read as any
+        other."""
+        if "metadata" not in obj:
             return None
-        status = sent.status
-        times = [status.last_transition_time, *(c.last_transition_time
-                                                for c in status.conditions)]
-        if any(t is not None and (t.microsecond or t.utcoffset() != _NO_OFFSET)
-               for t in times):
-            return None
+        status_kept = True
+        for k in wire:
+            if k == "metadata":
+                continue
+            if k not in obj:
+                if k != "status":
+                    return None
+                status_kept = False
+            elif obj[k] != wire[k]:
+                return None
+        if len(obj) != len(wire) - (not status_kept):
+            return None  # a key the record did not send
+        if status_kept:
+            status = sent.status
+            if status.last_transition_time is not None and not _whole(
+                    status.last_transition_time):
+                return None
+            for c in status.conditions:
+                if c.last_transition_time is not None and not _whole(c.last_transition_time):
+                    return None
         meta = obj.get("metadata") or {}
         key = f"{POD_NETWORK.plural}/{meta.get('namespace')}/{meta.get('name')}"
         if key in self._reported:
             return None  # it did not parse before: read in full, which clears that
         sent_meta, rv = wire["metadata"], meta.get("resourceVersion")
-        if (isinstance(rv, str) and meta.keys() == sent_meta.keys()
-                and all(meta[k] == sent_meta[k] for k in meta if k != "resourceVersion")
-                and not any(t is not None and (t.microsecond or t.utcoffset() != _NO_OFFSET)
-                            for t in (sent.metadata.creation_timestamp,
-                                      sent.metadata.deletion_timestamp))):
+        if not meta.keys() >= sent_meta.keys():
+            return None  # the server took something away: read it as it is
+        for t, k in ((sent.metadata.creation_timestamp, "creationTimestamp"),
+                     (sent.metadata.deletion_timestamp, "deletionTimestamp")):
+            if t is not None and meta.get(k) == sent_meta.get(k) and not _whole(t):
+                return None
+        if (isinstance(rv, str) and "resourceVersion" in sent_meta
+                and meta == {**sent_meta, "resourceVersion": rv}):
             # an update's answer: only the version is new
-            return attrs.evolve(sent, metadata=attrs.evolve(sent.metadata, resource_version=rv))
-        try:
-            return attrs.evolve(sent, metadata=from_wire(ObjectMeta, meta))
-        except RecordError:
-            return None
+            read_meta = evolve(sent.metadata, resource_version=rv)
+        else:
+            try:
+                read_meta = metadata_as_answered(sent.metadata, sent_meta, meta)
+            except RecordError:
+                return None
+        if status_kept:
+            return evolve(sent, metadata=read_meta)
+        return evolve(sent, metadata=read_meta, status=_DEFAULT_STATUS)
 
     def unreadable_keys(self, kind: Kind) -> set[str]:
         """Keys (``namespace/name``) of records of ``kind`` that exist but do not parse."""

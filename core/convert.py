@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 import functools
 import ipaddress
+import operator
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -34,9 +35,11 @@ from cattrs.errors import (
     IterableValidationError,
     IterableValidationNote,
 )
+from cattrs.fns import identity
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from podnet.core.annotations import (
+    IPV4,
     check_ip,
     check_ip_address,
     check_ip_pool,
@@ -46,10 +49,11 @@ from podnet.core.annotations import (
     show,
 )
 from podnet.core.clock import format_time, parse_time
+from podnet.core.values import evolve
 from podnet.hookspecs import models
 
-__all__ = ["RecordError", "RuleError", "converter", "from_wire", "invalid", "register_section",
-           "to_wire"]
+__all__ = ["RecordError", "RuleError", "converter", "from_wire", "invalid",
+           "metadata_as_answered", "register_section", "to_wire"]
 
 T = TypeVar("T")
 Hook = Callable[[Any, Any], Any]
@@ -185,8 +189,8 @@ def _enum_hook(cls: type[enum.Enum]) -> Hook:
     return structure
 
 
-def _enum_value(member: enum.Enum) -> Any:
-    return member.value
+#: an enum member's value, read without the ``value`` property's descriptor calls
+_enum_value: Callable[[enum.Enum], Any] = operator.attrgetter("_value_")
 
 
 def _is_tuple(t: Any) -> bool:
@@ -249,12 +253,22 @@ def _optional_structure(t: Any) -> Hook:
     return lambda value, _: None if value is None else inner(value, inner_type)
 
 
+def _optional_unstructure(t: Any) -> Callable[[Any], Any]:
+    # cattrs' own Optional hook is a call per field even when the value is written as it
+    # is (a string, a number): identity lets the generated record hook read it inline
+    inner_type = next(a for a in get_args(t) if a is not type(None))
+    inner = converter.get_unstructure_hook(inner_type)
+    if inner is identity:
+        return identity
+    return lambda value: None if value is None else inner(value)
+
+
 def _tuple_unstructure(t: Any) -> Callable[[Any], Any]:
     item_type = get_args(t)[0]
     if item_type in (str, int, bool):
         return list
     item = converter.get_unstructure_hook(item_type)
-    return lambda value: [item(v) for v in value]
+    return lambda value: list(map(item, value))
 
 
 # singledispatch hooks, which cattrs consults first; the str enums get their own below
@@ -269,6 +283,7 @@ for _enum in (models.Phase, models.InterfaceState):
     converter.register_structure_hook(_enum, _enum_hook(_enum))
     converter.register_unstructure_hook(_enum, _enum_value)
 converter.register_structure_hook_factory(_is_optional, _optional_structure)
+converter.register_unstructure_hook_factory(_is_optional, _optional_unstructure)
 converter.register_structure_hook_factory(_is_tuple, _tuple_structure)
 converter.register_unstructure_hook_factory(_is_tuple, _tuple_unstructure)
 converter.register_structure_hook_factory(_is_dict, _dict_structure)
@@ -359,10 +374,6 @@ def _api_version(value: Any, _: Any = None) -> str:
     return text
 
 
-_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
-_IPV4 = re.compile(rf"{_OCTET}(\.{_OCTET}){{3}}")
-
-
 def _ip_check(
     version: int | None, check: Callable[..., object] = check_ip
 ) -> Callable[[str], object]:
@@ -370,7 +381,7 @@ def _ip_check(
     # accepts for them at a fraction of the cost (a cold list of 100k objects). The rest
     # goes to the shared check.
     def fast(text: str) -> object:
-        if version != 6 and _IPV4.fullmatch(text):
+        if version != 6 and IPV4.fullmatch(text):
             return text
         return check(text) if version is None else check(text, version)
 
@@ -386,8 +397,8 @@ def _plain_mac(text: str) -> bool:
     return _UNICAST_MAC.fullmatch(text) is not None and text.strip("0:") != ""
 
 
-_ip = _checked(_ip_check(None), _IPV4.fullmatch)
-_optional_ip = _checked(_ip_check(None), _IPV4.fullmatch, optional=True)
+_ip = _checked(_ip_check(None), IPV4.fullmatch)
+_optional_ip = _checked(_ip_check(None), IPV4.fullmatch, optional=True)
 _mac = _checked(check_mac, _plain_mac, optional=True)
 
 _FIELD_HOOKS: dict[tuple[type, str], Hook] = {
@@ -396,7 +407,7 @@ _FIELD_HOOKS: dict[tuple[type, str], Hook] = {
     (models.Condition, "status"): _one_of("True", "False", "Unknown"),
     (models.NetworkRequest, "subnets"): _checked_list(check_references),
     (models.NetworkRequest, "ip_address"): _checked(_ip_check(None, check_ip_address),
-                                                     _IPV4.fullmatch, optional=True),
+                                                     IPV4.fullmatch, optional=True),
     (models.NetworkRequest, "ip_pool"): _checked_list(check_ip_pool),
     (models.NetworkRequest, "mac_address"): _mac,
     (models.NetworkRequest, "security_groups"): _checked_list(check_references),
@@ -407,7 +418,7 @@ _FIELD_HOOKS: dict[tuple[type, str], Hook] = {
     (models.PodNetworkSpec, "node_name"): _nonempty,
     (models.PodNetworkSpec, "provider"): _nonempty,
     (models.PodNetworkSpec, "network"): _nonempty,
-    (models.PodNetworkStatus, "ip"): _checked(_ip_check(4), _IPV4.fullmatch, optional=True),
+    (models.PodNetworkStatus, "ip"): _checked(_ip_check(4), IPV4.fullmatch, optional=True),
     (models.PodNetworkStatus, "ipv6"): _checked(_ip_check(6), optional=True),
     (models.PodNetworkStatus, "gateway"): _optional_ip,
     (models.PodNetworkStatus, "mac"): _mac,
@@ -679,6 +690,26 @@ def from_wire(cls: type[T], data: Mapping[str, Any]) -> T:
     except Exception as exc:
         path, message = _locate(exc, ())
         raise RecordError(_format_path(path), message) from exc
+
+
+#: ObjectMeta's wire keys -> attribute names
+_META_ATTRS = {wire: name for name, wire in _WIRE_NAMES[models.ObjectMeta].items()}
+
+
+def metadata_as_answered(sent: models.ObjectMeta, sent_wire: Mapping[str, Any],
+                         answer: Mapping[str, Any]) -> models.ObjectMeta:
+    """What reading ``answer`` (the metadata the API server answered a write of ``sent``
+    with; ``sent_wire`` its wire form) gives, reading only what the server changed or
+    added (uid, resourceVersion, creationTimestamp, ...): the rest reads as ``sent``.
+    Every key ``sent_wire`` has must be in ``answer``. :raise RecordError: as
+    :func:`from_wire`."""
+    changed = {k: v for k, v in answer.items() if k not in sent_wire or sent_wire[k] != v}
+    if not changed:
+        return sent
+    # the name goes along: a record without one does not parse
+    part = from_wire(models.ObjectMeta, {"name": answer.get("name"), **changed})
+    return evolve(sent, **{_META_ATTRS[k]: getattr(part, _META_ATTRS[k])
+                           for k in changed if k in _META_ATTRS})
 
 
 def _note(exc: BaseException, kind: type[T]) -> T | None:

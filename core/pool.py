@@ -26,6 +26,7 @@ from datetime import datetime
 
 import attrs
 
+from podnet.core.annotations import ipv4_int
 from podnet.core.errors import ErrorKind, PoolEmpty
 from podnet.core.models import InterfaceState, InterfaceStatus
 from podnet.core.policy import PoolPolicy
@@ -206,10 +207,34 @@ def _network(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
         return None
 
 
+@functools.lru_cache(maxsize=1024)
+def _v4_bounds(cidr: str) -> tuple[int, int] | None:
+    """An IPv4 subnet's network and broadcast addresses as integers, when it has more
+    than two addresses (a /31 or /32 reserves neither); None otherwise."""
+    net = _network(cidr)
+    if net is None or net.version != 4 or net.num_addresses <= 2:
+        return None
+    return int(net.network_address), int(net.broadcast_address)
+
+
 def reserved_reason(address: str, cidr: str | None, gateway: str | None = None) -> str | None:
     """Why ``address`` can never be a pod's in subnet ``cidr`` (its network or broadcast
     address, or its gateway), or None. Providers check a static request with it before
     any cloud call; core checks every allocation with it again."""
+    v4 = ipv4_int(address)
+    if v4 is not None:  # the common case, without address objects
+        if gateway and address == gateway:
+            return f"{address} is the subnet's gateway"
+        if not cidr:
+            return None
+        bounds = _v4_bounds(cidr)
+        if bounds is None:
+            return None
+        if v4 == bounds[0]:
+            return f"{address} is the network address of {_network(cidr)}"
+        if v4 == bounds[1]:
+            return f"{address} is the broadcast address of {_network(cidr)}"
+        return None
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:

@@ -132,6 +132,28 @@ def test_indexes_follow_changes(cluster: InMemoryCluster) -> None:
         inf.by_index("nope", "x")
 
 
+def test_indexes_of_many_values_or_none_follow_changes(cluster: InMemoryCluster) -> None:
+    inf = Informer(cluster, POD, lean)
+    # a value's node and phase, the node twice (kept once), nothing while Pending
+    inf.add_index("both", lambda v: [] if v.phase == "Pending" else [v.node, v.phase, v.node])
+    cluster.create(POD, pod("a", node="n1"))
+    inf.start()
+    assert [v.name for v in inf.by_index("both", "n1")] == ["a"]
+    assert [v.name for v in inf.by_index("both", "Running")] == ["a"]
+    cluster.patch(POD, "a", {"spec": {"nodeName": "n2"}}, "default")
+    inf.pump()
+    assert inf.by_index("both", "n1") == []
+    assert [v.name for v in inf.by_index("both", "n2")] == ["a"]
+    assert [v.name for v in inf.by_index("both", "Running")] == ["a"]
+    cluster.patch(POD, "a", {"status": {"phase": "Pending"}}, "default", subresource="status")
+    inf.pump()
+    assert inf.by_index("both", "n2") == [] and inf.by_index("both", "Running") == []
+    cluster.patch(POD, "a", {"status": {"phase": "Failed"}}, "default", subresource="status")
+    inf.pump()
+    assert [v.name for v in inf.by_index("both", "Failed")] == ["a"]
+    assert [v.name for v in inf.by_index("both", "n2")] == ["a"]
+
+
 def test_rewatch_after_drop_loses_nothing(cluster: InMemoryCluster) -> None:
     inf = Informer(cluster, POD, lean)
     seen = recording(inf)

@@ -90,3 +90,24 @@ def test_an_answer_unlike_what_was_sent_is_not_taken_for_it(rig: tuple) -> None:
     assert taken == from_wire(PodNetwork, extra) and taken.metadata.generation == 7
     naive = routed(created, WHOLE.replace(tzinfo=None))
     assert caches.as_written(answer, naive, to_wire(naive)) is None
+
+
+def test_a_create_answer_is_read_from_what_the_server_added(rig: tuple) -> None:
+    cluster, caches, _records = rig
+    sent = routed(record(), WHOLE)  # a create carries no status: the server drops it
+    wire = to_wire(sent)
+    answer = cluster.create(POD_NETWORK, wire)
+    assert "status" not in answer
+    taken = caches.as_written(answer, sent, wire)
+    assert taken is not None and taken == from_wire(PodNetwork, answer)
+    assert taken.status.phase is Phase.PENDING and taken.status.ip is None
+    assert taken.metadata.uid == answer["metadata"]["uid"] and taken.metadata.generation == 1
+    assert taken.metadata.creation_timestamp is not None
+    # what the server added is read by the converter's rules: a bad value is no shortcut
+    bad = {**answer, "metadata": {**answer["metadata"], "uid": 5}}
+    assert caches.as_written(bad, sent, wire) is None
+    # nor is an answer that lost something sent, or carries a key that was not sent
+    lost = {**answer, "metadata": {k: v for k, v in answer["metadata"].items()
+                                   if k != "labels"}}
+    assert caches.as_written(lost, sent, wire) is None
+    assert caches.as_written({**answer, "extra": 1}, sent, wire) is None

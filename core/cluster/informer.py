@@ -31,7 +31,7 @@ import logging
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 from .gcpause import gc_paused
@@ -92,7 +92,7 @@ class Informer(Generic[T]):
         # key -> uid of an object the controller saw deleted, until its DELETED arrives
         self._tombstones: OrderedDict[str, str | None] = OrderedDict()
         self._handlers: list[Handler[T]] = []
-        self._index_fns: dict[str, Callable[[T], Iterable[str]]] = {}
+        self._index_fns: dict[str, Callable[[T], Sequence[str]]] = {}
         # index -> value -> key(s). Most buckets hold one key (a pod's records, an
         # address's owner): a bare string until a second key arrives saves a set each,
         # ~0.5 KiB per record at 100,000 records.
@@ -168,7 +168,7 @@ class Informer(Generic[T]):
         with self._lock:
             self._handlers.append(fn)
 
-    def add_index(self, name: str, fn: Callable[[T], Iterable[str]]) -> None:
+    def add_index(self, name: str, fn: Callable[[T], Sequence[str]]) -> None:
         with self._lock:
             self._index_fns[name] = fn
             self._indexes[name] = {}
@@ -210,6 +210,36 @@ class Informer(Generic[T]):
                     buckets[v] = {bucket, key}
             else:
                 bucket.add(key)
+
+    def _reindex(self, key: str, value: T) -> None:
+        """Index ``key``'s new value; an index whose values for it stay the same (most of
+        them on most writes: a record's pod, node, namespace) is left as it is."""
+        for name, fn in self._index_fns.items():
+            values = fn(value)
+            indexed = self._indexed[name]
+            was = indexed.get(key)
+            if was is None:
+                if not values:
+                    continue
+            elif values == [was] if was.__class__ is str else values == list(was):
+                continue  # the usual case: nothing to look up or build
+            else:
+                self._unindex_one(name, key)
+                if not values:
+                    continue
+            if len(values) > 1:
+                values = tuple(dict.fromkeys(values))
+            indexed[key] = values[0] if len(values) == 1 else tuple(values)
+            buckets = self._indexes[name]
+            for v in values:
+                bucket = buckets.get(v)
+                if bucket is None:
+                    buckets[v] = key
+                elif isinstance(bucket, str):
+                    if bucket != key:
+                        buckets[v] = {bucket, key}
+                else:
+                    bucket.add(key)
 
     def _unindex_one(self, name: str, key: str) -> None:
         buckets = self._indexes[name]
@@ -254,13 +284,17 @@ class Informer(Generic[T]):
         self._fire("DELETED", key, old, None)
         return True
 
-    def _digest(self, obj: Obj) -> _Digest[T]:
-        """What the cache needs of one object version; the raw object is not kept."""
+    def _digest(self, obj: Obj, value: T | None = None) -> _Digest[T]:
+        """What the cache needs of one object version; the raw object is not kept.
+        ``value``: what the transform makes of it, when that is known already."""
         meta = obj.get("metadata") or {}
         uid = meta.get("uid")
+        name = str(meta.get("name", ""))  # as key_of, without its second look-up
+        key = f"{meta.get('namespace', '')}/{name}" if self.kind.namespaced else name
         # the key interned: records naming this one (a pool's owners) share its string
-        return _Digest(sys.intern(self.key_of(obj)), str(meta.get("resourceVersion") or ""),
-                       uid if isinstance(uid, str) else None, obj, None, False)
+        return _Digest(sys.intern(key), str(meta.get("resourceVersion") or ""),
+                       uid if isinstance(uid, str) else None,
+                       obj if value is None else None, value, value is not None)
 
     def _listed(self, obj: Obj) -> _Digest[T]:
         """List transform: the lean value, computed as each page arrives."""
@@ -282,10 +316,7 @@ class Informer(Generic[T]):
         old = self._cache.get(key)
         self._cache[key] = value
         self._seen[key] = _Seen(rv, digest.uid)
-        for name in self._indexes:
-            if seen is not None:  # a new key is in no index yet (a list is all new keys)
-                self._unindex_one(name, key)
-            self._index_one(name, key, value)
+        self._reindex(key, value)
         if seen is None:
             self._fire("ADDED", key, None, value)
         elif old != value:
@@ -303,11 +334,11 @@ class Informer(Generic[T]):
         del self._tombstones[key]
         return False
 
-    def _apply(self, event: str, obj: Obj | _Digest[T]) -> bool:
+    def _apply(self, event: str, obj: Obj) -> bool:
         """Fold one watch event into the cache, in stream order; True when it changed."""
-        digest = obj if isinstance(obj, _Digest) else self._digest(obj)
+        digest = self._digest(obj)
         key, rv, uid = digest.key, digest.rv, digest.uid
-        if self._is_tombstoned(key, uid):
+        if key in self._tombstones and self._is_tombstoned(key, uid):
             if event == "DELETED":
                 del self._tombstones[key]
             return False  # a late event of an object already dropped
@@ -324,6 +355,8 @@ class Informer(Generic[T]):
             if seen is None or (uid and seen.uid and uid != seen.uid):
                 return False  # not the object this key caches
             return self._drop(key)
+        if seen is not None and rv and seen.rv == rv and seen.uid == uid:
+            return False  # this very version is cached already (our own write's event)
         return self._store(digest)
 
     # --- the controller's own writes -----------------------------------------------
@@ -340,9 +373,7 @@ class Informer(Generic[T]):
         applied.
         """
         with self._lock:
-            digest = self._digest(obj)
-            if value is not None:
-                digest = digest._replace(obj=None, value=value, transformed=True)
+            digest = self._digest(obj, value)
             key, rv = digest.key, digest.rv
             if not rv or self._is_tombstoned(key, digest.uid):
                 return False

@@ -25,8 +25,9 @@ import hashlib
 import ipaddress
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import attrs
@@ -102,6 +103,7 @@ from podnet.core.tracing import (
 )
 from podnet.core.transition import Subject, Transitions
 from podnet.core.unplug import UnplugGate
+from podnet.core.values import evolve
 from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
@@ -131,6 +133,8 @@ WAIT_SAID_AFTER = _WAIT_RECHECK
 WAIT_SAID_AFTER_GROWING = 30.0
 #: the Ready reason of a pod network waiting for its node's pool
 WAITING_FOR_ADDRESS = "WaitingForAddress"
+#: what a pod without ``podnet.io/`` annotations asks for
+_NO_REQUEST = parse_network_request({})
 
 
 @attrs.frozen
@@ -368,12 +372,14 @@ class PodNetworkReconciler:
         invalid = None
         names: tuple[str, ...] = ()
         warnings: tuple[str, ...] = ()
-        try:
-            request = parse_network_request(pod.annotations)
-            names = parse_networks(pod.annotations)
-            warnings = check_unknown_keys(pod.annotations)
-        except InvalidRequest as exc:
-            request, invalid = NetworkRequest(), exc
+        request = _NO_REQUEST  # most pods carry no podnet.io/ annotation: nothing to read
+        if pod.annotations:
+            try:
+                request = parse_network_request(pod.annotations)
+                names = parse_networks(pod.annotations)
+                warnings = check_unknown_keys(pod.annotations)
+            except InvalidRequest as exc:
+                request, invalid = NetworkRequest(), exc
         info = self.placement.providers[provider]
         sticky = pod_is_sticky(pod, info.sticky_kinds)
         out = {DEFAULT_NETWORK: Desired(provider, request, sticky, invalid, warnings)}
@@ -840,6 +846,7 @@ class PodNetworkReconciler:
         was allocated (it waits), or the allocation, not written yet: the route's write
         records it (:meth:`_route_unwritten`), one status write for both."""
         provider = pn.spec.provider
+        key = pn.key
         info = self.placement.providers[provider]
         node_ctx = self.caches.node_context(pn.spec.node_name)
         if not self.caches.namespaces.has_synced:
@@ -851,7 +858,7 @@ class PodNetworkReconciler:
             pool = self.pools.get(provider, pn.spec.node_name)
             if not pool.synced:
                 # the pool is rebuilt from inventory + records before any allocation
-                pool.wait_for_address(pn.key, pool.waiting.get(pn.key),
+                pool.wait_for_address(key, pool.waiting.get(key),
                                       self.clock.monotonic(), queued=self._takes_any(pn))
                 self.enqueue.node(pn.spec.node_name)
                 return pn
@@ -859,15 +866,15 @@ class PodNetworkReconciler:
                 # nothing a plain request could take: wait for the node's pass to grow
                 # the pool and wake it, without a transition (no span, no provider call,
                 # no write). Its turn comes in the order it arrived
-                subnet = pool.waiting.get(pn.key)
-                if not pool.serves_next(pn.key, subnet, self.clock.monotonic()):
+                subnet = pool.waiting.get(key)
+                if not pool.serves_next(key, subnet, self.clock.monotonic()):
                     self._wait(pn, pool, subnet, queued=True,
                                why=f"no idle address{f' in subnet {subnet}' if subnet else ''}"
                                    f" on node {pool.node}")
                     return pn
-            reservation = pool.reserve(pn.key, self.clock.monotonic(),
-                                       prefer=self._prefer.get(pn.key))
-            traced = self._first_trace.get(pn.key)
+            reservation = pool.reserve(key, self.clock.monotonic(),
+                                       prefer=self._prefer.get(key))
+            traced = self._first_trace.get(key)
             if traced is not None and not pn.status.traceparent:
                 pn = attrs.evolve(pn, status=attrs.evolve(pn.status, traceparent=traced))
         ctx = AllocateContext(pod_network=pn, node=node_ctx, pod=pod, pool=reservation,
@@ -915,21 +922,21 @@ class PodNetworkReconciler:
                              ) -> None:
         """A write naming the allocation landed: what earlier, unanswered writes held for
         the record is free, and the pool knows the address the record names."""
-        pn, provider = updated, updated.spec.provider
-        self._prefer.pop(pn.key, None)
-        self._first_trace.pop(pn.key, None)
+        pn, provider, key = updated, updated.spec.provider, updated.key
+        self._prefer.pop(key, None)
+        self._first_trace.pop(key, None)
         # this write succeeded: whatever an earlier, unanswered write claimed is free
-        self.owned.addresses.release_owner(pn.key, keep=(a for a in (updated.status.ip,
-                                                           updated.status.ipv6) if a))
+        self.owned.addresses.release_owner(key, keep=(a for a in (updated.status.ip,
+                                                       updated.status.ipv6) if a))
         if reservation is not None:
             pool = self.pools.get(provider, pn.spec.node_name)
-            pool.stop_waiting(pn.key)
+            pool.stop_waiting(key)
             # this write succeeded: any address an earlier, unanswered write held is free
-            pool.release_others(pn.key, keep=updated.status.ip)
+            pool.release_others(key, keep=updated.status.ip)
             if updated.status.ip and reservation.taken != updated.status.ip:
                 # the provider chose without the pool (a static address it added itself)
                 reservation.rollback()
-                pool.adopt(updated.status.ip, pn.key, updated.status.interface,
+                pool.adopt(updated.status.ip, key, updated.status.interface,
                            updated.status.subnet, ipv6=updated.status.ipv6)
 
     def _route_unwritten(self, allocated: _Unwritten, pod: PodInfo) -> PodNetwork:
@@ -1033,7 +1040,7 @@ class PodNetworkReconciler:
             def space() -> AddressSpace | None:
                 return self.gateway.address_space(provider, node)
 
-            ctx = attrs.evolve(ctx, request=resolve(
+            ctx = evolve(ctx, request=resolve(
                 pn.spec.requests, owner=pn.key, node=pn.spec.node_name, provider=provider,
                 pool=reservation, space=space))
         return self.gateway.allocate(provider, ctx)
@@ -1320,7 +1327,7 @@ class PodNetworkReconciler:
             self._failed(pn, trigger, exc, span)
 
         return self.transitions.run(POD_NETWORK_MACHINE, _subject(pn, drift), trigger,
-                                    action, settled=_subject, failed=failed)
+                                    action, settled=_settled, failed=failed)
 
     def _write_phase(self, pn: PodNetwork, phase: Phase, span: TransitionSpan, *,
                      reason: str | None = None, message: str = "", **fields: Any) -> PodNetwork:
@@ -1341,13 +1348,13 @@ class PodNetworkReconciler:
             reason=reason or phase.value, message=message, last_transition_time=now,
             observed_generation=pn.metadata.generation,
         )
-        status = attrs.evolve(
+        status = evolve(
             pn.status, phase=phase, last_transition_time=now,
             conditions=set_condition(pn.status.conditions, condition),
             traceparent=span.traceparent or pn.status.traceparent,
             **fields,
         )
-        updated = attrs.evolve(pn, status=status)
+        updated = evolve(pn, status=status)
         span.set(ATTR_IP, updated.status.ip)
         span.set(ATTR_INTERFACE, updated.status.interface)
         return updated
@@ -1404,19 +1411,30 @@ class PodNetworkReconciler:
 
 def _subject(pn: PodNetwork, drift: str | None = None) -> Subject:
     """A pod network as its transitions' spans and events name it."""
+    spec, status = pn.spec, pn.status
     return Subject(
-        key=pn.key, provider=pn.spec.provider, state=state_of(pn.status.phase),
-        traceparent=pn.status.traceparent,
-        span_attributes={
-            ATTR_POD: pn.spec.pod_name,
+        pn.key, spec.provider, state_of(status.phase), status.traceparent,
+        {
+            ATTR_POD: spec.pod_name,
             ATTR_NAMESPACE: pn.metadata.namespace,
-            ATTR_NODE: pn.spec.node_name,
-            ATTR_IP: pn.status.ip,
-            ATTR_INTERFACE: pn.status.interface,
+            ATTR_NODE: spec.node_name,
+            ATTR_IP: status.ip,
+            ATTR_INTERFACE: status.interface,
             ATTR_DRIFT: drift,
         },
-        event_attributes={"ip": pn.status.ip, "node": pn.spec.node_name},
+        {"ip": status.ip, "node": spec.node_name},
     )
+
+
+_NO_ATTRIBUTES: Mapping[str, str | int | bool | None] = MappingProxyType({})
+
+
+def _settled(pn: PodNetwork) -> Subject:
+    """A pod network as the event of its transition names it once the transition is
+    done (the span has its attributes already)."""
+    status = pn.status
+    return Subject(pn.key, pn.spec.provider, state_of(status.phase), status.traceparent,
+                   _NO_ATTRIBUTES, {"ip": status.ip, "node": pn.spec.node_name})
 
 
 def workload_gave_up(pn: PodNetwork, workload: WorkloadInfo | None) -> bool:

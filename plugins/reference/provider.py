@@ -139,9 +139,14 @@ class ReferenceCloud:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    @contextlib.contextmanager
-    def _txn(self) -> Iterator[None]:
+    def _txn(self) -> contextlib.AbstractContextManager[object]:
         """One cloud call: the process lock, and with a state file, the file's truth."""
+        if self.state_file is None:
+            return self.lock  # all in this process: its lock is the whole transaction
+        return self._file_txn()
+
+    @contextlib.contextmanager
+    def _file_txn(self) -> Iterator[None]:
         with self.lock, self._file_lock():
             self._load_locked()
             yield

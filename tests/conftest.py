@@ -1,18 +1,44 @@
-"""Suite-wide ordering for parallel runs (``make unit``: pytest-xdist, one file per worker at
-a time, in collection order with ``--no-loadscope-reorder``).
+"""The API emulator's common fixtures, and suite-wide ordering for parallel runs
+(``make unit``: pytest-xdist, one file per worker at a time, in collection order with
+``--no-loadscope-reorder``).
 
 A worker that takes a chaos machine (200 histories) or an end-to-end file last keeps the
 run going minutes after the other ran out of files; started first, the long files overlap
 and the many short ones fill the gaps at the end. Only the workers' collection is
 reordered (the order the controller hands files out in); a run in one process keeps the
 files' own order.
+
+``server`` (a fresh emulator per test, bookmarks every 0.2 s), ``api`` (the official
+client on it) and ``core`` (its CoreV1Api) serve the emulator's tests; a file that needs
+other options defines its own ``server``, which takes precedence.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
+from kubernetes import client
+
+from podnet.sim.apiserver import ApiServer
+
+
+@pytest.fixture
+def server() -> Iterator[ApiServer]:
+    with ApiServer(bookmark_interval=0.2) as srv:
+        yield srv
+
+
+@pytest.fixture
+def api(server: ApiServer) -> Iterator[client.ApiClient]:
+    with client.ApiClient(client.Configuration(host=server.url)) as api_client:
+        yield api_client
+
+
+@pytest.fixture
+def core(api: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(api)
 
 
 def _weight(item: pytest.Item) -> int:

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,18 +30,6 @@ from podnet.sim.apiserver import ApiServer, human_duration
 GROUP, VERSION = "podnet.io", "v1alpha1"
 MERGE = "application/merge-patch+json"
 REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def server() -> Iterator[ApiServer]:
-    with ApiServer(bookmark_interval=0.2) as srv:
-        yield srv
-
-
-@pytest.fixture
-def api(server: ApiServer) -> Iterator[client.ApiClient]:
-    with client.ApiClient(client.Configuration(host=server.url)) as api_client:
-        yield api_client
 
 
 def request(

@@ -6,10 +6,8 @@ Driven over HTTP with the official client."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 import urllib3
 from kubernetes import client
 
@@ -19,18 +17,6 @@ from podnet.sim.encoded import EncodedObjects, encode
 
 NS = "default"
 MERGE = "application/merge-patch+json"
-
-
-@pytest.fixture
-def server() -> Iterator[ApiServer]:
-    with ApiServer(bookmark_interval=0.2) as srv:
-        yield srv
-
-
-@pytest.fixture
-def core(server: ApiServer) -> Iterator[client.CoreV1Api]:
-    with client.ApiClient(client.Configuration(host=server.url)) as api:
-        yield client.CoreV1Api(api)
 
 
 def pod(name: str) -> dict[str, Any]:

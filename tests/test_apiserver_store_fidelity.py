@@ -5,7 +5,6 @@ through the official client; each docstring names the upstream behaviour asserte
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,18 +15,6 @@ from podnet.sim.apiserver import ApiServer
 
 NS = "default"
 MERGE = "application/merge-patch+json"
-
-
-@pytest.fixture
-def server() -> Iterator[ApiServer]:
-    with ApiServer(bookmark_interval=0.2) as srv:
-        yield srv
-
-
-@pytest.fixture
-def core(server: ApiServer) -> Iterator[client.CoreV1Api]:
-    with client.ApiClient(client.Configuration(host=server.url)) as api:
-        yield client.CoreV1Api(api)
 
 
 def pod(name: str, **labels: str) -> dict[str, Any]:

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +29,6 @@ from podnet.sim.kinds import SERVICE_ACCOUNT
 KUBECTL = shutil.which("kubectl")
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH")
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
-
-
-@pytest.fixture
-def server() -> Iterator[ApiServer]:
-    with ApiServer(bookmark_interval=0.2) as srv:
-        yield srv
-
-
-@pytest.fixture
-def core(server: ApiServer) -> Iterator[client.CoreV1Api]:
-    with client.ApiClient(client.Configuration(host=server.url)) as api_client:
-        yield client.CoreV1Api(api_client)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import threading
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,18 +33,6 @@ pytestmark = pytest.mark.timeout(60)
 NS = "default"
 GROUP, VERSION = "podnet.io", "v1alpha1"
 PN_SPEC = {"podName": "p", "podUid": "uid-1", "nodeName": "n1", "provider": "reference"}
-
-
-@pytest.fixture
-def server() -> Iterator[ApiServer]:
-    with ApiServer(bookmark_interval=0.2) as srv:
-        yield srv
-
-
-@pytest.fixture
-def api(server: ApiServer) -> Iterator[client.ApiClient]:
-    with client.ApiClient(client.Configuration(host=server.url)) as api_client:
-        yield api_client
 
 
 def new_pod(core: client.CoreV1Api, name: str) -> None:

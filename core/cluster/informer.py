@@ -200,6 +200,11 @@ class Informer(Generic[T]):
             if not values:
                 return
         self._indexed[name][key] = values[0] if len(values) == 1 else values
+        self._file(name, key, values)
+
+    def _file(self, name: str, key: str, values: Sequence[str]) -> None:
+        """Put ``key`` in index ``name``'s bucket of each of ``values`` (a bucket of one
+        key is the key itself: most values name one object)."""
         buckets = self._indexes[name]
         for v in values:
             bucket = buckets.get(v)
@@ -230,16 +235,7 @@ class Informer(Generic[T]):
             if len(values) > 1:
                 values = tuple(dict.fromkeys(values))
             indexed[key] = values[0] if len(values) == 1 else tuple(values)
-            buckets = self._indexes[name]
-            for v in values:
-                bucket = buckets.get(v)
-                if bucket is None:
-                    buckets[v] = key
-                elif isinstance(bucket, str):
-                    if bucket != key:
-                        buckets[v] = {bucket, key}
-                else:
-                    bucket.add(key)
+            self._file(name, key, values)
 
     def _unindex_one(self, name: str, key: str) -> None:
         buckets = self._indexes[name]

@@ -154,12 +154,15 @@ class NodeLeave:
                          "on %s", name, provider)
             n.rebuild(node, nn, provider, pool, inventory, leaving=True)
             self._read.add(name)
-            with pool.lock:
-                for a in pool.addresses.values():
-                    # a record that finished while the pool was read gave nothing back
-                    if a.owner is not None and (
-                            old_machine or n.caches.pod_networks.get(a.owner) is None):
-                        a.owner = None
+        with pool.lock:
+            for a in pool.addresses.values():
+                # an owner that is gone gave back what it could (its ``status.ip``; one
+                # that finished while the pool was read, or whose address was edited to
+                # another's, gave back nothing): no new record comes for a node that
+                # left, so nothing else will
+                if a.owner is not None and a.owner != SHRINKING and (
+                        old_machine or n.caches.pod_networks.get(a.owner) is None):
+                    a.owner = None
         policy = n.placement.policy(provider)
         now = n.clock.monotonic()
         ctx = NodeContext(node=node, network=nn)

@@ -13,9 +13,15 @@ The API server may also commit a write of the engine and lose the answer.
 
 Invariants, after every step: no address is recorded (``status.ip``) by two PodNetworks
 at once; no two live pods are routed on one address; no allocated or routed record
-points at an address its node does not have in the cloud. At the end, with every fault
-cleared and the clock moved past the leaked-address expiry plus two GC periods: every
-pod routed, no stray record, every cloud address owned or pooled (nothing leaked).
+points at an address its node does not have in the cloud; every address the cloud has
+is named by a PodNetwork or its node's NodeNetwork still holds the finalizer (ownership
+is recorded before it is relied on, even for a node that left). At the end, with every
+fault cleared and the clock moved past the leaked-address expiry plus two GC periods:
+every pod routed, no stray record, no NodeNetwork outliving its node, every cloud
+address owned or pooled, on live nodes and gone ones (nothing leaked).
+
+Nodes are deleted at any point (``node_deleted``: with pods put on it first, and the
+controller killed at the next hook its leaving calls), and come back.
 
 Two replicas elect their leader on a ``coordination.k8s.io`` Lease (core's elector, its
 loop run every retry period on the fake clock): the World's engine is the leader's. The

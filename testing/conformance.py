@@ -19,7 +19,8 @@ Subclass :class:`ProviderConformance` in a test module of your provider::
 
 Every test runs the real engine on an in-memory cluster and a fake clock, against the
 provider's own ground truth: lifecycle, no-op resync, idempotency under crashes at each
-hook, finalizers, transition spans, error classification and the records' wire form.
+hook, finalizers, a deleted node's addresses and interfaces given back (through a crash
+half way), transition spans, error classification and the records' wire form.
 """
 
 from __future__ import annotations

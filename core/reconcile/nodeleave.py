@@ -221,14 +221,18 @@ class NodeLeave:
                 if not (itf.primary or itf.trunk or not itf.pooled)]
         if not left:
             return None
+        moved = False
         for itf in left:
             if itf.state in (InterfaceState.READY, InterfaceState.INHIBITED):
                 n.eni_step(node, provider, itf, "dispose")
+                moved = True
             elif itf.state is InterfaceState.INITIALIZING:
                 n.eni_step(node, provider, itf, "fail")
-        if nn is not None:
+                moved = True
+        if nn is not None and moved:
             # one write before the provider acts: a restart between an ENI's detach and
-            # its delete still knows to finish it off
+            # its delete still knows to finish it off (one the record still lists once
+            # it is gone is found gone again: no write for each)
             n.write_pool(nn, pool)
         for itf in left:
             wait = n.gateway.admit(provider)

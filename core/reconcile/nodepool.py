@@ -19,6 +19,12 @@ idle addresses were podnet's). Then, each pass:
 - at most every ``node_check_period``, after a successful pass on a synced pool, the
   provider's ``podnet_node_check``: each new finding is a Warning Event on the Node and
   the NodeNetwork, and the ``ProviderCheck`` condition lists what is still found.
+
+The NodeNetwork carries the finalizer ``podnet.io/release`` from its create (a record
+without it gets it before anything more is made for the node). A node that left the
+cluster (no Node, or one being deleted), or a record being deleted while its node runs,
+is passed to :mod:`podnet.core.reconcile.nodeleave`, which gives back what podnet made
+for the node before the record goes.
 """
 
 from __future__ import annotations

@@ -131,6 +131,29 @@ def test_cloud_errors_while_leaving_are_waits(world: World, fault_injector: Faul
     world.assert_converged()
 
 
+def test_a_lost_shrink_answer_while_leaving_gives_nothing_back_twice(
+        world: World, fault_injector: FaultInjector, hook_calls: HookRecorder) -> None:
+    """The cloud gives a batch back and the answer is lost while the node's pods release
+    theirs: the pool is read again, and no address is asked back a second time."""
+    node = world.add_node(0)
+    for i in range(6):
+        world.add_pod(f"p{i}", 0)
+    world.settle(advance=5)
+    had = set(on_node(world, node))
+    hook_calls.clear()
+    fault_injector.fail("pool_shrink", ProviderError(ErrorKind.TRANSIENT, "timed out"),
+                        when="after")
+    world.delete_node(0)
+    world.settle(advance=world.gc_grace())
+    assert fault_injector.fired
+    asked = Counter(e.address for c in hook_calls.of("pool_shrink")
+                    for e in c.kwargs["entries"])
+    assert set(asked) == had
+    assert all(n == 1 for n in asked.values()), asked
+    assert on_node(world, node) == [] and not has_record(world, node)
+    world.assert_converged()
+
+
 def test_a_record_deleted_by_hand_while_its_node_runs_is_written_again(
         world: World, provider_plugin: ReferenceProvider) -> None:
     """``kubectl delete nn``: the node's machine is still there and in use; the finalizer

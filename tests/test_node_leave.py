@@ -12,7 +12,8 @@ from typing import Any
 import attrs
 import pytest
 
-from podnet.core.cluster.port import NODE_NETWORK, NotFound
+from podnet.app.demo import node_obj
+from podnet.core.cluster.port import NODE, NODE_NETWORK, NotFound
 from podnet.core.errors import ErrorKind, ProviderError
 from podnet.core.models import FINALIZER, Phase
 from podnet.core.policy import PoolPolicy
@@ -172,6 +173,36 @@ def test_a_record_deleted_by_hand_while_its_node_runs_is_written_again(
     assert new["metadata"]["uid"] != old["metadata"]["uid"]
     assert FINALIZER in new["metadata"]["finalizers"]
     assert on_node(world, node) == cloud
+    world.assert_converged()
+
+
+def test_another_machine_under_the_name_first_gets_the_old_ones_share_back(
+        world: World, caplog: pytest.LogCaptureFixture) -> None:
+    """The Node deleted and another machine joined under its name (another providerID)
+    before the old record went: the old machine's addresses go back first, from a pool
+    of their own; then the new record serves the new machine."""
+    node = world.add_node(0)
+    for i in range(4):
+        world.add_pod(f"p{i}", 0)
+    world.settle(advance=5)
+    old = set(on_node(world, node))
+    world.delete_node(0)
+    for i in range(4):
+        world.delete_pod(f"p{i}")
+    replacement = node_obj(0)
+    replacement["spec"]["providerID"] = "demo://another-machine"
+    with world.quiet():
+        world.cluster.create(NODE, replacement)
+    world.add_pod("q0", 0)
+    with caplog.at_level("INFO", logger="podnet.nodeleave"):
+        world.settle(advance=world.gc_grace())
+    assert "what podnet made for its old machine is given back" in caplog.text
+    with world.quiet():
+        nn = world.cluster.get(NODE_NETWORK, node)
+    assert nn["spec"]["instanceId"] == "demo://another-machine"
+    record = world.record_of("q0")
+    assert record is not None and record.status.phase is Phase.ROUTED
+    assert old, "the old machine had addresses"
     world.assert_converged()
 
 

@@ -111,7 +111,10 @@ class NodeLeave:
             (p.provider for p in n.pools.all() if p.node == name), None)
         if (provider is None or provider not in n.placement.providers
                 or not n.placement.providers[provider].uses_node_pool):
-            # nothing podnet made (or a provider no longer configured: nothing it can do)
+            if nn is not None and provider not in n.placement.providers:
+                log.warning("node %s left the cluster; its provider %s is not configured "
+                            "here: what it made for the node cannot be given back", name,
+                            provider)
             return self._done(name, nn, provider)
         seen = node or n.last_seen.get(name) or _from_record(name, nn)
         return self._release(seen, nn, provider, n.pools.get(provider, name))
@@ -184,8 +187,16 @@ class NodeLeave:
             result = self._dispose(node, nn, provider, pool, ctx)
             if result is not None:
                 return result
-        self._old.pop(name, None)
-        return self._done(name, nn, provider)
+        if not old_machine:
+            return self._done(name, nn, provider)
+        # the old machine's share is back; the pool of the one running now stays
+        if nn is not None:
+            self._let_go(nn)
+        del self._old[name]
+        self._read.discard(name)
+        self._errors.pop(name, None)
+        log.info("node %s: what podnet made for its old machine is given back", name)
+        return DONE
 
     def _shrink(self, name: str, provider: str, pool: NodePool, ctx: NodeContext,
                 victims: list[Address], batch: int) -> Result:

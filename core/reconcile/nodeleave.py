@@ -86,6 +86,8 @@ class NodePass(Protocol):
 
     def node_removed(self, name: str, provider: str | None = None) -> None: ...
 
+    def record_again(self, node: NodeInfo) -> None: ...
+
 
 class NodeLeave:
     """The passes of nodes that left; keyed as the node pool reconciler is (node name)."""
@@ -122,9 +124,10 @@ class NodeLeave:
     def record_deleted(self, node: NodeInfo, nn: NodeNetwork) -> Result:
         """The record is being deleted while ``node`` runs under its name."""
         if not nn.spec.instance_id or nn.spec.instance_id == node.provider_id:
-            # the same machine: its pool stays in use, the next pass writes a new record
+            # the same machine: its pool stays in use, recorded again in a new record
             self._let_go(nn)
             self._read.discard(node.name)
+            self.nodes.record_again(node)
             return Result(requeue_after=0.0)
         # another machine took the name: the old one's share goes back first, from a
         # pool of its own (the new machine's pods never get its addresses), all of it:

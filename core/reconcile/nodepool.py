@@ -378,6 +378,21 @@ class NodePoolReconciler:
                 raise
             return found
 
+    def record_again(self, node: NodeInfo) -> None:
+        """The node's record was let go while its machine runs on: a new one, written
+        in the same pass with the pool it kept (what a restart needs is recorded again
+        at once, not after the first-write delay)."""
+        provider = self.placement.provider_for_node(node)
+        if provider is None or not self.placement.providers[provider].uses_node_pool:
+            return
+        pool = self.pools.find(provider, node.name)
+        try:
+            nn = self._create_record(node, provider)
+        except Conflict:
+            return  # the old one is not gone yet: the next pass makes it
+        if nn.metadata.deletion_timestamp is None and pool is not None and pool.synced:
+            self._write(nn, pool)
+
     def _add_finalizer(self, nn: NodeNetwork) -> NodeNetwork:
         meta = attrs.evolve(nn.metadata, finalizers=(*nn.metadata.finalizers, FINALIZER))
         return self.records.update(NODE_NETWORK, attrs.evolve(nn, metadata=meta))

@@ -32,8 +32,8 @@ A record deleted while a node of its name runs is let go at once when it is that
 machine (``spec.instanceId`` is the Node's ``providerID``: a record deleted by hand, or
 the old Node's garbage collection after the machine joined again): the pool stays, and
 a new record is written with it in the same pass (a leader taking over in between
-would otherwise find no record of the idle addresses podnet made). Another machine under the same name first gets back what podnet
-made for the old one.
+would otherwise find no record of the idle addresses podnet made). Another machine
+under the same name first gets back what podnet made for the old one.
 """
 
 from __future__ import annotations

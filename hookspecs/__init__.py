@@ -35,7 +35,9 @@ Order in which the engine calls them (see docs/writing-a-provider.md):
 7. ``podnet_hold_address`` — while a sticky pod network waits for its pod to return.
 8. ``podnet_sweep`` — by the garbage collector, every ``gc_period``, for providers with
    their own address management: remove what no record owns any more.
-   ``podnet_node_removed`` — once a node left and core dropped its pool: forget it.
+   A node that left the cluster: ``podnet_node_inventory``, ``podnet_pool_shrink`` and
+   ``podnet_interface_dispose`` give back what podnet made for it, then
+   ``podnet_node_removed`` — once core dropped its pool and record: forget it.
 9. ``podnet_plugs``, ``podnet_plug``, ``podnet_check_plug``, ``podnet_unplug`` — by the
    node agent (``podnet node``) on each node, for the container runtime's CNI requests
    and its own reconciliation of the host against the records.
@@ -230,6 +232,10 @@ def podnet_node_inventory(provider: str, node: NodeContext) -> Inventory | None:
 
     :return: the inventory (``None`` is an error: core cannot use the node's pool).
 
+    Also read once for a node that left the cluster, to give back what podnet made for
+    it (``node`` as ``podnet_pool_shrink`` describes it for such a node): raise a
+    ``not_found`` error when the cloud no longer has the instance.
+
     Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
     provider, never on another provider's plugin.
 
@@ -240,6 +246,8 @@ def podnet_node_inventory(provider: str, node: NodeContext) -> Inventory | None:
     .. versionchanged:: 0.3.0
        routed (before, every plugin was called and answered only for its own
        provider).
+    .. versionchanged:: 0.5.0
+       read for a node that left the cluster too.
     """
 
 
@@ -284,6 +292,13 @@ def podnet_pool_shrink(
     Already-absent addresses count as given back. :return: the addresses now gone
     (``None``: none).
 
+    Also called for a node that left the cluster (its Node deleted, the machine maybe
+    kept), with every address of it no record names, before its NodeNetwork's finalizer
+    comes off. ``node.node`` is then the Node as core last saw it or, after a restart, as
+    its NodeNetwork records it: name, uid and ``providerID`` (``spec.instanceId``) only;
+    ``node.network`` is that record, maybe being deleted. An instance the cloud no longer
+    has took its addresses with it: count them as given back.
+
     On a dual-stack node an entry with ``ipv6`` is a pair: give back both halves and
     return its ``address``. An entry without ``ipv6`` there is an invalid half, of either
     family (its ``address`` may be an IPv6 address).
@@ -297,6 +312,8 @@ def podnet_pool_shrink(
     .. versionchanged:: 0.3.0
        routed (before, every plugin was called and answered only for its own
        provider).
+    .. versionchanged:: 0.5.0
+       called for a node that left the cluster too.
     """
 
 
@@ -335,6 +352,12 @@ def podnet_interface_dispose(
     :return: ``True`` once the cloud confirms it is gone (the ``gone`` trigger),
         ``False`` (or ``None``) while deletion is in progress.
 
+    Also called for each interface of a node that left the cluster, once none of its
+    addresses is left, with ``node`` as ``podnet_pool_shrink`` describes it for such a
+    node; core calls again (after a wait, with no failed transition) until ``True``. An
+    interface the cloud no longer has is gone (``True``); one still detaching answers
+    ``False``.
+
     Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
     provider, never on another provider's plugin.
 
@@ -342,6 +365,8 @@ def podnet_interface_dispose(
     .. versionchanged:: 0.3.0
        routed (before, every plugin was called and answered only for its own
        provider).
+    .. versionchanged:: 0.5.0
+       called for the interfaces of a node that left the cluster too.
     """
 
 
@@ -545,18 +570,21 @@ def podnet_sweep(
 
 @hookspec
 def podnet_node_removed(provider: str, node: str) -> None:
-    """A node served by ``provider`` left the cluster (its Node deleted or being deleted)
-    and core dropped its pool: forget what you keep about it (caches keyed by its
-    instance, views of its interfaces). A notification: make no cloud call that could
-    block, never raise (a plugin that raises is logged and the others still hear it).
+    """A node served by ``provider`` left the cluster (its Node deleted or being deleted),
+    core gave back every address and interface podnet made for it (through
+    ``podnet_pool_shrink`` and ``podnet_interface_dispose``; its NodeNetwork's finalizer
+    held the record until then) and dropped its pool and record: forget what you keep
+    about it (caches keyed by its instance, views of its interfaces). A notification:
+    make no cloud call that could block, never raise (a plugin that raises is logged and
+    the others still hear it).
 
     :param provider: the provider whose pool of the node was dropped: yours.
     :param node: the node's name (the Node object may be gone from core's caches: map
         the name to your own keys, e.g. the instance id, when you first see the node).
 
-    Called by the node pool reconciler (on the node's deletion) or the garbage collector
-    (a node no cache lists any more), once per dropped pool; a node that comes back
-    under the same name starts afresh from its inventory.
+    Called by the node pool reconciler once the node's share is given back (the garbage
+    collector queues a node no cache lists any more), once per dropped pool; a node that
+    comes back under the same name starts afresh from its inventory.
 
     Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
     provider, never on another provider's plugin.
@@ -565,6 +593,9 @@ def podnet_node_removed(provider: str, node: str) -> None:
     .. versionchanged:: 0.3.0
        routed (before, every plugin was called and answered only for its own
        provider).
+    .. versionchanged:: 0.5.0
+       called once the node's addresses and interfaces are given back (before, at once:
+       they were left in the cloud).
     """
 
 

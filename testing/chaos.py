@@ -13,9 +13,15 @@ The API server may also commit a write of the engine and lose the answer.
 
 Invariants, after every step: no address is recorded (``status.ip``) by two PodNetworks
 at once; no two live pods are routed on one address; no allocated or routed record
-points at an address its node does not have in the cloud. At the end, with every fault
-cleared and the clock moved past the leaked-address expiry plus two GC periods: every
-pod routed, no stray record, every cloud address owned or pooled (nothing leaked).
+points at an address its node does not have in the cloud; every address the cloud has
+on a node that left is named by a PodNetwork or its node's NodeNetwork still holds the
+finalizer (ownership is recorded before it is relied on). At the end, with every
+fault cleared and the clock moved past the leaked-address expiry plus two GC periods:
+every pod routed, no stray record, no NodeNetwork outliving its node, every cloud
+address owned or pooled, on live nodes and gone ones (nothing leaked).
+
+Nodes are deleted at any point (``node_deleted``: with pods put on it first, and the
+controller killed at the next hook its leaving calls), and come back.
 
 Two replicas elect their leader on a ``coordination.k8s.io`` Lease (core's elector, its
 loop run every retry period on the fake clock): the World's engine is the leader's. The
@@ -58,6 +64,7 @@ from podnet.core.cluster.port import NODE_NETWORK, POD_NETWORK, ApiError, Cluste
 from podnet.core.errors import ErrorKind, ProviderError
 from podnet.core.fence import Fence
 from podnet.core.leader import LeaderElector
+from podnet.core.models import FINALIZER
 from podnet.testing.harness import (
     Crash,
     EngineFactory,
@@ -84,6 +91,8 @@ EXAMPLES_ENV = "PODNET_CHAOS_EXAMPLES"
 #: hooks the machine crashes or fails the provider at
 CHAOS_HOOKS = ("allocate", "route", "release", "pool_grow", "pool_shrink", "interface_create",
                "interface_dispose", "node_inventory")
+#: hooks a node that left calls while its share is given back
+_LEAVE_HOOKS = ("node_inventory", "pool_shrink", "interface_dispose")
 #: kinds of injected provider errors: all retryable (an invalid request rightly stops)
 FAULT_KINDS = (ErrorKind.THROTTLED, ErrorKind.TRANSIENT, ErrorKind.QUOTA_EXCEEDED,
                ErrorKind.SUBNET_EXHAUSTED, ErrorKind.CONFLICT)
@@ -283,6 +292,27 @@ def make_chaos_machine(
         def delete_node(self, i: int) -> None:
             if self.world.has_node(i):
                 self.world.delete_node(i)
+
+        @rule(i=node_ids, pods_on_it=st.integers(min_value=0, max_value=3),
+              kill=st.sampled_from([None, *_LEAVE_HOOKS]), when=moments,
+              steps=st.integers(min_value=0, max_value=30))
+        def node_deleted(self, i: int, pods_on_it: int, kill: str | None, when: Any,
+                         steps: int) -> None:
+            """A Node deleted (its instance kept) with pods on it, at any point of its
+            pool's life; the controller killed at the next ``kill`` hook (while the node's
+            share is given back, say), and ``steps`` keys run before the next rule."""
+            if not self.world.has_node(i):
+                return
+            free = [p for p in (f"p{n}" for n in range(pods)) if self.world.pod(p) is None]
+            for pod in free[:pods_on_it]:
+                self.world.add_pod(pod, i)
+            if pods_on_it:
+                self.world.step(steps)
+            if kill is not None:
+                self.injector.crash(kill, when=when)
+            self.world.delete_node(i)
+            self.world.step(steps)
+            event(f"node deleted with the controller killed at: {kill}")
 
         @rule(pod=pod_names, i=node_ids, stateful=st.booleans() if sticky else st.just(False))
         def add_pod(self, pod: str, i: int, stateful: bool) -> None:
@@ -540,6 +570,27 @@ def make_chaos_machine(
             problems = [p for p in self._excused(self.world.dangling_problems())
                         if not any(f" on {ip}, " in p for ip in self.forgotten)]
             assert not problems, "\n".join(problems)
+
+        @invariant()
+        def every_cloud_address_has_a_record(self) -> None:
+            """Ownership is recorded before it is relied on: every address the cloud has
+            on a node that left is named by a PodNetwork or is the node's, whose
+            NodeNetwork keeps the finalizer until it is given back. (A live node's record
+            may be missing a moment: deleted by its old Node's garbage collection after
+            the node joined again, and made again by the next pass.)"""
+            if not self.world.engine.providers[self.world.provider].uses_node_pool:
+                return  # an overlay's own IPAM: its sweep is the check (at the end)
+            live = set(self.world.live_nodes())
+            named = set(self.world.owners())
+            with self.world.quiet():
+                guarded = {nn["metadata"]["name"]
+                           for nn in self.cluster.list(NODE_NETWORK).items
+                           if FINALIZER in (nn["metadata"].get("finalizers") or ())}
+            problems = sorted(f"{ip} on {node}" for ip, node in cloud_addresses(self.plugin).items()
+                              if ip not in named and node not in guarded
+                              and node not in live)
+            assert not problems, ("cloud addresses neither a PodNetwork nor a guarded "
+                                  "NodeNetwork names: " + ", ".join(problems))
 
         @invariant()
         def the_leader_holds_the_lease(self) -> None:

@@ -19,7 +19,8 @@ Subclass :class:`ProviderConformance` in a test module of your provider::
 
 Every test runs the real engine on an in-memory cluster and a fake clock, against the
 provider's own ground truth: lifecycle, no-op resync, idempotency under crashes at each
-hook, finalizers, transition spans, error classification and the records' wire form.
+hook, finalizers, a deleted node's addresses and interfaces given back (through a crash
+half way), transition spans, error classification and the records' wire form.
 """
 
 from __future__ import annotations
@@ -336,6 +337,59 @@ class ProviderConformance(abc.ABC):
                 cluster.get(POD_NETWORK, name, ns)
         world.settle(advance=world.gc_grace())
         world.assert_converged()
+
+    @pytest.mark.parametrize("crash", [None, "pool_shrink", "interface_dispose",
+                                       "node_inventory"])
+    def test_deleted_node_gets_back_nothing_of_podnet(
+            self, world: World, fault_injector: FaultInjector, hook_calls: HookRecorder,
+            provider_plugin: Any, crash: str | None) -> None:
+        """A deleted Node (its instance kept) has every address and interface podnet made
+        for it given back before its NodeNetwork goes: the record's finalizer stays until
+        then, through a controller crash in the middle (``crash``: right after that hook
+        did its work); then its pool is dropped."""
+        if not self._uses_pool(world):
+            pytest.skip("the provider keeps no node pools")
+        if crash == "interface_dispose" and not world.engine.providers[
+                world.provider].manages_interfaces:
+            pytest.skip("the provider manages no interfaces")
+        node = world.node_name(0)
+        world.add_node(0)
+        world.settle()
+        pool = world.engine.pools.find(world.provider, node)
+        assert pool is not None
+        # more pods than one interface holds: a provider that makes interfaces makes one
+        self._bring_up(world, pods=min(pool.ips_per_interface + 1, 40))
+        nn = world.cluster.get(NODE_NETWORK, node)
+        assert FINALIZER in nn["metadata"].get("finalizers", ()), "no finalizer on the record"
+        assert node in world.cloud_addresses().values()
+        if crash is not None:
+            fault_injector.crash(crash, when="after")
+        hook_calls.clear()
+        world.delete_node(0)
+        world.settle(advance=world.policy().min_ip_lifetime + 1)
+        if crash is not None:
+            assert [h for h, _, _ in fault_injector.fired] == [hook_name(crash)]
+            assert world.crashes == 1
+        world.settle(advance=world.gc_grace())
+        left = sorted(ip for ip, n in world.cloud_addresses().items() if n == node)
+        assert left == [], f"node {node} left the cluster and keeps {left}"
+        interfaces = self.cloud_interfaces(provider_plugin)
+        if interfaces is not None:
+            kept = sorted(i for i, n in interfaces.items() if n == node)
+            assert kept == [], f"node {node} left the cluster and keeps interfaces {kept}"
+        with pytest.raises(NotFound):
+            world.cluster.get(NODE_NETWORK, node)
+        assert world.engine.pools.find(world.provider, node) is None
+        # giving back is a wait, never a failed transition
+        failed = hook_calls.transitions(machine="eni", ok=False)
+        assert failed == [], failed
+        world.assert_converged()
+
+    def cloud_interfaces(self, plugin: Any) -> Mapping[str, str] | None:
+        """Every interface of the cloud podnet may give back (its primary ones left out)
+        -> the node it is on or was made for; ``None``: the provider makes none, or the
+        suite does not check them."""
+        return None
 
     # --- crashes: every hook is idempotent ------------------------------------------------
 

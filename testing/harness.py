@@ -33,6 +33,7 @@ from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import (
     NAMESPACE,
     NODE,
+    NODE_NETWORK,
     POD,
     POD_NETWORK,
     STATEFUL_SET,
@@ -999,12 +1000,12 @@ class World:
         return out
 
     def leaked(self) -> dict[str, str]:
-        """Cloud addresses on live nodes that no record owns and no pool holds."""
+        """Cloud addresses that no record owns and no pool holds, on any node: a node
+        that left the cluster keeps none of what podnet made for it."""
         owned = set(self.owners())
         pooled = self.pooled()
-        nodes = self.live_nodes()
         return {ip: node for ip, node in self.cloud_addresses().items()
-                if node in nodes and ip not in owned and ip not in pooled}
+                if ip not in owned and ip not in pooled}
 
     # --- checks ---------------------------------------------------------------------------
 
@@ -1075,6 +1076,14 @@ class World:
             if pn.metadata.deletion_timestamp is not None:
                 problems.append(f"{pn.key} is stuck deleting with finalizers "
                                 f"{list(pn.metadata.finalizers)}")
+        with self.quiet():
+            node_networks = self.cluster.list(NODE_NETWORK).items
+        live = self.live_nodes()
+        for nn in node_networks:
+            meta = nn["metadata"]
+            if meta["name"] not in live:
+                problems.append(f"NodeNetwork {meta['name']} outlives its node (finalizers "
+                                f"{list(meta.get('finalizers') or ())})")
         problems += self.double_owner_problems()
         problems += self.dangling_problems()
         problems += [f"address {ip} on {node} is leaked: no record owns it, no pool holds it"

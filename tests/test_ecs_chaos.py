@@ -140,3 +140,26 @@ def test_a_restart_keeps_the_ipv6_half_of_a_record_a_hand_edit_duplicated() -> N
         state.no_address_owned_twice()
     finally:
         state.world.close()
+
+
+def test_a_node_that_joins_again_keeps_its_pool_recorded() -> None:
+    """Found by a random run: the Node deleted and the same machine joined again while
+    the API server failed some writes; its old record (deleted by the old Node's garbage
+    collection) was let go, and the new one written only by a later pass. A leader that
+    took over in between rebuilt the pool from no record, and the addresses podnet had
+    made stayed in the cloud with no pool holding them after the node's second deletion.
+    Now the new record is written with the pool in the same pass."""
+    state = EcsChaos()
+    try:
+        state.populate(up=1, running=0)
+        state.pause_leader_past_lease(late=0.0, stale_steps=1, steps=16)
+        state.delete_node(i=0)
+        state.cluster_fault_rates(conflict=0.1, error=0.1)
+        state.add_node(i=0)
+        state.pause_leader_past_lease(late=0.0, stale_steps=1, steps=0)
+        state.drop_watches()
+        state.node_deleted(i=0, kill="pool_shrink", pods_on_it=0, steps=26, when="before")
+        state.every_cloud_address_has_a_record()
+        state.teardown()
+    finally:
+        state.world.close()

@@ -39,6 +39,7 @@ class TestEcsConformance(ProviderConformance):
     @pytest.fixture
     def ecs(self) -> Iterator[EcsWorld]:
         world = ecs_world()
+        self.sim_world = world
         yield world
         world.close()
 
@@ -49,6 +50,14 @@ class TestEcsConformance(ProviderConformance):
     @pytest.fixture
     def ground_truth(self, ecs: EcsWorld) -> Any:
         return ecs.addresses
+
+    def cloud_interfaces(self, plugin: Any) -> Mapping[str, str] | None:
+        """Every secondary ENI (attached, or detached and not deleted) -> its node."""
+        world = self.sim_world
+        with world.sim.lock:
+            enis = [(e.id, e.instance_id or e.owner or "") for e in world.sim.enis.values()
+                    if e.kind == "Secondary"]
+        return {eni: world.node_of.get(iid, iid) for eni, iid in enis}
 
     def cloud_addresses(self, plugin: Any) -> Mapping[str, str]:  # pragma: no cover
         raise AssertionError("ground_truth is overridden")

@@ -163,3 +163,20 @@ def test_an_edit_made_while_the_watches_were_down_is_seen_by_the_next_settle(
                   a.metadata.namespace, subresource="status")
     world.settle()
     world.assert_no_double_owner()
+
+
+def test_a_node_leaves_with_a_record_edited_to_another_records_address() -> None:
+    """Found by the machine: p0's status.ip set to p1's address, then the node deleted.
+    p0's release gave back the address it names (p1's, not its own), so the pool kept
+    p0's own address owned by a record that was gone, and the node's record waited for it
+    forever with its finalizer. Now an owner that is gone owns nothing on a leaving node."""
+    state = TightPoolChaos()
+    try:
+        state.populate(up=1, running=2)
+        state.settle(seconds=0.0)
+        state.edit_record_ip(a="p0", b="p1")
+        state.delete_node(i=0)
+        state.every_cloud_address_has_a_record()
+        state.teardown()
+    finally:
+        state.world.close()

@@ -2,7 +2,9 @@
 
 - records whose pod or node is gone are queued for their pod (level-triggered catch-all:
   a missed watch event cannot strand a record);
-- pools of nodes that left the cluster are dropped;
+- nodes that left the cluster (their pool, or a NodeNetwork whose node is gone or which
+  is being deleted) are queued: their node pass gives back what podnet made for them
+  before the record's finalizer comes off, even when they left while no replica ran;
 - each node's inventory is read again every ``gc_period``: an address the cloud has that
   no record owns and no pool holds becomes a suspect (mark), and is deleted in the cloud
   once it has stayed a suspect for ``leaked_ip_expiry`` (sweep) — unless a record turns
@@ -63,14 +65,25 @@ class GarbageCollector:
         period = min((policy(p).gc_period for p in self.placement.providers.names()),
                      default=60.0)
         for pool in self.pools.all():
-            if self.caches.nodes.get(pool.node) is None:
-                self.nodepools.node_removed(pool.node)
+            node = self.caches.nodes.get(pool.node)
+            if node is None or node.deletion_timestamp is not None:
+                # its node pass gives back what podnet made for it, then drops the pool
+                self.enqueue.node(pool.node)
                 continue
             if pool.synced:
                 try:
                     self._resync(pool)
                 except Exception as exc:
                     log.info("gc of node %s: %s", pool.node, exc)
+        if self.caches.nodes.has_synced:
+            for nn in self.caches.node_networks.values():
+                name = nn.metadata.name
+                node = self.caches.nodes.get(name)
+                if (node is None or node.deletion_timestamp is not None
+                        or nn.metadata.deletion_timestamp is not None):
+                    # a node that left while no replica ran (or half way through giving
+                    # back its share): its record's finalizer waits for that pass
+                    self.enqueue.node(name)
         self._sweep_own_ipam()
         return Result(requeue_after=period)
 

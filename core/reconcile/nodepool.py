@@ -19,6 +19,12 @@ idle addresses were podnet's). Then, each pass:
 - at most every ``node_check_period``, after a successful pass on a synced pool, the
   provider's ``podnet_node_check``: each new finding is a Warning Event on the Node and
   the NodeNetwork, and the ``ProviderCheck`` condition lists what is still found.
+
+The NodeNetwork carries the finalizer ``podnet.io/release`` from its create (a record
+without it gets it before anything more is made for the node). A node that left the
+cluster (no Node, or one being deleted), or a record being deleted while its node runs,
+is passed to :mod:`podnet.core.reconcile.nodeleave`, which gives back what podnet made
+for the node before the record goes.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from podnet.core.errors import ErrorKind, PodnetError, ProviderError, describe, 
 from podnet.core.gateway import ProviderGateway
 from podnet.core.machines import DELETED, ENI_MACHINE, recorded_as, state_of
 from podnet.core.models import (
+    FINALIZER,
     Condition,
     InterfaceState,
     InterfaceStatus,
@@ -55,6 +62,7 @@ from podnet.core.models import (
 from podnet.core.placement import Placement
 from podnet.core.policy import PoolPolicy
 from podnet.core.pool import Deferred, GrowPlan, Interface, NodePool, Pools
+from podnet.core.reconcile.nodeleave import NodeLeave
 from podnet.core.reconcile.result import DONE, Result
 from podnet.core.records import RecordWriter
 from podnet.core.tracing import ATTR_INTERFACE, ATTR_NODE
@@ -115,6 +123,11 @@ class NodePoolReconciler:
         self.problems = problems
         self.clock = clock
         self.random = random
+        #: node name -> the Node as last seen while it was in the cluster: who the
+        #: provider is told about when the node has left (else what its record says)
+        self.last_seen: dict[str, NodeInfo] = {}
+        #: gives back what podnet made for nodes that left (see its module)
+        self.leaving = NodeLeave(self)
         #: per node: when (monotonic) ``podnet_node_check`` is next due, and the findings
         #: of its last check (reported already: not again while they persist)
         self._next_check: dict[str, float] = {}
@@ -127,17 +140,27 @@ class NodePoolReconciler:
 
     def reconcile(self, name: str) -> Result:
         node = self.caches.nodes.get(name)
+        recorded = self.caches.node_networks.get(name)
         if node is None or node.deletion_timestamp is not None:
-            self.node_removed(name)
+            # the node left: what podnet made for it goes back before its record does
             self.problems.by_node.pop(name, None)
-            return DONE
+            return self.leaving.reconcile(name, node)
+        if recorded is not None and recorded.metadata.deletion_timestamp is not None:
+            # the record is being deleted while a node of that name runs (its old Node's
+            # garbage collection, or by hand)
+            return self.leaving.record_deleted(node, recorded)
+        self.last_seen[name] = node
         provider = self.placement.provider_for_node(node)
         if provider is None or not self.placement.providers[provider].uses_node_pool:
             self._forget_checks(name)
             self.problems.by_node.pop(name, None)
             return DONE
         pool = self.pools.get(provider, name)
-        nn = self.caches.node_networks.get(name) or self._create_record(node, provider)
+        nn = recorded or self._create_record(node, provider)
+        if FINALIZER not in nn.metadata.finalizers:
+            # a record from before the finalizer: ownership recorded before anything
+            # more is made for the node
+            nn = self._add_finalizer(nn)
         policy = self.policy_for(provider, nn, pool)
         with pool.lock:
             before = self._snapshot(pool)
@@ -182,16 +205,20 @@ class NodePoolReconciler:
         results.append(Result(requeue_after=policy.refill_period))
         return Result.soonest(results)
 
-    def node_removed(self, name: str) -> None:
-        """A node left: its pools dropped, and each of their providers told
-        (``podnet_node_removed``) so it drops what it keeps about the node."""
-        providers = sorted({p.provider for p in self.pools.all() if p.node == name})
+    def node_removed(self, name: str, provider: str | None = None) -> None:
+        """A node left and everything podnet made for it was given back: its pools
+        dropped, and each of their providers (and ``provider``, whose record it was)
+        told (``podnet_node_removed``) so it drops what it keeps about the node."""
+        providers = {p.provider for p in self.pools.all() if p.node == name}
+        if provider is not None and provider in self.placement.providers:
+            providers.add(provider)
         self.pools.drop_node(name)
         self._unwritten.pop(name, None)
         self._throttled_since.pop(name, None)
+        self.last_seen.pop(name, None)
         self._forget_checks(name)
-        for provider in providers:
-            self.gateway.node_removed(provider, name)
+        for each in sorted(providers):
+            self.gateway.node_removed(each, name)
 
     def _read_throttled(self, node: str, provider: str, exc: Exception) -> bool:
         """Whether the pool's read failed only by throttling, for less than
@@ -340,6 +367,9 @@ class NodePoolReconciler:
             ),
             spec=NodeNetworkSpec(provider=provider, instance_id=node.provider_id),
         )
+        # the finalizer from the first write: nothing is made for the node before the
+        # record says podnet must give it back
+        nn = attrs.evolve(nn, metadata=attrs.evolve(nn.metadata, finalizers=(FINALIZER,)))
         try:
             return self.records.create(NODE_NETWORK, nn)
         except Conflict:
@@ -347,6 +377,25 @@ class NodePoolReconciler:
             if found is None:
                 raise
             return found
+
+    def record_again(self, node: NodeInfo) -> None:
+        """The node's record was let go while its machine runs on: a new one, written
+        in the same pass with the pool it kept (what a restart needs is recorded again
+        at once, not after the first-write delay)."""
+        provider = self.placement.provider_for_node(node)
+        if provider is None or not self.placement.providers[provider].uses_node_pool:
+            return
+        pool = self.pools.find(provider, node.name)
+        try:
+            nn = self._create_record(node, provider)
+        except Conflict:
+            return  # the old one is not gone yet: the next pass makes it
+        if nn.metadata.deletion_timestamp is None and pool is not None and pool.synced:
+            self._write(nn, pool)
+
+    def _add_finalizer(self, nn: NodeNetwork) -> NodeNetwork:
+        meta = attrs.evolve(nn.metadata, finalizers=(*nn.metadata.finalizers, FINALIZER))
+        return self.records.update(NODE_NETWORK, attrs.evolve(nn, metadata=meta))
 
     def _snapshot(self, pool: NodePool) -> tuple[Any, ...]:
         return (
@@ -473,12 +522,19 @@ class NodePoolReconciler:
 
     # --- rebuild ----------------------------------------------------------------------
 
-    def _rebuild(self, node: NodeInfo, nn: NodeNetwork, provider: str, pool: NodePool) -> None:
-        """Inventory (what exists) + records (who owns it) + last pool (what was idle)."""
-        inventory = self.inventory(node, nn, provider)
+    def _rebuild(self, node: NodeInfo, nn: NodeNetwork | None, provider: str, pool: NodePool,
+                 inventory: Inventory | None = None, *, leaving: bool = False) -> None:
+        """Inventory (what exists) + records (who owns it) + last pool (what was idle).
+
+        ``leaving``: the node left the cluster; every address of the inventory no record
+        owns is the pool's (to give back: nothing will hand it out), and no record is
+        said to have lost its address (they are all released)."""
+        if inventory is None:
+            inventory = self.inventory(node, nn, provider)
+        recorded_interfaces = nn.status.interfaces if nn is not None else ()
         #: who the last recorded pool says owns each address: the tie-break when two
         #: records name one address (a hand edit), so a restart keeps the owner podnet gave
-        recorded_owner = {ip.address: ip.owner for itf in nn.status.interfaces
+        recorded_owner = {ip.address: ip.owner for itf in recorded_interfaces
                           for ip in itf.ips if ip.owner}
         claims: dict[str, list[PodNetwork]] = {}
         for pn in self.caches.pod_networks.by_index("node", node.name):
@@ -506,19 +562,33 @@ class NodePoolReconciler:
                                    f"address {address} is also recorded by {winner.key}")
                 if pn.status.ipv6:
                     held6.add(pn.status.ipv6)
-        pooled = {ip.address for itf in nn.status.interfaces for ip in itf.ips}
+        pooled = {ip.address for itf in recorded_interfaces for ip in itf.ips}
         named6 = set(pairs.values())
-        for itf_status in nn.status.interfaces:
+        for itf_status in recorded_interfaces:
             for ip in itf_status.ips:
                 if ip.ipv6:
                     pooled.add(ip.ipv6)
                     if ip.address not in pairs and ip.ipv6 not in named6:
                         pairs[ip.address] = ip.ipv6  # the last recorded pool's pairs
+        if leaving:
+            pooled |= set(inventory.all_ips()) | set(inventory.all_ipv6())
         now = self.clock.monotonic()
         lost = pool.rebuild(inventory, owners, pooled, now, pairs, held6)
-        pool.resume(nn.status.interfaces, now, self.clock.now())
-        self.lost.report(lost)
-        self.enqueue.wake(dict(pool.waiting))
+        pool.resume(recorded_interfaces, now, self.clock.now())
+        if not leaving:
+            self.lost.report(lost)
+            self.enqueue.wake(dict(pool.waiting))
+
+    def rebuild(self, node: NodeInfo, nn: NodeNetwork | None, provider: str, pool: NodePool,
+                inventory: Inventory | None = None, *, leaving: bool = False) -> None:
+        self._rebuild(node, nn, provider, pool, inventory, leaving=leaving)
+
+    def eni_step(self, node: NodeInfo, provider: str, itf: Interface, trigger: str) -> None:
+        """Fire ``trigger`` on pool interface ``itf`` with no provider call."""
+        self._eni(node, provider, itf, trigger)
+
+    def write_pool(self, nn: NodeNetwork, pool: NodePool) -> None:
+        self._write(nn, pool)
 
     def inventory(self, node: NodeInfo, nn: NodeNetwork | None, provider: str) -> Inventory:
         ctx = NodeContext(node=node, network=nn)

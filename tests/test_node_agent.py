@@ -352,12 +352,25 @@ def test_kill_9_of_the_agent_during_50_adds_the_retries_converge_and_del_leaves_
                 "CNI_ARGS": pod_args(name=n, uid=None)}
             for n, (_, path, cid) in sandboxes.items()}
 
+    refusals: list[int | None] = []
+
+    def add_after_the_kill(env: dict[str, str]) -> tuple[Any, list[int | None]]:
+        """An ADD that first meets the killed agent, then retries as a runtime does."""
+        refused = run_cni("ADD", config, env)
+        refusals.append(refused.error_code)
+        done, seen = add_as_a_runtime(config, env)
+        return done, [refused.error_code, *seen]
+
     with ThreadPoolExecutor(max_workers=len(names)) as pool:
-        futures = {n: pool.submit(add_as_a_runtime, config, envs[n]) for n in names}
-        # part-way: some interfaces plugged, not all
+        # the kill comes part-way through the first ten (some plugged, some in flight);
+        # the other forty start while the agent is down. Timing it by the host ends alone
+        # lost the race on a loaded host: all fifty were plugged before the kill
+        futures = {n: pool.submit(add_as_a_runtime, config, envs[n]) for n in names[:10]}
         wait_for("the first host ends", lambda: len(_host_ends(node.netns)) >= 5)
         plugged_before = len(_host_ends(node.netns))
         stack.kill("agent")
+        futures.update({n: pool.submit(add_after_the_kill, envs[n]) for n in names[10:]})
+        wait_for("forty ADDs refused by the killed agent", lambda: len(refusals) == 40)
         stack.agent(NODE, netns=node.netns)
         outcomes = {n: f.result() for n, f in futures.items()}
 

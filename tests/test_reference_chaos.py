@@ -10,7 +10,7 @@ import pluggy
 
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.memory import InMemoryCluster
-from podnet.core.cluster.port import POD_NETWORK
+from podnet.core.cluster.port import NODE_NETWORK, POD_NETWORK
 from podnet.core.errors import ErrorKind, ProviderError
 from podnet.core.policy import PoolPolicy
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
@@ -177,6 +177,25 @@ def test_a_node_leaves_with_a_record_edited_to_another_records_address() -> None
         state.edit_record_ip(a="p0", b="p1")
         state.delete_node(i=0)
         state.every_cloud_address_has_a_record()
+        state.teardown()
+    finally:
+        state.world.close()
+
+
+def test_a_node_the_cloud_never_read_leaves_after_a_restart() -> None:
+    """Found by the machine: the node's record was created but its answer lost, so its
+    pool was never read and the reference cloud never knew the node; after a restart the
+    Node was deleted, and the node known only from its record (no podCIDR) could not be
+    read: the inventory's fatal error was waited on forever, the record kept by its
+    finalizer. A provider that refuses a field of a Node that left now gives back what the
+    record lists, and the record goes."""
+    state = VmChaos()
+    try:
+        state.populate(up=1, running=0)
+        state.lose_answers(times=1, what=("create", NODE_NETWORK))
+        state.step(n=2)
+        state.restart()
+        state.node_deleted(i=0, kill=None, pods_on_it=0, steps=0, when="before")
         state.teardown()
     finally:
         state.world.close()

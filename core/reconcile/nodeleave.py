@@ -9,7 +9,10 @@ key, until nothing is left:
   address of the inventory no record owns counted as the pool's: nobody hands it out any
   more, so it is given back now rather than after the leaked-address expiry. An instance
   the cloud no longer has (its inventory answers ``not_found``) took its addresses with
-  it: only the interfaces the record lists are left to delete;
+  it: only the interfaces the record lists are left to delete. So is a node the provider
+  refuses for good by a field of the Node (a reference node with no podCIDR that the
+  cloud never read): a Node that left cannot be fixed, and waiting would keep the record
+  for ever (a warning lists the addresses the record names);
 - gives back the idle addresses (and invalid halves), a batch per ``podnet_pool_shrink``,
   once older than the minimum address lifetime. An address a PodNetwork still names is
   its record's: the pod network reconciler releases it (the node is gone, its pods no
@@ -152,7 +155,15 @@ class NodeLeave:
             try:
                 inventory = n.inventory(node, nn, provider)
             except Exception as exc:
-                if n.gateway.classify(provider, exc) is not ErrorKind.NOT_FOUND:
+                kind = n.gateway.classify(provider, exc)
+                if kind is ErrorKind.FATAL and _of_the_node(exc):
+                    # the provider can never read this node (it refuses a field of the
+                    # Node, and a Node that left cannot be fixed): waiting would keep the
+                    # record for ever; what its record lists is all that can go back
+                    log.warning("node %s left the cluster and %s cannot read it (%s): "
+                                "only what its record lists is given back; addresses it "
+                                "recorded: %s", name, provider, exc, _recorded_ips(nn))
+                elif kind is not ErrorKind.NOT_FOUND:
                     return self._wait(name, provider, "reading its inventory", exc)
                 # the instance is gone, and its addresses with it
                 inventory = _recorded_inventory(nn)
@@ -317,6 +328,19 @@ def _from_record(name: str, nn: NodeNetwork | None) -> NodeInfo:
         return NodeInfo(name=name, uid="")
     uid = next((o.uid for o in nn.metadata.owner_references if o.kind == "Node"), "")
     return NodeInfo(name=name, uid=uid, provider_id=nn.spec.instance_id)
+
+
+def _of_the_node(exc: BaseException) -> bool:
+    """Whether a provider's error names a field of the Node (``spec.podCIDR``, a label):
+    not the provider's configuration, which the operator can still fix."""
+    field = getattr(exc, "field", None)
+    return isinstance(field, str) and field.startswith(("spec.", "metadata."))
+
+
+def _recorded_ips(nn: NodeNetwork | None) -> str:
+    ips = [ip.address for itf in (nn.status.interfaces if nn is not None else ())
+           for ip in itf.ips]
+    return ", ".join(ips) or "none"
 
 
 def _recorded_inventory(nn: NodeNetwork | None) -> Inventory:

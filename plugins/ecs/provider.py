@@ -34,6 +34,15 @@ Config section (``providers.ecs``): ``endpoint``, ``region``, ``protocol`` (http
 ``max_enis`` (0: no cap), ``attach_timeout`` (s), ``poll_interval`` (s), ``timeout`` (s),
 ``ip_stack`` (``ipv4`` | ``dual``).
 
+Every ENI podnet creates carries the tag ``podnet.io/instance=<instance id>`` (and, as
+before 0.5.0, the description ``podnet:<instance id>``). The garbage collector's sweep
+(``podnet_sweep``, every ``gc_period``: one DescribeNetworkInterfaces of the region's
+Available secondary ENIs) reports those podnet marked, tag or description, and deletes
+each once it has stayed Available for ``leaked_ip_expiry``: an ENI made and never
+attached (the controller killed between CreateNetworkInterface and
+AttachNetworkInterface), or detached and never deleted (killed in a rollback or a
+dispose, or a rollback that failed before a restart). No inventory lists them.
+
 ENIs are created with the configured ``security_groups``; every ``node_check_period`` the
 node check (``podnet_node_check``, one DescribeNetworkInterfaces per node) reports each
 ENI podnet made whose security groups differ from them as a ``SecurityGroupDrift``

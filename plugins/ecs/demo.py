@@ -141,6 +141,19 @@ class EcsWorld:
 
         plugin._call = call  # type: ignore[method-assign,assignment]
 
+    def disarm(self) -> None:
+        """No kill planned (:meth:`kill_at`) any more."""
+        self.plugin.__dict__.pop("_call", None)
+
+    def leftovers(self) -> dict[str, list[str]]:
+        """Ground truth: every detached secondary ENI podnet made (its tag, or an older
+        ENI's description) -> its addresses (IPv6 ones too). No inventory lists them."""
+        with self.sim.lock:
+            self.sim._settle_all()
+            return {e.id: [*e.secondary, *e.ipv6] for e in self.sim.enis.values()
+                    if e.kind == "Secondary" and e.status == "Available"
+                    and ("podnet.io/instance" in e.tags or e.description.startswith("podnet:"))}
+
     def close(self) -> None:
         self.plugin.close()
         self.sim.stop()

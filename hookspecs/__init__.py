@@ -326,9 +326,11 @@ def podnet_interface_create(
 
     Drives the ENI machine's ``attached`` (success) or ``fail`` (raise) trigger. A partial
     failure (created, not attached) must be rolled back by the provider or be visible in
-    the next inventory so the engine disposes it. On a dual-stack node report as many
-    IPv6 addresses in ``ipv6`` as IPv4 ones in ``ips``: core pairs them in order and gives
-    back what is left unpaired.
+    the next inventory so the engine disposes it. The process may die between the create
+    and the attach, or in the rollback, where neither happens: mark the interface in the
+    cloud as you create it, and find it again with ``podnet_sweep``. On a dual-stack node
+    report as many IPv6 addresses in ``ipv6`` as IPv4 ones in ``ips``: core pairs them in
+    order and gives back what is left unpaired.
 
     Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
     provider, never on another provider's plugin.
@@ -339,6 +341,8 @@ def podnet_interface_create(
     .. versionchanged:: 0.3.0
        routed (before, every plugin was called and answered only for its own
        provider).
+    .. versionchanged:: 0.5.0
+       an interface a crash left unattached is the provider's ``podnet_sweep``'s.
     """
 
 

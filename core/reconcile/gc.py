@@ -51,7 +51,7 @@ class GarbageCollector:
         self.lost = lost
         self.clock = clock
         self.swept: int = 0
-        #: monotonic time each own-IPAM provider was last swept
+        #: monotonic time each provider was last swept (podnet_sweep)
         self._swept_at: dict[str, float] = {}
         #: provider -> orphan name -> monotonic time first reported
         self._orphans: dict[str, dict[str, float]] = {}
@@ -85,10 +85,10 @@ class GarbageCollector:
                     # a node that left while no replica ran (or half way through giving
                     # back its share): its record's finalizer waits for that pass
                     self.enqueue.node(name)
-        self._sweep_own_ipam()
+        self._sweep_providers()
         return Result(requeue_after=period)
 
-    def _sweep_own_ipam(self) -> None:
+    def _sweep_providers(self) -> None:
         """``podnet_sweep`` for each provider, once its period is due (node-pool providers
         too, since 0.5.0: interfaces no inventory lists)."""
         if not self.caches.pod_networks.has_synced:

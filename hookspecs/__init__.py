@@ -33,8 +33,9 @@ Order in which the engine calls them (see docs/writing-a-provider.md):
    ``podnet_allocate`` → ``podnet_route`` → (``podnet_verify`` on resync) →
    ``podnet_release`` — by the pod network reconciler, one per transition.
 7. ``podnet_hold_address`` — while a sticky pod network waits for its pod to return.
-8. ``podnet_sweep`` — by the garbage collector, every ``gc_period``, for providers with
-   their own address management: remove what no record owns any more.
+8. ``podnet_sweep`` — by the garbage collector, every ``gc_period``, for every provider:
+   remove what no record owns any more (own address management), or interfaces made and
+   no inventory lists (node pools).
    A node that left the cluster: ``podnet_node_inventory``, ``podnet_pool_shrink`` and
    ``podnet_interface_dispose`` give back what podnet made for it, then
    ``podnet_node_removed`` — once core dropped its pool and record: forget it.
@@ -325,9 +326,11 @@ def podnet_interface_create(
 
     Drives the ENI machine's ``attached`` (success) or ``fail`` (raise) trigger. A partial
     failure (created, not attached) must be rolled back by the provider or be visible in
-    the next inventory so the engine disposes it. On a dual-stack node report as many
-    IPv6 addresses in ``ipv6`` as IPv4 ones in ``ips``: core pairs them in order and gives
-    back what is left unpaired.
+    the next inventory so the engine disposes it. The process may die between the create
+    and the attach, or in the rollback, where neither happens: mark the interface in the
+    cloud as you create it, and find it again with ``podnet_sweep``. On a dual-stack node
+    report as many IPv6 addresses in ``ipv6`` as IPv4 ones in ``ips``: core pairs them in
+    order and gives back what is left unpaired.
 
     Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
     provider, never on another provider's plugin.
@@ -338,6 +341,8 @@ def podnet_interface_create(
     .. versionchanged:: 0.3.0
        routed (before, every plugin was called and answered only for its own
        provider).
+    .. versionchanged:: 0.5.0
+       an interface a crash left unattached is the provider's ``podnet_sweep``'s.
     """
 
 
@@ -543,8 +548,15 @@ def podnet_sweep(
     For providers with their own address management (``uses_node_pool=False``, e.g. an
     overlay's logical ports): a record deleted while its release never ran (a finalizer
     removed by hand, a namespace force-deleted) leaves its port and address behind, and
-    no event will ever name it again. Node-pool providers need nothing here: core sweeps
-    their addresses through the inventories.
+    no event will ever name it again.
+
+    Node-pool providers are called too: core sweeps the addresses of the interfaces an
+    inventory lists, but an interface created and never attached (the controller killed
+    between the create and the attach, or in a rollback), or detached and never deleted,
+    is on no node and in no inventory. Report such interfaces you marked at creation by
+    their id (``owners`` name records, never an interface); delete one in ``remove`` only
+    if it is still detached and you are not attaching it right now (the grace,
+    ``leaked_ip_expiry``, is far longer than any create-to-attach).
 
     :param provider: the provider being swept: yours (the call is routed).
     :param owners: the key (``namespace/name``) of every PodNetwork record of this
@@ -555,8 +567,10 @@ def podnet_sweep(
         (core keeps the first-seen times; ``None``: none).
 
     Called by the garbage collector at most every ``gc_period``. Report and remove only
-    what you created (mark it, e.g. in the port's external ids); idempotent; a failure is
-    logged and tried again next period.
+    what you created (mark it, e.g. in the port's external ids or the interface's cloud
+    tags); idempotent: already gone counts as removed; a failure is logged and tried again
+    next period (throttled half way: report the rest again, core keeps their first-seen
+    times).
 
     Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
     provider, never on another provider's plugin.
@@ -565,6 +579,8 @@ def podnet_sweep(
     .. versionchanged:: 0.3.0
        routed (before, every plugin was called and answered only for its own
        provider).
+    .. versionchanged:: 0.5.0
+       called for node-pool providers too (interfaces no inventory lists).
     """
 
 

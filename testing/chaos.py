@@ -18,7 +18,12 @@ on a node that left is named by a PodNetwork or its node's NodeNetwork still hol
 finalizer (ownership is recorded before it is relied on). At the end, with every
 fault cleared and the clock moved past the leaked-address expiry plus two GC periods:
 every pod routed, no stray record, no NodeNetwork outliving its node, every cloud
-address owned or pooled, on live nodes and gone ones (nothing leaked).
+address owned or pooled, on live nodes and gone ones (nothing leaked), and no interface
+podnet made left where no inventory lists it (``cloud_leftovers``: created and never
+attached, or detached and never deleted).
+
+The controller is also killed inside a hook, between two of its cloud calls
+(``cloud_kills``: e.g. after CreateNetworkInterface, before the attach).
 
 Nodes are deleted at any point (``node_deleted``: with pods put on it first, and the
 controller killed at the next hook its leaving calls), and come back.
@@ -204,6 +209,9 @@ def make_chaos_machine(
     *,
     cloud_fault_rate: Callable[[Any, float], None] | None = None,
     cloud_forget: Callable[[Any, str, list[str]], None] | None = None,
+    cloud_kills: Collection[str] = (),
+    cloud_kill: Callable[[Any, str | None], None] | None = None,
+    cloud_leftovers: Callable[[Any], Mapping[str, Collection[str]]] | None = None,
     nodes: int = 3,
     pods: int = 6,
     sticky: bool = True,
@@ -218,6 +226,14 @@ def make_chaos_machine(
     :param cloud_fault_rate: sets the cloud's own random fault rate, if it has one.
     :param cloud_forget: makes the cloud lose addresses of a node (``plugin, node name,
         addresses``), as a cloud restored from a backup does.
+    :param cloud_kills: points inside a hook where the controller may be killed (between
+        two cloud calls of one hook, which a hook boundary never is), armed by
+        ``cloud_kill(plugin, point)`` for its next occurrence (``None``: disarm); the
+        kill raises :class:`Crash` there and the provider loses its process memory.
+    :param cloud_leftovers: what the provider made in the cloud that no inventory lists
+        (an interface created and never attached): id -> its addresses. Their addresses
+        are the sweep's (after its grace), not the node's, in the per-step check; at
+        the end none is left.
     :param nodes: node indexes drawn from ``range(nodes)``; ``pods``: pod names ``p0..``.
     :param sticky: whether pods may be StatefulSet pods (sticky addresses).
     :param vms: whether pods may be KubeVirt VM pods (``virt-launcher``, controlled by a
@@ -485,6 +501,15 @@ def make_chaos_machine(
             self.world.add_pod(b, i, annotations=wanted)
             self.static_pods.update((a, b))
 
+        if cloud_kill is not None and cloud_kills:
+
+            @rule(point=st.sampled_from(sorted(cloud_kills)))
+            def cloud_kill_at(self, point: str) -> None:
+                """The controller dies inside a hook, between two cloud calls (e.g.
+                between creating an interface and attaching it)."""
+                cloud_kill(self.plugin, point)
+                event(f"killed in the cloud at: {point}")
+
         if cloud_forget is not None:
             @rule(i=node_ids, count=st.integers(min_value=1, max_value=3))
             def cloud_forgets(self, i: int, count: int) -> None:
@@ -586,9 +611,12 @@ def make_chaos_machine(
                 guarded = {nn["metadata"]["name"]
                            for nn in self.cluster.list(NODE_NETWORK).items
                            if FINALIZER in (nn["metadata"].get("finalizers") or ())}
+            # on an interface no inventory lists: the sweep's, once its grace is over
+            swept = ({ip for ips in cloud_leftovers(self.plugin).values() for ip in ips}
+                     if cloud_leftovers is not None else set())
             problems = sorted(f"{ip} on {node}" for ip, node in cloud_addresses(self.plugin).items()
                               if ip not in named and node not in guarded
-                              and node not in live)
+                              and node not in live and ip not in swept)
             assert not problems, ("cloud addresses neither a PodNetwork nor a guarded "
                                   "NodeNetwork names: " + ", ".join(problems))
 
@@ -609,9 +637,14 @@ def make_chaos_machine(
                 self.cluster.faults.clear()
                 self.api.clear()
                 self.injector.clear()
+                if cloud_kill is not None:
+                    cloud_kill(self.plugin, None)
                 set_rate(self.plugin, 0.0)
                 self.world.settle(advance=self.world.gc_grace(), max_steps=_SETTLE_STEPS)
                 self.world.assert_converged()
+                if cloud_leftovers is not None:
+                    left = sorted(cloud_leftovers(self.plugin))
+                    assert not left, f"interfaces made and never attached, left: {left}"
                 # shown by --hypothesis-show-statistics: what the examples went through
                 event(f"pods routed at the end: {len(self.world.live_pod_ips())}")
                 event(f"controller crashes: {min(self.world.crashes, 3)}")

@@ -20,7 +20,8 @@ Subclass :class:`ProviderConformance` in a test module of your provider::
 Every test runs the real engine on an in-memory cluster and a fake clock, against the
 provider's own ground truth: lifecycle, no-op resync, idempotency under crashes at each
 hook, finalizers, a deleted node's addresses and interfaces given back (through a crash
-half way), transition spans, error classification and the records' wire form.
+half way), a node-pool provider's sweep leaving what is in use, transition spans, error
+classification and the records' wire form.
 """
 
 from __future__ import annotations
@@ -383,6 +384,36 @@ class ProviderConformance(abc.ABC):
         # giving back is a wait, never a failed transition
         failed = hook_calls.transitions(machine="eni", ok=False)
         assert failed == [], failed
+        world.assert_converged()
+
+    def test_the_sweep_leaves_what_is_in_use(self, world: World,
+                                             plugin_manager: pluggy.PluginManager,
+                                             provider_plugin: Any) -> None:
+        """Since 0.5.0 the garbage collector sweeps node-pool providers too (``podnet_sweep``:
+        interfaces made that no inventory lists). Told to remove everything it reported,
+        every interface and every address the cloud has, the sweep of a settled world
+        takes nothing a record or a pool holds, and the world stays converged."""
+        if not self._uses_pool(world):
+            pytest.skip("the provider keeps no node pools (its sweep has its own tests)")
+        world.add_node(0)
+        world.settle()
+        pool = world.engine.pools.find(world.provider, world.node_name(0))
+        assert pool is not None
+        self._bring_up(world, pods=min(pool.ips_per_interface + 1, 40))
+        self._steady(world)
+        truth = dict(world.cloud_addresses())
+        interfaces = self.cloud_interfaces(provider_plugin)
+        with world.quiet():
+            owners = frozenset(f"{o['metadata']['namespace']}/{o['metadata']['name']}"
+                               for o in world.cluster.list(POD_NETWORK).items)
+        sweep = Providers(plugin_manager).hook(self.provider_name, "podnet_sweep")
+        found = sweep(provider=self.provider_name, owners=owners, remove=frozenset())
+        everything = {*(found or ()), *truth, *(interfaces or {}), *owners}
+        sweep(provider=self.provider_name, owners=owners, remove=frozenset(everything))
+        assert dict(world.cloud_addresses()) == truth, "the sweep took addresses in use"
+        assert self.cloud_interfaces(provider_plugin) == interfaces, \
+            "the sweep took interfaces in use"
+        world.settle()
         world.assert_converged()
 
     def cloud_interfaces(self, plugin: Any) -> Mapping[str, str] | None:

@@ -18,6 +18,7 @@ from podnet.core.errors import ErrorKind
 from podnet.plugins.ecs.demo import KIT_POLICY, EcsWorld
 from podnet.plugins.ecs.provider import EcsProvider
 from podnet.testing.chaos import EXAMPLES_ENV, chaos_settings, make_chaos_machine
+from podnet.testing.harness import Crash
 
 pytest_plugins = ["podnet.testing"]
 
@@ -79,14 +80,44 @@ def _forget(plugin: Any, _node: str, addresses: list[str]) -> None:
     _WORLDS[id(plugin)].sim.forget(addresses)
 
 
+#: where the controller dies inside a hook: after CreateNetworkInterface (made, never
+#: attached); before a DeleteNetworkInterface (in a rollback or a dispose: detached, never
+#: deleted); and a rollback that fails (its attach and its delete refused) followed by a
+#: death before the next delete (the ENI was only in the process's memory)
+KILLS = ("after-create", "before-delete", "after-failed-rollback")
+
+
+def _kill(plugin: Any, point: str | None) -> None:
+    world = _WORLDS[id(plugin)]
+    if point is None:
+        world.disarm()
+    elif point == "after-create":
+        world.kill_at("CreateNetworkInterface", Crash, when="after")
+    elif point == "before-delete":
+        world.kill_at("DeleteNetworkInterface", Crash, when="before")
+    else:
+        world.sim.fail_next("AttachNetworkInterface", "InternalError")
+        world.sim.fail_next("DeleteNetworkInterface", "InternalError")
+        world.kill_at("DeleteNetworkInterface", Crash, when="before", nth=2)
+
+
+def _leftovers(plugin: Any) -> Mapping[str, list[str]]:
+    return _WORLDS[id(plugin)].leftovers()
+
+
+#: what every ECS machine adds: kills inside a hook, and no ENI left detached at the end
+KILL_KWARGS: dict[str, Any] = {"cloud_kills": KILLS, "cloud_kill": _kill,
+                               "cloud_leftovers": _leftovers}
+
+
 EcsChaos = make_chaos_machine(_factory, _addresses, cloud_fault_rate=_fault_rate,
-                              cloud_forget=_forget, name="EcsChaos")
+                              cloud_forget=_forget, name="EcsChaos", **KILL_KWARGS)
 TestEcsChaos = EcsChaos.TestCase
 TestEcsChaos.settings = chaos_settings(
     int(os.environ.get(EXAMPLES_ENV, str(DEFAULT_EXAMPLES))))
 
 TightEcsChaos = make_chaos_machine(_tight, _addresses, cloud_fault_rate=_fault_rate, pods=8,
-                                   name="TightEcsChaos")
+                                   name="TightEcsChaos", **KILL_KWARGS)
 TestTightEcsChaos = TightEcsChaos.TestCase
 TestTightEcsChaos.settings = chaos_settings(
     int(os.environ.get(EXAMPLES_ENV, str(DEFAULT_EXAMPLES))))
@@ -95,7 +126,7 @@ TestTightEcsChaos.settings = chaos_settings(
 #: grow and per shrink)
 DUAL_EXAMPLES = 40
 DualEcsChaos = make_chaos_machine(_dual, _addresses, cloud_fault_rate=_fault_rate, pods=8,
-                                  name="DualEcsChaos")
+                                  name="DualEcsChaos", **KILL_KWARGS)
 TestDualEcsChaos = DualEcsChaos.TestCase
 TestDualEcsChaos.settings = chaos_settings(
     int(os.environ.get(EXAMPLES_ENV, str(DUAL_EXAMPLES))))
@@ -159,6 +190,40 @@ def test_a_node_that_joins_again_keeps_its_pool_recorded() -> None:
         state.pause_leader_past_lease(late=0.0, stale_steps=1, steps=0)
         state.drop_watches()
         state.node_deleted(i=0, kill="pool_shrink", pods_on_it=0, steps=26, when="before")
+        state.every_cloud_address_has_a_record()
+        state.teardown()
+    finally:
+        state.world.close()
+
+
+def test_a_kill_between_create_and_attach_leaves_no_eni() -> None:
+    """What the machine found before the sweep: the controller killed after
+    CreateNetworkInterface, before the attach; the ENI stayed Available with its
+    addresses, on no instance and in no inventory, for ever. Now its tag marks it and the
+    garbage collector's sweep deletes it once the grace has passed."""
+    state = EcsChaos()
+    try:
+        state.populate(up=1, running=0)
+        state.cloud_kill_at(point="after-create")
+        state.settle(seconds=0.0)
+        assert state.world.crashes == 1 and _leftovers(state.plugin)
+        state.every_cloud_address_has_a_record()
+        state.teardown()
+    finally:
+        state.world.close()
+
+
+def test_a_failed_rollback_then_a_kill_on_a_leaving_node_leaves_no_eni() -> None:
+    """The rollback of a new ENI fails and the process dies before retrying it; then the
+    node leaves: the ENI's addresses are the sweep's, not the node's, and go too."""
+    state = TightEcsChaos()
+    try:
+        state.populate(up=2, running=6)
+        state.cloud_kill_at(point="after-failed-rollback")
+        state.step(n=30)
+        assert state.world.crashes == 1 and _leftovers(state.plugin)
+        state.delete_node(i=1)
+        state.settle(seconds=60.0)
         state.every_cloud_address_has_a_record()
         state.teardown()
     finally:

@@ -249,3 +249,65 @@ def test_cli_prints_the_url(capsys: pytest.CaptureFixture[str],
     assert main(["--port", "0", "--instance", "i-9=ecs.g7.xlarge"]) == 0
     out = capsys.readouterr().out.strip()
     assert out.startswith("http://127.0.0.1:") and not out.endswith(":0")
+
+
+def tagged(client: Client, tags: list[tuple[str, str]], vsw: str = "vsw-a") -> Any:
+    return client.create_network_interface(m.CreateNetworkInterfaceRequest(
+        region_id=REGION, v_switch_id=vsw, security_group_ids=["sg-1"],
+        tag=[m.CreateNetworkInterfaceRequestTag(key=k, value=v) for k, v in tags])).body
+
+
+def tag_filter(*pairs: tuple[str, str | None]) -> list[Any]:
+    return [m.DescribeNetworkInterfacesRequestTag(key=k, value=v) for k, v in pairs]
+
+
+def test_tags_are_kept_returned_and_filtered(client: Client, sim: EcsSimulator) -> None:
+    a = tagged(client, [("podnet.io/instance", "i-1"), ("team", "net")]).network_interface_id
+    b = tagged(client, [("podnet.io/instance", "i-2")]).network_interface_id
+    plain = create(client).network_interface_id
+    [seen] = enis(client, network_interface_id=[a])
+    assert [(t.tag_key, t.tag_value) for t in seen.tags.tag] == [
+        ("podnet.io/instance", "i-1"), ("team", "net")]
+    assert seen.creation_time.endswith("Z")
+    [bare] = enis(client, network_interface_id=[plain])
+    assert bare.tags.tag == []
+
+    def ids(**kw: Any) -> set[str]:
+        return {e.network_interface_id for e in enis(client, **kw)}
+
+    assert ids(tag=tag_filter(("podnet.io/instance", None))) == {a, b}
+    assert ids(tag=tag_filter(("podnet.io/instance", "i-2"))) == {b}
+    # every filter must match
+    assert ids(tag=tag_filter(("podnet.io/instance", None), ("team", "net"))) == {a}
+    assert ids(tag=tag_filter(("podnet.io/instance", "i-3"))) == set()
+    assert ids(status="Available", type="Secondary") == {a, b, plain}
+    assert ids(type="Primary") == {sim.instances["i-1"].primary_eni}
+    # the ground truth knows whom a tagged ENI was made for
+    assert sim.enis[b].owner == "i-2"
+
+
+@pytest.mark.parametrize(("tags", "code"), [
+    ([("", "x")], "InvalidTagKey.Malformed"),
+    ([("aliyun-x", "x")], "InvalidTagKey.Malformed"),
+    ([("acs:owner", "x")], "InvalidTagKey.Malformed"),
+    ([("k" * 129, "x")], "InvalidTagKey.Malformed"),
+    ([("see", "https://x")], "InvalidTagValue.Malformed"),
+    ([("k", "v" * 129)], "InvalidTagValue.Malformed"),
+    ([("k", "1"), ("k", "2")], "Duplicate.TagKey"),
+    ([(f"k{i}", "v") for i in range(21)], "InvalidTagCount"),
+])
+def test_tags_are_checked_as_ecs_does(client: Client, sim: EcsSimulator,
+                                      tags: list[tuple[str, str]], code: str) -> None:
+    before = set(sim.enis)
+    err = error_of(lambda: tagged(client, tags))
+    assert err.code == code and err.status_code == 400
+    assert set(sim.enis) == before  # nothing made
+    # the longest allowed key and value, and twenty tags, are fine
+    tagged(client, [("k" * 128, "v" * 128)])
+    tagged(client, [(f"k{i}", "") for i in range(20)])
+
+
+def test_a_tag_filter_is_checked_too(client: Client) -> None:
+    err = error_of(lambda: enis(client, tag=tag_filter(*[(f"k{i}", None)
+                                                         for i in range(21)])))
+    assert err.code == "InvalidTagCount"

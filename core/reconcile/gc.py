@@ -9,8 +9,9 @@
   no record owns and no pool holds becomes a suspect (mark), and is deleted in the cloud
   once it has stayed a suspect for ``leaked_ip_expiry`` (sweep) — unless a record turns
   out to own it, which clears it;
-- providers with their own address management report every ``gc_period`` what no record
-  owns (``podnet_sweep``); what stays an orphan for ``leaked_ip_expiry`` they remove.
+- every provider reports every ``gc_period`` what of its own no record owns and no
+  inventory lists (``podnet_sweep``: an overlay's ports, a cloud's interfaces made and
+  never attached); what stays an orphan for ``leaked_ip_expiry`` it removes.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class GarbageCollector:
         self.lost = lost
         self.clock = clock
         self.swept: int = 0
-        #: monotonic time each own-IPAM provider was last swept
+        #: monotonic time each provider was last swept (podnet_sweep)
         self._swept_at: dict[str, float] = {}
         #: provider -> orphan name -> monotonic time first reported
         self._orphans: dict[str, dict[str, float]] = {}
@@ -84,17 +85,16 @@ class GarbageCollector:
                     # a node that left while no replica ran (or half way through giving
                     # back its share): its record's finalizer waits for that pass
                     self.enqueue.node(name)
-        self._sweep_own_ipam()
+        self._sweep_providers()
         return Result(requeue_after=period)
 
-    def _sweep_own_ipam(self) -> None:
-        """``podnet_sweep`` for each provider without node pools, once its period is due."""
+    def _sweep_providers(self) -> None:
+        """``podnet_sweep`` for each provider, once its period is due (node-pool providers
+        too, since 0.5.0: interfaces no inventory lists)."""
         if not self.caches.pod_networks.has_synced:
             return  # an unsynced cache would make every port look ownerless
         now = self.clock.monotonic()
         for name in self.placement.providers.names():
-            if self.placement.providers[name].uses_node_pool:
-                continue
             policy = self.placement.policy(name)
             last = self._swept_at.get(name)
             if last is not None and now - last < policy.gc_period:

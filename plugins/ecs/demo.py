@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -110,6 +110,49 @@ class EcsWorld:
         with self._lock:
             node_of = dict(self.node_of)
         return {ip: node_of.get(iid, iid) for ip, iid in self.sim.addresses().items()}
+
+    def kill_at(self, api: str, death: Callable[[], BaseException], *,
+                when: str = "after", nth: int = 1) -> None:
+        """The controller process dies at its ``nth`` next ``api`` request (``after``: the
+        cloud did it and the answer was never read; ``before``: never sent): ``death()``
+        is raised from the SDK call, past the provider's own error handling, and the
+        provider forgets what a process keeps only in memory (the ENIs whose rollback
+        failed, its views). One shot."""
+        plugin = self.plugin
+        real = EcsProvider._call
+        left = [nth]
+
+        def call(api_now: str, request: Any, subject: str | None = None) -> Any:
+            if api_now != api:
+                return real(plugin, api_now, request, subject)
+            left[0] -= 1
+            if left[0] > 0:
+                return real(plugin, api_now, request, subject)
+            del plugin._call  # one shot: the class's method again
+            if when == "after":
+                try:
+                    real(plugin, api_now, request, subject)
+                except Exception:  # it dies either way
+                    pass
+            with plugin._lock:
+                plugin._orphans.clear()
+                plugin._seen.clear()
+            raise death()
+
+        plugin._call = call  # type: ignore[method-assign,assignment]
+
+    def disarm(self) -> None:
+        """No kill planned (:meth:`kill_at`) any more."""
+        self.plugin.__dict__.pop("_call", None)
+
+    def leftovers(self) -> dict[str, list[str]]:
+        """Ground truth: every detached secondary ENI podnet made (its tag, or an older
+        ENI's description) -> its addresses (IPv6 ones too). No inventory lists them."""
+        with self.sim.lock:
+            self.sim._settle_all()
+            return {e.id: [*e.secondary, *e.ipv6] for e in self.sim.enis.values()
+                    if e.kind == "Secondary" and e.status == "Available"
+                    and ("podnet.io/instance" in e.tags or e.description.startswith("podnet:"))}
 
     def close(self) -> None:
         self.plugin.close()

@@ -34,6 +34,15 @@ Config section (``providers.ecs``): ``endpoint``, ``region``, ``protocol`` (http
 ``max_enis`` (0: no cap), ``attach_timeout`` (s), ``poll_interval`` (s), ``timeout`` (s),
 ``ip_stack`` (``ipv4`` | ``dual``).
 
+Every ENI podnet creates carries the tag ``podnet.io/instance=<instance id>`` (and, as
+before 0.5.0, the description ``podnet:<instance id>``). The garbage collector's sweep
+(``podnet_sweep``, every ``gc_period``: one DescribeNetworkInterfaces of the region's
+Available secondary ENIs) reports those podnet marked, tag or description, and deletes
+each once it has stayed Available for ``leaked_ip_expiry``: an ENI made and never
+attached (the controller killed between CreateNetworkInterface and
+AttachNetworkInterface), or detached and never deleted (killed in a rollback or a
+dispose, or a rollback that failed before a restart). No inventory lists them.
+
 ENIs are created with the configured ``security_groups``; every ``node_check_period`` the
 node check (``podnet_node_check``, one DescribeNetworkInterfaces per node) reports each
 ENI podnet made whose security groups differ from them as a ``SecurityGroupDrift``
@@ -55,7 +64,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -106,8 +115,12 @@ __version__ = "0.1.0"
 
 INSTANCE_LABEL = "podnet.io/ecs-instance-id"
 TYPE_LABEL = "node.kubernetes.io/instance-type"
-#: what the provider writes as the description of the ENIs it creates
+#: what the provider writes as the description of the ENIs it creates (the only mark of
+#: the ENIs made before 0.5.0, still read)
 DESCRIPTION_PREFIX = "podnet:"
+#: the tag every ENI podnet creates carries, its value the instance it was made for: the
+#: durable mark the sweep (``podnet_sweep``) deletes by
+INSTANCE_TAG = "podnet.io/instance"
 
 #: ECS error codes and the kinds core acts on (matched exactly, then by prefix)
 ERROR_KINDS: dict[str, ErrorKind] = {
@@ -237,6 +250,15 @@ class _Eni:
     security_groups: tuple[str, ...]
     description: str = ""
     ipv6: tuple[str, ...] = ()
+    tags: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def made_by_podnet(self) -> bool:
+        """A secondary ENI podnet created: its tag, or (made before tagging) its
+        description."""
+        return self.kind == "Secondary" and (
+            any(k == INSTANCE_TAG for k, _ in self.tags)
+            or self.description.startswith(DESCRIPTION_PREFIX))
 
 
 class EcsProvider(DataplaneHooks):
@@ -252,7 +274,10 @@ class EcsProvider(DataplaneHooks):
         self._limits: dict[str, _Limits] = {}
         self._cidrs: dict[str, ipaddress.IPv4Network] = {}
         #: ENIs made whose rollback failed: deleted again on the node's next inventory
+        #: (after a restart, the sweep finds them by their tag)
         self._orphans: dict[str, set[str]] = {}
+        #: ENIs this process created and is attaching now: never swept
+        self._creating: set[str] = set()
         self._random = random.Random(0)
         #: what the cloud last said is on each instance: instance -> (when, ip -> ENI
         #: status); kept up to date by the provider's own writes, so that route does not
@@ -454,8 +479,8 @@ class EcsProvider(DataplaneHooks):
             secondary = min(secondary, cfg.max_enis)
         return max(1, secondary)
 
-    def describe_enis(self, *, instance: str | None = None,
-                      ids: Sequence[str] = ()) -> list[_Eni]:
+    def describe_enis(self, *, instance: str | None = None, ids: Sequence[str] = (),
+                      status: str | None = None, kind: str | None = None) -> list[_Eni]:
         from alibabacloud_ecs20140526 import models as m
 
         out: list[_Eni] = []
@@ -463,14 +488,15 @@ class EcsProvider(DataplaneHooks):
         for _ in range(100):
             req = m.DescribeNetworkInterfacesRequest(
                 region_id=self.config.region, instance_id=instance,
-                network_interface_id=list(ids) or None, max_results=500, next_token=token)
+                network_interface_id=list(ids) or None, status=status, type=kind,
+                max_results=500, next_token=token)
             body = self._call("DescribeNetworkInterfaces", req, subject=instance)
             for raw in _items(body, "network_interface_sets", "network_interface_set"):
                 out.append(_eni_of(raw))
             token = getattr(body, "next_token", None) or None
             if not token:
                 break
-        if instance is not None and not ids:
+        if instance is not None and not ids and status is None and kind is None:
             view = {ip: eni.status for eni in out for ip in (*eni.secondary, *eni.ipv6)}
             with self._lock:
                 self._seen[instance] = (time.monotonic(), view)
@@ -593,7 +619,7 @@ class EcsProvider(DataplaneHooks):
         expected = set(self.config.security_groups)
         findings = []
         for eni in self.describe_enis(instance=instance):
-            if eni.kind != "Secondary" or not eni.description.startswith(DESCRIPTION_PREFIX):
+            if not eni.made_by_podnet:
                 continue  # the primary ENI, a trunk, or an ENI someone else made
             actual = set(eni.security_groups)
             if actual == expected:
@@ -776,12 +802,27 @@ class EcsProvider(DataplaneHooks):
             security_group_ids=list(self.config.security_groups),
             secondary_private_ip_address_count=count or None,
             ipv_6address_count=(count or None) if dual else None,
-            description=f"{DESCRIPTION_PREFIX}{instance}"), subject=vswitch)
+            description=f"{DESCRIPTION_PREFIX}{instance}",
+            tag=[m.CreateNetworkInterfaceRequestTag(key=INSTANCE_TAG, value=instance)]),
+            subject=vswitch)
         eni_id = getattr(body, "network_interface_id", None)
         if not isinstance(eni_id, str) or not eni_id:
+            # made, maybe: the sweep finds it by its tag
             raise ProviderError(ErrorKind.TRANSIENT,
                                 "CreateNetworkInterface: malformed reply (no NetworkInterfaceId)",
                                 subject=vswitch)
+        with self._lock:
+            self._creating.add(eni_id)
+        try:
+            return self._attach_new(instance, eni_id, dual)
+        finally:
+            with self._lock:
+                self._creating.discard(eni_id)
+
+    def _attach_new(self, instance: str, eni_id: str, dual: bool) -> CloudInterface:
+        """Attach the ENI just made and wait for it; roll it back on any failure."""
+        from alibabacloud_ecs20140526 import models as m
+
         try:
             self._call("AttachNetworkInterface", m.AttachNetworkInterfaceRequest(
                 region_id=self.config.region, network_interface_id=eni_id,
@@ -801,7 +842,7 @@ class EcsProvider(DataplaneHooks):
 
     def _rollback(self, instance: str, eni_id: str) -> None:
         """A made ENI that never got attached goes again; if that fails too, the node's
-        next inventory retries."""
+        next inventory retries (and, should this process die first, the sweep)."""
         from alibabacloud_ecs20140526 import models as m
 
         try:
@@ -884,6 +925,51 @@ class EcsProvider(DataplaneHooks):
                 return True
             raise
         return True
+
+    # --- ENIs nobody attached ---------------------------------------------------------
+
+    @hookimpl
+    def podnet_sweep(self, provider: str, owners: Collection[str],
+                     remove: Collection[str]) -> Sequence[str] | None:
+        """The region's detached ENIs podnet made (its tag, or an older ENI's description),
+        as Terway's GC finds them: created and never attached (the controller died between
+        CreateNetworkInterface and AttachNetworkInterface), or detached and never deleted
+        (it died in a rollback or a dispose, or the delete failed and its memory went).
+        No inventory lists them: they are on no instance.
+
+        One DescribeNetworkInterfaces (``Status=Available``, ``Type=Secondary``; one per
+        500) a call; each ENI in ``remove`` (reported for ``leaked_ip_expiry``, far longer
+        than any create-to-attach) that this answer still shows Available is deleted —
+        never one this process is attaching now, and the cloud refuses to delete one that
+        got attached since. ``owners`` name records, never an ENI: unused. A delete answered
+        not-found is done; throttled, the rest wait for the next period (still reported,
+        so their first-seen times stay).
+        """
+        found = self.describe_enis(status="Available", kind="Secondary")
+        with self._lock:
+            creating = set(self._creating)
+        orphans = [e.id for e in found if e.made_by_podnet and e.status == "Available"
+                   and e.id not in creating]
+        doomed = set(remove)
+        left: list[str] = []
+        throttled = False
+        for eni_id in orphans:
+            if eni_id not in doomed or throttled:
+                left.append(eni_id)
+                continue
+            try:
+                self._delete(eni_id)
+            except ProviderError as exc:
+                if exc.kind is ErrorKind.NOT_FOUND:
+                    continue
+                # attached since, say: the next period's answer leaves it out
+                throttled = exc.kind is ErrorKind.THROTTLED
+                left.append(eni_id)
+                continue
+            with self._lock:
+                for held in self._orphans.values():
+                    held.discard(eni_id)
+        return left
 
     # --- one pod network ----------------------------------------------------------------
 
@@ -1045,6 +1131,8 @@ def _eni_of(raw: Any) -> _Eni:
                       if not getattr(p, "primary", False) and p.private_ip_address
                       and p.private_ip_address != primary_ip)
     groups = _items(raw, "security_group_ids", "security_group_id")
+    tags = tuple((str(t.tag_key), str(getattr(t, "tag_value", "") or ""))
+                 for t in _items(raw, "tags", "tag") if getattr(t, "tag_key", None))
     ipv6 = tuple(str(a.ipv_6address) for a in _items(raw, "ipv_6sets", "ipv_6set")
                  if getattr(a, "ipv_6address", None))
     return _Eni(id=eni_id, status=str(getattr(raw, "status", "") or ""),
@@ -1052,7 +1140,8 @@ def _eni_of(raw: Any) -> _Eni:
                 vswitch=str(getattr(raw, "v_switch_id", "") or ""),
                 mac=getattr(raw, "mac_address", None), primary_ip=primary_ip,
                 secondary=secondary, security_groups=tuple(str(g) for g in groups),
-                description=str(getattr(raw, "description", "") or ""), ipv6=ipv6)
+                description=str(getattr(raw, "description", "") or ""), ipv6=ipv6,
+                tags=tags)
 
 
 

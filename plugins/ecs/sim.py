@@ -16,7 +16,12 @@ dry, malformed replies; a scripted error on AssignIpv6Addresses makes half a dua
 pair) and a ground-truth view for tests (:meth:`EcsSimulator.addresses`, IPv6 included).
 An ENI's security groups are kept from CreateNetworkInterface and changed by
 ModifyNetworkInterfaceAttribute, or behind the controller's back with
-:meth:`EcsSimulator.set_security_groups`.
+:meth:`EcsSimulator.set_security_groups`. Tags as ECS keeps them: ``Tag.N.Key`` /
+``Tag.N.Value`` on CreateNetworkInterface (N 1..20; a key of 1..128 characters not starting
+with ``aliyun`` or ``acs:``, a value of up to 128; neither containing ``http://`` or
+``https://``), returned by DescribeNetworkInterfaces (``Tags.Tag[].TagKey/TagValue``, with
+the ENI's ``CreationTime``), which filters by ``Tag.N`` too (every one given must match; a
+filter without a value matches the key alone), as well as by ``Type`` and ``Status``.
 """
 
 from __future__ import annotations
@@ -54,6 +59,11 @@ INSTANCE_TYPES: dict[str, tuple[int, int, int]] = {
     "ecs.sim.tiny6": (4, 4, 3),
 }
 
+#: how many tags an ENI (and a DescribeNetworkInterfaces filter) takes
+MAX_TAGS = 20
+#: a tag key's and a tag value's longest length
+MAX_TAG_LENGTH = 128
+
 #: the HTTP status ECS answers each error code with
 STATUS: dict[str, int] = {
     "Throttling": 400,
@@ -75,6 +85,10 @@ STATUS: dict[str, int] = {
     "MissingParameter": 400,
     "InvalidParameter": 400,
     "InvalidAction": 400,
+    "InvalidTagKey.Malformed": 400,
+    "InvalidTagValue.Malformed": 400,
+    "InvalidTagCount": 400,
+    "Duplicate.TagKey": 400,
     "InternalError": 500,
     "ServiceUnavailable": 503,
 }
@@ -185,6 +199,10 @@ class Eni:
     ipv6: list[str] = attrs.field(factory=list)
     security_groups: list[str] = attrs.field(factory=list)
     description: str = ""
+    #: tag key -> value, in the order given
+    tags: dict[str, str] = attrs.field(factory=dict)
+    #: CreationTime as ECS writes it (UTC, to the second)
+    created: str = ""
     #: when (time.monotonic) a pending state change completes, and to what
     settles_at: float = 0.0
     settles_to: str | None = None
@@ -629,7 +647,8 @@ class EcsSimulator:
             "InstanceId": eni.instance_id or "", "VSwitchId": eni.vswitch,
             "ZoneId": self.vswitches[eni.vswitch].zone, "VpcId": "vpc-sim",
             "MacAddress": eni.mac, "PrivateIpAddress": eni.primary_ip,
-            "Description": eni.description,
+            "Description": eni.description, "CreationTime": eni.created,
+            "Tags": {"Tag": [{"TagKey": k, "TagValue": v} for k, v in eni.tags.items()]},
             "PrivateIpSets": {"PrivateIpSet": ips},
             "Ipv6Sets": {"Ipv6Set": [{"Ipv6Address": a} for a in eni.ipv6]},
             "SecurityGroupIds": {"SecurityGroupId": list(eni.security_groups)},
@@ -640,10 +659,14 @@ class EcsSimulator:
         instance = p.get("InstanceId")
         status = p.get("Status")
         vsw = p.get("VSwitchId")
+        kind = p.get("Type")
+        wanted = _tag_filter(p)
         self._settle_all()
         found = [e for e in self.enis.values()
                  if (not ids or e.id in ids) and (not instance or e.instance_id == instance)
-                 and (not status or e.status == status) and (not vsw or e.vswitch == vsw)]
+                 and (not status or e.status == status) and (not vsw or e.vswitch == vsw)
+                 and (not kind or e.kind == kind)
+                 and all(k in e.tags and (v is None or e.tags[k] == v) for k, v in wanted)]
         return {"NetworkInterfaceSets": {"NetworkInterfaceSet": [self._eni_view(e)
                                                                   for e in found]},
                 "TotalCount": len(found), "NextToken": ""}
@@ -676,7 +699,10 @@ class EcsSimulator:
         if (count6 or explicit6) and vsw.ipv6_cidr is None:
             raise EcsError("InvalidOperation.Ipv6NotEnabled",
                            f"The vSwitch {vsw.id} has no IPv6 CIDR block.")
+        tags = _tags(p)
         eni = self._new_eni(vsw, explicit or count)
+        eni.tags = tags
+        eni.created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         if explicit6:
             vsw.claim6(explicit6)
             eni.ipv6 = list(explicit6)
@@ -684,7 +710,7 @@ class EcsSimulator:
             eni.ipv6 = vsw.take6(count6)
         eni.security_groups = groups
         eni.description = p.get("Description", "")
-        eni.owner = _owner_of(eni.description)
+        eni.owner = _owner_of(eni.description, tags)
         view = self._eni_view(eni)
         return {k: view[k] for k in ("NetworkInterfaceId", "Status", "Type", "VSwitchId",
                                      "ZoneId", "VpcId", "MacAddress", "PrivateIpAddress",
@@ -831,11 +857,67 @@ class EcsSimulator:
         return {}
 
 
-def _owner_of(description: str) -> str | None:
-    # the provider writes "podnet:<instance id>" as the description of the ENIs it makes
+def _owner_of(description: str, tags: Mapping[str, str]) -> str | None:
+    # the provider tags the ENIs it makes with their instance (and, before it tagged them,
+    # wrote "podnet:<instance id>" as their description)
+    if tags.get("podnet.io/instance"):
+        return tags["podnet.io/instance"]
     if description.startswith("podnet:"):
         return description.split(":", 1)[1] or None
     return None
+
+
+def _numbered(p: Mapping[str, str], name: str) -> dict[int, dict[str, str]]:
+    """``Name.N.Field`` parameters: N -> field -> value."""
+    out: dict[int, dict[str, str]] = {}
+    prefix = f"{name}."
+    for key, value in p.items():
+        if not key.startswith(prefix):
+            continue
+        n, _, field = key[len(prefix):].partition(".")
+        if n.isdigit() and field:
+            out.setdefault(int(n), {})[field] = value
+    return out
+
+
+def _check_tag_count(numbered: Mapping[int, Any]) -> None:
+    if any(n < 1 or n > MAX_TAGS for n in numbered):
+        raise EcsError("InvalidTagCount", "The specified tags are beyond the permitted "
+                                          f"range (Tag.N: N from 1 to {MAX_TAGS}).")
+
+
+def _tags(p: Mapping[str, str]) -> dict[str, str]:
+    """CreateNetworkInterface's ``Tag.N.Key`` / ``Tag.N.Value``, checked as ECS does."""
+    numbered = _numbered(p, "Tag")
+    _check_tag_count(numbered)
+    out: dict[str, str] = {}
+    for n in sorted(numbered):
+        key, value = numbered[n].get("Key", ""), numbered[n].get("Value", "")
+        if (not key or len(key) > MAX_TAG_LENGTH or key.lower().startswith(("aliyun", "acs:"))
+                or "http://" in key or "https://" in key):
+            raise EcsError("InvalidTagKey.Malformed", f"The specified Tag.{n}.Key is not "
+                                                      "valid.")
+        if len(value) > MAX_TAG_LENGTH or "http://" in value or "https://" in value:
+            raise EcsError("InvalidTagValue.Malformed", f"The specified Tag.{n}.Value is not "
+                                                        "valid.")
+        if key in out:
+            raise EcsError("Duplicate.TagKey", f"The Tag.{n}.Key contains a duplicate key.")
+        out[key] = value
+    return out
+
+
+def _tag_filter(p: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """DescribeNetworkInterfaces' ``Tag.N``: (key, value or None for the key alone)."""
+    numbered = _numbered(p, "Tag")
+    _check_tag_count(numbered)
+    out: list[tuple[str, str | None]] = []
+    for n in sorted(numbered):
+        key = numbered[n].get("Key", "")
+        if not key:
+            raise EcsError("InvalidTagKey.Malformed", f"The specified Tag.{n}.Key is not "
+                                                      "valid.")
+        out.append((key, numbered[n].get("Value")))
+    return out
 
 
 def _list(p: Mapping[str, str], name: str) -> list[str]:

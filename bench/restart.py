@@ -49,6 +49,7 @@ from podnet.core.cluster.port import NODE, NODE_NETWORK, POD, POD_NETWORK, Clust
 from podnet.core.convert import to_wire
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.models import (
+    FINALIZER,
     Condition,
     InterfaceStatus,
     IpStatus,
@@ -118,8 +119,12 @@ def build_state(pods: int, nodes: int, idle: int, seed: int
                                                subnet=itf.subnet) for ip in sorted(itf.ips)))
             for itf in inventory.interfaces)
         record = NodeNetwork(
-            metadata=ObjectMeta(name=node.name, owner_references=(OwnerReference(
-                api_version="v1", kind="Node", name=node.name, uid=node.uid),)),
+            # the finalizer, as the record's first write carries it (without it every
+            # node is written once on the restart to put it on)
+            metadata=ObjectMeta(name=node.name, finalizers=(FINALIZER,),
+                                owner_references=(OwnerReference(
+                                    api_version="v1", kind="Node", name=node.name,
+                                    uid=node.uid),)),
             spec=NodeNetworkSpec(provider=PROVIDER, instance_id=node.provider_id),
             # PoolReady, as the pool's first write says it: without it every node would
             # be written once on the restart
@@ -224,6 +229,8 @@ class Driver:
 #: handed to the forked server process (a module global, so the parent holds no reference
 #: to the store once it has forked, as a Process' args would)
 _FORK: dict[str, Any] = {}
+#: the API emulator's port (``--port``; 0: any free one)
+_PORT = [0]
 
 
 def _serve(kubeconfig: str, conn: Connection) -> None:
@@ -245,7 +252,7 @@ def _serve(kubeconfig: str, conn: Connection) -> None:
     else:
         store = _FORK.pop("store")
     gc.freeze()  # the store lives as long as the process
-    with ApiServer(store) as server:
+    with ApiServer(store, port=_PORT[0]) as server:
         server.write_kubeconfig(kubeconfig)
         conn.send(("ready", server.url))
         while True:
@@ -551,9 +558,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="cProfile the run (implies --driver step); top 25 to stderr")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--port", type=int, default=0,
+                        help="the API emulator's port on 127.0.0.1 (default: any free one)")
     parser.add_argument("--json", action="store_true",
                         help="accepted for symmetry: the output is always JSON on stdout")
     args = parser.parse_args(argv)
+    _PORT[0] = args.port
     pods = args.pods if args.pods is not None else (400 if args.quick else 150_000)
     nodes = args.nodes if args.nodes is not None else (20 if args.quick else 5000)
     new_pods = args.new_pods if args.new_pods is not None else (40 if args.quick else 1000)

@@ -8,9 +8,11 @@ non-empty names, pool bounds). ``from_wire`` raises :class:`RecordError` naming 
 offending field in wire form (``status.interfaces[2].ips[0].address``), never a raw
 cattrs exception.
 
-Structuring uses cattrs' generated functions with detailed validation: the extra cost
-is a ``try`` per attribute, which is free in CPython 3.11 until something fails, and in
-return every failure carries the attribute it happened at.
+A record is read first by one function generated for its class
+(``podnet.core.structgen``), which takes each field's common value inline as its hook
+declares (``_INLINE``) and hands the rest to the hook; what it does not take is read
+again by cattrs' generated function with detailed validation, whose every failure
+carries the attribute it happened at.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from podnet.core.annotations import (
     show,
 )
 from podnet.core.clock import format_time, parse_time
+from podnet.core.structgen import Inline, make_fast_structure
 from podnet.core.values import evolve
 from podnet.hookspecs import models
 
@@ -85,6 +88,10 @@ class _Key(str):
 
 
 converter = cattrs.Converter(detailed_validation=True, forbid_extra_keys=True)
+
+#: hook -> how its common case reads inline, in the one-pass function each record class
+#: gets (``podnet.core.structgen``); a hook not here is called there as cattrs calls it
+_INLINE: dict[Hook, Inline] = {}
 
 
 # --- names ----------------------------------------------------------------------------------
@@ -176,6 +183,13 @@ def _parse_time(value: Any, _: Any = None) -> datetime:
     return value if value.tzinfo is UTC else value.astimezone(UTC)
 
 
+_INLINE[_str] = Inline("x", "x.__class__ is str")
+_INLINE[_int] = Inline("x", "x.__class__ is int")
+_INLINE[_bool] = Inline("x", "x is True or x is False")
+_INLINE[_parse_time] = Inline("times.get(x) or parse(x)", None,
+                              {"times": _TIMES, "parse": _parse_time})
+
+
 def _enum_hook(cls: type[enum.Enum]) -> Hook:
     by_value = {member.value: member for member in cls}
     allowed = ", ".join(str(v) for v in by_value)
@@ -186,6 +200,7 @@ def _enum_hook(cls: type[enum.Enum]) -> Hook:
         except (KeyError, TypeError):
             raise _Invalid(f"expected one of {allowed}, got {show(value)}") from None
 
+    _INLINE[structure] = Inline("by_value[x]", None, {"by_value": by_value})
     return structure
 
 
@@ -218,6 +233,10 @@ def _tuple_structure(t: Any) -> Hook:
                 raise IterableValidationError("While structuring a list", [exc], t) from None
         return tuple(out)
 
+    form = _INLINE.get(item)
+    if form is not None and form.test is None and form.value == "read(x)":
+        _INLINE[structure] = Inline("tuple(map(read, x))", "x.__class__ is list",
+                                    {"read": form.names["read"]})
     return structure
 
 
@@ -250,7 +269,15 @@ def _optional_structure(t: Any) -> Hook:
     # cattrs' own Optional hook dispatches on the inner type at every call.
     inner_type = next(a for a in get_args(t) if a is not type(None))
     inner = converter.get_structure_hook(inner_type)
-    return lambda value, _: None if value is None else inner(value, inner_type)
+    hook: Hook = lambda value, _: None if value is None else inner(value, inner_type)  # noqa: E731
+    _inline_optional(hook, inner)
+    return hook
+
+
+def _inline_optional(hook: Hook, inner: Hook) -> None:
+    form = _INLINE.get(inner)
+    if form is not None:
+        _INLINE[hook] = attrs.evolve(form, none=True)
 
 
 def _optional_unstructure(t: Any) -> Callable[[Any], Any]:
@@ -300,6 +327,9 @@ def _nonempty(value: Any, _: Any = None) -> str:
     return text
 
 
+_INLINE[_nonempty] = Inline("x", "x.__class__ is str and x")
+
+
 def _checked(check: Callable[[str], object], accept: Callable[[str], object] | None = None,
              optional: bool = False) -> Hook:
     """A string hook that validates with ``check`` but keeps the value as written.
@@ -325,6 +355,9 @@ def _checked(check: Callable[[str], object], accept: Callable[[str], object] | N
             raise _Invalid(str(exc)) from None
         return text
 
+    if accept is not None:
+        _INLINE[structure] = Inline("x", "x.__class__ is str and accept(x)",
+                                    {"accept": accept}, none=optional)
     return structure
 
 
@@ -347,6 +380,7 @@ def _optional(hook: Hook) -> Hook:
     def structure(value: Any, t: Any = None) -> Any:
         return None if value is None else hook(value, t)
 
+    _inline_optional(structure, hook)
     return structure
 
 
@@ -357,6 +391,9 @@ def _non_negative(value: Any, _: Any = None) -> int:
     return number
 
 
+_INLINE[_non_negative] = Inline("x", "x.__class__ is int and x >= 0")
+
+
 def _one_of(*allowed: str) -> Hook:
     def structure(value: Any, _: Any = None) -> str:
         text = _str(value)
@@ -364,6 +401,8 @@ def _one_of(*allowed: str) -> Hook:
             raise _Invalid(f"expected one of {', '.join(allowed)}, got {show(value)}")
         return text
 
+    _INLINE[structure] = Inline("x", "x.__class__ is str and x in allowed",
+                                {"allowed": frozenset(allowed)})
     return structure
 
 
@@ -372,6 +411,10 @@ def _api_version(value: Any, _: Any = None) -> str:
     if not text.startswith(f"{models.GROUP}/"):
         raise _Invalid(f"expected {models.GROUP}/<version>, got {show(value)}")
     return text
+
+
+_INLINE[_api_version] = Inline("x", "x.__class__ is str and x.startswith(group)",
+                               {"group": f"{models.GROUP}/"})
 
 
 def _ip_check(
@@ -493,6 +536,11 @@ def _interned(hook: Hook, t: Any) -> Hook:
             return {intern(k): intern(v) if v.__class__ is str else v for k, v in out.items()}
         return out  # None, or a str enum (its members are one object each already)
 
+    form = _INLINE.get(hook)
+    if (form is not None and form.value == "x" and "intern" not in form.names
+            and (t is str or (form.none and t == str | None))):
+        _INLINE[structure] = Inline("intern(x)", form.test, {**form.names, "intern": intern},
+                                    none=form.none)
     return structure
 
 
@@ -510,6 +558,8 @@ def _interned_str(optional: bool, nonempty: bool) -> Hook:
             return None
         return intern(slow(value))
 
+    _INLINE[structure] = Inline("intern(x)", "x.__class__ is str" + (" and x" if nonempty else ""),
+                                {"intern": intern}, none=optional)
     return structure
 
 
@@ -528,6 +578,8 @@ def _interned_strings(t: Any) -> Hook:
                     pass
             return slow(value, t)
 
+        _INLINE[mapping] = Inline("{intern(k): intern(v) for k, v in x.items()}",
+                                  "x.__class__ is dict", {"intern": intern})
         return mapping
 
     def strings(value: Any, _: Any = None) -> Any:
@@ -538,6 +590,7 @@ def _interned_strings(t: Any) -> Hook:
                 pass
         return slow(value, t)
 
+    _INLINE[strings] = Inline("tuple(map(intern, x))", "x.__class__ is list", {"intern": intern})
     return strings
 
 
@@ -621,48 +674,66 @@ def _record_structure(cls: type) -> Hook:
     generated: Callable[[Any], Any] = make_dict_structure_fn(
         cls, converter, _cattrs_forbid_extra_keys=cls not in _LENIENT, **overrides
     )
-    # the same hooks without the try and the error list around each attribute: what
-    # parses does so in one expression; what fails is parsed again by ``generated``,
-    # whose errors name every field to blame (a record that parses never pays for that)
-    lean: Callable[[Any], Any] = make_dict_structure_fn(
-        cls, converter, _cattrs_forbid_extra_keys=cls not in _LENIENT,
-        _cattrs_detailed_validation=False, **overrides
-    )
     check = _CLASS_CHECKS.get(cls)
+    # the same hooks read in one function, each common value inline (``_INLINE``): what
+    # parses does so in one pass; what does not is parsed again by ``generated``, whose
+    # errors name every field to blame (a record that parses never pays for that)
+    hooks = {a.name: _FIELD_HOOKS.get((cls, a.name)) or converter.get_structure_hook(a.type)
+             for a in attrs.fields(cls)}
+    fast = make_fast_structure(cls, names, hooks, _INLINE,
+                               forbid_extra_keys=cls not in _LENIENT, check=check)
+    if fast is None:  # a class the one-pass function cannot build: cattrs' lean function
+        lean: Callable[[Any], Any] = make_dict_structure_fn(
+            cls, converter, _cattrs_forbid_extra_keys=cls not in _LENIENT,
+            _cattrs_detailed_validation=False, **overrides
+        )
+
+        def fast(value: Any) -> Any:
+            record = lean(value)
+            if check is not None:
+                check(record)
+            return record
+
+    if cls in _SHARED:
+        fast = _sharing(fast)
+    read: Callable[[Any], Any] = fast
 
     def structure(value: Any, _: Any = None) -> Any:
+        try:
+            return read(value)
+        except Exception:
+            pass
         if value.__class__ is not dict and not isinstance(value, Mapping):
             raise _expected("object", value)
-        try:
-            record = lean(value)
-        except Exception:
-            record = generated(value)
+        record = generated(value)
         if check is not None:
             check(record)
         return record
 
-    if cls not in _SHARED:
-        return structure
+    # a record field of another record: its one-pass function calls this one directly
+    _INLINE[structure] = Inline("read(x)", None, {"read": read})
+    return structure
+
+
+def _sharing(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
     shared: dict[tuple[tuple[Any, ...], ...], Any] = {}
 
-    def structure_shared(value: Any, _: Any = None) -> Any:
-        if value.__class__ is not dict:
-            return structure(value)
-        values = value.values()
+    def read_shared(value: Any) -> Any:
+        values = value.values()  # not an object: raises, and the caller reads it
         key = (tuple(value), tuple(map(type, values)), tuple(values))
         try:
             return shared[key]
         except KeyError:
             pass
         except TypeError:  # a list or an object among the values: not shared
-            return structure(value)
-        record = structure(value)  # what fails raises here, and is not kept
+            return read(value)
+        record = read(value)  # what fails raises here, and is not kept
         if len(shared) >= _SHARED_MAX:
             shared.clear()
         shared[key] = record
         return record
 
-    return structure_shared
+    return read_shared
 
 
 converter.register_structure_hook_factory(lambda t: t in _WIRE_NAMES, _record_structure)

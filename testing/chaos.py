@@ -59,7 +59,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import hypothesis.strategies as st
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import event as _event
 from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -200,6 +200,10 @@ def chaos_settings(max_examples: int | None = None, *, step_count: int = 30) -> 
         # histories are new on every run, so CI's log is the only record of one
         print_blob=True,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        # no explain phase: it replays the failing history under a line tracer, many
+        # times slower, and on a loaded CI host the test's timeout then killed the
+        # worker before the failure and its blob were printed
+        phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
     )
 
 

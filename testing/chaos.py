@@ -207,6 +207,15 @@ def chaos_settings(max_examples: int | None = None, *, step_count: int = 30) -> 
     )
 
 
+#: faults every machine leaves out while the engine bug they trigger is open, each with
+#: an xfail replay (``tests/test_bbc_chaos.py``). A Node deleted and registered again
+#: (same machine) before the controller saw it: the old record, marked by the garbage
+#: collector, is let go before the new one can be created under the same name; a failed
+#: create stretches that window, and a crash then a deletion of the Node inside it
+#: leaves the node's addresses without any record that names them
+OPEN_BUGS = frozenset({"cluster_fail:create:nodenetworks"})
+
+
 def make_chaos_machine(
     provider_factory: Callable[[], Any],
     cloud_addresses: Callable[[Any], Mapping[str, str]],
@@ -245,18 +254,23 @@ def make_chaos_machine(
         again, or a live migration while both run).
     :param without: faults to leave out, while a known bug they trigger is open:
         ``provider_fault:<hook>:<before|after>`` (e.g. ``provider_fault:pool_shrink:after``)
-        and ``lose_answers:<op>:<plural>`` (e.g. ``lose_answers:update_status:podnetworks``).
+        ``lose_answers:<op>:<plural>`` (e.g. ``lose_answers:update_status:podnetworks``)
+        and ``cluster_fail:<op>:<plural>`` (e.g. ``cluster_fail:create:nodenetworks``).
     """
     node_ids = st.integers(min_value=0, max_value=nodes - 1)
     pod_names = st.sampled_from([f"p{i}" for i in range(pods)])
     hooks = st.sampled_from(CHAOS_HOOKS)
     moments = st.sampled_from(["before", "after"])
-    skipped = frozenset(without)
+    skipped = frozenset(without) | OPEN_BUGS
     provider_faults = st.tuples(hooks, moments).filter(
         lambda hw: f"provider_fault:{hw[0]}:{hw[1]}" not in skipped)
     lost_answers = st.tuples(st.sampled_from(_FAILING_OPS), st.sampled_from(_FAILING_KINDS)
                              ).filter(lambda ok: f"lose_answers:{ok[0]}:{ok[1].plural}"
                                       not in skipped)
+
+    failing_writes = st.tuples(st.sampled_from(_FAILING_OPS), st.sampled_from(_FAILING_KINDS)
+                               ).filter(lambda ok: f"cluster_fail:{ok[0]}:{ok[1].plural}"
+                                        not in skipped)
 
     def set_rate(plugin: Any, rate: float) -> None:
         if cloud_fault_rate is not None:
@@ -460,9 +474,10 @@ def make_chaos_machine(
             self.cluster.faults.conflict_rate = conflict
             self.cluster.faults.error_rate = error
 
-        @rule(op=st.sampled_from(_FAILING_OPS), kind=st.sampled_from(_FAILING_KINDS),
-              conflict=st.booleans(), times=st.integers(min_value=1, max_value=3))
-        def cluster_fail_next(self, op: str, kind: Kind, conflict: bool, times: int) -> None:
+        @rule(what=failing_writes, conflict=st.booleans(),
+              times=st.integers(min_value=1, max_value=3))
+        def cluster_fail_next(self, what: tuple[str, Kind], conflict: bool, times: int) -> None:
+            op, kind = what
             exc = (Conflict("injected conflict") if conflict
                    else ApiError("injected server error"))
             self.cluster.faults.fail_next(op, kind, exc, times=times)

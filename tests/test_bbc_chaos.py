@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
+import pytest
 
+from podnet.core.cluster.port import NODE_NETWORK, ApiError
 from podnet.plugins.bbc.demo import provider_for, register_nodes, start_simulator
 from podnet.plugins.bbc.provider import BbcProvider, default_policy
 from podnet.plugins.bbc.sim import BbcSimulator
@@ -82,3 +84,27 @@ TightBbcChaos = make_chaos_machine(
     _addresses, cloud_fault_rate=_fault_rate, nodes=NODES, pods=8, name="TightBbcChaos")
 TestTightBbcChaos = TightBbcChaos.TestCase
 TestTightBbcChaos.settings = chaos_settings(max(1, _examples() // 2))
+
+
+@pytest.mark.xfail(strict=True, reason="open: the window between a re-registered node's "
+                   "old record let go and its new one (testing.chaos.OPEN_BUGS)")
+def test_a_node_registered_again_then_deleted_in_its_records_gap_keeps_its_addresses(
+) -> None:
+    """Found by the machine: node-0000 deleted and registered again before the controller
+    saw it; its old record, marked by the garbage collector, let go, the new one's create
+    failed; the Node deleted again with the controller killed at the next inventory. No
+    record names the node's addresses, and the restarted controller never learns of
+    them."""
+    state = BbcChaos()
+    try:
+        state.populate(up=1, running=1)
+        state.settle(seconds=0.0)
+        state.delete_node(i=0)
+        state.add_node(i=0)
+        state.cluster.faults.fail_next("create", NODE_NETWORK,
+                                       ApiError("injected server error"), times=1)
+        state.settle(seconds=0.0)
+        state.node_deleted(i=0, kill="node_inventory", pods_on_it=0, steps=1, when="before")
+        state.teardown()
+    finally:
+        state.world.close()

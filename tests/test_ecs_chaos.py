@@ -161,7 +161,7 @@ def test_a_restart_keeps_the_ipv6_half_of_a_record_a_hand_edit_duplicated() -> N
     try:
         state.populate(up=1, running=7)
         state.settle(seconds=0.0)
-        state.cluster_fail_next(conflict=False, kind=POD_NETWORK, op="update_status", times=3)
+        state.cluster_fail_next(conflict=False, what=("update_status", POD_NETWORK), times=3)
         state.edit_record_ip(a="p2", b="p6")
         state.pause_leader_past_lease(late=0.0, stale_steps=1, steps=18)
         state.records_point_at_real_addresses()

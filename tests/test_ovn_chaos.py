@@ -138,7 +138,7 @@ def test_a_record_whose_finalizer_write_fails_after_its_release_is_not_left_rout
         state.crash_at(hook="allocate", when="before")
         state.remove_record_by_hand(pod="p0")
         state.crash_at(hook="allocate", when="before")
-        state.cluster_fail_next(conflict=True, kind=POD_NETWORK, op="create", times=2)
+        state.cluster_fail_next(conflict=True, what=("create", POD_NETWORK), times=2)
         state.cluster_fault_rates(conflict=0.0, error=0.0)
         state.remove_record_by_hand(pod="p0")
         for _ in range(4):
@@ -164,7 +164,7 @@ def test_a_finished_pods_record_whose_delete_fails_is_releasing_not_routed() -> 
         state.populate(up=1, running=4)
         state.settle(seconds=0.0)
         state.pod_finishes(phase="Succeeded", pod="p0")
-        state.cluster_fail_next(conflict=False, kind=POD_NETWORK, op="delete", times=1)
+        state.cluster_fail_next(conflict=False, what=("delete", POD_NETWORK), times=1)
         state.step(n=1)
         state.records_point_at_real_addresses()
         state.no_address_owned_twice()

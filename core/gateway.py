@@ -323,7 +323,11 @@ class ProviderGateway:
 
     def sweep(self, provider: str, owners: Collection[str], remove: Collection[str]
               ) -> Sequence[str] | None:
-        """``podnet_sweep``: what of the provider's no owner claims now."""
+        """``podnet_sweep``: what of the provider's no owner claims now. A provider that
+        implements no sweep is not called (a call nobody answers would count as the
+        provider answering, and hide a cloud that stopped)."""
+        if not self.providers.hook(provider, "podnet_sweep").get_hookimpls():
+            return None
         answer = self._call(provider, "podnet_sweep", provider=provider, owners=owners,
                             remove=remove)
         return cast("Sequence[str] | None", answer)

@@ -399,7 +399,7 @@ class ProviderConformance(abc.ABC):
         world.settle()
         pool = world.engine.pools.find(world.provider, world.node_name(0))
         assert pool is not None
-        self._bring_up(world, pods=min(pool.ips_per_interface + 1, 40))
+        self._bring_up(world, pods=min(pool.ips_per_interface + 1, pool.capacity or 40, 40))
         self._steady(world)
         truth = dict(world.cloud_addresses())
         interfaces = self.cloud_interfaces(provider_plugin)

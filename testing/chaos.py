@@ -207,15 +207,6 @@ def chaos_settings(max_examples: int | None = None, *, step_count: int = 30) -> 
     )
 
 
-#: faults every machine leaves out while the engine bug they trigger is open, each with
-#: an xfail replay (``tests/test_bbc_chaos.py``). A Node deleted and registered again
-#: (same machine) before the controller saw it: the old record, marked by the garbage
-#: collector, is let go before the new one can be created under the same name; a failed
-#: create stretches that window, and a crash then a deletion of the Node inside it
-#: leaves the node's addresses without any record that names them
-OPEN_BUGS = frozenset({"cluster_fail:create:nodenetworks"})
-
-
 def make_chaos_machine(
     provider_factory: Callable[[], Any],
     cloud_addresses: Callable[[Any], Mapping[str, str]],
@@ -261,7 +252,7 @@ def make_chaos_machine(
     pod_names = st.sampled_from([f"p{i}" for i in range(pods)])
     hooks = st.sampled_from(CHAOS_HOOKS)
     moments = st.sampled_from(["before", "after"])
-    skipped = frozenset(without) | OPEN_BUGS
+    skipped = frozenset(without)
     provider_faults = st.tuples(hooks, moments).filter(
         lambda hw: f"provider_fault:{hw[0]}:{hw[1]}" not in skipped)
     lost_answers = st.tuples(st.sampled_from(_FAILING_OPS), st.sampled_from(_FAILING_KINDS)

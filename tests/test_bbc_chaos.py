@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-import pytest
 
 from podnet.core.cluster.port import NODE_NETWORK, ApiError
 from podnet.plugins.bbc.demo import provider_for, register_nodes, start_simulator
@@ -86,15 +85,14 @@ TestTightBbcChaos = TightBbcChaos.TestCase
 TestTightBbcChaos.settings = chaos_settings(max(1, _examples() // 2))
 
 
-@pytest.mark.xfail(strict=True, reason="open: the window between a re-registered node's "
-                   "old record let go and its new one (testing.chaos.OPEN_BUGS)")
 def test_a_node_registered_again_then_deleted_in_its_records_gap_keeps_its_addresses(
 ) -> None:
     """Found by the machine: node-0000 deleted and registered again before the controller
-    saw it; its old record, marked by the garbage collector, let go, the new one's create
-    failed; the Node deleted again with the controller killed at the next inventory. No
-    record names the node's addresses, and the restarted controller never learns of
-    them."""
+    saw it; its old record, marked by the garbage collector, was let go and the new one's
+    create failed; the Node deleted again with the controller killed at the next
+    inventory: no record named the node's addresses, and the restarted controller never
+    learnt of them. Now the record of a machine that still runs is not let go: being
+    deleted, it keeps recording the pool until the node leaves."""
     state = BbcChaos()
     try:
         state.populate(up=1, running=1)
@@ -105,6 +103,7 @@ def test_a_node_registered_again_then_deleted_in_its_records_gap_keeps_its_addre
                                        ApiError("injected server error"), times=1)
         state.settle(seconds=0.0)
         state.node_deleted(i=0, kill="node_inventory", pods_on_it=0, steps=1, when="before")
+        state.every_cloud_address_has_a_record()
         state.teardown()
     finally:
         state.world.close()

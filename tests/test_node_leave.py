@@ -155,10 +155,13 @@ def test_a_lost_shrink_answer_while_leaving_gives_nothing_back_twice(
     world.assert_converged()
 
 
-def test_a_record_deleted_by_hand_while_its_node_runs_is_written_again(
+def test_a_record_deleted_while_its_machine_runs_keeps_the_pool_until_the_node_leaves(
         world: World, provider_plugin: ReferenceProvider) -> None:
-    """``kubectl delete nn``: the node's machine is still there and in use; the finalizer
-    comes off at once and a new record takes the pool over, nothing given back."""
+    """``kubectl delete nn`` (or the old Node's garbage collection after the machine
+    joined again): the node's machine is still there and in use, and the record is the
+    only one that can name its pool (a new one cannot be made under its name while it
+    exists). It stays, being deleted, and goes on recording the pool; it goes once the
+    node leaves and everything is given back."""
     node = world.add_node(0)
     for i in range(3):
         world.add_pod(f"p{i}", 0)
@@ -167,12 +170,24 @@ def test_a_record_deleted_by_hand_while_its_node_runs_is_written_again(
     with world.quiet():
         old = world.cluster.get(NODE_NETWORK, node)
         world.cluster.delete(NODE_NETWORK, node)
+    world.add_pod("p3", 0)
     world.settle(advance=5)
     with world.quiet():
-        new = world.cluster.get(NODE_NETWORK, node)
-    assert new["metadata"]["uid"] != old["metadata"]["uid"]
-    assert FINALIZER in new["metadata"]["finalizers"]
-    assert on_node(world, node) == cloud
+        kept = world.cluster.get(NODE_NETWORK, node)
+    assert kept["metadata"]["uid"] == old["metadata"]["uid"]
+    assert kept["metadata"]["deletionTimestamp"]
+    assert FINALIZER in kept["metadata"]["finalizers"]
+    assert set(cloud) <= set(on_node(world, node))
+    recorded = {ip["address"] for itf in kept["status"]["interfaces"]
+                for ip in itf.get("ips") or ()}
+    p3 = world.record_of("p3")
+    assert p3 is not None and p3.status.ip in recorded
+    world.assert_converged()
+    for i in range(4):
+        world.delete_pod(f"p{i}")
+    world.delete_node(0)
+    world.settle(advance=world.gc_grace())
+    assert on_node(world, node) == [] and not has_record(world, node)
     world.assert_converged()
 
 
@@ -203,6 +218,37 @@ def test_another_machine_under_the_name_first_gets_the_old_ones_share_back(
     record = world.record_of("q0")
     assert record is not None and record.status.phase is Phase.ROUTED
     assert old, "the old machine had addresses"
+    world.assert_converged()
+
+
+def test_another_machine_under_a_record_not_yet_deleted_never_grows_under_the_old_one(
+        world: World) -> None:
+    """The Node deleted and another machine joined under its name before the garbage
+    collector marked the old record (here: never, the Node deleted with ``Orphan``): the
+    record still names the old machine, so nothing is made for the new one under it (a
+    record naming one instance while the pool it lists is another's). The old machine's
+    share goes back first; the record is then replaced by one naming the new machine."""
+    node = world.add_node(0)
+    for i in range(3):
+        world.add_pod(f"p{i}", 0)
+    world.settle(advance=5)
+    for i in range(3):
+        world.delete_pod(f"p{i}")
+    with world.quiet():
+        world.cluster.delete(NODE, node, propagation_policy="Orphan")
+        replacement = node_obj(0)
+        replacement["spec"]["providerID"] = "demo://another-machine"
+        world.cluster.create(NODE, replacement)
+    world.add_pod("q0", 0)
+    world.settle(advance=world.gc_grace())
+    with world.quiet():
+        nn = world.cluster.get(NODE_NETWORK, node)
+    assert nn["spec"]["instanceId"] == "demo://another-machine"
+    record = world.record_of("q0")
+    assert record is not None and record.status.phase is Phase.ROUTED
+    recorded = {ip["address"] for itf in nn["status"]["interfaces"]
+                for ip in itf.get("ips") or ()}
+    assert record.status.ip in recorded
     world.assert_converged()
 
 

@@ -31,12 +31,16 @@ garbage collector queues the node of every record whose node is gone. A cloud er
 throttling included, is a wait: the key comes back after a backoff of its own, with no
 failed transition and no failed reconcile.
 
-A record deleted while a node of its name runs is let go at once when it is that node's
-machine (``spec.instanceId`` is the Node's ``providerID``: a record deleted by hand, or
-the old Node's garbage collection after the machine joined again): the pool stays, and
-a new record is written with it in the same pass (a leader taking over in between
-would otherwise find no record of the idle addresses podnet made). Another machine
-under the same name first gets back what podnet made for the old one.
+A record being deleted while a node of its name runs on the same machine (its
+``spec.instanceId`` is the Node's ``providerID``: the old Node's garbage collection after
+the machine registered again, or ``kubectl delete``) is not let go: no other record can
+name the pool while it exists (a record's name is its node's), and letting it go first
+would leave a moment when nothing names the addresses podnet made (a crash and the Node's
+deletion in it leaked them). It goes on recording the pool, and goes when the node
+leaves, as any record does. A record naming another machine than the one running under
+its name (being deleted or not) first has the old machine's share given back, from a
+pool of its own; then it goes, and the next pass writes one for the new machine, for
+which nothing was made meanwhile.
 """
 
 from __future__ import annotations
@@ -90,8 +94,6 @@ class NodePass(Protocol):
 
     def node_removed(self, name: str, provider: str | None = None) -> None: ...
 
-    def record_again(self, node: NodeInfo) -> None: ...
-
 
 class NodeLeave:
     """The passes of nodes that left; keyed as the node pool reconciler is (node name)."""
@@ -125,20 +127,21 @@ class NodeLeave:
         seen = node or n.last_seen.get(name) or _from_record(name, nn)
         return self._release(seen, nn, provider, n.pools.get(provider, name))
 
-    def record_deleted(self, node: NodeInfo, nn: NodeNetwork) -> Result:
-        """The record is being deleted while ``node`` runs under its name."""
-        if not nn.spec.instance_id or nn.spec.instance_id == node.provider_id:
-            # the same machine: its pool stays in use, recorded again in a new record
-            self._let_go(nn)
-            self._read.discard(node.name)
-            self.nodes.record_again(node)
-            return Result(requeue_after=0.0)
-        # another machine took the name: the old one's share goes back first, from a
-        # pool of its own (the new machine's pods never get its addresses), all of it:
-        # nothing runs on the old machine any more, whatever a record still names
+    def same_machine(self, node: NodeInfo, nn: NodeNetwork) -> bool:
+        """Whether record ``nn`` names the machine ``node`` runs on (``spec.instanceId``
+        is the Node's ``providerID``): both are written once and never lag, unlike the
+        Node's uid, which a Node registered again changes."""
+        return not nn.spec.instance_id or nn.spec.instance_id == node.provider_id
+
+    def another_machine(self, node: NodeInfo, nn: NodeNetwork) -> Result:
+        """Record ``nn`` names another machine than the one ``node`` runs on: the old
+        one's share goes back first, from a pool of its own (the new machine's pods never
+        get its addresses), all of it: nothing runs on the old machine any more, whatever
+        a record still names. Then the record goes, and the next pass writes one for the
+        new machine (nothing was made for it meanwhile: nothing is lost in between)."""
         providers = self.nodes.placement.providers
         if nn.spec.provider not in providers or not providers[nn.spec.provider].uses_node_pool:
-            self._let_go(nn)
+            self._let_go(nn, delete=True)
             return Result(requeue_after=0.0)
         pool = self._old.setdefault(node.name, NodePool(node.name, nn.spec.provider))
         result = self._release(_from_record(node.name, nn), nn, nn.spec.provider, pool,
@@ -204,9 +207,13 @@ class NodeLeave:
                 return result
         if not old_machine:
             return self._done(name, nn, provider)
-        # the old machine's share is back; the pool of the one running now stays
+        # the old machine's share is back: its record goes, and the node's pool is read
+        # again (from the new machine's inventory) before it serves
         if nn is not None:
-            self._let_go(nn)
+            self._let_go(nn, delete=True)
+        stale = n.pools.find(provider, name)
+        if stale is not None:
+            stale.invalidate()
         del self._old[name]
         self._read.discard(name)
         self._errors.pop(name, None)

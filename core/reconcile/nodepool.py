@@ -22,9 +22,11 @@ idle addresses were podnet's). Then, each pass:
 
 The NodeNetwork carries the finalizer ``podnet.io/release`` from its create (a record
 without it gets it before anything more is made for the node). A node that left the
-cluster (no Node, or one being deleted), or a record being deleted while its node runs,
-is passed to :mod:`podnet.core.reconcile.nodeleave`, which gives back what podnet made
-for the node before the record goes.
+cluster (no Node, or one being deleted), or a record naming another machine than the
+one running under its name, is passed to :mod:`podnet.core.reconcile.nodeleave`, which
+gives back what podnet made for the node (or the old machine) before the record goes. A
+record being deleted while its own machine runs keeps recording the pool until the node
+leaves.
 """
 
 from __future__ import annotations
@@ -145,10 +147,13 @@ class NodePoolReconciler:
             # the node left: what podnet made for it goes back before its record does
             self.problems.by_node.pop(name, None)
             return self.leaving.reconcile(name, node)
-        if recorded is not None and recorded.metadata.deletion_timestamp is not None:
-            # the record is being deleted while a node of that name runs (its old Node's
-            # garbage collection, or by hand)
-            return self.leaving.record_deleted(node, recorded)
+        if recorded is not None and not self.leaving.same_machine(node, recorded):
+            # another machine runs under the record's name (the record being deleted by
+            # its old Node's garbage collection, or not yet): the old machine's share goes
+            # back first, and nothing is made for the new one before a record names it.
+            # A record being deleted while its own machine runs goes on recording the
+            # pool: it is let go only when the node leaves (see nodeleave)
+            return self.leaving.another_machine(node, recorded)
         self.last_seen[name] = node
         provider = self.placement.provider_for_node(node)
         if provider is None or not self.placement.providers[provider].uses_node_pool:
@@ -377,21 +382,6 @@ class NodePoolReconciler:
             if found is None:
                 raise
             return found
-
-    def record_again(self, node: NodeInfo) -> None:
-        """The node's record was let go while its machine runs on: a new one, written
-        in the same pass with the pool it kept (what a restart needs is recorded again
-        at once, not after the first-write delay)."""
-        provider = self.placement.provider_for_node(node)
-        if provider is None or not self.placement.providers[provider].uses_node_pool:
-            return
-        pool = self.pools.find(provider, node.name)
-        try:
-            nn = self._create_record(node, provider)
-        except Conflict:
-            return  # the old one is not gone yet: the next pass makes it
-        if nn.metadata.deletion_timestamp is None and pool is not None and pool.synced:
-            self._write(nn, pool)
 
     def _add_finalizer(self, nn: NodeNetwork) -> NodeNetwork:
         meta = attrs.evolve(nn.metadata, finalizers=(*nn.metadata.finalizers, FINALIZER))

@@ -454,6 +454,18 @@ class Unowned:
 
 
 @attrs.frozen
+class Unrecorded:
+    """An address on a machine no Node and no NodeNetwork names: what podnet made for a
+    node whose record was let go before another named its pool, then the Node deleted.
+    Nothing will give it back (the controller only looks at machines a record names)."""
+
+    machine: str
+    provider: str
+    ip: str
+    interface: str
+
+
+@attrs.frozen
 class Lost:
     """A record whose address the cloud no longer has anywhere the audit looked."""
 
@@ -526,6 +538,7 @@ class Skipped:
 @attrs.frozen
 class AuditReport:
     unowned: tuple[Unowned, ...] = ()
+    unrecorded: tuple[Unrecorded, ...] = ()
     lost: tuple[Lost, ...] = ()
     misplaced: tuple[Misplaced, ...] = ()
     errors: tuple[AuditError, ...] = ()
@@ -536,15 +549,16 @@ class AuditReport:
 
     @property
     def clean(self) -> bool:
-        return not (self.unowned or self.lost or self.misplaced or self.errors
+        return not (self.unowned or self.unrecorded or self.lost or self.misplaced
+                    or self.errors
                     or self.duplicates or self.gone or self.wrong_eni)
 
     def as_json(self) -> dict[str, list[dict[str, Any]]]:
         return {
             name: [attrs.asdict(row, recurse=False, value_serializer=_json_value)
                    for row in getattr(self, name)]
-            for name in ("unowned", "lost", "misplaced", "duplicates", "gone", "wrong_eni",
-                         "errors", "skipped")
+            for name in ("unowned", "unrecorded", "lost", "misplaced", "duplicates", "gone",
+                         "wrong_eni", "errors", "skipped")
         }
 
 
@@ -571,7 +585,7 @@ def provider_chooser(config: Config, providers: Providers) -> Callable[[NodeInfo
 def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers, *,
           choose: Callable[[NodeInfo], str | None] | None = None,
           pods: Mapping[str, Obj] | None = None, now: datetime | None = None,
-          grace: float = DEFAULT_GRACE) -> AuditReport:
+          grace: float = DEFAULT_GRACE, configured: Sequence[str] = ()) -> AuditReport:
     """Compare the records with each node-pool provider's inventory of each node.
 
     Addresses are compared per provider: two providers may well reuse one private range.
@@ -579,6 +593,11 @@ def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers, *,
     node-pool provider serves are asked about too: their instance may be unknown to the
     cloud, or hold addresses nobody owns. With ``pods`` (``namespace/name`` -> Pod), a
     record whose pod is gone for longer than ``grace`` seconds is a finding.
+
+    Each node-pool provider that is ``configured`` or serves an audited node is asked
+    for the machines no Node and no NodeNetwork names (``podnet_unknown_machines``):
+    every address on one of them is a finding (``unrecorded``), since the controller
+    never looks at such a machine.
     """
     from podnet.core.objects import node_info
     from podnet.hookspecs.types import CloudInterface, Inventory, NodeContext
@@ -626,6 +645,9 @@ def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers, *,
         what = "record" if bad.kind == "NodeNetwork" else f"PodNetwork {bad.name}"
         errors.append(AuditError(bad.node, bad.provider, f"{what} does not parse: {bad.error}"))
 
+    unrecorded = _unrecorded(records, nodes, providers, errors, skipped,
+                             {*configured, *(p for _, p, _ in to_ask)})
+
     owned = _owned(records)
     where: dict[tuple[str, str], tuple[str, str]] = {}  # (provider, ip) -> (node, interface)
     for (provider, node), addresses in clouds.items():
@@ -658,13 +680,60 @@ def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers, *,
             else:
                 misplaced.append(Misplaced(pn.key, node, address, *elsewhere))
     return AuditReport(
-        unowned=tuple(unowned), lost=tuple(lost), misplaced=tuple(misplaced),
+        unowned=tuple(unowned), unrecorded=unrecorded, lost=tuple(lost), misplaced=tuple(misplaced),
         errors=tuple(sorted(errors, key=lambda e: (e.node or "", e.provider or "", e.error))),
         skipped=tuple(Skipped(p, r, tuple(sorted(n))) for (p, r), n in sorted(skipped.items())),
         duplicates=_duplicates(records),
         gone=_gone(records, pods, now or datetime.now(UTC), grace),
         wrong_eni=_wrong_enis(records),
     )
+
+
+NOT_LISTED = "machines not listed (the provider cannot list them)"
+
+
+def _unrecorded(records: Records, nodes: Mapping[str, Obj], providers: Providers,
+                errors: list[AuditError], skipped: dict[tuple[str, str], list[str]],
+                asked: set[str]) -> tuple[Unrecorded, ...]:
+    """The addresses on the machines of each provider in ``asked`` that no Node and no
+    NodeNetwork names (their inventory read as a node that left would be)."""
+    from podnet.core.models import NodeInfo
+    from podnet.core.objects import node_info
+    from podnet.hookspecs.types import Inventory, NodeContext
+
+    known = [node_info(n) for n in nodes.values()] + [
+        NodeInfo(name=nn.metadata.name, uid="", provider_id=nn.spec.instance_id)
+        for nn in records.node_networks if nn.spec.instance_id]
+    found: list[Unrecorded] = []
+    for provider in sorted(asked):
+        if provider not in providers or not providers[provider].uses_node_pool:
+            continue
+        try:
+            machines: object = providers.hook(provider, "podnet_unknown_machines")(
+                provider=provider, known=known)
+        except Exception as exc:  # the provider's own SDK errors: report, go on
+            errors.append(AuditError(None, provider, _one_line(
+                f"listing its machines: {type(exc).__name__}: {exc}")))
+            continue
+        if machines is None:
+            skipped.setdefault((provider, NOT_LISTED), [])
+            continue
+        for machine in machines:  # type: ignore[attr-defined]
+            try:
+                inventory: object = providers.hook(provider, "podnet_node_inventory")(
+                    provider=provider, node=NodeContext(node=machine, network=None))
+            except Exception as exc:
+                errors.append(AuditError(machine.name, provider, _one_line(
+                    f"machine no Node names: {type(exc).__name__}: {exc}")))
+                continue
+            if not isinstance(inventory, Inventory):
+                errors.append(AuditError(machine.name, provider,
+                                         "the provider reported no inventory"))
+                continue
+            addresses = {**inventory.all_ips(), **inventory.all_ipv6()}
+            found.extend(Unrecorded(machine.name, provider, ip, itf.id)
+                         for ip, itf in sorted(addresses.items()))
+    return tuple(found)
 
 
 def _wrong_enis(records: Records) -> tuple[WrongEni, ...]:
@@ -772,7 +841,7 @@ def run_audit(args: argparse.Namespace) -> int:
         print(f"podnet audit: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
     report = audit(records, nodes, providers, choose=provider_chooser(config, providers),
-                   pods=pods, grace=args.grace)
+                   pods=pods, grace=args.grace, configured=sorted(config.providers))
     if args.output == "json":
         print(json.dumps(report.as_json(), sort_keys=True))
     else:
@@ -789,6 +858,9 @@ def _print_audit(report: AuditReport) -> None:
     for u in report.unowned:
         table.add_row("unowned", u.node, u.provider, u.ip,
                       f"on {u.interface}; no record owns it and no pool holds it")
+    for r in report.unrecorded:
+        table.add_row("unrecorded", r.machine, r.provider, r.ip,
+                      f"on {r.interface}; a machine no Node and no NodeNetwork names")
     for lo in report.lost:
         table.add_row("lost", lo.node, "", lo.ip,
                       f"{lo.pod_network}: the cloud no longer has it")

@@ -24,7 +24,9 @@ Order in which the engine calls them (see docs/writing-a-provider.md):
 1. ``podnet_register_provider``, ``podnet_configure``, ``podnet_cloud_limiter`` — once,
    at start.
 2. ``podnet_select_provider``, ``podnet_select_networks`` — per node and per pod.
-3. ``podnet_node_inventory`` — per node, before its pool is used, and on resync.
+3. ``podnet_node_inventory`` — per node, before its pool is used, and on resync;
+   ``podnet_unknown_machines`` — by ``podnet audit`` only: the machines no Node and no
+   record names, whose inventories it reads.
 4. ``podnet_interface_create`` / ``podnet_interface_dispose``,
    ``podnet_pool_grow`` / ``podnet_pool_shrink`` — by the node pool reconciler.
 5. ``podnet_node_check`` — by the node pool reconciler, at most every
@@ -249,6 +251,33 @@ def podnet_node_inventory(provider: str, node: NodeContext) -> Inventory | None:
        provider).
     .. versionchanged:: 0.5.0
        read for a node that left the cluster too.
+    """
+
+
+@hookspec(firstresult=True)
+def podnet_unknown_machines(provider: str, known: Sequence[NodeInfo]
+                            ) -> Sequence[NodeInfo] | None:
+    """List the machines of ``provider``'s scope that none of ``known`` names, for
+    ``podnet audit``: what podnet made on a machine whose Node and NodeNetwork are both
+    gone (a record let go and the Node deleted before a new one named its pool) is seen
+    by nothing else.
+
+    :param provider: the provider being audited: yours (the call is routed).
+    :param known: every Node of the cluster and every NodeNetwork's node (the record's
+        ``spec.instanceId`` as ``provider_id``): map each to your machine as you do for
+        the other hooks.
+    :return: one ``NodeInfo`` per other machine your credentials can see, its ``name``
+        what an operator knows it by (the instance id) and its ``provider_id`` one your
+        ``podnet_node_inventory`` reads (called with ``network=None``): every address
+        of a pooled interface it reports is a finding. ``None``: you cannot list
+        machines (the audit says so).
+
+    Never called by the controller. A read only: never change the cloud.
+
+    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
+    provider, never on another provider's plugin.
+
+    .. versionadded:: 0.6.0
     """
 
 

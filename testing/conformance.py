@@ -202,6 +202,7 @@ class ProviderConformance(abc.ABC):
 
             routed("podnet_configure", provider=other, config={"no-such-option": 1})
             assert routed("podnet_node_inventory", provider=other, node=node) is None
+            assert routed("podnet_unknown_machines", provider=other, known=()) is None
             assert routed("podnet_pool_grow", provider=other, node=node, interface=None,
                           count=1, subnet=None) is None
             assert routed("podnet_pool_shrink", provider=other, node=node, entries=[]) is None

@@ -195,3 +195,50 @@ def test_each_request_is_reported_by_the_bbc_api_name(sim: BbcSimulator) -> None
     counts = {api: buckets[-1][1] for api, (buckets, _) in latency.items()}
     assert counts[API_ADD_CROSS] == 2  # the refused request and the one that landed
     assert errors == {(API_ADD_CROSS, "throttled"): 1}
+
+
+def test_unknown_machines_are_the_instances_no_node_or_record_names(sim: BbcSimulator) -> None:
+    register_nodes(sim, ["node-0001", "node-0002"])
+    p = provider_for(sim)
+    known = [_node("node-0000", provider_id="cce://node-0000"),
+             # a record's node: its spec.instanceId as the providerID
+             NodeInfo(name="node-0001", uid="", provider_id="node-0001"),
+             _node("no-instance")]  # names none: left out, not an error
+    machines = p.podnet_unknown_machines(provider="bbc", known=known)
+    assert machines is not None and [m.name for m in machines] == ["node-0002"]
+    # each is one podnet_node_inventory reads without a record
+    inv = p.podnet_node_inventory(provider="bbc", node=NodeContext(node=machines[0]))
+    assert inv is not None and inv.interfaces[0].ips == ()
+
+
+def test_audit_finds_addresses_planted_on_an_instance_no_node_or_record_names(
+        sim: BbcSimulator) -> None:
+    """What a node's addresses became when its record was let go before another named
+    them and its Node was deleted: planted by hand in the simulator. The audit lists them
+    (and exits nonzero); once they are gone, it is clean."""
+    from podnet.app.status import AuditReport, audit, read_records
+    from podnet.core.cluster.memory import InMemoryCluster
+    from podnet.core.plugin import Providers
+    from podnet.testing.harness import build_plugin_manager
+
+    register_nodes(sim, ["node-0001"])
+    store = InMemoryCluster()
+    node = node_obj(0)  # node-0000, served by BBC, its instance the simulator's
+    node["metadata"].setdefault("labels", {})["node.kubernetes.io/instance-type"] = "BBC"
+    node["spec"]["providerID"] = "cce://node-0000"
+    store.create(NODE, node)
+    providers = Providers(build_plugin_manager(provider_for(sim)))
+
+    def run() -> AuditReport:
+        nodes = {n["metadata"]["name"]: n for n in store.list(NODE).items}
+        return audit(read_records(store), nodes, providers, configured=["bbc"])
+
+    report = run()
+    assert report.clean, report
+    planted = sorted(sim.add_outside("node-0001") for _ in range(2))
+    report = run()
+    assert not report.clean
+    assert [(u.machine, u.ip) for u in report.unrecorded] == [
+        ("node-0001", ip) for ip in planted]
+    sim.forget(planted)
+    assert run().clean

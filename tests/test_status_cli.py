@@ -222,8 +222,9 @@ def test_audit_is_clean_then_finds_a_leak_a_lost_and_a_misplaced_address(
         site: Site, capsys: pytest.CaptureFixture[str]) -> None:
     code, clean = site.audit(capsys)
     assert code == 0, clean
-    assert clean == {"unowned": [], "lost": [], "misplaced": [], "duplicates": [], "gone": [],
-                     "wrong_eni": [], "errors": [], "skipped": []}
+    assert clean == {"unowned": [], "unrecorded": [], "lost": [], "misplaced": [],
+                     "duplicates": [], "gone": [], "wrong_eni": [], "errors": [],
+                     "skipped": []}
 
     nodes = sorted((n["metadata"]["name"], n["spec"]["podCIDR"]) for n in site.records(NODE))
     (node_a, cidr_a), (node_b, _) = nodes
@@ -311,6 +312,26 @@ def test_audit_asks_the_cloud_about_a_served_node_without_a_node_network(
     assert code == 1
     assert found["unowned"] == [{"node": "node-new", "provider": reference.NAME,
                                  "ip": "10.99.7.9", "interface": "eth0"}]
+
+
+def test_audit_finds_addresses_on_a_machine_no_node_and_no_record_names(
+        site: Site, capsys: pytest.CaptureFixture[str]) -> None:
+    """What a node's addresses become when its record was let go and its Node deleted
+    before another record named them: the controller never looks at that machine again.
+    Planted by hand in the cloud: audit lists them, and is clean once they are gone."""
+    site.cloud.add("node-gone", "10.99.8.0/24", "eth0", 2, address=None)
+    planted = sorted(ip for ip, node in site.cloud.all_addresses().items()
+                     if node == "node-gone")
+    assert len(planted) == 2
+    code, found = site.audit(capsys)
+    assert code == 1
+    assert found["unrecorded"] == [
+        {"machine": "node-gone", "provider": reference.NAME, "ip": ip, "interface": "eth0"}
+        for ip in planted]
+    assert found["unowned"] == [] and found["errors"] == []
+    site.cloud.remove("node-gone", planted)
+    code, found = site.audit(capsys)
+    assert code == 0, found
 
 
 def test_audit_names_the_bad_config_key(site: Site, capsys: pytest.CaptureFixture[str],

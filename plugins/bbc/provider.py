@@ -85,6 +85,7 @@ API_DEL = "batchDelIp"
 API_ADD_CROSS = "batchAddIpCrossSubnet"
 API_PORT = "vpcPort"
 API_SUBNET = "getSubnet"
+API_LIST = "listInstances"
 __version__ = "0.1.0"
 
 DEFAULT_TYPE_LABEL = "node.kubernetes.io/instance-type"
@@ -346,6 +347,25 @@ class BbcApi:
             reply = self.bbc._send_request(http_methods.GET, path)
         return parse_port(self._json(reply))
 
+    def instances(self) -> list[str]:
+        """The ids of every instance the credentials see, page by page."""
+        found: list[str] = []
+        marker: str | None = None
+        while True:
+            with self._request(API_LIST):
+                reply = self._json(self.bbc.list_instances(marker=marker))
+            page = reply.get("instances") if isinstance(reply, dict) else None
+            if not isinstance(page, list):
+                raise _bad_reply("listInstances", "instances", "not a list")
+            for item in page:
+                ident = item.get("id") if isinstance(item, dict) else None
+                if not isinstance(ident, str) or not ident:
+                    raise _bad_reply("listInstances", "instances[].id", "missing")
+                found.append(ident)
+            marker = reply.get("nextMarker")
+            if not reply.get("isTruncated") or not marker:
+                return found
+
     def subnet(self, subnet_id: str) -> SubnetInfo:
         with self._request(API_SUBNET):
             reply = self.vpc.get_subnet(subnet_id)
@@ -548,6 +568,18 @@ class BbcProvider(DataplaneHooks):
                 id=port.eni_id, mac=port.mac, subnet=port.subnet, primary=True,
                 ips=tuple(ip.address for ip in port.secondary())),),
             max_interfaces=1, ips_per_interface=self.max_ips)
+
+    @hookimpl
+    def podnet_unknown_machines(self, provider: str, known: Sequence[NodeInfo]
+                                ) -> Sequence[NodeInfo] | None:
+        names: set[str] = set()
+        for node in known:
+            try:
+                names.add(self._instance_of(node))
+            except ProviderError:
+                continue  # names no instance: nothing of it to leave out
+        return [NodeInfo(name=instance, uid="", provider_id=instance)
+                for instance in self.api.instances() if instance not in names]
 
     # 4. pool
 

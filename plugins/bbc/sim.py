@@ -40,6 +40,7 @@ API_ADD_CROSS = "batchAddIpCrossSubnet"
 API_PORT = "vpcPort"
 API_SUBNET = "getSubnet"
 API_SUBNETS = "listSubnets"
+API_LIST = "listInstances"
 WRITE_APIS = (API_ADD, API_DEL, API_ADD_CROSS)
 
 
@@ -409,6 +410,20 @@ class BbcSimulator:
             change = self.mangle.get((API_PORT, instance_id))
             return change(answer) if change is not None else answer
 
+    def list_instances(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        """``GET /v1/instance``: the instances, by id, a page of ``maxKeys`` after
+        ``marker`` (an id)."""
+        self._gate(API_LIST)
+        marker = (query.get("marker") or [""])[0]
+        keys = int((query.get("maxKeys") or ["1000"])[0])
+        with self.lock:
+            ids = sorted(i for i in self.instances if i > marker)
+            page, rest = ids[:keys], ids[keys:]
+            return {"marker": marker, "isTruncated": bool(rest),
+                    "nextMarker": page[-1] if rest else "", "maxKeys": keys,
+                    "instances": [{"id": i, "internalIp": self.instances[i].primary_ip}
+                                  for i in page]}
+
     def _subnet_json(self, subnet: _Subnet) -> dict[str, Any]:
         return {"subnetId": subnet.id, "name": subnet.id, "zoneName": "zoneA",
                 "cidr": str(subnet.network), "vpcId": "vpc-sim", "subnetType": "BCC",
@@ -443,6 +458,8 @@ class BbcSimulator:
             return self.batch_add_cross(body)
         if method == "GET" and path.startswith("/v1/vpcPort/"):
             return self.vpc_port(path.removeprefix("/v1/vpcPort/"))
+        if method == "GET" and path == "/v1/instance":
+            return self.list_instances(query)
         if method == "GET" and path == "/v1/subnet":
             return self.list_subnets(query)
         if method == "GET" and path.startswith("/v1/subnet/"):

@@ -30,7 +30,7 @@ from podnet.core.errors import ConfigError, ErrorKind, ProviderError
 from podnet.core.policy import PoolPolicy
 from podnet.core.sections import between, config_key, read_section, section, text
 from podnet.hookspecs import hookimpl
-from podnet.hookspecs.models import Route
+from podnet.hookspecs.models import NodeInfo, Route
 from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
@@ -308,6 +308,12 @@ class ReferenceCloud:
         with self._txn():
             return self.routes.get(address)
 
+    def machines(self) -> list[str]:
+        """The nodes the cloud knows (it keeps one once it has seen it)."""
+        self._call("List")
+        with self._txn():
+            return sorted(self.nodes)
+
     def all_addresses(self) -> dict[str, str]:
         """Ground truth: every attached address -> node name."""
         with self._txn():
@@ -391,6 +397,13 @@ class ReferenceProvider(DataplaneHooks):
             ),
             max_interfaces=max_itf, ips_per_interface=per,
         )
+
+    @hookimpl
+    def podnet_unknown_machines(self, provider: str, known: Sequence[NodeInfo]
+                                ) -> Sequence[NodeInfo] | None:
+        names = {n.name for n in known}  # a node is its name here
+        return [NodeInfo(name=name, uid="") for name in self.cloud.machines()
+                if name not in names]
 
     # 4. pool and interfaces
 

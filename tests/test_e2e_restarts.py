@@ -263,3 +263,114 @@ def bbc_audit(c: Restartable, config: Path) -> int:
                          capture_output=True, text=True, timeout=60, check=False)
     (c.tmp / "audit.out").write_text(run.stdout + run.stderr)
     return run.returncode
+
+
+def _sim_call(sim_port: int, method: str, path: str, body: dict[str, Any]) -> Any:
+    """One request to the BBC simulator, by hand (it checks no signature)."""
+    req = urllib.request.Request(f"http://127.0.0.1:{sim_port}{path}", method=method,
+                                 data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=5) as r:
+        return json.loads(r.read() or b"{}")
+
+
+def _api_faults(c: Restartable, spec: dict[str, Any]) -> None:
+    req = urllib.request.Request(f"{c.url}/_podnet/faults", method="POST",
+                                 data=json.dumps(spec).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=5) as r:
+        r.read()
+
+
+def test_a_bbc_node_registered_again_while_podnet_is_down_then_deleted_leaks_nothing(
+        cluster: Restartable, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The re-registration gap, as separate processes: the controller down, the Node
+    deleted and registered again (its record marked by the garbage collector), every
+    NodeNetwork create failing; the controller started, killed again, the Node deleted.
+    The old controller let the record go at once and never made a new one: the
+    instance kept its secondary addresses, no record named them, the next controller
+    never gave them back and the audit saw nothing. Now the record is kept until the
+    node leaves, everything goes back, and an address planted on that instance by hand
+    afterwards is what the audit reports."""
+    c = cluster
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    sim_port = free_port()
+    sim = c.spawn(["sim", "bbc", "--port", str(sim_port), "--instances", "1"], "sim-bbc")
+    assert sim.stdout is not None and sim.stdout.readline().strip().endswith(f":{sim_port}")
+    config = c.tmp / "bbc.yaml"
+    config.write_text(yaml.safe_dump({
+        "defaultProvider": "bbc",
+        "providers": {"bbc": {"endpoint": f"127.0.0.1:{sim_port}", "subnets": ["sbn-a"]}},
+        "policies": {"bbc": {"minIdle": 4, "maxIdle": 8, "gcPeriod": 2}},
+        "listen": f"127.0.0.1:{free_port()}",
+        "leaderElection": {"enabled": False},  # one controller at a time, killed each time
+    }))
+
+    def controller(name: str) -> subprocess.Popen[str]:
+        return c.spawn(["run", "--kubeconfig", str(c.kubeconfig), "--config", str(config)],
+                       name)
+
+    def kill(proc: subprocess.Popen[str]) -> None:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+
+    def secondaries() -> set[str]:
+        return set(bbc_secondaries_of(sim_port, "i-0000"))
+
+    def recorded() -> set[str]:
+        return {ip["address"] for nn in c.get("nodenetworks")
+                for itf in nn.get("status", {}).get("interfaces", ())
+                for ip in itf.get("ips", ())}
+
+    node = bbc_nodes()[0]
+    first = controller("bbc-first")
+    c.create([node])
+    wait_for("the node's pool grown and recorded",
+             lambda: len(secondaries()) >= 4 and recorded() == secondaries(), timeout=60)
+    pool = secondaries()
+    kill(first)
+
+    c.kubectl("delete", "node", "bbc-0", "--wait=true")
+    c.create([node])  # the same machine, registered again: a new uid
+    (nn,) = c.get("nodenetworks")
+    assert nn["metadata"].get("deletionTimestamp"), "the garbage collector marked it"
+    _api_faults(c, {"failNext": {"op": "create", "resource": "nodenetworks", "code": 500,
+                                 "times": 100_000}})
+    c.create(bbc_pods(["p-0"])[:1])
+    second = controller("bbc-second")
+    # either the old record was let go (and no new one can be made), or the pool serves
+    wait_for("the controller dealt with the node",
+             lambda: not c.get("nodenetworks") or "p-0" in routed(c), timeout=60)
+    kill(second)
+
+    c.kubectl("delete", "pod", "p-0", "--wait=false")
+    c.kubectl("delete", "node", "bbc-0", "--wait=true")
+    _api_faults(c, {"clear": True})
+    controller("bbc-third")
+    try:
+        wait_for("the node's addresses given back and its records gone",
+                 lambda: not secondaries() and not c.get("nodenetworks")
+                 and not c.get("podnetworks"), timeout=60)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: left on the instance {sorted(secondaries())} "
+                             f"(the pool was {sorted(pool)})") from None
+    wait_for("a clean podnet audit", lambda: bbc_audit(c, config) == 0, timeout=60)
+
+    # what the old controller left, planted by hand: the audit finds it
+    planted = _sim_call(sim_port, "PUT", "/v1/instance/batchAddIp",
+                        {"instanceId": "i-0000", "secondaryPrivateIpAddressCount": 2})
+    ips = planted["privateIps"]
+    assert bbc_audit(c, config) == 1
+    out = (c.tmp / "audit.out").read_text()
+    assert "unrecorded" in out and all(ip in out for ip in ips), out
+    _sim_call(sim_port, "PUT", "/v1/instance/batchDelIp",
+              {"instanceId": "i-0000", "privateIps": ips})
+    assert bbc_audit(c, config) == 0
+
+
+def bbc_secondaries_of(sim_port: int, instance: str) -> list[str]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{sim_port}/v1/vpcPort/{instance}",
+                                timeout=5) as r:
+        port = json.loads(r.read())
+    return [ip["privateIpAddress"] for ip in port["privateIpSet"] if not ip["primary"]]

@@ -252,6 +252,36 @@ def test_another_machine_under_a_record_not_yet_deleted_never_grows_under_the_ol
     world.assert_converged()
 
 
+def test_a_node_registered_again_without_its_provider_id_yet_is_waited_for(
+        world: World) -> None:
+    """A Node registered again before the cloud controller set its spec.providerID: the
+    record's pool may well be on it, so nothing of it is given back (its pods' addresses
+    with it); once the Node names its machine, the pool serves it again."""
+    node = world.add_node(0)
+    for i in range(3):
+        world.add_pod(f"p{i}", 0)
+    world.settle(advance=5)
+    cloud = set(on_node(world, node))
+    with world.quiet():
+        world.cluster.delete(NODE, node, propagation_policy="Orphan")
+        bare = node_obj(0)
+        machine = bare["spec"].pop("providerID")
+        world.cluster.create(NODE, bare)
+    world.add_pod("q0", 0)
+    world.settle(advance=30)
+    assert set(on_node(world, node)) >= cloud
+    with world.quiet():
+        nn = world.cluster.get(NODE_NETWORK, node)
+    assert nn["spec"]["instanceId"] == machine and not nn["metadata"].get("deletionTimestamp")
+    with world.quiet():
+        world.cluster.patch(NODE, node, {"spec": {"providerID": machine}})
+    world.settle(advance=5)
+    assert set(on_node(world, node)) >= cloud
+    record = world.record_of("q0")
+    assert record is not None and record.status.phase is Phase.ROUTED
+    world.assert_converged()
+
+
 def test_a_record_from_before_the_finalizer_gets_it(world: World) -> None:
     node = world.add_node(0)
     world.add_pod("p0", 0)

@@ -96,6 +96,9 @@ _UNNAMED_GRACE = 1.0
 #: a node's first pool write waits this long: the pods placed with it arrive meanwhile,
 #: and the grows they ask for are written with it
 _FIRST_WRITE_DELAY = 1.0
+#: a Node that does not name its machine yet is looked at again this often (its update
+#: to spec.providerID queues it at once)
+_MACHINE_UNKNOWN_WAIT = 5.0
 #: while pod networks wait, what a restart does not need (owners, addresses records name,
 #: addresses given back) is written once the pool is quiet, or after this long
 _BUSY_WRITE_DELAY = 30.0
@@ -139,6 +142,8 @@ class NodePoolReconciler:
         self._unwritten: dict[str, float] = {}
         #: node -> when (monotonic) its pool's reads began to be throttled, in a row
         self._throttled_since: dict[str, float] = {}
+        #: nodes waiting for their Node's spec.providerID (said once each)
+        self._machine_unknown: set[str] = set()
 
     def reconcile(self, name: str) -> Result:
         node = self.caches.nodes.get(name)
@@ -147,6 +152,17 @@ class NodePoolReconciler:
             # the node left: what podnet made for it goes back before its record does
             self.problems.by_node.pop(name, None)
             return self.leaving.reconcile(name, node)
+        if recorded is not None and recorded.spec.instance_id and not node.provider_id:
+            # the Node does not say its machine yet (a cloud controller manager sets
+            # spec.providerID after the kubelet registers it): whether the record's pool
+            # is on it cannot be told, and guessing "another" would give back what its
+            # pods use. Nothing is done until it says (its update queues the node)
+            if name not in self._machine_unknown:
+                log.info("node %s has no spec.providerID yet; its record names %s: "
+                         "waiting for it", name, recorded.spec.instance_id)
+                self._machine_unknown.add(name)
+            return Result(requeue_after=_MACHINE_UNKNOWN_WAIT)
+        self._machine_unknown.discard(name)
         if recorded is not None and not self.leaving.same_machine(node, recorded):
             # another machine runs under the record's name (the record being deleted by
             # its old Node's garbage collection, or not yet): the old machine's share goes
@@ -220,6 +236,7 @@ class NodePoolReconciler:
         self.pools.drop_node(name)
         self._unwritten.pop(name, None)
         self._throttled_since.pop(name, None)
+        self._machine_unknown.discard(name)
         self.last_seen.pop(name, None)
         self._forget_checks(name)
         for each in sorted(providers):

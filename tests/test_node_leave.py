@@ -282,6 +282,33 @@ def test_a_node_registered_again_without_its_provider_id_yet_is_waited_for(
     world.assert_converged()
 
 
+def test_a_record_from_before_the_finalizer_deleted_while_its_node_runs_is_replaced(
+        world: World, caplog: pytest.LogCaptureFixture) -> None:
+    """A record without podnet's finalizer, held by another one while it is deleted: it
+    can take no new finalizer and may go at any moment, so nothing waits on it; once it
+    is gone a new record (with the finalizer) names the pool."""
+    node = world.add_node(0)
+    world.add_pod("p0", 0)
+    world.settle(advance=5)
+    with world.quiet():
+        old = world.cluster.patch(NODE_NETWORK, node,
+                                  {"metadata": {"finalizers": ["example.com/hold"]}})
+        world.cluster.delete(NODE_NETWORK, node)
+    world.add_pod("p1", 0)
+    with caplog.at_level("DEBUG", logger="podnet.engine"):
+        world.settle(advance=5)
+    # a wait, not a failed pass (the record cannot take the finalizer)
+    assert f"node {node} failed" not in caplog.text
+    with world.quiet():
+        world.cluster.patch(NODE_NETWORK, node, {"metadata": {"finalizers": []}})
+    world.settle(advance=5)
+    with world.quiet():
+        nn = world.cluster.get(NODE_NETWORK, node)
+    assert nn["metadata"]["finalizers"] == [FINALIZER]
+    assert nn["metadata"]["uid"] != old["metadata"]["uid"]
+    world.assert_converged()
+
+
 def test_a_record_from_before_the_finalizer_gets_it(world: World) -> None:
     node = world.add_node(0)
     world.add_pod("p0", 0)

@@ -179,6 +179,11 @@ class NodePoolReconciler:
         pool = self.pools.get(provider, name)
         nn = recorded or self._create_record(node, provider)
         if FINALIZER not in nn.metadata.finalizers:
+            if nn.metadata.deletion_timestamp is not None:
+                # a record from before the finalizer, being deleted (another finalizer
+                # holds it): it takes no new one and may go at any moment, so nothing
+                # is made under it; the next record is created once it is gone
+                return Result(requeue_after=_MACHINE_UNKNOWN_WAIT)
             # a record from before the finalizer: ownership recorded before anything
             # more is made for the node
             nn = self._add_finalizer(nn)

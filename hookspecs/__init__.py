@@ -266,11 +266,13 @@ def podnet_unknown_machines(provider: str, known: Sequence[NodeInfo]
     :param known: every Node of the cluster and every NodeNetwork's node (the record's
         ``spec.instanceId`` as ``provider_id``): map each to your machine as you do for
         the other hooks.
-    :return: one ``NodeInfo`` per other machine your credentials can see, its ``name``
-        what an operator knows it by (the instance id) and its ``provider_id`` one your
-        ``podnet_node_inventory`` reads (called with ``network=None``): every address
-        of a pooled interface it reports is a finding. ``None``: you cannot list
-        machines (the audit says so).
+    :return: one ``NodeInfo`` per other machine your credentials can see (or, if you
+        can tell what you made, per other machine holding some of it: ECS lists only
+        the instances an ENI it tagged is attached to), its ``name`` what an operator
+        knows it by (the instance id) and its ``provider_id`` (and any labels, an
+        instance type say) what your ``podnet_node_inventory`` needs (called with
+        ``network=None``): every address of a pooled interface it reports is a
+        finding. ``None``: you cannot list machines (the audit says so).
 
     Never called by the controller. A read only: never change the cloud.
 

@@ -253,3 +253,58 @@ def test_each_sdk_request_is_reported_by_its_action_name(ecs: EcsWorld) -> None:
     assert errors == {("AttachNetworkInterface", "quota_exceeded"): 1}
     assert not any(api.startswith("podnet_") or api in ("pool_grow", "interface_create")
                    for api in counts)
+
+
+def test_unknown_machines_are_the_instances_holding_an_eni_podnet_made(ecs: EcsWorld
+                                                                      ) -> None:
+    """Only an instance an ENI podnet made is attached to is listed (tag, or an older
+    ENI's description), and only when no Node and no record names it: ENIs others made
+    on the region's instances are no finding."""
+    p = ecs.plugin
+    region = ecs.config["region"]
+    for name in ("kept-node", "kept-record", "gone-tag", "gone-desc", "others", "bare"):
+        ecs.add_node(name)
+    _, tagged = ecs.attach_by_hand("i-gonetag", 2)
+    ecs.attach_by_hand("i-gonedesc", 1, mark="description")
+    ecs.attach_by_hand("i-others", 3, mark=None)  # someone else's ENI: not podnet's
+    ecs.attach_by_hand("i-keptnode", 1)
+    ecs.attach_by_hand("i-keptrecord", 1)
+    ecs.attach_by_hand("i-node0000", 1)  # node-0000: the config's instance_ids
+    known = [NodeInfo(name="kept-node", uid="u", provider_id=f"{region}.i-keptnode"),
+             # a record's node: its spec.instanceId as the providerID
+             NodeInfo(name="kept-record", uid="", provider_id=f"{region}.i-keptrecord"),
+             NodeInfo(name="node-0000", uid="u"),
+             NodeInfo(name="no-instance", uid="u")]  # names none: left out, not an error
+    before = dict(ecs.sim.calls)
+    machines = p.podnet_unknown_machines(provider="ecs", known=known)
+    assert machines is not None
+    assert [(m.name, m.provider_id, m.labels) for m in machines] == [
+        (i, f"{region}.{i}", {"node.kubernetes.io/instance-type": "ecs.g7.large"})
+        for i in ("i-gonedesc", "i-gonetag")]
+    calls = {api: n - before.get(api, 0) for api, n in ecs.sim.calls.items()
+             if n != before.get(api, 0)}
+    assert calls == {"DescribeNetworkInterfaces": 1, "DescribeInstances": 1}  # reads only
+    # each is one podnet_node_inventory reads without a record
+    inv = p.podnet_node_inventory(provider="ecs", node=NodeContext(node=machines[1]))
+    assert inv is not None and sorted(inv.all_ips()) == sorted(tagged)
+
+
+def test_unknown_machines_read_every_page(ecs: EcsWorld) -> None:
+    """More ENIs than a DescribeNetworkInterfaces page (500) and more instances than
+    DescribeInstances takes at once (100): every one is found."""
+    ecs.sim.add_vswitch("vsw-big", "10.8.0.0/16")
+    for i in range(120):
+        ecs.sim.add_instance(f"i-many{i:03d}", "ecs.g7.large", "vsw-big")
+    for i in range(120):  # 120 primaries, 120 podnet ENIs, and 400 of others
+        ecs.attach_by_hand(f"i-many{i:03d}", 0)
+    for _ in range(400):
+        ecs.sim.dispatch("CreateNetworkInterface", {"VSwitchId": "vsw-big",
+                                                     "SecurityGroupId": "sg-1"})
+    before = dict(ecs.sim.calls)
+    machines = ecs.plugin.podnet_unknown_machines(provider="ecs", known=[])
+    assert machines is not None
+    assert [m.name for m in machines] == [f"i-many{i:03d}" for i in range(120)]
+    calls = {api: ecs.sim.calls[api] - before.get(api, 0)
+             for api in ("DescribeNetworkInterfaces", "DescribeInstances")}
+    # 520 secondary ENIs: 2 pages of 500; 120 instances: 100 ids a call
+    assert calls == {"DescribeNetworkInterfaces": 2, "DescribeInstances": 2}

@@ -3,6 +3,7 @@ API, error codes with their HTTP status, throttling, ENI states, faults, ground 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -311,3 +312,84 @@ def test_a_tag_filter_is_checked_too(client: Client) -> None:
     err = error_of(lambda: enis(client, tag=tag_filter(*[(f"k{i}", None)
                                                          for i in range(21)])))
     assert err.code == "InvalidTagCount"
+
+
+def _pages(call: Any, pick: Any, **kw: Any) -> list[list[str]]:
+    """Every page of a paged Describe, through NextToken: the ids of each."""
+    pages: list[list[str]] = []
+    token = None
+    while True:
+        body = call(next_token=token, **kw).body
+        pages.append(pick(body))
+        token = body.next_token or None
+        if not token:
+            return pages
+
+
+def test_describe_network_interfaces_pages_with_next_token(client: Client,
+                                                           sim: EcsSimulator) -> None:
+    made = {create(client, count=0).network_interface_id for _ in range(24)}
+    made.add(sim.instances["i-1"].primary_eni)
+
+    def describe(**kw: Any) -> Any:
+        return client.describe_network_interfaces(m.DescribeNetworkInterfacesRequest(
+            region_id=REGION, **kw))
+
+    def ids(body: Any) -> list[str]:
+        return [e.network_interface_id for e in body.network_interface_sets.network_interface_set]
+
+    pages = _pages(describe, ids, max_results=10)
+    assert [len(p) for p in pages] == [10, 10, 5]
+    assert {i for p in pages for i in p} == made  # each once
+    assert describe(max_results=10).body.total_count == 25
+    # fewer than 10, or none: 10 a page; more than 500: 500
+    assert [len(p) for p in _pages(describe, ids, max_results=3)] == [10, 10, 5]
+    assert [len(p) for p in _pages(describe, ids)] == [10, 10, 5]
+    assert [len(p) for p in _pages(describe, ids, max_results=900)] == [25]
+    # the older PageNumber / PageSize
+    assert ids(describe(page_number=3, page_size=10).body) == pages[2]
+    err = error_of(lambda: describe(max_results=10, next_token="forged"))
+    assert (err.code, err.status_code) == ("InvalidParameter", 400)
+
+
+def test_describe_instances_pages_and_filters_by_id(client: Client,
+                                                    sim: EcsSimulator) -> None:
+    for i in range(2, 24):
+        sim.add_instance(f"i-{i}", "ecs.c7.large", "vsw-a")
+    eni_id = _attached(client)
+
+    def describe(**kw: Any) -> Any:
+        return client.describe_instances(m.DescribeInstancesRequest(region_id=REGION, **kw))
+
+    def ids(body: Any) -> list[str]:
+        return [i.instance_id for i in body.instances.instance]
+
+    pages = _pages(describe, ids, max_results=10)
+    assert [len(p) for p in pages] == [10, 10, 3]
+    assert sorted(i for p in pages for i in p) == sorted(sim.instances)
+    # at most 100 a page
+    assert [len(p) for p in _pages(describe, ids, max_results=1000)] == [23]
+    # InstanceIds: a JSON array; an id ECS does not know is left out
+    [one] = describe(instance_ids='["i-1", "i-gone"]').body.instances.instance
+    assert (one.instance_id, one.instance_type, one.status) == ("i-1", "ecs.g7.large",
+                                                                 "Running")
+    attached = one.network_interfaces.network_interface
+    assert [(e.network_interface_id, e.type) for e in attached] == [
+        (sim.instances["i-1"].primary_eni, "Primary"), (eni_id, "Secondary")]
+    assert describe(instance_ids='["i-gone"]').body.instances.instance == []
+    for bad in (json.dumps([f"i-{n}" for n in range(101)]), "i-1"):
+        err = error_of(lambda bad=bad: describe(instance_ids=bad))
+        assert (err.code, err.status_code) == ("InvalidParameter", 400)
+    # its own rate limit and faults, as every API
+    sim.set_rate({"DescribeInstances": 1})
+    codes = []
+    for _ in range(3):
+        try:
+            describe()
+            codes.append("ok")
+        except ClientException as exc:
+            codes.append(exc.code)
+    assert codes[0] == "ok" and "Throttling" in codes
+    sim.set_rate(None)
+    sim.fail_next("DescribeInstances", "InternalError")
+    assert error_of(describe).status_code == 500

@@ -334,6 +334,59 @@ def test_audit_finds_addresses_on_a_machine_no_node_and_no_record_names(
     assert code == 0, found
 
 
+def test_ecs_audit_finds_addresses_on_an_instance_no_node_and_no_record_names(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The ECS provider on its simulator: ENIs podnet made (its tag, or an older ENI's
+    description), attached by hand to instances no Node and no NodeNetwork names, are
+    what a node's pool becomes when its record was let go before another named it and
+    its Node was deleted. `podnet audit` lists their addresses (exit 1), not those of an
+    ENI podnet did not make, and is clean (exit 0) once they are gone."""
+    from podnet.plugins.ecs import provider as ecs_provider
+    from podnet.plugins.ecs.demo import REGION, EcsWorld
+
+    world = EcsWorld()
+    # `podnet audit` configures the module's own plugin: a fresh one, put back afterwards
+    monkeypatch.setattr(ecs_provider, "plugin", ecs_provider.EcsProvider())
+    try:
+        store = InMemoryCluster()
+        for name in ("node-0000", "node-gone", "node-old", "other"):
+            world.add_node(name)
+        node = {"metadata": {"name": "node-0000", "labels": {
+                    "node.kubernetes.io/instance-type": "ecs.g7.large"}},
+                "spec": {"providerID": f"{REGION}.i-node0000"}}
+        store.create(NODE, node)
+        config = tmp_path / "podnet.yaml"
+        config.write_text(yaml.safe_dump({"defaultProvider": "ecs",
+                                          "providers": {"ecs": world.config}}))
+        tagged, planted = world.attach_by_hand("i-nodegone", 2)
+        described, older = world.attach_by_hand("i-nodeold", 1, mark="description")
+        world.attach_by_hand("i-other", 2, mark=None)  # not podnet's: no finding
+        with ApiServer(store) as server:
+            kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+
+            def audit_ecs() -> tuple[int, Any]:
+                code = main(["audit", "--config", str(config), "--provider", "ecs",
+                             "--kubeconfig", str(kubeconfig), "-o", "json"])
+                return code, json.loads(capsys.readouterr().out)
+
+            code, found = audit_ecs()
+            assert code == 1, found
+            assert found["unrecorded"] == [
+                {"machine": "i-nodegone", "provider": "ecs", "ip": ip, "interface": tagged}
+                for ip in sorted(planted)] + [
+                {"machine": "i-nodeold", "provider": "ecs", "ip": older[0],
+                 "interface": described}]
+            assert found["unowned"] == [] and found["errors"] == []
+            assert found["skipped"] == []  # the machines were listed
+            world.sim.forget([*planted, *older])
+            code, found = audit_ecs()
+            assert code == 0, found
+    finally:
+        ecs_provider.plugin.close()
+        world.close()
+
+
 def test_audit_names_the_bad_config_key(site: Site, capsys: pytest.CaptureFixture[str],
                                         tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"

@@ -154,6 +154,25 @@ class EcsWorld:
                     if e.kind == "Secondary" and e.status == "Available"
                     and ("podnet.io/instance" in e.tags or e.description.startswith("podnet:"))}
 
+    def attach_by_hand(self, instance: str, count: int, *, mark: str | None = "tag"
+                       ) -> tuple[str, list[str]]:
+        """An ENI with ``count`` secondary addresses made and attached to ``instance``
+        outside the controller (as a console user would; the simulator's limits and faults
+        apply): marked as podnet marks its ENIs (``mark`` ``"tag"``, or ``"description"``
+        as before 0.5.0) or not at all (None). Its id and addresses."""
+        marks = {"tag": {"Tag.1.Key": "podnet.io/instance", "Tag.1.Value": instance},
+                 "description": {"Description": f"podnet:{instance}"}, None: {}}[mark]
+        made = self.sim.dispatch("CreateNetworkInterface", {
+            "RegionId": REGION, "VSwitchId": next(iter(self.sim.vswitches)),
+            "SecurityGroupId": SECURITY_GROUPS[0],
+            "SecondaryPrivateIpAddressCount": str(count), **marks})
+        eni_id = str(made["NetworkInterfaceId"])
+        self.sim.dispatch("AttachNetworkInterface", {"RegionId": REGION,
+                                                     "NetworkInterfaceId": eni_id,
+                                                     "InstanceId": instance})
+        return eni_id, [str(ip["PrivateIpAddress"])
+                        for ip in made["PrivateIpSets"]["PrivateIpSet"] if not ip["Primary"]]
+
     def close(self) -> None:
         self.plugin.close()
         self.sim.stop()

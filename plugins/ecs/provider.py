@@ -43,6 +43,12 @@ attached (the controller killed between CreateNetworkInterface and
 AttachNetworkInterface), or detached and never deleted (killed in a rollback or a
 dispose, or a rollback that failed before a restart). No inventory lists them.
 
+``podnet audit`` asks the provider for the instances no Node and no NodeNetwork names
+(``podnet_unknown_machines``): those an ENI podnet made (tag or description) is attached
+to, found with one DescribeNetworkInterfaces of the region's secondary ENIs; the audit
+reports the secondary addresses of their secondary ENIs. Instances that hold no ENI
+podnet made are never listed.
+
 ENIs are created with the configured ``security_groups``; every ``node_check_period`` the
 node check (``podnet_node_check``, one DescribeNetworkInterfaces per node) reports each
 ENI podnet made whose security groups differ from them as a ``SecurityGroupDrift``
@@ -59,6 +65,7 @@ its MAC, asked of the cloud once per ENI); see docs/node.md.
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import random
 import re
@@ -84,7 +91,7 @@ from podnet.core.sections import (
     text,
 )
 from podnet.hookspecs import hookimpl
-from podnet.hookspecs.models import PodNetwork
+from podnet.hookspecs.models import NodeInfo, PodNetwork
 from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
@@ -151,6 +158,8 @@ POLICY = PoolPolicy(min_idle=0, max_idle=5, batch_size=10, max_batch_size=10,
 _TRANSITIONAL = frozenset({"Attaching", "Detaching", "Creating", "Deleting"})
 #: how long a settled, unwanted state may be a replica's lag before it counts as final
 _SETTLED_GRACE = 2.0
+#: how many ids DescribeInstances takes (``InstanceIds``), and the most a page holds
+MAX_INSTANCE_IDS = 100
 _PROVIDER_ID = re.compile(r"^(?:[a-z]+://)?(?:[a-z0-9-]+\.)?(i-[A-Za-z0-9]+)$")
 
 
@@ -251,6 +260,8 @@ class _Eni:
     description: str = ""
     ipv6: tuple[str, ...] = ()
     tags: tuple[tuple[str, str], ...] = ()
+    #: the instance it is attached to (None: detached)
+    instance: str | None = None
 
     @property
     def made_by_podnet(self) -> bool:
@@ -926,6 +937,68 @@ class EcsProvider(DataplaneHooks):
             raise
         return True
 
+    # --- machines no Node and no record names (podnet audit) ----------------------------
+
+    @hookimpl
+    def podnet_unknown_machines(self, provider: str, known: Sequence[NodeInfo]
+                                ) -> Sequence[NodeInfo] | None:
+        """The instances an ENI podnet made (its tag, or an older ENI's description) is
+        attached to that none of ``known`` names: what podnet made for a node whose Node
+        and record are both gone. An instance holding no such ENI is never listed, so
+        ENIs others made (another cluster's, a hand-made one) on the instances of the
+        region are no finding; on a listed one, the audit reads the inventory, as the
+        controller pools it: the secondary addresses of its secondary ENIs.
+
+        One DescribeNetworkInterfaces of the region's secondary ENIs (500 a page), then
+        one DescribeInstances per 100 of those instances, for the instance type the
+        inventory needs; an instance ECS no longer has is left out (its ENIs were detached
+        when it was released, and the sweep deletes them). Reads only.
+        """
+        names: set[str] = set()
+        for node in known:
+            try:
+                names.add(self._instance_of(NodeContext(node=node)))
+            except ProviderError:
+                continue  # names no instance: nothing of it to leave out
+        holding = sorted({eni.instance for eni in self.describe_enis(kind="Secondary")
+                          if eni.made_by_podnet and eni.instance
+                          and eni.status in ("InUse", "Attaching")} - names)
+        types = self.instance_types(holding)
+        region = self.config.region
+        return [NodeInfo(name=instance, uid="", provider_id=f"{region}.{instance}",
+                         labels={TYPE_LABEL: types[instance]})
+                for instance in holding if instance in types]
+
+    def instance_types(self, instances: Sequence[str]) -> dict[str, str]:
+        """Each of ``instances`` ECS has -> its instance type: DescribeInstances, 100 ids
+        a call (its ``InstanceIds`` limit), every page."""
+        from alibabacloud_ecs20140526 import models as m
+
+        out: dict[str, str] = {}
+        for start in range(0, len(instances), MAX_INSTANCE_IDS):
+            token: str | None = None
+            for _ in range(MAX_INSTANCE_IDS):
+                body = self._call("DescribeInstances", m.DescribeInstancesRequest(
+                    region_id=self.config.region,
+                    instance_ids=json.dumps(list(instances[start:start + MAX_INSTANCE_IDS])),
+                    max_results=MAX_INSTANCE_IDS, next_token=token))
+                if getattr(body, "instances", None) is None:
+                    raise ProviderError(ErrorKind.TRANSIENT, "DescribeInstances: malformed "
+                                        "reply (no Instances)")
+                for raw in _items(body, "instances", "instance"):
+                    instance = getattr(raw, "instance_id", None)
+                    itype = getattr(raw, "instance_type", None)
+                    if not isinstance(instance, str) or not instance or not isinstance(
+                            itype, str) or not itype:
+                        raise ProviderError(ErrorKind.TRANSIENT, "DescribeInstances: "
+                                            "malformed reply (an instance without InstanceId "
+                                            "or InstanceType)")
+                    out[instance] = itype
+                token = getattr(body, "next_token", None) or None
+                if not token:
+                    break
+        return out
+
     # --- ENIs nobody attached ---------------------------------------------------------
 
     @hookimpl
@@ -1141,7 +1214,7 @@ def _eni_of(raw: Any) -> _Eni:
                 mac=getattr(raw, "mac_address", None), primary_ip=primary_ip,
                 secondary=secondary, security_groups=tuple(str(g) for g in groups),
                 description=str(getattr(raw, "description", "") or ""), ipv6=ipv6,
-                tags=tags)
+                tags=tags, instance=str(getattr(raw, "instance_id", "") or "") or None)
 
 
 

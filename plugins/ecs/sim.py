@@ -22,6 +22,10 @@ with ``aliyun`` or ``acs:``, a value of up to 128; neither containing ``http://`
 ``https://``), returned by DescribeNetworkInterfaces (``Tags.Tag[].TagKey/TagValue``, with
 the ENI's ``CreationTime``), which filters by ``Tag.N`` too (every one given must match; a
 filter without a value matches the key alone), as well as by ``Type`` and ``Status``.
+DescribeInstances lists the instances (``InstanceIds``, a JSON array of up to 100, and
+``InstanceType`` narrow them down) with their attached ENIs. Both Describes page as ECS
+does: ``NextToken`` / ``MaxResults`` (10 by default, at most 500 ENIs or 100 instances a
+page), or the older ``PageNumber`` / ``PageSize``.
 """
 
 from __future__ import annotations
@@ -37,12 +41,14 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 import attrs
+
+_T = TypeVar("_T")
 
 #: instance types as the catalogue lists them: ENIs (primary included), IPv4 per ENI
 #: (the ENI's primary address included), IPv6 per ENI
@@ -96,7 +102,17 @@ STATUS: dict[str, int] = {
 APIS = ("DescribeInstanceTypes", "DescribeNetworkInterfaces", "CreateNetworkInterface",
         "AttachNetworkInterface", "AssignPrivateIpAddresses", "UnassignPrivateIpAddresses",
         "DetachNetworkInterface", "DeleteNetworkInterface", "DescribeVSwitches",
-        "ModifyNetworkInterfaceAttribute", "AssignIpv6Addresses", "UnassignIpv6Addresses")
+        "ModifyNetworkInterfaceAttribute", "AssignIpv6Addresses", "UnassignIpv6Addresses",
+        "DescribeInstances")
+
+#: entries per page: the default, and the most DescribeNetworkInterfaces and
+#: DescribeInstances return (``MaxResults`` / ``PageSize`` beyond it gets this many)
+PAGE_DEFAULT = 10
+PAGE_MOST = {"DescribeNetworkInterfaces": 500, "DescribeInstances": 100}
+#: how many ids DescribeInstances' ``InstanceIds`` (a JSON array) takes
+MAX_INSTANCE_IDS = 100
+#: what the simulator's NextToken values start with (anything else is refused)
+_TOKEN = "sim-next:"
 
 
 class EcsError(Exception):
@@ -667,9 +683,47 @@ class EcsSimulator:
                  and (not status or e.status == status) and (not vsw or e.vswitch == vsw)
                  and (not kind or e.kind == kind)
                  and all(k in e.tags and (v is None or e.tags[k] == v) for k, v in wanted)]
+        page, paging = _page(sorted(found, key=lambda e: e.id), p, lambda e: e.id,
+                             PAGE_MOST["DescribeNetworkInterfaces"])
         return {"NetworkInterfaceSets": {"NetworkInterfaceSet": [self._eni_view(e)
-                                                                  for e in found]},
-                "TotalCount": len(found), "NextToken": ""}
+                                                                  for e in page]},
+                **paging}
+
+    def _instance_view(self, inst: Instance) -> dict[str, Any]:
+        primary = self.enis[inst.primary_eni]
+        attached = sorted((e for e in self.enis.values() if e.instance_id == inst.id),
+                          key=lambda e: (e.kind != "Primary", e.id))
+        return {
+            "InstanceId": inst.id, "InstanceType": inst.type, "RegionId": self.region,
+            "ZoneId": self.vswitches[primary.vswitch].zone, "Status": "Running",
+            "InstanceNetworkType": "vpc",
+            "VpcAttributes": {"VpcId": "vpc-sim", "VSwitchId": primary.vswitch,
+                              "PrivateIpAddress": {"IpAddress": [primary.primary_ip]}},
+            "NetworkInterfaces": {"NetworkInterface": [{
+                "NetworkInterfaceId": e.id, "Type": e.kind, "MacAddress": e.mac,
+                "PrimaryIpAddress": e.primary_ip,
+                "PrivateIpSets": {"PrivateIpSet": [
+                    {"PrivateIpAddress": ip, "Primary": ip == e.primary_ip}
+                    for ip in (e.primary_ip, *e.secondary)]},
+                "Ipv6Sets": {"Ipv6Set": [{"Ipv6Address": a} for a in e.ipv6]},
+            } for e in attached]},
+        }
+
+    def _api_DescribeInstances(self, p: Mapping[str, str]) -> dict[str, Any]:
+        """The region's instances (``InstanceIds``, a JSON array of up to 100, narrows them
+        down; an id ECS does not know is left out, not an error), paged."""
+        wanted = _list(p, "InstanceIds")
+        if "InstanceIds" in p and not wanted and p["InstanceIds"].strip() not in ("", "[]"):
+            raise EcsError("InvalidParameter", "InstanceIds must be a JSON array of ids")
+        if len(wanted) > MAX_INSTANCE_IDS:
+            raise EcsError("InvalidParameter", f"InstanceIds takes at most "
+                                               f"{MAX_INSTANCE_IDS} ids")
+        itype = p.get("InstanceType")
+        self._settle_all()
+        found = [i for i in sorted(self.instances.values(), key=lambda i: i.id)
+                 if (not wanted or i.id in wanted) and (not itype or i.type == itype)]
+        page, paging = _page(found, p, lambda i: i.id, PAGE_MOST["DescribeInstances"])
+        return {"Instances": {"Instance": [self._instance_view(i) for i in page]}, **paging}
 
     def _api_DescribeVSwitches(self, p: Mapping[str, str]) -> dict[str, Any]:
         wanted = p.get("VSwitchId")
@@ -943,6 +997,38 @@ def _int(p: Mapping[str, str], name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise EcsError("InvalidParameter", f"{name} must be a number") from None
+
+
+def _page(items: Sequence[_T], p: Mapping[str, str], key: Callable[[_T], str],
+          most: int) -> tuple[list[_T], dict[str, Any]]:
+    """One page of ``items`` (sorted by ``key``) as ECS pages a Describe: after
+    ``NextToken`` (a token an earlier page returned: the key it ended at), ``MaxResults``
+    of them (fewer than 10 or none: 10; more than ``most``: ``most``); or, the older way,
+    page ``PageNumber`` of ``PageSize`` (1 to ``most``). The reply's ``NextToken`` is
+    empty on the last page."""
+    def size(name: str, low: int) -> int:
+        wanted = _int(p, name, PAGE_DEFAULT)
+        return min(most, max(low, wanted))
+
+    if (p.get("NextToken") or "MaxResults" in p
+            or not ("PageNumber" in p or "PageSize" in p)):
+        token = p.get("NextToken") or ""
+        if token and not token.startswith(_TOKEN):
+            raise EcsError("InvalidParameter", "The specified NextToken is not valid.")
+        after = token.removeprefix(_TOKEN)
+        per = size("MaxResults", PAGE_DEFAULT)
+        rest = [item for item in items if key(item) > after] if token else list(items)
+        page = rest[:per]
+        more = len(rest) > per
+        return page, {"TotalCount": len(items),
+                      "NextToken": f"{_TOKEN}{key(page[-1])}" if more else ""}
+    number = _int(p, "PageNumber", 1)
+    if number < 1:
+        raise EcsError("InvalidParameter", "PageNumber must be 1 or more")
+    per = size("PageSize", 1)
+    page = list(items[(number - 1) * per:number * per])
+    return page, {"TotalCount": len(items), "PageNumber": number, "PageSize": per,
+                  "NextToken": ""}
 
 
 def _drop_key(value: Any, key: str) -> Any:

@@ -308,3 +308,21 @@ def test_unknown_machines_read_every_page(ecs: EcsWorld) -> None:
              for api in ("DescribeNetworkInterfaces", "DescribeInstances")}
     # 520 secondary ENIs: 2 pages of 500; 120 instances: 100 ids a call
     assert calls == {"DescribeNetworkInterfaces": 2, "DescribeInstances": 2}
+
+
+def test_unknown_machines_name_a_failed_or_malformed_describe(ecs: EcsWorld) -> None:
+    """A throttled or malformed DescribeInstances is an error the audit reports (never
+    an empty list, which would read as clean)."""
+    ecs.add_node("gone")
+    ecs.attach_by_hand("i-gone", 1)
+    ecs.sim.fail_next("DescribeInstances", "Throttling")
+    with pytest.raises(ProviderError) as info:
+        ecs.plugin.podnet_unknown_machines(provider="ecs", known=[])
+    assert info.value.kind is ErrorKind.THROTTLED and "DescribeInstances" in str(info.value)
+    for key in ("InstanceType", "Instances"):
+        ecs.sim.malform_next("DescribeInstances", key)
+        with pytest.raises(ProviderError) as info:
+            ecs.plugin.podnet_unknown_machines(provider="ecs", known=[])
+        assert "malformed" in str(info.value) and key in str(info.value)
+    machines = ecs.plugin.podnet_unknown_machines(provider="ecs", known=[])
+    assert machines is not None and [m.name for m in machines] == ["i-gone"]

@@ -701,9 +701,11 @@ def _unrecorded(records: Records, nodes: Mapping[str, Obj], providers: Providers
     from podnet.core.objects import node_info
     from podnet.hookspecs.types import Inventory, NodeContext
 
+    # a record with no instanceId names its node by name alone: a provider that maps
+    # names to machines (a config map, or the name is the machine) finds it by that
     known = [node_info(n) for n in nodes.values()] + [
         NodeInfo(name=nn.metadata.name, uid="", provider_id=nn.spec.instance_id)
-        for nn in records.node_networks if nn.spec.instance_id]
+        for nn in records.node_networks]
     found: list[Unrecorded] = []
     for provider in sorted(asked):
         if provider not in providers or not providers[provider].uses_node_pool:

@@ -264,8 +264,8 @@ def podnet_unknown_machines(provider: str, known: Sequence[NodeInfo]
 
     :param provider: the provider being audited: yours (the call is routed).
     :param known: every Node of the cluster and every NodeNetwork's node (the record's
-        ``spec.instanceId`` as ``provider_id``): map each to your machine as you do for
-        the other hooks.
+        ``spec.instanceId`` as ``provider_id``, None for a record without one): map each
+        to your machine as you do for the other hooks (one you cannot map names none).
     :return: one ``NodeInfo`` per other machine your credentials can see (or, if you
         can tell what you made, per other machine holding some of it: ECS lists only
         the instances an ENI it tagged is attached to), its ``name`` what an operator

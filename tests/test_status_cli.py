@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from podnet.app.cli import main
-from podnet.app.status import NO_NODE_POOL, NOT_LOADED, audit, read_records
+from podnet.app.status import NO_NODE_POOL, NODE_GONE, NOT_LOADED, audit, read_records
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.kube import KubeCluster
 from podnet.core.cluster.memory import InMemoryCluster
@@ -350,15 +350,23 @@ def test_ecs_audit_finds_addresses_on_an_instance_no_node_and_no_record_names(
     monkeypatch.setattr(ecs_provider, "plugin", ecs_provider.EcsProvider())
     try:
         store = InMemoryCluster()
-        for name in ("node-0000", "node-gone", "node-old", "other"):
+        for name in ("node-0000", "node-gone", "node-old", "other", "node-left"):
             world.add_node(name)
+        # a node that left, its record (from before instanceId) still there: the config
+        # maps its name to its instance, so the record names that instance
+        store.create(NODE_NETWORK, {"apiVersion": "podnet.io/v1alpha1",
+                                    "kind": "NodeNetwork", "metadata": {"name": "node-left"},
+                                    "spec": {"provider": "ecs"}})
+        world.attach_by_hand("i-nodeleft", 1)
         node = {"metadata": {"name": "node-0000", "labels": {
                     "node.kubernetes.io/instance-type": "ecs.g7.large"}},
                 "spec": {"providerID": f"{REGION}.i-node0000"}}
         store.create(NODE, node)
         config = tmp_path / "podnet.yaml"
         config.write_text(yaml.safe_dump({"defaultProvider": "ecs",
-                                          "providers": {"ecs": world.config}}))
+                                          "providers": {"ecs": {
+                                              **world.config,
+                                              "instance_ids": {"node-left": "i-nodeleft"}}}}))
         tagged, planted = world.attach_by_hand("i-nodegone", 2)
         described, older = world.attach_by_hand("i-nodeold", 1, mark="description")
         world.attach_by_hand("i-other", 2, mark=None)  # not podnet's: no finding
@@ -378,7 +386,9 @@ def test_ecs_audit_finds_addresses_on_an_instance_no_node_and_no_record_names(
                 {"machine": "i-nodeold", "provider": "ecs", "ip": older[0],
                  "interface": described}]
             assert found["unowned"] == [] and found["errors"] == []
-            assert found["skipped"] == []  # the machines were listed
+            # the machines were listed; the record whose node left is the controller's
+            assert found["skipped"] == [{"provider": "ecs", "reason": NODE_GONE,
+                                         "nodes": ["node-left"]}]
             world.sim.forget([*planted, *older])
             code, found = audit_ecs()
             assert code == 0, found

@@ -45,8 +45,9 @@ dispose, or a rollback that failed before a restart). No inventory lists them.
 
 ``podnet audit`` asks the provider for the instances no Node and no NodeNetwork names
 (``podnet_unknown_machines``): those an ENI podnet made (tag or description) is attached
-to, found with one DescribeNetworkInterfaces of the region's secondary ENIs; the audit
-reports the secondary addresses of their secondary ENIs. Instances that hold no ENI
+to, found with one DescribeNetworkInterfaces of the region's secondary ENIs (then
+DescribeInstances for their instance types); the audit reports the secondary addresses
+of their secondary ENIs. Instances that hold no ENI
 podnet made are never listed.
 
 ENIs are created with the configured ``security_groups``; every ``node_check_period`` the

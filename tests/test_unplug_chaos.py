@@ -113,6 +113,9 @@ class HandshakeMachine(RuleBasedStateMachine):
         #: pod index -> the live sandbox's container id; a counter for new ones
         self.sandboxes: dict[int, str] = {}
         self.made = 0
+        #: sandboxes the runtime replaced by a new one before their DEL: it sends that
+        #: DEL some time (the CNI spec's promise), here at the end
+        self.replaced: list[tuple[int, str]] = []
 
     def teardown(self) -> None:
         EngineFactory.stop(self.engine)
@@ -167,6 +170,8 @@ class HandshakeMachine(RuleBasedStateMachine):
         """The runtime's ADD: a new sandbox (after a DEL, or the kubelet's new one) or the
         same one retried."""
         if fresh or i not in self.sandboxes:
+            if i in self.sandboxes:
+                self.replaced.append((i, self.sandboxes[i]))
             self.made += 1
             self.sandboxes[i] = f"c{self.made}"
         try:
@@ -324,6 +329,9 @@ class HandshakeMachine(RuleBasedStateMachine):
         assert self.agent.ready, self.agent.reporter.conflict
         for i in sorted(self.sandboxes):
             self.agent.delete(self._body(i, self.sandboxes.pop(i)))
+        for i, container in self.replaced:
+            self.agent.delete(self._body(i, container))
+        self.replaced.clear()
         for i in range(PODS):
             self.delete_pod(i)
         for _ in range(5):

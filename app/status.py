@@ -524,6 +524,18 @@ class Skipped:
 
 
 @attrs.frozen
+class StillPlugged:
+    """An interface a node's agent reports for a record that no longer exists: the
+    record's address went back (to the pool, to another pod) while the interface still
+    holds it (the release handshake broken: GOALS.md R8)."""
+
+    pod_network: str
+    node: str
+    #: who wrote the report (``<host id>/<instance>``)
+    holder: str
+
+
+@attrs.frozen
 class AuditReport:
     unowned: tuple[Unowned, ...] = ()
     lost: tuple[Lost, ...] = ()
@@ -533,18 +545,19 @@ class AuditReport:
     duplicates: tuple[Duplicate, ...] = ()
     gone: tuple[Gone, ...] = ()
     wrong_eni: tuple[WrongEni, ...] = ()
+    still_plugged: tuple[StillPlugged, ...] = ()
 
     @property
     def clean(self) -> bool:
         return not (self.unowned or self.lost or self.misplaced or self.errors
-                    or self.duplicates or self.gone or self.wrong_eni)
+                    or self.duplicates or self.gone or self.wrong_eni or self.still_plugged)
 
     def as_json(self) -> dict[str, list[dict[str, Any]]]:
         return {
             name: [attrs.asdict(row, recurse=False, value_serializer=_json_value)
                    for row in getattr(self, name)]
             for name in ("unowned", "lost", "misplaced", "duplicates", "gone", "wrong_eni",
-                         "errors", "skipped")
+                         "still_plugged", "errors", "skipped")
         }
 
 
@@ -571,14 +584,20 @@ def provider_chooser(config: Config, providers: Providers) -> Callable[[NodeInfo
 def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers, *,
           choose: Callable[[NodeInfo], str | None] | None = None,
           pods: Mapping[str, Obj] | None = None, now: datetime | None = None,
-          grace: float = DEFAULT_GRACE) -> AuditReport:
-    """Compare the records with each node-pool provider's inventory of each node.
+          grace: float = DEFAULT_GRACE,
+          record_exists: Callable[[str], bool] | None = None) -> AuditReport:
+    """Compare the records with each node-pool provider's inventory of each node, and
+    with what the node agents report they hold.
 
     Addresses are compared per provider: two providers may well reuse one private range.
     With ``choose`` (which provider serves a node), nodes without a NodeNetwork that a
     node-pool provider serves are asked about too: their instance may be unknown to the
     cloud, or hold addresses nobody owns. With ``pods`` (``namespace/name`` -> Pod), a
-    record whose pod is gone for longer than ``grace`` seconds is a finding.
+    record whose pod is gone for longer than ``grace`` seconds is a finding. An interface
+    an agent reports (``records.agents``) for a record that does not exist is a finding
+    (``still_plugged``), once ``record_exists`` (``namespace/name`` -> whether the API
+    server has it now) confirms it is gone: the reports are read after the records, and a
+    record made meanwhile is no finding. A report edited by hand is an error.
     """
     from podnet.core.objects import node_info
     from podnet.hookspecs.types import CloudInterface, Inventory, NodeContext
@@ -625,6 +644,12 @@ def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers, *,
     for bad in records.unreadable:
         what = "record" if bad.kind == "NodeNetwork" else f"PodNetwork {bad.name}"
         errors.append(AuditError(bad.node, bad.provider, f"{what} does not parse: {bad.error}"))
+    for report in records.agents:
+        if report.edited:
+            errors.append(AuditError(report.node, None, (
+                "its agent's report was edited by someone else (its lists do not match "
+                "its writer's digest): it acknowledges nothing until the agent writes it "
+                "again")))
 
     owned = _owned(records)
     where: dict[tuple[str, str], tuple[str, str]] = {}  # (provider, ip) -> (node, interface)
@@ -664,7 +689,28 @@ def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers, *,
         duplicates=_duplicates(records),
         gone=_gone(records, pods, now or datetime.now(UTC), grace),
         wrong_eni=_wrong_enis(records),
+        still_plugged=_still_plugged(records, nodes, record_exists),
     )
+
+
+def _still_plugged(records: Records, nodes: Mapping[str, Obj],
+                   record_exists: Callable[[str], bool] | None) -> tuple[StillPlugged, ...]:
+    """Records a node's agent still has an interface for, gone. A record is deleted only
+    once the one host that plugged it reported its interface gone, and an agent never
+    plugs a record it has seen Releasing: an interface reported for a gone record was
+    released without that word (a gone Node's records are let go by design: not
+    audited)."""
+    keys = {pn.key for pn in records.pod_networks} | {
+        bad.name for bad in records.unreadable if bad.kind == "PodNetwork"}
+    found: list[StillPlugged] = []
+    for report in records.agents:
+        if report.edited or report.node not in nodes:
+            continue
+        for key in sorted(report.plugged - keys):
+            if record_exists is not None and record_exists(key):
+                continue  # made after the records were listed
+            found.append(StillPlugged(key, report.node, report.holder))
+    return tuple(sorted(found, key=lambda f: (f.node, f.pod_network)))
 
 
 def _wrong_enis(records: Records) -> tuple[WrongEni, ...]:
@@ -768,16 +814,31 @@ def run_audit(args: argparse.Namespace) -> int:
             nodes = {str(n["metadata"]["name"]): n for n in cluster.list(NODE).items}
             pods = {f"{_dig(p, 'metadata', 'namespace')}/{_dig(p, 'metadata', 'name')}": p
                     for p in cluster.list(POD).items}
+            report = audit(records, nodes, providers,
+                           choose=provider_chooser(config, providers), pods=pods,
+                           grace=args.grace, record_exists=_record_exists(cluster))
     except (ConfigError, ApiError) as exc:
         print(f"podnet audit: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
-    report = audit(records, nodes, providers, choose=provider_chooser(config, providers),
-                   pods=pods, grace=args.grace)
     if args.output == "json":
         print(json.dumps(report.as_json(), sort_keys=True))
     else:
         _print_audit(report)
     return EXIT_OK if report.clean else EXIT_FOUND
+
+
+def _record_exists(cluster: Cluster) -> Callable[[str], bool]:
+    from podnet.core.cluster.port import POD_NETWORK, NotFound
+
+    def exists(key: str) -> bool:
+        namespace, _, name = key.partition("/")
+        try:
+            cluster.get(POD_NETWORK, name, namespace)
+        except NotFound:
+            return False
+        return True
+
+    return exists
 
 
 def _print_audit(report: AuditReport) -> None:
@@ -804,6 +865,11 @@ def _print_audit(report: AuditReport) -> None:
         table.add_row("wrong ENI", w.node, "", w.ip,
                       f"{w.pod_network}: its rule looks up the table of {w.rule_eni}, not "
                       f"of {w.eni}, which holds the address")
+    for sp in report.still_plugged:
+        table.add_row("still plugged", sp.node, "", "",
+                      f"{sp.pod_network}: gone, and the node's agent ({sp.holder}) still has "
+                      "its interface: its address was given back while the interface holds "
+                      "it")
     for e in report.errors:
         table.add_row("error", _cell(e.node), _cell(e.provider), "", e.error)
     console = _console()

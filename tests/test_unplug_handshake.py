@@ -391,7 +391,7 @@ def test_another_hosts_report_is_taken_over_once_its_renewal_ran_out() -> None:
     assert seen is not None and seen.holder == mine.holder
 
 
-@pytest.mark.parametrize("tamper", ["delete", "unlabel", "edit", "holder"])
+@pytest.mark.parametrize("tamper", ["delete", "unlabel", "edit", "holder", "run out"])
 def test_the_agent_restores_its_report(tamper: str) -> None:
     bed = Reporting()
     reporter = bed.reporter(HOST)
@@ -406,9 +406,14 @@ def test_the_agent_restores_its_report(tamper: str) -> None:
     elif tamper == "edit":
         bed.cluster.patch(LEASE, name, {"metadata": {"annotations": {
             "podnet.io/unplugged": "[]"}}}, AGENTS)
-    else:  # an agent of this host that does not check (an older one) wrote it
+    elif tamper == "holder":  # an agent of this host that does not check wrote it
         bed.cluster.patch(LEASE, name, {"spec": {"holderIdentity": f"{HOST}/other"}}, AGENTS)
+    else:  # made to look run out: another host's agent would take it over
+        bed.cluster.patch(LEASE, name, {"spec": {
+            "renewTime": "2020-01-01T00:00:00.000000Z"}}, AGENTS)
     assert reporter.flush()
     seen = bed.seen()
     assert seen is not None and not seen.edited
     assert seen.holder == reporter.holder and seen.unplugged == {"u1@t"}
+    assert seen.renew_time is not None and seen.renew_time.year > 2020
+    assert not bed.reporter("host-b.1").flush(), "another host took a live report over"

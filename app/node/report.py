@@ -100,6 +100,9 @@ class NodeReporter:
         #: None when it is
         self.conflict: str | None = None
         self._renewed = 0.0
+        #: the renewTime last written: a Lease that says another was renewed by someone
+        #: else (or made to look run out), and is written again
+        self._renew_time: str | None = None
         #: more annotations of the Lease (what the dataplane has in place)
         self.annotations = annotations or dict
         self.batch = batch
@@ -155,8 +158,8 @@ class NodeReporter:
         if (current is not None and not due and report == self._written
                 and more == self._written_annotations and self._says(current, report, more)):
             return False
-        lease = agent_report_lease(report, self.namespace,
-                                   format_micro_time(self._clock.now()))
+        renew_time = format_micro_time(self._clock.now())
+        lease = agent_report_lease(report, self.namespace, renew_time)
         lease["spec"]["leaseDurationSeconds"] = self.lease_seconds
         lease["metadata"]["annotations"].update(more)
         if current is None:
@@ -182,6 +185,7 @@ class NodeReporter:
                 return False
             self.writes["update"] += 1
         self._renewed = time.monotonic()
+        self._renew_time = renew_time
         self._written = report
         self._written_annotations = more
         return True
@@ -218,11 +222,15 @@ class NodeReporter:
 
     def _says(self, current: Mapping[str, Any], report: AgentReport,
               more: Mapping[str, str]) -> bool:
-        """Whether the Lease says ``report`` (and ``more``), as its writer, labelled."""
+        """Whether the Lease says ``report`` (and ``more``), as its writer, labelled, with
+        the renewal it last wrote."""
         meta = current.get("metadata") or {}
         if (meta.get("labels") or {}).get(LABEL_AGENT_NODE) != self.node:
             return False
-        if str((current.get("spec") or {}).get("holderIdentity") or "") != self.holder:
+        spec = current.get("spec") or {}
+        if (str(spec.get("holderIdentity") or "") != self.holder
+                or spec.get("renewTime") != self._renew_time
+                or spec.get("leaseDurationSeconds") != self.lease_seconds):
             return False
         want = agent_report_lease(report, self.namespace, "")["metadata"]["annotations"]
         have = meta.get("annotations") or {}

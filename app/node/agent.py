@@ -588,7 +588,9 @@ class NodeAgent:
         """``GET /v1/agent/report``: what the agent last wrote to its Lease, and what the
         handshake has cost in API writes so far."""
         written = self.reporter.written
-        return {"node": self.node, "plugged": sorted(written.plugged) if written else [],
+        return {"node": self.node, "holder": self.reporter.holder,
+                "conflict": self.reporter.conflict,
+                "plugged": sorted(written.plugged) if written else [],
                 "unplugged": sorted(written.unplugged) if written else [],
                 "writes": dict(self.reporter.writes)}
 

@@ -309,19 +309,21 @@ def status_report(records: Records, *, node: str | None = None,
                 "not_ready": None, "error": bad.error,
             })
     from podnet.core.models import Phase
-    from podnet.core.objects import release_token
+    from podnet.core.unplug import acknowledged
 
     agents = []
     for report in records.agents:
         if node is not None and report.node != node:
             continue
-        # Releasing records of the node its agent has not reported unplugged: their
-        # addresses wait (the release handshake)
+        # Releasing records of the node whose interfaces its report does not say are gone
+        # (in the word of the host that plugged them): their addresses wait (the release
+        # handshake)
         waiting = sorted(pn.key for pn in records.pod_networks
                          if pn.spec.node_name == report.node
                          and pn.status.phase is Phase.RELEASING
-                         and release_token(pn) not in report.unplugged)
-        agents.append({"node": report.node, "plugged": len(report.plugged),
+                         and not acknowledged(pn, report))
+        agents.append({"node": report.node, "holder": report.holder, "edited": report.edited,
+                       "plugged": len(report.plugged),
                        "waiting_for_unplug": waiting, "reported": _time(report.renew_time),
                        "eni_dataplane": _dataplane_row(records.dataplane_of(report.node))})
     return {
@@ -428,10 +430,12 @@ def _print_status(report: Mapping[str, Any]) -> None:
                          _cell(net["interface"]), problem)
             pod = ""
     agents = Table(title="node agents")
-    for col in ("node", "interfaces", "waiting for unplug", "reported", "ENI devices"):
+    for col in ("node", "holder", "interfaces", "waiting for unplug", "reported",
+                "ENI devices"):
         agents.add_column(col, justify="right" if col == "interfaces" else "left")
     for a in report["agents"]:
-        agents.add_row(a["node"], str(a["plugged"]), ", ".join(a["waiting_for_unplug"]),
+        holder = a["holder"] + (" (edited by hand)" if a["edited"] else "")
+        agents.add_row(a["node"], holder, str(a["plugged"]), ", ".join(a["waiting_for_unplug"]),
                        _cell(a["reported"]), _devices_cell(a["eni_dataplane"]))
     console = _console()
     console.print(nodes)

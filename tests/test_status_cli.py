@@ -405,7 +405,8 @@ def test_status_shows_each_node_agent_and_the_releases_waiting_for_it(
         "2026-12-01T10:00:00.000000Z"))
 
     _, report = site.podnet(capsys, "status")
-    assert report["agents"] == [{"node": node, "plugged": len(keys) - 1,
+    assert report["agents"] == [{"node": node, "holder": "agent", "edited": False,
+                                 "plugged": len(keys) - 1,
                                  "waiting_for_unplug": [keys[0]],
                                  "reported": "2026-12-01T10:00:00Z",
                                  "eni_dataplane": None}]

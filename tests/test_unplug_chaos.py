@@ -39,6 +39,7 @@ from podnet.core.engine import Engine, EngineOptions
 from podnet.core.models import AgentReport, Phase
 from podnet.core.models import PodNetwork as PodNetworkModel
 from podnet.core.objects import (
+    ANNOTATION_PLUGGED_ON,
     LABEL_AGENT_NODE,
     agent_lease_name,
     agent_report_lease,
@@ -353,3 +354,28 @@ class _Machine(HandshakeMachine):
 
 TestHandshake = _Machine.TestCase
 TestHandshake.settings = chaos_settings(step_count=40)
+
+
+def test_the_agent_writes_its_host_onto_a_record_before_it_plugs_it() -> None:
+    """The durable half of the handshake: the record names the host before the interface
+    exists; a record that turned Releasing meanwhile is neither written nor plugged."""
+    machine = HandshakeMachine()
+    try:
+        machine.pod_runs(0)
+        (plug, _address), = machine.dataplane.plugged.values()
+        record = machine.cluster.get(POD_NETWORK, plug.owner.split("/")[1], NS)
+        assert record["metadata"]["annotations"][ANNOTATION_PLUGGED_ON] == machine.agent.host
+
+        machine.create_pod(1)
+        machine.engine.run_until_idle()
+        machine.agent.records.pump(0)
+        machine.delete_pod(1)
+        machine.engine.run_until_idle()  # Releasing; the agent's cache still says Routed
+        machine.add(1, fresh=True)
+        assert len(machine.dataplane.plugged) == 1, "a Releasing record was plugged"
+        released = [obj for obj in machine.cluster.list(POD_NETWORK).items
+                    if obj["spec"]["podName"] == "p1"]
+        assert all(ANNOTATION_PLUGGED_ON not in (obj["metadata"].get("annotations") or {})
+                   for obj in released)
+    finally:
+        machine.teardown()

@@ -1,6 +1,9 @@
 """The release handshake on the in-memory cluster: a Releasing record's address goes back
 to the pool only once its node agent reports the old interface gone, the node is gone, or
-``unplug_timeout`` passed; a node without an agent report does not wait.
+(for a record no agent wrote its host onto) ``unplug_timeout`` passed; a node without an
+agent report does not wait. A record that names the host that plugged it waits for that
+host's own word, whatever is done to the report (GOALS.md R8); the agent's reporter keeps
+its report its own.
 
 The test plays the node agent by writing its Lease through the same wire function the
 agent uses (``agent_report_lease``)."""

@@ -309,19 +309,21 @@ def status_report(records: Records, *, node: str | None = None,
                 "not_ready": None, "error": bad.error,
             })
     from podnet.core.models import Phase
-    from podnet.core.objects import release_token
+    from podnet.core.unplug import acknowledged
 
     agents = []
     for report in records.agents:
         if node is not None and report.node != node:
             continue
-        # Releasing records of the node its agent has not reported unplugged: their
-        # addresses wait (the release handshake)
+        # Releasing records of the node whose interfaces its report does not say are gone
+        # (in the word of the host that plugged them): their addresses wait (the release
+        # handshake)
         waiting = sorted(pn.key for pn in records.pod_networks
                          if pn.spec.node_name == report.node
                          and pn.status.phase is Phase.RELEASING
-                         and release_token(pn) not in report.unplugged)
-        agents.append({"node": report.node, "plugged": len(report.plugged),
+                         and not acknowledged(pn, report))
+        agents.append({"node": report.node, "holder": report.holder, "edited": report.edited,
+                       "plugged": len(report.plugged),
                        "waiting_for_unplug": waiting, "reported": _time(report.renew_time),
                        "eni_dataplane": _dataplane_row(records.dataplane_of(report.node))})
     return {
@@ -428,10 +430,12 @@ def _print_status(report: Mapping[str, Any]) -> None:
                          _cell(net["interface"]), problem)
             pod = ""
     agents = Table(title="node agents")
-    for col in ("node", "interfaces", "waiting for unplug", "reported", "ENI devices"):
+    for col in ("node", "holder", "interfaces", "waiting for unplug", "reported",
+                "ENI devices"):
         agents.add_column(col, justify="right" if col == "interfaces" else "left")
     for a in report["agents"]:
-        agents.add_row(a["node"], str(a["plugged"]), ", ".join(a["waiting_for_unplug"]),
+        holder = a["holder"] + (" (edited by hand)" if a["edited"] else "")
+        agents.add_row(a["node"], holder, str(a["plugged"]), ", ".join(a["waiting_for_unplug"]),
                        _cell(a["reported"]), _devices_cell(a["eni_dataplane"]))
     console = _console()
     console.print(nodes)
@@ -536,6 +540,18 @@ class Skipped:
 
 
 @attrs.frozen
+class StillPlugged:
+    """An interface a node's agent reports for a record that no longer exists: the
+    record's address went back (to the pool, to another pod) while the interface still
+    holds it (the release handshake broken: GOALS.md R8)."""
+
+    pod_network: str
+    node: str
+    #: who wrote the report (``<host id>/<instance>``)
+    holder: str
+
+
+@attrs.frozen
 class AuditReport:
     unowned: tuple[Unowned, ...] = ()
     unrecorded: tuple[Unrecorded, ...] = ()
@@ -546,19 +562,20 @@ class AuditReport:
     duplicates: tuple[Duplicate, ...] = ()
     gone: tuple[Gone, ...] = ()
     wrong_eni: tuple[WrongEni, ...] = ()
+    still_plugged: tuple[StillPlugged, ...] = ()
 
     @property
     def clean(self) -> bool:
         return not (self.unowned or self.unrecorded or self.lost or self.misplaced
-                    or self.errors
-                    or self.duplicates or self.gone or self.wrong_eni)
+                    or self.errors or self.duplicates or self.gone or self.wrong_eni
+                    or self.still_plugged)
 
     def as_json(self) -> dict[str, list[dict[str, Any]]]:
         return {
             name: [attrs.asdict(row, recurse=False, value_serializer=_json_value)
                    for row in getattr(self, name)]
             for name in ("unowned", "unrecorded", "lost", "misplaced", "duplicates", "gone",
-                         "wrong_eni", "errors", "skipped")
+                         "wrong_eni", "still_plugged", "errors", "skipped")
         }
 
 
@@ -585,8 +602,10 @@ def provider_chooser(config: Config, providers: Providers) -> Callable[[NodeInfo
 def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers, *,
           choose: Callable[[NodeInfo], str | None] | None = None,
           pods: Mapping[str, Obj] | None = None, now: datetime | None = None,
-          grace: float = DEFAULT_GRACE, configured: Sequence[str] = ()) -> AuditReport:
-    """Compare the records with each node-pool provider's inventory of each node.
+          grace: float = DEFAULT_GRACE, configured: Sequence[str] = (),
+          record_exists: Callable[[str], bool] | None = None) -> AuditReport:
+    """Compare the records with each node-pool provider's inventory of each node, and
+    with what the node agents report they hold.
 
     Addresses are compared per provider: two providers may well reuse one private range.
     With ``choose`` (which provider serves a node), nodes without a NodeNetwork that a
@@ -598,6 +617,12 @@ def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers, *,
     for the machines no Node and no NodeNetwork names (``podnet_unknown_machines``):
     every address on one of them is a finding (``unrecorded``), since the controller
     never looks at such a machine.
+
+    An interface an agent reports (``records.agents``) for a record that does not exist
+    is a finding (``still_plugged``), once ``record_exists`` (``namespace/name`` -> whether
+    the API server has it now) confirms it is gone: the reports are read after the
+    records, and a record made meanwhile is no finding. A report edited by hand is an
+    error.
     """
     from podnet.core.objects import node_info
     from podnet.hookspecs.types import CloudInterface, Inventory, NodeContext
@@ -644,6 +669,12 @@ def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers, *,
     for bad in records.unreadable:
         what = "record" if bad.kind == "NodeNetwork" else f"PodNetwork {bad.name}"
         errors.append(AuditError(bad.node, bad.provider, f"{what} does not parse: {bad.error}"))
+    for report in records.agents:
+        if report.edited:
+            errors.append(AuditError(report.node, None, (
+                "its agent's report was edited by someone else (its lists do not match "
+                "its writer's digest): it acknowledges nothing until the agent writes it "
+                "again")))
 
     unrecorded = _unrecorded(records, nodes, providers, errors, skipped,
                              {*configured, *(p for _, p, _ in to_ask)})
@@ -680,12 +711,14 @@ def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers, *,
             else:
                 misplaced.append(Misplaced(pn.key, node, address, *elsewhere))
     return AuditReport(
-        unowned=tuple(unowned), unrecorded=unrecorded, lost=tuple(lost), misplaced=tuple(misplaced),
+        unowned=tuple(unowned), unrecorded=unrecorded, lost=tuple(lost),
+        misplaced=tuple(misplaced),
         errors=tuple(sorted(errors, key=lambda e: (e.node or "", e.provider or "", e.error))),
         skipped=tuple(Skipped(p, r, tuple(sorted(n))) for (p, r), n in sorted(skipped.items())),
         duplicates=_duplicates(records),
         gone=_gone(records, pods, now or datetime.now(UTC), grace),
         wrong_eni=_wrong_enis(records),
+        still_plugged=_still_plugged(records, nodes, record_exists),
     )
 
 
@@ -736,6 +769,26 @@ def _unrecorded(records: Records, nodes: Mapping[str, Obj], providers: Providers
             found.extend(Unrecorded(machine.name, provider, ip, itf.id)
                          for ip, itf in sorted(addresses.items()))
     return tuple(found)
+
+
+def _still_plugged(records: Records, nodes: Mapping[str, Obj],
+                   record_exists: Callable[[str], bool] | None) -> tuple[StillPlugged, ...]:
+    """Records a node's agent still has an interface for, gone. A record is deleted only
+    once the one host that plugged it reported its interface gone, and an agent never
+    plugs a record it has seen Releasing: an interface reported for a gone record was
+    released without that word (a gone Node's records are let go by design: not
+    audited)."""
+    keys = {pn.key for pn in records.pod_networks} | {
+        bad.name for bad in records.unreadable if bad.kind == "PodNetwork"}
+    found: list[StillPlugged] = []
+    for report in records.agents:
+        if report.edited or report.node not in nodes:
+            continue
+        for key in sorted(report.plugged - keys):
+            if record_exists is not None and record_exists(key):
+                continue  # made after the records were listed
+            found.append(StillPlugged(key, report.node, report.holder))
+    return tuple(sorted(found, key=lambda f: (f.node, f.pod_network)))
 
 
 def _wrong_enis(records: Records) -> tuple[WrongEni, ...]:
@@ -839,16 +892,32 @@ def run_audit(args: argparse.Namespace) -> int:
             nodes = {str(n["metadata"]["name"]): n for n in cluster.list(NODE).items}
             pods = {f"{_dig(p, 'metadata', 'namespace')}/{_dig(p, 'metadata', 'name')}": p
                     for p in cluster.list(POD).items}
+            report = audit(records, nodes, providers,
+                           choose=provider_chooser(config, providers), pods=pods,
+                           grace=args.grace, configured=sorted(config.providers),
+                           record_exists=_record_exists(cluster))
     except (ConfigError, ApiError) as exc:
         print(f"podnet audit: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
-    report = audit(records, nodes, providers, choose=provider_chooser(config, providers),
-                   pods=pods, grace=args.grace, configured=sorted(config.providers))
     if args.output == "json":
         print(json.dumps(report.as_json(), sort_keys=True))
     else:
         _print_audit(report)
     return EXIT_OK if report.clean else EXIT_FOUND
+
+
+def _record_exists(cluster: Cluster) -> Callable[[str], bool]:
+    from podnet.core.cluster.port import POD_NETWORK, NotFound
+
+    def exists(key: str) -> bool:
+        namespace, _, name = key.partition("/")
+        try:
+            cluster.get(POD_NETWORK, name, namespace)
+        except NotFound:
+            return False
+        return True
+
+    return exists
 
 
 def _print_audit(report: AuditReport) -> None:
@@ -878,6 +947,11 @@ def _print_audit(report: AuditReport) -> None:
         table.add_row("wrong ENI", w.node, "", w.ip,
                       f"{w.pod_network}: its rule looks up the table of {w.rule_eni}, not "
                       f"of {w.eni}, which holds the address")
+    for sp in report.still_plugged:
+        table.add_row("still plugged", sp.node, "", "",
+                      f"{sp.pod_network}: gone, and the node's agent ({sp.holder}) still has "
+                      "its interface: its address was given back while the interface holds "
+                      "it")
     for e in report.errors:
         table.add_row("error", _cell(e.node), _cell(e.provider), "", e.error)
     console = _console()

@@ -367,11 +367,13 @@ class Engine:
 
     def _on_agent_report(self, _event: str, _key: str, old: AgentReport | None,
                          new: AgentReport | None) -> None:
-        # a node agent says more interfaces are gone (or went away): the Releasing records
-        # of its node waiting for that are looked at again
+        # a node agent says more interfaces are gone (or went away, or another writer
+        # took its report over): the Releasing records of its node waiting for that are
+        # looked at again
         report = new or old
         if report is None or (old is not None and new is not None
-                              and new.unplugged <= old.unplugged):
+                              and new.unplugged <= old.unplugged
+                              and (new.holder, new.edited) == (old.holder, old.edited)):
             return
         for pn in self.caches.pod_networks.by_index("node", report.node):
             if pn.status.phase is Phase.RELEASING:

@@ -132,6 +132,17 @@ AGENT_LEASE_PREFIX = "podnet-node-"
 LABEL_AGENT_NODE = "podnet.io/agent-node"
 ANNOTATION_PLUGGED = "podnet.io/plugged"
 ANNOTATION_UNPLUGGED = "podnet.io/unplugged"
+#: the digest of what the report says, by its writer: a report edited by hand (its lists
+#: changed, the digest not) acknowledges nothing
+ANNOTATION_REPORT_DIGEST = "podnet.io/report-digest"
+#: seconds an agent's report stays its writer's after its last renewal: another agent
+#: of the node's name does not take it over before (``spec.leaseDurationSeconds``)
+AGENT_LEASE_SECONDS = 60
+#: on a PodNetwork: the hosts whose node agent made (or began to make) an interface for
+#: it, written by the agent before it plugs (comma-separated host ids). Durable, unlike a
+#: report: a record that names a host waits for that host's own word before its address
+#: is reused (``podnet.core.unplug``)
+ANNOTATION_PLUGGED_ON = "podnet.io/plugged-on"
 
 
 def agent_lease_name(node: str) -> str:
@@ -156,19 +167,51 @@ def release_token(pn: PodNetwork) -> str:
     return f"{pn.metadata.uid or pn.key}@{format_micro_time(since) if since else ''}"
 
 
+def holder_host(holder: str) -> str:
+    """The host part of a report's writer (``<host id>/<agent instance>``): the host whose
+    interfaces the report describes. An agent restarted on the same host is another
+    instance of the same host; an agent elsewhere under the node's name is another host."""
+    return holder.rpartition("/")[0] if "/" in holder else holder
+
+
+def plugged_on(pn: PodNetwork) -> frozenset[str]:
+    """The hosts whose agent made (or began to make) an interface for ``pn``
+    (:data:`ANNOTATION_PLUGGED_ON`); empty for a record no agent of this version plugged."""
+    raw = pn.metadata.annotations.get(ANNOTATION_PLUGGED_ON, "")
+    return frozenset(h for h in raw.split(",") if h)
+
+
+def report_digest(holder: str, plugged: Collection[str], unplugged: Collection[str]) -> str:
+    """What the writer of a report signs its lists with (:data:`ANNOTATION_REPORT_DIGEST`):
+    a check against edits by hand, not against a forger who can write Leases."""
+    text = json.dumps([holder, sorted(plugged), sorted(unplugged)], separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def agent_report(obj: Mapping[str, Any]) -> AgentReport | None:
-    """The view of a node agent's Lease; None for a Lease that is no agent's report."""
+    """The view of a node agent's Lease; None for a Lease that is no agent's report.
+
+    A report whose digest does not match its lists (edited by hand) is read as one that
+    acknowledges nothing (``edited``); a report of an agent that writes no digest (before
+    0.4) is read as it is."""
     meta = _meta(obj)
     node = (meta.get("labels") or {}).get(LABEL_AGENT_NODE)
     if not isinstance(node, str) or meta.get("name") != agent_lease_name(node):
         return None
     annotations = meta.get("annotations") or {}
     spec: Mapping[str, Any] = obj.get("spec") or {}
+    holder = str(spec.get("holderIdentity") or "")
+    plugged = _json_list(annotations.get(ANNOTATION_PLUGGED))
+    unplugged = _json_list(annotations.get(ANNOTATION_UNPLUGGED))
+    digest = annotations.get(ANNOTATION_REPORT_DIGEST)
+    edited = digest is not None and digest != report_digest(holder, plugged, unplugged)
+    duration = spec.get("leaseDurationSeconds")
     return AgentReport(
-        node=_intern(node), holder=str(spec.get("holderIdentity") or ""),
-        plugged=_json_list(annotations.get(ANNOTATION_PLUGGED)),
-        unplugged=_json_list(annotations.get(ANNOTATION_UNPLUGGED)),
-        renew_time=_time(spec.get("renewTime")))
+        node=_intern(node), holder=holder, plugged=plugged,
+        unplugged=frozenset() if edited else unplugged,
+        renew_time=_time(spec.get("renewTime")),
+        lease_seconds=duration if isinstance(duration, int) else None,
+        edited=edited)
 
 
 def agent_report_lease(report: AgentReport, namespace: str, renew_time: str) -> dict[str, Any]:
@@ -178,10 +221,14 @@ def agent_report_lease(report: AgentReport, namespace: str, renew_time: str) -> 
         "metadata": {
             "name": agent_lease_name(report.node), "namespace": namespace,
             "labels": {LABEL_AGENT_NODE: report.node},
-            "annotations": {ANNOTATION_PLUGGED: json.dumps(sorted(report.plugged)),
-                            ANNOTATION_UNPLUGGED: json.dumps(sorted(report.unplugged))},
+            "annotations": {
+                ANNOTATION_PLUGGED: json.dumps(sorted(report.plugged)),
+                ANNOTATION_UNPLUGGED: json.dumps(sorted(report.unplugged)),
+                ANNOTATION_REPORT_DIGEST: report_digest(report.holder, report.plugged,
+                                                        report.unplugged)},
         },
-        "spec": {"holderIdentity": report.holder, "renewTime": renew_time},
+        "spec": {"holderIdentity": report.holder, "renewTime": renew_time,
+                 "leaseDurationSeconds": report.lease_seconds or AGENT_LEASE_SECONDS},
     }
 
 

@@ -293,10 +293,16 @@ class AgentReport:
     of the Releasing records it has seen and holds no interface for (since 0.3.0)."""
 
     node: str
+    #: who wrote it: ``<host id>/<agent instance>`` (``podnet.core.objects.holder_host``)
     holder: str = ""
     plugged: frozenset[str] = frozenset()
     unplugged: frozenset[str] = frozenset()
     renew_time: datetime | None = None
+    #: seconds it stays its writer's after ``renew_time`` (the Lease's duration)
+    lease_seconds: int | None = None
+    #: its lists do not match its writer's digest (edited by hand): ``unplugged`` is read
+    #: as empty
+    edited: bool = False
 
 
 @attrs.frozen

@@ -515,6 +515,85 @@ def test_a_pod_deleted_before_its_del_keeps_its_address_until_the_interface_is_g
     assert 1 <= writes < len(names), f"{writes} report writes for {len(names)} pods"
 
 
+@pytest.mark.parametrize("tamper", ["report deleted", "label removed", "second agent"])
+def test_a_held_address_waits_whatever_is_done_to_the_agents_report(
+        stack: Stack, node: NodeNamespace, host: Host, underlay: Underlay,
+        tmp_path: Path, tamper: str) -> None:
+    """R8: the pod is removed before the runtime's DEL; then its agent's report is deleted
+    by hand, or unlabelled, or a second agent under the node's name starts on another
+    host. The old eth0 still holds the address: the record keeps it, a new pod gets
+    another, until the DEL removes the interface. The agent writes its report again; the
+    second agent refuses the report (not ready, saying why)."""
+    from podnet.core.objects import LABEL_AGENT_NODE, agent_lease_name
+
+    lease = agent_lease_name(NODE)
+    stack.agent(NODE, netns=node.netns)
+    client = AgentClient(stack.socket, {"cniVersion": "1.1.0", "name": "podnet"})
+    wait_for("the agent ready", lambda: os.path.exists(stack.socket)
+             and client.status()[0] == 200)
+
+    def report() -> dict[str, Any]:
+        """The report Lease; {} while there is none."""
+        out = stack.kubectl("get", "lease", "-n", "kube-system", lease, "-o", "json",
+                            "--ignore-not-found")
+        return json.loads(out) if out.strip() else {}
+
+    def holder() -> str:
+        return str(report()["spec"]["holderIdentity"])
+
+    first = holder()
+    stack.create([pod("old"), pod("watcher")])
+    sandboxes = {}
+    for name in ("old", "watcher"):
+        ns, path = host.netns()
+        cid = host.container()
+        code, result = client.add(cid, path, name)
+        assert code == 200, result
+        sandboxes[name] = (ns, path, cid, result["ips"][0]["address"].split("/")[0])
+    held = sandboxes["old"][3]
+    stack.kubectl("delete", "pod", "old", "--wait=false")
+    wait_for("the record Releasing", lambda: stack.records().get("old", {}).get(
+        "status", {}).get("phase") == "Releasing")
+
+    if tamper == "report deleted":
+        stack.kubectl("delete", "lease", "-n", "kube-system", lease)
+    elif tamper == "label removed":
+        stack.kubectl("label", "lease", "-n", "kube-system", lease, f"{LABEL_AGENT_NODE}-")
+    else:
+        other = underlay.add_node("other-host", "10.93.9.0/24")
+        second_socket = str(tmp_path / "run" / "second" / "agent.sock")
+        stack.agent(NODE, netns=other.netns, name="agent-second",
+                    args=["--socket", second_socket])
+        second = AgentClient(second_socket, {"cniVersion": "1.1.0", "name": "podnet"})
+        wait_for("the second agent answering", lambda: os.path.exists(second_socket)
+                 and second.status()[0] != 0)
+    time.sleep(3)  # more than the controller needs to release an address it may
+    record = stack.records().get("old")
+    assert record is not None and record["status"]["ip"] == held, (
+        "released while the old eth0 holds it")
+    if tamper == "second agent":
+        code, said = second.status()
+        assert code != 200 and "held by" in json.dumps(said), (
+            f"two agents ready under one node name: {code} {said}")
+        assert holder() == first, "the second agent took the report over"
+    assert ping(sandboxes["watcher"][0], held), "the old interface still holds the address"
+    stack.create([pod("late")])
+    _ns, path_late = host.netns()
+    code, late = client.add(host.container(), path_late, "late")
+    assert code == 200, late
+    assert late["ips"][0]["address"].split("/")[0] != held
+    if tamper != "second agent":
+        wait_for("the agent's report written again", lambda: LABEL_AGENT_NODE in report().get(
+            "metadata", {}).get("labels", {}), timeout=30)
+        assert holder() == first
+
+    # the DEL removes the interface; the agent says so: the address goes back
+    _ns, path, cid, _ip = sandboxes["old"]
+    assert client.delete(cid, path, "old") == (200, {})
+    wait_for("the record released once its interface is gone",
+             lambda: "old" not in stack.records(), timeout=30)
+
+
 def test_the_agents_spans_join_the_records_trace(
         stack_factory: Callable[..., Stack], host: Host, underlay: Underlay,
         tmp_path: Path) -> None:

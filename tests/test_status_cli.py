@@ -27,7 +27,7 @@ from podnet.app.status import NO_NODE_POOL, NODE_GONE, NOT_LOADED, audit, read_r
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.kube import KubeCluster
 from podnet.core.cluster.memory import InMemoryCluster
-from podnet.core.cluster.port import NODE, NODE_NETWORK, POD, POD_NETWORK
+from podnet.core.cluster.port import NODE, NODE_NETWORK, POD, POD_NETWORK, NotFound
 from podnet.core.plugin import Providers
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import ProviderInfo
@@ -223,8 +223,8 @@ def test_audit_is_clean_then_finds_a_leak_a_lost_and_a_misplaced_address(
     code, clean = site.audit(capsys)
     assert code == 0, clean
     assert clean == {"unowned": [], "unrecorded": [], "lost": [], "misplaced": [],
-                     "duplicates": [], "gone": [], "wrong_eni": [], "errors": [],
-                     "skipped": []}
+                     "duplicates": [], "gone": [], "wrong_eni": [], "still_plugged": [],
+                     "errors": [], "skipped": []}
 
     nodes = sorted((n["metadata"]["name"], n["spec"]["podCIDR"]) for n in site.records(NODE))
     (node_a, cidr_a), (node_b, _) = nodes
@@ -489,7 +489,8 @@ def test_status_shows_each_node_agent_and_the_releases_waiting_for_it(
         "2026-12-01T10:00:00.000000Z"))
 
     _, report = site.podnet(capsys, "status")
-    assert report["agents"] == [{"node": node, "plugged": len(keys) - 1,
+    assert report["agents"] == [{"node": node, "holder": "agent", "edited": False,
+                                 "plugged": len(keys) - 1,
                                  "waiting_for_unplug": [keys[0]],
                                  "reported": "2026-12-01T10:00:00Z",
                                  "eni_dataplane": None}]
@@ -523,3 +524,52 @@ def test_a_malformed_eni_summary_in_an_agents_lease_is_shown_as_such(
     assert error.startswith(f"{ANNOTATION_ENI}: devices[0]:") and "table" in error, error
     _, found = site.audit(capsys)
     assert found["wrong_eni"] == [], found
+
+
+def test_audit_finds_an_interface_an_agent_holds_for_a_record_that_is_gone(
+        site: Site, capsys: pytest.CaptureFixture[str]) -> None:
+    """What a broken release handshake leaves (GOALS.md R8), planted by hand: a record let
+    go while its node's agent still has the interface (its address free for the next
+    pod); and a report whose lists someone edited. Clean while the agent's interfaces are
+    all of records that exist."""
+    from podnet.core.cluster.port import LEASE, NAMESPACE
+    from podnet.core.models import AgentReport
+    from podnet.core.objects import agent_lease_name, agent_report_lease
+
+    records = site.records(POD_NETWORK)
+    node = records[0]["spec"]["nodeName"]
+    keys = sorted(f"{r['metadata']['namespace']}/{r['metadata']['name']}" for r in records
+                  if r["spec"]["nodeName"] == node)
+    site.store.create(NAMESPACE, {"metadata": {"name": "kube-system"}})
+    holder = "host-a.1/i1"
+
+    def report(plugged: list[str]) -> None:
+        lease = agent_report_lease(AgentReport(node=node, holder=holder,
+                                               plugged=frozenset(plugged)),
+                                   "kube-system", "2026-12-01T10:00:00.000000Z")
+        try:
+            current = site.store.get(LEASE, agent_lease_name(node), "kube-system")
+        except NotFound:
+            site.store.create(LEASE, lease)
+            return
+        lease["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        site.store.update(LEASE, lease)
+
+    report(keys)
+    code, found = site.audit(capsys)
+    assert code == 0 and found["still_plugged"] == [], found
+
+    gone = f"{records[0]['metadata']['namespace']}/web-gone.default.0a1b2c3d"
+    report([*keys, gone])
+    code, found = site.audit(capsys)
+    assert code == 1
+    assert found["still_plugged"] == [{"pod_network": gone, "node": node, "holder": holder}]
+
+    report(keys)
+    site.store.patch(LEASE, agent_lease_name(node), {"metadata": {"annotations": {
+        "podnet.io/unplugged": json.dumps(["some-uid@2026-12-01T10:00:00.000000Z"])}}},
+        "kube-system")
+    code, found = site.audit(capsys)
+    assert code == 1
+    assert [e["node"] for e in found["errors"]] == [node]
+    assert "edited" in found["errors"][0]["error"]

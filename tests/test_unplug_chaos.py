@@ -1,20 +1,27 @@
 """The release handshake explored by hypothesis: the controller (the real engine) and the
 node agent (the real ``NodeAgent``: its cache, its plug decisions, its report) over one
 in-memory API server, in any interleaving of pods made and deleted, the runtime's ADD and
-DEL, the agent's cache and report running behind, and either side restarting.
+DEL, the agent's cache and report running behind, and either side restarting; and of what
+others do to the report (GOALS.md R8): deleted or unlabelled by hand, its lists edited, a
+second agent under the node's name on another host (its report refused while the first
+one's is live, taken over once it runs out), or an agent that does not check writing over
+it.
 
 The host is a dict: a provider plugin whose dataplane keeps each plugged interface and
 the address it carries (netlink is what the packet tests are for; here the point is the
 order of events). ``unplug_timeout`` is out of reach, so no release may lean on it.
 
-Invariant, after every step: an address on a plugged interface is recorded by no other
-PodNetwork than the one it was plugged for. At the end, once every sandbox is deleted
-and both sides caught up: every deleted pod's record is gone (nothing waits for ever),
-and no interface is left.
+Invariants, after every step: no address is on two interfaces; an address on a plugged
+interface is recorded by no other PodNetwork than the one it was plugged for, and that
+record still exists (its address was not given back while the interface holds it). At
+the end, once every sandbox is deleted, the second agent stopped, its report run out and
+both sides caught up: every deleted pod's record is gone (nothing waits for ever), and no
+interface is left.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from typing import Any
@@ -24,10 +31,20 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from podnet.app.demo import node_obj, pod_obj
 from podnet.app.node import CniError, NodeAgent
-from podnet.core.clock import FakeClock
+from podnet.core.clock import FakeClock, format_micro_time
 from podnet.core.cluster.memory import InMemoryCluster
-from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, NotFound
+from podnet.core.cluster.port import LEASE, NAMESPACE, NODE, POD, POD_NETWORK, NotFound
+from podnet.core.convert import from_wire
 from podnet.core.engine import Engine, EngineOptions
+from podnet.core.models import AgentReport, Phase
+from podnet.core.models import PodNetwork as PodNetworkModel
+from podnet.core.objects import (
+    ANNOTATION_PLUGGED_ON,
+    LABEL_AGENT_NODE,
+    agent_lease_name,
+    agent_report_lease,
+    release_token,
+)
 from podnet.core.plugin import Providers, new_plugin_manager
 from podnet.core.policy import PoolPolicy
 from podnet.hookspecs import hookimpl
@@ -37,6 +54,9 @@ from podnet.testing.chaos import chaos_settings
 from podnet.testing.harness import EngineFactory
 
 NS = "demo"
+AGENTS = "kube-system"
+#: the host of the second agent under the node's name
+OTHER_HOST = "other-host.1"
 PODS = 3
 NEVER = 1e9  # the unplug timeout: out of the machine's reach
 
@@ -87,15 +107,22 @@ class HandshakeMachine(RuleBasedStateMachine):
         self.engine = self._engine()
         self.dataplane = DictDataplane()
         self.agent = self._agent()
+        #: a second agent under the node's name on another host (its own empty host)
+        self.second: NodeAgent | None = None
         fd, self.netns = tempfile.mkstemp(prefix="podnet-chaos-netns-")
         os.close(fd)  # an existing path is all the agent asks of a sandbox here
         #: pod index -> the live sandbox's container id; a counter for new ones
         self.sandboxes: dict[int, str] = {}
         self.made = 0
+        #: sandboxes the runtime replaced by a new one before their DEL: it sends that
+        #: DEL some time (the CNI spec's promise), here at the end
+        self.replaced: list[tuple[int, str]] = []
 
     def teardown(self) -> None:
         EngineFactory.stop(self.engine)
         self.agent.records.stop()
+        if self.second is not None:
+            self.second.records.stop()
         os.unlink(self.netns)
 
     def _engine(self) -> Engine:
@@ -106,10 +133,12 @@ class HandshakeMachine(RuleBasedStateMachine):
         engine.start()
         return engine
 
-    def _agent(self) -> NodeAgent:
+    def _agent(self, dataplane: DictDataplane | None = None,
+               host_id: str | None = None) -> NodeAgent:
         pm = new_plugin_manager()
-        pm.register(self.dataplane, name="dict-dataplane")
-        agent = NodeAgent(self.cluster, Providers(pm), self.node, add_timeout=0)
+        pm.register(dataplane or self.dataplane, name="dict-dataplane")
+        agent = NodeAgent(self.cluster, Providers(pm), self.node, add_timeout=0,
+                          host_id=host_id)
         # the parts of start() without its threads: the machine runs them as rules
         agent.records.start()
         agent.remove_leftovers()
@@ -142,12 +171,23 @@ class HandshakeMachine(RuleBasedStateMachine):
         """The runtime's ADD: a new sandbox (after a DEL, or the kubelet's new one) or the
         same one retried."""
         if fresh or i not in self.sandboxes:
+            if i in self.sandboxes:
+                self.replaced.append((i, self.sandboxes[i]))
             self.made += 1
             self.sandboxes[i] = f"c{self.made}"
         try:
             self.agent.add(self._body(i, self.sandboxes[i]))
         except CniError:
             pass  # not Routed yet, being released, ...: the runtime retries
+
+    @rule(i=st.integers(0, PODS - 1))
+    def pod_runs(self, i: int) -> None:
+        """A pod made, routed, seen by the agent and ADDed in one go: interfaces for the
+        faults below to act on (each step of it is a rule of its own too)."""
+        self.create_pod(i)
+        self.engine.run_until_idle()
+        self.agent.records.pump(0)
+        self.add(i, fresh=i not in self.sandboxes)
 
     @precondition(lambda self: bool(self.sandboxes))
     @rule(data=st.data())
@@ -183,6 +223,82 @@ class HandshakeMachine(RuleBasedStateMachine):
         EngineFactory.stop(self.engine)
         self.engine = self._engine()
 
+    # --- what others do to the report (R8) --------------------------------------------
+
+    def _lease_name(self) -> str:
+        return agent_lease_name(self.node)
+
+    def report_deleted(self) -> None:
+        """Someone deletes the agent's report by hand."""
+        try:
+            self.cluster.delete(LEASE, self._lease_name(), AGENTS)
+        except NotFound:
+            pass
+
+    def report_unlabelled(self) -> None:
+        """Someone removes the report's podnet.io/agent-node label."""
+        try:
+            self.cluster.patch(LEASE, self._lease_name(),
+                               {"metadata": {"labels": {LABEL_AGENT_NODE: None}}}, AGENTS)
+        except NotFound:
+            pass
+
+    def _releasing_tokens(self) -> list[str]:
+        return [release_token(pn) for pn in (
+            from_wire(PodNetworkModel, obj) for obj in self.cluster.list(POD_NETWORK).items)
+            if pn.status.phase is Phase.RELEASING]
+
+    def report_edited(self) -> None:
+        """Someone edits the report's list: every Releasing record acknowledged."""
+        try:
+            self.cluster.patch(LEASE, self._lease_name(), {"metadata": {"annotations": {
+                "podnet.io/unplugged": json.dumps(self._releasing_tokens())}}}, AGENTS)
+        except NotFound:
+            pass
+
+    def report_overwritten(self) -> None:
+        """An agent of another host that does not check the holder writes the report: it
+        holds nothing, so every Releasing record is unplugged there."""
+        lease = agent_report_lease(
+            AgentReport(node=self.node, holder=f"{OTHER_HOST}/unchecked",
+                        unplugged=frozenset(self._releasing_tokens())),
+            AGENTS, format_micro_time(self.clock.now()))
+        try:
+            current = self.cluster.get(LEASE, self._lease_name(), AGENTS)
+        except NotFound:
+            self.cluster.create(LEASE, lease)
+            return
+        lease["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        self.cluster.update(LEASE, lease)
+
+    def report_runs_out(self) -> None:
+        """Its holder has not renewed it for longer than its duration (time passes for
+        the Lease: the agents' clocks are real ones)."""
+        try:
+            self.cluster.patch(LEASE, self._lease_name(), {"spec": {
+                "renewTime": "2020-01-01T00:00:00.000000Z"}}, AGENTS)
+        except NotFound:
+            pass
+
+    @rule(how=st.sampled_from(["deleted", "unlabelled", "edited", "overwritten", "runs_out"]))
+    def report_tampered(self, how: str) -> None:
+        """What others do to the agent's report."""
+        getattr(self, f"report_{how}")()
+
+    @rule(stop=st.booleans())
+    def second_agent(self, stop: bool) -> None:
+        """A second agent under the node's name on another host (its own empty host)
+        starts or reports; or is stopped."""
+        if stop:
+            if self.second is not None:
+                self.second.records.stop()
+                self.second = None
+        elif self.second is None:
+            self.second = self._agent(DictDataplane(), host_id=OTHER_HOST)
+        else:
+            self.second.records.pump(0)
+            self.second.reporter.flush()
+
     # --- what must hold ---------------------------------------------------------------
 
     @invariant()
@@ -193,14 +309,30 @@ class HandshakeMachine(RuleBasedStateMachine):
             if ip:
                 key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
                 recorded.setdefault(ip, set()).add(key)
-        for plug, address in self.dataplane.plugged.values():
+        on: dict[str, tuple[str, str]] = {}
+        for (container, if_name), (plug, address) in self.dataplane.plugged.items():
+            assert address not in on, (f"{address} is on {on[address]} and on "
+                                       f"{(container, if_name)}")
+            on[address] = (container, if_name)
             others = recorded.get(address, set()) - {plug.owner}
             assert not others, (f"{address} is on {plug.container_id}'s interface, plugged "
                                 f"for {plug.owner}, and recorded by {sorted(others)}")
+            assert plug.owner in recorded.get(address, set()), (
+                f"{address} is on {plug.container_id}'s interface, plugged for "
+                f"{plug.owner}, whose record gave it back")
 
     def check_the_end(self) -> None:
+        # the operator stops the second agent; its report runs out; the first one's
+        # agent takes it back
+        self.second_agent(stop=True)
+        self.report_runs_out()
+        self.agent.reporter.flush()
+        assert self.agent.ready, self.agent.reporter.conflict
         for i in sorted(self.sandboxes):
             self.agent.delete(self._body(i, self.sandboxes.pop(i)))
+        for i, container in self.replaced:
+            self.agent.delete(self._body(i, container))
+        self.replaced.clear()
         for i in range(PODS):
             self.delete_pod(i)
         for _ in range(5):
@@ -222,3 +354,28 @@ class _Machine(HandshakeMachine):
 
 TestHandshake = _Machine.TestCase
 TestHandshake.settings = chaos_settings(step_count=40)
+
+
+def test_the_agent_writes_its_host_onto_a_record_before_it_plugs_it() -> None:
+    """The durable half of the handshake: the record names the host before the interface
+    exists; a record that turned Releasing meanwhile is neither written nor plugged."""
+    machine = HandshakeMachine()
+    try:
+        machine.pod_runs(0)
+        (plug, _address), = machine.dataplane.plugged.values()
+        record = machine.cluster.get(POD_NETWORK, plug.owner.split("/")[1], NS)
+        assert record["metadata"]["annotations"][ANNOTATION_PLUGGED_ON] == machine.agent.host
+
+        machine.create_pod(1)
+        machine.engine.run_until_idle()
+        machine.agent.records.pump(0)
+        machine.delete_pod(1)
+        machine.engine.run_until_idle()  # Releasing; the agent's cache still says Routed
+        machine.add(1, fresh=True)
+        assert len(machine.dataplane.plugged) == 1, "a Releasing record was plugged"
+        released = [obj for obj in machine.cluster.list(POD_NETWORK).items
+                    if obj["spec"]["podName"] == "p1"]
+        assert all(ANNOTATION_PLUGGED_ON not in (obj["metadata"].get("annotations") or {})
+                   for obj in released)
+    finally:
+        machine.teardown()

@@ -1,21 +1,35 @@
 """The release handshake on the in-memory cluster: a Releasing record's address goes back
 to the pool only once its node agent reports the old interface gone, the node is gone, or
-``unplug_timeout`` passed; a node without an agent report does not wait.
+(for a record no agent wrote its host onto) ``unplug_timeout`` passed; a node without an
+agent report does not wait. A record that names the host that plugged it waits for that
+host's own word, whatever is done to the report (GOALS.md R8); the agent's reporter keeps
+its report its own.
 
 The test plays the node agent by writing its Lease through the same wire function the
 agent uses (``agent_report_lease``)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-from podnet.core.clock import format_micro_time
-from podnet.core.cluster.port import LEASE, NODE, POD, POD_NETWORK, NotFound, Obj
+from podnet.app.node.report import NodeReporter
+from podnet.core.clock import FakeClock, format_micro_time
+from podnet.core.cluster.memory import InMemoryCluster
+from podnet.core.cluster.port import LEASE, NAMESPACE, NODE, POD, POD_NETWORK, NotFound, Obj
 from podnet.core.convert import from_wire
 from podnet.core.models import AgentReport, PodNetwork
-from podnet.core.objects import agent_lease_name, agent_report, agent_report_lease, release_token
+from podnet.core.objects import (
+    ANNOTATION_PLUGGED_ON,
+    LABEL_AGENT_NODE,
+    agent_lease_name,
+    agent_report,
+    agent_report_lease,
+    holder_host,
+    release_token,
+)
 from podnet.core.policy import PoolPolicy
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 from podnet.testing.harness import EngineRig
@@ -209,3 +223,200 @@ def test_a_record_the_garbage_collector_deletes_ahead_of_the_pod_cache_still_wai
     rig.report(unplugged={token(rig, web)})
     rig.settle()
     assert rig.record(web) is None
+
+
+# --- R8: only the word of the host that plugged the record frees its address -----------
+
+HOST = "host-a.4026531992"
+
+
+def plugged_by(rig: Rig, record: Obj, *hosts: str) -> None:
+    """What the node agent writes onto a record before it plugs it."""
+    rig.cluster.patch(POD_NETWORK, record["metadata"]["name"],
+                      {"metadata": {"annotations": {ANNOTATION_PLUGGED_ON: ",".join(hosts)}}},
+                      record["metadata"]["namespace"])
+
+
+def write_report(rig: Rig, holder: str, *, plugged: set[str] = frozenset(),  # type: ignore[assignment]
+                 unplugged: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    lease = agent_report_lease(
+        AgentReport(node=rig.node_name, holder=holder, plugged=frozenset(plugged),
+                    unplugged=frozenset(unplugged)),
+        AGENTS, format_micro_time(rig.clock.now()))
+    try:
+        current = rig.cluster.get(LEASE, agent_lease_name(rig.node_name), AGENTS)
+    except NotFound:
+        rig.cluster.create(LEASE, lease)
+        return
+    lease["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    rig.cluster.update(LEASE, lease)
+
+
+def _delete_report(rig: Rig, _token: str) -> None:
+    rig.cluster.delete(LEASE, agent_lease_name(rig.node_name), AGENTS)
+
+
+def _unlabel_report(rig: Rig, _token: str) -> None:
+    rig.cluster.patch(LEASE, agent_lease_name(rig.node_name),
+                      {"metadata": {"labels": {LABEL_AGENT_NODE: None}}}, AGENTS)
+
+
+def _edit_report(rig: Rig, token_: str) -> None:
+    """Someone adds the token by hand (the writer's digest left as it was)."""
+    rig.cluster.patch(LEASE, agent_lease_name(rig.node_name), {"metadata": {"annotations": {
+        "podnet.io/unplugged": json.dumps([token_])}}}, AGENTS)
+
+
+def _another_host_writes(rig: Rig, token_: str) -> None:
+    """A second agent under the node's name, on another host: nothing plugged there."""
+    write_report(rig, "host-b.4026531992/x1", unplugged={token_})
+
+
+def _old_agent_writes(rig: Rig, token_: str) -> None:
+    """An agent that names no host (before 0.4) writes the report."""
+    write_report(rig, "podnet-node/node-0000", unplugged={token_})
+
+
+@pytest.mark.parametrize("tamper", [_delete_report, _unlabel_report, _edit_report,
+                                    _another_host_writes, _old_agent_writes])
+def test_a_plugged_address_is_not_reused_on_a_missing_edited_or_other_writers_report(
+        rig: Rig, tamper: Any) -> None:
+    web = rig.pod("web")
+    rig.settle()
+    record = rig.record(web)
+    assert record is not None
+    ip = record["status"]["ip"]
+    plugged_by(rig, record, HOST)
+    write_report(rig, f"{HOST}/i1", plugged={key(record)})
+    rig.settle()
+    rig.cluster.delete(POD, "web", NS, grace_period_seconds=0)
+    rig.settle()
+    tamper(rig, token(rig, web))
+    # long past the unplug timeout: still held, and waiting is not failing
+    for _ in range(4):
+        rig.settle(advance=TIMEOUT)
+    held = rig.record(web)
+    assert held is not None and held["status"]["ip"] == ip, "reused without the host's word"
+    assert ip not in rig.pooled_free()
+    other = rig.pod("other")
+    rig.settle()
+    taken = rig.record(other)
+    assert taken is not None and taken["status"]["ip"] != ip
+    assert rig.engine.stats.failed_transitions == {}, "waiting is not failing"
+
+    # the host's agent, started again (another instance), says the interface is gone
+    try:
+        _delete_report(rig, "")
+    except NotFound:
+        pass
+    write_report(rig, f"{HOST}/i2", plugged={key(taken)}, unplugged={token(rig, web)})
+    rig.settle()
+    assert rig.record(web) is None
+    assert ip in rig.pooled_free()
+
+
+def test_a_record_two_hosts_plugged_waits_for_the_node_to_go(rig: Rig) -> None:
+    web = rig.pod("web")
+    rig.settle()
+    record = rig.record(web)
+    assert record is not None
+    plugged_by(rig, record, HOST, "host-b.1")
+    rig.cluster.delete(POD, "web", NS, grace_period_seconds=0)
+    rig.settle()
+    write_report(rig, f"{HOST}/i1", unplugged={token(rig, web)})
+    rig.settle(advance=TIMEOUT * 2)
+    assert rig.record(web) is not None, "host-b's interface may still hold it"
+    rig.cluster.delete(NODE, rig.node_name)
+    rig.settle(advance=1)
+    assert rig.record(web) is None
+
+
+def test_an_edited_report_acknowledges_nothing() -> None:
+    report = AgentReport(node="n1", holder=f"{HOST}/i1", unplugged=frozenset({"u1@t"}))
+    lease = agent_report_lease(report, AGENTS, "2026-01-01T00:00:00.000000Z")
+    seen = agent_report(lease)
+    assert seen is not None and seen.unplugged == {"u1@t"} and not seen.edited
+    lease["metadata"]["annotations"]["podnet.io/unplugged"] = '["u1@t", "u2@t"]'
+    seen = agent_report(lease)
+    assert seen is not None and seen.edited and seen.unplugged == frozenset()
+    assert holder_host(f"{HOST}/i1") == HOST
+
+
+# --- the agent's side: its report is its own, restored, and not taken over ---------------
+
+
+class Reporting:
+    """Node reporters over one in-memory API server (no threads: ``flush`` is the pass)."""
+
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.cluster = InMemoryCluster(clock=self.clock)
+        self.cluster.create(NAMESPACE, {"metadata": {"name": AGENTS}})
+        self.unplugged: frozenset[str] = frozenset({"u1@t"})
+
+    def reporter(self, host: str) -> NodeReporter:
+        return NodeReporter(self.cluster, "n1", AGENTS, lambda: AgentReport(
+            node="n1", unplugged=self.unplugged), host=host)
+
+    def lease(self) -> Obj:
+        return self.cluster.get(LEASE, agent_lease_name("n1"), AGENTS)
+
+    def seen(self) -> AgentReport | None:
+        return agent_report(self.lease())
+
+
+def test_a_second_agent_of_another_host_does_not_take_a_live_report_over() -> None:
+    bed = Reporting()
+    first = bed.reporter(HOST)
+    assert first.flush()
+    second = bed.reporter("host-b.1")
+    bed.unplugged = frozenset({"u1@t", "u2@t"})  # what the second one would say
+    assert not second.flush()
+    assert second.conflict is not None and first.holder in second.conflict
+    assert second.written is None
+    seen = bed.seen()
+    assert seen is not None and seen.holder == first.holder and seen.unplugged == {"u1@t"}
+    # the same host started again takes its report over at once
+    again = bed.reporter(HOST)
+    assert again.flush() and again.conflict is None
+    seen = bed.seen()
+    assert seen is not None and seen.holder == again.holder
+
+
+def test_another_hosts_report_is_taken_over_once_its_renewal_ran_out() -> None:
+    bed = Reporting()
+    lease = agent_report_lease(AgentReport(node="n1", holder="host-b.1/old"), AGENTS,
+                               "2020-01-01T00:00:00.000000Z")
+    bed.cluster.create(LEASE, lease)
+    mine = bed.reporter(HOST)
+    assert mine.flush() and mine.conflict is None
+    seen = bed.seen()
+    assert seen is not None and seen.holder == mine.holder
+
+
+@pytest.mark.parametrize("tamper", ["delete", "unlabel", "edit", "holder", "run out"])
+def test_the_agent_restores_its_report(tamper: str) -> None:
+    bed = Reporting()
+    reporter = bed.reporter(HOST)
+    assert reporter.flush()
+    assert not reporter.flush(), "nothing changed: nothing written"
+    name = agent_lease_name("n1")
+    if tamper == "delete":
+        bed.cluster.delete(LEASE, name, AGENTS)
+    elif tamper == "unlabel":
+        bed.cluster.patch(LEASE, name, {"metadata": {"labels": {LABEL_AGENT_NODE: None}}},
+                          AGENTS)
+    elif tamper == "edit":
+        bed.cluster.patch(LEASE, name, {"metadata": {"annotations": {
+            "podnet.io/unplugged": "[]"}}}, AGENTS)
+    elif tamper == "holder":  # an agent of this host that does not check wrote it
+        bed.cluster.patch(LEASE, name, {"spec": {"holderIdentity": f"{HOST}/other"}}, AGENTS)
+    else:  # made to look run out: another host's agent would take it over
+        bed.cluster.patch(LEASE, name, {"spec": {
+            "renewTime": "2020-01-01T00:00:00.000000Z"}}, AGENTS)
+    assert reporter.flush()
+    seen = bed.seen()
+    assert seen is not None and not seen.edited
+    assert seen.holder == reporter.holder and seen.unplugged == {"u1@t"}
+    assert seen.renew_time is not None and seen.renew_time.year > 2020
+    assert not bed.reporter("host-b.1").flush(), "another host took a live report over"

@@ -14,9 +14,11 @@ provider gateway the controller uses:
 - ``CHECK`` compares the interfaces with the records;
 - ``GC`` unplugs what was plugged for containers the runtime no longer lists;
 - on start, what was plugged for records that no longer exist is unplugged;
-- it reports to the controller, in its node's Lease, the Releasing records it holds no
-  interface for (``report``): the controller hands their addresses to other
-  pods only then (the release handshake, ``podnet.core.unplug``);
+- before it plugs a record it writes its host onto it (``podnet.io/plugged-on``), and it
+  reports to the controller, in its node's Lease (its own: restored when deleted or
+  edited, never taken from another host's live agent), the Releasing records it holds no
+  interface for (``report``): the controller hands their addresses to other pods only
+  then (the release handshake, ``podnet.core.unplug``);
 - for ``podnet-ipam`` (another CNI plugin plumbs the interface), ``/v1/ipam/*`` answer one
   PodNetwork's addresses and routes, plug nothing and release nothing.
 """

@@ -39,13 +39,21 @@ from podnet.app.node.report import ANNOTATION_ENI, DEFAULT_BATCH, NodeReporter
 from podnet.core.annotations import NETWORKS, annotation_field, parse_attachments
 from podnet.core.clock import SystemClock
 from podnet.core.cluster.informer import Informer
-from podnet.core.cluster.port import POD, POD_NETWORK, ApiError, Cluster, NotFound, Obj
+from podnet.core.cluster.port import (
+    POD,
+    POD_NETWORK,
+    ApiError,
+    Cluster,
+    Conflict,
+    NotFound,
+    Obj,
+)
 from podnet.core.convert import RecordError, from_wire
 from podnet.core.errors import InvalidRequest, PodnetError
 from podnet.core.fence import Fence
 from podnet.core.gateway import ProviderGateway
 from podnet.core.models import DEFAULT_NETWORK, LABEL_NODE, AgentReport, Phase, PodNetwork
-from podnet.core.objects import release_token
+from podnet.core.objects import ANNOTATION_PLUGGED_ON, plugged_on, release_token
 from podnet.core.plugin import Providers
 from podnet.core.tracing import (
     ATTR_CONTAINER,
@@ -76,7 +84,8 @@ class NodeAgent:
     def __init__(self, cluster: Cluster, providers: Providers, node: str, *,
                  add_timeout: float = DEFAULT_ADD_TIMEOUT,
                  tracing: Tracing | None = None, namespace: str = DEFAULT_NAMESPACE,
-                 report_batch: float = DEFAULT_BATCH, state_dir: str | None = None) -> None:
+                 report_batch: float = DEFAULT_BATCH, state_dir: str | None = None,
+                 host_id: str | None = None) -> None:
         self.cluster = cluster
         self.providers = providers
         self.node = node
@@ -118,23 +127,31 @@ class NodeAgent:
                        for plugin in providers.plugins.values())
         self._eni_summary: dict[str, str] = {}
         self.reporter = NodeReporter(cluster, node, namespace, self.report, batch=report_batch,
-                                     annotations=self.dataplane_annotations)
+                                     annotations=self.dataplane_annotations, host=host_id)
+        #: this host's id: what the agent writes onto a record before it plugs it
+        self.host = self.reporter.host
         self._reporter_thread: threading.Thread | None = None
 
     # --- life --------------------------------------------------------------------------
 
     @property
     def ready(self) -> bool:
-        """Its records listed and its first report written: it may plug."""
-        return self.records.has_synced and self.reporter.written is not None
+        """Its records listed and its first report written, and the report its own (no
+        agent of another host holds it): it may plug."""
+        return (self.records.has_synced and self.reporter.written is not None
+                and self.reporter.conflict is None)
+
+    def _not_ready(self) -> str:
+        return self.reporter.conflict or ("podnet node agent is starting: its records are "
+                                          "not listed or its first report not written yet")
 
     def start(self) -> None:
         """List the node's records, unplug leftovers of records that no longer exist,
         then follow the records in a thread."""
         self.records.start()
         self.remove_leftovers()
-        # the first report before the first ADD: a node whose agent has never reported is
-        # a node without an agent, whose releases do not wait (the release handshake)
+        # the first report before the first ADD (not ready until it is written: another
+        # host's agent may hold the node's report)
         self.reporter.flush()
         self._thread = threading.Thread(target=self.records.run, args=(self._stop, 0.5),
                                         name="podnet-node-informer", daemon=True)
@@ -172,8 +189,50 @@ class NodeAgent:
                                     if seq > start}
                 unplugged = {release_token(pn) for pn in self.records.values()
                              if pn.status.phase is Phase.RELEASING and pn.key not in plugged}
-        return AgentReport(node=self.node, holder=f"podnet-node/{self.node}",
+        return AgentReport(node=self.node, holder=self.reporter.holder,
                            plugged=frozenset(plugged), unplugged=frozenset(unplugged))
+
+    def _write_plugged_on(self, records: list[PodNetwork]) -> None:
+        """Write this host onto each record before its interface is made (the release
+        handshake's durable half: a Releasing record names the hosts whose word its
+        address waits for, whatever becomes of their reports). Guarded by the
+        resourceVersion the agent saw Routed: a record released meanwhile is not plugged.
+
+        :raises CniError: 11 when a record changed or could not be written (retried)."""
+        for pn in records:
+            for _ in range(3):  # the cache behind this agent's own earlier write
+                hosts = plugged_on(pn)
+                if self.host in hosts:
+                    break
+                patch = {"metadata": {
+                    "resourceVersion": pn.metadata.resource_version,
+                    "annotations": {
+                        ANNOTATION_PLUGGED_ON: ",".join(sorted({*hosts, self.host}))}}}
+                try:
+                    self.cluster.patch(POD_NETWORK, pn.metadata.name, patch,
+                                       pn.metadata.namespace)
+                    break
+                except Conflict:
+                    found = self._read_record(pn)
+                except ApiError as exc:
+                    raise CniError(TRY_AGAIN, f"PodNetwork {pn.key}: {ANNOTATION_PLUGGED_ON} "
+                                              f"not written: {exc}", status=503) from exc
+                if found is None or found.status.phase is not Phase.ROUTED:
+                    raise CniError(TRY_AGAIN, f"PodNetwork {pn.key} is being released",
+                                   status=503)
+                pn = found
+            else:
+                raise CniError(TRY_AGAIN, f"PodNetwork {pn.key}: {ANNOTATION_PLUGGED_ON} not "
+                                          "written: the record keeps changing", status=503)
+
+    def _read_record(self, pn: PodNetwork) -> PodNetwork | None:
+        try:
+            return _read_pod_network(self.cluster.get(POD_NETWORK, pn.metadata.name,
+                                                      pn.metadata.namespace))
+        except NotFound:
+            return None
+        except ApiError as exc:
+            raise CniError(TRY_AGAIN, f"PodNetwork {pn.key}: {exc}", status=503) from exc
 
     def dataplane_annotations(self) -> dict[str, str]:
         """The report's summary of the ENI dataplane on this host (none without one)."""
@@ -322,11 +381,11 @@ class NodeAgent:
         if not os.path.exists(req.netns):
             raise CniError(INVALID, f"netns: {req.netns} does not exist")
         if not self.ready:
-            raise CniError(TRY_AGAIN, "podnet node agent is starting: its records are not "
-                                      "listed or its first report not written yet", status=503)
+            raise CniError(TRY_AGAIN, self._not_ready(), status=503)
         with self._lock(req.container_id):
             attachments, records = self._wait_routed(req.namespace, req.pod, req.uid,
                                                      req.if_name)
+            self._write_plugged_on(records)
             names = interface_names(req.if_name, attachments)
             results: list[tuple[PodNetwork, PlugResult]] = []
             with self._plugging_of(records), self._span("add", records[0], req, req.if_name):
@@ -465,9 +524,9 @@ class NodeAgent:
         namespace, pod, uid, network = ipam_request(body)
         container_id, if_name = body_field(body, "containerId"), body_field(body, "ifName")
         if not self.ready:
-            raise CniError(TRY_AGAIN, "podnet node agent is starting: its records are not "
-                                      "listed or its first report not written yet", status=503)
+            raise CniError(TRY_AGAIN, self._not_ready(), status=503)
         _, (pn,) = self._wait_routed(namespace, pod, uid, if_name, only=network)
+        self._write_plugged_on([pn])
         # granted while marked as plugging: no report can call the record unplugged between
         with self._plugging_of([pn]):
             try:
@@ -522,15 +581,16 @@ class NodeAgent:
 
     def status(self) -> dict[str, Any]:
         if not self.ready:
-            raise CniError(NOT_READY, "podnet node agent has not listed its records yet",
-                           status=503)
+            raise CniError(NOT_READY, self._not_ready(), status=503)
         return {}
 
     def report_body(self) -> dict[str, Any]:
         """``GET /v1/agent/report``: what the agent last wrote to its Lease, and what the
         handshake has cost in API writes so far."""
         written = self.reporter.written
-        return {"node": self.node, "plugged": sorted(written.plugged) if written else [],
+        return {"node": self.node, "holder": self.reporter.holder,
+                "conflict": self.reporter.conflict,
+                "plugged": sorted(written.plugged) if written else [],
                 "unplugged": sorted(written.unplugged) if written else [],
                 "writes": dict(self.reporter.writes)}
 

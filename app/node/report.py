@@ -7,6 +7,15 @@ Lease ``podnet-node-<node>`` in podnet's namespace (the wire format is
 at most once per ``batch`` seconds: a burst of pods leaving one node costs a few writes,
 not one per pod.
 
+The report names its writer as a real Lease does: ``holderIdentity`` is
+``<host id>/<instance>`` (:func:`default_host_id`, a fresh instance id per start) and
+``renewTime`` is renewed every third of ``leaseDurationSeconds``. The reporter reads the
+Lease back on every pass and writes it again when it was deleted, unlabelled or edited. A
+Lease held by an agent of another host whose renewal is still live is not taken over: the
+reporter says so (:attr:`NodeReporter.conflict`, an error in the log) and the agent stays
+not ready, so two hosts never write one node's report (an agent restarted on its own host
+takes its report over at once: its list is derived again from the host).
+
 Beside what the handshake needs, a node whose providers use the ENI dataplane says what
 its netlink has of it (:data:`ANNOTATION_ENI`: the ENI devices found, by MAC, and the
 table each pod address's rule looks up; bounded, see ``podnet.linux.eni.EniSummary``), so
@@ -18,15 +27,28 @@ seconds, and writes only when something changed.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any
+
+import attrs
 
 from podnet.core.clock import SystemClock, format_micro_time
-from podnet.core.cluster.port import LEASE, ApiError, Cluster, Conflict, NotFound
+from podnet.core.cluster.port import LEASE, AlreadyExists, ApiError, Cluster, Conflict, NotFound
 from podnet.core.models import AgentReport
-from podnet.core.objects import agent_lease_name, agent_report_lease
+from podnet.core.objects import (
+    AGENT_LEASE_SECONDS,
+    LABEL_AGENT_NODE,
+    agent_lease_name,
+    agent_report,
+    agent_report_lease,
+    holder_host,
+)
 
 log = logging.getLogger("podnet.node")
 
@@ -38,17 +60,49 @@ DEFAULT_REFRESH = 5.0
 ANNOTATION_ENI = "podnet.io/eni-dataplane"
 
 
+def default_host_id() -> str:
+    """This host's id in its agent's reports and on the records it plugs: the machine id
+    (the boot id where the image has none) and the inode of the agent's network namespace
+    (the interfaces it plugs are that namespace's: two agents in two namespaces of one
+    machine are two hosts). No ``/``: it is the first part of a holder identity."""
+    machine = ""
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id",
+                 "/proc/sys/kernel/random/boot_id"):
+        try:
+            with open(path) as f:
+                machine = f.read().strip()
+        except OSError:
+            continue
+        if machine:
+            break
+    netns = os.stat("/proc/self/ns/net").st_ino
+    return f"{machine.replace('/', '_') or 'unknown'}.{netns}"
+
+
 class NodeReporter:
-    """Writes what ``compute`` says to the node's Lease whenever it changes."""
+    """Writes what ``compute`` says to the node's Lease whenever it changes, renews it, and
+    writes it again when someone else deleted or changed it."""
 
     def __init__(self, cluster: Cluster, node: str, namespace: str,
                  compute: Callable[[], AgentReport], *, batch: float = DEFAULT_BATCH,
                  annotations: Callable[[], dict[str, str]] | None = None,
-                 refresh: float = DEFAULT_REFRESH) -> None:
+                 refresh: float = DEFAULT_REFRESH, host: str | None = None,
+                 lease_seconds: int = AGENT_LEASE_SECONDS) -> None:
         self.cluster = cluster
         self.node = node
         self.namespace = namespace
         self.compute = compute
+        #: the host this agent runs on, and this start of it: the report's writer
+        self.host = host or default_host_id()
+        self.holder = f"{self.host}/{uuid.uuid4().hex[:12]}"
+        self.lease_seconds = lease_seconds
+        #: why the report is not this agent's to write (another host's agent holds it);
+        #: None when it is
+        self.conflict: str | None = None
+        self._renewed = 0.0
+        #: the renewTime last written: a Lease that says another was renewed by someone
+        #: else (or made to look run out), and is written again
+        self._renew_time: str | None = None
         #: more annotations of the Lease (what the dataplane has in place)
         self.annotations = annotations or dict
         self.batch = batch
@@ -88,22 +142,41 @@ class NodeReporter:
                 stop.wait(1.0)
 
     def flush(self) -> bool:
-        """Write the report if it differs from the last one written; whether it wrote."""
-        report = self.compute()
+        """Write the report if the Lease does not say it (changed since the last write,
+        deleted, unlabelled or edited by someone else) or its renewal is due; whether it
+        wrote. Another host's live report is left alone (:attr:`conflict`)."""
+        report = attrs.evolve(self.compute(), holder=self.holder)
         more = self.annotations()
-        if report == self._written and more == self._written_annotations:
-            return False
-        lease = agent_report_lease(report, self.namespace, format_micro_time(self._clock.now()))
-        lease["metadata"]["annotations"].update(more)
         name = agent_lease_name(self.node)
         try:
             current = self.cluster.get(LEASE, name, self.namespace)
         except NotFound:
             current = None
+        if current is not None and not self._ours_to_write(current):
+            return False
+        due = time.monotonic() - self._renewed >= self.lease_seconds / 3
+        if (current is not None and not due and report == self._written
+                and more == self._written_annotations and self._says(current, report, more)):
+            return False
+        renew_time = format_micro_time(self._clock.now())
+        lease = agent_report_lease(report, self.namespace, renew_time)
+        lease["spec"]["leaseDurationSeconds"] = self.lease_seconds
+        lease["metadata"]["annotations"].update(more)
         if current is None:
-            self.cluster.create(LEASE, lease)
+            if self._written is not None:
+                log.warning("node %s: its report %s/%s was deleted; written again",
+                            self.node, self.namespace, name)
+            try:
+                self.cluster.create(LEASE, lease)
+            except AlreadyExists:
+                self._dirty.set()  # someone else made it meanwhile: read again
+                return False
             self.writes["create"] += 1
         else:
+            if self._written is not None and not self._says(current, self._written,
+                                                            self._written_annotations or {}):
+                log.warning("node %s: its report %s/%s was changed by someone else; "
+                            "written again", self.node, self.namespace, name)
             lease["metadata"]["resourceVersion"] = current["metadata"].get("resourceVersion")
             try:
                 self.cluster.update(LEASE, lease)
@@ -111,6 +184,54 @@ class NodeReporter:
                 self._dirty.set()  # someone else wrote it: read again, write again
                 return False
             self.writes["update"] += 1
+        self._renewed = time.monotonic()
+        self._renew_time = renew_time
         self._written = report
         self._written_annotations = more
         return True
+
+    def _ours_to_write(self, current: Mapping[str, Any]) -> bool:
+        """Whether the Lease is this agent's to write: its own, an earlier start's on
+        this host, nobody's, or another host's whose renewal ran out. Sets
+        :attr:`conflict`."""
+        spec = current.get("spec") or {}
+        holder = str(spec.get("holderIdentity") or "")
+        if not holder or holder == self.holder or holder_host(holder) == self.host:
+            self.conflict = None
+            return True
+        seen = agent_report(current)
+        renewed = seen.renew_time if seen is not None else None
+        duration = spec.get("leaseDurationSeconds")
+        duration = duration if isinstance(duration, int) else self.lease_seconds
+        if renewed is None or renewed + timedelta(seconds=duration) <= self._clock.now():
+            if self.conflict is not None or self._written is not None:
+                log.warning("node %s: its report's holder %s did not renew it within %d s; "
+                            "this agent (%s) takes it over", self.node, holder, duration,
+                            self.holder)
+            self.conflict = None
+            return True
+        conflict = (f"node {self.node}: its report {self.namespace}/"
+                    f"{agent_lease_name(self.node)} is held by {holder}, an agent of another "
+                    f"host, renewed within {duration} s: this agent ({self.holder}) does "
+                    "not take it over and stays not ready (two agents run under one node "
+                    "name: stop one)")
+        if conflict != self.conflict:
+            log.error("%s", conflict)
+        self.conflict = conflict  # looked at again every refresh: taken over once it runs out
+        return False
+
+    def _says(self, current: Mapping[str, Any], report: AgentReport,
+              more: Mapping[str, str]) -> bool:
+        """Whether the Lease says ``report`` (and ``more``), as its writer, labelled, with
+        the renewal it last wrote."""
+        meta = current.get("metadata") or {}
+        if (meta.get("labels") or {}).get(LABEL_AGENT_NODE) != self.node:
+            return False
+        spec = current.get("spec") or {}
+        if (str(spec.get("holderIdentity") or "") != self.holder
+                or spec.get("renewTime") != self._renew_time
+                or spec.get("leaseDurationSeconds") != self.lease_seconds):
+            return False
+        want = agent_report_lease(report, self.namespace, "")["metadata"]["annotations"]
+        have = meta.get("annotations") or {}
+        return all(have.get(k) == v for k, v in {**want, **more}.items())

@@ -171,20 +171,23 @@ def test_a_refused_add_for_a_new_sandbox_leaves_the_live_one_serving(
     ip = result["ips"][0]["address"].split("/")[0]
     assert ping(peer_ns, ip)
 
+    def live_untouched() -> None:
+        assert addresses_in(live_path).get("eth0") == [result["ips"][0]["address"]], (
+            "the live sandbox lost its interface to a refused ADD")
+        assert ping(peer_ns, ip), "the live sandbox lost its network to a refused ADD"
+
     with tempfile.NamedTemporaryFile(prefix="podnet-not-a-netns-") as plain:
         code, err = client.add(host.container(), plain.name, "live")
+    live_untouched()
     assert code == 400 and err["code"] == 7 and err["msg"].startswith("netns"), err
 
     taken_ns, taken_path = host.netns()
     subprocess.run(["ip", "-n", taken_ns, "link", "add", "eth0", "type", "veth", "peer",
-                    "name", "other0"],
-                   check=True)
+                    "name", "other0"], check=True)
     code, err = client.add(host.container(), taken_path, "live")
+    live_untouched()
     assert code == 400 and err["code"] == 7 and "eth0" in err["msg"], err
     assert err["msg"].startswith("ifName"), err
-
-    assert addresses_in(live_path).get("eth0") == [result["ips"][0]["address"]]
-    assert ping(peer_ns, ip), "the live sandbox lost its network to a refused ADD"
     assert client.add(live_cid, live_path, "live") == (200, result)
 
 

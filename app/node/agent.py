@@ -148,6 +148,9 @@ class NodeAgent:
     def start(self) -> None:
         """List the node's records, unplug leftovers of records that no longer exist,
         then follow the records in a thread."""
+        # the namespace it serves in too (started inside a node's namespace, as the
+        # demo does, it is not the one it was made in)
+        self._own_namespaces |= own_network_namespaces()
         self.records.start()
         self.remove_leftovers()
         # the first report before the first ADD: a node whose agent has never reported is

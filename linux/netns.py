@@ -15,6 +15,7 @@ import errno
 import fcntl
 import os
 import shutil
+import stat
 import subprocess
 import threading
 import uuid
@@ -120,7 +121,11 @@ def network_namespace_id(path: str) -> tuple[int, int]:
 
     :raise ValueError: ``path`` is not a network namespace (a plain file, a directory,
         another kind of namespace), saying what it is; OSError when it cannot be opened."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    # a namespace file is a regular file (of nsfs): anything else is not opened at all
+    # (a FIFO would block, a device's open may act)
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise ValueError(f"{path} is not a namespace")
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         try:
             kind = fcntl.ioctl(fd, _NS_GET_NSTYPE)

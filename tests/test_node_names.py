@@ -98,3 +98,22 @@ def test_an_ovn_host_ends_alias_fits_the_kernels_limit() -> None:
         assert len(alias.encode()) <= IFALIASZ, (network, len(alias.encode()))
     assert owner_digest(key) in _alias({CONTAINER_ID: CONTAINER, IFNAME_ID: "eth0",
                                         NETWORK_ID: "default", OWNER_ID: key})
+
+
+def test_only_a_network_namespace_is_a_sandbox_and_nothing_else_is_opened(
+        tmp_path: Any) -> None:
+    """A FIFO (whose open would block the handler for ever), a device, a plain file, a
+    namespace of another kind: none is a sandbox; one namespace by two paths is one."""
+    import os
+
+    from podnet.linux.netns import network_namespace_id
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    plain = tmp_path / "plain"
+    plain.write_text("")
+    for path in (str(fifo), "/dev/null", str(plain), str(tmp_path), "/proc/self/ns/mnt"):
+        with pytest.raises(ValueError, match=r"not a namespace|another kind"):
+            network_namespace_id(path)
+    assert network_namespace_id("/proc/self/ns/net") == network_namespace_id(
+        f"/proc/{os.getpid()}/ns/net")

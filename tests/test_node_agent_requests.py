@@ -262,3 +262,17 @@ def test_a_pod_with_the_longest_names_kubernetes_allows_is_plugged_and_kept(
     assert report["plugged"][0].startswith(f"{namespace}/"), report
     assert client.delete(cid, path, name, namespace=namespace)[0] == 200
     assert _host_ends(node.netns) == []
+
+
+def test_a_name_taken_in_a_first_sandbox_is_error_7_with_http_400(
+        stack: Stack, client: AgentClient, node: NodeNamespace, host: Host) -> None:
+    """No other sandbox to unplug: the provider's plug refuses the taken name itself,
+    touching nothing; the answer is the caller's to fix (400, code 7), not a fault."""
+    stack.create([pod("first")])
+    taken_ns, taken_path = host.netns()
+    subprocess.run(["ip", "-n", taken_ns, "link", "add", "eth0", "type", "veth", "peer",
+                    "name", "other0"], check=True)
+    code, err = client.add(host.container(), taken_path, "first")
+    assert (code, err["code"]) == (400, 7) and "eth0" in err["msg"], (code, err)
+    assert sorted(links_in(taken_path)) == ["eth0", "lo", "other0"]
+    assert _host_ends(node.netns) == []

@@ -727,6 +727,8 @@ class NodeAgent:
         except PodnetError as exc:
             field = getattr(exc, "field", None)
             code = INVALID if field in ("netns", "ifName") else TRY_AGAIN
-            raise CniError(code, str(exc), details=type(exc).__name__, status=500) from exc
+            # a request the provider refuses is the caller's to fix (400), not a fault
+            raise CniError(code, str(exc), details=type(exc).__name__,
+                           status=400 if code == INVALID else 500) from exc
         except ApiError as exc:
             raise CniError(TRY_AGAIN, str(exc), status=503) from exc

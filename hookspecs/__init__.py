@@ -718,7 +718,9 @@ def podnet_plugs(provider: str, node: str) -> Sequence[Plug] | None:
     :param node: the node the agent serves.
     :return: each plugged interface, with the container, interface name, network and the
         record it was plugged for (mark what you create so you can tell it from what is
-        not yours); ``None``: none.
+        not yours); ``None``: none. A mark with no room for the record's key (a link
+        alias holds 255 bytes) keeps :func:`podnet.hookspecs.types.owner_digest` of it:
+        the agent takes that back to the key.
 
     Called by the node agent at start (to unplug leftovers of records that no longer
     exist) and for the runtime's ``GC``. Read only.

@@ -5,6 +5,7 @@ Frozen attrs classes: a provider receives them, returns them, never mutates them
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -404,6 +405,18 @@ class UnplugContext:
     pod_network: PodNetwork | None = None
 
 
+#: how :func:`owner_digest` marks a record key it stands for
+OWNER_DIGEST_PREFIX = "#"
+
+
+def owner_digest(key: str) -> str:
+    """A short stand-in (25 characters) for a record's key, for a dataplane whose mark has
+    no room for the key itself (a link alias holds 255 bytes; a key may be 317
+    characters): the node agent takes it back to the key of the record it names.
+    Keys never start with ``#``."""
+    return OWNER_DIGEST_PREFIX + hashlib.blake2s(key.encode(), digest_size=12).hexdigest()
+
+
 @attrs.frozen
 class Plug:
     """An interface a provider's dataplane has plugged on this host
@@ -412,7 +425,8 @@ class Plug:
     container_id: str
     if_name: str
     network: str
-    #: the key (``namespace/name``) of the PodNetwork it was plugged for
+    #: the key (``namespace/name``) of the PodNetwork it was plugged for, or its
+    #: :func:`owner_digest` when that is what the dataplane could keep
     owner: str | None = None
     host_interface: str | None = None
 

@@ -54,7 +54,14 @@ import attrs
 
 from podnet.hookspecs.errors import ErrorKind, ProviderError
 from podnet.hookspecs.models import PodNetwork, Route
-from podnet.hookspecs.types import CheckResult, Plug, PlugContext, PlugResult, UnplugContext
+from podnet.hookspecs.types import (
+    CheckResult,
+    Plug,
+    PlugContext,
+    PlugResult,
+    UnplugContext,
+    owner_digest,
+)
 from podnet.linux.netns import iproute
 from podnet.linux.veth import (
     IFALIASZ,
@@ -220,6 +227,10 @@ class EniDataplane:
             # the kernel keeps 255 bytes of an alias: the IPv6 address goes (its rule
             # names the host end, which is how unplug and plugs find it then)
             alias = ALIAS_MARK + json.dumps(mark, separators=(",", ":"))
+        if len(alias.encode()) > IFALIASZ:
+            # then a long record key goes as its digest (the agent takes it back)
+            alias = ALIAS_MARK + json.dumps({**mark, "k": owner_digest(pn.key)},
+                                            separators=(",", ":"))
         with closing(pod_namespace(context.netns)) as ns, closing(iproute()) as ipr:
             assert context.netns is not None  # pod_namespace checked it
             table = self._table(ipr, pn, st.gateway, st.ipv6_gateway if st.ipv6 else None)

@@ -11,8 +11,11 @@ same probe, so they agree on what a machine needs.
 from __future__ import annotations
 
 import ctypes
+import errno
+import fcntl
 import os
 import shutil
+import stat
 import subprocess
 import threading
 import uuid
@@ -105,6 +108,49 @@ def run_in_netns(path: str, fn: Callable[[], T]) -> T:
     if error:
         raise error[0]
     return out[0]
+
+
+#: ioctl(2) on a namespace file: which kind of namespace it is (linux/nsfs.h)
+_NS_GET_NSTYPE = 0xB703
+
+
+def network_namespace_id(path: str) -> tuple[int, int]:
+    """The identity (device, inode) of the network namespace at ``path``: two paths name
+    the same namespace exactly when their identities are equal (a bind mount, a
+    ``/proc/PID/ns/net`` link, a symlink to either).
+
+    :raise ValueError: ``path`` is not a network namespace (a plain file, a directory,
+        another kind of namespace), saying what it is; OSError when it cannot be opened."""
+    # a namespace file is a regular file (of nsfs): anything else is not opened at all
+    # (a FIFO would block, a device's open may act)
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise ValueError(f"{path} is not a namespace")
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        try:
+            kind = fcntl.ioctl(fd, _NS_GET_NSTYPE)
+        except OSError as exc:
+            if exc.errno in (errno.ENOTTY, errno.EINVAL):
+                raise ValueError(f"{path} is not a namespace") from None
+            raise
+        if kind != _CLONE_NEWNET:
+            raise ValueError(f"{path} is a namespace of another kind than network")
+        st = os.fstat(fd)
+        return st.st_dev, st.st_ino
+    finally:
+        os.close(fd)
+
+
+def own_network_namespaces() -> set[tuple[int, int]]:
+    """The identities of this process's network namespace and of the host's (pid 1's),
+    as far as they can be read: never a pod's."""
+    found = set()
+    for path in ("/proc/self/ns/net", "/proc/thread-self/ns/net", "/proc/1/ns/net"):
+        try:
+            found.add(network_namespace_id(path))
+        except (OSError, ValueError):
+            continue  # not readable here (no /proc, no permission): the others stand
+    return found
 
 
 #: the netlink protocol of routing (links, addresses, routes)

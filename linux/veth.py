@@ -76,6 +76,13 @@ def pod_namespace(path: str | None) -> Any:
                             field="netns") from exc
 
 
+def link_names(netns: str) -> set[str]:
+    """The names of the links in the namespace at ``netns``. :raise OSError: it cannot
+    be joined."""
+    with closing(iproute(netns)) as ns:
+        return {str(link.get_attr("IFLA_IFNAME")) for link in ns.get_links()}
+
+
 def make_pair(ipr: Any, host: str, netns: str, if_name: str, mac: str,
               mtu: int | None) -> int:
     """A veth pair: ``host`` in ``ipr``'s namespace, its peer made in the namespace at

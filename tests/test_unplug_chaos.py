@@ -11,22 +11,30 @@ The host is a dict: a provider plugin whose dataplane keeps each plugged interfa
 the address it carries (netlink is what the packet tests are for; here the point is the
 order of events). ``unplug_timeout`` is out of reach, so no release may lean on it.
 
-Invariants, after every step: no address is on two interfaces; an address on a plugged
-interface is recorded by no other PodNetwork than the one it was plugged for, and that
-record still exists (its address was not given back while the interface holds it). At
-the end, once every sandbox is deleted, the second agent stopped, its report run out and
-both sides caught up: every deleted pod's record is gone (nothing waits for ever), and no
-interface is left.
+Invariants, after every step: no address is on two interfaces (also checked at the
+moment each interface is plugged); an address on a plugged interface is recorded by no
+other PodNetwork than the one it was plugged for, and that record still exists (its
+address was not given back while the interface holds it). At the end, once every sandbox
+is deleted, the second agent stopped, its report run out and both sides caught up: every
+deleted pod's record is gone (nothing waits for ever), and no interface is left.
+
+Sandboxes are real network namespaces (the agent checks that a sandbox is one, and not
+the node's own): root is needed.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import tempfile
+import threading
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from podnet.app.demo import node_obj, pod_obj
@@ -52,6 +60,10 @@ from podnet.hookspecs.types import Plug, PlugContext, PlugResult, ProviderInfo, 
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 from podnet.testing.chaos import chaos_settings
 from podnet.testing.harness import EngineFactory
+from podnet.testing.netns import netns_unavailable
+
+WHY = netns_unavailable()
+pytestmark = pytest.mark.skipif(WHY is not None, reason=WHY or "")
 
 NS = "demo"
 AGENTS = "kube-system"
@@ -59,6 +71,7 @@ AGENTS = "kube-system"
 OTHER_HOST = "other-host.1"
 PODS = 3
 NEVER = 1e9  # the unplug timeout: out of the machine's reach
+ATTACHMENT = "blue"
 
 
 class DictDataplane:
@@ -67,6 +80,10 @@ class DictDataplane:
     def __init__(self) -> None:
         #: (container, interface) -> (the plug, the address it carries)
         self.plugged: dict[tuple[str, str], tuple[Plug, str]] = {}
+        #: an address plugged while another interface still had it (at that moment)
+        self.doubled: list[str] = []
+        #: called once, inside the next plug (a second request arriving meanwhile)
+        self.during_plug: Callable[[], None] | None = None
 
     @hookimpl
     def podnet_register_provider(self) -> ProviderInfo:
@@ -76,7 +93,14 @@ class DictDataplane:
     def podnet_plug(self, context: PlugContext) -> PlugResult:
         pn = context.pod_network
         assert pn.status.ip is not None and pn.status.mac is not None
-        self.plugged[(context.container_id, context.if_name)] = (
+        hook, self.during_plug = self.during_plug, None
+        if hook is not None:
+            hook()
+        here = (context.container_id, context.if_name)
+        self.doubled += [f"{pn.status.ip} plugged on {here} while {where} has it"
+                         for where, (_, ip) in list(self.plugged.items())
+                         if ip == pn.status.ip and where != here]
+        self.plugged[here] = (
             Plug(container_id=context.container_id, if_name=context.if_name,
                  network=pn.spec.network, owner=pn.key), pn.status.ip)
         return PlugResult(name=context.if_name, mac=pn.status.mac,
@@ -109,8 +133,14 @@ class HandshakeMachine(RuleBasedStateMachine):
         self.agent = self._agent()
         #: a second agent under the node's name on another host (its own empty host)
         self.second: NodeAgent | None = None
-        fd, self.netns = tempfile.mkstemp(prefix="podnet-chaos-netns-")
-        os.close(fd)  # an existing path is all the agent asks of a sandbox here
+        # the sandboxes' namespace (the dict dataplane plugs nothing into it), and one
+        # whose eth0 is another's link
+        self.namespaces = [f"pnchaos-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+        for name in self.namespaces:
+            subprocess.run(["ip", "netns", "add", name], check=True)
+        self.netns, self.taken_netns = (f"/run/netns/{n}" for n in self.namespaces)
+        subprocess.run(["ip", "-n", self.namespaces[1], "link", "add", "eth0", "type", "veth",
+                        "peer", "name", "other0"], check=True)
         #: pod index -> the live sandbox's container id; a counter for new ones
         self.sandboxes: dict[int, str] = {}
         self.made = 0
@@ -123,13 +153,15 @@ class HandshakeMachine(RuleBasedStateMachine):
         self.agent.records.stop()
         if self.second is not None:
             self.second.records.stop()
-        os.unlink(self.netns)
+        for name in self.namespaces:
+            subprocess.run(["ip", "netns", "del", name], check=False)
 
     def _engine(self) -> Engine:
         pm = new_plugin_manager()
         pm.register(ReferenceProvider(self.cloud, policy=self.policy), name="reference")
         engine = Engine(self.cluster, pm, clock=self.clock,
-                        options=EngineOptions(default_provider="reference"))
+                        options=EngineOptions(default_provider="reference",
+                                              networks={ATTACHMENT: "reference"}))
         engine.start()
         return engine
 
@@ -320,6 +352,163 @@ class HandshakeMachine(RuleBasedStateMachine):
             assert plug.owner in recorded.get(address, set()), (
                 f"{address} is on {plug.container_id}'s interface, plugged for "
                 f"{plug.owner}, whose record gave it back")
+
+    # === node-side request faults: concurrent ADDs of one pod, attachments taken off
+    # running pods, ADDs with bad namespaces and names ===================================
+
+    def _new_container(self) -> str:
+        self.made += 1
+        return f"c{self.made}"
+
+    @rule(i=st.integers(0, PODS - 1))
+    def create_pod_with_attachment(self, i: int) -> None:
+        try:
+            self.cluster.create(POD, pod_obj(f"p{i}", self.node, (ATTACHMENT,)))
+        except Exception:
+            pass  # it exists
+
+    @rule(i=st.integers(0, PODS - 1))
+    def take_attachment_off(self, i: int) -> None:
+        """``podnet.io/networks`` edited on the running pod: no DEL comes for net1."""
+        try:
+            obj = self.cluster.get(POD, f"p{i}", NS)
+        except NotFound:
+            return
+        if (obj["metadata"].get("annotations") or {}).pop("podnet.io/networks", None):
+            self.cluster.update(POD, obj)
+
+    @rule()
+    def agent_unplugs_dropped(self) -> None:
+        self.agent.unplug_dropped()
+
+    @rule(i=st.integers(0, PODS - 1))
+    def concurrent_adds(self, i: int) -> None:
+        """Two sandboxes of one pod ADDed at the same moment (the second arrives while
+        the first is plugging); the runtime keeps the one that holds the interface and
+        DELs the other."""
+        first, second = self._new_container(), self._new_container()
+        late: list[threading.Thread] = []
+
+        def add(container: str) -> None:
+            try:
+                self.agent.add(self._body(i, container))
+            except CniError:
+                pass
+
+        def second_arrives() -> None:
+            thread = threading.Thread(target=add, args=(second,))
+            thread.start()
+            late.append(thread)
+            # a bounded look: an agent that lets it plug now has two interfaces, one
+            # that serializes per record makes it wait (it goes on below)
+            thread.join(timeout=0.02)
+
+        self.dataplane.during_plug = second_arrives
+        add(first)
+        self.dataplane.during_plug = None
+        for thread in late:
+            thread.join()
+        holders = {c for c, _ in self.dataplane.plugged if c in (first, second)}
+        for container in (first, second):
+            if container not in holders:
+                self.agent.delete(self._body(i, container))
+        if holders:
+            old = self.sandboxes.get(i)
+            self.sandboxes[i] = max(holders, key=lambda c: int(c[1:]))
+            if old is not None and old not in holders:
+                self.agent.delete(self._body(i, old))
+
+    @precondition(lambda self: bool(self.sandboxes))
+    @rule(data=st.data())
+    def same_container_second_ifname(self, data: st.DataObject) -> None:
+        i = data.draw(st.sampled_from(sorted(self.sandboxes)))
+        container = self.sandboxes[i]
+        routed = {f"{NS}/{obj['metadata']['name']}" for obj in self.cluster.list(POD_NETWORK).items
+                  if obj["spec"]["podName"] == f"p{i}"
+                  and (obj.get("status") or {}).get("phase") == "Routed"}
+        # the container's interface of the pod's live default record under another name
+        # than eth1 (a pod made again under its name has other records: the runtime
+        # would make it a sandbox of its own)
+        before = {k: v for k, v in self.dataplane.plugged.items()
+                  if k[0] == container and k[1] != "eth1" and v[0].owner in routed
+                  and v[0].network == "default"}
+        try:
+            self.agent.add({**self._body(i, container), "ifName": "eth1"})
+        except CniError as exc:
+            # its record has an interface: refused, naming the field (11: its record is
+            # being released, a wait)
+            assert exc.code == 11 or exc.msg.startswith("ifName"), exc.msg
+        else:
+            assert not before, f"{container} ADDed as eth1 beside {sorted(before)}"
+
+    @rule(i=st.integers(0, PODS - 1),
+          bad=st.sampled_from(["plain file", "missing", "the host's", "the agent's",
+                               "eth0 taken", "ifName a/b", "ifName too long",
+                               "containerId ../x"]))
+    def add_with_bad_sandbox(self, i: int, bad: str) -> None:
+        """A new sandbox's ADD with a namespace that is none, or the node's, or whose
+        eth0 is taken, or a malformed name: error 7, and the pod's live sandbox keeps
+        every interface it had."""
+        before = dict(self.dataplane.plugged)
+        body = self._body(i, self._new_container())
+        with tempfile.NamedTemporaryFile(prefix="podnet-chaos-plain-") as plain:
+            body.update({
+                "plain file": {"netns": plain.name},
+                "missing": {"netns": plain.name + "-gone"},
+                "the host's": {"netns": "/proc/1/ns/net"},
+                "the agent's": {"netns": f"/proc/{os.getpid()}/ns/net"},
+                "eth0 taken": {"netns": self.taken_netns},
+                "ifName a/b": {"ifName": "a/b"},
+                "ifName too long": {"ifName": "x" * 16},
+                "containerId ../x": {"containerId": "../x"},
+            }[bad])
+            try:
+                self.agent.add(body)
+            except CniError as exc:
+                if bad != "eth0 taken" or exc.code != 11:  # 11: not Routed yet
+                    assert exc.code == 7, (bad, exc.msg)
+            else:
+                # a taken name with no other sandbox to unplug: the provider's plug
+                # decides (the dict dataplane plugs into no namespace)
+                live = [p for p, _ in before.values()
+                        if (p.owner or "").startswith(f"{NS}/p{i}.")]
+                assert bad == "eth0 taken" and not live, (bad, live)
+                self.agent.delete(body)
+                return
+        assert self.dataplane.plugged == before, f"{bad}: a refused ADD changed the host"
+
+    @invariant()
+    def no_address_on_two_interfaces(self) -> None:
+        assert not self.dataplane.doubled, self.dataplane.doubled
+        seen: dict[str, tuple[str, str]] = {}
+        for where, (_, address) in self.dataplane.plugged.items():
+            assert address not in seen, f"{address} is on {seen[address]} and {where}"
+            seen[address] = where
+
+    @rule()
+    def dropped_attachments_are_released(self) -> None:
+        """Both sides caught up: an attachment taken off a running pod does not wait for
+        the unplug timeout (the agent took its interface away and said so)."""
+        for _ in range(3):
+            self.engine.run_until_idle(advance=1.0)
+            self.agent.records.pump(0)
+            self.agent.unplug_dropped()
+            self.agent.reporter.flush()
+        self.engine.run_until_idle(advance=1.0)
+        for obj in self.cluster.list(POD_NETWORK).items:
+            if obj["spec"].get("network") != ATTACHMENT:
+                continue
+            try:
+                pod = self.cluster.get(POD, obj["spec"]["podName"], NS)
+            except NotFound:
+                continue
+            asked = (pod["metadata"].get("annotations") or {}).get("podnet.io/networks")
+            dropped = pod["metadata"]["uid"] == obj["spec"]["podUid"] and not asked
+            assert not dropped, (f"{obj['metadata']['name']}: its pod no longer asks for "
+                                 f"{ATTACHMENT}, and it still waits: "
+                                 f"{obj.get('status', {}).get('phase')}")
+
+    # === end of the node-side request faults ============================================
 
     def check_the_end(self) -> None:
         # the operator stops the second agent; its report runs out; the first one's

@@ -13,6 +13,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
+import attrs
+
 from podnet.app.node.grants import IpamGrants
 from podnet.app.node.protocol import (
     CHECK_FAILED,
@@ -64,8 +66,17 @@ from podnet.core.tracing import (
     ATTR_POD,
     Tracing,
 )
-from podnet.hookspecs.types import PlugContext, PlugResult, UnplugContext
+from podnet.hookspecs.types import (
+    OWNER_DIGEST_PREFIX,
+    Plug,
+    PlugContext,
+    PlugResult,
+    UnplugContext,
+    owner_digest,
+)
 from podnet.linux.eni import EniDataplane, host_summary
+from podnet.linux.netns import network_namespace_id, own_network_namespaces
+from podnet.linux.veth import link_names
 
 log = logging.getLogger("podnet.node")
 
@@ -107,6 +118,11 @@ class NodeAgent:
         #: one request at a time per container: a runtime's retry waits for the first
         self._locks: dict[str, threading.Lock] = {}
         self._locks_lock = threading.Lock()
+        #: one plug or unplug decision at a time per record, whatever the container:
+        #: what holds a record's address is decided under its lock (one interface)
+        self._record_locks: dict[str, threading.Lock] = {}
+        #: the node's own network namespaces (the agent's, the host's): never a pod's
+        self._own_namespaces = own_network_namespaces()
         #: records being plugged right now (key -> how many requests), and the lock under
         #: which a plug is decided and the report computed: once the report says a
         #: Releasing record has no interface, no plug for it may start
@@ -131,6 +147,7 @@ class NodeAgent:
         #: this host's id: what the agent writes onto a record before it plugs it
         self.host = self.reporter.host
         self._reporter_thread: threading.Thread | None = None
+        self._dropped_thread: threading.Thread | None = None
 
     # --- life --------------------------------------------------------------------------
 
@@ -148,6 +165,9 @@ class NodeAgent:
     def start(self) -> None:
         """List the node's records, unplug leftovers of records that no longer exist,
         then follow the records in a thread."""
+        # the namespace it serves in too (started inside a node's namespace, as the
+        # demo does, it is not the one it was made in)
+        self._own_namespaces |= own_network_namespaces()
         self.records.start()
         self.remove_leftovers()
         # the first report before the first ADD (not ready until it is written: another
@@ -159,11 +179,16 @@ class NodeAgent:
         self._reporter_thread = threading.Thread(target=self.reporter.run, args=(self._stop,),
                                                  name="podnet-node-report", daemon=True)
         self._reporter_thread.start()
+        self._dropped_thread = threading.Thread(target=self._follow_dropped,
+                                                name="podnet-node-dropped", daemon=True)
+        self._dropped_thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        with self._changed:
+            self._changed.notify_all()
         self.records.stop()
-        for thread in (self._thread, self._reporter_thread):
+        for thread in (self._thread, self._reporter_thread, self._dropped_thread):
             if thread is not None:
                 thread.join(timeout=5)
 
@@ -179,8 +204,7 @@ class NodeAgent:
             with self._state_lock:
                 start = self._plug_seq
             # the slow part, outside the lock every ADD takes
-            listed = {plug.owner for provider in self.providers.names()
-                      for plug in self.gateway.plugs(provider, self.node) if plug.owner}
+            listed = {plug.owner for _, plug in self._plugs(raw=True) if plug.owner}
             granted = self.grants.owners()
             with self._state_lock:
                 plugged = listed | granted | set(self._plugging)
@@ -271,16 +295,15 @@ class NodeAgent:
         Releasing (their pod is gone: the runtime's DEL, if it ever comes, finds nothing)."""
         removed = 0
         known = {pn.key for pn in self.records.values() if pn.status.phase is not Phase.RELEASING}
-        for provider in self.providers.names():
-            for plug in self.gateway.plugs(provider, self.node):
-                if plug.owner is not None and plug.owner in known:
-                    continue
-                log.info("removing leftover %s (%s of %s, record %s gone or Releasing)",
-                         plug.host_interface, plug.if_name, plug.container_id, plug.owner)
-                self.gateway.unplug(UnplugContext(
-                    provider=provider, network=plug.network, container_id=plug.container_id,
-                    if_name=plug.if_name))
-                removed += 1
+        for provider, plug in self._plugs(raw=True):
+            if plug.owner is not None and plug.owner in known:
+                continue
+            log.info("removing leftover %s (%s of %s, record %s gone or Releasing)",
+                     plug.host_interface, plug.if_name, plug.container_id, plug.owner)
+            self.gateway.unplug(UnplugContext(
+                provider=provider, network=plug.network, container_id=plug.container_id,
+                if_name=plug.if_name))
+            removed += 1
         removed += self.grants.keep_only(set(self.records.keys()))
         self.reporter.poke()
         return removed
@@ -288,6 +311,54 @@ class NodeAgent:
     def _lock(self, container_id: str) -> threading.Lock:
         with self._locks_lock:
             return self._locks.setdefault(container_id, threading.Lock())
+
+    @contextlib.contextmanager
+    def _records_locked(self, keys: list[str]) -> Iterator[None]:
+        """The records' locks, taken in one order (no two requests wait for each other)."""
+        with self._locks_lock:
+            locks = [self._record_locks.setdefault(k, threading.Lock())
+                     for k in sorted(set(keys))]
+        with contextlib.ExitStack() as stack:
+            for lock in locks:
+                stack.enter_context(lock)
+            yield
+
+    def _plugs(self, *, raw: bool = False) -> list[tuple[str, Plug]]:
+        """Every provider's plugs on this host, with their owners as record keys (a
+        dataplane that kept a digest of a long key: taken back to the key, or None when
+        no record of this node has it). ``raw``: the gateway's errors as they are."""
+        digests: dict[str, str] | None = None
+        out: list[tuple[str, Plug]] = []
+        for provider in self.providers.names():
+            found = (self.gateway.plugs(provider, self.node) if raw
+                     else self._provider_call(self.gateway.plugs, provider, self.node))
+            for plug in found:
+                if plug.owner is not None and plug.owner.startswith(OWNER_DIGEST_PREFIX):
+                    if digests is None:
+                        keys = self.records.keys()
+                        digests = {owner_digest(k): k for k in keys}
+                    plug = attrs.evolve(plug, owner=digests.get(plug.owner))
+                out.append((provider, plug))
+        return out
+
+    def _check_sandbox(self, netns: str) -> None:
+        """Error 7 naming ``netns`` unless it is a network namespace other than the
+        node's own: compared by identity, not path (``/proc/1/ns/net``, a bind mount of
+        the agent's namespace). Checked before anything is touched."""
+        try:
+            identity = network_namespace_id(netns)
+        except FileNotFoundError:
+            raise CniError(INVALID, f"netns: {netns} does not exist") from None
+        except ValueError as exc:
+            raise CniError(INVALID, f"netns: {exc}: a sandbox is a network namespace"
+                           ) from None
+        except OSError as exc:
+            raise CniError(INVALID, f"netns: {netns} cannot be opened: "
+                                    f"{exc.strerror or exc}") from None
+        if identity in self._own_namespaces:
+            raise CniError(INVALID, f"netns: {netns} is the node's own network namespace "
+                                    "(the agent's or the host's), not a pod's: podnet plugs "
+                                    "nothing into it")
 
     # --- the pod's records -------------------------------------------------------------
 
@@ -378,8 +449,7 @@ class NodeAgent:
     def add(self, body: Mapping[str, Any]) -> dict[str, Any]:
         req = CniRequest.parse(body)
         assert req.netns is not None and req.namespace is not None and req.pod is not None
-        if not os.path.exists(req.netns):
-            raise CniError(INVALID, f"netns: {req.netns} does not exist")
+        self._check_sandbox(req.netns)
         if not self.ready:
             raise CniError(TRY_AGAIN, self._not_ready(), status=503)
         with self._lock(req.container_id):
@@ -388,8 +458,14 @@ class NodeAgent:
             self._write_plugged_on(records)
             names = interface_names(req.if_name, attachments)
             results: list[tuple[PodNetwork, PlugResult]] = []
-            with self._plugging_of(records), self._span("add", records[0], req, req.if_name):
-                self._unplug_older_sandboxes(records, req)
+            # one record, one interface: under the records' locks, every other interface
+            # of theirs goes before this sandbox's is made, whichever request comes first
+            with self._records_locked([pn.key for pn in records]), \
+                    self._plugging_of(records), \
+                    self._span("add", records[0], req, req.if_name):
+                plugs = self._plugs()
+                self._refuse_conflicts(req, records, names, plugs)
+                self._unplug_older_sandboxes(records, req, plugs)
                 for i, (pn, name) in enumerate(zip(records, names, strict=True)):
                     plugged = pn if i == 0 else without_default_routes(pn)
                     context = PlugContext(pod_network=plugged, container_id=req.container_id,
@@ -399,40 +475,151 @@ class NodeAgent:
                                                                      context)))
         return cni_result(results)
 
-    def _unplug_older_sandboxes(self, records: list[PodNetwork], req: CniRequest) -> None:
+    def _refuse_conflicts(self, req: CniRequest, records: list[PodNetwork], names: list[str],
+                          plugs: list[tuple[str, Plug]]) -> None:
+        """Error 7, before anything is touched, for an ADD that could only end in one
+        address on two interfaces or in a live sandbox unplugged for nothing:
+
+        - the container has one of these records' interfaces under another name (the
+          same container ADDed again with another ``CNI_IFNAME``);
+        - another sandbox's interfaces would be unplugged for this one, and a name this
+          sandbox needs is taken in its namespace by a link that is not podnet's (the
+          plug would fail after the live sandbox lost its network). With no other
+          sandbox, the provider's plug says so itself, touching nothing else."""
+        wanted = {pn.key: name for pn, name in zip(records, names, strict=True)}
+        for _, plug in plugs:
+            if (plug.container_id == req.container_id and plug.owner in wanted
+                    and plug.if_name != wanted[plug.owner]):
+                raise CniError(INVALID, f"ifName: {req.if_name}: container "
+                                        f"{req.container_id} already has PodNetwork "
+                                        f"{plug.owner}'s interface, as {plug.if_name}: one "
+                                        "record's address is on one interface (DEL it first)")
+        if not any(plug.owner in wanted and plug.container_id != req.container_id
+                   for _, plug in plugs):
+            return
+        assert req.netns is not None
+        mine = {plug.if_name for _, plug in plugs if plug.container_id == req.container_id}
+        try:
+            taken = link_names(req.netns)
+        except OSError as exc:
+            raise CniError(INVALID, f"netns: {req.netns}: its links cannot be read: "
+                                    f"{exc.strerror or exc}") from None
+        for name in names:
+            if name in taken and name not in mine:
+                field = "ifName" if name == req.if_name else "podnet.io/networks"
+                raise CniError(INVALID, f"{field}: {name} already exists in {req.netns} and "
+                                        "is not podnet's: nothing was changed (the pod's "
+                                        "other sandbox keeps its interfaces)")
+
+    def _unplug_older_sandboxes(self, records: list[PodNetwork], req: CniRequest,
+                                plugs: list[tuple[str, Plug]]) -> None:
         """One record, one interface: what another sandbox of the pod still has of these
         records goes before this one's is made (a sandbox the runtime recreated without
         its DEL reaching us: two interfaces would carry one address)."""
         mine = {pn.key: pn for pn in records}
-        for provider in self.providers.names():
-            for plug in self._provider_call(self.gateway.plugs, provider, self.node):
-                if plug.owner not in mine or plug.container_id == req.container_id:
-                    continue
-                log.info("pod %s: its new sandbox %s replaces %s; %s of %s unplugged",
-                         req.pod_key, req.container_id, plug.container_id, plug.if_name,
-                         plug.owner)
-                with self._span("unplug", mine[plug.owner], req, plug.if_name):
+        for provider, plug in plugs:
+            if plug.owner not in mine or plug.container_id == req.container_id:
+                continue
+            log.info("pod %s: its new sandbox %s replaces %s; %s of %s unplugged",
+                     req.pod_key, req.container_id, plug.container_id, plug.if_name,
+                     plug.owner)
+            with self._span("unplug", mine[plug.owner], req, plug.if_name):
+                self._provider_call(self.gateway.unplug, UnplugContext(
+                    provider=provider, network=plug.network,
+                    container_id=plug.container_id, if_name=plug.if_name,
+                    pod_network=mine[plug.owner]))
+
+    # --- attachments a running pod no longer asks for -----------------------------------
+
+    def _follow_dropped(self) -> None:
+        """:meth:`unplug_dropped` whenever the records change (and now and then)."""
+        while not self._stop.is_set():
+            try:
+                self.unplug_dropped()
+            except Exception:  # the next change or the next period tries again
+                log.exception("node %s: unplugging dropped attachments failed", self.node)
+            with self._changed:
+                self._changed.wait(5.0)
+
+    def unplug_dropped(self) -> int:
+        """Unplug the interfaces of Releasing records whose pod runs on (same uid, not
+        being deleted, on this node) and no longer asks for their network in
+        ``podnet.io/networks``: the runtime sends no DEL for an attachment taken off a
+        running pod, so the agent takes its interface away itself, and only then does
+        its report call the record unplugged (the release handshake). A record deleted by
+        hand while its pod still asks for the network keeps its interface (the pod keeps
+        the address). How many interfaces were unplugged."""
+        releasing = {pn.key: pn for pn in self.records.values()
+                     if pn.status.phase is Phase.RELEASING
+                     and pn.spec.network != DEFAULT_NETWORK}
+        if not releasing:
+            return 0
+        held = [(provider, plug) for provider, plug in self._plugs()
+                if plug.owner in releasing]
+        unplugged = 0
+        asked: dict[str, tuple[str | None, frozenset[str]] | None] = {}
+        for provider, plug in held:
+            assert plug.owner is not None
+            pn = releasing[plug.owner]
+            pod_key = f"{pn.metadata.namespace}/{pn.spec.pod_name}"
+            if pod_key not in asked:
+                asked[pod_key] = self._pod_networks_now(pn)
+            now = asked[pod_key]
+            if now is None or now[0] != pn.spec.pod_uid or pn.spec.network in now[1]:
+                continue
+            with self._records_locked([pn.key]):
+                current = self.records.get(pn.key)
+                if current is None or current.status.phase is not Phase.RELEASING:
+                    continue  # taken up again meanwhile: its ADD decides
+                log.info("pod %s no longer asks for network %s: %s of %s unplugged",
+                         pod_key, pn.spec.network, plug.if_name, plug.container_id)
+                with self.tracing.transition(
+                        "node", "unplug", source=pn.status.phase.value,
+                        provider=pn.spec.provider, obj=pn.key,
+                        traceparent=pn.status.traceparent,
+                        attributes={ATTR_CONTAINER: plug.container_id,
+                                    ATTR_INTERFACE: plug.if_name, ATTR_NODE: self.node}):
                     self._provider_call(self.gateway.unplug, UnplugContext(
                         provider=provider, network=plug.network,
                         container_id=plug.container_id, if_name=plug.if_name,
-                        pod_network=mine[plug.owner]))
+                        pod_network=pn))
+                unplugged += 1
+        if unplugged:
+            self.reporter.poke()
+        return unplugged
+
+    def _pod_networks_now(self, pn: PodNetwork) -> tuple[str | None, frozenset[str]] | None:
+        """(uid, networks asked for) of the record's pod as the API server has it now,
+        when it runs on this node and is not being deleted; None otherwise, or when it
+        cannot be read (nothing is unplugged on a guess)."""
+        try:
+            obj = self.cluster.get(POD, pn.spec.pod_name, pn.metadata.namespace)
+        except (NotFound, ApiError):
+            return None
+        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+        if meta.get("deletionTimestamp") or spec.get("nodeName") != self.node:
+            return None
+        try:
+            networks = frozenset(n for n, _ in parse_attachments(meta.get("annotations") or {}))
+        except InvalidRequest:
+            return None
+        return meta.get("uid"), networks
 
     def delete(self, body: Mapping[str, Any]) -> dict[str, Any]:
         req = CniRequest.parse(body, sandbox=False)
         with self._lock(req.container_id):
             records = {pn.key: pn for pn in self.records.values()}
             unplugged: set[str] = set()
-            for provider in self.providers.names():
-                for plug in self._provider_call(self.gateway.plugs, provider, self.node):
-                    if plug.container_id != req.container_id:
-                        continue
-                    pn = records.get(plug.owner or "")
-                    with self._span("unplug", pn, req, plug.if_name):
-                        self._provider_call(self.gateway.unplug, UnplugContext(
-                            provider=provider, network=plug.network,
-                            container_id=req.container_id, if_name=plug.if_name,
-                            netns=req.netns, pod_network=pn))
-                    unplugged.add(plug.if_name)
+            for provider, plug in self._plugs():
+                if plug.container_id != req.container_id:
+                    continue
+                pn = records.get(plug.owner or "")
+                with self._span("unplug", pn, req, plug.if_name):
+                    self._provider_call(self.gateway.unplug, UnplugContext(
+                        provider=provider, network=plug.network,
+                        container_id=req.container_id, if_name=plug.if_name,
+                        netns=req.netns, pod_network=pn))
+                unplugged.add(plug.if_name)
             # what a plug interrupted before it was marked (the agent killed) is listed by
             # no provider: unplug the pod's interfaces by its records too (idempotent)
             for name, pn in self._interfaces_of(req):
@@ -463,6 +650,7 @@ class NodeAgent:
     def check(self, body: Mapping[str, Any]) -> dict[str, Any]:
         req = CniRequest.parse(body)
         assert req.netns is not None and req.namespace is not None and req.pod is not None
+        self._check_sandbox(req.netns)
         attachments = self._networks_of(req.namespace, req.pod, req.if_name)
         found = self._records_of(req.namespace, req.pod, req.uid)
         names = interface_names(req.if_name, attachments)
@@ -506,14 +694,13 @@ class NodeAgent:
             if not isinstance(item, dict) or not isinstance(item.get("containerID"), str):
                 raise CniError(INVALID, f"validAttachments[{i}].containerID: missing")
             keep.add(item["containerID"])
-        for provider in self.providers.names():
-            for plug in self._provider_call(self.gateway.plugs, provider, self.node):
-                # a listed container keeps all its interfaces (its attachments' too)
-                if plug.container_id in keep:
-                    continue
-                self._provider_call(self.gateway.unplug, UnplugContext(
-                    provider=provider, network=plug.network, container_id=plug.container_id,
-                    if_name=plug.if_name))
+        for provider, plug in self._plugs():
+            # a listed container keeps all its interfaces (its attachments' too)
+            if plug.container_id in keep:
+                continue
+            self._provider_call(self.gateway.unplug, UnplugContext(
+                provider=provider, network=plug.network, container_id=plug.container_id,
+                if_name=plug.if_name))
         return {}
 
     # --- IPAM only (podnet-ipam: another plugin plumbs) ----------------------------------
@@ -600,6 +787,8 @@ class NodeAgent:
         except PodnetError as exc:
             field = getattr(exc, "field", None)
             code = INVALID if field in ("netns", "ifName") else TRY_AGAIN
-            raise CniError(code, str(exc), details=type(exc).__name__, status=500) from exc
+            # a request the provider refuses is the caller's to fix (400), not a fault
+            raise CniError(code, str(exc), details=type(exc).__name__,
+                           status=400 if code == INVALID else 500) from exc
         except ApiError as exc:
             raise CniError(TRY_AGAIN, str(exc), status=503) from exc

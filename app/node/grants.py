@@ -6,7 +6,7 @@ use. It keeps a grant per container and interface instead, from the IPAM ``ADD``
 IPAM ``DEL``, and reports the grants' records as plugged: the controller hands a Releasing
 record's address to another pod only once its grants are gone (the release handshake).
 
-A grant is a file ``<container>.<interface>`` holding the record's key, in a directory
+A grant is a file ``<container>:<interface>`` holding the record's key, in a directory
 only root may read, so an agent restarted in between still knows them; without a
 directory (the demo) they live in memory.
 """
@@ -21,6 +21,7 @@ import threading
 #: what a container id and an interface name may be to name a file: the plugin holds
 #: runtimes to the CNI rules, which are narrower still
 _SAFE = re.compile(r"[A-Za-z0-9_.-]{1,256}")
+_SEPARATOR = ":"
 
 
 class IpamGrants:
@@ -33,11 +34,23 @@ class IpamGrants:
 
     @staticmethod
     def _name(container_id: str, if_name: str) -> str:
+        """The grant's file name. The separator is one neither a container id nor an
+        interface name has ('.' both may have: ``a.b`` + ``c`` and ``a`` + ``b.c``
+        would share a file)."""
         if not (_SAFE.fullmatch(container_id) and _SAFE.fullmatch(if_name)) or if_name in (
                 ".", ".."):
             raise ValueError(f"container {container_id!r} / interface {if_name!r}: not "
                              "usable as a grant's name")
-        return f"{container_id}.{if_name}"
+        return f"{container_id}{_SEPARATOR}{if_name}"
+
+    @staticmethod
+    def _parts(name: str) -> tuple[str, str]:
+        """(container, interface) of a grant's file name; one an older version wrote
+        (``<container>.<interface>``) is read as it read it."""
+        container, sep, interface = name.partition(_SEPARATOR)
+        if not sep:
+            container, _, interface = name.rpartition(".")
+        return container, interface
 
     def grant(self, container_id: str, if_name: str, record: str) -> None:
         name = self._name(container_id, if_name)
@@ -55,7 +68,7 @@ class IpamGrants:
         """The grant of that interface, or every grant of the container."""
         with self._lock:
             for name in list(self._names()):
-                container, _, interface = name.rpartition(".")
+                container, interface = self._parts(name)
                 if container == container_id and (if_name is None or interface == if_name):
                     self._memory.pop(name, None)
                     if self.directory is not None:

@@ -5,6 +5,7 @@ built from the records."""
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,7 +53,76 @@ def body_field(body: Mapping[str, Any], name: str, *, optional: bool = False) ->
         return None
     if not isinstance(value, str) or not value:
         raise CniError(INVALID, f"{name}: missing or not a non-empty string")
+    _check_field(name, value)
     return value
+
+
+# --- what each field may be: the agent checks them itself (a plugin may check nothing),
+# so no value reaches a netlink call, a file name, a link alias or an API path unchecked
+
+#: Linux's limit on an interface name (IFNAMSIZ less its NUL)
+IFNAMSIZ = 15
+#: the CNI spec's container id characters; the length podnet bounds it to (runtimes use
+#: 64 hex digits): the id is kept in each host end's alias, which holds 255 bytes
+CONTAINER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+MAX_CONTAINER_ID = 64
+#: Kubernetes' names: a namespace is a DNS-1123 label, a pod's name a DNS-1123 subdomain
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+NAMESPACE_NAME = re.compile(_DNS_LABEL)
+POD_NAME = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
+UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
+
+
+def if_name_problem(value: str) -> str | None:
+    """Why ``value`` cannot name a Linux interface (the kernel's rules), or None."""
+    if not value:
+        return "empty"
+    if len(value.encode()) > IFNAMSIZ:
+        return f"longer than {IFNAMSIZ} bytes"
+    if value in (".", ".."):
+        return "'.' and '..' name no interface"
+    if any(c in "/:" or c.isspace() or not c.isprintable() for c in value):
+        return "has '/', ':', white space or a control character"
+    return None
+
+
+def _container_id_problem(value: str) -> str | None:
+    if len(value) > MAX_CONTAINER_ID:
+        return f"longer than {MAX_CONTAINER_ID} characters"
+    if not CONTAINER_ID.fullmatch(value):
+        return "not a container id (a letter or digit, then letters, digits, '_', '-', '.')"
+    return None
+
+
+def _interface_problem(value: str) -> str | None:
+    why = if_name_problem(value)
+    return f"not an interface name: {why}" if why else None
+
+
+def _matches(pattern: re.Pattern[str], limit: int, what: str) -> Any:
+    return lambda value: None if len(value) <= limit and pattern.fullmatch(value) else what
+
+
+#: each field's check: why a value is not what the field may be, or None
+_FIELD_CHECKS: dict[str, Any] = {
+    "containerId": _container_id_problem,
+    "ifName": _interface_problem,
+    "netns": lambda value: None if value.startswith("/") and "\0" not in value
+    else "not an absolute path",
+    "podNamespace": _matches(NAMESPACE_NAME, 63,
+                             "not a Kubernetes namespace name (a DNS-1123 label)"),
+    "podName": _matches(POD_NAME, 253, "not a Kubernetes pod name (a DNS-1123 subdomain)"),
+    "podUid": _matches(UID, 128, "not a uid (letters, digits, '-', '_', '.'; at most 128)"),
+}
+
+
+def _check_field(name: str, value: str) -> None:
+    """Error 7 naming the field when ``value`` is not what ``name`` may be."""
+    check = _FIELD_CHECKS.get(name)
+    problem = check(value) if check is not None else None
+    if problem is not None:
+        shown = value if len(value) <= 80 else value[:77] + "..."
+        raise CniError(INVALID, f"{name}: {shown!r}: {problem}")
 
 
 @attrs.frozen
@@ -71,6 +141,11 @@ class CniRequest:
         """``sandbox``: the request needs the netns and the pod (add, check); a del
         needs only the container and the interface."""
         netns = body.get("netns")
+        config = body.get("config")
+        if config is not None and not isinstance(config, dict):
+            raise CniError(INVALID, "config: not a JSON object (the network configuration)")
+        if not sandbox and isinstance(netns, str) and not netns.startswith("/"):
+            netns = None  # a DEL needs no namespace: one it cannot use is none
         return cls(
             container_id=body_field(body, "containerId"), if_name=body_field(body, "ifName"),
             netns=(body_field(body, "netns") if sandbox

@@ -34,7 +34,14 @@ import time
 from typing import Any
 
 from podnet.core.errors import ErrorKind, ProviderError
-from podnet.hookspecs.types import CheckResult, Plug, PlugContext, PlugResult, UnplugContext
+from podnet.hookspecs.types import (
+    CheckResult,
+    Plug,
+    PlugContext,
+    PlugResult,
+    UnplugContext,
+    owner_digest,
+)
 from podnet.linux.netns import iproute
 from podnet.linux.veth import (
     IFALIASZ,
@@ -75,10 +82,15 @@ def veth_names(container_id: str, if_name: str) -> tuple[str, str]:
 
 def _alias(marks: dict[str, str]) -> str:
     """The host end's mark; the kernel keeps at most 255 bytes of an alias, so a record
-    key too long for it is left out (the OVS port's external_ids, listed first, keep
-    it; a host end listed without an owner is a leftover the agent removes)."""
+    key too long for it is kept as its digest (the agent takes it back to the key; the
+    OVS port's external_ids, listed first, keep the key itself)."""
     alias = ALIAS_MARK + json.dumps(marks, separators=(",", ":"), sort_keys=True)
     if len(alias.encode()) > IFALIASZ:
+        short = {**marks, OWNER_ID: owner_digest(marks[OWNER_ID])}
+        alias = ALIAS_MARK + json.dumps(short, separators=(",", ":"), sort_keys=True)
+    if len(alias.encode()) > IFALIASZ:
+        # no room even for the digest (the longest names): the OVS port keeps the key; a
+        # host end listed without an owner is a leftover the agent removes
         short = {k: v for k, v in marks.items() if k != OWNER_ID}
         alias = ALIAS_MARK + json.dumps(short, separators=(",", ":"), sort_keys=True)
     return alias

@@ -17,14 +17,23 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 from typing import Any
 
 from podnet.core.errors import ErrorKind, ProviderError
-from podnet.hookspecs.types import CheckResult, Plug, PlugContext, PlugResult, UnplugContext
+from podnet.hookspecs.types import (
+    CheckResult,
+    Plug,
+    PlugContext,
+    PlugResult,
+    UnplugContext,
+    owner_digest,
+)
 from podnet.linux.netns import iproute
 from podnet.linux.veth import (
+    IFALIASZ,
     IFNAMSIZ,
     closing,
     configure_pod_end,
@@ -47,8 +56,25 @@ BRIDGE_PREFIX = "pnbr-"
 
 
 def bridge_name(network: str) -> str:
-    """The bridge of a network, within the kernel's name limit."""
-    return (BRIDGE_PREFIX + network)[:IFNAMSIZ]
+    """The bridge of a network, within the kernel's name limit: a longer name is cut and
+    given a digest of the whole after a '.', which no network name has (two networks
+    sharing a prefix never share a bridge)."""
+    name = BRIDGE_PREFIX + network
+    if len(name.encode()) <= IFNAMSIZ:
+        return name
+    digest = hashlib.blake2s(network.encode(), digest_size=3).hexdigest()
+    return f"{name[:IFNAMSIZ - len(digest) - 1]}.{digest}"
+
+
+def host_alias(container_id: str, if_name: str, network: str, key: str) -> str:
+    """A host end's mark: whose it is. The kernel keeps 255 bytes of an alias; a record
+    key too long for it is kept as its digest (the agent takes that back to the key)."""
+    mark = {"c": container_id, "i": if_name, "n": network, "k": key}
+    alias = ALIAS_MARK + json.dumps(mark, separators=(",", ":"))
+    if len(alias.encode()) > IFALIASZ:
+        alias = ALIAS_MARK + json.dumps({**mark, "k": owner_digest(key)},
+                                        separators=(",", ":"))
+    return alias
 
 
 def veth_names(container_id: str, if_name: str) -> tuple[str, str]:
@@ -67,9 +93,7 @@ class BridgeDataplane:
                                 field="status.ip")
         prefix = st.prefix_length if st.prefix_length is not None else 32
         host, peer = veth_names(context.container_id, context.if_name)
-        alias = ALIAS_MARK + json.dumps(
-            {"c": context.container_id, "i": context.if_name, "n": pn.spec.network,
-             "k": pn.key}, separators=(",", ":"))
+        alias = host_alias(context.container_id, context.if_name, pn.spec.network, pn.key)
         with closing(pod_namespace(context.netns)) as ns, closing(iproute()) as ipr:
             assert context.netns is not None  # pod_namespace checked it
             bridge = self._bridge(ipr, pn.spec.network, st.gateway, prefix, st.mtu)

@@ -3,6 +3,7 @@ the agent's own user may have it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 
@@ -17,12 +18,13 @@ def private_directory(path: str, field: str) -> None:
         another user (what that user put in it, or may still put in it through a handle
         it kept, cannot be trusted: the agent does not take it over)."""
     try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
+        with contextlib.suppress(FileExistsError):  # made meanwhile, or not a directory
+            os.makedirs(path, mode=0o700)
         st = os.stat(path)
     except OSError as exc:  # a file where a parent should be, read-only, ...
         raise ConfigError(field, f"{exc.filename or path}: {exc.strerror or exc}") from None
     if not stat.S_ISDIR(st.st_mode):
-        raise ConfigError(field, f"{path}: not a directory")
+        raise ConfigError(field, f"{path}: Not a directory")
     me = os.geteuid()
     if st.st_uid != me:
         raise ConfigError(field, f"{path}: the directory belongs to uid {st.st_uid}, not to "

@@ -158,6 +158,16 @@ def test_an_agent_told_to_stop_answers_the_add_it_has_begun(
     assert AgentClient(stack.socket).status()[0] == 200
 
 
+def test_an_agent_whose_socket_was_removed_serves_at_its_path_again(
+        stack: Stack, node: NodeNamespace) -> None:
+    """As an agent of an earlier version does when it stops after an update's new agent
+    took its path over: it unlinks the path unasked."""
+    started(stack, node)
+    os.unlink(stack.socket)
+    client = AgentClient(stack.socket)
+    wait_for("the agent serving at its path again", client.ready)
+
+
 def test_300_simultaneous_connects_are_all_answered(stack: Stack, node: NodeNamespace
                                                     ) -> None:
     agent = started(stack, node)

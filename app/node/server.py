@@ -212,6 +212,9 @@ def _serving(path: str) -> bool:
     return True
 
 
+#: how often (s) the agent looks whether its socket's path is still there
+PATH_CHECK_PERIOD = 2.0
+
 #: the name a server is bound under in its socket's directory before it is renamed to
 #: the socket's path (short: a unix socket's path has a length limit)
 _BOUND_NAME = re.compile(r"\.[0-9a-f]{6}~")
@@ -249,11 +252,20 @@ class SocketPath:
             return False
         return (st.st_dev, st.st_ino) == self._identity
 
-    def place(self) -> None:
-        """Put the server at the path (replacing whatever is there)."""
+    def place(self, *, only_if_free: bool = False) -> bool:
+        """Put the server at the path, replacing whatever is there (``only_if_free``:
+        only when nothing is); whether it was put there."""
         with self._locked():
+            if only_if_free and os.path.lexists(self.path):
+                return False
             os.rename(self.bound, self.path)
             self.placed = True
+            return True
+
+    def gone(self) -> bool:
+        """Whether the path was placed and nothing is there now (an agent of a version
+        that unlinked the path unasked when it stopped, or a hand)."""
+        return self.placed and not os.path.lexists(self.path)
 
     def release(self) -> bool:
         """Unlink the path if it is still this server's (or the temporary name, if it
@@ -307,6 +319,11 @@ def listen(agent: NodeAgent, path: str, *, read_timeout: float = DEFAULT_READ_TI
     return server
 
 
+def _serve(server: UnixHTTPServer) -> None:
+    threading.Thread(target=server.serve_forever, name="podnet-node-http",
+                     daemon=True).start()
+
+
 def run(cluster: Cluster, providers: Providers, *, node: str, socket_path: str,
         add_timeout: float, namespace: str = DEFAULT_NAMESPACE, tracing: Tracing | None = None,
         stop: threading.Event | None = None,
@@ -330,9 +347,9 @@ def run(cluster: Cluster, providers: Providers, *, node: str, socket_path: str,
     except OSError as exc:  # its directory cannot be written (read-only), ...
         where_failed = exc.filename or socket_path
         raise ConfigError("socket", f"{where_failed}: {exc.strerror or exc}") from None
-    thread = threading.Thread(target=server.serve_forever, name="podnet-node-http",
-                              daemon=True)
-    thread.start()
+    servers = [(server, where)]
+    _serve(server)
+    stopping = stop or threading.Event()
     try:
         agent.start()
         if predecessor:
@@ -341,19 +358,38 @@ def run(cluster: Cluster, providers: Providers, *, node: str, socket_path: str,
                      socket_path)
         print(f"podnet node {node}: serving on {socket_path}", flush=True)
         log.info("node agent of %s: records listed, serving on %s", node, socket_path)
-        (stop or threading.Event()).wait()
+        while not stopping.wait(PATH_CHECK_PERIOD):
+            if servers[-1][1].gone():
+                # a bound socket cannot be named again: a new one, at the path unless
+                # another agent's is there meanwhile; the old one answers what it had
+                # accepted
+                again, again_where = bind(agent, socket_path, read_timeout=read_timeout)
+                if again_where.place(only_if_free=True):
+                    log.warning("node agent of %s: %s was removed; serving there again",
+                                node, socket_path)
+                    servers.append((again, again_where))
+                    _serve(again)
+                else:
+                    again.server_close()
+                    again_where.release()
     except KeyboardInterrupt:
         pass
     finally:
-        server.shutdown()
-        # an update's new agent may have the path already: what this one has begun, it
-        # finishes (an ADD waits at most its timeout)
-        if not server.drain(add_timeout + 5.0):
+        for each, _ in servers:
+            each.shutdown()
+        # an update's new agent may have the path already: what this one has accepted, it
+        # answers (an ADD waits at most its timeout)
+        deadline = time.monotonic() + add_timeout + 5.0
+        drained = [each.drain(max(deadline - time.monotonic(), 0.0)) for each, _ in servers]
+        if not all(drained):
             log.warning("node agent of %s: stopping with requests still unanswered", node)
-        server.server_close()
+        for each, _ in servers:
+            each.server_close()
         agent.stop()
-        if not where.release():
+        if not servers[-1][1].release():
             log.info("node agent of %s: %s is another agent's now, left in place", node,
                      socket_path)
+        for _, each_where in servers[:-1]:
+            each_where.release()
         log.info("node agent of %s: stopped", node)
     return 0

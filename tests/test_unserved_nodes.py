@@ -5,6 +5,7 @@ and reason, as a Warning Event on the Node and a log line, not once per pod."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,7 @@ from podnet.core.config import NodeProviderRule
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.plugin import new_plugin_manager
 from podnet.core.policy import PoolPolicy
+from podnet.hookspecs import hookimpl
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 
 
@@ -69,3 +71,30 @@ def test_a_node_no_provider_serves_is_said_once_per_node_not_per_pod(
     cluster.patch(NODE, name, {"metadata": {"labels": {"pool": "c"}}})
     engine.run_until_idle(advance=5)
     assert no_provider_events(cluster, unserved) == 2
+
+
+class ClaimsForAnUnknownProvider:
+    """A plugin that claims every node for a provider nobody registered."""
+
+    @hookimpl
+    def podnet_select_provider(self, node: Any) -> str:
+        return "retired"
+
+
+def test_a_claim_for_a_provider_not_registered_is_said_with_its_name() -> None:
+    clock = FakeClock()
+    cluster = InMemoryCluster(clock=clock)
+    cluster.create(NAMESPACE, {"metadata": {"name": NAMESPACE_NAME}})
+    pm = new_plugin_manager()
+    pm.register(ReferenceProvider(ReferenceCloud()), name="reference")
+    pm.register(ClaimsForAnUnknownProvider(), name="claims")
+    engine = Engine(cluster, pm, clock=clock, options=EngineOptions(default_provider=None))
+    engine.start()
+    node = cluster.create(NODE, node_obj(0))
+    for i in range(5):
+        cluster.create(POD, pod_obj(f"p{i}", node["metadata"]["name"]))
+    engine.run_until_idle(advance=5)
+    assert not cluster.list(POD_NETWORK).items
+    [event] = cluster.events_for(node, reason="UnknownProvider")
+    assert event["type"] == "Warning" and int(event.get("count") or 1) == 1
+    assert "'retired', which is not registered" in event["message"]

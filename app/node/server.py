@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, cast
+from typing import Any
 
 from podnet.app.node.agent import NodeAgent
 from podnet.app.node.protocol import DEFAULT_NAMESPACE, INVALID, TRY_AGAIN, CniError
@@ -72,6 +72,12 @@ class UnixHTTPServer(ThreadingHTTPServer):
         socketserver.TCPServer.server_bind(self)
         self.server_name = "podnet-node"
         self.server_port = 0
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        conn, address = self.socket.accept()
+        # a silent caller is let go, not waited for by a thread for ever
+        conn.settimeout(self.read_timeout)
+        return conn, address
 
     def process_request(self, request: Any, client_address: Any) -> None:
         # a thread for the connection once one of the slots is free: until then the
@@ -149,11 +155,6 @@ def _handler(agent: NodeAgent) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
-
-        def setup(self) -> None:
-            super().setup()
-            # a silent caller is let go, not waited for by a thread for ever
-            self.connection.settimeout(cast(UnixHTTPServer, self.server).read_timeout)
 
         def _serve(self, method: str) -> None:
             try:

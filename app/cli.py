@@ -35,6 +35,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = _non_negative_float(text)
+    if value == 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
+    return value
+
+
 def _non_negative_float(text: str) -> float:
     try:
         value = float(text)
@@ -169,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the unix socket the CNI plugin asks (default %(default)s)")
     node.add_argument("--add-timeout", type=_non_negative_float, default=30.0,
                       help="seconds an ADD waits for the pod's networks to be Routed")
+    node.add_argument("--read-timeout", type=_positive_float, default=30.0,
+                      help="close a connection that sends nothing for this many seconds "
+                           "(default %(default)s)")
     node.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE") or "kube-system",
                       help="podnet's namespace, where the agent reports in its node's Lease "
                            "(default: $POD_NAMESPACE, else %(default)s)")
@@ -375,7 +385,8 @@ def _node(args: argparse.Namespace) -> int:
     try:
         return run_node(cluster, providers, node=args.node, socket_path=args.socket,
                         add_timeout=args.add_timeout, namespace=args.namespace,
-                        tracing=Tracing(tracer_provider), stop=stop)
+                        tracing=Tracing(tracer_provider), stop=stop,
+                        read_timeout=args.read_timeout)
     except ConfigError as exc:
         print(f"podnet node: {exc}", file=sys.stderr)
         return 2

@@ -36,6 +36,9 @@ log = logging.getLogger("podnet.host")
 
 #: seconds between probes of an API server that does not answer (yet)
 API_RETRY_PERIOD = 2.0
+#: a connection to /healthz, /readyz or /metrics that sends nothing this long is closed:
+#: the port is on the host network, and a silent connection holds a thread
+HTTP_READ_TIMEOUT = 10.0
 
 
 def quiet_http_retries() -> None:
@@ -229,6 +232,8 @@ def _handler(host: Host) -> type[BaseHTTPRequestHandler]:
     }
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = HTTP_READ_TIMEOUT
+
         def do_GET(self) -> None:
             route = routes.get(self.path.split("?", 1)[0])
             code, ctype, body = route() if route else (404, "text/plain", b"not found\n")

@@ -280,7 +280,8 @@ def agent_request(path: str, method: str, target: str, body: Any, timeout: float
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
-            sock.connect(path)
+            # the answer gets what the retries of the connect left of the timeout
+            sock.settimeout(_connect(sock, path, timeout))
             sock.sendall(head.encode("ascii") + b"\r\n" + data)
             with sock.makefile("rb") as stream:
                 return _read_response(stream)
@@ -290,6 +291,25 @@ def agent_request(path: str, method: str, target: str, body: Any, timeout: float
         raise AgentUnreachable(exc.strerror or str(exc)) from None
     except ValueError as exc:  # a length or chunk size that is no number
         raise AgentUnreachable(f"malformed HTTP answer: {exc}") from None
+
+
+def _connect(sock: Any, path: str, timeout: float) -> float:
+    """Connect, trying again while the agent's listen backlog is full (EAGAIN: it is
+    there, busy with a burst of requests), within ``timeout``; what is left of it."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    pause = 0.005
+    while True:
+        try:
+            sock.connect(path)
+            return max(deadline - time.monotonic(), 0.001)
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError from None
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, 0.1)
 
 
 def _read_response(stream: Any) -> tuple[int, bytes]:

@@ -364,10 +364,16 @@ class ProviderGateway:
     def select_provider(self, node: NodeInfo) -> str | None:
         """``podnet_select_provider``: the provider a plugin claims ``node`` for, when
         that is a provider core knows."""
-        chosen: object = self.pm.hook.podnet_select_provider(node=node)
+        chosen = self.claim(node)
         if chosen is not None and chosen in self.providers:
             return str(chosen)
         return None
+
+    def claim(self, node: NodeInfo) -> object:
+        """What a plugin answered ``podnet_select_provider`` for ``node``, as it is (a
+        name core may not know; None: no plugin claims it)."""
+        chosen: object = self.pm.hook.podnet_select_provider(node=node)
+        return chosen
 
     def select_networks(self, pod: PodInfo, node: NodeInfo) -> list[NetworkAttachment]:
         """``podnet_select_networks``: every plugin's attachments for the pod, in order."""

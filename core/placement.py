@@ -57,3 +57,19 @@ class Placement:
         if chosen is not None:
             return chosen
         return self.default_provider
+
+    def why_unserved(self, node: NodeInfo) -> tuple[str, str]:
+        """Why no provider serves ``node`` (:meth:`provider_for_node` chose none): an
+        Event's reason and message, naming the config keys that would place it."""
+        rules = (f"none of the {len(self.node_providers)} nodeProviders rules matches its "
+                 "labels" if self.node_providers else "no nodeProviders rules are set")
+        known = ", ".join(sorted(self.providers.names())) or "none"
+        claim = self._gateway.claim(node)
+        if claim is not None:
+            return "UnknownProvider", (
+                f"node {node.name}: no provider serves it, so its pods get no network: a "
+                f"plugin claims it for provider {claim!r}, which is not registered "
+                f"(providers: {known}); {rules}, and no defaultProvider is set")
+        return "NoProvider", (
+            f"node {node.name}: no provider serves it, so its pods get no network: {rules}, "
+            f"no provider claims it, and no defaultProvider is set (providers: {known})")

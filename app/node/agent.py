@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from podnet.app.node.grants import IpamGrants
+from podnet.app.node.grants import Cancelled, IpamGrants
 from podnet.app.node.protocol import (
     CHECK_FAILED,
     DEFAULT_ADD_TIMEOUT,
@@ -710,16 +710,26 @@ class NodeAgent:
         same bounded wait as ADD); nothing is plugged."""
         namespace, pod, uid, network = ipam_request(body)
         container_id, if_name = body_field(body, "containerId"), body_field(body, "ifName")
+        try:
+            IpamGrants.name(container_id, if_name)
+        except ValueError as exc:
+            raise CniError(INVALID, f"containerId, ifName: {exc}") from None
         if not self.ready:
             raise CniError(TRY_AGAIN, self._not_ready(), status=503)
-        _, (pn,) = self._wait_routed(namespace, pod, uid, if_name, only=network)
-        self._write_plugged_on([pn])
-        # granted while marked as plugging: no report can call the record unplugged between
-        with self._plugging_of([pn]):
-            try:
-                self.grants.grant(container_id, if_name, pn.key)
-            except ValueError as exc:
-                raise CniError(INVALID, f"containerId, ifName: {exc}") from None
+        # a DEL of the interface while this waits cancels it: nothing is granted after
+        with self.grants.pending(container_id, if_name) as ticket:
+            _, (pn,) = self._wait_routed(namespace, pod, uid, if_name, only=network)
+            self._write_plugged_on([pn])
+            # granted while marked as plugging: no report can call the record unplugged
+            # between
+            with self._plugging_of([pn]):
+                try:
+                    self.grants.grant(container_id, if_name, pn.key, ticket)
+                except Cancelled:
+                    raise CniError(TRY_AGAIN, f"containerId {container_id}, ifName "
+                                              f"{if_name}: a DEL came while this ADD waited "
+                                              "for the record: nothing granted",
+                                   status=409) from None
         return ipam_result(as_plugged(pn))
 
     def ipam_del(self, body: Mapping[str, Any]) -> dict[str, Any]:

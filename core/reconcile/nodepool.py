@@ -144,6 +144,8 @@ class NodePoolReconciler:
         self._throttled_since: dict[str, float] = {}
         #: nodes waiting for their Node's spec.providerID (said once each)
         self._machine_unknown: set[str] = set()
+        #: node -> why no provider serves it, as said (once per node and reason)
+        self._unserved: dict[str, str] = {}
 
     def reconcile(self, name: str) -> Result:
         node = self.caches.nodes.get(name)
@@ -151,6 +153,7 @@ class NodePoolReconciler:
         if node is None or node.deletion_timestamp is not None:
             # the node left: what podnet made for it goes back before its record does
             self.problems.by_node.pop(name, None)
+            self._unserved.pop(name, None)
             return self.leaving.reconcile(name, node)
         if recorded is not None and recorded.spec.instance_id and not node.provider_id:
             # the Node does not say its machine yet (a cloud controller manager sets
@@ -172,6 +175,10 @@ class NodePoolReconciler:
             return self.leaving.another_machine(node, recorded)
         self.last_seen[name] = node
         provider = self.placement.provider_for_node(node)
+        if provider is None:
+            self._say_unserved(node)
+        else:
+            self._unserved.pop(name, None)
         if provider is None or not self.placement.providers[provider].uses_node_pool:
             self._forget_checks(name)
             self.problems.by_node.pop(name, None)
@@ -261,6 +268,17 @@ class NodePoolReconciler:
         log.debug("node %s: its %s pool's read was throttled; read again: %s", node,
                   provider, exc)
         return True
+
+    def _say_unserved(self, node: NodeInfo) -> None:
+        """A node no provider serves: its pods get no network (their records are never
+        made). Said once per node and reason, on the Node and in the log, not per pod."""
+        reason, message = self.placement.why_unserved(node)
+        if self._unserved.get(node.name) == reason:
+            return
+        self._unserved[node.name] = reason
+        log.warning("%s", message)
+        self.records.event({"apiVersion": "v1", "kind": "Node",
+                            "metadata": {"name": node.name, "uid": node.uid}}, reason, message)
 
     def _unavailable(self, node: NodeInfo, provider: str, pool: NodePool, problem: str) -> str:
         """The pool could not be read: say which node and instance, keep it for the pod

@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 
 from podnet.app.node.grants import Cancelled, IpamGrants
+from podnet.app.node.locks import KeyedLocks
 from podnet.app.node.protocol import (
     CHECK_FAILED,
     DEFAULT_ADD_TIMEOUT,
@@ -116,11 +117,10 @@ class NodeAgent:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         #: one request at a time per container: a runtime's retry waits for the first
-        self._locks: dict[str, threading.Lock] = {}
-        self._locks_lock = threading.Lock()
+        self._container_locks = KeyedLocks()
         #: one plug or unplug decision at a time per record, whatever the container:
         #: what holds a record's address is decided under its lock (one interface)
-        self._record_locks: dict[str, threading.Lock] = {}
+        self._record_locks = KeyedLocks()
         #: the node's own network namespaces (the agent's, the host's): never a pod's
         self._own_namespaces = own_network_namespaces()
         #: records being plugged right now (key -> how many requests), and the lock under
@@ -308,21 +308,6 @@ class NodeAgent:
         self.reporter.poke()
         return removed
 
-    def _lock(self, container_id: str) -> threading.Lock:
-        with self._locks_lock:
-            return self._locks.setdefault(container_id, threading.Lock())
-
-    @contextlib.contextmanager
-    def _records_locked(self, keys: list[str]) -> Iterator[None]:
-        """The records' locks, taken in one order (no two requests wait for each other)."""
-        with self._locks_lock:
-            locks = [self._record_locks.setdefault(k, threading.Lock())
-                     for k in sorted(set(keys))]
-        with contextlib.ExitStack() as stack:
-            for lock in locks:
-                stack.enter_context(lock)
-            yield
-
     def _plugs(self, *, raw: bool = False) -> list[tuple[str, Plug]]:
         """Every provider's plugs on this host, with their owners as record keys (a
         dataplane that kept a digest of a long key: taken back to the key, or None when
@@ -452,7 +437,7 @@ class NodeAgent:
         self._check_sandbox(req.netns)
         if not self.ready:
             raise CniError(TRY_AGAIN, self._not_ready(), status=503)
-        with self._lock(req.container_id):
+        with self._container_locks.hold(req.container_id):
             attachments, records = self._wait_routed(req.namespace, req.pod, req.uid,
                                                      req.if_name)
             self._write_plugged_on(records)
@@ -460,7 +445,7 @@ class NodeAgent:
             results: list[tuple[PodNetwork, PlugResult]] = []
             # one record, one interface: under the records' locks, every other interface
             # of theirs goes before this sandbox's is made, whichever request comes first
-            with self._records_locked([pn.key for pn in records]), \
+            with self._record_locks.hold(*(pn.key for pn in records)), \
                     self._plugging_of(records), \
                     self._span("add", records[0], req, req.if_name):
                 plugs = self._plugs()
@@ -567,7 +552,7 @@ class NodeAgent:
             now = asked[pod_key]
             if now is None or now[0] != pn.spec.pod_uid or pn.spec.network in now[1]:
                 continue
-            with self._records_locked([pn.key]):
+            with self._record_locks.hold(pn.key):
                 current = self.records.get(pn.key)
                 if current is None or current.status.phase is not Phase.RELEASING:
                     continue  # taken up again meanwhile: its ADD decides
@@ -607,7 +592,7 @@ class NodeAgent:
 
     def delete(self, body: Mapping[str, Any]) -> dict[str, Any]:
         req = CniRequest.parse(body, sandbox=False)
-        with self._lock(req.container_id):
+        with self._container_locks.hold(req.container_id):
             records = {pn.key: pn for pn in self.records.values()}
             unplugged: set[str] = set()
             for provider, plug in self._plugs():

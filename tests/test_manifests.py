@@ -161,13 +161,16 @@ def test_the_sample_configs_parse_and_name_only_built_in_providers() -> None:
         assert named <= set(BUILTIN_PLUGINS), path.name
 
 
-def test_the_node_agent_reads_podnetworks_and_pods_and_writes_only_its_report() -> None:
+def test_the_node_agent_reads_pods_patches_podnetworks_and_writes_only_its_report() -> None:
     (role,) = [d for _, d in DOCS if d["kind"] == "ClusterRole"
                and d["metadata"]["name"] == "podnet-node"]
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
                for r in rule["resources"] for v in rule["verbs"]}
+    # patch: the agent writes its host onto a record before it plugs it (the release
+    # handshake's durable half); no create, update, delete, and no status
     assert granted == {("podnet.io", "podnetworks", "get"), ("podnet.io", "podnetworks", "list"),
-                       ("podnet.io", "podnetworks", "watch"), ("", "pods", "get")}
+                       ("podnet.io", "podnetworks", "watch"), ("podnet.io", "podnetworks", "patch"),
+                       ("", "pods", "get")}
     (binding,) = [d for _, d in DOCS if d["kind"] == "ClusterRoleBinding"
                   and d["roleRef"]["name"] == "podnet-node"]
     # its one write: its node's Lease, in podnet's namespace alone

@@ -23,6 +23,11 @@ from kubernetes import client
 
 from podnet.sim.apiserver import ApiServer
 
+# a chaos machine's failing history and its blob are printed as soon as it fails, and its
+# shrinking is bounded in time (PODNET_CHAOS_SHRINK_SECONDS): the test's timeout never
+# ends a run that found a failure before its history is in the log
+pytest_plugins = ["podnet.testing.chaosreport"]
+
 
 @pytest.fixture
 def server() -> Iterator[ApiServer]:

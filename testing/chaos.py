@@ -244,8 +244,11 @@ def make_chaos_machine(
         addresses``), as a cloud restored from a backup does.
     :param cloud_kills: points inside a hook where the controller may be killed (between
         two cloud calls of one hook, which a hook boundary never is), armed by
-        ``cloud_kill(plugin, point)`` for its next occurrence (``None``: disarm); the
-        kill raises :class:`Crash` there and the provider loses its process memory.
+        ``cloud_kill(plugin, point)`` for its next occurrence, in place of the kill armed
+        before (``None``: disarm); the kill raises :class:`Crash` there and the provider
+        loses its process memory. Disarming also undoes any cloud failure the arming
+        scripted to lead to the kill: the end clears every fault, and one left armed
+        would refuse the calls that clean up.
     :param cloud_leftovers: what the provider made in the cloud that no inventory lists
         (an interface created and never attached): id -> its addresses. Their addresses
         are the sweep's (after its grace), not the node's, in the per-step check; at

@@ -19,6 +19,8 @@ import pytest
 
 from podnet.testing.chaosreport import SHRINK_ENV
 
+pytest_plugins = ["pytester"]
+
 MACHINE = '''
 import time
 
@@ -88,3 +90,24 @@ def test_a_failing_history_and_its_blob_are_printed_within_the_limit(tmp_path: P
     replay = _run(tmp_path, "test_replay_chaos.py", "Replay", decorator=blobs[-1].replace(
         "@reproduce_failure", "@__import__('hypothesis').reproduce_failure"))
     assert "the total reached" in replay, replay
+
+
+PROBE = """
+def test_probe(request):
+    marker = request.node.get_closest_marker("timeout")
+    print("chaos file timeout:", marker.args[0] if marker else None)
+"""
+
+
+@pytest.mark.parametrize(("args", "timeout"), [
+    ((), "600"), (("-o", "timeout=0"), "None"), (("--timeout=0",), "None"),
+    (("--timeout=30",), "600")])
+def test_a_deep_run_that_lifts_the_timeout_lifts_the_chaos_files_too(
+        pytester: pytest.Pytester, args: tuple[str, ...], timeout: str) -> None:
+    """The documented deep run (``PODNET_CHAOS_EXAMPLES=2000 ... -o timeout=0``) once
+    still ended at the chaos files' own 600 s."""
+    pytester.makeconftest((Path(__file__).parent / "conftest.py").read_text())
+    pytester.makepyfile(test_probe_chaos=PROBE)
+    result = pytester.runpytest_subprocess("-s", "-p", "no:cacheprovider", *args)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"*chaos file timeout: {timeout}*"])

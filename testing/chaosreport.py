@@ -8,10 +8,13 @@ end the run first, and the log then had thread stacks, not the history. Inside
 - the first failing history of the run is printed (standard error, which pytest shows
   with the failure) the moment it fails, before any shrinking: its steps, its traceback
   and the ``@reproduce_failure`` decorator that replays it (on the state machine class);
-- shrinking is bounded: once it has run for ``shrink_seconds`` (``$PODNET_CHAOS_SHRINK_
-  SECONDS``, default :data:`DEFAULT_SHRINK_SECONDS`), the run stops with
-  :class:`ShrinkingStopped`, whose message is the smallest failing history found so far,
-  with its traceback and its decorator.
+- shrinking is bounded: once it has run for ``shrink_seconds``
+  (``$PODNET_CHAOS_SHRINK_SECONDS``, default :data:`DEFAULT_SHRINK_SECONDS`), the run
+  stops with :class:`ShrinkingStopped`, whose message is the smallest failing history
+  found so far, with its traceback and its decorator.
+
+A test timeout that fires inside an example reads to hypothesis as that example failing:
+it is printed the same way, its traceback ending in the timeout (where the run was).
 
 As a pytest plugin (``pytest_plugins = ["podnet.testing.chaosreport"]`` in a root
 ``conftest.py``, or ``-p podnet.testing.chaosreport``) it does so for every test whose

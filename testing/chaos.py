@@ -70,6 +70,7 @@ from podnet.core.errors import ErrorKind, ProviderError
 from podnet.core.fence import Fence
 from podnet.core.leader import LeaderElector
 from podnet.core.models import FINALIZER
+from podnet.testing.chaosreport import mark_chaos
 from podnet.testing.harness import (
     Crash,
     EngineFactory,
@@ -189,10 +190,12 @@ class _Replica:
 
 def chaos_settings(max_examples: int | None = None, *, step_count: int = 30) -> settings:
     """CI settings: ``max_examples`` (default ``$PODNET_CHAOS_EXAMPLES`` or 200), steps per
-    example, no deadline (one example replays a lot); new histories on every run."""
+    example, no deadline (one example replays a lot); new histories on every run. Under
+    the ``podnet.testing.chaosreport`` plugin a run with these settings prints its first
+    failing history and blob at once, and its shrinking is bounded in time."""
     examples = max_examples if max_examples is not None else int(
         os.environ.get(EXAMPLES_ENV, "200"))
-    return settings(
+    return mark_chaos(settings(
         max_examples=examples,
         stateful_step_count=step_count,
         deadline=None,
@@ -204,7 +207,7 @@ def chaos_settings(max_examples: int | None = None, *, step_count: int = 30) -> 
         # times slower, and on a loaded CI host the test's timeout then killed the
         # worker before the failure and its blob were printed
         phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
-    )
+    ))
 
 
 def make_chaos_machine(
@@ -232,8 +235,11 @@ def make_chaos_machine(
         addresses``), as a cloud restored from a backup does.
     :param cloud_kills: points inside a hook where the controller may be killed (between
         two cloud calls of one hook, which a hook boundary never is), armed by
-        ``cloud_kill(plugin, point)`` for its next occurrence (``None``: disarm); the
-        kill raises :class:`Crash` there and the provider loses its process memory.
+        ``cloud_kill(plugin, point)`` for its next occurrence, in place of the kill armed
+        before (``None``: disarm); the kill raises :class:`Crash` there and the provider
+        loses its process memory. Disarming also undoes any cloud failure the arming
+        scripted to lead to the kill: the end clears every fault, and one left armed
+        would refuse the calls that clean up.
     :param cloud_leftovers: what the provider made in the cloud that no inventory lists
         (an interface created and never attached): id -> its addresses. Their addresses
         are the sweep's (after its grace), not the node's, in the per-step check; at

@@ -23,6 +23,11 @@ from kubernetes import client
 
 from podnet.sim.apiserver import ApiServer
 
+# a chaos machine's failing history and its blob are printed as soon as it fails, and its
+# shrinking is bounded in time (PODNET_CHAOS_SHRINK_SECONDS): the test's timeout never
+# ends a run that found a failure before its history is in the log
+pytest_plugins = ["podnet.testing.chaosreport"]
+
 
 @pytest.fixture
 def server() -> Iterator[ApiServer]:
@@ -54,10 +59,23 @@ def _weight(item: pytest.Item) -> int:
 CHAOS_TIMEOUT = 600
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def chaos_timeout(config: pytest.Config) -> float | None:
+    """The chaos files' timeout: :data:`CHAOS_TIMEOUT`, or none when the run lifts the
+    suite's (``--timeout=0`` or ``-o timeout=0``: a deep run, 2,000 histories)."""
+    given = config.getoption("timeout", None)
+    if given is None:
+        given = config.getini("timeout") or None
+    if given is not None and float(given) <= 0:
+        return None
+    return CHAOS_TIMEOUT
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    timeout = chaos_timeout(config)
     for item in items:
-        if "chaos" in item.path.name and item.get_closest_marker("timeout") is None:
-            item.add_marker(pytest.mark.timeout(CHAOS_TIMEOUT))
+        if (timeout is not None and "chaos" in item.path.name
+                and item.get_closest_marker("timeout") is None):
+            item.add_marker(pytest.mark.timeout(timeout))
     if "PYTEST_XDIST_WORKER" not in os.environ:
         return
     weight: dict[str, int] = {}

@@ -80,21 +80,36 @@ def _forget(plugin: Any, _node: str, addresses: list[str]) -> None:
     _WORLDS[id(plugin)].sim.forget(addresses)
 
 
-#: where the controller dies inside a hook: after CreateNetworkInterface (made, never
-#: attached); before a DeleteNetworkInterface (in a rollback or a dispose: detached, never
-#: deleted); and a rollback that fails (its attach and its delete refused) followed by a
-#: death before the next delete (the ENI was only in the process's memory)
-KILLS = ("after-create", "before-delete", "after-failed-rollback")
+#: where the controller dies inside a hook, between two cloud calls: the API and whether
+#: it dies before sending it or after the cloud did it (the answer never read). After
+#: CreateNetworkInterface (made, never attached); after AttachNetworkInterface (attached,
+#: never waited for); after AssignPrivateIpAddresses (dual stack: before the IPv6 half);
+#: after UnassignPrivateIpAddresses (dual stack: before the IPv6 half goes); after
+#: DetachNetworkInterface and before DeleteNetworkInterface (in a rollback or a dispose:
+#: detached, never deleted)
+KILL_POINTS = {
+    "after-create": ("CreateNetworkInterface", "after"),
+    "after-attach": ("AttachNetworkInterface", "after"),
+    "after-assign": ("AssignPrivateIpAddresses", "after"),
+    "after-unassign": ("UnassignPrivateIpAddresses", "after"),
+    "after-detach": ("DetachNetworkInterface", "after"),
+    "before-delete": ("DeleteNetworkInterface", "before"),
+}
+#: and a rollback that fails (its attach and its delete refused) followed by a death
+#: before the next delete (the ENI was only in the process's memory)
+KILLS = (*KILL_POINTS, "after-failed-rollback")
 
 
 def _kill(plugin: Any, point: str | None) -> None:
+    """Arm ``point`` (``None``: nothing): it replaces the kill armed before, and the
+    cloud failures that kill scripted."""
     world = _WORLDS[id(plugin)]
+    world.disarm()
     if point is None:
-        world.disarm()
-    elif point == "after-create":
-        world.kill_at("CreateNetworkInterface", Crash, when="after")
-    elif point == "before-delete":
-        world.kill_at("DeleteNetworkInterface", Crash, when="before")
+        return
+    if point in KILL_POINTS:
+        api, when = KILL_POINTS[point]
+        world.kill_at(api, Crash, when=when)
     else:
         world.sim.fail_next("AttachNetworkInterface", "InternalError")
         world.sim.fail_next("DeleteNetworkInterface", "InternalError")
@@ -225,6 +240,28 @@ def test_a_failed_rollback_then_a_kill_on_a_leaving_node_leaves_no_eni() -> None
         state.delete_node(i=1)
         state.settle(seconds=60.0)
         state.every_cloud_address_has_a_record()
+        state.teardown()
+    finally:
+        state.world.close()
+
+
+def test_a_kill_armed_and_never_reached_leaves_no_cloud_failure_for_the_end() -> None:
+    """Found by a random run: a failed-rollback kill (its attach and delete refused) armed
+    three times, never reached, after a kill between create and attach. Its refusals
+    stayed scripted in the cloud past the end's 'every fault cleared' and refused the
+    sweep's delete of the made ENI at every period the end's settle waits: its addresses
+    counted as leaked. Arming a kill now replaces the last one, and disarming drops the
+    cloud failures it scripted."""
+    state = TightEcsChaos()
+    try:
+        state.populate(up=1, running=0)
+        state.cloud_kill_at(point="after-create")
+        state.settle(seconds=0.0)
+        assert state.world.crashes == 1 and _leftovers(state.plugin)
+        state.cloud_kill_at(point="after-failed-rollback")
+        state.cloud_kill_at(point="after-create")
+        state.cloud_kill_at(point="after-failed-rollback")
+        state.cloud_kill_at(point="after-failed-rollback")
         state.teardown()
     finally:
         state.world.close()

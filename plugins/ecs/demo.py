@@ -142,8 +142,11 @@ class EcsWorld:
         plugin._call = call  # type: ignore[method-assign,assignment]
 
     def disarm(self) -> None:
-        """No kill planned (:meth:`kill_at`) any more."""
+        """No kill planned (:meth:`kill_at`) any more, and no scripted cloud failure
+        (``sim.fail_next``) left: one armed to lead to a kill that never came would
+        otherwise refuse calls long after, when no fault is meant to be on."""
         self.plugin.__dict__.pop("_call", None)
+        self.sim.clear_scripted()
 
     def leftovers(self) -> dict[str, list[str]]:
         """Ground truth: every detached secondary ENI podnet made (its tag, or an older

@@ -410,6 +410,11 @@ class EcsSimulator:
         with self.lock:
             self.scripted.setdefault(api, []).extend([code] * times)
 
+    def clear_scripted(self) -> None:
+        """No failure of :meth:`fail_next` left to answer (the rates stay)."""
+        with self.lock:
+            self.scripted.clear()
+
     def malform_next(self, api: str, key: str) -> None:
         """Drop ``key`` (anywhere in the reply) from the next reply of ``api``."""
         with self.lock:

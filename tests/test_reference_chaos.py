@@ -280,3 +280,24 @@ def test_a_node_registered_again_and_deleted_under_api_errors_keeps_its_addresse
 def test_a_node_registered_again_under_api_errors_alone_keeps_its_addresses_named() -> None:
     """The second blob's history: the same, with no crash."""
     _re_registered_under_api_errors(crash=False)
+
+
+def test_a_node_registered_again_and_deleted_under_30_percent_api_errors_keeps_its_addresses(
+) -> None:
+    """A deep run's history (2,000 examples, on the code before the re-registration fix):
+    one pod on node-0000, three API writes in ten failing, the node deleted, registered
+    again and deleted with its pod: 10.64.0.4/.5 were left on it with no record naming
+    them."""
+    state = TightPoolChaos()
+    try:
+        state.populate(up=1, running=1)
+        state.add_pod(pod="p1", i=0, stateful=False)
+        state.cluster_fault_rates(conflict=0.0, error=0.3)
+        state.settle(seconds=5.0)
+        state.node_deleted(i=0, kill=None, pods_on_it=0, steps=0, when="before")
+        state.add_node(i=0)
+        state.node_deleted(i=0, kill=None, pods_on_it=1, steps=1, when="before")
+        state.every_cloud_address_has_a_record()
+        state.teardown()
+    finally:
+        state.world.close()

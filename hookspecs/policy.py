@@ -90,9 +90,10 @@ class PoolPolicy:
     max_interface_ops: int = attrs.field(default=3, validator=_positive)
     #: a sticky pod's address is held this long after its pod is gone
     sticky_hold: float = attrs.field(default=300.0, validator=_non_negative)
-    #: a released address waits at most this long for its node agent to report the old
-    #: interface gone before it is handed to another pod (since 0.3.0; nodes without an
-    #: agent report do not wait)
+    #: how long a released address waits for its node agent to report the old interface
+    #: gone before the wait is logged as overdue (since 0.3.0). It frees only an address
+    #: no agent wrote its host onto (nodes without an agent report do not wait at all);
+    #: one a host is named for waits for that host's word or the Node's deletion (0.5.0)
     unplug_timeout: float = attrs.field(default=120.0, validator=_non_negative)
     #: client-side bucket of each cloud API (action) a provider calls, when
     #: ``cloud_rates`` names none for it

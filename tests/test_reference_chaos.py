@@ -301,3 +301,25 @@ def test_a_node_registered_again_and_deleted_under_30_percent_api_errors_keeps_i
         state.teardown()
     finally:
         state.world.close()
+
+
+def test_a_node_back_before_its_leave_was_done_is_read_afresh_when_it_leaves_again() -> None:
+    """Found by a random run: node-0000 deleted (its leave read its pool), registered
+    again on its machine before the leave was done, its pool grown in the cloud while the
+    answer was lost (throttled after the grow), then deleted again: the second leave
+    trusted the first one's read, and 10.64.0.2/.3 were left with nothing naming them. A
+    node seen running again makes any later leave read its pool afresh."""
+    state = TightPoolChaos()
+    try:
+        state.populate(up=1, running=0)
+        state.settle(seconds=0.0)
+        state.delete_node(i=0)
+        state.provider_fault(kind=ErrorKind.THROTTLED, times=1, where=("pool_grow", "after"))
+        state.step(n=1)
+        state.add_node(i=0)
+        state.settle(seconds=0.0)
+        state.delete_node(i=0)
+        state.every_cloud_address_has_a_record()
+        state.teardown()
+    finally:
+        state.world.close()

@@ -127,6 +127,13 @@ class NodeLeave:
         seen = node or n.last_seen.get(name) or _from_record(name, nn)
         return self._release(seen, nn, provider, n.pools.get(provider, name))
 
+    def returned(self, name: str) -> None:
+        """Node ``name`` runs again on its machine (registered again before its leave was
+        done): what the leave read of its pool is stale from now on (the pool grows and
+        shrinks again), so a later leave reads it afresh."""
+        self._read.discard(name)
+        self._errors.pop(name, None)
+
     def same_machine(self, node: NodeInfo, nn: NodeNetwork) -> bool:
         """Whether record ``nn`` names the machine ``node`` runs on (``spec.instanceId``
         is the Node's ``providerID``): both are written once and never lag, unlike the

@@ -173,6 +173,7 @@ class NodePoolReconciler:
             # A record being deleted while its own machine runs goes on recording the
             # pool: it is let go only when the node leaves (see nodeleave)
             return self.leaving.another_machine(node, recorded)
+        self.leaving.returned(name)
         self.last_seen[name] = node
         provider = self.placement.provider_for_node(node)
         if provider is None:

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-import pytest
 
 from podnet.core.cluster.port import POD_NETWORK
 from podnet.core.errors import ErrorKind
@@ -268,8 +267,6 @@ def test_a_kill_armed_and_never_reached_leaves_no_cloud_failure_for_the_end() ->
         state.world.close()
 
 
-@pytest.mark.xfail(strict=True, reason="open: a made ENI never attached keeps its slot in "
-                   "the node's pool after the sweep deleted it")
 def test_eni_made_and_never_attached_gives_its_slot_back() -> None:
     """Found by a deep run (2,000 examples): with 30 % cloud faults and the leader paused
     past its Lease twice, node-0000 got two new ENIs made and never attached (Available,

@@ -16,7 +16,7 @@ import attrs
 import pytest
 
 from podnet.core.cluster.port import POD_NETWORK
-from podnet.core.models import Phase
+from podnet.core.models import InterfaceState, Phase
 from podnet.core.policy import PoolPolicy
 from podnet.core.reconcile.podnetwork import WAIT_SAID_AFTER
 from podnet.plugins.ecs.demo import KIT_POLICY, EcsWorld, instance_id_for
@@ -376,4 +376,47 @@ def test_a_static_address_on_a_node_with_only_its_primary_eni_ends_routed(
         world, "static")
     [holder] = [e for e in ecs.sim.enis_of(iid) if "10.0.0.77" in e.secondary]
     assert holder.kind == "Secondary" and record.status.interface == holder.id
+    world.assert_converged()
+
+
+@pytest.mark.parametrize("policy", [attrs.evolve(SCENARIO_POLICY, max_idle=0)])
+def test_a_disposal_under_way_is_finished_while_pods_wait_for_its_slot(
+        world: World, ecs: EcsWorld) -> None:
+    """Every secondary ENI slot held by ENIs being disposed (detached, their delete
+    refused): a pod then waits for a new ENI, which needs one of those slots. The
+    disposals are finished although a pod waits, and the pod gets its address (before,
+    disposing ran only when nothing waited: Pending for ever)."""
+    iid = "i-tiny0000"
+    ecs.plugin.podnet_configure("ecs", {**ecs.config, "instance_type": "ecs.sim.tiny",
+                                        "instance_ids": {World.node_name(0): iid}})
+    ecs.sim.add_instance(iid, "ecs.sim.tiny", "vsw-sim-a")
+    ecs.node_of[iid] = World.node_name(0)  # the ground truth's node of its addresses
+    world.add_node(0)
+    world.settle()
+    for i in range(9):
+        world.add_pod(f"p{i}", 0)
+        world.settle(advance=1)
+    pool = world.engine.pools.find(world.provider, World.node_name(0))
+    assert pool is not None and len(pool.pooled_interfaces()) == pool.max_interfaces == 3
+    # the pods of one ENI go; its delete is refused: it stays Disposing, in its slot
+    [victim, *_] = [e for e in ecs.sim.enis_of(iid) if e.kind == "Secondary"]
+    on_victim = [f"p{i}" for i in range(9)
+                 if (rec := world.record_of(f"p{i}")) is not None
+                 and rec.status.ip in victim.secondary]
+    assert len(on_victim) == 3
+    ecs.sim.fail_next("DeleteNetworkInterface", "ServiceUnavailable", times=1000)
+    for pod in on_victim:
+        world.delete_pod(pod)
+    world.settle(advance=world.gc_grace())
+    assert pool.interfaces[victim.id].state is InterfaceState.DISPOSING
+    assert len(pool.pooled_interfaces()) == pool.max_interfaces and pool.idle_count() == 0
+    world.add_pod("late", 0)
+    world.settle(advance=1)
+    record = world.record_of("late")
+    assert record is not None and record.status.phase is Phase.PENDING
+    with ecs.sim.lock:
+        ecs.sim.scripted.pop("DeleteNetworkInterface", None)
+    world.settle(advance=SCENARIO_POLICY.refill_period)
+    record = world.record_of("late")
+    assert record is not None and record.status.phase is not Phase.PENDING, record.status
     world.assert_converged()

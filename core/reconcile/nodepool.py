@@ -13,6 +13,9 @@ idle addresses were podnet's). Then, each pass:
   no address is ``dispose``-d (never a primary, trunk or unpooled interface) until the
   cloud confirms it ``gone``; invalid halves of dual-stack pairs are given back by every
   pass's shrink, even while pod networks wait;
+- an interface already being disposed is finished off even while pod networks wait, and
+  before the grow: until the cloud confirms it ``gone`` it holds one of the node's
+  ``max_interfaces`` slots, which the interface made for them may need;
 - interfaces the inventory marks ``pooled=False`` hold no pod address: never grown on,
   counted against ``max_interfaces`` or disposed;
 - the pool is written to the NodeNetwork's status whenever its membership changed;
@@ -214,6 +217,11 @@ class NodePoolReconciler:
                 self.problems.by_node.pop(name, None)
                 policy = self.policy_for(provider, nn, pool)
             self._recover(node, pool, provider)
+            if pool.waiting:
+                # a disposal under way is finished while pods wait, first: its interface
+                # holds one of the max_interfaces slots a new one for them may need
+                results.append(self._dispose(node, nn, provider, pool, policy,
+                                             started_only=True))
             results.append(self._grow(node, nn, provider, pool, policy))
             if not pool.waiting:
                 results.append(self._shrink(node, nn, provider, pool, policy))
@@ -777,12 +785,15 @@ class NodePoolReconciler:
         return Result(requeue_after=0.0) if plan.leaves_excess else DONE
 
     def _dispose(self, node: NodeInfo, nn: NodeNetwork, provider: str, pool: NodePool,
-                 policy: PoolPolicy) -> Result:
-        """An interface with no address left goes (never primary, never trunk)."""
+                 policy: PoolPolicy, started_only: bool = False) -> Result:
+        """An interface with no address left goes (never primary, never trunk);
+        ``started_only``: just those already disposing (none newly given up)."""
         if not self.placement.providers[provider].manages_interfaces:
             return DONE
         done = 0
         for itf in pool.disposable():
+            if started_only and itf.state is not InterfaceState.DISPOSING:
+                continue
             if done >= policy.max_interface_ops:
                 # a node's operations run one at a time (its key never runs twice at once);
                 # this caps how many one pass makes before other nodes get a turn

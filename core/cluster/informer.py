@@ -376,8 +376,16 @@ class Informer(Generic[T]):
             seen = self._seen.get(key)
             if seen is not None and seen.rv == rv and seen.uid == digest.uid:
                 return False
-            expected = self._expected.setdefault(key, set())
             successor = seen is not None and based_on is not None and based_on == seen.rv
+            if seen is not None and based_on is not None and not successor \
+                    and not self._expected.get(key):
+                # the stream moved the cache on from the version the write was
+                # conditioned on, and nothing of ours is due: what it holds came after our
+                # write (or our write's event is still coming). Applied, the cache would go
+                # back to our version and wait for its event, already passed, for ever:
+                # every later event of the key dropped as older
+                return False
+            expected = self._expected.setdefault(key, set())
             in_flight = bool(expected)
             expected.add(rv)
             if in_flight and not successor:

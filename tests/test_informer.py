@@ -385,3 +385,18 @@ def test_a_write_whose_event_the_stream_passed_before_it_was_assumed_is_not_appl
     inf.pump()
     assert inf.get("default/a") == Lean("a", "n4", "Running")
     assert inf.resource_version("default/a") == later["metadata"]["resourceVersion"]
+
+
+def test_a_create_whose_event_the_stream_passed_before_it_was_assumed_is_not_applied(
+        cluster: InMemoryCluster) -> None:
+    inf = Informer(cluster, POD, lean)
+    inf.start()
+    mine = cluster.create(POD, pod("a"))
+    cluster.patch(POD, "a", {"spec": {"nodeName": "n3"}}, "default")  # someone else
+    inf.pump()
+    assert not inf.assume(mine, created=True)
+    assert inf.get("default/a") == Lean("a", "n3", "Running")
+    later = cluster.patch(POD, "a", {"spec": {"nodeName": "n4"}}, "default")
+    inf.pump()
+    assert inf.get("default/a") == Lean("a", "n4", "Running")
+    assert inf.resource_version("default/a") == later["metadata"]["resourceVersion"]

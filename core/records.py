@@ -36,7 +36,7 @@ class RecordWriter:
         wire = to_wire(model)
         created = self.cluster.create(kind, wire)
         self._writes[f"create.{kind.plural}"] += 1
-        return self._assume(kind, created, model, wire, None)
+        return self._assume(kind, created, model, wire, None, created=True)
 
     def update(self, kind: Kind, model: M) -> M:
         wire = to_wire(model)
@@ -55,7 +55,8 @@ class RecordWriter:
         self.cluster.delete(kind, meta.name, meta.namespace, uid=meta.uid)
         self._writes[f"delete.{kind.plural}"] += 1
 
-    def _assume(self, kind: Kind, obj: Obj, sent: M, wire: Obj, based_on: str | None) -> M:
+    def _assume(self, kind: Kind, obj: Obj, sent: M, wire: Obj, based_on: str | None,
+                *, created: bool = False) -> M:
         """Feed a write's answer ``obj`` back into its cache; ``sent``: the record written
         (``wire``, its wire form); ``based_on``: the version the write was conditioned on
         (an update carries it), which orders it after that version."""
@@ -66,7 +67,7 @@ class RecordWriter:
         # a PodNetwork answered as sent is not parsed again (a sixth of a warm pod
         # network's CPU): only its metadata is new
         read = caches.as_written(obj, sent, wire) if isinstance(sent, PodNetwork) else None
-        if informer.assume(obj, based_on, read):
+        if informer.assume(obj, based_on, read, created=created):
             cached = informer.get(informer.key_of(obj))
             if isinstance(cached, cls):
                 return cached  # parsed once, by the cache

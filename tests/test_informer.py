@@ -363,3 +363,40 @@ def test_writes_based_on_the_cached_version_apply_in_a_row(cluster: InMemoryClus
     inf.pump()
     assert inf.get("default/a") == Lean("a", "n4", "Running")
     assert inf.resource_version("default/a") == third["metadata"]["resourceVersion"]
+
+
+def test_a_write_whose_event_the_stream_passed_before_it_was_assumed_is_not_applied(
+        cluster: InMemoryCluster) -> None:
+    """The writer's thread answered, then descheduled: the stream delivers its write and a
+    later one of someone else before the writer feeds its answer back. The cache keeps the
+    later version and goes on following the stream."""
+    cluster.create(POD, pod("a"))
+    inf = Informer(cluster, POD, lean)
+    inf.start()
+    read = inf.resource_version("default/a")
+    mine = cluster.update(POD, {**cluster.get(POD, "a", "default"),
+                                "spec": {"nodeName": "n2"}})
+    cluster.patch(POD, "a", {"spec": {"nodeName": "n3"}}, "default")  # someone else
+    inf.pump()
+    assert inf.get("default/a") == Lean("a", "n3", "Running")
+    assert not inf.assume(mine, based_on=read)
+    assert inf.get("default/a") == Lean("a", "n3", "Running")
+    later = cluster.patch(POD, "a", {"spec": {"nodeName": "n4"}}, "default")
+    inf.pump()
+    assert inf.get("default/a") == Lean("a", "n4", "Running")
+    assert inf.resource_version("default/a") == later["metadata"]["resourceVersion"]
+
+
+def test_a_create_whose_event_the_stream_passed_before_it_was_assumed_is_not_applied(
+        cluster: InMemoryCluster) -> None:
+    inf = Informer(cluster, POD, lean)
+    inf.start()
+    mine = cluster.create(POD, pod("a"))
+    cluster.patch(POD, "a", {"spec": {"nodeName": "n3"}}, "default")  # someone else
+    inf.pump()
+    assert not inf.assume(mine, created=True)
+    assert inf.get("default/a") == Lean("a", "n3", "Running")
+    later = cluster.patch(POD, "a", {"spec": {"nodeName": "n4"}}, "default")
+    inf.pump()
+    assert inf.get("default/a") == Lean("a", "n4", "Running")
+    assert inf.resource_version("default/a") == later["metadata"]["resourceVersion"]

@@ -231,10 +231,11 @@ def test_an_ipam_del_while_its_add_waits_leaves_no_grant(
     config = reference_config(tmp_path)
     # an address still granted would wait this long: the release must not
     config["policies"]["reference"]["unplugTimeout"] = 600
-    stack = stack_factory(controller_config=config)
+    # debug logs: a failure prints their tails (handshake_state)
+    stack = stack_factory(controller_config=config, controller_args=["-v"])
     node = underlay.add_node(NODE, POD_CIDR)
     stack.create([node_object(NODE, POD_CIDR, node.address)])
-    started(stack, node)
+    started(stack, node, args=["-v"])
     client = AgentClient(stack.socket)
     container = uuid.uuid4().hex
     body = {"cniVersion": "1.1.0", "containerId": container, "ifName": "eth0",
@@ -253,6 +254,27 @@ def test_an_ipam_del_while_its_add_waits_leaves_no_grant(
     assert not [p.name for p in grants.iterdir()], "a grant outlived the DEL"
 
     wait_for("a's record", lambda: "a" in stack.records())
+    # the cancelled ADD wrote no host onto the record: nothing of it waits for this host
+    assert "podnet.io/plugged-on" not in stack.records()["a"]["metadata"].get(
+        "annotations", {})
     stack.kubectl("delete", "pod", "a", "--wait=false")
-    wait_for("a's address released without a grant to wait for",
-             lambda: "a" not in stack.records(), 90)
+    try:
+        wait_for("a's address released without a grant to wait for",
+                 lambda: "a" not in stack.records(), 90)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{handshake_state(stack, client)}") from None
+
+
+def handshake_state(stack: Stack, client: AgentClient) -> str:
+    """What the release handshake of the bed's node looks like: its records, its report
+    as the agent computes it and as the Lease says it, and the tails of the logs."""
+    parts = [f"records: {json.dumps(stack.records(), indent=1)}"]
+    try:
+        parts.append(f"agent's report: {client.request('GET', '/v1/agent/report')}")
+    except OSError as exc:
+        parts.append(f"agent's report: unreadable: {exc}")
+    parts.append("leases: " + stack.kubectl("get", "leases", "-A", "-o", "yaml"))
+    for name in ("controller", "agent"):
+        lines = (stack.tmp / f"{name}.log").read_text().splitlines()
+        parts.append(f"{name}.log, last lines:\n" + "\n".join(lines[-40:]))
+    return "\n".join(parts)

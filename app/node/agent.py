@@ -704,6 +704,10 @@ class NodeAgent:
         # a DEL of the interface while this waits cancels it: nothing is granted after
         with self.grants.pending(container_id, if_name) as ticket:
             _, (pn,) = self._wait_routed(namespace, pod, uid, if_name, only=network)
+            # cancelled while it waited: this host is not written onto a record it will
+            # never grant (a DEL after this check is caught at the grant)
+            if ticket.cancelled:
+                raise self._cancelled(container_id, if_name)
             self._write_plugged_on([pn])
             # granted while marked as plugging: no report can call the record unplugged
             # between
@@ -711,11 +715,14 @@ class NodeAgent:
                 try:
                     self.grants.grant(container_id, if_name, pn.key, ticket)
                 except Cancelled:
-                    raise CniError(TRY_AGAIN, f"containerId {container_id}, ifName "
-                                              f"{if_name}: a DEL came while this ADD waited "
-                                              "for the record: nothing granted",
-                                   status=409) from None
+                    raise self._cancelled(container_id, if_name) from None
         return ipam_result(as_plugged(pn))
+
+    @staticmethod
+    def _cancelled(container_id: str, if_name: str) -> CniError:
+        return CniError(TRY_AGAIN, f"containerId {container_id}, ifName {if_name}: a DEL "
+                                   "came while this ADD waited for the record: nothing granted",
+                        status=409)
 
     def ipam_del(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """The grant goes (the calling plugin has removed its interface); the address is

@@ -357,16 +357,19 @@ class Informer(Generic[T]):
 
     # --- the controller's own writes -----------------------------------------------
 
-    def assume(self, obj: Obj, based_on: str | None = None, value: T | None = None) -> bool:
+    def assume(self, obj: Obj, based_on: str | None = None, value: T | None = None, *,
+               created: bool = False) -> bool:
         """Apply an object the controller just wrote, ahead of its watch event.
 
         ``based_on``: the resourceVersion the write was conditioned on. A write that
         succeeded on the cached version is its successor and always applies; so does the
         first write of ours the stream has not delivered yet. Two writes of ours in
         flight without that link cannot be ordered here: the first stays cached and the
-        stream settles it. ``value``: what the transform makes of ``obj``, when the
-        writer knows it already (it is not transformed again). Returns whether it was
-        applied.
+        stream settles it. A write the stream has passed already (the cache holds a
+        version after ``based_on``, or, ``created``, the object it made) is not applied:
+        the cache keeps the later version. ``value``: what the transform makes of
+        ``obj``, when the writer knows it already (it is not transformed again). Returns
+        whether it was applied.
         """
         with self._lock:
             digest = self._digest(obj, value)
@@ -376,8 +379,17 @@ class Informer(Generic[T]):
             seen = self._seen.get(key)
             if seen is not None and seen.rv == rv and seen.uid == digest.uid:
                 return False
-            expected = self._expected.setdefault(key, set())
             successor = seen is not None and based_on is not None and based_on == seen.rv
+            passed = (based_on is not None and not successor) or (
+                created and seen is not None and seen.uid == digest.uid)
+            if seen is not None and passed and not self._expected.get(key):
+                # the stream moved the cache on from the version the write was
+                # conditioned on, and nothing of ours is due: what it holds came after our
+                # write (or our write's event is still coming). Applied, the cache would go
+                # back to our version and wait for its event, already passed, for ever:
+                # every later event of the key dropped as older
+                return False
+            expected = self._expected.setdefault(key, set())
             in_flight = bool(expected)
             expected.add(rv)
             if in_flight and not successor:

@@ -12,6 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
+import pytest
+from hypothesis import reproduce_failure
+from hypothesis.errors import DidNotReproduce
+from hypothesis.stateful import run_state_machine_as_test
 
 from podnet.core.cluster.port import POD_NETWORK
 from podnet.core.errors import ErrorKind
@@ -293,3 +297,20 @@ def test_eni_made_and_never_attached_gives_its_slot_back() -> None:
         state.teardown()
     finally:
         state.world.close()
+
+
+@pytest.mark.parametrize("blob", [
+    b"AXicrZDBCoNADERn1hYPFWlRBPs3z2/1Q5vsqoeeZReSwJuZEGF6pE07Ml8zKn8xhd4MtuR8bkVqMysKnVJlJz/r"
+    b"wP7IYM2DhkbAx7wP1ws+WfFkZBFLRKc/ryZQTbtqONUu5HR3j1MuXHA9hOsK2fgHnS8W1w==",
+    b"AXicdZBrEoIwEIOTQkFAUQEZ9TbxrB7U3T7457TTnbbZL2khqhfxwVeRelMzfAYqqKfOJEAfzAXIe7280yqoE12/"
+    b"/VHSUZ0CxGRwp26FeogPraJm7dBu1saGptyAlNJr67Wxm0uSGHaDR8EhutJDWfimhtfg50NSP2xVWxgj1dVTmiY9"
+    b"3Dixmhgbzl7cOFZGdbKHL0X8ZNKvzgklxepWaZM/dUq/O/IHgZsetg==",
+], ids=["record-removed-and-restarts", "with-crashes"])
+def test_dual_stack_histories_that_left_a_pod_without_a_slot_converge(blob: bytes) -> None:
+    """Found by CI before a disposal under way was finished while pods wait: a record
+    removed by hand, kills before an allocate and restarts left p0 Pending for ever ("node
+    node-0000 has all 3 interfaces in use"). A replay raises DidNotReproduce once its
+    history passes: the teardown's convergence check ran."""
+    with pytest.raises(DidNotReproduce):
+        run_state_machine_as_test(reproduce_failure("6.170.27", blob)(DualEcsChaos),
+                                  settings=chaos_settings())

@@ -323,3 +323,22 @@ def test_a_node_back_before_its_leave_was_done_is_read_afresh_when_it_leaves_aga
         state.teardown()
     finally:
         state.world.close()
+
+
+def test_a_vm_record_released_before_it_had_an_address_is_allocated_when_taken_back() -> None:
+    """Found by CI: a VM pod's allocation throttled, its node deleted (the record held
+    Releasing with no address) and registered again: the record was taken back as
+    Allocated with no address and its route failed for good ("route without an
+    address"). It is allocated afresh instead."""
+    state = VmChaos()
+    try:
+        state.populate(up=1, running=0)
+        state.add_pod(i=0, pod="p0", stateful=True)
+        state.provider_fault(kind=ErrorKind.THROTTLED, times=1, where=("allocate", "before"))
+        state.settle(seconds=0.0)
+        state.delete_node(i=0)
+        state.settle(seconds=0.0)
+        state.add_node(i=0)
+        state.teardown()
+    finally:
+        state.world.close()

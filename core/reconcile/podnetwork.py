@@ -1234,6 +1234,12 @@ class PodNetworkReconciler:
         reclaimed = self._run(pn, "reclaim", reclaim)
         if reclaimed is None:
             return Result(requeue_after=0.0)
+        if reclaimed.status.ip is None and reclaimed.status.ipv6 is None:
+            # released before it ever had an address (its allocation was still waiting):
+            # nothing to route; it is allocated afresh
+            self._readdress(reclaimed, pod, "Reclaimed",
+                            f"pod {pod.key} came back; its record held no address", None)
+            return Result(requeue_after=0.0)
         pn = self._route(reclaimed, pod)
         return Result(requeue_after=0.0) if pn.status.phase is not Phase.ROUTED else DONE
 

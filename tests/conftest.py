@@ -16,17 +16,63 @@ other options defines its own ``server``, which takes precedence.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
 
 from podnet.sim.apiserver import ApiServer
+from podnet.testing.nodebed import (
+    NODE,
+    POD_CIDR,
+    NodeNamespace,
+    Stack,
+    Underlay,
+    node_object,
+)
 
 # a chaos machine's failing history and its blob are printed as soon as it fails, and its
 # shrinking is bounded in time (PODNET_CHAOS_SHRINK_SECONDS): the test's timeout never
 # ends a run that found a failure before its history is in the log
 pytest_plugins = ["podnet.testing.chaosreport"]
+
+
+@pytest.fixture
+def stack_factory(tmp_path: Path, underlay: Underlay) -> Iterator[Callable[..., Stack]]:
+    """Node bed stacks (``podnet.testing.nodebed.Stack``) with the options a test chooses:
+    the cluster in the underlay's router namespace, the apiserver on the router's underlay
+    address, closed before the underlay goes (they depend on it). Every agent runs in a
+    node namespace: in the router's, other checkouts' agents running at the same time
+    would take its links for their leftovers. For files that load ``podnet.testing``."""
+    made: list[Stack] = []
+
+    def make(**options: Any) -> Stack:
+        made.append(Stack(tmp_path, netns=underlay.router, address=underlay.router_address,
+                          **options))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for s in made:
+            s.close()
+
+
+@pytest.fixture
+def stack(stack_factory: Callable[..., Stack]) -> Stack:
+    """A node bed stack with the default options."""
+    return stack_factory()
+
+
+@pytest.fixture
+def node(stack: Stack, underlay: Underlay) -> NodeNamespace:
+    """:data:`~podnet.testing.nodebed.NODE` as a namespace of its own on the underlay, its
+    Node created (no agent yet)."""
+    n = underlay.add_node(NODE, POD_CIDR)
+    stack.create([node_object(NODE, POD_CIDR, n.address)])
+    return n
 
 
 @pytest.fixture

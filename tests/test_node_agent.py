@@ -18,7 +18,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -55,45 +55,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(WHY is not None, reason=WHY o
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
     _wait_for(what, check, timeout, interval=0.3)
-
-
-@pytest.fixture
-def stack(tmp_path: Path, underlay: Underlay) -> Iterator[Stack]:
-    """The cluster in the underlay's router namespace, the apiserver on the router's
-    underlay address (closed before the underlay goes: it depends on it). Every agent runs
-    in a node namespace: in this one, other tests' agents (other checkouts run them at
-    the same time) would take its links for their leftovers."""
-    s = Stack(tmp_path, netns=underlay.router, address=underlay.router_address)
-    try:
-        yield s
-    finally:
-        s.close()
-
-
-@pytest.fixture
-def stack_factory(tmp_path: Path, underlay: Underlay) -> Iterator[Callable[..., Stack]]:
-    """:func:`stack` with the Stack's options chosen by the test."""
-    made: list[Stack] = []
-
-    def make(**options: Any) -> Stack:
-        made.append(Stack(tmp_path, netns=underlay.router, address=underlay.router_address,
-                          **options))
-        return made[-1]
-
-    try:
-        yield make
-    finally:
-        for s in made:
-            s.close()
-
-
-@pytest.fixture
-def node(stack: Stack, underlay: Underlay) -> NodeNamespace:
-    """:data:`NODE` as a namespace of its own on the underlay, its Node created (no agent
-    yet)."""
-    n = underlay.add_node(NODE, POD_CIDR)
-    stack.create([node_object(NODE, POD_CIDR, n.address)])
-    return n
 
 
 def test_two_pods_ping_and_talk_tcp_del_removes_the_veth_not_the_address(

@@ -22,7 +22,7 @@ import signal
 import socket
 import subprocess
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -52,34 +52,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(WHY is not None, reason=WHY o
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
     _wait_for(what, check, timeout, interval=0.2)
-
-
-@pytest.fixture
-def stack_factory(tmp_path: Path, underlay: Underlay) -> Iterator[Callable[..., Stack]]:
-    made: list[Stack] = []
-
-    def make(**options: Any) -> Stack:
-        made.append(Stack(tmp_path, netns=underlay.router, address=underlay.router_address,
-                          **options))
-        return made[-1]
-
-    try:
-        yield make
-    finally:
-        for s in made:
-            s.close()
-
-
-@pytest.fixture
-def stack(stack_factory: Callable[..., Stack]) -> Stack:
-    return stack_factory()
-
-
-@pytest.fixture
-def node(stack: Stack, underlay: Underlay) -> NodeNamespace:
-    n = underlay.add_node(NODE, POD_CIDR)
-    stack.create([node_object(NODE, POD_CIDR, n.address)])
-    return n
 
 
 def read_line(proc: subprocess.Popen[str], timeout: float = 90.0) -> str:

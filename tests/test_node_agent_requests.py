@@ -18,9 +18,8 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,16 +28,13 @@ from podnet.testing.netns import netns_unavailable
 from podnet.testing.nodebed import (
     ATTACHMENT,
     NODE,
-    POD_CIDR,
     AgentClient,
     Host,
     NodeNamespace,
     Stack,
-    Underlay,
     addresses_in,
     in_netns,
     links_in,
-    node_object,
     ping,
     pod,
 )
@@ -52,22 +48,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(WHY is not None, reason=WHY o
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
     _wait_for(what, check, timeout, interval=0.3)
-
-
-@pytest.fixture
-def stack(tmp_path: Path, underlay: Underlay) -> Iterator[Stack]:
-    s = Stack(tmp_path, netns=underlay.router, address=underlay.router_address)
-    try:
-        yield s
-    finally:
-        s.close()
-
-
-@pytest.fixture
-def node(stack: Stack, underlay: Underlay) -> NodeNamespace:
-    n = underlay.add_node(NODE, POD_CIDR)
-    stack.create([node_object(NODE, POD_CIDR, n.address)])
-    return n
 
 
 @pytest.fixture

@@ -361,8 +361,14 @@ def test_a_bbc_node_registered_again_while_podnet_is_down_then_deleted_leaks_not
     planted = _sim_call(sim_port, "PUT", "/v1/instance/batchAddIp",
                         {"instanceId": "i-0000", "secondaryPrivateIpAddressCount": 2})
     ips = planted["privateIps"]
-    wait_for("the audit finding the planted addresses",
-             lambda: bbc_audit(c, config) == 1, timeout=60)
+    try:
+        wait_for("the audit finding the planted addresses",
+                 lambda: bbc_audit(c, config) == 1, timeout=60)
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc}: the instance holds {sorted(secondaries())}, planted {ips}, records "
+            f"{c.get('nodenetworks')}; the last audit printed:\n"
+            f"{(c.tmp / 'audit.out').read_text()}") from None
     out = (c.tmp / "audit.out").read_text()
     assert "unrecorded" in out and all(ip in out for ip in ips), out
     _sim_call(sim_port, "PUT", "/v1/instance/batchDelIp",

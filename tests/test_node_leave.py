@@ -417,3 +417,28 @@ def test_an_instance_released_with_the_node_leaves_no_eni(
         world.assert_converged()
     finally:
         world.close()
+
+
+def test_what_no_record_names_is_not_given_back_when_the_node_leaves(
+        world: World, provider_plugin: ReferenceProvider) -> None:
+    """The record forced away (its finalizer taken off by hand) before the node left:
+    the addresses on the machine are no longer podnet's to give back on the word of its
+    in-memory pool (it counts every address the cloud shows on the machine, planted by
+    anyone since). They stay, for the audit to report; nothing of podnet's is left."""
+    node = world.add_node(0)
+    world.add_pod("p0", 0)
+    world.settle(advance=5)
+    world.delete_pod("p0")
+    world.settle(advance=5)
+    held = on_node(world, node)
+    assert held
+    with world.quiet():
+        nn = world.cluster.get(NODE_NETWORK, node)
+        world.cluster.update(NODE_NETWORK, {**nn, "metadata": {**nn["metadata"],
+                                                               "finalizers": []}})
+        world.cluster.delete(NODE_NETWORK, node)
+    assert world.engine.nodepools.pools.find("reference", node) is not None
+    world.delete_node(0)
+    world.settle(advance=world.gc_grace())
+    assert on_node(world, node) == held
+    assert world.engine.nodepools.pools.find("reference", node) is None

@@ -18,7 +18,11 @@ The controller's own writes reach the cache ahead of their watch events through
 it: events for that key before it are older than what the cache holds and are skipped,
 so a write is never reverted by the stream catching up, and its own event fires
 nothing. A key the controller saw deleted (:meth:`Informer.forget`) ignores its late
-events until its DELETED arrives. Handlers also stay quiet when a version transforms to
+events until its DELETED arrives. An object whose DELETED the stream delivered, or that a
+write of ours deleted (the last finalizer taken off an object being deleted: the answer
+is the object as it was, the DELETED comes at a later version), is gone for good: no
+answer fed back late brings it back, and a DELETED ends it whatever writes of ours are
+still due. Handlers also stay quiet when a version transforms to
 a value equal to the cached one: the lean value is all the controller can see.
 
 Use it threaded (:meth:`Informer.run` in its own thread) or deterministically (tests
@@ -64,6 +68,16 @@ class _Digest(NamedTuple, Generic[T]):
     transformed: bool
 
 
+def _ended_by(obj: Obj, kind: Kind) -> bool:
+    """Whether ``obj``, a write's answer, says the write deleted it: being deleted, its
+    last finalizer gone and no grace period left to wait (as the API server decides
+    during an update; a pod still waiting out its grace period lives on)."""
+    meta = obj.get("metadata") or {}
+    if not meta.get("deletionTimestamp") or meta.get("finalizers"):
+        return False
+    return int(meta.get("deletionGracePeriodSeconds") or 0) == 0 or kind.kind != "Pod"
+
+
 class Informer(Generic[T]):
     def __init__(
         self,
@@ -91,6 +105,9 @@ class Informer(Generic[T]):
         self._expected: dict[str, set[str]] = {}
         # key -> uid of an object the controller saw deleted, until its DELETED arrives
         self._tombstones: OrderedDict[str, str | None] = OrderedDict()
+        # uids of objects that ended (the stream delivered their DELETED, or a write of
+        # ours deleted them): no write of ours answered earlier may bring one back
+        self._ended: OrderedDict[str, None] = OrderedDict()
         self._handlers: list[Handler[T]] = []
         self._index_fns: dict[str, Callable[[T], Sequence[str]]] = {}
         # index -> value -> key(s). Most buckets hold one key (a pod's records, an
@@ -319,6 +336,15 @@ class Informer(Generic[T]):
             self._fire("MODIFIED", key, old, value)
         return True
 
+    def _end(self, uid: str | None) -> None:
+        """Remember that object ``uid`` is gone for good (uids are never reused)."""
+        if uid is None:
+            return
+        self._ended.pop(uid, None)
+        self._ended[uid] = None
+        while len(self._ended) > TOMBSTONES:
+            self._ended.popitem(last=False)
+
     def _is_tombstoned(self, key: str, uid: str | None) -> bool:
         """Whether ``uid`` is the object of ``key`` the controller saw deleted; a new
         object under that name clears the tombstone."""
@@ -334,10 +360,19 @@ class Informer(Generic[T]):
         """Fold one watch event into the cache, in stream order; True when it changed."""
         digest = self._digest(obj)
         key, rv, uid = digest.key, digest.rv, digest.uid
+        if event == "DELETED":
+            self._end(uid)
         if key in self._tombstones and self._is_tombstoned(key, uid):
             if event == "DELETED":
                 del self._tombstones[key]
             return False  # a late event of an object already dropped
+        seen = self._seen.get(key)
+        if event == "DELETED":
+            if seen is None or (uid and seen.uid and uid != seen.uid):
+                return False  # not the object this key caches
+            # the object's end: nothing of ours is still due for it, whatever we wrote
+            self._expected.pop(key, None)
+            return self._drop(key)
         expected = self._expected.get(key)
         if expected:
             if rv not in expected:
@@ -346,11 +381,6 @@ class Informer(Generic[T]):
             if expected:
                 return False  # another write of ours follows in the stream
             del self._expected[key]
-        seen = self._seen.get(key)
-        if event == "DELETED":
-            if seen is None or (uid and seen.uid and uid != seen.uid):
-                return False  # not the object this key caches
-            return self._drop(key)
         if seen is not None and rv and seen.rv == rv and seen.uid == uid:
             return False  # this very version is cached already (our own write's event)
         return self._store(digest)
@@ -374,7 +404,17 @@ class Informer(Generic[T]):
         with self._lock:
             digest = self._digest(obj, value)
             key, rv = digest.key, digest.rv
-            if not rv or self._is_tombstoned(key, digest.uid):
+            if not rv or self._is_tombstoned(key, digest.uid) or digest.uid in self._ended:
+                return False  # the object is gone: a late answer cannot bring it back
+            if _ended_by(obj, self.kind):
+                # the write took the last finalizer off an object being deleted: the
+                # server deleted it, and its DELETED event (at a later version than the
+                # answer's) may have passed already
+                self._end(digest.uid)
+                seen = self._seen.get(key)
+                if seen is not None and seen.uid == digest.uid:
+                    self._expected.pop(key, None)
+                    self._drop(key)
                 return False
             seen = self._seen.get(key)
             if seen is not None and seen.rv == rv and seen.uid == digest.uid:

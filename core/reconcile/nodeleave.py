@@ -26,6 +26,10 @@ key, until nothing is left:
 - nothing left: the finalizer comes off (and the record is deleted, if nobody did), the
   pool is dropped and the provider told (``podnet_node_removed``).
 
+The record is the only word that something on the machine is podnet's: a node that left
+with no record (its leave finished, or the record forced away by hand) has nothing given
+back, whatever an in-memory pool or the cloud shows; the audit reports what is left.
+
 A controller stopped half way converges: the finalizer stays, and the next leader's
 garbage collector queues the node of every record whose node is gone. A cloud error,
 throttling included, is a wait: the key comes back after a backoff of its own, with no
@@ -124,6 +128,17 @@ class NodeLeave:
                             "here: what it made for the node cannot be given back", name,
                             provider)
             return self._done(name, nn, provider)
+        if nn is None:
+            # no record names anything of the node's any more (its leave finished, or
+            # someone forced it away): its pool is what the cloud shows, which may be
+            # anyone's now. Given back on the pool's word, an address planted after the
+            # leave would be taken from whoever planted it; the audit reports them
+            held = sum(p.total() for p in n.pools.all() if p.node == name)
+            if held:
+                log.warning("node %s left the cluster and no NodeNetwork records its pool "
+                            "on %s: the %d addresses this process saw in it are not given "
+                            "back (`podnet audit` reports them)", name, provider, held)
+            return self._done(name, None, provider)
         seen = node or n.last_seen.get(name) or _from_record(name, nn)
         return self._release(seen, nn, provider, n.pools.get(provider, name))
 

@@ -35,7 +35,6 @@ from podnet.app import demo_node
 from podnet.app.demo_node import PODS as PODS_PER_STAGE
 from podnet.app.demo_node import NodeStageReport
 from podnet.core.clock import SystemClock
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Obj
 from podnet.core.config import parse_config
 from podnet.core.engine import Engine, EngineOptions
@@ -46,6 +45,7 @@ from podnet.core.tracing import Tracing, tracer_provider_from_env
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.demo import DemoCloud, DemoProvider, DemoSettings
 from podnet.hookspecs.types import TransitionEvent
+from podnet.sim.memory import InMemoryCluster
 
 NAMESPACE_NAME = "demo"
 MIXED = "mixed"

@@ -43,7 +43,6 @@ from typing import Any, TypeVar
 import attrs
 
 from podnet.app.node import NodeAgent, UnixHTTPServer, listen
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Obj
 from podnet.core.models import Phase
 from podnet.core.plugin import Providers, load_plugins, new_plugin_manager
@@ -57,6 +56,7 @@ from podnet.linux.netns import (
     netns_unavailable,
     run_in_netns,
 )
+from podnet.sim.memory import InMemoryCluster
 
 T = TypeVar("T")
 

@@ -45,7 +45,6 @@ from core_overhead import p3_policy
 
 from podnet.app.demo import NAMESPACE_NAME, node_obj, pod_obj
 from podnet.core.cluster.kube import KubeCluster
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.models import Phase
@@ -53,6 +52,7 @@ from podnet.core.plugin import new_plugin_manager
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import TransitionEvent
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+from podnet.sim.memory import InMemoryCluster
 
 PROVIDER = "reference"
 TARGET_S = 10.0

@@ -17,11 +17,11 @@ import sys
 import time
 from typing import Any
 
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import POD
 from podnet.sim import builtin_validation
 from podnet.sim.apiserver import ApiServer, pod_defaults
 from podnet.sim.builtin_schema import schemas
+from podnet.sim.memory import InMemoryCluster
 
 
 def _pod(i: int) -> dict[str, Any]:

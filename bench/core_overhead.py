@@ -41,7 +41,6 @@ from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 
 from podnet.app.demo import NAMESPACE_NAME, node_obj, pod_obj
 from podnet.core.clock import FakeClock
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Kind, Obj
 from podnet.core.convert import to_wire
 from podnet.core.engine import Engine, EngineOptions
@@ -63,6 +62,7 @@ from podnet.core.policy import PoolPolicy, RateLimit
 from podnet.core.reconcile.podnetwork import record_name
 from podnet.core.tracing import Tracing, make_tracer_provider, read_trace_file
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+from podnet.sim.memory import InMemoryCluster
 
 PROVIDER = "reference"
 MIB = 1024 * 1024

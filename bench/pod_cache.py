@@ -28,10 +28,10 @@ from typing import Any
 
 from podnet.core.cluster.informer import Informer
 from podnet.core.cluster.kube import KubeCluster
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NODE, POD, Obj
 from podnet.core.objects import pod_info
 from podnet.sim.apiserver import ApiServer
+from podnet.sim.memory import InMemoryCluster
 
 
 def realistic_pod(i: int) -> Obj:

@@ -44,7 +44,6 @@ from core_overhead import P4_IPS_PER_NODE, p4_records, profile_text, rss_kib, se
 
 from podnet.app.demo import NAMESPACE_NAME, pod_obj
 from podnet.core.cluster.kube import KubeCluster
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NODE, NODE_NETWORK, POD, POD_NETWORK, Cluster
 from podnet.core.convert import to_wire
 from podnet.core.engine import Engine, EngineOptions
@@ -66,6 +65,7 @@ from podnet.core.reconcile.nodepool import POOL_READY
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import NodeContext, TransitionEvent
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+from podnet.sim.memory import InMemoryCluster
 
 PROVIDER = "reference"
 TARGET_S = 30.0

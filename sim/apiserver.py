@@ -95,7 +95,6 @@ from typing import Any, Final, Literal, cast
 import yaml
 
 from podnet.core.clock import format_time, parse_time
-from podnet.core.cluster.memory import STATUS_SUBRESOURCE, InMemoryCluster, MemoryWatch
 from podnet.core.cluster.patch import clone_obj, json_patch, merge_patch
 from podnet.core.cluster.port import (
     EVENT,
@@ -115,6 +114,7 @@ from podnet.core.cluster.port import (
     WatchEvent,
 )
 from podnet.core.cluster.selectors import parse_field_selector, parse_label_selector
+from podnet.sim.memory import STATUS_SUBRESOURCE, InMemoryCluster, MemoryWatch
 
 from . import builtin_validation, fieldmanager, protobuf, tables
 from .builtin_schema import DecodeError, schemas

@@ -24,7 +24,6 @@ import random
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import (
     NAMESPACE,
     AlreadyExists,
@@ -34,6 +33,7 @@ from podnet.core.cluster.port import (
     NotFound,
     Obj,
 )
+from podnet.sim.memory import InMemoryCluster
 
 __all__ = [
     "CONFIG_MAP",

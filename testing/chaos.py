@@ -64,12 +64,12 @@ from hypothesis import event as _event
 from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NODE_NETWORK, POD_NETWORK, ApiError, Cluster, Conflict, Kind
 from podnet.core.errors import ErrorKind, ProviderError
 from podnet.core.fence import Fence
 from podnet.core.leader import LeaderElector
 from podnet.core.models import FINALIZER
+from podnet.sim.memory import InMemoryCluster
 from podnet.testing.chaosreport import mark_chaos
 from podnet.testing.harness import (
     Crash,

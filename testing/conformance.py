@@ -37,7 +37,6 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import (
     NODE_NETWORK,
     POD,
@@ -81,6 +80,7 @@ from podnet.hookspecs.types import (
     PodNetworkContext,
     ProviderInfo,
 )
+from podnet.sim.memory import InMemoryCluster
 from podnet.testing.harness import Crash, FaultInjector, HookRecorder, World, hook_name
 
 __all__ = ["CRASH_HOOKS", "ProviderConformance"]

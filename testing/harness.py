@@ -29,7 +29,6 @@ import pluggy
 
 from podnet.app.demo import node_obj, pod_obj
 from podnet.core.clock import FakeClock
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import (
     NAMESPACE,
     NODE,
@@ -53,6 +52,7 @@ from podnet.core.policy import PoolPolicy
 from podnet.core.tracing import Tracing
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import TransitionEvent
+from podnet.sim.memory import InMemoryCluster
 
 __all__ = [
     "EFFECT_HOOKS",

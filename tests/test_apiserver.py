@@ -21,11 +21,11 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from podnet.core import models
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NODE, POD, POD_NETWORK
 from podnet.core.convert import to_wire
 from podnet.sim import schema
 from podnet.sim.apiserver import ApiServer, human_duration
+from podnet.sim.memory import InMemoryCluster
 
 GROUP, VERSION = "podnet.io", "v1alpha1"
 MERGE = "application/merge-patch+json"

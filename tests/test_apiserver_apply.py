@@ -16,9 +16,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import STATEFUL_SET
 from podnet.sim.apiserver import ApiServer
+from podnet.sim.memory import InMemoryCluster
 
 KUBECTL = shutil.which("kubectl")
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH")

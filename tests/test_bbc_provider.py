@@ -150,7 +150,7 @@ def test_unconfigured_provider_says_so() -> None:
 
 def test_demo_builder_serves_bbc_nodes() -> None:
     from podnet.core.clock import FakeClock
-    from podnet.core.cluster.memory import InMemoryCluster
+    from podnet.sim.memory import InMemoryCluster
     from podnet.testing.harness import EngineFactory, World, build_plugin_manager
 
     cloud = demo.DEMO.build(DemoSettings(seed=1))
@@ -217,8 +217,8 @@ def test_audit_finds_addresses_planted_on_an_instance_no_node_or_record_names(
     them and its Node was deleted: planted by hand in the simulator. The audit lists them
     (and exits nonzero); once they are gone, it is clean."""
     from podnet.app.status import AuditReport, audit, read_records
-    from podnet.core.cluster.memory import InMemoryCluster
     from podnet.core.plugin import Providers
+    from podnet.sim.memory import InMemoryCluster
     from podnet.testing.harness import build_plugin_manager
 
     register_nodes(sim, ["node-0001"])

@@ -20,7 +20,6 @@ import attrs
 import pytest
 
 from podnet.core.cluster.kube import KubeCluster
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import (
     EVENT,
     NAMESPACE,
@@ -41,6 +40,7 @@ from podnet.core.cluster.port import (
     WatchEvent,
 )
 from podnet.sim.apiserver import ApiServer
+from podnet.sim.memory import InMemoryCluster
 
 FIN = "podnet.io/release"
 NS = "default"

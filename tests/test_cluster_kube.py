@@ -21,7 +21,6 @@ import pytest
 
 from podnet.core.cluster.informer import Informer
 from podnet.core.cluster.kube import KubeCluster, KubeWatch
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import (
     NODE,
     POD,
@@ -36,6 +35,7 @@ from podnet.core.cluster.port import (
 )
 from podnet.core.errors import ConfigError
 from podnet.sim.apiserver import ApiServer
+from podnet.sim.memory import InMemoryCluster
 
 NS = "default"
 

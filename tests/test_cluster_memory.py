@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from podnet.core.clock import FakeClock
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.patch import json_patch, merge_patch
 from podnet.core.cluster.port import (
     EVENT,
@@ -24,6 +23,7 @@ from podnet.core.cluster.port import (
     NotFound,
     Obj,
 )
+from podnet.sim.memory import InMemoryCluster
 
 FIN = "podnet.io/release"
 

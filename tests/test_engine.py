@@ -13,7 +13,6 @@ from opentelemetry.trace import StatusCode
 
 from podnet.app.demo import node_obj, pod_obj
 from podnet.core.clock import FakeClock, format_time
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import (
     NAMESPACE,
     NODE,
@@ -31,6 +30,7 @@ from podnet.core.reconcile.podnetwork import WAIT_SAID_AFTER
 from podnet.core.tracing import Tracing
 from podnet.hookspecs import hookimpl
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+from podnet.sim.memory import InMemoryCluster
 
 NS = "demo"
 

@@ -14,12 +14,12 @@ import pytest
 from podnet.app.demo import NAMESPACE_NAME, node_obj, pod_obj
 from podnet.app.host import Host
 from podnet.core.clock import SystemClock
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK
 from podnet.core.config import Config
 from podnet.core.plugin import new_plugin_manager
 from podnet.core.reconcile.result import Result
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+from podnet.sim.memory import InMemoryCluster
 
 NS = NAMESPACE_NAME
 

@@ -13,12 +13,12 @@ from collections import Counter
 
 from podnet.app.demo import node_obj, pod_obj
 from podnet.core.clock import SystemClock
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.plugin import new_plugin_manager
 from podnet.core.policy import PoolPolicy
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+from podnet.sim.memory import InMemoryCluster
 
 NS = "demo"
 VMS = 20

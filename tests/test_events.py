@@ -10,8 +10,8 @@ import pytest
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.events import EventCorrelator, reference
 from podnet.core.cluster.eventsender import EventSender
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import EVENT, POD_NETWORK, ApiError, Obj
+from podnet.sim.memory import InMemoryCluster
 
 NS = "default"
 

@@ -50,7 +50,7 @@ BASE_PATH = textwrap.dedent("""
             main(["--version"])
         except SystemExit as exc:
             assert exc.code == 0, exc.code
-    from podnet.core.cluster.memory import InMemoryCluster
+    from podnet.sim.memory import InMemoryCluster
     from podnet.core.engine import Engine, EngineOptions
     from podnet.core.plugin import load_plugins, new_plugin_manager, skipped_providers
     pm = new_plugin_manager()

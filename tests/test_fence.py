@@ -14,7 +14,6 @@ import pytest
 from podnet.app.demo import node_obj, pod_obj
 from podnet.app.host import Host
 from podnet.core.clock import FakeClock
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import LEASE, NAMESPACE, NODE, POD, POD_NETWORK, Kind, Obj
 from podnet.core.config import parse_config
 from podnet.core.engine import Engine, EngineOptions
@@ -24,6 +23,7 @@ from podnet.core.leader import LeaderElector
 from podnet.core.plugin import new_plugin_manager
 from podnet.core.policy import PoolPolicy
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+from podnet.sim.memory import InMemoryCluster
 
 NS = "demo"
 #: hooks that change the cloud or the dataplane

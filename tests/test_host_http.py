@@ -11,10 +11,10 @@ import pytest
 from podnet.app import host as host_module
 from podnet.app.host import Host
 from podnet.core.clock import SystemClock
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.config import Config
 from podnet.core.plugin import new_plugin_manager
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+from podnet.sim.memory import InMemoryCluster
 
 
 @pytest.fixture

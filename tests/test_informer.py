@@ -9,8 +9,8 @@ import pytest
 
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.informer import Informer
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import POD, POD_NETWORK, ApiError, Obj
+from podnet.sim.memory import InMemoryCluster
 
 
 @attrs.frozen

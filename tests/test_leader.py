@@ -8,9 +8,9 @@ import threading
 import pytest
 
 from podnet.core.clock import FakeClock
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import LEASE
 from podnet.core.leader import LeaderElector
+from podnet.sim.memory import InMemoryCluster
 
 
 def electors(clock: FakeClock, cluster: InMemoryCluster) -> tuple[LeaderElector, LeaderElector]:

@@ -18,7 +18,6 @@ from podnet.app.demo import node_obj, pod_obj
 from podnet.app.logs import ContextFilter, JsonLogFormatter, configure_logging
 from podnet.core import logcontext
 from podnet.core.clock import FakeClock
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NAMESPACE, NODE, POD
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.errors import ErrorKind, ProviderError
@@ -26,6 +25,7 @@ from podnet.core.plugin import new_plugin_manager
 from podnet.core.tracing import Tracing
 from podnet.hookspecs import hookimpl
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+from podnet.sim.memory import InMemoryCluster
 
 RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}(Z|[+-]\d\d:\d\d)")
 

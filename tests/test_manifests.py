@@ -74,9 +74,9 @@ def test_rbac_covers_what_the_engine_does() -> None:
 
 def test_rbac_lets_the_engine_watch_every_kind_it_caches_and_write_none_it_only_reads(
 ) -> None:
-    from podnet.core.cluster.memory import InMemoryCluster
     from podnet.core.engine import Engine, EngineOptions
     from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+    from podnet.sim.memory import InMemoryCluster
     from podnet.testing.harness import build_plugin_manager
 
     rules = [r for _, d in DOCS if d["kind"] == "ClusterRole"

@@ -16,7 +16,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from podnet.app.demo import node_obj, pod_obj
 from podnet.core.clock import FakeClock, SystemClock
 from podnet.core.cluster.kube import KubeCluster
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NAMESPACE, NODE, POD, NotFound
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.metrics import Metrics
@@ -26,6 +25,7 @@ from podnet.core.ratelimit import CloudLimiter
 from podnet.core.workqueue import WorkQueue
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 from podnet.sim.apiserver import ApiServer
+from podnet.sim.memory import InMemoryCluster
 
 NS = "default"
 

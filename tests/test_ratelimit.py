@@ -7,7 +7,6 @@ from collections.abc import Callable
 import pytest
 
 from podnet.core.clock import FakeClock
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.errors import ErrorKind
 from podnet.core.models import NodeInfo
@@ -18,6 +17,7 @@ from podnet.hookspecs.types import NodeContext
 from podnet.plugins.bbc.demo import provider_for, register_nodes, start_simulator
 from podnet.plugins.bbc.provider import classify
 from podnet.plugins.ecs.demo import INSTANCE_TYPE, EcsWorld, instance_id_for, node_name
+from podnet.sim.memory import InMemoryCluster
 
 
 def test_bucket_burst_is_free_then_debt_is_spaced_one_over_rate() -> None:

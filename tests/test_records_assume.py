@@ -10,7 +10,6 @@ import attrs
 import pytest
 
 from podnet.core.caches import Caches
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NAMESPACE, POD_NETWORK
 from podnet.core.convert import from_wire, to_wire
 from podnet.core.models import (
@@ -25,6 +24,7 @@ from podnet.core.models import (
     Route,
 )
 from podnet.core.records import RecordWriter
+from podnet.sim.memory import InMemoryCluster
 
 WHOLE = datetime(2026, 5, 1, 12, 0, 7, tzinfo=UTC)
 

@@ -13,11 +13,11 @@ from hypothesis.errors import DidNotReproduce
 from hypothesis.stateful import run_state_machine_as_test
 
 from podnet.core.clock import FakeClock
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NODE_NETWORK, POD_NETWORK
 from podnet.core.errors import ErrorKind, ProviderError
 from podnet.core.policy import PoolPolicy
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+from podnet.sim.memory import InMemoryCluster
 from podnet.testing.chaos import chaos_settings, make_chaos_machine
 from podnet.testing.harness import EngineFactory, FaultInjector, LossyCluster, World
 

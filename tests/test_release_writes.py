@@ -17,13 +17,13 @@ from typing import Any
 
 from podnet.app.demo import NAMESPACE_NAME, node_obj, pod_obj
 from podnet.core.clock import FakeClock
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.plugin import new_plugin_manager
 from podnet.core.policy import PoolPolicy
 from podnet.hookspecs import hookimpl
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+from podnet.sim.memory import InMemoryCluster
 
 NS = NAMESPACE_NAME
 

@@ -26,7 +26,6 @@ from podnet.app.cli import main
 from podnet.app.status import NO_NODE_POOL, NODE_GONE, NOT_LOADED, audit, read_records
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.kube import KubeCluster
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NODE, NODE_NETWORK, POD, POD_NETWORK, NotFound
 from podnet.core.plugin import Providers
 from podnet.hookspecs import hookimpl
@@ -34,6 +33,7 @@ from podnet.hookspecs.types import ProviderInfo
 from podnet.plugins.reference import provider as reference
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 from podnet.sim.apiserver import ApiServer
+from podnet.sim.memory import InMemoryCluster
 from podnet.testing.harness import EngineFactory, World, build_plugin_manager
 
 PODS = 4

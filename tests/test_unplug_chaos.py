@@ -40,7 +40,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from podnet.app.demo import node_obj, pod_obj
 from podnet.app.node import CniError, NodeAgent
 from podnet.core.clock import FakeClock, format_micro_time
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import LEASE, NAMESPACE, NODE, POD, POD_NETWORK, NotFound
 from podnet.core.convert import from_wire
 from podnet.core.engine import Engine, EngineOptions
@@ -58,6 +57,7 @@ from podnet.core.policy import PoolPolicy
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import Plug, PlugContext, PlugResult, ProviderInfo, UnplugContext
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+from podnet.sim.memory import InMemoryCluster
 from podnet.testing.chaos import chaos_settings
 from podnet.testing.harness import EngineFactory
 from podnet.testing.netns import netns_unavailable

@@ -17,7 +17,6 @@ import pytest
 
 from podnet.app.node.report import NodeReporter
 from podnet.core.clock import FakeClock, format_micro_time
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import LEASE, NAMESPACE, NODE, POD, POD_NETWORK, NotFound, Obj
 from podnet.core.convert import from_wire
 from podnet.core.models import AgentReport, PodNetwork
@@ -32,6 +31,7 @@ from podnet.core.objects import (
 )
 from podnet.core.policy import PoolPolicy
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+from podnet.sim.memory import InMemoryCluster
 from podnet.testing.harness import EngineRig
 
 NS = "demo"

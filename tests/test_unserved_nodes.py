@@ -11,7 +11,6 @@ import pytest
 
 from podnet.app.demo import NAMESPACE_NAME, node_obj, pod_obj
 from podnet.core.clock import FakeClock
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Obj
 from podnet.core.cluster.selectors import parse_label_selector
 from podnet.core.config import NodeProviderRule
@@ -20,6 +19,7 @@ from podnet.core.plugin import new_plugin_manager
 from podnet.core.policy import PoolPolicy
 from podnet.hookspecs import hookimpl
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+from podnet.sim.memory import InMemoryCluster
 
 
 def no_provider_events(cluster: InMemoryCluster, node: Obj) -> int:

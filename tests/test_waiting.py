@@ -14,7 +14,6 @@ from opentelemetry.trace import StatusCode
 
 from podnet.app.demo import node_obj, pod_obj
 from podnet.core.clock import FakeClock
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import EVENT, NAMESPACE, NODE, POD, POD_NETWORK, Obj
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.errors import ErrorKind, PoolEmpty, ProviderError
@@ -31,6 +30,7 @@ from podnet.core.tracing import ATTR_WAITING, EVENT_WAITING, Tracing
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import PoolEntry
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+from podnet.sim.memory import InMemoryCluster
 
 NS = "default"
 

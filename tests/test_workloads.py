@@ -13,12 +13,12 @@ import pytest
 
 from podnet.core.cluster.informer import Informer
 from podnet.core.cluster.kube import KubeCluster
-from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NAMESPACE, POD, STATEFUL_SET, ApiError, Cluster
 from podnet.core.models import Phase, WorkloadInfo
 from podnet.core.objects import namespace_annotations, statefulset_info
 from podnet.hookspecs import hookimpl
 from podnet.sim.apiserver import ApiServer
+from podnet.sim.memory import InMemoryCluster
 from podnet.testing.harness import HookRecorder, World
 
 pytest_plugins = ["podnet.testing"]

@@ -2,8 +2,8 @@
 
 Objects cross this port as plain JSON-shaped dicts exactly as the API server stores
 them (camelCase keys, ``metadata.resourceVersion`` as a string). The in-memory adapter
-(``memory.py``) and the official-client adapter must behave alike; one contract suite
-runs against both.
+(``podnet.sim.memory``, beside the emulator) and the official-client adapter must
+behave alike; one contract suite runs against both.
 """
 
 from __future__ import annotations

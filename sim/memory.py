@@ -48,9 +48,9 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 
 import attrs
 
-from ..clock import Clock, SystemClock, format_time, parse_time
-from .events import EventCorrelator
-from .patch import (
+from podnet.core.clock import Clock, SystemClock, format_time, parse_time
+from podnet.core.cluster.events import EventCorrelator
+from podnet.core.cluster.patch import (
     PRIMITIVE,
     MergeRules,
     clone,
@@ -59,7 +59,7 @@ from .patch import (
     merge_patch,
     strategic_merge_patch,
 )
-from .port import (
+from podnet.core.cluster.port import (
     EVENT,
     NAMESPACE,
     NODE,
@@ -82,10 +82,15 @@ from .port import (
     WatchType,
     events_until_closed,
 )
-from .selectors import FieldSelector, LabelSelector, parse_field_selector, parse_label_selector
+from podnet.core.cluster.selectors import (
+    FieldSelector,
+    LabelSelector,
+    parse_field_selector,
+    parse_label_selector,
+)
 
 if TYPE_CHECKING:
-    from .port import Cluster
+    from podnet.core.cluster.port import Cluster
 
 __all__ = [
     "DEFAULT_TERMINATION_GRACE",

@@ -821,7 +821,7 @@ def test_json_line_matches_the_official_protobuf_encoding() -> None:
 
 def _reference_json_line(spans: list[Any]) -> str:
     """The request as dicts dumped by json.dumps: the form encode_json_line writes directly."""
-    from podnet.core.tracing import _span_dict, _to_attributes
+    from podnet.core.tracing.otlpjson import _span_dict, _to_attributes
 
     by_resource: dict[int, tuple[Any, dict[tuple[str, str | None], list[Any]]]] = {}
     for span in spans:

@@ -1,7 +1,10 @@
 """Write deploy/'s plain manifests from the Helm chart in deploy/chart/ (its defaults, in
 kube-system), rendered by Helm's own engine (the Helm SDK behind helm-python-sdk), and the
 CRDs from their one source, sim/crds/ (the package's copy, which the emulator serves), into
-the chart's crds/ and deploy/crds/.
+the chart's crds/ and deploy/crds/, each copy headed by a comment saying so.
+
+The copies stay in git: `helm install deploy/chart` and `kubectl apply -f deploy/crds/`
+work from a checkout, with no step before.
 
     .venv/bin/python scripts/render_deploy.py          # rewrite deploy/*.yaml, the CRD copies
     .venv/bin/python scripts/render_deploy.py --check  # exit 1 when they differ
@@ -22,6 +25,8 @@ CHART = DEPLOY / "chart"
 NAMESPACE = "kube-system"
 HEADER = ("# Rendered from deploy/chart with its default values by scripts/render_deploy.py:"
           " edit the chart, then run that.\n")
+CRD_HEADER = ("# Generated from sim/crds/{name} by scripts/render_deploy.py: edit that file,"
+              " then run that.\n")
 
 
 def render(values: dict[str, object] | None = None, *, namespace: str = NAMESPACE
@@ -39,7 +44,8 @@ def expected_files() -> dict[Path, str]:
     """Every file of deploy/ the chart and sim/crds/ make, with its text."""
     files = {DEPLOY / name: HEADER + text.lstrip("\n") for name, text in render().items()}
     for crd in sorted(CRDS.glob("*.yaml")):
-        files[CHART / "crds" / crd.name] = files[DEPLOY / "crds" / crd.name] = crd.read_text()
+        copy = CRD_HEADER.format(name=crd.name) + crd.read_text()
+        files[CHART / "crds" / crd.name] = files[DEPLOY / "crds" / crd.name] = copy
     return files
 
 

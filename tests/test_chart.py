@@ -182,6 +182,11 @@ def test_deploy_holds_the_charts_defaults() -> None:
     made = {p.name for p in render_deploy.expected_files()}
     shipped = {p.name for p in (ROOT / "deploy").glob("*.yaml")}
     assert shipped <= made, "a file in deploy/ the chart does not make"
+    # the CRD copies are the source's, no more (one removed from sim/crds/ goes from both)
+    sources = {p.name for p in render_deploy.CRDS.glob("*.yaml")}
+    for copies in (CHART / "crds", ROOT / "deploy" / "crds"):
+        assert {p.name for p in copies.glob("*.yaml")} == sources, (
+            f"{copies.relative_to(ROOT)} holds a CRD that sim/crds/ does not")
 
 
 def test_the_image_recipe_matches_what_the_chart_runs() -> None:

@@ -205,7 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("options", nargs=argparse.REMAINDER,
                      help="the simulator's own flags, e.g. --port 0")
 
-    from podnet.app.status import add_audit_arguments, add_status_arguments
+    from podnet.app.audit import add_audit_arguments
+    from podnet.app.status import add_status_arguments
 
     add_status_arguments(sub.add_parser(
         "status", help="per node: pool and interfaces; per pod: its networks"))
@@ -266,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_status(args)
     if args.command == "audit":
-        from podnet.app.status import run_audit
+        from podnet.app.audit import run_audit
 
         return run_audit(args)
     if args.command == "apiserver":

@@ -216,7 +216,8 @@ def test_audit_finds_addresses_planted_on_an_instance_no_node_or_record_names(
     """What a node's addresses became when its record was let go before another named
     them and its Node was deleted: planted by hand in the simulator. The audit lists them
     (and exits nonzero); once they are gone, it is clean."""
-    from podnet.app.status import AuditReport, audit, read_records
+    from podnet.app.audit import AuditReport, audit
+    from podnet.app.records import read_records
     from podnet.core.plugin import Providers
     from podnet.sim.memory import InMemoryCluster
     from podnet.testing.harness import build_plugin_manager

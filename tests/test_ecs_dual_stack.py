@@ -355,7 +355,8 @@ def test_verify_sees_a_lost_ipv6_half(world: World, ecs: EcsWorld) -> None:
 def test_audit_compares_both_halves(world: World, ecs: EcsWorld) -> None:
     """``podnet audit`` on a dual-stack node: an IPv6 nobody holds is a leak, a record's
     IPv6 gone from the cloud is lost, like their IPv4 counterparts."""
-    from podnet.app.status import audit, read_records
+    from podnet.app.audit import audit
+    from podnet.app.records import read_records
     from podnet.core.cluster.port import NODE as NODE_KIND
 
     bring_up(world, 2)

@@ -22,8 +22,9 @@ import attrs
 import pytest
 import yaml
 
+from podnet.app.audit import NO_NODE_POOL, NODE_GONE, NOT_LOADED, audit
 from podnet.app.cli import main
-from podnet.app.status import NO_NODE_POOL, NODE_GONE, NOT_LOADED, audit, read_records
+from podnet.app.records import read_records
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.kube import KubeCluster
 from podnet.core.cluster.port import NODE, NODE_NETWORK, POD, POD_NETWORK, NotFound

@@ -1,0 +1,200 @@
+"""What ``podnet status`` and ``podnet audit`` share: the records read once through the
+official-client adapter (never written), the connection and its arguments, which record
+owns which address, and the output's helpers.
+
+Like the two commands' modules, this one imports only the standard library, attrs and the
+clock at import time (the CLI builds its parser on every command); the client, the
+converter and the plugins are imported when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+if TYPE_CHECKING:
+    from podnet.core.cluster.kube import KubeCluster
+    from podnet.core.cluster.port import Cluster
+    from podnet.core.models import AgentReport, NodeNetwork, PodNetwork
+    from podnet.linux.eni import EniSummary
+
+__all__ = [
+    "EXIT_FOUND",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "OWNING_PHASES",
+    "Records",
+    "Unreadable",
+    "address_owners",
+    "cell",
+    "cluster_arguments",
+    "connect",
+    "dig",
+    "make_console",
+    "one_line_of",
+    "owned_addresses",
+    "read_records",
+]
+
+#: Exit statuses: clean, findings (audit only), usage or configuration errors.
+EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
+
+
+def cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", default=None,
+                        help="kubeconfig file (default: in-cluster config, else $KUBECONFIG)")
+    parser.add_argument("--context", default=None,
+                        help="the kubeconfig context to use (default: its current context)")
+    parser.add_argument("-o", "--output", choices=["table", "json"], default="table",
+                        help="a table for people, or JSON for scripts (default %(default)s)")
+
+
+
+@attrs.frozen
+class Unreadable:
+    """A record that does not parse: shown with its error, never used for decisions."""
+
+    kind: str  # "NodeNetwork" | "PodNetwork"
+    name: str  # node name, or namespace/name
+    node: str | None
+    provider: str | None
+    error: str
+    #: addresses its raw status claims: an audit must not call them leaked
+    addresses: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class Records:
+    node_networks: tuple[NodeNetwork, ...]
+    pod_networks: tuple[PodNetwork, ...]
+    unreadable: tuple[Unreadable, ...]
+    #: the node agents' reports (their Leases), by node
+    agents: tuple[AgentReport, ...] = ()
+    #: node -> what its agent says of its ENI dataplane (a string: why it does not parse)
+    dataplanes: tuple[tuple[str, EniSummary | str], ...] = ()
+
+    def dataplane_of(self, node: str | None) -> EniSummary | str | None:
+        return dict(self.dataplanes).get(node or "")
+
+
+def dig(obj: Mapping[str, Any], *path: str) -> str | None:
+    value: Any = obj
+    for key in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value if isinstance(value, str) else None
+
+
+def read_records(cluster: Cluster, agent_namespace: str | None = None) -> Records:
+    """Every NodeNetwork and PodNetwork, parsed; those that do not parse set apart; with
+    ``agent_namespace``, the node agents' reports there too."""
+    from podnet.core.cluster.port import NODE_NETWORK, POD_NETWORK
+    from podnet.core.convert import RecordError, from_wire
+    from podnet.core.models import NodeNetwork, PodNetwork
+
+    node_networks: list[NodeNetwork] = []
+    pod_networks: list[PodNetwork] = []
+    unreadable: list[Unreadable] = []
+    for obj in cluster.list(NODE_NETWORK).items:
+        try:
+            node_networks.append(from_wire(NodeNetwork, obj))
+        except RecordError as exc:
+            name = dig(obj, "metadata", "name") or "?"
+            unreadable.append(Unreadable("NodeNetwork", name, name,
+                                         dig(obj, "spec", "provider"), str(exc)))
+    for obj in cluster.list(POD_NETWORK).items:
+        try:
+            pod_networks.append(from_wire(PodNetwork, obj))
+        except RecordError as exc:
+            key = f"{dig(obj, 'metadata', 'namespace')}/{dig(obj, 'metadata', 'name') or '?'}"
+            claimed = tuple(a for a in (dig(obj, "status", "ip"), dig(obj, "status", "ipv6"))
+                            if a)
+            unreadable.append(Unreadable("PodNetwork", key, dig(obj, "spec", "nodeName"),
+                                         dig(obj, "spec", "provider"), str(exc), claimed))
+    agents: list[AgentReport] = []
+    dataplanes: list[tuple[str, EniSummary | str]] = []
+    if agent_namespace is not None:
+        from podnet.app.node.report import ANNOTATION_ENI
+        from podnet.core.cluster.port import LEASE
+        from podnet.core.objects import LABEL_AGENT_NODE, agent_report
+        from podnet.linux.eni import EniSummary
+
+        for obj in cluster.list(LEASE, agent_namespace, label_selector=LABEL_AGENT_NODE).items:
+            report = agent_report(obj)
+            if report is None:
+                continue
+            agents.append(report)
+            text = dig(obj, "metadata", "annotations", ANNOTATION_ENI)
+            if text is not None:
+                try:
+                    dataplanes.append((report.node, EniSummary.from_json(text)))
+                except ValueError as exc:
+                    dataplanes.append((report.node, f"{ANNOTATION_ENI}: {exc}"))
+    return Records(
+        tuple(sorted(node_networks, key=lambda nn: nn.metadata.name)),
+        tuple(sorted(pod_networks, key=lambda pn: pn.key)),
+        tuple(sorted(unreadable, key=lambda u: (u.kind, u.name))),
+        tuple(sorted(agents, key=lambda a: a.node)),
+        tuple(sorted(dataplanes, key=lambda d: d[0])),
+    )
+
+
+def connect(args: argparse.Namespace) -> KubeCluster:
+    """The cluster as ``podnet run`` finds it; ConfigError when there is no way in."""
+    from podnet.core.cluster.kube import KubeCluster
+
+    return KubeCluster.connect(args.kubeconfig, args.context)
+
+
+#: Phases in which a record owns its address, as the engine counts them when it rebuilds a pool.
+OWNING_PHASES = frozenset({"Allocated", "Routed", "Releasing"})
+
+
+def owned_addresses(pn: PodNetwork) -> Iterator[str]:
+    """The addresses ``pn`` owns: none before it is allocated."""
+    if str(pn.status.phase) in OWNING_PHASES:
+        for address in (pn.status.ip, pn.status.ipv6):
+            if address:
+                yield address
+
+
+def address_owners(records: Records) -> dict[tuple[str, str], PodNetwork | None]:
+    """(provider, address) -> the record owning it (None: a record that does not parse
+    claims it). Ownership comes from the records, never from a NodeNetwork's ``owner``
+    fields: the engine rewrites those only when the pool's shape changes, so they lag."""
+    owned: dict[tuple[str, str], PodNetwork | None] = {}
+    for pn in records.pod_networks:
+        for address in owned_addresses(pn):
+            owned[(pn.spec.provider, address)] = pn
+    for bad in records.unreadable:
+        for address in bad.addresses:
+            owned.setdefault((bad.provider or "", address), None)
+    return owned
+
+
+
+def one_line_of(message: object) -> str:
+    """One line, credentials hidden: provider and client errors may quote a request."""
+    from podnet.core.errors import one_line
+
+    return one_line(message)
+
+
+def cell(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def make_console() -> Any:
+    from rich.console import Console
+
+    # every string printed comes from the records or the cloud: none is rich markup
+    # ("metadata.annotations[podnet.io/networks]" is text, not a style tag) or an emoji code
+    console = Console(markup=False, emoji=False, highlight=False)
+    if console.is_terminal:
+        return console
+    # piped output is read by people and by grep: do not squeeze it to 80 columns
+    return Console(width=200, markup=False, emoji=False, highlight=False)

@@ -19,8 +19,9 @@ from typing import Any
 
 from podnet.core.cluster.port import POD
 from podnet.sim import builtin_validation
-from podnet.sim.apiserver import ApiServer, pod_defaults
+from podnet.sim.apiserver import ApiServer
 from podnet.sim.builtin_schema import schemas
+from podnet.sim.kinds import pod_defaults
 from podnet.sim.memory import InMemoryCluster
 
 

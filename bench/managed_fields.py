@@ -21,8 +21,8 @@ from typing import Any
 
 from podnet.core.cluster.port import POD
 from podnet.sim import fieldmanager
-from podnet.sim.apiserver import pod_defaults
 from podnet.sim.builtin_schema import schemas
+from podnet.sim.kinds import pod_defaults
 from podnet.sim.memory import InMemoryCluster
 
 NOW = "2026-01-01T00:00:00Z"

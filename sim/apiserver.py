@@ -87,7 +87,7 @@ import time
 import types
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Final, Literal, cast
@@ -97,12 +97,8 @@ import yaml
 from podnet.core.clock import format_time, parse_time
 from podnet.core.cluster.patch import clone_obj, json_patch, merge_patch
 from podnet.core.cluster.port import (
-    EVENT,
-    LEASE,
     NAMESPACE,
-    NODE,
     POD,
-    STATEFUL_SET,
     ApiError,
     Conflict,
     Gone,
@@ -114,26 +110,25 @@ from podnet.core.cluster.port import (
     WatchEvent,
 )
 from podnet.core.cluster.selectors import parse_field_selector, parse_label_selector
-from podnet.sim.memory import STATUS_SUBRESOURCE, InMemoryCluster, MemoryWatch
+from podnet.sim.memory import InMemoryCluster, MemoryWatch
 
 from . import builtin_validation, fieldmanager, protobuf, tables
 from .builtin_schema import DecodeError, schemas
 from .encoded import EncodedObjects, encode
 from .kinds import (
-    CONFIG_MAP,
     DEFAULT_SERVICE_CIDR,
-    EVENTS_V1,
-    EVICTION_DISCOVERY,
     SECRET,
     SERVICE,
     SERVICE_ACCOUNT,
-    VIEWS,
     ServiceAllocator,
     default_service_account,
     eviction_delete_options,
+    pod_defaults,
+    secret_on_write,
 )
 from .openapi import PROTOBUF_V2, PROTOBUF_V2_ANSWER, OpenApi
-from .schema import CustomResource, FieldError, PrinterColumn, find_path, load_crds, validate
+from .resources import BUILTINS, Resource, column, crd_resource, human_duration
+from .schema import FieldError, load_crds, validate
 
 __all__ = ["ApiServer", "Resource", "add_arguments", "main", "run"]
 
@@ -154,8 +149,6 @@ SERVER_VERSION: Final = {
 #: node lease controller the last).
 INITIAL_NAMESPACES: Final = ("default", "kube-system", "kube-public", "kube-node-lease")
 
-VERBS: Final = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-STATUS_VERBS: Final = ["get", "patch", "update"]
 DEFAULT_WATCH_TIMEOUT: Final = 1800.0  # upstream's minimum request timeout
 _POLL: Final = 0.25  # how often a quiet watch checks for a gone client or a stop
 _TABLE_GROUP: Final = "meta.k8s.io"
@@ -191,7 +184,6 @@ _CR_PATCH_TYPES: Final = (
     "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
 )
 
-Cell = Callable[[Obj], Any]
 
 
 class HttpError(Exception):
@@ -229,82 +221,6 @@ def _status(code: int, reason: str, message: str, details: Obj | None = None) ->
     return body
 
 
-# --- resources --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Resource:
-    """One served resource: its kind and what discovery, selectors and tables say of it."""
-
-    kind: Kind
-    singular: str
-    short_names: tuple[str, ...] = ()
-    categories: tuple[str, ...] = ()
-    #: field selectors the real server accepts; None leaves it to the cluster
-    field_selectors: frozenset[str] | None = None
-    crd: CustomResource | None = None
-    #: table columns besides Name (and Age, unless the CRD declares its own)
-    columns: tuple[tuple[Obj, Cell], ...] = field(default=(), compare=False)
-    #: the kind whose store this one is a view of (events.k8s.io/v1 Events: core/v1's)
-    stored_as: Kind | None = None
-
-    @property
-    def store_kind(self) -> Kind:
-        return self.stored_as or self.kind
-
-    def shown(self, obj: Obj) -> Obj:
-        """A stored object as this resource shows it."""
-        return VIEWS[self.kind][0](obj) if self.stored_as else obj
-
-    def to_store(self, obj: Obj) -> Obj:
-        """An object of this resource as its store keeps it."""
-        return VIEWS[self.kind][1](obj) if self.stored_as else obj
-
-    @property
-    def has_status(self) -> bool:
-        return self.kind in STATUS_SUBRESOURCE
-
-    @property
-    def age_column(self) -> bool:
-        return self.crd is None or not self.crd.columns
-
-    @property
-    def list_kind(self) -> str:
-        return self.crd.list_kind if self.crd else self.kind.kind + "List"
-
-    def discovery(self) -> list[Obj]:
-        main: Obj = {
-            "name": self.kind.plural,
-            "singularName": self.singular,
-            "namespaced": self.kind.namespaced,
-            "kind": self.kind.kind,
-            "verbs": VERBS,
-        }
-        if self.short_names:
-            main["shortNames"] = list(self.short_names)
-        if self.categories:
-            main["categories"] = list(self.categories)
-        out = [main]
-        if self.kind == POD:
-            out.append(dict(EVICTION_DISCOVERY))
-        if self.has_status:
-            out.append(
-                {
-                    "name": f"{self.kind.plural}/status",
-                    "singularName": "",
-                    "namespaced": self.kind.namespaced,
-                    "kind": self.kind.kind,
-                    "verbs": STATUS_VERBS,
-                }
-            )
-        return out
-
-
-def _column(name: str, type_: str = "string", priority: int = 0, **extra: str) -> Obj:
-    base: Obj = {"name": name, "type": type_, "format": "", "description": "", "priority": priority}
-    return base | extra
-
-
 def _get(obj: Any, *path: str) -> Any:
     for key in path:
         if not isinstance(obj, dict):
@@ -312,161 +228,6 @@ def _get(obj: Any, *path: str) -> Any:
         obj = obj.get(key)
     return obj
 
-
-def human_duration(seconds: float) -> str:
-    """An age as kubectl prints it (upstream's ``duration.HumanDuration``)."""
-    s = int(seconds)
-    if s < -1:
-        return "<invalid>"
-    if s < 0:
-        return "0s"
-    if s < 120:
-        return f"{s}s"
-    minutes = s // 60
-    if minutes < 10:
-        return f"{minutes}m{s % 60}s" if s % 60 else f"{minutes}m"
-    if minutes < 180:
-        return f"{minutes}m"
-    hours = minutes // 60
-    if hours < 8:
-        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
-    if hours < 48:
-        return f"{hours}h"
-    if hours < 24 * 8:
-        return f"{hours // 24}d{hours % 24}h" if hours % 24 else f"{hours // 24}d"
-    if hours < 24 * 365 * 2:
-        return f"{hours // 24}d"
-    if hours < 24 * 365 * 8:
-        years, days = hours // 24 // 365, (hours // 24) % 365
-        return f"{years}y{days}d" if days else f"{years}y"
-    return f"{hours // 24 // 365}y"
-
-
-_NAME_AND_NAMESPACE: Final = frozenset({"metadata.name", "metadata.namespace"})
-
-
-
-def secret_on_write(secret: Obj) -> Obj:
-    """A Secret as upstream stores it: ``stringData`` (write-only) folded into ``data`` as
-    base64, ``type`` Opaque when unset."""
-    out = {**secret, "type": secret.get("type") or "Opaque"}
-    strings = out.pop("stringData", None)
-    if isinstance(strings, dict):
-        data = dict(out.get("data") or {})
-        for key, value in strings.items():
-            data[key] = base64.b64encode(str(value).encode()).decode()
-        out["data"] = data
-    return out
-
-#: The built-in resources and the field selectors the real server takes for them (None:
-#: pods and events, as the cluster's); their tables are ``tables``'.
-_BUILTINS: Final = (
-    Resource(POD, "pod", ("po",), ("all",)),
-    Resource(
-        NODE,
-        "node",
-        ("no",),
-        field_selectors=frozenset({"metadata.name", "spec.unschedulable"}),
-    ),
-    Resource(
-        NAMESPACE,
-        "namespace",
-        ("ns",),
-        field_selectors=frozenset({"metadata.name", "status.phase"}),
-    ),
-    Resource(EVENT, "event", ("ev",)),
-    Resource(
-        LEASE,
-        "lease",
-        field_selectors=_NAME_AND_NAMESPACE,
-    ),
-    Resource(
-        CONFIG_MAP,
-        "configmap",
-        ("cm",),
-        field_selectors=_NAME_AND_NAMESPACE,
-    ),
-    Resource(
-        SECRET,
-        "secret",
-        field_selectors=_NAME_AND_NAMESPACE,
-    ),
-    Resource(
-        SERVICE_ACCOUNT,
-        "serviceaccount",
-        ("sa",),
-        field_selectors=_NAME_AND_NAMESPACE,
-    ),
-    Resource(
-        SERVICE,
-        "service",
-        ("svc",),
-        ("all",),
-        field_selectors=frozenset({"metadata.name", "metadata.namespace", "spec.clusterIP",
-                                   "spec.type"}),
-    ),
-    Resource(
-        EVENTS_V1,
-        "event",
-        ("ev",),
-        field_selectors=_NAME_AND_NAMESPACE,
-        stored_as=EVENT,
-    ),
-    Resource(
-        STATEFUL_SET,
-        "statefulset",
-        ("sts",),
-        ("all",),
-        field_selectors=_NAME_AND_NAMESPACE,
-    ),
-)
-
-
-def _crd_cell(col: PrinterColumn) -> Cell:
-    def cell(obj: Obj) -> Any:
-        found = find_path(obj, col.json_path)
-        if not found:
-            return None
-        value = found[0]  # upstream shows the first match only
-        if col.type == "string":
-            return value if isinstance(value, str) else json.dumps(value)
-        if col.type == "integer" and isinstance(value, int | float):
-            return int(value)
-        if col.type == "number" and isinstance(value, int | float):
-            return float(value)
-        if col.type == "boolean" and isinstance(value, bool):
-            return value
-        if col.type == "date" and isinstance(value, str):
-            return value  # made an age by the table builder, which knows the clock
-        return None
-
-    return cell
-
-
-def _crd_resource(crd: CustomResource) -> Resource:
-    columns = tuple(
-        (
-            _column(
-                c.name,
-                c.type,
-                c.priority,
-                format=c.format,
-                description=c.description or f"Custom resource definition column (in JSONPath "
-                f"format): {c.json_path}",
-            ),
-            _crd_cell(c),
-        )
-        for c in crd.columns
-    )
-    return Resource(
-        crd.ref,
-        crd.singular,
-        crd.short_names,
-        crd.categories,
-        field_selectors=crd.field_selectors,
-        crd=crd,
-        columns=columns,
-    )
 
 
 # --- the server -------------------------------------------------------------------------
@@ -528,7 +289,7 @@ class ApiServer:
         self.bookmark_interval = bookmark_interval
         self.crds = load_crds(crd_dir)
         self.resources: dict[str, dict[str, Resource]] = {}  # "group/version" -> plural -> it
-        for res in (*_BUILTINS, *(_crd_resource(c) for c in self.crds)):
+        for res in (*BUILTINS, *(crd_resource(c) for c in self.crds)):
             self.resources.setdefault(res.kind.api_version, {})[res.kind.plural] = res
         self.openapi = OpenApi(self.resources, self.crds)
         self._httpd = _HTTPServer((host, port), self)
@@ -1234,10 +995,10 @@ class _Handler(BaseHTTPRequestHandler):
         if res.crd is None and tables.has_table(res.store_kind):
             return self._builtin_table(res, list(objs), rv)
         columns = res.columns
-        defs = [_column("Name", format="name", description=_NAME_DESCRIPTION)]
+        defs = [column("Name", format="name", description=_NAME_DESCRIPTION)]
         defs += [d for d, _ in columns]
         if res.age_column:
-            defs.append(_column("Age", description=_AGE_DESCRIPTION))
+            defs.append(column("Age", description=_AGE_DESCRIPTION))
         include = self.query.get("includeObject", "Metadata")
         rows = []
         for obj in objs:
@@ -1920,76 +1681,6 @@ class _Handler(BaseHTTPRequestHandler):
             },
         )
 
-
-_POD_SPEC_DEFAULTS: Final = {
-    "restartPolicy": "Always",
-    "dnsPolicy": "ClusterFirst",
-    "schedulerName": "default-scheduler",
-    "terminationGracePeriodSeconds": 30,
-    "securityContext": {},
-    "enableServiceLinks": True,
-}
-_CONTAINER_DEFAULTS: Final = {
-    "terminationMessagePath": "/dev/termination-log",
-    "terminationMessagePolicy": "File",
-    "resources": {},
-}
-
-
-def _pull_policy(image: Any) -> str:
-    # upstream: Always for a ":latest" or untagged image, else IfNotPresent
-    if not isinstance(image, str) or "@" in image:
-        return "IfNotPresent"
-    tail = image.rsplit("/", 1)[-1]
-    return "Always" if ":" not in tail or tail.endswith(":latest") else "IfNotPresent"
-
-
-def _qos_class(containers: list[Any]) -> str:
-    """The pod's QoS class (upstream's ``GetPodQOS``, for cpu and memory)."""
-    requests_any = False
-    guaranteed = True
-    for c in containers:
-        res = c.get("resources") if isinstance(c, dict) else None
-        res = res if isinstance(res, dict) else {}
-        limits, requests = res.get("limits") or {}, res.get("requests") or {}
-        if limits or requests:
-            requests_any = True
-        for name in ("cpu", "memory"):
-            if name not in limits or requests.get(name, limits[name]) != limits[name]:
-                guaranteed = False
-    if not requests_any:
-        return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"
-
-
-def pod_spec_defaults(pod: Obj) -> Obj:
-    """``pod`` with the API's defaults filled into ``spec`` and its containers
-    (``SetDefaults_PodSpec``, ``SetDefaults_Container``). Upstream defaults every object it
-    decodes, so a create, a PUT and the result of a patch all get them."""
-    spec = pod.get("spec")
-    if not isinstance(spec, dict):
-        return pod
-    spec = {**_POD_SPEC_DEFAULTS, **spec}
-    for key in ("containers", "initContainers"):
-        if isinstance(spec.get(key), list):
-            spec[key] = [
-                {**_CONTAINER_DEFAULTS, "imagePullPolicy": _pull_policy(c.get("image")), **c}
-                if isinstance(c, dict) else c
-                for c in spec[key]
-            ]
-    return {**pod, "spec": spec}
-
-
-def pod_defaults(pod: Obj) -> Obj:
-    """A new pod as upstream stores it: :func:`pod_spec_defaults`, the status replaced by
-    ``phase: Pending`` and the QoS class (the pod strategy's ``PrepareForCreate``)."""
-    pod = pod_spec_defaults(pod)
-    spec = pod.get("spec")
-    if not isinstance(spec, dict):
-        return pod
-    containers = spec.get("containers")
-    qos = _qos_class(containers if isinstance(containers, list) else [])
-    return {**pod, "status": {"phase": "Pending", "qosClass": qos}}
 
 
 _CONTINUE_EXPIRED: Final = (

@@ -15,10 +15,13 @@
 * **events.k8s.io/v1 Events**: the core/v1 events under their other version's field names
   (``note``, ``regarding``, ``reportingController``, ``deprecated*``), one store for both
   as upstream's.
+* **Defaults on write**: a pod's spec defaults and, on create, ``phase: Pending`` and its
+  QoS class; a Secret's ``stringData`` folded into ``data``.
 """
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import random
 from collections.abc import Callable, Iterable
@@ -48,6 +51,9 @@ __all__ = [
     "default_service_account",
     "event_v1",
     "eviction_delete_options",
+    "pod_defaults",
+    "pod_spec_defaults",
+    "secret_on_write",
 ]
 
 SERVICE: Final = Kind("", "v1", "Service", "services", True)
@@ -293,3 +299,91 @@ def core_event(event: Obj) -> Obj:
 VIEWS: Final[dict[Kind, tuple[Callable[[Obj], Obj], Callable[[Obj], Obj]]]] = {
     EVENTS_V1: (event_v1, core_event),
 }
+
+
+# --- defaults on write ---------------------------------------------------------------------
+
+
+def secret_on_write(secret: Obj) -> Obj:
+    """A Secret as upstream stores it: ``stringData`` (write-only) folded into ``data`` as
+    base64, ``type`` Opaque when unset."""
+    out = {**secret, "type": secret.get("type") or "Opaque"}
+    strings = out.pop("stringData", None)
+    if isinstance(strings, dict):
+        data = dict(out.get("data") or {})
+        for key, value in strings.items():
+            data[key] = base64.b64encode(str(value).encode()).decode()
+        out["data"] = data
+    return out
+
+
+
+_POD_SPEC_DEFAULTS: Final = {
+    "restartPolicy": "Always",
+    "dnsPolicy": "ClusterFirst",
+    "schedulerName": "default-scheduler",
+    "terminationGracePeriodSeconds": 30,
+    "securityContext": {},
+    "enableServiceLinks": True,
+}
+_CONTAINER_DEFAULTS: Final = {
+    "terminationMessagePath": "/dev/termination-log",
+    "terminationMessagePolicy": "File",
+    "resources": {},
+}
+
+
+def _pull_policy(image: Any) -> str:
+    # upstream: Always for a ":latest" or untagged image, else IfNotPresent
+    if not isinstance(image, str) or "@" in image:
+        return "IfNotPresent"
+    tail = image.rsplit("/", 1)[-1]
+    return "Always" if ":" not in tail or tail.endswith(":latest") else "IfNotPresent"
+
+
+def _qos_class(containers: list[Any]) -> str:
+    """The pod's QoS class (upstream's ``GetPodQOS``, for cpu and memory)."""
+    requests_any = False
+    guaranteed = True
+    for c in containers:
+        res = c.get("resources") if isinstance(c, dict) else None
+        res = res if isinstance(res, dict) else {}
+        limits, requests = res.get("limits") or {}, res.get("requests") or {}
+        if limits or requests:
+            requests_any = True
+        for name in ("cpu", "memory"):
+            if name not in limits or requests.get(name, limits[name]) != limits[name]:
+                guaranteed = False
+    if not requests_any:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def pod_spec_defaults(pod: Obj) -> Obj:
+    """``pod`` with the API's defaults filled into ``spec`` and its containers
+    (``SetDefaults_PodSpec``, ``SetDefaults_Container``). Upstream defaults every object it
+    decodes, so a create, a PUT and the result of a patch all get them."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return pod
+    spec = {**_POD_SPEC_DEFAULTS, **spec}
+    for key in ("containers", "initContainers"):
+        if isinstance(spec.get(key), list):
+            spec[key] = [
+                {**_CONTAINER_DEFAULTS, "imagePullPolicy": _pull_policy(c.get("image")), **c}
+                if isinstance(c, dict) else c
+                for c in spec[key]
+            ]
+    return {**pod, "spec": spec}
+
+
+def pod_defaults(pod: Obj) -> Obj:
+    """A new pod as upstream stores it: :func:`pod_spec_defaults`, the status replaced by
+    ``phase: Pending`` and the QoS class (the pod strategy's ``PrepareForCreate``)."""
+    pod = pod_spec_defaults(pod)
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return pod
+    containers = spec.get("containers")
+    qos = _qos_class(containers if isinstance(containers, list) else [])
+    return {**pod, "status": {"phase": "Pending", "qosClass": qos}}

@@ -24,8 +24,9 @@ from podnet.core import models
 from podnet.core.cluster.port import NODE, POD, POD_NETWORK
 from podnet.core.convert import to_wire
 from podnet.sim import schema
-from podnet.sim.apiserver import ApiServer, human_duration
+from podnet.sim.apiserver import ApiServer
 from podnet.sim.memory import InMemoryCluster
+from podnet.sim.resources import human_duration
 
 GROUP, VERSION = "podnet.io", "v1alpha1"
 MERGE = "application/merge-patch+json"

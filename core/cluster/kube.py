@@ -44,24 +44,26 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast
 import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
 
 from ..clock import Clock, SystemClock
 from ..errors import ConfigError, one_line
 from .events import EventCorrelator, reference
 from .eventsender import EVENT_QUEUE, EventSender
 from .gcpause import gc_paused
+from .kubeerrors import (
+    TRANSPORT_ERRORS,
+    answer_error,
+    config_mistake,
+    root_cause,
+    unreachable,
+)
 from .port import (
     EVENT,
-    AlreadyExists,
     ApiError,
-    Conflict,
-    Forbidden,
     Gone,
     Invalid,
     Kind,
     ListResult,
-    NotFound,
     Obj,
     Propagation,
     WatchEvent,
@@ -96,85 +98,12 @@ _AUTH: Final = ["BearerToken"]
 _READ_SIZE: Final = 1 << 16
 #: Answers at least this big are decoded with the cyclic collector paused (see _loads).
 _GC_PAUSE_BYTES: Final = 1 << 20
-# the transport failures urllib3 and the client raise; none carries a request body
-_TRANSPORT_ERRORS: Final = (urllib3.exceptions.HTTPError, OSError, ApiException)
 #: the Kubernetes verb of a request by its method (GET is get unless the caller says
 #: list or watch)
 _VERBS: Final = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
                  "DELETE": "delete"}
 #: compact JSON for request bodies (what kubectl sends): fewer bytes, the same object
 _ENCODE: Final = json.JSONEncoder(separators=(",", ":")).encode
-
-
-def _unreachable(what: str, exc: BaseException) -> ApiError:
-    # ApiException's str may include response headers; its reason is enough
-    detail = exc.reason if isinstance(exc, ApiException) else exc
-    return ApiError(f"{what}: API server unreachable: {type(exc).__name__}: {detail}", code=503)
-
-
-def _mistake(exc: ApiError) -> str | None:
-    """What in the configuration is wrong, when ``exc`` shows it; None: the server may
-    come back (refused, reset, timed out, 5xx)."""
-    if exc.code in (401, 403):
-        return f"credentials refused (HTTP {exc.code})"
-    if (400 <= exc.code < 500 and exc.code != 429) or exc.code == 501:
-        # a Kubernetes API server answers /version to anyone; what refuses it is another
-        # server (5xx and 429 may be one starting or shedding load: worth a retry)
-        return f"not a Kubernetes API server (GET /version: HTTP {exc.code})"
-    cause: BaseException | None = exc.__cause__
-    while cause is not None:
-        if isinstance(cause, urllib3.exceptions.MaxRetryError) and cause.reason is not None:
-            cause = cause.reason
-            continue
-        if isinstance(cause, urllib3.exceptions.NameResolutionError):
-            return f"cannot resolve the host {cause.conn.host!r}"
-        if isinstance(cause, urllib3.exceptions.SSLError):
-            return f"TLS failed: {one_line(cause)}"
-        if isinstance(cause, urllib3.exceptions.LocationParseError):
-            return f"not a URL: {one_line(cause)}"
-        cause = cause.__cause__
-    return None
-
-
-def _root_cause(exc: BaseException) -> str:
-    """The innermost cause of a transport failure ("[Errno 111] Connection refused"), not
-    urllib3's three wrappers around it."""
-    cause = exc
-    while True:
-        inner: BaseException | None = (
-            cause.reason if isinstance(cause, urllib3.exceptions.MaxRetryError) else None)
-        inner = inner or cause.__cause__
-        if inner is None:
-            break
-        cause = inner
-    if isinstance(cause, OSError) and cause.strerror:
-        return cause.strerror.lower()
-    return one_line(cause)
-
-
-def _error(status: int, data: bytes, what: str) -> ApiError:
-    """The port's error for an HTTP error answer (a ``Status`` body, normally)."""
-    message, reason = "", ""
-    try:
-        body = json.loads(data) if data else None
-    except ValueError:
-        body = None
-    if isinstance(body, dict):
-        message = str(body.get("message") or "")
-        reason = str(body.get("reason") or "")
-    if not message:
-        message = f"{what}: HTTP {status}"
-    if status == 403:
-        return Forbidden(message)
-    if status == 404:
-        return NotFound(message)
-    if status == 409:
-        return AlreadyExists(message) if reason == "AlreadyExists" else Conflict(message)
-    if status == 410:
-        return Gone(message)
-    if status == 422:
-        return Invalid(message)
-    return ApiError(message, code=status)
 
 
 def _loads(data: bytes) -> Any:
@@ -221,7 +150,7 @@ class KubeWatch:
         clean = False
         try:
             clean = self._stream()
-        except _TRANSPORT_ERRORS as exc:
+        except TRANSPORT_ERRORS as exc:
             # a dropped connection or a read timeout just ends the watch
             log.debug("watch %s ended: %s", self.kind.plural, type(exc).__name__)
         except Exception:
@@ -298,7 +227,7 @@ class KubeWatch:
             if not reusable:
                 self._resp.close()
             self._resp.release_conn()
-        except _TRANSPORT_ERRORS:
+        except TRANSPORT_ERRORS:
             pass
 
     # --- the Watch protocol ----------------------------------------------------------
@@ -306,7 +235,7 @@ class KubeWatch:
     def _raise_error(self) -> None:
         assert self._error is not None
         code, message = self._error
-        raise _error(code, json.dumps({"message": message}).encode(), self.kind.plural)
+        raise answer_error(code, json.dumps({"message": message}).encode(), self.kind.plural)
 
     def poll(self, timeout: float = 0.0) -> list[WatchEvent]:
         with self._cond:
@@ -348,7 +277,7 @@ class KubeWatch:
             try:
                 # wakes the reader blocked in recv(); it releases the connection
                 self._resp.shutdown()
-            except (ValueError, RuntimeError, *_TRANSPORT_ERRORS):
+            except (ValueError, RuntimeError, *TRANSPORT_ERRORS):
                 pass
 
     def join(self, timeout: float | None = None) -> None:
@@ -462,10 +391,10 @@ class KubeCluster:
         try:
             answer = self._call("GET", "/version")
         except ApiError as exc:
-            mistake = _mistake(exc)
+            mistake = config_mistake(exc)
             if mistake is not None:
                 raise ConfigError("kubeconfig", f"API server {self.server}: {mistake}") from exc
-            raise ApiError(_root_cause(exc), code=exc.code) from exc
+            raise ApiError(root_cause(exc), code=exc.code) from exc
         if not isinstance(answer, dict) or "gitVersion" not in answer:
             raise ConfigError("kubeconfig", f"{self.server} is not a Kubernetes API server "
                               "(/version has no gitVersion)")
@@ -537,11 +466,11 @@ class KubeCluster:
                 body=body,
                 _request_timeout=timeout or self.request_timeout,
             )
-        except _TRANSPORT_ERRORS as exc:
+        except TRANSPORT_ERRORS as exc:
             if observe is not None:
                 observe(verb or _VERBS.get(method, method.lower()), "error",
                         time.perf_counter() - started)
-            raise _unreachable(f"{method} {path}", exc) from exc
+            raise unreachable(f"{method} {path}", exc) from exc
         response = cast(urllib3.BaseHTTPResponse, answer.response)
         if observe is not None:
             observe(verb or _VERBS.get(method, method.lower()), str(response.status),
@@ -585,10 +514,10 @@ class KubeCluster:
                 response = api.rest_client.pool_manager.urlopen(
                     method, prefix + path, body=data, headers=headers,
                     timeout=self._write_timeout, preload_content=False, redirect=False)
-        except _TRANSPORT_ERRORS as exc:
+        except TRANSPORT_ERRORS as exc:
             if observe is not None:
                 observe(_VERBS[method], "error", time.perf_counter() - started)
-            raise _unreachable(f"{method} {path}", exc) from exc
+            raise unreachable(f"{method} {path}", exc) from exc
         if observe is not None:
             observe(_VERBS[method], str(response.status), time.perf_counter() - started)
         return response
@@ -611,13 +540,13 @@ class KubeCluster:
                               content_type=content_type, verb=verb)
         try:
             data = resp.read()
-        except _TRANSPORT_ERRORS as exc:
+        except TRANSPORT_ERRORS as exc:
             resp.close()
-            raise _unreachable(f"{method} {path}", exc) from exc
+            raise unreachable(f"{method} {path}", exc) from exc
         finally:
             resp.release_conn()
         if not 200 <= resp.status < 300:
-            raise _error(resp.status, data, f"{method} {path}")
+            raise answer_error(resp.status, data, f"{method} {path}")
         return _loads(data) if data else {}
 
     # --- reads -----------------------------------------------------------------------
@@ -706,11 +635,11 @@ class KubeCluster:
         if not 200 <= resp.status < 300:
             try:
                 data = resp.read()
-            except _TRANSPORT_ERRORS:
+            except TRANSPORT_ERRORS:
                 data = b""
             finally:
                 resp.release_conn()
-            raise _error(resp.status, data, f"watch {kind.plural}")
+            raise answer_error(resp.status, data, f"watch {kind.plural}")
         return KubeWatch(resp, kind)
 
     # --- writes ----------------------------------------------------------------------

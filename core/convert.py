@@ -1,3 +1,7 @@
+# Over 800 lines on purpose: it is one cattrs converter, built at import. Every section's
+# hooks register on that converter and on the module's tables (wire names, inline hooks,
+# field rules, class checks) before it is used, and the error path names fields by the
+# same tables; split, each module would import the others' private tables.
 """The one cattrs converter between podnet's records and their wire form.
 
 The wire form is the custom resources' camelCase JSON as the API server stores it. All

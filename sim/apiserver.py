@@ -1,3 +1,9 @@
+# Over 800 lines on purpose: its bulk is one HTTP handler class, one method per verb of
+# the API (list, watch, create, update, patch, apply, delete, evict), all reading and
+# answering the same request (its target, query, body, negotiated form). Split across
+# modules, they would be mixins each needing the others' state. What is not the handler
+# lives beside it: resources, kinds, tables, fieldmanager, openapi, schema, protobuf,
+# and the store itself, memory.
 """A Kubernetes API server emulator: an :class:`InMemoryCluster` served over HTTP.
 
 Enough of the real API for kubectl and the official Python client: discovery, JSON

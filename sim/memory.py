@@ -1,3 +1,8 @@
+# Over 800 lines on purpose: it is one class, InMemoryCluster, whose every operation works
+# on the same store, resourceVersion counter, watch history and lock, and whose deletes do
+# in the same call what upstream's garbage collector, kubelet and namespace controller do
+# a moment later. Split across modules, each part would reach into the others' private
+# state; Faults and MemoryWatch, the parts that stand alone, are small.
 """An in-memory API server: the Cluster port with the semantics controllers trip over.
 
 What it keeps faithful, because podnet's correctness depends on it:

@@ -220,6 +220,9 @@ def test_every_shipped_package_is_read() -> None:
     assert {"podnet.app", "podnet.core", "podnet.core.reconcile", "podnet.hookspecs",
             "podnet.plugins.reference", "podnet.testing"} <= packages
     assert "podnet.core.engine" in MODULES and "podnet.plugins.ovn.provider" in MODULES
+    # a subpackage of core is read too (tracing's parts, the in-memory cluster in sim)
+    assert {"podnet.core.tracing", "podnet.core.tracing.spans", "podnet.sim.memory"} <= set(
+        MODULES)
 
 
 def test_function_local_and_type_checking_imports_are_read() -> None:

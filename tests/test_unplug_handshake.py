@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from podnet.app.node.report import NodeReporter
 from podnet.core.clock import FakeClock, format_micro_time
 from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import LEASE, NAMESPACE, NODE, POD, POD_NETWORK, NotFound, Obj
@@ -31,6 +30,7 @@ from podnet.core.objects import (
     release_token,
 )
 from podnet.core.policy import PoolPolicy
+from podnet.node.report import NodeReporter
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 from podnet.testing.harness import EngineRig
 

@@ -15,30 +15,6 @@ from typing import Any
 
 import attrs
 
-from podnet.app.node.grants import Cancelled, IpamGrants
-from podnet.app.node.locks import KeyedLocks
-from podnet.app.node.protocol import (
-    CHECK_FAILED,
-    DEFAULT_ADD_TIMEOUT,
-    DEFAULT_NAMESPACE,
-    INVALID,
-    NOT_READY,
-    TRY_AGAIN,
-    Attachments,
-    CniError,
-    CniRequest,
-    as_plugged,
-    body_field,
-    cni_result,
-    interface_names,
-    ipam_request,
-    ipam_result,
-    only_network,
-    raise_if_invalid,
-    record_addresses,
-    without_default_routes,
-)
-from podnet.app.node.report import ANNOTATION_ENI, DEFAULT_BATCH, NodeReporter
 from podnet.core.annotations import NETWORKS, annotation_field, parse_attachments
 from podnet.core.clock import SystemClock
 from podnet.core.cluster.informer import Informer
@@ -78,6 +54,30 @@ from podnet.hookspecs.types import (
 from podnet.linux.eni import EniDataplane, host_summary
 from podnet.linux.netns import network_namespace_id, own_network_namespaces
 from podnet.linux.veth import link_names
+from podnet.node.grants import Cancelled, IpamGrants
+from podnet.node.locks import KeyedLocks
+from podnet.node.protocol import (
+    CHECK_FAILED,
+    DEFAULT_ADD_TIMEOUT,
+    DEFAULT_NAMESPACE,
+    INVALID,
+    NOT_READY,
+    TRY_AGAIN,
+    Attachments,
+    CniError,
+    CniRequest,
+    as_plugged,
+    body_field,
+    cni_result,
+    interface_names,
+    ipam_request,
+    ipam_result,
+    only_network,
+    raise_if_invalid,
+    record_addresses,
+    without_default_routes,
+)
+from podnet.node.report import ANNOTATION_ENI, DEFAULT_BATCH, NodeReporter
 
 log = logging.getLogger("podnet.node")
 

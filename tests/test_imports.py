@@ -227,6 +227,15 @@ def test_every_core_module_is_open_or_forbidden_to_the_node_agent() -> None:
     assert internal | open_to_node == _core_children()
 
 
+def test_the_node_agent_knows_no_providers_dataplane() -> None:
+    """The agent asks a dataplane for a capability (``podnet.linux.hooks``), never whose
+    class it is: no module of the node layer imports one provider's dataplane."""
+    node = [m for m in MODULES if m == "podnet.node" or m.startswith("podnet.node.")]
+    assert "podnet.node.agent" in node
+    for module in node:
+        assert "podnet.linux.eni" not in {i.imported for i in imports_of(module)}, module
+
+
 # --- the reader itself ---------------------------------------------------------------------
 
 

@@ -509,7 +509,7 @@ def test_a_malformed_eni_summary_in_an_agents_lease_is_shown_as_such(
     from podnet.core.cluster.port import LEASE, NAMESPACE
     from podnet.core.models import AgentReport
     from podnet.core.objects import agent_report_lease
-    from podnet.node.report import ANNOTATION_ENI
+    from podnet.linux.eni import ANNOTATION_ENI
 
     node = site.records(POD_NETWORK)[0]["spec"]["nodeName"]
     site.store.create(NAMESPACE, {"metadata": {"name": "kube-system"}})

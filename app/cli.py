@@ -348,12 +348,12 @@ def _node(args: argparse.Namespace) -> int:
     import threading
 
     from podnet.app.host import quiet_http_retries, wait_for_api
-    from podnet.app.node import run as run_node
     from podnet.core.cluster.kube import KubeCluster
     from podnet.core.config import load_config
     from podnet.core.errors import ConfigError
     from podnet.core.plugin import Providers, load_plugins, new_plugin_manager, require_installed
     from podnet.core.tracing import Tracing, tracer_provider_from_env
+    from podnet.node import run as run_node
 
     quiet_http_retries()
     try:

@@ -6,7 +6,7 @@ a dataplane today: a Linux bridge per network, a veth pair per pod interface):
 
 1. the node (labelled :data:`NODE_LABEL`, which the demo's ``nodeProviders`` rule routes
    to the reference provider) is a network namespace, and its node agent
-   (:class:`~podnet.app.node.NodeAgent`, in this process, on a unix socket in a
+   (:class:`~podnet.node.NodeAgent`, in this process, on a unix socket in a
    temporary folder) does its netlink work from threads inside that namespace, so the
    bridge and the host ends of the veth pairs are made there, never on this host;
 2. two pods on it, each a network namespace; once their PodNetworks are Routed, the real
@@ -42,7 +42,6 @@ from typing import Any, TypeVar
 
 import attrs
 
-from podnet.app.node import NodeAgent, UnixHTTPServer, listen
 from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Obj
 from podnet.core.models import Phase
 from podnet.core.plugin import Providers, load_plugins, new_plugin_manager
@@ -56,6 +55,7 @@ from podnet.linux.netns import (
     netns_unavailable,
     run_in_netns,
 )
+from podnet.node import NodeAgent, UnixHTTPServer, listen
 from podnet.sim.memory import InMemoryCluster
 
 T = TypeVar("T")

@@ -118,7 +118,7 @@ def read_records(cluster: Cluster, agent_namespace: str | None = None) -> Record
     agents: list[AgentReport] = []
     dataplanes: list[tuple[str, EniSummary | str]] = []
     if agent_namespace is not None:
-        from podnet.app.node.report import ANNOTATION_ENI
+        from podnet.linux.eni import ANNOTATION_ENI
         from podnet.core.cluster.port import LEASE
         from podnet.core.objects import LABEL_AGENT_NODE, agent_report
         from podnet.linux.eni import EniSummary

@@ -24,6 +24,7 @@ from podnet.core.clock import format_micro_time
 from podnet.core.convert import converter
 from podnet.core.models import (
     AgentReport,
+    Condition,
     NodeInfo,
     OwnerReference,
     PodInfo,
@@ -179,6 +180,18 @@ def plugged_on(pn: PodNetwork) -> frozenset[str]:
     (:data:`ANNOTATION_PLUGGED_ON`); empty for a record no agent of this version plugged."""
     raw = pn.metadata.annotations.get(ANNOTATION_PLUGGED_ON, "")
     return frozenset(h for h in raw.split(",") if h)
+
+
+#: the type of the PodNetwork condition that says whether its pod's network is ready
+READY = "Ready"
+
+
+def ready_condition(pn: PodNetwork) -> Condition | None:
+    """``pn``'s :data:`READY` condition, None before the controller first wrote one."""
+    for c in pn.status.conditions:
+        if c.type == READY:
+            return c
+    return None
 
 
 def report_digest(holder: str, plugged: Collection[str], unplugged: Collection[str]) -> str:

@@ -96,6 +96,8 @@ TABLE_BASE = 1000
 RULE_PRIORITY = 2000
 #: the protocol number marking podnet's routes and rules (``ip rule show proto 98``)
 PROTO = 98
+#: the node report's annotation with the host's ENI summary (JSON, :class:`EniSummary`)
+ANNOTATION_ENI = "podnet.io/eni-dataplane"
 #: the ``if_name`` of a leftover rule in :meth:`EniDataplane.plugs`
 ORPHAN_RULE = "eni-rule"
 _NUD_PERMANENT = 0x80
@@ -159,6 +161,11 @@ class EniDataplane:
         self._pod_mac_in_record = record_mac_is_the_pods
         self._macs: dict[str, str] = {}
         self._lock = threading.Lock()
+
+    def report_annotations(self) -> dict[str, str]:
+        """The node report's summary of this host's ENI dataplane (the capability
+        ``podnet.linux.hooks.ReportsAnnotations``)."""
+        return {ANNOTATION_ENI: host_summary().to_json()}
 
     # --- the ENI -------------------------------------------------------------------------
 

@@ -8,14 +8,18 @@ Routing (each call reaches the record's own provider) is the gateway's, as for a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
 
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import CheckResult, Plug, PlugContext, PlugResult, UnplugContext
 
 
 class Dataplane(Protocol):
+    """What every dataplane answers. A dataplane may offer more: each optional capability
+    is a protocol of its own below, which the node agent looks for on the provider's
+    ``dataplane`` object (absent: not offered), never asking whose class it is."""
+
     def plug(self, context: PlugContext) -> PlugResult: ...
 
     def unplug(self, context: UnplugContext) -> None: ...
@@ -23,6 +27,18 @@ class Dataplane(Protocol):
     def check(self, context: PlugContext) -> CheckResult: ...
 
     def plugs(self) -> list[Plug]: ...
+
+
+@runtime_checkable
+class ReportsAnnotations(Protocol):
+    """Optional: what the dataplane has in place on this host, as annotations of the node
+    agent's report (its node's Lease), for ``podnet status`` and ``podnet audit``, which
+    cannot see a node's netlink. Asked again at each report; an ``OSError`` (netlink
+    unreadable now) keeps the last answer. It describes the host, not one provider's
+    records: dataplanes of one class are asked once (``podnet.linux.eni.EniDataplane``
+    answers the ENI summary)."""
+
+    def report_annotations(self) -> Mapping[str, str]: ...
 
 
 class DataplaneHooks:

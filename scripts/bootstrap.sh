@@ -49,4 +49,4 @@ if ! { "$venv/bin/python" -m pip install --upgrade pip && "$venv/bin/python" -m 
   tail -n 40 "$log" >&2
   exit 1
 fi
-"$venv/bin/python" -c "import podnet.app, podnet.core, podnet.hookspecs, podnet.testing"
+"$venv/bin/python" -c "import podnet.app, podnet.core, podnet.hookspecs, podnet.node, podnet.testing"

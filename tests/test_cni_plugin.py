@@ -555,7 +555,7 @@ def test_a_failure_of_the_plugin_itself_is_still_an_error_object(
     ((("default", None), ("blue", "data0"), ("red", None)), ["eth0", "data0", "net1"]),
 ])
 def test_the_agent_names_a_pods_interfaces(attachments: Any, names: list[str]) -> None:
-    from podnet.app.node import interface_names
+    from podnet.node import interface_names
 
     assert interface_names("eth0", attachments) == names
 

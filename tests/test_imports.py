@@ -7,7 +7,8 @@ The modules are the ones pyproject.toml packages (its ``package-dir`` mapping), 
 module added to the tree is checked without changing this file.
 
 It also checks that the import contracts (pyproject.toml, ``lint-imports``) place every
-core module: in a layer, and either public to providers or forbidden to them.
+core module: in a layer, either public to providers or forbidden to them, and either open
+to the node agent or forbidden to it.
 """
 
 from __future__ import annotations
@@ -212,13 +213,36 @@ def test_every_core_module_is_public_or_forbidden_to_providers() -> None:
     assert internal | PUBLIC_TO_PROVIDERS == _core_children()
 
 
+#: core's services the node agent is a client of, besides what is public to providers
+NODE_SERVICES = {"clock", "cluster", "convert", "fence", "gateway", "plugin", "tracing"}
+
+
+def test_every_core_module_is_open_or_forbidden_to_the_node_agent() -> None:
+    forbidden = _contract("the node agent imports")["forbidden_modules"]
+    assert isinstance(forbidden, list)
+    internal = {m.removeprefix("podnet.core.") for m in forbidden if m.startswith("podnet.core.")}
+    open_to_node = PUBLIC_TO_PROVIDERS | NODE_SERVICES
+    assert {"engine", "reconcile"} <= internal, "the node agent never imports a controller"
+    assert not internal & open_to_node
+    assert internal | open_to_node == _core_children()
+
+
+def test_the_node_agent_knows_no_providers_dataplane() -> None:
+    """The agent asks a dataplane for a capability (``podnet.linux.hooks``), never whose
+    class it is: no module of the node layer imports one provider's dataplane."""
+    node = [m for m in MODULES if m == "podnet.node" or m.startswith("podnet.node.")]
+    assert "podnet.node.agent" in node
+    for module in node:
+        assert "podnet.linux.eni" not in {i.imported for i in imports_of(module)}, module
+
+
 # --- the reader itself ---------------------------------------------------------------------
 
 
 def test_every_shipped_package_is_read() -> None:
     packages = {name for name, path in MODULES.items() if path.stem == "__init__"}
     assert {"podnet.app", "podnet.core", "podnet.core.reconcile", "podnet.hookspecs",
-            "podnet.plugins.reference", "podnet.testing"} <= packages
+            "podnet.node", "podnet.plugins.reference", "podnet.testing"} <= packages
     assert "podnet.core.engine" in MODULES and "podnet.plugins.ovn.provider" in MODULES
     # a subpackage of core is read too (tracing's parts, the in-memory cluster in sim)
     assert {"podnet.core.tracing", "podnet.core.tracing.spans", "podnet.sim.memory"} <= set(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from podnet.app.node.locks import KeyedLocks
+from podnet.node.locks import KeyedLocks
 
 
 def test_a_key_is_held_by_one_request_at_a_time_and_its_lock_goes_after() -> None:

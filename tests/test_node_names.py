@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from podnet.app.node import CniError, CniRequest
-from podnet.app.node.grants import IpamGrants
 from podnet.hookspecs.types import OWNER_DIGEST_PREFIX, owner_digest
 from podnet.linux.veth import IFALIASZ, IFNAMSIZ
+from podnet.node import CniError, CniRequest
+from podnet.node.grants import IpamGrants
 from podnet.plugins.reference.dataplane import ALIAS_MARK, bridge_name, host_alias
 
 #: the longest a namespace (a DNS-1123 label), a pod's name (a subdomain), a record's name

@@ -8,7 +8,7 @@ import threading
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
-from podnet.app.node.server import UnixHTTPServer
+from podnet.node.server import UnixHTTPServer
 
 
 class Counting(BaseHTTPRequestHandler):

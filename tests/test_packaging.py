@@ -38,10 +38,11 @@ def test_wheel_installs_and_imports(tmp_path: Path) -> None:
     )
     assert (target / "podnet" / "core" / "py.typed").exists()
     assert (target / "podnet" / "hookspecs" / "py.typed").exists()
+    assert (target / "podnet" / "node" / "py.typed").exists()
     assert (target / "podnet" / "sim" / "protos" / "fields.json").exists()
     code = (
         "import podnet.core.engine, podnet.hookspecs, podnet.plugins.reference.provider, "
-        "podnet.plugins.bbc, podnet.plugins.ecs, podnet.plugins.ovn, podnet.sim; "
+        "podnet.plugins.bbc, podnet.plugins.ecs, podnet.plugins.ovn, podnet.sim, podnet.node; "
         # the emulator's data files travel too: the CRDs and the protobuf descriptors
         "from podnet.sim import protobuf, schema; schema.load_crds(None); "
         "protobuf.message_class('k8s.io.api.core.v1.Pod'); "

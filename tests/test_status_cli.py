@@ -507,10 +507,10 @@ def test_a_malformed_eni_summary_in_an_agents_lease_is_shown_as_such(
     """What an agent reports of its ENI dataplane is read, never trusted: a summary that
     does not parse is shown with the annotation and what is wrong, and audit finds no
     wrong ENI from it."""
-    from podnet.app.node.report import ANNOTATION_ENI
     from podnet.core.cluster.port import LEASE, NAMESPACE
     from podnet.core.models import AgentReport
     from podnet.core.objects import agent_report_lease
+    from podnet.linux.eni import ANNOTATION_ENI
 
     node = site.records(POD_NETWORK)[0]["spec"]["nodeName"]
     site.store.create(NAMESPACE, {"metadata": {"name": "kube-system"}})

@@ -38,7 +38,6 @@ import pytest
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from podnet.app.demo import node_obj, pod_obj
-from podnet.app.node import CniError, NodeAgent
 from podnet.core.clock import FakeClock, format_micro_time
 from podnet.core.cluster.port import LEASE, NAMESPACE, NODE, POD, POD_NETWORK, NotFound
 from podnet.core.convert import from_wire
@@ -56,6 +55,7 @@ from podnet.core.plugin import Providers, new_plugin_manager
 from podnet.core.policy import PoolPolicy
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import Plug, PlugContext, PlugResult, ProviderInfo, UnplugContext
+from podnet.node import CniError, NodeAgent
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 from podnet.sim.memory import InMemoryCluster
 from podnet.testing.chaos import chaos_settings

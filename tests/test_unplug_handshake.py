@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from podnet.app.node.report import NodeReporter
 from podnet.core.clock import FakeClock, format_micro_time
 from podnet.core.cluster.port import LEASE, NAMESPACE, NODE, POD, POD_NETWORK, NotFound, Obj
 from podnet.core.convert import from_wire
@@ -30,6 +29,7 @@ from podnet.core.objects import (
     release_token,
 )
 from podnet.core.policy import PoolPolicy
+from podnet.node.report import NodeReporter
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 from podnet.sim.memory import InMemoryCluster
 from podnet.testing.harness import EngineRig

@@ -78,10 +78,12 @@ from podnet.core.models import (
     set_condition,
 )
 from podnet.core.objects import (
+    READY,
     is_statefulset,
     namespace_annotations,
     pod_is_sticky,
     pod_is_terminal,
+    ready_condition,
     statefulset_ordinal,
     vm_of,
 )
@@ -116,7 +118,6 @@ log = logging.getLogger("podnet.podnetwork")
 
 T = TypeVar("T")
 
-READY = "Ready"
 #: False while a pod has ``podnet.io/`` annotations podnet does not know (ignored)
 ANNOTATIONS = "AnnotationsRecognized"
 #: span attribute: why a record changes without its pod asking (repair, readdress)
@@ -175,13 +176,6 @@ class _Unwritten:
     recorded: Callable[[PodNetwork], None]
     #: no write carried it: (the failure, whether a write was sent) undoes the claims
     not_recorded: Callable[[BaseException, bool], None]
-
-
-def ready_condition(pn: PodNetwork) -> Condition | None:
-    for c in pn.status.conditions:
-        if c.type == READY:
-            return c
-    return None
 
 
 class PodNetworkReconciler:

@@ -23,8 +23,8 @@ provider gateway the controller uses:
   PodNetwork's addresses and routes, plug nothing and release nothing.
 """
 
-from podnet.app.node.agent import NodeAgent
-from podnet.app.node.protocol import (
+from podnet.node.agent import NodeAgent
+from podnet.node.protocol import (
     CHECK_FAILED,
     DEFAULT_ADD_TIMEOUT,
     DEFAULT_NAMESPACE,
@@ -39,7 +39,7 @@ from podnet.app.node.protocol import (
     interface_names,
     ipam_result,
 )
-from podnet.app.node.server import UnixHTTPServer, listen, run
+from podnet.node.server import UnixHTTPServer, listen, run
 
 __all__ = [
     "CHECK_FAILED",

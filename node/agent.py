@@ -15,30 +15,6 @@ from typing import Any
 
 import attrs
 
-from podnet.app.node.grants import Cancelled, IpamGrants
-from podnet.app.node.locks import KeyedLocks
-from podnet.app.node.protocol import (
-    CHECK_FAILED,
-    DEFAULT_ADD_TIMEOUT,
-    DEFAULT_NAMESPACE,
-    INVALID,
-    NOT_READY,
-    TRY_AGAIN,
-    Attachments,
-    CniError,
-    CniRequest,
-    as_plugged,
-    body_field,
-    cni_result,
-    interface_names,
-    ipam_request,
-    ipam_result,
-    only_network,
-    raise_if_invalid,
-    record_addresses,
-    without_default_routes,
-)
-from podnet.app.node.report import ANNOTATION_ENI, DEFAULT_BATCH, NodeReporter
 from podnet.core.annotations import NETWORKS, annotation_field, parse_attachments
 from podnet.core.clock import SystemClock
 from podnet.core.cluster.informer import Informer
@@ -75,9 +51,33 @@ from podnet.hookspecs.types import (
     UnplugContext,
     owner_digest,
 )
-from podnet.linux.eni import EniDataplane, host_summary
+from podnet.linux.hooks import ReportsAnnotations
 from podnet.linux.netns import network_namespace_id, own_network_namespaces
 from podnet.linux.veth import link_names
+from podnet.node.grants import Cancelled, IpamGrants
+from podnet.node.locks import KeyedLocks
+from podnet.node.protocol import (
+    CHECK_FAILED,
+    DEFAULT_ADD_TIMEOUT,
+    DEFAULT_NAMESPACE,
+    INVALID,
+    NOT_READY,
+    TRY_AGAIN,
+    Attachments,
+    CniError,
+    CniRequest,
+    as_plugged,
+    body_field,
+    cni_result,
+    interface_names,
+    ipam_request,
+    ipam_result,
+    only_network,
+    raise_if_invalid,
+    record_addresses,
+    without_default_routes,
+)
+from podnet.node.report import DEFAULT_BATCH, NodeReporter
 
 log = logging.getLogger("podnet.node")
 
@@ -137,11 +137,15 @@ class NodeAgent:
         self._report_lock = threading.Lock()
         #: addresses handed to other CNI plugins (podnet-ipam), until their DEL
         self.grants = IpamGrants(os.path.join(state_dir, "ipam") if state_dir else None)
-        #: a provider of this agent plugs with the ENI dataplane: the report says what of
-        #: it is in place
-        self.eni = any(isinstance(getattr(plugin, "dataplane", None), EniDataplane)
-                       for plugin in providers.plugins.values())
-        self._eni_summary: dict[str, str] = {}
+        #: the dataplanes that say what they have in place on this host, one per class:
+        #: what one says is the host's, not its provider's records'
+        self._reporting: dict[type, ReportsAnnotations] = {}
+        for plugin in providers.plugins.values():
+            dataplane = getattr(plugin, "dataplane", None)
+            if isinstance(dataplane, ReportsAnnotations):
+                self._reporting.setdefault(type(dataplane), dataplane)
+        #: what each last said (kept while its netlink cannot be read)
+        self._dataplane_said: dict[type, Mapping[str, str]] = {}
         self.reporter = NodeReporter(cluster, node, namespace, self.report, batch=report_batch,
                                      annotations=self.dataplane_annotations, host=host_id)
         #: this host's id: what the agent writes onto a record before it plugs it
@@ -259,14 +263,17 @@ class NodeAgent:
             raise CniError(TRY_AGAIN, f"PodNetwork {pn.key}: {exc}", status=503) from exc
 
     def dataplane_annotations(self) -> dict[str, str]:
-        """The report's summary of the ENI dataplane on this host (none without one)."""
-        if not self.eni:
-            return {}
-        try:
-            self._eni_summary = {ANNOTATION_ENI: host_summary().to_json()}
-        except OSError as exc:  # netlink unreadable now: the last summary stands
-            log.warning("node %s: the ENI dataplane could not be read: %s", self.node, exc)
-        return self._eni_summary
+        """The report's annotations saying what the dataplanes have in place on this host
+        (``podnet.linux.hooks.ReportsAnnotations``; none without such a dataplane)."""
+        said: dict[str, str] = {}
+        for kind, dataplane in self._reporting.items():
+            try:
+                self._dataplane_said[kind] = dataplane.report_annotations()
+            except OSError as exc:  # netlink unreadable now: the last summary stands
+                log.warning("node %s: the %s could not be read: %s", self.node,
+                            kind.__name__, exc)
+            said.update(self._dataplane_said.get(kind, {}))
+        return said
 
     @contextlib.contextmanager
     def _plugging_of(self, records: list[PodNetwork]) -> Iterator[None]:

@@ -23,7 +23,7 @@ import re
 import threading
 from collections.abc import Iterator
 
-from podnet.app.node.statedir import private_directory
+from podnet.node.statedir import private_directory
 
 #: what a container id and an interface name may be to name a file: the plugin holds
 #: runtimes to the CNI rules, which are narrower still

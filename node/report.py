@@ -16,9 +16,10 @@ reporter says so (:attr:`NodeReporter.conflict`, an error in the log) and the ag
 not ready, so two hosts never write one node's report (an agent restarted on its own host
 takes its report over at once: its list is derived again from the host).
 
-Beside what the handshake needs, a node whose providers use the ENI dataplane says what
-its netlink has of it (:data:`ANNOTATION_ENI`: the ENI devices found, by MAC, and the
-table each pod address's rule looks up; bounded, see ``podnet.linux.eni.EniSummary``), so
+Beside what the handshake needs, a node whose providers' dataplanes report annotations
+(``podnet.linux.hooks.ReportsAnnotations``) says what its netlink has of them: the ENI
+dataplane's ``podnet.linux.eni.ANNOTATION_ENI``, the ENI devices found, by MAC, and the
+table each pod address's rule looks up (bounded, see ``podnet.linux.eni.EniSummary``), so
 ``podnet status`` and ``podnet audit``, which cannot see a node's netlink, can. Nothing
 pokes the reporter when a rule changes by hand: it computes again every ``refresh``
 seconds, and writes only when something changed.
@@ -56,8 +57,6 @@ log = logging.getLogger("podnet.node")
 DEFAULT_BATCH = 0.2
 #: seconds after which the report is computed again though nothing poked it
 DEFAULT_REFRESH = 5.0
-#: the Lease annotation with the node's ENI dataplane summary (JSON)
-ANNOTATION_ENI = "podnet.io/eni-dataplane"
 
 
 def default_host_id() -> str:

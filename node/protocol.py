@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 
 from podnet.core.models import DEFAULT_NETWORK, PodNetwork
-from podnet.core.reconcile.podnetwork import ready_condition
+from podnet.core.objects import ready_condition
 from podnet.hookspecs.types import PlugResult
 
 DEFAULT_SOCKET = "/run/podnet/agent.sock"

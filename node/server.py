@@ -18,15 +18,15 @@ from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from podnet.app.node.agent import NodeAgent
-from podnet.app.node.protocol import DEFAULT_NAMESPACE, INVALID, TRY_AGAIN, CniError
-from podnet.app.node.statedir import private_directory
 from podnet.core.cluster.port import Cluster
 from podnet.core.errors import ConfigError
 from podnet.core.plugin import Providers
 from podnet.core.tracing import (
     Tracing,
 )
+from podnet.node.agent import NodeAgent
+from podnet.node.protocol import DEFAULT_NAMESPACE, INVALID, TRY_AGAIN, CniError
+from podnet.node.statedir import private_directory
 
 log = logging.getLogger("podnet.node")
 

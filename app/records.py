@@ -118,10 +118,9 @@ def read_records(cluster: Cluster, agent_namespace: str | None = None) -> Record
     agents: list[AgentReport] = []
     dataplanes: list[tuple[str, EniSummary | str]] = []
     if agent_namespace is not None:
-        from podnet.linux.eni import ANNOTATION_ENI
         from podnet.core.cluster.port import LEASE
         from podnet.core.objects import LABEL_AGENT_NODE, agent_report
-        from podnet.linux.eni import EniSummary
+        from podnet.linux.eni import ANNOTATION_ENI, EniSummary
 
         for obj in cluster.list(LEASE, agent_namespace, label_selector=LABEL_AGENT_NODE).items:
             report = agent_report(obj)

@@ -9,7 +9,6 @@ from contextlib import contextmanager
 
 import pytest
 
-from podnet.sim.memory import InMemoryCluster
 from podnet.core.cluster.port import LEASE, NAMESPACE, NODE
 from podnet.core.objects import agent_lease_name
 from podnet.core.plugin import Providers, new_plugin_manager
@@ -17,6 +16,7 @@ from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import ProviderInfo
 from podnet.linux.hooks import ReportsAnnotations
 from podnet.node import DEFAULT_NAMESPACE, NodeAgent
+from podnet.sim.memory import InMemoryCluster
 
 NODE_NAME = "node-a"
 SUMMARY = "example.io/summary"

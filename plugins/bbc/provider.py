@@ -674,8 +674,6 @@ class BbcProvider(DataplaneHooks):
     def podnet_address_space(self, provider: str, node: NodeContext) -> AddressSpace | None:
         """The ENI's subnet, where a requested address can be added, and the candidate
         subnets, from the subnet reads the provider keeps."""
-        if provider != self.name:
-            return None
         port = self._port(self.instance_id(node.node))
         primary = self._subnet(port.subnet)  # needed for any static address: raise
         subnets = [Subnet.first_host_gateway(port.subnet, primary.cidr,

@@ -1050,8 +1050,6 @@ class EcsProvider(DataplaneHooks):
     @hookimpl
     def podnet_address_space(self, provider: str, node: NodeContext) -> AddressSpace | None:
         """The configured vSwitches with their CIDRs (read once, then kept)."""
-        if provider != self.name:
-            return None
         cidrs = self._cidr_map()
         return AddressSpace(subnets=tuple(
             Subnet.first_host_gateway(v, str(cidrs[v]) if v in cidrs else None)

@@ -450,8 +450,6 @@ class ReferenceProvider(DataplaneHooks):
 
     @hookimpl
     def podnet_address_space(self, provider: str, node: NodeContext) -> AddressSpace | None:
-        if provider != self.name:
-            return None
         cidr = node.node.pod_cidr
         # the one subnet of a node is its podCIDR, by that name too
         return AddressSpace(subnets=(Subnet.first_host_gateway(cidr, cidr),) if cidr else ())

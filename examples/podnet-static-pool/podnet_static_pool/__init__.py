@@ -271,8 +271,6 @@ class StaticPoolProvider:
     @hookimpl
     def podnet_address_space(self, provider: str, node: NodeContext) -> AddressSpace | None:
         """The ranges, as the subnets a pod may ask for; no fixed addresses, no pools."""
-        if provider != self.name:
-            return None
         return AddressSpace(
             subnets=tuple(Subnet(id=str(r), cidr=str(r), gateway=_gateway(r),
                                  takes_static=False) for r in self.ranges),

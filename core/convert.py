@@ -55,6 +55,10 @@ from podnet.core.structgen import Inline, make_fast_structure
 from podnet.core.values import evolve
 from podnet.hookspecs import models
 
+# a wire rule failed; ``path`` continues the path from where the hook was called (the
+# provider contract's rule error: config sections' rules raise it too)
+from podnet.hookspecs.sections import RuleError as _Invalid
+
 __all__ = ["RecordError", "RuleError", "converter", "from_wire", "invalid",
            "metadata_as_answered", "register_section", "to_wire"]
 
@@ -72,15 +76,6 @@ class RecordError(ValueError):
 
     def __str__(self) -> str:
         return f"{self.field}: {self.message}"
-
-
-class _Invalid(ValueError):
-    """A wire rule failed; ``path`` continues the path from where the hook was called."""
-
-    def __init__(self, message: str, path: tuple[str | int, ...] = ()) -> None:
-        super().__init__(message)
-        self.message = message
-        self.path = path
 
 
 class _Key(str):

@@ -179,11 +179,6 @@ def _report(graph: dict[str, dict[str, list[Import]]], found: list[list[str]]) -
 
 # --- the import contracts cover every module ------------------------------------------------
 
-#: core's modules a provider may import (docs/writing-a-provider.md, section 1)
-PUBLIC_TO_PROVIDERS = {"annotations", "errors", "models", "objects", "policy", "pool",
-                       "ratelimit", "sections"}
-
-
 def _core_children() -> set[str]:
     """podnet.core's modules and subpackages, as the contracts name them."""
     return {name.split(".")[2] for name in MODULES
@@ -204,12 +199,21 @@ def test_every_core_module_is_in_a_layer() -> None:
     assert sorted(in_core) == sorted(_core_children()), "place each core module in a layer"
 
 
-def test_every_core_module_is_public_or_forbidden_to_providers() -> None:
-    forbidden = _contract("providers import only")["forbidden_modules"]
+def test_no_core_module_is_public_to_providers() -> None:
+    """One door: providers import podnet.hookspecs (and podnet.linux), nothing of core,
+    directly or not."""
+    contract = _contract("providers import only")
+    forbidden = contract["forbidden_modules"]
     assert isinstance(forbidden, list)
-    internal = {m.removeprefix("podnet.core.") for m in forbidden if m.startswith("podnet.core.")}
-    assert not internal & PUBLIC_TO_PROVIDERS
-    assert internal | PUBLIC_TO_PROVIDERS == _core_children()
+    assert {"podnet.core", "podnet.app", "podnet.sim"} <= set(forbidden)
+    assert contract.get("allow_indirect_imports", "False") == "False"
+    plugins = [name for name in MODULES if name.startswith("podnet.plugins.")]
+    assert plugins
+    outside = [f"{name} -> {i.imported}" for name in plugins for i in imports_of(name)
+               if i.imported.startswith("podnet.")
+               and not i.imported.startswith(("podnet.hookspecs", "podnet.linux",
+                                              "podnet.plugins"))]
+    assert outside == []
 
 
 # --- the reader itself ---------------------------------------------------------------------

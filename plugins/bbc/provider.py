@@ -44,11 +44,11 @@ from baidubce.retry.retry_policy import NoRetryPolicy
 from baidubce.services.bbc.bbc_client import BbcClient
 from baidubce.services.subnet.subnet_client import SubnetClient
 
-from podnet.core.errors import ConfigError, ErrorKind, ProviderError
-from podnet.core.models import NodeInfo
-from podnet.core.policy import Backoff, PoolPolicy, RateLimit
-from podnet.core.ratelimit import CloudLimiter
-from podnet.core.sections import (
+from podnet.hookspecs import hookimpl
+from podnet.hookspecs.errors import ConfigError, ErrorKind, ProviderError
+from podnet.hookspecs.models import NodeInfo
+from podnet.hookspecs.policy import Backoff, PoolPolicy, RateLimit
+from podnet.hookspecs.sections import (
     at_least,
     between,
     config_key,
@@ -58,12 +58,12 @@ from podnet.core.sections import (
     section,
     text,
 )
-from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
     Allocation,
     CloudInterface,
+    CloudLimiter,
     Inventory,
     NodeContext,
     PodNetworkContext,

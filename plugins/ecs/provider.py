@@ -77,10 +77,11 @@ from typing import Any
 
 import attrs
 
-from podnet.core.errors import ConfigError, ErrorKind, PoolEmpty, ProviderError
-from podnet.core.policy import PoolPolicy, RateLimit
-from podnet.core.ratelimit import CloudLimiter
-from podnet.core.sections import (
+from podnet.hookspecs import hookimpl
+from podnet.hookspecs.errors import ConfigError, ErrorKind, PoolEmpty, ProviderError
+from podnet.hookspecs.models import NodeInfo, PodNetwork
+from podnet.hookspecs.policy import PoolPolicy, RateLimit
+from podnet.hookspecs.sections import (
     between,
     config_key,
     ids,
@@ -91,13 +92,12 @@ from podnet.core.sections import (
     section,
     text,
 )
-from podnet.hookspecs import hookimpl
-from podnet.hookspecs.models import NodeInfo, PodNetwork
 from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
     Allocation,
     CloudInterface,
+    CloudLimiter,
     Inventory,
     NodeContext,
     NodeFinding,

@@ -21,20 +21,21 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from podnet.core.annotations import SUBNETS, check_references, is_ip, show
-from podnet.core.annotations import annotation_field as _field
-from podnet.core.errors import ConfigError, ErrorKind, InvalidRequest, ProviderError
-from podnet.core.models import (
+from podnet.hookspecs import hookimpl
+from podnet.hookspecs.annotations import SUBNETS, check_references, is_ip, show
+from podnet.hookspecs.annotations import annotation_field as _field
+from podnet.hookspecs.errors import ConfigError, ErrorKind, InvalidRequest, ProviderError
+from podnet.hookspecs.models import (
     DEFAULT_NETWORK,
     NodeInfo,
     PodInfo,
     PodNetwork,
     PodNetworkStatus,
     WorkloadInfo,
+    statefulset_ordinal,
 )
-from podnet.core.objects import statefulset_ordinal
-from podnet.core.policy import PoolPolicy
-from podnet.core.sections import (
+from podnet.hookspecs.policy import PoolPolicy
+from podnet.hookspecs.sections import (
     between,
     config_key,
     invalid,
@@ -44,7 +45,6 @@ from podnet.core.sections import (
     section,
     text,
 )
-from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
     AllocateContext,
     Allocation,

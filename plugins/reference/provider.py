@@ -26,11 +26,11 @@ from typing import Any
 
 import attrs
 
-from podnet.core.errors import ConfigError, ErrorKind, ProviderError
-from podnet.core.policy import PoolPolicy
-from podnet.core.sections import between, config_key, read_section, section, text
 from podnet.hookspecs import hookimpl
+from podnet.hookspecs.errors import ConfigError, ErrorKind, ProviderError
 from podnet.hookspecs.models import NodeInfo, Route
+from podnet.hookspecs.policy import PoolPolicy
+from podnet.hookspecs.sections import between, config_key, read_section, section, text
 from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,

@@ -32,10 +32,10 @@ from typing import Any
 
 import attrs
 
-from podnet.core.errors import ErrorKind, ProviderError
-from podnet.core.policy import PoolPolicy
-from podnet.core.sections import between, cidrs, read_section, section
 from podnet.hookspecs import hookimpl
+from podnet.hookspecs.errors import ErrorKind, ProviderError
+from podnet.hookspecs.policy import PoolPolicy
+from podnet.hookspecs.sections import between, cidrs, read_section, section
 from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,

@@ -14,8 +14,8 @@ from podnet.core.clock import FakeClock
 from podnet.core.cluster.memory import InMemoryCluster
 from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Obj
 from podnet.core.engine import Engine, EngineOptions
-from podnet.core.errors import ConfigError
 from podnet.core.plugin import new_plugin_manager
+from podnet.hookspecs.errors import ConfigError
 
 NS = "demo"  # the namespace podnet.app.demo.pod_obj puts pods in
 RANGES = ["10.20.0.0/28", "10.20.1.0/28"]

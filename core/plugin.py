@@ -21,7 +21,6 @@ from typing import Any
 import attrs
 import pluggy
 
-import podnet.core.sections  # noqa: F401  (installs the providers' config section reader)
 import podnet.hookspecs as hookspecs
 from podnet.core.errors import ConfigError, MissingExtra
 from podnet.hookspecs.routing import ROUTING, Routing

@@ -19,32 +19,42 @@ provider: ``providers.my.timeout: must be between 0.1 and 600, got 900``. Values
 ``secret`` fields are never shown. Types are strict (``true`` is not a number, ``"3"``
 not a count); the rules in a field's ``metadata`` check the rest.
 
-This module is the provider contract's side: the rules, :func:`section` and
-:func:`read_section`. The reading is core's one converter (``podnet.core.sections``
-installs it with :func:`install_reader` when core is imported), so that a section's
-errors read as every record's do.
+Sections are read here, by a converter of their own (a provider's module may read one
+on import, before anything of core is loaded); core re-exports these names for its own
+modules (``podnet.core.sections``).
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Mapping
+from types import UnionType
+from typing import Any, TypeVar, Union, cast, get_args, get_origin
+
+import attrs
+import cattrs
+from cattrs.errors import (
+    AttributeValidationNote,
+    ClassValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationError,
+    IterableValidationNote,
+)
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from podnet.hookspecs.annotations import show
+from podnet.hookspecs.errors import ConfigError
 
 __all__ = [
     "CHECK",
     "PARSE",
     "SECRET",
     "RuleError",
-    "SectionReader",
     "at_least",
     "between",
     "cidrs",
     "config_key",
     "ids",
-    "install_reader",
     "invalid",
     "one_of",
     "read_section",
@@ -54,6 +64,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+N = TypeVar("N")
+Hook = Callable[[Any, Any], Any]
 Metadata = dict[str, Any]
 #: a rule's check: raise ValueError (its message is shown) or return the value to keep
 Check = Callable[[Any], Any]
@@ -187,43 +199,261 @@ def cidrs(*, strict: bool = True, disjoint: bool = False) -> Metadata:
 # --- declaring and reading ----------------------------------------------------------------
 
 
-class SectionReader(Protocol):
-    """What reads sections: core's converter, installed when core is imported (every
-    process that loads providers through podnet has it)."""
+# --- the reader: one strict cattrs converter for config sections ---------------------------
+#
+# Sections are read by rules of their own, not by core's converter of records (whose
+# wire form is the API server's): a provider's module may read one on import, before any
+# of core is loaded. The messages are worded as the records' are.
 
-    def register(self, cls: type, camel: bool, check: Callable[[Any], None] | None
-                 ) -> None: ...
-
-    def read(self, cls: type[T], provider: str, data: object, base: T | None) -> T: ...
-
-
-#: the classes :func:`section` declared, in order (a nested section comes before the
-#: section naming it), and the reader, once installed
-_declared: list[tuple[type, bool, Callable[[Any], None] | None]] = []
-_reader: list[SectionReader] = []
+_converter = cattrs.Converter(detailed_validation=True, forbid_extra_keys=True)
+#: per section class: attribute -> key
+_KEYS: dict[type, dict[str, str]] = {}
+_FIELD_HOOKS: dict[tuple[type, str], Hook] = {}
+_CHECKS: dict[type, Callable[[Any], None]] = {}
 
 
-def install_reader(reader: SectionReader) -> None:
-    """Core's: install the reader, and register with it every section declared so far."""
-    _reader[:] = [reader]
-    for cls, camel, check in _declared:
-        reader.register(cls, camel, check)
+class _Key(str):
+    """A mapping key in an error path, printed as ``[key]`` rather than ``.key``."""
+
+
+def _expected(kind: str, value: object) -> RuleError:
+    return RuleError(f"expected {kind}, got {show(value)}")
+
+
+def _str(value: Any, _: Any = None) -> str:
+    if not isinstance(value, str):
+        raise _expected("string", value)
+    return str(value)
+
+
+def _int(value: Any, _: Any = None) -> int:
+    # bool is an int subclass; YAML's true is not a count
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _expected("integer", value)
+    return int(value)
+
+
+def _float(value: Any, _: Any = None) -> float:
+    # an integer is a number too; true is not
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _expected("number", value)
+    return float(value)
+
+
+def _bool(value: Any, _: Any = None) -> bool:
+    if value is not True and value is not False:
+        raise _expected("boolean", value)
+    return bool(value)
+
+
+def _is_tuple(t: Any) -> bool:
+    args = get_args(t)
+    return get_origin(t) is tuple and len(args) == 2 and args[1] is Ellipsis
+
+
+def _is_dict(t: Any) -> bool:
+    return get_origin(t) is dict
+
+
+def _is_optional(t: Any) -> bool:
+    args = get_args(t)
+    return len(args) == 2 and type(None) in args and get_origin(t) in (Union, UnionType)
+
+
+def _tuple_structure(t: Any) -> Hook:
+    item_type = get_args(t)[0]
+    item = _converter.get_structure_hook(item_type)
+
+    def structure(value: Any, _: Any) -> tuple[Any, ...]:
+        if not isinstance(value, list | tuple):
+            raise _expected("list", value)
+        out = []
+        for index, element in enumerate(value):
+            try:
+                out.append(item(element, item_type))
+            except Exception as exc:
+                exc.add_note(IterableValidationNote(f"@ index {index}", index, item_type))
+                raise IterableValidationError("While structuring a list", [exc], t) from None
+        return tuple(out)
+
+    return structure
+
+
+def _dict_structure(t: Any) -> Hook:
+    key_type, value_type = get_args(t)
+    key_hook = _converter.get_structure_hook(key_type)
+    value_hook = _converter.get_structure_hook(value_type)
+
+    def structure(value: Any, _: Any) -> dict[Any, Any]:
+        if not isinstance(value, Mapping):
+            raise _expected("object", value)
+        out = {}
+        for key, element in value.items():
+            try:
+                out[key_hook(key, key_type)] = value_hook(element, value_type)
+            except Exception as exc:
+                exc.add_note(IterableValidationNote(f"@ key {key!r}", str(key), value_type))
+                raise IterableValidationError("While structuring a map", [exc], t) from None
+        return out
+
+    return structure
+
+
+def _optional_structure(t: Any) -> Hook:
+    inner_type = next(a for a in get_args(t) if a is not type(None))
+    inner = _converter.get_structure_hook(inner_type)
+    return lambda value, _: None if value is None else inner(value, inner_type)
+
+
+def _omittable(a: attrs.Attribute[Any]) -> bool:
+    # only "nothing here" defaults are left out of a section written back (a base)
+    default = a.default
+    factory = getattr(default, "factory", None)  # an attrs Factory
+    if factory is not None:
+        return bool(factory in (dict, tuple, list))
+    return default is None or default == ()
+
+
+def _section_structure(cls: type) -> Hook:
+    keys = _KEYS[cls]
+    generated = make_dict_structure_fn(
+        cls, _converter, _cattrs_forbid_extra_keys=True,
+        **{a.name: override(rename=keys[a.name], struct_hook=_FIELD_HOOKS.get((cls, a.name)))
+           for a in attrs.fields(cls)})
+    check = _CHECKS.get(cls)
+
+    def structure(value: Any, _: Any = None) -> Any:
+        if not isinstance(value, Mapping):
+            raise _expected("object", value)
+        built = generated(value)
+        if check is not None:
+            check(built)
+        return built
+
+    return structure
+
+
+def _section_unstructure(cls: type) -> Callable[[Any], dict[str, Any]]:
+    keys = _KEYS[cls]
+    return make_dict_unstructure_fn(
+        cls, _converter, **{a.name: override(rename=keys[a.name], omit_if_default=_omittable(a))
+                            for a in attrs.fields(cls)})
+
+
+_converter.register_structure_hook(str, _str)
+_converter.register_structure_hook(int, _int)
+_converter.register_structure_hook(float, _float)
+_converter.register_structure_hook(bool, _bool)
+_converter.register_structure_hook_factory(_is_optional, _optional_structure)
+_converter.register_structure_hook_factory(_is_tuple, _tuple_structure)
+_converter.register_structure_hook_factory(_is_dict, _dict_structure)
+_converter.register_structure_hook_factory(lambda t: t in _KEYS, _section_structure)
+_converter.register_unstructure_hook_factory(lambda t: t in _KEYS, _section_unstructure)
+
+
+def _note(exc: BaseException, kind: type[N]) -> N | None:
+    for note in getattr(exc, "__notes__", ()):
+        if note.__class__ is kind:
+            return note
+    return None
+
+
+def _locate(exc: BaseException, path: tuple[str | int, ...]) -> tuple[tuple[str | int, ...], str]:
+    """Walk cattrs' error tree down to the first failure: its key path and a message."""
+    if isinstance(exc, ClassValidationError):
+        # an unknown key first: a misspelt key otherwise shows up as "required field missing"
+        for sub in exc.exceptions:
+            if isinstance(sub, ForbiddenExtraKeysError):
+                return _locate(sub, path)
+        for sub in exc.exceptions:
+            attr_note = _note(sub, AttributeValidationNote)
+            if attr_note is None:
+                continue
+            key = _KEYS.get(exc.cl, {}).get(attr_note.name, attr_note.name)
+            if type(sub) is KeyError:
+                return (*path, key), "required field missing"
+            return _locate(sub, (*path, key))
+        return _locate(exc.exceptions[0], path)
+    if isinstance(exc, IterableValidationError):
+        sub = exc.exceptions[0]
+        item_note = _note(sub, IterableValidationNote)
+        if item_note is None:
+            return _locate(sub, path)
+        index = item_note.index
+        return _locate(sub, (*path, index if isinstance(index, int) else _Key(index)))
+    if isinstance(exc, ForbiddenExtraKeysError):
+        key = sorted(exc.extra_fields)[0]
+        if exc.cl in _KEYS:  # an operator's typo: say what was meant to be there
+            known = ", ".join(sorted(_KEYS[exc.cl].values()))
+            return (*path, key), f"unknown key {key!r} (known: {known})"
+        return (*path, key), f"unknown field {key!r}"
+    if isinstance(exc, RuleError):
+        return (*path, *exc.path), exc.message
+    return path, str(exc) or type(exc).__name__
+
+
+def _format_path(path: tuple[str | int, ...]) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int | _Key):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def _field_hook(a: attrs.Attribute[Any]) -> Hook:
+    check: Check | None = a.metadata.get(CHECK)
+    secret = bool(a.metadata.get(SECRET))
+    parse: Check | None = a.metadata.get(PARSE)
+    if parse is None:
+        typed = _converter.get_structure_hook(a.type)
+        kind = a.type
+
+        def parse(value: Any) -> Any:
+            return typed(value, kind)
+
+    read: Check = parse
+
+    def structure(value: Any, _: Any = None) -> Any:
+        try:
+            out = read(value)
+            if check is not None and out is not None:
+                out = check(out)
+        except ValueError as exc:
+            if secret:  # what was given is not repeated, not even in part
+                raise invalid("expected a non-empty string (value not shown)") from None
+            if isinstance(exc, RuleError):
+                raise  # it names its own path (a list's index)
+            raise invalid(str(exc)) from None
+        return out
+
+    return structure
 
 
 def section(*, camel: bool = False, check: Callable[[Any], None] | None = None
             ) -> Callable[[type[T]], type[T]]:
-    """Declare a frozen attrs class a config section: its attributes are its keys
+    """Register a frozen attrs class as a config section: its attributes are its keys
     (``camel``: written camelCase, ``max_ips`` as ``maxIps``), each read with its
     type's strict hook and its ``metadata`` rule. ``check`` runs on the built section,
     raising :func:`invalid` with the key it blames."""
 
-    def declare(cls: type[T]) -> type[T]:
-        _declared.append((cls, camel, check))
-        if _reader:
-            _reader[0].register(cls, camel, check)
+    def register(cls: type[T]) -> type[T]:
+        attrs.resolve_types(cast(Any, cls))  # the hooks below need the real types
+        fields = attrs.fields(cast(Any, cls))
+        _KEYS[cls] = {a.name: _camel(a.name) if camel else a.name for a in fields}
+        for a in fields:
+            _FIELD_HOOKS[(cls, a.name)] = _field_hook(a)
+        if check is not None:
+            _CHECKS[cls] = check
         return cls
 
-    return declare
+    return register
 
 
 def read_section(cls: type[T], provider: str, data: object, base: T | None = None) -> T:
@@ -232,7 +462,12 @@ def read_section(cls: type[T], provider: str, data: object, base: T | None = Non
 
     :raise ConfigError: naming the key path (``providers.<provider>.<key>``).
     """
-    if not _reader:
-        raise RuntimeError(f"no config section reader to read {cls.__name__}: providers "
-                           "are loaded through podnet's core, which installs it")
-    return _reader[0].read(cls, provider, data, base)
+    if not isinstance(data, Mapping):
+        raise ConfigError(config_key(provider), f"expected a mapping, got {show(data)}")
+    merged: Mapping[str, Any] = (
+        {**_converter.unstructure(base), **data} if base is not None else data)
+    try:
+        return _converter.structure(merged, cls)
+    except Exception as exc:
+        path, message = _locate(exc, ())
+        raise ConfigError(config_key(provider, _format_path(path)), message) from None

@@ -46,7 +46,7 @@ PRIORITY_ALLOW = 2010
 #: external_ids key on podnet's ACLs: the security group (port group) that wrote it
 ACL_GROUP = "podnet/sg"
 
-PG_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+_PG_SAFE = re.compile(r"[^A-Za-z0-9_]")
 _PROTOCOLS = ("tcp", "udp", "icmp", "all")
 _RULE_KEYS = {"ingress": {"protocol", "port", "from", "groups"},
               "egress": {"protocol", "port", "to", "groups"}}
@@ -55,7 +55,7 @@ _GROUP_KEYS = {"ingress", "egress"}
 
 def port_group_of(name: str) -> str:
     """The port group of security group ``name`` (letters, digits, underscores)."""
-    return f"sg_{PG_UNSAFE.sub('_', name)}"
+    return f"sg_{_PG_SAFE.sub('_', name)}"
 
 
 @attrs.frozen

@@ -316,10 +316,11 @@ def _omittable(a: attrs.Attribute[Any]) -> bool:
 
 def _section_structure(cls: type) -> Hook:
     keys = _KEYS[cls]
-    generated = make_dict_structure_fn(
-        cls, _converter, _cattrs_forbid_extra_keys=True,
-        **{a.name: override(rename=keys[a.name], struct_hook=_FIELD_HOOKS.get((cls, a.name)))
-           for a in attrs.fields(cls)})
+    overrides: dict[str, Any] = {
+        a.name: override(rename=keys[a.name], struct_hook=_FIELD_HOOKS.get((cls, a.name)))
+        for a in attrs.fields(cls)}
+    generated: Callable[[Any], Any] = make_dict_structure_fn(
+        cls, _converter, _cattrs_forbid_extra_keys=True, **overrides)
     check = _CHECKS.get(cls)
 
     def structure(value: Any, _: Any = None) -> Any:
@@ -335,9 +336,10 @@ def _section_structure(cls: type) -> Hook:
 
 def _section_unstructure(cls: type) -> Callable[[Any], dict[str, Any]]:
     keys = _KEYS[cls]
-    return make_dict_unstructure_fn(
-        cls, _converter, **{a.name: override(rename=keys[a.name], omit_if_default=_omittable(a))
-                            for a in attrs.fields(cls)})
+    overrides: dict[str, Any] = {
+        a.name: override(rename=keys[a.name], omit_if_default=_omittable(a))
+        for a in attrs.fields(cls)}
+    return make_dict_unstructure_fn(cls, _converter, **overrides)
 
 
 _converter.register_structure_hook(str, _str)

@@ -216,7 +216,7 @@ def provider_chooser(config: Config, providers: Providers) -> Callable[[NodeInfo
         for rule in config.node_providers:
             if rule.selector.matches(node.labels):
                 return rule.provider
-        chosen: object = providers.pm.hook.podnet_select_provider(node=node)
+        chosen: object = providers.broadcast("podnet_select_provider")(node=node)
         if chosen is not None and chosen in providers:
             return str(chosen)
         return config.default_provider

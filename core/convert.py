@@ -59,8 +59,7 @@ from podnet.core.structgen import Inline, make_fast_structure
 from podnet.core.values import evolve
 from podnet.hookspecs import models
 
-__all__ = ["RecordError", "RuleError", "converter", "from_wire", "invalid",
-           "metadata_as_answered", "register_section", "to_wire"]
+__all__ = ["RecordError", "converter", "from_wire", "metadata_as_answered", "to_wire"]
 
 T = TypeVar("T")
 Hook = Callable[[Any, Any], Any]
@@ -819,9 +818,6 @@ def _locate(exc: BaseException, path: tuple[str | int, ...]) -> tuple[tuple[str 
         return _locate(sub, (*path, index if isinstance(index, int) else _Key(index)))
     if isinstance(exc, ForbiddenExtraKeysError):
         key = sorted(exc.extra_fields)[0]
-        if exc.cl in _SECTIONS:  # an operator's typo: say what was meant to be there
-            known = ", ".join(sorted(_WIRE_NAMES[exc.cl].values()))
-            return (*path, key), f"unknown key {key!r} (known: {known})"
         return (*path, key), f"unknown field {key!r}"
     if isinstance(exc, _Invalid):
         return (*path, *exc.path), exc.message
@@ -836,36 +832,6 @@ def _format_path(path: tuple[str | int, ...]) -> str:
         else:
             out += f".{part}" if out else part
     return out
-
-
-# --- config sections ----------------------------------------------------------------------
-
-#: classes read from a config file, not from the API server (``podnet.core.sections``)
-_SECTIONS: set[type] = set()
-
-
-def register_section(cls: type, names: Mapping[str, str], field_hooks: Mapping[str, Hook],
-                     check: Callable[[Any], None] | None = None) -> None:
-    """Read the attrs class ``cls`` as records are read: keys ``names`` (attribute ->
-    key), unknown keys refused, ``field_hooks`` for some attributes' values, ``check``
-    across its fields once built. Their failures raise :func:`invalid`."""
-    attrs.resolve_types(cls)
-    _WIRE_NAMES[cls] = dict(names)
-    for name, hook in field_hooks.items():
-        _FIELD_HOOKS[(cls, name)] = hook
-    if check is not None:
-        _CLASS_CHECKS[cls] = check
-    _SECTIONS.add(cls)
-
-
-#: what hooks and checks registered from outside raise (through :func:`invalid`)
-RuleError = _Invalid
-
-
-def invalid(message: str, *path: str | int) -> RuleError:
-    """What a hook or check registered here raises; ``path`` (keys, list indexes) goes
-    on from where it was called."""
-    return _Invalid(message, path)
 
 
 # --- records that do not parse ------------------------------------------------------------

@@ -25,6 +25,11 @@ Set-up (``podnet_configure``, through :meth:`Providers.configure
 neither fenced nor traced: they happen before this replica may lead, or make no cloud
 call.
 
+**Routing is data.** Each hookspec declares whether it is routed or broadcast
+(:data:`podnet.hookspecs.routing.ROUTING`); a routed call here is refused
+(:class:`~podnet.core.plugin.MisroutedCall`) unless its hook is routed and its arguments
+name the provider it is routed to, and a broadcast unless its hook is a broadcast.
+
 **Broadcasts.** What is every plugin's business goes to every plugin: which provider
 serves a node (``podnet_select_provider``), which extra networks a pod attaches to
 (``podnet_select_networks``), and each transition (``podnet_transition``).
@@ -45,7 +50,7 @@ from podnet.core.errors import ErrorKind, PodnetError, ProviderError, one_line
 from podnet.core.fence import Fence
 from podnet.core.metrics import Metrics
 from podnet.core.models import NodeInfo, PodInfo
-from podnet.core.plugin import Providers
+from podnet.core.plugin import MisroutedCall, Providers
 from podnet.core.policy import PoolPolicy
 from podnet.core.ratelimit import CloudLimiter, TokenBucket
 from podnet.core.tracing import Tracing
@@ -56,6 +61,7 @@ from podnet.core.validate import (
     check_findings,
     check_inventory,
 )
+from podnet.hookspecs.routing import ROUTING
 from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
@@ -129,6 +135,13 @@ class ProviderGateway:
         """Call one provider hook, routed, inside a CLIENT span; raises what the provider
         raised, classified."""
         api = hook.removeprefix("podnet_")
+        # the hook's routing, as its hookspec declares it: a routed hook (else this
+        # raises), called for the provider its arguments name
+        route = self.providers.hook(provider, hook)
+        named = ROUTING[hook].provider_of(kwargs)
+        if named != provider:
+            raise MisroutedCall(f"{hook} names provider {named!r} but was routed to "
+                                f"{provider!r}")
         # before the call, not after: a cloud write of a replica that may no longer lead
         # must not leave the process (reads are refused too: nothing may act on them)
         self.fence.check(f"{provider}.{api}")
@@ -138,7 +151,7 @@ class ProviderGateway:
         outcome = "error"
         with self.tracing.client(provider, api):
             try:
-                answer: object = self.providers.hook(provider, hook)(**kwargs)
+                answer: object = route(**kwargs)
                 outcome = "ok"
                 if self._failing:  # the common case costs this one test
                     self._answered(provider)
@@ -372,19 +385,19 @@ class ProviderGateway:
     def claim(self, node: NodeInfo) -> object:
         """What a plugin answered ``podnet_select_provider`` for ``node``, as it is (a
         name core may not know; None: no plugin claims it)."""
-        chosen: object = self.pm.hook.podnet_select_provider(node=node)
+        chosen: object = self.providers.broadcast("podnet_select_provider")(node=node)
         return chosen
 
     def select_networks(self, pod: PodInfo, node: NodeInfo) -> list[NetworkAttachment]:
         """``podnet_select_networks``: every plugin's attachments for the pod, in order."""
         answers: list[Sequence[NetworkAttachment] | None] = (
-            self.pm.hook.podnet_select_networks(pod=pod, node=node))
+            self.providers.broadcast("podnet_select_networks")(pod=pod, node=node))
         return [attachment for answer in answers for attachment in answer or ()]
 
     def notify_transition(self, event: TransitionEvent) -> None:
         """``podnet_transition`` to every listener, each on its own: one that raises must
         not keep the event from the others (a plain hook call stops at the first error)."""
-        for impl in self.pm.hook.podnet_transition.get_hookimpls():
+        for impl in self.providers.broadcast("podnet_transition").get_hookimpls():
             try:
                 impl.function(**({"event": event} if "event" in impl.argnames else {}))
             except Exception:

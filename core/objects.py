@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import sys
 import weakref
 from collections.abc import Collection, Mapping
@@ -32,11 +31,13 @@ from podnet.core.models import (
     WorkloadInfo,
 )
 
+# the provider contract's (providers read it there); core's modules import it from here
+from podnet.hookspecs.models import statefulset_ordinal as statefulset_ordinal
+
 #: Pod phases after which no container of the pod runs again.
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 _intern = sys.intern
-_ORDINAL = re.compile(r".+-(0|[1-9][0-9]*)")
 _owners: weakref.WeakValueDictionary[tuple[str, str, str, str, bool, bool], OwnerReference] = (
     weakref.WeakValueDictionary()
 )
@@ -308,12 +309,3 @@ def vm_of(pod: PodInfo) -> str | None:
 def is_statefulset(ref: OwnerReference) -> bool:
     """Whether an owner reference names an ``apps`` StatefulSet (the kind core caches)."""
     return ref.kind == "StatefulSet" and ref.api_version.split("/")[0] == "apps"
-
-
-def statefulset_ordinal(pod_name: str) -> int | None:
-    """The ordinal of a StatefulSet pod name (``web-3`` -> 3), or ``None``.
-
-    StatefulSet ordinals carry no leading zeros, so ``web-03`` is not one.
-    """
-    match = _ORDINAL.fullmatch(pod_name)
-    return int(match.group(1)) if match else None

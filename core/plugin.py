@@ -23,6 +23,7 @@ import pluggy
 
 import podnet.hookspecs as hookspecs
 from podnet.core.errors import ConfigError, MissingExtra
+from podnet.hookspecs.routing import ROUTING, Routing
 from podnet.hookspecs.types import ProviderInfo
 
 log = logging.getLogger(__name__)
@@ -179,6 +180,19 @@ def _version_of(plugin: Any) -> str:
         return "0+unknown"
 
 
+class MisroutedCall(LookupError):
+    """Core called a hook other than as its hookspec declares (routed or broadcast): a
+    bug in core, refused before any plugin is called."""
+
+
+def _check_routing(name: str, wanted: Routing, how: str) -> None:
+    entry = ROUTING.get(name)
+    if entry is None:
+        raise MisroutedCall(f"{name} is no hook of the provider contract (called {how})")
+    if entry.routing is not wanted:
+        raise MisroutedCall(f"{name} is a {entry.routing} hook: it cannot be {how}")
+
+
 class Providers:
     """The providers the registered plugins declare, by name, and the routes to them.
 
@@ -196,7 +210,8 @@ class Providers:
         self._routes: dict[tuple[str, str], pluggy.HookCaller] = {}
         # each plugin asked on its own (in pluggy's calling order), so that core knows
         # which plugin declared which provider
-        asked = [impl.plugin for impl in reversed(pm.hook.podnet_register_provider.get_hookimpls())
+        asked = [impl.plugin
+                 for impl in reversed(self.broadcast("podnet_register_provider").get_hookimpls())
                  if not (impl.wrapper or impl.hookwrapper)]
         for plugin in asked:
             alone = pm.subset_hook_caller("podnet_register_provider",
@@ -237,15 +252,26 @@ class Providers:
         declare no provider (the test kit's fault injector, a ``podnet_hold_address``
         policy plugin), never another provider's plugin. A name no plugin declared
         reaches no provider at all. Routing is what keeps one provider from answering
-        for another: a provider needs no check of the name it is called for."""
+        for another: a provider needs no check of the name it is called for.
+
+        :raise MisroutedCall: ``name`` is not a routed hook (:data:`ROUTING`)."""
         route = self._routes.get((provider, name))
         if route is None:
+            _check_routing(name, Routing.ROUTED, f"routed to provider {provider!r}")
             mine = self.plugins.get(provider)
             others = [p for p in self.plugins.values() if p is not mine]
             # a proxy: plugins registered later (a listener, the fault injector) take part
             route = self.pm.subset_hook_caller(name, remove_plugins=others)
             self._routes[(provider, name)] = route
         return route
+
+    def broadcast(self, name: str) -> pluggy.HookCaller:
+        """Hook ``name`` as it reaches every plugin.
+
+        :raise MisroutedCall: ``name`` is not a broadcast hook (:data:`ROUTING`)."""
+        _check_routing(name, Routing.BROADCAST, "broadcast to every plugin")
+        caller: pluggy.HookCaller = getattr(self.pm.hook, name)
+        return caller
 
     def configure(self, provider: str, config: Mapping[str, Any]) -> None:
         self.require(provider, f"providers.{provider}")

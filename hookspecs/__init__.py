@@ -1,17 +1,37 @@
 """The provider contract: every hook podnet calls, typed and documented.
 
-A provider is a pluggy plugin of project ``podnet``. Each hook is either:
+A provider is a pluggy plugin of project ``podnet``. Each hook is either **routed** to
+the one provider it names or **broadcast** to every plugin: each hookspec declares which
+(:func:`~podnet.hookspecs.routing.routed`, :func:`~podnet.hookspecs.routing.broadcast`),
+:data:`~podnet.hookspecs.routing.ROUTING` holds the declarations, and core's gateway
+refuses a call that does not match its hook's. A routed hook reaches the plugin that
+declared the provider it names and the plugins that declare no provider, never another
+provider's plugin, so a provider needs no check of the name it is called for.
 
-- **routed** (since 0.3.0): it concerns one provider, named by its ``provider`` argument
-  or by ``pod_network.spec.provider`` inside its ``context``, and core calls it on the
-  plugin that declared that provider (``podnet_register_provider``) alone, plus the
-  plugins that declare no provider (hook wrappers, policy plugins such as one answering
-  ``podnet_hold_address``). Another provider's plugin is never called for it, so a
-  provider needs no check of the name it is called for. Before 0.3.0 these hooks went to
-  every plugin and each answered only for its own name;
-- **broadcast**: every plugin is called, and the answers are collected, or the first one
-  wins (``podnet_register_provider``, ``podnet_select_provider``,
-  ``podnet_select_networks``, ``podnet_transition``).
+**One door.** Everything a provider may import from podnet is here: this module (the
+hooks, ``hookimpl``), :mod:`~podnet.hookspecs.models`, :mod:`~podnet.hookspecs.types`,
+:mod:`~podnet.hookspecs.errors`, :mod:`~podnet.hookspecs.policy`,
+:mod:`~podnet.hookspecs.annotations` (reading ``podnet.io/*`` values),
+:mod:`~podnet.hookspecs.sections` (a provider's config section),
+:mod:`~podnet.hookspecs.routing`, :mod:`~podnet.hookspecs.demo`;
+and the node-side library ``podnet.linux``. Nothing of ``podnet.core``.
+
+**The contract's version is the package's** (:data:`CONTRACT_VERSION`; a test holds them
+equal). What changed when:
+
+- 0.6.0: one door (everything a provider imports comes from ``podnet.hookspecs``;
+  ``podnet.core`` is no longer public to providers); routing is data the gateway checks
+  (:data:`~podnet.hookspecs.routing.ROUTING`); ``podnet_unknown_machines``.
+- 0.5.0: a node that left the cluster is given back through the node pool hooks
+  (inventory, shrink, dispose) before ``podnet_node_removed``; ``podnet_sweep`` serves
+  node-pool providers too.
+- 0.4.0: ``podnet_cloud_limiter``'s ``limiter.observe`` reports each request per API.
+- 0.3.0: routed hooks (before, every hook went to every plugin and each answered only for
+  its own name); ``podnet_address_space``; the node agent's ``podnet_plug``,
+  ``podnet_unplug``, ``podnet_check_plug``, ``podnet_plugs``.
+- 0.2.0: ``podnet_cloud_limiter``, ``podnet_node_check``, ``podnet_sweep``,
+  ``podnet_node_removed``.
+- 0.1.0: the first contract.
 
 Every hook must be idempotent: the engine may call it again after a crash, with the same
 arguments, and the second call must converge to the same outcome without creating a
@@ -61,6 +81,7 @@ import pluggy
 
 from podnet.hookspecs.errors import ErrorKind
 from podnet.hookspecs.models import NodeInfo, PodInfo
+from podnet.hookspecs.routing import ROUTING, HookRouting, Routing, broadcast, routed
 from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
@@ -92,9 +113,17 @@ ENTRY_POINT_GROUP = "podnet.plugins"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
+#: the contract's version: the package's (a test holds them equal); what changed in
+#: each is listed above
+CONTRACT_VERSION = "0.6.0"
+
 __all__ = [
+    "CONTRACT_VERSION",
     "ENTRY_POINT_GROUP",
     "PROJECT",
+    "ROUTING",
+    "HookRouting",
+    "Routing",
     "hookimpl",
     "hookspec",
 ]
@@ -103,6 +132,8 @@ __all__ = [
 # --- registration and configuration ----------------------------------------------------
 
 
+@broadcast("every plugin is asked, each on its own (so core knows which plugin declared "
+           "which provider)")
 @hookspec
 def podnet_register_provider() -> ProviderInfo | None:
     """Declare the provider this plugin implements.
@@ -113,13 +144,11 @@ def podnet_register_provider() -> ProviderInfo | None:
     Called on every plugin once at start; all results are collected. Two plugins
     declaring the same name is a start-up error.
 
-    Broadcast (since 0.1.0): every plugin is asked, each on its own (so core knows which
-    plugin declared which provider).
-
     .. versionadded:: 0.1.0
     """
 
 
+@routed()
 @hookspec
 def podnet_configure(provider: str, config: Mapping[str, Any]) -> None:
     """Hand a provider its section of the config file (endpoint, credentials, subnets).
@@ -130,9 +159,6 @@ def podnet_configure(provider: str, config: Mapping[str, Any]) -> None:
 
     Called once per configured provider, before anything else runs.
 
-    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
-    provider, never on another provider's plugin.
-
     .. versionadded:: 0.1.0
     .. versionchanged:: 0.3.0
        routed (before, every plugin was called and answered only for its own
@@ -140,6 +166,7 @@ def podnet_configure(provider: str, config: Mapping[str, Any]) -> None:
     """
 
 
+@routed()
 @hookspec(firstresult=True)
 def podnet_cloud_limiter(provider: str, limiter: CloudLimiter) -> bool | None:
     """Hand a provider the client-side rate limiter of its cloud calls.
@@ -163,9 +190,6 @@ def podnet_cloud_limiter(provider: str, limiter: CloudLimiter) -> bool | None:
     Called once per registered provider when the engine starts, after
     ``podnet_configure``.
 
-    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
-    provider, never on another provider's plugin.
-
     .. versionadded:: 0.2.0
     .. versionchanged:: 0.3.0
        routed (before, every plugin was called and answered only for its own
@@ -178,6 +202,7 @@ def podnet_cloud_limiter(provider: str, limiter: CloudLimiter) -> bool | None:
 # --- who serves what ---------------------------------------------------------------------
 
 
+@broadcast("every plugin is asked, until one claims the node")
 @hookspec(firstresult=True)
 def podnet_select_provider(node: NodeInfo) -> str | None:
     """Name the provider that serves this node's default network.
@@ -188,14 +213,13 @@ def podnet_select_provider(node: NodeInfo) -> str | None:
     consulted before any plugin; when neither a rule nor a plugin claims a node, the
     configured default provider serves it.
 
-    Broadcast (since 0.1.0): every plugin is asked, until one claims the node.
-
     .. versionchanged:: 0.2.0 config rules come first.
 
     .. versionadded:: 0.1.0
     """
 
 
+@broadcast("every plugin is asked; the answers are concatenated")
 @hookspec
 def podnet_select_networks(pod: PodInfo, node: NodeInfo) -> Sequence[NetworkAttachment] | None:
     """Name extra networks this pod attaches to, besides its default network.
@@ -206,8 +230,6 @@ def podnet_select_networks(pod: PodInfo, node: NodeInfo) -> Sequence[NetworkAtta
         same network; a network the pod names in ``podnet.io/networks`` that nobody
         serves gets a PodNetwork with a ``Ready=False`` condition saying so.
 
-    Broadcast (since 0.1.0): every plugin is asked; the answers are concatenated.
-
     .. versionadded:: 0.1.0
     """
 
@@ -215,6 +237,7 @@ def podnet_select_networks(pod: PodInfo, node: NodeInfo) -> Sequence[NetworkAtta
 # --- node inventory and pool -------------------------------------------------------------
 
 
+@routed()
 @hookspec(firstresult=True)
 def podnet_node_inventory(provider: str, node: NodeContext) -> Inventory | None:
     """Report what the cloud says is attached to ``node``: interfaces and their addresses.
@@ -239,9 +262,6 @@ def podnet_node_inventory(provider: str, node: NodeContext) -> Inventory | None:
     it (``node`` as ``podnet_pool_shrink`` describes it for such a node): raise a
     ``not_found`` error when the cloud no longer has the instance.
 
-    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
-    provider, never on another provider's plugin.
-
     .. versionadded:: 0.1.0
     .. versionchanged:: 0.2.0
        ``CloudInterface.pooled``; dual stack (``Inventory.dual_stack``,
@@ -254,6 +274,7 @@ def podnet_node_inventory(provider: str, node: NodeContext) -> Inventory | None:
     """
 
 
+@routed()
 @hookspec(firstresult=True)
 def podnet_unknown_machines(provider: str, known: Sequence[NodeInfo]
                             ) -> Sequence[NodeInfo] | None:
@@ -276,13 +297,11 @@ def podnet_unknown_machines(provider: str, known: Sequence[NodeInfo]
 
     Never called by the controller. A read only: never change the cloud.
 
-    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
-    provider, never on another provider's plugin.
-
     .. versionadded:: 0.6.0
     """
 
 
+@routed()
 @hookspec(firstresult=True)
 def podnet_pool_grow(
     provider: str, node: NodeContext, interface: CloudInterface | None, count: int,
@@ -303,9 +322,6 @@ def podnet_pool_grow(
 
     :return: the new entries (``None``: none).
 
-    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
-    provider, never on another provider's plugin.
-
     .. versionadded:: 0.1.0
     .. versionchanged:: 0.2.0
        never a ``pooled=False`` interface; dual-stack pairs (``PoolEntry.ipv6``).
@@ -315,6 +331,7 @@ def podnet_pool_grow(
     """
 
 
+@routed()
 @hookspec(firstresult=True)
 def podnet_pool_shrink(
     provider: str, node: NodeContext, entries: Sequence[PoolEntry]
@@ -335,9 +352,6 @@ def podnet_pool_shrink(
     return its ``address``. An entry without ``ipv6`` there is an invalid half, of either
     family (its ``address`` may be an IPv6 address).
 
-    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
-    provider, never on another provider's plugin.
-
     .. versionadded:: 0.1.0
     .. versionchanged:: 0.2.0
        dual-stack pairs and invalid halves.
@@ -349,6 +363,7 @@ def podnet_pool_shrink(
     """
 
 
+@routed()
 @hookspec(firstresult=True)
 def podnet_interface_create(
     provider: str, node: NodeContext, subnet: str | None, ip_count: int
@@ -363,9 +378,6 @@ def podnet_interface_create(
     report as many IPv6 addresses in ``ipv6`` as IPv4 ones in ``ips``: core pairs them in
     order and gives back what is left unpaired.
 
-    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
-    provider, never on another provider's plugin.
-
     .. versionadded:: 0.1.0
     .. versionchanged:: 0.2.0
        ``ipv6`` on a dual-stack node.
@@ -377,6 +389,7 @@ def podnet_interface_create(
     """
 
 
+@routed()
 @hookspec(firstresult=True)
 def podnet_interface_dispose(
     provider: str, node: NodeContext, interface: CloudInterface
@@ -394,9 +407,6 @@ def podnet_interface_dispose(
     interface the cloud no longer has is gone (``True``); one still detaching answers
     ``False``.
 
-    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
-    provider, never on another provider's plugin.
-
     .. versionadded:: 0.1.0
     .. versionchanged:: 0.3.0
        routed (before, every plugin was called and answered only for its own
@@ -406,6 +416,7 @@ def podnet_interface_dispose(
     """
 
 
+@routed()
 @hookspec(firstresult=True)
 def podnet_node_check(provider: str, node: NodeContext) -> Sequence[NodeFinding] | None:
     """Look for what is wrong on ``node`` that podnet cannot fix itself (e.g. an interface
@@ -420,9 +431,6 @@ def podnet_node_check(provider: str, node: NodeContext) -> Sequence[NodeFinding]
 
     :return: the findings (empty, or ``None``, when all is well).
 
-    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
-    provider, never on another provider's plugin.
-
     .. versionadded:: 0.2.0
     .. versionchanged:: 0.3.0
        routed (before, every plugin was called and answered only for its own
@@ -433,6 +441,7 @@ def podnet_node_check(provider: str, node: NodeContext) -> Sequence[NodeFinding]
 # --- one pod network ---------------------------------------------------------------------
 
 
+@routed()
 @hookspec(firstresult=True)
 def podnet_address_space(provider: str, node: NodeContext) -> AddressSpace | None:
     """Say what a pool provider serves on a node: its subnets (id, CIDR, gateway, whether
@@ -450,13 +459,11 @@ def podnet_address_space(provider: str, node: NodeContext) -> AddressSpace | Non
     :return: the address space; ``None`` (or no implementation): the provider serves
         plain requests only.
 
-    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
-    provider, never on another provider's plugin.
-
     .. versionadded:: 0.3.0
     """
 
 
+@routed(by="context.pod_network.spec.provider")
 @hookspec(firstresult=True)
 def podnet_allocate(context: AllocateContext) -> Allocation | None:
     """Choose the address of a pending pod network (``pending → allocated``).
@@ -477,9 +484,6 @@ def podnet_allocate(context: AllocateContext) -> Allocation | None:
 
     :return: the allocation (``None`` is an error: the pod network stays pending).
 
-    Routed (since 0.3.0): called on the plugin of ``context.pod_network.spec.provider`` and
-    on plugins that declare no provider, never on another provider's plugin.
-
     .. versionadded:: 0.1.0
     .. versionchanged:: 0.2.0
        ``context.namespace_annotations``.
@@ -489,6 +493,7 @@ def podnet_allocate(context: AllocateContext) -> Allocation | None:
     """
 
 
+@routed(by="context.pod_network.spec.provider")
 @hookspec(firstresult=True)
 def podnet_route(context: PodNetworkContext) -> RouteResult | None:
     """Wire the recorded address into the dataplane (``allocated → routed``).
@@ -496,9 +501,6 @@ def podnet_route(context: PodNetworkContext) -> RouteResult | None:
     Confirm the cloud attachment, or write the logical port, routes and NAT. Called again
     after ``repair`` and after crashes: must converge, never duplicate.
 
-    Routed (since 0.3.0): called on the plugin of ``context.pod_network.spec.provider`` and
-    on plugins that declare no provider, never on another provider's plugin.
-
     .. versionadded:: 0.1.0
     .. versionchanged:: 0.3.0
        routed (before, every plugin was called and answered only for its own
@@ -506,6 +508,7 @@ def podnet_route(context: PodNetworkContext) -> RouteResult | None:
     """
 
 
+@routed(by="context.pod_network.spec.provider")
 @hookspec(firstresult=True)
 def podnet_verify(context: PodNetworkContext) -> VerifyResult | None:
     """Check a routed pod network against the dataplane, on resync only.
@@ -513,9 +516,6 @@ def podnet_verify(context: PodNetworkContext) -> VerifyResult | None:
     A result with ``ok=False`` fires ``repair`` (``routed → allocated``) and then
     ``route`` again. Must make no write.
 
-    Routed (since 0.3.0): called on the plugin of ``context.pod_network.spec.provider`` and
-    on plugins that declare no provider, never on another provider's plugin.
-
     .. versionadded:: 0.1.0
     .. versionchanged:: 0.3.0
        routed (before, every plugin was called and answered only for its own
@@ -523,6 +523,7 @@ def podnet_verify(context: PodNetworkContext) -> VerifyResult | None:
     """
 
 
+@routed(by="context.pod_network.spec.provider")
 @hookspec(firstresult=True)
 def podnet_release(context: PodNetworkContext) -> ReleaseResult | None:
     """Undo ``route`` and free the address (``releasing → deleted``).
@@ -530,9 +531,6 @@ def podnet_release(context: PodNetworkContext) -> ReleaseResult | None:
     Called only when the pod is gone, terminal, or past its deletion grace. Idempotent:
     a second call after a crash finds nothing to do and succeeds.
 
-    Routed (since 0.3.0): called on the plugin of ``context.pod_network.spec.provider`` and
-    on plugins that declare no provider, never on another provider's plugin.
-
     .. versionadded:: 0.1.0
     .. versionchanged:: 0.3.0
        routed (before, every plugin was called and answered only for its own
@@ -540,6 +538,7 @@ def podnet_release(context: PodNetworkContext) -> ReleaseResult | None:
     """
 
 
+@routed(by="context.pod_network.spec.provider")
 @hookspec(firstresult=True)
 def podnet_hold_address(context: PodNetworkContext) -> bool | None:
     """Whether a releasing sticky pod network should keep its address a while longer.
@@ -557,9 +556,6 @@ def podnet_hold_address(context: PodNetworkContext) -> bool | None:
     core does not know. Core asks again whenever that StatefulSet's replicas change or it
     is deleted, so a held record is released as soon as the answer turns ``False``.
 
-    Routed (since 0.3.0): called on the plugin of ``context.pod_network.spec.provider`` and
-    on plugins that declare no provider, never on another provider's plugin.
-
     .. versionadded:: 0.1.0
     .. versionchanged:: 0.2.0
        ``context.workload``; ``None`` applies core's StatefulSet rule before the window.
@@ -569,6 +565,7 @@ def podnet_hold_address(context: PodNetworkContext) -> bool | None:
     """
 
 
+@routed()
 @hookspec(firstresult=True)
 def podnet_sweep(
     provider: str, owners: Collection[str], remove: Collection[str]
@@ -603,9 +600,6 @@ def podnet_sweep(
     next period (throttled half way: report the rest again, core keeps their first-seen
     times).
 
-    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
-    provider, never on another provider's plugin.
-
     .. versionadded:: 0.2.0
     .. versionchanged:: 0.3.0
        routed (before, every plugin was called and answered only for its own
@@ -615,6 +609,7 @@ def podnet_sweep(
     """
 
 
+@routed()
 @hookspec
 def podnet_node_removed(provider: str, node: str) -> None:
     """A node served by ``provider`` left the cluster (its Node deleted or being deleted),
@@ -633,9 +628,6 @@ def podnet_node_removed(provider: str, node: str) -> None:
     collector queues a node no cache lists any more), once per dropped pool; a node that
     comes back under the same name starts afresh from its inventory.
 
-    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
-    provider, never on another provider's plugin.
-
     .. versionadded:: 0.2.0
     .. versionchanged:: 0.3.0
        routed (before, every plugin was called and answered only for its own
@@ -649,6 +641,7 @@ def podnet_node_removed(provider: str, node: str) -> None:
 # --- the dataplane on a node: called by the node agent ----------------------------------
 
 
+@routed(by="context.pod_network.spec.provider")
 @hookspec(firstresult=True)
 def podnet_plug(context: PlugContext) -> PlugResult | None:
     """Create the pod's interface for a Routed record in the pod's network namespace.
@@ -666,13 +659,11 @@ def podnet_plug(context: PlugContext) -> PlugResult | None:
     the first made and converges it, never a second interface; something half made is
     made again. Never allocate or release an address here: the record's is the one.
 
-    Routed (since 0.3.0): called on the plugin of ``context.pod_network.spec.provider``
-    and on plugins that declare no provider, never on another provider's plugin.
-
     .. versionadded:: 0.3.0
     """
 
 
+@routed(by="context.provider")
 @hookspec
 def podnet_unplug(context: UnplugContext) -> None:
     """Remove what ``podnet_plug`` made for one interface: the pod's end and the host's.
@@ -687,13 +678,11 @@ def podnet_unplug(context: UnplugContext) -> None:
     gone. Leave shared host state (a bridge other pods use) in place; never release the
     address (the controller does, once the pod is gone).
 
-    Routed (since 0.3.0): called on ``context.provider``'s plugin and on plugins that
-    declare no provider, never on another provider's plugin.
-
     .. versionadded:: 0.3.0
     """
 
 
+@routed(by="context.pod_network.spec.provider")
 @hookspec(firstresult=True)
 def podnet_check_plug(context: PlugContext) -> CheckResult | None:
     """Compare the pod's interface with its record, for the runtime's ``CHECK``.
@@ -703,13 +692,11 @@ def podnet_check_plug(context: PlugContext) -> CheckResult | None:
 
     Read only: make no change, even to repair.
 
-    Routed (since 0.3.0): called on the plugin of ``context.pod_network.spec.provider``
-    and on plugins that declare no provider, never on another provider's plugin.
-
     .. versionadded:: 0.3.0
     """
 
 
+@routed()
 @hookspec(firstresult=True)
 def podnet_plugs(provider: str, node: str) -> Sequence[Plug] | None:
     """Every interface this provider's dataplane has plugged on this host.
@@ -725,9 +712,6 @@ def podnet_plugs(provider: str, node: str) -> Sequence[Plug] | None:
     Called by the node agent at start (to unplug leftovers of records that no longer
     exist) and for the runtime's ``GC``. Read only.
 
-    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
-    provider, never on another provider's plugin.
-
     .. versionadded:: 0.3.0
     """
 
@@ -735,15 +719,13 @@ def podnet_plugs(provider: str, node: str) -> Sequence[Plug] | None:
 # --- errors and listeners ----------------------------------------------------------------
 
 
+@routed()
 @hookspec(firstresult=True)
 def podnet_classify_error(provider: str, error: BaseException) -> ErrorKind | None:
     """Map a provider's own exception (an SDK error) to a kind core can act on.
 
     :return: the kind, or ``None`` when the error is not one of your SDK's (a plain
         bug). Unclassified errors are treated as ``transient``.
-
-    Routed (since 0.3.0): called on ``provider``'s plugin and on plugins that declare no
-    provider, never on another provider's plugin.
 
     .. versionadded:: 0.1.0
     .. versionchanged:: 0.3.0
@@ -752,14 +734,13 @@ def podnet_classify_error(provider: str, error: BaseException) -> ErrorKind | No
     """
 
 
+@broadcast("every plugin is told, each on its own")
 @hookspec
 def podnet_transition(event: TransitionEvent) -> None:
     """Notification after every transition attempt of any machine, to every plugin.
 
     Must not block. A listener that raises is logged and skipped; the others still get
     the event (the engine calls each listener on its own).
-
-    Broadcast (since 0.1.0): every plugin is told, each on its own.
 
     .. versionadded:: 0.1.0
     """

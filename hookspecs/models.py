@@ -9,6 +9,7 @@ the camelCase JSON the API server stores. Providers may import this module.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -326,3 +327,15 @@ class WorkloadInfo:
     def wants_ordinal(self, ordinal: int) -> bool:
         """Whether a pod with this ordinal is one the workload keeps at its current scale."""
         return self.exists and self.ordinal_start <= ordinal < self.ordinal_start + self.replicas
+
+
+_ORDINAL = re.compile(r".+-(0|[1-9][0-9]*)")
+
+
+def statefulset_ordinal(pod_name: str) -> int | None:
+    """The ordinal of a StatefulSet pod name (``web-3`` -> 3), or ``None``.
+
+    StatefulSet ordinals carry no leading zeros, so ``web-03`` is not one.
+    """
+    match = _ORDINAL.fullmatch(pod_name)
+    return int(match.group(1)) if match else None

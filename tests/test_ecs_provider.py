@@ -13,8 +13,9 @@ from podnet.core.models import NodeInfo
 from podnet.hookspecs.demo import DemoSettings
 from podnet.hookspecs.types import CloudInterface, NodeContext, PoolEntry
 from podnet.plugins.ecs import demo
+from podnet.plugins.ecs.cloud import Limits as _Limits
 from podnet.plugins.ecs.demo import EcsWorld
-from podnet.plugins.ecs.provider import EcsProvider, _Limits
+from podnet.plugins.ecs.provider import EcsProvider
 
 SECRET = "top-SECRET-value"
 

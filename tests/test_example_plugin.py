@@ -132,3 +132,47 @@ def test_the_examples_own_tests_pass_against_the_installed_distribution(site: Pa
     summary = run.stdout.strip().splitlines()[-1]
     assert re.search(r"\b\d+ passed\b", summary), summary
     assert not re.search(r"\b(failed|errors?)\b", summary), summary
+
+
+def _podnet_imports(path: Path) -> list[str]:
+    import ast
+
+    tree = ast.parse(path.read_text("utf-8"), filename=str(path))
+    found = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+             for alias in node.names]
+    found += [node.module for node in ast.walk(tree)
+              if isinstance(node, ast.ImportFrom) and node.module and node.level == 0]
+    return [name for name in found if name == "podnet" or name.startswith("podnet.")]
+
+
+def test_the_examples_import_the_provider_contract_only() -> None:
+    """One door: an example provider imports podnet.hookspecs (and podnet.linux), nothing
+    of core or the application; its tests may use the test kit too."""
+    sources = [p for p in (ROOT / "examples").rglob("*.py")]
+    assert sources
+    outside = []
+    for path in sources:
+        allowed = ("podnet.hookspecs", "podnet.linux")
+        if "tests" in path.relative_to(ROOT / "examples").parts:
+            allowed += ("podnet.testing",)
+            # the engine-driven smoke test runs podnet's own engine, as section 12 of the
+            # guide shows a provider author doing
+            allowed += ("podnet.app.demo", "podnet.core")
+        outside += [f"{path.relative_to(ROOT)}: {name}" for name in _podnet_imports(path)
+                    if not name.startswith(allowed)]
+    assert outside == []
+
+
+def test_no_provider_example_or_guide_checks_the_name_it_is_called_for() -> None:
+    """Routing is the gateway's: a hook never compares the provider it is called for with
+    its own name."""
+    check = re.compile(r"\bprovider\s*!=\s*(self\.)?(name|NAME)\b|"
+                       r"\b(self\.)?(name|NAME)\s*!=\s*provider\b|"
+                       r"spec\.provider\s*!=\s*(self\.)?(name|NAME)\b")
+    found = []
+    for folder, pattern in (("plugins", "*.py"), ("examples", "*.py"), ("docs", "*.md")):
+        for path in (ROOT / folder).rglob(pattern):
+            for number, line in enumerate(path.read_text("utf-8").splitlines(), 1):
+                if check.search(line):
+                    found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert found == []

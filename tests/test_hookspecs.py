@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import inspect
 import re
 import typing
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 import podnet.hookspecs as hookspecs
-from podnet.core.plugin import new_plugin_manager
+from podnet.core.clock import FakeClock
+from podnet.core.fence import Fence
+from podnet.core.gateway import ProviderGateway
+from podnet.core.plugin import MisroutedCall, Providers, new_plugin_manager
+from podnet.core.tracing import Tracing
+from podnet.hookspecs.models import NodeInfo
+from podnet.hookspecs.policy import PoolPolicy
+from podnet.hookspecs.types import NodeContext
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 
 SPEC_ATTR = f"{hookspecs.PROJECT}_spec"
@@ -202,3 +211,82 @@ def test_reference_impl_takes_the_spec_arguments(name: str) -> None:
     impl_params = list(inspect.signature(getattr(ReferenceProvider, name)).parameters)
     assert impl_params[0] == "self"
     assert impl_params[1:] == spec_params
+
+
+# --- routing as data ------------------------------------------------------------------------
+
+
+def test_every_hook_declares_its_routing() -> None:
+    assert set(hookspecs.ROUTING) == set(HOOK_NAMES)
+    for name, entry in hookspecs.ROUTING.items():
+        assert entry.hook == name
+        routed = entry.routing is hookspecs.Routing.ROUTED
+        # the data agrees with the signature: a routed hook names its provider
+        assert routed == _per_provider(name), name
+        if routed:
+            head = entry.by.split(".")[0]
+            assert head in inspect.signature(HOOKS[name]).parameters, name
+        else:
+            assert entry.answers, name
+
+
+@pytest.mark.parametrize("name", HOOK_NAMES)
+def test_the_routing_sentence_is_written_from_the_data(name: str) -> None:
+    doc = " ".join((inspect.getdoc(HOOKS[name]) or "").split())
+    assert hookspecs.ROUTING[name].sentence() in doc
+
+
+def _providers() -> Providers:
+    pm = new_plugin_manager()
+    pm.register(ReferenceProvider(ReferenceCloud()), name="reference")
+    return Providers(pm)
+
+
+@pytest.mark.parametrize("name", ["podnet_select_provider", "podnet_transition",
+                                  "podnet_register_provider", "podnet_select_networks"])
+def test_a_broadcast_hook_is_refused_routed(name: str) -> None:
+    with pytest.raises(MisroutedCall, match=f"{name} is a broadcast hook"):
+        _providers().hook("reference", name)
+
+
+@pytest.mark.parametrize("name", ["podnet_allocate", "podnet_configure", "podnet_unplug"])
+def test_a_routed_hook_is_refused_broadcast(name: str) -> None:
+    with pytest.raises(MisroutedCall, match=f"{name} is a routed hook"):
+        _providers().broadcast(name)
+
+
+def test_a_name_that_is_no_hook_is_refused() -> None:
+    with pytest.raises(MisroutedCall, match="podnet_nothing is no hook"):
+        _providers().hook("reference", "podnet_nothing")
+
+
+def test_the_gateway_refuses_a_call_routed_to_another_provider_than_it_names() -> None:
+    cloud = ReferenceCloud()
+    pm = new_plugin_manager()
+    pm.register(ReferenceProvider(cloud), name="reference")
+    gateway = ProviderGateway(
+        Providers(pm), policy=lambda _name: PoolPolicy(), clock=FakeClock(),
+        fence=Fence(open_forever=True), tracing=Tracing(), calls=Counter())
+    node = NodeContext(node=NodeInfo(name="n", uid="u", pod_cidr="10.64.0.0/24"))
+    assert gateway.address_space("reference", node) is not None
+    with pytest.raises(MisroutedCall, match="names provider 'other'"):
+        gateway._call("reference", "podnet_address_space", provider="other", node=node)
+    assert gateway.calls["reference.address_space"] == 1
+    assert gateway.select_provider(NodeInfo(name="n", uid="u")) in (None, "reference")
+
+
+# --- the contract's version ------------------------------------------------------------------
+
+
+def test_the_contract_version_is_the_package_version() -> None:
+    assert importlib.metadata.version("podnet") == hookspecs.CONTRACT_VERSION
+    doc = hookspecs.__doc__ or ""
+    assert f"- {hookspecs.CONTRACT_VERSION}:" in doc  # the changelog says what changed
+
+
+def test_no_hook_is_newer_than_the_contract() -> None:
+    current = tuple(int(p) for p in hookspecs.CONTRACT_VERSION.split("."))
+    for name in HOOK_NAMES:
+        for version in re.findall(r"\.\. version(?:added|changed):: (\d+\.\d+\.\d+)",
+                                  HOOKS[name].__doc__ or ""):
+            assert tuple(int(p) for p in version.split(".")) <= current, (name, version)

@@ -180,11 +180,6 @@ def _report(graph: dict[str, dict[str, list[Import]]], found: list[list[str]]) -
 
 # --- the import contracts cover every module ------------------------------------------------
 
-#: core's modules a provider may import (docs/writing-a-provider.md, section 1)
-PUBLIC_TO_PROVIDERS = {"annotations", "errors", "models", "objects", "policy", "pool",
-                       "ratelimit", "sections"}
-
-
 def _core_children() -> set[str]:
     """podnet.core's modules and subpackages, as the contracts name them."""
     return {name.split(".")[2] for name in MODULES
@@ -205,15 +200,26 @@ def test_every_core_module_is_in_a_layer() -> None:
     assert sorted(in_core) == sorted(_core_children()), "place each core module in a layer"
 
 
-def test_every_core_module_is_public_or_forbidden_to_providers() -> None:
-    forbidden = _contract("providers import only")["forbidden_modules"]
+def test_no_core_module_is_public_to_providers() -> None:
+    """One door: providers import podnet.hookspecs (and podnet.linux), nothing of core,
+    directly or not."""
+    contract = _contract("providers import only")
+    forbidden = contract["forbidden_modules"]
     assert isinstance(forbidden, list)
-    internal = {m.removeprefix("podnet.core.") for m in forbidden if m.startswith("podnet.core.")}
-    assert not internal & PUBLIC_TO_PROVIDERS
-    assert internal | PUBLIC_TO_PROVIDERS == _core_children()
+    assert {"podnet.core", "podnet.app", "podnet.sim"} <= set(forbidden)
+    assert contract.get("allow_indirect_imports", "False") == "False"
+    plugins = [name for name in MODULES if name.startswith("podnet.plugins.")]
+    assert plugins
+    outside = [f"{name} -> {i.imported}" for name in plugins for i in imports_of(name)
+               if i.imported.startswith("podnet.")
+               and not i.imported.startswith(("podnet.hookspecs", "podnet.linux",
+                                              "podnet.plugins"))]
+    assert outside == []
 
 
-#: core's services the node agent is a client of, besides what is public to providers
+#: core's models and their helpers, which the node agent reads records with
+NODE_MODELS = {"annotations", "errors", "models", "objects", "policy", "pool", "ratelimit"}
+#: core's services the node agent is a client of, as the controllers are
 NODE_SERVICES = {"clock", "cluster", "convert", "fence", "gateway", "plugin", "tracing"}
 
 
@@ -221,7 +227,7 @@ def test_every_core_module_is_open_or_forbidden_to_the_node_agent() -> None:
     forbidden = _contract("the node agent imports")["forbidden_modules"]
     assert isinstance(forbidden, list)
     internal = {m.removeprefix("podnet.core.") for m in forbidden if m.startswith("podnet.core.")}
-    open_to_node = PUBLIC_TO_PROVIDERS | NODE_SERVICES
+    open_to_node = NODE_MODELS | NODE_SERVICES
     assert {"engine", "reconcile"} <= internal, "the node agent never imports a controller"
     assert not internal & open_to_node
     assert internal | open_to_node == _core_children()

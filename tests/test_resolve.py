@@ -8,6 +8,7 @@ import pytest
 
 from podnet.core.errors import InvalidRequest, PoolEmpty
 from podnet.core.models import NetworkRequest, NodeInfo
+from podnet.core.plugin import Providers, new_plugin_manager
 from podnet.core.pool import NodePool
 from podnet.core.resolve import POOL_FIELD, STATIC_FIELD, SUBNETS_FIELD, resolve
 from podnet.hookspecs.types import (
@@ -214,6 +215,10 @@ def test_the_reference_provider_serves_the_nodes_pod_cidr() -> None:
     space = provider.podnet_address_space(provider="reference", node=node)
     assert space == AddressSpace(subnets=(
         Subnet(id="10.64.0.0/24", cidr="10.64.0.0/24", gateway="10.64.0.1"),))
-    assert provider.podnet_address_space(provider="other", node=node) is None
+    # routed: a call for another provider never reaches the reference plugin
+    pm = new_plugin_manager()
+    pm.register(provider, name="reference")
+    other = Providers(pm).hook("other", "podnet_address_space")
+    assert other(provider="other", node=node) is None
     bare = NodeContext(node=NodeInfo(name=NODE, uid="u"))
     assert provider.podnet_address_space(provider="reference", node=bare) == AddressSpace()

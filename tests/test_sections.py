@@ -1,4 +1,4 @@
-"""Provider config sections read by the one converter (``podnet.core.sections``): every
+"""Provider config sections read by their converter (``podnet.hookspecs.sections``): every
 error names the whole key path, the same way for every provider."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import attrs
 import pytest
 
 from podnet.core.errors import ConfigError
-from podnet.core.sections import (
+from podnet.hookspecs.sections import (
     between,
     cidrs,
     config_key,

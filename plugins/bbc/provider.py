@@ -44,11 +44,11 @@ from baidubce.retry.retry_policy import NoRetryPolicy
 from baidubce.services.bbc.bbc_client import BbcClient
 from baidubce.services.subnet.subnet_client import SubnetClient
 
-from podnet.core.errors import ConfigError, ErrorKind, ProviderError
-from podnet.core.models import NodeInfo
-from podnet.core.policy import Backoff, PoolPolicy, RateLimit
-from podnet.core.ratelimit import CloudLimiter
-from podnet.core.sections import (
+from podnet.hookspecs import hookimpl
+from podnet.hookspecs.errors import ConfigError, ErrorKind, ProviderError
+from podnet.hookspecs.models import NodeInfo
+from podnet.hookspecs.policy import Backoff, PoolPolicy, RateLimit
+from podnet.hookspecs.sections import (
     at_least,
     between,
     config_key,
@@ -58,12 +58,12 @@ from podnet.core.sections import (
     section,
     text,
 )
-from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
     Allocation,
     CloudInterface,
+    CloudLimiter,
     Inventory,
     NodeContext,
     PodNetworkContext,
@@ -674,8 +674,6 @@ class BbcProvider(DataplaneHooks):
     def podnet_address_space(self, provider: str, node: NodeContext) -> AddressSpace | None:
         """The ENI's subnet, where a requested address can be added, and the candidate
         subnets, from the subnet reads the provider keeps."""
-        if provider != self.name:
-            return None
         port = self._port(self.instance_id(node.node))
         primary = self._subnet(port.subnet)  # needed for any static address: raise
         subnets = [Subnet.first_host_gateway(port.subnet, primary.cidr,

@@ -17,8 +17,8 @@ from typing import Any
 
 import attrs
 
-from podnet.core.policy import PoolPolicy
 from podnet.hookspecs.demo import DemoCloud, DemoProvider, DemoSettings
+from podnet.hookspecs.policy import PoolPolicy
 from podnet.plugins.ecs.provider import POLICY, EcsProvider
 from podnet.plugins.ecs.sim import INSTANCE_TYPES, EcsSimulator
 

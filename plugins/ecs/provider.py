@@ -61,43 +61,35 @@ On a node (``podnet node --config``, the same section) the plug hooks are the EN
 dataplane of ``plugins/ecs/dataplane.py``: a routed veth per pod and a policy rule from
 the pod's address to a table per ENI whose default route is that ENI's device (found by
 its MAC, asked of the cloud once per ENI); see docs/node.md.
+
+The provider is three modules: ``config`` (its section, defaults and ECS error codes),
+``cloud`` (the SDK client and what the provider reads and keeps of the cloud) and this
+one, the hooks.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import json
 import os
-import random
-import re
-import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from podnet.core.errors import ConfigError, ErrorKind, PoolEmpty, ProviderError
-from podnet.core.policy import PoolPolicy, RateLimit
-from podnet.core.ratelimit import CloudLimiter
-from podnet.core.sections import (
-    between,
-    config_key,
-    ids,
-    invalid,
-    one_of,
-    read_section,
-    rule,
-    section,
-    text,
-)
 from podnet.hookspecs import hookimpl
-from podnet.hookspecs.models import NodeInfo, PodNetwork
+from podnet.hookspecs.errors import ConfigError, ErrorKind, PoolEmpty, ProviderError
+from podnet.hookspecs.models import NodeInfo
+from podnet.hookspecs.policy import PoolPolicy
+from podnet.hookspecs.sections import (
+    config_key,
+    read_section,
+)
 from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
     Allocation,
     CloudInterface,
+    CloudLimiter,
     Inventory,
     NodeContext,
     NodeFinding,
@@ -111,6 +103,16 @@ from podnet.hookspecs.types import (
     VerifyResult,
 )
 from podnet.linux.hooks import DataplaneHooks
+from podnet.plugins.ecs.cloud import EcsCloud
+from podnet.plugins.ecs.config import (
+    DESCRIPTION_PREFIX,
+    INSTANCE_TAG,
+    NAME,
+    TYPE_LABEL,
+    EcsConfig,
+    classify,
+)
+from podnet.plugins.ecs.config import POLICY as POLICY  # the defaults, as the demo reads them
 from podnet.plugins.ecs.dataplane import (
     POD_ROUTES,
     POD_ROUTES_DUAL,
@@ -118,258 +120,16 @@ from podnet.plugins.ecs.dataplane import (
     ipv6_gateway,
 )
 
-NAME = "ecs"
 __version__ = "0.1.0"
 
-INSTANCE_LABEL = "podnet.io/ecs-instance-id"
-TYPE_LABEL = "node.kubernetes.io/instance-type"
-#: what the provider writes as the description of the ENIs it creates (the only mark of
-#: the ENIs made before 0.5.0, still read)
-DESCRIPTION_PREFIX = "podnet:"
-#: the tag every ENI podnet creates carries, its value the instance it was made for: the
-#: durable mark the sweep (``podnet_sweep``) deletes by
-INSTANCE_TAG = "podnet.io/instance"
 
-#: ECS error codes and the kinds core acts on (matched exactly, then by prefix)
-ERROR_KINDS: dict[str, ErrorKind] = {
-    "Throttling": ErrorKind.THROTTLED,
-    "InvalidVSwitchId.IpNotEnough": ErrorKind.SUBNET_EXHAUSTED,
-    "InvalidOperation.Ipv4CountExceeded": ErrorKind.QUOTA_EXCEEDED,
-    "InvalidOperation.Ipv6CountExceeded": ErrorKind.QUOTA_EXCEEDED,
-    "QuotaExceeded.PrivateIpAddress": ErrorKind.QUOTA_EXCEEDED,
-    "EniPerInstanceLimitExceeded": ErrorKind.QUOTA_EXCEEDED,
-    "InvalidEniId.NotFound": ErrorKind.NOT_FOUND,
-    "InvalidEcsId.NotFound": ErrorKind.NOT_FOUND,
-    "InvalidIp.IpUnassigned": ErrorKind.NOT_FOUND,
-    "Operation.Conflict": ErrorKind.CONFLICT,
-    "IdempotentFailed": ErrorKind.CONFLICT,
-    "InvalidPrivateIpAddress.Duplicated": ErrorKind.CONFLICT,
-    "InvalidOperation.InvalidEniState": ErrorKind.TRANSIENT,
-    "InvalidVSwitchId.NotFound": ErrorKind.FATAL,
-}
-
-#: Terway's eni-multi-ip defaults: idle 0..5, up to 10 addresses per call after a
-#: 300 ms gathering wait, ENI blocked 10 min on vSwitch exhaustion and 1 min on a limit,
-#: at most 3 ENI operations per node at once; AssignPrivateIpAddresses 400/min
-POLICY = PoolPolicy(min_idle=0, max_idle=5, batch_size=10, max_batch_size=10,
-                    aggregation_window=0.3, inhibit_exhausted=600.0, inhibit_quota=60.0,
-                    max_interface_ops=3, cloud_rate=RateLimit(rate=400 / 60, burst=10))
-
-#: ENI states on the way to another: worth waiting for
-_TRANSITIONAL = frozenset({"Attaching", "Detaching", "Creating", "Deleting"})
-#: how long a settled, unwanted state may be a replica's lag before it counts as final
-_SETTLED_GRACE = 2.0
-#: how many ids DescribeInstances takes (``InstanceIds``), and the most a page holds
-MAX_INSTANCE_IDS = 100
-_PROVIDER_ID = re.compile(r"^(?:[a-z]+://)?(?:[a-z0-9-]+\.)?(i-[A-Za-z0-9]+)$")
-
-
-def error_code(error: BaseException) -> str | None:
-    """The ECS error code an SDK exception carries, if any."""
-    code = getattr(error, "code", None)
-    return code if isinstance(code, str) and code else None
-
-
-def classify(error: BaseException) -> ErrorKind | None:
-    """The kind of an SDK exception; ``None`` when it is not one."""
-    try:
-        from Tea.exceptions import TeaException
-    except ImportError:  # pragma: no cover - the SDK is a dependency
-        return None
-    if not isinstance(error, TeaException):
-        return None
-    code = error_code(error) or ""
-    kind = ERROR_KINDS.get(code)
-    if kind is None:
-        for prefix, k in ERROR_KINDS.items():
-            if code.startswith(prefix + "."):
-                kind = k
-                break
-    if kind is not None:
-        return kind
-    status = getattr(error, "status_code", None) or getattr(error, "statusCode", None)
-    if isinstance(status, int) and status >= 500:
-        return ErrorKind.TRANSIENT
-    return ErrorKind.TRANSIENT
-
-
-def _instance_ids(ids: dict[str, str]) -> dict[str, str]:
-    if not all(ids.values()):
-        raise ValueError("expected a map of node name to instance id")
-    return ids
-
-
-def _check_config(cfg: EcsConfig) -> None:
-    if not cfg.vswitches:
-        raise invalid("at least one vSwitch id is required", "vswitches")
-    if not cfg.security_groups:
-        raise invalid("at least one security group id is required", "security_groups")
-
-
-@section(check=_check_config)
-@attrs.frozen
-class EcsConfig:
-    """The section ``providers.ecs`` (see the module docstring)."""
-
-    endpoint: str = attrs.field(default="ecs.aliyuncs.com", metadata=text(strip=True))
-    region: str = attrs.field(default="cn-hangzhou", metadata=text(strip=True))
-    protocol: str = attrs.field(default="https", metadata=one_of("http", "https"))
-    #: else the environment's ALIBABA_CLOUD_ACCESS_KEY_ID / _SECRET; never kept here
-    access_key_id: str | None = attrs.field(default=None, repr=False,
-                                            metadata=text(secret=True))
-    access_key_secret: str | None = attrs.field(default=None, repr=False,
-                                                metadata=text(secret=True))
-    vswitches: tuple[str, ...] = attrs.field(default=(), metadata=ids(comma=True))
-    vswitch_policy: str = attrs.field(default="ordered",
-                                      metadata=one_of("ordered", "most", "random"))
-    security_groups: tuple[str, ...] = attrs.field(default=(), metadata=ids(comma=True))
-    instance_type: str | None = attrs.field(default=None, metadata=text(strip=True))
-    #: node name -> instance id
-    instance_ids: dict[str, str] = attrs.field(factory=dict, metadata=rule(_instance_ids))
-    eni_cap_ratio: float = attrs.field(default=1.0, metadata=between(0, 1))
-    eni_cap_shift: int = attrs.field(default=0, metadata=between(-64, 64))
-    max_enis: int = attrs.field(default=0, metadata=between(0, 64))
-    attach_timeout: float = attrs.field(default=30.0, metadata=between(0, 3600))
-    poll_interval: float = attrs.field(default=0.05, metadata=between(0, 60))
-    timeout: float = attrs.field(default=10.0, metadata=between(0.1, 600))
-    seed: int = attrs.field(default=0, metadata=between(0, 2**32))
-    #: ``ipv4`` | ``dual`` (IPv4/IPv6 pairs)
-    ip_stack: str = attrs.field(default="ipv4", metadata=one_of("ipv4", "dual"))
-
-    @property
-    def dual(self) -> bool:
-        return self.ip_stack == "dual"
-
-
-@attrs.frozen
-class _Limits:
-    enis: int
-    ipv4: int
-    ipv6: int
-
-
-@attrs.frozen
-class _Eni:
-    id: str
-    status: str
-    kind: str
-    vswitch: str
-    mac: str | None
-    primary_ip: str | None
-    secondary: tuple[str, ...]
-    security_groups: tuple[str, ...]
-    description: str = ""
-    ipv6: tuple[str, ...] = ()
-    tags: tuple[tuple[str, str], ...] = ()
-    #: the instance it is attached to (None: detached)
-    instance: str | None = None
-
-    @property
-    def made_by_podnet(self) -> bool:
-        """A secondary ENI podnet created: its tag, or (made before tagging) its
-        description."""
-        return self.kind == "Secondary" and (
-            any(k == INSTANCE_TAG for k, _ in self.tags)
-            or self.description.startswith(DESCRIPTION_PREFIX))
-
-
-class EcsProvider(DataplaneHooks):
+class EcsProvider(EcsCloud, DataplaneHooks):
     """The plugin. One instance per controller process."""
 
     def __init__(self, *, name: str = NAME, policy: PoolPolicy | None = None) -> None:
-        self.name = name
-        self.policy = policy or POLICY
-        self.config = EcsConfig()
-        self._credentials: tuple[str, str] | None = None
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self._limits: dict[str, _Limits] = {}
-        self._cidrs: dict[str, ipaddress.IPv4Network] = {}
-        #: ENIs made whose rollback failed: deleted again on the node's next inventory
-        #: (after a restart, the sweep finds them by their tag)
-        self._orphans: dict[str, set[str]] = {}
-        #: ENIs this process created and is attaching now: never swept
-        self._creating: set[str] = set()
-        self._random = random.Random(0)
-        #: what the cloud last said is on each instance: instance -> (when, ip -> ENI
-        #: status); kept up to date by the provider's own writes, so that route does not
-        #: describe the node's ENIs once per pod
-        self._seen: dict[str, tuple[float, dict[str, str]]] = {}
-        #: node name -> its instance, to forget the instance when the node goes
-        self._node_instance: dict[str, str] = {}
-        #: how long verify trusts that view (seconds, wall clock)
-        self.verify_cache_ttl = 1.0
-        self._generation = 0
-        self.sdk_calls: dict[str, int] = {}
-        #: core's buckets per API action (``podnet_cloud_limiter``)
-        self._limiter: CloudLimiter | None = None
+        super().__init__(name=name, policy=policy)
         #: the node agent's dataplane (plugins/ecs/dataplane.py)
         self.dataplane = ecs_dataplane(name, self._mac_of)
-
-    # --- the SDK ------------------------------------------------------------------------
-
-    def _client(self) -> Any:
-        client = getattr(self._local, "client", None)
-        if client is not None and getattr(self._local, "generation", -1) == self._generation:
-            return client
-        if self._credentials is None:
-            raise ProviderError(ErrorKind.FATAL, "the ecs provider is not configured "
-                                                 "(no access key)")
-        from alibabacloud_ecs20140526.client import Client
-        from alibabacloud_tea_openapi import models as open_api_models
-
-        key_id, secret = self._credentials
-        cfg = self.config
-        ms = int(cfg.timeout * 1000)
-        client = Client(open_api_models.Config(
-            access_key_id=key_id, access_key_secret=secret, region_id=cfg.region,
-            endpoint=cfg.endpoint, protocol=cfg.protocol, read_timeout=ms,
-            connect_timeout=ms))
-        self._local.client = client
-        self._local.generation = self._generation
-        return client
-
-    def close(self) -> None:
-        """Drop the SDK's kept-alive connections to this provider's endpoint.
-
-        The SDK's runtime (darabonba, or Tea in older releases) keeps one HTTP session per
-        endpoint for the life of the process, in a class attribute with no public way to
-        close it. A controller needs no close; tests and demos that start many simulators
-        (one port each) would otherwise keep a socket per endpoint.
-        """
-        endpoint = self.config.endpoint if self.config is not None else None
-        if endpoint:
-            _close_sdk_sessions(endpoint)
-
-    def _call(self, api: str, request: Any, subject: str | None = None) -> Any:
-        """One SDK call; its error comes back as a ProviderError core can act on (the
-        ``subject`` names the vSwitch or ENI to blame)."""
-        method = getattr(self._client(), _snake(api))
-        limiter = self._limiter
-        if limiter is not None:
-            limiter.acquire(api)  # every request, reads and polls too: one bucket per API
-        with self._lock:
-            self.sdk_calls[api] = self.sdk_calls.get(api, 0) + 1
-        started = time.perf_counter()
-        try:
-            response = method(request)
-        except ProviderError as exc:
-            if limiter is not None:
-                limiter.observe(api, time.perf_counter() - started, exc.kind.value)
-            raise
-        except Exception as exc:
-            kind = classify(exc) or ErrorKind.TRANSIENT
-            if limiter is not None:
-                limiter.observe(api, time.perf_counter() - started, kind.value)
-            code = error_code(exc) or type(exc).__name__
-            raise ProviderError(kind, f"{api}: {code}{f' ({subject})' if subject else ''}",
-                                subject=subject) from None
-        if limiter is not None:
-            limiter.observe(api, time.perf_counter() - started)
-        body = getattr(response, "body", None)
-        if body is None:
-            raise ProviderError(ErrorKind.TRANSIENT, f"{api}: empty reply", subject=subject)
-        return body
 
     # --- registration and configuration -------------------------------------------------
 
@@ -410,13 +170,6 @@ class EcsProvider(DataplaneHooks):
 
     # --- helpers ------------------------------------------------------------------------
 
-    def instance_id(self, node: NodeContext) -> str:
-        instance = self._instance_of(node)
-        if self._node_instance.get(node.node.name) != instance:
-            with self._lock:
-                self._node_instance[node.node.name] = instance
-        return instance
-
     @hookimpl
     def podnet_node_removed(self, provider: str, node: str) -> None:
         """The node left: the view of its instance's ENIs goes. ENIs whose rollback
@@ -426,158 +179,6 @@ class EcsProvider(DataplaneHooks):
             instance = self._node_instance.pop(node, None)
             if instance is not None:
                 self._seen.pop(instance, None)
-
-    def remembered(self) -> set[str]:
-        """The instances (and node names) the provider keeps a view of."""
-        with self._lock:
-            return set(self._seen) | set(self._node_instance)
-
-    def _instance_of(self, node: NodeContext) -> str:
-        n = node.node
-        mapped = self.config.instance_ids.get(n.name)
-        if mapped:
-            return mapped
-        if n.provider_id:
-            m = _PROVIDER_ID.match(n.provider_id)
-            if m:
-                return m.group(1)
-        label = n.labels.get(INSTANCE_LABEL)
-        if label:
-            return label
-        raise ProviderError(ErrorKind.FATAL, f"node {n.name}: no ECS instance id (spec."
-                            "providerID '<region>.i-...', the label "
-                            f"{INSTANCE_LABEL} or the config's instance_ids)",
-                            field="spec.providerID")
-
-    def limits(self, node: NodeContext) -> _Limits:
-        n = node.node
-        itype = self.config.instance_type or n.labels.get(TYPE_LABEL)
-        if not itype:
-            raise ProviderError(ErrorKind.FATAL, f"node {n.name}: no instance type (label "
-                                f"{TYPE_LABEL} or the config's instance_type)",
-                                field=f"metadata.labels[{TYPE_LABEL}]")
-        with self._lock:
-            cached = self._limits.get(itype)
-        if cached is not None:
-            return cached
-        from alibabacloud_ecs20140526 import models as m
-
-        body = self._call("DescribeInstanceTypes",
-                          m.DescribeInstanceTypesRequest(instance_types=[itype]))
-        found = [t for t in _items(body, "instance_types", "instance_type")
-                 if getattr(t, "instance_type_id", None) == itype]
-        if not found:
-            raise ProviderError(ErrorKind.FATAL, f"instance type {itype} is unknown to ECS",
-                                field=f"metadata.labels[{TYPE_LABEL}]")
-        t = found[0]
-        enis, ipv4 = getattr(t, "eni_quantity", None), getattr(t, "eni_private_ip_address_quantity",
-                                                               None)
-        if not isinstance(enis, int) or not isinstance(ipv4, int) or enis < 1 or ipv4 < 1:
-            raise ProviderError(ErrorKind.TRANSIENT, f"DescribeInstanceTypes: malformed reply "
-                                f"for {itype} (EniQuantity / EniPrivateIpAddressQuantity)")
-        limits = _Limits(enis=enis, ipv4=ipv4, ipv6=int(getattr(t, "eni_ipv_6address_quantity",
-                                                                0) or 0))
-        with self._lock:
-            self._limits[itype] = limits
-        return limits
-
-    def max_interfaces(self, limits: _Limits) -> int:
-        """Terway's secondary-ENI count ``EniQuantity * ratio + shift - 1`` (capped by
-        ``max_enis``): the pool's interfaces. The primary ENI is reported
-        ``pooled=False`` and core does not count it."""
-        cfg = self.config
-        secondary = int(limits.enis * cfg.eni_cap_ratio) + cfg.eni_cap_shift - 1
-        if cfg.max_enis:
-            secondary = min(secondary, cfg.max_enis)
-        return max(1, secondary)
-
-    def describe_enis(self, *, instance: str | None = None, ids: Sequence[str] = (),
-                      status: str | None = None, kind: str | None = None) -> list[_Eni]:
-        from alibabacloud_ecs20140526 import models as m
-
-        out: list[_Eni] = []
-        token: str | None = None
-        for _ in range(100):
-            req = m.DescribeNetworkInterfacesRequest(
-                region_id=self.config.region, instance_id=instance,
-                network_interface_id=list(ids) or None, status=status, type=kind,
-                max_results=500, next_token=token)
-            body = self._call("DescribeNetworkInterfaces", req, subject=instance)
-            for raw in _items(body, "network_interface_sets", "network_interface_set"):
-                out.append(_eni_of(raw))
-            token = getattr(body, "next_token", None) or None
-            if not token:
-                break
-        if instance is not None and not ids and status is None and kind is None:
-            view = {ip: eni.status for eni in out for ip in (*eni.secondary, *eni.ipv6)}
-            with self._lock:
-                self._seen[instance] = (time.monotonic(), view)
-        return out
-
-    def _note(self, instance: str, added: Sequence[str] = (), removed: Sequence[str] = (),
-              status: str = "InUse") -> None:
-        """Keep the instance's view in step with a write the provider made."""
-        with self._lock:
-            seen = self._seen.get(instance)
-            if seen is None:
-                return
-            view = seen[1]
-            for ip in removed:
-                view.pop(ip, None)
-            for ip in added:
-                view[ip] = status
-
-    def _vswitches(self) -> dict[str, tuple[ipaddress.IPv4Network | None, int]]:
-        """Every vSwitch of the region the cloud reports: id -> (CIDR, free addresses)."""
-        from alibabacloud_ecs20140526 import models as m
-
-        body = self._call("DescribeVSwitches",
-                          m.DescribeVSwitchesRequest(region_id=self.config.region,
-                                                     page_size=50))
-        out: dict[str, tuple[ipaddress.IPv4Network | None, int]] = {}
-        for v in _items(body, "v_switches", "v_switch"):
-            vid = getattr(v, "v_switch_id", None)
-            if not vid:
-                continue
-            try:
-                cidr: ipaddress.IPv4Network | None = ipaddress.IPv4Network(v.cidr_block)
-            except (ValueError, TypeError):
-                cidr = None
-            free = getattr(v, "available_ip_address_count", None)
-            out[vid] = (cidr, int(free) if isinstance(free, int) else 0)
-            if cidr is not None:
-                with self._lock:
-                    self._cidrs[vid] = cidr
-        return out
-
-    def _cidr_map(self) -> dict[str, ipaddress.IPv4Network]:
-        with self._lock:
-            known = dict(self._cidrs)
-        if all(v in known for v in self.config.vswitches):
-            return known
-        self._vswitches()
-        with self._lock:
-            return dict(self._cidrs)
-
-    def _drop_orphans(self, instance: str) -> None:
-        with self._lock:
-            orphans = set(self._orphans.get(instance, ()))
-        for eni_id in orphans:
-            try:
-                self._delete(eni_id)
-            except ProviderError as exc:
-                if exc.kind is not ErrorKind.NOT_FOUND:
-                    continue
-            with self._lock:
-                self._orphans.get(instance, set()).discard(eni_id)
-
-    def _delete(self, eni_id: str) -> None:
-        from alibabacloud_ecs20140526 import models as m
-
-        self._call("DeleteNetworkInterface",
-                   m.DeleteNetworkInterfaceRequest(region_id=self.config.region,
-                                                   network_interface_id=eni_id),
-                   subject=eni_id)
 
     # --- inventory ----------------------------------------------------------------------
 
@@ -614,12 +215,6 @@ class EcsProvider(DataplaneHooks):
         return Inventory(interfaces=tuple(interfaces),
                          max_interfaces=self.max_interfaces(limits),
                          ips_per_interface=self.ips_per_eni(limits), dual_stack=dual)
-
-    def ips_per_eni(self, limits: _Limits) -> int:
-        """Pod addresses per secondary ENI: its IPv4 addresses but the primary one; in
-        dual stack, pairs, so also no more than its IPv6 addresses (Terway's rule)."""
-        ipv4 = max(0, limits.ipv4 - 1)
-        return min(ipv4, limits.ipv6) if self.config.dual else ipv4
 
     @hookimpl
     def podnet_node_check(self, provider: str, node: NodeContext
@@ -778,27 +373,6 @@ class EcsProvider(DataplaneHooks):
 
     # --- interfaces ---------------------------------------------------------------------
 
-    def choose_vswitch(self, wanted: str | None, count: int) -> str:
-        """The vSwitch of a new ENI, by the configured policy, among those with room."""
-        candidates = [wanted] if wanted else list(self.config.vswitches)
-        seen = self._vswitches()
-        ready = [(v, seen[v][1]) for v in candidates if v in seen and seen[v][1] >= count + 1]
-        if not ready:
-            unknown = [v for v in candidates if v not in seen]
-            if unknown and len(unknown) == len(candidates):
-                raise ProviderError(ErrorKind.FATAL, f"vSwitch {', '.join(unknown)} does not "
-                                    "exist", subject=unknown[0])
-            names = ", ".join(candidates)
-            raise ProviderError(ErrorKind.SUBNET_EXHAUSTED,
-                                f"vSwitch {names} has not enough free addresses "
-                                f"for a new ENI with {count}", subject=candidates[0])
-        policy = self.config.vswitch_policy
-        if policy == "most":
-            return max(ready, key=lambda r: r[1])[0]
-        if policy == "random":
-            return self._random.choice(ready)[0]
-        return ready[0][0]
-
     @hookimpl
     def podnet_interface_create(self, provider: str, node: NodeContext, subnet: str | None,
                                 ip_count: int) -> CloudInterface | None:
@@ -871,36 +445,6 @@ class EcsProvider(DataplaneHooks):
             with self._lock:
                 self._orphans.setdefault(instance, set()).add(eni_id)
 
-    def _wait(self, eni_id: str, status: str, timeout: float | None = None) -> _Eni:
-        """Poll until the ENI is in ``status``. A settled other state (not Attaching,
-        Detaching, Creating, Deleting) for longer than ``_SETTLED_GRACE`` means the change
-        was never made (a lost or refused call): give up then rather than poll to the
-        deadline, and let the caller's retry decide."""
-        started = time.monotonic()
-        deadline = started + (self.config.attach_timeout if timeout is None else timeout)
-        settled_deadline = started + _SETTLED_GRACE
-        while True:
-            try:
-                found = self.describe_enis(ids=[eni_id])
-            except ProviderError as exc:
-                # a throttled poll says nothing about the ENI: poll again while there is
-                # time (rolling back an ENI that attached fine costs two more writes)
-                if exc.kind is not ErrorKind.THROTTLED or time.monotonic() >= deadline:
-                    raise
-                time.sleep(max(self.config.poll_interval, 0.05))
-                continue
-            if not found:
-                raise ProviderError(ErrorKind.NOT_FOUND, f"ENI {eni_id} is gone",
-                                    subject=eni_id)
-            if found[0].status == status:
-                return found[0]
-            now = time.monotonic()
-            moving = found[0].status in _TRANSITIONAL
-            if now >= deadline or (not moving and now >= settled_deadline):
-                raise ProviderError(ErrorKind.TRANSIENT, f"ENI {eni_id} is still "
-                                    f"{found[0].status}, not {status}", subject=eni_id)
-            time.sleep(self.config.poll_interval)
-
     @hookimpl
     def podnet_interface_dispose(self, provider: str, node: NodeContext,
                                  interface: CloudInterface) -> bool | None:
@@ -970,36 +514,6 @@ class EcsProvider(DataplaneHooks):
                          labels={TYPE_LABEL: types[instance]})
                 for instance in holding if instance in types]
 
-    def instance_types(self, instances: Sequence[str]) -> dict[str, str]:
-        """Each of ``instances`` ECS has -> its instance type: DescribeInstances, 100 ids
-        a call (its ``InstanceIds`` limit), every page."""
-        from alibabacloud_ecs20140526 import models as m
-
-        out: dict[str, str] = {}
-        for start in range(0, len(instances), MAX_INSTANCE_IDS):
-            token: str | None = None
-            for _ in range(MAX_INSTANCE_IDS):
-                body = self._call("DescribeInstances", m.DescribeInstancesRequest(
-                    region_id=self.config.region,
-                    instance_ids=json.dumps(list(instances[start:start + MAX_INSTANCE_IDS])),
-                    max_results=MAX_INSTANCE_IDS, next_token=token))
-                if getattr(body, "instances", None) is None:
-                    raise ProviderError(ErrorKind.TRANSIENT, "DescribeInstances: malformed "
-                                        "reply (no Instances)")
-                for raw in _items(body, "instances", "instance"):
-                    instance = getattr(raw, "instance_id", None)
-                    itype = getattr(raw, "instance_type", None)
-                    if not isinstance(instance, str) or not instance or not isinstance(
-                            itype, str) or not itype:
-                        raise ProviderError(ErrorKind.TRANSIENT, "DescribeInstances: "
-                                            "malformed reply (an instance without InstanceId "
-                                            "or InstanceType)")
-                    out[instance] = itype
-                token = getattr(body, "next_token", None) or None
-                if not token:
-                    break
-        return out
-
     # --- ENIs nobody attached ---------------------------------------------------------
 
     @hookimpl
@@ -1050,8 +564,6 @@ class EcsProvider(DataplaneHooks):
     @hookimpl
     def podnet_address_space(self, provider: str, node: NodeContext) -> AddressSpace | None:
         """The configured vSwitches with their CIDRs (read once, then kept)."""
-        if provider != self.name:
-            return None
         cidrs = self._cidr_map()
         return AddressSpace(subnets=tuple(
             Subnet.first_host_gateway(v, str(cidrs[v]) if v in cidrs else None)
@@ -1162,10 +674,6 @@ class EcsProvider(DataplaneHooks):
     # --- the dataplane on a node (the node agent): a routed veth pair, a table per ENI;
     # its four hooks come from DataplaneHooks (self.dataplane) ---------------------------
 
-    def _mac_of(self, pn: PodNetwork) -> str | None:
-        found = self.describe_enis(ids=[pn.status.interface or ""])
-        return found[0].mac if found else None
-
     # --- errors -------------------------------------------------------------------------
 
     @hookimpl
@@ -1173,81 +681,5 @@ class EcsProvider(DataplaneHooks):
         return classify(error)
 
 
-# --- helpers ------------------------------------------------------------------------------
-
-
-def _snake(api: str) -> str:
-    special = {"DescribeVSwitches": "describe_vswitches",
-               "AssignIpv6Addresses": "assign_ipv_6addresses",
-               "UnassignIpv6Addresses": "unassign_ipv_6addresses"}
-    if api in special:
-        return special[api]
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", api).lower()
-
-
-def _items(body: Any, outer: str, inner: str) -> list[Any]:
-    holder = getattr(body, outer, None)
-    items = getattr(holder, inner, None) if holder is not None else None
-    return list(items) if isinstance(items, list) else []
-
-
-def _eni_of(raw: Any) -> _Eni:
-    ips = _items(raw, "private_ip_sets", "private_ip_set")
-    eni_id = getattr(raw, "network_interface_id", None)
-    if not isinstance(eni_id, str) or not eni_id:
-        raise ProviderError(ErrorKind.TRANSIENT, "DescribeNetworkInterfaces: malformed reply "
-                            "(an ENI without NetworkInterfaceId)")
-    if getattr(raw, "private_ip_sets", None) is None:
-        raise ProviderError(ErrorKind.TRANSIENT, "DescribeNetworkInterfaces: malformed reply "
-                            f"({eni_id} has no PrivateIpSets)", subject=eni_id)
-    primary_ip = getattr(raw, "private_ip_address", None)
-    secondary = tuple(str(p.private_ip_address) for p in ips
-                      if not getattr(p, "primary", False) and p.private_ip_address
-                      and p.private_ip_address != primary_ip)
-    groups = _items(raw, "security_group_ids", "security_group_id")
-    tags = tuple((str(t.tag_key), str(getattr(t, "tag_value", "") or ""))
-                 for t in _items(raw, "tags", "tag") if getattr(t, "tag_key", None))
-    ipv6 = tuple(str(a.ipv_6address) for a in _items(raw, "ipv_6sets", "ipv_6set")
-                 if getattr(a, "ipv_6address", None))
-    return _Eni(id=eni_id, status=str(getattr(raw, "status", "") or ""),
-                kind=str(getattr(raw, "type", "") or "Secondary"),
-                vswitch=str(getattr(raw, "v_switch_id", "") or ""),
-                mac=getattr(raw, "mac_address", None), primary_ip=primary_ip,
-                secondary=secondary, security_groups=tuple(str(g) for g in groups),
-                description=str(getattr(raw, "description", "") or ""), ipv6=ipv6,
-                tags=tags, instance=str(getattr(raw, "instance_id", "") or "") or None)
-
-
-
-Callback = Callable[[], None]
-
 #: what the host registers as the built-in ``ecs`` plugin
 plugin = EcsProvider()
-
-
-def _close_sdk_sessions(endpoint: str) -> None:
-    import importlib
-
-    for module, cls in (("darabonba.core", "DaraCore"), ("Tea.core", "TeaCore")):
-        try:
-            runtime = getattr(importlib.import_module(module), cls)
-        except (ImportError, AttributeError):
-            continue
-        sessions = getattr(runtime, "_sessions", None)
-        if not isinstance(sessions, dict):
-            continue
-        for key in [k for k in list(sessions) if endpoint in k]:
-            session = sessions.pop(key, None)
-            if session is None:
-                continue
-            # urllib3 2 drops a cleared pool without closing it: its idle sockets would
-            # wait for a full garbage collection. Close them now.
-            for adapter in session.adapters.values():
-                pools = getattr(getattr(adapter, "poolmanager", None), "pools", None)
-                if pools is None:
-                    continue
-                for pool_key in list(pools.keys()):
-                    pool = pools.get(pool_key)
-                    if pool is not None:
-                        pool.close()
-            session.close()

@@ -26,6 +26,11 @@ DescribeInstances lists the instances (``InstanceIds``, a JSON array of up to 10
 ``InstanceType`` narrow them down) with their attached ENIs. Both Describes page as ECS
 does: ``NextToken`` / ``MaxResults`` (10 by default, at most 500 ENIs or 100 instances a
 page), or the older ``PageNumber`` / ``PageSize``.
+
+Over 800 lines and kept whole on purpose: it is one model, the simulated region's state
+(instances, ENIs, vSwitches, limits, faults) and one handler per ECS action reading and
+changing it under one lock, followed by the query-string helpers those handlers share.
+Split by action, each part would reach into the same state and lock.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ import threading
 import time
 from typing import Any
 
-from podnet.core.errors import ErrorKind, ProviderError
+from podnet.hookspecs.errors import ErrorKind, ProviderError
 from podnet.hookspecs.types import (
     CheckResult,
     Plug,

@@ -22,7 +22,7 @@ import json
 import os
 from typing import Any
 
-from podnet.core.errors import ErrorKind, ProviderError
+from podnet.hookspecs.errors import ErrorKind, ProviderError
 from podnet.hookspecs.types import (
     CheckResult,
     Plug,

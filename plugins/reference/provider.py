@@ -26,11 +26,11 @@ from typing import Any
 
 import attrs
 
-from podnet.core.errors import ConfigError, ErrorKind, ProviderError
-from podnet.core.policy import PoolPolicy
-from podnet.core.sections import between, config_key, read_section, section, text
 from podnet.hookspecs import hookimpl
+from podnet.hookspecs.errors import ConfigError, ErrorKind, ProviderError
 from podnet.hookspecs.models import NodeInfo, Route
+from podnet.hookspecs.policy import PoolPolicy
+from podnet.hookspecs.sections import between, config_key, read_section, section, text
 from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
@@ -450,8 +450,6 @@ class ReferenceProvider(DataplaneHooks):
 
     @hookimpl
     def podnet_address_space(self, provider: str, node: NodeContext) -> AddressSpace | None:
-        if provider != self.name:
-            return None
         cidr = node.node.pod_cidr
         # the one subnet of a node is its podCIDR, by that name too
         return AddressSpace(subnets=(Subnet.first_host_gateway(cidr, cidr),) if cidr else ())

@@ -32,10 +32,10 @@ from typing import Any
 
 import attrs
 
-from podnet.core.errors import ErrorKind, ProviderError
-from podnet.core.policy import PoolPolicy
-from podnet.core.sections import between, cidrs, read_section, section
 from podnet.hookspecs import hookimpl
+from podnet.hookspecs.errors import ErrorKind, ProviderError
+from podnet.hookspecs.policy import PoolPolicy
+from podnet.hookspecs.sections import between, cidrs, read_section, section
 from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
@@ -271,8 +271,6 @@ class StaticPoolProvider:
     @hookimpl
     def podnet_address_space(self, provider: str, node: NodeContext) -> AddressSpace | None:
         """The ranges, as the subnets a pod may ask for; no fixed addresses, no pools."""
-        if provider != self.name:
-            return None
         return AddressSpace(
             subnets=tuple(Subnet(id=str(r), cidr=str(r), gateway=_gateway(r),
                                  takes_static=False) for r in self.ranges),

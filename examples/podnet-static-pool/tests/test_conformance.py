@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from podnet_static_pool import NAME, StaticBackend, StaticPoolError, StaticPoolProvider
 
-from podnet.core.errors import ErrorKind
+from podnet.hookspecs.errors import ErrorKind
 from podnet.testing.chaos import EXAMPLES_ENV, chaos_settings, make_chaos_machine
 from podnet.testing.conformance import ProviderConformance
 

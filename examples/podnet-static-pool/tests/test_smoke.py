@@ -13,8 +13,8 @@ from podnet.app.demo import node_obj, pod_obj
 from podnet.core.clock import FakeClock
 from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Obj
 from podnet.core.engine import Engine, EngineOptions
-from podnet.core.errors import ConfigError
 from podnet.core.plugin import new_plugin_manager
+from podnet.hookspecs.errors import ConfigError
 from podnet.sim.memory import InMemoryCluster
 
 NS = "demo"  # the namespace podnet.app.demo.pod_obj puts pods in

@@ -1,0 +1,301 @@
+"""The OVN provider's addresses: its subnets and routers as the IPAM uses them, the
+in-memory IPAM (rebuilt from Northbound on a start), and how an allocation, a port's
+addresses and a router's NAT rules are made of them."""
+
+
+from __future__ import annotations
+
+import ipaddress
+import random
+from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from podnet.hookspecs.annotations import annotation_field as _field
+from podnet.hookspecs.errors import InvalidRequest
+from podnet.hookspecs.models import (
+    PodNetwork,
+    WorkloadInfo,
+    statefulset_ordinal,
+)
+from podnet.hookspecs.types import (
+    AllocateContext,
+    Allocation,
+)
+from podnet.plugins.ovn.config import (
+    ORDINAL,
+    PG_UNSAFE,
+    IPNetwork,
+    OvnRouterConfig,
+    OvnSubnetConfig,
+    excluded_ips,
+    gateways_of,
+    networks_of,
+)
+from podnet.plugins.ovn.rows import (
+    ExternalNet,
+    RouterLink,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+def port_name(pn: PodNetwork) -> str:
+    """The logical switch port of a record: named after its key (stable for sticky pods)."""
+    return f"{pn.metadata.namespace}/{pn.metadata.name}"
+
+
+def pg_name(prefix: str, name: str) -> str:
+    """A port group name OVN accepts (letters, digits, underscores)."""
+    return f"{prefix}_{PG_UNSAFE.sub('_', name)}"
+
+
+@attrs.define
+class Subnet:
+    name: str
+    v4: ipaddress.IPv4Network | None
+    v6: ipaddress.IPv6Network | None
+    gateway: str | None
+    gateway6: str | None
+    excluded: set[str]
+    namespaces: tuple[str, ...] = ()
+    gateway_type: str = "distributed"
+    router: str | None = None
+    ip_pools: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
+    default: bool = False
+    #: the subnet's own MTU; ``None``: the provider's
+    mtu: int | None = None
+
+    def networks(self) -> list[IPNetwork]:
+        return [n for n in (self.v4, self.v6) if n is not None]
+
+    def describe(self) -> str:
+        return f"subnet {self.name} ({', '.join(str(n) for n in self.networks())})"
+
+    def router_link(self) -> RouterLink | None:
+        """The ports connecting the subnet's switch to its router (``None``: no router):
+        the router port holds each family's gateway with the subnet's prefix length."""
+        if not self.router:
+            return None
+        pairs = ((self.gateway, self.v4), (self.gateway6, self.v6))
+        networks = [f"{ipaddress.ip_address(gw)}/{net.prefixlen}" for gw, net in pairs
+                    if gw and net is not None]
+        return RouterLink(self.router, self.name, networks)
+
+
+@attrs.define
+class Router:
+    name: str
+    external_ip: str | None = None
+    external_gateway: str = "100.64.0.1"
+    #: its external network (``None``: none configured, NAT has no way out)
+    external: ExternalNet | None = None
+
+
+def router_of(cfg: OvnRouterConfig) -> Router:
+    ext = cfg.external
+    if ext is None:
+        return Router(cfg.name, cfg.external_ip, cfg.external_gateway or "100.64.0.1")
+    net = ExternalNet(cfg.name, ext.address, ext.gateway, ext.network_name, ext.chassis)
+    return Router(cfg.name, cfg.external_ip or str(ipaddress.ip_interface(ext.address).ip),
+                  ext.gateway, net)
+
+
+@attrs.define
+class Held:
+    """One address the IPAM holds: the port that has it (``None``: nobody we know), and
+    whether it is one of that port's VIPs (``podnet.io/vips``, a virtual port of its own)."""
+
+    port: str | None
+    vip: bool = False
+
+
+class Ipam:
+    """Addresses and MACs in use, per subnet; rebuilt from the NB ports."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.used: dict[str, Held] = {}
+        self.macs: dict[str, str] = {}
+        self.random = random.Random(seed)
+
+    def owner(self, ip: str) -> str | None:
+        held = self.used.get(ip)
+        return None if held is None else (held.port or "a port podnet does not own")
+
+    def take(self, port: str, ips: Sequence[str], mac: str | None) -> None:
+        for ip in ips:
+            self.used[ip] = Held(port)
+        if mac:
+            self.macs[mac] = port
+
+    def take_vips(self, port: str, vips: Sequence[str]) -> None:
+        for ip in vips:
+            self.used[ip] = Held(port, vip=True)
+
+    def vips_of(self, port: str) -> set[str]:
+        return {ip for ip, h in self.used.items() if h.port == port and h.vip}
+
+    def drop_vips(self, port: str, keep: Collection[str] = ()) -> None:
+        """Free the port's VIPs not in ``keep`` (its own addresses stay)."""
+        for ip in self.vips_of(port) - set(keep):
+            del self.used[ip]
+
+    def free(self, port: str) -> None:
+        for ip in [ip for ip, h in self.used.items() if h.port == port]:
+            del self.used[ip]
+        for mac in [m for m, p in self.macs.items() if p == port]:
+            del self.macs[mac]
+
+    def random_free(self, network: IPNetwork, blocked: set[str]) -> str | None:
+        first = int(network.network_address) + 1
+        last = int(network.broadcast_address) - (1 if network.version == 4 else 0)
+        size = last - first + 1
+        if size <= 0:
+            return None
+        start = self.random.randrange(size)
+        limit = min(size, 1 << 20)
+        for step in range(limit):
+            addr = ipaddress.ip_address(first + (start + step) % size)
+            ip = str(addr)
+            if ip not in self.used and ip not in blocked:
+                return ip
+        return None
+
+    def new_mac(self) -> str:
+        while True:
+            digits = [self.random.randrange(256) for _ in range(5)]
+            mac = "0a:" + ":".join(f"{b:02x}" for b in digits)
+            if mac not in self.macs:
+                return mac
+
+
+def allocation_of(subnet: Subnet, v4: str | None, v6: str | None, mac: str | None,
+                port: str, mtu: int) -> Allocation:
+    """The record's address: the pod's interface gets the subnet's prefix, so pods of one
+    logical switch reach each other directly, and everything else through the gateway
+    (the subnet's router port, when it has a router)."""
+    if v4 is None:  # an IPv6-only subnet: the IPv6 address is the primary one
+        return Allocation(ip=v6 or "", mac=mac, subnet=subnet.name, gateway=subnet.gateway6,
+                          interface=port, mtu=subnet.mtu or mtu,
+                          prefix_length=subnet.v6.prefixlen if subnet.v6 else None)
+    dual = v6 is not None and subnet.v6 is not None
+    return Allocation(ip=v4, ipv6=v6, mac=mac, subnet=subnet.name, gateway=subnet.gateway,
+                      interface=port, cidr=str(subnet.v4) if subnet.v4 else None,
+                      prefix_length=subnet.v4.prefixlen if subnet.v4 else None,
+                      ipv6_prefix_length=subnet.v6.prefixlen if dual and subnet.v6 else None,
+                      ipv6_gateway=subnet.gateway6 if dual else None, mtu=subnet.mtu or mtu)
+
+
+def port_addresses(addresses: Sequence[str]) -> list[tuple[list[str], str]]:
+    """(addresses, MAC) of each "MAC IP [IP ...]" entry; router, unknown and dynamic
+    entries hold nothing; "virtual IP" (a virtual port's virtual-ip) holds the IP alone."""
+    out = []
+    for entry in addresses:
+        parts = entry.split()
+        if not parts or parts[0] in ("router", "unknown", "dynamic"):
+            continue
+        if parts[0] == "virtual":
+            out.append(([p.split("/")[0] for p in parts[1:]], ""))
+            continue
+        out.append(([p.split("/")[0] for p in parts[1:]], parts[0]))
+    return out
+
+
+def virtual_ip(lsp: Any) -> str | None:
+    """The ``options:virtual-ip`` of a ``type=virtual`` port (a VIP), else ``None``."""
+    if getattr(lsp, "type", "") != "virtual":
+        return None
+    return dict(lsp.options).get("virtual-ip") or None
+
+
+def nat_rules(eip: str | None, snat: bool, router: Router, v4: str | None, v6: str | None
+               ) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
+    """The NAT rules and source routes of a pod on ``router``, as Kube-OVN writes them:
+    ``eip`` a ``dnat_and_snat`` rule, ``snat`` a ``snat`` rule to the router's
+    ``external_ip`` (with an eip, the eip's rule alone: it translates the pod's own
+    connections to the eip). A rule
+    translates the pod's address of the external address's family (a dual-stack pod's
+    other address is not translated); a source route sends that address to the router's
+    ``external_gateway``, which must be of the same family."""
+    nats: list[tuple[str, str, str]] = []
+    asked: list[tuple[str, str, str]] = []
+    if eip:
+        asked.append(("dnat_and_snat", eip, "eip"))
+    if snat and not eip:
+        # with an eip its dnat_and_snat rule is the pod's snat: a snat rule of the same
+        # address next to it would leave OVN's choice between the two to chance
+        if not router.external_ip:
+            raise InvalidRequest(_field("snat"), f"router {router.name} has no "
+                                 "external_ip and the pod names no eip")
+        asked.append(("snat", router.external_ip, "snat"))
+    routes: list[tuple[str, str]] = []
+    gateway = ipaddress.ip_address(router.external_gateway)
+    for kind, external, field in asked:
+        version = ipaddress.ip_address(external).version
+        logical = v4 if version == 4 else v6
+        if logical is None:
+            raise InvalidRequest(_field(field), f"{kind} address {external} is IPv{version} "
+                                 f"and the pod has no IPv{version} address")
+        if gateway.version != version:
+            raise InvalidRequest(_field(field), f"{kind} address {external} is IPv{version} "
+                                 f"but router {router.name}'s external_gateway {gateway} is "
+                                 f"IPv{gateway.version}")
+        nats.append((kind, external, logical))
+        # with an external network the router's default route takes the pod out (a
+        # source route would also take its traffic to the router's other subnets out)
+        if router.external is None and (logical, str(gateway)) not in routes:
+            routes.append((logical, str(gateway)))
+    return nats, routes
+
+
+DEFAULT_SUBNET: Mapping[str, Any] = {"name": "ovn-default", "cidr": "10.16.0.0/16",
+                                      "default": True}
+
+
+
+def workload_wants(workload: WorkloadInfo | None, kind: str, name: str, uid: str,
+                    pod_name: str) -> bool | None:
+    """Whether the record's owner still wants its pod back, from core's view of it."""
+    if workload is None or workload.kind != kind or workload.name != name:
+        return None
+    if not workload.exists or (workload.uid and uid and workload.uid != uid):
+        return False  # deleted, or replaced by another StatefulSet of the same name
+    ordinal = statefulset_ordinal(pod_name)
+    if ordinal is None:
+        return None
+    return workload.wants_ordinal(ordinal)
+
+
+def statefulset_ordinal_of(ctx: AllocateContext, pn: PodNetwork) -> int | None:
+    """A StatefulSet pod's ordinal (the number its name ends with)."""
+    owners = ctx.pod.owner_references if ctx.pod is not None else pn.metadata.owner_references
+    if not any(o.kind == "StatefulSet" for o in owners):
+        return None
+    match = ORDINAL.search(pn.spec.pod_name)
+    return int(match.group(1)) if match else None
+
+
+def subnet_of(cfg: OvnSubnetConfig) -> Subnet:
+    """A subnet as the IPAM uses it, from its (checked) section."""
+    v4: ipaddress.IPv4Network | None = None
+    v6: ipaddress.IPv6Network | None = None
+    for net in networks_of(cfg):
+        if isinstance(net, ipaddress.IPv4Network):
+            v4 = net
+        else:
+            v6 = net
+    gw4 = str(v4.network_address + 1) if v4 else None
+    gw6 = str(v6.network_address + 1) if v6 else None
+    for g in gateways_of(cfg):
+        if g.version == 4:
+            gw4 = str(g)
+        else:
+            gw6 = str(g)
+    excluded: set[str] = set()
+    for item in cfg.exclude_ips:
+        excluded.update(excluded_ips(item))
+    return Subnet(name=cfg.name, v4=v4, v6=v6, gateway=gw4, gateway6=gw6, excluded=excluded,
+                  namespaces=cfg.namespaces, gateway_type=cfg.gateway_type, router=cfg.router,
+                  ip_pools=dict(cfg.ip_pools), default=cfg.default, mtu=cfg.mtu)

@@ -1,0 +1,329 @@
+"""The OVN provider's state and its Northbound connection: the client (made on first
+use, the IPAM rebuilt from the ports found there), configuration, the routers' external
+networks and the security groups' port groups and ACLs kept in step with it. The hooks
+(``podnet.plugins.ovn.provider``) are built on it."""
+
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from podnet.hookspecs.annotations import annotation_field as _field
+from podnet.hookspecs.errors import ConfigError, InvalidRequest
+from podnet.hookspecs.models import (
+    PodNetwork,
+)
+from podnet.hookspecs.policy import PoolPolicy
+from podnet.hookspecs.sections import (
+    config_key,
+    read_section,
+)
+from podnet.plugins.ovn.config import (
+    DEFAULT_BATCH_WINDOW,
+    NAME,
+    OvnConfig,
+)
+from podnet.plugins.ovn.ipam import (
+    DEFAULT_SUBNET,
+    Held,
+    Ipam,
+    Router,
+    Subnet,
+    port_addresses,
+    router_of,
+    subnet_of,
+    virtual_ip,
+)
+from podnet.plugins.ovn.rows import (
+    KEY,
+    OWNER,
+    OWNER_VALUE,
+    ROLE,
+    ROLE_VIP,
+    ExternalNet,
+)
+from podnet.plugins.ovn.secgroups import (
+    Acl,
+    BadGroup,
+    SecurityGroup,
+    acls_by_port_group,
+    parse_groups,
+    port_group_of,
+)
+
+if TYPE_CHECKING:
+    from podnet.plugins.ovn.dataplane import OvsDataplane
+    from podnet.plugins.ovn.nb import NbClient
+
+
+class OvnNorthbound:
+    """The provider's subnets, routers, IPAM and Northbound client."""
+
+    def __init__(self, remote: str | None = None, subnets: Sequence[Mapping[str, Any]] = (),
+                 *, name: str = NAME, timeout: float = 10.0,
+                 batch_window: float = DEFAULT_BATCH_WINDOW,
+                 routers: Sequence[Mapping[str, Any]] = (), seed: int | None = None,
+                 networks: Mapping[str, str] | None = None,
+                 policy: PoolPolicy | None = None,
+                 workload_exists: Callable[[str, str, str, str], bool | None] | None = None,
+                 reconnect_backoff_ms: tuple[int, int] | None = None,
+                 security_groups: Mapping[str, Any] | None = None) -> None:
+        self.name = name
+        self.remote = remote
+        self.timeout = timeout
+        #: (min, max) between reconnect attempts after the NB server went away
+        self.reconnect_backoff_ms = reconnect_backoff_ms
+        self.batch_window = batch_window
+        self.policy = policy or PoolPolicy(reuse_cooldown=0.0)
+        self.subnets: dict[str, Subnet] = {}
+        #: attachment networks this provider serves (``podnet.io/networks``) -> subnet
+        self.networks: dict[str, str] = {}
+        self.routers: dict[str, Router] = {}
+        self.ipam = Ipam(seed)
+        #: ports podnet did not make -> the addresses of theirs the IPAM holds
+        self._foreign: dict[str, list[str]] = {}
+        self.lock = threading.RLock()
+        self._client: NbClient | None = None
+        self._synced = False
+        #: the node agent's dataplane (made on first use: the controller never needs it)
+        self._dataplane: OvsDataplane | None = None
+        #: hook calls that did work, by hook (for the demo's summary)
+        self.calls: Counter[str] = Counter()
+        #: (kind, namespace, workload name, pod name) -> whether the workload still wants
+        #: that pod (exists, and for a StatefulSet, has replicas above the pod's ordinal);
+        #: None: cannot tell, core's sticky_hold window decides
+        self.workload_exists = workload_exists
+        #: security groups by name, each checked on its own (a bad one is a BadGroup)
+        self.security_groups: dict[str, SecurityGroup | BadGroup] = {}
+        #: the groups' ACLs are to be written and unused groups swept (at the next use of
+        #: the client: after a start, a reconnect to a new NB, or a config change)
+        self._sg_dirty = True
+        #: the routers' external networks are to be written (and removed ones deleted)
+        self._ext_dirty = True
+        self.config = OvnConfig()
+        self._configure({"subnets": list(subnets) or [DEFAULT_SUBNET],
+                         "routers": list(routers), "networks": dict(networks or {}),
+                         "security_groups": dict(security_groups or {})},
+                        initial=True)
+
+    @property
+    def client(self) -> NbClient:
+        with self.lock:
+            if self._client is None:
+                if not self.remote:
+                    raise ConfigError(config_key(self.name, "remote"),
+                                      "no Northbound remote configured")
+                try:
+                    from podnet.plugins.ovn.nb import NbClient
+                except ImportError as exc:  # pragma: no cover - a broken install
+                    raise ConfigError(config_key(self.name), f"the OVN provider needs ovsdbapp and "
+                                      f"ovs (pip install ovsdbapp): {exc}") from None
+                self._client = NbClient(self.remote, self.timeout, self.batch_window,
+                                        self.reconnect_backoff_ms)
+            if not self._synced:
+                self._rebuild(self._client)
+                self._synced = True
+            else:
+                self._follow_foreign_ports(self._client)
+            if self._sg_dirty:
+                self._sync_security_groups(self._client)
+                self._sg_dirty = False
+            if self._ext_dirty:
+                self._client.ensure_externals(self._externals())
+                self._ext_dirty = False
+            return self._client
+
+    @property
+    def dataplane(self) -> OvsDataplane:
+        with self.lock:
+            if self._dataplane is None:
+                from podnet.plugins.ovn.dataplane import OvsDataplane
+
+                cfg = self.config
+                self._dataplane = OvsDataplane(cfg.ovs_db, cfg.integration_bridge,
+                                               bind_timeout=cfg.bind_timeout,
+                                               timeout=self.timeout)
+            return self._dataplane
+
+    def close(self) -> None:
+        with self.lock:
+            if self._client is not None:
+                self._client.close()
+            self._client = None
+            self._synced = False
+            self._sg_dirty = True
+            self._ext_dirty = True
+            if self._dataplane is not None:
+                self._dataplane.close()
+            self._dataplane = None
+
+    def _externals(self) -> list[ExternalNet]:
+        """The routers' external networks, each with a ``snat`` rule to the router's
+        ``external_ip`` for each of its subnets' CIDRs of the external family."""
+        nets = []
+        for router in self.routers.values():
+            ext = router.external
+            if ext is None:
+                continue
+            ext.snat = [(router.external_ip or "", str(net))
+                        for s in self.subnets.values() if s.router == router.name
+                        for net in s.networks() if net.version == ext.family]
+            nets.append(ext)
+        return nets
+
+    def _repair_external(self, client: NbClient, routers: Sequence[str]) -> None:
+        """A router's external network changed behind podnet's back (or NB lost it) is
+        written again before a pod of it is routed (reads only when it is as it should)."""
+        nets = [r.external for name in routers
+                if (r := self.routers.get(name)) is not None and r.external is not None]
+        if nets and not all(client.external_ok(e) for e in nets):
+            with self.lock:
+                client.ensure_externals(self._externals())
+
+    def _rebuild(self, client: NbClient) -> None:
+        """Every address on a port in NB is held: podnet's ports by their record, the
+        others (router ports, someone else's) by nobody."""
+        with client.reading():  # the notes and the replica as of one moment
+            client.port_changes()  # what the rebuild reads supersedes the notes so far
+            ports = client.ports()
+            router_ports = client.rows("Logical_Router_Port")
+        ipam = Ipam()
+        ipam.random = self.ipam.random
+        self._foreign = {}
+        for lsp in ports:
+            ext = dict(lsp.external_ids)
+            vip = virtual_ip(lsp)
+            if ext.get(OWNER) == OWNER_VALUE:
+                if vip and ext.get(ROLE) == ROLE_VIP and ext.get(KEY):
+                    # a pod's VIP: held for the pod's port (named after the same key)
+                    ipam.take_vips(ext[KEY], [vip])
+                    continue
+                for ips, mac in port_addresses(lsp.addresses):
+                    ipam.take(lsp.name, ips, mac)
+            else:
+                addresses = list(lsp.addresses) + ([f"virtual {vip}"] if vip else [])
+                self._hold_foreign(ipam, lsp.name, addresses)
+        # a router's own addresses (podnet's gateways among them) and MACs: never a pod's
+        for lrp in router_ports:
+            for network in lrp.networks:
+                ipam.used.setdefault(str(network).split("/")[0], Held(None))
+            if lrp.mac:
+                ipam.macs.setdefault(str(lrp.mac).lower(), f"router port {lrp.name}")
+        self.ipam = ipam
+
+    def _hold_foreign(self, ipam: Ipam, name: str, addresses: Sequence[str]) -> None:
+        """Hold the addresses of a port podnet did not make (never handed to a pod)."""
+        held = []
+        for ips, mac in port_addresses(addresses):
+            ipam.take(f"foreign:{name}", ips, mac)
+            for ip in ips:
+                ipam.used[ip] = Held(None)
+            held.extend(ips)
+        self._foreign[name] = held
+
+    def _release_foreign(self, ipam: Ipam, name: str) -> None:
+        for ip in self._foreign.pop(name, ()):
+            held = ipam.used.get(ip)
+            if held is not None and held.port is None:
+                del ipam.used[ip]
+        ipam.free(f"foreign:{name}")
+
+    def _follow_foreign_ports(self, client: NbClient) -> None:
+        """Apply the NB changes to ports others own since the last look: a port someone
+        creates after podnet read NB must not have its address handed out."""
+        for event, name, ext, addresses in client.port_changes():
+            if ext.get(OWNER) == OWNER_VALUE:
+                continue  # podnet's own: the records decide
+            self._release_foreign(self.ipam, name)
+            if event != "delete":
+                self._hold_foreign(self.ipam, name, addresses)
+
+    def _configure(self, config: Mapping[str, Any], *, initial: bool = False) -> None:
+        """Read a section: keys it leaves out keep their values (subnets, routers and
+        networks are checked together as they result)."""
+        base = None if initial else self.config
+        cfg = read_section(OvnConfig, self.name, config, base)
+        if "remote" in config:
+            self.remote = cfg.remote
+        if "timeout" in config:
+            self.timeout = cfg.timeout
+        if "batch_window_ms" in config:
+            self.batch_window = cfg.batch_window_ms / 1000
+        if "reconnect_backoff_ms" in config and cfg.reconnect_backoff_ms is not None:
+            low, high = cfg.reconnect_backoff_ms
+            self.reconnect_backoff_ms = (low, high)
+        if "seed" in config and cfg.seed is not None:
+            self.ipam.random.seed(cfg.seed)
+        routers = {r.name: router_of(r) for r in cfg.routers} \
+            if initial or "routers" in config else {}
+        if initial or "routers" in config:
+            self._ext_dirty = True
+        if initial or "subnets" in config:
+            subnets = [subnet_of(s) for s in cfg.subnets]
+            if not any(s.default for s in subnets):
+                subnets[0].default = True
+            for s in subnets:
+                if s.router and s.router not in routers:
+                    routers[s.router] = Router(s.router)
+            self.subnets = {s.name: s for s in subnets}
+            self._ext_dirty = True  # the routers' snat rules follow their subnets
+        self.routers = routers or self.routers
+        if initial or "networks" in config:
+            self.networks = dict(cfg.networks)
+        if initial or "security_groups" in config:
+            self.security_groups = parse_groups(cfg.security_groups,
+                                                config_key(self.name, "security_groups"))
+            self._sg_dirty = True
+        if {"ovs_db", "integration_bridge", "bind_timeout"} & set(config):
+            if self._dataplane is not None:
+                self._dataplane.close()
+            self._dataplane = None
+        self.config = cfg
+
+    def _groups_of(self, pn: PodNetwork) -> list[SecurityGroup]:
+        """The checked security groups the pod names (``podnet.io/security-groups``): an
+        unknown or a bad one is the pod's ``InvalidRequest``, naming the group's key."""
+        out = []
+        for name in pn.spec.requests.security_groups:
+            group = self.security_groups.get(name)
+            if group is None:
+                known = ", ".join(sorted(self.security_groups)) or "none"
+                raise InvalidRequest(_field("security-groups"), f"unknown security group "
+                                     f"{name!r}; defined in "
+                                     f"{config_key(self.name, 'security_groups')}: {known}")
+            if isinstance(group, BadGroup):
+                raise InvalidRequest(group.field, f"security group {name} (named in "
+                                     f"{_field('security-groups')}): {group.message}")
+            out.append(group)
+        return out
+
+    def _acls_of(self, pn: PodNetwork) -> tuple[dict[str, list[Acl]], list[str]]:
+        """The ACLs of the pod's groups by port group, and the port groups of the peers
+        their rules name (northd makes the peers' address sets from them)."""
+        groups = self._groups_of(pn)
+        if not groups:
+            return {}, []
+        peers = sorted({port_group_of(p) for g in groups for p in g.peers()})
+        return acls_by_port_group(groups), peers
+
+    def _sync_security_groups(self, client: NbClient) -> None:
+        """Every good group's ACLs as configured (a changed rule replaces the old ACL, a
+        restart writes nothing that is there already); podnet's ``sg_`` port groups of
+        groups no longer defined are deleted once they have no member (a group still
+        holding pods keeps its last rules: fail closed, not open). A bad group's rows
+        are left as they are."""
+        good = [g for g in self.security_groups.values() if isinstance(g, SecurityGroup)]
+        known = {port_group_of(n) for n in self.security_groups}
+        # the peers' port groups too (a bad peer's: good rules name its address sets)
+        client.ensure_infra(port_groups=sorted(
+            {g.port_group for g in good} | {port_group_of(p) for g in good
+                                            for p in g.peers()}))
+        if good:
+            client.ensure_acls(acls_by_port_group(good))
+        stale = [pg.name for pg in client.rows("Port_Group")
+                 if pg.name.startswith("sg_") and pg.name not in known
+                 and pg.external_ids.get(OWNER) == OWNER_VALUE and not pg.ports]
+        client.delete_empty_port_groups(stale)

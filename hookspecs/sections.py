@@ -20,8 +20,7 @@ provider: ``providers.my.timeout: must be between 0.1 and 600, got 900``. Values
 not a count); the rules in a field's ``metadata`` check the rest.
 
 Sections are read here, by a converter of their own (a provider's module may read one
-on import, before anything of core is loaded); core re-exports these names for its own
-modules (``podnet.core.sections``).
+on import, before anything of core is loaded).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from podnet.core.cluster.informer import Informer
 from podnet.core.cluster.port import ApiError, Cluster, Kind, Obj
 from podnet.core.config import Config, NodeProviderRule
 from podnet.core.convert import RecordError, from_wire, to_wire
-from podnet.core.drift import LostAddresses, PoolProblems
+from podnet.core.drift import LostAddresses, PoolProblems, too_young
 from podnet.core.enqueue import Enqueuer, Key
 from podnet.core.errors import (
     MAX_MESSAGE,
@@ -38,6 +38,7 @@ from podnet.core.errors import (
 )
 from podnet.core.fence import Fence, FencedCluster
 from podnet.core.gateway import ProviderGateway
+from podnet.core.ledger import Ledger, provider_verify
 from podnet.core.metrics import Metrics
 from podnet.core.models import (
     LABEL_VM,
@@ -176,6 +177,14 @@ class Engine:
         self.owned = Ownership()
         self.lost = LostAddresses(self.caches, self.policy, self.clock, self.enqueue)
         self.pool_problems = PoolProblems()
+        #: who holds each address: the one place that decides it
+        self.ledger = Ledger(
+            owned=self.owned, pools=self.pools, lost=self.lost.by_key,
+            record=self.caches.pod_networks.get, node_pool=self._uses_node_pool,
+            verify=provider_verify(self.gateway, self.caches,
+                                   lambda name: name in self.placement.providers),
+            young=lambda pn: too_young(pn, self.policy, self.clock),
+            wake=lambda key: self.enqueue.wake((key,)))
         #: the one way either machine's state changes
         self.transitions = Transitions(
             self.tracing, succeeded=self.stats.transitions,
@@ -186,7 +195,7 @@ class Engine:
         self.podnetworks = PodNetworkReconciler(
             caches=self.caches, records=self.records, enqueue=self.enqueue,
             gateway=self.gateway, transitions=self.transitions, placement=self.placement,
-            owned=self.owned, pools=self.pools, lost=self.lost, problems=self.pool_problems,
+            ledger=self.ledger, pools=self.pools, problems=self.pool_problems,
             clock=self.clock, unplug=UnplugGate(self.caches, self.clock, self.policy))
         self.nodepools = NodePoolReconciler(
             caches=self.caches, records=self.records, enqueue=self.enqueue,
@@ -278,6 +287,10 @@ class Engine:
         self._metrics = metrics
         self.gateway.metrics = metrics
 
+    def _uses_node_pool(self, provider: str) -> bool:
+        providers = self.placement.providers
+        return provider in providers and providers[provider].uses_node_pool
+
     def provider_for_node(self, node: NodeInfo) -> str | None:
         return self.placement.provider_for_node(node)
 
@@ -321,13 +334,13 @@ class Engine:
     def _on_pod_network(self, _event: str, _key: str, old: PodNetwork | None,
                         new: PodNetwork | None) -> None:
         if new is not None:
-            other = self.owned.recorded(new)
+            other = self.ledger.seen(new)
             if other is not None:
                 holder = self.caches.pod_networks.get(other)
                 if holder is not None:
                     self.enqueue.pod_of(holder)
         elif old is not None:
-            self.owned.gone(old)
+            self.ledger.gone(old)
         pn = new or old
         if pn is not None:
             pod_key = pod_key_of(pn)

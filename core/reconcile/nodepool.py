@@ -48,6 +48,7 @@ from podnet.core.drift import LostAddresses, PoolProblems
 from podnet.core.enqueue import Enqueuer
 from podnet.core.errors import ErrorKind, PodnetError, ProviderError, describe, one_line
 from podnet.core.gateway import ProviderGateway
+from podnet.core.ledger import Ledger
 from podnet.core.machines import DELETED, ENI_MACHINE, recorded_as, state_of
 from podnet.core.models import (
     FINALIZER,
@@ -588,8 +589,7 @@ class NodePoolReconciler:
         #: by their pod until it is re-addressed, so neither handed out nor given back
         held6: set[str] = set()
         for address, named in claims.items():
-            winner = next((pn for pn in named if pn.key == recorded_owner.get(address)),
-                          named[0])
+            winner = Ledger.rebuild_owner(named, recorded_owner.get(address))
             owners[address] = winner.key
             if winner.status.ipv6:
                 pairs[address] = winner.status.ipv6

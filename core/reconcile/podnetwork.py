@@ -33,8 +33,6 @@ from typing import Any, TypeVar
 import attrs
 
 from podnet.core.annotations import (
-    IP_ADDRESS,
-    annotation_field,
     check_unknown_keys,
     parse_network_request,
     parse_networks,
@@ -43,7 +41,7 @@ from podnet.core.caches import Caches, pod_key_of
 from podnet.core.clock import Clock
 from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Conflict, NotFound
 from podnet.core.convert import UnreadablePodNetwork
-from podnet.core.drift import LostAddresses, PoolProblems, too_young
+from podnet.core.drift import PoolProblems
 from podnet.core.enqueue import Enqueuer
 from podnet.core.errors import (
     ErrorKind,
@@ -57,6 +55,7 @@ from podnet.core.errors import (
     one_line,
 )
 from podnet.core.gateway import ProviderGateway
+from podnet.core.ledger import Claim, Ledger, Problem, ProblemKind
 from podnet.core.machines import POD_NETWORK_MACHINE, state_of
 from podnet.core.models import (
     DEFAULT_NETWORK,
@@ -85,7 +84,6 @@ from podnet.core.objects import (
     statefulset_ordinal,
     vm_of,
 )
-from podnet.core.ownership import Ownership
 from podnet.core.placement import Placement
 from podnet.core.pool import NodePool, Pools, Reservation
 from podnet.core.reconcile.requests import REQUESTS_APPLIED
@@ -187,24 +185,24 @@ def ready_condition(pn: PodNetwork) -> Condition | None:
 class PodNetworkReconciler:
     """Takes the parts it uses: the caches it reads, the writer of its records and
     Events, the queue to look at pods and nodes again, the provider gateway and the
-    transition runner, which provider and policy serve what, the address book and its
-    bookkeeping, the node pools, what the node side learned (lost addresses, unreadable
-    pools), and the clock."""
+    transition runner, which provider and policy serve what, the address ledger, the node
+    pools (who waits for an address), what the node side learned (unreadable pools), and
+    the clock."""
 
     def __init__(self, *, caches: Caches, records: RecordWriter, enqueue: Enqueuer,
                  gateway: ProviderGateway, transitions: Transitions, placement: Placement,
-                 owned: Ownership, pools: Pools, lost: LostAddresses,
-                 problems: PoolProblems, clock: Clock, unplug: UnplugGate) -> None:
+                 ledger: Ledger, pools: Pools, problems: PoolProblems, clock: Clock,
+                 unplug: UnplugGate) -> None:
         self.caches = caches
         self.records = records
         self.enqueue = enqueue
         self.gateway = gateway
         self.transitions = transitions
         self.placement = placement
-        self.owned = owned
+        #: who holds each address: asked, never bypassed
+        self.ledger = ledger
+        self.owned = ledger.owned
         self.pools = pools
-        #: PodNetwork key -> the recorded address the cloud no longer has
-        self.lost = lost
         self.problems = problems
         self.clock = clock
         #: whether a released address may go back yet (its node agent's word)
@@ -309,14 +307,10 @@ class PodNetworkReconciler:
             del self.owned.vanished[key]
             if self.caches.pod_networks.get(key) is not None:
                 continue  # back in the cache: its owner again
-            held = self.owned.addresses.release_owner(key)
-            pool = self.pools.find(pn.spec.provider, pn.spec.node_name)
-            if pool is None or pn.spec.provider not in self.placement.providers:
-                continue
-            pool.stop_waiting(key)
-            cooldown = (self.clock.monotonic()
-                        + self.placement.policy(pn.spec.provider).reuse_cooldown)
-            freed = [a for _, a in held if pool.give_back(a, key, cooldown)]
+            served = pn.spec.provider in self.placement.providers
+            cooldown = (self.clock.monotonic() + self.placement.policy(
+                pn.spec.provider).reuse_cooldown) if served else 0.0
+            freed = self.ledger.settle_vanished(pn, served=served, cooldown_until=cooldown)
             if freed:
                 log.warning("PodNetwork %s was removed without its release; %s back in the "
                             "pool of node %s", key, ", ".join(freed), pn.spec.node_name)
@@ -567,124 +561,12 @@ class PodNetworkReconciler:
         return pn
 
     def _address_problem(self, pn: PodNetwork) -> tuple[str, str, str | None] | None:
-        """Why the record's address cannot stay its own: (Event reason, message, the
-        address to hand it first), or None."""
-        conflict = self.owned.conflicts.get(pn.key)
-        if conflict is not None:
-            address, holder = conflict
-            if self.owned.addresses.holder(pn.spec.provider, address) == pn.key:
-                self.owned.conflicts.pop(pn.key, None)  # settled meanwhile: the record holds it
-                return None
-            if self._backed(pn.key, address) and not self._backed(holder, address):
-                # the provider's own state (a node pool rebuilt from its cloud inventory,
-                # or the provider's dataplane) gives it to this record, not to the book's
-                # holder (which claimed it first after a restart): the book follows the
-                # provider, and the other record is the one re-addressed
-                self.owned.addresses.release(pn.spec.provider, address, holder)
-                self.owned.addresses.claim(pn.spec.provider, address, pn.key)
-                self.owned.conflicts.pop(pn.key, None)
-                self.owned.conflicts[holder] = (address, pn.key)
-                other = self.caches.pod_networks.get(holder)
-                if other is not None:
-                    self.enqueue.pod(pod_key_of(other))
-                return None
-            return ("AddressConflict", f"address {address} is recorded by {pn.key} but "
-                    f"held by {holder}", self._held_elsewhere(pn))
-        lost = self.lost.by_key.get(pn.key)
-        if lost is not None:
-            if lost != pn.status.ip:
-                del self.lost.by_key[pn.key]
-                return None
-            return ("AddressLost", f"the cloud no longer has address {lost}", lost)
-        stray = self._pool_disagrees(pn)
-        if stray is not None:
-            return (*stray, self._held_elsewhere(pn) or pn.status.ip)
-        return None
-
-    def _held_elsewhere(self, pn: PodNetwork) -> str | None:
-        """An address the book holds for this record other than the one it names (the
-        one podnet gave it, before a hand edit): handed to it first when re-addressed."""
-        mine = sorted(a for p, a in self.owned.addresses.held_by(pn.key) if p == pn.spec.provider
-                      and a not in (pn.status.ip, pn.status.ipv6))
-        return mine[0] if mine else None
-
-    def _pool_disagrees(self, pn: PodNetwork) -> tuple[str, str] | None:
-        """For a node-pool provider: (Event reason, why) the record's address is not the
-        one its node's pool gave it (the pool is built from the node's cloud inventory),
-        or None. A record edited to another node's address or to an idle one is a
-        conflict; an address the node's cloud does not have (any more) is lost."""
-        ip = pn.status.ip
-        if not ip or pn.spec.provider not in self.placement.providers:
+        """Why the record's address cannot stay its own, as the ledger says: (Event
+        reason, message, the address to hand it first), or None."""
+        problem = self.ledger.problem(pn)
+        if problem is None:
             return None
-        if not self.placement.providers[pn.spec.provider].uses_node_pool:
-            return None
-        pool = self.pools.find(pn.spec.provider, pn.spec.node_name)
-        if pool is None or not pool.synced:
-            return None
-        owner = pool.owner_of(ip)
-        node = pn.spec.node_name
-        if owner == pn.key:
-            return None
-        if owner is not None:
-            return ("AddressConflict",
-                    f"address {ip} is recorded by {pn.key} but held by {owner} on node {node}")
-        if ip in pool.addresses:
-            return ("AddressConflict",
-                    f"address {ip} is recorded by {pn.key} but idle in node {node}'s pool")
-        if too_young(pn, self.placement.policy, self.clock):
-            return None  # the cloud may not show a new address yet
-        return ("AddressLost", f"node {node} does not have address {ip}, which {pn.key} "
-                "records")
-
-    def _backed(self, key: str, address: str) -> bool:
-        """Whether the provider's own state gives ``address`` to record ``key``: its
-        synced node pool for a node-pool provider; else the provider's verify of the
-        record (its dataplane carries the address for it). Asked only when two records
-        name one address, so the provider call is rare."""
-        if self._uses_node_pool(key):
-            return self._backed_by_pool(key, address)
-        return self._verified(key, address) is True
-
-    def _disowned(self, key: str, address: str) -> bool:
-        """Whether the provider says for certain that record ``key`` does not have
-        ``address``: a routed record (not a node pool's, whose pool decides) naming it,
-        whose verify answers that its dataplane differs. Unsure (no record, not routed,
-        verify failing or silent): not disowned, so a live pod's address never moves."""
-        return not self._uses_node_pool(key) and self._verified(key, address) is False
-
-    def _uses_node_pool(self, key: str) -> bool:
-        pn = self.caches.pod_networks.get(key)
-        providers = self.placement.providers
-        return (pn is not None and pn.spec.provider in providers
-                and providers[pn.spec.provider].uses_node_pool)
-
-    def _verified(self, key: str, address: str) -> bool | None:
-        """The provider's verify of routed record ``key`` naming ``address``: True (its
-        dataplane carries it), False (it differs), None (no such routed record, or the
-        verify failed or said nothing)."""
-        pn = self.caches.pod_networks.get(key)
-        if pn is None or pn.spec.provider not in self.placement.providers:
-            return None
-        if address not in (pn.status.ip, pn.status.ipv6) or pn.status.phase is not Phase.ROUTED:
-            return None
-        ctx = PodNetworkContext(pod_network=pn, node=self.caches.node_context(pn.spec.node_name))
-        try:
-            verdict = self.gateway.verify(pn.spec.provider, ctx)
-        except (PodnetError, ProviderError) as exc:
-            log.info("cannot tell whether %s holds %s: %s", key, address, exc)
-            return None
-        return None if verdict is None else verdict.ok
-
-    def _backed_by_pool(self, key: str, address: str) -> bool:
-        """Whether record ``key``'s node pool (a node-pool provider's, synced) holds
-        ``address`` for it."""
-        pn = self.caches.pod_networks.get(key)
-        if pn is None or pn.spec.provider not in self.placement.providers:
-            return False
-        if not self.placement.providers[pn.spec.provider].uses_node_pool:
-            return False
-        pool = self.pools.find(pn.spec.provider, pn.spec.node_name)
-        return pool is not None and pool.synced and pool.owner_of(address) == key
+        return (*problem_wording(pn, problem), problem.prefer)
 
     def _readdress(self, pn: PodNetwork, pod: PodInfo, reason: str, why: str,
                    prefer: str | None) -> PodNetwork:
@@ -693,7 +575,7 @@ class PodNetworkReconciler:
         ``prefer`` first (the address it held, or the lost one where the cloud gives it
         back). Said on the record, its pod and, for a conflict, the other record."""
         old = pn.status.ip
-        conflict = self.owned.conflicts.get(pn.key)
+        conflict = self.ledger.conflict(pn.key)
         readdressed = self._run(pn, "readdress", lambda span: self._write_phase(
             pn, Phase.PENDING, span, reason=reason, message=why, ip=None, ipv6=None,
             subnet=None, gateway=None, interface=None, prefix_length=None,
@@ -701,14 +583,7 @@ class PodNetworkReconciler:
         if readdressed is None:
             return pn
         pn = readdressed
-        self.owned.conflicts.pop(pn.key, None)
-        lost = self.lost.by_key.pop(pn.key, None)
-        if lost is not None:
-            # gone from the cloud: out of the pool and the book (re-added if it comes back)
-            self.owned.addresses.release(pn.spec.provider, lost, pn.key)
-            pool = self.pools.find(pn.spec.provider, pn.spec.node_name)
-            if pool is not None and pool.owner_of(lost) == pn.key:
-                pool.remove([lost])
+        self.ledger.readdressed(pn)
         if prefer is not None:
             self._prefer[pn.key] = prefer
         message = f"PodNetwork {pn.key}: {why}; the pod gets an address again"
@@ -872,15 +747,15 @@ class PodNetworkReconciler:
                                why=f"no idle address{f' in subnet {subnet}' if subnet else ''}"
                                    f" on node {pool.node}")
                     return pn
-            reservation = pool.reserve(key, self.clock.monotonic(),
-                                       prefer=self._prefer.get(key))
+            reservation = self.ledger.reserve(pool, key, self.clock.monotonic(),
+                                              prefer=self._prefer.get(key))
             traced = self._first_trace.get(key)
             if traced is not None and not pn.status.traceparent:
                 pn = attrs.evolve(pn, status=attrs.evolve(pn.status, traceparent=traced))
         ctx = AllocateContext(pod_network=pn, node=node_ctx, pod=pod, pool=reservation,
                               namespace_annotations=self._namespace_annotations(
                                   pn.metadata.namespace or ""))
-        undo: list[Callable[[], object]] = []
+        claims: list[Claim] = []
 
         def allocate(span: TransitionSpan) -> PodNetwork:
             answer = self._take_back(pn, ctx, reservation)
@@ -889,7 +764,7 @@ class PodNetworkReconciler:
             if answer is None:
                 raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} did not allocate")
             allocation = answer
-            undo.extend(self._claim(pn, allocation, reservation))
+            claims.append(self._claim(pn, allocation, reservation))
             return self._phase_record(pn, Phase.ALLOCATED, span, ip=allocation.ip,
                                       ipv6=allocation.ipv6, mac=allocation.mac,
                                       subnet=allocation.subnet, gateway=allocation.gateway,
@@ -902,8 +777,8 @@ class PodNetworkReconciler:
             # proves otherwise (a 409 or 404 proves it did not)
             maybe_written = written and not isinstance(exc, Conflict | NotFound)
             if not maybe_written:
-                for step in reversed(undo):
-                    step()
+                for claim in reversed(claims):
+                    claim.undo()
                 if reservation is not None:
                     reservation.rollback()
             if reservation is not None and not isinstance(exc, PoolEmpty):
@@ -922,22 +797,9 @@ class PodNetworkReconciler:
                              ) -> None:
         """A write naming the allocation landed: what earlier, unanswered writes held for
         the record is free, and the pool knows the address the record names."""
-        pn, provider, key = updated, updated.spec.provider, updated.key
-        self._prefer.pop(key, None)
-        self._first_trace.pop(key, None)
-        # this write succeeded: whatever an earlier, unanswered write claimed is free
-        self.owned.addresses.release_owner(key, keep=(a for a in (updated.status.ip,
-                                                       updated.status.ipv6) if a))
-        if reservation is not None:
-            pool = self.pools.get(provider, pn.spec.node_name)
-            pool.stop_waiting(key)
-            # this write succeeded: any address an earlier, unanswered write held is free
-            pool.release_others(key, keep=updated.status.ip)
-            if updated.status.ip and reservation.taken != updated.status.ip:
-                # the provider chose without the pool (a static address it added itself)
-                reservation.rollback()
-                pool.adopt(updated.status.ip, key, updated.status.interface,
-                           updated.status.subnet, ipv6=updated.status.ipv6)
+        self._prefer.pop(updated.key, None)
+        self._first_trace.pop(updated.key, None)
+        self.ledger.recorded(updated, reservation)
 
     def _route_unwritten(self, allocated: _Unwritten, pod: PodInfo) -> PodNetwork:
         """Route an allocation not written yet: the Routed write records the address and
@@ -1046,53 +908,13 @@ class PodNetworkReconciler:
         return self.gateway.allocate(provider, ctx)
 
     def _claim(self, pn: PodNetwork, allocation: Allocation,
-               reservation: Reservation | None) -> list[Callable[[], object]]:
-        """Make the answer this record's before it is written: in the address book (every
-        provider) and in the node's pool (a static address the provider chose itself is
-        not the reservation's). The second of two racing records is refused here, by a
-        lock, not by a cache that may not have seen the first record yet.
-        :return: the steps that undo these claims if the write fails for certain."""
-        provider = pn.spec.provider
-        undo: list[Callable[[], object]] = []
-        fresh = [a for a in (allocation.ip, allocation.ipv6)
-                 if a and self.owned.addresses.holder(provider, a) != pn.key]
-        taken = self.owned.addresses.claim_all(provider, fresh, pn.key)
-        if taken is not None and self._disowned(taken[1], taken[0]):
-            # the book's holder names an address its provider does not give it (a hand
-            # edit the book took from the records at a restart), and the provider gave it
-            # to this record: the address follows the provider, the holder is re-addressed
-            self.owned.addresses.release(provider, taken[0], taken[1])
-            self.owned.conflicts[taken[1]] = (taken[0], pn.key)
-            disowned = self.caches.pod_networks.get(taken[1])
-            if disowned is not None:
-                self.enqueue.pod(pod_key_of(disowned))
-            taken = self.owned.addresses.claim_all(provider, fresh, pn.key)
-        if taken is not None:
-            holder = self.caches.pod_networks.get(taken[1])
-            if holder is not None:
-                self.enqueue.pod(pod_key_of(holder))  # it may be the one to re-address
-            if reservation is not None and reservation.taken == taken[0]:
-                # the pool thought it idle: not handed out again until the holder's pass
-                # has settled who owns it
-                self.pools.get(provider, pn.spec.node_name).hold_off(
-                    taken[0], self.clock.monotonic()
-                    + max(self.placement.policy(provider).reuse_cooldown, _WAIT_RECHECK))
-            raise ProviderError(ErrorKind.CONFLICT, f"address {taken[0]} is already held by "
-                                f"{taken[1]}", field=_address_field(pn, taken[0]))
-        undo.extend(functools.partial(self.owned.addresses.release, provider, a, pn.key)
-                    for a in fresh)
-        if reservation is not None and allocation.ip != reservation.taken:
-            pool = self.pools.get(provider, pn.spec.node_name)
-            other, added = pool.claim(allocation.ip, pn.key, allocation.interface,
-                                      allocation.subnet)
-            if other is not None:
-                for step in reversed(undo):
-                    step()
-                raise ProviderError(ErrorKind.CONFLICT, f"address {allocation.ip} is already "
-                                    f"held by {other} on node {pn.spec.node_name}",
-                                    field=_address_field(pn, allocation.ip))
-            undo.append(lambda: pool.unclaim(allocation.ip, pn.key, added))
-        return undo
+               reservation: Reservation | None) -> Claim:
+        """The ledger makes the answer this record's before it is written (the second of
+        two racing records is refused there); an address the pool thought idle is held
+        off for the reuse cooldown (at least until the next look at a waiting record)."""
+        policy = self.placement.policy(pn.spec.provider)
+        return self.ledger.claim(pn, allocation, reservation, hold_off_until=(
+            self.clock.monotonic() + max(policy.reuse_cooldown, _WAIT_RECHECK)))
 
     def _route(self, pn: PodNetwork, pod: PodInfo | None) -> PodNetwork:
         provider = pn.spec.provider
@@ -1264,14 +1086,11 @@ class PodNetworkReconciler:
             return Result(requeue_after=0.0)
         self.owned.finishing.discard(pn.key)
         self._verify_at.pop(pn.key, None)
-        self.lost.by_key.pop(pn.key, None)
         self._first_trace.pop(pn.key, None)
-        waiting_in = self.pools.find(pn.spec.provider, pn.spec.node_name)
-        if waiting_in is not None:
-            waiting_in.stop_waiting(pn.key)
-        if pn.status.ip and (released is None or released.return_to_pool):
-            self._give_back(pn)
-        self.owned.addresses.release_owner(pn.key)
+        cooldown = self.clock.monotonic() + self.placement.policy(pn.spec.provider).reuse_cooldown
+        if self.ledger.give_back(pn, to_pool=released is None or released.return_to_pool,
+                                 cooldown_until=cooldown):
+            self.enqueue.node(pn.spec.node_name)  # trim to max_idle or serve waiters
         self._milestone(pn, "Released", "released")
         self._successor(pn, pod)
         return DONE
@@ -1305,14 +1124,6 @@ class PodNetworkReconciler:
             except NotFound:
                 pass
         self.caches.pod_networks.forget(pn.key)
-
-    def _give_back(self, pn: PodNetwork) -> None:
-        pool = self.pools.find(pn.spec.provider, pn.spec.node_name)
-        if pool is None or pn.status.ip is None:
-            return
-        cooldown = self.clock.monotonic() + self.placement.policy(pn.spec.provider).reuse_cooldown
-        if pool.give_back(pn.status.ip, pn.key, cooldown):
-            self.enqueue.node(pn.spec.node_name)  # trim to max_idle or serve waiters
 
     # --- transitions: one path for every trigger --------------------------------------
 
@@ -1458,13 +1269,6 @@ def workload_gave_up(pn: PodNetwork, workload: WorkloadInfo | None) -> bool:
     return ordinal is not None and not workload.wants_ordinal(ordinal)
 
 
-def _address_field(pn: PodNetwork, address: str) -> str:
-    """The field to blame for an address already held: the pod's static request when it
-    named that address, else the provider's answer."""
-    wanted = pn.spec.requests.ip_address or ""
-    return annotation_field(IP_ADDRESS) if address in wanted.split(",") else "allocate.ip"
-
-
 def _condition(pn: PodNetwork, kind: str) -> Condition | None:
     return next((c for c in pn.status.conditions if c.type == kind), None)
 
@@ -1507,3 +1311,21 @@ def pod_interface_fields(allocation: Allocation) -> dict[str, Any]:
     return {"prefix_length": prefix, "ipv6_prefix_length": v6_prefix,
             "ipv6_gateway": allocation.ipv6_gateway, "routes": tuple(routes),
             "mtu": allocation.mtu}
+
+
+def problem_wording(pn: PodNetwork, problem: Problem) -> tuple[str, str]:
+    """(Event reason, message) of what the ledger found wrong with a record's claim."""
+    address, holder, node = problem.address, problem.holder, problem.node
+    kind = problem.kind
+    if kind is ProblemKind.CONFLICT:
+        return "AddressConflict", f"address {address} is recorded by {pn.key} but held by {holder}"
+    if kind is ProblemKind.HELD_IN_POOL:
+        return ("AddressConflict",
+                f"address {address} is recorded by {pn.key} but held by {holder} on node {node}")
+    if kind is ProblemKind.IDLE_IN_POOL:
+        return ("AddressConflict",
+                f"address {address} is recorded by {pn.key} but idle in node {node}'s pool")
+    if kind is ProblemKind.LOST:
+        return "AddressLost", f"the cloud no longer has address {address}"
+    return ("AddressLost", f"node {node} does not have address {address}, which {pn.key} "
+            "records")

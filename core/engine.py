@@ -56,6 +56,7 @@ from podnet.core.ownership import AddressBook, Ownership
 from podnet.core.placement import Placement, Policies
 from podnet.core.plugin import Providers
 from podnet.core.pool import Pools
+from podnet.core.poolservice import PoolService
 from podnet.core.reconcile.gc import GarbageCollector
 from podnet.core.reconcile.nodepool import NodePoolReconciler
 from podnet.core.reconcile.podnetwork import PodNetworkReconciler
@@ -197,15 +198,21 @@ class Engine:
             gateway=self.gateway, transitions=self.transitions, placement=self.placement,
             ledger=self.ledger, pools=self.pools, problems=self.pool_problems,
             clock=self.clock, unplug=UnplugGate(self.caches, self.clock, self.policy))
+        #: the node pools as the cloud and the records have them: read, recorded, and
+        #: their interfaces moved, for the node passes and the garbage collector alike
+        self.pool_service = PoolService(
+            caches=self.caches, records=self.records, enqueue=self.enqueue,
+            gateway=self.gateway, transitions=self.transitions, lost=self.lost,
+            clock=self.clock, random=self.random)
         self.nodepools = NodePoolReconciler(
             caches=self.caches, records=self.records, enqueue=self.enqueue,
             gateway=self.gateway, transitions=self.transitions, placement=self.placement,
-            pools=self.pools, lost=self.lost, problems=self.pool_problems, clock=self.clock,
-            random=self.random)
+            pools=self.pools, service=self.pool_service, problems=self.pool_problems,
+            clock=self.clock, random=self.random)
         #: the periodic sweep: stale records, the pools of gone nodes, leaked addresses
         self.sweeper = GarbageCollector(
             caches=self.caches, enqueue=self.enqueue, gateway=self.gateway,
-            placement=self.placement, pools=self.pools, nodepools=self.nodepools,
+            placement=self.placement, pools=self.pools, service=self.pool_service,
             lost=self.lost, clock=self.clock)
         self._reconcilers: dict[str, Callable[[str], Result]] = {
             "pod": self.podnetworks.reconcile,

@@ -12,6 +12,12 @@ A pool decides its own changes: the node pool reconciler asks it for a plan (``p
 ``plan_shrink``, ...), makes the provider call the plan names, and tells the pool the
 outcome (``grew``, ``grow_failed``, ``shrunk``, ...). Nothing outside this module changes a
 pool's fields.
+
+Why this module is over 800 lines: it is that rule. ``NodePool`` and the ``Reservation``
+providers allocate through are one set of fields under one lock (an address's owner, its
+cooldown, the waiters' order, the interfaces' states); split across modules, each part
+would change the others' fields. Who may hold an address is not decided here but in
+:mod:`podnet.core.ledger`, which asks a pool and tells it the outcome.
 """
 
 from __future__ import annotations

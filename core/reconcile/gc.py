@@ -26,7 +26,7 @@ from podnet.core.enqueue import Enqueuer
 from podnet.core.gateway import ProviderGateway
 from podnet.core.placement import Placement
 from podnet.core.pool import NodePool, Pools
-from podnet.core.reconcile.nodepool import NodePoolReconciler
+from podnet.core.poolservice import PoolService
 from podnet.core.reconcile.result import Result
 from podnet.hookspecs.types import NodeContext, PoolEntry
 
@@ -35,19 +35,19 @@ log = logging.getLogger("podnet.gc")
 
 class GarbageCollector:
     """Takes the parts it uses: the caches it reads, the queue, the provider gateway,
-    which provider and policy serve what, the node pools, the node pool controller (it
-    drops the pools of gone nodes and reads inventories), where lost addresses are said,
-    and the clock."""
+    which provider and policy serve what, the node pools and the service that reads their
+    inventories (no controller: a gone node's pool is its node pass's to drop), where lost
+    addresses are said, and the clock."""
 
     def __init__(self, *, caches: Caches, enqueue: Enqueuer, gateway: ProviderGateway,
-                 placement: Placement, pools: Pools, nodepools: NodePoolReconciler,
+                 placement: Placement, pools: Pools, service: PoolService,
                  lost: LostAddresses, clock: Clock) -> None:
         self.caches = caches
         self.enqueue = enqueue
         self.gateway = gateway
         self.placement = placement
         self.pools = pools
-        self.nodepools = nodepools
+        self.service = service
         self.lost = lost
         self.clock = clock
         self.swept: int = 0
@@ -138,7 +138,7 @@ class GarbageCollector:
         node = self.caches.nodes.get(pool.node)
         if node is None:
             return
-        inventory = self.nodepools.inventory(
+        inventory = self.service.inventory(
             node, self.caches.node_networks.get(pool.node), pool.provider)
         owners = self._owners(pool)
         self.lost.report(pool.observe(inventory, owners, now))

@@ -133,8 +133,10 @@ class Engine:
     The parts (each handed to the controllers that use it, nothing else): ``caches``,
     ``records`` (the writer), ``gateway``, ``queue`` and ``enqueue``, ``placement`` (which
     provider and policy serve what), ``owned`` (the address book and its bookkeeping),
-    ``pools``, ``lost`` and ``pool_problems`` (what the node side learns for the pod
-    network side), ``stats``, ``clock``. The controllers: ``podnetworks``, ``nodepools``,
+    ``ledger`` (who holds each address: the only one to decide it), ``pools`` and
+    ``pool_service`` (their inventories, rebuilds and records), ``lost`` and
+    ``pool_problems`` (what the node side learns for the pod network side), ``stats``,
+    ``clock``. The controllers: ``podnetworks``, ``nodepools``,
     ``sweeper`` (the periodic GC), one reconcile function each, by queue key kind.
     """
 
@@ -207,7 +209,8 @@ class Engine:
         self.nodepools = NodePoolReconciler(
             caches=self.caches, records=self.records, enqueue=self.enqueue,
             gateway=self.gateway, transitions=self.transitions, placement=self.placement,
-            pools=self.pools, service=self.pool_service, problems=self.pool_problems,
+            pools=self.pools, ledger=self.ledger, service=self.pool_service,
+            problems=self.pool_problems,
             clock=self.clock, random=self.random)
         #: the periodic sweep: stale records, the pools of gone nodes, leaked addresses
         self.sweeper = GarbageCollector(

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Sequence
 import attrs
 
 from podnet.core.annotations import IP_ADDRESS, annotation_field
-from podnet.core.caches import Caches
+from podnet.core.caches import Caches, pod_key_of
 from podnet.core.errors import ErrorKind, PodnetError, ProviderError
 from podnet.core.gateway import ProviderGateway
 from podnet.core.models import Phase, PodNetwork
@@ -230,6 +230,30 @@ class Ledger:
         self.owned.addresses.release_owner(pn.key)
         return back
 
+    def removing(self, key: str) -> None:
+        """Podnet itself removes record ``key`` (its release's last step): the cache's
+        delete is ours, and the address goes back by :meth:`give_back`."""
+        self.owned.finishing.add(key)
+
+    def removed(self, key: str) -> None:
+        """Record ``key``'s removal is over (done, or failed: it is retried)."""
+        self.owned.finishing.discard(key)
+
+    @property
+    def any_vanished(self) -> bool:
+        """Whether any record left the cache without podnet removing them (rare: a
+        finalizer taken off by hand)."""
+        return bool(self.owned.vanished)
+
+    def vanished_of(self, pod_key: str) -> list[PodNetwork]:
+        """The records of pod ``pod_key`` that left the cache without podnet removing
+        them, not settled yet."""
+        return [pn for pn in list(self.owned.vanished.values()) if pod_key_of(pn) == pod_key]
+
+    def back_in_cache(self, key: str) -> None:
+        """A vanished record is back in the cache (a re-list): its owner again."""
+        self.owned.vanished.pop(key, None)
+
     def settle_vanished(self, pn: PodNetwork, *, served: bool, cooldown_until: float
                         ) -> list[str]:
         """Record ``pn`` is gone without its release (its finalizer taken off by hand):
@@ -237,12 +261,21 @@ class Ledger:
         node's pool (``served``: its provider is configured here) takes back what it held.
         :return: the addresses back in the pool."""
         key = pn.key
+        self.owned.vanished.pop(key, None)
         held = self.owned.addresses.release_owner(key)
         pool = self.pools.find(pn.spec.provider, pn.spec.node_name)
         if pool is None or not served:
             return []
         pool.stop_waiting(key)
         return [a for _, a in held if pool.give_back(a, key, cooldown_until)]
+
+    def left_node(self, pool: NodePool, *, everyone: bool = False) -> None:
+        """Rule, for a node that left (``everyone``: a machine that no longer runs under
+        the node's name): an owner that is gone owns nothing in its pool. It gave back
+        what it could (its ``status.ip``; one that finished while the pool was read, or
+        whose address was edited to another's, gave back nothing), and no new record
+        comes for a node that left, so nothing else would."""
+        pool.release_owners(lambda owner: everyone or self._record(owner) is None)
 
     # --- what is wrong with a claim ---------------------------------------------------
 

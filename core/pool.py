@@ -27,7 +27,7 @@ import functools
 import ipaddress
 import math
 import threading
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 
 import attrs
@@ -624,6 +624,14 @@ class NodePool:
                 entry.half = True  # held without its IPv6 half: not handed out again
             self._released(address)
             return True
+
+    def release_owners(self, gone: Callable[[str], bool]) -> None:
+        """Every address whose owner is ``gone`` is idle again (one being shrunk stays
+        out of the pool)."""
+        with self.lock:
+            for a in self.addresses.values():
+                if a.owner is not None and a.owner != SHRINKING and gone(a.owner):
+                    a.owner = None
 
     def release_others(self, owner: str, keep: str | None) -> None:
         """``owner``'s record now names ``keep``: any other address held for it (by a

@@ -18,7 +18,7 @@ from podnet.core.models import (
     PodNetworkStatus,
 )
 from podnet.core.ownership import Ownership
-from podnet.core.pool import NodePool, Pools
+from podnet.core.pool import NodePool, Pools, ShrinkPlan
 from podnet.hookspecs.types import Allocation, PoolEntry
 
 POOLED = "pooled"  # a provider allocating from node pools
@@ -278,8 +278,10 @@ def test_a_record_removed_without_its_release_leaves_nothing_owned() -> None:
     pn = record("a", "10.0.0.1", provider=POOLED)
     pool.claim("10.0.0.1", pn.key, "eni-0", "subnet-0")
     w.owned.recorded(pn)
+    pool.wait_for_address(pn.key, None, 0.0)
     assert w.ledger.settle_vanished(pn, served=True, cooldown_until=5.0) == ["10.0.0.1"]
     assert held(w, POOLED, "10.0.0.1") is None and pool.owner_of("10.0.0.1") is None
+    assert pn.key not in pool.waiting
 
 
 def test_a_vanished_record_of_a_provider_not_served_here_is_only_forgotten() -> None:
@@ -408,3 +410,70 @@ def test_a_rebuilt_pool_keeps_the_owner_its_last_record_named() -> None:
     assert Ledger.rebuild_owner([first, second], "ns/zz-real") is second
     assert Ledger.rebuild_owner([first, second], None) is first, "else the first listed"
     assert Ledger.rebuild_owner([first, second], "ns/gone") is first
+
+
+# --- records leaving -------------------------------------------------------------------
+
+
+def test_on_a_node_that_left_an_owner_that_is_gone_owns_nothing() -> None:
+    """Found by the chaos machine: p0's status.ip edited to p1's address, then the node
+    deleted: p0's release gave back nothing of its own, and the pool kept p0's address
+    owned by a record that was gone, so the node's record waited for it for ever."""
+    w = World()
+    pool = w.pool("10.0.0.1", "10.0.0.2", "10.0.0.3")
+    live = record("p1", "10.0.0.2", provider=POOLED)
+    w.add(live)
+    pool.claim("10.0.0.1", "ns/p0", "eni-0", "subnet-0")
+    pool.claim("10.0.0.2", live.key, "eni-0", "subnet-0")
+    entries = pool.shrinking(_plan(pool, "10.0.0.3"))
+    assert [e.address for e in entries] == ["10.0.0.3"]
+    w.ledger.left_node(pool)
+    assert pool.owner_of("10.0.0.1") is None
+    assert pool.owner_of("10.0.0.2") == "ns/p1", "a record still there gives its own back"
+    w.ledger.left_node(pool, everyone=True)  # the machine no longer runs under the name
+    assert pool.owner_of("10.0.0.2") is None
+    assert pool.owner_of("10.0.0.3") is not None, "one being shrunk stays out of the pool"
+
+
+def _plan(pool: NodePool, address: str) -> ShrinkPlan:
+    return ShrinkPlan(victims=(pool.addresses[address],), excess=1)
+
+
+def test_a_record_podnet_removes_is_not_taken_for_one_removed_by_hand() -> None:
+    w = World()
+    pn = record("a", "10.0.0.1")
+    w.ledger.seen(pn)
+    w.ledger.removing(pn.key)
+    w.ledger.gone(pn)
+    assert not w.ledger.any_vanished, "its release gives the address back, not the pass"
+    w.ledger.removed(pn.key)
+    w.ledger.seen(pn)
+    w.ledger.gone(pn)
+    assert w.ledger.vanished_of("ns/a") == [pn]
+    assert w.ledger.vanished_of("ns/b") == []
+
+
+def test_a_vanished_record_back_in_the_cache_is_its_address_s_owner_again() -> None:
+    w = World()
+    pn = record("a", "10.0.0.1")
+    w.ledger.seen(pn)
+    w.ledger.gone(pn)
+    w.ledger.back_in_cache(pn.key)
+    assert not w.ledger.any_vanished
+    assert held(w, OVERLAY, "10.0.0.1") == "ns/a"
+    w.ledger.gone(pn)
+    w.ledger.settle_vanished(pn, served=True, cooldown_until=0.0)
+    assert not w.ledger.any_vanished and held(w, OVERLAY, "10.0.0.1") is None
+
+
+def test_a_retry_that_takes_the_record_s_own_address_again_never_frees_it() -> None:
+    """An earlier write whose answer was lost may have named the address: the retry's
+    rollback leaves it with the record."""
+    w = World()
+    pool = w.pool("10.0.0.1", "10.0.0.2")
+    first = w.ledger.reserve(pool, "ns/a", 0.0)
+    assert first.take().address == "10.0.0.1"
+    retry = w.ledger.reserve(pool, "ns/a", 1.0, prefer="10.0.0.1")
+    assert retry.take().address == "10.0.0.1", "its own address first"
+    retry.rollback()
+    assert pool.owner_of("10.0.0.1") == "ns/a"

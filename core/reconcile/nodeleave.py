@@ -60,6 +60,7 @@ from podnet.core.clock import Clock
 from podnet.core.cluster.port import NODE_NETWORK, Conflict, NotFound
 from podnet.core.errors import ErrorKind
 from podnet.core.gateway import ProviderGateway
+from podnet.core.ledger import Ledger
 from podnet.core.models import FINALIZER, InterfaceState, NodeInfo, NodeNetwork
 from podnet.core.placement import Placement
 from podnet.core.pool import SHRINKING, Address, NodePool, Pools, ShrinkPlan
@@ -78,19 +79,22 @@ _WAIT_CAP = 60.0
 class NodeLeave:
     """The passes of nodes that left; keyed as the node pool reconciler is (node name).
     Takes the parts it uses: the caches, the writer of the NodeNetworks, the provider
-    gateway, which provider and policy serve what, the node pools and the service that
-    reads, records and moves their interfaces, the clock, a seeded random source
+    gateway, which provider and policy serve what, the node pools, the ledger (who still
+    holds an address of a node that left), the service that reads, records and moves the
+    pools' interfaces, the clock, a seeded random source
     (jitter), and what to call once a node is gone for good (``removed``: its pools
     dropped and its providers told)."""
 
     def __init__(self, *, caches: Caches, records: RecordWriter, gateway: ProviderGateway,
-                 placement: Placement, pools: Pools, service: PoolService, clock: Clock,
-                 random: Random, removed: Callable[[str, str | None], None]) -> None:
+                 placement: Placement, pools: Pools, ledger: Ledger, service: PoolService,
+                 clock: Clock, random: Random, removed: Callable[[str, str | None], None]
+                 ) -> None:
         self.caches = caches
         self.records = records
         self.gateway = gateway
         self.placement = placement
         self.pools = pools
+        self.ledger = ledger
         self.service = service
         self.clock = clock
         self.random = random
@@ -186,15 +190,7 @@ class NodeLeave:
                          "on %s", name, provider)
             self.service.rebuild(node, nn, provider, pool, inventory, leaving=True)
             self._read.add(name)
-        with pool.lock:
-            for a in pool.addresses.values():
-                # an owner that is gone gave back what it could (its ``status.ip``; one
-                # that finished while the pool was read, or whose address was edited to
-                # another's, gave back nothing): no new record comes for a node that
-                # left, so nothing else will
-                if a.owner is not None and a.owner != SHRINKING and (
-                        old_machine or self.caches.pod_networks.get(a.owner) is None):
-                    a.owner = None
+        self.ledger.left_node(pool, everyone=old_machine)
         policy = self.placement.policy(provider)
         now = self.clock.monotonic()
         ctx = NodeContext(node=node, network=nn)

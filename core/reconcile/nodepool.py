@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 from random import Random
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 
@@ -47,6 +47,7 @@ from podnet.core.drift import PoolProblems
 from podnet.core.enqueue import Enqueuer
 from podnet.core.errors import ErrorKind, PodnetError, ProviderError, describe, one_line
 from podnet.core.gateway import ProviderGateway
+from podnet.core.ledger import Ledger
 from podnet.core.models import (
     FINALIZER,
     Condition,
@@ -78,8 +79,6 @@ from podnet.hookspecs.types import (
 
 log = logging.getLogger("podnet.nodepool")
 
-T = TypeVar("T")
-
 
 #: after a rate-limit answer, wait about this long (with jitter) before the next call
 _THROTTLE_WAIT = 0.2
@@ -103,14 +102,14 @@ _BUSY_WRITE_DELAY = 30.0
 class NodePoolReconciler:
     """Takes the parts it uses: the caches it reads, the writer of its records and
     Events, the queue, the provider gateway and the transition runner, which provider and
-    policy serve what, the node pools, where to say what it learns for the pod networks
-    (lost addresses, pools that cannot be read), the clock and a seeded random source
+    policy serve what, the node pools, the ledger and the pool service (lent to a node's
+    leave), where to say which pools cannot be read, the clock and a seeded random source
     (jitter)."""
 
     def __init__(self, *, caches: Caches, records: RecordWriter, enqueue: Enqueuer,
                  gateway: ProviderGateway, transitions: Transitions, placement: Placement,
-                 pools: Pools, service: PoolService, problems: PoolProblems, clock: Clock,
-                 random: Random) -> None:
+                 pools: Pools, ledger: Ledger, service: PoolService, problems: PoolProblems,
+                 clock: Clock, random: Random) -> None:
         self.caches = caches
         self.records = records
         self.enqueue = enqueue
@@ -127,7 +126,8 @@ class NodePoolReconciler:
         self.random = random
         #: gives back what podnet made for nodes that left (see its module)
         self.leaving = NodeLeave(caches=caches, records=records, gateway=gateway,
-                                 placement=placement, pools=pools, service=service,
+                                 placement=placement, pools=pools, ledger=ledger,
+                                 service=service,
                                  clock=clock, random=random, removed=self.node_removed)
         #: per node: when (monotonic) ``podnet_node_check`` is next due, and the findings
         #: of its last check (reported already: not again while they persist)

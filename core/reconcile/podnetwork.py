@@ -25,7 +25,6 @@ from contextlib import ExitStack
 
 import attrs
 
-from podnet.core.caches import pod_key_of
 from podnet.core.cluster.port import POD, POD_NETWORK, Conflict, NotFound
 from podnet.core.convert import UnreadablePodNetwork
 from podnet.core.errors import InvalidRequest, one_line
@@ -92,7 +91,7 @@ class PodNetworkReconciler(AllocatePath, ReleasePath):
             return self._reconcile(pod_key)
 
     def _reconcile(self, pod_key: str) -> Result:
-        if self.owned.vanished:
+        if self.ledger.any_vanished:
             self._settle_vanished(pod_key)
         pod = self.caches.pods.get(pod_key)
         if pod is None or self._maybe_gone.get(pod_key, pod.uid) != pod.uid:
@@ -143,17 +142,16 @@ class PodNetworkReconciler(AllocatePath, ReleasePath):
         from the API server too (its finalizer was taken off by hand): nothing may stay
         owned by a record that is gone, so its addresses go back, after the reuse
         cooldown. Still there (the cache re-listed before seeing it): nothing to do."""
-        for key, pn in list(self.owned.vanished.items()):
-            if pod_key_of(pn) != pod_key:
-                continue
+        for pn in self.ledger.vanished_of(pod_key):
+            key = pn.key
             if self.caches.pod_networks.get(key) is None:
                 try:
                     self.records.cluster.get(POD_NETWORK, pn.metadata.name, pn.metadata.namespace)
                     continue  # still there: the cache catches up (a later event settles it)
                 except NotFound:
                     pass
-            del self.owned.vanished[key]
             if self.caches.pod_networks.get(key) is not None:
+                self.ledger.back_in_cache(key)
                 continue  # back in the cache: its owner again
             served = pn.spec.provider in self.placement.providers
             cooldown = (self.clock.monotonic() + self.placement.policy(

@@ -123,12 +123,12 @@ class ReleasePath(PodNetworkSteps):
             return pn  # as it was last written: the event names its address
 
         # the cache's delete is ours: the address is given back here
-        self.owned.finishing.add(pn.key)
+        self.ledger.removing(pn.key)
         finished = self._run(pn, "finish", finish,
-                             undo=lambda _exc: self.owned.finishing.discard(pn.key))
+                             undo=lambda _exc: self.ledger.removed(pn.key))
         if finished is None:
             return Result(requeue_after=0.0)
-        self.owned.finishing.discard(pn.key)
+        self.ledger.removed(pn.key)
         self._verify_at.pop(pn.key, None)
         self._first_trace.pop(pn.key, None)
         cooldown = self.clock.monotonic() + self.placement.policy(pn.spec.provider).reuse_cooldown

@@ -95,7 +95,6 @@ class PodNetworkSteps:
                            placement=placement, clock=clock)
         #: who holds each address: asked, never bypassed
         self.ledger = ledger
-        self.owned = ledger.owned
         self.pools = pools
         self.problems = problems
         self.clock = clock

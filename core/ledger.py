@@ -36,6 +36,7 @@ whose claim it moved through ``wake``: it takes no controller.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 from collections.abc import Callable, Iterable, Sequence
 
@@ -141,41 +142,41 @@ class Ledger:
         return pool.reserve(key, now, prefer=prefer)
 
     def claim(self, pn: PodNetwork, allocation: Allocation, reservation: Reservation | None,
-              *, hold_off_until: float) -> Claim:
+              *, hold_off_until: Callable[[], float]) -> Claim:
         """Make ``allocation`` record ``pn``'s before the record is written: in the book
         (every provider) and in the node's pool (a static address the provider chose
         itself is not the reservation's). The second of two racing records is refused
         here, by a lock, not by a cache that may not have seen the first record yet.
 
         :param hold_off_until: until when an address the pool thought idle, but the book
-            gives to another record, is not handed out again.
+            gives to another record, is not handed out again (asked only then).
         :raises ProviderError: ``CONFLICT`` naming the holder (nothing stays claimed).
         :return: what undoes the claims if the write fails for certain."""
-        provider = pn.spec.provider
+        provider, key = pn.spec.provider, pn.key
         book = self.owned.addresses
         fresh = [a for a in (allocation.ip, allocation.ipv6)
-                 if a and book.holder(provider, a) != pn.key]
-        taken = self.first_claim(provider, fresh, pn.key)
+                 if a and book.holder(provider, a) != key]
+        taken = self.first_claim(provider, fresh, key)
         if taken is not None and self.provider_disowns(taken[1], taken[0]):
             # the book's holder names an address its provider does not give it (a hand
             # edit the book took from the records at a restart), and the provider gave it
             # to this record: the address follows the provider, the holder is re-addressed
             book.release(provider, taken[0], taken[1])
-            self.owned.conflicts[taken[1]] = (taken[0], pn.key)
+            self.owned.conflicts[taken[1]] = (taken[0], key)
             self._wake(taken[1])
-            taken = self.first_claim(provider, fresh, pn.key)
+            taken = self.first_claim(provider, fresh, key)
         if taken is not None:
             self._wake(taken[1])  # it may be the one to re-address
             if reservation is not None and reservation.taken == taken[0]:
                 self.hold_off(self.pools.get(provider, pn.spec.node_name), taken[0],
-                              hold_off_until)
+                              hold_off_until())
             raise ProviderError(ErrorKind.CONFLICT, f"address {taken[0]} is already held by "
                                 f"{taken[1]}", field=blamed_field(pn, taken[0]))
         steps: list[Callable[[], object]] = [
-            _Release(book.release, provider, a, pn.key) for a in fresh]
+            functools.partial(book.release, provider, a, key) for a in fresh]
         if reservation is not None and allocation.ip != reservation.taken:
             pool = self.pools.get(provider, pn.spec.node_name)
-            other, added = pool.claim(allocation.ip, pn.key, allocation.interface,
+            other, added = pool.claim(allocation.ip, key, allocation.interface,
                                       allocation.subnet)
             if other is not None:
                 Claim(tuple(steps)).undo()
@@ -183,7 +184,7 @@ class Ledger:
                                     f"held by {other} on node {pn.spec.node_name}",
                                     field=blamed_field(pn, allocation.ip))
             ip = allocation.ip
-            steps.append(lambda: pool.unclaim(ip, pn.key, added))
+            steps.append(lambda: pool.unclaim(ip, key, added))
         return Claim(tuple(steps))
 
     def first_claim(self, provider: str, addresses: Iterable[str | None], key: str
@@ -408,19 +409,6 @@ class Ledger:
             pool = self.pools.find(pn.spec.provider, pn.spec.node_name)
             if pool is not None and pool.owner_of(lost) == pn.key:
                 pool.remove([lost])
-
-
-@attrs.frozen
-class _Release:
-    """One address given back to the book: a step of a :class:`Claim`'s undo."""
-
-    release: Callable[[str, str, str], bool]
-    provider: str
-    address: str
-    key: str
-
-    def __call__(self) -> object:
-        return self.release(self.provider, self.address, self.key)
 
 
 def provider_verify(gateway: ProviderGateway, caches: Caches, served: Callable[[str], bool]

@@ -81,9 +81,10 @@ def test_the_second_of_two_racing_claims_is_refused_and_keeps_nothing() -> None:
     w = World()
     a, b = record("a", phase=Phase.PENDING), record("b", phase=Phase.PENDING, static="10.0.0.5")
     w.add(a, b)
-    w.ledger.claim(a, Allocation(ip="10.0.0.5"), None, hold_off_until=0.0)
+    w.ledger.claim(a, Allocation(ip="10.0.0.5"), None, hold_off_until=lambda: 0.0)
     with pytest.raises(ProviderError) as refused:
-        w.ledger.claim(b, Allocation(ip="10.0.0.5", ipv6="fd00::5"), None, hold_off_until=0.0)
+        w.ledger.claim(b, Allocation(ip="10.0.0.5", ipv6="fd00::5"), None,
+                       hold_off_until=lambda: 0.0)
     assert refused.value.kind is ErrorKind.CONFLICT
     assert "already held by ns/a" in str(refused.value)
     assert refused.value.field == annotation_field(IP_ADDRESS)  # b asked for it by name
@@ -94,9 +95,9 @@ def test_the_second_of_two_racing_claims_is_refused_and_keeps_nothing() -> None:
 
 def test_an_address_the_provider_chose_is_blamed_on_its_answer() -> None:
     w = World()
-    w.ledger.claim(record("a"), Allocation(ip="10.0.0.5"), None, hold_off_until=0.0)
+    w.ledger.claim(record("a"), Allocation(ip="10.0.0.5"), None, hold_off_until=lambda: 0.0)
     with pytest.raises(ProviderError) as refused:
-        w.ledger.claim(record("b"), Allocation(ip="10.0.0.5"), None, hold_off_until=0.0)
+        w.ledger.claim(record("b"), Allocation(ip="10.0.0.5"), None, hold_off_until=lambda: 0.0)
     assert refused.value.field == "allocate.ip"
 
 
@@ -108,7 +109,7 @@ def test_a_claim_is_undone_exactly_when_its_write_failed() -> None:
     assert reservation.take().address == "10.0.0.1"
     # the provider added a static address of its own beside the reservation's
     claim = w.ledger.claim(pn, Allocation(ip="10.0.0.9", ipv6="fd00::9"), reservation,
-                           hold_off_until=0.0)
+                           hold_off_until=lambda: 0.0)
     assert held(w, POOLED, "10.0.0.9") == "ns/a" and held(w, POOLED, "fd00::9") == "ns/a"
     assert pool.owner_of("10.0.0.9") == "ns/a"
     claim.undo()
@@ -124,7 +125,7 @@ def test_an_address_held_in_the_pool_by_another_record_is_refused_and_undone() -
     reservation = w.ledger.reserve(pool, pn.key, 0.0)
     reservation.take()
     with pytest.raises(ProviderError, match="held by ns/other on node n0"):
-        w.ledger.claim(pn, Allocation(ip="10.0.0.9"), reservation, hold_off_until=0.0)
+        w.ledger.claim(pn, Allocation(ip="10.0.0.9"), reservation, hold_off_until=lambda: 0.0)
     assert held(w, POOLED, "10.0.0.9") is None, "the book's claim is undone with the pool's"
 
 
@@ -138,7 +139,7 @@ def test_an_address_the_pool_thought_idle_but_the_book_gives_away_is_held_off() 
     reservation = w.ledger.reserve(pool, pn.key, 0.0)
     reservation.take()
     with pytest.raises(ProviderError):
-        w.ledger.claim(pn, Allocation(ip="10.0.0.1"), reservation, hold_off_until=42.0)
+        w.ledger.claim(pn, Allocation(ip="10.0.0.1"), reservation, hold_off_until=lambda: 42.0)
     assert pool.addresses["10.0.0.1"].cooldown_until == 42.0
 
 
@@ -154,7 +155,7 @@ def test_a_holder_its_provider_disowns_loses_the_address_to_the_provider_s_choic
     w.owned.recorded(edited)
     w.verdicts["ns/edited"] = False
     w.ledger.claim(record("a", phase=Phase.PENDING), Allocation(ip="10.0.0.5"), None,
-                   hold_off_until=0.0)
+                   hold_off_until=lambda: 0.0)
     assert held(w, OVERLAY, "10.0.0.5") == "ns/a"
     assert w.owned.conflicts["ns/edited"] == ("10.0.0.5", "ns/a")
     assert "ns/edited" in w.woken
@@ -168,7 +169,7 @@ def test_a_holder_the_provider_is_unsure_of_keeps_its_address(verdict: bool | No
     w.owned.recorded(holder)
     w.verdicts["ns/holder"] = verdict
     with pytest.raises(ProviderError):
-        w.ledger.claim(record("a"), Allocation(ip="10.0.0.5"), None, hold_off_until=0.0)
+        w.ledger.claim(record("a"), Allocation(ip="10.0.0.5"), None, hold_off_until=lambda: 0.0)
     assert held(w, OVERLAY, "10.0.0.5") == "ns/holder"
 
 
@@ -179,7 +180,7 @@ def test_a_holder_not_routed_is_never_asked_and_keeps_its_address() -> None:
     w.owned.recorded(holder)
     w.verdicts["ns/holder"] = False
     with pytest.raises(ProviderError):
-        w.ledger.claim(record("a"), Allocation(ip="10.0.0.5"), None, hold_off_until=0.0)
+        w.ledger.claim(record("a"), Allocation(ip="10.0.0.5"), None, hold_off_until=lambda: 0.0)
     assert w.verified == [] and held(w, OVERLAY, "10.0.0.5") == "ns/holder"
 
 
@@ -191,7 +192,7 @@ def test_a_node_pool_holder_is_never_disowned_by_a_verify() -> None:
     w.verdicts["ns/holder"] = False
     with pytest.raises(ProviderError):
         w.ledger.claim(record("a", provider=POOLED), Allocation(ip="10.0.0.5"), None,
-                       hold_off_until=0.0)
+                       hold_off_until=lambda: 0.0)
     assert held(w, POOLED, "10.0.0.5") == "ns/holder"
 
 
@@ -207,11 +208,11 @@ def test_a_lost_allocated_write_keeps_its_address_until_a_later_write_lands() ->
     pn = record("a", provider=POOLED, phase=Phase.PENDING)
     first = w.ledger.reserve(pool, pn.key, 0.0)
     first.take()
-    w.ledger.claim(pn, Allocation(ip="10.0.0.1"), first, hold_off_until=0.0)
+    w.ledger.claim(pn, Allocation(ip="10.0.0.1"), first, hold_off_until=lambda: 0.0)
     # the answer was lost: nothing undone; the retry's reservation may not take it away
     second = w.ledger.reserve(pool, pn.key, 1.0)
     taken = second.take(address="10.0.0.2")
-    w.ledger.claim(pn, Allocation(ip=taken.address), second, hold_off_until=0.0)
+    w.ledger.claim(pn, Allocation(ip=taken.address), second, hold_off_until=lambda: 0.0)
     assert pool.owner_of("10.0.0.1") == "ns/a" and held(w, POOLED, "10.0.0.1") == "ns/a"
     w.ledger.recorded(record("a", "10.0.0.2", provider=POOLED, phase=Phase.ALLOCATED), second)
     assert pool.owner_of("10.0.0.1") is None and held(w, POOLED, "10.0.0.1") is None

@@ -211,9 +211,11 @@ class AllocatePath(PodNetworkSteps):
         """The ledger makes the answer this record's before it is written (the second of
         two racing records is refused there); an address the pool thought idle is held
         off for the reuse cooldown (at least until the next look at a waiting record)."""
-        policy = self.placement.policy(pn.spec.provider)
-        return self.ledger.claim(pn, allocation, reservation, hold_off_until=(
-            self.clock.monotonic() + max(policy.reuse_cooldown, WAIT_RECHECK)))
+        def hold_off_until() -> float:
+            policy = self.placement.policy(pn.spec.provider)
+            return self.clock.monotonic() + max(policy.reuse_cooldown, WAIT_RECHECK)
+
+        return self.ledger.claim(pn, allocation, reservation, hold_off_until=hold_off_until)
 
 
 def pod_interface_fields(allocation: Allocation) -> dict[str, Any]:

@@ -187,7 +187,8 @@ class Engine:
             verify=provider_verify(self.gateway, self.caches,
                                    lambda name: name in self.placement.providers),
             young=lambda pn: too_young(pn, self.policy, self.clock),
-            wake=lambda key: self.enqueue.wake((key,)))
+            wake=lambda key: self.enqueue.wake((key,)),
+            on_node=lambda node: self.caches.pod_networks.by_index("node", node))
         #: the one way either machine's state changes
         self.transitions = Transitions(
             self.tracing, succeeded=self.stats.transitions,
@@ -215,7 +216,8 @@ class Engine:
         #: the periodic sweep: stale records, the pools of gone nodes, leaked addresses
         self.sweeper = GarbageCollector(
             caches=self.caches, enqueue=self.enqueue, gateway=self.gateway,
-            placement=self.placement, pools=self.pools, service=self.pool_service,
+            placement=self.placement, pools=self.pools, ledger=self.ledger,
+            service=self.pool_service,
             lost=self.lost, clock=self.clock)
         self._reconcilers: dict[str, Callable[[str], Result]] = {
             "pod": self.podnetworks.reconcile,

@@ -104,15 +104,17 @@ class Ledger:
     -> address), and what it asks outside: ``record`` (a record by key, as the caches have
     it), ``node_pool`` (whether a provider allocates from node pools), ``verify`` (the
     provider's verify of a routed record: True, False, or None when it cannot tell),
-    ``young`` (whether a record changed too recently for the cloud to show its address)
-    and ``wake`` (look at a record's pod again: its claim moved)."""
+    ``young`` (whether a record changed too recently for the cloud to show its address),
+    ``wake`` (look at a record's pod again: its claim moved) and ``on_node`` (the records
+    of a node, as the caches have them)."""
 
     def __init__(self, *, owned: Ownership, pools: Pools, lost: dict[str, str],
                  record: Callable[[str], PodNetwork | None],
                  node_pool: Callable[[str], bool],
                  verify: Callable[[PodNetwork, str], bool | None],
                  young: Callable[[PodNetwork], bool],
-                 wake: Callable[[str], None]) -> None:
+                 wake: Callable[[str], None],
+                 on_node: Callable[[str], Iterable[PodNetwork]] = lambda _node: ()) -> None:
         self.owned = owned
         self.pools = pools
         self.lost = lost
@@ -121,6 +123,7 @@ class Ledger:
         self._verify = verify
         self._young = young
         self._wake = wake
+        self._on_node = on_node
 
     # --- claim ------------------------------------------------------------------------
 
@@ -277,6 +280,21 @@ class Ledger:
         whose address was edited to another's, gave back nothing), and no new record
         comes for a node that left, so nothing else would."""
         pool.release_owners(lambda owner: everyone or self._record(owner) is None)
+
+    def named_on(self, pool: NodePool) -> dict[str, str]:
+        """Rule, when a node's inventory is read again (GC): an address of the pool's
+        provider that a record of the node names is that record's (IPv4, and IPv6 on a
+        dual-stack node); one nobody names is a suspect, and one a record names that the
+        cloud no longer has is lost. :return: address -> the record naming it."""
+        out: dict[str, str] = {}
+        for pn in self._on_node(pool.node):
+            if pn.spec.provider != pool.provider:
+                continue
+            if pn.status.ip:
+                out[pn.status.ip] = pn.key
+            if pn.status.ipv6 and pool.dual_stack:
+                out[pn.status.ipv6] = pn.key
+        return out
 
     # --- what is wrong with a claim ---------------------------------------------------
 

@@ -53,7 +53,9 @@ class World:
         self.ledger = Ledger(
             owned=self.owned, pools=self.pools, lost=self.lost, record=self.records.get,
             node_pool=lambda provider: provider == POOLED, verify=self._verify,
-            young=lambda pn: pn.key in self.young, wake=self.woken.append)
+            young=lambda pn: pn.key in self.young, wake=self.woken.append,
+            on_node=lambda node: [pn for pn in self.records.values()
+                                  if pn.spec.node_name == node])
 
     def _verify(self, pn: PodNetwork, address: str) -> bool | None:
         self.verified.append((pn.key, address))
@@ -478,3 +480,16 @@ def test_a_retry_that_takes_the_record_s_own_address_again_never_frees_it() -> N
     assert retry.take().address == "10.0.0.1", "its own address first"
     retry.rollback()
     assert pool.owner_of("10.0.0.1") == "ns/a"
+
+
+def test_an_inventory_read_again_counts_what_the_node_s_records_name() -> None:
+    """GC's resync: what a record of the node names (of the pool's provider; IPv6 only on
+    a dual-stack node) is its own, the rest is a suspect."""
+    w = World()
+    pool = w.pool()
+    w.add(record("a", "10.0.0.1", ipv6="fd00::1", provider=POOLED),
+          record("b", "10.0.0.2", provider=OVERLAY),
+          record("c", "10.0.0.3", provider=POOLED, node="n1"))
+    assert w.ledger.named_on(pool) == {"10.0.0.1": "ns/a"}
+    pool.dual_stack = True
+    assert w.ledger.named_on(pool) == {"10.0.0.1": "ns/a", "fd00::1": "ns/a"}

@@ -27,7 +27,7 @@ from podnet.core.cluster.informer import Informer
 from podnet.core.cluster.port import ApiError, Cluster, Kind, Obj
 from podnet.core.config import Config, NodeProviderRule
 from podnet.core.convert import RecordError, from_wire, to_wire
-from podnet.core.drift import LostAddresses, PoolProblems
+from podnet.core.drift import LostAddresses, PoolProblems, too_young
 from podnet.core.enqueue import Enqueuer, Key
 from podnet.core.errors import (
     MAX_MESSAGE,
@@ -38,6 +38,7 @@ from podnet.core.errors import (
 )
 from podnet.core.fence import Fence, FencedCluster
 from podnet.core.gateway import ProviderGateway
+from podnet.core.ledger import Ledger, provider_verify
 from podnet.core.metrics import Metrics
 from podnet.core.models import (
     LABEL_VM,
@@ -55,6 +56,7 @@ from podnet.core.ownership import AddressBook, Ownership
 from podnet.core.placement import Placement, Policies
 from podnet.core.plugin import Providers
 from podnet.core.pool import Pools
+from podnet.core.poolservice import PoolService
 from podnet.core.reconcile.gc import GarbageCollector
 from podnet.core.reconcile.nodepool import NodePoolReconciler
 from podnet.core.reconcile.podnetwork import PodNetworkReconciler
@@ -131,8 +133,10 @@ class Engine:
     The parts (each handed to the controllers that use it, nothing else): ``caches``,
     ``records`` (the writer), ``gateway``, ``queue`` and ``enqueue``, ``placement`` (which
     provider and policy serve what), ``owned`` (the address book and its bookkeeping),
-    ``pools``, ``lost`` and ``pool_problems`` (what the node side learns for the pod
-    network side), ``stats``, ``clock``. The controllers: ``podnetworks``, ``nodepools``,
+    ``ledger`` (who holds each address: the only one to decide it), ``pools`` and
+    ``pool_service`` (their inventories, rebuilds and records), ``lost`` and
+    ``pool_problems`` (what the node side learns for the pod network side), ``stats``,
+    ``clock``. The controllers: ``podnetworks``, ``nodepools``,
     ``sweeper`` (the periodic GC), one reconcile function each, by queue key kind.
     """
 
@@ -176,6 +180,15 @@ class Engine:
         self.owned = Ownership()
         self.lost = LostAddresses(self.caches, self.policy, self.clock, self.enqueue)
         self.pool_problems = PoolProblems()
+        #: who holds each address: the one place that decides it
+        self.ledger = Ledger(
+            owned=self.owned, pools=self.pools, lost=self.lost.by_key,
+            record=self.caches.pod_networks.get, node_pool=self._uses_node_pool,
+            verify=provider_verify(self.gateway, self.caches,
+                                   lambda name: name in self.placement.providers),
+            young=lambda pn: too_young(pn, self.policy, self.clock),
+            wake=lambda key: self.enqueue.wake((key,)),
+            on_node=lambda node: self.caches.pod_networks.by_index("node", node))
         #: the one way either machine's state changes
         self.transitions = Transitions(
             self.tracing, succeeded=self.stats.transitions,
@@ -186,17 +199,25 @@ class Engine:
         self.podnetworks = PodNetworkReconciler(
             caches=self.caches, records=self.records, enqueue=self.enqueue,
             gateway=self.gateway, transitions=self.transitions, placement=self.placement,
-            owned=self.owned, pools=self.pools, lost=self.lost, problems=self.pool_problems,
+            ledger=self.ledger, pools=self.pools, problems=self.pool_problems,
             clock=self.clock, unplug=UnplugGate(self.caches, self.clock, self.policy))
+        #: the node pools as the cloud and the records have them: read, recorded, and
+        #: their interfaces moved, for the node passes and the garbage collector alike
+        self.pool_service = PoolService(
+            caches=self.caches, records=self.records, enqueue=self.enqueue,
+            gateway=self.gateway, transitions=self.transitions, lost=self.lost,
+            clock=self.clock, random=self.random)
         self.nodepools = NodePoolReconciler(
             caches=self.caches, records=self.records, enqueue=self.enqueue,
             gateway=self.gateway, transitions=self.transitions, placement=self.placement,
-            pools=self.pools, lost=self.lost, problems=self.pool_problems, clock=self.clock,
-            random=self.random)
+            pools=self.pools, ledger=self.ledger, service=self.pool_service,
+            problems=self.pool_problems,
+            clock=self.clock, random=self.random)
         #: the periodic sweep: stale records, the pools of gone nodes, leaked addresses
         self.sweeper = GarbageCollector(
             caches=self.caches, enqueue=self.enqueue, gateway=self.gateway,
-            placement=self.placement, pools=self.pools, nodepools=self.nodepools,
+            placement=self.placement, pools=self.pools, ledger=self.ledger,
+            service=self.pool_service,
             lost=self.lost, clock=self.clock)
         self._reconcilers: dict[str, Callable[[str], Result]] = {
             "pod": self.podnetworks.reconcile,
@@ -278,6 +299,10 @@ class Engine:
         self._metrics = metrics
         self.gateway.metrics = metrics
 
+    def _uses_node_pool(self, provider: str) -> bool:
+        providers = self.placement.providers
+        return provider in providers and providers[provider].uses_node_pool
+
     def provider_for_node(self, node: NodeInfo) -> str | None:
         return self.placement.provider_for_node(node)
 
@@ -321,13 +346,13 @@ class Engine:
     def _on_pod_network(self, _event: str, _key: str, old: PodNetwork | None,
                         new: PodNetwork | None) -> None:
         if new is not None:
-            other = self.owned.recorded(new)
+            other = self.ledger.seen(new)
             if other is not None:
                 holder = self.caches.pod_networks.get(other)
                 if holder is not None:
                     self.enqueue.pod_of(holder)
         elif old is not None:
-            self.owned.gone(old)
+            self.ledger.gone(old)
         pn = new or old
         if pn is not None:
             pod_key = pod_key_of(pn)

@@ -12,6 +12,12 @@ A pool decides its own changes: the node pool reconciler asks it for a plan (``p
 ``plan_shrink``, ...), makes the provider call the plan names, and tells the pool the
 outcome (``grew``, ``grow_failed``, ``shrunk``, ...). Nothing outside this module changes a
 pool's fields.
+
+Why this module is over 800 lines: it is that rule. ``NodePool`` and the ``Reservation``
+providers allocate through are one set of fields under one lock (an address's owner, its
+cooldown, the waiters' order, the interfaces' states); split across modules, each part
+would change the others' fields. Who may hold an address is not decided here but in
+:mod:`podnet.core.ledger`, which asks a pool and tells it the outcome.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import functools
 import ipaddress
 import math
 import threading
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 
 import attrs
@@ -618,6 +624,14 @@ class NodePool:
                 entry.half = True  # held without its IPv6 half: not handed out again
             self._released(address)
             return True
+
+    def release_owners(self, gone: Callable[[str], bool]) -> None:
+        """Every address whose owner is ``gone`` is idle again (one being shrunk stays
+        out of the pool)."""
+        with self.lock:
+            for a in self.addresses.values():
+                if a.owner is not None and a.owner != SHRINKING and gone(a.owner):
+                    a.owner = None
 
     def release_others(self, owner: str, keep: str | None) -> None:
         """``owner``'s record now names ``keep``: any other address held for it (by a

@@ -24,9 +24,10 @@ from podnet.core.cluster.port import POD_NETWORK
 from podnet.core.drift import LostAddresses
 from podnet.core.enqueue import Enqueuer
 from podnet.core.gateway import ProviderGateway
+from podnet.core.ledger import Ledger
 from podnet.core.placement import Placement
 from podnet.core.pool import NodePool, Pools
-from podnet.core.reconcile.nodepool import NodePoolReconciler
+from podnet.core.poolservice import PoolService
 from podnet.core.reconcile.result import Result
 from podnet.hookspecs.types import NodeContext, PoolEntry
 
@@ -35,19 +36,21 @@ log = logging.getLogger("podnet.gc")
 
 class GarbageCollector:
     """Takes the parts it uses: the caches it reads, the queue, the provider gateway,
-    which provider and policy serve what, the node pools, the node pool controller (it
-    drops the pools of gone nodes and reads inventories), where lost addresses are said,
-    and the clock."""
+    which provider and policy serve what, the node pools, the ledger (which record names
+    an address of a node), the service that reads their inventories (no controller: a
+    gone node's pool is its node pass's to drop), where lost addresses are said, and the
+    clock."""
 
     def __init__(self, *, caches: Caches, enqueue: Enqueuer, gateway: ProviderGateway,
-                 placement: Placement, pools: Pools, nodepools: NodePoolReconciler,
+                 placement: Placement, pools: Pools, ledger: Ledger, service: PoolService,
                  lost: LostAddresses, clock: Clock) -> None:
         self.caches = caches
         self.enqueue = enqueue
         self.gateway = gateway
         self.placement = placement
         self.pools = pools
-        self.nodepools = nodepools
+        self.ledger = ledger
+        self.service = service
         self.lost = lost
         self.clock = clock
         self.swept: int = 0
@@ -118,18 +121,6 @@ class GarbageCollector:
                 self.swept += 1
             self._orphans[name] = {o: seen.get(o, now) for o in orphans}
 
-    def _owners(self, pool: NodePool) -> dict[str, str]:
-        """address -> the record naming it: IPv4 and (dual stack) IPv6 addresses."""
-        out: dict[str, str] = {}
-        for pn in self.caches.pod_networks.by_index("node", pool.node):
-            if pn.spec.provider != pool.provider:
-                continue
-            if pn.status.ip:
-                out[pn.status.ip] = pn.key
-            if pn.status.ipv6 and pool.dual_stack:
-                out[pn.status.ipv6] = pn.key
-        return out
-
     def _resync(self, pool: NodePool) -> None:
         policy = self.placement.policy(pool.provider)
         now = self.clock.monotonic()
@@ -138,9 +129,9 @@ class GarbageCollector:
         node = self.caches.nodes.get(pool.node)
         if node is None:
             return
-        inventory = self.nodepools.inventory(
+        inventory = self.service.inventory(
             node, self.caches.node_networks.get(pool.node), pool.provider)
-        owners = self._owners(pool)
+        owners = self.ledger.named_on(pool)
         self.lost.report(pool.observe(inventory, owners, now))
         expired = pool.expired_suspects(policy, now, owners)
         if not expired:

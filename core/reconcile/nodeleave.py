@@ -50,8 +50,8 @@ which nothing was made meanwhile.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from random import Random
-from typing import Protocol
 
 import attrs
 
@@ -60,9 +60,11 @@ from podnet.core.clock import Clock
 from podnet.core.cluster.port import NODE_NETWORK, Conflict, NotFound
 from podnet.core.errors import ErrorKind
 from podnet.core.gateway import ProviderGateway
+from podnet.core.ledger import Ledger
 from podnet.core.models import FINALIZER, InterfaceState, NodeInfo, NodeNetwork
 from podnet.core.placement import Placement
-from podnet.core.pool import SHRINKING, Address, Interface, NodePool, Pools, ShrinkPlan
+from podnet.core.pool import SHRINKING, Address, NodePool, Pools, ShrinkPlan
+from podnet.core.poolservice import PoolService
 from podnet.core.reconcile.result import DONE, Result
 from podnet.core.records import RecordWriter
 from podnet.hookspecs.types import CloudInterface, Inventory, NodeContext
@@ -74,36 +76,29 @@ _WAIT = 0.2
 _WAIT_CAP = 60.0
 
 
-class NodePass(Protocol):
-    """What the node pool reconciler lends: its parts and the steps it shares."""
-
-    caches: Caches
-    records: RecordWriter
-    gateway: ProviderGateway
-    placement: Placement
-    pools: Pools
-    clock: Clock
-    random: Random
-    last_seen: dict[str, NodeInfo]
-
-    def inventory(self, node: NodeInfo, nn: NodeNetwork | None, provider: str
-                  ) -> Inventory: ...
-
-    def rebuild(self, node: NodeInfo, nn: NodeNetwork | None, provider: str, pool: NodePool,
-                inventory: Inventory | None = None, *, leaving: bool = False) -> None: ...
-
-    def eni_step(self, node: NodeInfo, provider: str, itf: Interface, trigger: str) -> None: ...
-
-    def write_pool(self, nn: NodeNetwork, pool: NodePool) -> None: ...
-
-    def node_removed(self, name: str, provider: str | None = None) -> None: ...
-
-
 class NodeLeave:
-    """The passes of nodes that left; keyed as the node pool reconciler is (node name)."""
+    """The passes of nodes that left; keyed as the node pool reconciler is (node name).
+    Takes the parts it uses: the caches, the writer of the NodeNetworks, the provider
+    gateway, which provider and policy serve what, the node pools, the ledger (who still
+    holds an address of a node that left), the service that reads, records and moves the
+    pools' interfaces, the clock, a seeded random source
+    (jitter), and what to call once a node is gone for good (``removed``: its pools
+    dropped and its providers told)."""
 
-    def __init__(self, nodes: NodePass) -> None:
-        self.nodes = nodes
+    def __init__(self, *, caches: Caches, records: RecordWriter, gateway: ProviderGateway,
+                 placement: Placement, pools: Pools, ledger: Ledger, service: PoolService,
+                 clock: Clock, random: Random, removed: Callable[[str, str | None], None]
+                 ) -> None:
+        self.caches = caches
+        self.records = records
+        self.gateway = gateway
+        self.placement = placement
+        self.pools = pools
+        self.ledger = ledger
+        self.service = service
+        self.clock = clock
+        self.random = random
+        self._removed = removed
         #: nodes whose pool was read afresh since they began to leave
         self._read: set[str] = set()
         #: node -> cloud errors in a row (the wait doubles with each)
@@ -117,13 +112,12 @@ class NodeLeave:
 
     def reconcile(self, name: str, node: NodeInfo | None) -> Result:
         """One pass for node ``name``, gone (``node`` None) or being deleted."""
-        n = self.nodes
-        nn = n.caches.node_networks.get(name)
+        nn = self.caches.node_networks.get(name)
         provider = nn.spec.provider if nn is not None else next(
-            (p.provider for p in n.pools.all() if p.node == name), None)
-        if (provider is None or provider not in n.placement.providers
-                or not n.placement.providers[provider].uses_node_pool):
-            if nn is not None and provider not in n.placement.providers:
+            (p.provider for p in self.pools.all() if p.node == name), None)
+        if (provider is None or provider not in self.placement.providers
+                or not self.placement.providers[provider].uses_node_pool):
+            if nn is not None and provider not in self.placement.providers:
                 log.warning("node %s left the cluster; its provider %s is not configured "
                             "here: what it made for the node cannot be given back", name,
                             provider)
@@ -133,14 +127,14 @@ class NodeLeave:
             # someone forced it away): its pool is what the cloud shows, which may be
             # anyone's now. Given back on the pool's word, an address planted after the
             # leave would be taken from whoever planted it; the audit reports them
-            held = sum(p.total() for p in n.pools.all() if p.node == name)
+            held = sum(p.total() for p in self.pools.all() if p.node == name)
             if held:
                 log.warning("node %s left the cluster and no NodeNetwork records its pool "
                             "on %s: the %d addresses this process saw in it are not given "
                             "back (`podnet audit` reports them)", name, provider, held)
             return self._done(name, None, provider)
-        seen = node or n.last_seen.get(name) or _from_record(name, nn)
-        return self._release(seen, nn, provider, n.pools.get(provider, name))
+        seen = node or self.service.last_seen.get(name) or _from_record(name, nn)
+        return self._release(seen, nn, provider, self.pools.get(provider, name))
 
     def returned(self, name: str) -> None:
         """Node ``name`` runs again on its machine (registered again before its leave was
@@ -161,7 +155,7 @@ class NodeLeave:
         get its addresses), all of it: nothing runs on the old machine any more, whatever
         a record still names. Then the record goes, and the next pass writes one for the
         new machine (nothing was made for it meanwhile: nothing is lost in between)."""
-        providers = self.nodes.placement.providers
+        providers = self.placement.providers
         if nn.spec.provider not in providers or not providers[nn.spec.provider].uses_node_pool:
             self._let_go(nn, delete=True)
             return Result(requeue_after=0.0)
@@ -174,13 +168,12 @@ class NodeLeave:
 
     def _release(self, node: NodeInfo, nn: NodeNetwork | None, provider: str, pool: NodePool,
                  *, old_machine: bool = False) -> Result:
-        n = self.nodes
         name = node.name
         if name not in self._read or not pool.synced:
             try:
-                inventory = n.inventory(node, nn, provider)
+                inventory = self.service.inventory(node, nn, provider)
             except Exception as exc:
-                kind = n.gateway.classify(provider, exc)
+                kind = self.gateway.classify(provider, exc)
                 if kind is ErrorKind.FATAL and _of_the_node(exc):
                     # the provider can never read this node (it refuses a field of the
                     # Node, and a Node that left cannot be fixed): waiting would keep the
@@ -195,19 +188,11 @@ class NodeLeave:
             if name not in self._read:
                 log.info("node %s left the cluster: giving back what podnet made for it "
                          "on %s", name, provider)
-            n.rebuild(node, nn, provider, pool, inventory, leaving=True)
+            self.service.rebuild(node, nn, provider, pool, inventory, leaving=True)
             self._read.add(name)
-        with pool.lock:
-            for a in pool.addresses.values():
-                # an owner that is gone gave back what it could (its ``status.ip``; one
-                # that finished while the pool was read, or whose address was edited to
-                # another's, gave back nothing): no new record comes for a node that
-                # left, so nothing else will
-                if a.owner is not None and a.owner != SHRINKING and (
-                        old_machine or n.caches.pod_networks.get(a.owner) is None):
-                    a.owner = None
-        policy = n.placement.policy(provider)
-        now = n.clock.monotonic()
+        self.ledger.left_node(pool, everyone=old_machine)
+        policy = self.placement.policy(provider)
+        now = self.clock.monotonic()
         ctx = NodeContext(node=node, network=nn)
         with pool.lock:
             owned = [a for a in pool.addresses.values()
@@ -223,7 +208,7 @@ class NodeLeave:
             # the cloud to know them before a "not found" on delete may be believed
             waits = [*young, policy.refill_period if owned else policy.min_ip_lifetime]
             return Result(requeue_after=max(0.01, min(waits)))
-        if n.placement.providers[provider].manages_interfaces:
+        if self.placement.providers[provider].manages_interfaces:
             result = self._dispose(node, nn, provider, pool, ctx)
             if result is not None:
                 return result
@@ -233,7 +218,7 @@ class NodeLeave:
         # again (from the new machine's inventory) before it serves
         if nn is not None:
             self._let_go(nn, delete=True)
-        stale = n.pools.find(provider, name)
+        stale = self.pools.find(provider, name)
         if stale is not None:
             stale.invalidate()
         del self._old[name]
@@ -244,8 +229,7 @@ class NodeLeave:
 
     def _shrink(self, name: str, provider: str, pool: NodePool, ctx: NodeContext,
                 victims: list[Address], batch: int) -> Result:
-        n = self.nodes
-        wait = n.gateway.admit(provider)
+        wait = self.gateway.admit(provider)
         if wait:
             return Result(requeue_after=wait)
         chosen = tuple(victims[:batch])
@@ -259,7 +243,7 @@ class NodeLeave:
         if not entries:
             return Result(requeue_after=0.0)
         try:
-            gone = n.gateway.pool_shrink(provider, ctx, entries)
+            gone = self.gateway.pool_shrink(provider, ctx, entries)
         except Exception as exc:
             # the cloud may have done it (a lost answer): read what is left again
             pool.invalidate()
@@ -271,7 +255,6 @@ class NodeLeave:
     def _dispose(self, node: NodeInfo, nn: NodeNetwork | None, provider: str, pool: NodePool,
                  ctx: NodeContext) -> Result | None:
         """Every interface podnet may delete, deleted; None once none is left."""
-        n = self.nodes
         left = [itf for itf in pool.interfaces.values()
                 if not (itf.primary or itf.trunk or not itf.pooled)]
         if not left:
@@ -279,30 +262,30 @@ class NodeLeave:
         moved = False
         for itf in left:
             if itf.state in (InterfaceState.READY, InterfaceState.INHIBITED):
-                n.eni_step(node, provider, itf, "dispose")
+                self.service.eni(node, provider, itf, "dispose")
                 moved = True
             elif itf.state is InterfaceState.INITIALIZING:
-                n.eni_step(node, provider, itf, "fail")
+                self.service.eni(node, provider, itf, "fail")
                 moved = True
         if nn is not None and moved:
             # one write before the provider acts: a restart between an ENI's detach and
             # its delete still knows to finish it off (one the record still lists once
             # it is gone is found gone again: no write for each)
-            n.write_pool(nn, pool)
+            self.service.write(nn, pool)
         for itf in left:
-            wait = n.gateway.admit(provider)
+            wait = self.gateway.admit(provider)
             if wait:
                 return Result(requeue_after=wait)
             try:
-                done = n.gateway.interface_dispose(provider, ctx, CloudInterface(
+                done = self.gateway.interface_dispose(provider, ctx, CloudInterface(
                     id=itf.id, mac=itf.mac, subnet=itf.subnet, primary=itf.primary,
                     trunk=itf.trunk, pooled=itf.pooled))
             except Exception as exc:
                 return self._wait(node.name, provider, f"deleting {itf.id}", exc)
             if not done:
                 # detaching: asked again in a moment (the cloud does it asynchronously)
-                return Result(requeue_after=_WAIT * (1 + n.random.random()))
-            n.eni_step(node, provider, itf, "gone")
+                return Result(requeue_after=_WAIT * (1 + self.random.random()))
+            self.service.eni(node, provider, itf, "gone")
             pool.interface_gone(itf.id)
         self._errors.pop(node.name, None)
         return Result(requeue_after=0.0)
@@ -313,7 +296,7 @@ class NodeLeave:
         """Nothing of podnet's is left for the node: its record and pool go."""
         if nn is not None:
             self._let_go(nn, delete=True)
-        self.nodes.node_removed(name, provider)
+        self._removed(name, provider)
         if name in self._read:
             self.released += 1
             log.info("node %s: everything podnet made for it is given back", name)
@@ -324,8 +307,8 @@ class NodeLeave:
     def _let_go(self, nn: NodeNetwork, *, delete: bool = False) -> None:
         """The finalizer off; with ``delete``, the record deleted if nobody did.
         Each step may be redone after a crash; a conflict is retried from a fresh read."""
-        records = self.nodes.records
-        current = self.nodes.caches.node_networks.get(nn.metadata.name) or nn
+        records = self.records
+        current = self.caches.node_networks.get(nn.metadata.name) or nn
         if FINALIZER in current.metadata.finalizers:
             meta = attrs.evolve(current.metadata, finalizers=tuple(
                 f for f in current.metadata.finalizers if f != FINALIZER))
@@ -343,8 +326,8 @@ class NodeLeave:
         """A cloud error while node ``name`` leaves: waited out, with a backoff."""
         errors = self._errors.get(name, 0) + 1
         self._errors[name] = errors
-        kind = self.nodes.gateway.classify(provider, exc)
-        delay = min(_WAIT_CAP, _WAIT * 2 ** (errors - 1)) * (1 + self.nodes.random.random())
+        kind = self.gateway.classify(provider, exc)
+        delay = min(_WAIT_CAP, _WAIT * 2 ** (errors - 1)) * (1 + self.random.random())
         log.info("node %s left the cluster; %s failed (%s), tried again in %.1fs: %s", name,
                  what, kind.value, delay, exc)
         return Result(requeue_after=delay)
@@ -382,4 +365,4 @@ def _recorded_inventory(nn: NodeNetwork | None) -> Inventory:
     return Inventory(interfaces=interfaces, max_interfaces=max(1, len(interfaces)))
 
 
-__all__ = ["NodeLeave", "NodePass"]
+__all__ = ["NodeLeave"]

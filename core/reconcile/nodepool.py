@@ -35,47 +35,43 @@ leaves.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from random import Random
-from typing import Any, TypeVar, overload
+from typing import Any
 
 import attrs
 
 from podnet.core.caches import Caches
 from podnet.core.clock import Clock
 from podnet.core.cluster.port import NODE_NETWORK, Conflict, NotFound
-from podnet.core.drift import LostAddresses, PoolProblems
+from podnet.core.drift import PoolProblems
 from podnet.core.enqueue import Enqueuer
 from podnet.core.errors import ErrorKind, PodnetError, ProviderError, describe, one_line
 from podnet.core.gateway import ProviderGateway
-from podnet.core.machines import DELETED, ENI_MACHINE, recorded_as, state_of
+from podnet.core.ledger import Ledger
 from podnet.core.models import (
     FINALIZER,
     Condition,
     InterfaceState,
     InterfaceStatus,
-    IpStatus,
     NodeInfo,
     NodeNetwork,
     NodeNetworkSpec,
     ObjectMeta,
     OwnerReference,
     Phase,
-    PodNetwork,
     set_condition,
 )
 from podnet.core.placement import Placement
 from podnet.core.policy import PoolPolicy
 from podnet.core.pool import Deferred, GrowPlan, Interface, NodePool, Pools
+from podnet.core.poolservice import POOL_READY, PoolService
 from podnet.core.reconcile.nodeleave import NodeLeave
 from podnet.core.reconcile.result import DONE, Result
 from podnet.core.records import RecordWriter
-from podnet.core.tracing import ATTR_INTERFACE, ATTR_NODE
-from podnet.core.transition import Subject, Transitions
+from podnet.core.transition import Transitions
 from podnet.core.validate import check_entries
 from podnet.hookspecs.types import (
     CloudInterface,
-    Inventory,
     NodeContext,
     NodeFinding,
     PoolEntry,
@@ -83,10 +79,6 @@ from podnet.hookspecs.types import (
 
 log = logging.getLogger("podnet.nodepool")
 
-T = TypeVar("T")
-
-#: the NodeNetwork condition that says whether its pool can serve (and grow)
-POOL_READY = "PoolReady"
 
 #: after a rate-limit answer, wait about this long (with jitter) before the next call
 _THROTTLE_WAIT = 0.2
@@ -110,14 +102,14 @@ _BUSY_WRITE_DELAY = 30.0
 class NodePoolReconciler:
     """Takes the parts it uses: the caches it reads, the writer of its records and
     Events, the queue, the provider gateway and the transition runner, which provider and
-    policy serve what, the node pools, where to say what it learns for the pod networks
-    (lost addresses, pools that cannot be read), the clock and a seeded random source
+    policy serve what, the node pools, the ledger and the pool service (lent to a node's
+    leave), where to say which pools cannot be read, the clock and a seeded random source
     (jitter)."""
 
     def __init__(self, *, caches: Caches, records: RecordWriter, enqueue: Enqueuer,
                  gateway: ProviderGateway, transitions: Transitions, placement: Placement,
-                 pools: Pools, lost: LostAddresses, problems: PoolProblems, clock: Clock,
-                 random: Random) -> None:
+                 pools: Pools, ledger: Ledger, service: PoolService, problems: PoolProblems,
+                 clock: Clock, random: Random) -> None:
         self.caches = caches
         self.records = records
         self.enqueue = enqueue
@@ -125,24 +117,22 @@ class NodePoolReconciler:
         self.transitions = transitions
         self.placement = placement
         self.pools = pools
-        self.lost = lost
+        #: the pools as the cloud and the records have them (shared with the GC)
+        self.service = service
         #: node -> why its pool cannot be read (its inventory fails: an instance the cloud
         #: does not have, say), for the pod networks waiting on it to say so
         self.problems = problems
         self.clock = clock
         self.random = random
-        #: node name -> the Node as last seen while it was in the cluster: who the
-        #: provider is told about when the node has left (else what its record says)
-        self.last_seen: dict[str, NodeInfo] = {}
         #: gives back what podnet made for nodes that left (see its module)
-        self.leaving = NodeLeave(self)
+        self.leaving = NodeLeave(caches=caches, records=records, gateway=gateway,
+                                 placement=placement, pools=pools, ledger=ledger,
+                                 service=service,
+                                 clock=clock, random=random, removed=self.node_removed)
         #: per node: when (monotonic) ``podnet_node_check`` is next due, and the findings
         #: of its last check (reported already: not again while they persist)
         self._next_check: dict[str, float] = {}
         self._findings: dict[str, tuple[NodeFinding, ...]] = {}
-        #: node -> when (monotonic) its pool first differed from its record unwritten: a
-        #: busy pool's changes coalesce into one write
-        self._unwritten: dict[str, float] = {}
         #: node -> when (monotonic) its pool's reads began to be throttled, in a row
         self._throttled_since: dict[str, float] = {}
         #: nodes waiting for their Node's spec.providerID (said once each)
@@ -177,7 +167,7 @@ class NodePoolReconciler:
             # pool: it is let go only when the node leaves (see nodeleave)
             return self.leaving.another_machine(node, recorded)
         self.leaving.returned(name)
-        self.last_seen[name] = node
+        self.service.last_seen[name] = node
         provider = self.placement.provider_for_node(node)
         if provider is None:
             self._say_unserved(node)
@@ -212,7 +202,7 @@ class NodePoolReconciler:
         try:
             if not pool.synced:
                 reading = True
-                self._rebuild(node, nn, provider, pool)
+                self.service.rebuild(node, nn, provider, pool)
                 reading = False
                 self.problems.by_node.pop(name, None)
                 policy = self.policy_for(provider, nn, pool)
@@ -255,10 +245,10 @@ class NodePoolReconciler:
         if provider is not None and provider in self.placement.providers:
             providers.add(provider)
         self.pools.drop_node(name)
-        self._unwritten.pop(name, None)
+        self.service.unwritten.pop(name, None)
         self._throttled_since.pop(name, None)
         self._machine_unknown.discard(name)
-        self.last_seen.pop(name, None)
+        self.service.last_seen.pop(name, None)
         self._forget_checks(name)
         for each in sorted(providers):
             self.gateway.node_removed(each, name)
@@ -382,7 +372,7 @@ class NodePoolReconciler:
         message = problem or ""
         if old is not None and (old.status, old.message) == (status, message):
             return
-        if old is None and not problem and nn.metadata.name in self._unwritten:
+        if old is None and not problem and nn.metadata.name in self.service.unwritten:
             return  # the pool's first write, coalesced, says it
         # healthy and never said (a record from before PoolReady was written when healthy,
         # its pool unchanged since): said once, so waiting for the condition ends
@@ -466,32 +456,32 @@ class NodePoolReconciler:
         up as before (:meth:`_owners_stale`). :return: when to look again."""
         name = nn.metadata.name
         current = self.caches.node_networks.get(name) or nn
-        interfaces = self._pool_status(pool)
+        interfaces = self.service.status(pool)
         if (current.status.last_inventory_sync is not None
                 and current.status.interfaces == interfaces):
-            self._unwritten.pop(name, None)
+            self.service.unwritten.pop(name, None)
             return DONE
-        if (current.status.last_inventory_sync is not None and name not in self._unwritten
+        if (current.status.last_inventory_sync is not None and name not in self.service.unwritten
                 and _without_owners(current.status.interfaces) == _without_owners(interfaces)):
             if changed or self._owners_stale(current, pool, policy):
-                self._write(nn, pool, interfaces)
+                self.service.write(nn, pool, interfaces)
             return DONE
         now = self.clock.monotonic()
-        since = self._unwritten.setdefault(name, now)
+        since = self.service.unwritten.setdefault(name, now)
         if _restart_states(current.status.interfaces) != _restart_states(interfaces):
-            self._write(nn, pool, interfaces)
+            self.service.write(nn, pool, interfaces)
             return DONE
         unnamed = self._unnamed(current, pool)
         if unnamed is not None:
             if not pool.waiting or now >= unnamed + _UNNAMED_GRACE:
-                self._write(nn, pool, interfaces)
+                self.service.write(nn, pool, interfaces)
                 return DONE
             return Result(requeue_after=unnamed + _UNNAMED_GRACE - now)
         if current.status.last_inventory_sync is None and now < since + _FIRST_WRITE_DELAY:
             return Result(requeue_after=since + _FIRST_WRITE_DELAY - now)
         if pool.waiting and now < since + _BUSY_WRITE_DELAY:
             return Result(requeue_after=since + _BUSY_WRITE_DELAY - now)
-        self._write(nn, pool, interfaces)
+        self.service.write(nn, pool, interfaces)
         return DONE
 
     def _unnamed(self, current: NodeNetwork, pool: NodePool) -> float | None:
@@ -510,163 +500,18 @@ class NodePoolReconciler:
                 oldest = entry.added_at if oldest is None else min(oldest, entry.added_at)
         return oldest
 
-    def _pool_status(self, pool: NodePool) -> tuple[InterfaceStatus, ...]:
-        """The pool as the record's ``status.interfaces`` says it."""
-        mono, wall = self.clock.monotonic(), self.clock.now()
-        from datetime import timedelta
-
-        with pool.lock:
-            by_itf: dict[str | None, list[IpStatus]] = {}
-            for a in sorted(pool.addresses.values(), key=lambda a: a.address):
-                by_itf.setdefault(a.interface, []).append(
-                    IpStatus(address=a.address, owner=a.owner, subnet=a.subnet, ipv6=a.ipv6))
-            interfaces = []
-            for itf in pool.interfaces.values():
-                until = None
-                if itf.inhibited_until > mono:
-                    until = wall + timedelta(seconds=itf.inhibited_until - mono)
-                interfaces.append(InterfaceStatus(
-                    id=itf.id, state=itf.state, mac=itf.mac, subnet=itf.subnet,
-                    primary=itf.primary, trunk=itf.trunk, ips=tuple(by_itf.get(itf.id, ())),
-                    pooled=itf.pooled,
-                    inhibited_until=until.replace(microsecond=0) if until else None,
-                ))
-        return tuple(interfaces)
-
-    def _write(self, nn: NodeNetwork, pool: NodePool,
-               interfaces: tuple[InterfaceStatus, ...] | None = None) -> None:
-        wall = self.clock.now()
-        if interfaces is None:
-            interfaces = self._pool_status(pool)
-        current = self.caches.node_networks.get(nn.metadata.name) or nn
-        if (current.status.last_inventory_sync is not None
-                and current.status.interfaces == interfaces):
-            self._unwritten.pop(nn.metadata.name, None)
-            return  # the record says it already (a restart's rebuild, mostly): no write
-        conditions = current.status.conditions
-        if pool.last_error is None and not any(c.type == POOL_READY for c in conditions):
-            # the first pool write says the pool serves, in the same write: `kubectl wait
-            # --for=condition=PoolReady` returns (a problem is _report's, with its Event)
-            conditions = set_condition(conditions, Condition(
-                type=POOL_READY, status="True", reason="Ready", last_transition_time=wall,
-                observed_generation=current.metadata.generation))
-        status = attrs.evolve(nn.status, interfaces=interfaces, last_inventory_sync=wall,
-                              conditions=conditions)
-        try:
-            self.records.update_status(NODE_NETWORK, attrs.evolve(current, status=status))
-        except (Conflict, NotFound):
-            self.enqueue.node(nn.metadata.name)  # written again from a fresh read
-            return
-        self._unwritten.pop(nn.metadata.name, None)
-
     # --- rebuild ----------------------------------------------------------------------
-
-    def _rebuild(self, node: NodeInfo, nn: NodeNetwork | None, provider: str, pool: NodePool,
-                 inventory: Inventory | None = None, *, leaving: bool = False) -> None:
-        """Inventory (what exists) + records (who owns it) + last pool (what was idle).
-
-        ``leaving``: the node left the cluster; every address of the inventory no record
-        owns is the pool's (to give back: nothing will hand it out), and no record is
-        said to have lost its address (they are all released)."""
-        if inventory is None:
-            inventory = self.inventory(node, nn, provider)
-        recorded_interfaces = nn.status.interfaces if nn is not None else ()
-        #: who the last recorded pool says owns each address: the tie-break when two
-        #: records name one address (a hand edit), so a restart keeps the owner podnet gave
-        recorded_owner = {ip.address: ip.owner for itf in recorded_interfaces
-                          for ip in itf.ips if ip.owner}
-        claims: dict[str, list[PodNetwork]] = {}
-        for pn in self.caches.pod_networks.by_index("node", node.name):
-            if pn.spec.provider == provider and pn.status.ip and pn.status.phase in (
-                Phase.ALLOCATED, Phase.ROUTED, Phase.RELEASING,
-            ):
-                claims.setdefault(pn.status.ip, []).append(pn)
-        owners: dict[str, str] = {}
-        #: IPv4 -> IPv6 as the records pair them (dual stack): pod networks first
-        pairs: dict[str, str] = {}
-        #: IPv6 halves named by records that lost their IPv4 to another record: in use
-        #: by their pod until it is re-addressed, so neither handed out nor given back
-        held6: set[str] = set()
-        for address, named in claims.items():
-            winner = next((pn for pn in named if pn.key == recorded_owner.get(address)),
-                          named[0])
-            owners[address] = winner.key
-            if winner.status.ipv6:
-                pairs[address] = winner.status.ipv6
-            for pn in named:
-                if pn is winner:
-                    continue
-                log.error("address %s recorded by %s and %s", address, winner.key, pn.key)
-                self.records.event(pn, "DuplicateAddress",
-                                   f"address {address} is also recorded by {winner.key}")
-                if pn.status.ipv6:
-                    held6.add(pn.status.ipv6)
-        pooled = {ip.address for itf in recorded_interfaces for ip in itf.ips}
-        named6 = set(pairs.values())
-        for itf_status in recorded_interfaces:
-            for ip in itf_status.ips:
-                if ip.ipv6:
-                    pooled.add(ip.ipv6)
-                    if ip.address not in pairs and ip.ipv6 not in named6:
-                        pairs[ip.address] = ip.ipv6  # the last recorded pool's pairs
-        if leaving:
-            pooled |= set(inventory.all_ips()) | set(inventory.all_ipv6())
-        now = self.clock.monotonic()
-        lost = pool.rebuild(inventory, owners, pooled, now, pairs, held6)
-        pool.resume(recorded_interfaces, now, self.clock.now())
-        if not leaving:
-            self.lost.report(lost)
-            self.enqueue.wake(dict(pool.waiting))
-
-    def rebuild(self, node: NodeInfo, nn: NodeNetwork | None, provider: str, pool: NodePool,
-                inventory: Inventory | None = None, *, leaving: bool = False) -> None:
-        self._rebuild(node, nn, provider, pool, inventory, leaving=leaving)
-
-    def eni_step(self, node: NodeInfo, provider: str, itf: Interface, trigger: str) -> None:
-        """Fire ``trigger`` on pool interface ``itf`` with no provider call."""
-        self._eni(node, provider, itf, trigger)
-
-    def write_pool(self, nn: NodeNetwork, pool: NodePool) -> None:
-        self._write(nn, pool)
-
-    def inventory(self, node: NodeInfo, nn: NodeNetwork | None, provider: str) -> Inventory:
-        ctx = NodeContext(node=node, network=nn)
-        inventory = self.gateway.node_inventory(provider, ctx)
-        if inventory is None:
-            raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} gave no inventory")
-        return inventory
 
     # --- interfaces: the ENI machine --------------------------------------------------
 
-    @overload
-    def _eni(self, node: NodeInfo, provider: str, itf: Interface, trigger: str) -> None: ...
-
-    @overload
-    def _eni(self, node: NodeInfo, provider: str, itf: Interface, trigger: str,
-             action: Callable[[], T]) -> T: ...
-
-    def _eni(self, node: NodeInfo, provider: str, itf: Interface, trigger: str,
-             action: Callable[[], T] | None = None) -> T | None:
-        """Fire ``trigger`` on ``itf``, running ``action`` (the provider call) first; the
-        interface's state follows. Raises what failed, the state unchanged."""
-        source = state_of(itf.state)
-        subject = Subject(key=f"{node.name}/{itf.id}", provider=provider, state=source,
-                          span_attributes={ATTR_NODE: node.name, ATTR_INTERFACE: itf.id})
-        result = self.transitions.run(ENI_MACHINE, subject, trigger,
-                                      lambda _span: action() if action is not None else None)
-        dest = ENI_MACHINE.target(trigger, source)
-        if dest != DELETED:
-            itf.state = recorded_as(InterfaceState, dest)
-        return result
-
     def _recover(self, node: NodeInfo, pool: NodePool, provider: str) -> None:
         for itf in pool.recoverable(self.clock.monotonic()):
-            self._eni(node, provider, itf, "recover")
+            self.service.eni(node, provider, itf, "recover")
             pool.recovered(itf)
 
     def _inhibit(self, node: NodeInfo, pool: NodePool, provider: str, itf: Interface,
                  seconds: float, reason: str) -> None:
-        self._eni(node, provider, itf, "inhibit")
+        self.service.eni(node, provider, itf, "inhibit")
         pool.inhibited(itf, self.clock.monotonic() + seconds, reason)
 
     # --- grow -------------------------------------------------------------------------
@@ -725,10 +570,10 @@ class NodePoolReconciler:
             return created
 
         try:
-            created = self._eni(node, provider, itf, "attached", create)
+            created = self.service.eni(node, provider, itf, "attached", create)
         except Exception:
             try:
-                self._eni(node, provider, itf, "fail")
+                self.service.eni(node, provider, itf, "fail")
             except PodnetError:
                 pass
             pool.invalidate()  # a half-made interface shows up in the next inventory
@@ -799,13 +644,13 @@ class NodePoolReconciler:
                 # this caps how many one pass makes before other nodes get a turn
                 return Result(requeue_after=0.0)
             if itf.state in (InterfaceState.READY, InterfaceState.INHIBITED):
-                self._eni(node, provider, itf, "dispose")
+                self.service.eni(node, provider, itf, "dispose")
             if itf.state is not InterfaceState.DISPOSING:
                 continue
             # recorded before the provider acts (no write when it is already): a crash
             # between its steps (detached, not yet deleted) leaves an interface the node
             # no longer lists, which the next run must still finish off
-            self._write(nn, pool)
+            self.service.write(nn, pool)
             ctx = NodeContext(node=node, network=nn)
             wait = self.gateway.admit(provider)
             if wait:
@@ -817,7 +662,7 @@ class NodePoolReconciler:
                     raise ProviderError(ErrorKind.TRANSIENT, f"{itf.id} is still detaching")
 
             try:
-                self._eni(node, provider, itf, "gone", dispose)
+                self.service.eni(node, provider, itf, "gone", dispose)
             except Exception:
                 return Result(requeue_after=policy.refill_period)
             pool.interface_gone(itf.id)

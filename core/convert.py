@@ -35,9 +35,6 @@ from typing import Any, TypeVar, Union, get_args, get_origin
 import attrs
 import cattrs
 from cattrs.errors import (
-    AttributeValidationNote,
-    ClassValidationError,
-    ForbiddenExtraKeysError,
     IterableValidationError,
     IterableValidationNote,
 )
@@ -58,6 +55,7 @@ from podnet.core.clock import format_time, parse_time
 from podnet.core.structgen import Inline, make_fast_structure
 from podnet.core.values import evolve
 from podnet.hookspecs import models
+from podnet.hookspecs.sections import RuleError, locate_error
 
 __all__ = ["RecordError", "converter", "from_wire", "metadata_as_answered", "to_wire"]
 
@@ -77,17 +75,8 @@ class RecordError(ValueError):
         return f"{self.field}: {self.message}"
 
 
-class _Invalid(ValueError):
-    """A wire rule failed; ``path`` continues the path from where the hook was called."""
-
-    def __init__(self, message: str, path: tuple[str | int, ...] = ()) -> None:
-        super().__init__(message)
-        self.message = message
-        self.path = path
-
-
-class _Key(str):
-    """A mapping key in an error path, printed as ``[key]`` rather than ``.key``."""
+#: a wire rule failed; its ``path`` continues the path from where the hook was called
+_Invalid = RuleError
 
 
 converter = cattrs.Converter(detailed_validation=True, forbid_extra_keys=True)
@@ -762,8 +751,8 @@ def from_wire(cls: type[T], data: Mapping[str, Any]) -> T:
     try:
         return converter.structure(data, cls)
     except Exception as exc:
-        path, message = _locate(exc, ())
-        raise RecordError(_format_path(path), message) from exc
+        path, message = locate_error(exc, _WIRE_NAMES)
+        raise RecordError(path, message) from exc
 
 
 #: ObjectMeta's wire keys -> attribute names
@@ -784,54 +773,6 @@ def metadata_as_answered(sent: models.ObjectMeta, sent_wire: Mapping[str, Any],
     part = from_wire(models.ObjectMeta, {"name": answer.get("name"), **changed})
     return evolve(sent, **{_META_ATTRS[k]: getattr(part, _META_ATTRS[k])
                            for k in changed if k in _META_ATTRS})
-
-
-def _note(exc: BaseException, kind: type[T]) -> T | None:
-    for note in getattr(exc, "__notes__", ()):
-        if note.__class__ is kind:
-            return note
-    return None
-
-
-def _locate(exc: BaseException, path: tuple[str | int, ...]) -> tuple[tuple[str | int, ...], str]:
-    """Walk cattrs' error tree down to the first failure: its wire path and a message."""
-    if isinstance(exc, ClassValidationError):
-        # An unknown key first: a misspelt key otherwise shows up as "required field missing".
-        for sub in exc.exceptions:
-            if isinstance(sub, ForbiddenExtraKeysError):
-                return _locate(sub, path)
-        for sub in exc.exceptions:
-            attr_note = _note(sub, AttributeValidationNote)
-            if attr_note is None:
-                continue
-            key = _WIRE_NAMES.get(exc.cl, {}).get(attr_note.name, attr_note.name)
-            if type(sub) is KeyError:
-                return (*path, key), "required field missing"
-            return _locate(sub, (*path, key))
-        return _locate(exc.exceptions[0], path)
-    if isinstance(exc, IterableValidationError):
-        sub = exc.exceptions[0]
-        item_note = _note(sub, IterableValidationNote)
-        if item_note is None:
-            return _locate(sub, path)
-        index = item_note.index
-        return _locate(sub, (*path, index if isinstance(index, int) else _Key(index)))
-    if isinstance(exc, ForbiddenExtraKeysError):
-        key = sorted(exc.extra_fields)[0]
-        return (*path, key), f"unknown field {key!r}"
-    if isinstance(exc, _Invalid):
-        return (*path, *exc.path), exc.message
-    return path, str(exc) or type(exc).__name__
-
-
-def _format_path(path: tuple[str | int, ...]) -> str:
-    out = ""
-    for part in path:
-        if isinstance(part, int | _Key):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else part
-    return out
 
 
 # --- records that do not parse ------------------------------------------------------------

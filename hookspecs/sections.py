@@ -359,33 +359,47 @@ def _note(exc: BaseException, kind: type[N]) -> N | None:
     return None
 
 
-def _locate(exc: BaseException, path: tuple[str | int, ...]) -> tuple[tuple[str | int, ...], str]:
+def locate_error(exc: BaseException, names: Mapping[type, Mapping[str, str]], *,
+                 say_known: bool = False) -> tuple[str, str]:
+    """Where a strict cattrs structure failed and why: the first failure's path
+    (``spec.ips[0]``, a mapping key as ``[key]``) and its message. ``names``: class ->
+    attribute -> the key it is read from; ``say_known``: an unknown key of such a class
+    lists the known ones (an operator's typo). Core's record converter reads its errors
+    the same way."""
+    path, message = _locate(exc, (), names, say_known)
+    return _format_path(path), message
+
+
+def _locate(exc: BaseException, path: tuple[str | int, ...],
+            names: Mapping[type, Mapping[str, str]], say_known: bool
+            ) -> tuple[tuple[str | int, ...], str]:
     """Walk cattrs' error tree down to the first failure: its key path and a message."""
     if isinstance(exc, ClassValidationError):
         # an unknown key first: a misspelt key otherwise shows up as "required field missing"
         for sub in exc.exceptions:
             if isinstance(sub, ForbiddenExtraKeysError):
-                return _locate(sub, path)
+                return _locate(sub, path, names, say_known)
         for sub in exc.exceptions:
             attr_note = _note(sub, AttributeValidationNote)
             if attr_note is None:
                 continue
-            key = _KEYS.get(exc.cl, {}).get(attr_note.name, attr_note.name)
+            key = names.get(exc.cl, {}).get(attr_note.name, attr_note.name)
             if type(sub) is KeyError:
                 return (*path, key), "required field missing"
-            return _locate(sub, (*path, key))
-        return _locate(exc.exceptions[0], path)
+            return _locate(sub, (*path, key), names, say_known)
+        return _locate(exc.exceptions[0], path, names, say_known)
     if isinstance(exc, IterableValidationError):
         sub = exc.exceptions[0]
         item_note = _note(sub, IterableValidationNote)
         if item_note is None:
-            return _locate(sub, path)
+            return _locate(sub, path, names, say_known)
         index = item_note.index
-        return _locate(sub, (*path, index if isinstance(index, int) else _Key(index)))
+        return _locate(sub, (*path, index if isinstance(index, int) else _Key(index)),
+                       names, say_known)
     if isinstance(exc, ForbiddenExtraKeysError):
         key = sorted(exc.extra_fields)[0]
-        if exc.cl in _KEYS:  # an operator's typo: say what was meant to be there
-            known = ", ".join(sorted(_KEYS[exc.cl].values()))
+        if say_known and exc.cl in names:
+            known = ", ".join(sorted(names[exc.cl].values()))
             return (*path, key), f"unknown key {key!r} (known: {known})"
         return (*path, key), f"unknown field {key!r}"
     if isinstance(exc, RuleError):
@@ -470,5 +484,5 @@ def read_section(cls: type[T], provider: str, data: object, base: T | None = Non
     try:
         return _converter.structure(merged, cls)
     except Exception as exc:
-        path, message = _locate(exc, ())
-        raise ConfigError(config_key(provider, _format_path(path)), message) from None
+        path, message = locate_error(exc, _KEYS, say_known=True)
+        raise ConfigError(config_key(provider, path), message) from None

@@ -470,8 +470,8 @@ def p3_profile(pods: int, seed: int, traced: bool, top: int = 15) -> str:
 
 
 #: the in-memory cluster's modules: the API server stand-in's share
-_STAND_IN = tuple(os.path.join("core", "cluster", f"{m}.py")
-                  for m in ("memory", "patch", "events", "selectors"))
+_STAND_IN = (os.path.join("sim", "memory.py"), *(os.path.join("core", "cluster", f"{m}.py")
+                                                for m in ("patch", "events", "selectors")))
 
 
 class CallCounter:

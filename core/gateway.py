@@ -41,7 +41,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import cast
 
 from podnet.core.clock import Clock
@@ -98,6 +98,8 @@ class ProviderGateway:
                  clock: Clock, fence: Fence, tracing: Tracing, calls: Counter[str]) -> None:
         self.providers = providers
         self.pm = providers.pm
+        #: hook -> what gives the provider a call's arguments name (its routing)
+        self._named_by: dict[str, Callable[[Mapping[str, object]], object]] = {}
         self._policy = policy
         self.clock = clock
         self.fence = fence
@@ -138,7 +140,10 @@ class ProviderGateway:
         # the hook's routing, as its hookspec declares it: a routed hook (else this
         # raises), called for the provider its arguments name
         route = self.providers.hook(provider, hook)
-        named = ROUTING[hook].provider_of(kwargs)
+        named_by = self._named_by.get(hook)
+        if named_by is None:
+            named_by = self._named_by[hook] = ROUTING[hook].name_getter()
+        named = named_by(kwargs)
         if named != provider:
             raise MisroutedCall(f"{hook} names provider {named!r} but was routed to "
                                 f"{provider!r}")

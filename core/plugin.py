@@ -204,6 +204,8 @@ class Providers:
     def __init__(self, pm: pluggy.PluginManager) -> None:
         self.pm = pm
         pm.check_pending()
+        #: broadcast hook name -> its caller, its routing checked once
+        self._broadcasts: dict[str, pluggy.HookCaller] = {}
         self.infos: dict[str, ProviderInfo] = {}
         #: provider name -> the plugin that declared it
         self.plugins: dict[str, object] = {}
@@ -269,8 +271,11 @@ class Providers:
         """Hook ``name`` as it reaches every plugin.
 
         :raise MisroutedCall: ``name`` is not a broadcast hook (:data:`ROUTING`)."""
-        _check_routing(name, Routing.BROADCAST, "broadcast to every plugin")
-        caller: pluggy.HookCaller = getattr(self.pm.hook, name)
+        caller = self._broadcasts.get(name)
+        if caller is None:
+            _check_routing(name, Routing.BROADCAST, "broadcast to every plugin")
+            # pluggy keeps one caller per hook name: plugins registered later join it
+            caller = self._broadcasts[name] = getattr(self.pm.hook, name)
         return caller
 
     def configure(self, provider: str, config: Mapping[str, Any]) -> None:

@@ -19,6 +19,7 @@ hook's docstring is written from the same declaration.
 from __future__ import annotations
 
 import enum
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -50,11 +51,17 @@ class HookRouting:
 
     def provider_of(self, kwargs: Mapping[str, object]) -> str:
         """The provider a routed call's arguments name (``by`` followed through them)."""
-        head, *rest = self.by.split(".")
-        value: object = kwargs[head]
-        for name in rest:
-            value = getattr(value, name)
-        return str(value)
+        return str(self.name_getter()(kwargs))
+
+    def name_getter(self) -> Callable[[Mapping[str, object]], object]:
+        """A function of a call's keyword arguments returning the provider they name:
+        what a caller on the hot path keeps (one C call for ``provider``)."""
+        head, _, rest = self.by.partition(".")
+        by_key = operator.itemgetter(head)
+        if not rest:
+            return by_key
+        through = operator.attrgetter(rest)
+        return lambda kwargs: through(by_key(kwargs))
 
     def sentence(self) -> str:
         """What the hook's docstring says of its routing."""

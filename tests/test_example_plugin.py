@@ -157,7 +157,7 @@ def test_the_examples_import_the_provider_contract_only() -> None:
             allowed += ("podnet.testing",)
             # the engine-driven smoke test runs podnet's own engine, as section 12 of the
             # guide shows a provider author doing
-            allowed += ("podnet.app.demo", "podnet.core")
+            allowed += ("podnet.app.demo", "podnet.core", "podnet.sim.memory")
         outside += [f"{path.relative_to(ROOT)}: {name}" for name in _podnet_imports(path)
                     if not name.startswith(allowed)]
     assert outside == []

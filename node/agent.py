@@ -1,4 +1,10 @@
-"""The node agent's state and its answers to the protocol's requests (``NodeAgent``)."""
+"""The node agent's state and its answers to the protocol's requests (``NodeAgent``).
+
+Over 800 lines on purpose: every CNI verb (ADD, DEL, CHECK, GC, the IPAM ones) is a method
+of the one object that holds what they share and must take in one order — the per-record
+and per-container locks, the records' informer, the IPAM grants, the report; the pieces
+that stand alone (protocol, grants, locks, report, server) are modules of their own.
+"""
 
 from __future__ import annotations
 

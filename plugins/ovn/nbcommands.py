@@ -3,19 +3,14 @@ its external networks and the security groups' port groups and ACLs must look li
 each an idempotent ovsdbapp command that reads the rows it finds and writes only what
 differs. The client (``podnet.plugins.ovn.nb``) batches them into transactions."""
 
-
 from __future__ import annotations
 
-import threading
-from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ovs.db import data as ovs_data
 from ovs.db import types as ovs_types
 from ovsdbapp.backend.ovs_idl import command as ovs_command
-from ovsdbapp.backend.ovs_idl import connection as ovs_connection
-from ovsdbapp.schema.ovn_northbound.impl_idl import OvnNbApiIdlImpl
 
 from podnet.plugins.ovn.rows import (
     GROUPS,
@@ -33,56 +28,6 @@ from podnet.plugins.ovn.rows import (
     vip_port_name,
 )
 from podnet.plugins.ovn.secgroups import ACL_GROUP, Acl
-
-_counter = 0
-_counter_lock = threading.Lock()
-
-
-class _WatchedIdl(ovs_connection.OvsdbIdl):
-    """Keeps a note of every Logical_Switch_Port change the server sends (ports created or
-    changed by others after podnet read NB, whose addresses its IPAM must hold too).
-
-    ``notify`` runs on the connection's thread: it only records, the provider applies the
-    notes under its own lock when it next uses the client (no lock taken here).
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        #: (event, name, external ids, addresses and a virtual port's virtual-ip)
-        self.port_changes: deque[tuple[str, str, dict[str, str], list[str]]] = deque()
-
-    def notify(self, event: str, row: Any, updates: Any = None) -> None:
-        table = getattr(row, "_table", None)
-        if table is None or table.name != "Logical_Switch_Port":
-            return
-        try:
-            addresses = list(row.addresses)
-            vip = dict(row.options).get("virtual-ip") if row.type == "virtual" else None
-            if vip:
-                # a virtual port's address is its virtual-ip: held like any other
-                addresses.append(f"virtual {vip}")
-            self.port_changes.append((event, str(row.name), dict(row.external_ids),
-                                      addresses))
-        except Exception:  # pragma: no cover - a row without the columns: nothing to hold
-            return
-
-
-def connect(remote: str, timeout: float, backoff_ms: tuple[int, int] | None = None) -> Any:
-    """An ``OvnNbApiIdlImpl`` of its own: the backend keeps the connection on the class,
-    so every server gets a subclass (a second server would otherwise reuse the first
-    connection). ``backoff_ms``: the reconnect backoff's (min, max), ovs' 1 s and 8 s
-    when not given."""
-    global _counter
-    with _counter_lock:
-        _counter += 1
-        name = f"PodnetNbApi{_counter}"
-    idl = _WatchedIdl.from_server(remote, "OVN_Northbound")
-    if backoff_ms is not None:
-        # the Python IDL has no setter of its own: its session's reconnect FSM has one
-        idl._session.reconnect.set_backoff(*backoff_ms)
-    conn = ovs_connection.Connection(idl, timeout=timeout)
-    cls = type(name, (OvnNbApiIdlImpl,), {"_ovsdb_connection": None})
-    return cls(conn)
 
 
 class PortSpec:

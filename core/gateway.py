@@ -41,7 +41,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import cast
 
 from podnet.core.clock import Clock
@@ -61,7 +61,7 @@ from podnet.core.validate import (
     check_findings,
     check_inventory,
 )
-from podnet.hookspecs.routing import ROUTING
+from podnet.hookspecs.routing import ROUTING, Routing
 from podnet.hookspecs.types import (
     AddressSpace,
     AllocateContext,
@@ -98,8 +98,14 @@ class ProviderGateway:
                  clock: Clock, fence: Fence, tracing: Tracing, calls: Counter[str]) -> None:
         self.providers = providers
         self.pm = providers.pm
-        #: hook -> what gives the provider a call's arguments name (its routing)
-        self._named_by: dict[str, Callable[[Mapping[str, object]], object]] = {}
+        #: routed hook -> where its arguments name the provider (its routing)
+        self._named_by = {name: entry.name_path() for name, entry in ROUTING.items()
+                          if entry.routing is Routing.ROUTED}
+        # broadcast hooks' callers, their routing checked once (plugins registered later
+        # join them: pluggy keeps one caller per hook)
+        self._select_provider = providers.broadcast("podnet_select_provider")
+        self._select_networks = providers.broadcast("podnet_select_networks")
+        self._transition = providers.broadcast("podnet_transition")
         self._policy = policy
         self.clock = clock
         self.fence = fence
@@ -140,10 +146,8 @@ class ProviderGateway:
         # the hook's routing, as its hookspec declares it: a routed hook (else this
         # raises), called for the provider its arguments name
         route = self.providers.hook(provider, hook)
-        named_by = self._named_by.get(hook)
-        if named_by is None:
-            named_by = self._named_by[hook] = ROUTING[hook].name_getter()
-        named = named_by(kwargs)
+        head, through = self._named_by[hook]  # routed: providers.hook raised otherwise
+        named = kwargs[head] if through is None else through(kwargs[head])
         if named != provider:
             raise MisroutedCall(f"{hook} names provider {named!r} but was routed to "
                                 f"{provider!r}")
@@ -390,19 +394,19 @@ class ProviderGateway:
     def claim(self, node: NodeInfo) -> object:
         """What a plugin answered ``podnet_select_provider`` for ``node``, as it is (a
         name core may not know; None: no plugin claims it)."""
-        chosen: object = self.providers.broadcast("podnet_select_provider")(node=node)
+        chosen: object = self._select_provider(node=node)
         return chosen
 
     def select_networks(self, pod: PodInfo, node: NodeInfo) -> list[NetworkAttachment]:
         """``podnet_select_networks``: every plugin's attachments for the pod, in order."""
         answers: list[Sequence[NetworkAttachment] | None] = (
-            self.providers.broadcast("podnet_select_networks")(pod=pod, node=node))
+            self._select_networks(pod=pod, node=node))
         return [attachment for answer in answers for attachment in answer or ()]
 
     def notify_transition(self, event: TransitionEvent) -> None:
         """``podnet_transition`` to every listener, each on its own: one that raises must
         not keep the event from the others (a plain hook call stops at the first error)."""
-        for impl in self.providers.broadcast("podnet_transition").get_hookimpls():
+        for impl in self._transition.get_hookimpls():
             try:
                 impl.function(**({"event": event} if "event" in impl.argnames else {}))
             except Exception:

@@ -51,17 +51,15 @@ class HookRouting:
 
     def provider_of(self, kwargs: Mapping[str, object]) -> str:
         """The provider a routed call's arguments name (``by`` followed through them)."""
-        return str(self.name_getter()(kwargs))
+        head, through = self.name_path()
+        value = kwargs[head]
+        return str(value if through is None else through(value))
 
-    def name_getter(self) -> Callable[[Mapping[str, object]], object]:
-        """A function of a call's keyword arguments returning the provider they name:
-        what a caller on the hot path keeps (one C call for ``provider``)."""
+    def name_path(self) -> tuple[str, Callable[[object], object] | None]:
+        """``by`` made ready for a caller on the hot path: the keyword argument, and what
+        reads the name from it (None: the argument is the name)."""
         head, _, rest = self.by.partition(".")
-        by_key = operator.itemgetter(head)
-        if not rest:
-            return by_key
-        through = operator.attrgetter(rest)
-        return lambda kwargs: through(by_key(kwargs))
+        return head, operator.attrgetter(rest) if rest else None
 
     def sentence(self) -> str:
         """What the hook's docstring says of its routing."""

@@ -21,7 +21,9 @@ equal). What changed when:
 
 - 0.6.0: one door (everything a provider imports comes from ``podnet.hookspecs``;
   ``podnet.core`` is no longer public to providers); routing is data the gateway checks
-  (:data:`~podnet.hookspecs.routing.ROUTING`); ``podnet_unknown_machines``.
+  (:data:`~podnet.hookspecs.routing.ROUTING`); ``podnet_unknown_machines``; a node-side
+  dataplane may offer what the agent reports of it (``report_annotations``, the optional
+  ``podnet.linux.hooks.ReportsAnnotations``) instead of the agent knowing its class.
 - 0.5.0: a node that left the cluster is given back through the node pool hooks
   (inventory, shrink, dispose) before ``podnet_node_removed``; ``podnet_sweep`` serves
   node-pool providers too.

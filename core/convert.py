@@ -1,7 +1,3 @@
-# Over 800 lines on purpose: it is one cattrs converter, built at import. Every section's
-# hooks register on that converter and on the module's tables (wire names, inline hooks,
-# field rules, class checks) before it is used, and the error path names fields by the
-# same tables; split, each module would import the others' private tables.
 """The one cattrs converter between podnet's records and their wire form.
 
 The wire form is the custom resources' camelCase JSON as the API server stores it. All
@@ -29,15 +25,10 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from types import UnionType
-from typing import Any, TypeVar, Union, get_args, get_origin
+from typing import Any, TypeVar, get_args
 
 import attrs
 import cattrs
-from cattrs.errors import (
-    IterableValidationError,
-    IterableValidationNote,
-)
 from cattrs.fns import identity
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
@@ -55,7 +46,20 @@ from podnet.core.clock import format_time, parse_time
 from podnet.core.structgen import Inline, make_fast_structure
 from podnet.core.values import evolve
 from podnet.hookspecs import models
-from podnet.hookspecs.sections import RuleError, locate_error
+from podnet.hookspecs.sections import locate_error
+from podnet.hookspecs.strict import (
+    RuleError,
+    expected,
+    is_dict,
+    is_optional,
+    is_tuple,
+    structure_bool,
+    structure_dict,
+    structure_float,
+    structure_int,
+    structure_str,
+    structure_tuple,
+)
 
 __all__ = ["RecordError", "converter", "from_wire", "metadata_as_answered", "to_wire"]
 
@@ -115,40 +119,6 @@ _LENIENT = frozenset({models.ObjectMeta, models.OwnerReference})
 # --- primitives -------------------------------------------------------------------------------
 
 
-def _expected(kind: str, value: object) -> _Invalid:
-    return _Invalid(f"expected {kind}, got {show(value)}")
-
-
-def _str(value: Any, _: Any = None) -> str:
-    if value.__class__ is str:
-        return value
-    if not isinstance(value, str):
-        raise _expected("string", value)
-    return str(value)
-
-
-def _int(value: Any, _: Any = None) -> int:
-    # bool is an int subclass; JSON true is not a count.
-    if value.__class__ is not int and (not isinstance(value, int) or isinstance(value, bool)):
-        raise _expected("integer", value)
-    return int(value)
-
-
-def _float(value: Any, _: Any = None) -> float:
-    # an integer is a number too; JSON true is not
-    if value.__class__ is float:
-        return float(value)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _expected("number", value)
-    return float(value)
-
-
-def _bool(value: Any, _: Any = None) -> bool:
-    if value is not True and value is not False:
-        raise _expected("boolean", value)
-    return bool(value)
-
-
 #: recent timestamps parsed, by their text: the records of one burst carry the same few
 #: moments, and a datetime is immutable, so they share one (memory, goal P4; and time)
 _TIMES: dict[str, datetime] = {}
@@ -163,21 +133,21 @@ def _parse_time(value: Any, _: Any = None) -> datetime:
         try:
             parsed = parse_time(value)
         except ValueError:
-            raise _expected("RFC3339 timestamp", value) from None
+            raise expected("RFC3339 timestamp", value) from None
         if len(_TIMES) >= _TIMES_MAX:
             _TIMES.clear()
         _TIMES[value] = parsed
         return parsed
     if not isinstance(value, datetime):
-        raise _expected("RFC3339 timestamp", value)
+        raise expected("RFC3339 timestamp", value)
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
     return value if value.tzinfo is UTC else value.astimezone(UTC)
 
 
-_INLINE[_str] = Inline("x", "x.__class__ is str")
-_INLINE[_int] = Inline("x", "x.__class__ is int")
-_INLINE[_bool] = Inline("x", "x is True or x is False")
+_INLINE[structure_str] = Inline("x", "x.__class__ is str")
+_INLINE[structure_int] = Inline("x", "x.__class__ is int")
+_INLINE[structure_bool] = Inline("x", "x is True or x is False")
 _INLINE[_parse_time] = Inline("times.get(x) or parse(x)", None,
                               {"times": _TIMES, "parse": _parse_time})
 
@@ -200,61 +170,14 @@ def _enum_hook(cls: type[enum.Enum]) -> Hook:
 _enum_value: Callable[[enum.Enum], Any] = operator.attrgetter("_value_")
 
 
-def _is_tuple(t: Any) -> bool:
-    args = get_args(t)
-    return get_origin(t) is tuple and len(args) == 2 and args[1] is Ellipsis
-
-
-def _is_dict(t: Any) -> bool:
-    return get_origin(t) is dict
-
-
 def _tuple_structure(t: Any) -> Hook:
-    item_type = get_args(t)[0]
-    item = converter.get_structure_hook(item_type)
-
-    def structure(value: Any, _: Any) -> tuple[Any, ...]:
-        if not isinstance(value, list | tuple):
-            raise _expected("list", value)
-        out = []
-        for index, element in enumerate(value):
-            try:
-                out.append(item(element, item_type))
-            except Exception as exc:
-                exc.add_note(IterableValidationNote(f"@ index {index}", index, item_type))
-                raise IterableValidationError("While structuring a list", [exc], t) from None
-        return tuple(out)
-
+    structure = structure_tuple(converter, t)
+    item = converter.get_structure_hook(get_args(t)[0])
     form = _INLINE.get(item)
     if form is not None and form.test is None and form.value == "read(x)":
         _INLINE[structure] = Inline("tuple(map(read, x))", "x.__class__ is list",
                                     {"read": form.names["read"]})
     return structure
-
-
-def _dict_structure(t: Any) -> Hook:
-    key_type, value_type = get_args(t)
-    key_hook = converter.get_structure_hook(key_type)
-    value_hook = converter.get_structure_hook(value_type)
-
-    def structure(value: Any, _: Any) -> dict[Any, Any]:
-        if not isinstance(value, Mapping):
-            raise _expected("object", value)
-        out = {}
-        for key, element in value.items():
-            try:
-                out[key_hook(key, key_type)] = value_hook(element, value_type)
-            except Exception as exc:
-                exc.add_note(IterableValidationNote(f"@ key {key!r}", str(key), value_type))
-                raise IterableValidationError("While structuring a map", [exc], t) from None
-        return out
-
-    return structure
-
-
-def _is_optional(t: Any) -> bool:
-    args = get_args(t)
-    return len(args) == 2 and type(None) in args and get_origin(t) in (Union, UnionType)
 
 
 def _optional_structure(t: Any) -> Hook:
@@ -292,28 +215,29 @@ def _tuple_unstructure(t: Any) -> Callable[[Any], Any]:
 
 # singledispatch hooks, which cattrs consults first; the str enums get their own below
 # because the str hook would otherwise take them (they subclass str).
-converter.register_structure_hook(str, _str)
-converter.register_structure_hook(int, _int)
-converter.register_structure_hook(float, _float)
-converter.register_structure_hook(bool, _bool)
+converter.register_structure_hook(str, structure_str)
+converter.register_structure_hook(int, structure_int)
+converter.register_structure_hook(float, structure_float)
+converter.register_structure_hook(bool, structure_bool)
 converter.register_structure_hook(datetime, _parse_time)
 converter.register_unstructure_hook(datetime, format_time)
 for _enum in (models.Phase, models.InterfaceState):
     converter.register_structure_hook(_enum, _enum_hook(_enum))
     converter.register_unstructure_hook(_enum, _enum_value)
-converter.register_structure_hook_factory(_is_optional, _optional_structure)
-converter.register_unstructure_hook_factory(_is_optional, _optional_unstructure)
-converter.register_structure_hook_factory(_is_tuple, _tuple_structure)
-converter.register_unstructure_hook_factory(_is_tuple, _tuple_unstructure)
-converter.register_structure_hook_factory(_is_dict, _dict_structure)
-converter.register_unstructure_hook_factory(_is_dict, lambda _: dict)
+converter.register_structure_hook_factory(is_optional, _optional_structure)
+converter.register_unstructure_hook_factory(is_optional, _optional_unstructure)
+converter.register_structure_hook_factory(is_tuple, _tuple_structure)
+converter.register_unstructure_hook_factory(is_tuple, _tuple_unstructure)
+converter.register_structure_hook_factory(
+    is_dict, functools.partial(structure_dict, converter))
+converter.register_unstructure_hook_factory(is_dict, lambda _: dict)
 
 
 # --- field rules ------------------------------------------------------------------------------
 
 
 def _nonempty(value: Any, _: Any = None) -> str:
-    text = _str(value)
+    text = structure_str(value)
     if not text:
         raise _Invalid("must not be empty")
     return text
@@ -340,7 +264,7 @@ def _checked(check: Callable[[str], object], accept: Callable[[str], object] | N
         elif value is None and optional:
             return None
         else:
-            text = _str(value)
+            text = structure_str(value)
         try:
             check(text)
         except ValueError as exc:
@@ -377,7 +301,7 @@ def _optional(hook: Hook) -> Hook:
 
 
 def _non_negative(value: Any, _: Any = None) -> int:
-    number = _int(value)
+    number = structure_int(value)
     if number < 0:
         raise _Invalid(f"must not be negative, got {number}")
     return number
@@ -388,7 +312,7 @@ _INLINE[_non_negative] = Inline("x", "x.__class__ is int and x >= 0")
 
 def _one_of(*allowed: str) -> Hook:
     def structure(value: Any, _: Any = None) -> str:
-        text = _str(value)
+        text = structure_str(value)
         if text not in allowed:
             raise _Invalid(f"expected one of {', '.join(allowed)}, got {show(value)}")
         return text
@@ -399,7 +323,7 @@ def _one_of(*allowed: str) -> Hook:
 
 
 def _api_version(value: Any, _: Any = None) -> str:
-    text = _str(value)
+    text = structure_str(value)
     if not text.startswith(f"{models.GROUP}/"):
         raise _Invalid(f"expected {models.GROUP}/<version>, got {show(value)}")
     return text
@@ -541,7 +465,7 @@ def _interned_str(optional: bool, nonempty: bool) -> Hook:
     one call: a string as expected is interned at once, anything else goes through the
     hook that says what is wrong."""
     intern = sys.intern
-    slow = _nonempty if nonempty else _str
+    slow = _nonempty if nonempty else structure_str
 
     def structure(value: Any, _: Any = None) -> Any:
         if value.__class__ is str and (value or not nonempty):
@@ -561,7 +485,7 @@ def _interned_strings(t: Any) -> Hook:
     what is wrong (or takes the str subclass)."""
     intern = sys.intern
     slow = _interned(converter.get_structure_hook(t), t)
-    if _is_dict(t):
+    if is_dict(t):
         def mapping(value: Any, _: Any = None) -> Any:
             if value.__class__ is dict:
                 try:
@@ -696,7 +620,7 @@ def _record_structure(cls: type) -> Hook:
         except Exception:
             pass
         if value.__class__ is not dict and not isinstance(value, Mapping):
-            raise _expected("object", value)
+            raise expected("object", value)
         record = generated(value)
         if check is not None:
             check(record)

@@ -25,10 +25,10 @@ on import, before anything of core is loaded).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Callable, Mapping
-from types import UnionType
-from typing import Any, TypeVar, Union, cast, get_args, get_origin
+from typing import Any, TypeVar, cast, get_args
 
 import attrs
 import cattrs
@@ -43,6 +43,20 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 
 from podnet.hookspecs.annotations import show
 from podnet.hookspecs.errors import ConfigError
+from podnet.hookspecs.strict import (
+    Hook,
+    RuleError,
+    expected,
+    is_dict,
+    is_optional,
+    is_tuple,
+    structure_bool,
+    structure_dict,
+    structure_float,
+    structure_int,
+    structure_str,
+    structure_tuple,
+)
 
 __all__ = [
     "CHECK",
@@ -64,7 +78,6 @@ __all__ = [
 
 T = TypeVar("T")
 N = TypeVar("N")
-Hook = Callable[[Any, Any], Any]
 Metadata = dict[str, Any]
 #: a rule's check: raise ValueError (its message is shown) or return the value to keep
 Check = Callable[[Any], Any]
@@ -73,16 +86,6 @@ Check = Callable[[Any], Any]
 CHECK = "podnet.check"
 PARSE = "podnet.parse"
 SECRET = "podnet.secret"
-
-
-class RuleError(ValueError):
-    """What a rule or a section's check raises (through :func:`invalid`): ``path`` (keys,
-    list indexes) goes on from the key where it was raised."""
-
-    def __init__(self, message: str, path: tuple[str | int, ...] = ()) -> None:
-        super().__init__(message)
-        self.message = message
-        self.path = path
 
 
 def invalid(message: str, *path: str | int) -> RuleError:
@@ -215,89 +218,6 @@ class _Key(str):
     """A mapping key in an error path, printed as ``[key]`` rather than ``.key``."""
 
 
-def _expected(kind: str, value: object) -> RuleError:
-    return RuleError(f"expected {kind}, got {show(value)}")
-
-
-def _str(value: Any, _: Any = None) -> str:
-    if not isinstance(value, str):
-        raise _expected("string", value)
-    return str(value)
-
-
-def _int(value: Any, _: Any = None) -> int:
-    # bool is an int subclass; YAML's true is not a count
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise _expected("integer", value)
-    return int(value)
-
-
-def _float(value: Any, _: Any = None) -> float:
-    # an integer is a number too; true is not
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _expected("number", value)
-    return float(value)
-
-
-def _bool(value: Any, _: Any = None) -> bool:
-    if value is not True and value is not False:
-        raise _expected("boolean", value)
-    return bool(value)
-
-
-def _is_tuple(t: Any) -> bool:
-    args = get_args(t)
-    return get_origin(t) is tuple and len(args) == 2 and args[1] is Ellipsis
-
-
-def _is_dict(t: Any) -> bool:
-    return get_origin(t) is dict
-
-
-def _is_optional(t: Any) -> bool:
-    args = get_args(t)
-    return len(args) == 2 and type(None) in args and get_origin(t) in (Union, UnionType)
-
-
-def _tuple_structure(t: Any) -> Hook:
-    item_type = get_args(t)[0]
-    item = _converter.get_structure_hook(item_type)
-
-    def structure(value: Any, _: Any) -> tuple[Any, ...]:
-        if not isinstance(value, list | tuple):
-            raise _expected("list", value)
-        out = []
-        for index, element in enumerate(value):
-            try:
-                out.append(item(element, item_type))
-            except Exception as exc:
-                exc.add_note(IterableValidationNote(f"@ index {index}", index, item_type))
-                raise IterableValidationError("While structuring a list", [exc], t) from None
-        return tuple(out)
-
-    return structure
-
-
-def _dict_structure(t: Any) -> Hook:
-    key_type, value_type = get_args(t)
-    key_hook = _converter.get_structure_hook(key_type)
-    value_hook = _converter.get_structure_hook(value_type)
-
-    def structure(value: Any, _: Any) -> dict[Any, Any]:
-        if not isinstance(value, Mapping):
-            raise _expected("object", value)
-        out = {}
-        for key, element in value.items():
-            try:
-                out[key_hook(key, key_type)] = value_hook(element, value_type)
-            except Exception as exc:
-                exc.add_note(IterableValidationNote(f"@ key {key!r}", str(key), value_type))
-                raise IterableValidationError("While structuring a map", [exc], t) from None
-        return out
-
-    return structure
-
-
 def _optional_structure(t: Any) -> Hook:
     inner_type = next(a for a in get_args(t) if a is not type(None))
     inner = _converter.get_structure_hook(inner_type)
@@ -324,7 +244,7 @@ def _section_structure(cls: type) -> Hook:
 
     def structure(value: Any, _: Any = None) -> Any:
         if not isinstance(value, Mapping):
-            raise _expected("object", value)
+            raise expected("object", value)
         built = generated(value)
         if check is not None:
             check(built)
@@ -341,13 +261,15 @@ def _section_unstructure(cls: type) -> Callable[[Any], dict[str, Any]]:
     return make_dict_unstructure_fn(cls, _converter, **overrides)
 
 
-_converter.register_structure_hook(str, _str)
-_converter.register_structure_hook(int, _int)
-_converter.register_structure_hook(float, _float)
-_converter.register_structure_hook(bool, _bool)
-_converter.register_structure_hook_factory(_is_optional, _optional_structure)
-_converter.register_structure_hook_factory(_is_tuple, _tuple_structure)
-_converter.register_structure_hook_factory(_is_dict, _dict_structure)
+_converter.register_structure_hook(str, structure_str)
+_converter.register_structure_hook(int, structure_int)
+_converter.register_structure_hook(float, structure_float)
+_converter.register_structure_hook(bool, structure_bool)
+_converter.register_structure_hook_factory(is_optional, _optional_structure)
+_converter.register_structure_hook_factory(
+    is_tuple, functools.partial(structure_tuple, _converter))
+_converter.register_structure_hook_factory(
+    is_dict, functools.partial(structure_dict, _converter))
 _converter.register_structure_hook_factory(lambda t: t in _KEYS, _section_structure)
 _converter.register_unstructure_hook_factory(lambda t: t in _KEYS, _section_unstructure)
 

@@ -19,6 +19,11 @@ and the node-side library ``podnet.linux``. Nothing of ``podnet.core``.
 **The contract's version is the package's** (:data:`CONTRACT_VERSION`; a test holds them
 equal). What changed when:
 
+- 0.7.0: networks as Kubernetes objects (:mod:`~podnet.hookspecs.networks`: Subnet,
+  IPPool, SecurityGroup): ``podnet_subnet_parameters`` checks and realizes a Subnet's
+  provider parameters, ``podnet_networks_changed`` hands a provider what is usable;
+  ``AllocateContext.subnet`` and ``.ip_pool`` (core's choice for the pod network),
+  ``NodeContext.subnets`` (the Subnets a node's pods may use).
 - 0.6.0: one door (everything a provider imports comes from ``podnet.hookspecs``;
   ``podnet.core`` is no longer public to providers); routing is data the gateway checks
   (:data:`~podnet.hookspecs.routing.ROUTING`); ``podnet_unknown_machines``; a node-side
@@ -83,6 +88,7 @@ import pluggy
 
 from podnet.hookspecs.errors import ErrorKind
 from podnet.hookspecs.models import NodeInfo, PodInfo
+from podnet.hookspecs.networks import Networks, SubnetInfo, SubnetRealization
 from podnet.hookspecs.routing import ROUTING, HookRouting, Routing, broadcast, routed
 from podnet.hookspecs.types import (
     AddressSpace,
@@ -117,7 +123,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 #: the contract's version: the package's (a test holds them equal); what changed in
 #: each is listed above
-CONTRACT_VERSION = "0.6.0"
+CONTRACT_VERSION = "0.7.0"
 
 __all__ = [
     "CONTRACT_VERSION",
@@ -437,6 +443,56 @@ def podnet_node_check(provider: str, node: NodeContext) -> Sequence[NodeFinding]
     .. versionchanged:: 0.3.0
        routed (before, every plugin was called and answered only for its own
        provider).
+    """
+
+
+# --- the networks declared as objects ---------------------------------------------------
+
+
+@routed()
+@hookspec(firstresult=True)
+def podnet_subnet_parameters(provider: str, subnet: SubnetInfo) -> SubnetRealization | None:
+    """Check a Subnet's provider parameters (``spec.parameters``) and realize what the
+    provider needs for it: read back what the cloud has (ECS: each vSwitch's zone and
+    CIDR; BBC: each subnet's CIDR), make what must exist before a pod uses it. Core has
+    already checked everything else of the spec (CIDRs, gateway, exclusions, selectors,
+    overlaps with the provider's other Subnets).
+
+    Raise :class:`~podnet.hookspecs.errors.InvalidRequest` with ``field`` naming the
+    parameter (``spec.parameters.vSwitchIds``) for a parameter that is unknown, malformed
+    or disagrees with the cloud (a vSwitch whose CIDR is outside ``cidrs``): core marks the
+    Subnet not Ready with that message (condition and Warning Event), and no pod gets an
+    address from it. Raise a transient ``ProviderError`` when the cloud cannot answer now:
+    core retries with backoff, the Subnet stays as it was.
+
+    Called by the Subnet reconciler for each new generation of a Subnet of ``provider``,
+    and again on resync; idempotent (make nothing twice: find what an earlier call made).
+
+    :return: what was read or made (shown in ``status.provider``, handed back in
+        :attr:`SubnetInfo.realized`); ``None``: the parameters are accepted as they are
+        (a provider that takes none refuses any in its implementation).
+
+    .. versionadded:: 0.7.0
+    """
+
+
+@routed()
+@hookspec
+def podnet_networks_changed(provider: str, networks: Networks) -> None:
+    """The usable networks of ``provider`` changed: ``networks`` is the whole set now (its
+    Ready Subnets and their Ready IPPools, every Ready SecurityGroup), not a difference.
+    Serve new pod networks from it: a Subnet created is usable from this call on; a
+    Subnet gone from the set gets no new pod; an address excluded or narrowed away that a
+    pod holds stays the pod's (core reports it; never free it here). A SecurityGroup that
+    changed applies to the running pods naming it (their records are queued: ``verify``
+    finds the difference, ``route`` writes it).
+
+    Called once before core's first pod network pass (with what the first list found,
+    possibly nothing: the config file's networks then serve as before), then after every
+    change, from one thread at a time. A notification: keep the set, make no cloud call
+    that could block; raise nothing.
+
+    .. versionadded:: 0.7.0
     """
 
 

@@ -22,6 +22,7 @@ from podnet.hookspecs.models import (
     Route,
     WorkloadInfo,
 )
+from podnet.hookspecs.networks import IPPoolInfo, SubnetInfo
 from podnet.hookspecs.policy import PoolPolicy
 
 
@@ -100,6 +101,9 @@ class NodeContext:
     node: NodeInfo
     network: NodeNetwork | None = None
     inventory: Inventory | None = None
+    #: the Ready Subnets of the node's provider whose ``nodeSelector`` matches the node
+    #: (a pool provider grows the node's pool in their cloud subnets). Since 0.7.
+    subnets: tuple[SubnetInfo, ...] = ()
 
 
 @attrs.frozen
@@ -254,6 +258,14 @@ class AllocateContext:
     #: the pod network's request as core resolved it against ``pool`` (pool providers
     #: only; ``None`` for providers that do not use node pools). Since 0.3.
     request: ResolvedRequest | None = None
+    #: the Subnet object core chose for the pod network (the pod's ``podnet.io/subnets``,
+    #: its Namespace's, a Subnet listing or selecting the namespace, the provider's
+    #: default; each only where its ``nodeSelector`` takes the node); ``None`` when the
+    #: provider has no Subnet objects (its config file's networks serve). Since 0.7.
+    subnet: SubnetInfo | None = None
+    #: the IPPool object the pod names in ``podnet.io/ip-pool`` (or its namespace must
+    #: use), checked to lie in ``subnet``; ``None``: none. Since 0.7.
+    ip_pool: IPPoolInfo | None = None
 
 
 @attrs.frozen

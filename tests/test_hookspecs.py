@@ -36,6 +36,8 @@ OPTIONAL_FOR_REFERENCE = frozenset(
         "podnet_node_removed",
         "podnet_cloud_limiter",
         "podnet_transition",
+        "podnet_networks_changed",
+        "podnet_subnet_parameters",
     }
 )
 
@@ -53,7 +55,7 @@ REFERENCE_MUST_IMPLEMENT = frozenset(
 #: per-provider hooks that are notifications: every implementation they are routed to is
 #: called (the provider's plugin and those that declare no provider), none answers
 NOTIFICATIONS_PER_PROVIDER = frozenset({"podnet_configure", "podnet_node_removed",
-                                        "podnet_unplug"})
+                                        "podnet_unplug", "podnet_networks_changed"})
 
 
 def _hook_functions() -> dict[str, Callable[..., Any]]:

@@ -21,7 +21,8 @@ equal). What changed when:
 
 - 0.7.0: networks as Kubernetes objects (:mod:`~podnet.hookspecs.networks`: Subnet,
   IPPool, SecurityGroup): ``podnet_subnet_parameters`` checks and realizes a Subnet's
-  provider parameters, ``podnet_networks_changed`` hands a provider what is usable;
+  provider parameters, ``podnet_networks_changed`` hands a provider what is usable,
+  ``podnet_config_networks`` says what its config section declares (the migration);
   ``AllocateContext.subnet`` and ``.ip_pool`` (core's choice for the pod network),
   ``NodeContext.subnets`` (the Subnets a node's pods may use).
 - 0.6.0: one door (everything a provider imports comes from ``podnet.hookspecs``;
@@ -491,6 +492,22 @@ def podnet_networks_changed(provider: str, networks: Networks) -> None:
     possibly nothing: the config file's networks then serve as before), then after every
     change, from one thread at a time. A notification: keep the set, make no cloud call
     that could block; raise nothing.
+
+    .. versionadded:: 0.7.0
+    """
+
+
+@routed()
+@hookspec(firstresult=True)
+def podnet_config_networks(provider: str) -> Networks | None:
+    """The networks ``provider``'s config section declares the old way (subnets, IP
+    pools, security groups in ``providers.<name>``), as the objects that declare them
+    now: on its first start as leader, core creates each one no object of its kind and
+    name exists for (never overwriting an operator's), and logs what it made. Read what
+    the cloud has where the config lacks it (a vSwitch's CIDR); raise a transient
+    ``ProviderError`` when it cannot answer now (core tries again at the next start).
+
+    :return: the declared networks; ``None``: the section declares none.
 
     .. versionadded:: 0.7.0
     """

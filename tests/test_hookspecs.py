@@ -38,6 +38,7 @@ OPTIONAL_FOR_REFERENCE = frozenset(
         "podnet_transition",
         "podnet_networks_changed",
         "podnet_subnet_parameters",
+        "podnet_config_networks",
     }
 )
 

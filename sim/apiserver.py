@@ -118,7 +118,7 @@ from podnet.core.cluster.port import (
 from podnet.core.cluster.selectors import parse_field_selector, parse_label_selector
 from podnet.sim.memory import InMemoryCluster, MemoryWatch
 
-from . import builtin_validation, fieldmanager, protobuf, tables
+from . import builtin_validation, cel, fieldmanager, protobuf, tables
 from .builtin_schema import DecodeError, schemas
 from .encoded import EncodedObjects, encode
 from .kinds import (
@@ -1241,10 +1241,40 @@ class _Handler(BaseHTTPRequestHandler):
                 f"strict decoding error: {fields}",
             )
         if checked.errors:
-            raise _invalid(res, _get(obj, "metadata", "name") or "", checked.errors)
+            errors = list(checked.errors)
+            if res.crd.rules is not None:
+                errors += self._rules_beside(res, obj, errors)
+            raise _invalid(res, _get(obj, "metadata", "name") or "", errors)
         if checked.unknown and mode == "Warn":
             self.warnings += [f'unknown field "{f}"' for f in checked.unknown]
         return cast(Obj, checked.value)
+
+    def _rules_beside(self, res: Resource, obj: Obj, errors: Sequence[FieldError]
+                      ) -> list[FieldError]:
+        """What a CRD's rules add to its schema's errors, as upstream's strategy: an
+        error that makes the object unreadable (a type, an enum, a required field, a
+        length or count bound) keeps every rule from running and says so; after others,
+        the rules run too (their transition rules against the stored object)."""
+        assert res.crd is not None
+        if any(e.reason in cel.BLOCKING for e in errors):
+            return [FieldError("<nil>", "FieldValueInvalid",
+                               f'Invalid value: "null": {cel.NOT_CHECKED}')]
+        meta = obj.get("metadata") or {}
+        with self.api.locked():
+            old = self.api.peek(res.kind, meta.get("name") or "", meta.get("namespace"))
+        outcome = cel.evaluate(res.crd.rules, obj, old)
+        return [FieldError(v.field, v.reason, v.message) for v in outcome.errors]
+
+    def _check_rules(self, res: Resource, new: Obj, old: Obj | None) -> None:
+        """A CRD's x-kubernetes-validations on what a write would store (``old``: the
+        stored object): 422 naming each field; ratcheted failures are warnings."""
+        if res.crd is None or res.crd.rules is None:
+            return
+        outcome = cel.evaluate(res.crd.rules, new, old)
+        self.warnings += outcome.warnings
+        if outcome.errors:
+            errors = [FieldError(v.field, v.reason, v.message) for v in outcome.errors]
+            raise _invalid(res, _get(new, "metadata", "name") or "", errors)
 
     def _builtin_admission(
         self, res: Resource, patch: tuple[str, Any] | None = None
@@ -1318,11 +1348,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _managed_fields(self, res: Resource, patch: tuple[str, Any] | None
                         ) -> contextlib.AbstractContextManager[None]:
-        """The admission of a kind without built-in validation: managedFields only."""
+        """The admission of a kind without built-in validation: its CRD's rules (when it
+        has any) and managedFields."""
         kind = res.kind
 
         def check(kind_: Kind, new: Obj, old: Obj | None, sub: str | None) -> Obj:
-            return new if kind_ != kind else self._record_fields(res, new, old, sub)
+            if kind_ != kind:
+                return new
+            self._check_rules(res, new, old)
+            return self._record_fields(res, new, old, sub)
 
         return self.api.cluster.admission(check)
 

@@ -974,7 +974,7 @@ class InMemoryCluster:
             raise Invalid(f"a {patch_type} patch is a JSON object")
         elif patch_type == "merge":
             patched = merge_patch(stored, patch)
-        elif patch_type == "strategic" and kind.group == "podnet.io":
+        elif patch_type == "strategic" and kind.group in CUSTOM_GROUPS:
             # custom resources have no strategic-merge schema: upstream answers 415
             raise ApiError("strategic merge patch is not supported for custom resources",
                            code=415)

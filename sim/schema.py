@@ -27,6 +27,8 @@ import yaml
 from podnet.core.cluster.patch import json_equal
 from podnet.core.cluster.port import Kind
 
+from . import cel
+
 __all__ = [
     "CRD_FILES",
     "EXTERNAL_CRD_FILES",
@@ -80,6 +82,8 @@ class CustomResource:
     schema: Mapping[str, Any]
     status_subresource: bool
     selectable_fields: tuple[str, ...]  # "spec.nodeName", without the leading dot
+    #: the compiled x-kubernetes-validations (None: the schema has none)
+    rules: cel.Validator | None = None
 
     @property
     def ref(self) -> Kind:
@@ -129,6 +133,15 @@ def _parse_crd(doc: Mapping[str, Any], path: Path) -> Iterator[CustomResource]:
     for ver in spec["versions"]:
         if not ver.get("served", True):
             continue
+        schema = ver["schema"]["openAPIV3Schema"]
+        try:
+            rules = cel.compile_schema(schema)
+        except cel.CompileError as exc:
+            # kube-apiserver refuses such a CRD; the emulator does not start with it
+            raise ValueError(
+                f"{path}: CustomResourceDefinition {doc['metadata']['name']} version "
+                f"{ver['name']}: spec.validation.{exc}"
+            ) from None
         columns = tuple(
             PrinterColumn(
                 name=c["name"],
@@ -151,11 +164,12 @@ def _parse_crd(doc: Mapping[str, Any], path: Path) -> Iterator[CustomResource]:
             short_names=tuple(names.get("shortNames") or ()),
             categories=tuple(names.get("categories") or ()),
             columns=columns,
-            schema=ver["schema"]["openAPIV3Schema"],
+            schema=schema,
             status_subresource="status" in (ver.get("subresources") or {}),
             selectable_fields=tuple(
                 f["jsonPath"].lstrip(".") for f in ver.get("selectableFields") or ()
             ),
+            rules=rules,
         )
 
 

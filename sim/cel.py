@@ -1,0 +1,955 @@
+"""A CRD's ``x-kubernetes-validations`` rules, evaluated as kube-apiserver evaluates them.
+
+The CEL language itself is cel-python's (``celpy``: the parser, the macros, the standard
+functions, error absorption by ``&&``/``||``); this module adds what the API server adds:
+
+* the Kubernetes CEL libraries podnet's rules use: IP and CIDR (``ip``, ``isIP``,
+  ``ip.isCanonical``, ``family``, ``isUnspecified``, ``isLoopback``,
+  ``isLinkLocalMulticast``, ``isLinkLocalUnicast``, ``isGlobalUnicast``, ``cidr``,
+  ``isCIDR``, ``containsIP``, ``containsCIDR``, ``ip()`` of a CIDR, ``masked``,
+  ``prefixLength``, ``string()`` of both), cel-go's string extensions (``charAt``,
+  ``indexOf``, ``lastIndexOf``, ``lowerAscii``, ``upperAscii``, ``replace``, ``split``,
+  ``substring``, ``trim``, ``join``), the list library (``isSorted``, ``sum``, ``max``,
+  ``indexOf``, ``lastIndexOf``) and the regex library (``find``, ``findAll``);
+* ``self`` bound to the value at the rule's schema node, typed by the schema (an
+  ``integer`` is an int, a ``number`` a double; at the root ``self.metadata`` holds only
+  ``name`` and ``generateName``);
+* transition rules (those naming ``oldSelf``), evaluated only where the old value
+  correlates (object properties, map entries, items of ``x-kubernetes-list-type: map``
+  lists by their keys), unless ``optionalOldSelf`` (then ``oldSelf`` is an optional);
+* ``message``, ``messageExpression`` (its failures fall back to the message),
+  ``fieldPath`` and ``reason`` (FieldValueInvalid, FieldValueForbidden,
+  FieldValueRequired, FieldValueDuplicate), and the error words of upstream's
+  ``apiextensions-apiserver`` CEL validator;
+* ratcheting (CRDValidationRatcheting, on by default since 1.30): a rule without
+  ``oldSelf`` that fails on a value equal to its old one is a warning, not an error;
+* the checks made when a CRD is created: the rule parses, names only known functions,
+  variables and (through ``self``) declared fields, ``oldSelf`` only where a value can
+  correlate, a ``fieldPath`` that exists, a known ``reason``; a failure names the rule.
+
+What it does not do: CEL's static type checking beyond those names, and cost estimation
+(upstream refuses a CRD whose rules' estimated cost exceeds the limits; the bounds of
+podnet's schemas, ``maxItems``/``maxLength``, are what keep theirs low).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, cast
+
+import celpy
+import lark
+from celpy import celtypes
+from celpy.celparser import CELParseError
+from celpy.evaluation import CELEvalError, Evaluator, base_functions
+
+from podnet.core.cluster.patch import json_equal
+
+__all__ = [
+    "CIDR",
+    "IP",
+    "CompileError",
+    "Outcome",
+    "Validator",
+    "Violation",
+    "compile_schema",
+    "evaluate",
+]
+
+REASONS: Final = ("FieldValueInvalid", "FieldValueForbidden", "FieldValueRequired",
+                  "FieldValueDuplicate")
+#: errors of the OpenAPI schema that keep upstream from running any rule
+BLOCKING: Final = frozenset({"FieldValueNotSupported", "FieldValueRequired",
+                             "FieldValueTooLong", "FieldValueTooMany",
+                             "FieldValueTypeInvalid"})
+NOT_CHECKED: Final = ("some validation rules were not checked because the object was "
+                      "invalid; correct the existing errors to complete validation")
+MACROS: Final = frozenset({"has", "all", "exists", "exists_one", "map", "filter"})
+_MESSAGE_LIMIT: Final = 5 * 1024  # celconfig.MaxEvaluatedMessageExpressionSizeBytes
+
+
+class CompileError(ValueError):
+    """A rule kube-apiserver would refuse when the CRD is created."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One field error, as upstream's ``field.Error``: the path, the reason (the
+    StatusCause reason) and the message without the path."""
+
+    field: str
+    reason: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+@dataclass
+class Outcome:
+    """What the rules said: errors (a 422) and warnings (ratcheted failures)."""
+
+    errors: list[Violation] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+# --- the IP and CIDR library (k8s.io/apiserver/pkg/cel/library/ip.go, cidr.go) ---------
+
+
+class IP:
+    """A ``net.IP`` value: one IPv4 or IPv6 address (no zone, not IPv4-mapped)."""
+
+    __slots__ = ("addr",)
+
+    def __init__(self, addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> None:
+        self.addr = addr
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, IP) and self.addr == other.addr
+
+    def __hash__(self) -> int:
+        return hash(self.addr)
+
+    def __str__(self) -> str:
+        return str(self.addr)
+
+    def __repr__(self) -> str:
+        return f"ip({str(self.addr)!r})"
+
+
+class CIDR:
+    """A ``net.CIDR`` value: an address and a prefix length (host bits as written)."""
+
+    __slots__ = ("addr", "bits")
+
+    def __init__(self, addr: ipaddress.IPv4Address | ipaddress.IPv6Address, bits: int) -> None:
+        self.addr = addr
+        self.bits = bits
+
+    @property
+    def network(self) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+        return ipaddress.ip_network(f"{self.addr}/{self.bits}", strict=False)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CIDR) and (self.addr, self.bits) == (other.addr, other.bits)
+
+    def __hash__(self) -> int:
+        return hash((self.addr, self.bits))
+
+    def __str__(self) -> str:
+        return f"{self.addr}/{self.bits}"
+
+    def __repr__(self) -> str:
+        return f"cidr({str(self)!r})"
+
+
+class _IPNamespace:
+    """The value of the identifier ``ip`` in ``ip.isCanonical(...)``."""
+
+
+_IP_NAMESPACE: Final = _IPNamespace()
+_DECIMAL: Final = re.compile(r"0|[1-9][0-9]{0,2}")
+
+
+def _error(message: str) -> CELEvalError:
+    return CELEvalError(message, ValueError, (message,))
+
+
+def _no_overload(*args: Any) -> CELEvalError:
+    return CELEvalError("no such overload", TypeError, args)
+
+
+def _parse_addr(raw: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """netip.ParseAddr with the library's refusals (zones, IPv4-mapped addresses)."""
+    why = f"IP Address {json.dumps(raw)} parse error during conversion from string: "
+    if not raw.isascii() or "%" in raw:
+        if "%" in raw:
+            raise ValueError(f"IP address {json.dumps(raw)} with zone value is not allowed")
+        raise ValueError(why + f"ParseAddr({json.dumps(raw)}): unexpected character")
+    try:
+        addr = ipaddress.ip_address(raw)
+    except ValueError:
+        raise ValueError(why + f"ParseAddr({json.dumps(raw)}): unable to parse IP") from None
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        raise ValueError(f"IPv4-mapped IPv6 address {json.dumps(raw)} is not allowed")
+    return addr
+
+
+def _parse_cidr(raw: str) -> CIDR:
+    """netip.ParsePrefix (the prefix length decimal, without leading zeros), not
+    IPv4-mapped; host bits may be set (``masked()`` clears them)."""
+    why = ("network address parse error during conversion from string: "
+           f"netip.ParsePrefix({json.dumps(raw)}): ")
+    addr_s, slash, bits_s = raw.partition("/")
+    if not slash:
+        raise ValueError(why + "no '/'")
+    if "%" in addr_s:
+        raise ValueError(why + "IPv6 zones cannot be present in a prefix")
+    try:
+        addr = ipaddress.ip_address(addr_s) if addr_s.isascii() else None
+    except ValueError:
+        addr = None
+    if addr is None:
+        raise ValueError(why + f"ParseAddr({json.dumps(addr_s)}): unable to parse IP")
+    if (not bits_s.isascii() or _DECIMAL.fullmatch(bits_s) is None
+            or int(bits_s) > addr.max_prefixlen):
+        raise ValueError(why + f"bad bits after slash: {json.dumps(bits_s)}")
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        raise ValueError(f"IPv4-mapped IPv6 address {json.dumps(raw)} is not allowed")
+    return CIDR(addr, int(bits_s))
+
+
+def _string_arg(value: Any) -> str | None:
+    return str(value) if isinstance(value, str) else None
+
+
+def f_ip(value: Any) -> Any:
+    if isinstance(value, CIDR):
+        return IP(value.addr)
+    raw = _string_arg(value)
+    if raw is None:
+        return _no_overload(value)
+    try:
+        return IP(_parse_addr(raw))
+    except ValueError as exc:
+        return _error(str(exc))
+
+
+def f_is_ip(value: Any) -> Any:
+    raw = _string_arg(value)
+    if raw is None:
+        return _no_overload(value)
+    try:
+        _parse_addr(raw)
+    except ValueError:
+        return celtypes.BoolType(False)
+    return celtypes.BoolType(True)
+
+
+def f_cidr(value: Any) -> Any:
+    raw = _string_arg(value)
+    if raw is None:
+        return _no_overload(value)
+    try:
+        return _parse_cidr(raw)
+    except ValueError as exc:
+        return _error(f"network address parse error during conversion from string: {exc}")
+
+
+def f_is_cidr(value: Any) -> Any:
+    raw = _string_arg(value)
+    if raw is None:
+        return _no_overload(value)
+    try:
+        _parse_cidr(raw)
+    except ValueError:
+        return celtypes.BoolType(False)
+    return celtypes.BoolType(True)
+
+
+def f_is_canonical(namespace: Any, value: Any) -> Any:
+    if namespace is not _IP_NAMESPACE:
+        return _no_overload(namespace, value)
+    raw = _string_arg(value)
+    if raw is None:
+        return _no_overload(value)
+    try:
+        addr = _parse_addr(raw)
+    except ValueError as exc:
+        return _error(str(exc))
+    return celtypes.BoolType(str(addr) == raw)
+
+
+def _ip_predicate(test: Callable[[ipaddress.IPv4Address | ipaddress.IPv6Address], bool]
+                  ) -> Callable[[Any], Any]:
+    def predicate(value: Any) -> Any:
+        if not isinstance(value, IP):
+            return _no_overload(value)
+        return celtypes.BoolType(test(value.addr))
+    return predicate
+
+
+def _link_local_multicast(a: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    if a.version == 4:
+        return a in ipaddress.ip_network("224.0.0.0/24")
+    return a in ipaddress.ip_network("ff02::/16")
+
+
+def _global_unicast(a: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    # Go's netip: not unspecified, loopback, multicast, link-local; nor 255.255.255.255
+    if a.version == 4 and a == ipaddress.IPv4Address("255.255.255.255"):
+        return False
+    return not (a.is_unspecified or a.is_loopback or a.is_multicast or a.is_link_local)
+
+
+def f_family(value: Any) -> Any:
+    if not isinstance(value, IP):
+        return _no_overload(value)
+    return celtypes.IntType(value.addr.version)
+
+
+def f_contains_ip(block: Any, other: Any) -> Any:
+    if not isinstance(block, CIDR):
+        return _no_overload(block, other)
+    if isinstance(other, str):
+        other = f_ip(other)
+        if isinstance(other, CELEvalError):
+            return other
+    if not isinstance(other, IP):
+        return _no_overload(block, other)
+    return celtypes.BoolType(other.addr.version == block.addr.version
+                             and other.addr in block.network)
+
+
+def f_contains_cidr(block: Any, other: Any) -> Any:
+    if not isinstance(block, CIDR):
+        return _no_overload(block, other)
+    if isinstance(other, str):
+        other = f_cidr(other)
+        if isinstance(other, CELEvalError):
+            return other
+    if not isinstance(other, CIDR):
+        return _no_overload(block, other)
+    if other.addr.version != block.addr.version:
+        return celtypes.BoolType(False)
+    inside = ipaddress.ip_network(f"{other.addr}/{block.bits}", strict=False)
+    return celtypes.BoolType(inside == block.network and block.bits <= other.bits)
+
+
+def f_masked(value: Any) -> Any:
+    if not isinstance(value, CIDR):
+        return _no_overload(value)
+    return CIDR(value.network.network_address, value.bits)
+
+
+def f_prefix_length(value: Any) -> Any:
+    if not isinstance(value, CIDR):
+        return _no_overload(value)
+    return celtypes.IntType(value.bits)
+
+
+_base_string = base_functions["string"]
+
+
+def f_string(value: Any) -> Any:
+    if isinstance(value, IP | CIDR):
+        return celtypes.StringType(str(value))
+    return _base_string(value)
+
+
+# --- cel-go's string extensions (ext.Strings, version 2) and the list library ----------
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError("no such overload")
+    return str(value)
+
+
+def f_split(text: Any, sep: Any, limit: Any = None) -> Any:
+    s, d = _str(text), _str(sep)
+    n = -1 if limit is None else int(limit)
+    if n == 0:
+        return celtypes.ListType()
+    if d == "":
+        parts = list(s)
+        if n > 0 and len(parts) > n:
+            parts = [*parts[: n - 1], "".join(parts[n - 1:])]
+    else:
+        parts = s.split(d) if n < 0 else s.split(d, n - 1)
+    return celtypes.ListType(celtypes.StringType(p) for p in parts)
+
+
+def f_join(items: Any, sep: Any = "") -> Any:
+    if not isinstance(items, list):
+        return _no_overload(items)
+    return celtypes.StringType(_str(sep).join(_str(i) for i in items))
+
+
+def f_trim(text: Any) -> Any:
+    return celtypes.StringType(_str(text).strip())
+
+
+def f_lower_ascii(text: Any) -> Any:
+    return celtypes.StringType("".join(c.lower() if c.isascii() else c for c in _str(text)))
+
+
+def f_upper_ascii(text: Any) -> Any:
+    return celtypes.StringType("".join(c.upper() if c.isascii() else c for c in _str(text)))
+
+
+def f_replace(text: Any, old: Any, new: Any, limit: Any = None) -> Any:
+    n = -1 if limit is None else int(limit)
+    return celtypes.StringType(_str(text).replace(_str(old), _str(new), n))
+
+
+def f_char_at(text: Any, index: Any) -> Any:
+    s, i = _str(text), int(index)
+    if i < 0 or i > len(s):
+        return _error(f"index out of range: {i}")
+    return celtypes.StringType(s[i:i + 1])
+
+
+def f_substring(text: Any, start: Any, end: Any = None) -> Any:
+    s = _str(text)
+    b = int(start)
+    e = len(s) if end is None else int(end)
+    if b < 0 or b > len(s):
+        return _error(f"index out of range: {b}")
+    if e < 0 or e > len(s):
+        return _error(f"index out of range: {e}")
+    if b > e:
+        return _error(f"invalid substring range. start: {b}, end: {e}")
+    return celtypes.StringType(s[b:e])
+
+
+def f_index_of(container: Any, item: Any, offset: Any = None) -> Any:
+    if isinstance(container, list):
+        return celtypes.IntType(next((i for i, v in enumerate(container) if v == item), -1))
+    s, sub = _str(container), _str(item)
+    start = 0 if offset is None else int(offset)
+    if start < 0 or start > len(s):
+        return _error(f"index out of range: {start}")
+    return celtypes.IntType(s.find(sub, start))
+
+
+def f_last_index_of(container: Any, item: Any, offset: Any = None) -> Any:
+    if isinstance(container, list):
+        found = [i for i, v in enumerate(container) if v == item]
+        return celtypes.IntType(found[-1] if found else -1)
+    s, sub = _str(container), _str(item)
+    end = len(s) if offset is None else int(offset)
+    if end < 0 or end > len(s):
+        return _error(f"index out of range: {end}")
+    return celtypes.IntType(s.rfind(sub, 0, end + len(sub)))
+
+
+def f_is_sorted(items: Any) -> Any:
+    if not isinstance(items, list):
+        return _no_overload(items)
+    return celtypes.BoolType(all(a <= b for a, b in itertools.pairwise(items)))
+
+
+def f_sum(items: Any) -> Any:
+    if not isinstance(items, list):
+        return _no_overload(items)
+    if not items:
+        return celtypes.IntType(0)
+    total = items[0]
+    for v in items[1:]:
+        total = total + v
+    return total
+
+
+def f_max(items: Any) -> Any:
+    if not isinstance(items, list):
+        return _no_overload(items)
+    if not items:
+        return _error("max of empty list")
+    return max(items)
+
+
+def f_find(text: Any, pattern: Any) -> Any:
+    m = re.search(_str(pattern), _str(text))
+    return celtypes.StringType(m.group(0) if m else "")
+
+
+def f_find_all(text: Any, pattern: Any, limit: Any = None) -> Any:
+    found = [m.group(0) for m in re.finditer(_str(pattern), _str(text))]
+    if limit is not None and int(limit) >= 0:
+        found = found[: int(limit)]
+    return celtypes.ListType(celtypes.StringType(f) for f in found)
+
+
+# --- optionals (oldSelf of an optionalOldSelf rule) ------------------------------------
+
+
+class Optional:
+    """An optional value (``optional.none()`` when ``value`` is the sentinel)."""
+
+    __slots__ = ("value",)
+    NONE: Final = object()
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def f_has_value(opt: Any) -> Any:
+    if not isinstance(opt, Optional):
+        return _no_overload(opt)
+    return celtypes.BoolType(opt.value is not Optional.NONE)
+
+
+def f_value(opt: Any) -> Any:
+    if not isinstance(opt, Optional):
+        return _no_overload(opt)
+    if opt.value is Optional.NONE:
+        return _error("optional.none() dereference")
+    return opt.value
+
+
+def f_or_value(opt: Any, default: Any) -> Any:
+    if not isinstance(opt, Optional):
+        return _no_overload(opt, default)
+    return default if opt.value is Optional.NONE else opt.value
+
+
+FUNCTIONS: Final[dict[str, Callable[..., Any]]] = {
+    "ip": f_ip,
+    "isIP": f_is_ip,
+    "isCanonical": f_is_canonical,
+    "family": f_family,
+    "isUnspecified": _ip_predicate(lambda a: a.is_unspecified),
+    "isLoopback": _ip_predicate(lambda a: a.is_loopback),
+    "isLinkLocalMulticast": _ip_predicate(_link_local_multicast),
+    "isLinkLocalUnicast": _ip_predicate(lambda a: a.is_link_local),
+    "isGlobalUnicast": _ip_predicate(_global_unicast),
+    "cidr": f_cidr,
+    "isCIDR": f_is_cidr,
+    "containsIP": f_contains_ip,
+    "containsCIDR": f_contains_cidr,
+    "masked": f_masked,
+    "prefixLength": f_prefix_length,
+    "string": f_string,
+    "split": f_split,
+    "join": f_join,
+    "trim": f_trim,
+    "lowerAscii": f_lower_ascii,
+    "upperAscii": f_upper_ascii,
+    "replace": f_replace,
+    "charAt": f_char_at,
+    "substring": f_substring,
+    "indexOf": f_index_of,
+    "lastIndexOf": f_last_index_of,
+    "isSorted": f_is_sorted,
+    "sum": f_sum,
+    "max": f_max,
+    "find": f_find,
+    "findAll": f_find_all,
+    "hasValue": f_has_value,
+    "value": f_value,
+    "orValue": f_or_value,
+}
+KNOWN_FUNCTIONS: Final = frozenset(FUNCTIONS) | frozenset(
+    name for name in base_functions if name.isidentifier()) | MACROS | {"dyn"}
+
+
+# --- compiling the rules of a schema ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One compiled ``x-kubernetes-validations`` entry."""
+
+    rule: str
+    program: celpy.Runner
+    message: str = ""
+    message_program: celpy.Runner | None = None
+    field_path: str = ""  # normalized: "gateway", "a.b", "m[key]"
+    reason: str | None = None
+    uses_old_self: bool = False
+    optional_old_self: bool = False
+
+    @property
+    def error_string(self) -> str:
+        """ruleErrorString: the message if there is one, else the rule."""
+        return self.message.strip() if self.message else self.rule.strip()
+
+    @property
+    def default_message(self) -> str:
+        return self.message.strip() if self.message else f"failed rule: {self.rule.strip()}"
+
+
+@dataclass
+class Validator:
+    """The rules of one schema node and of the nodes under it that have any."""
+
+    schema: Mapping[str, Any]
+    rules: tuple[Rule, ...] = ()
+    properties: dict[str, Validator] = field(default_factory=dict)
+    items: Validator | None = None
+    additional: Validator | None = None
+    root: bool = False
+
+    @property
+    def type(self) -> str:
+        return str(self.schema.get("type") or "")
+
+
+class _Evaluator(Evaluator):
+    """celpy's interpreter with CEL's rule for ``map`` and ``filter``: an element's
+    error is the macro's value (which ``||`` and ``&&`` may absorb), not an exception
+    that ends the whole evaluation."""
+
+    def sub_evaluator(self, ast: lark.Tree[Any]) -> Evaluator:
+        return _Evaluator(ast, activation=self.activation)
+
+    def member_dot_arg(self, tree: lark.Tree[Any]) -> Any:
+        try:
+            return super().member_dot_arg(tree)
+        except CELEvalError as exc:
+            return exc
+
+
+class _Runner(celpy.InterpretedRunner):
+    def evaluate(self, context: Any) -> Any:
+        return _Evaluator(ast=self.ast, activation=self.new_activation()).evaluate(context)
+
+
+_ENV: Final = celpy.Environment(runner_class=_Runner)
+
+
+def _tokens(tree: lark.Tree[Any]) -> Iterator[tuple[str, lark.Tree[Any]]]:
+    for sub in tree.iter_subtrees():
+        yield str(sub.data), sub
+
+
+def _ident_of(tree: Any) -> str | None:
+    """The identifier an ``expr`` subtree is, when it is just one."""
+    while isinstance(tree, lark.Tree) and len(tree.children) == 1 and tree.data != "ident":
+        tree = tree.children[0]
+    if isinstance(tree, lark.Tree) and tree.data == "ident":
+        return str(tree.children[0])
+    return None
+
+
+def _member_schema(tree: Any, schemas: Mapping[str, Mapping[str, Any]]
+                   ) -> Mapping[str, Any] | None:
+    """The schema of a ``self.a.b`` chain (``None`` when it is something else)."""
+    if not isinstance(tree, lark.Tree):
+        return None
+    if tree.data in ("member", "primary") and len(tree.children) == 1:
+        return _member_schema(tree.children[0], schemas)
+    if tree.data == "ident":
+        return schemas.get(str(tree.children[0]))
+    if tree.data == "member_dot":
+        parent = _member_schema(tree.children[0], schemas)
+        if parent is None:
+            return None
+        name = str(tree.children[1])
+        props = parent.get("properties")
+        if (parent.get("type") == "object" and isinstance(props, Mapping)
+                and not parent.get("x-kubernetes-preserve-unknown-fields")
+                and not parent.get("additionalProperties")):
+            if name not in props and name not in ("apiVersion", "kind", "metadata"):
+                raise CompileError(f"undefined field '{name}'")
+            return cast(Mapping[str, Any], props.get(name) or {})
+        return None
+    return None
+
+
+def _check_names(tree: lark.Tree[Any], schema: Mapping[str, Any]) -> bool:
+    """Upstream's checker in part: every function, variable and ``self`` field is
+    declared. Answers whether the expression names ``oldSelf``."""
+    bound = {"self", "oldSelf", "ip"}
+    for kind, sub in _tokens(tree):
+        if kind == "member_dot_arg" and str(sub.children[1]) in MACROS - {"has"}:
+            args = sub.children[2] if len(sub.children) > 2 else None
+            first = args.children[0] if isinstance(args, lark.Tree) and args.children else None
+            var = _ident_of(first)
+            if var is None:
+                raise CompileError(f"{sub.children[1]}() variable name must be a simple "
+                                   "identifier")
+            bound.add(var)
+    uses_old_self = False
+    schemas = {"self": schema, "oldSelf": schema}
+    for kind, sub in _tokens(tree):
+        if kind == "ident_arg" or kind == "member_dot_arg":
+            name = str(sub.children[0] if kind == "ident_arg" else sub.children[1])
+            if name not in KNOWN_FUNCTIONS:
+                raise CompileError(f"undeclared reference to '{name}' (in container '')")
+        elif kind == "ident":
+            name = str(sub.children[0])
+            if name == "oldSelf":
+                uses_old_self = True
+            if name not in bound and name not in KNOWN_FUNCTIONS:
+                raise CompileError(f"undeclared reference to '{name}' (in container '')")
+        elif kind == "member_dot":
+            _member_schema(sub, schemas)
+    return uses_old_self
+
+
+def _normalize_field_path(path: str, schema: Mapping[str, Any]) -> str:
+    """Upstream's ValidFieldPath: ``.a.b`` or ``.m['key']`` through properties and
+    additionalProperties that exist; the field path it names, relative."""
+    out = ""
+    pos = 0
+    here: Mapping[str, Any] = schema
+    step = re.compile(r"\.([^.\[\]]+)|\['((?:[^'\\]|\\.)*)'\]")
+    while pos < len(path):
+        m = step.match(path, pos)
+        if m is None:
+            raise CompileError(f"fieldPath {path!r}: expected [ or . at {path[pos:]!r}")
+        pos = m.end()
+        name = m.group(1) if m.group(1) is not None else re.sub(r"\\(.)", r"\1", m.group(2))
+        props = here.get("properties")
+        extra = here.get("additionalProperties")
+        if isinstance(props, Mapping):
+            if name not in props:
+                raise CompileError(f"fieldPath {path!r} does not refer to a valid field")
+            here = props[name]
+            out = f"{out}.{name}" if out else name
+        elif isinstance(extra, Mapping):
+            here = extra
+            out = f"{out}[{name}]"
+        else:
+            raise CompileError(f"fieldPath {path!r} does not refer to a valid field")
+    return out
+
+
+def _compile_rule(raw: Mapping[str, Any], schema: Mapping[str, Any], correlatable: bool,
+                  where: str) -> Rule:
+    text = raw.get("rule")
+    if not isinstance(text, str) or not text.strip():
+        raise CompileError(f"{where}.rule: Required value")
+    message = raw.get("message") or ""
+    if message and not message.strip():
+        raise CompileError(f"{where}.message: Invalid value: message must be non-empty if "
+                           "specified")
+    if "\n" in message:
+        raise CompileError(f"{where}.message: Invalid value: message must not contain line "
+                           "breaks")
+    if "\n" in text.strip() and not message:
+        raise CompileError(f"{where}.message: Required value: message must be specified if "
+                           "rule contains line breaks")
+    reason = raw.get("reason")
+    if reason is not None and reason not in REASONS:
+        raise CompileError(f"{where}.reason: Unsupported value: {json.dumps(reason)}: "
+                           f"supported values: {', '.join(json.dumps(r) for r in REASONS)}")
+    try:
+        tree = _ENV.compile(text)
+        uses_old_self = _check_names(tree, schema)
+    except (CELParseError, CompileError) as exc:
+        raise CompileError(f"{where}.rule: Invalid value: {json.dumps(text)}: compilation "
+                           f"failed: {exc}") from None
+    optional = bool(raw.get("optionalOldSelf"))
+    if optional and not uses_old_self:
+        raise CompileError(f"{where}.optionalOldSelf: Invalid value: true: may not be set "
+                           "if rule does not use oldSelf")
+    if uses_old_self and not correlatable:
+        raise CompileError(f"{where}.rule: Invalid value: {json.dumps(text)}: oldSelf "
+                           "cannot be used on the uncorrelatable portion of the schema")
+    message_program = None
+    expression = raw.get("messageExpression")
+    if expression is not None:
+        if not isinstance(expression, str) or not expression.strip():
+            raise CompileError(f"{where}.messageExpression: Required value: must be non-empty")
+        try:
+            mtree = _ENV.compile(expression)
+            _check_names(mtree, schema)
+        except (CELParseError, CompileError) as exc:
+            raise CompileError(f"{where}.messageExpression: Invalid value: "
+                               f"{json.dumps(expression)}: messageExpression compilation "
+                               f"failed: {exc}") from None
+        message_program = _ENV.program(mtree, functions=FUNCTIONS)
+    path = raw.get("fieldPath")
+    normalized = ""
+    if path:
+        try:
+            normalized = _normalize_field_path(str(path), schema)
+        except CompileError as exc:
+            raise CompileError(f"{where}.fieldPath: Invalid value: {json.dumps(path)}: "
+                               f"{exc}") from None
+    return Rule(rule=text, program=_ENV.program(tree, functions=FUNCTIONS), message=message,
+                message_program=message_program, field_path=normalized,
+                reason=reason, uses_old_self=uses_old_self, optional_old_self=optional)
+
+
+def compile_schema(schema: Mapping[str, Any], where: str = "openAPIV3Schema",
+                   *, root: bool = True, correlatable: bool = True) -> Validator | None:
+    """The validator of ``schema`` (``None``: no rules anywhere in it).
+    :raises CompileError: naming the rule (``where`` is its schema path)."""
+    rules = tuple(
+        _compile_rule(raw, schema, correlatable, f"{where}.x-kubernetes-validations[{i}]")
+        for i, raw in enumerate(schema.get("x-kubernetes-validations") or ())
+    )
+    props: dict[str, Validator] = {}
+    map_correlates = correlatable and schema.get("x-kubernetes-map-type") != "atomic"
+    for key, sub in (schema.get("properties") or {}).items():
+        found = compile_schema(sub, f"{where}.properties[{key}]", root=False,
+                               correlatable=map_correlates)
+        if found is not None:
+            props[key] = found
+    items = None
+    if isinstance(schema.get("items"), Mapping):
+        items = compile_schema(schema["items"], f"{where}.items", root=False,
+                               correlatable=correlatable
+                               and schema.get("x-kubernetes-list-type") == "map")
+    additional = None
+    if isinstance(schema.get("additionalProperties"), Mapping):
+        additional = compile_schema(schema["additionalProperties"],
+                                    f"{where}.additionalProperties", root=False,
+                                    correlatable=map_correlates)
+    if not rules and not props and items is None and additional is None:
+        return None
+    return Validator(schema, rules, props, items, additional, root)
+
+
+# --- evaluating ------------------------------------------------------------------------------
+
+
+def _to_cel(value: Any, schema: Mapping[str, Any] | None, root: bool = False) -> Any:
+    """A JSON value as CEL sees it through its schema."""
+    schema = schema or {}
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return celtypes.BoolType(value)
+    if isinstance(value, int):
+        if schema.get("type") == "number":
+            return celtypes.DoubleType(float(value))
+        return celtypes.IntType(value)
+    if isinstance(value, float):
+        return celtypes.DoubleType(value)
+    if isinstance(value, str):
+        return celtypes.StringType(value)
+    if isinstance(value, list):
+        items = schema.get("items") if isinstance(schema.get("items"), Mapping) else None
+        return celtypes.ListType(_to_cel(v, items) for v in value)
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        out = celtypes.MapType()
+        for k, v in value.items():
+            if root and k == "metadata" and isinstance(v, dict):
+                # only the name fields of metadata are visible to rules at the root
+                v = {n: v[n] for n in ("name", "generateName") if n in v}
+            sub = props.get(k) if k in props else (extra if isinstance(extra, Mapping) else None)
+            out[celtypes.StringType(k)] = _to_cel(v, sub)
+        return out
+    return value
+
+
+def _runtime_message(exc: CELEvalError) -> str:
+    text = str(exc.args[0]) if exc.args else "error"
+    m = re.match(r"no such member in mapping: '(.*)'", text)
+    if m:
+        return f"no such key: {m.group(1)}"
+    if text == "invalid_argument" and len(exc.args) > 2 and exc.args[1] is IndexError:
+        return "index out of bounds"
+    if text.startswith("found no matching overload") or text.startswith("no such overload"):
+        return "no such overload"
+    return text
+
+
+def _invalid(path: str, type_: str, detail: str) -> Violation:
+    return Violation(path, "FieldValueInvalid", f"Invalid value: {json.dumps(type_)}: {detail}")
+
+
+def _reason_error(path: str, type_: str, detail: str, reason: str | None) -> Violation:
+    if reason == "FieldValueForbidden":
+        return Violation(path, reason, f"Forbidden: {detail}")
+    if reason == "FieldValueRequired":
+        return Violation(path, reason, f"Required value: {detail}")
+    if reason == "FieldValueDuplicate":
+        return Violation(path, reason, f"Duplicate value: {json.dumps(type_)}")
+    return _invalid(path, type_, detail)
+
+
+def _run(program: celpy.Runner, activation: dict[str, Any]) -> Any:
+    try:
+        return program.evaluate(activation)
+    except CELEvalError as exc:
+        return exc
+
+
+def _message(rule: Rule, activation: dict[str, Any]) -> str:
+    """The failure's detail: messageExpression's string when it makes a usable one."""
+    if rule.message_program is not None:
+        result = _run(rule.message_program, activation)
+        if isinstance(result, str):
+            text = str(result).strip()
+            if text and "\n" not in text and len(text) <= _MESSAGE_LIMIT:
+                return text
+        # upstream logs why and falls back to the message
+    return rule.default_message
+
+
+def _check_node(v: Validator, value: Any, old: Any, path: str, unchanged: bool,
+                out: Outcome) -> None:
+    if not v.rules:
+        return
+    self_value = _to_cel(value, v.schema, v.root)
+    old_value = _to_cel(old, v.schema, v.root) if old is not None else None
+    for rule in v.rules:
+        activation: dict[str, Any] = {"self": self_value, "ip": _IP_NAMESPACE}
+        if rule.uses_old_self:
+            if rule.optional_old_self:
+                activation["oldSelf"] = Optional(Optional.NONE if old is None else old_value)
+            elif old is None:
+                continue  # a transition rule needs an old value to compare with
+            else:
+                activation["oldSelf"] = old_value
+        result = _run(rule.program, activation)
+        if isinstance(result, CELEvalError):
+            why = _runtime_message(result)
+            if why == "no such overload":
+                detail = (f"'no such overload': call arguments did not match a supported "
+                          f"operator, function or macro signature for rule: {rule.error_string}")
+            else:
+                detail = f"{why} evaluating rule: {rule.error_string}"
+            out.errors.append(_invalid(path or "<nil>", v.type, detail))
+            continue
+        if isinstance(result, celtypes.BoolType) and bool(result):
+            continue
+        # a rule at the root without a fieldPath names no field: Go prints a nil path
+        where = f"{path}.{rule.field_path}" if rule.field_path and path else (
+            rule.field_path or path or "<nil>")
+        error = _reason_error(where, v.type, _message(rule, activation), rule.reason)
+        if not rule.uses_old_self and unchanged:
+            out.warnings.append(str(error))  # ratcheted: the value did not change
+        else:
+            out.errors.append(error)
+
+
+def _walk(v: Validator, value: Any, old: Any, path: str, unchanged: bool,
+          out: Outcome) -> None:
+    if value is None:
+        return
+    _check_node(v, value, old, path, unchanged, out)
+    if isinstance(value, dict):
+        olds = old if isinstance(old, dict) else {}
+        for key, item in value.items():
+            sub = v.properties.get(key)
+            where = f"{path}.{key}" if path else key
+            if sub is None and v.additional is not None:
+                sub, where = v.additional, f"{path}[{key}]"
+            if sub is None:
+                continue
+            was = olds.get(key)
+            _walk(sub, item, was, where, _same(item, was), out)
+    elif isinstance(value, list) and v.items is not None:
+        keys = v.schema.get("x-kubernetes-list-map-keys") or ()
+        by_key: dict[str, Any] = {}
+        if v.schema.get("x-kubernetes-list-type") == "map" and isinstance(old, list):
+            by_key = {_key_of(o, keys): o for o in old if isinstance(o, dict)}
+        for i, item in enumerate(value):
+            was = by_key.get(_key_of(item, keys)) if by_key and isinstance(item, dict) else None
+            # an item that does not correlate ratchets with its list
+            same = _same(item, was) if was is not None else unchanged
+            _walk(v.items, item, was, f"{path}[{i}]", same, out)
+
+
+def _key_of(item: Mapping[str, Any], keys: Any) -> str:
+    return json.dumps([item.get(k) for k in keys])
+
+
+def _same(value: Any, old: Any) -> bool:
+    return old is not None and json_equal(value, old)
+
+
+def evaluate(validator: Validator | None, new: Mapping[str, Any],
+             old: Mapping[str, Any] | None) -> Outcome:
+    """Every rule of ``validator`` on ``new`` (``old``: the stored object of an update,
+    for transition rules and ratcheting). Errors name the field as upstream does."""
+    out = Outcome()
+    if validator is None:
+        return out
+    unchanged = old is not None and json_equal(new, old)
+    _walk(validator, new, old, "", unchanged, out)
+    return out

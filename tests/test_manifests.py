@@ -70,6 +70,16 @@ def test_rbac_covers_what_the_engine_does() -> None:
             assert allowed("podnet.io", resource, verb)
         assert allowed("podnet.io", f"{resource}/status", "update")
     assert allowed("", "events", "create")
+    for resource in ("subnets", "ippools", "securitygroups"):
+        for verb in ("get", "list", "watch", "create", "update", "patch"):
+            assert allowed("podnet.io", resource, verb), (resource, verb)
+        assert not allowed("podnet.io", resource, "delete"), "the networks are the operator's"
+        for verb in ("update", "patch"):
+            assert allowed("podnet.io", f"{resource}/status", verb)
+    for verb in ("get", "list", "watch"):
+        assert allowed("k8s.cni.cncf.io", "network-attachment-definitions", verb)
+    for verb in ("create", "update", "patch", "delete"):
+        assert not allowed("k8s.cni.cncf.io", "network-attachment-definitions", verb)
 
 
 def test_rbac_lets_the_engine_watch_every_kind_it_caches_and_write_none_it_only_reads(

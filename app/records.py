@@ -75,6 +75,9 @@ class Records:
     agents: tuple[AgentReport, ...] = ()
     #: node -> what its agent says of its ENI dataplane (a string: why it does not parse)
     dataplanes: tuple[tuple[str, EniSummary | str], ...] = ()
+    #: the Subnet and IPPool objects as the API serves them (their status says how full)
+    subnets: tuple[Mapping[str, Any], ...] = ()
+    ip_pools: tuple[Mapping[str, Any], ...] = ()
 
     def dataplane_of(self, node: str | None) -> EniSummary | str | None:
         return dict(self.dataplanes).get(node or "")
@@ -139,7 +142,21 @@ def read_records(cluster: Cluster, agent_namespace: str | None = None) -> Record
         tuple(sorted(unreadable, key=lambda u: (u.kind, u.name))),
         tuple(sorted(agents, key=lambda a: a.node)),
         tuple(sorted(dataplanes, key=lambda d: d[0])),
+        _network_objects(cluster, "Subnet", "subnets"),
+        _network_objects(cluster, "IPPool", "ippools"),
     )
+
+
+def _network_objects(cluster: Cluster, kind: str, plural: str) -> tuple[Mapping[str, Any], ...]:
+    """Every object of a network kind, by name; none when the cluster does not serve the
+    kind (its CRD not installed yet)."""
+    from podnet.core.cluster.port import Kind, NotFound
+
+    try:
+        items = cluster.list(Kind("podnet.io", "v1alpha1", kind, plural, False)).items
+    except NotFound:
+        return ()
+    return tuple(sorted(items, key=lambda o: dig(o, "metadata", "name") or ""))
 
 
 def connect(args: argparse.Namespace) -> KubeCluster:

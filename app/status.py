@@ -34,6 +34,7 @@ from podnet.app.records import (
     cell,
     cluster_arguments,
     connect,
+    dig,
     make_console,
     one_line_of,
     read_records,
@@ -116,11 +117,64 @@ def _dataplane_row(summary: EniSummary | str | None) -> dict[str, Any] | None:
             "error": None}
 
 
+def _count(status: Mapping[str, Any], key: str) -> int | float | None:
+    value = status.get(key)
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _ready_problem(status: Mapping[str, Any]) -> dict[str, str] | None:
+    """The Ready condition of a network object when it is not True (written by the
+    controller: missing means not yet checked, which ``phase`` says)."""
+    for cond in status.get("conditions") or ():
+        if isinstance(cond, Mapping) and cond.get("type") == "Ready" and (
+                cond.get("status") != "True"):
+            return {"status": str(cond.get("status")), "reason": str(cond.get("reason") or ""),
+                    "message": str(cond.get("message") or "")}
+    return None
+
+
+def _part(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = obj.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def _subnet_row(obj: Mapping[str, Any]) -> dict[str, Any]:
+    spec, status = _part(obj, "spec"), _part(obj, "status")
+    outside = status.get("outsideIPs")
+    return {
+        "name": dig(obj, "metadata", "name"), "provider": dig(obj, "spec", "provider"),
+        "cidr": dig(obj, "spec", "cidrBlock"), "default": spec.get("default") is True,
+        "phase": status.get("phase"),
+        **{f"v{v}_{what}": _count(status, f"v{v}{key}IPs")
+           for v in (4, 6) for what, key in (("available", "Available"), ("using", "Using"),
+                                             ("reserved", "Reserved"),
+                                             ("excluded", "Excluded"))},
+        "outside": len(outside) if isinstance(outside, list) else 0,
+        "not_ready": _ready_problem(status),
+    }
+
+
+def _pool_row(obj: Mapping[str, Any]) -> dict[str, Any]:
+    status = _part(obj, "status")
+    held = status.get("held")
+    return {
+        "name": dig(obj, "metadata", "name"), "subnet": dig(obj, "spec", "subnet"),
+        "phase": status.get("phase"),
+        **{f"v{v}_{what}": _count(status, f"v{v}{key}IPs")
+           for v in (4, 6) for what, key in (("available", "Available"), ("using", "Using"))},
+        "held": len(held) if isinstance(held, list) else 0,
+        "not_ready": _ready_problem(status),
+    }
+
+
 def status_report(records: Records, *, node: str | None = None,
                   namespace: str | None = None) -> dict[str, Any]:
-    """``{"nodes": [...], "pods": [...]}``, rows sorted by name; every row of a list has the
-    same keys, unreadable records included (their fields null, ``error`` set). ``node``
-    narrows both lists, ``namespace`` the pods; pool counts always use every record."""
+    """``{"nodes": [...], "pods": [...], "agents": [...], "subnets": [...],
+    "ip_pools": [...]}``, rows sorted by name; every row of a list has the same keys,
+    unreadable records included (their fields null, ``error`` set). ``node`` narrows the
+    nodes, pods and agents, ``namespace`` the pods; pool counts always use every record.
+    A Subnet's and an IPPool's counts are what their status says (the controller keeps
+    them), ``None`` where it says nothing yet."""
     owned = address_owners(records)
     nodes = [_node_row(nn, owned) for nn in records.node_networks
              if node is None or nn.metadata.name == node]
@@ -168,6 +222,8 @@ def status_report(records: Records, *, node: str | None = None,
                        "eni_dataplane": _dataplane_row(records.dataplane_of(report.node))})
     return {
         "agents": agents,
+        "subnets": [_subnet_row(o) for o in records.subnets],
+        "ip_pools": [_pool_row(o) for o in records.ip_pools],
         "nodes": sorted(nodes, key=lambda n: str(n["name"])),
         "pods": [
             {"namespace": ns, "name": name,
@@ -256,7 +312,51 @@ def _print_status(report: Mapping[str, Any]) -> None:
         agents.add_row(a["node"], holder, str(a["plugged"]), ", ".join(a["waiting_for_unplug"]),
                        cell(a["reported"]), _devices_cell(a["eni_dataplane"]))
     console = make_console()
+    if report["subnets"]:
+        console.print(_subnets_table(report["subnets"]))
+    if report["ip_pools"]:
+        console.print(_pools_table(report["ip_pools"]))
     console.print(nodes)
     console.print(pods)
     if report["agents"]:
         console.print(agents)
+
+
+def _usage(available: Any, using: Any) -> str:
+    """``3 / 250`` (in use / in use and available); empty until the status says."""
+    if available is None and using is None:
+        return ""
+    a, u = available or 0, using or 0
+    return f"{u:g} / {a + u:g}" if isinstance(a + u, float) else f"{u} / {a + u}"
+
+
+def _subnets_table(rows: Sequence[Mapping[str, Any]]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="subnets")
+    for col in ("subnet", "provider", "cidr", "phase", "v4 in use / total", "v4 reserved",
+                "v4 excluded", "v6 in use / total", "outside", "problem"):
+        table.add_column(col, justify="right" if col.startswith(("v4", "v6", "outside"))
+                         else "left")
+    for r in rows:
+        name = cell(r["name"]) + (" (default)" if r["default"] else "")
+        problem = _problem(r["not_ready"])
+        table.add_row(name, cell(r["provider"]), cell(r["cidr"]), cell(r["phase"]),
+                      _usage(r["v4_available"], r["v4_using"]), cell(r["v4_reserved"]),
+                      cell(r["v4_excluded"]), _usage(r["v6_available"], r["v6_using"]),
+                      str(r["outside"]) if r["outside"] else "", problem)
+    return table
+
+
+def _pools_table(rows: Sequence[Mapping[str, Any]]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="IP pools")
+    for col in ("pool", "subnet", "phase", "v4 in use / total", "v6 in use / total",
+                "problem"):
+        table.add_column(col, justify="right" if col.startswith(("v4", "v6")) else "left")
+    for r in rows:
+        table.add_row(cell(r["name"]), cell(r["subnet"]), cell(r["phase"]),
+                      _usage(r["v4_available"], r["v4_using"]),
+                      _usage(r["v6_available"], r["v6_using"]), _problem(r["not_ready"]))
+    return table

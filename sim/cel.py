@@ -554,6 +554,10 @@ class Rule:
     reason: str | None = None
     uses_old_self: bool = False
     optional_old_self: bool = False
+    #: (self, oldSelf) as JSON -> the verdict: a rule is a function of its two values,
+    #: and a status write or a retried apply meets the same values again
+    verdicts: dict[tuple[str, str], tuple[str, str]] = field(
+        default_factory=dict, compare=False, repr=False)
 
     @property
     def error_string(self) -> str:
@@ -594,6 +598,28 @@ class _Evaluator(Evaluator):
             return super().member_dot_arg(tree)
         except CELEvalError as exc:
             return exc
+
+    # celpy evaluates both sides of || and && before it combines them (absorbing an
+    # error on either side); cel-go stops at a left side that decides, as here. The
+    # result is the same either way: only the time differs.
+
+    def conditionalor(self, tree: lark.Tree[Any]) -> Any:
+        return self._logical(tree, "_||_", decides=True)
+
+    def conditionaland(self, tree: lark.Tree[Any]) -> Any:
+        return self._logical(tree, "_&&_", decides=False)
+
+    def _logical(self, tree: lark.Tree[Any], name: str, decides: bool) -> Any:
+        if len(tree.children) != 2:
+            return self.visit(tree.children[0])
+        left = self.visit(tree.children[0])
+        if isinstance(left, celtypes.BoolType) and bool(left) is decides:
+            return celtypes.BoolType(decides)
+        right = self.visit(tree.children[1])
+        try:
+            return self.activation.resolve_function(name)(left, right)
+        except TypeError as exc:
+            return CELEvalError(f"no such overload: {name}", TypeError, exc.args)
 
 
 class _Runner(celpy.InterpretedRunner):
@@ -870,41 +896,58 @@ def _message(rule: Rule, activation: dict[str, Any]) -> str:
     return rule.default_message
 
 
+_VERDICTS_MAX: Final = 4096
+
+
+def _verdict(rule: Rule, node: Validator, value: Any, old: Any) -> tuple[str, str]:
+    """``("ok", "")``, ``("error", detail)`` (the rule did not evaluate) or
+    ``("fail", detail)``; ``("skip", "")`` for a transition rule without an old value."""
+    if rule.uses_old_self and old is None and not rule.optional_old_self:
+        return "skip", ""  # a transition rule needs an old value to compare with
+    key = (json.dumps(value, sort_keys=True),
+           json.dumps(old, sort_keys=True) if rule.uses_old_self else "")
+    found = rule.verdicts.get(key)
+    if found is not None:
+        return found
+    activation: dict[str, Any] = {"self": _to_cel(value, node.schema, node.root),
+                                  "ip": _IP_NAMESPACE}
+    if rule.uses_old_self:
+        old_value = None if old is None else _to_cel(old, node.schema, node.root)
+        activation["oldSelf"] = (Optional(Optional.NONE if old is None else old_value)
+                                 if rule.optional_old_self else old_value)
+    result = _run(rule.program, activation)
+    if isinstance(result, CELEvalError):
+        why = _runtime_message(result)
+        if why == "no such overload":
+            verdict = ("error", "'no such overload': call arguments did not match a supported "
+                       f"operator, function or macro signature for rule: {rule.error_string}")
+        else:
+            verdict = ("error", f"{why} evaluating rule: {rule.error_string}")
+    elif isinstance(result, celtypes.BoolType) and bool(result):
+        verdict = ("ok", "")
+    else:
+        verdict = ("fail", _message(rule, activation))
+    if len(rule.verdicts) >= _VERDICTS_MAX:
+        rule.verdicts.clear()
+    rule.verdicts[key] = verdict
+    return verdict
+
+
 def _check_node(v: Validator, value: Any, old: Any, path: str, unchanged: bool,
                 out: Outcome) -> None:
-    if not v.rules:
-        return
-    self_value = _to_cel(value, v.schema, v.root)
-    old_value = _to_cel(old, v.schema, v.root) if old is not None else None
     for rule in v.rules:
-        activation: dict[str, Any] = {"self": self_value, "ip": _IP_NAMESPACE}
-        if rule.uses_old_self:
-            if rule.optional_old_self:
-                activation["oldSelf"] = Optional(Optional.NONE if old is None else old_value)
-            elif old is None:
-                continue  # a transition rule needs an old value to compare with
-            else:
-                activation["oldSelf"] = old_value
-        result = _run(rule.program, activation)
-        if isinstance(result, CELEvalError):
-            why = _runtime_message(result)
-            if why == "no such overload":
-                detail = (f"'no such overload': call arguments did not match a supported "
-                          f"operator, function or macro signature for rule: {rule.error_string}")
-            else:
-                detail = f"{why} evaluating rule: {rule.error_string}"
+        kind, detail = _verdict(rule, v, value, old)
+        if kind == "error":
             out.errors.append(_invalid(path or "<nil>", v.type, detail))
-            continue
-        if isinstance(result, celtypes.BoolType) and bool(result):
-            continue
-        # a rule at the root without a fieldPath names no field: Go prints a nil path
-        where = f"{path}.{rule.field_path}" if rule.field_path and path else (
-            rule.field_path or path or "<nil>")
-        error = _reason_error(where, v.type, _message(rule, activation), rule.reason)
-        if not rule.uses_old_self and unchanged:
-            out.warnings.append(str(error))  # ratcheted: the value did not change
-        else:
-            out.errors.append(error)
+        elif kind == "fail":
+            # a rule at the root without a fieldPath names no field: Go prints a nil path
+            where = f"{path}.{rule.field_path}" if rule.field_path and path else (
+                rule.field_path or path or "<nil>")
+            error = _reason_error(where, v.type, detail, rule.reason)
+            if not rule.uses_old_self and unchanged:
+                out.warnings.append(str(error))  # ratcheted: the value did not change
+            else:
+                out.errors.append(error)
 
 
 def _walk(v: Validator, value: Any, old: Any, path: str, unchanged: bool,

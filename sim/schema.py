@@ -119,9 +119,21 @@ def load_crds(directory: Path | None = None) -> list[CustomResource]:
     found: list[CustomResource] = []
     for name in (*CRD_FILES, *EXTERNAL_CRD_FILES):
         path = where / name
-        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
-            if doc:
-                found.extend(_parse_crd(doc, path))
+        found.extend(_parsed(path, path.read_text(encoding="utf-8")))
+    return found
+
+
+#: (path, text) -> its CRDs: compiling the CEL rules takes a while, and every emulator a
+#: test starts reads the same files
+_PARSED: dict[tuple[Path, str], tuple[CustomResource, ...]] = {}
+
+
+def _parsed(path: Path, text: str) -> tuple[CustomResource, ...]:
+    key = (path.resolve(), text)
+    found = _PARSED.get(key)
+    if found is None:
+        found = _PARSED[key] = tuple(
+            crd for doc in yaml.safe_load_all(text) if doc for crd in _parse_crd(doc, path))
     return found
 
 

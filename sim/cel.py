@@ -71,6 +71,7 @@ NOT_CHECKED: Final = ("some validation rules were not checked because the object
                       "invalid; correct the existing errors to complete validation")
 MACROS: Final = frozenset({"has", "all", "exists", "exists_one", "map", "filter"})
 _MESSAGE_LIMIT: Final = 5 * 1024  # celconfig.MaxEvaluatedMessageExpressionSizeBytes
+_NEWLINES: Final = re.compile(r"[\n\r]+")  # the line breaks of CEL's grammar
 
 
 class CompileError(ValueError):
@@ -728,19 +729,19 @@ def _normalize_field_path(path: str, schema: Mapping[str, Any]) -> str:
     return out
 
 
-def _compile_rule(raw: Mapping[str, Any], schema: Mapping[str, Any], correlatable: bool,
-                  where: str) -> Rule:
+def _compile_rule(raw: Mapping[str, Any], schema: Mapping[str, Any],
+                  uncorrelatable: str | None, where: str) -> Rule:
     text = raw.get("rule")
     if not isinstance(text, str) or not text.strip():
-        raise CompileError(f"{where}.rule: Required value")
+        raise CompileError(f"{where}.rule: Required value: rule is not specified")
     message = raw.get("message") or ""
     if message and not message.strip():
-        raise CompileError(f"{where}.message: Invalid value: message must be non-empty if "
-                           "specified")
-    if "\n" in message:
-        raise CompileError(f"{where}.message: Invalid value: message must not contain line "
-                           "breaks")
-    if "\n" in text.strip() and not message:
+        raise CompileError(f"{where}.message: Invalid value: {json.dumps(message)}: message "
+                           "must be non-empty if specified")
+    if _NEWLINES.search(message.strip()):
+        raise CompileError(f"{where}.message: Invalid value: {json.dumps(message)}: message "
+                           "must not contain line breaks")
+    if _NEWLINES.search(text.strip()) and not message.strip():
         raise CompileError(f"{where}.message: Required value: message must be specified if "
                            "rule contains line breaks")
     reason = raw.get("reason")
@@ -756,15 +757,17 @@ def _compile_rule(raw: Mapping[str, Any], schema: Mapping[str, Any], correlatabl
     optional = bool(raw.get("optionalOldSelf"))
     if optional and not uses_old_self:
         raise CompileError(f"{where}.optionalOldSelf: Invalid value: true: may not be set "
-                           "if rule does not use oldSelf")
-    if uses_old_self and not correlatable:
+                           "if oldSelf is not used in rule")
+    if uses_old_self and uncorrelatable is not None:
         raise CompileError(f"{where}.rule: Invalid value: {json.dumps(text)}: oldSelf "
-                           "cannot be used on the uncorrelatable portion of the schema")
+                           "cannot be used on the uncorrelatable portion of the schema within "
+                           f"{uncorrelatable}")
     message_program = None
     expression = raw.get("messageExpression")
     if expression is not None:
         if not isinstance(expression, str) or not expression.strip():
-            raise CompileError(f"{where}.messageExpression: Required value: must be non-empty")
+            raise CompileError(f"{where}.messageExpression: Required value: messageExpression "
+                               "must be non-empty if specified")
         try:
             mtree = _ENV.compile(expression)
             _check_names(mtree, schema)
@@ -780,37 +783,44 @@ def _compile_rule(raw: Mapping[str, Any], schema: Mapping[str, Any], correlatabl
             normalized = _normalize_field_path(str(path), schema)
         except CompileError as exc:
             raise CompileError(f"{where}.fieldPath: Invalid value: {json.dumps(path)}: "
-                               f"{exc}") from None
+                               f"fieldPath must be a valid path ({exc})") from None
     return Rule(rule=text, program=_ENV.program(tree, functions=FUNCTIONS), message=message,
                 message_program=message_program, field_path=normalized,
                 reason=reason, uses_old_self=uses_old_self, optional_old_self=optional)
 
 
 def compile_schema(schema: Mapping[str, Any], where: str = "openAPIV3Schema",
-                   *, root: bool = True, correlatable: bool = True) -> Validator | None:
+                   *, root: bool = True, uncorrelatable: str | None = None
+                   ) -> Validator | None:
     """The validator of ``schema`` (``None``: no rules anywhere in it).
+    ``uncorrelatable``: the schema path under which no old value correlates (the items of
+    a list that is not ``x-kubernetes-list-type: map``, an atomic map's entries).
     :raises CompileError: naming the rule (``where`` is its schema path)."""
     rules = tuple(
-        _compile_rule(raw, schema, correlatable, f"{where}.x-kubernetes-validations[{i}]")
+        _compile_rule(raw, schema, uncorrelatable, f"{where}.x-kubernetes-validations[{i}]")
         for i, raw in enumerate(schema.get("x-kubernetes-validations") or ())
     )
     props: dict[str, Validator] = {}
-    map_correlates = correlatable and schema.get("x-kubernetes-map-type") != "atomic"
+    inside_map = uncorrelatable
+    if inside_map is None and schema.get("x-kubernetes-map-type") == "atomic":
+        inside_map = where
     for key, sub in (schema.get("properties") or {}).items():
         found = compile_schema(sub, f"{where}.properties[{key}]", root=False,
-                               correlatable=map_correlates)
+                               uncorrelatable=inside_map)
         if found is not None:
             props[key] = found
     items = None
     if isinstance(schema.get("items"), Mapping):
+        inside_list = uncorrelatable
+        if inside_list is None and schema.get("x-kubernetes-list-type") != "map":
+            inside_list = f"{where}.items"
         items = compile_schema(schema["items"], f"{where}.items", root=False,
-                               correlatable=correlatable
-                               and schema.get("x-kubernetes-list-type") == "map")
+                               uncorrelatable=inside_list)
     additional = None
     if isinstance(schema.get("additionalProperties"), Mapping):
         additional = compile_schema(schema["additionalProperties"],
                                     f"{where}.additionalProperties", root=False,
-                                    correlatable=map_correlates)
+                                    uncorrelatable=inside_map)
     if not rules and not props and items is None and additional is None:
         return None
     return Validator(schema, rules, props, items, additional, root)

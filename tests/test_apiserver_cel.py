@@ -193,8 +193,10 @@ def test_old_self_correlates_map_list_items_by_key_only() -> None:
 def test_old_self_on_an_uncorrelatable_list_is_refused_at_load() -> None:
     root = {"type": "object", "properties": {"l": {"type": "array", "items": {
         "type": "string", "x-kubernetes-validations": [{"rule": "self == oldSelf"}]}}}}
-    with pytest.raises(cel.CompileError, match="uncorrelatable"):
+    with pytest.raises(cel.CompileError) as caught:
         cel.compile_schema(root)
+    assert str(caught.value).endswith("oldSelf cannot be used on the uncorrelatable portion of "
+                                      "the schema within openAPIV3Schema.properties[l].items")
 
 
 def test_message_expression_and_its_fallbacks() -> None:
@@ -253,7 +255,10 @@ def test_an_unchanged_failing_value_is_ratcheted_to_a_warning() -> None:
     ("self == 'a'", {"reason": "FieldValueWrong"}, "Unsupported value"),
     ("self == 'a'", {"message": "two\nlines"}, "must not contain line breaks"),
     ("self == 'a' ||\nself == 'b'", {}, "message must be specified"),
-    ("self == 'a'", {"optionalOldSelf": True}, "may not be set if rule does not use oldSelf"),
+    ("self == 'a'", {"optionalOldSelf": True}, "may not be set if oldSelf is not used in rule"),
+    ("  ", {}, "rule is not specified"),
+    ("self == 'a'", {"message": "  "}, "message must be non-empty if specified"),
+    ("self == 'a'", {"messageExpression": " "}, "messageExpression must be non-empty"),
     ("self == 'a'", {"messageExpression": "nosuch()"}, "messageExpression compilation failed"),
 ])
 def test_rules_that_upstream_refuses_at_crd_creation(rule: str, extra: dict[str, Any],

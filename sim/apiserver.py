@@ -12,12 +12,14 @@ tables for ``kubectl get`` (the built-ins' upstream columns: ``tables``), the th
 formats and server-side apply with ``metadata.managedFields`` on every write
 (``fieldmanager``), the status subresource, kubectl's protobuf request bodies (``protobuf``), pod
 evictions, services with ClusterIPs, events.k8s.io/v1 and each namespace's ``default``
-ServiceAccount (``kinds``), the podnet CRDs' schemas enforced on writes (422 naming the
-field), built-in objects decoded and validated as upstream does (``builtin_schema``: the
-v1.32 OpenAPI types; ``builtin_validation``: validation.go's rules, pod update
-immutability included), and ``/openapi/v2`` and ``/openapi/v3`` built from the same
-schemas (``openapi``). Standard library only
-(plus PyYAML for the CRD files); binds 127.0.0.1 unless told otherwise.
+ServiceAccount (``kinds``), the CRDs' schemas and their ``x-kubernetes-validations`` CEL
+rules (``cel``) enforced on writes (422 naming the field), built-in objects decoded and
+validated as upstream does (``builtin_schema``: the v1.32 OpenAPI types;
+``builtin_validation``: validation.go's rules, pod update immutability included), and
+``/openapi/v2`` and ``/openapi/v3`` built from the same schemas (``openapi``). Standard
+library only (plus PyYAML for the CRD files, cel-python for their rules); binds 127.0.0.1
+unless told otherwise. The CRDs are podnet's and, for attachment tests, Multus's
+NetworkAttachmentDefinition (``crds/external``).
 
     with ApiServer() as server:
         server.write_kubeconfig("kubeconfig")
@@ -45,7 +47,8 @@ Where it departs from a real server, on purpose:
 * managedFields: an updater of a struct upstream decodes as a pointer (``rollingUpdate``)
   is not shown owning the struct itself (``.``), the Go zero value being unknown here;
   no cap on the number of Update entries, no ``before-first-apply`` manager;
-* no authentication, no other admission;
+* no authentication, no other admission; the CRDs' rules are not cost-estimated when they
+  are loaded, nor metered when they run (``cel``);
 * no PodDisruptionBudgets (every eviction is allowed), no Endpoints or EndpointSlices for
   services, single-stack ClusterIPs, no ``serviceaccounts/token``; the ``default``
   ServiceAccount is made for the namespaces there at start and those created over HTTP.

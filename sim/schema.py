@@ -8,7 +8,9 @@ structural schema does, for the subset of OpenAPI v3 the CRDs use: ``type``,
 date-time), ``additionalProperties``, ``nullable``, ``minLength``/``maxLength``,
 ``minimum``/``maximum``, ``minItems``/``maxItems``, ``pattern``,
 ``x-kubernetes-preserve-unknown-fields`` and the uniqueness rules of
-``x-kubernetes-list-type`` (map, set).
+``x-kubernetes-list-type`` (map, set). Each CRD's ``x-kubernetes-validations`` are
+compiled when it is loaded (:attr:`CustomResource.rules`; a rule that does not compile
+stops the load, naming it) and evaluated by :mod:`podnet.sim.cel`.
 """
 
 from __future__ import annotations

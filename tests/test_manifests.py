@@ -163,6 +163,21 @@ def test_crds_have_status_printer_columns_and_short_names() -> None:
     assert columns[:4] == ["Ready", "Phase", "IP", "Node"]
 
 
+def test_the_chart_ships_the_network_crds_and_not_multus_one() -> None:
+    crds = {d["spec"]["names"]["plural"]: d for _, d in DOCS
+            if d["kind"] == "CustomResourceDefinition"}
+    assert set(crds) == {"podnetworks", "nodenetworks", "subnets", "ippools", "securitygroups"}
+    for plural, short in (("subnets", "pnsubnet"), ("ippools", "pnippool"),
+                          ("securitygroups", "pnsg")):
+        spec = crds[plural]["spec"]
+        assert spec["scope"] == "Cluster" and spec["group"] == "podnet.io"
+        assert spec["names"]["shortNames"] == [short]
+        assert spec["names"]["categories"] == ["podnet"]
+    columns = [c["name"] for c in crds["subnets"]["spec"]["versions"][0][
+        "additionalPrinterColumns"] if not c.get("priority")]
+    assert columns == ["Provider", "CIDR", "Available", "InUse", "Phase", "Age"]
+
+
 def test_the_sample_configs_parse_and_name_only_built_in_providers() -> None:
     for path in sorted((DEPLOY / "config").glob("*.yaml")):
         config = load_config(path)

@@ -161,6 +161,22 @@ def test_kubectl_apply_prints_the_field_and_why(kubectl: Any, tmp_path: Path) ->
     assert "spec.provider: Invalid value: \"string\": provider is immutable" in done.stderr
 
 
+@needs_kubectl
+def test_multus_attachment_definitions_are_served_namespaced(kubectl: Any) -> None:
+    nad = ('{"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition", '
+           '"metadata": {"name": "blue-net", "namespace": "default"}, "spec": {"config": '
+           + json.dumps(json.dumps({"cniVersion": "1.0.0", "name": "blue-net",
+                                    "type": "podnet-cni", "subnet": "blue"})) + "}}")
+    assert "created" in kubectl("create", "-f", "-", stdin=nad).stdout
+    got = json.loads(kubectl("get", "net-attach-def", "blue-net", "-n", "default", "-o",
+                             "json").stdout)
+    assert json.loads(got["spec"]["config"])["subnet"] == "blue"
+    assert kubectl("get", "network-attachment-definitions", "-A").stdout.split()[:3] == [
+        "NAMESPACE", "NAME", "AGE"]
+    explained = " ".join(kubectl("explain", "net-attach-def.spec.config").stdout.split())
+    assert "A JSON CNI configuration" in explained
+
+
 # --- good objects ------------------------------------------------------------------------------
 
 GOOD = [

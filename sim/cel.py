@@ -537,7 +537,7 @@ FUNCTIONS: Final[dict[str, Callable[..., Any]]] = {
     "orValue": f_or_value,
 }
 KNOWN_FUNCTIONS: Final = frozenset(FUNCTIONS) | frozenset(
-    name for name in base_functions if name.isidentifier()) | MACROS | {"dyn"}
+    name for name in base_functions if name.isidentifier()) | MACROS | {"dyn", "min"}
 
 
 # --- compiling the rules of a schema ------------------------------------------------------

@@ -132,7 +132,7 @@ def test_library_errors_are_runtime_errors_naming_the_rule(rule: str, error: str
     "'hello'.substring(1, 3) == 'el' && 'hello'.substring(3) == 'lo'",
     "'hello'.indexOf('l') == 2 && 'hello'.lastIndexOf('l') == 3 && 'hello'.indexOf('z') == -1",
     "[1, 2, 3].isSorted() && ![3, 1].isSorted()",
-    "[1, 2, 3].sum() == 6 && [1, 5, 2].max() == 5",
+    "[1, 2, 3].sum() == 6 && [1, 5, 2].max() == 5 && [4, 2, 3].min() == 2",
     "[1, 2, 2].indexOf(2) == 1 && [1, 2, 2].lastIndexOf(2) == 2",
     "'abc123'.find('[0-9]+') == '123' && 'a1b2'.findAll('[0-9]') == ['1', '2']",
     "'abc'.matches('^a') && !'abc'.matches('^b')",

@@ -243,6 +243,8 @@ BAD_SUBNETS: list[tuple[dict[str, Any], str, str]] = [
     ({"gateway": "10.30.0.1"}, "spec.gateway",
      "gateway must be inside cidrBlock: 10.30.0.1 is not inside 10.20.0.0/16"),
     ({"gateway": "fd00::1"}, "spec.gateway", "gateway must be inside cidrBlock"),
+    ({"gateway": "10.20.0.0"}, "spec.gateway",
+     "gateway must not be the network address of its block"),
     ({"gateway": "banana"}, "spec.gateway", '"banana" is not an IP address'),
     ({"gateway": "10.20.0.1/16"}, "spec.gateway", "is not an IP address"),
     ({"gateway": "10.20.0.1,10.20.0.2"}, "spec.gateway",

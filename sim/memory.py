@@ -113,7 +113,7 @@ __all__ = [
 DEFAULT_TERMINATION_GRACE: Final = 30
 
 #: API groups served as custom resources (CRDs), whose strategy differs from built-ins'.
-CUSTOM_GROUPS: Final = frozenset({"podnet.io"})
+CUSTOM_GROUPS: Final = frozenset({"podnet.io", "k8s.cni.cncf.io"})
 
 #: The finalizer a foreground delete puts on the owner (metav1.FinalizerDeleteDependents).
 FOREGROUND_FINALIZER: Final = "foregroundDeletion"
@@ -121,7 +121,13 @@ FOREGROUND_FINALIZER: Final = "foregroundDeletion"
 PROPAGATION_POLICIES: Final = ("Orphan", "Background", "Foreground")
 
 #: Kinds whose status is written only through the status subresource.
-STATUS_SUBRESOURCE: Final = frozenset({POD, NODE, POD_NETWORK, NODE_NETWORK})
+STATUS_SUBRESOURCE: Final = frozenset({
+    POD, NODE, POD_NETWORK, NODE_NETWORK,
+    # the network kinds (sim/crds/{subnets,ippools,securitygroups}.yaml)
+    Kind("podnet.io", "v1alpha1", "Subnet", "subnets", False),
+    Kind("podnet.io", "v1alpha1", "IPPool", "ippools", False),
+    Kind("podnet.io", "v1alpha1", "SecurityGroup", "securitygroups", False),
+})
 
 OPS: Final = frozenset(
     {"create", "update", "update_status", "patch", "delete", "get", "list", "watch"}

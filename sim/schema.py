@@ -29,6 +29,7 @@ from podnet.core.cluster.port import Kind
 
 __all__ = [
     "CRD_FILES",
+    "EXTERNAL_CRD_FILES",
     "CustomResource",
     "FieldError",
     "PrinterColumn",
@@ -39,7 +40,15 @@ __all__ = [
     "validate",
 ]
 
-CRD_FILES: Final = ("podnetworks.yaml", "nodenetworks.yaml")
+CRD_FILES: Final = (
+    "podnetworks.yaml",
+    "nodenetworks.yaml",
+    "subnets.yaml",
+    "ippools.yaml",
+    "securitygroups.yaml",
+)
+#: CRDs of other projects the emulator serves (Multus's), not part of podnet's chart
+EXTERNAL_CRD_FILES: Final = ("external/networkattachmentdefinitions.yaml",)
 
 
 @dataclass(frozen=True)
@@ -88,7 +97,7 @@ class CustomResource:
 def crd_directory() -> Path | None:
     """Where the CRD YAML is: the package data (``sim/crds`` of a source checkout)."""
     packaged = importlib.resources.files("podnet.sim") / "crds"
-    if all((packaged / name).is_file() for name in CRD_FILES):
+    if all((packaged / name).is_file() for name in (*CRD_FILES, *EXTERNAL_CRD_FILES)):
         # package data of a regular install is a directory on disk
         return Path(str(packaged))
     return None
@@ -99,11 +108,12 @@ def load_crds(directory: Path | None = None) -> list[CustomResource]:
     where = directory or crd_directory()
     if where is None:
         raise FileNotFoundError(
-            f"podnet CRDs not found: expected {', '.join(CRD_FILES)} in the package "
+            f"podnet CRDs not found: expected {', '.join((*CRD_FILES, *EXTERNAL_CRD_FILES))} "
+            "in the package "
             "data podnet.sim/crds"
         )
     found: list[CustomResource] = []
-    for name in CRD_FILES:
+    for name in (*CRD_FILES, *EXTERNAL_CRD_FILES):
         path = where / name
         for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
             if doc:

@@ -94,13 +94,18 @@ def test_discovery_lists_kinds_verbs_and_short_names(server: ApiServer) -> None:
     _, groups, _ = request(server, "GET", "/apis")
     versions = {v["groupVersion"] for g in groups["groups"] for v in g["versions"]}
     assert versions == {"coordination.k8s.io/v1", "podnet.io/v1alpha1", "apps/v1",
-                        "events.k8s.io/v1"}
+                        "events.k8s.io/v1", "k8s.cni.cncf.io/v1"}
     _, ours, _ = request(server, "GET", "/apis/podnet.io/v1alpha1")
     res = {r["name"]: r for r in ours["resources"]}
     assert res["podnetworks"]["shortNames"] == ["pn"] and res["podnetworks"]["namespaced"]
     assert res["nodenetworks"]["shortNames"] == ["nn"] and not res["nodenetworks"]["namespaced"]
     assert res["podnetworks"]["categories"] == ["podnet"]
     assert {"podnetworks/status", "nodenetworks/status"} <= set(res)
+    assert {r: (res[r]["shortNames"], res[r]["namespaced"]) for r in
+            ("subnets", "ippools", "securitygroups")} == {
+        "subnets": (["pnsubnet"], False), "ippools": (["pnippool"], False),
+        "securitygroups": (["pnsg"], False)}
+    assert {"subnets/status", "ippools/status", "securitygroups/status"} <= set(res)
     code, _, _ = request(server, "GET", "/apis/podnet.io/v2")
     assert code == 404
 
@@ -774,12 +779,13 @@ def test_schema_validator_subset() -> None:
 
 def test_crd_files_match_models_and_install_form() -> None:
     crds = {c.plural: c for c in schema.load_crds()}
-    assert set(crds) == {"podnetworks", "nodenetworks"}
+    assert set(crds) == {"podnetworks", "nodenetworks", "subnets", "ippools", "securitygroups",
+                         "network-attachment-definitions"}
     assert crds["podnetworks"].ref == POD_NETWORK
     assert crds["podnetworks"].schema["properties"]["status"]["properties"]["phase"]["enum"] == [
         p.value for p in models.Phase
     ]
-    for name in schema.CRD_FILES:
+    for name in (*schema.CRD_FILES, *schema.EXTERNAL_CRD_FILES):
         # sim/crds/ is the one source; tests/test_chart.py checks the copies that
         # scripts/render_deploy.py writes into the chart and deploy/crds/
         doc = yaml.safe_load((REPO / "sim" / "crds" / name).read_text())

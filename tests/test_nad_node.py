@@ -14,6 +14,7 @@ Needs root, network namespaces and kubectl; skipped with the reason otherwise.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -160,3 +161,46 @@ def test_a_delegate_for_a_nad_podnet_cannot_read_is_refused_with_the_reason(
     done = run_cni("ADD", broken, multus_env(cid, path, "c", uid_of(stack, "c"), "data0"))
     done.check_error(7, "NetworkAttachmentDefinition default/broken", "subnet")
     assert "data0" not in addresses_in(path)
+
+
+DEBIAN_BRIDGE = "/usr/lib/cni/bridge"
+
+
+@pytest.mark.skipif(not os.path.exists(DEBIAN_BRIDGE),
+                    reason=f"the Debian plugin {DEBIAN_BRIDGE} is missing")
+def test_podnet_ipam_in_a_nad_answers_for_the_nads_record_not_the_default_one(
+        stack: Stack, node: NodeNamespace, host: Host, tmp_path: Any) -> None:
+    """Another plugin plumbs (Debian's bridge), podnet-ipam its IPAM, no ``ipam.network``:
+    Multus's delegate call for net1 gets the NAD record's address."""
+    from podnet.app.install import IPAM_NAME, install_cni
+
+    stack.agent(NODE, netns=node.netns)
+    podnet = {"cniVersion": "1.0.0", "name": "podnet", "type": "podnet-cni",
+              "agentSocket": stack.socket}
+    wait_for("the agent ready", lambda: run_cni("STATUS", {**podnet, "cniVersion": "1.1.0"},
+                                               {}).ok)
+    bin_dir = tmp_path / "cni-bin"
+    install_cni(bin_dir, tmp_path / "net.d")
+    bridge = f"pnbg{host.container()[:6]}"
+    green = {"cniVersion": "1.0.0", "name": "green", "type": "bridge", "bridge": bridge,
+             "ipam": {"type": IPAM_NAME, "subnet": POD_CIDR, "agentSocket": stack.socket}}
+    stack.create([nad("green", green), pod("d", annotations={MULTUS: "green"})])
+    wait_for("the NAD record Routed", lambda: stack.records(f"{NS}/green").get(
+        "d", {}).get("status", {}).get("phase") == "Routed")
+    _, path = host.netns()
+    cid = host.container()
+    uid = uid_of(stack, "d")
+    assert run_cni("ADD", podnet, multus_env(cid, path, "d", uid, "eth0")).ok
+    env = {**multus_env(cid, path, "d", uid, "net1"), "CNI_PATH": f"{bin_dir}:/usr/lib/cni"}
+    argv = ["ip", "netns", "exec", node.netns, DEBIAN_BRIDGE]
+    done = run_cni("ADD", green, env, argv=argv)
+    assert done.ok, done.stdout + done.stderr
+    record = stack.records(f"{NS}/green")["d"]["status"]
+    default = stack.records()["d"]["status"]
+    assert addresses_in(path)["net1"] == [f"{record['ip']}/24"]
+    assert addresses_in(path)["eth0"] == [f"{default['ip']}/24"]
+    # CHECK as a runtime sends it, with the ADD's result
+    assert run_cni("CHECK", {**green, "prevResult": done.output}, env, argv=argv).ok
+    assert run_cni("DEL", green, env, argv=argv).ok
+    assert "net1" not in addresses_in(path)
+    assert addresses_in(path)["eth0"] == [f"{default['ip']}/24"]

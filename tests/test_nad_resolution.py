@@ -197,3 +197,30 @@ def test_a_pod_deleted_releases_its_nad_records() -> None:
     r.cluster.delete(POD, "app", NS, grace_period_seconds=0)
     r.settle(advance=60)
     assert r.records("app") == []
+
+
+def test_a_restart_whose_nad_list_fails_keeps_the_nad_records_until_it_succeeds() -> None:
+    from podnet.core.cluster.port import ApiError
+
+    r = rig()
+    r.cluster.create(NAD, nad("blue", podnet_cni()))
+    node = r.node(0)
+    r.pod("app", node, annotations={MULTUS_NETWORKS: "blue"})
+    r.settle()
+    before = by_network(r, "app")[f"{NS}/blue"]
+    assert before["status"]["phase"] == "Routed"
+    # a new engine (a restart) whose first NAD lists the API server refuses
+    r.cluster.faults.fail_next("list", NAD, ApiError("unavailable", code=503), times=50)
+    r.start()
+    r.engine.run_until_idle(advance=0)
+    after = by_network(r, "app")[f"{NS}/blue"]
+    assert after["status"]["phase"] == "Routed"
+    assert after["status"]["ip"] == before["status"]["ip"]
+    assert not r.engine.caches.nads.has_synced
+    # once listed, the pod is looked at again: still podnet's, still the same address
+    r.cluster.faults._planned.clear()
+    r.settle()
+    assert r.engine.caches.nads.has_synced
+    final = by_network(r, "app")[f"{NS}/blue"]
+    assert final["status"]["phase"] == "Routed"
+    assert final["metadata"]["uid"] == before["metadata"]["uid"]

@@ -217,6 +217,14 @@ class Wants:
         """One record per Multus attachment whose NetworkAttachmentDefinition is
         podnet's (``core.attachments``), into ``out``; a NAD that is not there (yet: its
         creation requeues the pod) or not podnet's gets none."""
+        if selections and not self.caches.nads.has_synced:
+            # the NADs are not listed yet (a start, an API server that refuses the list):
+            # what the pod's records say stands until they are, never released on a guess
+            for pn in self.caches.pod_networks.by_index("pod", pod.key):
+                if any(s.network == pn.spec.network for s in selections):
+                    out[pn.spec.network] = Desired(pn.spec.provider, pn.spec.requests,
+                                                   pn.spec.sticky)
+            return
         for selection in selections:
             nad = self.caches.nads.get(f"{selection.namespace}/{selection.name}")
             if nad is None or not nad.podnet:

@@ -68,10 +68,10 @@ def _podnet_annotations(raw: Mapping[str, Any] | None) -> dict[str, str]:
 def _pod_annotations(raw: Mapping[str, Any] | None) -> dict[str, str]:
     """A pod's annotations podnet reads: its own, and the Multus attachments it may
     serve (``core.attachments``)."""
-    found = _podnet_annotations(raw)
-    if raw and MULTUS_NETWORKS in raw:
-        found[MULTUS_NETWORKS] = str(raw[MULTUS_NETWORKS])
-    return found
+    if not raw:
+        return {}
+    return {_intern(k): str(v) for k, v in raw.items()
+            if k.startswith(PREFIX) or k == MULTUS_NETWORKS}
 
 
 def _owner(raw: Mapping[str, Any]) -> OwnerReference:

@@ -65,7 +65,8 @@ def record_name(pod: PodInfo, network: str, sticky: bool) -> str:
         base = f"{pod.name}.{network}" if sticky else f"{pod.name}.{network}.{pod.uid[:8]}"
     # a NAD's network is ``namespace/name``: a '.' in the name (no network of
     # podnet.io/networks has one, a namespace neither)
-    base = base.replace("/", ".")
+    if "/" in network:
+        base = base.replace("/", ".")
     if len(base) <= 253:
         return base
     digest = hashlib.sha256(base.encode()).hexdigest()[:10]
@@ -172,7 +173,8 @@ class Wants:
                 out[network] = Desired(provider, NetworkRequest(), False, InvalidRequest(
                     f"networks[{network}]", f"network {network!r} is not served by any "
                     f"provider (configured: {', '.join(known)})"))
-        self._multus(pod, node, provider, selections, out)
+        if selections:
+            self._multus(pod, node, provider, selections, out)
         if invalid is not None:
             # one answer for the pod's annotations: when they are wrong, none of its
             # networks is set up (an attachment a plugin read from the raw annotation
@@ -217,7 +219,7 @@ class Wants:
         """One record per Multus attachment whose NetworkAttachmentDefinition is
         podnet's (``core.attachments``), into ``out``; a NAD that is not there (yet: its
         creation requeues the pod) or not podnet's gets none."""
-        if selections and not self.caches.nads.has_synced:
+        if not self.caches.nads.has_synced:
             # the NADs are not listed yet (a start, an API server that refuses the list):
             # what the pod's records say stands until they are, never released on a guess
             for pn in self.caches.pod_networks.by_index("pod", pod.key):

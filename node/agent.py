@@ -415,19 +415,18 @@ class NodeAgent:
             selections = parse_selections(annotations, namespace)
         except InvalidRequest as exc:
             raise CniError(INVALID, f"{who}: {exc}") from None
-        for selection in selections:
-            if selection.interface == if_name:
-                return ((selection.network, if_name),)
         multus = {s.interface: s for s in selections}
         for network, name in attachments:
-            if name == if_name:
-                raise CniError(INVALID, f"{who}: {annotation_field(NETWORKS)}: {network} is "
-                                        f"given the interface name {name}, which the runtime "
-                                        "gives the default network")
             if name in multus:
                 raise CniError(INVALID, f"{who}: {annotation_field(NETWORKS)}: {network} is "
                                         f"given the interface name {name}, which "
                                         f"{MULTUS_NETWORKS} gives {multus[name].entry}")
+            if name == if_name:
+                raise CniError(INVALID, f"{who}: {annotation_field(NETWORKS)}: {network} is "
+                                        f"given the interface name {name}, which the runtime "
+                                        "gives the default network")
+        if if_name in multus:
+            return ((multus[if_name].network, if_name),)
         all_of = ((DEFAULT_NETWORK, None), *attachments)
         names = interface_names(if_name, all_of, reserved=multus)
         return ((DEFAULT_NETWORK, None),

@@ -153,6 +153,8 @@ def test_a_delegate_for_a_nad_podnet_cannot_read_is_refused_with_the_reason(
     stack.agent(NODE, netns=node.netns)
     broken = {"cniVersion": "1.0.0", "name": "broken", "type": "podnet-cni",
               "agentSocket": stack.socket}  # no subnet
+    wait_for("the agent ready", lambda: run_cni("STATUS", {**broken, "cniVersion": "1.1.0"},
+                                               {}).ok)
     stack.create([nad("broken", broken), pod("c", annotations={MULTUS: "broken@data0"})])
     wait_for("the record says why", lambda: "broken" in json.dumps(
         stack.records(f"{NS}/broken").get("c", {}).get("status", {})))

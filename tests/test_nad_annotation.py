@@ -7,6 +7,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from podnet.core.attachments import (
     FIELD,
@@ -240,3 +242,31 @@ def test_a_podnet_nad_podnet_cannot_read_says_which_field(config: Any, named: st
     info = read_nad(nad(config))
     assert info.podnet
     assert info.problem is not None and named in info.problem, info.problem
+
+
+# --- the two forms agree ------------------------------------------------------------------
+
+_label = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,10}[a-z0-9])?", fullmatch=True)
+_entry = st.tuples(st.one_of(st.none(), _label), _label,
+                   st.one_of(st.none(), st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_entry, min_size=1, max_size=6))
+def test_the_comma_and_json_forms_of_one_list_read_alike(
+        entries: list[tuple[str | None, str, str | None]]) -> None:
+    comma = ", ".join(f"{ns + '/' if ns else ''}{name}{'@' + itf if itf else ''}"
+                      for ns, name, itf in entries)
+    as_json = json.dumps([{"name": name, **({"namespace": ns} if ns else {}),
+                           **({"interface": itf} if itf else {})}
+                          for ns, name, itf in entries])
+    wanted = [(ns or NS, name, itf or f"net{i}")
+              for i, (ns, name, itf) in enumerate(entries, 1)]
+    names = [w[2] for w in wanted]
+    if len(set(names)) < len(names):  # two entries on one interface: both forms refuse
+        for value in (comma, as_json):
+            with pytest.raises(InvalidRequest):
+                parse(value)
+        return
+    assert brief(comma) == wanted
+    assert brief(as_json) == wanted

@@ -74,3 +74,16 @@ def test_what_no_call_can_serve_is_error_7(agent: NodeAgent, annotations: dict[s
         assert info.value.code == 7
         for name in named:
             assert name in info.value.msg
+
+
+def test_a_nad_networks_reference_bridge_is_an_interface_name() -> None:
+    from podnet.node.protocol import if_name_problem
+    from podnet.plugins.reference.dataplane import bridge_name
+
+    names = {n: bridge_name(n) for n in ("a/b", "team-a/blue", "team-a/blue.v2",
+                                         "team-b/blue", "default", "blue")}
+    for network, name in names.items():
+        assert if_name_problem(name) is None, (network, name)
+    assert len(set(names.values())) == len(names)
+    assert names["blue"] == "pnbr-blue"  # podnet.io/networks' names are kept
+    assert "/" not in names["a/b"] and names["a/b"].startswith("pnbr-a_b.")

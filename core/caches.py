@@ -12,9 +12,11 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from podnet.core.attachments import MULTUS_NETWORKS, NadInfo, read_nad, selected_networks
 from podnet.core.cluster.informer import Informer
 from podnet.core.cluster.port import (
     LEASE,
+    NAD,
     NAMESPACE,
     NODE,
     NODE_NETWORK,
@@ -108,9 +110,15 @@ class Caches:
             cluster, LEASE, agent_report, namespace=agent_namespace,
             label_selector=LABEL_AGENT_NODE, name="agentreports")
         self.agent_namespace = agent_namespace
+        #: NetworkAttachmentDefinitions (``namespace/name``) as podnet reads them
+        #: (``core.attachments``): whose each is, the Subnet it names
+        self.nads: Informer[NadInfo] = Informer(cluster, NAD, read_nad, name="nads")
         self.pods.add_index("node", lambda p: [p.node_name] if p.node_name else [])
         self.pods.add_index("vm", lambda p: [f"{p.namespace}/{vm}"]
                             if (vm := vm_of(p)) is not None else [])
+        # pods by the NADs their Multus annotation names: a NAD's change requeues them
+        self.pods.add_index("nad", lambda p: selected_networks(p.annotations, p.namespace)
+                            if MULTUS_NETWORKS in p.annotations else [])
         self.pod_networks.add_index("pod", lambda pn: [pod_key_of(pn)])
         self.pod_networks.add_index("node", lambda pn: [pn.spec.node_name])
         # sticky records by their StatefulSet, and records waiting for an address by
@@ -128,7 +136,7 @@ class Caches:
             self.nodes, self.node_networks, self.pod_networks, self.pods,
         ]
         self.all: list[Informer[Any]] = [*self.required, self.namespaces, self.statefulsets,
-                                         self.agent_reports]
+                                         self.agent_reports, self.nads]
 
     def node_context(self, node_name: str) -> NodeContext:
         """What a provider is told about a node: the cached Node (a bare one if it is

@@ -390,6 +390,12 @@ class Engine:
             if pn.status.phase is Phase.RELEASING:
                 self.enqueue.pod_of(pn)
 
+    def _on_nad(self, _event: str, key: str, _old: Any, _new: Any) -> None:
+        # created, changed or deleted: the pods whose Multus annotation names it decide
+        # again whether podnet serves that attachment and on which Subnet
+        for pod in self.caches.pods.by_index("nad", key):
+            self.enqueue.pod(pod.key)
+
     def _on_agent_report(self, _event: str, _key: str, old: AgentReport | None,
                          new: AgentReport | None) -> None:
         # a node agent says more interfaces are gone (or went away, or another writer
@@ -414,6 +420,7 @@ class Engine:
         self.caches.namespaces.add_handler(self._on_namespace)
         self.caches.statefulsets.add_handler(self._on_statefulset)
         self.caches.agent_reports.add_handler(self._on_agent_report)
+        self.caches.nads.add_handler(self._on_nad)
         # one pause over every list: what they load is acyclic (``gcpause``), and
         # collecting after each would walk the caches listed before it again
         with gc_paused():

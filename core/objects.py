@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from podnet.core.annotations import PREFIX
+from podnet.core.attachments import MULTUS_NETWORKS
 from podnet.core.clock import format_micro_time
 from podnet.core.convert import converter
 from podnet.core.models import (
@@ -64,6 +65,15 @@ def _podnet_annotations(raw: Mapping[str, Any] | None) -> dict[str, str]:
     return {_intern(k): str(v) for k, v in raw.items() if k.startswith(PREFIX)}
 
 
+def _pod_annotations(raw: Mapping[str, Any] | None) -> dict[str, str]:
+    """A pod's annotations podnet reads: its own, and the Multus attachments it may
+    serve (``core.attachments``)."""
+    if not raw:
+        return {}
+    return {_intern(k): str(v) for k, v in raw.items()
+            if k.startswith(PREFIX) or k == MULTUS_NETWORKS}
+
+
 def _owner(raw: Mapping[str, Any]) -> OwnerReference:
     key = (
         _intern(raw.get("apiVersion", "")),
@@ -102,7 +112,7 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         deletion_timestamp=_time(meta.get("deletionTimestamp")),
         deletion_grace_period_seconds=None if grace is None else int(grace),
         labels=_labels(meta.get("labels")),
-        annotations=_podnet_annotations(meta.get("annotations")),
+        annotations=_pod_annotations(meta.get("annotations")),
         owner_references=tuple(_owner(r) for r in meta.get("ownerReferences") or ()),
         host_network=bool(spec.get("hostNetwork", False)),
     )

@@ -266,6 +266,8 @@ class PodInfo:
     deletion_timestamp: datetime | None = None
     deletion_grace_period_seconds: int | None = None
     labels: dict[str, str] = attrs.field(factory=dict)
+    #: the pod's ``podnet.io/*`` annotations, and Multus's ``k8s.v1.cni.cncf.io/networks``
+    #: when it has one (since 0.7.0; core serves the NADs of podnet among them)
     annotations: dict[str, str] = attrs.field(factory=dict)
     owner_references: tuple[OwnerReference, ...] = ()
     host_network: bool = False

@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 
 from podnet.core.annotations import NETWORKS, annotation_field, parse_attachments
+from podnet.core.attachments import MULTUS_NETWORKS, is_nad_network, parse_selections
 from podnet.core.clock import SystemClock
 from podnet.core.cluster.informer import Informer
 from podnet.core.cluster.port import (
@@ -81,11 +82,19 @@ from podnet.node.protocol import (
     only_network,
     raise_if_invalid,
     record_addresses,
-    without_default_routes,
 )
 from podnet.node.report import DEFAULT_BATCH, NodeReporter
 
 log = logging.getLogger("podnet.node")
+
+
+def _ipam_network_given(body: Mapping[str, Any]) -> bool:
+    """Whether an IPAM request's config names its podnet network (``ipam.network``);
+    without it the plugin asks for the default network, or, in a Multus delegate's call,
+    for the network of the NAD whose interface it is."""
+    config = body.get("config")
+    ipam = config.get("ipam") if isinstance(config, dict) else None
+    return isinstance(ipam, dict) and ipam.get("network") is not None
 
 
 def _read_pod_network(obj: Obj) -> PodNetwork | None:
@@ -371,8 +380,12 @@ class NodeAgent:
 
     def _networks_of(self, namespace: str, pod: str, if_name: str, uid: str | None = None
                      ) -> Attachments:
-        """The pod's networks, the default first, then its attachments in order, each
-        with the interface name the annotation gives it.
+        """The networks a request for interface ``if_name`` of the pod serves, each with
+        its interface name: the default network first, then the attachments of
+        ``podnet.io/networks`` in order (named as the annotation says, else the lowest
+        ``netN`` no Multus attachment takes). When ``if_name`` is the interface of an
+        entry of the pod's ``k8s.v1.cni.cncf.io/networks``, the request is Multus's
+        delegate call for that attachment alone: only its NAD's network.
 
         :raises CniError: 11 while the pod may still come (not found yet, not bound yet);
             7 when its records never will: a host-network pod, a pod bound to another
@@ -399,19 +412,43 @@ class NodeAgent:
         annotations = meta.get("annotations") or {}
         try:
             attachments = parse_attachments(annotations)
+            selections = parse_selections(annotations, namespace)
         except InvalidRequest as exc:
             raise CniError(INVALID, f"{who}: {exc}") from None
+        multus = {s.interface: s for s in selections}
         for network, name in attachments:
+            if name in multus:
+                raise CniError(INVALID, f"{who}: {annotation_field(NETWORKS)}: {network} is "
+                                        f"given the interface name {name}, which "
+                                        f"{MULTUS_NETWORKS} gives {multus[name].entry}")
             if name == if_name:
                 raise CniError(INVALID, f"{who}: {annotation_field(NETWORKS)}: {network} is "
                                         f"given the interface name {name}, which the runtime "
                                         "gives the default network")
-        return ((DEFAULT_NETWORK, None), *attachments)
+        if if_name in multus:
+            return ((multus[if_name].network, if_name),)
+        all_of = ((DEFAULT_NETWORK, None), *attachments)
+        names = interface_names(if_name, all_of, reserved=multus)
+        return ((DEFAULT_NETWORK, None),
+                *((network, name) for (network, _), name in zip(attachments, names[1:],
+                                                               strict=True)))
+
+    def _delegate_network(self, namespace: str, pod: str, if_name: str, uid: str | None
+                          ) -> str | None:
+        """The NAD network whose Multus interface ``if_name`` is, as far as the pod can
+        be read now; None for any other interface."""
+        with contextlib.suppress(CniError, ApiError):
+            attachments = self._networks_of(namespace, pod, if_name, uid)
+            if is_nad_network(attachments[0][0]):
+                return attachments[0][0]
+        return None
 
     def _wait_routed(self, namespace: str, pod: str, uid: str | None, if_name: str,
-                     only: str | None = None) -> tuple[Attachments, list[PodNetwork]]:
+                     only: str | None = None, only_given: bool = True
+                     ) -> tuple[Attachments, list[PodNetwork]]:
         """The pod's networks (or only the network ``only``) and every record of them,
-        Routed, in interface order; error 11 when the wait runs out."""
+        Routed, in interface order; error 11 when the wait runs out. A Multus delegate's
+        network stands for ``only`` unless the caller named another (``only_given``)."""
         deadline = time.monotonic() + self.add_timeout
         attachments: Attachments | None = None
         missing: list[str] = []
@@ -422,7 +459,9 @@ class NodeAgent:
                 except CniError as exc:
                     if exc.code != TRY_AGAIN:
                         raise  # it will never come: no use waiting
-                if attachments is not None and only is not None:
+                if attachments is not None and only is not None and not (
+                        is_nad_network(attachments[0][0])
+                        and (not only_given or only == attachments[0][0])):
                     attachments = only_network(attachments, only, namespace, pod)
             if attachments is not None:
                 networks = [network for network, _ in attachments]
@@ -464,8 +503,9 @@ class NodeAgent:
                 plugs = self._plugs()
                 self._refuse_conflicts(req, records, names, plugs)
                 self._unplug_older_sandboxes(records, req, plugs)
-                for i, (pn, name) in enumerate(zip(records, names, strict=True)):
-                    plugged = pn if i == 0 else without_default_routes(pn)
+                for pn, name in zip(records, names, strict=True):
+                    # an attachment (a Multus delegate's too) gets no default route
+                    plugged = as_plugged(pn)
                     context = PlugContext(pod_network=plugged, container_id=req.container_id,
                                           if_name=name, netns=req.netns)
                     with self._span("plug", pn, req, name):
@@ -597,8 +637,11 @@ class NodeAgent:
         meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
         if meta.get("deletionTimestamp") or spec.get("nodeName") != self.node:
             return None
+        annotations = meta.get("annotations") or {}
         try:
-            networks = frozenset(n for n, _ in parse_attachments(meta.get("annotations") or {}))
+            networks = frozenset((*(n for n, _ in parse_attachments(annotations)),
+                                  *(s.network for s in parse_selections(
+                                      annotations, pn.metadata.namespace or ""))))
         except InvalidRequest:
             return None
         return meta.get("uid"), networks
@@ -608,8 +651,19 @@ class NodeAgent:
         with self._container_locks.hold(req.container_id):
             records = {pn.key: pn for pn in self.records.values()}
             unplugged: set[str] = set()
-            for provider, plug in self._plugs():
-                if plug.container_id != req.container_id:
+            plugs = self._plugs()
+            interfaces = self._interfaces_of(req)
+            # a Multus delegate's DEL (its attachment's interface, known by the pod's
+            # annotation or by the record of what is plugged under that name) takes that
+            # interface alone; the runtime's takes the sandbox's every interface
+            delegate = any(is_nad_network(pn.spec.network) for name, pn in interfaces
+                           if name == req.if_name) or any(
+                plug.container_id == req.container_id and plug.if_name == req.if_name
+                and (pn := records.get(plug.owner or "")) is not None
+                and is_nad_network(pn.spec.network) for _, plug in plugs)
+            for provider, plug in plugs:
+                if plug.container_id != req.container_id or (
+                        delegate and plug.if_name != req.if_name):
                     continue
                 pn = records.get(plug.owner or "")
                 with self._span("unplug", pn, req, plug.if_name):
@@ -620,8 +674,8 @@ class NodeAgent:
                 unplugged.add(plug.if_name)
             # what a plug interrupted before it was marked (the agent killed) is listed by
             # no provider: unplug the pod's interfaces by its records too (idempotent)
-            for name, pn in self._interfaces_of(req):
-                if name not in unplugged:
+            for name, pn in interfaces:
+                if name not in unplugged and (not delegate or name == req.if_name):
                     with self._span("unplug", pn, req, name):
                         self._provider_call(self.gateway.unplug, UnplugContext(
                             provider=pn.spec.provider, network=pn.spec.network,
@@ -652,12 +706,12 @@ class NodeAgent:
         attachments = self._networks_of(req.namespace, req.pod, req.if_name)
         found = self._records_of(req.namespace, req.pod, req.uid)
         names = interface_names(req.if_name, attachments)
-        for i, ((network, _), name) in enumerate(zip(attachments, names, strict=True)):
+        for (network, _), name in zip(attachments, names, strict=True):
             pn = found.get(network)
             if pn is None or pn.status.phase is not Phase.ROUTED:
                 raise CniError(CHECK_FAILED, f"network {network} of {req.pod_key} is "
                                              "not Routed", status=409)
-            context = PlugContext(pod_network=pn if i == 0 else without_default_routes(pn),
+            context = PlugContext(pod_network=as_plugged(pn),
                                   container_id=req.container_id, if_name=name,
                                   netns=req.netns)
             with self._span("check", pn, req, name):
@@ -716,7 +770,8 @@ class NodeAgent:
             raise CniError(TRY_AGAIN, self._not_ready(), status=503)
         # a DEL of the interface while this waits cancels it: nothing is granted after
         with self.grants.pending(container_id, if_name) as ticket:
-            _, (pn,) = self._wait_routed(namespace, pod, uid, if_name, only=network)
+            _, (pn,) = self._wait_routed(namespace, pod, uid, if_name, only=network,
+                                         only_given=_ipam_network_given(body))
             # cancelled while it waited: this host is not written onto a record it will
             # never grant (a DEL after this check is caught at the grant)
             if ticket.cancelled:
@@ -766,6 +821,10 @@ class NodeAgent:
             except ValueError:
                 raise CniError(INVALID, f"prevResult.ips[{i}].address: not an address with "
                                         f"a prefix: {address!r}") from None
+        if not _ipam_network_given(body):
+            # a Multus delegate's CHECK is about its attachment's record
+            network = self._delegate_network(namespace, pod, body_field(body, "ifName"),
+                                             uid) or network
         pn = self._records_of(namespace, pod, uid).get(network)
         if pn is None or pn.status.phase is not Phase.ROUTED:
             raise CniError(CHECK_FAILED, f"network {network} of {namespace}/{pod} is not "

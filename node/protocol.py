@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -163,10 +163,13 @@ class CniRequest:
 Attachments = tuple[tuple[str, str | None], ...]
 
 
-def interface_names(if_name: str, attachments: Attachments) -> list[str]:
-    """The pod's interfaces: the runtime's name for the default network (the first), then
-    for each attachment the name the annotation gives it, else the lowest free ``netN``."""
-    taken = {if_name, *(name for _, name in attachments[1:] if name)}
+def interface_names(if_name: str, attachments: Attachments,
+                    reserved: Iterable[str] = ()) -> list[str]:
+    """The pod's interfaces: the runtime's name for the first network (the default one,
+    or a Multus delegate's own), then for each attachment the name the annotation gives
+    it, else the lowest free ``netN`` that is not ``reserved`` (the Multus
+    attachments')."""
+    taken = {if_name, *reserved, *(name for _, name in attachments[1:] if name)}
     names = [if_name]
     n = 0
     for _, name in attachments[1:]:

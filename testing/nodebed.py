@@ -499,12 +499,17 @@ sys.exit(1)
 
 
 def ping(netns: str, target: str, count: int = 5, timeout: float = 2.0,
-         size: int = 0) -> bool:
+         size: int = 0, device: str | None = None) -> bool:
     """Whether ``target`` answers an ICMP echo from namespace ``netns`` (``count`` tries,
     ``timeout`` seconds each). ``size``: the IP packet's length, sent with don't-fragment
-    (one larger than the interface's MTU is not sent: no answer); 0: a small one."""
+    (one larger than the interface's MTU is not sent: no answer); 0: a small one.
+    ``device``: sent out of that interface only (a pod's attachment)."""
     code = (f"TARGET = {target!r}\nCOUNT = {count}\nTIMEOUT = {timeout}\nSIZE = {size}\n"
             + _PING)
+    if device is not None:
+        # SO_BINDTODEVICE (25: Python names it only on some builds)
+        code = code.replace("sock.settimeout(TIMEOUT)\n", "sock.settimeout(TIMEOUT)\n"
+                            f"sock.setsockopt(socket.SOL_SOCKET, 25, {device.encode()!r})\n")
     return in_netns(netns, code, timeout=count * (timeout + 1) + 10).returncode == 0
 
 

@@ -218,7 +218,8 @@ def test_no_core_module_is_public_to_providers() -> None:
 
 
 #: core's models and their helpers, which the node agent reads records with
-NODE_MODELS = {"annotations", "errors", "models", "objects", "policy", "pool", "ratelimit"}
+NODE_MODELS = {"annotations", "attachments", "errors", "models", "objects", "policy", "pool",
+               "ratelimit"}
 #: core's services the node agent is a client of, as the controllers are
 NODE_SERVICES = {"clock", "cluster", "convert", "fence", "gateway", "plugin", "tracing"}
 

@@ -43,6 +43,8 @@ LEASE = Kind("coordination.k8s.io", "v1", "Lease", "leases", True)
 POD_NETWORK = Kind("podnet.io", "v1alpha1", "PodNetwork", "podnetworks", True)
 NODE_NETWORK = Kind("podnet.io", "v1alpha1", "NodeNetwork", "nodenetworks", False)
 STATEFUL_SET = Kind("apps", "v1", "StatefulSet", "statefulsets", True)
+NAD = Kind("k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition",
+           "network-attachment-definitions", True)
 
 
 class ApiError(Exception):

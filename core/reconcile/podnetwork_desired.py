@@ -9,6 +9,16 @@ import hashlib
 import attrs
 
 from podnet.core.annotations import check_unknown_keys, parse_network_request, parse_networks
+from podnet.core.attachments import (
+    FIELD as MULTUS_FIELD,
+)
+from podnet.core.attachments import (
+    MULTUS_NETWORKS,
+    NadInfo,
+    Selection,
+    parse_selections,
+    podnet_request,
+)
 from podnet.core.caches import Caches, pod_key_of
 from podnet.core.clock import Clock
 from podnet.core.cluster.port import NODE, NotFound
@@ -53,6 +63,10 @@ def record_name(pod: PodInfo, network: str, sticky: bool) -> str:
         base = f"{vm}.{network}.vm"
     else:
         base = f"{pod.name}.{network}" if sticky else f"{pod.name}.{network}.{pod.uid[:8]}"
+    # a NAD's network is ``namespace/name``: a '.' in the name (no network of
+    # podnet.io/networks has one, a namespace neither)
+    if "/" in network:
+        base = base.replace("/", ".")
     if len(base) <= 253:
         return base
     digest = hashlib.sha256(base.encode()).hexdigest()[:10]
@@ -129,6 +143,7 @@ class Wants:
             return {}
         invalid = None
         names: tuple[str, ...] = ()
+        selections: tuple[Selection, ...] = ()
         warnings: tuple[str, ...] = ()
         request = _NO_REQUEST  # most pods carry no podnet.io/ annotation: nothing to read
         if pod.annotations:
@@ -136,6 +151,8 @@ class Wants:
                 request = parse_network_request(pod.annotations)
                 names = parse_networks(pod.annotations)
                 warnings = check_unknown_keys(pod.annotations)
+                if MULTUS_NETWORKS in pod.annotations:
+                    selections = parse_selections(pod.annotations, pod.namespace)
             except InvalidRequest as exc:
                 request, invalid = NetworkRequest(), exc
         info = self.placement.providers[provider]
@@ -156,6 +173,8 @@ class Wants:
                 out[network] = Desired(provider, NetworkRequest(), False, InvalidRequest(
                     f"networks[{network}]", f"network {network!r} is not served by any "
                     f"provider (configured: {', '.join(known)})"))
+        if selections:
+            self._multus(pod, node, provider, selections, out)
         if invalid is not None:
             # one answer for the pod's annotations: when they are wrong, none of its
             # networks is set up (an attachment a plugin read from the raw annotation
@@ -194,6 +213,55 @@ class Wants:
                 "provider with its own address management")
         return Desired(provider, NetworkRequest(),
                        pod_is_sticky(pod, served.sticky_kinds), problem)
+
+    def _multus(self, pod: PodInfo, node: NodeInfo, default_provider: str,
+                selections: tuple[Selection, ...], out: dict[str, Desired]) -> None:
+        """One record per Multus attachment whose NetworkAttachmentDefinition is
+        podnet's (``core.attachments``), into ``out``; a NAD that is not there (yet: its
+        creation requeues the pod) or not podnet's gets none."""
+        if not self.caches.nads.has_synced:
+            # the NADs are not listed yet (a start, an API server that refuses the list):
+            # what the pod's records say stands until they are, never released on a guess
+            for pn in self.caches.pod_networks.by_index("pod", pod.key):
+                if any(s.network == pn.spec.network for s in selections):
+                    out[pn.spec.network] = Desired(pn.spec.provider, pn.spec.requests,
+                                                   pn.spec.sticky)
+            return
+        for selection in selections:
+            nad = self.caches.nads.get(f"{selection.namespace}/{selection.name}")
+            if nad is None or not nad.podnet:
+                continue
+            network = selection.network
+            if network in out:
+                out[network] = Desired(out[network].provider, NetworkRequest(), False,
+                                       InvalidRequest(MULTUS_FIELD, (
+                    f"{selection.entry}: names NetworkAttachmentDefinition {nad.key} again: "
+                    "podnet gives a pod one interface per network")))
+                continue
+            out[network] = self._nad_attachment(pod, node, default_provider, selection, nad)
+
+    def _nad_attachment(self, pod: PodInfo, node: NodeInfo, default_provider: str,
+                        selection: Selection, nad: NadInfo) -> Desired:
+        where = f"NetworkAttachmentDefinition {nad.key}"
+        # the Subnet's provider once Subnets are objects; until then the config's
+        # ``provider``, else the pod's default provider
+        provider = nad.provider or default_provider
+        if nad.problem is not None:
+            return Desired(default_provider, NetworkRequest(), False,
+                           InvalidRequest(where, nad.problem))
+        if provider not in self.placement.providers:
+            known = ", ".join(sorted(self.placement.providers.names())) or "none"
+            return Desired(default_provider, NetworkRequest(), False, InvalidRequest(
+                where, f"spec.config: provider: {provider!r} is not a configured provider "
+                       f"(configured: {known})"))
+        try:
+            ip, mac = podnet_request(selection)
+        except ValueError as exc:
+            return Desired(provider, NetworkRequest(), False,
+                           InvalidRequest(MULTUS_FIELD, f"{selection.entry}: {exc}"))
+        want = self._attachment(pod, node, default_provider, selection.network, provider)
+        return attrs.evolve(want, request=NetworkRequest(
+            subnets=(nad.subnet,) if nad.subnet else (), ip_address=ip, mac_address=mac))
 
     def wanted(self, pn: PodNetwork, pod: PodInfo | None, desired: dict[str, Desired]) -> bool:
         if pod is None or pn.metadata.deletion_timestamp is not None:

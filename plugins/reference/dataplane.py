@@ -58,12 +58,14 @@ BRIDGE_PREFIX = "pnbr-"
 def bridge_name(network: str) -> str:
     """The bridge of a network, within the kernel's name limit: a longer name is cut and
     given a digest of the whole after a '.', which no network name has (two networks
-    sharing a prefix never share a bridge)."""
+    sharing a prefix never share a bridge). A NAD's network (``namespace/name``, whose
+    '/' no interface name may hold, and whose name may hold a '.') always takes that
+    form, its '/' as '_'."""
     name = BRIDGE_PREFIX + network
-    if len(name.encode()) <= IFNAMSIZ:
+    if len(name.encode()) <= IFNAMSIZ and "/" not in network:
         return name
     digest = hashlib.blake2s(network.encode(), digest_size=3).hexdigest()
-    return f"{name[:IFNAMSIZ - len(digest) - 1]}.{digest}"
+    return f"{name.replace('/', '_')[:IFNAMSIZ - len(digest) - 1]}.{digest}"
 
 
 def host_alias(container_id: str, if_name: str, network: str, key: str) -> str:

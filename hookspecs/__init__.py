@@ -1,3 +1,6 @@
+# Over 800 lines on purpose: the provider contract is one module of hooks, as pytest's
+# hookspec.py is, each with the docstring a third-party author reads; splitting it would
+# send them to several files for one list of calls.
 """The provider contract: every hook podnet calls, typed and documented.
 
 A provider is a pluggy plugin of project ``podnet``. Each hook is either **routed** to

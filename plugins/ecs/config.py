@@ -24,6 +24,8 @@ NAME = "ecs"
 
 INSTANCE_LABEL = "podnet.io/ecs-instance-id"
 TYPE_LABEL = "node.kubernetes.io/instance-type"
+#: the node's zone, as the Alibaba Cloud controller manager labels it
+ZONE_LABEL = "topology.kubernetes.io/zone"
 #: what the provider writes as the description of the ENIs it creates (the only mark of
 #: the ENIs made before 0.5.0, still read)
 DESCRIPTION_PREFIX = "podnet:"

@@ -7,6 +7,14 @@ Addresses come from each node's ``spec.podCIDR``. A small in-process "cloud"
 (:class:`ReferenceCloud`) plays the part of the real API: it keeps which addresses are
 attached to which interface of which node, survives controller restarts (tests keep the
 same instance across them), can be slowed down and made to fail, and counts calls.
+
+Subnet objects: the reference cloud also keeps shared subnets, as a VPC does. A Subnet of
+this provider takes no parameters; ``podnet_subnet_parameters`` puts it into the cloud
+(its block, gateway and excluded addresses), and the pools of the nodes core hands it for
+(``NodeContext.subnets``) grow from that one block: an address is on one node at a time,
+never the gateway, the block's network or broadcast address or an excluded one. A pod
+network on such a Subnet gets its block's prefix and its gateway (the node's bridge holds
+the gateway too).
 """
 
 from __future__ import annotations
@@ -27,8 +35,14 @@ from typing import Any
 import attrs
 
 from podnet.hookspecs import hookimpl
-from podnet.hookspecs.errors import ConfigError, ErrorKind, ProviderError
+from podnet.hookspecs.errors import ConfigError, ErrorKind, InvalidRequest, ProviderError
 from podnet.hookspecs.models import NodeInfo, Route
+from podnet.hookspecs.networks import (
+    Networks,
+    SubnetInfo,
+    SubnetRealization,
+    address_range,
+)
 from podnet.hookspecs.policy import PoolPolicy
 from podnet.hookspecs.sections import between, config_key, read_section, section, text
 from podnet.hookspecs.types import (
@@ -77,20 +91,67 @@ ERROR_KINDS = {
 
 @attrs.define
 class _Node:
-    cidr: ipaddress.IPv4Network | ipaddress.IPv6Network
+    #: its podCIDR (None: a node whose pods use shared subnets only)
+    cidr: ipaddress.IPv4Network | ipaddress.IPv6Network | None
     #: interface id -> addresses on it, in the order they were added
     interfaces: dict[str, list[str]] = attrs.field(factory=dict)
     next_interface: int = 1
 
 
+@attrs.frozen
+class SharedSubnet:
+    """A subnet of the reference cloud that every node may take addresses from (a VPC
+    subnet): its block, the gateway, and what is never handed out (``excluded``, entries
+    as :func:`~podnet.hookspecs.networks.address_range` reads them)."""
+
+    name: str
+    cidr: str
+    gateway: str
+    excluded: tuple[str, ...] = ()
+
+    @functools.cached_property
+    def network(self) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+        return ipaddress.ip_network(self.cidr)
+
+    @functools.cached_property
+    def _ranges(self) -> list[tuple[int, int]]:
+        return [(int(lo), int(hi)) for lo, hi in map(address_range, self.excluded)]
+
+    def never(self, address: str) -> bool:
+        """Whether ``address`` may never be a pod's: outside the block, the gateway, the
+        network or broadcast address, or excluded."""
+        ip = ipaddress.ip_address(address)
+        net = self.network
+        if ip.version != net.version or ip not in net or address == self.gateway:
+            return True
+        if net.version == 4 and net.prefixlen < 31 and ip in (net.network_address,
+                                                               net.broadcast_address):
+            return True
+        return any(lo <= int(ip) <= hi for lo, hi in self._ranges)
+
+    def free(self, used: set[str], count: int) -> list[str]:
+        """Up to ``count`` addresses of the block none of ``used`` is, in order."""
+        out: list[str] = []
+        for host in self.network.hosts():
+            if len(out) >= count:
+                break
+            ip = str(host)
+            if ip not in used and not self.never(ip):
+                out.append(ip)
+        return out
+
+
 class ReferenceCloud:
-    """A stand-in cloud: nodes, interfaces, addresses, routes; latency and faults."""
+    """A stand-in cloud: nodes, interfaces, addresses, routes, shared subnets; latency
+    and faults."""
 
     def __init__(self, *, latency: float = 0.0, fault_rate: float = 0.0, seed: int = 0,
                  max_interfaces: int = 4, ips_per_interface: int = 32) -> None:
         self.lock = threading.Lock()
         self.nodes: dict[str, _Node] = {}
         self.routes: dict[str, str] = {}  # address -> pod network key
+        #: shared subnets by name (Subnet objects put them here)
+        self.subnets: dict[str, SharedSubnet] = {}
         self.latency = latency
         self.fault_rate = fault_rate
         self.random = random.Random(seed)
@@ -121,11 +182,14 @@ class ReferenceCloud:
         with open(self.state_file, encoding="utf-8") as f:
             data = json.load(f)
         self.nodes = {
-            name: _Node(cidr=ipaddress.ip_network(n["cidr"]), interfaces=n["interfaces"],
-                        next_interface=n["nextInterface"])
+            name: _Node(cidr=ipaddress.ip_network(n["cidr"]) if n["cidr"] else None,
+                        interfaces=n["interfaces"], next_interface=n["nextInterface"])
             for name, n in data["nodes"].items()
         }
         self.routes = dict(data["routes"])
+        self.subnets = {name: SharedSubnet(name=name, cidr=v["cidr"], gateway=v["gateway"],
+                                           excluded=tuple(v["excluded"]))
+                        for name, v in data.get("subnets", {}).items()}
 
     @contextlib.contextmanager
     def _file_lock(self) -> Iterator[None]:
@@ -155,10 +219,13 @@ class ReferenceCloud:
         if self.state_file is None:
             return
         data = {
-            "nodes": {name: {"cidr": str(n.cidr), "interfaces": n.interfaces,
-                             "nextInterface": n.next_interface}
+            "nodes": {name: {"cidr": str(n.cidr) if n.cidr is not None else None,
+                             "interfaces": n.interfaces, "nextInterface": n.next_interface}
                       for name, n in self.nodes.items()},
             "routes": self.routes,
+            "subnets": {name: {"cidr": v.cidr, "gateway": v.gateway,
+                               "excluded": list(v.excluded)}
+                        for name, v in self.subnets.items()},
         }
         tmp = f"{self.state_file}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
@@ -176,9 +243,15 @@ class ReferenceCloud:
             code = self.random.choice(["Throttling", "InternalError"])
             raise ReferenceCloudError(code, f"{api} failed (injected)")
 
-    def _node(self, name: str, cidr: str | None) -> _Node:
+    def _node(self, name: str, cidr: str | None, shared: bool = False) -> _Node:
+        """Node ``name``, kept from its first call on; ``shared``: its pods may use shared
+        subnets, so it needs no podCIDR."""
         node = self.nodes.get(name)
         if node is None:
+            if not cidr and shared:
+                node = self.nodes[name] = _Node(cidr=None, interfaces={"eth0": []})
+                self._save_locked()
+                return node
             if not cidr:
                 raise ProviderError(ErrorKind.FATAL, f"node {name} has no podCIDR",
                                     field="spec.podCIDR")
@@ -189,30 +262,49 @@ class ReferenceCloud:
                                     field="spec.podCIDR") from None
             node = self.nodes[name] = _Node(cidr=network, interfaces={"eth0": []})
             self._save_locked()
+        elif node.cidr is None and cidr:
+            # first seen for its shared subnets only, it has a podCIDR now
+            node.cidr = ipaddress.ip_network(cidr, strict=False)
+            self._save_locked()
         return node
 
     # --- the "cloud API" ------------------------------------------------------------------
 
-    def describe(self, name: str, cidr: str | None) -> dict[str, list[str]]:
+    def describe(self, name: str, cidr: str | None, shared: bool = False
+                 ) -> dict[str, list[str]]:
         self._call("Describe")
         with self._txn():
-            return {k: list(v) for k, v in self._node(name, cidr).interfaces.items()}
+            return {k: list(v) for k, v in self._node(name, cidr, shared).interfaces.items()}
 
-    def capacity(self, name: str, cidr: str | None) -> tuple[int, int]:
+    def capacity(self, name: str, cidr: str | None, shared: bool = False) -> tuple[int, int]:
         with self._txn():
-            node = self._node(name, cidr)
-            usable = max(0, node.cidr.num_addresses - 2)  # network and gateway
-            per = min(self.ips_per_interface, usable // self.max_interfaces)
-            return self.max_interfaces, per
+            return self.capacity_unlocked(self._node(name, cidr, shared))
+
+    def put_subnet(self, subnet: SharedSubnet) -> None:
+        """Make or change a shared subnet (its block, gateway, exclusions). Addresses
+        nodes hold stay theirs, also those now outside it or excluded."""
+        self._call("PutSubnet")
+        with self._txn():
+            if self.subnets.get(subnet.name) != subnet:
+                self.subnets[subnet.name] = subnet
+                self._save_locked()
 
     def add(self, name: str, cidr: str | None, interface: str, count: int,
-            address: str | None = None) -> list[str]:
+            address: str | None = None, subnet: str | None = None) -> list[str]:
+        """Attach ``count`` free addresses (or ``address``) to ``interface`` of node
+        ``name``: from its podCIDR, or from shared subnet ``subnet``, where an address is
+        on one node of the cloud at a time."""
         self._call("AddAddresses")
         with self._txn():
-            node = self._node(name, cidr)
+            node = self._node(name, cidr, shared=subnet is not None)
             if interface not in node.interfaces:
                 raise ReferenceCloudError("NotFound", f"interface {interface} not on {name}")
+            if subnet is not None:
+                return self._add_shared(node, name, interface, count, address, subnet)
             used = {ip for ips in node.interfaces.values() for ip in ips}
+            if node.cidr is None:
+                raise ProviderError(ErrorKind.FATAL, f"node {name} has no podCIDR",
+                                    field="spec.podCIDR")
             if address is not None:
                 if address in node.interfaces[interface]:
                     return [address]
@@ -241,8 +333,40 @@ class ReferenceCloud:
             return out
 
     def capacity_unlocked(self, node: _Node) -> tuple[int, int]:
-        usable = max(0, node.cidr.num_addresses - 2)
+        if node.cidr is None:  # shared subnets only: their free addresses are the limit
+            return self.max_interfaces, self.ips_per_interface
+        usable = max(0, node.cidr.num_addresses - 2)  # network and gateway
         return self.max_interfaces, min(self.ips_per_interface, usable // self.max_interfaces)
+
+    def _add_shared(self, node: _Node, name: str, interface: str, count: int,
+                    address: str | None, subnet_name: str) -> list[str]:
+        subnet = self.subnets.get(subnet_name)
+        if subnet is None:
+            raise ReferenceCloudError("NotFound", f"subnet {subnet_name} does not exist")
+        owner = {ip: n for n, other in self.nodes.items()
+                 for ips in other.interfaces.values() for ip in ips}
+        if address is not None:
+            if address in node.interfaces[interface]:
+                return [address]
+            if subnet.never(address):
+                raise ReferenceCloudError("Conflict", f"{address} is not an address of "
+                                          f"subnet {subnet_name} a pod may have")
+            if address in owner:
+                raise ReferenceCloudError("Conflict", f"{address} is on node {owner[address]}")
+            node.interfaces[interface].append(address)
+            self._save_locked()
+            return [address]
+        _, per = self.capacity_unlocked(node)
+        room = per - len(node.interfaces[interface])
+        if room <= 0:
+            raise ReferenceCloudError("QuotaExceeded", f"interface {interface} is full")
+        out = subnet.free(set(owner), min(count, room))
+        if not out:
+            raise ReferenceCloudError("SubnetExhausted", f"subnet {subnet_name} "
+                                      f"({subnet.cidr}) has no address left")
+        node.interfaces[interface].extend(out)
+        self._save_locked()
+        return out
 
     def remove(self, name: str, addresses: Sequence[str]) -> list[str]:
         self._call("RemoveAddresses")
@@ -266,17 +390,18 @@ class ReferenceCloud:
                 ips[:] = [ip for ip in ips if ip not in gone]
             self._save_locked()
 
-    def create_interface(self, name: str, cidr: str | None, count: int) -> tuple[str, list[str]]:
+    def create_interface(self, name: str, cidr: str | None, count: int,
+                         subnet: str | None = None) -> tuple[str, list[str]]:
         self._call("CreateInterface")
         with self._txn():
-            node = self._node(name, cidr)
+            node = self._node(name, cidr, shared=subnet is not None)
             if len(node.interfaces) >= self.max_interfaces:
                 raise ReferenceCloudError("QuotaExceeded", f"{name} has all its interfaces")
             itf = f"eth{node.next_interface}"
             node.next_interface += 1
             node.interfaces[itf] = []
             self._save_locked()
-        return itf, self.add(name, cidr, itf, count) if count else []
+        return itf, self.add(name, cidr, itf, count, subnet=subnet) if count else []
 
     def delete_interface(self, name: str, interface: str) -> None:
         self._call("DeleteInterface")
@@ -353,6 +478,8 @@ class ReferenceProvider(DataplaneHooks):
         self.check_error: Exception | None = None
         #: the node side: a bridge per network, a veth pair per pod interface
         self.dataplane = BridgeDataplane()
+        #: the Ready Subnets core last handed over (podnet_networks_changed)
+        self.networks = Networks()
 
     # 1. registration and configuration
 
@@ -381,13 +508,55 @@ class ReferenceProvider(DataplaneHooks):
                 raise ConfigError(config_key(provider, "state_file"),
                                   f"unusable: {exc}") from None
 
+    # Subnet objects: shared subnets of the cloud
+
+    @hookimpl
+    def podnet_subnet_parameters(self, provider: str, subnet: SubnetInfo
+                                 ) -> SubnetRealization | None:
+        """No parameters; the Subnet is put into the cloud as a shared subnet (its block,
+        gateway and exclusions), again at each generation."""
+        for key in subnet.parameters or {}:
+            raise InvalidRequest(f"spec.parameters.{key}", f"Subnet {subnet.name}: unknown "
+                                 f"parameter {key!r}: the {self.name} provider takes none")
+        shared = _shared(subnet)
+        self.cloud.put_subnet(shared)
+        return SubnetRealization(details={"cidr": shared.cidr, "gateway": shared.gateway},
+                                 summary=f"shared subnet {shared.cidr}")
+
+    @hookimpl
+    def podnet_networks_changed(self, provider: str, networks: Networks) -> None:
+        self.networks = networks
+
+    def _in_shared(self, node: NodeContext, wanted: str | None, call: Any) -> tuple[Any, str]:
+        """``call(subnet)`` in the node's Subnets (the one core named, else each in turn
+        until one has room); ``(answer, subnet name)``. A Subnet the cloud lost (a cloud
+        without its state file, restarted) is put into it again."""
+        chosen = [s for s in node.subnets if s.name == wanted] or list(node.subnets)
+        last: Exception | None = None
+        for subnet in chosen:
+            try:
+                try:
+                    return call(subnet.name), subnet.name
+                except ReferenceCloudError as exc:
+                    if exc.code != "NotFound" or "subnet" not in str(exc):
+                        raise
+                    self.cloud.put_subnet(_shared(subnet))
+                    return call(subnet.name), subnet.name
+            except ReferenceCloudError as exc:
+                if exc.code != "SubnetExhausted":
+                    raise
+                last = exc
+        assert last is not None
+        raise last
+
     # 3. inventory
 
     @hookimpl
     def podnet_node_inventory(self, provider: str, node: NodeContext) -> Inventory | None:
         n = node.node
-        interfaces = self.cloud.describe(n.name, n.pod_cidr)
-        max_itf, per = self.cloud.capacity(n.name, n.pod_cidr)
+        shared = bool(node.subnets)
+        interfaces = self.cloud.describe(n.name, n.pod_cidr, shared)
+        max_itf, per = self.cloud.capacity(n.name, n.pod_cidr, shared)
         subnet = n.pod_cidr
         return Inventory(
             interfaces=tuple(
@@ -412,8 +581,13 @@ class ReferenceProvider(DataplaneHooks):
                          interface: CloudInterface | None, count: int,
                          subnet: str | None) -> Sequence[PoolEntry] | None:
         itf = interface.id if interface else "eth0"
-        added = self.cloud.add(node.node.name, node.node.pod_cidr, itf, count)
-        return [PoolEntry(ip, itf, node.node.pod_cidr) for ip in added]
+        n = node.node
+        if node.subnets:
+            added, where = self._in_shared(node, subnet, lambda name: self.cloud.add(
+                n.name, n.pod_cidr, itf, count, subnet=name))
+            return [PoolEntry(ip, itf, where) for ip in added]
+        added = self.cloud.add(n.name, n.pod_cidr, itf, count)
+        return [PoolEntry(ip, itf, n.pod_cidr) for ip in added]
 
     @hookimpl
     def podnet_pool_shrink(self, provider: str, node: NodeContext,
@@ -424,8 +598,13 @@ class ReferenceProvider(DataplaneHooks):
     def podnet_interface_create(self, provider: str, node: NodeContext, subnet: str | None,
                                 ip_count: int) -> CloudInterface | None:
         n = node.node
-        itf, ips = self.cloud.create_interface(n.name, n.pod_cidr, ip_count)
-        return CloudInterface(id=itf, subnet=n.pod_cidr, ips=tuple(ips),
+        where = n.pod_cidr
+        if node.subnets:
+            (itf, ips), where = self._in_shared(node, subnet, lambda name: (
+                self.cloud.create_interface(n.name, n.pod_cidr, ip_count, subnet=name)))
+        else:
+            itf, ips = self.cloud.create_interface(n.name, n.pod_cidr, ip_count)
+        return CloudInterface(id=itf, subnet=where, ips=tuple(ips),
                               mac=_mac_for(f"{n.name}/{itf}"))
 
     @hookimpl
@@ -451,8 +630,11 @@ class ReferenceProvider(DataplaneHooks):
     @hookimpl
     def podnet_address_space(self, provider: str, node: NodeContext) -> AddressSpace | None:
         cidr = node.node.pod_cidr
-        # the one subnet of a node is its podCIDR, by that name too
-        return AddressSpace(subnets=(Subnet.first_host_gateway(cidr, cidr),) if cidr else ())
+        # a node's own subnet is its podCIDR, by that name too; its Subnets' by their names
+        own = (Subnet.first_host_gateway(cidr, cidr),) if cidr else ()
+        return AddressSpace(subnets=own + tuple(
+            Subnet(id=s.name, cidr=shared.cidr, gateway=shared.gateway)
+            for s in node.subnets for shared in (_shared(s),)))
 
     @hookimpl
     def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
@@ -460,22 +642,40 @@ class ReferenceProvider(DataplaneHooks):
         node = context.node.node
         request = context.request
         assert request is not None, "the reference provider uses node pools"
+        subnet = context.subnet
         if request.entry is not None:
             entry = request.entry
         else:
             # a requested address the pool does not hold: attach it (idempotent: already
-            # attached is fine)
+            # attached is fine), in the pod network's Subnet when it has one
             assert request.address is not None
-            added = self.cloud.add(node.name, node.pod_cidr, "eth0", 1, address=request.address)
-            entry = PoolEntry(added[0], "eth0", node.pod_cidr)
-        cidr, gateway = _bridge_network(node.pod_cidr) if node.pod_cidr else (None, None)
+            where = subnet.name if subnet is not None and subnet.contains(
+                request.address) else None
+            added = self.cloud.add(node.name, node.pod_cidr, "eth0", 1,
+                                   address=request.address, subnet=where)
+            entry = PoolEntry(added[0], "eth0", where or node.pod_cidr)
+        if subnet is None or not subnet.contains(entry.address):
+            subnet = self.networks.subnet(entry.subnet or "")
+        shared = _shared(subnet) if subnet is not None and subnet.contains(entry.address) \
+            else None
+        cidr: ipaddress.IPv4Network | ipaddress.IPv6Network | None
+        gateway: str | None
+        if shared is not None:
+            cidr, gateway = shared.network, shared.gateway
+        elif node.pod_cidr:
+            cidr, gateway = _bridge_network(node.pod_cidr)
+        else:
+            cidr = gateway = None
         mac = pn.spec.requests.mac_address or _mac_for(entry.address)
-        # what the pod's interface gets on the node's bridge network: the podCIDR's
-        # prefix, a default route via the bridge's gateway address, Ethernet's MTU
-        return Allocation(ip=entry.address, mac=mac, subnet=node.pod_cidr, gateway=gateway,
+        # what the pod's interface gets on the node's bridge network: its subnet's prefix
+        # (the Subnet's, else the podCIDR's), a default route via the gateway the bridge
+        # holds, Ethernet's MTU
+        return Allocation(ip=entry.address, mac=mac,
+                          subnet=shared.name if shared else node.pod_cidr, gateway=gateway,
                           interface=entry.interface, cidr=str(cidr) if cidr else None,
                           prefix_length=cidr.prefixlen if cidr is not None else None,
-                          routes=(Route(dst="0.0.0.0/0", gw=gateway),) if gateway else (),
+                          routes=(Route(dst="0.0.0.0/0" if ":" not in gateway else "::/0",
+                                        gw=gateway),) if gateway else (),
                           mtu=MTU)
 
     @hookimpl
@@ -512,6 +712,17 @@ class ReferenceProvider(DataplaneHooks):
             return None
         return ERROR_KINDS.get(error.code, ErrorKind.TRANSIENT)
 
+
+
+def _shared(subnet: SubnetInfo) -> SharedSubnet:
+    """The cloud's shared subnet of a Subnet: its IPv4 block (else its IPv6 one), that
+    family's gateway (default: the first host), its exclusions of that family."""
+    net = subnet.network(4) or subnet.network(6)
+    if net is None:
+        raise InvalidRequest("spec.cidrBlock", f"Subnet {subnet.name}: no block")
+    gateway = subnet.gateway(net.version) or str(next(net.hosts()))
+    excluded = tuple(e for e in subnet.excluded if address_range(e)[0].version == net.version)
+    return SharedSubnet(name=subnet.name, cidr=str(net), gateway=gateway, excluded=excluded)
 
 
 def _mac_for(seed: str) -> str:

@@ -1,0 +1,276 @@
+"""Subnet objects on the reference provider: a Subnet is a shared subnet of the reference
+cloud (no parameters), which the pools of the nodes core hands it for grow from, one
+address on one node at a time, never its gateway, network, broadcast or excluded
+addresses; a pod network on it gets its prefix and gateway; and, on real namespaces, two
+pods on a Subnet given at run time ping each other through the bridge dataplane."""
+
+from __future__ import annotations
+
+import ipaddress
+import subprocess
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from podnet.hookspecs.errors import ErrorKind, InvalidRequest, ProviderError
+from podnet.hookspecs.models import (
+    NodeInfo,
+    ObjectMeta,
+    Phase,
+    PodNetwork,
+    PodNetworkSpec,
+    PodNetworkStatus,
+)
+from podnet.hookspecs.networks import Networks, SelectorTerm, SubnetInfo
+from podnet.hookspecs.types import (
+    AllocateContext,
+    NodeContext,
+    PlugContext,
+    ResolvedRequest,
+    UnplugContext,
+)
+from podnet.plugins.reference.provider import ReferenceCloud, ReferenceCloudError, ReferenceProvider
+from podnet.testing.netns import netns_unavailable
+
+
+def blue(**kw: Any) -> SubnetInfo:
+    base: dict[str, Any] = {"name": "blue", "provider": "reference",
+                            "cidrs": ("10.50.0.0/28",), "gateways": ("10.50.0.1",)}
+    return SubnetInfo(**{**base, **kw})
+
+
+def node(name: str, *subnets: SubnetInfo, pod_cidr: str | None = None) -> NodeContext:
+    return NodeContext(node=NodeInfo(name=name, uid=f"u-{name}", pod_cidr=pod_cidr),
+                       subnets=subnets)
+
+
+@pytest.fixture
+def plugin() -> ReferenceProvider:
+    p = ReferenceProvider(ReferenceCloud(ips_per_interface=64))
+    return p
+
+
+def ready(p: ReferenceProvider, *subnets: SubnetInfo) -> None:
+    """As core makes a Subnet usable: its parameters hook, then the Ready set."""
+    for s in subnets:
+        assert p.podnet_subnet_parameters("reference", s) is not None
+    p.podnet_networks_changed("reference", Networks(subnets=subnets, revision=1))
+
+
+def test_a_subnet_takes_no_parameters_and_is_put_into_the_cloud(plugin) -> None:
+    answer = plugin.podnet_subnet_parameters("reference", blue())
+    assert answer is not None and answer.details == {"cidr": "10.50.0.0/28",
+                                                     "gateway": "10.50.0.1"}
+    assert "blue" in plugin.cloud.subnets and plugin.cloud.calls["PutSubnet"] == 1
+    with pytest.raises(InvalidRequest) as info:
+        plugin.podnet_subnet_parameters("reference", blue(name="red", parameters={"x": 1}))
+    assert info.value.field == "spec.parameters.x" and "Subnet red" in str(info.value)
+    assert "red" not in plugin.cloud.subnets  # nothing half-done
+
+
+def test_nodes_share_the_block_and_never_get_its_gateway_or_excluded_addresses(plugin) -> None:
+    s = blue(gateways=("10.50.0.14",), excluded=("10.50.0.2..10.50.0.4", "10.50.0.9"))
+    ready(plugin, s)
+    a, b = node("a", s), node("b", s)  # no podCIDR: the Subnet is all they use
+    got_a = plugin.podnet_pool_grow("reference", a, None, 3, None)
+    got_b = plugin.podnet_pool_grow("reference", b, None, 3, None)
+    assert got_a is not None and got_b is not None
+    assert [e.address for e in got_a] == ["10.50.0.1", "10.50.0.5", "10.50.0.6"]
+    assert [e.address for e in got_b] == ["10.50.0.7", "10.50.0.8", "10.50.0.10"]
+    assert {e.subnet for e in (*got_a, *got_b)} == {"blue"}
+    # the rest: .11 .12 .13 (never .14, the gateway, nor .15, the broadcast address)
+    more = plugin.podnet_pool_grow("reference", a, None, 10, None)
+    assert more is not None and [e.address for e in more] == [
+        "10.50.0.11", "10.50.0.12", "10.50.0.13"]
+    with pytest.raises(ReferenceCloudError) as info:
+        plugin.podnet_pool_grow("reference", b, None, 1, None)
+    assert info.value.code == "SubnetExhausted"
+    assert plugin.podnet_classify_error("reference", info.value) is ErrorKind.SUBNET_EXHAUSTED
+    inv = plugin.podnet_node_inventory("reference", a)
+    assert inv is not None and len(inv.interfaces[0].ips) == 6
+
+
+def test_an_exclusion_added_later_holds_for_new_addresses_and_keeps_held_ones(plugin) -> None:
+    ready(plugin, blue())
+    first = plugin.podnet_pool_grow("reference", node("a", blue()), None, 2, None)
+    assert first is not None and [e.address for e in first] == ["10.50.0.2", "10.50.0.3"]
+    narrowed = blue(excluded=("10.50.0.3..10.50.0.6",))
+    ready(plugin, narrowed)
+    more = plugin.podnet_pool_grow("reference", node("b", narrowed), None, 2, None)
+    assert more is not None and [e.address for e in more] == ["10.50.0.7", "10.50.0.8"]
+    assert plugin.cloud.all_addresses()["10.50.0.3"] == "a"  # never taken away
+
+
+def test_a_full_subnet_falls_through_to_the_nodes_next_one_or_the_one_core_names(
+        plugin) -> None:
+    small = blue(name="small", cidrs=("10.51.0.0/30",), gateways=("10.51.0.1",))
+    ready(plugin, small, blue())
+    n = node("a", small, blue())
+    got = plugin.podnet_pool_grow("reference", n, None, 2, None)
+    assert got is not None and [(e.address, e.subnet) for e in got] == [("10.51.0.2", "small")]
+    got = plugin.podnet_pool_grow("reference", n, None, 1, None)
+    assert got is not None and [(e.address, e.subnet) for e in got] == [("10.50.0.2", "blue")]
+    created = plugin.podnet_interface_create("reference", n, "blue", 2)
+    assert created is not None and created.subnet == "blue"
+    assert created.ips == ("10.50.0.3", "10.50.0.4")
+
+
+def test_a_node_with_no_subnet_grows_from_its_pod_cidr_as_before(plugin) -> None:
+    ready(plugin, blue())
+    got = plugin.podnet_pool_grow("reference", node("a", pod_cidr="10.60.0.0/24"), None, 2,
+                                  None)
+    assert got is not None and [(e.address, e.subnet) for e in got] == [
+        ("10.60.0.2", "10.60.0.0/24"), ("10.60.0.3", "10.60.0.0/24")]
+    with pytest.raises(ProviderError) as info:
+        plugin.podnet_pool_grow("reference", node("b"), None, 1, None)
+    assert info.value.field == "spec.podCIDR"
+
+
+def test_a_cloud_that_lost_the_subnet_gets_it_again(plugin) -> None:
+    s = blue()
+    plugin.podnet_networks_changed("reference", Networks(subnets=(s,)))
+    got = plugin.podnet_pool_grow("reference", node("a", s), None, 1, None)
+    assert got is not None and got[0].address == "10.50.0.2"
+    assert plugin.cloud.calls["PutSubnet"] == 1
+
+
+def pending(name: str = "web", node_name: str = "a") -> PodNetwork:
+    return PodNetwork(metadata=ObjectMeta(name=f"{name}-default", namespace="default"),
+                      spec=PodNetworkSpec(pod_name=name, pod_uid=f"u-{name}",
+                                          node_name=node_name, provider="reference"))
+
+
+def test_a_pod_network_on_the_subnet_gets_its_prefix_and_gateway(plugin) -> None:
+    s = blue(cidrs=("10.50.0.0/24",))
+    ready(plugin, s)
+    n = node("a", s, pod_cidr="10.60.0.0/24")
+    [entry] = plugin.podnet_pool_grow("reference", n, None, 1, None) or []
+    got = plugin.podnet_allocate(AllocateContext(
+        pod_network=pending(), node=n, request=ResolvedRequest(entry=entry), subnet=s))
+    assert got is not None
+    assert (got.ip, got.cidr, got.prefix_length, got.gateway, got.subnet) == (
+        "10.50.0.2", "10.50.0.0/24", 24, "10.50.0.1", "blue")
+    assert got.routes[0].gw == "10.50.0.1"
+    # no Subnet: the podCIDR's, as before
+    [plain] = plugin.podnet_pool_grow("reference", node("a", pod_cidr="10.60.0.0/24"), None,
+                                      1, None) or []
+    got = plugin.podnet_allocate(AllocateContext(
+        pod_network=pending("db"), node=node("a", pod_cidr="10.60.0.0/24"),
+        request=ResolvedRequest(entry=plain)))
+    assert got is not None and (got.cidr, got.gateway) == ("10.60.0.0/24", "10.60.0.1")
+    space = plugin.podnet_address_space("reference", n)
+    assert space is not None and [(x.id, x.cidr, x.gateway) for x in space.subnets] == [
+        ("10.60.0.0/24", "10.60.0.0/24", "10.60.0.1"), ("blue", "10.50.0.0/24", "10.50.0.1")]
+
+
+@pytest.mark.parametrize(("address", "words"), [
+    ("10.50.0.1", "not an address of subnet blue"),      # the gateway
+    ("10.50.0.7", "not an address of subnet blue"),      # excluded
+    ("10.50.0.3", "is on node b"),                        # another node's
+])
+def test_a_static_address_the_subnet_cannot_give_is_refused(plugin, address, words) -> None:
+    s = blue(excluded=("10.50.0.7",))
+    ready(plugin, s)
+    plugin.podnet_pool_grow("reference", node("b", s), None, 2, None)
+    with pytest.raises(ReferenceCloudError) as info:
+        plugin.podnet_allocate(AllocateContext(
+            pod_network=pending(), node=node("a", s),
+            request=ResolvedRequest(address=address, field="x"), subnet=s))
+    assert info.value.code == "Conflict" and words in str(info.value)
+    assert address not in plugin.cloud.describe("a", None, True)["eth0"]
+
+
+def test_the_shared_subnets_outlive_the_controller_in_the_state_file(tmp_path) -> None:
+    path = str(tmp_path / "cloud.json")
+    first = ReferenceProvider(ReferenceCloud())
+    first.podnet_configure("reference", {"state_file": path})
+    s = blue(excluded=("10.50.0.2",))
+    ready(first, s)
+    first.podnet_pool_grow("reference", node("a", s), None, 1, None)
+    second = ReferenceProvider(ReferenceCloud())
+    second.podnet_configure("reference", {"state_file": path})
+    assert second.cloud.subnets["blue"].excluded == ("10.50.0.2",)
+    got = second.podnet_pool_grow("reference", node("b", s), None, 1, None)
+    assert got is not None and got[0].address == "10.50.0.4"  # .3 is a's
+    assert second.cloud.calls["PutSubnet"] == 0
+
+
+def test_an_ipv6_subnet_serves_its_block(plugin) -> None:
+    s = blue(cidrs=("fd00:50::/120",), gateways=("fd00:50::1",))
+    ready(plugin, s)
+    n = node("a", s)
+    [entry] = plugin.podnet_pool_grow("reference", n, None, 1, None) or []
+    assert ipaddress.ip_address(entry.address) in ipaddress.ip_network("fd00:50::/120")
+    got = plugin.podnet_allocate(AllocateContext(
+        pod_network=pending(), node=n, request=ResolvedRequest(entry=entry), subnet=s))
+    assert got is not None and got.routes[0].dst == "::/0" and got.prefix_length == 120
+
+
+# --- packets -------------------------------------------------------------------------
+
+WHY = netns_unavailable()
+
+
+@pytest.fixture
+def host() -> Iterator[Any]:
+    from podnet.testing.nodebed import Host
+
+    h = Host()
+    try:
+        yield h
+    finally:
+        h.cleanup()
+
+
+@pytest.mark.skipif(WHY is not None, reason=WHY or "")
+def test_two_pods_on_a_subnet_given_at_run_time_ping_each_other(host) -> None:
+    """The provider starts with no Subnet; one arrives (its parameters hook, then the
+    Ready set), the node's pool grows from it, two pod networks are allocated on it and
+    plugged by the bridge dataplane into namespaces of their own: they ping each other
+    and their gateway, the Subnet's, which the node's bridge holds."""
+    from podnet.plugins.reference.dataplane import bridge_name
+    from podnet.testing.nodebed import ping
+
+    network = f"s{uuid.uuid4().hex[:8]}"
+    plugin = ReferenceProvider(ReferenceCloud())
+    plugin.podnet_networks_changed("reference", Networks())  # the first list: nothing
+    s = blue(name="green", cidrs=("10.52.7.0/24",), gateways=("10.52.7.254",),
+             excluded=("10.52.7.1..10.52.7.9",),
+             node_selector=SelectorTerm(match_labels={"pool": "green"}))
+    ready(plugin, s)
+    n = node("bed", s)
+    entries = plugin.podnet_pool_grow("reference", n, None, 2, None) or []
+    plugged: list[UnplugContext] = []
+    try:
+        pods = []
+        for entry, name in zip(entries, ("one", "two"), strict=True):
+            pn = pending(name, "bed")
+            pn = PodNetwork(metadata=pn.metadata,
+                            spec=PodNetworkSpec(pod_name=name, pod_uid=f"u-{name}",
+                                                node_name="bed", provider="reference",
+                                                network=network))
+            got = plugin.podnet_allocate(AllocateContext(
+                pod_network=pn, node=n, request=ResolvedRequest(entry=entry), subnet=s))
+            assert got is not None
+            routed = PodNetwork(metadata=pn.metadata, spec=pn.spec, status=PodNetworkStatus(
+                phase=Phase.ROUTED, ip=got.ip, mac=got.mac, subnet=got.subnet,
+                gateway=got.gateway, prefix_length=got.prefix_length, routes=got.routes,
+                mtu=got.mtu))
+            ns_name, path = host.netns()
+            cid = host.container()
+            plugin.podnet_plug(PlugContext(pod_network=routed, container_id=cid,
+                                           if_name="eth0", netns=path))
+            plugged.append(UnplugContext(provider="reference", network=network,
+                                         container_id=cid, if_name="eth0", netns=path))
+            pods.append((ns_name, got.ip))
+        (one, ip_one), (two, ip_two) = pods
+        assert (ip_one, ip_two) == ("10.52.7.10", "10.52.7.11")
+        assert ping(one, ip_two) and ping(two, ip_one)
+        assert ping(one, "10.52.7.254")
+    finally:
+        for ctx in plugged:
+            plugin.podnet_unplug(ctx)
+        subprocess.run(["ip", "link", "del", bridge_name(network)], check=False,
+                       capture_output=True)

@@ -28,6 +28,7 @@ from podnet.hookspecs.types import (
     AllocateContext,
     NodeContext,
     PlugContext,
+    PoolEntry,
     ResolvedRequest,
     UnplugContext,
 )
@@ -103,18 +104,31 @@ def test_an_exclusion_added_later_holds_for_new_addresses_and_keeps_held_ones(pl
     assert plugin.cloud.all_addresses()["10.50.0.3"] == "a"  # never taken away
 
 
-def test_a_full_subnet_falls_through_to_the_nodes_next_one_or_the_one_core_names(
-        plugin) -> None:
+def test_an_interface_is_in_one_subnet_and_a_new_one_goes_where_there_is_room(plugin) -> None:
     small = blue(name="small", cidrs=("10.51.0.0/30",), gateways=("10.51.0.1",))
     ready(plugin, small, blue())
     n = node("a", small, blue())
+    # the first interface of a node without a podCIDR goes into its first Subnet
     got = plugin.podnet_pool_grow("reference", n, None, 2, None)
     assert got is not None and [(e.address, e.subnet) for e in got] == [("10.51.0.2", "small")]
-    got = plugin.podnet_pool_grow("reference", n, None, 1, None)
-    assert got is not None and [(e.address, e.subnet) for e in got] == [("10.50.0.2", "blue")]
-    created = plugin.podnet_interface_create("reference", n, "blue", 2)
-    assert created is not None and created.subnet == "blue"
-    assert created.ips == ("10.50.0.3", "10.50.0.4")
+    # and stays there, as an ENI stays in its VPC subnet
+    with pytest.raises(ReferenceCloudError) as info:
+        plugin.podnet_pool_grow("reference", n, None, 1, None)
+    assert info.value.code == "SubnetExhausted"
+    # a new interface: the full Subnet gets none, the next one does
+    created = plugin.podnet_interface_create("reference", n, None, 2)
+    assert created is not None and (created.id, created.subnet) == ("eth1", "blue")
+    assert created.ips == ("10.50.0.2", "10.50.0.3")
+    named = plugin.podnet_interface_create("reference", n, "blue", 1)
+    assert named is not None and (named.subnet, named.ips) == ("blue", ("10.50.0.4",))
+    inv = plugin.podnet_node_inventory("reference", n)
+    assert inv is not None and [(i.id, i.subnet) for i in inv.interfaces] == [
+        ("eth0", "small"), ("eth1", "blue"), ("eth2", "blue")]
+    grown = plugin.podnet_pool_grow("reference", n, inv.interfaces[1], 1, "blue")
+    assert grown is not None and [(e.interface, e.subnet) for e in grown] == [("eth1", "blue")]
+    with pytest.raises(ReferenceCloudError) as info:
+        plugin.cloud.add("a", None, "eth1", 1, subnet="small")
+    assert info.value.code == "Conflict" and "eth1" in str(info.value)
 
 
 def test_a_node_with_no_subnet_grows_from_its_pod_cidr_as_before(plugin) -> None:
@@ -146,7 +160,10 @@ def test_a_pod_network_on_the_subnet_gets_its_prefix_and_gateway(plugin) -> None
     s = blue(cidrs=("10.50.0.0/24",))
     ready(plugin, s)
     n = node("a", s, pod_cidr="10.60.0.0/24")
-    [entry] = plugin.podnet_pool_grow("reference", n, None, 1, None) or []
+    # eth0 is in the podCIDR: the Subnet's addresses come on an interface of its own
+    created = plugin.podnet_interface_create("reference", n, None, 1)
+    assert created is not None and created.subnet == "blue"
+    entry = PoolEntry(created.ips[0], created.id, created.subnet)
     got = plugin.podnet_allocate(AllocateContext(
         pod_network=pending(), node=n, request=ResolvedRequest(entry=entry), subnet=s))
     assert got is not None
@@ -179,7 +196,23 @@ def test_a_static_address_the_subnet_cannot_give_is_refused(plugin, address, wor
             pod_network=pending(), node=node("a", s),
             request=ResolvedRequest(address=address, field="x"), subnet=s))
     assert info.value.code == "Conflict" and words in str(info.value)
-    assert address not in plugin.cloud.describe("a", None, True)["eth0"]
+    assert plugin.cloud.describe("a", None, True) == {"eth0": []}  # nothing half-done
+    assert plugin.cloud.interface_subnets("a") == {}
+
+
+def test_a_static_address_of_the_subnet_goes_on_an_interface_in_it(plugin) -> None:
+    s = blue(cidrs=("10.50.0.0/24",))
+    ready(plugin, s)
+    n = node("a", s, pod_cidr="10.60.0.0/24")
+    ask = AllocateContext(pod_network=pending(), node=n,
+                          request=ResolvedRequest(address="10.50.0.77", field="x"), subnet=s)
+    with pytest.raises(ProviderError) as info:
+        plugin.podnet_allocate(ask)  # eth0 is in the podCIDR: the pool grows first
+    assert info.value.kind is ErrorKind.POOL_EMPTY and "Subnet blue" in str(info.value)
+    plugin.podnet_interface_create("reference", n, "blue", 1)
+    got = plugin.podnet_allocate(ask)
+    assert got is not None and (got.ip, got.interface, got.subnet) == (
+        "10.50.0.77", "eth1", "blue")
 
 
 def test_the_shared_subnets_outlive_the_controller_in_the_state_file(tmp_path) -> None:

@@ -12,9 +12,11 @@ Subnet objects: the reference cloud also keeps shared subnets, as a VPC does. A 
 this provider takes no parameters; ``podnet_subnet_parameters`` puts it into the cloud
 (its block, gateway and excluded addresses), and the pools of the nodes core hands it for
 (``NodeContext.subnets``) grow from that one block: an address is on one node at a time,
-never the gateway, the block's network or broadcast address or an excluded one. A pod
-network on such a Subnet gets its block's prefix and its gateway (the node's bridge holds
-the gateway too).
+never the gateway, the block's network or broadcast address or an excluded one. As an ENI
+is in one VPC subnet, each interface is in one subnet: ``eth0`` in the node's podCIDR (a
+node without one: in the Subnet of its first grow), a new interface in the Subnet core
+names, else the node's first one with free addresses. A pod network on a Subnet gets its
+block's prefix and its gateway (the node's bridge holds the gateway too).
 """
 
 from __future__ import annotations
@@ -29,13 +31,19 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from podnet.hookspecs import hookimpl
-from podnet.hookspecs.errors import ConfigError, ErrorKind, InvalidRequest, ProviderError
+from podnet.hookspecs.errors import (
+    ConfigError,
+    ErrorKind,
+    InvalidRequest,
+    PoolEmpty,
+    ProviderError,
+)
 from podnet.hookspecs.models import NodeInfo, Route
 from podnet.hookspecs.networks import (
     Networks,
@@ -96,6 +104,9 @@ class _Node:
     #: interface id -> addresses on it, in the order they were added
     interfaces: dict[str, list[str]] = attrs.field(factory=dict)
     next_interface: int = 1
+    #: interface id -> the shared subnet it is in (not listed: the node's podCIDR), as an
+    #: ENI is in one VPC subnet
+    bound: dict[str, str] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -129,7 +140,7 @@ class SharedSubnet:
             return True
         return any(lo <= int(ip) <= hi for lo, hi in self._ranges)
 
-    def free(self, used: set[str], count: int) -> list[str]:
+    def free(self, used: Collection[str], count: int) -> list[str]:
         """Up to ``count`` addresses of the block none of ``used`` is, in order."""
         out: list[str] = []
         for host in self.network.hosts():
@@ -183,7 +194,8 @@ class ReferenceCloud:
             data = json.load(f)
         self.nodes = {
             name: _Node(cidr=ipaddress.ip_network(n["cidr"]) if n["cidr"] else None,
-                        interfaces=n["interfaces"], next_interface=n["nextInterface"])
+                        interfaces=n["interfaces"], next_interface=n["nextInterface"],
+                        bound=dict(n.get("bound", {})))
             for name, n in data["nodes"].items()
         }
         self.routes = dict(data["routes"])
@@ -220,7 +232,8 @@ class ReferenceCloud:
             return
         data = {
             "nodes": {name: {"cidr": str(n.cidr) if n.cidr is not None else None,
-                             "interfaces": n.interfaces, "nextInterface": n.next_interface}
+                             "interfaces": n.interfaces, "nextInterface": n.next_interface,
+                             "bound": n.bound}
                       for name, n in self.nodes.items()},
             "routes": self.routes,
             "subnets": {name: {"cidr": v.cidr, "gateway": v.gateway,
@@ -289,18 +302,35 @@ class ReferenceCloud:
                 self.subnets[subnet.name] = subnet
                 self._save_locked()
 
+    def interface_subnets(self, name: str) -> dict[str, str]:
+        """Node ``name``'s interfaces that are in a shared subnet -> its name (part of
+        what Describe answers; the others are in the node's podCIDR)."""
+        with self._txn():
+            node = self.nodes.get(name)
+            return dict(node.bound) if node is not None else {}
+
     def add(self, name: str, cidr: str | None, interface: str, count: int,
             address: str | None = None, subnet: str | None = None) -> list[str]:
         """Attach ``count`` free addresses (or ``address``) to ``interface`` of node
-        ``name``: from its podCIDR, or from shared subnet ``subnet``, where an address is
-        on one node of the cloud at a time."""
+        ``name``, from the subnet the interface is in: the node's podCIDR, or a shared
+        subnet, where an address is on one node of the cloud at a time. ``subnet``: the
+        shared subnet the caller expects it in; the first interface of a node without a
+        podCIDR is put into it."""
         self._call("AddAddresses")
         with self._txn():
             node = self._node(name, cidr, shared=subnet is not None)
             if interface not in node.interfaces:
                 raise ReferenceCloudError("NotFound", f"interface {interface} not on {name}")
-            if subnet is not None:
-                return self._add_shared(node, name, interface, count, address, subnet)
+            bound = node.bound.get(interface)
+            if bound is None and subnet is not None and node.cidr is None \
+                    and not node.interfaces[interface]:
+                bound = subnet  # bound below, once the subnet is known to exist
+            if bound != subnet and subnet is not None:
+                raise ReferenceCloudError("Conflict", f"interface {interface} of {name} is "
+                                          f"in {bound or 'the node podCIDR'}, not subnet "
+                                          f"{subnet}")
+            if bound is not None:
+                return self._add_shared(node, name, interface, count, address, bound)
             used = {ip for ips in node.interfaces.values() for ip in ips}
             if node.cidr is None:
                 raise ProviderError(ErrorKind.FATAL, f"node {name} has no podCIDR",
@@ -338,13 +368,17 @@ class ReferenceCloud:
         usable = max(0, node.cidr.num_addresses - 2)  # network and gateway
         return self.max_interfaces, min(self.ips_per_interface, usable // self.max_interfaces)
 
+    def _owners(self) -> dict[str, str]:
+        """Every attached address -> its node."""
+        return {ip: n for n, node in self.nodes.items()
+                for ips in node.interfaces.values() for ip in ips}
+
     def _add_shared(self, node: _Node, name: str, interface: str, count: int,
                     address: str | None, subnet_name: str) -> list[str]:
         subnet = self.subnets.get(subnet_name)
         if subnet is None:
             raise ReferenceCloudError("NotFound", f"subnet {subnet_name} does not exist")
-        owner = {ip: n for n, other in self.nodes.items()
-                 for ips in other.interfaces.values() for ip in ips}
+        owner = self._owners()
         if address is not None:
             if address in node.interfaces[interface]:
                 return [address]
@@ -353,6 +387,7 @@ class ReferenceCloud:
                                           f"subnet {subnet_name} a pod may have")
             if address in owner:
                 raise ReferenceCloudError("Conflict", f"{address} is on node {owner[address]}")
+            node.bound[interface] = subnet_name
             node.interfaces[interface].append(address)
             self._save_locked()
             return [address]
@@ -360,10 +395,11 @@ class ReferenceCloud:
         room = per - len(node.interfaces[interface])
         if room <= 0:
             raise ReferenceCloudError("QuotaExceeded", f"interface {interface} is full")
-        out = subnet.free(set(owner), min(count, room))
+        out = subnet.free(owner.keys(), min(count, room))
         if not out:
             raise ReferenceCloudError("SubnetExhausted", f"subnet {subnet_name} "
                                       f"({subnet.cidr}) has no address left")
+        node.bound[interface] = subnet_name
         node.interfaces[interface].extend(out)
         self._save_locked()
         return out
@@ -397,9 +433,18 @@ class ReferenceCloud:
             node = self._node(name, cidr, shared=subnet is not None)
             if len(node.interfaces) >= self.max_interfaces:
                 raise ReferenceCloudError("QuotaExceeded", f"{name} has all its interfaces")
+            shared = self.subnets.get(subnet) if subnet is not None else None
+            if subnet is not None and shared is None:
+                raise ReferenceCloudError("NotFound", f"subnet {subnet} does not exist")
+            if shared is not None and count and not shared.free(self._owners().keys(), 1):
+                # as a cloud does: no interface made in a subnet with no address left
+                raise ReferenceCloudError("SubnetExhausted", f"subnet {subnet} "
+                                          f"({shared.cidr}) has no address left")
             itf = f"eth{node.next_interface}"
             node.next_interface += 1
             node.interfaces[itf] = []
+            if subnet is not None:
+                node.bound[itf] = subnet
             self._save_locked()
         return itf, self.add(name, cidr, itf, count, subnet=subnet) if count else []
 
@@ -414,6 +459,7 @@ class ReferenceCloud:
             if node.interfaces[interface]:
                 raise ReferenceCloudError("Conflict", f"{interface} still has addresses")
             del node.interfaces[interface]
+            node.bound.pop(interface, None)
             self._save_locked()
 
     def set_route(self, address: str, key: str) -> None:
@@ -538,7 +584,7 @@ class ReferenceProvider(DataplaneHooks):
                 try:
                     return call(subnet.name), subnet.name
                 except ReferenceCloudError as exc:
-                    if exc.code != "NotFound" or "subnet" not in str(exc):
+                    if exc.code != "NotFound" or f"subnet {subnet.name} " not in str(exc):
                         raise
                     self.cloud.put_subnet(_shared(subnet))
                     return call(subnet.name), subnet.name
@@ -557,11 +603,12 @@ class ReferenceProvider(DataplaneHooks):
         shared = bool(node.subnets)
         interfaces = self.cloud.describe(n.name, n.pod_cidr, shared)
         max_itf, per = self.cloud.capacity(n.name, n.pod_cidr, shared)
-        subnet = n.pod_cidr
+        # each interface is in one subnet: a Subnet's (by its name) or the podCIDR
+        bound = self.cloud.interface_subnets(n.name)
         return Inventory(
             interfaces=tuple(
-                CloudInterface(id=itf, subnet=subnet, primary=itf == "eth0", ips=tuple(ips),
-                               mac=_mac_for(f"{n.name}/{itf}"))
+                CloudInterface(id=itf, subnet=bound.get(itf, n.pod_cidr), primary=itf == "eth0",
+                               ips=tuple(ips), mac=_mac_for(f"{n.name}/{itf}"))
                 for itf, ips in sorted(interfaces.items())
             ),
             max_interfaces=max_itf, ips_per_interface=per,
@@ -582,12 +629,18 @@ class ReferenceProvider(DataplaneHooks):
                          subnet: str | None) -> Sequence[PoolEntry] | None:
         itf = interface.id if interface else "eth0"
         n = node.node
-        if node.subnets:
-            added, where = self._in_shared(node, subnet, lambda name: self.cloud.add(
+        # the interface's own subnet, as on a cloud; the first interface of a node without
+        # a podCIDR goes into one of its Subnets at its first grow
+        bound = self.cloud.interface_subnets(n.name).get(itf)
+        if bound is None and node.subnets and not n.pod_cidr:
+            added, bound = self._in_shared(node, subnet, lambda name: self.cloud.add(
                 n.name, n.pod_cidr, itf, count, subnet=name))
-            return [PoolEntry(ip, itf, where) for ip in added]
-        added = self.cloud.add(n.name, n.pod_cidr, itf, count)
-        return [PoolEntry(ip, itf, n.pod_cidr) for ip in added]
+        elif bound is not None:
+            added, bound = self._in_shared(node, bound, lambda name: self.cloud.add(
+                n.name, n.pod_cidr, itf, count, subnet=name))
+        else:
+            added = self.cloud.add(n.name, n.pod_cidr, itf, count)
+        return [PoolEntry(ip, itf, bound or n.pod_cidr) for ip in added]
 
     @hookimpl
     def podnet_pool_shrink(self, provider: str, node: NodeContext,
@@ -600,6 +653,8 @@ class ReferenceProvider(DataplaneHooks):
         n = node.node
         where = n.pod_cidr
         if node.subnets:
+            # a new interface goes into the Subnet core named, else the node's first with
+            # free addresses
             (itf, ips), where = self._in_shared(node, subnet, lambda name: (
                 self.cloud.create_interface(n.name, n.pod_cidr, ip_count, subnet=name)))
         else:
@@ -651,9 +706,10 @@ class ReferenceProvider(DataplaneHooks):
             assert request.address is not None
             where = subnet.name if subnet is not None and subnet.contains(
                 request.address) else None
-            added = self.cloud.add(node.name, node.pod_cidr, "eth0", 1,
+            itf = self._interface_in(context.node, where)
+            added = self.cloud.add(node.name, node.pod_cidr, itf, 1,
                                    address=request.address, subnet=where)
-            entry = PoolEntry(added[0], "eth0", where or node.pod_cidr)
+            entry = PoolEntry(added[0], itf, where or node.pod_cidr)
         if subnet is None or not subnet.contains(entry.address):
             subnet = self.networks.subnet(entry.subnet or "")
         shared = _shared(subnet) if subnet is not None and subnet.contains(entry.address) \
@@ -677,6 +733,21 @@ class ReferenceProvider(DataplaneHooks):
                           routes=(Route(dst="0.0.0.0/0" if ":" not in gateway else "::/0",
                                         gw=gateway),) if gateway else (),
                           mtu=MTU)
+
+    def _interface_in(self, node: NodeContext, subnet: str | None) -> str:
+        """An interface of the node in ``subnet`` (None: its podCIDR) for a requested
+        address: a first interface not yet in any subnet takes one on a node without a
+        podCIDR."""
+        bound = self.cloud.interface_subnets(node.node.name)
+        if subnet is None:
+            return "eth0"
+        found = next((itf for itf, s in sorted(bound.items()) if s == subnet), None)
+        if found is not None:
+            return found
+        if not node.node.pod_cidr and "eth0" not in bound:
+            return "eth0"
+        raise PoolEmpty(f"no interface of node {node.node.name} in Subnet {subnet}",
+                        subnet=subnet)
 
     @hookimpl
     def podnet_route(self, context: PodNetworkContext) -> RouteResult | None:

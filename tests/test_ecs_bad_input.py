@@ -91,7 +91,6 @@ class TestEcsBadInput(BadInputSuite):
 BAD_SECTIONS = [
     ({"vswitch_policy": "fastest"}, "ecs.vswitch_policy"),
     ({"vswitches": 3}, "ecs.vswitches"),
-    ({"vswitches": []}, "ecs.vswitches"),
     ({"security_groups": []}, "ecs.security_groups"),
     ({"instance_ids": ["i-1"]}, "ecs.instance_ids"),
     ({"eni_cap_ratio": 2}, "ecs.eni_cap_ratio"),

@@ -252,3 +252,23 @@ def test_describe_vswitches_refuses_what_ecs_refuses(client, request_kw, code) -
     with pytest.raises(TeaException) as info:
         client.describe_vswitches(m.DescribeVSwitchesRequest(**kw))
     assert info.value.code == code
+
+
+def test_a_config_without_vswitches_serves_nodes_through_their_subnets_only(sim) -> None:
+    """Since Subnet objects name the vSwitches, the config's ``vswitches`` may be empty
+    (before: refused at start); a node no Subnet takes then gets no ENI, the message
+    naming the key."""
+    p = EcsProvider()
+    p.podnet_configure("ecs", provider_config(sim, vswitches=[]))
+    try:
+        with pytest.raises(ProviderError) as info:
+            p.podnet_interface_create("ecs", node("i-k"), None, 2)
+        assert info.value.field == "providers.ecs.vswitches" and "no Subnet" in str(info.value)
+        assert sim.calls["CreateNetworkInterface"] == 0
+        blue = subnet({"vSwitchIds": {K: ["vsw-k1"]}})
+        made = p.podnet_interface_create("ecs", NodeContext(node=node("i-k").node,
+                                                            subnets=(blue,)), None, 2)
+        assert made is not None and made.subnet == "vsw-k1"
+        assert p.podnet_config_networks("ecs") is None  # nothing to migrate
+    finally:
+        p.close()

@@ -103,8 +103,7 @@ def _instance_ids(ids: dict[str, str]) -> dict[str, str]:
 
 
 def _check_config(cfg: EcsConfig) -> None:
-    if not cfg.vswitches:
-        raise invalid("at least one vSwitch id is required", "vswitches")
+    # ``vswitches`` may be empty: Subnet objects then name the vSwitches
     if not cfg.security_groups:
         raise invalid("at least one security group id is required", "security_groups")
 

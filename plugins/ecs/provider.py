@@ -28,7 +28,8 @@ config key, else the label ``node.kubernetes.io/instance-type``.
 
 Config section (``providers.ecs``): ``endpoint``, ``region``, ``protocol`` (https),
 ``access_key_id`` / ``access_key_secret`` (or the environment's
-``ALIBABA_CLOUD_ACCESS_KEY_ID`` / ``ALIBABA_CLOUD_ACCESS_KEY_SECRET``), ``vswitches`` (list),
+``ALIBABA_CLOUD_ACCESS_KEY_ID`` / ``ALIBABA_CLOUD_ACCESS_KEY_SECRET``), ``vswitches`` (list;
+may be empty when Subnet objects name the vSwitches, plugins/ecs/subnets.py),
 ``vswitch_policy`` (``ordered`` | ``most`` | ``random``), ``security_groups`` (list),
 ``instance_type``, ``instance_ids``, ``eni_cap_ratio`` (1.0), ``eni_cap_shift`` (0),
 ``max_enis`` (0: no cap), ``attach_timeout`` (s), ``poll_interval`` (s), ``timeout`` (s),
@@ -242,6 +243,11 @@ class EcsProvider(EcsCloud, DataplaneHooks):
         """Where a node's new ENIs go: the vSwitches its Subnets list for its zone, when
         core handed any Subnet (``NodeContext.subnets``); else the configured ones."""
         if not node.subnets:
+            if not self.config.vswitches:
+                key = config_key(self.name, "vswitches")
+                raise ProviderError(ErrorKind.FATAL, f"node {node.node.name}: no vSwitch: no "
+                                    f"Subnet of provider {self.name} takes the node and the "
+                                    f"config names none ({key})", field=key)
             return list(self.config.vswitches)
         zone = self.zone_of(node)
         found = zone_vswitches(node.subnets, zone)

@@ -65,6 +65,7 @@ def test_parameters_are_read_back_with_each_subnet_cidr_and_zone(plugin, sim) ->
     assert [(s["id"], s["cidr"], s["zone"]) for s in answer.details["subnets"]] == [
         ("sbn-a1", "10.70.1.0/24", A), ("sbn-b1", "10.70.9.0/24", B)]
     assert answer.details["subnets"][0]["availableIPs"] == 253
+    assert answer.details["cloudSubnets"] == ["sbn-a1", "sbn-b1"]
     assert sim.calls[API_SUBNET] == 2
 
 
@@ -116,6 +117,26 @@ def test_the_pool_grows_in_the_node_subnets_subnets(plugin, sim) -> None:
     got = plugin.podnet_pool_grow("bbc", node(spec_subnets=("sbn-a1",)),
                                   inv.interfaces[0], 1, None)
     assert got is not None and {e.subnet for e in got} == {"sbn-a1"}
+
+
+def test_a_node_in_a_zone_grows_in_its_subnets_of_that_zone(plugin) -> None:
+    both = subnet({"subnetIds": ["sbn-a1", "sbn-b1"]})
+    answer = plugin.podnet_subnet_parameters("bbc", both)
+    assert answer is not None
+    realized = SubnetInfo(name="blue", provider="bbc", cidrs=both.cidrs,
+                          parameters=both.parameters, realized=answer.details)
+
+    def in_zone(zone: str | None, s: SubnetInfo) -> NodeContext:
+        labels = {"topology.kubernetes.io/zone": zone} if zone else {}
+        return NodeContext(node=NodeInfo(name="n1", uid="u1", provider_id="cce://i-1",
+                                         labels=labels), subnets=(s,))
+
+    assert plugin.candidates(in_zone(B, realized)) == ("sbn-b1",)
+    assert plugin.candidates(in_zone(A, realized)) == ("sbn-a1",)
+    assert plugin.candidates(in_zone(None, realized)) == ("sbn-a1", "sbn-b1")
+    with pytest.raises(ProviderError) as info:
+        plugin.candidates(in_zone("cn-bj-z", realized))
+    assert "cn-bj-z" in str(info.value) and "Subnet blue" in str(info.value)
 
 
 def test_the_configured_subnets_become_one_subnet_per_zone(sim) -> None:

@@ -70,6 +70,8 @@ def test_parameters_are_read_back_with_each_vswitch_zone_and_cidr(plugin, sim) -
     assert [(v["id"], v["zone"], v["cidr"]) for v in answer.details["vSwitches"]] == [
         ("vsw-k1", K, "10.40.1.0/24"), ("vsw-k2", K, "10.40.2.0/24"),
         ("vsw-j1", J, "10.40.9.0/24")]
+    # the ids its pool entries and ENIs carry as their subnet
+    assert answer.details["cloudSubnets"] == ["vsw-k1", "vsw-k2", "vsw-j1"]
     assert sim.calls["DescribeVSwitches"] == 1  # one read, every page of it
     assert sim.calls["CreateNetworkInterface"] == 0
 

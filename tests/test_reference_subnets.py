@@ -62,8 +62,8 @@ def ready(p: ReferenceProvider, *subnets: SubnetInfo) -> None:
 
 def test_a_subnet_takes_no_parameters_and_is_put_into_the_cloud(plugin) -> None:
     answer = plugin.podnet_subnet_parameters("reference", blue())
-    assert answer is not None and answer.details == {"cidr": "10.50.0.0/28",
-                                                     "gateway": "10.50.0.1"}
+    assert answer is not None and answer.details == {
+        "cidr": "10.50.0.0/28", "gateway": "10.50.0.1", "cloudSubnets": ["blue"]}
     assert "blue" in plugin.cloud.subnets and plugin.cloud.calls["PutSubnet"] == 1
     with pytest.raises(InvalidRequest) as info:
         plugin.podnet_subnet_parameters("reference", blue(name="red", parameters={"x": 1}))

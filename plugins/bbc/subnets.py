@@ -11,8 +11,9 @@ A Subnet of the ``bbc`` provider names its VPC subnets::
 ``subnetIds`` is required and the only key. Each subnet must exist (the VPC subnet API,
 ``GET /v1/subnet/{id}``, read when the Subnet changes) and have its CIDR inside the
 Subnet's IPv4 block. A node's pool grows in the subnets of the Subnets core hands it
-(``NodeContext.subnets``), else, as before, in its record's ``spec.subnets`` or the
-config's ``subnets``.
+(``NodeContext.subnets``; those of another zone than the node's
+``topology.kubernetes.io/zone`` left out), else, as before, in its record's
+``spec.subnets`` or the config's ``subnets``.
 
 The config file's ``subnets`` become one Subnet per zone (the migration): named
 ``<provider>-<zone>``, its block the smallest CIDR holding that zone's subnets, each the
@@ -38,6 +39,9 @@ from podnet.hookspecs.types import NodeContext
 log = logging.getLogger(__name__)
 
 SUBNET_IDS = "subnetIds"
+#: the realization's list of the cloud subnets whose addresses are the Subnet's: what its
+#: pool entries name as their ``subnet``
+CLOUD_SUBNETS = "cloudSubnets"
 FIELD = "spec.parameters"
 #: a VPC subnet id as BCE writes it
 SUBNET_ID = re.compile(r"^sbn-[a-z0-9][a-z0-9-]{0,127}$")
@@ -153,7 +157,7 @@ class BbcSubnets:
             found.append({"id": sid, "zone": info.zone, "cidr": str(cidr),
                           "availableIPs": info.available})
         n = len(found)
-        return SubnetRealization(details={"subnets": found},
+        return SubnetRealization(details={"subnets": found, CLOUD_SUBNETS: list(ids)},
                                  summary=f"{n} subnet{'' if n == 1 else 's'}")
 
     @hookimpl
@@ -180,12 +184,30 @@ class BbcSubnets:
                         "from it", config_key(provider, "subnets"), ", ".join(missing))
         return config_networks(provider, found) if found else None
 
+    def _zone_subnets(self, node: NodeContext) -> list[str]:
+        """The node's Subnets' VPC subnets, less those their realization says are in
+        another zone than the node's ``topology.kubernetes.io/zone`` (when it has one)."""
+        zone = node.node.labels.get(ZONE_LABEL)
+        elsewhere: set[str] = set()
+        for subnet in node.subnets if zone else ():
+            found = subnet.realized.get("subnets") if isinstance(subnet.realized,
+                                                                  Mapping) else None
+            for s in found if isinstance(found, list) else ():
+                if isinstance(s, Mapping) and s.get("zone") and s.get("zone") != zone:
+                    elsewhere.add(str(s.get("id")))
+        ids = [s for s in node_subnet_ids(node.subnets) if s not in elsewhere]
+        if not ids:
+            names = ", ".join(s.name for s in node.subnets)
+            raise ProviderError(ErrorKind.FATAL, f"node {node.node.name}: Subnet {names} "
+                                f"lists no subnet of its zone {zone}", subject=zone)
+        return ids
+
     def candidates(self, node: NodeContext) -> tuple[str, ...]:
         """Where a node's pool grows: the VPC subnets of the Subnets core handed for it
         (``NodeContext.subnets``), else its record's ``spec.subnets``, else the configured
         ``subnets``."""
         if node.subnets:
-            return tuple(node_subnet_ids(node.subnets))
+            return tuple(self._zone_subnets(node))
         if node.network is not None and node.network.spec.subnets:
             return tuple(node.network.spec.subnets)
         return self.subnets

@@ -37,6 +37,9 @@ from podnet.plugins.ecs.cloud import VSwitch
 from podnet.plugins.ecs.config import ZONE_LABEL
 
 VSWITCH_IDS = "vSwitchIds"
+#: the realization's list of the cloud subnets (vSwitches) whose addresses are the
+#: Subnet's: what its pool entries and interfaces name as their ``subnet``
+CLOUD_SUBNETS = "cloudSubnets"
 FIELD = "spec.parameters"
 #: a vSwitch id as ECS writes it (``vsw-`` and lower-case letters, digits, dashes)
 VSWITCH_ID = re.compile(r"^vsw-[a-z0-9][a-z0-9-]{0,127}$")
@@ -113,7 +116,7 @@ def realize(subnet: SubnetInfo, wanted: Mapping[str, Sequence[str]],
             found.append({"id": vid, "zone": zone, "cidr": str(v.cidr),
                           "availableIPs": v.free})
     n = len(found)
-    return SubnetRealization(details={"vSwitches": found},
+    return SubnetRealization(details={"vSwitches": found, CLOUD_SUBNETS: [v["id"] for v in found]},
                              summary=f"{n} vSwitch{'' if n == 1 else 'es'}")
 
 

@@ -566,7 +566,9 @@ class ReferenceProvider(DataplaneHooks):
                                  f"parameter {key!r}: the {self.name} provider takes none")
         shared = _shared(subnet)
         self.cloud.put_subnet(shared)
-        return SubnetRealization(details={"cidr": shared.cidr, "gateway": shared.gateway},
+        # the cloud subnet is the Subnet itself: its pool entries name it (cloudSubnets)
+        return SubnetRealization(details={"cidr": shared.cidr, "gateway": shared.gateway,
+                                          "cloudSubnets": [subnet.name]},
                                  summary=f"shared subnet {shared.cidr}")
 
     @hookimpl

@@ -199,3 +199,24 @@ def test_get_subnet_of_an_unknown_id_is_no_such_object(vpc) -> None:
         vpc.get_subnet("sbn-nope")
     assert info.value.last_error.code == "NoSuchObject"
     assert info.value.last_error.status_code == 404
+
+
+def test_a_pool_entry_outside_the_pod_networks_subnet_is_handed_back_to_wait(plugin,
+                                                                              sim) -> None:
+    from podnet.hookspecs.models import PodNetwork, PodNetworkSpec
+    from podnet.hookspecs.types import AllocateContext, PoolEntry, ResolvedRequest
+
+    blue = subnet({"subnetIds": ["sbn-a2"]})
+    pn = PodNetwork(metadata=ObjectMeta(name="web-default", namespace="default"),
+                    spec=PodNetworkSpec(pod_name="web", pod_uid="u", node_name="n1",
+                                        provider="bbc"))
+    outside = PoolEntry("10.64.0.9", "eni-x", "sbn-primary")
+    with pytest.raises(ProviderError) as info:
+        plugin.podnet_allocate(AllocateContext(pod_network=pn, node=node(blue), subnet=blue,
+                                               request=ResolvedRequest(entry=outside)))
+    assert info.value.kind is ErrorKind.POOL_EMPTY and info.value.subject == "sbn-a2"
+    with pytest.raises(InvalidRequest):
+        plugin.podnet_allocate(AllocateContext(
+            pod_network=pn, node=node(blue), subnet=blue,
+            request=ResolvedRequest(address="10.64.0.9", field="metadata.annotations[x]")))
+    assert sim.calls["batchAddIp"] == 0

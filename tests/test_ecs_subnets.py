@@ -274,3 +274,26 @@ def test_a_config_without_vswitches_serves_nodes_through_their_subnets_only(sim)
         assert p.podnet_config_networks("ecs") is None  # nothing to migrate
     finally:
         p.close()
+
+
+def test_a_pool_entry_outside_the_pod_networks_subnet_is_handed_back_to_wait(plugin,
+                                                                              sim) -> None:
+    from podnet.hookspecs.models import ObjectMeta, PodNetwork, PodNetworkSpec
+    from podnet.hookspecs.types import AllocateContext, PoolEntry, ResolvedRequest
+
+    blue = subnet({"vSwitchIds": {K: ["vsw-k2"], J: ["vsw-j1"]}})
+    n = NodeContext(node=node("i-k").node, subnets=(blue,))
+    pn = PodNetwork(metadata=ObjectMeta(name="web-default", namespace="default"),
+                    spec=PodNetworkSpec(pod_name="web", pod_uid="u", node_name="n-i-k",
+                                        provider="ecs"))
+    outside = PoolEntry("10.0.0.9", "eni-x", "vsw-conf")
+    with pytest.raises(ProviderError) as info:
+        plugin.podnet_allocate(AllocateContext(pod_network=pn, node=n, subnet=blue,
+                                               request=ResolvedRequest(entry=outside)))
+    # it waits for an address of the Subnet's vSwitch in the node's zone
+    assert info.value.kind is ErrorKind.POOL_EMPTY and info.value.subject == "vsw-k2"
+    with pytest.raises(InvalidRequest):
+        plugin.podnet_allocate(AllocateContext(
+            pod_network=pn, node=n, subnet=blue,
+            request=ResolvedRequest(address="10.0.0.9", field="metadata.annotations[x]")))
+    assert sim.calls["AssignPrivateIpAddresses"] == 0

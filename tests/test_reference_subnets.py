@@ -307,3 +307,25 @@ def test_two_pods_on_a_subnet_given_at_run_time_ping_each_other(host) -> None:
             plugin.podnet_unplug(ctx)
         subprocess.run(["ip", "link", "del", bridge_name(network)], check=False,
                        capture_output=True)
+
+
+def test_a_pool_entry_outside_the_pod_networks_subnet_is_handed_back_to_wait(plugin) -> None:
+    """Core reserved an entry of the podCIDR for a pod network on Subnet blue: not taken;
+    the pod network waits for an address of blue (PoolEmpty naming it), which the pool
+    then grows; a requested address outside blue is refused."""
+    s = blue(cidrs=("10.50.0.0/24",))
+    ready(plugin, s)
+    n = node("a", s, pod_cidr="10.60.0.0/24")
+    [outside] = plugin.podnet_pool_grow("reference", node("a", pod_cidr="10.60.0.0/24"),
+                                        None, 1, None) or []
+    with pytest.raises(ProviderError) as info:
+        plugin.podnet_allocate(AllocateContext(
+            pod_network=pending(), node=n, request=ResolvedRequest(entry=outside), subnet=s))
+    assert info.value.kind is ErrorKind.POOL_EMPTY and info.value.subject == "blue"
+    with pytest.raises(InvalidRequest) as refused:
+        plugin.podnet_allocate(AllocateContext(
+            pod_network=pending(), node=n,
+            request=ResolvedRequest(address="10.60.0.9", field="metadata.annotations[x]"),
+            subnet=s))
+    assert refused.value.field == "metadata.annotations[x]" and "Subnet blue" in str(
+        refused.value)

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from podnet.hookspecs.errors import ErrorKind, InvalidRequest, ProviderError
+from podnet.hookspecs.errors import ErrorKind, InvalidRequest, PoolEmpty, ProviderError
 from podnet.hookspecs.networks import Networks, SelectorTerm, SubnetInfo, SubnetRealization
+from podnet.hookspecs.types import AllocateContext
 from podnet.plugins.ecs.cloud import VSwitch
 from podnet.plugins.ecs.config import ZONE_LABEL
 
@@ -187,3 +188,20 @@ def _name(text: str) -> str:
     """An object name (DNS-1123 subdomain) from ``text``."""
     name = re.sub(r"[^a-z0-9.-]+", "-", text.lower()).strip("-.")
     return name[:253] or "ecs"
+
+
+def check_in_subnet(context: AllocateContext, wait_in: Callable[[], str | None]) -> None:
+    """A pod network on a Subnet (``context.subnet``) gets an address of its block only:
+    a pool entry core reserved outside it is handed back, the pod network waiting for one
+    in the Subnet's cloud subnet (``wait_in()``, which the pool then grows); a requested
+    address outside it is refused."""
+    subnet, request = context.subnet, context.request
+    if subnet is None or request is None:
+        return
+    if request.entry is not None and not subnet.contains(request.entry.address):
+        raise PoolEmpty(f"{request.entry.address} is not in {subnet.describe()}, the pod "
+                        "network's Subnet: waiting for an address of it", subnet=wait_in())
+    if request.entry is None and request.address is not None \
+            and not subnet.contains(request.address):
+        raise request.refuse(f"{request.address} is not in {subnet.describe()}, the pod "
+                             "network's Subnet")

@@ -220,3 +220,13 @@ def test_a_pool_entry_outside_the_pod_networks_subnet_is_handed_back_to_wait(plu
             pod_network=pn, node=node(blue), subnet=blue,
             request=ResolvedRequest(address="10.64.0.9", field="metadata.annotations[x]")))
     assert sim.calls["batchAddIp"] == 0
+
+
+def test_a_subnet_object_named_for_growth_stands_for_its_subnets(plugin, sim) -> None:
+    blue = subnet({"subnetIds": ["sbn-a2"]})
+    inv = plugin.podnet_node_inventory("bbc", node(blue))
+    assert inv is not None
+    got = plugin.podnet_pool_grow("bbc", node(blue), inv.interfaces[0], 2, "blue")
+    assert got is not None and {e.subnet for e in got} == {"sbn-a2"}
+    got = plugin.podnet_pool_grow("bbc", node(blue), inv.interfaces[0], 1, "sbn-a1")
+    assert got is not None and {e.subnet for e in got} == {"sbn-a1"}

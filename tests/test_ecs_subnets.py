@@ -297,3 +297,14 @@ def test_a_pool_entry_outside_the_pod_networks_subnet_is_handed_back_to_wait(plu
             pod_network=pn, node=n, subnet=blue,
             request=ResolvedRequest(address="10.0.0.9", field="metadata.annotations[x]")))
     assert sim.calls["AssignPrivateIpAddresses"] == 0
+
+
+def test_a_subnet_object_named_for_a_new_eni_stands_for_its_vswitches(plugin, sim) -> None:
+    blue = subnet({"vSwitchIds": {K: ["vsw-k2"], J: ["vsw-j1"]}})
+    made = plugin.podnet_interface_create("ecs", NodeContext(node=node("i-k").node,
+                                                             subnets=(blue,)), "blue", 1)
+    assert made is not None and made.subnet == "vsw-k2"
+    # a vSwitch named: that one, as before
+    made = plugin.podnet_interface_create("ecs", NodeContext(node=node("i-k").node,
+                                                             subnets=(blue,)), "vsw-k1", 1)
+    assert made is not None and made.subnet == "vsw-k1"

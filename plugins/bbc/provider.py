@@ -604,7 +604,7 @@ class BbcProvider(BbcSubnets, DataplaneHooks):
         state = self._state(instance)
         port = self._port(instance)
         count = max(1, min(count, self.max_ips))
-        subnets = [subnet] if subnet else list(self.candidates(node))
+        subnets = self.subnets_named(node, subnet) if subnet else list(self.candidates(node))
         try:
             if not subnets:
                 if state.suspect:

@@ -202,6 +202,15 @@ class BbcSubnets:
                                 f"lists no subnet of its zone {zone}", subject=zone)
         return ids
 
+    def subnets_named(self, node: NodeContext, subnet: str) -> list[str]:
+        """The VPC subnets core named: ``subnet`` itself, or, when it names one of the
+        node's Subnet objects, that Subnet's subnets (of the node's zone)."""
+        named = tuple(s for s in node.subnets if s.name == subnet)
+        if not named:
+            return [subnet]
+        return self._zone_subnets(NodeContext(node=node.node, network=node.network,
+                                              inventory=node.inventory, subnets=named))
+
     def candidates(self, node: NodeContext) -> tuple[str, ...]:
         """Where a node's pool grows: the VPC subnets of the Subnets core handed for it
         (``NodeContext.subnets``), else its record's ``spec.subnets``, else the configured

@@ -385,8 +385,8 @@ class EcsCloud:
 
     def choose_vswitch(self, wanted: str | None, count: int,
                        candidates: Sequence[str] = ()) -> str:
-        """The vSwitch of a new ENI, by the configured policy, among ``candidates`` (the
-        configured ones when none are given) with room."""
+        """The vSwitch of a new ENI: ``wanted``, else by the configured policy among
+        ``candidates`` (the configured ones when none are given) with room."""
         candidates = [wanted] if wanted else list(candidates or self.config.vswitches)
         seen = self._vswitches()
         ready = [(v, seen[v].free) for v in candidates if v in seen and seen[v].free >= count + 1]

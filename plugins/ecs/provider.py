@@ -245,6 +245,16 @@ class EcsProvider(EcsCloud, DataplaneHooks):
         found = [cloud[v] for v in self.config.vswitches if v in cloud]
         return config_networks(provider, found) if found else None
 
+    def where_to_grow(self, node: NodeContext, subnet: str | None
+                      ) -> tuple[str | None, list[str]]:
+        """A vSwitch core named (``subnet``), or none and the node's candidates: a
+        ``subnet`` that names one of the node's Subnet objects stands for its vSwitches
+        of the node's zone."""
+        named = [s for s in node.subnets if s.name == subnet]
+        if named:
+            return None, self.node_vswitches(attrs.evolve(node, subnets=tuple(named)))
+        return subnet, self.node_vswitches(node) if subnet is None else []
+
     def node_vswitches(self, node: NodeContext) -> list[str]:
         """Where a node's new ENIs go: the vSwitches its Subnets list for its zone, when
         core handed any Subnet (``NodeContext.subnets``); else the configured ones."""
@@ -466,7 +476,8 @@ class EcsProvider(EcsCloud, DataplaneHooks):
         limits = self.limits(node)
         count = max(0, min(ip_count, self.ips_per_eni(limits)))
         dual = self.config.dual
-        vswitch = self.choose_vswitch(subnet, count, self.node_vswitches(node))
+        wanted, candidates = self.where_to_grow(node, subnet)
+        vswitch = self.choose_vswitch(wanted, count, candidates)
         body = self._call("CreateNetworkInterface", m.CreateNetworkInterfaceRequest(
             region_id=self.config.region, v_switch_id=vswitch,
             security_group_ids=list(self.config.security_groups),

@@ -329,3 +329,98 @@ def test_a_pool_entry_outside_the_pod_networks_subnet_is_handed_back_to_wait(plu
             subnet=s))
     assert refused.value.field == "metadata.annotations[x]" and "Subnet blue" in str(
         refused.value)
+
+
+# --- a property: never an address twice, never one a pod may not have -----------------
+
+
+def test_a_shared_subnet_never_hands_an_address_twice_or_one_excluded() -> None:
+    """Random grows, new interfaces, requested addresses, give-backs and exclusion
+    changes on four nodes sharing one small Subnet (``$PODNET_CHAOS_EXAMPLES`` histories,
+    50 by default): every address is on one node at most, and every address handed out
+    was, when handed out, inside the block and neither its gateway, network, broadcast
+    nor excluded."""
+    import os
+
+    from hypothesis import HealthCheck, settings
+    from hypothesis import strategies as st
+    from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+    block = ipaddress.ip_network("10.53.0.0/27")
+    hosts = [str(h) for h in block.hosts()]
+
+    class SharedSubnetMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.plugin = ReferenceProvider(ReferenceCloud(max_interfaces=2,
+                                                           ips_per_interface=8))
+            self.subnet = blue(cidrs=(str(block),), gateways=("10.53.0.30",))
+            ready(self.plugin, self.subnet)
+
+        def node(self, i: int) -> NodeContext:
+            return node(f"n{i}", self.subnet)
+
+        def check(self, addresses: list[str]) -> None:
+            for a in addresses:
+                assert a in hosts and a != "10.53.0.30", a
+                assert not self.subnet.excludes(a), (a, self.subnet.excluded)
+
+        @rule(i=st.integers(0, 3), count=st.integers(1, 6), new=st.booleans())
+        def grow(self, i: int, count: int, new: bool) -> None:
+            try:
+                if new:
+                    made = self.plugin.podnet_interface_create("reference", self.node(i),
+                                                               None, count)
+                    self.check(list(made.ips) if made else [])
+                else:
+                    got = self.plugin.podnet_pool_grow("reference", self.node(i), None,
+                                                       count, None) or []
+                    self.check([e.address for e in got])
+            except ReferenceCloudError as exc:
+                assert exc.code in ("SubnetExhausted", "QuotaExceeded"), exc
+
+        @rule(i=st.integers(0, 3), k=st.integers(0, 29))
+        def request(self, i: int, k: int) -> None:
+            address = hosts[k]
+            ask = AllocateContext(pod_network=pending(), node=self.node(i), subnet=self.subnet,
+                                  request=ResolvedRequest(address=address, field="x"))
+            try:
+                got = self.plugin.podnet_allocate(ask)
+            except (ReferenceCloudError, ProviderError):
+                return  # refused (taken, excluded, the gateway) or no interface in it yet
+            assert got is not None
+            self.check([got.ip])
+
+        @rule(i=st.integers(0, 3), data=st.data())
+        def give_back(self, i: int, data: st.DataObject) -> None:
+            held = plugin_addresses(self.plugin, f"n{i}")
+            if held:
+                gone = data.draw(st.lists(st.sampled_from(held), unique=True))
+                self.plugin.podnet_pool_shrink("reference", self.node(i),
+                                               [PoolEntry(a) for a in gone])
+
+        @rule(lo=st.integers(0, 28), width=st.integers(0, 5))
+        def exclude(self, lo: int, width: int) -> None:
+            hi = min(lo + width, 28)
+            self.subnet = blue(cidrs=(str(block),), gateways=("10.53.0.30",),
+                               excluded=(f"{hosts[lo]}..{hosts[hi]}",))
+            ready(self.plugin, self.subnet)
+
+        @invariant()
+        def one_node_each(self) -> None:
+            seen: dict[str, str] = {}
+            for name, n in self.plugin.cloud.nodes.items():
+                for ips in n.interfaces.values():
+                    for a in ips:
+                        assert a not in seen, f"{a} on {seen[a]} and {name}"
+                        seen[a] = name
+
+    def plugin_addresses(p: ReferenceProvider, name: str) -> list[str]:
+        n = p.cloud.nodes.get(name)
+        return sorted(a for ips in (n.interfaces.values() if n else ()) for a in ips)
+
+    SharedSubnetMachine.TestCase.settings = settings(
+        max_examples=int(os.environ.get("PODNET_CHAOS_EXAMPLES", "50")),
+        stateful_step_count=30, deadline=None,
+        suppress_health_check=[HealthCheck.too_slow])
+    SharedSubnetMachine.TestCase().runTest()

@@ -326,11 +326,12 @@ class ReferenceCloud:
             raise ReferenceCloudError("NotFound", f"subnet {subnet_name} does not exist")
         owner = self._owners()
         if address is not None:
-            if address in node.interfaces[interface]:
-                return [address]
+            # excluded since it was attached, too: a pod may not ask for it now
             if subnet.never(address):
                 raise ReferenceCloudError("Conflict", f"{address} is not an address of "
                                           f"subnet {subnet_name} a pod may have")
+            if address in node.interfaces[interface]:
+                return [address]
             if address in owner:
                 raise ReferenceCloudError("Conflict", f"{address} is on node {owner[address]}")
             node.bound[interface] = subnet_name

@@ -219,6 +219,13 @@ def test_a_pool_entry_outside_the_pod_networks_subnet_is_handed_back_to_wait(plu
         plugin.podnet_allocate(AllocateContext(
             pod_network=pn, node=node(blue), subnet=blue,
             request=ResolvedRequest(address="10.64.0.9", field="metadata.annotations[x]")))
+    fenced = SubnetInfo(name="blue", provider="bbc", cidrs=blue.cidrs, gateways=("10.70.0.1",),
+                        excluded=("10.70.2.5..10.70.2.9",), parameters=blue.parameters)
+    for address in ("10.70.2.7", "10.70.0.1"):
+        with pytest.raises(InvalidRequest, match="excluded from Subnet blue"):
+            plugin.podnet_allocate(AllocateContext(
+                pod_network=pn, node=node(fenced), subnet=fenced,
+                request=ResolvedRequest(address=address, field="metadata.annotations[x]")))
     assert sim.calls["batchAddIp"] == 0
 
 

@@ -296,6 +296,15 @@ def test_a_pool_entry_outside_the_pod_networks_subnet_is_handed_back_to_wait(plu
         plugin.podnet_allocate(AllocateContext(
             pod_network=pn, node=n, subnet=blue,
             request=ResolvedRequest(address="10.0.0.9", field="metadata.annotations[x]")))
+    # inside the block but excluded, or its gateway: refused too
+    fenced = SubnetInfo(name="blue", provider="ecs", cidrs=blue.cidrs, gateways=("10.40.0.1",),
+                        excluded=("10.40.2.5..10.40.2.9",), parameters=blue.parameters)
+    for address in ("10.40.2.7", "10.40.0.1"):
+        with pytest.raises(InvalidRequest, match="excluded from Subnet blue") as info:
+            plugin.podnet_allocate(AllocateContext(
+                pod_network=pn, node=n, subnet=fenced,
+                request=ResolvedRequest(address=address, field="metadata.annotations[x]")))
+        assert info.value.field == "metadata.annotations[x]"
     assert sim.calls["AssignPrivateIpAddresses"] == 0
 
 

@@ -182,22 +182,31 @@ def test_a_pod_network_on_the_subnet_gets_its_prefix_and_gateway(plugin) -> None
         ("10.60.0.0/24", "10.60.0.0/24", "10.60.0.1"), ("blue", "10.50.0.0/24", "10.50.0.1")]
 
 
-@pytest.mark.parametrize(("address", "words"), [
-    ("10.50.0.1", "not an address of subnet blue"),      # the gateway
-    ("10.50.0.7", "not an address of subnet blue"),      # excluded
-    ("10.50.0.3", "is on node b"),                        # another node's
+@pytest.mark.parametrize(("address", "error", "words"), [
+    ("10.50.0.1", InvalidRequest, "excluded from Subnet blue"),   # the gateway
+    ("10.50.0.7", InvalidRequest, "excluded from Subnet blue"),   # excluded
+    ("10.50.0.3", ReferenceCloudError, "is on node b"),           # another node's
 ])
-def test_a_static_address_the_subnet_cannot_give_is_refused(plugin, address, words) -> None:
+def test_a_static_address_the_subnet_cannot_give_is_refused(plugin, address, error,
+                                                            words) -> None:
     s = blue(excluded=("10.50.0.7",))
     ready(plugin, s)
     plugin.podnet_pool_grow("reference", node("b", s), None, 2, None)
-    with pytest.raises(ReferenceCloudError) as info:
+    with pytest.raises(error) as info:
         plugin.podnet_allocate(AllocateContext(
             pod_network=pending(), node=node("a", s),
             request=ResolvedRequest(address=address, field="x"), subnet=s))
-    assert info.value.code == "Conflict" and words in str(info.value)
+    assert words in str(info.value)
+    if error is InvalidRequest:
+        assert info.value.field == "x"
+    else:
+        assert info.value.code == "Conflict"
     assert plugin.cloud.describe("a", None, True) == {"eth0": []}  # nothing half-done
     assert plugin.cloud.interface_subnets("a") == {}
+    # the cloud refuses them too, whoever asks
+    for refused in ("10.50.0.1", "10.50.0.7"):
+        with pytest.raises(ReferenceCloudError, match="not an address of subnet blue"):
+            plugin.cloud.add("a", None, "eth0", 1, address=refused, subnet="blue")
 
 
 def test_a_static_address_of_the_subnet_goes_on_an_interface_in_it(plugin) -> None:

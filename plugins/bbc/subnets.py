@@ -271,14 +271,17 @@ def check_in_subnet(context: AllocateContext, wait_in: Callable[[], str | None])
     """A pod network on a Subnet (``context.subnet``) gets an address of its block only:
     a pool entry core reserved outside it is handed back, the pod network waiting for one
     in the Subnet's cloud subnet (``wait_in()``, which the pool then grows); a requested
-    address outside it is refused."""
+    address outside it, excluded from it or its gateway is refused."""
     subnet, request = context.subnet, context.request
     if subnet is None or request is None:
         return
     if request.entry is not None and not subnet.contains(request.entry.address):
         raise PoolEmpty(f"{request.entry.address} is not in {subnet.describe()}, the pod "
                         "network's Subnet: waiting for an address of it", subnet=wait_in())
-    if request.entry is None and request.address is not None \
-            and not subnet.contains(request.address):
-        raise request.refuse(f"{request.address} is not in {subnet.describe()}, the pod "
-                             "network's Subnet")
+    address = request.address if request.entry is None else None
+    if address is not None and not subnet.contains(address):
+        raise request.refuse(f"{address} is not in {subnet.describe()}, the pod network's "
+                             "Subnet")
+    if address is not None and (subnet.excludes(address) or address in subnet.gateways):
+        raise request.refuse(f"{address} is excluded from {subnet.describe()} (its "
+                             "excludeIPs or gateway)")

@@ -293,6 +293,10 @@ class ReferenceProvider(DataplaneHooks):
             if request.address is not None and not subnet.contains(request.address):
                 raise request.refuse(f"{request.address} is not in {subnet.describe()}, "
                                      "the pod network's Subnet")
+            if request.address is not None and (subnet.excludes(request.address)
+                                                or request.address in subnet.gateways):
+                raise request.refuse(f"{request.address} is excluded from "
+                                     f"{subnet.describe()} (its excludeIPs or gateway)")
         if request.entry is not None:
             entry = request.entry
         else:

@@ -30,6 +30,8 @@ from podnet.core.cluster.port import NODE, NODE_NETWORK, POD, POD_NETWORK, NotFo
 from podnet.core.config import parse_config
 from podnet.core.errors import ConfigError
 from podnet.hookspecs import hookimpl
+from podnet.hookspecs.errors import InvalidRequest
+from podnet.hookspecs.networks import SubnetInfo
 from podnet.hookspecs.types import CloudInterface, Inventory, PoolEntry
 from podnet.testing.harness import World
 
@@ -61,6 +63,37 @@ class BadConfig:
     id: str
     config: Mapping[str, Any]
     key: str
+
+
+@attrs.frozen
+class BadSubnet:
+    """A Subnet whose provider parameters (``spec.parameters``) the provider must refuse
+    through ``podnet_subnet_parameters``: ``field`` is what the refusal names (core puts
+    it on the Subnet's Ready condition and Warning Event)."""
+
+    id: str
+    parameters: Any
+    field: str
+    #: the Subnet's ``cidrBlock``
+    cidr: str = "10.40.0.0/16"
+
+    def subnet(self, provider: str) -> SubnetInfo:
+        return SubnetInfo(name=f"bad-{self.id}", provider=provider, cidrs=(self.cidr,),
+                          parameters=self.parameters)
+
+
+def refuse_subnet(hook: Callable[[str, SubnetInfo], object], provider: str,
+                  case: BadSubnet) -> InvalidRequest:
+    """Call ``hook`` (a provider's ``podnet_subnet_parameters``) with ``case``'s Subnet:
+    it must raise :class:`InvalidRequest` naming the field and the Subnet, in one line."""
+    subnet = case.subnet(provider)
+    with pytest.raises(InvalidRequest) as info:
+        hook(provider, subnet)
+    error = info.value
+    assert error.field == case.field, f"{case.id}: the refusal names {error.field!r}"
+    message = str(error)
+    assert f"Subnet {subnet.name}" in message and "\n" not in message, message
+    return error
 
 
 # --- builders -------------------------------------------------------------------------

@@ -10,6 +10,9 @@ import pytest
 
 from podnet.app.demo import node_obj
 from podnet.core.cluster.port import NODE, NODE_NETWORK, POD, POD_NETWORK
+from podnet.hookspecs.models import NodeInfo
+from podnet.hookspecs.networks import Networks, SubnetInfo
+from podnet.hookspecs.types import NodeContext
 from podnet.plugins.bbc.demo import (
     PRIMARY_SUBNET,
     provider_for,
@@ -17,15 +20,17 @@ from podnet.plugins.bbc.demo import (
     start_simulator,
 )
 from podnet.plugins.bbc.provider import BbcProvider
-from podnet.plugins.bbc.sim import API_PORT, BbcSimulator
+from podnet.plugins.bbc.sim import API_PORT, WRITE_APIS, BbcSimulator
 from podnet.testing.badinput import (
     ANN,
     UNKNOWN_INSTANCE_NODE,
     BadConfig,
     BadInput,
     BadInputSuite,
+    BadSubnet,
     Target,
     bad_annotation,
+    refuse_subnet,
     unknown_instance,
 )
 from podnet.testing.harness import World
@@ -167,3 +172,59 @@ def test_missing_credentials_name_the_key(monkeypatch: pytest.MonkeyPatch) -> No
     with pytest.raises(ConfigError) as info:
         BbcProvider().podnet_configure(provider="bbc", config={"endpoint": "127.0.0.1:1"})
     assert "accessKeyId" in str(info.value)
+
+
+# --- Subnet objects: spec.parameters (podnet_subnet_parameters) ------------------------
+
+IDS = "spec.parameters.subnetIds"
+BAD_SUBNETS = [
+    BadSubnet("not-a-map", ["sbn-a1"], "spec.parameters"),
+    BadSubnet("unknown-key", {"subnetIds": ["sbn-a1"], "zone": "cn-bj-a"},
+              "spec.parameters.zone"),
+    BadSubnet("key-misspelt", {"subnetIDs": ["sbn-a1"]}, "spec.parameters.subnetIDs"),
+    BadSubnet("ecs-key", {"vSwitchIds": {"cn-bj-a": ["vsw-1"]}}, "spec.parameters.vSwitchIds"),
+    BadSubnet("missing", {}, IDS),
+    BadSubnet("null", {"subnetIds": None}, IDS),
+    BadSubnet("a-map", {"subnetIds": {"cn-bj-a": ["sbn-a1"]}}, IDS),
+    BadSubnet("a-string", {"subnetIds": "sbn-a1"}, IDS),
+    BadSubnet("empty-list", {"subnetIds": []}, IDS),
+    BadSubnet("id-a-number", {"subnetIds": [7]}, f"{IDS}[0]"),
+    BadSubnet("id-null", {"subnetIds": ["sbn-a1", None]}, f"{IDS}[1]"),
+    BadSubnet("id-not-a-subnet", {"subnetIds": ["vsw-a1"]}, f"{IDS}[0]"),
+    BadSubnet("id-empty", {"subnetIds": [""]}, f"{IDS}[0]"),
+    BadSubnet("id-upper-case", {"subnetIds": ["SBN-A1"]}, f"{IDS}[0]"),
+    BadSubnet("id-twice", {"subnetIds": ["sbn-a1", "sbn-a1"]}, f"{IDS}[1]"),
+    BadSubnet("subnet-missing", {"subnetIds": ["sbn-a1", "sbn-nope"]}, f"{IDS}[1]"),
+    BadSubnet("cidr-outside", {"subnetIds": ["sbn-far"]}, f"{IDS}[0]"),
+    BadSubnet("cidr-wider-than-block", {"subnetIds": ["sbn-a1"]}, f"{IDS}[0]",
+              cidr="10.40.1.0/25"),
+    BadSubnet("block-ipv6-only", {"subnetIds": ["sbn-a1"]}, f"{IDS}[0]", cidr="fd00:40::/64"),
+]
+
+
+@pytest.fixture(scope="module")
+def subnet_world() -> Iterator[tuple[BbcSimulator, BbcProvider]]:
+    sim = BbcSimulator()
+    sim.add_subnet("sbn-primary", "10.64.0.0/24")
+    sim.add_subnet("sbn-a1", "10.40.1.0/24")
+    sim.add_subnet("sbn-far", "10.99.0.0/24")
+    sim.add_instance("i-1", "sbn-primary")
+    sim.start()
+    try:
+        yield sim, provider_for(sim)
+    finally:
+        sim.stop()
+
+
+@pytest.mark.parametrize("case", BAD_SUBNETS, ids=[c.id for c in BAD_SUBNETS])
+def test_bad_subnet_parameters_are_refused_naming_the_field(subnet_world, case) -> None:
+    sim, plugin = subnet_world
+    good = SubnetInfo(name="good", provider="bbc", cidrs=("10.40.0.0/16",),
+                      parameters={"subnetIds": ["sbn-a1"]})
+    plugin.podnet_networks_changed("bbc", Networks(subnets=(good,)))
+    refuse_subnet(plugin.podnet_subnet_parameters, "bbc", case)
+    # nothing made in the cloud; the good Subnet still passes and still serves its node
+    assert not any(sim.calls[api] for api in WRITE_APIS)
+    assert plugin.podnet_subnet_parameters("bbc", good) is not None
+    node = NodeContext(node=NodeInfo(name="n", uid="u", provider_id="i-1"), subnets=(good,))
+    assert plugin.candidates(node) == ("sbn-a1",)

@@ -8,14 +8,26 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from podnet.core.errors import ConfigError
-from podnet.plugins.ecs.demo import KIT_POLICY, EcsWorld, instance_id_for
+from podnet.hookspecs.models import NodeInfo
+from podnet.hookspecs.networks import Networks, SubnetInfo
+from podnet.hookspecs.types import NodeContext
+from podnet.plugins.ecs.demo import (
+    KIT_POLICY,
+    WRITE_APIS,
+    EcsWorld,
+    instance_id_for,
+    provider_config,
+)
 from podnet.plugins.ecs.provider import EcsProvider
+from podnet.plugins.ecs.sim import EcsSimulator
 from podnet.testing.badinput import (
     ANN,
     BadInput,
     BadInputSuite,
+    BadSubnet,
     Target,
     bad_annotation,
+    refuse_subnet,
     unknown_instance,
 )
 from podnet.testing.harness import World
@@ -79,7 +91,6 @@ class TestEcsBadInput(BadInputSuite):
 BAD_SECTIONS = [
     ({"vswitch_policy": "fastest"}, "ecs.vswitch_policy"),
     ({"vswitches": 3}, "ecs.vswitches"),
-    ({"vswitches": []}, "ecs.vswitches"),
     ({"security_groups": []}, "ecs.security_groups"),
     ({"instance_ids": ["i-1"]}, "ecs.instance_ids"),
     ({"eni_cap_ratio": 2}, "ecs.eni_cap_ratio"),
@@ -113,3 +124,75 @@ def test_missing_credentials_fall_back_to_the_environment(
     monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", "env-id")
     monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "env-secret")
     EcsProvider().podnet_configure("ecs", config)
+
+
+# --- Subnet objects: spec.parameters (podnet_subnet_parameters) ------------------------
+
+K, J = "cn-hangzhou-k", "cn-hangzhou-j"
+VSW = "spec.parameters.vSwitchIds"
+BAD_SUBNETS = [
+    BadSubnet("not-a-map", ["vsw-k1"], "spec.parameters"),
+    BadSubnet("unknown-key", {"vSwitchIds": {K: ["vsw-k1"]}, "securityGroups": ["sg-1"]},
+              "spec.parameters.securityGroups"),
+    BadSubnet("key-misspelt", {"vswitchIds": {K: ["vsw-k1"]}}, "spec.parameters.vswitchIds"),
+    BadSubnet("bbc-key", {"subnetIds": ["sbn-a"]}, "spec.parameters.subnetIds"),
+    BadSubnet("missing", {}, VSW),
+    BadSubnet("null", {"vSwitchIds": None}, VSW),
+    BadSubnet("a-list", {"vSwitchIds": ["vsw-k1"]}, VSW),
+    BadSubnet("a-string", {"vSwitchIds": "vsw-k1"}, VSW),
+    BadSubnet("empty-map", {"vSwitchIds": {}}, VSW),
+    BadSubnet("zone-not-an-id", {"vSwitchIds": {"Zone K!": ["vsw-k1"]}}, VSW),
+    BadSubnet("zone-empty-list", {"vSwitchIds": {K: []}}, f"{VSW}.{K}"),
+    BadSubnet("zone-a-string", {"vSwitchIds": {K: "vsw-k1"}}, f"{VSW}.{K}"),
+    BadSubnet("zone-a-map", {"vSwitchIds": {K: {"id": "vsw-k1"}}}, f"{VSW}.{K}"),
+    BadSubnet("id-a-number", {"vSwitchIds": {K: [42]}}, f"{VSW}.{K}[0]"),
+    BadSubnet("id-null", {"vSwitchIds": {K: ["vsw-k1", None]}}, f"{VSW}.{K}[1]"),
+    BadSubnet("id-not-a-vswitch", {"vSwitchIds": {K: ["sbn-k1"]}}, f"{VSW}.{K}[0]"),
+    BadSubnet("id-upper-case", {"vSwitchIds": {K: ["VSW-K1"]}}, f"{VSW}.{K}[0]"),
+    BadSubnet("id-empty", {"vSwitchIds": {K: [""]}}, f"{VSW}.{K}[0]"),
+    BadSubnet("id-twice", {"vSwitchIds": {K: ["vsw-k1", "vsw-k1"]}}, f"{VSW}.{K}[1]"),
+    BadSubnet("id-in-two-zones", {"vSwitchIds": {K: ["vsw-k1"], J: ["vsw-k1"]}},
+              f"{VSW}.{J}[0]"),
+    BadSubnet("vswitch-missing", {"vSwitchIds": {K: ["vsw-k1", "vsw-nope"]}}, f"{VSW}.{K}[1]"),
+    BadSubnet("vswitch-other-zone", {"vSwitchIds": {J: ["vsw-k1"]}}, f"{VSW}.{J}[0]"),
+    BadSubnet("vswitch-zone-unknown", {"vSwitchIds": {"cn-hangzhou-z": ["vsw-j1"]}},
+              f"{VSW}.cn-hangzhou-z[0]"),
+    BadSubnet("cidr-outside", {"vSwitchIds": {K: ["vsw-far"]}}, f"{VSW}.{K}[0]"),
+    BadSubnet("cidr-wider-than-block", {"vSwitchIds": {K: ["vsw-k1"]}}, f"{VSW}.{K}[0]",
+              cidr="10.40.1.0/25"),
+    BadSubnet("block-ipv6-only", {"vSwitchIds": {K: ["vsw-k1"]}}, f"{VSW}.{K}[0]",
+              cidr="fd00:40::/64"),
+]
+
+
+@pytest.fixture(scope="module")
+def subnet_world() -> Iterator[tuple[EcsSimulator, EcsProvider]]:
+    sim = EcsSimulator()
+    sim.add_vswitch("vsw-k1", "10.40.1.0/24", zone=K)
+    sim.add_vswitch("vsw-far", "10.99.0.0/24", zone=K)
+    sim.add_vswitch("vsw-j1", "10.40.9.0/24", zone=J)
+    sim.add_instance("i-k", "ecs.g7.large", "vsw-k1")
+    sim.start()
+    plugin = EcsProvider()
+    plugin.podnet_configure("ecs", provider_config(sim, vswitches=["vsw-k1"]))
+    try:
+        yield sim, plugin
+    finally:
+        plugin.close()
+        sim.stop()
+
+
+@pytest.mark.parametrize("case", BAD_SUBNETS, ids=[c.id for c in BAD_SUBNETS])
+def test_bad_subnet_parameters_are_refused_naming_the_field(subnet_world, case) -> None:
+    sim, plugin = subnet_world
+    good = SubnetInfo(name="good", provider="ecs", cidrs=("10.40.0.0/16",),
+                      parameters={"vSwitchIds": {K: ["vsw-k1"], J: ["vsw-j1"]}})
+    plugin.podnet_networks_changed("ecs", Networks(subnets=(good,)))
+    refuse_subnet(plugin.podnet_subnet_parameters, "ecs", case)
+    # nothing made in the cloud; the good Subnet still passes and still serves its node
+    assert not any(sim.calls[api] for api in WRITE_APIS)
+    assert plugin.podnet_subnet_parameters("ecs", good) is not None
+    node = NodeContext(node=NodeInfo(name="n", uid="u", provider_id="cn-hangzhou.i-k"),
+                       subnets=(good,))
+    assert plugin.node_vswitches(node) == ["vsw-k1"]
+

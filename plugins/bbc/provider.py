@@ -20,7 +20,7 @@ Config section (``providers.bbc`` in the config file, or constructor keywords)::
 
 On a node the plug hooks are the ENI dataplane (``podnet.linux.eni``): a routed veth per
 pod and a rule from its address to the table of the machine's one ENI, the ENI's device
-found by the MAC the record carries; see docs/node.md.
+found by the MAC the record carries; see docs/node.md. Subnet objects: plugins/bbc/subnets.py.
 """
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ from podnet.hookspecs.types import (
 )
 from podnet.linux.eni import POD_ROUTES, EniDataplane
 from podnet.linux.hooks import DataplaneHooks
+from podnet.plugins.bbc.subnets import BbcSubnets, check_in_subnet, node_subnet_ids
 
 NAME = "bbc"
 #: the APIs as BBC meters them (one bucket each): the names core's limiter keys on
@@ -190,6 +191,7 @@ class SubnetInfo:
     id: str
     cidr: str
     available: int
+    zone: str = ""
 
 
 def _bad_reply(what: str, field: str, detail: str) -> ProviderError:
@@ -261,8 +263,9 @@ def parse_subnet(data: Any, subnet_id: str) -> SubnetInfo:
         raise _bad_reply(what, "cidr", f"not a CIDR: {cidr!r}") from None
     if isinstance(available, bool) or not isinstance(available, int) or available < 0:
         raise _bad_reply(what, "availableIp", f"expected a count, got {available!r}")
+    zone = body.get("zoneName")
     return SubnetInfo(id=str(body.get("subnetId") or subnet_id), cidr=str(cidr),
-                      available=available)
+                      available=available, zone=zone if isinstance(zone, str) else "")
 
 
 class BbcApi:
@@ -381,7 +384,7 @@ class _InstanceState:
     missing: set[str] = attrs.field(factory=set)
 
 
-class BbcProvider(DataplaneHooks):
+class BbcProvider(BbcSubnets, DataplaneHooks):
     """The plugin. One per controller; its memory is a cache, rebuilt from the cloud."""
 
     def __init__(self, *, endpoint: str | None = None, access_key_id: str | None = None,
@@ -542,11 +545,6 @@ class BbcProvider(DataplaneHooks):
             cached = self._subnet_cache[subnet] = self.api.subnet(subnet)
         return cached
 
-    def candidates(self, node: NodeContext) -> tuple[str, ...]:
-        if node.network is not None and node.network.spec.subnets:
-            return tuple(node.network.spec.subnets)
-        return self.subnets
-
     def _by_free(self, subnets: Sequence[str]) -> list[str]:
         """Candidate subnets, most free addresses first; unreadable ones last."""
         scored: list[tuple[int, int, str]] = []
@@ -606,7 +604,7 @@ class BbcProvider(DataplaneHooks):
         state = self._state(instance)
         port = self._port(instance)
         count = max(1, min(count, self.max_ips))
-        subnets = [subnet] if subnet else list(self.candidates(node))
+        subnets = self.subnets_named(node, subnet) if subnet else list(self.candidates(node))
         try:
             if not subnets:
                 if state.suspect:
@@ -695,6 +693,8 @@ class BbcProvider(DataplaneHooks):
     def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
         request = context.request
         assert request is not None, "the BBC provider uses node pools"
+        check_in_subnet(context, lambda: next(iter(node_subnet_ids(
+            (context.subnet,) if context.subnet else ())), None))
         instance = self.instance_id(context.node.node)
         port = self._port(instance)
         entry = request.entry or self._add_static(context, request, instance, port)
@@ -773,10 +773,8 @@ class BbcProvider(DataplaneHooks):
         # core keeps the address idle while the pool is under max_idle, else deletes it
         return ReleaseResult(return_to_pool=True)
 
-    # 7. errors
-
-    # --- the dataplane on a node (the node agent): podnet.linux.eni, its hooks from
-    # DataplaneHooks -------------------------------------------------------------------
+    # the dataplane on a node (the node agent): podnet.linux.eni, its hooks from
+    # DataplaneHooks. Errors:
 
     @hookimpl
     def podnet_classify_error(self, provider: str, error: BaseException) -> ErrorKind | None:
@@ -791,7 +789,6 @@ def default_policy() -> PoolPolicy:
         cloud_rate=RateLimit(rate=10.0, burst=5), leaked_ip_expiry=600.0,
         min_ip_lifetime=3.0, refill_period=5.0, backoff_cap_per_try=True,
     )
-
 
 
 #: what the host registers as the built-in ``bbc`` plugin

@@ -8,7 +8,9 @@ Routes (the SDK adds ``/v1``; signatures are never checked):
 - ``PUT /v1/instance/batchAddIpCrossSubnet``
   ``{instanceId, singleEniAndSubentIps: [{eniId, subnetId, secondaryPrivateIpAddressCount}]}``
 - ``GET /v1/vpcPort/{instanceId}`` -> ``{eniId, macAddress, subnetId, status, privateIpSet}``
-- ``GET /v1/subnet/{subnetId}`` -> ``{subnet: {..., availableIp}}`` and ``GET /v1/subnet``
+- ``GET /v1/subnet/{subnetId}`` -> ``{subnet: {subnetId, zoneName, cidr, ..., availableIp}}``
+  (an unknown id: 404 ``NoSuchObject``) and ``GET /v1/subnet`` (``marker`` / ``maxKeys``
+  pages, ``subnetIds`` / ``zoneName`` / ``vpcId`` filters)
 
 The model: instances with one primary ENI and a cap on secondary addresses, subnets with
 a CIDR and finite free addresses. Errors are ``{code, message, requestId}`` with BBC's
@@ -59,6 +61,7 @@ class _Subnet:
     id: str
     network: ipaddress.IPv4Network
     used: set[str] = attrs.field(factory=set)
+    zone: str = "cn-bj-a"
 
     def hosts_free(self) -> int:
         # the network address, the gateway (first host) and broadcast are never handed out
@@ -176,12 +179,12 @@ class BbcSimulator:
 
     # --- the model, for tests --------------------------------------------------------
 
-    def add_subnet(self, subnet_id: str, cidr: str) -> None:
+    def add_subnet(self, subnet_id: str, cidr: str, zone: str = "cn-bj-a") -> None:
         with self.lock:
             network = ipaddress.ip_network(cidr, strict=True)
             if not isinstance(network, ipaddress.IPv4Network):
                 raise ValueError("IPv4 subnets only")
-            self.subnets[subnet_id] = _Subnet(subnet_id, network)
+            self.subnets[subnet_id] = _Subnet(subnet_id, network, zone=zone)
 
     def add_instance(self, instance_id: str, subnet_id: str, ip_cap: int = 40) -> None:
         """An instance with its primary ENI in ``subnet_id`` (idempotent)."""
@@ -425,7 +428,7 @@ class BbcSimulator:
                                   for i in page]}
 
     def _subnet_json(self, subnet: _Subnet) -> dict[str, Any]:
-        return {"subnetId": subnet.id, "name": subnet.id, "zoneName": "zoneA",
+        return {"subnetId": subnet.id, "name": subnet.id, "zoneName": subnet.zone,
                 "cidr": str(subnet.network), "vpcId": "vpc-sim", "subnetType": "BCC",
                 "description": "", "availableIp": subnet.hosts_free()}
 
@@ -438,15 +441,36 @@ class BbcSimulator:
             return {"subnet": self._subnet_json(subnet)}
 
     def list_subnets(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        """``GET /v1/subnet``: the subnets by id (``subnetIds``, ``zoneName`` and ``vpcId``
+        narrow them down), a page of ``maxKeys`` (1 to 1000, 1000 by default) after
+        ``marker`` (an id)."""
         self._gate(API_SUBNETS)
+
+        def one(name: str) -> str:
+            return (query.get(name) or [""])[0]
+
+        try:
+            keys = int(one("maxKeys") or "1000")
+        except ValueError:
+            raise SimError(400, "InvalidParameter", "maxKeys must be a number") from None
+        if not 1 <= keys <= 1000:
+            raise SimError(400, "InvalidParameter", "maxKeys must be between 1 and 1000")
+        marker, zone, vpc = one("marker"), one("zoneName"), one("vpcId")
         with self.lock:
             wanted: set[str] | None = None
             if "subnetIds" in query:
                 wanted = {s.strip("[]'\" ") for v in query["subnetIds"] for s in v.split(",")}
-            subnets = [self._subnet_json(s) for s in self.subnets.values()
-                       if wanted is None or s.id in wanted]
-            return {"subnets": subnets, "marker": "", "isTruncated": False, "nextMarker": "",
-                    "maxKeys": 1000}
+            if marker and marker not in self.subnets:
+                raise SimError(400, "InvalidMarker", f"marker {marker} is not a subnet")
+            found = sorted((s for s in self.subnets.values()
+                            if (wanted is None or s.id in wanted)
+                            and (not zone or s.zone == zone)
+                            and (not vpc or vpc == "vpc-sim")
+                            and (not marker or s.id >= marker)), key=lambda s: s.id)
+            page, rest = found[:keys], found[keys:]
+            return {"subnets": [self._subnet_json(s) for s in page], "marker": marker,
+                    "isTruncated": bool(rest), "nextMarker": rest[0].id if rest else "",
+                    "maxKeys": keys}
 
     def handle(self, method: str, path: str, query: dict[str, list[str]],
                body: dict[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from podnet.plugins.ecs.config import (
     SETTLED_GRACE,
     TRANSITIONAL,
     TYPE_LABEL,
+    ZONE_LABEL,
     EcsConfig,
     classify,
     error_code,
@@ -45,6 +46,22 @@ class Limits:
     enis: int
     ipv4: int
     ipv6: int
+
+
+@attrs.frozen
+class VSwitch:
+    """What DescribeVSwitches says of one vSwitch."""
+
+    id: str
+    zone: str
+    #: None: the cloud's answer was not a CIDR
+    cidr: ipaddress.IPv4Network | None
+    #: free addresses
+    free: int
+
+
+#: vSwitches a DescribeVSwitches page holds (its most)
+VSWITCH_PAGE = 50
 
 
 @attrs.frozen
@@ -62,6 +79,7 @@ class _Eni:
     tags: tuple[tuple[str, str], ...] = ()
     #: the instance it is attached to (None: detached)
     instance: str | None = None
+    zone: str = ""
 
     @property
     def made_by_podnet(self) -> bool:
@@ -96,6 +114,8 @@ class EcsCloud:
         self._seen: dict[str, tuple[float, dict[str, str]]] = {}
         #: node name -> its instance, to forget the instance when the node goes
         self._node_instance: dict[str, str] = {}
+        #: instance -> its zone, as its ENIs say (a node without the zone label)
+        self._zones: dict[str, str] = {}
         #: how long verify trusts that view (seconds, wall clock)
         self.verify_cache_ttl = 1.0
         self._generation = 0
@@ -195,6 +215,21 @@ class EcsCloud:
                             f"{INSTANCE_LABEL} or the config's instance_ids)",
                             field="spec.providerID")
 
+    def zone_of(self, node: NodeContext) -> str | None:
+        """The node's zone: its ``topology.kubernetes.io/zone`` label, else its instance's,
+        as its ENIs said (read once); None when neither says."""
+        label = node.node.labels.get(ZONE_LABEL)
+        if label:
+            return label
+        instance = self.instance_id(node)
+        with self._lock:
+            zone = self._zones.get(instance)
+        if zone is None:
+            self.describe_enis(instance=instance)
+            with self._lock:
+                zone = self._zones.get(instance)
+        return zone
+
     def limits(self, node: NodeContext) -> Limits:
         n = node.node
         itype = self.config.instance_type or n.labels.get(TYPE_LABEL)
@@ -256,8 +291,11 @@ class EcsCloud:
                 break
         if instance is not None and not ids and status is None and kind is None:
             view = {ip: eni.status for eni in out for ip in (*eni.secondary, *eni.ipv6)}
+            zone = next((eni.zone for eni in out if eni.zone), None)
             with self._lock:
                 self._seen[instance] = (time.monotonic(), view)
+                if zone:
+                    self._zones[instance] = zone
         return out
 
     def _note(self, instance: str, added: Sequence[str] = (), removed: Sequence[str] = (),
@@ -273,33 +311,47 @@ class EcsCloud:
             for ip in added:
                 view[ip] = status
 
-    def _vswitches(self) -> dict[str, tuple[ipaddress.IPv4Network | None, int]]:
-        """Every vSwitch of the region the cloud reports: id -> (CIDR, free addresses)."""
+    def _vswitches(self, zone: str | None = None) -> dict[str, VSwitch]:
+        """Every vSwitch of the region the cloud reports (of ``zone`` only, when given):
+        id -> its zone, CIDR and free addresses. DescribeVSwitches, 50 a page, every
+        page."""
         from alibabacloud_ecs20140526 import models as m
 
-        body = self._call("DescribeVSwitches",
-                          m.DescribeVSwitchesRequest(region_id=self.config.region,
-                                                     page_size=50))
-        out: dict[str, tuple[ipaddress.IPv4Network | None, int]] = {}
-        for v in _items(body, "v_switches", "v_switch"):
-            vid = getattr(v, "v_switch_id", None)
-            if not vid:
-                continue
-            try:
-                cidr: ipaddress.IPv4Network | None = ipaddress.IPv4Network(v.cidr_block)
-            except (ValueError, TypeError):
-                cidr = None
-            free = getattr(v, "available_ip_address_count", None)
-            out[vid] = (cidr, int(free) if isinstance(free, int) else 0)
-            if cidr is not None:
-                with self._lock:
-                    self._cidrs[vid] = cidr
-        return out
+        out: dict[str, VSwitch] = {}
+        number = 1
+        while True:
+            body = self._call("DescribeVSwitches", m.DescribeVSwitchesRequest(
+                region_id=self.config.region, zone_id=zone, page_number=number,
+                page_size=VSWITCH_PAGE))
+            if getattr(body, "v_switches", None) is None:
+                raise ProviderError(ErrorKind.TRANSIENT, "DescribeVSwitches: malformed "
+                                    "reply (no VSwitches)")
+            page = _items(body, "v_switches", "v_switch")
+            for v in page:
+                vid = getattr(v, "v_switch_id", None)
+                if not vid:
+                    continue
+                try:
+                    cidr: ipaddress.IPv4Network | None = ipaddress.IPv4Network(v.cidr_block)
+                except (ValueError, TypeError):
+                    cidr = None
+                free = getattr(v, "available_ip_address_count", None)
+                out[vid] = VSwitch(id=vid, zone=str(getattr(v, "zone_id", "") or ""),
+                                   cidr=cidr, free=int(free) if isinstance(free, int) else 0)
+                if cidr is not None:
+                    with self._lock:
+                        self._cidrs[vid] = cidr
+            total = getattr(body, "total_count", None)
+            if (len(page) < VSWITCH_PAGE or not isinstance(total, int)
+                    or number * VSWITCH_PAGE >= total or number >= 1000):
+                return out
+            number += 1
 
-    def _cidr_map(self) -> dict[str, ipaddress.IPv4Network]:
+    def _cidr_map(self, wanted: Sequence[str] = ()) -> dict[str, ipaddress.IPv4Network]:
+        """The CIDRs of the configured vSwitches and of ``wanted``: kept, read once."""
         with self._lock:
             known = dict(self._cidrs)
-        if all(v in known for v in self.config.vswitches):
+        if all(v in known for v in (*self.config.vswitches, *wanted)):
             return known
         self._vswitches()
         with self._lock:
@@ -331,11 +383,13 @@ class EcsCloud:
         ipv4 = max(0, limits.ipv4 - 1)
         return min(ipv4, limits.ipv6) if self.config.dual else ipv4
 
-    def choose_vswitch(self, wanted: str | None, count: int) -> str:
-        """The vSwitch of a new ENI, by the configured policy, among those with room."""
-        candidates = [wanted] if wanted else list(self.config.vswitches)
+    def choose_vswitch(self, wanted: str | None, count: int,
+                       candidates: Sequence[str] = ()) -> str:
+        """The vSwitch of a new ENI: ``wanted``, else by the configured policy among
+        ``candidates`` (the configured ones when none are given) with room."""
+        candidates = [wanted] if wanted else list(candidates or self.config.vswitches)
         seen = self._vswitches()
-        ready = [(v, seen[v][1]) for v in candidates if v in seen and seen[v][1] >= count + 1]
+        ready = [(v, seen[v].free) for v in candidates if v in seen and seen[v].free >= count + 1]
         if not ready:
             unknown = [v for v in candidates if v not in seen]
             if unknown and len(unknown) == len(candidates):
@@ -459,7 +513,8 @@ def _eni_of(raw: Any) -> _Eni:
                 mac=getattr(raw, "mac_address", None), primary_ip=primary_ip,
                 secondary=secondary, security_groups=tuple(str(g) for g in groups),
                 description=str(getattr(raw, "description", "") or ""), ipv6=ipv6,
-                tags=tags, instance=str(getattr(raw, "instance_id", "") or "") or None)
+                tags=tags, instance=str(getattr(raw, "instance_id", "") or "") or None,
+                zone=str(getattr(raw, "zone_id", "") or ""))
 
 
 def _close_sdk_sessions(endpoint: str) -> None:

@@ -24,6 +24,8 @@ NAME = "ecs"
 
 INSTANCE_LABEL = "podnet.io/ecs-instance-id"
 TYPE_LABEL = "node.kubernetes.io/instance-type"
+#: the node's zone, as the Alibaba Cloud controller manager labels it
+ZONE_LABEL = "topology.kubernetes.io/zone"
 #: what the provider writes as the description of the ENIs it creates (the only mark of
 #: the ENIs made before 0.5.0, still read)
 DESCRIPTION_PREFIX = "podnet:"
@@ -101,8 +103,7 @@ def _instance_ids(ids: dict[str, str]) -> dict[str, str]:
 
 
 def _check_config(cfg: EcsConfig) -> None:
-    if not cfg.vswitches:
-        raise invalid("at least one vSwitch id is required", "vswitches")
+    # ``vswitches`` may be empty: Subnet objects then name the vSwitches
     if not cfg.security_groups:
         raise invalid("at least one security group id is required", "security_groups")
 

@@ -28,7 +28,8 @@ config key, else the label ``node.kubernetes.io/instance-type``.
 
 Config section (``providers.ecs``): ``endpoint``, ``region``, ``protocol`` (https),
 ``access_key_id`` / ``access_key_secret`` (or the environment's
-``ALIBABA_CLOUD_ACCESS_KEY_ID`` / ``ALIBABA_CLOUD_ACCESS_KEY_SECRET``), ``vswitches`` (list),
+``ALIBABA_CLOUD_ACCESS_KEY_ID`` / ``ALIBABA_CLOUD_ACCESS_KEY_SECRET``), ``vswitches`` (list;
+may be empty when Subnet objects name the vSwitches, plugins/ecs/subnets.py),
 ``vswitch_policy`` (``ordered`` | ``most`` | ``random``), ``security_groups`` (list),
 ``instance_type``, ``instance_ids``, ``eni_cap_ratio`` (1.0), ``eni_cap_shift`` (0),
 ``max_enis`` (0: no cap), ``attach_timeout`` (s), ``poll_interval`` (s), ``timeout`` (s),
@@ -69,6 +70,8 @@ one, the hooks.
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import os
 import time
 from collections.abc import Collection, Mapping, Sequence
@@ -79,6 +82,7 @@ import attrs
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.errors import ConfigError, ErrorKind, PoolEmpty, ProviderError
 from podnet.hookspecs.models import NodeInfo
+from podnet.hookspecs.networks import Networks, SubnetInfo, SubnetRealization
 from podnet.hookspecs.policy import PoolPolicy
 from podnet.hookspecs.sections import (
     config_key,
@@ -119,8 +123,17 @@ from podnet.plugins.ecs.dataplane import (
     ecs_dataplane,
     ipv6_gateway,
 )
+from podnet.plugins.ecs.subnets import (
+    check_in_subnet,
+    config_networks,
+    realize,
+    vswitch_ids,
+    zone_vswitches,
+)
 
 __version__ = "0.1.0"
+
+log = logging.getLogger(__name__)
 
 
 class EcsProvider(EcsCloud, DataplaneHooks):
@@ -130,6 +143,8 @@ class EcsProvider(EcsCloud, DataplaneHooks):
         super().__init__(name=name, policy=policy)
         #: the node agent's dataplane (plugins/ecs/dataplane.py)
         self.dataplane = ecs_dataplane(name, self._mac_of)
+        #: the Ready Subnets (and pools) core last handed over (podnet_networks_changed)
+        self.networks = Networks()
 
     # --- registration and configuration -------------------------------------------------
 
@@ -179,6 +194,85 @@ class EcsProvider(EcsCloud, DataplaneHooks):
             instance = self._node_instance.pop(node, None)
             if instance is not None:
                 self._seen.pop(instance, None)
+
+    # --- Subnet objects (plugins/ecs/subnets.py) -----------------------------------------
+
+    @hookimpl
+    def podnet_subnet_parameters(self, provider: str, subnet: SubnetInfo
+                                 ) -> SubnetRealization | None:
+        """``spec.parameters.vSwitchIds`` checked for form, then against the region's
+        vSwitches (one DescribeVSwitches, every page): each exists, in its zone, its CIDR
+        inside the Subnet's block. A cloud that cannot answer is a transient error."""
+        wanted = vswitch_ids(subnet)
+        try:
+            cloud = self._vswitches()
+        except ProviderError as exc:
+            if exc.kind in (ErrorKind.TRANSIENT, ErrorKind.THROTTLED):
+                raise
+            raise ProviderError(ErrorKind.TRANSIENT, f"Subnet {subnet.name}: reading its "
+                                f"vSwitches failed: {exc}", subject=exc.subject) from None
+        return realize(subnet, wanted, cloud)
+
+    @hookimpl
+    def podnet_networks_changed(self, provider: str, networks: Networks) -> None:
+        """Kept: new ENIs go into the vSwitches of the node's Subnets. The CIDRs the
+        Subnets' realization read are kept too (no cloud call here)."""
+        cidrs: dict[str, ipaddress.IPv4Network] = {}
+        for subnet in networks.subnets:
+            found = subnet.realized.get("vSwitches") if isinstance(subnet.realized,
+                                                                   Mapping) else None
+            for v in found if isinstance(found, list) else ():
+                try:
+                    cidrs[str(v["id"])] = ipaddress.IPv4Network(str(v["cidr"]))
+                except (KeyError, TypeError, ValueError):
+                    continue
+        with self._lock:
+            self.networks = networks
+            self._cidrs.update(cidrs)
+
+    @hookimpl
+    def podnet_config_networks(self, provider: str) -> Networks | None:
+        """The configured ``vswitches`` as Subnets, one per zone (see
+        plugins/ecs/subnets.py), their zones and CIDRs read from the cloud."""
+        if not self.config.vswitches:
+            return None
+        cloud = self._vswitches()
+        missing = [v for v in self.config.vswitches if v not in cloud]
+        if missing:
+            log.warning("config %s: vSwitch %s does not exist in the region: left out of "
+                        "the Subnets made from it", config_key(provider, "vswitches"),
+                        ", ".join(missing))
+        found = [cloud[v] for v in self.config.vswitches if v in cloud]
+        return config_networks(provider, found) if found else None
+
+    def where_to_grow(self, node: NodeContext, subnet: str | None
+                      ) -> tuple[str | None, list[str]]:
+        """A vSwitch core named (``subnet``), or none and the node's candidates: a
+        ``subnet`` that names one of the node's Subnet objects stands for its vSwitches
+        of the node's zone."""
+        named = [s for s in node.subnets if s.name == subnet]
+        if named:
+            return None, self.node_vswitches(attrs.evolve(node, subnets=tuple(named)))
+        return subnet, self.node_vswitches(node) if subnet is None else []
+
+    def node_vswitches(self, node: NodeContext) -> list[str]:
+        """Where a node's new ENIs go: the vSwitches its Subnets list for its zone, when
+        core handed any Subnet (``NodeContext.subnets``); else the configured ones."""
+        if not node.subnets:
+            if not self.config.vswitches:
+                key = config_key(self.name, "vswitches")
+                raise ProviderError(ErrorKind.FATAL, f"node {node.node.name}: no vSwitch: no "
+                                    f"Subnet of provider {self.name} takes the node and the "
+                                    f"config names none ({key})", field=key)
+            return list(self.config.vswitches)
+        zone = self.zone_of(node)
+        found = zone_vswitches(node.subnets, zone)
+        if not found:
+            names = ", ".join(s.name for s in node.subnets)
+            raise ProviderError(ErrorKind.FATAL, f"node {node.node.name}: Subnet {names} "
+                                f"lists no vSwitch of its zone {zone or '(unknown)'}",
+                                subject=zone)
+        return found
 
     # --- inventory ----------------------------------------------------------------------
 
@@ -382,7 +476,8 @@ class EcsProvider(EcsCloud, DataplaneHooks):
         limits = self.limits(node)
         count = max(0, min(ip_count, self.ips_per_eni(limits)))
         dual = self.config.dual
-        vswitch = self.choose_vswitch(subnet, count)
+        wanted, candidates = self.where_to_grow(node, subnet)
+        vswitch = self.choose_vswitch(wanted, count, candidates)
         body = self._call("CreateNetworkInterface", m.CreateNetworkInterfaceRequest(
             region_id=self.config.region, v_switch_id=vswitch,
             security_group_ids=list(self.config.security_groups),
@@ -563,11 +658,13 @@ class EcsProvider(EcsCloud, DataplaneHooks):
 
     @hookimpl
     def podnet_address_space(self, provider: str, node: NodeContext) -> AddressSpace | None:
-        """The configured vSwitches with their CIDRs (read once, then kept)."""
-        cidrs = self._cidr_map()
+        """The vSwitches the node's pool grows in (its Subnets', else the configured
+        ones) with their CIDRs (read once, then kept)."""
+        served = self.node_vswitches(node)
+        cidrs = self._cidr_map(served)
         return AddressSpace(subnets=tuple(
             Subnet.first_host_gateway(v, str(cidrs[v]) if v in cidrs else None)
-            for v in self.config.vswitches), pairs=self.config.dual)
+            for v in served), pairs=self.config.dual)
 
     @hookimpl
     def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
@@ -575,8 +672,10 @@ class EcsProvider(EcsCloud, DataplaneHooks):
         request = context.request
         if request is None:
             raise ProviderError(ErrorKind.FATAL, "the ecs provider uses node pools")
+        check_in_subnet(context, lambda: next(iter(zone_vswitches(
+            (context.subnet,) if context.subnet else (), self.zone_of(context.node))), None))
         entry = request.entry or self._add_static(context, request)
-        cidr = self._cidr_map().get(entry.subnet or "")
+        cidr = self._cidr_map([entry.subnet] if entry.subnet else []).get(entry.subnet or "")
         gateway = str(next(cidr.hosts())) if cidr is not None else None
         cidr_text = str(cidr) if cidr is not None else None
         if self.config.dual and entry.ipv6 is None:

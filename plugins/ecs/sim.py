@@ -22,10 +22,12 @@ with ``aliyun`` or ``acs:``, a value of up to 128; neither containing ``http://`
 ``https://``), returned by DescribeNetworkInterfaces (``Tags.Tag[].TagKey/TagValue``, with
 the ENI's ``CreationTime``), which filters by ``Tag.N`` too (every one given must match; a
 filter without a value matches the key alone), as well as by ``Type`` and ``Status``.
-DescribeInstances lists the instances (``InstanceIds``, a JSON array of up to 100, and
-``InstanceType`` narrow them down) with their attached ENIs. Both Describes page as ECS
-does: ``NextToken`` / ``MaxResults`` (10 by default, at most 500 ENIs or 100 instances a
-page), or the older ``PageNumber`` / ``PageSize``.
+DescribeVSwitches lists the vSwitches (``VSwitchId``, ``ZoneId``, ``VpcId`` narrow them
+down) with their zone, CIDR and free addresses, ``PageNumber`` / ``PageSize`` (10 by
+default, at most 50). DescribeInstances lists the instances (``InstanceIds``, a JSON
+array of up to 100, and ``InstanceType`` narrow them down) with their attached ENIs. Both
+of these Describes page as ECS does: ``NextToken`` / ``MaxResults`` (10 by default, at
+most 500 ENIs or 100 instances a page), or the older ``PageNumber`` / ``PageSize``.
 
 Over 800 lines and kept whole on purpose: it is one model, the simulated region's state
 (instances, ENIs, vSwitches, limits, faults) and one handler per ECS action reading and
@@ -113,7 +115,8 @@ APIS = ("DescribeInstanceTypes", "DescribeNetworkInterfaces", "CreateNetworkInte
 #: entries per page: the default, and the most DescribeNetworkInterfaces and
 #: DescribeInstances return (``MaxResults`` / ``PageSize`` beyond it gets this many)
 PAGE_DEFAULT = 10
-PAGE_MOST = {"DescribeNetworkInterfaces": 500, "DescribeInstances": 100}
+PAGE_MOST = {"DescribeNetworkInterfaces": 500, "DescribeInstances": 100,
+             "DescribeVSwitches": 50}
 #: how many ids DescribeInstances' ``InstanceIds`` (a JSON array) takes
 MAX_INSTANCE_IDS = 100
 #: what the simulator's NextToken values start with (anything else is refused)
@@ -736,13 +739,31 @@ class EcsSimulator:
         return {"Instances": {"Instance": [self._instance_view(i) for i in page]}, **paging}
 
     def _api_DescribeVSwitches(self, p: Mapping[str, str]) -> dict[str, Any]:
-        wanted = p.get("VSwitchId")
+        """The region's vSwitches, as ECS lists them: filtered by ``VSwitchId``, ``ZoneId``
+        and ``VpcId`` (an id nobody has: an empty page, not an error), sorted by id, page
+        ``PageNumber`` of ``PageSize`` (10 by default, at most 50)."""
+        if not p.get("RegionId"):
+            raise EcsError("MissingParameter", "The input parameter RegionId that is "
+                                               "mandatory for processing this request is "
+                                               "not supplied.")
+        wanted, zone, vpc = p.get("VSwitchId"), p.get("ZoneId"), p.get("VpcId")
+        found = [v for v in sorted(self.vswitches.values(), key=lambda v: v.id)
+                 if (not wanted or v.id == wanted) and (not zone or v.zone == zone)
+                 and (not vpc or vpc == "vpc-sim")]
+        number = _int(p, "PageNumber", 1)
+        per = _int(p, "PageSize", PAGE_DEFAULT)
+        if number < 1:
+            raise EcsError("InvalidParameter", "PageNumber must be 1 or more")
+        if not 1 <= per <= PAGE_MOST["DescribeVSwitches"]:
+            raise EcsError("InvalidParameter", "PageSize must be between 1 and "
+                                               f"{PAGE_MOST['DescribeVSwitches']}")
+        page = found[(number - 1) * per:number * per]
         out = [{"VSwitchId": v.id, "CidrBlock": str(v.cidr), "ZoneId": v.zone,
-                "VpcId": "vpc-sim", "Status": "Available",
-                "AvailableIpAddressCount": v.available()}
-               for v in self.vswitches.values() if not wanted or v.id == wanted]
-        return {"VSwitches": {"VSwitch": out}, "TotalCount": len(out), "PageNumber": 1,
-                "PageSize": 50}
+                "VpcId": "vpc-sim", "Status": "Available", "VSwitchName": v.id,
+                "AvailableIpAddressCount": v.available(), "IsDefault": False}
+               for v in page]
+        return {"VSwitches": {"VSwitch": out}, "TotalCount": len(found),
+                "PageNumber": number, "PageSize": per}
 
     def _api_CreateNetworkInterface(self, p: Mapping[str, str]) -> dict[str, Any]:
         vsw = self._vswitch(p.get("VSwitchId") or "")

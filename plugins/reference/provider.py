@@ -4,31 +4,46 @@ Copy this file to start a provider of your own. Every hook a pool provider imple
 here, in the order the engine calls them, each answering only for its own provider name.
 
 Addresses come from each node's ``spec.podCIDR``. A small in-process "cloud"
-(:class:`ReferenceCloud`) plays the part of the real API: it keeps which addresses are
-attached to which interface of which node, survives controller restarts (tests keep the
-same instance across them), can be slowed down and made to fail, and counts calls.
+(:class:`ReferenceCloud`, in ``plugins/reference/cloud.py``) plays the part of the real
+API: it keeps which addresses are attached to which interface of which node, survives
+controller restarts (tests keep the same instance across them), can be slowed down and
+made to fail, and counts calls.
+
+Subnet objects: the reference cloud also keeps shared subnets, as a VPC does. A Subnet of
+this provider takes no parameters; ``podnet_subnet_parameters`` puts it into the cloud
+(its block, gateway and excluded addresses), and the pools of the nodes core hands it for
+(``NodeContext.subnets``) grow from that one block: an address is on one node at a time,
+never the gateway, the block's network or broadcast address or an excluded one. As an ENI
+is in one VPC subnet, each interface is in one subnet: ``eth0`` in the node's podCIDR (a
+node without one: in the Subnet of its first grow), a new interface in the Subnet core
+names, else the node's first one with free addresses. A pod network on a Subnet gets its
+block's prefix and its gateway (the node's bridge holds the gateway too).
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import functools
 import ipaddress
-import json
-import os
-import random
-import threading
-import time
-from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from podnet.hookspecs import hookimpl
-from podnet.hookspecs.errors import ConfigError, ErrorKind, ProviderError
+from podnet.hookspecs.errors import (
+    ConfigError,
+    ErrorKind,
+    InvalidRequest,
+    PoolEmpty,
+    ProviderError,
+)
 from podnet.hookspecs.models import NodeInfo, Route
+from podnet.hookspecs.networks import (
+    Networks,
+    SubnetInfo,
+    SubnetRealization,
+    address_range,
+)
 from podnet.hookspecs.policy import PoolPolicy
 from podnet.hookspecs.sections import between, config_key, read_section, section, text
 from podnet.hookspecs.types import (
@@ -48,277 +63,16 @@ from podnet.hookspecs.types import (
     VerifyResult,
 )
 from podnet.linux.hooks import DataplaneHooks
+from podnet.plugins.reference.cloud import ERROR_KINDS as ERROR_KINDS
+from podnet.plugins.reference.cloud import ReferenceCloud as ReferenceCloud
+from podnet.plugins.reference.cloud import ReferenceCloudError as ReferenceCloudError
+from podnet.plugins.reference.cloud import SharedSubnet
 from podnet.plugins.reference.dataplane import BridgeDataplane
 
 NAME = "reference"
 #: the MTU of the pod interfaces on the reference bridge network
 MTU = 1500
 __version__ = "0.1.0"
-
-
-class ReferenceCloudError(Exception):
-    """What the reference cloud raises; ``code`` is classified by ``podnet_classify_error``."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-
-
-#: the reference cloud's error codes and the kinds core acts on
-ERROR_KINDS = {
-    "Throttling": ErrorKind.THROTTLED,
-    "QuotaExceeded": ErrorKind.QUOTA_EXCEEDED,
-    "SubnetExhausted": ErrorKind.SUBNET_EXHAUSTED,
-    "NotFound": ErrorKind.NOT_FOUND,
-    "Conflict": ErrorKind.CONFLICT,
-    "InternalError": ErrorKind.TRANSIENT,
-}
-
-
-@attrs.define
-class _Node:
-    cidr: ipaddress.IPv4Network | ipaddress.IPv6Network
-    #: interface id -> addresses on it, in the order they were added
-    interfaces: dict[str, list[str]] = attrs.field(factory=dict)
-    next_interface: int = 1
-
-
-class ReferenceCloud:
-    """A stand-in cloud: nodes, interfaces, addresses, routes; latency and faults."""
-
-    def __init__(self, *, latency: float = 0.0, fault_rate: float = 0.0, seed: int = 0,
-                 max_interfaces: int = 4, ips_per_interface: int = 32) -> None:
-        self.lock = threading.Lock()
-        self.nodes: dict[str, _Node] = {}
-        self.routes: dict[str, str] = {}  # address -> pod network key
-        self.latency = latency
-        self.fault_rate = fault_rate
-        self.random = random.Random(seed)
-        self.max_interfaces = max_interfaces
-        self.ips_per_interface = ips_per_interface
-        self.calls: Counter[str] = Counter()
-        #: faults to raise on the next calls of one API, for tests: api -> [codes]
-        self.scripted: dict[str, list[str]] = {}
-        #: where the cloud keeps its state when it must outlive the controller process
-        self.state_file: str | None = None
-
-    # --- persistence: a real cloud survives the controller's crashes; so does this one -----
-
-    def persist_to(self, path: str) -> None:
-        """Keep the state in ``path``: every call reads it first and writes changes back,
-        under a file lock, so several controller processes (a leader and its standby)
-        see one cloud, as they would a real one."""
-        with self.lock:
-            self.state_file = path
-            with self._file_lock():
-                if not os.path.exists(path):
-                    self._save_locked()
-                self._load_locked()
-
-    def _load_locked(self) -> None:
-        if self.state_file is None:
-            return
-        with open(self.state_file, encoding="utf-8") as f:
-            data = json.load(f)
-        self.nodes = {
-            name: _Node(cidr=ipaddress.ip_network(n["cidr"]), interfaces=n["interfaces"],
-                        next_interface=n["nextInterface"])
-            for name, n in data["nodes"].items()
-        }
-        self.routes = dict(data["routes"])
-
-    @contextlib.contextmanager
-    def _file_lock(self) -> Iterator[None]:
-        if self.state_file is None:
-            yield
-            return
-        with open(f"{self.state_file}.lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-
-    def _txn(self) -> contextlib.AbstractContextManager[object]:
-        """One cloud call: the process lock, and with a state file, the file's truth."""
-        if self.state_file is None:
-            return self.lock  # all in this process: its lock is the whole transaction
-        return self._file_txn()
-
-    @contextlib.contextmanager
-    def _file_txn(self) -> Iterator[None]:
-        with self.lock, self._file_lock():
-            self._load_locked()
-            yield
-
-    def _save_locked(self) -> None:
-        if self.state_file is None:
-            return
-        data = {
-            "nodes": {name: {"cidr": str(n.cidr), "interfaces": n.interfaces,
-                             "nextInterface": n.next_interface}
-                      for name, n in self.nodes.items()},
-            "routes": self.routes,
-        }
-        tmp = f"{self.state_file}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f)
-        os.replace(tmp, self.state_file)  # atomic: a crash leaves the old or the new state
-
-    def _call(self, api: str) -> None:
-        self.calls[api] += 1
-        if self.latency:
-            time.sleep(self.latency)
-        scripted = self.scripted.get(api)
-        if scripted:
-            raise ReferenceCloudError(scripted.pop(0), f"{api} failed (scripted)")
-        if self.fault_rate and self.random.random() < self.fault_rate:
-            code = self.random.choice(["Throttling", "InternalError"])
-            raise ReferenceCloudError(code, f"{api} failed (injected)")
-
-    def _node(self, name: str, cidr: str | None) -> _Node:
-        node = self.nodes.get(name)
-        if node is None:
-            if not cidr:
-                raise ProviderError(ErrorKind.FATAL, f"node {name} has no podCIDR",
-                                    field="spec.podCIDR")
-            try:
-                network = ipaddress.ip_network(cidr, strict=True)
-            except ValueError as exc:
-                raise ProviderError(ErrorKind.FATAL, f"node {name}: {exc}",
-                                    field="spec.podCIDR") from None
-            node = self.nodes[name] = _Node(cidr=network, interfaces={"eth0": []})
-            self._save_locked()
-        return node
-
-    # --- the "cloud API" ------------------------------------------------------------------
-
-    def describe(self, name: str, cidr: str | None) -> dict[str, list[str]]:
-        self._call("Describe")
-        with self._txn():
-            return {k: list(v) for k, v in self._node(name, cidr).interfaces.items()}
-
-    def capacity(self, name: str, cidr: str | None) -> tuple[int, int]:
-        with self._txn():
-            node = self._node(name, cidr)
-            usable = max(0, node.cidr.num_addresses - 2)  # network and gateway
-            per = min(self.ips_per_interface, usable // self.max_interfaces)
-            return self.max_interfaces, per
-
-    def add(self, name: str, cidr: str | None, interface: str, count: int,
-            address: str | None = None) -> list[str]:
-        self._call("AddAddresses")
-        with self._txn():
-            node = self._node(name, cidr)
-            if interface not in node.interfaces:
-                raise ReferenceCloudError("NotFound", f"interface {interface} not on {name}")
-            used = {ip for ips in node.interfaces.values() for ip in ips}
-            if address is not None:
-                if address in node.interfaces[interface]:
-                    return [address]
-                if address in used:
-                    raise ReferenceCloudError("Conflict", f"{address} is on another interface")
-                node.interfaces[interface].append(address)
-                self._save_locked()
-                return [address]
-            _, per = self.capacity_unlocked(node)
-            room = per - len(node.interfaces[interface])
-            if room <= 0:
-                raise ReferenceCloudError("QuotaExceeded", f"interface {interface} is full")
-            out: list[str] = []
-            hosts = node.cidr.hosts()
-            next(hosts, None)  # the first host is the gateway
-            for host in hosts:
-                if len(out) >= min(count, room):
-                    break
-                ip = str(host)
-                if ip not in used:
-                    out.append(ip)
-            if not out:
-                raise ReferenceCloudError("SubnetExhausted", f"{node.cidr} has no address left")
-            node.interfaces[interface].extend(out)
-            self._save_locked()
-            return out
-
-    def capacity_unlocked(self, node: _Node) -> tuple[int, int]:
-        usable = max(0, node.cidr.num_addresses - 2)
-        return self.max_interfaces, min(self.ips_per_interface, usable // self.max_interfaces)
-
-    def remove(self, name: str, addresses: Sequence[str]) -> list[str]:
-        self._call("RemoveAddresses")
-        with self._txn():
-            node = self.nodes.get(name)
-            if node is None:
-                return list(addresses)
-            gone = set(addresses)
-            for ips in node.interfaces.values():
-                ips[:] = [ip for ip in ips if ip not in gone]
-            self._save_locked()
-            return list(addresses)
-
-    def forget(self, name: str, addresses: Sequence[str]) -> None:
-        """The cloud loses these addresses of node ``name`` (restored from a backup, say):
-        no API call, no fault, nobody told."""
-        with self._txn():
-            node = self.nodes.get(name)
-            gone = set(addresses)
-            for ips in node.interfaces.values() if node is not None else ():
-                ips[:] = [ip for ip in ips if ip not in gone]
-            self._save_locked()
-
-    def create_interface(self, name: str, cidr: str | None, count: int) -> tuple[str, list[str]]:
-        self._call("CreateInterface")
-        with self._txn():
-            node = self._node(name, cidr)
-            if len(node.interfaces) >= self.max_interfaces:
-                raise ReferenceCloudError("QuotaExceeded", f"{name} has all its interfaces")
-            itf = f"eth{node.next_interface}"
-            node.next_interface += 1
-            node.interfaces[itf] = []
-            self._save_locked()
-        return itf, self.add(name, cidr, itf, count) if count else []
-
-    def delete_interface(self, name: str, interface: str) -> None:
-        self._call("DeleteInterface")
-        with self._txn():
-            node = self.nodes.get(name)
-            if node is None or interface not in node.interfaces:
-                return
-            if interface == "eth0":
-                raise ReferenceCloudError("Conflict", "the primary interface stays")
-            if node.interfaces[interface]:
-                raise ReferenceCloudError("Conflict", f"{interface} still has addresses")
-            del node.interfaces[interface]
-            self._save_locked()
-
-    def set_route(self, address: str, key: str) -> None:
-        self._call("SetRoute")
-        with self._txn():
-            self.routes[address] = key
-            self._save_locked()
-
-    def delete_route(self, address: str, key: str) -> None:
-        self._call("DeleteRoute")
-        with self._txn():
-            if self.routes.get(address) == key:
-                del self.routes[address]
-                self._save_locked()
-
-    def route_of(self, address: str) -> str | None:
-        with self._txn():
-            return self.routes.get(address)
-
-    def machines(self) -> list[str]:
-        """The nodes the cloud knows (it keeps one once it has seen it)."""
-        self._call("List")
-        with self._txn():
-            return sorted(self.nodes)
-
-    def all_addresses(self) -> dict[str, str]:
-        """Ground truth: every attached address -> node name."""
-        with self._txn():
-            return {ip: name for name, node in self.nodes.items()
-                    for ips in node.interfaces.values() for ip in ips}
 
 
 @section()
@@ -353,6 +107,8 @@ class ReferenceProvider(DataplaneHooks):
         self.check_error: Exception | None = None
         #: the node side: a bridge per network, a veth pair per pod interface
         self.dataplane = BridgeDataplane()
+        #: the Ready Subnets core last handed over (podnet_networks_changed)
+        self.networks = Networks()
 
     # 1. registration and configuration
 
@@ -381,18 +137,63 @@ class ReferenceProvider(DataplaneHooks):
                 raise ConfigError(config_key(provider, "state_file"),
                                   f"unusable: {exc}") from None
 
+    # Subnet objects: shared subnets of the cloud
+
+    @hookimpl
+    def podnet_subnet_parameters(self, provider: str, subnet: SubnetInfo
+                                 ) -> SubnetRealization | None:
+        """No parameters; the Subnet is put into the cloud as a shared subnet (its block,
+        gateway and exclusions), again at each generation."""
+        for key in subnet.parameters or {}:
+            raise InvalidRequest(f"spec.parameters.{key}", f"Subnet {subnet.name}: unknown "
+                                 f"parameter {key!r}: the {self.name} provider takes none")
+        shared = _shared(subnet)
+        self.cloud.put_subnet(shared)
+        # the cloud subnet is the Subnet itself: its pool entries name it (cloudSubnets)
+        return SubnetRealization(details={"cidr": shared.cidr, "gateway": shared.gateway,
+                                          "cloudSubnets": [subnet.name]},
+                                 summary=f"shared subnet {shared.cidr}")
+
+    @hookimpl
+    def podnet_networks_changed(self, provider: str, networks: Networks) -> None:
+        self.networks = networks
+
+    def _in_shared(self, node: NodeContext, wanted: str | None, call: Any) -> tuple[Any, str]:
+        """``call(subnet)`` in the node's Subnets (the one core named, else each in turn
+        until one has room); ``(answer, subnet name)``. A Subnet the cloud lost (a cloud
+        without its state file, restarted) is put into it again."""
+        chosen = [s for s in node.subnets if s.name == wanted] or list(node.subnets)
+        last: Exception | None = None
+        for subnet in chosen:
+            try:
+                try:
+                    return call(subnet.name), subnet.name
+                except ReferenceCloudError as exc:
+                    if exc.code != "NotFound" or f"subnet {subnet.name} " not in str(exc):
+                        raise
+                    self.cloud.put_subnet(_shared(subnet))
+                    return call(subnet.name), subnet.name
+            except ReferenceCloudError as exc:
+                if exc.code != "SubnetExhausted":
+                    raise
+                last = exc
+        assert last is not None
+        raise last
+
     # 3. inventory
 
     @hookimpl
     def podnet_node_inventory(self, provider: str, node: NodeContext) -> Inventory | None:
         n = node.node
-        interfaces = self.cloud.describe(n.name, n.pod_cidr)
-        max_itf, per = self.cloud.capacity(n.name, n.pod_cidr)
-        subnet = n.pod_cidr
+        shared = bool(node.subnets)
+        interfaces = self.cloud.describe(n.name, n.pod_cidr, shared)
+        max_itf, per = self.cloud.capacity(n.name, n.pod_cidr, shared)
+        # each interface is in one subnet: a Subnet's (by its name) or the podCIDR
+        bound = self.cloud.interface_subnets(n.name)
         return Inventory(
             interfaces=tuple(
-                CloudInterface(id=itf, subnet=subnet, primary=itf == "eth0", ips=tuple(ips),
-                               mac=_mac_for(f"{n.name}/{itf}"))
+                CloudInterface(id=itf, subnet=bound.get(itf, n.pod_cidr), primary=itf == "eth0",
+                               ips=tuple(ips), mac=_mac_for(f"{n.name}/{itf}"))
                 for itf, ips in sorted(interfaces.items())
             ),
             max_interfaces=max_itf, ips_per_interface=per,
@@ -412,8 +213,19 @@ class ReferenceProvider(DataplaneHooks):
                          interface: CloudInterface | None, count: int,
                          subnet: str | None) -> Sequence[PoolEntry] | None:
         itf = interface.id if interface else "eth0"
-        added = self.cloud.add(node.node.name, node.node.pod_cidr, itf, count)
-        return [PoolEntry(ip, itf, node.node.pod_cidr) for ip in added]
+        n = node.node
+        # the interface's own subnet, as on a cloud; the first interface of a node without
+        # a podCIDR goes into one of its Subnets at its first grow
+        bound = self.cloud.interface_subnets(n.name).get(itf)
+        if bound is None and node.subnets and not n.pod_cidr:
+            added, bound = self._in_shared(node, subnet, lambda name: self.cloud.add(
+                n.name, n.pod_cidr, itf, count, subnet=name))
+        elif bound is not None:
+            added, bound = self._in_shared(node, bound, lambda name: self.cloud.add(
+                n.name, n.pod_cidr, itf, count, subnet=name))
+        else:
+            added = self.cloud.add(n.name, n.pod_cidr, itf, count)
+        return [PoolEntry(ip, itf, bound or n.pod_cidr) for ip in added]
 
     @hookimpl
     def podnet_pool_shrink(self, provider: str, node: NodeContext,
@@ -424,8 +236,15 @@ class ReferenceProvider(DataplaneHooks):
     def podnet_interface_create(self, provider: str, node: NodeContext, subnet: str | None,
                                 ip_count: int) -> CloudInterface | None:
         n = node.node
-        itf, ips = self.cloud.create_interface(n.name, n.pod_cidr, ip_count)
-        return CloudInterface(id=itf, subnet=n.pod_cidr, ips=tuple(ips),
+        where = n.pod_cidr
+        if node.subnets:
+            # a new interface goes into the Subnet core named, else the node's first with
+            # free addresses
+            (itf, ips), where = self._in_shared(node, subnet, lambda name: (
+                self.cloud.create_interface(n.name, n.pod_cidr, ip_count, subnet=name)))
+        else:
+            itf, ips = self.cloud.create_interface(n.name, n.pod_cidr, ip_count)
+        return CloudInterface(id=itf, subnet=where, ips=tuple(ips),
                               mac=_mac_for(f"{n.name}/{itf}"))
 
     @hookimpl
@@ -451,8 +270,11 @@ class ReferenceProvider(DataplaneHooks):
     @hookimpl
     def podnet_address_space(self, provider: str, node: NodeContext) -> AddressSpace | None:
         cidr = node.node.pod_cidr
-        # the one subnet of a node is its podCIDR, by that name too
-        return AddressSpace(subnets=(Subnet.first_host_gateway(cidr, cidr),) if cidr else ())
+        # a node's own subnet is its podCIDR, by that name too; its Subnets' by their names
+        own = (Subnet.first_host_gateway(cidr, cidr),) if cidr else ()
+        return AddressSpace(subnets=own + tuple(
+            Subnet(id=s.name, cidr=shared.cidr, gateway=shared.gateway)
+            for s in node.subnets for shared in (_shared(s),)))
 
     @hookimpl
     def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
@@ -460,23 +282,71 @@ class ReferenceProvider(DataplaneHooks):
         node = context.node.node
         request = context.request
         assert request is not None, "the reference provider uses node pools"
+        subnet = context.subnet
+        if subnet is not None:
+            # its block only: an entry outside is handed back, the pod network waiting for
+            # one of the Subnet (its cloud subnet is itself); an address outside refused
+            if request.entry is not None and not subnet.contains(request.entry.address):
+                raise PoolEmpty(f"{request.entry.address} is not in {subnet.describe()}, "
+                                "the pod network's Subnet: waiting for an address of it",
+                                subnet=subnet.name)
+            if request.address is not None and not subnet.contains(request.address):
+                raise request.refuse(f"{request.address} is not in {subnet.describe()}, "
+                                     "the pod network's Subnet")
+            if request.address is not None and (subnet.excludes(request.address)
+                                                or request.address in subnet.gateways):
+                raise request.refuse(f"{request.address} is excluded from "
+                                     f"{subnet.describe()} (its excludeIPs or gateway)")
         if request.entry is not None:
             entry = request.entry
         else:
             # a requested address the pool does not hold: attach it (idempotent: already
-            # attached is fine)
+            # attached is fine), in the pod network's Subnet when it has one
             assert request.address is not None
-            added = self.cloud.add(node.name, node.pod_cidr, "eth0", 1, address=request.address)
-            entry = PoolEntry(added[0], "eth0", node.pod_cidr)
-        cidr, gateway = _bridge_network(node.pod_cidr) if node.pod_cidr else (None, None)
+            where = subnet.name if subnet is not None and subnet.contains(
+                request.address) else None
+            itf = self._interface_in(context.node, where)
+            added = self.cloud.add(node.name, node.pod_cidr, itf, 1,
+                                   address=request.address, subnet=where)
+            entry = PoolEntry(added[0], itf, where or node.pod_cidr)
+        if subnet is None or not subnet.contains(entry.address):
+            subnet = self.networks.subnet(entry.subnet or "")
+        shared = _shared(subnet) if subnet is not None and subnet.contains(entry.address) \
+            else None
+        cidr: ipaddress.IPv4Network | ipaddress.IPv6Network | None
+        gateway: str | None
+        if shared is not None:
+            cidr, gateway = shared.network, shared.gateway
+        elif node.pod_cidr:
+            cidr, gateway = _bridge_network(node.pod_cidr)
+        else:
+            cidr = gateway = None
         mac = pn.spec.requests.mac_address or _mac_for(entry.address)
-        # what the pod's interface gets on the node's bridge network: the podCIDR's
-        # prefix, a default route via the bridge's gateway address, Ethernet's MTU
-        return Allocation(ip=entry.address, mac=mac, subnet=node.pod_cidr, gateway=gateway,
+        # what the pod's interface gets on the node's bridge network: its subnet's prefix
+        # (the Subnet's, else the podCIDR's), a default route via the gateway the bridge
+        # holds, Ethernet's MTU
+        return Allocation(ip=entry.address, mac=mac,
+                          subnet=shared.name if shared else node.pod_cidr, gateway=gateway,
                           interface=entry.interface, cidr=str(cidr) if cidr else None,
                           prefix_length=cidr.prefixlen if cidr is not None else None,
-                          routes=(Route(dst="0.0.0.0/0", gw=gateway),) if gateway else (),
+                          routes=(Route(dst="0.0.0.0/0" if ":" not in gateway else "::/0",
+                                        gw=gateway),) if gateway else (),
                           mtu=MTU)
+
+    def _interface_in(self, node: NodeContext, subnet: str | None) -> str:
+        """An interface of the node in ``subnet`` (None: its podCIDR) for a requested
+        address: a first interface not yet in any subnet takes one on a node without a
+        podCIDR."""
+        bound = self.cloud.interface_subnets(node.node.name)
+        if subnet is None:
+            return "eth0"
+        found = next((itf for itf, s in sorted(bound.items()) if s == subnet), None)
+        if found is not None:
+            return found
+        if not node.node.pod_cidr and "eth0" not in bound:
+            return "eth0"
+        raise PoolEmpty(f"no interface of node {node.node.name} in Subnet {subnet}",
+                        subnet=subnet)
 
     @hookimpl
     def podnet_route(self, context: PodNetworkContext) -> RouteResult | None:
@@ -512,6 +382,17 @@ class ReferenceProvider(DataplaneHooks):
             return None
         return ERROR_KINDS.get(error.code, ErrorKind.TRANSIENT)
 
+
+
+def _shared(subnet: SubnetInfo) -> SharedSubnet:
+    """The cloud's shared subnet of a Subnet: its IPv4 block (else its IPv6 one), that
+    family's gateway (default: the first host), its exclusions of that family."""
+    net = subnet.network(4) or subnet.network(6)
+    if net is None:
+        raise InvalidRequest("spec.cidrBlock", f"Subnet {subnet.name}: no block")
+    gateway = subnet.gateway(net.version) or str(next(net.hosts()))
+    excluded = tuple(e for e in subnet.excluded if address_range(e)[0].version == net.version)
+    return SharedSubnet(name=subnet.name, cidr=str(net), gateway=gateway, excluded=excluded)
 
 
 def _mac_for(seed: str) -> str:

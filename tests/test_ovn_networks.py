@@ -1,0 +1,505 @@
+"""The OVN provider serving networks declared as objects (Subnet, IPPool, SecurityGroup):
+its hooks with :class:`~podnet.hookspecs.networks.Networks` values (the parameters
+checked, the table rebuilt, the config section as objects), then against a real
+Northbound server: a Subnet given at run time serves pods on its own logical switch,
+widened, excluded, removed under running pods (nothing a pod holds is freed or moved),
+IP pools with the StatefulSet ordinal rule, VIPs from ``vipsRange``, SecurityGroup rules
+changed under a member, and the table changed while allocations run."""
+
+from __future__ import annotations
+
+import ipaddress
+import subprocess
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+import pytest
+
+from podnet.hookspecs.errors import ErrorKind, InvalidRequest, ProviderError
+from podnet.hookspecs.models import (
+    NetworkRequest,
+    NodeInfo,
+    ObjectMeta,
+    OwnerReference,
+    Phase,
+    PodNetwork,
+    PodNetworkSpec,
+    PodNetworkStatus,
+)
+from podnet.hookspecs.networks import (
+    IPPoolInfo,
+    Networks,
+    SecurityGroupInfo,
+    SecurityRule,
+    SubnetInfo,
+)
+from podnet.hookspecs.types import AllocateContext, Allocation, NodeContext, PodNetworkContext
+from podnet.plugins.ovn.nbserver import NbServer, ovsdb_server_available
+from podnet.plugins.ovn.provider import OvnProvider
+
+CONFIG_SUBNETS = [
+    {"name": "ovn-default", "cidr": "10.16.0.0/16", "default": True,
+     "ip_pools": {"gold": ["10.16.5.10", "10.16.5.11"]}},
+    {"name": "legacy", "cidr": "10.17.0.0/24", "namespaces": ["old"], "router": "lr1",
+     "gateway_type": "centralized", "mtu": 1300, "exclude_ips": ["10.17.0.2..10.17.0.9"]},
+]
+ROUTERS = [{"name": "lr1"}, {"name": "lr-out", "external": {
+    "address": "203.0.113.2/24", "gateway": "203.0.113.254", "network_name": "physnet",
+    "chassis": ["chassis-1"]}}]
+NODE = NodeContext(node=NodeInfo(name="node-1", uid="u-node-1", internal_ips=("10.40.0.7",)))
+
+
+def subnet(name: str, cidrs: str = "10.40.0.0/24", **kw: Any) -> SubnetInfo:
+    nets = tuple(c.strip() for c in cidrs.split(","))
+    gateways = kw.pop("gateways", tuple(str(ipaddress.ip_network(c).network_address + 1)
+                                        for c in nets))
+    return SubnetInfo(name=name, provider="ovn", cidrs=nets, gateways=gateways, **kw)
+
+
+def record(name: str, *, namespace: str = "team-a", sts: bool = False,
+           **requests: Any) -> PodNetwork:
+    owners = (OwnerReference("apps/v1", "StatefulSet", "web", "u-web", True),) if sts else ()
+    return PodNetwork(
+        metadata=ObjectMeta(name=f"{name}.default", namespace=namespace, uid=f"u-{name}",
+                            owner_references=owners),
+        spec=PodNetworkSpec(pod_name=name, pod_uid=f"u-{name}", node_name="node-1",
+                            provider="ovn", sticky=sts, requests=NetworkRequest(**requests)))
+
+
+def allocate(plugin: OvnProvider, pn: PodNetwork, info: SubnetInfo | None = None,
+             pool: IPPoolInfo | None = None) -> Allocation:
+    got = plugin.podnet_allocate(AllocateContext(pod_network=pn, node=NODE, subnet=info,
+                                                 ip_pool=pool))
+    assert got is not None
+    return got
+
+
+def recorded(pn: PodNetwork, a: Allocation) -> PodNetwork:
+    """The record as core keeps it once the allocation is written."""
+    return attrs.evolve(pn, status=PodNetworkStatus(
+        phase=Phase.ALLOCATED, ip=a.ip, ipv6=a.ipv6, mac=a.mac, subnet=a.subnet,
+        gateway=a.gateway, interface=a.interface, prefix_length=a.prefix_length,
+        mtu=a.mtu))
+
+
+def routed(plugin: OvnProvider, pn: PodNetwork, info: SubnetInfo | None = None,
+           pool: IPPoolInfo | None = None) -> PodNetwork:
+    """Allocate and route ``pn`` as core would: the routed record."""
+    rec = recorded(pn, allocate(plugin, pn, info, pool))
+    plugin.podnet_route(PodNetworkContext(pod_network=rec, node=NODE))
+    return attrs.evolve(rec, status=attrs.evolve(rec.status, phase=Phase.ROUTED))
+
+
+def ctx(pn: PodNetwork) -> PodNetworkContext:
+    return PodNetworkContext(pod_network=pn, node=NODE)
+
+
+# --- the hooks alone: no Northbound needed ----------------------------------------------
+
+
+@pytest.fixture
+def bare() -> OvnProvider:
+    return OvnProvider(None, CONFIG_SUBNETS, routers=ROUTERS, seed=3,
+                       security_groups={"web": {"ingress": [{"protocol": "tcp", "port": 80}]},
+                                        "db": {"egress": []}})
+
+
+def test_parameters_default_to_the_subnets_name_and_a_distributed_gateway(
+        bare: OvnProvider) -> None:
+    got = bare.podnet_subnet_parameters(provider="ovn", subnet=subnet("blue"))
+    assert got is not None
+    assert got.summary == "switch blue, distributed"
+    assert got.details == {"logicalSwitch": "blue", "gatewayType": "distributed"}
+
+
+def test_every_parameter_is_read_and_shown(bare: OvnProvider) -> None:
+    info = subnet("blue", "10.40.0.0/24,fd00:40::/120", parameters={
+        "logicalSwitch": "ls-blue", "gatewayType": "centralized", "router": "lr1",
+        "mtu": 1400, "vipsRange": ["10.40.0.200..10.40.0.220", "fd00:40::f0/124"]})
+    got = bare.podnet_subnet_parameters(provider="ovn", subnet=info)
+    assert got is not None
+    assert got.summary == "switch ls-blue, centralized, router lr1, mtu 1400"
+    assert got.details["vipsRange"] == ["10.40.0.200..10.40.0.220", "fd00:40::f0/124"]
+
+
+def test_a_switch_another_subnet_uses_is_refused_naming_it(bare: OvnProvider) -> None:
+    bare.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(
+        subnet("red", "10.41.0.0/24", parameters={"logicalSwitch": "shared"}),)))
+    with pytest.raises(InvalidRequest) as info:
+        bare.podnet_subnet_parameters(provider="ovn", subnet=subnet(
+            "blue", parameters={"logicalSwitch": "shared"}))
+    assert info.value.field == "spec.parameters.logicalSwitch"
+    assert "Subnet blue" in str(info.value) and "already used by Subnet red" in str(info.value)
+    # a config subnet's switch too, unless the object replaces that subnet (same name)
+    with pytest.raises(InvalidRequest, match="already used by config subnet legacy"):
+        bare.podnet_subnet_parameters(provider="ovn", subnet=subnet(
+            "blue", parameters={"logicalSwitch": "legacy"}))
+    assert bare.podnet_subnet_parameters(provider="ovn", subnet=subnet(
+        "legacy", "10.17.0.0/24")) is not None
+    # red itself, again (a resync): its own switch is no conflict
+    assert bare.podnet_subnet_parameters(provider="ovn", subnet=subnet(
+        "red", "10.41.0.0/24", parameters={"logicalSwitch": "shared"})) is not None
+
+
+def test_a_serving_subnets_switch_does_not_change(bare: OvnProvider) -> None:
+    bare.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(
+        subnet("red", "10.41.0.0/24"),)))
+    with pytest.raises(InvalidRequest) as info:
+        bare.podnet_subnet_parameters(provider="ovn", subnet=subnet(
+            "red", "10.41.0.0/24", parameters={"logicalSwitch": "red2"}))
+    assert info.value.field == "spec.parameters.logicalSwitch"
+    assert "differs from switch red" in str(info.value)
+
+
+def test_networks_changed_merges_objects_over_the_config_and_retires_the_removed(
+        bare: OvnProvider) -> None:
+    assert set(bare.subnets) == {"ovn-default", "legacy"}
+    blue = subnet("blue", parameters={"logicalSwitch": "ls-blue", "router": "lr1"},
+                  excluded=("10.40.0.2..10.40.0.9",))
+    over = subnet("legacy", "10.17.0.0/23", parameters={"gatewayType": "distributed"})
+    pool = IPPoolInfo(name="blue-pool", subnet="blue", addresses=("10.40.0.64/28",))
+    bare.podnet_networks_changed(provider="ovn", networks=Networks(
+        subnets=(blue, over), pools=(pool,), revision=1))
+    assert set(bare.subnets) == {"ovn-default", "legacy", "blue"}
+    assert bare.subnets["blue"].switch == "ls-blue" and bare.subnets["blue"].router == "lr1"
+    assert "10.40.0.5" in bare.subnets["blue"].excluded
+    assert "10.40.0.70" in bare.subnets["blue"].pooled[0][0]
+    # the object wins over the config's subnet of its name, and keeps its named pools
+    legacy = bare.subnets["legacy"]
+    assert str(legacy.v4) == "10.17.0.0/23" and legacy.gateway_type == "distributed"
+    assert legacy.from_object and legacy.ip_pools == {}
+    assert bare.pools == {"blue-pool": pool}
+    # blue removed: it serves no new pod, but its pods' records still find it
+    bare.podnet_networks_changed(provider="ovn", networks=Networks(revision=2))
+    assert set(bare.subnets) == {"ovn-default", "legacy"}
+    assert bare.retired["blue"].switch == "ls-blue"
+    assert str(bare.subnets["legacy"].v4) == "10.17.0.0/24"  # the config's again
+    # back: it serves again
+    bare.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(blue,)))
+    assert "blue" in bare.subnets and "blue" not in bare.retired
+
+
+def test_a_newcomer_never_takes_a_serving_subnets_switch(bare: OvnProvider) -> None:
+    red = subnet("red", "10.41.0.0/24", parameters={"logicalSwitch": "shared"})
+    bare.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(red,)))
+    # both reached core's Ready set before either was checked against the other
+    alpha = subnet("alpha", parameters={"logicalSwitch": "shared"})
+    bare.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(alpha, red)))
+    assert "alpha" not in bare.subnets and bare.subnets["red"].switch == "shared"
+
+
+def test_security_group_objects_join_the_configs_and_a_bad_one_names_its_field(
+        bare: OvnProvider) -> None:
+    good = SecurityGroupInfo(name="api", ingress=(SecurityRule("tcp", (8000, 8080),
+                                                                groups=("web",)),),
+                             egress=(SecurityRule(),))
+    bad = SecurityGroupInfo(name="broken", ingress=(SecurityRule("tcp", (80, 80),
+                                                                  groups=("nope",)),))
+    web = SecurityGroupInfo(name="web", ingress=(SecurityRule("icmp"),))
+    bare.podnet_networks_changed(provider="ovn", networks=Networks(
+        security_groups=(good, bad, web)))
+    groups = bare.security_groups
+    assert set(groups) == {"api", "broken", "web", "db"}
+    api = groups["api"]
+    assert api.ingress[0].ports == (8000, 8080) and api.ingress[0].groups == ("web",)
+    assert groups["web"].ingress[0].protocol == "icmp"  # the object wins
+    assert groups["broken"].field == "securitygroup[broken].spec.ingress[0].groups"
+    with pytest.raises(InvalidRequest) as info:
+        bare._groups_of(record("p", security_groups=("broken",)))
+    assert info.value.field == "securitygroup[broken].spec.ingress[0].groups"
+    assert "unknown security group 'nope'" in str(info.value)
+    with pytest.raises(InvalidRequest, match="SecurityGroup objects"):
+        bare._groups_of(record("p", security_groups=("ghost",)))
+
+
+def test_config_networks_are_the_sections_subnets_pools_and_groups(bare: OvnProvider) -> None:
+    got = bare.podnet_config_networks(provider="ovn")
+    assert got is not None
+    default, legacy = got.subnets
+    assert default.name == "ovn-default" and default.default and default.cidrs == (
+        "10.16.0.0/16",) and default.gateways == ("10.16.0.1",)
+    assert default.parameters == {"logicalSwitch": "ovn-default",
+                                  "gatewayType": "distributed"}
+    assert legacy.namespaces == ("old",) and legacy.excluded == ("10.17.0.2..10.17.0.9",)
+    assert legacy.parameters == {"logicalSwitch": "legacy", "gatewayType": "centralized",
+                                 "router": "lr1", "mtu": 1300}
+    assert not legacy.default
+    assert got.pools == (IPPoolInfo(name="gold", subnet="ovn-default",
+                                    addresses=("10.16.5.10", "10.16.5.11")),)
+    web, db = sorted(got.security_groups, key=lambda g: g.name, reverse=True)
+    assert web.ingress == (SecurityRule("tcp", (80, 80)),)
+    assert web.egress == (SecurityRule(),)  # left out: not restricted, the same ACLs
+    assert db.egress == () and db.ingress == (SecurityRule(),)
+    # what it declares passes its own check: the migration's objects are served as is
+    for info in got.subnets:
+        assert bare.podnet_subnet_parameters(provider="ovn", subnet=info) is not None
+
+
+def test_config_networks_name_a_shared_pool_name_after_its_subnet() -> None:
+    plugin = OvnProvider(None, [
+        {"name": "a", "cidr": "10.1.0.0/24", "ip_pools": {"gold": ["10.1.0.5"]}},
+        {"name": "b", "cidr": "10.2.0.0/24", "ip_pools": {"gold": ["10.2.0.5"],
+                                                           "jade": ["10.2.0.6"]}}])
+    got = plugin.podnet_config_networks(provider="ovn")
+    assert got is not None
+    assert [p.name for p in got.pools] == ["a-gold", "b-gold", "jade"]
+    assert got.subnets[0].default  # the first, as the section made it
+
+
+def test_a_section_declaring_nothing_migrates_nothing() -> None:
+    assert OvnProvider(None).podnet_config_networks(provider="ovn") is None
+
+
+# --- against a real Northbound server -------------------------------------------------------
+
+_MISSING = ovsdb_server_available()
+nb = pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")
+
+
+@pytest.fixture(scope="module")
+def nb_server() -> Iterator[NbServer]:
+    if _MISSING is not None:
+        pytest.skip(_MISSING)
+    with NbServer() as server:
+        yield server
+
+
+@pytest.fixture
+def plugin(nb_server: NbServer) -> Iterator[OvnProvider]:
+    nb_server.restart_fresh()
+    made = OvnProvider(nb_server.remote, CONFIG_SUBNETS, routers=ROUTERS[:1], seed=5,
+                       security_groups={"web": {"ingress": [{"protocol": "tcp",
+                                                             "port": 80}]}})
+    yield made
+    made.close()
+
+
+def nbctl(server: NbServer, *args: str) -> str:
+    return subprocess.run(["ovn-nbctl", f"--db={server.remote}", *args], check=True,
+                          capture_output=True, text=True, timeout=30).stdout
+
+
+@nb
+def test_a_subnet_given_at_run_time_serves_pods_on_its_own_switch(
+        plugin: OvnProvider, nb_server: NbServer) -> None:
+    blue = subnet("blue", "10.40.0.0/24", parameters={"logicalSwitch": "ls-blue",
+                                                      "router": "lr1", "mtu": 1350})
+    # before: core has no Subnet object; the config's default serves
+    first = routed(plugin, record("before"))
+    assert first.status.subnet == "ovn-default"
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(blue,)))
+    pn = routed(plugin, record("a"), blue)
+    st = pn.status
+    assert st.subnet == "blue" and ipaddress.ip_address(st.ip) in ipaddress.ip_network(
+        "10.40.0.0/24") and st.ip not in ("10.40.0.1", "10.40.0.7")
+    assert st.mtu == 1350 and st.gateway == "10.40.0.1" and st.prefix_length == 24
+    # the port is on the Subnet's logical switch, linked to its router by ports named
+    # after the switch
+    assert "team-a/a.default" in nbctl(nb_server, "lsp-list", "ls-blue")
+    assert nbctl(nb_server, "get", "Logical_Router_Port", "lr1-ls-blue",
+                 "networks").strip() == '["10.40.0.1/24"]'
+    assert plugin.podnet_verify(ctx(pn)).ok
+    plugin.podnet_release(ctx(pn))
+    assert "team-a/a.default" not in nbctl(nb_server, "lsp-list", "ls-blue")
+
+
+@nb
+def test_a_widened_subnet_serves_the_new_range_and_moves_nobody(plugin: OvnProvider) -> None:
+    small = subnet("tiny", "10.42.0.0/29")  # 10.42.0.2..6: five addresses for pods
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(small,)))
+    held = [routed(plugin, record(f"p{i}"), small) for i in range(5)]
+    with pytest.raises(ProviderError) as full:
+        allocate(plugin, record("p5"), small)
+    assert full.value.kind is ErrorKind.SUBNET_EXHAUSTED
+    wide = subnet("tiny", "10.42.0.0/28", gateways=("10.42.0.1",), generation=2)
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(wide,)))
+    got = allocate(plugin, record("p5"), wide)
+    assert 7 <= int(ipaddress.ip_address(got.ip)) - int(ipaddress.ip_address("10.42.0.0")) <= 14
+    for pn in held:  # the first five keep theirs, their ports as they were
+        assert plugin.podnet_verify(ctx(pn)).ok
+        assert plugin.ipam.owner(pn.status.ip) == pn.status.interface
+
+
+@nb
+def test_added_exclusions_are_never_handed_out_and_a_holder_keeps_its_address(
+        plugin: OvnProvider) -> None:
+    blue = subnet("blue", "10.43.0.0/28")
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(blue,)))
+    holder = routed(plugin, record("holder"), blue)
+    ip = holder.status.ip
+    # exclude everything but one address, the holder's among them
+    others = [str(ipaddress.ip_address("10.43.0.0") + i) for i in range(2, 15)]
+    keep = next(a for a in others if a != ip)
+    excluded = tuple(a for a in others if a != keep)
+    narrow = attrs.evolve(blue, excluded=excluded, generation=2)
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(narrow,)))
+    assert allocate(plugin, record("new"), narrow).ip == keep
+    with pytest.raises(ProviderError) as full:
+        allocate(plugin, record("newer"), narrow)
+    assert full.value.kind is ErrorKind.SUBNET_EXHAUSTED
+    # the holder's address is excluded now, and still its: verify and route are fine,
+    # nobody else may ask for it
+    assert plugin.podnet_verify(ctx(holder)).ok
+    plugin.podnet_route(ctx(holder))
+    assert plugin.ipam.owner(ip) == holder.status.interface
+    with pytest.raises(InvalidRequest, match="an excluded address"):
+        allocate(plugin, record("thief", ip_address=ip), narrow)
+    plugin.podnet_release(ctx(holder))
+    assert plugin.ipam.owner(ip) is None
+
+
+@nb
+def test_a_removed_subnet_gets_no_pod_and_its_pods_keep_working(
+        plugin: OvnProvider, nb_server: NbServer) -> None:
+    blue = subnet("blue", "10.44.0.0/24", parameters={"logicalSwitch": "ls-gone",
+                                                      "router": "lr1"})
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(blue,)))
+    pn = routed(plugin, record("stays", vips=("10.44.0.77",)), blue)
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks())
+    assert "blue" not in plugin.subnets
+    # a new pod: core passes no Subnet (none left): the config's rules place it
+    assert allocate(plugin, record("new")).subnet == "ovn-default"
+    with pytest.raises(InvalidRequest, match="unknown subnet 'blue'"):
+        allocate(plugin, record("asks", subnets=("blue",)))
+    # the pod on it: verify ok, a repair's route writes nothing new, release cleans up
+    assert plugin.podnet_verify(ctx(pn)).ok
+    plugin.podnet_route(ctx(pn))
+    assert plugin.podnet_verify(ctx(pn)).ok
+    assert "ls-gone-vip-10.44.0.77" in nbctl(nb_server, "lsp-list", "ls-gone")
+    plugin.podnet_release(ctx(pn))
+    # the VIP's virtual port is named after the switch, and goes with the pod
+    listed = nbctl(nb_server, "lsp-list", "ls-gone")
+    assert "stays" not in listed and "vip" not in listed, listed
+    assert plugin.ipam.owner(pn.status.ip) is None and plugin.ipam.owner("10.44.0.77") is None
+
+
+@nb
+def test_an_ip_pool_object_gives_a_statefulset_pod_its_ordinal_and_others_leave_it(
+        plugin: OvnProvider) -> None:
+    blue = subnet("blue", "10.45.0.0/29")
+    pool = IPPoolInfo(name="web-ips", subnet="blue", addresses=("10.45.0.4..10.45.0.6",))
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(blue,),
+                                                                    pools=(pool,)))
+    assert allocate(plugin, record("web-1", sts=True), blue, pool).ip == "10.45.0.5"
+    assert allocate(plugin, record("web-0", sts=True), blue, pool).ip == "10.45.0.4"
+    # beyond the pool's length: the first free member
+    assert allocate(plugin, record("web-7", sts=True), blue, pool).ip == "10.45.0.6"
+    with pytest.raises(ProviderError) as full:
+        allocate(plugin, record("other"), blue, pool)
+    assert full.value.kind is ErrorKind.SUBNET_EXHAUSTED and "IPPool web-ips" in str(full.value)
+    # pods without the pool take the Subnet's other addresses, never the pool's
+    got = {allocate(plugin, record(f"free{i}"), blue).ip for i in range(2)}
+    assert got == {"10.45.0.2", "10.45.0.3"}
+    # the pool named by the annotation (core passed no IPPool: found by its name)
+    plugin.podnet_release(ctx(recorded(record("web-0", sts=True),
+                                       Allocation(ip="10.45.0.4", subnet="blue"))))
+    assert allocate(plugin, record("named", ip_pool=("web-ips",)), blue).ip == "10.45.0.4"
+
+
+@nb
+def test_a_pool_member_the_subnet_excludes_is_refused_at_its_ordinal(
+        plugin: OvnProvider) -> None:
+    blue = subnet("blue", "10.46.0.0/24", excluded=("10.46.0.11",))
+    pool = IPPoolInfo(name="p", subnet="blue", addresses=("10.46.0.10", "10.46.0.11"))
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(blue,),
+                                                                    pools=(pool,)))
+    with pytest.raises(InvalidRequest) as info:
+        allocate(plugin, record("web-1", sts=True), blue, pool)
+    assert "ordinal 1 of IPPool p" in str(info.value) and "excluded" in str(info.value)
+    assert info.value.field == "ippool[p].spec.addresses"
+
+
+@nb
+def test_vips_come_from_the_vips_range_and_pods_never_get_one_as_theirs(
+        plugin: OvnProvider) -> None:
+    blue = subnet("blue", "10.47.0.0/28", parameters={"vipsRange": "10.47.0.8..10.47.0.14"})
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(blue,)))
+    with pytest.raises(InvalidRequest, match="kept for VIPs"):
+        allocate(plugin, record("static", ip_address="10.47.0.9"), blue)
+    with pytest.raises(InvalidRequest, match="outside the vipsRange"):
+        allocate(plugin, record("v1", vips=("10.47.0.3",)), blue)
+    pn = routed(plugin, record("v2", vips=("10.47.0.9",)), blue)
+    assert plugin.ipam.used["10.47.0.9"].vip and plugin.podnet_verify(ctx(pn)).ok
+    # the pods' own addresses: 2..7 only (six, v2's among them)
+    addresses = {pn.status.ip, *(allocate(plugin, record(f"p{i}"), blue).ip for i in range(5))}
+    assert addresses == {f"10.47.0.{i}" for i in range(2, 8)}
+    with pytest.raises(ProviderError) as full:
+        allocate(plugin, record("p6"), blue)
+    assert full.value.kind is ErrorKind.SUBNET_EXHAUSTED
+
+
+@nb
+def test_a_security_group_object_changed_under_a_member_is_seen_and_rewritten(
+        plugin: OvnProvider, nb_server: NbServer) -> None:
+    blue = subnet("blue", "10.48.0.0/24")
+    sg = SecurityGroupInfo(name="app", ingress=(SecurityRule("tcp", (80, 80)),))
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks(
+        subnets=(blue,), security_groups=(sg,)))
+    pn = routed(plugin, record("m", security_groups=("app",)), blue)
+    assert plugin.podnet_verify(ctx(pn)).ok
+
+    def acls() -> str:
+        return nbctl(nb_server, "acl-list", "sg_app")
+
+    assert "tcp.dst == 80" in acls()
+    changed = attrs.evolve(sg, ingress=(SecurityRule("tcp", (443, 443)),), generation=2)
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks(
+        subnets=(blue,), security_groups=(changed,)))
+    # the member's verify (core requeues it) finds the group's rules rewritten
+    assert plugin.podnet_verify(ctx(pn)).ok
+    assert "tcp.dst == 443" in acls() and "tcp.dst == 80" not in acls()
+    # a rule changed behind podnet's back is what verify sees, and route repairs
+    nbctl(nb_server, "acl-del", "sg_app")
+    assert not plugin.podnet_verify(ctx(pn)).ok
+    plugin.podnet_route(ctx(pn))
+    assert plugin.podnet_verify(ctx(pn)).ok
+    # the group gone: the member's verify says so, its port keeps the last rules
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(blue,)))
+    result = plugin.podnet_verify(ctx(pn))
+    assert not result.ok and "unknown security group 'app'" in result.reason
+    assert "tcp.dst == 443" in acls()
+
+
+@nb
+def test_changes_while_allocations_run_never_hand_out_an_address_twice(
+        plugin: OvnProvider) -> None:
+    versions = [subnet("busy", "10.49.0.0/26", generation=1),
+                subnet("busy", "10.49.0.0/25", generation=2,
+                       excluded=("10.49.0.2..10.49.0.20",)),
+                subnet("busy", "10.49.0.0/24", generation=3)]
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks(subnets=versions[:1]))
+    stop = threading.Event()
+    changes = [0]
+
+    def churn() -> None:
+        while not stop.is_set():
+            for v in versions:
+                plugin.podnet_networks_changed(provider="ovn", networks=Networks(
+                    subnets=(v,), revision=changes[0]))
+                changes[0] += 1
+
+    got: list[str] = []
+    errors: list[BaseException] = []
+
+    def worker(n: int) -> None:
+        for i in range(15):
+            try:
+                got.append(allocate(plugin, record(f"w{n}-{i}"),
+                                    versions[(n + i) % 3]).ip)
+            except BaseException as exc:  # collected for the assertion
+                errors.append(exc)
+
+    churner = threading.Thread(target=churn)
+    churner.start()
+    workers = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    stop.set()
+    churner.join()
+    assert errors == [] and len(got) == 60 and len(set(got)) == 60, (errors, got)
+    print(f"{changes[0]} table changes during 60 allocations")
+    assert changes[0] > 0

@@ -39,6 +39,8 @@ from podnet.hookspecs.types import AllocateContext, Allocation, NodeContext, Pod
 from podnet.plugins.ovn.nbserver import NbServer, ovsdb_server_available
 from podnet.plugins.ovn.provider import OvnProvider
 
+pytest_plugins = ["podnet.testing"]
+
 CONFIG_SUBNETS = [
     {"name": "ovn-default", "cidr": "10.16.0.0/16", "default": True,
      "ip_pools": {"gold": ["10.16.5.10", "10.16.5.11"]}},
@@ -503,3 +505,182 @@ def test_changes_while_allocations_run_never_hand_out_an_address_twice(
     assert errors == [] and len(got) == 60 and len(set(got)) == 60, (errors, got)
     print(f"{changes[0]} table changes during 60 allocations")
     assert changes[0] > 0
+
+
+# --- packets: the OVN bed (NB, SB, northd, a chassis with ovn-controller) -----------------
+
+_PLUG = """
+import json, sys
+from podnet.hookspecs.models import (ObjectMeta, Phase, PodNetwork, PodNetworkSpec,
+                                     PodNetworkStatus)
+from podnet.hookspecs.types import PlugContext, UnplugContext
+from podnet.plugins.ovn.dataplane import OvsDataplane
+
+dp = OvsDataplane(OVS_DB, bind_timeout=20)
+for p in PODS:
+    if ACTION == "plug":
+        pn = PodNetwork(
+            metadata=ObjectMeta(name=p["name"], namespace=p["namespace"]),
+            spec=PodNetworkSpec(pod_name=p["pod"], pod_uid="u", node_name="node-1",
+                                provider="ovn"),
+            status=PodNetworkStatus(phase=Phase.ROUTED, ip=p["ip"], mac=p["mac"],
+                                    gateway=p["gateway"], prefix_length=p["prefix"],
+                                    interface=p["port"], mtu=p["mtu"]))
+        dp.plug(PlugContext(pod_network=pn, container_id=p["cid"], if_name="eth0",
+                            netns=p["netns"]), p["port"])
+    else:
+        dp.unplug(UnplugContext(provider="ovn", network="default", container_id=p["cid"],
+                                if_name="eth0", netns=p["netns"]))
+dp.close()
+print("done")
+"""
+
+
+def _dataplane(bed: Any, action: str, pods: list[dict[str, Any]]) -> None:
+    """Plug (or unplug) pods with the node agent's dataplane, in the chassis' namespace
+    (where its host ends must be)."""
+    from podnet.testing.nodebed import in_netns
+
+    done = in_netns(bed.netns, f"OVS_DB = {bed.ovs_remote!r}\nACTION = {action!r}\n"
+                    f"PODS = {pods!r}\n" + _PLUG, timeout=90)
+    assert done.returncode == 0 and "done" in done.stdout, done.stderr
+
+
+def _connects(netns: str, address: str, port: int) -> str:
+    """``ok`` (connected and answered), ``refused`` (an RST) or ``timeout`` (dropped)."""
+    from podnet.testing.nodebed import in_netns
+
+    done = in_netns(netns, f"""
+        import socket
+        try:
+            c = socket.create_connection(({address!r}, {port}), timeout=3)
+            c.sendall(b"x")
+            c.recv(100)
+        except ConnectionRefusedError:
+            print("refused")
+        except (TimeoutError, socket.timeout):
+            print("timeout")
+        else:
+            print("ok")
+    """, timeout=20)
+    return done.stdout.strip()
+
+
+class PodsOnTheBed:
+    """Pods (network namespaces) whose records the provider routed, plugged into the
+    bed's ``br-int``; :meth:`close` unplugs them, releases their ports and deletes the
+    switches the test made, also after a failure."""
+
+    def __init__(self, bed: Any, plugin: OvnProvider) -> None:
+        from podnet.testing.nodebed import Host
+
+        self.bed, self.plugin = bed, plugin
+        self.host = Host(links=lambda container, interface: [])
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.records: dict[str, PodNetwork] = {}
+        self.switches: list[str] = []
+
+    def add(self, pn: PodNetwork, info: SubnetInfo) -> dict[str, Any]:
+        rec = routed(self.plugin, pn, info)
+        self.records[pn.spec.pod_name] = rec
+        netns, path = self.host.netns()
+        st = rec.status
+        pod = {"name": rec.metadata.name, "namespace": rec.metadata.namespace,
+               "pod": pn.spec.pod_name, "ip": st.ip, "mac": st.mac, "gateway": st.gateway,
+               "prefix": st.prefix_length, "port": st.interface, "mtu": st.mtu,
+               "cid": self.host.container(), "netns": path, "ns": netns}
+        _dataplane(self.bed, "plug", [pod])
+        self.pods[pn.spec.pod_name] = pod
+        return pod
+
+    def close(self) -> None:
+        steps = [lambda: _dataplane(self.bed, "unplug", list(self.pods.values())),
+                 *(lambda r=r: self.plugin.podnet_release(ctx(r))
+                   for r in self.records.values()),
+                 *(lambda s=s: self.bed.nbctl("--if-exists", "ls-del", s)
+                   for s in self.switches),
+                 self.plugin.close, self.host.cleanup]
+        for step in steps:
+            try:
+                step()
+            except Exception as exc:  # every step runs, whatever failed before
+                print(f"cleanup: {exc}")
+
+
+@pytest.fixture
+def on_bed(ovn_bed: Any) -> Iterator[PodsOnTheBed]:
+    from podnet.testing.netns import netns_unavailable
+
+    missing = netns_unavailable()
+    if missing is not None:
+        pytest.skip(missing)
+    suffix = __import__("uuid").uuid4().hex[:6]
+    plugin = OvnProvider(ovn_bed.nb_remote, [{"name": f"pk-{suffix}", "cidr": "10.70.0.0/24",
+                                              "default": True}], seed=11)
+    made = PodsOnTheBed(ovn_bed, plugin)
+    made.switches.append(f"pk-{suffix}")
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.mark.slow
+def test_packets_a_subnet_given_at_run_time_serves_two_pods_that_ping_each_other(
+        on_bed: PodsOnTheBed) -> None:
+    from podnet.testing.nodebed import ping
+
+    plugin = on_bed.plugin
+    first = on_bed.add(record("first"), None)  # the controller runs: the config serves
+    assert first["ip"].startswith("10.70.0.")
+    switch = f"ls-rt-{on_bed.switches[0][3:]}"
+    on_bed.switches.append(switch)
+    blue = subnet(f"rt-{switch[6:]}", "10.71.0.0/24", parameters={"logicalSwitch": switch})
+    assert plugin.podnet_subnet_parameters(provider="ovn", subnet=blue) is not None
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(blue,)))
+    a = on_bed.add(record("a"), blue)
+    b = on_bed.add(record("b"), blue)
+    assert a["ip"].startswith("10.71.0.") and b["ip"].startswith("10.71.0.")
+    assert on_bed.records["a"].status.subnet == blue.name
+    assert ping(a["ns"], b["ip"]) and ping(b["ns"], a["ip"])
+    # another switch, no router: the config's pod is not reached from the new Subnet
+    assert not ping(a["ns"], first["ip"], count=2, timeout=1)
+
+
+@pytest.mark.slow
+def test_packets_a_security_group_objects_rules_changed_close_and_open_a_member(
+        on_bed: PodsOnTheBed) -> None:
+    from podnet.testing.nodebed import TcpServer
+
+    plugin, bed = on_bed.plugin, on_bed.bed
+    switch = f"ls-sg-{on_bed.switches[0][3:]}"
+    on_bed.switches.append(switch)
+    blue = subnet(f"sgnet-{switch[6:]}", "10.72.0.0/24", parameters={"logicalSwitch": switch})
+    group = f"sg-{switch[6:]}"
+    web = SecurityGroupInfo(name=group, ingress=(SecurityRule("tcp", (8080, 8080)),))
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks(
+        subnets=(blue,), security_groups=(web,)))
+    m = on_bed.add(record("m", security_groups=(group,)), blue)
+    o = on_bed.add(record("o"), blue)
+    member = on_bed.records["m"]
+
+    def change(rules: tuple[SecurityRule, ...], revision: int) -> None:
+        """The object's new rules reach the provider; core requeues the member, whose
+        verify (and repair) applies them; then ovn-controller has them in its flows."""
+        plugin.podnet_networks_changed(provider="ovn", networks=Networks(
+            subnets=(blue,), security_groups=(attrs.evolve(web, ingress=rules),),
+            revision=revision))
+        if not plugin.podnet_verify(ctx(member)).ok:
+            plugin.podnet_route(ctx(member))
+        assert plugin.podnet_verify(ctx(member)).ok
+        bed.nbctl("--timeout=20", "--wait=hv", "sync")
+
+    with TcpServer(m["ns"], m["ip"], port=8080):
+        assert _connects(o["ns"], m["ip"], 8080) == "ok"
+    change((SecurityRule("tcp", (9090, 9090)),), 2)
+    with TcpServer(m["ns"], m["ip"], port=8080):
+        assert _connects(o["ns"], m["ip"], 8080) == "timeout"  # dropped, not refused
+        assert _connects(m["ns"], m["ip"], 8080) == "ok"  # the server is there
+    change((SecurityRule("tcp", (8080, 8080)),), 3)
+    with TcpServer(m["ns"], m["ip"], port=8080):
+        assert _connects(o["ns"], m["ip"], 8080) == "ok"

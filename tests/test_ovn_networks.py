@@ -684,3 +684,50 @@ def test_packets_a_security_group_objects_rules_changed_close_and_open_a_member(
     change((SecurityRule("tcp", (8080, 8080)),), 3)
     with TcpServer(m["ns"], m["ip"], port=8080):
         assert _connects(o["ns"], m["ip"], 8080) == "ok"
+
+
+@nb
+def test_a_controller_started_after_its_subnet_left_keeps_the_pods_ports_as_nb_has_them(
+        plugin: OvnProvider, nb_server: NbServer) -> None:
+    blue = subnet("blue", "10.50.0.0/24", parameters={"logicalSwitch": "ls-left",
+                                                      "router": "lr1"})
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(blue,)))
+    pn = routed(plugin, record("stays"), blue)
+    plain = routed(plugin, record("plain"), blue)
+    plugin.close()
+    # a new controller: blue is not Ready any more (deleted while held), so it never
+    # reaches the provider; the records still name it
+    later = OvnProvider(nb_server.remote, CONFIG_SUBNETS, routers=ROUTERS[:1], seed=6)
+    try:
+        later.podnet_networks_changed(provider="ovn", networks=Networks())
+        assert "blue" not in later.subnets
+        assert later.podnet_verify(ctx(pn)).ok
+        before = nbctl(nb_server, "get", "Logical_Router_Port", "lr1-ls-left", "networks")
+        later.podnet_route(ctx(pn))
+        assert later.podnet_verify(ctx(pn)).ok and later.podnet_verify(ctx(plain)).ok
+        recovered = later.retired["blue"]
+        assert (recovered.switch, recovered.router, recovered.gateway_type) == (
+            "ls-left", "lr1", "distributed")
+        # the router link is left as it is (the record does not know the block)
+        assert nbctl(nb_server, "get", "Logical_Router_Port", "lr1-ls-left",
+                     "networks") == before
+        assert later.ipam.owner(pn.status.ip) == pn.status.interface
+        later.podnet_release(ctx(pn))
+        later.podnet_release(ctx(plain))
+        assert "team-a" not in nbctl(nb_server, "lsp-list", "ls-left")
+    finally:
+        later.close()
+
+
+@nb
+def test_a_subnet_core_hands_over_before_the_provider_heard_of_it_is_routed(
+        plugin: OvnProvider, nb_server: NbServer) -> None:
+    early = subnet("early", "10.51.0.0/24", parameters={"logicalSwitch": "ls-early",
+                                                        "router": "lr1"})
+    pn = routed(plugin, record("first"), early)  # no podnet_networks_changed yet
+    assert pn.status.subnet == "early" and plugin.podnet_verify(ctx(pn)).ok
+    # the Subnet as core sees it, its router link made
+    assert nbctl(nb_server, "get", "Logical_Router_Port", "lr1-ls-early",
+                 "networks").strip() == '["10.51.0.1/24"]'
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(early,)))
+    assert plugin.podnet_verify(ctx(pn)).ok

@@ -143,6 +143,11 @@ class Subnet:
     pooled: tuple[tuple[Ranges, str], ...] = ()
     #: made from a Subnet object (else from the config section)
     from_object: bool = False
+    #: read back from a record and its port in NB (a subnet neither served nor retired
+    #: when the controller started): serves that record's route and verify only, and
+    #: leaves the switch's router link as it is (the record knows its own prefix, not
+    #: the subnet's, which may have been widened)
+    recovered: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not self.switch:
@@ -158,7 +163,7 @@ class Subnet:
     def router_link(self) -> RouterLink | None:
         """The ports connecting the subnet's switch to its router (``None``: no router):
         the router port holds each family's gateway with the subnet's prefix length."""
-        if not self.router:
+        if not self.router or self.recovered:
             return None
         pairs = ((self.gateway, self.v4), (self.gateway6, self.v6))
         networks = [f"{ipaddress.ip_address(gw)}/{net.prefixlen}" for gw, net in pairs

@@ -6,6 +6,7 @@ networks and the security groups' port groups and ACLs kept in step with it. The
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import threading
 from collections import Counter
@@ -46,10 +47,12 @@ from podnet.plugins.ovn.objects import (
     subnet_from_info,
 )
 from podnet.plugins.ovn.rows import (
+    GROUPS,
     KEY,
     OWNER,
     OWNER_VALUE,
     ROLE,
+    ROLE_ROUTER_LINK,
     ROLE_VIP,
     ExternalNet,
 )
@@ -101,6 +104,8 @@ class OvnNorthbound:
         #: subnets no longer served, kept for the ports still on them (route, verify and
         #: release of a pod on a Subnet removed from the set keep working)
         self.retired: dict[str, Subnet] = {}
+        #: Subnet objects core handed to allocate before podnet_networks_changed did
+        self._fresh: dict[str, Subnet] = {}
         #: IPPool objects by name
         self.pools: dict[str, IPPoolInfo] = {}
         #: the config section's security groups (raw) and the SecurityGroup objects
@@ -424,8 +429,11 @@ class OvnNorthbound:
             return self._object_subnets[info.name]
         params = self._check_subnet(info)
         config = self._config_subnets.get(info.name)
-        return subnet_from_info(info, params, list(self.pools.values()),
+        made = subnet_from_info(info, params, list(self.pools.values()),
                                 config.ip_pools if config is not None else None)
+        # route and verify find it until podnet_networks_changed brings the same view
+        self._fresh[info.name] = made
+        return made
 
     def _apply_networks(self, networks: Networks) -> None:
         """Serve what ``networks`` declares (call under ``self.lock``). A Subnet whose
@@ -453,6 +461,56 @@ class OvnNorthbound:
             infos[info.name] = info
         self._object_subnets = subnets
         self._object_infos = infos
+        self._fresh = {}
         self._merge_subnets()
         self._object_groups = {g.name: g for g in networks.security_groups}
         self._merge_groups()
+
+    def _recover_subnet(self, pn: PodNetwork) -> Subnet | None:
+        """The subnet of a record that names one neither served nor retired (its Subnet
+        left the set, or turned not Ready, before this controller started): what the
+        record and its port in NB say. The switch holding the port, the router linked to
+        that switch, the record's own block and gateway; a distributed gateway when the
+        port is in a node's group. Kept as retired; ``None`` when NB has no such port."""
+        st = pn.status
+        if not st.subnet or not (st.ip or st.ipv6) or not self.remote:
+            return None
+        client = self.client
+        name = st.interface or f"{pn.metadata.namespace}/{pn.metadata.name}"
+        with client.reading() as tables:
+            lsp = next((p for p in tables["Logical_Switch_Port"].rows.values()
+                        if p.name == name), None)
+            if lsp is None:
+                return None
+            switch = next((ls for ls in tables["Logical_Switch"].rows.values()
+                           if any(p.uuid == lsp.uuid for p in ls.ports)), None)
+            if switch is None:
+                return None
+            router = None
+            for port in switch.ports:
+                lrp = dict(port.options).get("router-port") if port.type == "router" else None
+                if lrp and port.external_ids.get(ROLE) == ROLE_ROUTER_LINK:
+                    router = next((lr.name for lr in tables["Logical_Router"].rows.values()
+                                   if any(p.name == lrp for p in lr.ports)), None)
+            groups = lsp.external_ids.get(GROUPS, "").split(",")
+        nets = {}
+        for ip, prefix in ((st.ip, st.prefix_length), (st.ipv6, st.ipv6_prefix_length)):
+            if ip:
+                addr = ipaddress.ip_address(ip)
+                bits = prefix if prefix is not None else addr.max_prefixlen
+                nets[addr.version] = ipaddress.ip_network(f"{ip}/{bits}", strict=False)
+        v4, v6 = nets.get(4), nets.get(6)
+        gateway6 = st.ipv6_gateway or (st.gateway if v4 is None else None)
+        subnet = Subnet(
+            name=st.subnet, v4=v4 if isinstance(v4, ipaddress.IPv4Network) else None,
+            v6=v6 if isinstance(v6, ipaddress.IPv6Network) else None,
+            gateway=st.gateway if v4 is not None else None, gateway6=gateway6,
+            gateway_type="distributed" if any(g.startswith("node_") for g in groups)
+            else "centralized", router=router if router in self.routers else None,
+            mtu=st.mtu, switch=switch.name, recovered=True)
+        log.warning("provider %s: record %s names subnet %s, which is not served; its "
+                    "port is kept as NB has it (switch %s)", self.name, pn.key, st.subnet,
+                    switch.name)
+        with self.lock:
+            self.retired.setdefault(st.subnet, subnet)
+            return self.retired[st.subnet]

@@ -477,10 +477,10 @@ class OvnProvider(OvnNorthbound):
 
     def _record_subnet(self, name: str) -> Subnet | None:
         """A record's subnet: serving, or retired (no new pod; its ports keep working)."""
-        return self.subnets.get(name) or self.retired.get(name)
+        return self.subnets.get(name) or self.retired.get(name) or self._fresh.get(name)
 
     def _known_subnet(self, pn: PodNetwork) -> Subnet:
-        subnet = self._record_subnet(pn.status.subnet or "")
+        subnet = self._record_subnet(pn.status.subnet or "") or self._recover_subnet(pn)
         if subnet is None:
             raise ProviderError(ErrorKind.FATAL, f"record {pn.key} names subnet "
                                 f"{pn.status.subnet!r}, which is not configured",

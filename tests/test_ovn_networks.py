@@ -192,6 +192,17 @@ def test_a_newcomer_never_takes_a_serving_subnets_switch(bare: OvnProvider) -> N
     assert "alpha" not in bare.subnets and bare.subnets["red"].switch == "shared"
 
 
+def test_what_core_should_not_have_passed_leaves_only_that_object_out(
+        bare: OvnProvider) -> None:
+    good = subnet("good", "10.41.0.0/24")
+    broken = subnet("broken", excluded=("10.40.0.9..nope",))
+    odd_pool = IPPoolInfo(name="odd", subnet="good", addresses=("not-an-address",))
+    bare.podnet_networks_changed(provider="ovn", networks=Networks(
+        subnets=(broken, good), pools=(odd_pool,)))
+    assert "good" in bare.subnets and "broken" not in bare.subnets
+    assert bare.subnets["good"].pooled == ()
+
+
 def test_security_group_objects_join_the_configs_and_a_bad_one_names_its_field(
         bare: OvnProvider) -> None:
     good = SecurityGroupInfo(name="api", ingress=(SecurityRule("tcp", (8000, 8080),

@@ -200,9 +200,18 @@ def subnet_from_info(info: SubnetInfo, params: SubnetParameters,
         namespaces=info.namespaces, gateway_type=params.gateway_type, router=params.router,
         ip_pools=dict(ip_pools or {}), default=info.default, mtu=params.mtu,
         switch=params.logical_switch, vips_range=Ranges.of(params.vips_range),
-        pooled=tuple((Ranges.of(p.addresses), f"an address of IPPool {p.name}")
-                     for p in pools if p.subnet == info.name),
+        pooled=tuple((ranges, f"an address of IPPool {p.name}") for p in pools
+                     if p.subnet == info.name and (ranges := _pool_ranges(p))),
         from_object=True)
+
+
+def _pool_ranges(pool: IPPoolInfo) -> Ranges:
+    """A pool's addresses as ranges; one core should not have passed (an entry that is
+    not an address) reserves nothing, rather than keeping its Subnet from serving."""
+    try:
+        return Ranges.of(pool.addresses)
+    except ValueError:
+        return Ranges()
 
 
 # --- security groups -----------------------------------------------------------------------

@@ -75,7 +75,7 @@ from podnet.plugins.ovn.ipam import (
     virtual_ip,
     workload_wants,
 )
-from podnet.plugins.ovn.northbound import OvnNorthbound
+from podnet.plugins.ovn.northbound import OvnNorthbound, log
 from podnet.plugins.ovn.objects import config_networks
 from podnet.plugins.ovn.rows import (
     GROUPS,
@@ -142,8 +142,14 @@ class OvnProvider(OvnNorthbound):
 
     @hookimpl
     def podnet_networks_changed(self, provider: str, networks: Networks) -> None:
+        """Serve ``networks`` from now on (a notification: it raises nothing; a Subnet
+        it cannot serve is left out and logged)."""
         with self.lock:
-            self._apply_networks(networks)
+            try:
+                self._apply_networks(networks)
+            except Exception:  # a notification must not fail core's pass
+                log.exception("provider %s: networks of revision %s not applied",
+                              self.name, networks.revision)
 
     @hookimpl
     def podnet_config_networks(self, provider: str) -> Networks | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -92,6 +93,14 @@ def routed(plugin: OvnProvider, pn: PodNetwork, info: SubnetInfo | None = None,
     rec = recorded(pn, allocate(plugin, pn, info, pool))
     plugin.podnet_route(PodNetworkContext(pod_network=rec, node=NODE))
     return attrs.evolve(rec, status=attrs.evolve(rec.status, phase=Phase.ROUTED))
+
+
+def wait_until(predicate: Any, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
 
 
 def ctx(pn: PodNetwork) -> PodNetworkContext:
@@ -465,7 +474,8 @@ def test_a_security_group_object_changed_under_a_member_is_seen_and_rewritten(
     assert "tcp.dst == 443" in acls() and "tcp.dst == 80" not in acls()
     # a rule changed behind podnet's back is what verify sees, and route repairs
     nbctl(nb_server, "acl-del", "sg_app")
-    assert not plugin.podnet_verify(ctx(pn)).ok
+    # (once the provider's replica of NB has the deletion: it follows the server)
+    wait_until(lambda: not plugin.podnet_verify(ctx(pn)).ok, "verify to see the ACLs gone")
     plugin.podnet_route(ctx(pn))
     assert plugin.podnet_verify(ctx(pn)).ok
     # the group gone: the member's verify says so, its port keeps the last rules

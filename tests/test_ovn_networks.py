@@ -328,6 +328,20 @@ def test_a_subnet_given_at_run_time_serves_pods_on_its_own_switch(
 
 
 @nb
+def test_a_dual_stack_subnet_object_gives_both_families(plugin: OvnProvider) -> None:
+    dual = subnet("dual-obj", "10.52.0.0/24,fd00:52::/120",
+                  excluded=("fd00:52::/121",), parameters={"mtu": 1400})
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(dual,)))
+    pn = routed(plugin, record("d"), dual)
+    got = allocate(plugin, record("d"), dual)  # again: the same answer
+    assert got.ipv6 is not None and ipaddress.ip_address(got.ipv6) in ipaddress.ip_network(
+        "fd00:52::80/121")  # the excluded half never
+    assert (got.ip, got.ipv6) == (pn.status.ip, pn.status.ipv6)
+    assert got.ipv6_gateway == "fd00:52::1" and got.ipv6_prefix_length == 120
+    assert got.mtu == 1400 and plugin.podnet_verify(ctx(pn)).ok
+
+
+@nb
 def test_a_widened_subnet_serves_the_new_range_and_moves_nobody(plugin: OvnProvider) -> None:
     small = subnet("tiny", "10.42.0.0/29")  # 10.42.0.2..6: five addresses for pods
     plugin.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(small,)))

@@ -152,7 +152,9 @@ def _vips_range(subnet: SubnetInfo, value: object) -> tuple[str, ...]:
         raise _bad(subnet, "vipsRange", "expected an address, a range FIRST..LAST or a "
                    f"CIDR, or a non-empty list of them, got {_show(value)}")
     networks = subnet.networks()
-    gateways = [ipaddress.ip_address(g) for g in subnet.gateways]
+    # each block's gateway (its first host when the spec names none)
+    gateways = [ipaddress.ip_address(subnet.gateway(n.version) or str(n.network_address + 1))
+                for n in networks]
     excluded = Ranges.of(subnet.excluded)
     for i, item in enumerate(items):
         key = f"vipsRange[{i}]" if not isinstance(value, str) else "vipsRange"

@@ -766,3 +766,23 @@ def test_a_subnet_core_hands_over_before_the_provider_heard_of_it_is_routed(
                  "networks").strip() == '["10.51.0.1/24"]'
     plugin.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(early,)))
     assert plugin.podnet_verify(ctx(pn)).ok
+
+
+@nb
+def test_a_removed_subnet_holds_its_switch_while_its_pods_ports_are_there(
+        plugin: OvnProvider) -> None:
+    blue = subnet("blue", "10.53.0.0/24", parameters={"logicalSwitch": "ls-r1"})
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(blue,)))
+    pn = routed(plugin, record("last"), blue)
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks())
+    green = subnet("green", "10.54.0.0/24", parameters={"logicalSwitch": "ls-r1"})
+    again = subnet("blue", "10.55.0.0/24", parameters={"logicalSwitch": "ls-r2"})
+    with pytest.raises(InvalidRequest, match="Subnet blue \\(removed; its pods' ports"):
+        plugin.podnet_subnet_parameters(provider="ovn", subnet=green)
+    with pytest.raises(InvalidRequest, match="differs from switch ls-r1"):
+        plugin.podnet_subnet_parameters(provider="ovn", subnet=again)
+    plugin.podnet_release(ctx(pn))
+    # its last pod gone: the switch is free, and so is the name
+    assert plugin.podnet_subnet_parameters(provider="ovn", subnet=green) is not None
+    assert plugin.podnet_subnet_parameters(provider="ovn", subnet=again) is not None
+    assert "blue" not in plugin.retired

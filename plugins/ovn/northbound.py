@@ -10,7 +10,7 @@ import ipaddress
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from podnet.hookspecs.annotations import annotation_field as _field
@@ -26,6 +26,7 @@ from podnet.hookspecs.sections import (
 )
 from podnet.plugins.ovn.config import (
     DEFAULT_BATCH_WINDOW,
+    EXT_SUBNET,
     NAME,
     OvnConfig,
 )
@@ -395,25 +396,45 @@ class OvnNorthbound:
             self.security_groups = groups
             self._sg_dirty = True
 
-    def _switches_besides(self, name: str) -> dict[str, str]:
-        """The logical switches the other subnets use -> who uses it."""
+    def _switches_besides(self, name: str, in_use: Collection[str] = ()) -> dict[str, str]:
+        """The logical switches the other subnets use -> who uses it (``in_use``: the
+        subnets whose pods' ports are in NB: a removed one among them still uses its
+        switch)."""
         used = {s.switch: f"config subnet {n}" for n, s in self._config_subnets.items()
                 if n != name and n not in self._object_subnets}
         used.update({s.switch: f"Subnet {n}" for n, s in self._object_subnets.items()
                      if n != name})
+        used.update({s.switch: f"Subnet {n} (removed; its pods' ports are still there)"
+                     for n, s in self.retired.items() if n != name and n in in_use})
         return used
 
-    def _check_subnet(self, info: SubnetInfo, switches: Mapping[str, str] | None = None
-                      ) -> SubnetParameters:
+    def _subnets_in_use(self) -> set[str]:
+        """The subnets podnet's pod ports in NB name (a read of the replica)."""
+        if not self.remote:
+            return set()
+        return {ext.get(EXT_SUBNET, "") for lsp in self.client.ports()
+                if (ext := lsp.external_ids).get(OWNER) == OWNER_VALUE and KEY in ext
+                and ROLE not in ext}
+
+    def _check_subnet(self, info: SubnetInfo, switches: Mapping[str, str] | None = None,
+                      *, in_use: Collection[str] | None = None) -> SubnetParameters:
         """A Subnet object's OVN parameters checked against the config and the other
-        subnets (call under ``self.lock``)."""
+        subnets (call under ``self.lock``). ``in_use``: the subnets with ports in NB,
+        when the caller may read NB (``podnet_subnet_parameters``): a removed Subnet
+        without ports no longer holds its switch or its name's."""
         reserved = {r.external.switch: f"router {r.name}'s external switch"
                     for r in self.routers.values() if r.external is not None}
         params = check_parameters(
             info, routers=self.routers.keys(), provider_mtu=self.config.mtu,
-            switches=self._switches_besides(info.name) if switches is None else switches,
-            reserved=reserved)
+            switches=self._switches_besides(info.name, in_use or ()) if switches is None
+            else switches, reserved=reserved)
         current = self.subnets.get(info.name) or self.retired.get(info.name)
+        if (current is not None and current.switch != params.logical_switch
+                and info.name not in self.subnets and in_use is not None
+                and info.name not in in_use):
+            # removed, and nothing of it is left in NB: a new Subnet of its name
+            self.retired.pop(info.name, None)
+            current = None
         if current is not None and current.switch != params.logical_switch:
             raise InvalidRequest("spec.parameters.logicalSwitch", f"Subnet {info.name}: "
                                  f"switch {params.logical_switch} differs from switch "

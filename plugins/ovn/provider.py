@@ -137,7 +137,9 @@ class OvnProvider(OvnNorthbound):
         ``router``, ``mtu``, ``vipsRange``); nothing is written to NB here: the switch (and
         its router link) are made when its first pod is."""
         with self.lock:
-            params = self._check_subnet(subnet)
+            # a removed Subnet holds its switch while its pods' ports are in NB
+            in_use = self._subnets_in_use() if self.retired else None
+            params = self._check_subnet(subnet, in_use=in_use)
         return SubnetRealization(details=params.details(), summary=params.summary())
 
     @hookimpl

@@ -786,3 +786,21 @@ def test_a_removed_subnet_holds_its_switch_while_its_pods_ports_are_there(
     assert plugin.podnet_subnet_parameters(provider="ovn", subnet=green) is not None
     assert plugin.podnet_subnet_parameters(provider="ovn", subnet=again) is not None
     assert "blue" not in plugin.retired
+
+
+@nb
+def test_a_gateway_type_changed_under_running_pods_is_seen_by_verify_and_applied(
+        plugin: OvnProvider, nb_server: NbServer) -> None:
+    blue = subnet("blue", "10.56.0.0/24")
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(blue,)))
+    pn = routed(plugin, record("gw"), blue)
+    uuid = nbctl(nb_server, "--bare", "--columns=_uuid", "find", "Logical_Switch_Port",
+                 'name="team-a/gw.default"').strip()
+    assert uuid in nbctl(nb_server, "get", "Port_Group", "node_node_1", "ports")
+    central = attrs.evolve(blue, parameters={"gatewayType": "centralized"}, generation=2)
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(central,)))
+    got = plugin.podnet_verify(ctx(pn))
+    assert not got.ok and "still in ['node_node_1']" in got.reason
+    plugin.podnet_route(ctx(pn))
+    assert plugin.podnet_verify(ctx(pn)).ok
+    assert uuid not in nbctl(nb_server, "get", "Port_Group", "node_node_1", "ports")

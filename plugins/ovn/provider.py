@@ -621,6 +621,11 @@ class OvnProvider(OvnNorthbound):
         missing = [g for g in groups if not client.in_port_group(g, lsp)]
         if missing:
             return VerifyResult(ok=False, reason=f"port {spec.name} is not in {missing}")
+        # podnet's groups it should have left (a Subnet's gateway type changed, say)
+        extra = sorted(set(filter(None, lsp.external_ids.get(GROUPS, "").split(",")))
+                       - set(groups))
+        if extra and any(client.in_port_group(g, lsp) for g in extra):
+            return VerifyResult(ok=False, reason=f"port {spec.name} is still in {extra}")
         # the subnet's way out: route re-makes it (shared, so the first repair mends it)
         if link is not None and not client.link_ok(link):
             return VerifyResult(ok=False, reason=f"router link {link.lrp}/{link.lsp} of "

@@ -804,3 +804,20 @@ def test_a_gateway_type_changed_under_running_pods_is_seen_by_verify_and_applied
     plugin.podnet_route(ctx(pn))
     assert plugin.podnet_verify(ctx(pn)).ok
     assert uuid not in nbctl(nb_server, "get", "Port_Group", "node_node_1", "ports")
+
+
+@nb
+def test_a_router_given_to_a_serving_subnet_is_linked_at_its_pods_next_verify(
+        plugin: OvnProvider, nb_server: NbServer) -> None:
+    blue = subnet("blue", "10.57.0.0/24", parameters={"logicalSwitch": "ls-late"})
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(blue,)))
+    pn = routed(plugin, record("r"), blue)
+    routed_now = attrs.evolve(blue, parameters={"logicalSwitch": "ls-late", "router": "lr1"},
+                              generation=2)
+    plugin.podnet_networks_changed(provider="ovn", networks=Networks(subnets=(routed_now,)))
+    got = plugin.podnet_verify(ctx(pn))
+    assert not got.ok and "router link lr1-ls-late" in got.reason
+    plugin.podnet_route(ctx(pn))
+    assert plugin.podnet_verify(ctx(pn)).ok
+    assert nbctl(nb_server, "get", "Logical_Router_Port", "lr1-ls-late",
+                 "networks").strip() == '["10.57.0.1/24"]'

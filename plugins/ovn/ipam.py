@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import random
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -19,6 +19,7 @@ from podnet.hookspecs.models import (
     WorkloadInfo,
     statefulset_ordinal,
 )
+from podnet.hookspecs.networks import address_range
 from podnet.hookspecs.types import (
     AllocateContext,
     Allocation,
@@ -26,10 +27,10 @@ from podnet.hookspecs.types import (
 from podnet.plugins.ovn.config import (
     ORDINAL,
     PG_UNSAFE,
+    IPAddress,
     IPNetwork,
     OvnRouterConfig,
     OvnSubnetConfig,
-    excluded_ips,
     gateways_of,
     networks_of,
 )
@@ -52,6 +53,72 @@ def pg_name(prefix: str, name: str) -> str:
     return f"{prefix}_{PG_UNSAFE.sub('_', name)}"
 
 
+@attrs.frozen
+class Ranges:
+    """Address ranges (an ``excludeIPs`` list, an IP pool, a ``vipsRange``) as integer
+    spans per family: a /16 or an IPv6 /64 excluded is one span, not a set of addresses."""
+
+    #: (IP version, first, last), in the order written
+    spans: tuple[tuple[int, int, int], ...] = ()
+
+    @classmethod
+    def of(cls, items: Iterable[str]) -> Ranges:
+        """From entries as :func:`~podnet.hookspecs.networks.address_range` reads them
+        (an address, ``FIRST..LAST`` or a CIDR); raises its ``ValueError``."""
+        spans = []
+        for item in items:
+            lo, hi = address_range(item)
+            spans.append((lo.version, int(lo), int(hi)))
+        return cls(tuple(spans))
+
+    def __bool__(self) -> bool:
+        return bool(self.spans)
+
+    def __contains__(self, ip: object) -> bool:
+        return self.end_of(ip) is not None
+
+    def end_of(self, ip: object) -> int | None:
+        """The last address (an integer) of the span holding ``ip``, else ``None``."""
+        try:
+            addr = ip if isinstance(ip, ipaddress.IPv4Address | ipaddress.IPv6Address) \
+                else ipaddress.ip_address(str(ip))
+        except ValueError:
+            return None
+        value = int(addr)
+        for version, lo, hi in self.spans:
+            if version == addr.version and lo <= value <= hi:
+                return hi
+        return None
+
+
+class Blocked:
+    """What no pod may take as its own address on a subnet, each with the reason said when
+    a request names it: single addresses (the gateways, the node's) and ranges (the
+    subnet's exclusions, its VIPs range, its pools' addresses for a random pick)."""
+
+    def __init__(self, addresses: Mapping[str, str] | None = None,
+                 ranges: Sequence[tuple[Ranges, str]] = ()) -> None:
+        self.addresses: dict[str, str] = dict(addresses or {})
+        self.ranges = [(r, why) for r, why in ranges if r]
+
+    def reason(self, ip: str) -> str | None:
+        found = self.addresses.get(ip)
+        if found is not None:
+            return found
+        return next((why for r, why in self.ranges if ip in r), None)
+
+    def __contains__(self, ip: object) -> bool:
+        return self.reason(str(ip)) is not None
+
+    def plus(self, addresses: Iterable[str], why: str) -> Blocked:
+        return Blocked({**self.addresses, **{a: why for a in addresses}}, self.ranges)
+
+    def end_of(self, addr: IPAddress) -> int | None:
+        """The last address of a blocked range holding ``addr`` (to skip the range)."""
+        ends = [end for r, _ in self.ranges if (end := r.end_of(addr)) is not None]
+        return max(ends) if ends else None
+
+
 @attrs.define
 class Subnet:
     name: str
@@ -59,7 +126,7 @@ class Subnet:
     v6: ipaddress.IPv6Network | None
     gateway: str | None
     gateway6: str | None
-    excluded: set[str]
+    excluded: Ranges = attrs.field(factory=Ranges)
     namespaces: tuple[str, ...] = ()
     gateway_type: str = "distributed"
     router: str | None = None
@@ -67,22 +134,41 @@ class Subnet:
     default: bool = False
     #: the subnet's own MTU; ``None``: the provider's
     mtu: int | None = None
+    #: its logical switch (a config subnet's and, by default, a Subnet object's name)
+    switch: str = ""
+    #: a Subnet object's ``vipsRange``: pods' VIPs come from it, pods' own addresses never
+    vips_range: Ranges = attrs.field(factory=Ranges)
+    #: the addresses of the Subnet's IPPool objects, each with its pool's name: a random
+    #: pick leaves them to the pools' pods
+    pooled: tuple[tuple[Ranges, str], ...] = ()
+    #: made from a Subnet object (else from the config section)
+    from_object: bool = False
+    #: read back from a record and its port in NB (a subnet neither served nor retired
+    #: when the controller started): serves that record's route and verify only, and
+    #: leaves the switch's router link as it is (the record knows its own prefix, not
+    #: the subnet's, which may have been widened)
+    recovered: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if not self.switch:
+            self.switch = self.name
 
     def networks(self) -> list[IPNetwork]:
         return [n for n in (self.v4, self.v6) if n is not None]
 
     def describe(self) -> str:
-        return f"subnet {self.name} ({', '.join(str(n) for n in self.networks())})"
+        what = "Subnet" if self.from_object else "subnet"
+        return f"{what} {self.name} ({', '.join(str(n) for n in self.networks())})"
 
     def router_link(self) -> RouterLink | None:
         """The ports connecting the subnet's switch to its router (``None``: no router):
         the router port holds each family's gateway with the subnet's prefix length."""
-        if not self.router:
+        if not self.router or self.recovered:
             return None
         pairs = ((self.gateway, self.v4), (self.gateway6, self.v6))
         networks = [f"{ipaddress.ip_address(gw)}/{net.prefixlen}" for gw, net in pairs
                     if gw and net is not None]
-        return RouterLink(self.router, self.name, networks)
+        return RouterLink(self.router, self.switch, networks)
 
 
 @attrs.define
@@ -148,19 +234,29 @@ class Ipam:
         for mac in [m for m, p in self.macs.items() if p == port]:
             del self.macs[mac]
 
-    def random_free(self, network: IPNetwork, blocked: set[str]) -> str | None:
+    def random_free(self, network: IPNetwork, blocked: Blocked) -> str | None:
+        """A free address of ``network`` from a random start, skipping held and blocked
+        ones (a blocked range in one step)."""
         first = int(network.network_address) + 1
         last = int(network.broadcast_address) - (1 if network.version == 4 else 0)
         size = last - first + 1
         if size <= 0:
             return None
         start = self.random.randrange(size)
-        limit = min(size, 1 << 20)
-        for step in range(limit):
-            addr = ipaddress.ip_address(first + (start + step) % size)
+        step = 0
+        for _ in range(min(size, 1 << 20)):
+            if step >= size:
+                break
+            value = first + (start + step) % size
+            addr = ipaddress.ip_address(value)
+            end = blocked.end_of(addr)
+            if end is not None:  # past the blocked range (to the start, past the end)
+                step += min(end, last) - value + 1
+                continue
             ip = str(addr)
-            if ip not in self.used and ip not in blocked:
+            if ip not in self.used and ip not in blocked.addresses:
                 return ip
+            step += 1
         return None
 
     def new_mac(self) -> str:
@@ -293,9 +389,7 @@ def subnet_of(cfg: OvnSubnetConfig) -> Subnet:
             gw4 = str(g)
         else:
             gw6 = str(g)
-    excluded: set[str] = set()
-    for item in cfg.exclude_ips:
-        excluded.update(excluded_ips(item))
-    return Subnet(name=cfg.name, v4=v4, v6=v6, gateway=gw4, gateway6=gw6, excluded=excluded,
+    return Subnet(name=cfg.name, v4=v4, v6=v6, gateway=gw4, gateway6=gw6,
+                  excluded=Ranges.of(cfg.exclude_ips),
                   namespaces=cfg.namespaces, gateway_type=cfg.gateway_type, router=cfg.router,
                   ip_pools=dict(cfg.ip_pools), default=cfg.default, mtu=cfg.mtu)

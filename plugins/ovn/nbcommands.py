@@ -612,7 +612,10 @@ class DeletePort(ovs_command.BaseCommand):
         tables = api.tables
         lsp = api.lookup("Logical_Switch_Port", self.name, default=None)
         if lsp is not None and lsp.external_ids.get(KEY) in (self.key, None):
-            switch = lsp.external_ids.get("subnet")
+            # the VIPs' ports are named after the switch (a Subnet object's may differ
+            # from its name)
+            holder = _switch_of(api, txn, lsp)
+            switch = holder.name if holder is not None else lsp.external_ids.get("subnet")
             # the VIPs' virtual ports go with the pod's port (named on it)
             for ip in filter(None, lsp.external_ids.get(VIPS, "").split(",")):
                 vport = api.lookup("Logical_Switch_Port", vip_port_name(switch or "", ip),

@@ -6,9 +6,11 @@ networks and the security groups' port groups and ACLs kept in step with it. The
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from podnet.hookspecs.annotations import annotation_field as _field
@@ -16,6 +18,7 @@ from podnet.hookspecs.errors import ConfigError, InvalidRequest
 from podnet.hookspecs.models import (
     PodNetwork,
 )
+from podnet.hookspecs.networks import IPPoolInfo, Networks, SecurityGroupInfo, SubnetInfo
 from podnet.hookspecs.policy import PoolPolicy
 from podnet.hookspecs.sections import (
     config_key,
@@ -23,6 +26,7 @@ from podnet.hookspecs.sections import (
 )
 from podnet.plugins.ovn.config import (
     DEFAULT_BATCH_WINDOW,
+    EXT_SUBNET,
     NAME,
     OvnConfig,
 )
@@ -37,11 +41,19 @@ from podnet.plugins.ovn.ipam import (
     subnet_of,
     virtual_ip,
 )
+from podnet.plugins.ovn.objects import (
+    SubnetParameters,
+    check_parameters,
+    group_body,
+    subnet_from_info,
+)
 from podnet.plugins.ovn.rows import (
+    GROUPS,
     KEY,
     OWNER,
     OWNER_VALUE,
     ROLE,
+    ROLE_ROUTER_LINK,
     ROLE_VIP,
     ExternalNet,
 )
@@ -57,6 +69,8 @@ from podnet.plugins.ovn.secgroups import (
 if TYPE_CHECKING:
     from podnet.plugins.ovn.dataplane import OvsDataplane
     from podnet.plugins.ovn.nb import NbClient
+
+log = logging.getLogger(__name__)
 
 
 class OvnNorthbound:
@@ -78,7 +92,26 @@ class OvnNorthbound:
         self.reconnect_backoff_ms = reconnect_backoff_ms
         self.batch_window = batch_window
         self.policy = policy or PoolPolicy(reuse_cooldown=0.0)
+        #: the subnets serving: the config section's, and the Subnet objects' (an object
+        #: wins over a config subnet of its name)
         self.subnets: dict[str, Subnet] = {}
+        #: the config section's subnets; whether the section declares any (else the
+        #: built-in ovn-default serves, and is not migrated to an object)
+        self._config_subnets: dict[str, Subnet] = {}
+        self._declared_subnets = bool(subnets)
+        #: the Subnet objects' (``podnet_networks_changed``), and the views they came from
+        self._object_subnets: dict[str, Subnet] = {}
+        self._object_infos: dict[str, SubnetInfo] = {}
+        #: subnets no longer served, kept for the ports still on them (route, verify and
+        #: release of a pod on a Subnet removed from the set keep working)
+        self.retired: dict[str, Subnet] = {}
+        #: Subnet objects core handed to allocate before podnet_networks_changed did
+        self._fresh: dict[str, Subnet] = {}
+        #: IPPool objects by name
+        self.pools: dict[str, IPPoolInfo] = {}
+        #: the config section's security groups (raw) and the SecurityGroup objects
+        self._config_groups: dict[str, Any] = {}
+        self._object_groups: dict[str, SecurityGroupInfo] = {}
         #: attachment networks this provider serves (``podnet.io/networks``) -> subnet
         self.networks: dict[str, str] = {}
         self.routers: dict[str, Router] = {}
@@ -164,12 +197,14 @@ class OvnNorthbound:
         """The routers' external networks, each with a ``snat`` rule to the router's
         ``external_ip`` for each of its subnets' CIDRs of the external family."""
         nets = []
+        # a retired subnet's pods keep leaving translated
+        subnets = {**self.retired, **self.subnets}
         for router in self.routers.values():
             ext = router.external
             if ext is None:
                 continue
             ext.snat = [(router.external_ip or "", str(net))
-                        for s in self.subnets.values() if s.router == router.name
+                        for s in subnets.values() if s.router == router.name
                         for net in s.networks() if net.version == ext.family]
             nets.append(ext)
         return nets
@@ -268,15 +303,17 @@ class OvnNorthbound:
             for s in subnets:
                 if s.router and s.router not in routers:
                     routers[s.router] = Router(s.router)
-            self.subnets = {s.name: s for s in subnets}
-            self._ext_dirty = True  # the routers' snat rules follow their subnets
+            self._config_subnets = {s.name: s for s in subnets}
+            if not initial:
+                self._declared_subnets = True
         self.routers = routers or self.routers
+        if initial or "subnets" in config:
+            self._merge_subnets()
         if initial or "networks" in config:
             self.networks = dict(cfg.networks)
         if initial or "security_groups" in config:
-            self.security_groups = parse_groups(cfg.security_groups,
-                                                config_key(self.name, "security_groups"))
-            self._sg_dirty = True
+            self._config_groups = dict(cfg.security_groups)
+            self._merge_groups(force=True)
         if {"ovs_db", "integration_bridge", "bind_timeout"} & set(config):
             if self._dataplane is not None:
                 self._dataplane.close()
@@ -291,9 +328,11 @@ class OvnNorthbound:
             group = self.security_groups.get(name)
             if group is None:
                 known = ", ".join(sorted(self.security_groups)) or "none"
+                where = config_key(self.name, "security_groups")
+                if self._object_groups:
+                    where = f"SecurityGroup objects and {where}"
                 raise InvalidRequest(_field("security-groups"), f"unknown security group "
-                                     f"{name!r}; defined in "
-                                     f"{config_key(self.name, 'security_groups')}: {known}")
+                                     f"{name!r}; defined ({where}): {known}")
             if isinstance(group, BadGroup):
                 raise InvalidRequest(group.field, f"security group {name} (named in "
                                      f"{_field('security-groups')}): {group.message}")
@@ -327,3 +366,172 @@ class OvnNorthbound:
                  if pg.name.startswith("sg_") and pg.name not in known
                  and pg.external_ids.get(OWNER) == OWNER_VALUE and not pg.ports]
         client.delete_empty_port_groups(stale)
+
+    # --- networks declared as objects ------------------------------------------------------
+
+    def _merge_subnets(self) -> None:
+        """The serving table: the config's subnets, the objects' over them; a subnet that
+        leaves it is kept as retired (its pods' ports keep working), one that comes back
+        serves again (call under ``self.lock``)."""
+        merged = {**self._config_subnets, **self._object_subnets}
+        for name, old in self.subnets.items():
+            if name not in merged:
+                self.retired[name] = old
+        for name in merged:
+            self.retired.pop(name, None)
+        self.subnets = merged
+        self._ext_dirty = True  # the routers' snat rules follow their subnets
+
+    def _merge_groups(self, *, force: bool = False) -> None:
+        """The security groups: the config's, the objects' over them, each checked on its
+        own (a bad one fails only the pods naming it); written at the next use of NB when
+        they changed."""
+        raw: dict[str, Any] = dict(self._config_groups)
+        where: dict[str, str] = {}
+        for name, group in self._object_groups.items():
+            raw[name] = group_body(group)
+            where[name] = f"securitygroup[{name}].spec"
+        groups = parse_groups(raw, config_key(self.name, "security_groups"), where)
+        if force or groups != self.security_groups:
+            self.security_groups = groups
+            self._sg_dirty = True
+
+    def _switches_besides(self, name: str, in_use: Collection[str] = ()) -> dict[str, str]:
+        """The logical switches the other subnets use -> who uses it (``in_use``: the
+        subnets whose pods' ports are in NB: a removed one among them still uses its
+        switch)."""
+        used = {s.switch: f"config subnet {n}" for n, s in self._config_subnets.items()
+                if n != name and n not in self._object_subnets}
+        used.update({s.switch: f"Subnet {n}" for n, s in self._object_subnets.items()
+                     if n != name})
+        used.update({s.switch: f"Subnet {n} (removed; its pods' ports are still there)"
+                     for n, s in self.retired.items() if n != name and n in in_use})
+        return used
+
+    def _subnets_in_use(self) -> set[str]:
+        """The subnets podnet's pod ports in NB name (a read of the replica)."""
+        if not self.remote:
+            return set()
+        return {ext.get(EXT_SUBNET, "") for lsp in self.client.ports()
+                if (ext := lsp.external_ids).get(OWNER) == OWNER_VALUE and KEY in ext
+                and ROLE not in ext}
+
+    def _check_subnet(self, info: SubnetInfo, switches: Mapping[str, str] | None = None,
+                      *, in_use: Collection[str] | None = None) -> SubnetParameters:
+        """A Subnet object's OVN parameters checked against the config and the other
+        subnets (call under ``self.lock``). ``in_use``: the subnets with ports in NB,
+        when the caller may read NB (``podnet_subnet_parameters``): a removed Subnet
+        without ports no longer holds its switch or its name's."""
+        reserved = {r.external.switch: f"router {r.name}'s external switch"
+                    for r in self.routers.values() if r.external is not None}
+        params = check_parameters(
+            info, routers=self.routers.keys(), provider_mtu=self.config.mtu,
+            switches=self._switches_besides(info.name, in_use or ()) if switches is None
+            else switches, reserved=reserved)
+        current = self.subnets.get(info.name) or self.retired.get(info.name)
+        if (current is not None and current.switch != params.logical_switch
+                and info.name not in self.subnets and in_use is not None
+                and info.name not in in_use):
+            # removed, and nothing of it is left in NB: a new Subnet of its name
+            self.retired.pop(info.name, None)
+            current = None
+        if current is not None and current.switch != params.logical_switch:
+            raise InvalidRequest("spec.parameters.logicalSwitch", f"Subnet {info.name}: "
+                                 f"switch {params.logical_switch} differs from switch "
+                                 f"{current.switch}, where the {current.describe()} has its "
+                                 "pods' ports; a Subnet's switch does not change (make "
+                                 "another Subnet)")
+        return params
+
+    def _object_subnet(self, info: SubnetInfo) -> Subnet:
+        """The IPAM's view of a Subnet object (the one kept when ``info`` is the view
+        ``podnet_networks_changed`` gave; made afresh when core's is newer)."""
+        if self._object_infos.get(info.name) == info:
+            return self._object_subnets[info.name]
+        params = self._check_subnet(info)
+        config = self._config_subnets.get(info.name)
+        made = subnet_from_info(info, params, list(self.pools.values()),
+                                config.ip_pools if config is not None else None)
+        # route and verify find it until podnet_networks_changed brings the same view
+        self._fresh[info.name] = made
+        return made
+
+    def _apply_networks(self, networks: Networks) -> None:
+        """Serve what ``networks`` declares (call under ``self.lock``). A Subnet whose
+        parameters fail here (a switch another Subnet took meanwhile) is left out and
+        logged: core's next ``podnet_subnet_parameters`` marks it not Ready."""
+        self.pools = {p.name: p for p in networks.pools}
+        subnets: dict[str, Subnet] = {}
+        infos: dict[str, SubnetInfo] = {}
+        used = {s.switch: f"config subnet {n}" for n, s in self._config_subnets.items()
+                if networks.subnet(n) is None}
+        # the ones serving already first: a newcomer never takes a serving one's switch
+        ordered = sorted(networks.subnets, key=lambda i: i.name not in self._object_subnets)
+        for info in ordered:
+            try:
+                params = self._check_subnet(info, used)
+                config = self._config_subnets.get(info.name)
+                subnet = subnet_from_info(info, params, networks.pools,
+                                          config.ip_pools if config is not None else None)
+            except (InvalidRequest, ValueError) as exc:
+                log.warning("provider %s: %s is not served: %s", self.name,
+                            info.describe(), exc)
+                continue
+            used[subnet.switch] = f"Subnet {info.name}"
+            subnets[info.name] = subnet
+            infos[info.name] = info
+        self._object_subnets = subnets
+        self._object_infos = infos
+        self._fresh = {}
+        self._merge_subnets()
+        self._object_groups = {g.name: g for g in networks.security_groups}
+        self._merge_groups()
+
+    def _recover_subnet(self, pn: PodNetwork) -> Subnet | None:
+        """The subnet of a record that names one neither served nor retired (its Subnet
+        left the set, or turned not Ready, before this controller started): what the
+        record and its port in NB say. The switch holding the port, the router linked to
+        that switch, the record's own block and gateway; a distributed gateway when the
+        port is in a node's group. Kept as retired; ``None`` when NB has no such port."""
+        st = pn.status
+        if not st.subnet or not (st.ip or st.ipv6) or not self.remote:
+            return None
+        client = self.client
+        name = st.interface or f"{pn.metadata.namespace}/{pn.metadata.name}"
+        with client.reading() as tables:
+            lsp = next((p for p in tables["Logical_Switch_Port"].rows.values()
+                        if p.name == name), None)
+            if lsp is None:
+                return None
+            switch = next((ls for ls in tables["Logical_Switch"].rows.values()
+                           if any(p.uuid == lsp.uuid for p in ls.ports)), None)
+            if switch is None:
+                return None
+            router = None
+            for port in switch.ports:
+                lrp = dict(port.options).get("router-port") if port.type == "router" else None
+                if lrp and port.external_ids.get(ROLE) == ROLE_ROUTER_LINK:
+                    router = next((lr.name for lr in tables["Logical_Router"].rows.values()
+                                   if any(p.name == lrp for p in lr.ports)), None)
+            groups = lsp.external_ids.get(GROUPS, "").split(",")
+        nets = {}
+        for ip, prefix in ((st.ip, st.prefix_length), (st.ipv6, st.ipv6_prefix_length)):
+            if ip:
+                addr = ipaddress.ip_address(ip)
+                bits = prefix if prefix is not None else addr.max_prefixlen
+                nets[addr.version] = ipaddress.ip_network(f"{ip}/{bits}", strict=False)
+        v4, v6 = nets.get(4), nets.get(6)
+        gateway6 = st.ipv6_gateway or (st.gateway if v4 is None else None)
+        subnet = Subnet(
+            name=st.subnet, v4=v4 if isinstance(v4, ipaddress.IPv4Network) else None,
+            v6=v6 if isinstance(v6, ipaddress.IPv6Network) else None,
+            gateway=st.gateway if v4 is not None else None, gateway6=gateway6,
+            gateway_type="distributed" if any(g.startswith("node_") for g in groups)
+            else "centralized", router=router if router in self.routers else None,
+            mtu=st.mtu, switch=switch.name, recovered=True)
+        log.warning("provider %s: record %s names subnet %s, which is not served; its "
+                    "port is kept as NB has it (switch %s)", self.name, pn.key, st.subnet,
+                    switch.name)
+        with self.lock:
+            self.retired.setdefault(st.subnet, subnet)
+            return self.retired[st.subnet]

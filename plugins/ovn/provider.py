@@ -17,7 +17,8 @@ and security groups) and this one, the hooks.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Collection, Mapping, Sequence
+import itertools
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -33,6 +34,7 @@ from podnet.hookspecs.models import (
     PodNetwork,
     PodNetworkStatus,
 )
+from podnet.hookspecs.networks import IPPoolInfo, Networks, SubnetInfo, SubnetRealization, expand
 from podnet.hookspecs.types import (
     AllocateContext,
     Allocation,
@@ -62,6 +64,7 @@ from podnet.plugins.ovn.config import (
 )
 from podnet.plugins.ovn.config import NAME as NAME
 from podnet.plugins.ovn.ipam import (
+    Blocked,
     Held,
     Subnet,
     allocation_of,
@@ -72,7 +75,8 @@ from podnet.plugins.ovn.ipam import (
     virtual_ip,
     workload_wants,
 )
-from podnet.plugins.ovn.northbound import OvnNorthbound
+from podnet.plugins.ovn.northbound import OvnNorthbound, log
+from podnet.plugins.ovn.objects import config_networks
 from podnet.plugins.ovn.rows import (
     GROUPS,
     KEY,
@@ -124,10 +128,46 @@ class OvnProvider(OvnNorthbound):
                 for n in names if n in self.networks]
         return mine or None
 
+    # --- networks declared as objects ---------------------------------------------------
+
+    @hookimpl
+    def podnet_subnet_parameters(self, provider: str, subnet: SubnetInfo
+                                 ) -> SubnetRealization | None:
+        """Check a Subnet's OVN parameters (``logicalSwitch``, ``gatewayType``,
+        ``router``, ``mtu``, ``vipsRange``); nothing is written to NB here: the switch (and
+        its router link) are made when its first pod is."""
+        with self.lock:
+            # a removed Subnet holds its switch while its pods' ports are in NB
+            in_use = self._subnets_in_use() if self.retired else None
+            params = self._check_subnet(subnet, in_use=in_use)
+        return SubnetRealization(details=params.details(), summary=params.summary())
+
+    @hookimpl
+    def podnet_networks_changed(self, provider: str, networks: Networks) -> None:
+        """Serve ``networks`` from now on (a notification: it raises nothing; a Subnet
+        it cannot serve is left out and logged)."""
+        with self.lock:
+            try:
+                self._apply_networks(networks)
+            except Exception:  # a notification must not fail core's pass
+                log.exception("provider %s: networks of revision %s not applied",
+                              self.name, networks.revision)
+
+    @hookimpl
+    def podnet_config_networks(self, provider: str) -> Networks | None:
+        with self.lock:
+            return config_networks(self.name, self.config, self._config_groups,
+                                   self._declared_subnets)
+
     # --- allocate ----------------------------------------------------------------------------
 
-    def _subnet_for(self, pn: PodNetwork, namespace_annotations: Mapping[str, str]
-                    ) -> Subnet:
+    def _subnet_for(self, pn: PodNetwork, context: AllocateContext) -> Subnet:
+        """Core's choice (``context.subnet``) when the provider has Subnet objects; else
+        the config's rules: the pod's annotation, its Namespace's, the namespaces a
+        subnet lists, the default."""
+        if context.subnet is not None:
+            return self._object_subnet(context.subnet)
+        namespace_annotations = context.namespace_annotations
         req = pn.spec.requests
         if pn.spec.network != DEFAULT_NETWORK:
             attached = self.networks.get(pn.spec.network)
@@ -169,15 +209,21 @@ class OvnProvider(OvnNorthbound):
                                      f"{name!r}; known: {', '.join(sorted(self.subnets))}")
         return self.subnets[names[0]]
 
-    def _blocked(self, subnet: Subnet, node: NodeInfo | None) -> dict[str, str]:
-        blocked = {ip: "an excluded address" for ip in subnet.excluded}
+    @staticmethod
+    def _blocked(subnet: Subnet, node: NodeInfo | None, *, vips: bool = False) -> Blocked:
+        """What a pod may not take on ``subnet`` (``vips``: as a VIP, which the Subnet's
+        ``vipsRange`` is for, rather than as its own address)."""
+        blocked: dict[str, str] = {}
         for gw in (subnet.gateway, subnet.gateway6):
             if gw:
                 blocked[gw] = "the subnet's gateway"
         if node is not None:
             for ip in node.internal_ips:
                 blocked[ip] = f"node {node.name}'s internal address"
-        return blocked
+        ranges = [(subnet.excluded, "an excluded address")]
+        if not vips:
+            ranges.append((subnet.vips_range, "kept for VIPs (the Subnet's vipsRange)"))
+        return Blocked(blocked, ranges)
 
     def _claim_vips(self, pn: PodNetwork, subnet: Subnet, node: NodeInfo | None, name: str,
                     own: Sequence[str]) -> list[str]:
@@ -186,31 +232,44 @@ class OvnProvider(OvnNorthbound):
         this port's VIP. :return: the VIPs newly taken (to give back if the write fails).
         """
         vips = list(pn.spec.requests.vips)
-        blocked = self._blocked(subnet, node)
+        blocked = self._blocked(subnet, node, vips=True)
+        held = self.ipam.vips_of(name)
         for vip in vips:
+            if vip in held:
+                continue  # the pod's already: never taken from it by a later change
             self._check_wanted(vip, subnet, blocked, "vips")
+            if subnet.vips_range and vip not in subnet.vips_range:
+                raise InvalidRequest(_field("vips"), f"VIP {vip} is outside the vipsRange of "
+                                     f"{subnet.describe()}")
             if vip in own:
                 raise InvalidRequest(_field("vips"), f"VIP {vip} is the pod's own address")
-            held = self.ipam.used.get(vip)
-            if held is not None and not (held.port == name and held.vip):
-                owner = held.port or "a port podnet does not own"
-                what = "a VIP of" if held.vip else "the address of"
+            holder = self.ipam.used.get(vip)
+            if holder is not None and not (holder.port == name and holder.vip):
+                owner = holder.port or "a port podnet does not own"
+                what = "a VIP of" if holder.vip else "the address of"
                 raise ProviderError(ErrorKind.CONFLICT, f"VIP {vip} is already {what} "
                                     f"{owner}", field=_field("vips"))
         new = [vip for vip in vips if vip not in self.ipam.vips_of(name)]
         self.ipam.take_vips(name, new)
         return new
 
-    def _check_wanted(self, ip: str, subnet: Subnet, blocked: Mapping[str, str],
-                      field: str) -> IPAddress:
+    @staticmethod
+    def _unusable(ip: str, subnet: Subnet, blocked: Blocked) -> str | None:
+        """Why ``ip`` cannot be a pod's on ``subnet`` (``None``: it can, if free)."""
         addr = ipaddress.ip_address(ip)
         net = subnet.v4 if addr.version == 4 else subnet.v6
         if net is None or addr not in net or addr in (net.network_address,) or (
                 addr.version == 4 and addr == net.broadcast_address):
-            raise InvalidRequest(_field(field), f"{ip} is outside {subnet.describe()}")
-        if ip in blocked:
-            raise InvalidRequest(_field(field), f"{ip} is {blocked[ip]} in {subnet.describe()}")
-        return addr
+            return f"outside {subnet.describe()}"
+        why = blocked.reason(str(addr))
+        return None if why is None else f"{why} in {subnet.describe()}"
+
+    def _check_wanted(self, ip: str, subnet: Subnet, blocked: Blocked, field: str
+                      ) -> IPAddress:
+        why = self._unusable(ip, subnet, blocked)
+        if why is not None:
+            raise InvalidRequest(_field(field), f"{ip} is {why}")
+        return ipaddress.ip_address(ip)
 
     def _pick(self, pn: PodNetwork, ctx: AllocateContext, subnet: Subnet, name: str
               ) -> tuple[str | None, str | None]:
@@ -230,10 +289,15 @@ class OvnProvider(OvnNorthbound):
                 else:
                     v6 = str(addr)
             return v4, v6
+        if ctx.ip_pool is not None:
+            return self._from_pool(pn, ctx, ctx.ip_pool, subnet, name, blocked)
         if req.ip_pool:
             pool = list(req.ip_pool)
             if len(pool) == 1 and not is_ip(pool[0]):
                 named = subnet.ip_pools.get(pool[0])
+                found = self.pools.get(pool[0])
+                if named is None and found is not None and found.subnet == subnet.name:
+                    return self._from_pool(pn, ctx, found, subnet, name, blocked)
                 if named is None:
                     raise InvalidRequest(_field("ip-pool"), f"no IP pool {pool[0]!r} in "
                                          f"{subnet.describe()}")
@@ -252,8 +316,10 @@ class OvnProvider(OvnNorthbound):
             raise ProviderError(ErrorKind.SUBNET_EXHAUSTED,
                                 f"every address of the IP pool is in use ({', '.join(pool)})",
                                 field=_field("ip-pool"))
-        # the pod's own VIPs are not free for it either (held once the address is chosen)
-        avoid = set(blocked) | set(req.vips)
+        # the pod's own VIPs are not free for it either (held once the address is chosen),
+        # nor are the addresses of the Subnet's IP pools (kept for the pools' pods)
+        avoid = Blocked(blocked.addresses, [*blocked.ranges, *subnet.pooled]).plus(
+            req.vips, "one of the pod's VIPs")
         if subnet.v4 is not None:
             v4 = self.ipam.random_free(subnet.v4, avoid)
             if v4 is None:
@@ -265,6 +331,35 @@ class OvnProvider(OvnNorthbound):
                 raise ProviderError(ErrorKind.SUBNET_EXHAUSTED, f"{subnet.describe()} is full",
                                     subject=subnet.name)
         return v4, v6
+
+    def _from_pool(self, pn: PodNetwork, ctx: AllocateContext, pool: IPPoolInfo,
+                   subnet: Subnet, name: str, blocked: Blocked
+                   ) -> tuple[str | None, str | None]:
+        """An address of IPPool ``pool``: a StatefulSet pod's the one at its ordinal,
+        another pod's the first free one (members the Subnet does not allow now, excluded
+        or narrowed away, are passed over)."""
+        req = pn.spec.requests
+        field = _field("ip-pool") if req.ip_pool else f"ippool[{pool.name}].spec.addresses"
+        ordinal = statefulset_ordinal_of(ctx, pn)
+        members: Iterable[IPAddress] = expand(pool.addresses)
+        if ordinal is not None:
+            at = next(itertools.islice(expand(pool.addresses), ordinal, None), None)
+            if at is not None:
+                why = self._unusable(str(at), subnet, blocked)
+                if why is not None:
+                    raise InvalidRequest(field, f"{at}, the address at ordinal {ordinal} of "
+                                         f"IPPool {pool.name}, is {why}")
+                members = [at]
+        for addr in members:
+            ip = str(addr)
+            if ip in req.vips or self._unusable(ip, subnet, blocked) is not None:
+                continue
+            owner = self.ipam.owner(ip)
+            if owner is None or owner == name:
+                return (ip, None) if addr.version == 4 else (None, ip)
+        raise ProviderError(ErrorKind.SUBNET_EXHAUSTED, f"every address of IPPool {pool.name} "
+                            f"({', '.join(pool.addresses)}) is in use",
+                            field=field if req.ip_pool else None, subject=pool.name)
 
     def _external_ids(self, pn: PodNetwork, subnet: str, v4: str | None, v6: str | None,
                       mac: str, node: str) -> dict[str, str]:
@@ -289,7 +384,7 @@ class OvnProvider(OvnNorthbound):
                 found = self._allocation_of(existing)
                 if found is not None:
                     return found
-            subnet = self._subnet_for(pn, context.namespace_annotations)
+            subnet = self._subnet_for(pn, context)
             v4, v6 = self._pick(pn, context, subnet, name)
             mac = pn.spec.requests.mac_address
             if mac:
@@ -315,12 +410,12 @@ class OvnProvider(OvnNorthbound):
 
         allocation = allocation_of(subnet, v4, v6, mac, name, self.config.mtu)
         routed = self._routed_port(pn, allocation)
-        spec = PortSpec(name, subnet.name, [" ".join([mac, *ips])],
+        spec = PortSpec(name, subnet.switch, [" ".join([mac, *ips])],
                         self._external_ids(pn, subnet.name, v4, v6, mac, pn.spec.node_name),
                         vips=vips) if routed is None else routed[0]
         try:
             if routed is None:
-                client.ensure_infra(switches=[subnet.name])
+                client.ensure_infra(switches=[subnet.switch])
             else:
                 # the port as route makes it: the route that follows finds it in place and
                 # writes nothing (one transaction per pod network instead of two). Its
@@ -328,10 +423,10 @@ class OvnProvider(OvnNorthbound):
                 # transaction in flight, as each read does
                 groups, acls = routed[1], routed[2]
                 with client.reading():
-                    ready = (client.infra_ok([subnet.name], groups)
+                    ready = (client.infra_ok([subnet.switch], groups)
                              and (not acls or client.acls_ok(acls)))
                 if not ready:
-                    client.ensure_infra(switches=[subnet.name], port_groups=groups)
+                    client.ensure_infra(switches=[subnet.switch], port_groups=groups)
                     if acls:
                         client.ensure_acls(acls)
             client.run([client.ensure_port(spec)])
@@ -380,7 +475,7 @@ class OvnProvider(OvnNorthbound):
     def _allocation_of(self, lsp: Any) -> Allocation | None:
         ext = lsp.external_ids
         v4, v6, mac = ext.get(EXT_IP), ext.get(EXT_IPV6), ext.get(EXT_MAC)
-        subnet = self.subnets.get(ext.get(EXT_SUBNET, ""))
+        subnet = self._record_subnet(ext.get(EXT_SUBNET, ""))
         if not (v4 or v6) or subnet is None:
             return None
         self.ipam.take(lsp.name, [ip for ip in (v4, v6) if ip], mac)
@@ -388,14 +483,23 @@ class OvnProvider(OvnNorthbound):
 
     # --- route / verify ------------------------------------------------------------------------
 
+    def _record_subnet(self, name: str) -> Subnet | None:
+        """A record's subnet: serving, or retired (no new pod; its ports keep working)."""
+        return self.subnets.get(name) or self.retired.get(name) or self._fresh.get(name)
+
+    def _known_subnet(self, pn: PodNetwork) -> Subnet:
+        subnet = self._record_subnet(pn.status.subnet or "") or self._recover_subnet(pn)
+        if subnet is None:
+            raise ProviderError(ErrorKind.FATAL, f"record {pn.key} names subnet "
+                                f"{pn.status.subnet!r}, which is not configured",
+                                field="status.subnet")
+        return subnet
+
     def _desired(self, pn: PodNetwork, node: str) -> tuple[PortSpec, list[str], list[str]]:
         """The port as it should be, the port groups and the routers it needs."""
         st = pn.status
         req = pn.spec.requests
-        subnet = self.subnets.get(st.subnet or "")
-        if subnet is None:
-            raise ProviderError(ErrorKind.FATAL, f"record {pn.key} names subnet "
-                                f"{st.subnet!r}, which is not configured", field="status.subnet")
+        subnet = self._known_subnet(pn)
         ips = [ip for ip in (st.ip, st.ipv6) if ip]
         mac = st.mac or ""
         # as Kube-OVN: the addresses are the pod's own; its VIPs are virtual ports of their
@@ -418,7 +522,7 @@ class OvnProvider(OvnNorthbound):
         from podnet.plugins.ovn.nb import PortSpec
 
         spec = PortSpec(
-            port_name(pn), subnet.name, [entry],
+            port_name(pn), subnet.switch, [entry],
             self._external_ids(pn, subnet.name, v4, v6, mac, node),
             port_security=security,
             port_groups=groups, router=router.name if router else None,
@@ -434,7 +538,7 @@ class OvnProvider(OvnNorthbound):
                                 field="status.ip")
         client = self.client
         spec, groups, routers = self._desired(pn, pn.spec.node_name)
-        subnet = self.subnets[spec.switch]
+        subnet = self._known_subnet(pn)
         own = [ip for ip in (pn.status.ip, pn.status.ipv6) if ip]
         node = context.node.node if context.node is not None else None
         with self.lock:
@@ -476,7 +580,7 @@ class OvnProvider(OvnNorthbound):
             # so on the pod; its port keeps the group's last rules meanwhile
             return VerifyResult(ok=False, reason=str(exc))
         spec, groups, routers = self._desired(pn, pn.spec.node_name)
-        link = self.subnets[spec.switch].router_link() if routers else None
+        link = self._known_subnet(pn).router_link() if routers else None
         acls, _ = self._acls_of(pn)
         with client.reading():  # the port, its groups and its router link as of one moment
             result = self._compare(client, spec, groups, link)
@@ -517,6 +621,11 @@ class OvnProvider(OvnNorthbound):
         missing = [g for g in groups if not client.in_port_group(g, lsp)]
         if missing:
             return VerifyResult(ok=False, reason=f"port {spec.name} is not in {missing}")
+        # podnet's groups it should have left (a Subnet's gateway type changed, say)
+        extra = sorted(set(filter(None, lsp.external_ids.get(GROUPS, "").split(",")))
+                       - set(groups))
+        if extra and any(client.in_port_group(g, lsp) for g in extra):
+            return VerifyResult(ok=False, reason=f"port {spec.name} is still in {extra}")
         # the subnet's way out: route re-makes it (shared, so the first repair mends it)
         if link is not None and not client.link_ok(link):
             return VerifyResult(ok=False, reason=f"router link {link.lrp}/{link.lsp} of "

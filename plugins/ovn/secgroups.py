@@ -115,20 +115,28 @@ class _Bad(ValueError):
         self.message = message
 
 
-def parse_groups(raw: object, prefix: str) -> dict[str, SecurityGroup | BadGroup]:
+def parse_groups(raw: object, prefix: str, where: Mapping[str, str] | None = None
+                 ) -> dict[str, SecurityGroup | BadGroup]:
     """Each group of ``security_groups`` checked on its own (``prefix``: the section's
-    key, ``providers.ovn.security_groups``). Not a mapping at all: ``ValueError``."""
+    key, ``providers.ovn.security_groups``; ``where``: the field of a group declared
+    elsewhere, ``securitygroup[web].spec`` for a SecurityGroup object). Not a mapping at
+    all: ``ValueError``."""
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
         raise ValueError("expected security group name -> {ingress: [...], egress: [...]}")
+    where = where or {}
+
+    def field(name: str) -> str:
+        return where.get(name, f"{prefix}.{name}")
+
     out: dict[str, SecurityGroup | BadGroup] = {}
     for name, body in raw.items():
         name = str(name)
         try:
             out[name] = _group(name, body)
         except _Bad as bad:
-            out[name] = BadGroup(name, f"{prefix}.{name}{bad.path}", bad.message)
+            out[name] = BadGroup(name, f"{field(name)}{bad.path}", bad.message)
     # two names OVN would see as one port group ('.' and '-' become '_'): neither is used
     by_pg: dict[str, list[str]] = {}
     for name in out:
@@ -137,7 +145,7 @@ def parse_groups(raw: object, prefix: str) -> dict[str, SecurityGroup | BadGroup
         if len(names) > 1:
             for name in names:
                 others = ", ".join(n for n in names if n != name)
-                out[name] = BadGroup(name, f"{prefix}.{name}", f"its port group {pg} is "
+                out[name] = BadGroup(name, field(name), f"its port group {pg} is "
                                      f"also that of {others} (OVN names allow letters, "
                                      "digits and '_' only)")
     # a peer must be a group that is defined (its port group and address sets exist)
@@ -148,7 +156,7 @@ def parse_groups(raw: object, prefix: str) -> dict[str, SecurityGroup | BadGroup
             for i, r in enumerate(getattr(group, direction) or ()):
                 for g in r.groups:
                     if g not in out:
-                        out[name] = BadGroup(name, f"{prefix}.{name}.{direction}[{i}].groups",
+                        out[name] = BadGroup(name, f"{field(name)}.{direction}[{i}].groups",
                                              f"unknown security group {g!r}")
     return out
 

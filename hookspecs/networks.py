@@ -43,20 +43,20 @@ def address_range(item: str) -> tuple[IPAddress, IPAddress]:
         if ".." in text:
             lo_s, hi_s = text.split("..", 1)
             lo, hi = ipaddress.ip_address(lo_s.strip()), ipaddress.ip_address(hi_s.strip())
-            if lo.version != hi.version:
-                raise ValueError(f"{item!r}: the ends are of two families")
-            if int(hi) < int(lo):
-                raise ValueError(f"{item!r}: the range is backwards ({hi} < {lo})")
-            return lo, hi
-        if "/" in text:
+        elif "/" in text:
             net = ipaddress.ip_network(text, strict=True)
             return net.network_address, net.broadcast_address
-        addr = ipaddress.ip_address(text)
-        return addr, addr
-    except ValueError as exc:
-        if str(exc).startswith(repr(item)):
-            raise
-        raise ValueError(f"{item!r} is not an address, a range FIRST..LAST or a CIDR") from None
+        else:
+            addr = ipaddress.ip_address(text)
+            return addr, addr
+    except ValueError:
+        raise ValueError(f"{item!r} is not an address, a range FIRST..LAST or a CIDR "
+                         "(with no host bits set)") from None
+    if lo.version != hi.version:
+        raise ValueError(f"{item!r}: the ends are of two families")
+    if int(hi) < int(lo):
+        raise ValueError(f"{item!r}: the range is backwards ({hi} < {lo})")
+    return lo, hi
 
 
 def expand(items: tuple[str, ...], limit: int = 1 << 20) -> Iterator[IPAddress]:

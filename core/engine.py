@@ -20,7 +20,7 @@ import attrs
 import pluggy
 
 from podnet.core import logcontext
-from podnet.core.caches import Caches, pod_key_of
+from podnet.core.caches import Caches, NamespaceInfo, pod_key_of
 from podnet.core.clock import Clock, SystemClock
 from podnet.core.cluster.gcpause import gc_paused
 from podnet.core.cluster.informer import Informer
@@ -269,7 +269,7 @@ class Engine:
         return self.caches.node_networks
 
     @property
-    def namespaces(self) -> Informer[dict[str, str]]:
+    def namespaces(self) -> Informer[NamespaceInfo]:
         return self.caches.namespaces
 
     @property

@@ -48,7 +48,7 @@ class AllocatePath(PodNetworkSteps):
         may pick the pod's subnet, and an address is never moved once given."""
         cached = self.caches.namespaces.get(namespace)
         if cached is not None or not namespace:
-            return cached or {}
+            return cached.annotations if cached is not None else {}
         try:
             return namespace_annotations(self.records.cluster.get(NAMESPACE, namespace))
         except NotFound:

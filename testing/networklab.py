@@ -1,0 +1,113 @@
+"""A small provider for the tests of networks declared as objects: it serves pod
+networks from the Subnet and IPPool core chose (``AllocateContext.subnet`` /
+``.ip_pool``), keeps what ``podnet_networks_changed`` told it, and checks Subnet
+parameters (``spec.parameters``: only ``{"zone": "..."}``; ``{"fail": "transient"}``
+answers as a cloud that cannot answer now).
+
+It has no node pools (``uses_node_pool=False``): its address management is its own, as
+an overlay's is, so what it holds is exactly what core asked of it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from typing import Any
+
+from podnet.hookspecs import hookimpl
+from podnet.hookspecs.errors import ErrorKind, InvalidRequest, PoolEmpty, ProviderError
+from podnet.hookspecs.networks import Networks, SubnetInfo, SubnetRealization
+from podnet.hookspecs.types import (
+    AllocateContext,
+    Allocation,
+    PodNetworkContext,
+    ProviderInfo,
+    ReleaseResult,
+    RouteResult,
+)
+
+LAB = "lab"
+
+
+class NetworkLab:
+    """The ``lab`` provider (``name`` to run a second one)."""
+
+    def __init__(self, name: str = LAB) -> None:
+        self.name = name
+        #: every set ``podnet_networks_changed`` handed over, in order
+        self.published: list[Networks] = []
+        #: pod network key -> its address
+        self.held: dict[str, str] = {}
+        #: the Subnet each allocation was made from (pod network key -> Subnet name)
+        self.subnet_of: dict[str, str] = {}
+        self.parameter_calls: list[tuple[str, int]] = []
+
+    @property
+    def networks(self) -> Networks:
+        return self.published[-1] if self.published else Networks()
+
+    @hookimpl
+    def podnet_register_provider(self) -> ProviderInfo:
+        return ProviderInfo(name=self.name, version="1.0", uses_node_pool=False)
+
+    @hookimpl
+    def podnet_subnet_parameters(self, provider: str, subnet: SubnetInfo
+                                 ) -> SubnetRealization | None:
+        self.parameter_calls.append((subnet.name, subnet.generation))
+        params: Mapping[str, Any] = subnet.parameters
+        if params.get("fail") == "transient":
+            raise ProviderError(ErrorKind.TRANSIENT, "the lab cannot answer now")
+        unknown = sorted(set(params) - {"zone", "fail"})
+        if unknown:
+            raise InvalidRequest(f"spec.parameters.{unknown[0]}",
+                                 f"unknown parameter {unknown[0]!r} (known: zone)")
+        if "zone" in params:
+            return SubnetRealization(details={"zone": params["zone"]},
+                                     summary=f"zone {params['zone']}")
+        return None
+
+    @hookimpl
+    def podnet_networks_changed(self, provider: str, networks: Networks) -> None:
+        self.published.append(networks)
+
+    @hookimpl
+    def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
+        pn = context.pod_network
+        subnet = context.subnet
+        if subnet is None:
+            raise InvalidRequest("subnet", f"the lab serves Subnet objects only ({pn.key})")
+        taken = set(self.held.values())
+        net = subnet.network(4)
+        assert net is not None
+        if pn.key in self.held and subnet.contains(self.held[pn.key]):
+            ip = self.held[pn.key]
+        elif pn.spec.requests.ip_address:
+            ip = pn.spec.requests.ip_address
+            if not subnet.contains(ip):
+                raise InvalidRequest("ip_address", f"{ip} is outside {subnet.describe()}")
+        else:
+            candidates = (context.ip_pool.members() if context.ip_pool is not None
+                          else (str(h) for h in net.hosts()))
+            ip = next((c for c in candidates
+                       if c not in taken and c not in subnet.gateways
+                       and not subnet.excludes(c)), "")
+            if not ip:
+                raise PoolEmpty(f"{subnet.describe()} is full")
+        self.held[pn.key] = ip
+        self.subnet_of[pn.key] = subnet.name
+        return Allocation(ip=ip, subnet=subnet.name, gateway=subnet.gateway(4),
+                          cidr=str(net), prefix_length=net.prefixlen)
+
+    @hookimpl
+    def podnet_route(self, context: PodNetworkContext) -> RouteResult | None:
+        return RouteResult(interface="eth0")
+
+    @hookimpl
+    def podnet_release(self, context: PodNetworkContext) -> ReleaseResult | None:
+        self.held.pop(context.pod_network.key, None)
+        self.subnet_of.pop(context.pod_network.key, None)
+        return ReleaseResult(return_to_pool=False)
+
+
+def in_block(address: str, cidr: str) -> bool:
+    return ipaddress.ip_address(address) in ipaddress.ip_network(cidr)

@@ -137,8 +137,8 @@ class Caches:
             cluster, SECURITY_GROUP, lambda o: declared(SECURITY_GROUP_KIND, o),
             name="securitygroups")
         #: the Ready Subnets a node's pods may use (``NodeContext.subnets``): set by the
-        #: engine, from the networks' catalog
-        self.subnets_of_node: Callable[[NodeInfo], tuple[SubnetInfo, ...]] = lambda _: ()
+        #: networks' reconciler while a provider has Subnet objects (None: none has)
+        self.subnets_of_node: Callable[[NodeInfo], tuple[SubnetInfo, ...]] | None = None
         #: StatefulSet (``namespace/name``) -> uid, replicas (for held sticky records)
         self.statefulsets: Informer[WorkloadInfo] = Informer(
             cluster, STATEFUL_SET, statefulset_info, name="statefulsets")
@@ -176,13 +176,16 @@ class Caches:
         """What a provider is told about a node: the cached Node (a bare one if it is
         gone) and its NodeNetwork."""
         node = self.nodes.get(node_name) or NodeInfo(name=node_name, uid="")
+        subnets = self.subnets_of_node
         return NodeContext(node=node, network=self.node_networks.get(node_name),
-                           subnets=self.subnets_of_node(node))
+                           subnets=subnets(node) if subnets is not None else ())
 
     def context(self, node: NodeInfo, network: NodeNetwork | None) -> NodeContext:
         """What a provider is told about ``node`` and its record ``network``, with the
         Subnets its pods may use."""
-        return NodeContext(node=node, network=network, subnets=self.subnets_of_node(node))
+        subnets = self.subnets_of_node
+        return NodeContext(node=node, network=network,
+                           subnets=subnets(node) if subnets is not None else ())
 
     def agent_report_of(self, node_name: str) -> AgentReport | None:
         """The node's agent's last report; None when the node has none (no agent)."""

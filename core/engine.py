@@ -209,7 +209,6 @@ class Engine:
             gateway=self.gateway, providers=lambda: self.placement.providers.names(),
             provider_of_node=self.placement.provider_for_node, clock=self.clock,
             writes=self.stats.writes)
-        self.caches.subnets_of_node = self.networks.subnets_of_node
         self.podnetworks = PodNetworkReconciler(
             caches=self.caches, records=self.records, enqueue=self.enqueue,
             gateway=self.gateway, transitions=self.transitions, placement=self.placement,
@@ -364,7 +363,8 @@ class Engine:
 
     def _on_pod_network(self, _event: str, _key: str, old: PodNetwork | None,
                         new: PodNetwork | None) -> None:
-        self.networks.on_record(old, new)
+        if self.networks.usage.by_provider:  # a provider has Subnet objects: counted
+            self.networks.on_record(old, new)
         if new is not None:
             other = self.ledger.seen(new)
             if other is not None:

@@ -223,6 +223,9 @@ class Catalog:
             self._revision += 1
 
     def evaluation(self) -> Evaluation:
+        done = self._evaluated  # the common case, read without the lock: nothing changed
+        if done is not None and done[0] == self._revision:
+            return done[1]
         with self._lock:
             done = self._evaluated
             if done is not None and done[0] == self._revision:

@@ -117,6 +117,9 @@ class NetworksReconciler:
         self._written: dict[tuple[str, str], dict[str, Any]] = {}
         #: provider -> pod keys waiting for a Subnet (or refused one): woken on a change
         self._waiting: dict[str, set[str]] = {}
+        #: providers with any Subnet object, as the cache has them now (the pod network
+        #: path asks nothing more of a provider that has none)
+        self.with_subnets: frozenset[str] = frozenset()
         #: record key -> the Subnet address it holds outside (excluded or narrowed away)
         self.outside: dict[str, Outside] = {}
         self._outside_by_subnet: dict[str, tuple[Outside, ...]] = {}
@@ -148,6 +151,11 @@ class NetworksReconciler:
         """A Subnet or IPPool changed: every one is checked again (overlaps and pools
         depend on the others; there are few)."""
         self.catalog.changed()
+        self.with_subnets = frozenset(
+            s.info.provider for s in self.caches.subnets.values()
+            if isinstance(s.info, SubnetInfo))
+        # nodes' contexts name their Subnets only while there are any
+        self.caches.subnets_of_node = self.subnets_of_node if self.with_subnets else None
         d = new or old
         kinds = (SUBNET_KEY, POOL_KEY) if d is None or d.kind != "SecurityGroup" else (
             GROUP_KEY,)

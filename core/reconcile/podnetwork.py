@@ -258,7 +258,9 @@ class PodNetworkReconciler(AllocatePath, ReleasePath):
             problem = self._address_problem(pn)
             if problem is not None:
                 pn = self._readdress(pn, pod, *problem)
-            else:
+            elif self.networks is not None and (self.networks.outside
+                                                or len(pn.status.conditions) > 1):
+                # held outside its Subnet now, or said so before (a second condition)
                 pn = self._report_outside(pn, pod)
         phase = pn.status.phase
         if phase is Phase.PENDING:
@@ -286,12 +288,11 @@ class PodNetworkReconciler(AllocatePath, ReleasePath):
         Subnet objects, or before the namespaces are listed: the allocation waits for
         them anyway)."""
         networks = self.networks
-        if networks is None or not self.caches.namespaces.has_synced:
+        provider = pn.spec.provider
+        if (networks is None or provider not in networks.with_subnets
+                or not self.caches.namespaces.has_synced):
             return NO_CHOICE
         ev = networks.evaluation()
-        provider = pn.spec.provider
-        if provider not in ev.with_subnets:
-            return NO_CHOICE
         namespace = pn.metadata.namespace or ""
         ns = self._namespace_view(namespace)
         node = self.caches.nodes.get(pn.spec.node_name)

@@ -41,6 +41,8 @@ class NetworkLab:
         #: the Subnet each allocation was made from (pod network key -> Subnet name)
         self.subnet_of: dict[str, str] = {}
         self.parameter_calls: list[tuple[str, int]] = []
+        self._cursor: dict[str, int] = {}
+        self._taken: set[str] = set()
 
     @property
     def networks(self) -> Networks:
@@ -76,7 +78,7 @@ class NetworkLab:
         subnet = context.subnet
         if subnet is None:
             raise InvalidRequest("subnet", f"the lab serves Subnet objects only ({pn.key})")
-        taken = set(self.held.values())
+        taken = self._taken
         net = subnet.network(4)
         assert net is not None
         if pn.key in self.held and subnet.contains(self.held[pn.key]):
@@ -85,18 +87,40 @@ class NetworkLab:
             ip = pn.spec.requests.ip_address
             if not subnet.contains(ip):
                 raise InvalidRequest("ip_address", f"{ip} is outside {subnet.describe()}")
-        else:
-            candidates = (context.ip_pool.members() if context.ip_pool is not None
-                          else (str(h) for h in net.hosts()))
-            ip = next((c for c in candidates
+        elif context.ip_pool is not None:
+            ip = next((c for c in context.ip_pool.members()
                        if c not in taken and c not in subnet.gateways
                        and not subnet.excludes(c)), "")
-            if not ip:
-                raise PoolEmpty(f"{subnet.describe()} is full")
+        else:
+            ip = self._next_free(subnet, net, taken)
+        if not ip:
+            raise PoolEmpty(f"{subnet.describe()} is full")
+        old = self.held.get(pn.key)
+        if old is not None:
+            self._taken.discard(old)
         self.held[pn.key] = ip
+        self._taken.add(ip)
         self.subnet_of[pn.key] = subnet.name
         return Allocation(ip=ip, subnet=subnet.name, gateway=subnet.gateway(4),
                           cidr=str(net), prefix_length=net.prefixlen)
+
+    def _next_free(self, subnet: SubnetInfo, net: ipaddress.IPv4Network | ipaddress.IPv6Network,
+                   taken: set[str]) -> str:
+        """The lowest free host address from where the last one was found (a cursor per
+        Subnet: thousands of pods do not each walk the block), wrapping around once."""
+        first, last = int(net.network_address) + 1, int(net.broadcast_address) - 1
+        start = self._cursor.get(subnet.name, first)
+        if not first <= start <= last:
+            start = first
+        n = start
+        while True:
+            ip = str(ipaddress.ip_address(n))
+            if ip not in taken and ip not in subnet.gateways and not subnet.excludes(ip):
+                self._cursor[subnet.name] = n
+                return ip
+            n = first if n >= last else n + 1
+            if n == start:
+                return ""
 
     @hookimpl
     def podnet_route(self, context: PodNetworkContext) -> RouteResult | None:
@@ -104,7 +128,7 @@ class NetworkLab:
 
     @hookimpl
     def podnet_release(self, context: PodNetworkContext) -> ReleaseResult | None:
-        self.held.pop(context.pod_network.key, None)
+        self._taken.discard(self.held.pop(context.pod_network.key, ""))
         self.subnet_of.pop(context.pod_network.key, None)
         return ReleaseResult(return_to_pool=False)
 

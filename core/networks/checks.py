@@ -92,7 +92,7 @@ def declared(kind: str, obj: Mapping[str, Any]) -> Declared:
         raw = obj.get("status")
         return Declared(
             kind=kind, name=str(meta.get("name") or ""), uid=str(meta.get("uid") or ""),
-            generation=meta.get("generation") if isinstance(meta.get("generation"), int) else 0,
+            generation=_int(meta.get("generation")),
             resource_version=str(meta.get("resourceVersion") or ""),
             deleting=bool(meta.get("deletionTimestamp")),
             finalizers=tuple(f for f in meta.get("finalizers") or () if isinstance(f, str)),
@@ -113,6 +113,10 @@ def declared(kind: str, obj: Mapping[str, Any]) -> Declared:
     except SpecError as exc:
         return Declared(**head, problem=exc.problem)
     return Declared(**head, info=info)
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 # --- one Subnet ---------------------------------------------------------------------------
@@ -301,14 +305,14 @@ def overlaps(subnets: Iterable[Declared]) -> dict[str, Problem]:
 def _overlap(a: Sequence[IPNetwork], b: Sequence[IPNetwork]) -> tuple[IPNetwork, IPNetwork] | None:
     for x in a:
         for y in b:
-            if x.version == y.version and x.overlaps(y):  # type: ignore[arg-type]
+            if x.version == y.version and x.overlaps(y):
                 return x, y
     return None
 
 
 def pool_ranges(pool: IPPoolInfo) -> list[tuple[int, int, int]]:
     """(version, first, last) of each entry, as integers."""
-    out = []
+    out: list[tuple[int, int, int]] = []
     for item in pool.addresses:
         lo, hi = address_range(item)
         out.append((lo.version, int(lo), int(hi)))
@@ -317,7 +321,7 @@ def pool_ranges(pool: IPPoolInfo) -> list[tuple[int, int, int]]:
 
 def pool_problem(pool: IPPoolInfo, subnet: SubnetInfo) -> Problem | None:
     """A pool entry outside its Subnet's block."""
-    nets = {n.version: n for n in subnet.networks()}
+    nets: dict[int, IPNetwork] = {n.version: n for n in subnet.networks()}
     for i, (version, lo, hi) in enumerate(pool_ranges(pool)):
         net = nets.get(version)
         if net is None or not (int(net.network_address) <= lo and hi <= int(

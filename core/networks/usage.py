@@ -19,7 +19,7 @@ import attrs
 from podnet.core.models import PodNetwork
 from podnet.core.networks.checks import pool_ranges
 from podnet.core.networks.wire import HeldAddress
-from podnet.hookspecs.networks import IPPoolInfo, SubnetInfo, address_range
+from podnet.hookspecs.networks import IPNetwork, IPPoolInfo, SubnetInfo, address_range
 
 #: at most this many records are listed in ``outsideIPs``
 OUTSIDE_LISTED = 50
@@ -109,7 +109,7 @@ class Usage:
     def subnet_usage(self, subnet: SubnetInfo, others: Iterable[SubnetInfo]) -> SubnetUsage:
         """Counts, holders and outside records of ``subnet`` (``others``: the provider's
         other Subnets, which a narrowed-away address may have moved into)."""
-        nets = {n.version: n for n in subnet.networks()}
+        nets: dict[int, IPNetwork] = {n.version: n for n in subnet.networks()}
         excluded = [(lo.version, int(lo), int(hi))
                     for lo, hi in (address_range(e) for e in subnet.excluded)]
         other_nets = [n for o in others if o.name != subnet.name for n in o.networks()]
@@ -134,7 +134,7 @@ class Usage:
                     holders.append((key, address))
                     outside.append(Outside(key, address, subnet.name,
                                            "outside cidrBlock"))
-        counts = {}
+        counts: dict[int, tuple[int, int, int, int]] = {}
         for v, net in nets.items():
             total = net.num_addresses
             res = len(reserved[v])

@@ -41,6 +41,9 @@ class NetworkLab:
         #: the Subnet each allocation was made from (pod network key -> Subnet name)
         self.subnet_of: dict[str, str] = {}
         self.parameter_calls: list[tuple[str, int]] = []
+        #: what the lab saw that must never happen: an allocation from a Subnet or pool
+        #: that was not in the last set published to it, or from an excluded address
+        self.violations: list[str] = []
         self._cursor: dict[str, int] = {}
         self._taken: set[str] = set()
 
@@ -79,6 +82,11 @@ class NetworkLab:
         if subnet is None:
             raise InvalidRequest("subnet", f"the lab serves Subnet objects only ({pn.key})")
         taken = self._taken
+        usable = self.networks.subnet(subnet.name)
+        if usable is None or usable.cidrs != subnet.cidrs:
+            self.violations.append(f"{pn.key}: {subnet.describe()} is not usable")
+        if context.ip_pool is not None and self.networks.pool(context.ip_pool.name) is None:
+            self.violations.append(f"{pn.key}: IPPool {context.ip_pool.name} is not usable")
         net = subnet.network(4)
         assert net is not None
         if pn.key in self.held and subnet.contains(self.held[pn.key]):
@@ -95,6 +103,8 @@ class NetworkLab:
             ip = self._next_free(subnet, net, taken)
         if not ip:
             raise PoolEmpty(f"{subnet.describe()} is full")
+        if subnet.excludes(ip) and pn.key not in self.held:
+            self.violations.append(f"{pn.key}: {ip} is excluded by {subnet.describe()}")
         old = self.held.get(pn.key)
         if old is not None:
             self._taken.discard(old)

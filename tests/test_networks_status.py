@@ -4,8 +4,9 @@ timer key, as the NodeNetworks' pool writes are batched), never a write per pod.
 
 from __future__ import annotations
 
-from podnet.core.cluster.port import IP_POOL, POD, SUBNET
 from test_networks_engine import NS, Lab
+
+from podnet.core.cluster.port import IP_POOL, POD, SUBNET
 
 
 def status_writes(rig: Lab, plural: str) -> int:

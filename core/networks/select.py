@@ -18,7 +18,7 @@ import attrs
 from podnet.core.annotations import IP_POOL, SUBNETS, annotation_field, is_ip
 from podnet.core.errors import InvalidRequest
 from podnet.core.networks.catalog import Evaluation
-from podnet.hookspecs.networks import IPPoolInfo, SubnetInfo
+from podnet.hookspecs.networks import IPPoolInfo, Networks, SubnetInfo
 
 SUBNETS_FIELD = annotation_field(SUBNETS)
 POOL_FIELD = annotation_field(IP_POOL)
@@ -39,25 +39,33 @@ class Choice:
 NONE = Choice()
 
 
-def choose(ev: Evaluation, *, provider: str, namespace: str, pod_subnets: Sequence[str],
-           pod_pool: Sequence[str], namespace_annotations: Mapping[str, str],
-           namespace_labels: Mapping[str, str], node: str,
-           node_labels: Mapping[str, str]) -> Choice:
+class _NotYet(Exception):
+    """A named object is Ready but its provider has not been told yet: a wait."""
+
+
+def choose(ev: Evaluation, nets: Networks, *, provider: str, namespace: str,
+           pod_subnets: Sequence[str], pod_pool: Sequence[str],
+           namespace_annotations: Mapping[str, str], namespace_labels: Mapping[str, str],
+           node: str, node_labels: Mapping[str, str]) -> Choice:
+    """``ev``: every object's verdict (what a refusal says); ``nets``: what the provider
+    was last told is usable, the only Subnets and pools a pod network takes."""
     if provider not in ev.with_subnets:
         return NONE
     try:
-        pool = _named_pool(ev, provider, pod_pool)
-        subnet = _named(ev, provider, pod_subnets, SUBNETS_FIELD, node, node_labels)
+        pool = _named_pool(ev, nets, provider, pod_pool)
+        subnet = _named(ev, nets, provider, pod_subnets, SUBNETS_FIELD, node, node_labels)
         if subnet is None and pool is not None:
-            subnet = _named(ev, provider, (pool.subnet,), POOL_FIELD, node, node_labels)
+            subnet = _named(ev, nets, provider, (pool.subnet,), POOL_FIELD, node,
+                            node_labels)
         if subnet is None:
             listed = [s.strip() for s in
                       namespace_annotations.get(SUBNETS, "").split(",") if s.strip()]
-            subnet = _named(ev, provider, listed,
+            subnet = _named(ev, nets, provider, listed,
                             f"namespace {namespace} annotation {SUBNETS}", node, node_labels)
     except InvalidRequest as exc:
         return Choice(invalid=exc)
-    nets = ev.networks(provider)
+    except _NotYet as exc:
+        return Choice(wait=str(exc))
     if subnet is None:
         for s in nets.subnets:  # oldest first
             if not _node_ok(s, node_labels):
@@ -89,8 +97,8 @@ def _node_ok(subnet: SubnetInfo, node_labels: Mapping[str, str]) -> bool:
     return subnet.node_selector is None or subnet.node_selector.matches(node_labels)
 
 
-def _named(ev: Evaluation, provider: str, names: Sequence[str], field: str, node: str,
-           node_labels: Mapping[str, str]) -> SubnetInfo | None:
+def _named(ev: Evaluation, nets: Networks, provider: str, names: Sequence[str], field: str,
+           node: str, node_labels: Mapping[str, str]) -> SubnetInfo | None:
     """The first of ``names`` that is a Subnet object, checked; None when none is."""
     for name in names:
         entry = ev.subnets.get(name)
@@ -104,9 +112,9 @@ def _named(ev: Evaluation, provider: str, names: Sequence[str], field: str, node
         if not verdict.ready:
             raise InvalidRequest(field, f"Subnet {name} is not Ready ({verdict.reason}: "
                                  f"{verdict.message})")
-        ready = ev.networks(provider).subnet(name)
+        ready = nets.subnet(name)
         if ready is None:
-            raise InvalidRequest(field, f"Subnet {name} is not Ready")
+            raise _NotYet(f"Subnet {name} is Ready; provider {provider} is not told yet")
         if not _node_ok(ready, node_labels):
             raise InvalidRequest(field, f"Subnet {name}'s nodeSelector does not take node "
                                  f"{node}")
@@ -114,7 +122,8 @@ def _named(ev: Evaluation, provider: str, names: Sequence[str], field: str, node
     return None
 
 
-def _named_pool(ev: Evaluation, provider: str, names: Sequence[str]) -> IPPoolInfo | None:
+def _named_pool(ev: Evaluation, nets: Networks, provider: str, names: Sequence[str]
+                ) -> IPPoolInfo | None:
     """The IPPool object ``podnet.io/ip-pool`` names (one name that is not an address)."""
     if len(names) != 1 or is_ip(names[0]) or names[0] not in ev.pools:
         return None
@@ -123,17 +132,20 @@ def _named_pool(ev: Evaluation, provider: str, names: Sequence[str]) -> IPPoolIn
     if not verdict.ready:
         raise InvalidRequest(POOL_FIELD, f"IPPool {name} is not Ready ({verdict.reason}: "
                              f"{verdict.message})")
-    pool = ev.networks(provider).pool(name)
+    pool = nets.pool(name)
     if pool is None:
-        raise InvalidRequest(POOL_FIELD, f"IPPool {name} is not in a Subnet of provider "
-                             f"{provider}")
+        subnet = ev.subnets.get(_.subnet) if isinstance(_ := ev.pools[name][0].info,
+                                                        IPPoolInfo) else None
+        if subnet is not None and isinstance(subnet[0].info, SubnetInfo) and \
+                subnet[0].info.provider != provider:
+            raise InvalidRequest(POOL_FIELD, f"IPPool {name} is in Subnet "
+                                 f"{subnet[0].info.name} of provider {subnet[0].info.provider}, "
+                                 f"not {provider}")
+        raise _NotYet(f"IPPool {name} is Ready; provider {provider} is not told yet")
     return pool
 
 
-def subnets_for_node(ev: Evaluation, provider: str, node_labels: Mapping[str, str]
-                     ) -> tuple[SubnetInfo, ...]:
-    """The Ready Subnets of ``provider`` whose nodeSelector takes the node
-    (``NodeContext.subnets``)."""
-    if provider not in ev.with_subnets:
-        return ()
-    return tuple(s for s in ev.networks(provider).subnets if _node_ok(s, node_labels))
+def subnets_for_node(nets: Networks, node_labels: Mapping[str, str]) -> tuple[SubnetInfo, ...]:
+    """The usable Subnets (as last told to their provider) whose nodeSelector takes the
+    node (``NodeContext.subnets``)."""
+    return tuple(s for s in nets.subnets if _node_ok(s, node_labels))

@@ -136,13 +136,11 @@ class NetworksReconciler:
             self._waiting.setdefault(provider, set()).add(pod_key)
 
     def subnets_of_node(self, node: Any) -> tuple[SubnetInfo, ...]:
-        ev = self.catalog.evaluation()
-        if not ev.with_subnets:
-            return ()
         provider = self.provider_of_node(node)
-        if provider is None or provider not in ev.with_subnets:
+        if provider is None or provider not in self.with_subnets:
             return ()
-        return subnets_for_node(ev, provider, node.labels)
+        nets = self.published.get(provider)
+        return subnets_for_node(nets, node.labels) if nets is not None else ()
 
     # --- informer handlers ---------------------------------------------------------------
 

@@ -65,6 +65,7 @@ from podnet.core.reconcile.podnetwork_wording import (
 from podnet.core.reconcile.requests import REQUESTS_APPLIED
 from podnet.core.reconcile.requests import compare as compare_requests
 from podnet.core.reconcile.result import DONE, Result
+from podnet.hookspecs.networks import Networks
 
 log = logging.getLogger("podnet.podnetwork")
 
@@ -296,7 +297,8 @@ class PodNetworkReconciler(AllocatePath, ReleasePath):
         namespace = pn.metadata.namespace or ""
         ns = self._namespace_view(namespace)
         node = self.caches.nodes.get(pn.spec.node_name)
-        choice = choose(ev, provider=provider, namespace=namespace,
+        choice = choose(ev, networks.published.get(provider) or Networks(),
+                        provider=provider, namespace=namespace,
                         pod_subnets=pn.spec.requests.subnets, pod_pool=pn.spec.requests.ip_pool,
                         namespace_annotations=ns.annotations, namespace_labels=ns.labels,
                         node=pn.spec.node_name, node_labels=node.labels if node else {})

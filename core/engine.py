@@ -215,6 +215,7 @@ class Engine:
             ledger=self.ledger, pools=self.pools, problems=self.pool_problems,
             clock=self.clock, unplug=UnplugGate(self.caches, self.clock, self.policy),
             networks=self.networks)
+        self.networks.on_groups_changed = self._on_groups_changed
         #: the node pools as the cloud and the records have them: read, recorded, and
         #: their interfaces moved, for the node passes and the garbage collector alike
         self.pool_service = PoolService(
@@ -386,6 +387,14 @@ class Engine:
             if vm is not None:  # a VM's held record: its new pod may take it back now
                 for pod in self.caches.pods.by_index("vm", f"{pn.metadata.namespace}/{vm}"):
                     self.enqueue.pod(pod.key)
+
+    def _on_groups_changed(self, names: set[str]) -> None:
+        # a SecurityGroup's rules changed: the running pods naming it are verified now, so
+        # the provider's verify finds the difference and route writes it (few records
+        # name groups; a group change is rare)
+        for pn in self.caches.pod_networks.values():
+            if names.intersection(pn.spec.requests.security_groups):
+                self.podnetworks.verify_now(pn)
 
     def _on_node(self, event: str, key: str, _old: Any, _new: Any) -> None:
         # level-triggered: whatever changed about a node (it came, it went, its labels

@@ -7,7 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from podnet.core.cluster.port import IP_POOL, NAMESPACE, POD, POD_NETWORK, SUBNET, Obj
+from podnet.core.cluster.port import (
+    IP_POOL,
+    NAMESPACE,
+    POD,
+    POD_NETWORK,
+    SECURITY_GROUP,
+    SUBNET,
+    Obj,
+)
 from podnet.hookspecs.networks import NETWORK_FINALIZER
 from podnet.testing.harness import EngineRig
 from podnet.testing.networklab import LAB, NetworkLab
@@ -341,3 +349,43 @@ def test_a_subnet_of_a_provider_nobody_registered_says_so() -> None:
     rig.settle()
     ready = rig.ready(SUBNET, "x")
     assert ready["reason"] == "UnknownProvider" and "'nope'" in ready["message"]
+
+
+def test_what_the_first_list_finds_is_published_before_the_first_pod_pass() -> None:
+    rig = Lab(start=False)
+    rig.cluster.create(SUBNET, {"metadata": {"name": "blue"}, "spec": {
+        "provider": LAB, "cidrBlock": "10.97.0.0/24", "default": True}})
+    rig.add_pod("web-0")
+    rig.start()
+    assert [s.name for s in rig.lab.published[0].subnets] == ["blue"]
+    assert rig.lab.held == {}  # no pod pass yet
+    rig.settle()
+    assert rig.record_of("web-0")["status"]["ip"] == "10.97.0.2"
+    assert len(rig.lab.published) == 1  # nothing changed since
+
+
+def test_a_changed_security_group_is_verified_on_the_pods_naming_it() -> None:
+    rig = Lab()
+    rig.subnet("blue", "10.98.0.0/24", default=True)
+    rig.cluster.create(SECURITY_GROUP, {"metadata": {"name": "web"}, "spec": {
+        "ingress": [{"protocol": "tcp", "port": "80", "from": ["10.0.0.0/8"]}]}})
+    rig.cluster.create(SECURITY_GROUP, {"metadata": {"name": "db"}, "spec": {
+        "ingress": [{"protocol": "tcp", "port": "5432", "groups": ["web", "nope"]}]}})
+    rig.add_pod("named", security_groups="web")
+    rig.add_pod("other")
+    rig.settle()
+    assert rig.get(SECURITY_GROUP, "web")["status"]["phase"] == "Ready"
+    assert rig.get(SECURITY_GROUP, "web")["status"]["ingressRules"] == 1
+    ready = rig.ready(SECURITY_GROUP, "db")
+    assert ready["reason"] == "UnknownGroup" and "nope" in ready["message"]
+    assert [g.name for g in rig.lab.networks.security_groups] == ["web"]
+    verified = rig.engine.stats.provider_calls[f"{LAB}.verify"]
+    rig.edit(SECURITY_GROUP, "web", ingress=[{"protocol": "tcp", "port": "8000-8080"}])
+    rig.settle()
+    assert rig.lab.networks.security_group("web").ingress[0].ports == (8000, 8080)  # type: ignore[union-attr]
+    assert rig.engine.stats.provider_calls[f"{LAB}.verify"] == verified + 1  # "named" only
+    rig.edit(SECURITY_GROUP, "web", ingress=[{"protocol": "icmp", "port": "80"}])
+    rig.settle()
+    ready = rig.ready(SECURITY_GROUP, "web")
+    assert ready["reason"] == "InvalidSpec" and "spec.ingress[0].port" in ready["message"]
+    assert rig.lab.networks.security_groups == ()

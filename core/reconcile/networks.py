@@ -108,6 +108,8 @@ class NetworksReconciler:
         self._lock = threading.RLock()
         #: per provider, the set last published (its revision numbers the changes)
         self.published: dict[str, Networks] = {}
+        #: the Ready SecurityGroups as last published (None: nothing published yet)
+        self._groups: dict[str, SecurityGroupInfo] | None = None
         self._revision = 0
         #: (key kind, name) -> (reason, message) last said in an Event
         self._said: dict[tuple[str, str], tuple[str, str]] = {}
@@ -117,6 +119,9 @@ class NetworksReconciler:
         self._written: dict[tuple[str, str], dict[str, Any]] = {}
         #: provider -> pod keys waiting for a Subnet (or refused one): woken on a change
         self._waiting: dict[str, set[str]] = {}
+        #: told the names of SecurityGroups whose Ready rules changed (the engine verifies
+        #: the records naming them at once, so a change applies to running pods)
+        self.on_groups_changed: Callable[[set[str]], None] = lambda _: None
         #: providers with any Subnet object, as the cache has them now (the pod network
         #: path asks nothing more of a provider that has none)
         self.with_subnets: frozenset[str] = frozenset()
@@ -400,6 +405,11 @@ class NetworksReconciler:
         """Tell each provider its usable set when it changed (the first time always), and
         wake what waited for it."""
         ev = self.catalog.evaluation()
+        groups = {g.name: g for g in ev.networks("").security_groups}
+        with self._lock:
+            before, self._groups = self._groups, groups
+        changed = {n for n in {*(before or {}), *groups}
+                   if (before or {}).get(n) != groups.get(n)}
         for provider in sorted(self.providers()):
             if provider in ev.with_subnets:
                 self._track(ev, provider)
@@ -422,6 +432,8 @@ class NetworksReconciler:
             for name, (d, _) in ev.subnets.items():
                 if isinstance(d.info, SubnetInfo) and d.info.provider == provider:
                     self._mark((SUBNET_KEY, name))
+        if changed and before is not None:
+            self.on_groups_changed(changed)
 
     def _track(self, ev: Evaluation, provider: str) -> None:
         if self.usage.track(provider, self.caches.pod_networks.values()):

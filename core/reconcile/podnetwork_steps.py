@@ -255,6 +255,11 @@ class PodNetworkSteps:
         self._milestone(updated, "Routed", "routed")
         return updated
 
+    def verify_now(self, pn: PodNetwork) -> None:
+        """Verify ``pn`` at its pod's next pass (queued now), not at its period's end."""
+        self._verify_at[pn.key] = 0.0
+        self.enqueue.pod_of(pn)
+
     def _maybe_verify(self, pn: PodNetwork, pod: PodInfo) -> Result:
         now = self.clock.monotonic()
         period = self.placement.policy(pn.spec.provider).verify_period

@@ -238,8 +238,10 @@ def _ports(protocol: str, port: str | None, field: str) -> tuple[int, int] | Non
         return None
     if protocol not in ("tcp", "udp"):
         raise SpecError(field, f"a port is for tcp or udp, not {protocol}")
-    lo_s, _, hi_s = port.partition("-")
+    lo_s, dash, hi_s = port.partition("-")
     try:
+        if dash and not hi_s:
+            raise ValueError(port)
         lo, hi = int(lo_s), int(hi_s or lo_s)
     except ValueError:
         raise SpecError(field, f"{port!r} is not a port or a range LOW-HIGH") from None

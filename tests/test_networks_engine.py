@@ -389,3 +389,24 @@ def test_a_changed_security_group_is_verified_on_the_pods_naming_it() -> None:
     ready = rig.ready(SECURITY_GROUP, "web")
     assert ready["reason"] == "InvalidSpec" and "spec.ingress[0].port" in ready["message"]
     assert rig.lab.networks.security_groups == ()
+
+
+def test_a_provider_that_cannot_answer_now_leaves_a_ready_subnet_as_it_was() -> None:
+    rig = Lab()
+    rig.subnet("blue", "10.99.0.0/24", default=True, parameters={"zone": "z1"})
+    rig.settle()
+    rig.edit(SUBNET, "blue", parameters={"zone": "z2", "fail": "transient"})
+    rig.settle(advance=1)
+    subnet = rig.get(SUBNET, "blue")
+    assert subnet["status"]["phase"] == "Ready"
+    assert subnet["status"]["provider"]["details"] == {"zone": "z1"}
+    assert rig.engine.stats.reconcile_errors["subnet"] >= 1  # retried with backoff
+    assert [s.name for s in rig.lab.networks.subnets] == ["blue"]
+    rig.edit(SUBNET, "blue", parameters={"zone": "z2", "fail": None})  # a merge patch
+    rig.settle(advance=600)
+    assert rig.get(SUBNET, "blue")["status"]["provider"]["details"] == {"zone": "z2"}
+    # a new Subnet the provider never accepted is not Ready meanwhile
+    rig.subnet("green", "10.99.1.0/24", parameters={"fail": "transient"})
+    rig.settle(advance=1)
+    ready = rig.ready(SUBNET, "green")
+    assert (ready["status"], ready["reason"]) == ("False", "ProviderError")

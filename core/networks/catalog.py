@@ -40,6 +40,9 @@ class Parameters:
     generation: int
     realization: SubnetRealization | None = None
     problem: Problem | None = None
+    #: the provider could not answer now (transient) for a Subnet it accepted before:
+    #: it stays as it was (``realization`` is that earlier answer) while core retries
+    as_before: bool = False
 
 
 @attrs.frozen
@@ -114,7 +117,7 @@ def evaluate(subnets: Iterable[Declared], pools: Iterable[Declared], groups: Ite
             if answer is None or (answer.uid, answer.generation) != (d.uid, d.generation):
                 verdict = Verdict(False, "Pending", "the provider has not checked its "
                                   "parameters yet")
-            elif answer.problem is not None:
+            elif answer.problem is not None and not answer.as_before:
                 verdict = Verdict.of(answer.problem)
             else:
                 verdict = VALID

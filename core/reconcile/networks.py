@@ -222,7 +222,9 @@ class NetworksReconciler:
         ev = self.catalog.evaluation()
         _, verdict = ev.subnets[name]
         failure: BaseException | None = None
-        if verdict.reason in ("Pending", "InvalidParameters", "ProviderError"):
+        answer = self.catalog.parameters.get(name)
+        if verdict.reason in ("Pending", "InvalidParameters", "ProviderError") or (
+                answer is not None and answer.as_before):
             try:
                 self._check_parameters(d)
             except ProviderError as exc:
@@ -261,7 +263,7 @@ class NetworksReconciler:
         known = self.catalog.parameters.get(d.name)
         if known is not None and (known.uid, known.generation) == (d.uid, d.generation) and (
                 known.problem is None or known.problem.reason != "ProviderError"):
-            return
+            return  # answered for this generation (a transient failure is asked again)
         try:
             realization = self.gateway.subnet_parameters(info.provider, info)
             answer = Parameters(d.uid, d.generation, realization=realization)
@@ -277,8 +279,12 @@ class NetworksReconciler:
                     "InvalidParameters", one_line(f"spec.parameters: {exc}"),
                     "spec.parameters"))
             else:
+                # transient: a Subnet accepted before stays as it was while this retries
+                before = known is not None and known.uid == d.uid and (
+                    known.problem is None or known.as_before)
                 self.catalog.set_parameters(d.name, Parameters(
-                    d.uid, d.generation, problem=Problem(
+                    d.uid, d.generation, realization=known.realization if before and known
+                    else None, as_before=before, problem=Problem(
                         "ProviderError", one_line(f"provider {info.provider}: {exc}"))))
                 raise
         self.catalog.set_parameters(d.name, answer)

@@ -130,12 +130,14 @@ class Caches:
         #: the networks an operator declares, each with its spec checked by itself;
         #: optional (a cluster without their CRDs runs as before: nothing is listed)
         self.subnets: Informer[Declared] = Informer(
-            cluster, SUBNET, lambda o: declared(SUBNET_KIND, o), name="subnets")
+            cluster, SUBNET, lambda o: declared(SUBNET_KIND, o), name="subnets",
+            optional=True)
         self.ip_pools: Informer[Declared] = Informer(
-            cluster, IP_POOL, lambda o: declared(IP_POOL_KIND, o), name="ippools")
+            cluster, IP_POOL, lambda o: declared(IP_POOL_KIND, o), name="ippools",
+            optional=True)
         self.security_groups: Informer[Declared] = Informer(
             cluster, SECURITY_GROUP, lambda o: declared(SECURITY_GROUP_KIND, o),
-            name="securitygroups")
+            name="securitygroups", optional=True)
         #: the Ready Subnets a node's pods may use (``NodeContext.subnets``): set by the
         #: networks' reconciler while a provider has Subnet objects (None: none has)
         self.subnets_of_node: Callable[[NodeInfo], tuple[SubnetInfo, ...]] | None = None

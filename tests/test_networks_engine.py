@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from podnet.core.cluster.port import (
     IP_POOL,
     NAMESPACE,
@@ -14,6 +16,7 @@ from podnet.core.cluster.port import (
     POD_NETWORK,
     SECURITY_GROUP,
     SUBNET,
+    NotFound,
     Obj,
 )
 from podnet.hookspecs.networks import NETWORK_FINALIZER
@@ -410,3 +413,56 @@ def test_a_provider_that_cannot_answer_now_leaves_a_ready_subnet_as_it_was() -> 
     rig.settle(advance=1)
     ready = rig.ready(SUBNET, "green")
     assert (ready["status"], ready["reason"]) == ("False", "ProviderError")
+
+
+class WithoutCRDs:
+    """The in-memory cluster as an API server without the networks' CRDs answers: 404
+    for their lists and watches, until ``install()``."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self.served = False
+
+    def install(self) -> None:
+        self.served = True
+
+    def _check(self, kind: Any) -> None:
+        if kind in (SUBNET, IP_POOL, SECURITY_GROUP) and not self.served:
+            raise NotFound(f"the server could not find the requested resource ({kind})")
+
+    def list(self, kind: Any, *args: Any, **kw: Any) -> Any:
+        self._check(kind)
+        return self.cluster.list(kind, *args, **kw)
+
+    def watch(self, kind: Any, *args: Any, **kw: Any) -> Any:
+        self._check(kind)
+        return self.cluster.watch(kind, *args, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.cluster, name)
+
+
+def test_a_cluster_without_the_crds_runs_as_before_and_picks_them_up_later(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from podnet.core.cluster import informer
+    from podnet.core.engine import Engine
+    from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+    from podnet.testing.harness import EngineRig
+
+    rig = EngineRig([("reference", ReferenceProvider(ReferenceCloud()))], start=False)
+    api = WithoutCRDs(rig.cluster)
+    rig.engine = Engine(api, rig.pm, clock=rig.clock, options=rig.options)  # type: ignore[arg-type]
+    rig.engine.start()
+    assert all(i.has_synced for i in rig.engine.informers)  # ready: nothing of them exists
+    node = rig.node(0)
+    rig.pod("web-0", node)
+    rig.settle()
+    assert rig.record("web-0")["status"]["phase"] == "Routed"  # the config serves
+    # the CRDs are installed while it runs: the next look finds them
+    monkeypatch.setattr(informer, "ABSENT_RELIST", 0.0)
+    api.install()
+    rig.cluster.create(SUBNET, {"metadata": {"name": "ref"}, "spec": {
+        "provider": "reference", "cidrBlock": "10.64.0.0/16", "default": True}})
+    rig.engine.caches.subnets._absent_until = 0.0  # its next look is due now
+    rig.settle()
+    assert rig.cluster.get(SUBNET, "ref")["status"]["phase"] == "Ready"

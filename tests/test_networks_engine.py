@@ -1,7 +1,8 @@
 """Subnets, IPPools and SecurityGroups declared as objects, end to end on the in-memory
-cluster: checked, published to their provider, chosen for pod networks, counted, kept
-while in use. The provider is the test kit's ``lab`` (``podnet.testing.networklab``),
-which serves pod networks from the Subnet core chose."""
+cluster: checked (``podnet_subnet_parameters``), published to their provider
+(``podnet_networks_changed``), chosen for pod networks, counted, kept while in use. The
+provider is the test kit's ``lab`` (``podnet.testing.networklab``), which serves pod
+networks from the Subnet core chose."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from podnet.core.cluster.port import (
     NotFound,
     Obj,
 )
-from podnet.hookspecs.networks import NETWORK_FINALIZER
+from podnet.hookspecs import hookimpl
+from podnet.hookspecs.networks import NETWORK_FINALIZER, Networks, SubnetInfo
 from podnet.testing.harness import EngineRig
 from podnet.testing.networklab import LAB, NetworkLab
 
@@ -466,3 +468,48 @@ def test_a_cluster_without_the_crds_runs_as_before_and_picks_them_up_later(
     rig.engine.caches.subnets._absent_until = 0.0  # its next look is due now
     rig.settle()
     assert rig.cluster.get(SUBNET, "ref")["status"]["phase"] == "Ready"
+
+
+class ConfigNetworks:
+    """A plugin of no provider answering ``podnet_config_networks`` (the migration's
+    question) for the lab."""
+
+    @hookimpl
+    def podnet_config_networks(self, provider: str) -> Networks | None:
+        return Networks(subnets=(SubnetInfo(name="cfg", provider=provider,
+                                            cidrs=("10.1.0.0/24",)),))
+
+
+def test_the_gateway_asks_a_provider_what_its_config_declares() -> None:
+    rig = Lab(start=False)
+    rig.pm.register(ConfigNetworks(), name="config-networks")
+    rig.start()
+    answer = rig.engine.gateway.config_networks(LAB)
+    assert answer is not None and [s.name for s in answer.subnets] == ["cfg"]
+    assert rig.engine.stats.provider_calls[f"{LAB}.config_networks"] == 1
+
+
+def test_a_pool_in_use_is_kept_until_its_last_address_is_released() -> None:
+    rig = Lab()
+    rig.subnet("blue", "10.88.0.0/24", default=True)
+    rig.pool("db", "blue", ["10.88.0.100..10.88.0.103"])
+    rig.add_pod("db-0", ip_pool="db")
+    rig.add_pod("db-1", ip_pool="db")
+    rig.settle()
+    rig.cluster.delete(IP_POOL, "db")
+    rig.settle(advance=2)
+    pool = rig.get(IP_POOL, "db")
+    assert pool["status"]["phase"] == "Terminating"
+    ready = rig.ready(IP_POOL, "db")
+    assert ready["reason"] == "InUse" and "2 records" in ready["message"]
+    assert rig.lab.networks.pool("db") is None
+    # a pod naming it now is refused, naming the pool
+    rig.add_pod("db-2", ip_pool="db")
+    rig.settle()
+    assert "IPPool db is not Ready" in condition(rig.record_of("db-2"), "Ready")["message"]
+    rig.cluster.delete(POD, "db-0", NS, grace_period_seconds=0)
+    rig.settle(advance=2)
+    assert "1 record " in rig.ready(IP_POOL, "db")["message"]
+    rig.cluster.delete(POD, "db-1", NS, grace_period_seconds=0)
+    rig.settle(advance=2)
+    assert rig.cluster.list(IP_POOL).items == []

@@ -106,6 +106,7 @@ class NetworksReconciler:
                                         caches.security_groups.values()), providers)
         self.usage = Usage()
         self._lock = threading.RLock()
+        self._publishing = threading.Lock()
         #: per provider, the set last published (its revision numbers the changes)
         self.published: dict[str, Networks] = {}
         #: the Ready SecurityGroups as last published (None: nothing published yet)
@@ -409,7 +410,12 @@ class NetworksReconciler:
 
     def publish(self) -> None:
         """Tell each provider its usable set when it changed (the first time always), and
-        wake what waited for it."""
+        wake what waited for it. One publisher at a time: a provider hears the sets in
+        the order of their revisions."""
+        with self._publishing:
+            self._publish()
+
+    def _publish(self) -> None:
         ev = self.catalog.evaluation()
         groups = {g.name: g for g in ev.networks("").security_groups}
         with self._lock:

@@ -6,13 +6,16 @@ network's Subnet and pool are chosen by the plan's order."""
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
+import hypothesis.strategies as st
 import pytest
+from hypothesis import given
 
 from podnet.core.models import ObjectMeta, PodNetwork, PodNetworkSpec, PodNetworkStatus
 from podnet.core.networks.catalog import Parameters, evaluate
-from podnet.core.networks.checks import Declared, declared
+from podnet.core.networks.checks import Declared, declared, overlaps
 from podnet.core.networks.select import choose
 from podnet.core.networks.usage import Usage
 from podnet.hookspecs.networks import Networks, SubnetInfo
@@ -293,3 +296,26 @@ def test_usage_counts_what_records_hold() -> None:
     assert [o.line for o in use.outside] == ["ns/b 10.0.0.8 excluded"]
     assert [k for k, _ in use.holders] == ["ns/a", "ns/b"]
     assert Networks().subnet("x") is None
+
+
+@given(st.lists(st.tuples(st.integers(0, 255), st.integers(9, 16), st.sampled_from("pq")),
+                min_size=1, max_size=12))
+def test_the_overlap_sweep_finds_what_every_pair_compared_finds(
+        blocks: list[tuple[int, int, str]]) -> None:
+    subnets = []
+    for i, (n, prefix, provider) in enumerate(blocks):
+        cidr = str(ipaddress.ip_network(f"10.{n}.0.0/{prefix}", strict=False))
+        subnets.append(declared("Subnet", subnet(f"s{i}", f"2026-01-01T00:00:{i:02d}Z",
+                                                 cidrBlock=cidr, provider=provider)))
+    found = {name: p.message for name, p in overlaps(subnets).items()}
+    expected = {}
+    for i, d in enumerate(subnets):
+        for other in subnets[:i]:
+            a, b = d.info, other.info
+            assert isinstance(a, SubnetInfo) and isinstance(b, SubnetInfo)
+            if a.provider == b.provider and a.networks()[0].overlaps(b.networks()[0]):
+                expected[d.name] = f"Subnet {other.name} ("
+                break
+    assert set(found) == set(expected)
+    for name, start in expected.items():
+        assert start in found[name]

@@ -10,6 +10,7 @@ reason the object's ``Ready`` condition carries (``InvalidSpec``, ``GatewayOutsi
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -282,29 +283,56 @@ def group_info(obj: wire.SecurityGroup) -> SecurityGroupInfo:
 # --- across objects ---------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4096)
+def _parsed(cidrs: tuple[str, ...]) -> tuple[IPNetwork, ...]:
+    return tuple(ipaddress.ip_network(c) for c in cidrs)
+
+
+def blocks_of(info: SubnetInfo) -> tuple[IPNetwork, ...]:
+    """A Subnet's blocks, parsed once per distinct ``cidrs`` (every check of every pair
+    would parse them again)."""
+    return _parsed(info.cidrs)
+
+
 def overlaps(subnets: Iterable[Declared]) -> dict[str, Problem]:
     """Subnets of one provider whose blocks overlap an older one's: name -> ``Overlaps``
-    naming the other (only Subnets whose spec reads take part)."""
-    out: dict[str, Problem] = {}
-    earlier: list[SubnetInfo] = []
-    for d in sorted(subnets, key=lambda d: d.order):
+    naming the oldest it overlaps (only Subnets whose spec reads take part). One sweep per
+    provider and family over the blocks sorted by their first address: blocks are nested
+    or apart, so the ones still open when a block starts are exactly those it overlaps."""
+    ordered = sorted((d for d in subnets if isinstance(d.info, SubnetInfo)),
+                     key=lambda d: d.order)
+    rank = {d.name: i for i, d in enumerate(ordered)}
+    lanes: dict[tuple[str, int], list[tuple[int, int, str, IPNetwork]]] = {}
+    for d in ordered:
         info = d.info
-        if not isinstance(info, SubnetInfo):
-            continue
-        for other in earlier:
-            if other.provider != info.provider:
-                continue
-            hit = _overlap(info.networks(), other.networks())
-            if hit is not None:
-                out[d.name] = Problem(
-                    "Overlaps", f"cidrBlock {hit[0]} overlaps Subnet {other.name} ({hit[1]}) "
-                    f"of provider {info.provider}", "spec.cidrBlock")
-                break
-        earlier.append(info)
+        assert isinstance(info, SubnetInfo)
+        for net in blocks_of(info):
+            lanes.setdefault((info.provider, net.version), []).append(
+                (int(net.network_address), int(net.broadcast_address), d.name, net))
+    # name -> (rank of the oldest it overlaps, that one's name, its block, its own block)
+    worst: dict[str, tuple[int, str, IPNetwork, IPNetwork]] = {}
+    for lane in lanes.values():
+        lane.sort(key=lambda b: (b[0], -b[1]))
+        open_: list[tuple[int, int, str, IPNetwork]] = []
+        for block in lane:
+            open_ = [b for b in open_ if b[1] >= block[0]]
+            for other in open_:
+                a, b = (block, other) if rank[block[2]] > rank[other[2]] else (other, block)
+                seen = worst.get(a[2])
+                if a[2] != b[2] and (seen is None or rank[b[2]] < seen[0]):
+                    worst[a[2]] = (rank[b[2]], b[2], b[3], a[3])
+            open_.append(block)
+    out: dict[str, Problem] = {}
+    for name, (_, other, other_net, own_net) in worst.items():
+        provider = ordered[rank[name]].info.provider  # type: ignore[union-attr]
+        out[name] = Problem("Overlaps", f"cidrBlock {own_net} overlaps Subnet {other} "
+                            f"({other_net}) of provider {provider}", "spec.cidrBlock")
     return out
 
 
-def _overlap(a: Sequence[IPNetwork], b: Sequence[IPNetwork]) -> tuple[IPNetwork, IPNetwork] | None:
+def blocks_overlap(a: Sequence[IPNetwork], b: Sequence[IPNetwork]
+                   ) -> tuple[IPNetwork, IPNetwork] | None:
+    """The first pair of blocks of one family that overlap, or None."""
     for x in a:
         for y in b:
             if x.version == y.version and x.overlaps(y):

@@ -46,7 +46,7 @@ from podnet.core.errors import ErrorKind, InvalidRequest, NotLeader, ProviderErr
 from podnet.core.gateway import ProviderGateway
 from podnet.core.models import Condition, PodNetwork, set_condition
 from podnet.core.networks.catalog import Catalog, Evaluation, Parameters, Verdict
-from podnet.core.networks.checks import Declared, Problem
+from podnet.core.networks.checks import Declared, Problem, blocks_of, blocks_overlap
 from podnet.core.networks.select import subnets_for_node
 from podnet.core.networks.usage import HELD_LISTED, OUTSIDE_LISTED, Outside, Usage
 from podnet.core.networks.wire import (
@@ -152,8 +152,9 @@ class NetworksReconciler:
 
     def on_object(self, _event: str, _key: str, old: Declared | None, new: Declared | None
                   ) -> None:
-        """A Subnet or IPPool changed: every one is checked again (overlaps and pools
-        depend on the others; there are few)."""
+        """An object changed: it is checked again, and so are those whose verdict may
+        follow from it (Subnets of its provider whose blocks overlap it, before or after;
+        the pools of a Subnet, or of the same Subnet as a pool; groups naming a group)."""
         self.catalog.changed()
         self.with_subnets = frozenset(
             s.info.provider for s in self.caches.subnets.values()
@@ -161,14 +162,33 @@ class NetworksReconciler:
         # nodes' contexts name their Subnets only while there are any
         self.caches.subnets_of_node = self.subnets_of_node if self.with_subnets else None
         d = new or old
-        kinds = (SUBNET_KEY, POOL_KEY) if d is None or d.kind != "SecurityGroup" else (
-            GROUP_KEY,)
-        for kind in kinds:
-            names = self._informer(kind).keys()
-            for name in names:
-                self.queue.add((kind, name))
-        if new is None and old is not None:
-            self.queue.add((_key_kind(old), old.name))
+        if d is None:
+            return
+        kind = _key_kind(d)
+        self.queue.add((kind, d.name))
+        infos = [x.info for x in (old, new) if x is not None and x.info is not None]
+        if kind == SUBNET_KEY:
+            blocks = [i for i in infos if isinstance(i, SubnetInfo)]
+            for other in self.caches.subnets.values():
+                info = other.info
+                if other.name != d.name and isinstance(info, SubnetInfo) and any(
+                        b.provider == info.provider
+                        and blocks_overlap(blocks_of(b), blocks_of(info)) for b in blocks):
+                    self.queue.add((SUBNET_KEY, other.name))
+            self._pools_of({d.name})
+        elif kind == POOL_KEY:
+            self._pools_of({i.subnet for i in infos if isinstance(i, IPPoolInfo)})
+        else:
+            for other in self.caches.security_groups.values():
+                info = other.info
+                if isinstance(info, SecurityGroupInfo) and any(
+                        d.name in rule.groups for rule in (*info.ingress, *info.egress)):
+                    self.queue.add((GROUP_KEY, other.name))
+
+    def _pools_of(self, subnets: set[str]) -> None:
+        for pool in self.caches.ip_pools.values():
+            if isinstance(pool.info, IPPoolInfo) and pool.info.subnet in subnets:
+                self.queue.add((POOL_KEY, pool.name))
 
     def on_record(self, old: PodNetwork | None, new: PodNetwork | None) -> None:
         """A record changed: the Subnets and pools of its provider are counted again (at
@@ -440,10 +460,6 @@ class NetworksReconciler:
                      len(nets.security_groups), nets.revision)
             for pod_key in woken:
                 self.enqueue.pod(pod_key)
-            # the usable set changed: counts and conditions follow
-            for name, (d, _) in ev.subnets.items():
-                if isinstance(d.info, SubnetInfo) and d.info.provider == provider:
-                    self._mark((SUBNET_KEY, name))
         if changed and before is not None:
             self.on_groups_changed(changed)
 

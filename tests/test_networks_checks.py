@@ -18,7 +18,7 @@ from podnet.core.networks.catalog import Parameters, evaluate
 from podnet.core.networks.checks import Declared, declared, overlaps
 from podnet.core.networks.select import choose
 from podnet.core.networks.usage import Usage
-from podnet.hookspecs.networks import Networks, SubnetInfo
+from podnet.hookspecs.networks import NETWORK_FINALIZER, Networks, SubnetInfo
 
 API = "podnet.io/v1alpha1"
 
@@ -27,14 +27,15 @@ def subnet(name: str = "blue", created: str = "2026-01-01T00:00:00Z", **spec: An
            ) -> dict[str, Any]:
     return {"apiVersion": API, "kind": "Subnet",
             "metadata": {"name": name, "uid": f"u-{name}", "generation": 1,
-                         "creationTimestamp": created},
+                         "creationTimestamp": created, "finalizers": [NETWORK_FINALIZER]},
             "spec": {"provider": "p", "cidrBlock": "10.0.0.0/24", **spec}}
 
 
 def pool(name: str = "db", **spec: Any) -> dict[str, Any]:
     return {"apiVersion": API, "kind": "IPPool",
             "metadata": {"name": name, "uid": f"u-{name}", "generation": 1,
-                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+                         "creationTimestamp": "2026-01-01T00:00:00Z",
+                         "finalizers": [NETWORK_FINALIZER]},
             "spec": {"subnet": "blue", "addresses": ["10.0.0.10"], **spec}}
 
 
@@ -319,3 +320,14 @@ def test_the_overlap_sweep_finds_what_every_pair_compared_finds(
     assert set(found) == set(expected)
     for name, start in expected.items():
         assert start in found[name]
+
+
+def test_a_subnet_serves_only_once_its_finalizer_is_on() -> None:
+    raw = subnet()
+    del raw["metadata"]["finalizers"]
+    d = declared("Subnet", raw)
+    answers = {"blue": Parameters(d.uid, d.generation)}
+    ev = evaluate([d], [], [], answers, ["p"])
+    assert ev.subnets["blue"][1].reason == "Pending" and ev.networks("p").subnets == ()
+    ev = evaluate([d], [], [], answers, ["p"], finalized={d.uid})
+    assert ev.subnets["blue"][1].ready

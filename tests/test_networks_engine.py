@@ -513,3 +513,43 @@ def test_a_pool_in_use_is_kept_until_its_last_address_is_released() -> None:
     rig.cluster.delete(POD, "db-1", NS, grace_period_seconds=0)
     rig.settle(advance=2)
     assert rig.cluster.list(IP_POOL).items == []
+
+
+def test_a_subnet_refused_for_overlapping_claims_nothing_outside() -> None:
+    rig = Lab()
+    rig.subnet("blue", "10.87.0.0/24", default=True)
+    rig.add_pod("web-0")
+    rig.settle()
+    ip = rig.record_of("web-0")["status"]["ip"]
+    # a later Subnet over the same block, excluding the pod's address: it never served it
+    rig.subnet("teal", "10.87.0.0/25", excludeIPs=[ip])
+    rig.settle(advance=3)
+    assert rig.ready(SUBNET, "teal")["reason"] == "Overlaps"
+    assert condition(rig.get(SUBNET, "teal"), "AddressesOutside") == {}
+    assert condition(rig.record_of("web-0"), "AddressExcluded") == {}
+
+
+def test_a_subnet_whose_spec_stopped_reading_is_kept_while_its_addresses_are_held() -> None:
+    rig = Lab()
+    rig.subnet("blue", "10.86.0.0/24", default=True)
+    rig.add_pod("web-0")
+    rig.settle()
+    rig.edit(SUBNET, "blue", excludeIPs=["10.99.0.1"])  # outside the block: does not read
+    rig.settle()
+    assert rig.ready(SUBNET, "blue")["reason"] == "InvalidSpec"
+    rig.cluster.delete(SUBNET, "blue")
+    rig.settle(advance=2)
+    assert rig.get(SUBNET, "blue")["status"]["phase"] == "Terminating"
+    assert "1 record " in rig.ready(SUBNET, "blue")["message"]
+    rig.cluster.delete(POD, "web-0", NS, grace_period_seconds=0)
+    rig.settle(advance=2)
+    assert rig.cluster.list(SUBNET).items == []
+
+
+def test_a_finalizer_taken_off_by_hand_is_put_back() -> None:
+    rig = Lab()
+    rig.subnet("blue", "10.85.0.0/24", default=True)
+    rig.settle()
+    rig.cluster.patch(SUBNET, "blue", {"metadata": {"finalizers": None}})
+    rig.settle()
+    assert rig.get(SUBNET, "blue")["metadata"]["finalizers"] == [NETWORK_FINALIZER]

@@ -11,7 +11,7 @@ changed.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 import attrs
 
@@ -23,6 +23,7 @@ from podnet.core.networks.checks import (
     pools_overlap,
 )
 from podnet.hookspecs.networks import (
+    NETWORK_FINALIZER,
     IPPoolInfo,
     Networks,
     SecurityGroupInfo,
@@ -57,6 +58,7 @@ class Verdict:
 
 
 VALID = Verdict(True, "Valid", "")
+_UNFINALIZED = Verdict(False, "Pending", f"waiting for the {NETWORK_FINALIZER} finalizer")
 
 
 @attrs.frozen
@@ -93,8 +95,12 @@ class Evaluation:
 
 
 def evaluate(subnets: Iterable[Declared], pools: Iterable[Declared], groups: Iterable[Declared],
-             parameters: Mapping[str, Parameters], providers: Iterable[str]) -> Evaluation:
-    """Each object's verdict and each provider's usable set."""
+             parameters: Mapping[str, Parameters], providers: Iterable[str],
+             finalized: Collection[str] = frozenset()) -> Evaluation:
+    """Each object's verdict and each provider's usable set. A Subnet or IPPool serves
+    only once it carries the finalizer (``metadata.finalizers``, or its uid in
+    ``finalized``: put on, its watch event not seen yet): an address handed out before
+    would not hold it back from deletion."""
     known = set(providers)
     subnets, pools, groups = list(subnets), list(pools), list(groups)
     overlapping = overlaps(subnets)
@@ -106,6 +112,8 @@ def evaluate(subnets: Iterable[Declared], pools: Iterable[Declared], groups: Ite
             verdict = Verdict.of(d.problem or Problem("InvalidSpec", "unreadable"))
         elif d.deleting:
             verdict = Verdict(False, "Terminating", f"Subnet {d.name} is being deleted")
+        elif NETWORK_FINALIZER not in d.finalizers and d.uid not in finalized:
+            verdict = _UNFINALIZED
         elif info.provider not in known:
             verdict = Verdict(False, "UnknownProvider",
                               f"spec.provider: no provider {info.provider!r} is registered "
@@ -132,7 +140,7 @@ def evaluate(subnets: Iterable[Declared], pools: Iterable[Declared], groups: Ite
         if d.problem is not None or not isinstance(pool, IPPoolInfo):
             verdict = Verdict.of(d.problem or Problem("InvalidSpec", "unreadable"))
         else:
-            verdict = _pool_verdict(d, pool, subnet_verdicts, earlier)
+            verdict = _pool_verdict(d, pool, subnet_verdicts, earlier, finalized)
             earlier.append(pool)
         if verdict.ready:
             assert isinstance(pool, IPPoolInfo)
@@ -174,9 +182,11 @@ def evaluate(subnets: Iterable[Declared], pools: Iterable[Declared], groups: Ite
 
 def _pool_verdict(d: Declared, pool: IPPoolInfo,
                   subnets: Mapping[str, tuple[Declared, Verdict]],
-                  earlier: list[IPPoolInfo]) -> Verdict:
+                  earlier: list[IPPoolInfo], finalized: Collection[str]) -> Verdict:
     if d.deleting:
         return Verdict(False, "Terminating", f"IPPool {d.name} is being deleted")
+    if NETWORK_FINALIZER not in d.finalizers and d.uid not in finalized:
+        return _UNFINALIZED
     entry = subnets.get(pool.subnet)
     if entry is None:
         return Verdict(False, "SubnetNotFound", f"spec.subnet: no Subnet {pool.subnet}")
@@ -209,12 +219,19 @@ class Catalog:
         self._read = read
         self._providers = providers
         self.parameters: dict[str, Parameters] = {}
+        #: uids the finalizer was put on (their watch event may not be in yet)
+        self.finalized: set[str] = set()
         self._lock = threading.Lock()
         self._revision = 0
         self._evaluated: tuple[int, Evaluation] | None = None
 
     def changed(self) -> None:
         with self._lock:
+            self._revision += 1
+
+    def mark_finalized(self, uid: str) -> None:
+        with self._lock:
+            self.finalized.add(uid)
             self._revision += 1
 
     def set_parameters(self, name: str, answer: Parameters | None) -> None:
@@ -235,8 +252,9 @@ class Catalog:
                 return done[1]
             revision = self._revision
             params = dict(self.parameters)
+            finalized = frozenset(self.finalized)
         subnets, pools, groups = self._read()
-        result = evaluate(subnets, pools, groups, params, self._providers())
+        result = evaluate(subnets, pools, groups, params, self._providers(), finalized)
         with self._lock:
             if self._evaluated is None or self._evaluated[0] <= revision:
                 self._evaluated = (revision, result)

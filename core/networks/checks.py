@@ -68,6 +68,9 @@ class Declared:
     status: Mapping[str, Any] = attrs.field(factory=dict)
     info: NetworkInfo | None = None
     problem: Problem | None = None
+    #: a Subnet whose spec does not read, as far as its provider and blocks do: what
+    #: records may still hold in it (its finalizer stays while they do)
+    footprint: SubnetInfo | None = None
 
     @property
     def order(self) -> tuple[str, str]:
@@ -98,7 +101,8 @@ def declared(kind: str, obj: Mapping[str, Any]) -> Declared:
             deleting=bool(meta.get("deletionTimestamp")),
             finalizers=tuple(f for f in meta.get("finalizers") or () if isinstance(f, str)),
             status=raw if isinstance(raw, Mapping) else {},
-            problem=Problem("InvalidSpec", str(exc), exc.field))
+            problem=Problem("InvalidSpec", str(exc), exc.field),
+            footprint=_footprint(kind, obj))
     m = model.metadata
     head = dict(kind=kind, name=m.name, uid=m.uid or "", generation=m.generation or 0,
                 resource_version=m.resource_version or "", created=m.creation_timestamp,
@@ -112,8 +116,24 @@ def declared(kind: str, obj: Mapping[str, Any]) -> Declared:
         else:
             info = group_info(model)
     except SpecError as exc:
-        return Declared(**head, problem=exc.problem)
+        return Declared(**head, problem=exc.problem, footprint=_footprint(kind, obj))
     return Declared(**head, info=info)
+
+
+def _footprint(kind: str, obj: Mapping[str, Any]) -> SubnetInfo | None:
+    """A Subnet's provider and blocks read leniently, when they are readable at all."""
+    meta, spec = obj.get("metadata") or {}, obj.get("spec")
+    if kind != SUBNET_KIND or not isinstance(spec, Mapping):
+        return None
+    provider, cidrs = spec.get("provider"), spec.get("cidrBlock")
+    if not (isinstance(provider, str) and provider and isinstance(cidrs, str)):
+        return None
+    try:
+        nets = parse_cidrs(cidrs)
+    except SpecError:
+        return None
+    return SubnetInfo(name=str(meta.get("name") or ""), provider=provider,
+                      cidrs=tuple(str(n) for n in nets))
 
 
 def _int(value: Any) -> int:

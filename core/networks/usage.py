@@ -106,9 +106,12 @@ class Usage:
         with self._lock:
             return list(self.by_provider.get(provider, {}).items())
 
-    def subnet_usage(self, subnet: SubnetInfo, others: Iterable[SubnetInfo]) -> SubnetUsage:
+    def subnet_usage(self, subnet: SubnetInfo, others: Iterable[SubnetInfo], *,
+                     serving: bool = True) -> SubnetUsage:
         """Counts, holders and outside records of ``subnet`` (``others``: the provider's
-        other Subnets, which a narrowed-away address may have moved into)."""
+        other Subnets, which a narrowed-away address may have moved into). A Subnet
+        refused for overlapping another (``serving`` False) never served the addresses
+        in its block: it is counted, but reports none outside and claims none."""
         nets: dict[int, IPNetwork] = {n.version: n for n in subnet.networks()}
         excluded = [(lo.version, int(lo), int(hi))
                     for lo, hi in (address_range(e) for e in subnet.excluded)]
@@ -123,13 +126,17 @@ class Usage:
                 net = nets.get(ip.version)
                 if net is not None and ip in net:
                     holders.append((key, address))
-                    self.last_subnet[key] = subnet.name
                     n = int(ip)
+                    if not serving:
+                        if n not in reserved[ip.version]:
+                            using[ip.version] += 1
+                        continue
+                    self.last_subnet[key] = subnet.name
                     if any(v == ip.version and lo <= n <= hi for v, lo, hi in excluded):
                         outside.append(Outside(key, address, subnet.name, "excluded"))
                     elif n not in reserved[ip.version]:
                         using[ip.version] += 1
-                elif (self.last_subnet.get(key) == subnet.name
+                elif (serving and self.last_subnet.get(key) == subnet.name
                       and not any(ip.version == o.version and ip in o for o in other_nets)):
                     holders.append((key, address))
                     outside.append(Outside(key, address, subnet.name,

@@ -112,6 +112,9 @@ class NetworksReconciler:
         #: the Ready SecurityGroups as last published (None: nothing published yet)
         self._groups: dict[str, SecurityGroupInfo] | None = None
         self._revision = 0
+        #: (key kind, name) -> (uid, its last spec that read): what its records may hold
+        #: once an edit made the spec unreadable
+        self._last_read: dict[tuple[str, str], tuple[str, Any]] = {}
         #: (key kind, name) -> (reason, message) last said in an Event
         self._said: dict[tuple[str, str], tuple[str, str]] = {}
         #: status writes: what is to be written, when each was last, what it wrote
@@ -198,14 +201,16 @@ class NetworksReconciler:
             return
         ev = self.catalog.evaluation()
         for name, (d, _) in ev.subnets.items():
-            if isinstance(d.info, SubnetInfo) and d.info.provider == provider:
+            info = self._held_view(SUBNET_KEY, d) if d.deleting else d.info
+            if isinstance(info, SubnetInfo) and info.provider == provider:
                 self._mark((SUBNET_KEY, name))
                 if d.deleting:
                     self.queue.add((SUBNET_KEY, name))
         for name, (d, _) in ev.pools.items():
-            subnet = ev.subnets.get(d.info.subnet) if isinstance(d.info, IPPoolInfo) else None
-            if subnet is not None and isinstance(subnet[0].info, SubnetInfo) and \
-                    subnet[0].info.provider == provider:
+            pool = self._held_view(POOL_KEY, d) if d.deleting else d.info
+            subnet = ev.subnets.get(pool.subnet) if isinstance(pool, IPPoolInfo) else None
+            subnet_info = self._held_view(SUBNET_KEY, subnet[0]) if subnet else None
+            if isinstance(subnet_info, SubnetInfo) and subnet_info.provider == provider:
                 self._mark((POOL_KEY, name))
                 if d.deleting:
                     self.queue.add((POOL_KEY, name))
@@ -215,6 +220,13 @@ class NetworksReconciler:
     def prime(self) -> None:
         """At engine start, before the first pod network pass: each Subnet's parameters
         asked once, then each provider told what is usable (possibly nothing)."""
+        for kind in (SUBNET_KEY, POOL_KEY):
+            for d in self._informer(kind).values():
+                if not d.deleting:
+                    try:
+                        self._keep_finalizer(kind, d)
+                    except Exception as exc:  # retried by its reconcile
+                        log.info("%s %s: finalizer not put on yet: %s", d.kind, d.name, exc)
         ev = self.catalog.evaluation()
         for name, (d, verdict) in ev.subnets.items():
             if verdict.reason == "Pending" and not d.deleting:
@@ -237,6 +249,8 @@ class NetworksReconciler:
             self._forget(SUBNET_KEY, name)
             self.publish()
             return DONE
+        if d.info is not None:
+            self._last_read[(SUBNET_KEY, name)] = (d.uid, d.info)
         if d.deleting:
             return self._deleting(SUBNET_KEY, d)
         self._keep_finalizer(SUBNET_KEY, d)
@@ -261,6 +275,8 @@ class NetworksReconciler:
             self._forget(POOL_KEY, name)
             self.publish()
             return DONE
+        if d.info is not None:
+            self._last_read[(POOL_KEY, name)] = (d.uid, d.info)
         if d.deleting:
             return self._deleting(POOL_KEY, d)
         self._keep_finalizer(POOL_KEY, d)
@@ -344,9 +360,19 @@ class NetworksReconciler:
         log.info("%s %s: no record holds its addresses; deleted", d.kind, d.name)
         return DONE
 
+    def _held_view(self, kind: str, d: Declared) -> Any:
+        """What records may hold in ``d``: its spec as read, else (a spec that stopped
+        reading) its provider and blocks read leniently, else its last spec that read."""
+        if d.info is not None:
+            return d.info
+        if d.footprint is not None:
+            return d.footprint
+        last = self._last_read.get((kind, d.name))
+        return last[1] if last is not None and last[0] == d.uid else None
+
     def _holders(self, kind: str, d: Declared) -> list[tuple[str, str]]:
         ev = self.catalog.evaluation()
-        info = d.info
+        info = self._held_view(kind, d)
         if kind == SUBNET_KEY and isinstance(info, SubnetInfo):
             self._track(ev, info.provider)
             others = [e[0].info for e in ev.subnets.values() if isinstance(e[0].info, SubnetInfo)
@@ -354,11 +380,12 @@ class NetworksReconciler:
             return list(self.usage.subnet_usage(info, others).holders)
         if kind == POOL_KEY and isinstance(info, IPPoolInfo):
             subnet = ev.subnets.get(info.subnet)
-            if subnet is None or not isinstance(subnet[0].info, SubnetInfo):
+            subnet_info = self._held_view(SUBNET_KEY, subnet[0]) if subnet else None
+            if not isinstance(subnet_info, SubnetInfo):
                 return []
-            provider = subnet[0].info.provider
+            provider = subnet_info.provider
             self._track(ev, provider)
-            _, held = self.usage.pool_usage(info, provider, subnet[0].info)
+            _, held = self.usage.pool_usage(info, provider, subnet_info)
             return [(h.pod_network, h.ip) for h in held]
         return []
 
@@ -372,7 +399,12 @@ class NetworksReconciler:
                 "it goes once they are released")
 
     def _keep_finalizer(self, kind: str, d: Declared) -> None:
+        """The finalizer on a live Subnet or IPPool: it serves no pod before (what a pod
+        took from it would not hold its deletion back)."""
         if NETWORK_FINALIZER in d.finalizers:
+            # the cache shows it: what the cache says decides from now on (taken off by
+            # hand, it is put back here, and the object serves no pod meanwhile)
+            self.catalog.finalized.discard(d.uid)
             return
         try:
             self.cluster.patch(_KINDS[kind], d.name, {"metadata": {
@@ -380,7 +412,8 @@ class NetworksReconciler:
                 "resourceVersion": d.resource_version}})
             self.writes[_KINDS[kind].plural] += 1
         except NotFound:
-            pass
+            return
+        self.catalog.mark_finalized(d.uid)
 
     def _forget(self, kind: str, name: str) -> None:
         key = (kind, name)
@@ -389,6 +422,7 @@ class NetworksReconciler:
             self._last_write.pop(key, None)
             self._written.pop(key, None)
             self._said.pop(key, None)
+            self._last_read.pop(key, None)
             if kind == SUBNET_KEY:
                 for o in self._outside_by_subnet.pop(name, ()):
                     if self.outside.get(o.record) == o:
@@ -555,7 +589,7 @@ class NetworksReconciler:
         return "Pending" if verdict.reason == "Pending" else "NotReady"
 
     def _subnet_status(self, ev: Evaluation, d: Declared, verdict: Verdict) -> SubnetStatus:
-        info = d.info
+        info = self._held_view(SUBNET_KEY, d) if d.deleting else d.info
         counts: Mapping[int, tuple[int, int, int, int]] = {}
         outside: tuple[Outside, ...] = ()
         reason = message = None
@@ -563,7 +597,7 @@ class NetworksReconciler:
             self._track(ev, info.provider)
             others = [e[0].info for e in ev.subnets.values()
                       if isinstance(e[0].info, SubnetInfo) and e[0].info.provider == info.provider]
-            use = self.usage.subnet_usage(info, others)
+            use = self.usage.subnet_usage(info, others, serving=verdict.reason != "Overlaps")
             counts, outside = use.counts, use.outside
             self._set_outside(d.name, outside)
             if d.deleting and use.holders:
@@ -622,7 +656,7 @@ class NetworksReconciler:
             self.enqueue.pod_of(pn)
 
     def _pool_status(self, ev: Evaluation, d: Declared, verdict: Verdict) -> IPPoolStatus:
-        pool = d.info
+        pool = self._held_view(POOL_KEY, d) if d.deleting else d.info
         counts: Mapping[int, tuple[int, int]] = {}
         held: tuple[Any, ...] = ()
         reason = message = None

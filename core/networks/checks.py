@@ -336,17 +336,18 @@ def overlaps(subnets: Iterable[Declared]) -> dict[str, Problem]:
         open_: list[tuple[int, int, str, IPNetwork]] = []
         for block in lane:
             open_ = [b for b in open_ if b[1] >= block[0]]
-            for other in open_:
-                a, b = (block, other) if rank[block[2]] > rank[other[2]] else (other, block)
-                seen = worst.get(a[2])
-                if a[2] != b[2] and (seen is None or rank[b[2]] < seen[0]):
-                    worst[a[2]] = (rank[b[2]], b[2], b[3], a[3])
+            for opened in open_:
+                later, older = ((block, opened) if rank[block[2]] > rank[opened[2]]
+                                else (opened, block))
+                seen = worst.get(later[2])
+                if later[2] != older[2] and (seen is None or rank[older[2]] < seen[0]):
+                    worst[later[2]] = (rank[older[2]], older[2], older[3], later[3])
             open_.append(block)
     out: dict[str, Problem] = {}
-    for name, (_, other, other_net, own_net) in worst.items():
+    for name, (_, older_name, older_net, own_net) in worst.items():
         provider = ordered[rank[name]].info.provider  # type: ignore[union-attr]
-        out[name] = Problem("Overlaps", f"cidrBlock {own_net} overlaps Subnet {other} "
-                            f"({other_net}) of provider {provider}", "spec.cidrBlock")
+        out[name] = Problem("Overlaps", f"cidrBlock {own_net} overlaps Subnet {older_name} "
+                            f"({older_net}) of provider {provider}", "spec.cidrBlock")
     return out
 
 

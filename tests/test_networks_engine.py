@@ -165,6 +165,7 @@ def test_an_excluded_address_a_pod_holds_is_kept_and_reported() -> None:
     assert condition(subnet, "AddressesOutside")["status"] == "True"
     assert subnet["status"]["outsideIPs"] == [f"{NS}/{rec['metadata']['name']} {ip} excluded"]
     assert subnet["status"]["v4ExcludedIPs"] == 8
+    assert rig.warnings("blue", "AddressesOutside")
     # a new pod never gets an excluded address
     rig.add_pod("web-1")
     rig.settle()
@@ -553,3 +554,22 @@ def test_a_finalizer_taken_off_by_hand_is_put_back() -> None:
     rig.cluster.patch(SUBNET, "blue", {"metadata": {"finalizers": None}})
     rig.settle()
     assert rig.get(SUBNET, "blue")["metadata"]["finalizers"] == [NETWORK_FINALIZER]
+
+
+def test_a_restart_says_no_held_outside_address_again() -> None:
+    rig = Lab()
+    rig.subnet("blue", "10.84.0.0/24", default=True)
+    rig.add_pod("web-0")
+    rig.settle()
+    rig.edit(SUBNET, "blue", excludeIPs=["10.84.0.2"])
+    rig.settle(advance=3)
+    def said() -> tuple[int, int]:
+        # an Event said again is the same Event with its count raised
+        return (sum(e.get("count", 1) for e in rig.warnings("blue", "AddressesOutside")),
+                sum(e.get("count", 1) for e in rig.cluster.events_for(
+                    rig.record_of("web-0"), reason="Excluded")))
+
+    assert said() == (1, 1)
+    rig.start()
+    rig.settle(advance=3)
+    assert said() == (1, 1)

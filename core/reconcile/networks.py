@@ -239,6 +239,12 @@ class NetworksReconciler:
             for name in names:
                 self.queue.add((kind, name))
         self.publish()
+        # which records hold addresses outside their Subnet, known before their first
+        # pass: none of them is told otherwise for a moment
+        ev = self.catalog.evaluation()
+        for d, verdict in ev.subnets.values():
+            if isinstance(d.info, SubnetInfo):
+                self._subnet_status(ev, d, verdict)
 
     # --- reconcile -------------------------------------------------------------------------
 
@@ -599,7 +605,7 @@ class NetworksReconciler:
                       if isinstance(e[0].info, SubnetInfo) and e[0].info.provider == info.provider]
             use = self.usage.subnet_usage(info, others, serving=verdict.reason != "Overlaps")
             counts, outside = use.counts, use.outside
-            self._set_outside(d.name, outside)
+            self._set_outside(d, outside)
             if d.deleting and use.holders:
                 reason, message = "InUse", self._in_use_message(
                     SUBNET_KEY, d, list(use.holders))
@@ -629,10 +635,13 @@ class NetworksReconciler:
                                          details=dict(realization.details))
             if realization is not None else None)
 
-    def _set_outside(self, subnet: str, outside: tuple[Outside, ...]) -> None:
-        """The records holding addresses ``subnet`` excludes or lost: those whose standing
-        changed are queued (their pass writes ``AddressExcluded``)."""
+    def _set_outside(self, d: Declared, outside: tuple[Outside, ...]) -> None:
+        """The records holding addresses the Subnet ``d`` excludes or lost: those whose
+        standing changed are queued (their pass writes ``AddressExcluded``); records new
+        to the list are said in a Warning Event on the Subnet."""
+        subnet = d.name
         with self._lock:
+            first = subnet not in self._outside_by_subnet
             before = self._outside_by_subnet.get(subnet, ())
             if before == outside:
                 return
@@ -649,6 +658,17 @@ class NetworksReconciler:
                     changed.add(record)
         for record in changed:
             self._wake_record(record)
+        new = [o for o in outside if o not in before]
+        said = set(d.status.get("outsideIPs") or ())
+        if first and {o.line for o in new[:OUTSIDE_LISTED]} <= said:
+            new = []  # a restart: the status says them already, and so did an Event
+        if new:
+            lines = ", ".join(o.line for o in new[:IN_USE_NAMED]) + (
+                " ..." if len(new) > IN_USE_NAMED else "")
+            self._event(SUBNET_KEY, d, "AddressesOutside",
+                        f"Subnet {subnet}: {len(new)} record(s) hold addresses it excludes or "
+                        f"no longer contains ({lines}); they keep them until released",
+                        warning=True)
 
     def _wake_record(self, record: str) -> None:
         pn = self.caches.pod_networks.get(record)

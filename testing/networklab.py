@@ -41,6 +41,8 @@ class NetworkLab:
         #: the Subnet each allocation was made from (pod network key -> Subnet name)
         self.subnet_of: dict[str, str] = {}
         self.parameter_calls: list[tuple[str, int]] = []
+        #: Subnets whose parameters the cloud refuses from now on (what it has changed)
+        self.refuse: dict[str, str] = {}
         #: what the lab saw that must never happen: an allocation from a Subnet or pool
         #: that was not in the last set published to it, or from an excluded address
         self.violations: list[str] = []
@@ -60,6 +62,8 @@ class NetworkLab:
                                  ) -> SubnetRealization | None:
         self.parameter_calls.append((subnet.name, subnet.generation))
         params: Mapping[str, Any] = subnet.parameters
+        if subnet.name in self.refuse:
+            raise InvalidRequest("spec.parameters.zone", self.refuse[subnet.name])
         if params.get("fail") == "transient":
             raise ProviderError(ErrorKind.TRANSIENT, "the lab cannot answer now")
         unknown = sorted(set(params) - {"zone", "fail"})

@@ -573,3 +573,25 @@ def test_a_restart_says_no_held_outside_address_again() -> None:
     rig.start()
     rig.settle(advance=3)
     assert said() == (1, 1)
+
+
+def test_a_ready_subnets_parameters_are_asked_again_on_resync() -> None:
+    from podnet.core.reconcile.networks import PARAMETERS_RESYNC
+
+    rig = Lab()
+    rig.subnet("blue", "10.83.0.0/24", default=True, parameters={"zone": "z1"})
+    rig.settle()
+    asked = len(rig.lab.parameter_calls)
+    rig.settle(advance=PARAMETERS_RESYNC + 1)
+    assert len(rig.lab.parameter_calls) == asked + 1
+    assert rig.ready(SUBNET, "blue")["status"] == "True"
+    # the cloud no longer has what the Subnet names: found at the next resync
+    rig.lab.refuse["blue"] = "zone z1 is gone"
+    rig.settle(advance=PARAMETERS_RESYNC + 1)
+    ready = rig.ready(SUBNET, "blue")
+    assert ready["reason"] == "InvalidParameters" and "zone z1 is gone" in ready["message"]
+    assert rig.lab.networks.subnets == ()
+    # put right in the cloud: found at the next resync, no edit needed
+    del rig.lab.refuse["blue"]
+    rig.settle(advance=PARAMETERS_RESYNC + 1)
+    assert rig.ready(SUBNET, "blue")["status"] == "True"

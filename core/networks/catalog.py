@@ -44,6 +44,8 @@ class Parameters:
     #: the provider could not answer now (transient) for a Subnet it accepted before:
     #: it stays as it was (``realization`` is that earlier answer) while core retries
     as_before: bool = False
+    #: when (monotonic) it was asked: asked again PARAMETERS_RESYNC later
+    asked_at: float = 0.0
 
 
 @attrs.frozen

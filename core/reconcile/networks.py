@@ -73,6 +73,9 @@ GROUP_KEY = "securitygroup"
 STATUS_KEY: Key = ("netstatus", "")
 #: an object's status is written at most once per this many seconds
 STATUS_PERIOD = 1.0
+#: a Ready Subnet's parameters are asked again this often (seconds): what the cloud has
+#: for it may change under it (a vSwitch deleted, its CIDR read anew)
+PARAMETERS_RESYNC = 600.0
 #: the records an InUse condition names
 IN_USE_NAMED = 3
 READY = "Ready"
@@ -264,7 +267,7 @@ class NetworksReconciler:
         _, verdict = ev.subnets[name]
         failure: BaseException | None = None
         answer = self.catalog.parameters.get(name)
-        if verdict.reason in ("Pending", "InvalidParameters", "ProviderError") or (
+        if verdict.reason in ("Pending", "InvalidParameters", "ProviderError", "Valid") or (
                 answer is not None and answer.as_before):
             try:
                 self._check_parameters(d)
@@ -273,7 +276,12 @@ class NetworksReconciler:
         self._settle(SUBNET_KEY, name)
         if failure is not None:
             raise failure  # a transient provider error: retried with backoff
-        return DONE
+        answer = self.catalog.parameters.get(name)
+        if answer is None or answer.as_before or (
+                answer.problem is not None and answer.problem.reason == "ProviderError"):
+            return DONE  # nothing asked, or retried with backoff (raised above)
+        return Result(requeue_after=max(
+            answer.asked_at + PARAMETERS_RESYNC - self.clock.monotonic(), 0.001))
 
     def reconcile_pool(self, name: str) -> Result:
         d = self.caches.ip_pools.get(name)
@@ -304,30 +312,32 @@ class NetworksReconciler:
         if not isinstance(info, SubnetInfo):
             return
         known = self.catalog.parameters.get(d.name)
+        now = self.clock.monotonic()
         if known is not None and (known.uid, known.generation) == (d.uid, d.generation) and (
-                known.problem is None or known.problem.reason != "ProviderError"):
+                known.problem is None or known.problem.reason != "ProviderError") and (
+                now < known.asked_at + PARAMETERS_RESYNC):
             return  # answered for this generation (a transient failure is asked again)
         try:
             realization = self.gateway.subnet_parameters(info.provider, info)
-            answer = Parameters(d.uid, d.generation, realization=realization)
+            answer = Parameters(d.uid, d.generation, realization=realization, asked_at=now)
         except InvalidRequest as exc:
             field = getattr(exc, "field", None) or "spec.parameters"
             answer = Parameters(d.uid, d.generation, problem=Problem(
-                "InvalidParameters", one_line(f"{field}: {exc}"), field))
+                "InvalidParameters", one_line(f"{field}: {exc}"), field), asked_at=now)
         except NotLeader:
             raise
         except ProviderError as exc:
             if exc.kind is ErrorKind.INVALID:
                 answer = Parameters(d.uid, d.generation, problem=Problem(
                     "InvalidParameters", one_line(f"spec.parameters: {exc}"),
-                    "spec.parameters"))
+                    "spec.parameters"), asked_at=now)
             else:
                 # transient: a Subnet accepted before stays as it was while this retries
                 before = known is not None and known.uid == d.uid and (
                     known.problem is None or known.as_before)
                 self.catalog.set_parameters(d.name, Parameters(
                     d.uid, d.generation, realization=known.realization if before and known
-                    else None, as_before=before, problem=Problem(
+                    else None, as_before=before, asked_at=now, problem=Problem(
                         "ProviderError", one_line(f"provider {info.provider}: {exc}"))))
                 raise
         self.catalog.set_parameters(d.name, answer)

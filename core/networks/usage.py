@@ -10,6 +10,7 @@ written (at most once a second).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import threading
 from collections.abc import Iterable, Mapping
@@ -113,34 +114,36 @@ class Usage:
         refused for overlapping another (``serving`` False) never served the addresses
         in its block: it is counted, but reports none outside and claims none."""
         nets: dict[int, IPNetwork] = {n.version: n for n in subnet.networks()}
+        blocks = {v: (int(n.network_address), int(n.broadcast_address))
+                  for v, n in nets.items()}
         excluded = [(lo.version, int(lo), int(hi))
                     for lo, hi in (address_range(e) for e in subnet.excluded)]
-        other_nets = [n for o in others if o.name != subnet.name for n in o.networks()]
+        other_blocks = [(n.version, int(n.network_address), int(n.broadcast_address))
+                        for o in others if o.name != subnet.name for n in o.networks()]
         reserved = {v: _reserved(net, subnet.gateway(v)) for v, net in nets.items()}
         using: dict[int, int] = {4: 0, 6: 0}
         holders: list[tuple[str, str]] = []
         outside: list[Outside] = []
+        last_subnet, name = self.last_subnet, subnet.name
         for key, addresses in self.holders(subnet.provider):
             for address in addresses:
-                ip = ipaddress.ip_address(address)
-                net = nets.get(ip.version)
-                if net is not None and ip in net:
+                v, n = _parsed(address)
+                block = blocks.get(v)
+                if block is not None and block[0] <= n <= block[1]:
                     holders.append((key, address))
-                    n = int(ip)
                     if not serving:
-                        if n not in reserved[ip.version]:
-                            using[ip.version] += 1
+                        if n not in reserved[v]:
+                            using[v] += 1
                         continue
-                    self.last_subnet[key] = subnet.name
-                    if any(v == ip.version and lo <= n <= hi for v, lo, hi in excluded):
-                        outside.append(Outside(key, address, subnet.name, "excluded"))
-                    elif n not in reserved[ip.version]:
-                        using[ip.version] += 1
-                elif (serving and self.last_subnet.get(key) == subnet.name
-                      and not any(ip.version == o.version and ip in o for o in other_nets)):
+                    last_subnet[key] = name
+                    if excluded and any(w == v and lo <= n <= hi for w, lo, hi in excluded):
+                        outside.append(Outside(key, address, name, "excluded"))
+                    elif n not in reserved[v]:
+                        using[v] += 1
+                elif (serving and last_subnet.get(key) == name
+                      and not any(w == v and lo <= n <= hi for w, lo, hi in other_blocks)):
                     holders.append((key, address))
-                    outside.append(Outside(key, address, subnet.name,
-                                           "outside cidrBlock"))
+                    outside.append(Outside(key, address, name, "outside cidrBlock"))
         counts: dict[int, tuple[int, int, int, int]] = {}
         for v, net in nets.items():
             total = net.num_addresses
@@ -148,7 +151,7 @@ class Usage:
             exc = _excluded_count(net, [(lo, hi) for w, lo, hi in excluded if w == v],
                                   reserved[v])
             held_excluded = sum(1 for o in outside if o.why == "excluded"
-                                and ipaddress.ip_address(o.address).version == v)
+                                and _parsed(o.address)[0] == v)
             counts[v] = (max(total - res - exc - using[v], 0), using[v] + held_excluded,
                          res, exc)
         holders.sort(key=lambda h: h[0])
@@ -162,10 +165,9 @@ class Usage:
         held: list[tuple[int, str, str]] = []
         for key, addresses in self.holders(provider):
             for address in addresses:
-                ip = ipaddress.ip_address(address)
-                n = int(ip)
-                if any(v == ip.version and lo <= n <= hi for v, lo, hi in ranges):
-                    held.append((ip.version, address, key))
+                version, n = _parsed(address)
+                if any(v == version and lo <= n <= hi for v, lo, hi in ranges):
+                    held.append((version, address, key))
         counts = {}
         for v in sorted({r[0] for r in ranges}):
             size = sum(hi - lo + 1 for w, lo, hi in _merged(ranges) if w == v)
@@ -177,8 +179,16 @@ class Usage:
                                   if any(w == v and lo <= r <= hi for w, lo, hi in ranges))
             using = sum(1 for h in held if h[0] == v)
             counts[v] = (max(size - using - blocked, 0), using)
-        held.sort(key=lambda h: (h[0], int(ipaddress.ip_address(h[1]))))
+        held.sort(key=lambda h: _parsed(h[1]))
         return counts, tuple(HeldAddress(ip=a, pod_network=k) for _, a, k in held)
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def _parsed(address: str) -> tuple[int, int]:
+    """An address's family and integer value, parsed once (every status write of a busy
+    Subnet reads every record's address again)."""
+    ip = ipaddress.ip_address(address)
+    return ip.version, int(ip)
 
 
 def _reserved(net: ipaddress.IPv4Network | ipaddress.IPv6Network, gateway: str | None

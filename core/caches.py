@@ -12,9 +12,12 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+import attrs
+
 from podnet.core.attachments import MULTUS_NETWORKS, NadInfo, read_nad, selected_networks
 from podnet.core.cluster.informer import Informer
 from podnet.core.cluster.port import (
+    IP_POOL,
     LEASE,
     NAD,
     NAMESPACE,
@@ -22,7 +25,9 @@ from podnet.core.cluster.port import (
     NODE_NETWORK,
     POD,
     POD_NETWORK,
+    SECURITY_GROUP,
     STATEFUL_SET,
+    SUBNET,
     Cluster,
     Kind,
     Obj,
@@ -44,6 +49,7 @@ from podnet.core.models import (
     PodNetworkStatus,
     WorkloadInfo,
 )
+from podnet.core.networks.checks import Declared, declared
 from podnet.core.objects import (
     LABEL_AGENT_NODE,
     agent_lease_name,
@@ -56,6 +62,12 @@ from podnet.core.objects import (
     vm_of,
 )
 from podnet.core.values import evolve
+from podnet.hookspecs.networks import (
+    IP_POOL_KIND,
+    SECURITY_GROUP_KIND,
+    SUBNET_KIND,
+    SubnetInfo,
+)
 from podnet.hookspecs.types import NodeContext
 
 M = TypeVar("M", PodNetwork, NodeNetwork)
@@ -67,6 +79,22 @@ _DEFAULT_STATUS = PodNetworkStatus()
 def _whole(t: datetime) -> bool:
     """Whether ``t`` reads back from the wire as itself: whole seconds, in UTC."""
     return not t.microsecond and t.utcoffset() == _NO_OFFSET
+
+
+@attrs.frozen
+class NamespaceInfo:
+    """The view of a Namespace: its ``podnet.io/*`` annotations (usually none) and its
+    labels (a Subnet's ``namespaceSelector`` reads them)."""
+
+    annotations: dict[str, str] = attrs.field(factory=dict)
+    labels: dict[str, str] = attrs.field(factory=dict)
+
+
+def namespace_info(obj: Obj) -> NamespaceInfo:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return NamespaceInfo(annotations=namespace_annotations(obj), labels={
+        sys.intern(k): sys.intern(v) for k, v in labels.items()
+        if isinstance(k, str) and isinstance(v, str)})
 
 
 def pod_key_of(pn: PodNetwork) -> str:
@@ -98,9 +126,23 @@ class Caches:
             cluster, NODE_NETWORK, lambda o: self._read(NODE_NETWORK, NodeNetwork, o),
             name="nodenetworks",
         )
-        #: Namespace -> its ``podnet.io/*`` annotations (for ``AllocateContext``)
-        self.namespaces: Informer[dict[str, str]] = Informer(
-            cluster, NAMESPACE, namespace_annotations, name="namespaces")
+        #: Namespace -> its ``podnet.io/*`` annotations (for ``AllocateContext``) and labels
+        self.namespaces: Informer[NamespaceInfo] = Informer(
+            cluster, NAMESPACE, namespace_info, name="namespaces")
+        #: the networks an operator declares, each with its spec checked by itself;
+        #: optional (a cluster without their CRDs runs as before: nothing is listed)
+        self.subnets: Informer[Declared] = Informer(
+            cluster, SUBNET, lambda o: declared(SUBNET_KIND, o), name="subnets",
+            optional=True)
+        self.ip_pools: Informer[Declared] = Informer(
+            cluster, IP_POOL, lambda o: declared(IP_POOL_KIND, o), name="ippools",
+            optional=True)
+        self.security_groups: Informer[Declared] = Informer(
+            cluster, SECURITY_GROUP, lambda o: declared(SECURITY_GROUP_KIND, o),
+            name="securitygroups", optional=True)
+        #: the Ready Subnets a node's pods may use (``NodeContext.subnets``): set by the
+        #: networks' reconciler while a provider has Subnet objects (None: none has)
+        self.subnets_of_node: Callable[[NodeInfo], tuple[SubnetInfo, ...]] | None = None
         #: StatefulSet (``namespace/name``) -> uid, replicas (for held sticky records)
         self.statefulsets: Informer[WorkloadInfo] = Informer(
             cluster, STATEFUL_SET, statefulset_info, name="statefulsets")
@@ -112,7 +154,8 @@ class Caches:
         self.agent_namespace = agent_namespace
         #: NetworkAttachmentDefinitions (``namespace/name``) as podnet reads them
         #: (``core.attachments``): whose each is, the Subnet it names
-        self.nads: Informer[NadInfo] = Informer(cluster, NAD, read_nad, name="nads")
+        self.nads: Informer[NadInfo] = Informer(cluster, NAD, read_nad, name="nads",
+                                                optional=True)
         self.pods.add_index("node", lambda p: [p.node_name] if p.node_name else [])
         self.pods.add_index("vm", lambda p: [f"{p.namespace}/{vm}"]
                             if (vm := vm_of(p)) is not None else [])
@@ -135,14 +178,25 @@ class Caches:
         self.required: list[Informer[Any]] = [
             self.nodes, self.node_networks, self.pod_networks, self.pods,
         ]
+        self.networks: list[Informer[Declared]] = [self.subnets, self.ip_pools,
+                                                   self.security_groups]
         self.all: list[Informer[Any]] = [*self.required, self.namespaces, self.statefulsets,
-                                         self.agent_reports, self.nads]
+                                         self.agent_reports, self.nads, *self.networks]
 
     def node_context(self, node_name: str) -> NodeContext:
         """What a provider is told about a node: the cached Node (a bare one if it is
         gone) and its NodeNetwork."""
         node = self.nodes.get(node_name) or NodeInfo(name=node_name, uid="")
-        return NodeContext(node=node, network=self.node_networks.get(node_name))
+        subnets = self.subnets_of_node
+        return NodeContext(node=node, network=self.node_networks.get(node_name),
+                           subnets=subnets(node) if subnets is not None else ())
+
+    def context(self, node: NodeInfo, network: NodeNetwork | None) -> NodeContext:
+        """What a provider is told about ``node`` and its record ``network``, with the
+        Subnets its pods may use."""
+        subnets = self.subnets_of_node
+        return NodeContext(node=node, network=network,
+                           subnets=subnets(node) if subnets is not None else ())
 
     def agent_report_of(self, node_name: str) -> AgentReport | None:
         """The node's agent's last report; None when the node has none (no agent)."""

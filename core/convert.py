@@ -43,6 +43,7 @@ from podnet.core.annotations import (
     show,
 )
 from podnet.core.clock import format_time, parse_time
+from podnet.core.networks import wire
 from podnet.core.structgen import Inline, make_fast_structure
 from podnet.core.values import evolve
 from podnet.hookspecs import models
@@ -98,19 +99,21 @@ def _camel(name: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
-def _model_classes() -> tuple[type, ...]:
+def _model_classes(module: Any) -> tuple[type, ...]:
     found = []
-    for value in vars(models).values():
-        if isinstance(value, type) and attrs.has(value) and value.__module__ == models.__name__:
+    for value in vars(module).values():
+        if isinstance(value, type) and attrs.has(value) and value.__module__ == module.__name__:
             attrs.resolve_types(value)
             found.append(value)
     return tuple(found)
 
 
-_CLASSES = _model_classes()
+#: the records, and the networks' objects (Subnet, IPPool, SecurityGroup)
+_CLASSES = _model_classes(models) + _model_classes(wire)
 #: Python attribute name -> wire key, per class; also used to name fields in errors.
 _WIRE_NAMES: dict[type, dict[str, str]] = {
-    cls: {a.name: _camel(a.name) for a in attrs.fields(cls)} for cls in _CLASSES
+    cls: {a.name: wire.RENAMED.get((cls.__name__, a.name), _camel(a.name))
+          for a in attrs.fields(cls)} for cls in _CLASSES
 }
 # The API server adds metadata podnet does not model (managedFields, selfLink, ...).
 _LENIENT = frozenset({models.ObjectMeta, models.OwnerReference})
@@ -399,6 +402,19 @@ _FIELD_HOOKS: dict[tuple[type, str], Hook] = {
     (models.InterfaceStatus, "mac"): _mac,
     (models.NodeNetwork, "api_version"): _api_version,
     (models.NodeNetwork, "kind"): _one_of("NodeNetwork"),
+    (wire.Subnet, "api_version"): _api_version,
+    (wire.Subnet, "kind"): _one_of("Subnet"),
+    (wire.SubnetSpec, "provider"): _nonempty,
+    (wire.SubnetSpec, "cidr_block"): _nonempty,
+    (wire.IPPool, "api_version"): _api_version,
+    (wire.IPPool, "kind"): _one_of("IPPool"),
+    (wire.IPPoolSpec, "subnet"): _nonempty,
+    (wire.SecurityGroup, "api_version"): _api_version,
+    (wire.SecurityGroup, "kind"): _one_of("SecurityGroup"),
+    (wire.SelectorRequirement, "key"): _nonempty,
+    (wire.SelectorRequirement, "operator"): _one_of("In", "NotIn", "Exists", "DoesNotExist"),
+    (wire.IngressRule, "protocol"): _one_of("all", "tcp", "udp", "icmp"),
+    (wire.EgressRule, "protocol"): _one_of("all", "tcp", "udp", "icmp"),
 }
 
 

@@ -20,7 +20,7 @@ import attrs
 import pluggy
 
 from podnet.core import logcontext
-from podnet.core.caches import Caches, pod_key_of
+from podnet.core.caches import Caches, NamespaceInfo, pod_key_of
 from podnet.core.clock import Clock, SystemClock
 from podnet.core.cluster.gcpause import gc_paused
 from podnet.core.cluster.informer import Informer
@@ -58,6 +58,13 @@ from podnet.core.plugin import Providers
 from podnet.core.pool import Pools
 from podnet.core.poolservice import PoolService
 from podnet.core.reconcile.gc import GarbageCollector
+from podnet.core.reconcile.networks import (
+    GROUP_KEY,
+    POOL_KEY,
+    STATUS_KEY,
+    SUBNET_KEY,
+    NetworksReconciler,
+)
 from podnet.core.reconcile.nodepool import NodePoolReconciler
 from podnet.core.reconcile.podnetwork import PodNetworkReconciler
 from podnet.core.reconcile.result import Result
@@ -196,11 +203,19 @@ class Engine:
             conflicted=self.stats.conflicted_transitions,
             notify=self.gateway.notify_transition)
 
+        #: the Subnets, IPPools and SecurityGroups: checked, kept, published to providers
+        self.networks = NetworksReconciler(
+            caches=self.caches, cluster=self.cluster, queue=self.queue, enqueue=self.enqueue,
+            gateway=self.gateway, providers=lambda: self.placement.providers.names(),
+            provider_of_node=self.placement.provider_for_node, clock=self.clock,
+            writes=self.stats.writes)
         self.podnetworks = PodNetworkReconciler(
             caches=self.caches, records=self.records, enqueue=self.enqueue,
             gateway=self.gateway, transitions=self.transitions, placement=self.placement,
             ledger=self.ledger, pools=self.pools, problems=self.pool_problems,
-            clock=self.clock, unplug=UnplugGate(self.caches, self.clock, self.policy))
+            clock=self.clock, unplug=UnplugGate(self.caches, self.clock, self.policy),
+            networks=self.networks)
+        self.networks.on_groups_changed = self._on_groups_changed
         #: the node pools as the cloud and the records have them: read, recorded, and
         #: their interfaces moved, for the node passes and the garbage collector alike
         self.pool_service = PoolService(
@@ -224,6 +239,10 @@ class Engine:
             "node": self.nodepools.reconcile,
             "gc": self.sweeper.reconcile,
             "invalid": self._report_unreadable,
+            SUBNET_KEY: self.networks.reconcile_subnet,
+            POOL_KEY: self.networks.reconcile_pool,
+            GROUP_KEY: self.networks.reconcile_group,
+            STATUS_KEY[0]: self.networks.flush,
         }
         self.started = False
         self._metrics: Metrics | None = None
@@ -269,7 +288,7 @@ class Engine:
         return self.caches.node_networks
 
     @property
-    def namespaces(self) -> Informer[dict[str, str]]:
+    def namespaces(self) -> Informer[NamespaceInfo]:
         return self.caches.namespaces
 
     @property
@@ -345,6 +364,8 @@ class Engine:
 
     def _on_pod_network(self, _event: str, _key: str, old: PodNetwork | None,
                         new: PodNetwork | None) -> None:
+        if self.networks.usage.by_provider:  # a provider has Subnet objects: counted
+            self.networks.on_record(old, new)
         if new is not None:
             other = self.ledger.seen(new)
             if other is not None:
@@ -366,6 +387,14 @@ class Engine:
             if vm is not None:  # a VM's held record: its new pod may take it back now
                 for pod in self.caches.pods.by_index("vm", f"{pn.metadata.namespace}/{vm}"):
                     self.enqueue.pod(pod.key)
+
+    def _on_groups_changed(self, names: set[str]) -> None:
+        # a SecurityGroup's rules changed: the running pods naming it are verified now, so
+        # the provider's verify finds the difference and route writes it (few records
+        # name groups; a group change is rare)
+        for pn in self.caches.pod_networks.values():
+            if names.intersection(pn.spec.requests.security_groups):
+                self.podnetworks.verify_now(pn)
 
     def _on_node(self, event: str, key: str, _old: Any, _new: Any) -> None:
         # level-triggered: whatever changed about a node (it came, it went, its labels
@@ -421,10 +450,14 @@ class Engine:
         self.caches.statefulsets.add_handler(self._on_statefulset)
         self.caches.agent_reports.add_handler(self._on_agent_report)
         self.caches.nads.add_handler(self._on_nad)
+        for informer in self.caches.networks:
+            informer.add_handler(self.networks.on_object)
         # one pause over every list: what they load is acyclic (``gcpause``), and
         # collecting after each would walk the caches listed before it again
         with gc_paused():
             self._list_caches()
+        # each provider hears what is usable before the first pod network pass
+        self.networks.prime()
         self.queue.add(GC_KEY)
         self.started = True
         if self.options.freeze_gc:

@@ -46,7 +46,7 @@ from typing import cast
 
 from podnet.core.clock import Clock
 from podnet.core.cluster.port import ApiError, Conflict, NotFound
-from podnet.core.errors import ErrorKind, PodnetError, ProviderError, one_line
+from podnet.core.errors import ErrorKind, NotLeader, PodnetError, ProviderError, one_line
 from podnet.core.fence import Fence
 from podnet.core.metrics import Metrics
 from podnet.core.models import NodeInfo, PodInfo
@@ -61,6 +61,7 @@ from podnet.core.validate import (
     check_findings,
     check_inventory,
 )
+from podnet.hookspecs.networks import Networks, SubnetInfo, SubnetRealization
 from podnet.hookspecs.routing import ROUTING, Routing
 from podnet.hookspecs.types import (
     AddressSpace,
@@ -307,6 +308,39 @@ class ProviderGateway:
             except Exception:
                 log.exception("podnet_node_removed(%s, %s) of plugin %s failed",
                               provider, node, impl.plugin_name)
+
+    # --- routed: the networks declared as objects ----------------------------------------
+
+    def subnet_parameters(self, provider: str, subnet: SubnetInfo) -> SubnetRealization | None:
+        """``podnet_subnet_parameters``: what the provider realized for ``subnet`` (None:
+        the parameters are accepted as they are). An InvalidRequest names the parameter;
+        anything else it raised is classified as every provider error is."""
+        answer = self._call(provider, "podnet_subnet_parameters", provider=provider,
+                            subnet=subnet)
+        if answer is not None and not isinstance(answer, SubnetRealization):
+            raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} answered "
+                                f"podnet_subnet_parameters with {type(answer).__name__}, "
+                                "not a SubnetRealization")
+        return answer
+
+    def networks_changed(self, provider: str, networks: Networks) -> None:
+        """``podnet_networks_changed``, a notification: traced and counted as every call;
+        what a plugin raises is logged, never the caller's failure (the set stays
+        published; a fenced replica's NotLeader still stops it)."""
+        try:
+            self._call(provider, "podnet_networks_changed", provider=provider,
+                       networks=networks)
+        except NotLeader:
+            raise
+        except Exception:
+            log.exception("podnet_networks_changed(%s, revision %d) failed", provider,
+                          networks.revision)
+
+    def config_networks(self, provider: str) -> Networks | None:
+        """``podnet_config_networks``: the networks the provider's config section declares
+        (the migration to objects), or None."""
+        answer = self._call(provider, "podnet_config_networks", provider=provider)
+        return cast("Networks | None", answer)
 
     # --- routed: one pod network ------------------------------------------------------
 

@@ -44,7 +44,7 @@ from podnet.core.pool import Interface, NodePool
 from podnet.core.records import RecordWriter
 from podnet.core.tracing import ATTR_INTERFACE, ATTR_NODE
 from podnet.core.transition import Subject, Transitions
-from podnet.hookspecs.types import Inventory, NodeContext
+from podnet.hookspecs.types import Inventory
 
 log = logging.getLogger("podnet.nodepool")
 
@@ -79,7 +79,7 @@ class PoolService:
         self.unwritten: dict[str, float] = {}
 
     def inventory(self, node: NodeInfo, nn: NodeNetwork | None, provider: str) -> Inventory:
-        ctx = NodeContext(node=node, network=nn)
+        ctx = self.caches.context(node, nn)
         inventory = self.gateway.node_inventory(provider, ctx)
         if inventory is None:
             raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} gave no inventory")

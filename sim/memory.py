@@ -66,11 +66,14 @@ from podnet.core.cluster.patch import (
 )
 from podnet.core.cluster.port import (
     EVENT,
+    IP_POOL,
     NAMESPACE,
     NODE,
     NODE_NETWORK,
     POD,
     POD_NETWORK,
+    SECURITY_GROUP,
+    SUBNET,
     AlreadyExists,
     ApiError,
     Conflict,
@@ -121,13 +124,8 @@ FOREGROUND_FINALIZER: Final = "foregroundDeletion"
 PROPAGATION_POLICIES: Final = ("Orphan", "Background", "Foreground")
 
 #: Kinds whose status is written only through the status subresource.
-STATUS_SUBRESOURCE: Final = frozenset({
-    POD, NODE, POD_NETWORK, NODE_NETWORK,
-    # the network kinds (sim/crds/{subnets,ippools,securitygroups}.yaml)
-    Kind("podnet.io", "v1alpha1", "Subnet", "subnets", False),
-    Kind("podnet.io", "v1alpha1", "IPPool", "ippools", False),
-    Kind("podnet.io", "v1alpha1", "SecurityGroup", "securitygroups", False),
-})
+STATUS_SUBRESOURCE: Final = frozenset({POD, NODE, POD_NETWORK, NODE_NETWORK, SUBNET, IP_POOL,
+                                       SECURITY_GROUP})
 
 OPS: Final = frozenset(
     {"create", "update", "update_status", "patch", "delete", "get", "list", "watch"}

@@ -34,12 +34,13 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 from .gcpause import gc_paused
-from .port import ApiError, Cluster, Gone, Kind, Obj, Watch
+from .port import ApiError, Cluster, Gone, Kind, NotFound, Obj, Watch
 
 __all__ = ["EventType", "Handler", "Informer"]
 
@@ -52,6 +53,9 @@ Handler = Callable[[EventType, str, T | None, T | None], None]
 #: How many keys the controller saw deleted are remembered until their DELETED event
 #: arrives, so a late event (or a stale ``assume``) cannot bring them back.
 TOMBSTONES = 10_000
+#: an optional kind the API server does not serve (its CRD is not installed) is listed
+#: again this often (seconds): installed later, it is picked up without a restart
+ABSENT_RELIST = 30.0
 
 
 class _Seen(NamedTuple):
@@ -89,8 +93,14 @@ class Informer(Generic[T]):
         label_selector: str | None = None,
         field_selector: str | None = None,
         name: str | None = None,
+        optional: bool = False,
     ) -> None:
         self.cluster = cluster
+        #: a kind that may not be served (a CRD not installed): a 404 list is an empty,
+        #: synced cache, listed again every ABSENT_RELIST seconds
+        self.optional = optional
+        #: while the optional kind is not served: when (monotonic) to list it again
+        self._absent_until: float | None = None
         self.kind = kind
         self.name = name or kind.plural
         self._transform = transform
@@ -473,12 +483,23 @@ class Informer(Generic[T]):
                 self.kind, self._namespace, self._label_selector, self._field_selector,
                 transform=self._listed,
             )
+        except NotFound as exc:
+            if not self.optional:
+                if raise_errors:
+                    raise
+                log.debug("informer %s: re-list failed, will retry: %s", self.name, exc)
+                self._need_relist = True
+                return 0
+            return self._absent(exc)
         except ApiError as exc:
             if raise_errors:
                 raise
             log.debug("informer %s: re-list failed, will retry: %s", self.name, exc)
             self._need_relist = True
             return 0
+        if self._absent_until is not None:
+            log.info("informer %s: %s is served now", self.name, self.kind)
+            self._absent_until = None
         changed = 0
         with self._lock:
             # the list replaces the cache, whatever the versions: it is at least as new
@@ -496,6 +517,21 @@ class Informer(Generic[T]):
             self._synced = True
             self._need_relist = False
         self._open_watch()  # on a refusal the next pump re-lists
+        return changed
+
+    def _absent(self, exc: ApiError) -> int:
+        """The optional kind is not served: an empty cache, synced (nothing of it
+        exists), listed again later."""
+        if self._absent_until is None:
+            log.info("informer %s: %s is not served (%s); empty until it is", self.name,
+                     self.kind, exc)
+        self._absent_until = time.monotonic() + ABSENT_RELIST
+        changed = 0
+        with self._lock:
+            for key in list(self._seen):
+                changed += self._drop(key)
+            self._synced = True
+            self._need_relist = False
         return changed
 
     def _open_watch(self) -> bool:
@@ -534,8 +570,11 @@ class Informer(Generic[T]):
             return 0
         if self._stopped.is_set():
             return 0
+        absent = self._absent_until
+        if absent is not None and time.monotonic() < absent:
+            return 0  # not served: nothing to watch until the next look
         with self._pump_lock:
-            if not self._synced or self._need_relist:
+            if not self._synced or self._need_relist or absent is not None:
                 return self._relist()
             if self._watch is None and self._open_watch():
                 return self._relist()

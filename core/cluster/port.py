@@ -43,6 +43,11 @@ LEASE = Kind("coordination.k8s.io", "v1", "Lease", "leases", True)
 POD_NETWORK = Kind("podnet.io", "v1alpha1", "PodNetwork", "podnetworks", True)
 NODE_NETWORK = Kind("podnet.io", "v1alpha1", "NodeNetwork", "nodenetworks", False)
 STATEFUL_SET = Kind("apps", "v1", "StatefulSet", "statefulsets", True)
+#: the networks an operator declares (``podnet.hookspecs.networks``)
+SUBNET = Kind("podnet.io", "v1alpha1", "Subnet", "subnets", False)
+IP_POOL = Kind("podnet.io", "v1alpha1", "IPPool", "ippools", False)
+SECURITY_GROUP = Kind("podnet.io", "v1alpha1", "SecurityGroup", "securitygroups", False)
+#: Multus's attachment networks (not podnet's CRD: served where Multus is installed)
 NAD = Kind("k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition",
            "network-attachment-definitions", True)
 

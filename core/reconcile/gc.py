@@ -29,7 +29,7 @@ from podnet.core.placement import Placement
 from podnet.core.pool import NodePool, Pools
 from podnet.core.poolservice import PoolService
 from podnet.core.reconcile.result import Result
-from podnet.hookspecs.types import NodeContext, PoolEntry
+from podnet.hookspecs.types import PoolEntry
 
 log = logging.getLogger("podnet.gc")
 
@@ -139,7 +139,7 @@ class GarbageCollector:
         where = {**inventory.all_ips(), **inventory.all_ipv6()}
         entries = [PoolEntry(ip, where[ip].id, where[ip].subnet) for ip in expired if ip in where]
         gone = self.gateway.pool_shrink(
-            pool.provider, NodeContext(node=node, network=self.caches.node_networks.get(pool.node)),
+            pool.provider, self.caches.context(node, self.caches.node_networks.get(pool.node)),
             entries)
         deleted = gone or ()
         pool.suspects_deleted(deleted)

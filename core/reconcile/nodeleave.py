@@ -193,7 +193,7 @@ class NodeLeave:
         self.ledger.left_node(pool, everyone=old_machine)
         policy = self.placement.policy(provider)
         now = self.clock.monotonic()
-        ctx = NodeContext(node=node, network=nn)
+        ctx = self.caches.context(node, nn)
         with pool.lock:
             owned = [a for a in pool.addresses.values()
                      if a.owner is not None and a.owner != SHRINKING]

@@ -315,7 +315,7 @@ class NodePoolReconciler:
         current = self.caches.node_networks.get(nn.metadata.name) or nn
         try:
             findings = self.gateway.node_check(provider,
-                                               NodeContext(node=node, network=current))
+                                               self.caches.context(node, current))
         except Exception as exc:
             log.warning("node %s: podnet_node_check of %s failed (tried again in %gs): %s",
                         node.name, provider, period, exc)
@@ -544,7 +544,7 @@ class NodePoolReconciler:
             if plan.new_interface:
                 created, entries = self._new_interface(node, nn, provider, pool, plan)
             else:
-                ctx = NodeContext(node=node, network=nn)
+                ctx = self.caches.context(node, nn)
                 entries = self.gateway.pool_grow(
                     provider, ctx,
                     itf.cloud(pool.ipv4_on(itf.id), pool.ipv6_on(itf.id)) if itf else None,
@@ -561,7 +561,7 @@ class NodePoolReconciler:
         subnet, count = plan.subnet, plan.count
         itf = Interface(id=f"pending-{len(pool.interfaces)}", state=InterfaceState.INITIALIZING,
                         subnet=subnet)
-        ctx = NodeContext(node=node, network=nn)
+        ctx = self.caches.context(node, nn)
 
         def create() -> CloudInterface:
             created = self.gateway.interface_create(provider, ctx, subnet, count)
@@ -615,7 +615,7 @@ class NodePoolReconciler:
                 return Result(requeue_after=wait)
             entries = pool.shrinking(plan)
         try:
-            gone = self.gateway.pool_shrink(provider, NodeContext(node=node, network=nn),
+            gone = self.gateway.pool_shrink(provider, self.caches.context(node, nn),
                                             entries)
         except Exception as exc:
             kind = self.gateway.classify(provider, exc)
@@ -651,7 +651,7 @@ class NodePoolReconciler:
             # between its steps (detached, not yet deleted) leaves an interface the node
             # no longer lists, which the next run must still finish off
             self.service.write(nn, pool)
-            ctx = NodeContext(node=node, network=nn)
+            ctx = self.caches.context(node, nn)
             wait = self.gateway.admit(provider)
             if wait:
                 return Result(requeue_after=wait)

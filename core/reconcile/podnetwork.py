@@ -25,6 +25,7 @@ from contextlib import ExitStack
 
 import attrs
 
+from podnet.core.caches import pod_key_of
 from podnet.core.cluster.port import POD, POD_NETWORK, Conflict, NotFound
 from podnet.core.convert import UnreadablePodNetwork
 from podnet.core.errors import InvalidRequest, one_line
@@ -41,7 +42,10 @@ from podnet.core.models import (
     PodNetwork,
     PodNetworkSpec,
 )
+from podnet.core.networks.select import NONE as NO_CHOICE
+from podnet.core.networks.select import Choice, choose
 from podnet.core.objects import vm_of
+from podnet.core.reconcile.networks import ADDRESS_EXCLUDED
 from podnet.core.reconcile.podnetwork_allocate import AllocatePath, Unwritten
 from podnet.core.reconcile.podnetwork_desired import Desired, record_name, sticky_owner
 from podnet.core.reconcile.podnetwork_release import ReleasePath
@@ -61,8 +65,12 @@ from podnet.core.reconcile.podnetwork_wording import (
 from podnet.core.reconcile.requests import REQUESTS_APPLIED
 from podnet.core.reconcile.requests import compare as compare_requests
 from podnet.core.reconcile.result import DONE, Result
+from podnet.hookspecs.networks import Networks
 
 log = logging.getLogger("podnet.podnetwork")
+
+#: a record's Ready=False reason while no Subnet object selects it (a wait)
+NO_SUBNET = "NoSubnet"
 
 #: what others read here (tests, benchmarks)
 __all__ = ["WAITING_FOR_ADDRESS", "WAIT_SAID_AFTER", "WAIT_SAID_AFTER_GROWING",
@@ -251,9 +259,19 @@ class PodNetworkReconciler(AllocatePath, ReleasePath):
             problem = self._address_problem(pn)
             if problem is not None:
                 pn = self._readdress(pn, pod, *problem)
+            elif self.networks is not None and (self.networks.outside
+                                                or len(pn.status.conditions) > 1):
+                # held outside its Subnet now, or said so before (a second condition)
+                pn = self._report_outside(pn, pod)
         phase = pn.status.phase
         if phase is Phase.PENDING:
-            allocated = self._allocate(pn, pod)
+            choice = self._choose_network(pn, pod)
+            if choice.invalid is not None:
+                return self._invalid(pn, pod, choice.invalid)
+            if choice.wait is not None:
+                self._no_subnet(pn, pod, choice.wait)
+                return DONE
+            allocated = self._allocate(pn, pod, choice)
             if isinstance(allocated, Unwritten):
                 pn = self._route_unwritten(allocated, pod)
             elif allocated.status.phase is Phase.PENDING:
@@ -265,6 +283,61 @@ class PodNetworkReconciler(AllocatePath, ReleasePath):
         if pn.status.phase is Phase.ROUTED:
             return self._maybe_verify(pn, pod)
         return DONE
+
+    def _choose_network(self, pn: PodNetwork, pod: PodInfo) -> Choice:
+        """The Subnet and IPPool objects the record takes (none while the provider has no
+        Subnet objects, or before the namespaces are listed: the allocation waits for
+        them anyway)."""
+        networks = self.networks
+        provider = pn.spec.provider
+        if (networks is None or provider not in networks.with_subnets
+                or not self.caches.namespaces.has_synced):
+            return NO_CHOICE
+        ev = networks.evaluation()
+        namespace = pn.metadata.namespace or ""
+        ns = self._namespace_view(namespace)
+        node = self.caches.nodes.get(pn.spec.node_name)
+        choice = choose(ev, networks.published.get(provider) or Networks(),
+                        provider=provider, namespace=namespace,
+                        pod_subnets=pn.spec.requests.subnets, pod_pool=pn.spec.requests.ip_pool,
+                        namespace_annotations=ns.annotations, namespace_labels=ns.labels,
+                        node=pn.spec.node_name, node_labels=node.labels if node else {})
+        if choice.invalid is not None or choice.wait is not None:
+            # looked at again when the provider's Subnets change (level-triggered)
+            networks.wait_for_change(provider, pod_key_of(pn))
+        return choice
+
+    def _no_subnet(self, pn: PodNetwork, pod: PodInfo, why: str) -> None:
+        """Nothing selects a Subnet for the record yet: it waits (Ready=False reason
+        ``NoSubnet``), which is no failure: no transition, no Warning Event."""
+        self._set_ready(pn, "False", NO_SUBNET, one_line(f"pod {pod.key}: {why}"))
+
+    def _report_outside(self, pn: PodNetwork, pod: PodInfo) -> PodNetwork:
+        """``AddressExcluded`` on a record holding an address its Subnet now excludes or no
+        longer contains (True, with a Warning Event on the record and the Pod when that
+        changes; False once it does not). The address stays the record's."""
+        networks = self.networks
+        if networks is None:
+            return pn
+        outside = networks.outside.get(pn.key)
+        current = condition_of(pn, ADDRESS_EXCLUDED)
+        if outside is None:
+            if current is None or current.status == "False":
+                return pn
+            return self._put_condition(pn, ADDRESS_EXCLUDED, "False", "Inside",
+                                       "the address is inside its Subnet again") or pn
+        if outside.why == "excluded":
+            reason, where = "Excluded", f"excluded by Subnet {outside.subnet} (excludeIPs)"
+        else:
+            reason, where = "OutsideSubnet", (f"outside Subnet {outside.subnet}'s cidrBlock "
+                                              "(narrowed)")
+        message = (f"pod {pod.key} holds {outside.address}, now {where}: it keeps the address "
+                   "until released; no new pod gets it")
+        written = self._put_condition(pn, ADDRESS_EXCLUDED, "True", reason, message)
+        if written is not None:
+            self.records.event(written, reason, message)
+            self.records.event(pod_ref(pod), reason, message)
+        return written or pn
 
     def _restore_finalizer(self, pn: PodNetwork, pod: PodInfo) -> PodNetwork:
         """A live record without ``podnet.io/release`` (taken off by hand): put back, or

@@ -12,10 +12,12 @@ from typing import Any
 
 import attrs
 
+from podnet.core.caches import NamespaceInfo, namespace_info
 from podnet.core.cluster.port import NAMESPACE, POD_NETWORK, Conflict, NotFound
 from podnet.core.errors import ErrorKind, PodnetError, PoolEmpty, ProviderError
 from podnet.core.ledger import Claim
 from podnet.core.models import Phase, PodInfo, PodNetwork, Route
+from podnet.core.networks.select import Choice
 from podnet.core.objects import namespace_annotations
 from podnet.core.pool import Reservation
 from podnet.core.reconcile.podnetwork_steps import WAIT_RECHECK, PodNetworkSteps
@@ -48,13 +50,25 @@ class AllocatePath(PodNetworkSteps):
         may pick the pod's subnet, and an address is never moved once given."""
         cached = self.caches.namespaces.get(namespace)
         if cached is not None or not namespace:
-            return cached or {}
+            return cached.annotations if cached is not None else {}
         try:
             return namespace_annotations(self.records.cluster.get(NAMESPACE, namespace))
         except NotFound:
             return {}  # gone, and its pods with it
 
-    def _allocate(self, pn: PodNetwork, pod: PodInfo) -> PodNetwork | Unwritten:
+    def _namespace_view(self, namespace: str) -> NamespaceInfo:
+        """The namespace's annotations and labels, read as :meth:`_namespace_annotations`
+        reads them."""
+        cached = self.caches.namespaces.get(namespace)
+        if cached is not None or not namespace:
+            return cached or NamespaceInfo()
+        try:
+            return namespace_info(self.records.cluster.get(NAMESPACE, namespace))
+        except NotFound:
+            return NamespaceInfo()
+
+    def _allocate(self, pn: PodNetwork, pod: PodInfo, choice: Choice | None = None
+                  ) -> PodNetwork | Unwritten:
         """Allocate an address for a Pending record: the record as it was when nothing
         was allocated (it waits), or the allocation, not written yet: the route's write
         records it (:meth:`_route_unwritten`), one status write for both."""
@@ -67,15 +81,17 @@ class AllocatePath(PodNetworkSteps):
             # moved later: wait for them (the cache's first list wakes this record)
             return pn
         reservation: Reservation | None = None
+        # a namespace's IPPool object chooses among its members: no idle address will do
+        takes_any = self._takes_any(pn) and (choice is None or choice.ip_pool is None)
         if info.uses_node_pool:
             pool = self.pools.get(provider, pn.spec.node_name)
             if not pool.synced:
                 # the pool is rebuilt from inventory + records before any allocation
                 pool.wait_for_address(key, pool.waiting.get(key),
-                                      self.clock.monotonic(), queued=self._takes_any(pn))
+                                      self.clock.monotonic(), queued=takes_any)
                 self.enqueue.node(pn.spec.node_name)
                 return pn
-            if self._takes_any(pn):
+            if takes_any:
                 # nothing a plain request could take: wait for the node's pass to grow
                 # the pool and wake it, without a transition (no span, no provider call,
                 # no write). Its turn comes in the order it arrived
@@ -92,7 +108,9 @@ class AllocatePath(PodNetworkSteps):
                 pn = attrs.evolve(pn, status=attrs.evolve(pn.status, traceparent=traced))
         ctx = AllocateContext(pod_network=pn, node=node_ctx, pod=pod, pool=reservation,
                               namespace_annotations=self._namespace_annotations(
-                                  pn.metadata.namespace or ""))
+                                  pn.metadata.namespace or ""),
+                              subnet=choice.subnet if choice is not None else None,
+                              ip_pool=choice.ip_pool if choice is not None else None)
         claims: list[Claim] = []
 
         def allocate(span: TransitionSpan) -> PodNetwork:
@@ -201,8 +219,12 @@ class AllocatePath(PodNetworkSteps):
             def space() -> AddressSpace | None:
                 return self.gateway.address_space(provider, node)
 
+            requests = pn.spec.requests
+            if ctx.ip_pool is not None and requests.ip_address is None:
+                # an IPPool object: its members are the address list the pool path reads
+                requests = attrs.evolve(requests, ip_pool=tuple(ctx.ip_pool.members()))
             ctx = evolve(ctx, request=resolve(
-                pn.spec.requests, owner=pn.key, node=pn.spec.node_name, provider=provider,
+                requests, owner=pn.key, node=pn.spec.node_name, provider=provider,
                 pool=reservation, space=space))
         return self.gateway.allocate(provider, ctx)
 

@@ -42,6 +42,7 @@ from podnet.core.models import (
 from podnet.core.objects import READY, ready_condition
 from podnet.core.placement import Placement
 from podnet.core.pool import NodePool, Pools
+from podnet.core.reconcile.networks import NetworksReconciler
 from podnet.core.reconcile.podnetwork_desired import Wants
 from podnet.core.reconcile.podnetwork_wording import (
     WAITING_FOR_ADDRESS,
@@ -82,7 +83,7 @@ class PodNetworkSteps:
     def __init__(self, *, caches: Caches, records: RecordWriter, enqueue: Enqueuer,
                  gateway: ProviderGateway, transitions: Transitions, placement: Placement,
                  ledger: Ledger, pools: Pools, problems: PoolProblems, clock: Clock,
-                 unplug: UnplugGate) -> None:
+                 unplug: UnplugGate, networks: NetworksReconciler | None = None) -> None:
         self.caches = caches
         self.records = records
         self.enqueue = enqueue
@@ -99,6 +100,9 @@ class PodNetworkSteps:
         self.clock = clock
         #: whether a released address may go back yet (its node agent's word)
         self.unplug = unplug
+        #: the Subnets and IPPools declared as objects (None: a reconciler built without
+        #: them serves every provider from its config, as before)
+        self.networks = networks
         #: monotonic time each routed record is next verified at (in memory only)
         self._verify_at: dict[str, float] = {}
         #: (pod key, uid) whose record someone else deleted while the pod looked alive:
@@ -250,6 +254,11 @@ class PodNetworkSteps:
                                    + self.placement.policy(provider).verify_period)
         self._milestone(updated, "Routed", "routed")
         return updated
+
+    def verify_now(self, pn: PodNetwork) -> None:
+        """Verify ``pn`` at its pod's next pass (queued now), not at its period's end."""
+        self._verify_at[pn.key] = 0.0
+        self.enqueue.pod_of(pn)
 
     def _maybe_verify(self, pn: PodNetwork, pod: PodInfo) -> Result:
         now = self.clock.monotonic()

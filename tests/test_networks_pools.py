@@ -1,0 +1,58 @@
+"""Subnets and IPPools for a provider with node pools (the reference provider): its node
+pool hooks are told the node's usable Subnets (``NodeContext.subnets``), and an IPPool
+object's members are resolved against the node's pool as an address list is."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from podnet.core.cluster.port import IP_POOL, POD_NETWORK, SUBNET
+from podnet.core.policy import PoolPolicy
+from podnet.hookspecs import hookimpl
+from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
+from podnet.testing.harness import EngineRig
+
+
+class Spy:
+    """A plugin of no provider: sees every routed call's arguments."""
+
+    def __init__(self) -> None:
+        self.grown_with: list[tuple[str, ...]] = []
+
+    @hookimpl(hookwrapper=True)
+    def podnet_pool_grow(self, provider: str, node: Any, interface: Any, count: int,
+                         subnet: Any) -> Iterator[None]:
+        self.grown_with.append(tuple(s.name for s in node.subnets))
+        yield
+
+
+def test_a_pool_provider_hears_its_subnets_and_serves_an_ippool_object() -> None:
+    spy = Spy()
+    policy = PoolPolicy(min_idle=4, max_idle=8, batch_size=4, max_batch_size=8,
+                        reuse_cooldown=0.0)
+    rig = EngineRig([("reference", ReferenceProvider(ReferenceCloud(), policy=policy)),
+                     ("spy", spy)], namespaces=("team-a", "team-b"))
+    rig.cluster.create(SUBNET, {"metadata": {"name": "ref"}, "spec": {
+        "provider": "reference", "cidrBlock": "10.64.0.0/16", "default": True}})
+    rig.clock.advance(1)
+    rig.cluster.create(SUBNET, {"metadata": {"name": "elsewhere"}, "spec": {
+        "provider": "reference", "cidrBlock": "10.65.0.0/16",
+        "nodeSelector": {"matchLabels": {"zone": "far"}}}})
+    rig.settle()
+    node = rig.node(0)  # podCIDR 10.64.0.0/24
+    rig.cluster.create(IP_POOL, {"metadata": {"name": "fixed"}, "spec": {
+        "subnet": "ref", "addresses": ["10.64.0.4..10.64.0.5"], "namespaces": ["team-b"]}})
+    rig.settle()
+    rig.namespace = "team-b"
+    rig.pod("b-0", node)
+    rig.namespace = "team-a"
+    rig.pod("a-0", node)
+    rig.settle()
+    assert spy.grown_with and all(names == ("ref",) for names in spy.grown_with)
+    by_pod = {r["spec"]["podName"]: r for r in rig.cluster.list(POD_NETWORK).items}
+    assert by_pod["b-0"]["status"]["ip"] in ("10.64.0.4", "10.64.0.5")
+    assert by_pod["a-0"]["status"]["phase"] == "Routed"
+    assert by_pod["a-0"]["status"]["ip"] not in ("10.64.0.4", "10.64.0.5")
+    status = rig.cluster.get(IP_POOL, "fixed")["status"]
+    assert status["v4UsingIPs"] == 1

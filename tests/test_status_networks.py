@@ -12,12 +12,9 @@ import pytest
 
 from podnet.app.cli import main
 from podnet.app.records import read_records
-from podnet.core.cluster.port import Kind
+from podnet.core.cluster.port import IP_POOL, SUBNET, Kind
 from podnet.sim.apiserver import ApiServer
 from podnet.sim.memory import InMemoryCluster
-
-SUBNET = Kind("podnet.io", "v1alpha1", "Subnet", "subnets", False)
-IP_POOL = Kind("podnet.io", "v1alpha1", "IPPool", "ippools", False)
 
 
 def _obj(kind: Kind, name: str, spec: dict[str, Any]) -> dict[str, Any]:

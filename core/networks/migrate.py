@@ -19,7 +19,16 @@ from typing import Any
 
 import attrs
 
-from podnet.core.cluster.port import AlreadyExists, Cluster, Forbidden, Invalid, Kind
+from podnet.core.cluster.port import (
+    IP_POOL,
+    SECURITY_GROUP,
+    SUBNET,
+    AlreadyExists,
+    Cluster,
+    Forbidden,
+    Invalid,
+    Kind,
+)
 from podnet.hookspecs.networks import (
     IPPoolInfo,
     Networks,
@@ -39,11 +48,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-# the same Kinds as core.cluster.port's (defined here until both branches meet)
-SUBNET = Kind("podnet.io", "v1alpha1", "Subnet", "subnets", False)
-IP_POOL = Kind("podnet.io", "v1alpha1", "IPPool", "ippools", False)
-SECURITY_GROUP = Kind("podnet.io", "v1alpha1", "SecurityGroup", "securitygroups", False)
 
 #: on each object the migration made: the config section it came from
 MIGRATED_FROM = "podnet.io/migrated-from"

@@ -387,6 +387,8 @@ class _InstanceState:
 class BbcProvider(BbcSubnets, DataplaneHooks):
     """The plugin. One per controller; its memory is a cache, rebuilt from the cloud."""
 
+    _error_code = staticmethod(error_code)
+
     def __init__(self, *, endpoint: str | None = None, access_key_id: str | None = None,
                  secret_access_key: str | None = None, vpc_endpoint: str | None = None,
                  subnets: Sequence[str] = (), instance_type_label: str = DEFAULT_TYPE_LABEL,

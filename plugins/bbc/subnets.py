@@ -116,11 +116,13 @@ class BbcSubnets:
     def _subnet(self, subnet: str, *, fresh: bool = False) -> Any:
         raise NotImplementedError  # BbcProvider's
 
+    @staticmethod
+    def _error_code(error: BaseException) -> tuple[str | None, int | None]:
+        raise NotImplementedError  # BbcProvider's: the SDK error's code and HTTP status
+
     def _read(self, sid: str, at: str, owner: str) -> CloudSubnet:
         """One VPC subnet, fresh; one the cloud does not have is refused (``at``), one it
         cannot read now is a transient error."""
-        from podnet.plugins.bbc.provider import error_code
-
         try:
             info: CloudSubnet = self._subnet(sid, fresh=True)
         except ProviderError as exc:
@@ -129,7 +131,7 @@ class BbcSubnets:
             raise ProviderError(ErrorKind.TRANSIENT, f"{owner}: reading subnet {sid} "
                                 f"failed: {exc}", subject=sid) from None
         except Exception as exc:
-            code, status = error_code(exc)
+            code, status = self._error_code(exc)
             if status == 404 or code == "NoSuchObject":
                 raise InvalidRequest(at, f"{owner}: subnet {sid} does not exist") from None
             kind = ErrorKind.THROTTLED if code == "RateLimit" else ErrorKind.TRANSIENT

@@ -163,6 +163,13 @@ class Host:
 
     def _lead(self) -> None:
         try:
+            # before the first list, so the objects it makes are served from the start
+            self.engine.migrate_networks()
+        except Exception as exc:
+            # the API server refused more than an object, or the lease went: the config's
+            # networks serve as before this time, and the next start as leader tries again
+            log.warning("migration of the config's networks to objects failed: %s", exc)
+        try:
             self.engine.start()
         except Exception:
             log.exception("the engine could not start")

@@ -52,6 +52,7 @@ from podnet.core.models import (
     WorkloadInfo,
     set_condition,
 )
+from podnet.core.networks.migrate import Migration, migrate_networks
 from podnet.core.ownership import AddressBook, Ownership
 from podnet.core.placement import Placement, Policies
 from podnet.core.plugin import Providers
@@ -73,6 +74,7 @@ from podnet.core.tracing import Tracing, is_stale_read
 from podnet.core.transition import Transitions
 from podnet.core.unplug import UnplugGate
 from podnet.core.workqueue import WorkQueue
+from podnet.hookspecs.networks import Networks
 
 log = logging.getLogger("podnet.engine")
 
@@ -440,6 +442,22 @@ class Engine:
                 self.enqueue.pod_of(pn)
 
     # --- running ----------------------------------------------------------------------
+
+    def migrate_networks(self) -> Migration | None:
+        """The networks the providers' config sections still declare, made objects once
+        (:mod:`podnet.core.networks.migrate`): called by the host when it starts leading,
+        before ``start`` lists them. A provider that cannot say now is skipped (its
+        networks are migrated at a later start); None when no section declares any."""
+        declared: dict[str, Networks | None] = {}
+        for name in self.providers.names():
+            try:
+                declared[name] = self.gateway.config_networks(name)
+            except (PodnetError, ApiError) as exc:
+                log.warning("migration: provider %s cannot say what its config declares "
+                            "now (%s); its networks are migrated at a later start", name, exc)
+        if not any(declared.values()):
+            return None
+        return migrate_networks(self.cluster, declared, self.options.agent_namespace)
 
     def start(self) -> None:
         """List every cache, then queue every object: level-triggered from the start."""

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from podnet.core.cluster.port import (
+    CONFIG_MAP,
     NAMESPACE,
     AlreadyExists,
     ApiError,
@@ -57,7 +58,6 @@ __all__ = [
 ]
 
 SERVICE: Final = Kind("", "v1", "Service", "services", True)
-CONFIG_MAP: Final = Kind("", "v1", "ConfigMap", "configmaps", True)
 SECRET: Final = Kind("", "v1", "Secret", "secrets", True)
 SERVICE_ACCOUNT: Final = Kind("", "v1", "ServiceAccount", "serviceaccounts", True)
 DEFAULT_SERVICE_CIDR: Final = "10.96.0.0/12"

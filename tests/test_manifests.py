@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from podnet.core.config import load_config, parse_config
+from podnet.core.networks.migrate import MARKER
 from podnet.core.plugin import BUILTIN_PLUGINS
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
@@ -145,8 +146,13 @@ def test_configmap_holds_a_valid_config_consistent_with_the_deployment() -> None
     (role,) = [d for _, d in DOCS if d["kind"] == "Role"
                and d["metadata"]["name"] == "podnet-leader-election"]
     assert role["metadata"]["namespace"] == config.leader_election.namespace
-    names = {n for r in role["rules"] for n in r.get("resourceNames", [])}
-    assert names == {config.leader_election.name}
+    leases = {n for r in role["rules"] if r["resources"] == ["leases"]
+              for n in r.get("resourceNames", [])}
+    assert leases == {config.leader_election.name}
+    # the migration's marker, by name: podnet reads and writes no other ConfigMap
+    marker = [r for r in role["rules"] if r["resources"] == ["configmaps"]]
+    assert {v for r in marker for v in r["verbs"]} == {"create", "get", "update"}
+    assert all(r.get("resourceNames") == [MARKER] for r in marker if r["verbs"] != ["create"])
 
 
 def test_crds_have_status_printer_columns_and_short_names() -> None:

@@ -3,19 +3,34 @@ operator's, against the in-memory cluster."""
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from typing import Any
 
+import attrs
 import pytest
 
-from podnet.core.cluster.port import ApiError, Invalid, Kind
-from podnet.core.networks.migrate import (
+from podnet.core.cluster.port import (
+    CONFIG_MAP,
     IP_POOL,
-    MIGRATED_FROM,
+    POD,
+    POD_NETWORK,
     SECURITY_GROUP,
     SUBNET,
+    ApiError,
+    Invalid,
+    Kind,
+    NotFound,
+)
+from podnet.core.engine import Engine
+from podnet.core.networks.migrate import (
+    MARKER,
+    MARKER_KEY,
+    MIGRATED_FROM,
+    Migration,
     migrate_networks,
 )
+from podnet.hookspecs import hookimpl
 from podnet.hookspecs.networks import (
     IPPoolInfo,
     Networks,
@@ -25,6 +40,8 @@ from podnet.hookspecs.networks import (
     SubnetInfo,
 )
 from podnet.sim.memory import InMemoryCluster
+from podnet.testing.harness import EngineRig
+from podnet.testing.networklab import LAB, NetworkLab
 
 OVN = Networks(
     subnets=(
@@ -126,3 +143,58 @@ def test_a_group_two_sections_declare_is_made_once(caplog: pytest.LogCaptureFixt
     done = migrate_networks(cluster, {"ovn": OVN, "bbc": other})
     assert done.created.count("SecurityGroup web") == 1
     assert "declared by more than one section" in caplog.text
+
+
+def test_the_marker_makes_a_migration_once_and_an_entry_added_later_still_migrates() -> None:
+    cluster = InMemoryCluster()
+    first = migrate_networks(cluster, {"ovn": OVN}, namespace="kube-system")
+    assert len(first.created) == 4
+    marker = cluster.get(CONFIG_MAP, MARKER, "kube-system")
+    assert marker["data"][MARKER_KEY].splitlines() == sorted(
+        ["Subnet/blue", "Subnet/green", "IPPool/web", "SecurityGroup/web"])
+    # the operator retires a migrated Subnet: the config still declaring it brings it
+    # back no more
+    cluster.delete(SUBNET, "green")
+    more = attrs.evolve(OVN, subnets=(*OVN.subnets, SubnetInfo(
+        name="red", provider="ovn", cidrs=("10.40.0.0/24",))))
+    again = migrate_networks(cluster, {"ovn": more}, namespace="kube-system")
+    assert again.created == ("Subnet red",)
+    assert "Subnet green" in again.done_before
+    with pytest.raises(NotFound):
+        cluster.get(SUBNET, "green")
+    assert "Subnet/red" in cluster.get(CONFIG_MAP, MARKER, "kube-system")["data"][MARKER_KEY]
+
+
+class _Declares:
+    """A lab provider whose config section declared one Subnet the old way."""
+
+    @hookimpl
+    def podnet_config_networks(self, provider: str) -> Networks | None:
+        return Networks(subnets=(SubnetInfo(name="legacy", provider=LAB,
+                                            cidrs=("10.50.0.0/24",), default=True),))
+
+
+def test_the_engine_migrates_before_its_first_list_and_serves_the_objects_it_made() -> None:
+    lab = NetworkLab()
+    rig = EngineRig([(LAB, lab)], config={"defaultProvider": LAB}, namespaces=("team-a",))
+    rig.pm.register(_Declares(), name="lab-config")
+    node = rig.node(0)
+    rig.engine = Engine(rig.cluster, rig.pm, clock=rig.clock, options=rig.options)
+    made = rig.engine.migrate_networks()
+    assert made is not None and made.created == ("Subnet legacy",)
+    rig.engine.start()
+    rig.cluster.create(POD, {
+        "metadata": {"name": "web-0", "namespace": "team-a"},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]},
+        "status": {"phase": "Running"}})
+    rig.settle()
+    assert cluster_phase(rig.cluster.get(SUBNET, "legacy")) == "Ready"
+    (record,) = rig.cluster.list(POD_NETWORK, "team-a").items
+    assert record["status"]["phase"] == "Routed"
+    assert ipaddress.ip_address(record["status"]["ip"]) in ipaddress.ip_network("10.50.0.0/24")
+    # a second start as leader makes nothing again
+    assert rig.engine.migrate_networks() == Migration(done_before=("Subnet legacy",))
+
+
+def cluster_phase(obj: dict[str, Any]) -> str:
+    return str(obj.get("status", {}).get("phase"))

@@ -8,6 +8,11 @@ is the operator's and is never overwritten (nor compared: the operator may have 
 it). A refused object (the API server's validation) is reported and the others are still
 made. What was made carries the annotation :data:`MIGRATED_FROM` naming the section.
 
+"Once" is kept in a ConfigMap of the controller's namespace (:data:`MARKER`): every object
+migrated (made, or found made) is listed there, and a later start makes none of them
+again, so an operator who deletes a migrated Subnet keeps it deleted while the config file
+still declares it; an entry the config gains later is migrated at the next start.
+
 The objects are written in their wire form (the CRDs in ``sim/crds/``), as plain dicts.
 """
 
@@ -20,6 +25,7 @@ from typing import Any
 import attrs
 
 from podnet.core.cluster.port import (
+    CONFIG_MAP,
     IP_POOL,
     SECURITY_GROUP,
     SUBNET,
@@ -28,6 +34,7 @@ from podnet.core.cluster.port import (
     Forbidden,
     Invalid,
     Kind,
+    NotFound,
 )
 from podnet.hookspecs.networks import (
     IPPoolInfo,
@@ -51,6 +58,10 @@ log = logging.getLogger(__name__)
 
 #: on each object the migration made: the config section it came from
 MIGRATED_FROM = "podnet.io/migrated-from"
+#: the ConfigMap (in the controller's namespace) listing what was migrated, one
+#: ``Kind/name`` a line under :data:`MARKER_KEY`
+MARKER = "podnet-networks-migrated"
+MARKER_KEY = "objects"
 
 
 @attrs.frozen
@@ -62,6 +73,8 @@ class Migration:
     kept: tuple[str, ...] = ()
     #: the API server refused it (``"Subnet blue: <why>"``); the others were still made
     refused: tuple[str, ...] = ()
+    #: migrated at an earlier start (the marker lists it): not made again
+    done_before: tuple[str, ...] = ()
 
 
 def _selector(term: SelectorTerm | None) -> dict[str, Any] | None:
@@ -165,21 +178,51 @@ def _objects(declared: Mapping[str, Networks]
         yield kind, obj
 
 
-def migrate_networks(cluster: Cluster, declared: Mapping[str, Networks | None]) -> Migration:
+def _marker(cluster: Cluster, namespace: str) -> tuple[dict[str, Any] | None, set[str]]:
+    try:
+        obj = cluster.get(CONFIG_MAP, MARKER, namespace)
+    except NotFound:
+        return None, set()
+    text = (obj.get("data") or {}).get(MARKER_KEY, "")
+    return obj, {line for line in text.splitlines() if line.strip()}
+
+
+def _save_marker(cluster: Cluster, namespace: str, obj: dict[str, Any] | None,
+                 done: set[str]) -> None:
+    data = {MARKER_KEY: "".join(f"{line}\n" for line in sorted(done))}
+    if obj is None:
+        cluster.create(CONFIG_MAP, {"apiVersion": "v1", "kind": "ConfigMap",
+                                    "metadata": {"name": MARKER, "namespace": namespace},
+                                    "data": data})
+    else:
+        cluster.update(CONFIG_MAP, {**obj, "data": data})
+
+
+def migrate_networks(cluster: Cluster, declared: Mapping[str, Networks | None],
+                     namespace: str | None = None) -> Migration:
     """Create each object ``declared`` (provider -> what its config section declares)
-    that does not exist yet; never overwrite one. Logs and answers what it did.
+    that does not exist yet; never overwrite one. With ``namespace``, the marker
+    ConfigMap there says what an earlier start migrated (not made again) and is updated
+    with what this one did. Logs and answers what it did.
     :raises ApiError: other than 422/403 (a retry makes only what is still missing)."""
     created: list[str] = []
     kept: list[str] = []
     refused: list[str] = []
+    before: list[str] = []
     present = {p: n for p, n in declared.items() if n is not None}
+    marker, done = _marker(cluster, namespace) if namespace else (None, set())
     for kind, obj in _objects(present):
         what = f"{kind.kind} {obj['metadata']['name']}"
+        entry = f"{kind.kind}/{obj['metadata']['name']}"
+        if entry in done:
+            before.append(what)
+            continue
         source = obj["metadata"]["annotations"][MIGRATED_FROM]
         try:
             cluster.create(kind, obj)
         except AlreadyExists:
             kept.append(what)
+            done.add(entry)
             log.info("migration: %s exists; the config's (%s) is not applied over it",
                      what, source)
             continue
@@ -191,5 +234,14 @@ def migrate_networks(cluster: Cluster, declared: Mapping[str, Networks | None]) 
             log.error("migration: %s from %s was refused: %s", what, source, exc)
             continue
         created.append(what)
+        done.add(entry)
         log.info("migration: created %s from %s", what, source)
-    return Migration(tuple(created), tuple(kept), tuple(refused))
+    if namespace and (created or kept):
+        try:
+            _save_marker(cluster, namespace, marker, done)
+        except (Invalid, Forbidden) as exc:
+            # the objects are made; without the marker a later start finds them (kept),
+            # and only one an operator deleted meanwhile would be made again
+            log.error("migration: could not record what was migrated in ConfigMap %s/%s: "
+                      "%s", namespace, MARKER, exc)
+    return Migration(tuple(created), tuple(kept), tuple(refused), tuple(before))

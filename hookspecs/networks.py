@@ -203,7 +203,9 @@ class SecurityRule:
 @attrs.frozen
 class SecurityGroupInfo:
     """One SecurityGroup object: its rules each way. Pods name groups in
-    ``podnet.io/security-groups``; a change applies to running pods."""
+    ``podnet.io/security-groups``; a change applies to running pods. A direction the
+    object leaves out is not restricted (core hands it as one allow-all rule,
+    ``(SecurityRule(),)``); one written as an empty list allows nothing."""
 
     name: str
     ingress: tuple[SecurityRule, ...] = ()

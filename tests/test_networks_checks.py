@@ -18,7 +18,13 @@ from podnet.core.networks.catalog import Parameters, evaluate
 from podnet.core.networks.checks import Declared, declared, overlaps
 from podnet.core.networks.select import choose
 from podnet.core.networks.usage import Usage
-from podnet.hookspecs.networks import NETWORK_FINALIZER, Networks, SubnetInfo
+from podnet.hookspecs.networks import (
+    NETWORK_FINALIZER,
+    Networks,
+    SecurityGroupInfo,
+    SecurityRule,
+    SubnetInfo,
+)
 
 API = "podnet.io/v1alpha1"
 
@@ -182,6 +188,16 @@ def test_a_malformed_group_is_refused_naming_its_field(spec: dict[str, Any], fie
     d = declared("SecurityGroup", group(**spec))
     assert d.info is None and d.problem is not None
     assert d.problem.field == field, d.problem
+
+
+def test_a_direction_left_out_is_not_restricted_and_an_empty_one_allows_nothing() -> None:
+    d = declared("SecurityGroup", group(ingress=[{"protocol": "tcp", "port": "80"}]))
+    assert isinstance(d.info, SecurityGroupInfo)
+    assert d.info.ingress == (SecurityRule("tcp", (80, 80)),)
+    assert d.info.egress == (SecurityRule(),)  # left out: everything allowed that way
+    shut = declared("SecurityGroup", group(ingress=[], egress=[]))
+    assert isinstance(shut.info, SecurityGroupInfo)
+    assert shut.info.ingress == () and shut.info.egress == ()
 
 
 def test_a_spec_that_reads_gets_its_defaults() -> None:

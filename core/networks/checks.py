@@ -273,8 +273,12 @@ def _ports(protocol: str, port: str | None, field: str) -> tuple[int, int] | Non
     return lo, hi
 
 
-def _rules(rules: Sequence[wire.IngressRule | wire.EgressRule], side: str
+def _rules(rules: Sequence[wire.IngressRule | wire.EgressRule] | None, side: str
            ) -> tuple[SecurityRule, ...]:
+    if rules is None:
+        # a direction the group leaves out is not restricted, as in the config file's
+        # groups: one rule allowing everything (an empty list allows nothing)
+        return (SecurityRule(),)
     out = []
     for i, rule in enumerate(rules):
         field = f"spec.{side}[{i}]"

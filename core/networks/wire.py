@@ -142,8 +142,9 @@ class EgressRule:
 
 @attrs.frozen
 class SecurityGroupSpec:
-    ingress: tuple[IngressRule, ...] = ()
-    egress: tuple[EgressRule, ...] = ()
+    #: ``None``: the direction is left out (not restricted); ``()``: nothing allowed
+    ingress: tuple[IngressRule, ...] | None = None
+    egress: tuple[EgressRule, ...] | None = None
 
 
 @attrs.frozen

@@ -19,7 +19,7 @@ maps them from the objects' camelCase JSON. Providers may import this module.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -70,6 +70,16 @@ def expand(items: tuple[str, ...], limit: int = 1 << 20) -> Iterator[IPAddress]:
                 return
             n += 1
             yield ipaddress.ip_address(i)
+
+
+def covering_block(cidrs: Iterable[IPNetwork]) -> IPNetwork:
+    """The smallest CIDR holding every one of ``cidrs`` (one family; at least one): what
+    a provider's migration declares for a set of cloud subnets."""
+    nets = list(cidrs)
+    block = nets[0]
+    while not all(n.subnet_of(block) for n in nets):  # type: ignore[arg-type]
+        block = block.supernet()
+    return block
 
 
 @attrs.frozen

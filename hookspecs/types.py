@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
 import attrs
 
-from podnet.hookspecs.errors import InvalidRequest
+from podnet.hookspecs.errors import InvalidRequest, PoolEmpty
 from podnet.hookspecs.models import (
     NodeInfo,
     NodeNetwork,
@@ -266,6 +266,28 @@ class AllocateContext:
     #: the IPPool object the pod names in ``podnet.io/ip-pool`` (or its namespace must
     #: use), checked to lie in ``subnet``; ``None``: none. Since 0.7.
     ip_pool: IPPoolInfo | None = None
+
+    def check_in_subnet(self, wait_in: Callable[[], str | None]) -> None:
+        """For a pool provider: a pod network on a Subnet (``subnet``) gets an address of
+        its block only. A pool entry core reserved outside it is handed back (the pod
+        network waits, :class:`PoolEmpty`, for one in the Subnet's cloud subnet
+        ``wait_in()``, which the pool then grows); a requested address outside it,
+        excluded from it or its gateway is refused naming the request's field. Since 0.7.
+        """
+        subnet, request = self.subnet, self.request
+        if subnet is None or request is None:
+            return
+        if request.entry is not None and not subnet.contains(request.entry.address):
+            raise PoolEmpty(f"{request.entry.address} is not in {subnet.describe()}, the "
+                            "pod network's Subnet: waiting for an address of it",
+                            subnet=wait_in())
+        address = request.address if request.entry is None else None
+        if address is not None and not subnet.contains(address):
+            raise request.refuse(f"{address} is not in {subnet.describe()}, the pod "
+                                 "network's Subnet")
+        if address is not None and (subnet.excludes(address) or address in subnet.gateways):
+            raise request.refuse(f"{address} is excluded from {subnet.describe()} (its "
+                                 "excludeIPs or gateway)")
 
 
 @attrs.frozen

@@ -77,7 +77,7 @@ from podnet.hookspecs.types import (
 )
 from podnet.linux.eni import POD_ROUTES, EniDataplane
 from podnet.linux.hooks import DataplaneHooks
-from podnet.plugins.bbc.subnets import BbcSubnets, check_in_subnet, node_subnet_ids
+from podnet.plugins.bbc.subnets import BbcSubnets, node_subnet_ids
 
 NAME = "bbc"
 #: the APIs as BBC meters them (one bucket each): the names core's limiter keys on
@@ -695,7 +695,7 @@ class BbcProvider(BbcSubnets, DataplaneHooks):
     def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
         request = context.request
         assert request is not None, "the BBC provider uses node pools"
-        check_in_subnet(context, lambda: next(iter(node_subnet_ids(
+        context.check_in_subnet(lambda: next(iter(node_subnet_ids(
             (context.subnet,) if context.subnet else ())), None))
         instance = self.instance_id(context.node.node)
         port = self._port(instance)

@@ -27,14 +27,20 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from podnet.hookspecs import hookimpl
-from podnet.hookspecs.errors import ErrorKind, InvalidRequest, PoolEmpty, ProviderError
-from podnet.hookspecs.networks import Networks, SelectorTerm, SubnetInfo, SubnetRealization
+from podnet.hookspecs.errors import ErrorKind, InvalidRequest, ProviderError
+from podnet.hookspecs.networks import (
+    Networks,
+    SelectorTerm,
+    SubnetInfo,
+    SubnetRealization,
+    covering_block,
+)
 from podnet.hookspecs.sections import config_key
-from podnet.hookspecs.types import AllocateContext, NodeContext
+from podnet.hookspecs.types import NodeContext
 
 log = logging.getLogger(__name__)
 
@@ -260,30 +266,5 @@ def config_networks(provider: str, subnets: Sequence[CloudSubnet]) -> Networks:
     return Networks(subnets=tuple(out))
 
 
-def _covering(members: Sequence[CloudSubnet]) -> ipaddress.IPv4Network:
-    """The smallest CIDR holding every member's CIDR."""
-    nets = [ipaddress.IPv4Network(s.cidr, strict=False) for s in members]
-    block = nets[0]
-    while not all(n.subnet_of(block) for n in nets):
-        block = block.supernet()
-    return block
-
-
-def check_in_subnet(context: AllocateContext, wait_in: Callable[[], str | None]) -> None:
-    """A pod network on a Subnet (``context.subnet``) gets an address of its block only:
-    a pool entry core reserved outside it is handed back, the pod network waiting for one
-    in the Subnet's cloud subnet (``wait_in()``, which the pool then grows); a requested
-    address outside it, excluded from it or its gateway is refused."""
-    subnet, request = context.subnet, context.request
-    if subnet is None or request is None:
-        return
-    if request.entry is not None and not subnet.contains(request.entry.address):
-        raise PoolEmpty(f"{request.entry.address} is not in {subnet.describe()}, the pod "
-                        "network's Subnet: waiting for an address of it", subnet=wait_in())
-    address = request.address if request.entry is None else None
-    if address is not None and not subnet.contains(address):
-        raise request.refuse(f"{address} is not in {subnet.describe()}, the pod network's "
-                             "Subnet")
-    if address is not None and (subnet.excludes(address) or address in subnet.gateways):
-        raise request.refuse(f"{address} is excluded from {subnet.describe()} (its "
-                             "excludeIPs or gateway)")
+def _covering(members: Sequence[CloudSubnet]) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    return covering_block(ipaddress.IPv4Network(s.cidr, strict=False) for s in members)

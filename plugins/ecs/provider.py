@@ -124,7 +124,6 @@ from podnet.plugins.ecs.dataplane import (
     ipv6_gateway,
 )
 from podnet.plugins.ecs.subnets import (
-    check_in_subnet,
     config_networks,
     realize,
     vswitch_ids,
@@ -672,7 +671,7 @@ class EcsProvider(EcsCloud, DataplaneHooks):
         request = context.request
         if request is None:
             raise ProviderError(ErrorKind.FATAL, "the ecs provider uses node pools")
-        check_in_subnet(context, lambda: next(iter(zone_vswitches(
+        context.check_in_subnet(lambda: next(iter(zone_vswitches(
             (context.subnet,) if context.subnet else (), self.zone_of(context.node))), None))
         entry = request.entry or self._add_static(context, request)
         cidr = self._cidr_map([entry.subnet] if entry.subnet else []).get(entry.subnet or "")

@@ -11,9 +11,11 @@ from typing import Any
 
 from podnet.core.attachments import MULTUS_NETWORKS
 from podnet.core.cluster.port import EVENT, NAD, NAMESPACE, POD, Obj
+from podnet.core.cluster.port import SUBNET as SUBNET_KIND
 from podnet.core.policy import PoolPolicy
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 from podnet.testing.harness import EngineRig
+from podnet.testing.networklab import LAB, NetworkLab
 
 NS = "demo"
 POLICY = PoolPolicy(min_idle=1, max_idle=4, batch_size=4, max_batch_size=8, reuse_cooldown=0.0)
@@ -224,3 +226,20 @@ def test_a_restart_whose_nad_list_fails_keeps_the_nad_records_until_it_succeeds(
     final = by_network(r, "app")[f"{NS}/blue"]
     assert final["status"]["phase"] == "Routed"
     assert final["metadata"]["uid"] == before["metadata"]["uid"]
+
+
+def test_a_nad_naming_a_subnet_object_is_served_by_that_subnets_provider() -> None:
+    lab = NetworkLab()
+    r = rig((LAB, lab))
+    r.cluster.create(SUBNET_KIND, {"metadata": {"name": "lab-net"},
+                                   "spec": {"provider": LAB, "cidrBlock": "10.90.0.0/24"}})
+    r.cluster.create(NAD, nad("side", {"cniVersion": "1.0.0", "name": "side",
+                                       "type": "podnet-cni", "subnet": "lab-net"}))
+    node = r.node(0)
+    r.pod("app", node, annotations={MULTUS_NETWORKS: "side"})
+    r.settle()
+    side = by_network(r, "app")[f"{NS}/side"]
+    assert side["spec"]["provider"] == LAB  # the Subnet's, not the node's (reference)
+    assert side["status"]["phase"] == "Routed"
+    assert side["status"]["ip"].startswith("10.90.0.")
+    assert lab.violations == []

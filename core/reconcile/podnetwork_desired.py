@@ -37,6 +37,7 @@ from podnet.core.objects import pod_is_sticky, pod_is_terminal, vm_of
 from podnet.core.placement import Placement
 from podnet.core.reconcile.podnetwork_wording import pod_ref
 from podnet.core.records import RecordWriter
+from podnet.hookspecs.networks import SubnetInfo
 
 #: what a pod without ``podnet.io/`` annotations asks for
 _NO_REQUEST = parse_network_request({})
@@ -243,9 +244,9 @@ class Wants:
     def _nad_attachment(self, pod: PodInfo, node: NodeInfo, default_provider: str,
                         selection: Selection, nad: NadInfo) -> Desired:
         where = f"NetworkAttachmentDefinition {nad.key}"
-        # the Subnet's provider once Subnets are objects; until then the config's
-        # ``provider``, else the pod's default provider
-        provider = nad.provider or default_provider
+        # the config's ``provider``, else the provider of the Subnet object it names, else
+        # the pod's default provider (the subnet is then one of its own)
+        provider = nad.provider or self._provider_of_subnet(nad.subnet) or default_provider
         if nad.problem is not None:
             return Desired(default_provider, NetworkRequest(), False,
                            InvalidRequest(where, nad.problem))
@@ -262,6 +263,13 @@ class Wants:
         want = self._attachment(pod, node, default_provider, selection.network, provider)
         return attrs.evolve(want, request=NetworkRequest(
             subnets=(nad.subnet,) if nad.subnet else (), ip_address=ip, mac_address=mac))
+
+    def _provider_of_subnet(self, name: str | None) -> str | None:
+        """The provider of the Subnet object ``name`` (None: no such object, or one whose
+        spec does not read)."""
+        declared = self.caches.subnets.get(name) if name else None
+        info = declared.info if declared is not None else None
+        return info.provider if isinstance(info, SubnetInfo) else None
 
     def wanted(self, pn: PodNetwork, pod: PodInfo | None, desired: dict[str, Desired]) -> bool:
         if pod is None or pn.metadata.deletion_timestamp is not None:

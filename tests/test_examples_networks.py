@@ -27,10 +27,11 @@ def kubectl(tmp_path: Path) -> Iterator[Any]:
     with ApiServer() as server:
         kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
 
-        def run(*args: str) -> subprocess.CompletedProcess[str]:
+        def run(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
             return subprocess.run([str(KUBECTL), "--kubeconfig", str(kubeconfig), "--cache-dir",
                                    str(tmp_path / "cache"), "--request-timeout=10s", *args],
-                                  capture_output=True, text=True, timeout=60, check=False)
+                                  input=input, capture_output=True, text=True, timeout=60,
+                                  check=False)
 
         yield run
 
@@ -73,3 +74,14 @@ def test_an_example_edited_wrong_is_refused_naming_the_field(kubectl: Any,
     done = kubectl("apply", "-f", str(bad))
     assert done.returncode != 0
     assert "spec.gateway" in done.stderr, done.stderr
+
+
+def test_the_readme_install_example_is_accepted(kubectl: Any) -> None:
+    readme = (EXAMPLES.parent.parent / "README.md").read_text()
+    step = readme[readme.index("**4. The networks, as objects.**"):]
+    block = step[step.index("```yaml\n") + len("```yaml\n"):]
+    block = block[:block.index("```")]
+    assert kubectl("create", "namespace", "team-a").returncode == 0
+    done = kubectl("apply", "-f", "-", input=block)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("created") == 4, done.stdout

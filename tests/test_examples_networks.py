@@ -85,3 +85,25 @@ def test_the_readme_install_example_is_accepted(kubectl: Any) -> None:
     done = kubectl("apply", "-f", "-", input=block)
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("created") == 4, done.stdout
+
+
+@pytest.mark.parametrize("provider", ["ecs", "bbc", "ovn"])
+def test_the_subnet_a_values_file_shows_is_accepted(kubectl: Any, provider: str) -> None:
+    """Each provider's values file shows, in its header, the Subnet to apply instead of the
+    config's subnets: that manifest, uncommented, is admitted."""
+    lines = (EXAMPLES.parent.parent / "deploy" / "chart" / f"values-{provider}.yaml"
+             ).read_text().splitlines()
+    start = lines.index("#   apiVersion: podnet.io/v1alpha1")
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("#   "):
+            break
+        block.append(line[len("#   "):])
+    doc = yaml.safe_load("\n".join(block))
+    assert (doc["kind"], doc["spec"]["provider"]) == ("Subnet", provider)
+    config = yaml.safe_load("\n".join(lines))["config"]["providers"][provider]
+    # the networks are objects: the config declares none (ECS's security_groups are its
+    # ENIs', not OVN's rules)
+    assert not {"subnets", "vswitches"} & set(config)
+    done = kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
+    assert done.returncode == 0 and "created" in done.stdout, done.stderr

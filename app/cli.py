@@ -503,6 +503,10 @@ def _demo_with_progress(opts: DemoOptions) -> DemoReport:
             cells.append(str(report.duplicate_ips if label == "duplicate IPs" else sum(values)))
         table.add_row(label, *cells)
     console.print(table)
+    if report.subnets:
+        from podnet.app.status import _subnets_table
+
+        console.print(_subnets_table(report.subnets))
     console.print(f"pods with every network routed: {report.routed} / {report.pods}; "
                   + ", ".join(f"{k} {v}" for k, v in report.transitions.items()))
     _print_node_stage(console, report.node, "on a node")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import ipaddress
 import os
 import threading
 import time
@@ -35,7 +36,7 @@ from podnet.app import demo_node
 from podnet.app.demo_node import PODS as PODS_PER_STAGE
 from podnet.app.demo_node import NodeStageReport
 from podnet.core.clock import SystemClock
-from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Obj
+from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, SUBNET, Obj
 from podnet.core.config import parse_config
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.models import DEFAULT_NETWORK, Phase
@@ -60,6 +61,13 @@ MIXED_CONFIG: dict[str, Any] = {
     ],
     "networks": {OVERLAY_NETWORK: {"provider": "ovn"}},
 }
+#: the mixed cluster's Subnet objects besides the providers' own: the overlay's, for the
+#: demo's pods (their only OVN network is the overlay attachment)
+MIXED_SUBNETS: tuple[dict[str, Any], ...] = (
+    {"metadata": {"name": "ovn-overlay"},
+     "spec": {"provider": "ovn", "cidrBlock": "10.20.0.0/16", "namespaces": [NAMESPACE_NAME],
+              "parameters": {"logicalSwitch": "ovn-overlay", "gatewayType": "distributed"}}},
+)
 #: every how many pods one also attaches to the overlay
 ATTACH_EVERY = 3
 
@@ -139,6 +147,9 @@ class DemoReport:
     #: the same stage on an ECS and on a BBC node, their ENIs in a simulated VPC
     ecs_node: NodeStageReport = attrs.field(factory=NodeStageReport)
     bbc_node: NodeStageReport = attrs.field(factory=NodeStageReport)
+    #: each Subnet object at the end, as ``podnet status`` shows it (name, provider, cidr,
+    #: phase, v4/v6 available, using, reserved, excluded)
+    subnets: list[dict[str, Any]] = attrs.field(factory=list)
 
     @property
     def ok(self) -> bool:
@@ -354,6 +365,10 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
                         ecs_node=NodeStageReport(skipped=eni_skipped["ecs"], provider="ecs"),
                         bbc_node=NodeStageReport(skipped=eni_skipped["bbc"], provider="bbc"))
     cluster.create(NAMESPACE, {"metadata": {"name": NAMESPACE_NAME}})
+    # the networks, declared as objects before any pod (as an operator does)
+    subnets = _subnet_objects(opts, members)
+    for obj in subnets:
+        cluster.create(SUBNET, dict(obj))
     node_members = [m for m in members if m.demo.serves_nodes] or members[:1]
     nodes = []
     for i in range(opts.nodes):
@@ -370,10 +385,11 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
     started = time.monotonic()
     runner.start()
     try:
+        deadline = started + opts.timeout_s
+        _wait_subnets_ready(cluster, [str(o["metadata"]["name"]) for o in subnets], deadline)
         names = [f"pod-{i:05d}" for i in range(opts.pods)]
         for i, name in enumerate(names):
             cluster.create(POD, pod_obj(name, nodes[i % len(nodes)], networks_of(i)))
-        deadline = started + opts.timeout_s
         settled = _wait_settled(cluster, opts.pods, deadline, progress, "burst")
         if opts.churn and settled:
             for i, name in enumerate(names[: opts.churn]):
@@ -402,6 +418,8 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
                          cluster, name, next(m for m in members if m.name == name).cloud,
                          tracing=tracing))
             setattr(report, f"{name}_node", stage)
+        if subnets:
+            report.subnets = _subnet_usage(cluster, min(deadline, time.monotonic() + 10))
     finally:
         stop.set()
         runner.join(timeout=10)
@@ -426,6 +444,52 @@ def run_demo(opts: DemoOptions, progress: Callable[[str, int, int], None] | None
     if len(members) == 1:
         _lower_bound(report, opts, len(nodes), members[0].demo)
     return report
+
+
+def _subnet_objects(opts: DemoOptions, members: list[Member]) -> list[Obj]:
+    """The Subnet objects of this run: each member's own, and the mixed cluster's overlay
+    when OVN takes part."""
+    out = [dict(obj) for m in members for obj in m.demo.subnets]
+    if opts.provider == MIXED and "ovn" in {m.name for m in members}:
+        out.extend(dict(obj) for obj in MIXED_SUBNETS)
+    return out
+
+
+def _wait_subnets_ready(cluster: InMemoryCluster, names: list[str], deadline: float) -> None:
+    """Until the controller has found each Subnet Ready (a pod made before would be
+    served by its provider's config instead); raises past ``deadline``."""
+    while True:
+        phases = {n: cluster.get(SUBNET, n).get("status", {}).get("phase") for n in names}
+        if all(p == "Ready" for p in phases.values()):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError("demo Subnets not Ready: " + ", ".join(
+                f"{n} {p or 'not checked'}" for n, p in phases.items() if p != "Ready"))
+        time.sleep(0.05)
+
+
+def _subnet_usage(cluster: InMemoryCluster, deadline: float) -> list[dict[str, Any]]:
+    """Each Subnet as ``podnet status`` shows it, once its status counts what the records
+    hold (the controller writes the counts at most once a second), or at ``deadline``."""
+    from podnet.app.status import _subnet_row
+
+    while True:
+        held: Counter[str] = Counter()
+        objs = cluster.list(SUBNET).items
+        records = cluster.list(POD_NETWORK).items
+        for obj in objs:
+            spec = obj["spec"]
+            blocks = [ipaddress.ip_network(b) for b in str(spec["cidrBlock"]).split(",")]
+            for pn in records:
+                ip = pn.get("status", {}).get("ip")
+                if (ip and pn["spec"]["provider"] == spec["provider"]
+                        and any(ipaddress.ip_address(ip) in b for b in blocks)):
+                    held[obj["metadata"]["name"]] += 1
+        current = all(obj.get("status", {}).get("v4UsingIPs") == held[obj["metadata"]["name"]]
+                      for obj in objs)
+        if current or time.monotonic() > deadline:
+            return [_subnet_row(obj) for obj in sorted(objs, key=lambda o: o["metadata"]["name"])]
+        time.sleep(0.1)
 
 
 def _lower_bound(report: DemoReport, opts: DemoOptions, nodes: int, demo: DemoProvider

@@ -79,3 +79,7 @@ class DemoProvider:
     #: the fewest calls a perfect controller could make for a burst of pods (pods per
     #: node -> API -> (calls, whether it writes)); for one-provider runs' lower bound
     min_calls: Callable[[Sequence[int]], Mapping[str, tuple[int, bool]]] | None = None
+    #: the Subnet objects (``podnet.io/v1alpha1``, each ``{"metadata": {"name": ...},
+    #: "spec": {...}}``) the demo creates in its cluster before any pod, as an operator
+    #: declares a provider's networks; empty: the provider needs none
+    subnets: tuple[Mapping[str, Any], ...] = ()

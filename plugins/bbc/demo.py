@@ -87,4 +87,12 @@ def min_calls(pods_per_node: Sequence[int]) -> dict[str, tuple[int, bool]]:
     }
 
 
-DEMO = DemoProvider(build, write_apis=WRITE_APIS, min_calls=min_calls)
+#: the demo's Subnet object: the instances' own subnet (their ENIs' addresses come from it)
+SUBNET_OBJECTS: tuple[dict[str, Any], ...] = (
+    {"metadata": {"name": "bbc-demo"},
+     "spec": {"provider": "bbc", "cidrBlock": SUBNETS[PRIMARY_SUBNET], "default": True,
+              "parameters": {"subnetIds": [PRIMARY_SUBNET]}}},
+)
+
+DEMO = DemoProvider(build, write_apis=WRITE_APIS, min_calls=min_calls,
+                    subnets=SUBNET_OBJECTS)

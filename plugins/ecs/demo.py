@@ -187,9 +187,10 @@ def build(settings: DemoSettings, *, instance_type: str = DEMO_INSTANCE_TYPE) ->
     (calls/s per API, enforced by the simulator as the cloud would), fault rate and seed
     apply.
     """
+    # no vSwitch in its config: the Subnet object (:data:`SUBNETS`) names them
     world = EcsWorld(latency=settings.cloud_latency_ms / 1000,
                      rate=settings.cloud_rate or None, fault_rate=settings.fault_rate,
-                     seed=settings.seed, instance_type=instance_type)
+                     seed=settings.seed, instance_type=instance_type, vswitches=[])
 
     def calls() -> Counter[str]:
         return Counter(world.sim.calls)
@@ -221,4 +222,11 @@ def min_calls(pods_per_node: Sequence[int]) -> dict[str, tuple[int, bool]]:
     }
 
 
-DEMO = DemoProvider(build, write_apis=WRITE_APIS, min_calls=min_calls)
+#: the demo's Subnet object: both vSwitches of the simulator's zone (one block holds them)
+SUBNETS: tuple[dict[str, Any], ...] = (
+    {"metadata": {"name": "ecs-demo"},
+     "spec": {"provider": "ecs", "cidrBlock": "10.0.0.0/15", "default": True,
+              "parameters": {"vSwitchIds": {"cn-hangzhou-k": list(VSWITCHES)}}}},
+)
+
+DEMO = DemoProvider(build, write_apis=WRITE_APIS, min_calls=min_calls, subnets=SUBNETS)

@@ -17,14 +17,15 @@ from podnet.hookspecs.demo import DemoCloud, DemoProvider, DemoSettings
 from podnet.plugins.ovn.nbserver import NbServer, NbServerMissing
 from podnet.plugins.ovn.provider import OvnProvider
 
-__all__ = ["DEMO", "NETWORKS", "SUBNETS", "NbServerMissing", "build"]
+__all__ = ["DEMO", "SUBNETS", "NbServerMissing", "build"]
 
-#: the demo's default subnet (room for any demo size), and the attachment network's
-SUBNETS: list[dict[str, Any]] = [{"name": "ovn-default", "cidr": "10.16.0.0/16", "default": True,
-            "gateway_type": "distributed"},
-           {"name": "ovn-overlay", "cidr": "10.20.0.0/16", "gateway_type": "distributed"}]
-#: attachment networks (``podnet.io/networks``) this provider serves -> subnet
-NETWORKS = {"overlay": "ovn-overlay"}
+#: the demo's default Subnet (room for any demo size), declared as an object (the demo
+#: creates it in its cluster; core hands it to the provider)
+SUBNETS: tuple[dict[str, Any], ...] = (
+    {"metadata": {"name": "ovn-default"},
+     "spec": {"provider": "ovn", "cidrBlock": "10.16.0.0/16", "default": True,
+              "parameters": {"logicalSwitch": "ovn-default", "gatewayType": "distributed"}}},
+)
 
 
 def build(settings: DemoSettings) -> DemoCloud:
@@ -37,7 +38,9 @@ def build(settings: DemoSettings) -> DemoCloud:
     """
     server = NbServer().start()
     atexit.register(server.close)
-    plugin = OvnProvider(server.remote, SUBNETS, seed=settings.seed, networks=NETWORKS)
+    # no subnet in its config: the Subnet objects serve (:data:`SUBNETS`, and the mixed
+    # cluster's overlay, which the demo declares)
+    plugin = OvnProvider(server.remote, (), seed=settings.seed)
     plugin.nb_server = server  # type: ignore[attr-defined]  # kept alive with the plugin
 
     def calls() -> Counter[str]:
@@ -52,4 +55,4 @@ def build(settings: DemoSettings) -> DemoCloud:
 
 
 #: in the mixed demo, the clouds serve the nodes; OVN serves the overlay attachments
-DEMO = DemoProvider(build, serves_nodes=False)
+DEMO = DemoProvider(build, serves_nodes=False, subnets=SUBNETS)

@@ -138,11 +138,12 @@ class Ledger:
         """A record left the cache: see :meth:`Ownership.gone`."""
         self.owned.gone(pn)
 
-    def reserve(self, pool: NodePool, key: str, now: float, prefer: str | None = None
-                ) -> Reservation:
+    def reserve(self, pool: NodePool, key: str, now: float, prefer: str | None = None,
+                refuse: Callable[[str], bool] | None = None) -> Reservation:
         """The pool's view a provider allocates from for record ``key``: at most one
-        address, held until the claim is recorded or rolled back."""
-        return pool.reserve(key, now, prefer=prefer)
+        address (none that ``refuse`` names), held until the claim is recorded or rolled
+        back."""
+        return pool.reserve(key, now, prefer=prefer, refuse=refuse)
 
     def claim(self, pn: PodNetwork, allocation: Allocation, reservation: Reservation | None,
               *, hold_off_until: Callable[[], float]) -> Claim:

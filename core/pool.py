@@ -326,9 +326,10 @@ class NodePool:
         itf = self.interfaces.get(a.interface) if a.interface else None
         return itf is None or itf.state is not InterfaceState.DISPOSING
 
-    def first_idle(self, now: float, subnet: str | None = None) -> Address | None:
+    def first_idle(self, now: float, subnet: str | None = None,
+                   refuse: Callable[[str], bool] | None = None) -> Address | None:
         """The idle address to hand out next (the first of ``idle_addresses`` in the
-        hint's order), or None."""
+        hint's order, none that ``refuse`` names), or None."""
         order = self._idle_order
         stale = []
         found = None
@@ -336,13 +337,15 @@ class NodePool:
             a = self.addresses.get(ip)
             if a is None or a.owner is not None or a.half:
                 stale.append(ip)  # taken or gone: back in the hint when released
-            elif self._ready(a, now, subnet):
+            elif self._ready(a, now, subnet) and not (refuse is not None and refuse(ip)):
                 found = a
                 break
         for ip in stale:
             del order[ip]
         if found is None:
-            idle = self.idle_addresses(now, subnet)  # one the hint missed
+            # one the hint missed
+            idle = [a for a in self.idle_addresses(now, subnet)
+                    if refuse is None or not refuse(a.address)]
             found = idle[0] if idle else None
         return found
 
@@ -977,19 +980,23 @@ class NodePool:
             for ip in addresses:
                 self.suspects.pop(ip, None)
 
-    def reserve(self, owner: str, now: float, prefer: str | None = None) -> Reservation:
-        return Reservation(self, owner, now, prefer)
+    def reserve(self, owner: str, now: float, prefer: str | None = None,
+                refuse: Callable[[str], bool] | None = None) -> Reservation:
+        return Reservation(self, owner, now, prefer, refuse)
 
 
 class Reservation:
     """The ``PoolView`` a provider gets in ``podnet_allocate``: takes at most one address
     for one pod network, held until the engine commits or rolls it back."""
 
-    def __init__(self, pool: NodePool, owner: str, now: float, prefer: str | None = None
-                 ) -> None:
+    def __init__(self, pool: NodePool, owner: str, now: float, prefer: str | None = None,
+                 refuse: Callable[[str], bool] | None = None) -> None:
         self._pool = pool
         self._owner = owner
         self._now = now
+        #: idle addresses this pod network must not be handed (its Subnet excludes them,
+        #: or they are its gateway: the cloud may well have put them on the node)
+        self._refuse = refuse
         #: the address this pod network had (its record was re-made or re-addressed):
         #: handed out first when it asks for any address, even in its cooldown
         self._prefer = prefer
@@ -997,8 +1004,10 @@ class Reservation:
         self._was_mine = False
 
     def idle(self, subnet: str | None = None) -> Sequence[PoolEntry]:
+        refuse = self._refuse
         with self._pool.lock:
-            return [a.entry() for a in self._pool.idle_addresses(self._now, subnet)]
+            return [a.entry() for a in self._pool.idle_addresses(self._now, subnet)
+                    if refuse is None or not refuse(a.address)]
 
     def take(self, address: str | None = None, subnet: str | None = None) -> PoolEntry:
         pool = self._pool
@@ -1014,7 +1023,7 @@ class Reservation:
                 entry = preferred
             else:
                 # oldest entry first: deterministic, and released ones go to the back
-                found = pool.first_idle(self._now, subnet)
+                found = pool.first_idle(self._now, subnet, self._refuse)
                 if found is None:
                     where = f" in subnet {subnet}" if subnet else ""
                     raise PoolEmpty(f"no idle address{where} on node {pool.node}", subnet=subnet)
@@ -1036,6 +1045,8 @@ class Reservation:
         if entry is None or entry.half or entry.owner not in (None, self._owner):
             return None
         if subnet is not None and entry.subnet != subnet:
+            return None
+        if self._refuse is not None and self._refuse(entry.address):
             return None
         itf = pool.interfaces.get(entry.interface) if entry.interface else None
         if itf is not None and itf.state is InterfaceState.DISPOSING:

@@ -56,3 +56,33 @@ def test_a_pool_provider_hears_its_subnets_and_serves_an_ippool_object() -> None
     assert by_pod["a-0"]["status"]["ip"] not in ("10.64.0.4", "10.64.0.5")
     status = rig.cluster.get(IP_POOL, "fixed")["status"]
     assert status["v4UsingIPs"] == 1
+
+
+def test_an_idle_address_the_subnet_now_excludes_is_handed_to_no_new_pod() -> None:
+    policy = PoolPolicy(min_idle=6, max_idle=12, batch_size=6, max_batch_size=12,
+                        reuse_cooldown=0.0)
+    rig = EngineRig([("reference", ReferenceProvider(ReferenceCloud(), policy=policy))],
+                    namespaces=("team-a",))
+    rig.cluster.create(SUBNET, {"metadata": {"name": "ref"}, "spec": {
+        "provider": "reference", "cidrBlock": "10.64.0.0/16", "default": True}})
+    rig.settle()
+    node = rig.node(0)
+    rig.pod("a-0", node)
+    rig.settle()
+    pool = rig.engine.pools.get("reference", node)
+    idle = [a.address for a in pool.idle_addresses(rig.clock.monotonic())]
+    assert len(idle) >= 4
+    # the cloud put them on the node before the operator excluded them: they stay
+    # idle in the pool, and the next pods get others
+    first = pool.first_idle(rig.clock.monotonic())
+    assert first is not None
+    excluded = [first.address, *idle[:2]]
+    rig.cluster.patch(SUBNET, "ref", {"spec": {"excludeIPs": excluded}})
+    rig.settle()
+    for i in range(1, 4):
+        rig.pod(f"a-{i}", node)
+    rig.settle()
+    records = rig.cluster.list(POD_NETWORK).items
+    assert len(records) == 4 and all(r["status"]["phase"] == "Routed" for r in records)
+    new = {r["status"]["ip"] for r in records if r["spec"]["podName"] != "a-0"}
+    assert not new & set(excluded), (new, excluded)

@@ -24,6 +24,7 @@ from podnet.core.reconcile.podnetwork_steps import WAIT_RECHECK, PodNetworkSteps
 from podnet.core.resolve import resolve
 from podnet.core.tracing import TransitionSpan
 from podnet.core.values import evolve
+from podnet.hookspecs.networks import SubnetInfo
 from podnet.hookspecs.types import AddressSpace, AllocateContext, Allocation
 
 log = logging.getLogger("podnet.podnetwork")
@@ -101,8 +102,11 @@ class AllocatePath(PodNetworkSteps):
                                why=f"no idle address{f' in subnet {subnet}' if subnet else ''}"
                                    f" on node {pool.node}")
                     return pn
-            reservation = self.ledger.reserve(pool, key, self.clock.monotonic(),
-                                              prefer=self._prefer.get(key))
+            subnet_obj = choice.subnet if choice is not None else None
+            reservation = self.ledger.reserve(
+                pool, key, self.clock.monotonic(), prefer=self._prefer.get(key),
+                refuse=None if subnet_obj is None else functools.partial(_kept_from,
+                                                                         subnet_obj))
             traced = self._first_trace.get(key)
             if traced is not None and not pn.status.traceparent:
                 pn = attrs.evolve(pn, status=attrs.evolve(pn.status, traceparent=traced))
@@ -260,3 +264,8 @@ def pod_interface_fields(allocation: Allocation) -> dict[str, Any]:
             "ipv6_gateway": allocation.ipv6_gateway, "routes": tuple(routes),
             "mtu": allocation.mtu}
 
+
+def _kept_from(subnet: SubnetInfo, address: str) -> bool:
+    """Whether a pod network on ``subnet`` must not be handed ``address``: one of its
+    excludeIPs, or its gateway (a cloud may have put either on the node)."""
+    return address in subnet.gateways or subnet.excludes(address)

@@ -793,11 +793,13 @@ class NodePool:
                 "in use and none can take more addresses"
                 + (f" ({blocked})" if blocked else ""))
 
-    def plan_shrink(self, policy: PoolPolicy, now: float, halves_only: bool = False
-                    ) -> ShrinkPlan | Deferred:
+    def plan_shrink(self, policy: PoolPolicy, now: float, halves_only: bool = False,
+                    unusable: Callable[[str], bool] | None = None) -> ShrinkPlan | Deferred:
         """The shrink call to make now, or why none: idle addresses beyond ``max_idle``
         go back to the cloud, and every invalid half of a dual-stack pair with them
-        (``halves_only``: just those).
+        (``halves_only``: just those), and every idle address ``unusable`` names (the
+        node's Subnet excludes it: no pod may take it, and it would keep the pool from
+        growing for the pods that wait).
 
         Hold the lock from the plan to :meth:`shrinking`: nobody may take a victim
         between being chosen and leaving the pool.
@@ -812,6 +814,13 @@ class NodePool:
                      if now - a.added_at < policy.min_ip_lifetime]
             idle = [a for a in idle if now - a.added_at >= policy.min_ip_lifetime]
             halves = [a for a in self.halves() if now - a.added_at >= policy.min_ip_lifetime]
+            if unusable is not None:
+                dead = [a for a in self.addresses.values()
+                        if a.owner is None and not a.half and unusable(a.address)
+                        and now - a.added_at >= policy.min_ip_lifetime]
+                halves += dead
+                idle = [a for a in idle if a not in dead]
+                excess -= len(dead)
             if excess <= 0 and not halves:
                 return Deferred(DeferReason.NOTHING_TO_DO)
             if not idle and not halves:

@@ -86,3 +86,34 @@ def test_an_idle_address_the_subnet_now_excludes_is_handed_to_no_new_pod() -> No
     assert len(records) == 4 and all(r["status"]["phase"] == "Routed" for r in records)
     new = {r["status"]["ip"] for r in records if r["spec"]["podName"] != "a-0"}
     assert not new & set(excluded), (new, excluded)
+
+
+def test_idle_addresses_all_excluded_go_back_to_the_cloud_and_a_waiting_pod_is_served(
+) -> None:
+    policy = PoolPolicy(min_idle=4, max_idle=8, batch_size=4, max_batch_size=8,
+                        reuse_cooldown=0.0)
+    rig = EngineRig([("reference", ReferenceProvider(ReferenceCloud(), policy=policy))],
+                    namespaces=("team-a",))
+    rig.cluster.create(SUBNET, {"metadata": {"name": "ref"}, "spec": {
+        "provider": "reference", "cidrBlock": "10.64.0.0/16", "default": True}})
+    rig.settle()
+    node = rig.node(0)
+    rig.pod("a-0", node)
+    rig.settle()
+    pool = rig.engine.pools.get("reference", node)
+    idle = [a.address for a in pool.idle_addresses(rig.clock.monotonic())]
+    # every idle address excluded: they count as idle, so the pool would not grow for
+    # the next pod unless they go
+    rig.cluster.patch(SUBNET, "ref", {"spec": {"excludeIPs": idle}})
+    rig.settle()
+    rig.pod("a-1", node)
+    rig.settle(advance=60)
+    (record,) = [r for r in rig.cluster.list(POD_NETWORK).items
+                 if r["spec"]["podName"] == "a-1"]
+    assert record["status"]["phase"] == "Routed"
+    assert record["status"]["ip"] not in idle
+    assert not set(pool.addresses) & set(idle)
+    calls = dict(rig.engine.stats.provider_calls)
+    rig.settle(advance=60)
+    assert dict(rig.engine.stats.provider_calls).get("reference.pool_shrink") == calls.get(
+        "reference.pool_shrink"), "the pool gives the same addresses back again and again"

@@ -34,7 +34,9 @@ leaves.
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Sequence
 from random import Random
 from typing import Any
 
@@ -70,6 +72,7 @@ from podnet.core.reconcile.result import DONE, Result
 from podnet.core.records import RecordWriter
 from podnet.core.transition import Transitions
 from podnet.core.validate import check_entries
+from podnet.hookspecs.networks import SubnetInfo
 from podnet.hookspecs.types import (
     CloudInterface,
     NodeContext,
@@ -216,7 +219,10 @@ class NodePoolReconciler:
             if not pool.waiting:
                 results.append(self._shrink(node, nn, provider, pool, policy))
                 results.append(self._dispose(node, nn, provider, pool, policy))
-            elif pool.halves():
+            else:
+                # while pods wait, only what no pod can take goes: invalid halves, and
+                # idle addresses the node's Subnets exclude (they count as idle, so the
+                # pool would not grow past them)
                 results.append(self._shrink(node, nn, provider, pool, policy,
                                             halves_only=True))
         except Exception as exc:
@@ -605,9 +611,11 @@ class NodePoolReconciler:
         """Idle addresses beyond ``max_idle`` go back to the cloud, and every invalid half
         of a dual-stack pair with them (``halves_only``: just those)."""
         now = self.clock.monotonic()
+        subnets = self.caches.context(node, nn).subnets
+        unusable = None if not subnets else functools.partial(_excluded_by, subnets)
         # one hold of the lock from the plan until its victims are out of the pool
         with pool.lock:
-            plan = pool.plan_shrink(policy, now, halves_only)
+            plan = pool.plan_shrink(policy, now, halves_only, unusable)
             if isinstance(plan, Deferred):
                 return _deferred(plan)
             wait = self.gateway.admit(provider)
@@ -708,3 +716,10 @@ def _restart_states(interfaces: tuple[InterfaceStatus, ...]
     state of each that is not plainly ready (inhibited, being made or disposed)."""
     return {(itf.id, itf.state, itf.inhibited_until) for itf in interfaces
             if itf.state is not InterfaceState.READY or itf.inhibited_until is not None}
+
+
+def _excluded_by(subnets: Sequence[SubnetInfo], address: str) -> bool:
+    """Whether a Subnet of the node holding ``address`` keeps it from every pod (one of
+    its excludeIPs, or its gateway)."""
+    return any(s.contains(address) and (address in s.gateways or s.excludes(address))
+               for s in subnets)

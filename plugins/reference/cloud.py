@@ -300,13 +300,19 @@ class ReferenceCloud:
                 if len(out) >= min(count, room):
                     break
                 ip = str(host)
-                if ip not in used:
+                if ip not in used and not self._kept_by_a_subnet(host):
                     out.append(ip)
             if not out:
                 raise ReferenceCloudError("SubnetExhausted", f"{node.cidr} has no address left")
             node.interfaces[interface].extend(out)
             self._save_locked()
             return out
+
+    def _kept_by_a_subnet(self, host: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+        """Whether a shared subnet whose block holds ``host`` (a podCIDR carved from it)
+        keeps it from every pod: its gateway or one of its exclusions."""
+        return any(host.version == s.network.version and host in s.network
+                   and s.never(str(host)) for s in self.subnets.values())
 
     def capacity_unlocked(self, node: _Node) -> tuple[int, int]:
         if node.cidr is None:  # shared subnets only: their free addresses are the limit

@@ -134,13 +134,14 @@ def _named_pool(ev: Evaluation, nets: Networks, provider: str, names: Sequence[s
                              f"{verdict.message})")
     pool = nets.pool(name)
     if pool is None:
-        subnet = ev.subnets.get(_.subnet) if isinstance(_ := ev.pools[name][0].info,
-                                                        IPPoolInfo) else None
-        if subnet is not None and isinstance(subnet[0].info, SubnetInfo) and \
-                subnet[0].info.provider != provider:
-            raise InvalidRequest(POOL_FIELD, f"IPPool {name} is in Subnet "
-                                 f"{subnet[0].info.name} of provider {subnet[0].info.provider}, "
-                                 f"not {provider}")
+        # Ready, but not among what the provider was told: another provider's, or not
+        # published yet
+        declared = ev.pools[name][0].info
+        entry = ev.subnets.get(declared.subnet) if isinstance(declared, IPPoolInfo) else None
+        subnet = entry[0].info if entry is not None else None
+        if isinstance(subnet, SubnetInfo) and subnet.provider != provider:
+            raise InvalidRequest(POOL_FIELD, f"IPPool {name} is in Subnet {subnet.name} of "
+                                 f"provider {subnet.provider}, not {provider}")
         raise _NotYet(f"IPPool {name} is Ready; provider {provider} is not told yet")
     return pool
 

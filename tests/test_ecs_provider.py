@@ -11,6 +11,7 @@ from podnet.app.demo import node_obj
 from podnet.core.errors import ErrorKind, ProviderError
 from podnet.core.models import NodeInfo
 from podnet.hookspecs.demo import DemoSettings
+from podnet.hookspecs.networks import SubnetInfo
 from podnet.hookspecs.types import CloudInterface, NodeContext, PoolEntry
 from podnet.plugins.ecs import demo
 from podnet.plugins.ecs.cloud import Limits as _Limits
@@ -196,8 +197,16 @@ def test_demo_builder_sets_up_nodes() -> None:
                     labels=node["metadata"]["labels"])
     inv = plugin.podnet_node_inventory("ecs", NodeContext(node=info))
     assert inv is not None and inv.interfaces[0].primary
-    itf = plugin.podnet_interface_create("ecs", NodeContext(node=info), None, 0)
-    got = plugin.podnet_pool_grow("ecs", NodeContext(node=info), itf, 2, None)
+    # the demo declares its vSwitches as a Subnet object (its config names none): core
+    # hands it to the node pool hooks
+    (declared,) = demo.SUBNETS
+    spec = declared["spec"]
+    subnet = SubnetInfo(name=declared["metadata"]["name"], provider="ecs",
+                        cidrs=(spec["cidrBlock"],), default=True,
+                        parameters=spec["parameters"])
+    ctx = NodeContext(node=info, subnets=(subnet,))
+    itf = plugin.podnet_interface_create("ecs", ctx, None, 0)
+    got = plugin.podnet_pool_grow("ecs", ctx, itf, 2, None)
     assert set(truth()) == {e.address for e in got}
     assert set(truth().values()) == {"node-0003"}
     assert calls()["AssignPrivateIpAddresses"] == 1

@@ -91,8 +91,7 @@ def test_every_declared_object_is_created_in_wire_form() -> None:
     assert get(cluster, SECURITY_GROUP, "web")["spec"] == {
         "ingress": [{"protocol": "tcp", "port": "80", "from": ["10.0.0.0/8"],
                      "groups": ["db"]},
-                    {"protocol": "udp", "port": "8000-8080"}],
-        "egress": [{"protocol": "all"}]}
+                    {"protocol": "udp", "port": "8000-8080"}]}  # egress: not restricted
 
 
 def test_an_operators_object_is_never_overwritten_and_a_second_run_makes_nothing(
@@ -143,6 +142,15 @@ def test_a_group_two_sections_declare_is_made_once(caplog: pytest.LogCaptureFixt
     done = migrate_networks(cluster, {"ovn": OVN, "bbc": other})
     assert done.created.count("SecurityGroup web") == 1
     assert "declared by more than one section" in caplog.text
+
+
+def test_a_direction_that_allows_nothing_stays_an_empty_list() -> None:
+    cluster = InMemoryCluster()
+    shut = Networks(security_groups=(SecurityGroupInfo(name="db", ingress=(
+        SecurityRule("tcp", (5432, 5432), groups=("web",)),), egress=()),))
+    migrate_networks(cluster, {"ovn": shut})
+    spec = get(cluster, SECURITY_GROUP, "db")["spec"]
+    assert spec["egress"] == [] and len(spec["ingress"]) == 1
 
 
 def test_the_marker_makes_a_migration_once_and_an_entry_added_later_still_migrates() -> None:

@@ -139,13 +139,13 @@ def _rule(rule: SecurityRule, peer: str) -> dict[str, Any]:
 
 def security_group_object(group: SecurityGroupInfo, source: str) -> dict[str, Any]:
     """A SecurityGroup in its wire form: the rule keys of the OVN section's groups. A
-    direction without rules is left out (SecurityGroupInfo does not tell an empty list
-    from one left out)."""
+    direction that is not restricted (one allow-all rule: how a section's left-out
+    direction reads) is left out; one that allows nothing is an empty list."""
     spec: dict[str, Any] = {}
-    if group.ingress:
-        spec["ingress"] = [_rule(r, "from") for r in group.ingress]
-    if group.egress:
-        spec["egress"] = [_rule(r, "to") for r in group.egress]
+    for side, rules, peer in (("ingress", group.ingress, "from"),
+                              ("egress", group.egress, "to")):
+        if rules != (SecurityRule(),):
+            spec[side] = [_rule(r, peer) for r in rules]
     return {"apiVersion": SECURITY_GROUP.api_version, "kind": SECURITY_GROUP.kind,
             "metadata": _metadata(group.name, source), "spec": spec}
 

@@ -24,11 +24,16 @@ from typing import Any
 
 import attrs
 
+from podnet.hookspecs.errors import InvalidRequest
+
 SUBNET_KIND = "Subnet"
 IP_POOL_KIND = "IPPool"
 SECURITY_GROUP_KIND = "SecurityGroup"
 #: kept on a Subnet or IPPool while a record holds one of its addresses
 NETWORK_FINALIZER = "podnet.io/network-in-use"
+
+#: where a Subnet's provider parameters are (the field a refusal of one names)
+PARAMETERS_FIELD = "spec.parameters"
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -70,6 +75,27 @@ def expand(items: tuple[str, ...], limit: int = 1 << 20) -> Iterator[IPAddress]:
                 return
             n += 1
             yield ipaddress.ip_address(i)
+
+
+def sole_parameter(subnet: SubnetInfo, key: str, provider: str, wanted: str) -> Any:
+    """The value of ``key``, the one parameter ``provider`` takes in a Subnet's
+    ``spec.parameters``: the parameters must be a map, hold no other key and hold this
+    one (``wanted`` says what it is, for the refusal). :raises InvalidRequest: naming
+    the parameter."""
+    params: Any = subnet.parameters or {}
+    if not isinstance(params, Mapping):
+        raise InvalidRequest(PARAMETERS_FIELD, f"Subnet {subnet.name}: parameters must be a "
+                             f"map, got {type(params).__name__}")
+    for other in params:
+        if other != key:
+            raise InvalidRequest(f"{PARAMETERS_FIELD}.{other}", f"Subnet {subnet.name}: "
+                                 f"unknown parameter {other!r}: the {provider} provider "
+                                 f"takes {key} only")
+    raw = params.get(key)
+    if raw is None:
+        raise InvalidRequest(f"{PARAMETERS_FIELD}.{key}", f"Subnet {subnet.name}: required: "
+                             f"{wanted} that serve the Subnet")
+    return raw
 
 
 def covering_block(cidrs: Iterable[IPNetwork]) -> IPNetwork:

@@ -38,6 +38,7 @@ from podnet.hookspecs.networks import (
     SubnetInfo,
     SubnetRealization,
     covering_block,
+    sole_parameter,
 )
 from podnet.hookspecs.sections import config_key
 from podnet.hookspecs.types import NodeContext
@@ -70,19 +71,8 @@ class SubnetReader(Protocol):
 def subnet_ids(subnet: SubnetInfo) -> tuple[str, ...]:
     """The Subnet's ``spec.parameters.subnetIds``, checked for form (not against the
     cloud). :raises InvalidRequest: naming the parameter."""
-    params: Mapping[str, Any] = subnet.parameters or {}
-    if not isinstance(params, Mapping):
-        raise InvalidRequest(FIELD, f"Subnet {subnet.name}: parameters must be a map, "
-                                    f"got {type(params).__name__}")
-    for key in params:
-        if key != SUBNET_IDS:
-            raise InvalidRequest(f"{FIELD}.{key}", f"Subnet {subnet.name}: unknown parameter "
-                                 f"{key!r}: the bbc provider takes {SUBNET_IDS} only")
     field = f"{FIELD}.{SUBNET_IDS}"
-    raw = params.get(SUBNET_IDS)
-    if raw is None:
-        raise InvalidRequest(field, f"Subnet {subnet.name}: required: the VPC subnets "
-                             "([sbn-...]) that serve the Subnet")
+    raw = sole_parameter(subnet, SUBNET_IDS, "bbc", "the VPC subnets ([sbn-...])")
     if not isinstance(raw, list | tuple) or not raw:
         raise InvalidRequest(field, f"Subnet {subnet.name}: expected a non-empty list of "
                              f"subnet ids, got {raw!r}")

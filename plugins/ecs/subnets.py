@@ -38,6 +38,7 @@ from podnet.hookspecs.networks import (
     SubnetInfo,
     SubnetRealization,
     covering_block,
+    sole_parameter,
 )
 from podnet.plugins.ecs.cloud import VSwitch
 from podnet.plugins.ecs.config import ZONE_LABEL
@@ -56,19 +57,8 @@ ZONE_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 def vswitch_ids(subnet: SubnetInfo) -> dict[str, tuple[str, ...]]:
     """The Subnet's ``spec.parameters.vSwitchIds``, zone -> vSwitch ids, checked for
     form (not against the cloud). :raises InvalidRequest: naming the parameter."""
-    params: Mapping[str, Any] = subnet.parameters or {}
-    if not isinstance(params, Mapping):
-        raise InvalidRequest(FIELD, f"Subnet {subnet.name}: parameters must be a map, "
-                                    f"got {type(params).__name__}")
-    for key in params:
-        if key != VSWITCH_IDS:
-            raise InvalidRequest(f"{FIELD}.{key}", f"Subnet {subnet.name}: unknown parameter "
-                                 f"{key!r}: the ecs provider takes {VSWITCH_IDS} only")
     field = f"{FIELD}.{VSWITCH_IDS}"
-    raw = params.get(VSWITCH_IDS)
-    if raw is None:
-        raise InvalidRequest(field, f"Subnet {subnet.name}: required: the vSwitches per zone "
-                             "({zone: [vsw-...]}) that serve the Subnet")
+    raw = sole_parameter(subnet, VSWITCH_IDS, "ecs", "the vSwitches per zone ({zone: [vsw-...]})")
     if not isinstance(raw, Mapping) or not raw:
         raise InvalidRequest(field, f"Subnet {subnet.name}: expected a non-empty map of "
                              f"zone to vSwitch ids, got {raw!r}")

@@ -9,6 +9,7 @@ from typing import Any
 
 from podnet.core.cluster.port import IP_POOL, POD_NETWORK, SUBNET
 from podnet.core.policy import PoolPolicy
+from podnet.core.pool import NodePool
 from podnet.hookspecs import hookimpl
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 from podnet.testing.harness import EngineRig
@@ -58,9 +59,11 @@ def test_a_pool_provider_hears_its_subnets_and_serves_an_ippool_object() -> None
     assert status["v4UsingIPs"] == 1
 
 
-def test_an_idle_address_the_subnet_now_excludes_is_handed_to_no_new_pod() -> None:
-    policy = PoolPolicy(min_idle=6, max_idle=12, batch_size=6, max_batch_size=12,
-                        reuse_cooldown=0.0)
+def _one_pod_on_a_subnet(min_idle: int) -> tuple[EngineRig, str, NodePool]:
+    """The reference provider serving a default Subnet holding node 0's podCIDR, one pod
+    routed there and the node's pool grown to ``min_idle`` idle addresses."""
+    policy = PoolPolicy(min_idle=min_idle, max_idle=2 * min_idle, batch_size=min_idle,
+                        max_batch_size=2 * min_idle, reuse_cooldown=0.0)
     rig = EngineRig([("reference", ReferenceProvider(ReferenceCloud(), policy=policy))],
                     namespaces=("team-a",))
     rig.cluster.create(SUBNET, {"metadata": {"name": "ref"}, "spec": {
@@ -69,7 +72,11 @@ def test_an_idle_address_the_subnet_now_excludes_is_handed_to_no_new_pod() -> No
     node = rig.node(0)
     rig.pod("a-0", node)
     rig.settle()
-    pool = rig.engine.pools.get("reference", node)
+    return rig, node, rig.engine.pools.get("reference", node)
+
+
+def test_an_idle_address_the_subnet_now_excludes_is_handed_to_no_new_pod() -> None:
+    rig, node, pool = _one_pod_on_a_subnet(min_idle=6)
     idle = [a.address for a in pool.idle_addresses(rig.clock.monotonic())]
     assert len(idle) >= 4
     # the cloud put them on the node before the operator excluded them: they stay
@@ -90,17 +97,7 @@ def test_an_idle_address_the_subnet_now_excludes_is_handed_to_no_new_pod() -> No
 
 def test_idle_addresses_all_excluded_go_back_to_the_cloud_and_a_waiting_pod_is_served(
 ) -> None:
-    policy = PoolPolicy(min_idle=4, max_idle=8, batch_size=4, max_batch_size=8,
-                        reuse_cooldown=0.0)
-    rig = EngineRig([("reference", ReferenceProvider(ReferenceCloud(), policy=policy))],
-                    namespaces=("team-a",))
-    rig.cluster.create(SUBNET, {"metadata": {"name": "ref"}, "spec": {
-        "provider": "reference", "cidrBlock": "10.64.0.0/16", "default": True}})
-    rig.settle()
-    node = rig.node(0)
-    rig.pod("a-0", node)
-    rig.settle()
-    pool = rig.engine.pools.get("reference", node)
+    rig, node, pool = _one_pod_on_a_subnet(min_idle=4)
     idle = [a.address for a in pool.idle_addresses(rig.clock.monotonic())]
     # every idle address excluded: they count as idle, so the pool would not grow for
     # the next pod unless they go

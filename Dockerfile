@@ -7,8 +7,8 @@
 #   install-cni  uid 0, no capabilities (the host's CNI directories belong to root)
 #   node agent   uid 0, privileged (netlink and network namespaces: NET_ADMIN, SYS_ADMIN)
 #
-#   docker build -t podnet:0.7.0 .                       # every provider's SDK
-#   docker build --build-arg EXTRAS=ecs -t podnet:0.7.0 .  # one provider's only
+#   docker build -t podnet:0.8.0 .                       # every provider's SDK
+#   docker build --build-arg EXTRAS=ecs -t podnet:0.8.0 .  # one provider's only
 ARG BASE=debian:bookworm-slim
 
 FROM ${BASE} AS build

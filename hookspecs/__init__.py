@@ -22,6 +22,11 @@ and the node-side library ``podnet.linux``. Nothing of ``podnet.core``.
 **The contract's version is the package's** (:data:`CONTRACT_VERSION`; a test holds them
 equal). What changed when:
 
+- 0.8.0: NetworkPolicy (:mod:`~podnet.hookspecs.netpol`: core resolves each policy to
+  :class:`~podnet.hookspecs.netpol.ResolvedPolicy`): ``podnet_network_policy`` for a
+  provider that enforces it itself (``ProviderInfo.network_policy`` is
+  ``Enforcement.PROVIDER``; every other provider's pods are enforced by the node agent);
+  ``PodInfo.named_ports`` (the containers' named ports).
 - 0.7.0: networks as Kubernetes objects (:mod:`~podnet.hookspecs.networks`: Subnet,
   IPPool, SecurityGroup): ``podnet_subnet_parameters`` checks and realizes a Subnet's
   provider parameters, ``podnet_networks_changed`` hands a provider what is usable,
@@ -62,6 +67,9 @@ Order in which the engine calls them (see docs/writing-a-provider.md):
    ``podnet_pool_grow`` / ``podnet_pool_shrink`` — by the node pool reconciler.
 5. ``podnet_node_check`` — by the node pool reconciler, at most every
    ``node_check_period`` per node, after a successful pass: read-only findings.
+   ``podnet_network_policy`` — by the NetworkPolicy reconciler, per policy, for a provider
+   that enforces policy itself; ``podnet_network_policy_keys`` — once at start, to find
+   what policies deleted meanwhile left.
 6. ``podnet_address_space`` (for a request naming an address, a pool or subnets) →
    ``podnet_allocate`` → ``podnet_route`` → (``podnet_verify`` on resync) →
    ``podnet_release`` — by the pod network reconciler, one per transition.
@@ -92,6 +100,7 @@ import pluggy
 
 from podnet.hookspecs.errors import ErrorKind
 from podnet.hookspecs.models import NodeInfo, PodInfo
+from podnet.hookspecs.netpol import PolicyRealization, ResolvedPolicy
 from podnet.hookspecs.networks import Networks, SubnetInfo, SubnetRealization
 from podnet.hookspecs.routing import ROUTING, HookRouting, Routing, broadcast, routed
 from podnet.hookspecs.types import (
@@ -127,7 +136,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 #: the contract's version: the package's (a test holds them equal); what changed in
 #: each is listed above
-CONTRACT_VERSION = "0.7.0"
+CONTRACT_VERSION = "0.8.0"
 
 __all__ = [
     "CONTRACT_VERSION",
@@ -513,6 +522,54 @@ def podnet_config_networks(provider: str) -> Networks | None:
     :return: the declared networks; ``None``: the section declares none.
 
     .. versionadded:: 0.7.0
+    """
+
+
+# --- NetworkPolicy ----------------------------------------------------------------------
+
+
+@routed()
+@hookspec(firstresult=True)
+def podnet_network_policy(
+    provider: str, key: str, policy: ResolvedPolicy | None
+) -> PolicyRealization | None:
+    """Program NetworkPolicy ``key`` (``namespace/name``) for ``provider``'s pods, as
+    ``policy`` says it now: the whole policy, not a difference. ``policy.members`` holds
+    only this provider's pods; its rules' peers are every pod's addresses, of any
+    provider. ``None``: the policy is gone, or selects none of this provider's pods
+    any more — remove everything programmed for ``key``.
+
+    Called only for a provider whose :attr:`ProviderInfo.network_policy
+    <podnet.hookspecs.types.ProviderInfo.network_policy>` is ``Enforcement.PROVIDER``, by
+    core's policy reconciler, after every change that alters the resolved policy (the
+    policy, a pod's labels, addresses or named ports, a namespace's labels), on resync,
+    and once per key found at start (a policy deleted while the controller was down is
+    called with ``None``). Keys are never called concurrently with themselves. Idempotent
+    and level-based: converge what the dataplane has for ``key`` to ``policy`` in one
+    transaction where the dataplane has them (a change never opens a window where a
+    denied flow passes); find what an earlier call made by ``key``.
+
+    Raise a transient ``ProviderError`` when the dataplane cannot be reached: core retries
+    with backoff and the policy's condition says it is not programmed.
+
+    :return: programmed or why not, and what the dataplane could not enforce; ``None``:
+        programmed.
+
+    .. versionadded:: 0.8.0
+    """
+
+
+@routed()
+@hookspec(firstresult=True)
+def podnet_network_policy_keys(provider: str) -> Collection[str] | None:
+    """The keys (``namespace/name``) of every NetworkPolicy ``provider`` has something
+    programmed for, read from the dataplane (core calls ``podnet_network_policy`` with
+    ``None`` for each one no policy has any more: one deleted while the controller was
+    down). Read only.
+
+    :return: the keys; ``None``: the provider enforces no policy.
+
+    .. versionadded:: 0.8.0
     """
 
 

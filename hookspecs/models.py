@@ -255,6 +255,16 @@ class NodeNetwork:
 
 
 @attrs.frozen
+class NamedPort:
+    """A container port with a name: ``name`` is unique in the pod (the API's rule)."""
+
+    name: str
+    port: int
+    #: ``TCP``, ``UDP`` or ``SCTP``
+    protocol: str = "TCP"
+
+
+@attrs.frozen
 class PodInfo:
     namespace: str
     name: str
@@ -271,6 +281,9 @@ class PodInfo:
     annotations: dict[str, str] = attrs.field(factory=dict)
     owner_references: tuple[OwnerReference, ...] = ()
     host_network: bool = False
+    #: its containers' named ports (``spec.containers[*].ports`` with a ``name``), for
+    #: NetworkPolicy ports given by name (since 0.8.0)
+    named_ports: tuple[NamedPort, ...] = ()
 
     @property
     def key(self) -> str:

@@ -22,6 +22,7 @@ from podnet.hookspecs.models import (
     Route,
     WorkloadInfo,
 )
+from podnet.hookspecs.netpol import Enforcement
 from podnet.hookspecs.networks import IPPoolInfo, SubnetInfo
 from podnet.hookspecs.policy import PoolPolicy
 
@@ -42,6 +43,9 @@ class ProviderInfo:
     #: ("StatefulSet", "VirtualMachineInstance"); their records are owned by the workload
     sticky_kinds: tuple[str, ...] = ()
     description: str = ""
+    #: who enforces NetworkPolicy for its pods: the node agent in nftables (the default)
+    #: or the provider through ``podnet_network_policy`` (since 0.8.0)
+    network_policy: Enforcement = Enforcement.NODE
 
 
 @attrs.frozen

@@ -13,6 +13,7 @@ from podnet.core.cluster.port import (
     EVENT,
     LEASE,
     NAMESPACE,
+    NETWORK_POLICY,
     NODE,
     POD,
     STATEFUL_SET,
@@ -204,6 +205,12 @@ BUILTINS: Final = (
         "statefulset",
         ("sts",),
         ("all",),
+        field_selectors=_NAME_AND_NAMESPACE,
+    ),
+    Resource(
+        NETWORK_POLICY,
+        "networkpolicy",
+        ("netpol",),
         field_selectors=_NAME_AND_NAMESPACE,
     ),
 )

@@ -39,6 +39,9 @@ OPTIONAL_FOR_REFERENCE = frozenset(
         "podnet_networks_changed",
         "podnet_subnet_parameters",
         "podnet_config_networks",
+        # the reference dataplane is enforced by the node agent (Enforcement.NODE)
+        "podnet_network_policy",
+        "podnet_network_policy_keys",
     }
 )
 

@@ -48,6 +48,8 @@ CONFIG_MAP = Kind("", "v1", "ConfigMap", "configmaps", True)
 SUBNET = Kind("podnet.io", "v1alpha1", "Subnet", "subnets", False)
 IP_POOL = Kind("podnet.io", "v1alpha1", "IPPool", "ippools", False)
 SECURITY_GROUP = Kind("podnet.io", "v1alpha1", "SecurityGroup", "securitygroups", False)
+#: the policies podnet enforces (``podnet.hookspecs.netpol``)
+NETWORK_POLICY = Kind("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", True)
 #: Multus's attachment networks (not podnet's CRD: served where Multus is installed)
 NAD = Kind("k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition",
            "network-attachment-definitions", True)

@@ -18,7 +18,15 @@ checked:
 * nodes (``ValidateNode``/``ValidateNodeUpdate``): ``podCIDRs``, taints, and that
   ``podCIDRs`` and ``providerID`` change only from unset;
 * leases (``pkg/apis/coordination/validation``, ``ValidateLeaseSpec``); configmap and
-  secret keys (``IsConfigMapKey``).
+  secret keys (``IsConfigMapKey``);
+* network policies (``pkg/apis/networking/validation``, ``ValidateNetworkPolicySpec``):
+  label selectors (``ValidateLabelSelector``), peers, ports (``IsValidPortNum``,
+  ``IsValidPortName``, ``endPort``), ``ipBlock`` (``IsValidCIDR``: ParseCIDRSloppy in
+  v1.32, see :mod:`podnet.sim.sloppy_ip`) and ``policyTypes``; stored with upstream's
+  defaults (:func:`network_policy_defaults`).
+
+IP and CIDR fields (pod IPs, node podCIDRs, ipBlock) are read with v1.32's sloppy
+parsers: leading zeros and host bits pass, as on the real server.
 
 Not checked (the rest of validation.go): volumes, probes, security contexts, resources,
 affinity, events' involved objects, and everything behind a feature gate.
@@ -41,8 +49,11 @@ __all__ = [
     "ANNOTATIONS_LIMIT",
     "dns1123_label",
     "dns1123_subdomain",
+    "label_selector",
     "name_errors",
+    "network_policy_defaults",
     "normalize",
+    "port_name",
     "qualified_name",
     "validate",
 ]
@@ -823,7 +834,8 @@ def normalize(kind: Kind, obj: Obj) -> Obj:
     """The stored form of a decoded object, as the v1 conversions leave it: ``podIP``,
     ``hostIP`` and ``podCIDR`` agree with the first of their plural (``Convert_v1_PodStatus_
     To_core_PodStatus``, ``Convert_v1_NodeSpec_To_core_NodeSpec``); container ports get
-    protocol TCP (``SetDefaults_ContainerPort``)."""
+    protocol TCP (``SetDefaults_ContainerPort``); a NetworkPolicy gets its defaults
+    (:func:`network_policy_defaults`)."""
     if kind == POD:
         obj = dict(obj)
         _pair(obj, "status", "podIP", "podIPs", "ip")

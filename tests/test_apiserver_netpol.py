@@ -597,11 +597,23 @@ def test_kubectl_get_netpol_columns_and_discovery(kubectl: Any, ns: str) -> None
 
 @needs_kubectl
 def test_kubectl_refuses_a_bad_policy_with_the_servers_causes(kubectl: Any, ns: str) -> None:
+    """The server's 422 as kubectl prints it; a ``kind: List`` is validated by kubectl
+    itself against /openapi/v2 (the NetworkPolicy definitions, as protobuf), which names an
+    unknown field with upstream's definition name."""
     bad = MANIFEST.format(name="bad", selector="{}").replace("port: 80", "port: 0")
     done = kubectl("apply", "-n", ns, "-f", "-", stdin=bad, check=False)
     assert done.returncode == 1
     assert ('The NetworkPolicy "bad" is invalid: spec.ingress[0].ports[0].port: Invalid '
             "value: 0: must be between 1 and 65535, inclusive") in done.stderr
+    item = MANIFEST.format(name="listed", selector="{}").replace("- port: 80",
+                                                                   "- {port: 80, x: 1}")
+    listed = "apiVersion: v1\nkind: List\nitems:\n- " + item.replace("\n", "\n  ")
+    done = kubectl("create", "-n", ns, "-f", "-", stdin=listed, check=False)
+    assert done.returncode == 1
+    assert ('ValidationError(NetworkPolicy.spec.ingress[0].ports[0]): unknown field "x" in '
+            "io.k8s.api.networking.v1.NetworkPolicyPort") in done.stderr
+    done = kubectl("create", "-n", ns, "-f", "-", stdin=listed.replace(", x: 1", ""))
+    assert "networkpolicy.networking.k8s.io/listed created" in done.stdout
 
 
 @needs_kubectl

@@ -8,6 +8,7 @@ networkpolicy) and the printer (pkg/printers/internalversion)."""
 from __future__ import annotations
 
 import http.client
+import ipaddress
 import json
 import re
 import shutil
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
@@ -512,6 +515,31 @@ def test_sloppy_addresses_are_read_as_go_reads_them() -> None:
     assert parse_ip("1.2.3.04") == bytes(10) + b"\xff\xff" + bytes([1, 2, 3, 4])
     assert parse_ip("::") == bytes(16) and parse_ip("1::") is not None
     assert parse_ip("1.2.3") is None and parse_ip("::1:2:3:4:5:6:7:8") is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(
+    st.builds(ipaddress.IPv4Network, st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 32)),
+              strict=st.just(False)),
+    st.builds(ipaddress.IPv6Network, st.tuples(st.integers(0, 2**128 - 1),
+                                               st.integers(0, 128)), strict=st.just(False))),
+       st.booleans())
+def test_the_sloppy_parser_agrees_with_ipaddress_on_standard_forms(
+        network: ipaddress.IPv4Network | ipaddress.IPv6Network, exploded: bool) -> None:
+    """On the forms every parser accepts (compressed or exploded), ParseCIDRSloppy's
+    network is Python's: the same masked address and prefix; an address inside the
+    network is contained, the first one past it is not."""
+    text = network.exploded if exploded else str(network)
+    parsed = parse_cidr(text)
+    assert parsed is not None
+    assert (parsed.ip, parsed.ones, parsed.bits) == (
+        network.network_address.packed, network.prefixlen, network.max_prefixlen)
+    assert parsed.contains(network.broadcast_address.packed)
+    past = int(network.broadcast_address) + 1
+    if past < 2**network.max_prefixlen:
+        beyond = network.broadcast_address.__class__(past).packed
+        assert not parsed.contains(beyond)
+    assert parse_ip(str(network.network_address)) is not None
 
 
 def test_a_pods_status_ip_with_leading_zeros_is_accepted_as_v132_does(

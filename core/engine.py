@@ -377,11 +377,15 @@ class Engine:
     def enqueue_node(self, name: str, after: float = 0.0) -> None:
         self.enqueue.node(name, after)
 
-    def _on_pod(self, _event: str, key: str, _old: Any, _new: Any) -> None:
+    def _on_pod(self, event: str, key: str, old: Any, new: Any) -> None:
         self.enqueue.pod(key)
+        if self.netpols.active:
+            self.netpols.on_pod(event, key, old, new)
 
-    def _on_pod_network(self, _event: str, _key: str, old: PodNetwork | None,
+    def _on_pod_network(self, event: str, key: str, old: PodNetwork | None,
                         new: PodNetwork | None) -> None:
+        if self.netpols.active:
+            self.netpols.on_pod_network(event, key, old, new)
         if self.networks.usage.by_provider:  # a provider has Subnet objects: counted
             self.networks.on_record(old, new)
         if new is not None:
@@ -489,8 +493,8 @@ class Engine:
         if self.netpols.enforce:
             netpols = self.netpols
             self.caches.network_policies.add_handler(netpols.on_policy)
-            self.caches.pods.add_handler(netpols.on_pod)
-            self.caches.pod_networks.add_handler(netpols.on_pod_network)
+            # pods and their records: from the engine's own handlers, and only while a
+            # policy exists (every pod event pays one test)
             self.caches.namespaces.add_handler(netpols.on_namespace)
             self.caches.nodes.add_handler(netpols.on_node)
             self.caches.agent_policy_reports.add_handler(netpols.on_agent_report)

@@ -121,8 +121,21 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         annotations=_pod_annotations(meta.get("annotations")),
         owner_references=tuple(_owner(r) for r in meta.get("ownerReferences") or ()),
         host_network=bool(spec.get("hostNetwork", False)),
-        named_ports=_named_ports(spec),
+        named_ports=_named_ports(spec) if _has_ports(spec) else (),
     )
+
+
+def _has_ports(spec: Mapping[str, Any]) -> bool:
+    """Whether a pod may have named ports: a container with ``ports``, or a sidecar (the
+    common pod has neither; this runs for every pod event, so it calls next to nothing)."""
+    if "initContainers" in spec:
+        return True
+    containers = spec.get("containers")
+    if containers.__class__ is list:
+        for container in containers:
+            if container.__class__ is dict and "ports" in container:
+                return True
+    return False
 
 
 def _named_ports(spec: Mapping[str, Any]) -> tuple[NamedPort, ...]:

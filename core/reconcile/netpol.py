@@ -334,8 +334,10 @@ class NetworkPolicyReconciler:
         for provider in sorted(self.provider_enforced):
             members = tuple(m for m in resolved.members if m.provider == provider)
             share = attrs.evolve(resolved, members=members) if members else None
-            sent = self._sent.get((key, provider))
-            if share is None and sent is None and (key, provider) not in self._held:
+            with self._lock:
+                sent = self._sent.get((key, provider))
+                held = (key, provider) in self._held
+            if share is None and sent is None and not held:
                 continue  # nothing of it there, nothing to remove
             if (sent is not None and sent.policy == share and sent.answer.programmed
                     and now - sent.at < RESYNC):
@@ -348,22 +350,22 @@ class NetworkPolicyReconciler:
             except PodnetError as exc:
                 answer = PolicyRealization(programmed=False, message=one_line(str(exc)))
                 error = error or exc
-            if share is None:
-                if answer.programmed:
+            with self._lock:
+                if share is None and answer.programmed:
                     self._sent.pop((key, provider), None)
                     self._held.discard((key, provider))
                 else:
-                    self._sent[(key, provider)] = _Sent(None, answer, now)
-                continue
-            self._sent[(key, provider)] = _Sent(share, answer, now)
-            self._held.add((key, provider))
-            answers[provider] = answer
+                    self._sent[(key, provider)] = _Sent(share, answer, now)
+                    self._held.add((key, provider))
+            if share is not None:
+                answers[provider] = answer
         return answers, error
 
     def _gone(self, key: str) -> Result:
         """The policy is deleted: every provider that has it removes it."""
         error: PodnetError | None = None
-        holders = sorted({p for (k, p) in (*self._sent, *self._held) if k == key})
+        with self._lock:  # other workers file other policies meanwhile
+            holders = sorted({p for (k, p) in (*self._sent, *self._held) if k == key})
         for provider in holders:
             try:
                 answer = self.gateway.network_policy(provider, key, None)
@@ -373,8 +375,9 @@ class NetworkPolicyReconciler:
                 error = error or exc
                 continue
             if answer.programmed:
-                self._sent.pop((key, provider), None)
-                self._held.discard((key, provider))
+                with self._lock:
+                    self._sent.pop((key, provider), None)
+                    self._held.discard((key, provider))
         with self._lock:
             self._file_nodes(key, frozenset())
         self._said.pop(key, None)
@@ -417,7 +420,8 @@ class NetworkPolicyReconciler:
                 continue
             for key in sorted(keys or ()):
                 if self.enforce and key in self.caches.network_policies:
-                    self._held.add((key, provider))
+                    with self._lock:
+                        self._held.add((key, provider))
                     self.queue.add((NETPOL_KEY, key))
                     continue
                 try:

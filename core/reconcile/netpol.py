@@ -190,6 +190,10 @@ class NetworkPolicyReconciler:
         #: found it at start): removed once the policy has none of its pods
         self._held: set[tuple[str, str]] = set()
         self._said: dict[str, _Said] = {}
+        #: each namespace's labels, kept from the namespace events: a pod's handler runs
+        #: under the pods cache's lock and must not take the namespaces cache's (whose
+        #: handlers take the records cache's, whose handlers take the pods cache's)
+        self._namespace_labels: dict[str, Mapping[str, str]] = {}
 
     def start(self) -> None:
         """Queue the sweep of what providers hold for policies gone meanwhile (handlers
@@ -236,13 +240,17 @@ class NetworkPolicyReconciler:
             self._requeue_for_pod([pod], pod.namespace)
 
     def on_namespace(self, _event: str, key: str, old: Any, new: Any) -> None:
-        if not self.active:
-            return
         before = None if old is None else old.labels
         after = None if new is None else new.labels
         if before == after:
             return
         with self._lock:
+            if after is None:
+                self._namespace_labels.pop(key, None)
+            else:
+                self._namespace_labels[key] = after
+            if not self.active:
+                return
             keys = self.index.for_namespace(key, before, after)
         self._add(keys)
 
@@ -273,9 +281,8 @@ class NetworkPolicyReconciler:
         self._add(sorted(keys))
 
     def _requeue_for_pod(self, pods: list[PodInfo | None], namespace: str) -> None:
-        labels = self.view.namespace_labels(namespace)
         with self._lock:
-            keys = self.index.for_pod(pods, labels)
+            keys = self.index.for_pod(pods, self._namespace_labels.get(namespace))
         self._add(keys)
 
     def _add(self, keys: Iterable[str]) -> None:

@@ -28,7 +28,7 @@ def kubeconfig(tmp_path: Path) -> Iterator[Path]:
     for ns in ("x", "y"):
         store.create(NAMESPACE, {"metadata": {"name": ns}})
     status = PolicyStatus(
-        observed_generation=0,
+        observed_generation=1,
         conditions=(PolicyCondition("Accepted", "True", "Accepted", "", "2026-01-01T00:00:00Z"),
                     PolicyCondition("Programmed", "Unknown", "Pending",
                                     "1 node(s) not programmed yet, node-0001 first",
@@ -48,7 +48,7 @@ def test_policies_rows(kubeconfig: Path, capsys: pytest.CaptureFixture[str]) -> 
     report = json.loads(capsys.readouterr().out)
     db, odd = report["policies"]
     assert db == {
-        "namespace": "x", "name": "db", "generation": 0, "observed_generation": 0,
+        "namespace": "x", "name": "db", "generation": 1, "observed_generation": 1,
         "members": 5, "nodes_programmed": 2, "nodes_pending": ["node-0001"],
         "nodes_failed": {}, "accepted": {"status": "True", "reason": "Accepted", "message": ""},
         "programmed": {"status": "Unknown", "reason": "Pending",

@@ -11,7 +11,8 @@ distributed gateway, VIPs, EIP/SNAT with a source route); ``release`` removes it
 The provider is four modules: ``config`` (its section and the names it writes),
 ``ipam`` (subnets, routers, the in-memory IPAM and the allocations made of them),
 ``northbound`` (the client, configuration, the rebuild from Northbound, external networks
-and security groups) and this one, the hooks.
+and security groups, NetworkPolicy's rows from ``netpol`` written by ``nbpolicy``) and
+this one, the hooks.
 """
 
 from __future__ import annotations

@@ -13,9 +13,11 @@ from ovsdbapp.backend.ovs_idl import command as ovs_command
 
 from podnet.hookspecs.netpol import PolicyMember
 from podnet.plugins.ovn.config import EXT_IP, EXT_IPV6, EXT_NAMESPACE, EXT_POD
+from podnet.plugins.ovn.nbcommands import _member_uuids
 from podnet.plugins.ovn.netpol import (
     NP_CLAUSE,
     NP_KEY,
+    NP_SETS,
     PRIORITY_DROP,
     Clause,
     PolicyAcl,
@@ -29,20 +31,36 @@ __all__ = ["DeletePolicy", "EnsurePolicy", "RefreshPolicies", "member_ports",
            "policy_differs", "policy_keys", "refresh_needed"]
 
 
-def member_ports(api: Any, members: Sequence[PolicyMember]) -> dict[str, str]:
+def _is_member_port(lsp: Any, key: str, addresses: set[str]) -> bool:
+    ext = lsp.external_ids
+    return bool(ext.get(OWNER) == OWNER_VALUE and EXT_POD in ext
+                and f"{ext.get(EXT_NAMESPACE, '')}/{ext[EXT_POD]}" == key
+                and (ext.get(EXT_IP) in addresses or ext.get(EXT_IPV6) in addresses))
+
+
+def member_ports(api: Any, members: Sequence[PolicyMember],
+                 known: Mapping[str, str | None] | None = None) -> dict[str, str]:
     """Member key -> the logical switch port of its default network: podnet's port of
     that pod holding one of the member's addresses (an attachment network's port holds
-    others)."""
-    wanted = {m.key: set(m.addresses) for m in members}
+    others). ``known``: address -> the port the IPAM says holds it (looked up by name,
+    checked); members it does not place are looked for in every port."""
     out: dict[str, str] = {}
-    for lsp in api.tables["Logical_Switch_Port"].rows.values():
-        ext = lsp.external_ids
-        if ext.get(OWNER) != OWNER_VALUE or EXT_POD not in ext:
-            continue
-        key = f"{ext.get(EXT_NAMESPACE, '')}/{ext[EXT_POD]}"
-        addresses = wanted.get(key)
-        if addresses and (ext.get(EXT_IP) in addresses or ext.get(EXT_IPV6) in addresses):
-            out[key] = lsp.name
+    for m in members:
+        for address in m.addresses:
+            name = (known or {}).get(address)
+            lsp = api.lookup("Logical_Switch_Port", name, default=None) if name else None
+            if lsp is not None and _is_member_port(lsp, m.key, set(m.addresses)):
+                out[m.key] = lsp.name
+                break
+    rest = {m.key: set(m.addresses) for m in members if m.key not in out}
+    if rest:
+        for lsp in api.tables["Logical_Switch_Port"].rows.values():
+            ext = lsp.external_ids
+            if ext.get(OWNER) != OWNER_VALUE or EXT_POD not in ext:
+                continue
+            key = f"{ext.get(EXT_NAMESPACE, '')}/{ext[EXT_POD]}"
+            if key in rest and _is_member_port(lsp, key, rest[key]):
+                out[key] = lsp.name
     return out
 
 
@@ -65,14 +83,26 @@ def policy_differs(api: Any, rows: PolicyRows) -> bool:
     pg = api.lookup("Port_Group", rows.port_group, default=None)
     if pg is None or not _ours(pg, rows.key):
         return True
-    if sorted(p.name for p in pg.ports) != list(rows.ports):
+    members = [api.lookup("Logical_Switch_Port", n, default=None) for n in rows.ports]
+    if any(m is None for m in members) or (
+            sorted(str(u) for u in _member_uuids(pg, "ports"))
+            != sorted(str(m.uuid) for m in members)):
         return True
     have = sorted(_acl_key(a) for a in pg.acls if _ours(a, rows.key))
     if have != sorted(_want_key(a) for a in rows.acls):
         return True
-    sets = {s.name: tuple(sorted(str(a) for a in s.addresses))
-            for s in api.tables["Address_Set"].rows.values() if _ours(s, rows.key)}
-    return sets != {n: tuple(sorted(a)) for n, a in rows.address_sets}
+    if pg.external_ids.get(NP_SETS, "") != _set_names(rows):
+        return True
+    for name, addresses in rows.address_sets:
+        row = api.lookup("Address_Set", name, default=None)
+        if (row is None or not _ours(row, rows.key)
+                or sorted(str(a) for a in row.addresses) != sorted(addresses)):
+            return True
+    return False
+
+
+def _set_names(rows: PolicyRows) -> str:
+    return ",".join(n for n, _ in rows.address_sets)
 
 
 def _sync_acls(txn: Any, api: Any, pg: Any, key: str, wanted: Sequence[PolicyAcl],
@@ -116,18 +146,22 @@ class EnsurePolicy(ovs_command.BaseCommand):
     def run_idl(self, txn: Any) -> None:
         api, rows = self.api, self.rows
         marks = {OWNER: OWNER_VALUE, NP_KEY: rows.key}
+        sets = {**marks, NP_SETS: _set_names(rows)}
         pg = api.lookup("Port_Group", rows.port_group, default=None)
         new = pg is None
         if pg is None:
             pg = txn.insert(api.tables["Port_Group"])
             pg.name = rows.port_group
-            pg.external_ids = marks
+            pg.external_ids = sets
+            before: set[str] = set()
         elif pg.external_ids.get(NP_KEY) != rows.key:
             raise RuntimeError(f"port group {rows.port_group} belongs to "
                                f"{pg.external_ids.get(NP_KEY) or 'another owner'}, not "
                                f"NetworkPolicy {rows.key}")
-        elif dict(pg.external_ids) != {**pg.external_ids, **marks}:
-            pg.external_ids = {**pg.external_ids, **marks}
+        else:
+            before = set(filter(None, pg.external_ids.get(NP_SETS, "").split(",")))
+            if dict(pg.external_ids) != {**pg.external_ids, **sets}:
+                pg.external_ids = {**pg.external_ids, **sets}
         wanted_ports = set(rows.ports)
         have = {} if new else {p.name: p for p in pg.ports}
         for name, lsp in have.items():
@@ -140,10 +174,13 @@ class EnsurePolicy(ovs_command.BaseCommand):
                     raise RuntimeError(f"logical switch port {name} is missing")
                 pg.addvalue("ports", lsp)
         # the address sets before the ACLs naming them (one transaction: northd sees both)
+        # the policy's sets are named on its port group: no scan of every set (one left
+        # by a group deleted by hand is found by policy_keys, and goes with DeletePolicy)
         wanted_sets = dict(rows.address_sets)
-        for s in list(api.tables["Address_Set"].rows.values()):
-            if _ours(s, rows.key) and s.name not in wanted_sets:
-                s.delete()
+        for name in sorted(before - set(wanted_sets)):
+            stale = api.lookup("Address_Set", name, default=None)
+            if stale is not None and _ours(stale, rows.key):
+                stale.delete()
         for name, addresses in rows.address_sets:
             row = api.lookup("Address_Set", name, default=None)
             if row is None:

@@ -51,6 +51,7 @@ from podnet.plugins.ovn.secgroups import BadGroup, Rule, SecurityGroup
 __all__ = [
     "NP_CLAUSE",
     "NP_KEY",
+    "NP_SETS",
     "PRIORITY_ALLOW",
     "PRIORITY_BOTH_ALLOW",
     "PRIORITY_BOTH_DROP",
@@ -69,6 +70,8 @@ PRIORITY_ALLOW = 2030
 PRIORITY_DROP = 2020
 #: external_ids on a policy's port group, address sets and ACLs: the policy's key
 NP_KEY = "podnet/np"
+#: on a policy's port group: the names of its address sets, comma-separated
+NP_SETS = "podnet/np-sets"
 #: on a clause ACL (priority 2030): the clause as JSON (the products are made from it)
 NP_CLAUSE = "podnet/np-clause"
 

@@ -384,8 +384,11 @@ class OvnNorthbound:
                                  f"policy is {policy.key}")
         from podnet.plugins.ovn.nbpolicy import member_ports
 
+        with self.lock:  # where the IPAM says each address is: a lookup, not a scan
+            known = {a: held.port for m in policy.members for a in m.addresses
+                     if (held := self.ipam.used.get(a)) is not None}
         with client.reading():
-            ports = member_ports(client.api, policy.members)
+            ports = member_ports(client.api, policy.members, known)
         with self.lock:
             groups = [self.security_groups[n] for n in sorted(self.security_groups)]
         rows = policy_rows(policy, ports, groups)

@@ -16,12 +16,14 @@ from podnet.plugins.ovn.config import EXT_IP, EXT_IPV6, EXT_NAMESPACE, EXT_POD
 from podnet.plugins.ovn.nbcommands import _member_uuids
 from podnet.plugins.ovn.netpol import (
     NP_CLAUSE,
+    NP_GROUPS,
     NP_KEY,
     NP_SETS,
     PRIORITY_DROP,
     Clause,
     PolicyAcl,
     PolicyRows,
+    groups_digest,
     policy_acls,
 )
 from podnet.plugins.ovn.rows import OWNER, OWNER_VALUE
@@ -91,7 +93,8 @@ def policy_differs(api: Any, rows: PolicyRows) -> bool:
     have = sorted(_acl_key(a) for a in pg.acls if _ours(a, rows.key))
     if have != sorted(_want_key(a) for a in rows.acls):
         return True
-    if pg.external_ids.get(NP_SETS, "") != _set_names(rows):
+    if (pg.external_ids.get(NP_SETS, "") != _set_names(rows)
+            or pg.external_ids.get(NP_GROUPS) != rows.groups):
         return True
     for name, addresses in rows.address_sets:
         row = api.lookup("Address_Set", name, default=None)
@@ -146,7 +149,7 @@ class EnsurePolicy(ovs_command.BaseCommand):
     def run_idl(self, txn: Any) -> None:
         api, rows = self.api, self.rows
         marks = {OWNER: OWNER_VALUE, NP_KEY: rows.key}
-        sets = {**marks, NP_SETS: _set_names(rows)}
+        sets = {**marks, NP_SETS: _set_names(rows), NP_GROUPS: rows.groups}
         pg = api.lookup("Port_Group", rows.port_group, default=None)
         new = pg is None
         if pg is None:
@@ -238,17 +241,13 @@ def _desired(pg: Any, key: str, groups: Iterable[SecurityGroup | BadGroup]
 
 
 def refresh_needed(api: Any, groups: Sequence[SecurityGroup | BadGroup]) -> list[str]:
-    """The policies' port groups whose products with the security groups differ from
-    ``groups``' rules."""
-    out = []
-    for pg in api.tables["Port_Group"].rows.values():
-        key = pg.external_ids.get(NP_KEY)
-        if key is None or pg.external_ids.get(OWNER) != OWNER_VALUE:
-            continue
-        have = sorted(_acl_key(a) for a in pg.acls if _ours(a, key))
-        if have != sorted(_want_key(a) for a in _desired(pg, key, groups)):
-            out.append(pg.name)
-    return out
+    """The policies' port groups whose products were made from other security groups
+    than ``groups`` (their digest on the port group: one read per policy, as the sweep
+    asks at every pass)."""
+    digest = groups_digest(groups)
+    return [pg.name for pg in api.tables["Port_Group"].rows.values()
+            if NP_KEY in (ext := pg.external_ids) and ext.get(OWNER) == OWNER_VALUE
+            and ext.get(NP_GROUPS) != digest]
 
 
 class RefreshPolicies(ovs_command.BaseCommand):
@@ -268,6 +267,7 @@ class RefreshPolicies(ovs_command.BaseCommand):
                 continue
             key = pg.external_ids[NP_KEY]
             _sync_acls(txn, self.api, pg, key, _desired(pg, key, self.groups))
+            pg.external_ids = {**pg.external_ids, NP_GROUPS: groups_digest(self.groups)}
 
 
 def groups_by_name(groups: Mapping[str, SecurityGroup | BadGroup]

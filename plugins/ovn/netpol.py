@@ -50,6 +50,7 @@ from podnet.plugins.ovn.secgroups import BadGroup, Rule, SecurityGroup
 
 __all__ = [
     "NP_CLAUSE",
+    "NP_GROUPS",
     "NP_KEY",
     "NP_SETS",
     "PRIORITY_ALLOW",
@@ -59,6 +60,7 @@ __all__ = [
     "Clause",
     "PolicyAcl",
     "PolicyRows",
+    "groups_digest",
     "policy_acls",
     "policy_port_group",
     "policy_rows",
@@ -72,6 +74,9 @@ PRIORITY_DROP = 2020
 NP_KEY = "podnet/np"
 #: on a policy's port group: the names of its address sets, comma-separated
 NP_SETS = "podnet/np-sets"
+#: on a policy's port group: a digest of the security groups its products were made from
+#: (the sync re-makes the products of the port groups whose digest is not the groups')
+NP_GROUPS = "podnet/np-groups"
 #: on a clause ACL (priority 2030): the clause as JSON (the products are made from it)
 NP_CLAUSE = "podnet/np-clause"
 
@@ -142,6 +147,14 @@ class PolicyRows:
     findings: tuple[PolicyFinding, ...] = ()
     #: members left out (no logical switch port of theirs in NB yet)
     missing: tuple[str, ...] = ()
+    #: :func:`groups_digest` of the security groups the products were made from
+    groups: str = ""
+
+
+def groups_digest(groups: Iterable[SecurityGroup | BadGroup]) -> str:
+    """A digest of the security groups' names and rules (what the products depend on)."""
+    text = repr(sorted(repr(g) for g in groups))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 # --- matches -------------------------------------------------------------------------------
@@ -384,9 +397,10 @@ def policy_rows(policy: ResolvedPolicy, ports: Mapping[str, str],
             clauses.extend(found[0])
             findings.extend(found[1])
     unique = list(dict.fromkeys(clauses))
+    groups = list(groups)
     acls = policy_acls(pg, unique, restricted, groups)
     return PolicyRows(policy.key, pg, member_ports, tuple(sorted(address_sets.items())),
-                      tuple(acls), tuple(findings), missing)
+                      tuple(acls), tuple(findings), missing, groups_digest(groups))
 
 
 def _rule_clauses(pg: str, where: str, direction: str, tag: str, i: int, rule: PolicyRule,

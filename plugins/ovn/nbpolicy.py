@@ -25,12 +25,13 @@ from podnet.plugins.ovn.netpol import (
     PolicyRows,
     groups_digest,
     policy_acls,
+    policy_port_group,
 )
 from podnet.plugins.ovn.rows import OWNER, OWNER_VALUE
 from podnet.plugins.ovn.secgroups import BadGroup, SecurityGroup
 
 __all__ = ["DeletePolicy", "EnsurePolicy", "RefreshPolicies", "member_ports",
-           "policy_differs", "policy_keys", "refresh_needed"]
+           "policy_differs", "policy_keys", "policy_rows_of", "refresh_needed"]
 
 
 def _is_member_port(lsp: Any, key: str, addresses: set[str]) -> bool:
@@ -200,8 +201,21 @@ class EnsurePolicy(ovs_command.BaseCommand):
         _sync_acls(txn, api, pg, rows.key, rows.acls, new)
 
 
+def policy_rows_of(api: Any, key: str) -> list[Any]:
+    """Every row of policy ``key``: its port group and the address sets it names, or
+    (none there: deleted by hand) the sets named after it, found by name."""
+    pg_name = policy_port_group(key)
+    pg = api.lookup("Port_Group", pg_name, default=None)
+    if pg is not None and _ours(pg, key):
+        names = filter(None, pg.external_ids.get(NP_SETS, "").split(","))
+        sets = [api.lookup("Address_Set", n, default=None) for n in names]
+        return [pg, *(s for s in sets if s is not None and _ours(s, key))]
+    return [s for s in api.tables["Address_Set"].rows.values()
+            if s.name.startswith(f"{pg_name}_") and _ours(s, key)]
+
+
 class DeletePolicy(ovs_command.BaseCommand):
-    """Every row of policy ``key``: its port groups (their ACLs go with them) and address
+    """Every row of policy ``key``: its port group (its ACLs go with it) and address
     sets."""
 
     def __init__(self, api: Any, key: str) -> None:
@@ -209,10 +223,8 @@ class DeletePolicy(ovs_command.BaseCommand):
         self.key = key
 
     def run_idl(self, txn: Any) -> None:
-        for table in ("Port_Group", "Address_Set"):
-            for row in list(self.api.tables[table].rows.values()):
-                if _ours(row, self.key):
-                    row.delete()
+        for row in policy_rows_of(self.api, self.key):
+            row.delete()
 
 
 def policy_keys(api: Any) -> set[str]:

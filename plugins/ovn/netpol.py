@@ -46,7 +46,7 @@ from podnet.hookspecs.netpol import (
     Protocol,
     ResolvedPolicy,
 )
-from podnet.plugins.ovn.secgroups import BadGroup, Rule, SecurityGroup
+from podnet.plugins.ovn.secgroups import BadGroup, Rule, SecurityGroup, port_group_of
 
 __all__ = [
     "NP_CLAUSE",
@@ -212,8 +212,6 @@ class _Term:
 
 
 def _sg_terms(rule: Rule) -> list[_Term]:
-    from podnet.plugins.ovn.secgroups import port_group_of
-
     peers: list[tuple[int | None, str | None]] = []
     for version in (4, 6):
         nets = [c for c in rule.cidrs if ipaddress.ip_network(c).version == version]
@@ -285,8 +283,6 @@ def policy_acls(port_group: str, clauses: Sequence[Clause], restricted: Iterable
             add(PolicyAcl(direction, PRIORITY_ALLOW, clause_match(c, port_group),
                           "allow-related", c.to_json()))
         for group in groups:
-            from podnet.plugins.ovn.secgroups import port_group_of
-
             sg = port_group_of(group.name)
             rules = None if isinstance(group, BadGroup) else (
                 group.ingress if direction == INGRESS else group.egress)

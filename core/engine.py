@@ -250,6 +250,7 @@ class Engine:
                                if info.network_policy is Enforcement.PROVIDER],
             clock=self.clock, tracing=self.tracing, writes=self.stats.writes,
             enforce=enforce_policy)
+        self.podnetworks.selecting_policies = self.netpols.selecting
         self._reconcilers: dict[str, Callable[[str], Result]] = {
             "pod": self.podnetworks.reconcile,
             "node": self.nodepools.reconcile,

@@ -26,7 +26,9 @@ equal). What changed when:
   :class:`~podnet.hookspecs.netpol.ResolvedPolicy`): ``podnet_network_policy`` for a
   provider that enforces it itself (``ProviderInfo.network_policy`` is
   ``Enforcement.PROVIDER``; every other provider's pods are enforced by the node agent);
-  ``PodInfo.named_ports`` (the containers' named ports).
+  ``PodInfo.named_ports`` (the containers' named ports);
+  ``AllocateContext.network_policies`` and ``PodNetworkContext.network_policies`` (the
+  policies selecting the pod, for such a provider: a new port joins them as it is made).
 - 0.7.0: networks as Kubernetes objects (:mod:`~podnet.hookspecs.networks`: Subnet,
   IPPool, SecurityGroup): ``podnet_subnet_parameters`` checks and realizes a Subnet's
   provider parameters, ``podnet_networks_changed`` hands a provider what is usable,

@@ -270,6 +270,11 @@ class AllocateContext:
     #: the IPPool object the pod names in ``podnet.io/ip-pool`` (or its namespace must
     #: use), checked to lie in ``subnet``; ``None``: none. Since 0.7.
     ip_pool: IPPoolInfo | None = None
+    #: the keys (``namespace/name``) of the NetworkPolicies that select the pod, for a
+    #: provider that enforces them itself (``Enforcement.PROVIDER``; empty for the others
+    #: and for attachment networks): a port made here joins what those policies programmed,
+    #: so the pod is restricted from its first packet. Since 0.8.
+    network_policies: tuple[str, ...] = ()
 
     def check_in_subnet(self, wait_in: Callable[[], str | None]) -> None:
         """For a pool provider: a pod network on a Subnet (``subnet``) gets an address of
@@ -332,6 +337,9 @@ class PodNetworkContext:
     #: ``podnet_hold_address``; ``None`` when core does not know (another owner kind,
     #: another hook, or its StatefulSet cache not synced yet)
     workload: WorkloadInfo | None = None
+    #: on route: the NetworkPolicies that select the pod, as
+    #: :attr:`AllocateContext.network_policies` (since 0.8.0)
+    network_policies: tuple[str, ...] = ()
 
 
 @attrs.frozen

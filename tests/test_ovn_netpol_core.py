@@ -16,7 +16,11 @@ from test_ovn_provider import northd
 
 from podnet.core.cluster.port import NAMESPACE, NETWORK_POLICY, POD, Obj
 from podnet.core.netpol.status import STATUS_ANNOTATION
+from podnet.hookspecs import hookimpl
+from podnet.hookspecs.types import TransitionEvent
 from podnet.plugins.ovn.nbserver import NbServer, ovsdb_server_available
+from podnet.plugins.ovn.netpol import policy_port_group
+from podnet.plugins.ovn.rows import KEY
 from podnet.testing.harness import EngineRig
 from podnet.testing.ovnbed import OvnCentral, parse_trace
 
@@ -130,3 +134,59 @@ def test_policies_through_core_to_ovn_flows(rig: Rig, nb_server: NbServer) -> No
         rig.settle()
         matrix(central, rig, [("a", "b", 80, True), ("d", "b", 81, True)])
     assert rig.engine.pm.hook.podnet_network_policy_keys(provider="ovn") == []
+
+
+class PortMembership:
+    """A listener that looks, when a pod network's allocation is recorded, whether its
+    port is already in the policy's port group: the policy's own call comes later (its
+    key is queued by the record's change), so only the port's own write can have put it
+    there."""
+
+    def __init__(self, plugin: Any, policy: str) -> None:
+        self.plugin = plugin
+        self.group = policy_port_group(policy)
+        self.seen: dict[str, bool] = {}
+
+    @hookimpl
+    def podnet_transition(self, event: TransitionEvent) -> None:
+        if not (event.ok and event.machine == "pod_network" and event.dest == "allocated"):
+            return
+        client = self.plugin.client
+        ports = [p for p in client.ports() if p.external_ids.get(KEY) == event.object_key]
+        assert len(ports) == 1, event.object_key
+        self.seen[event.object_key] = client.in_port_group(self.group, ports[0])
+
+
+def test_a_new_pod_joins_the_policies_selecting_it_as_its_port_is_made(
+        nb_server: NbServer) -> None:
+    from podnet.plugins.ovn.provider import OvnProvider
+
+    nb_server.restart_fresh()
+    plugin = OvnProvider(nb_server.remote, SUBNETS, seed=7)
+    watch = PortMembership(plugin, "x/db")
+    rig = Rig([("ovn", plugin), ("watch", watch)], config={"defaultProvider": "ovn"},
+              namespaces=("x", "y"))
+    try:
+        node = rig.node(0)
+        rig.add_pod("x", "a", node, {"app": "web"})
+        rig.add_pod("x", "b", node, {"app": "db"})
+        rig.settle()
+        rig.cluster.create(NETWORK_POLICY, {"metadata": {"name": "db", "namespace": "x"},
+                                            "spec": {
+            "podSelector": {"matchLabels": {"app": "db"}},
+            "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "web"}}}]}]}})
+        rig.settle()
+        # new pods after the policy: the selected one is restricted from its port's
+        # first write, the other is not made a member
+        rig.add_pod("x", "e", node, {"app": "db"})
+        rig.add_pod("x", "f", node, {"app": "web"})
+        rig.settle()
+        e, f = rig.record("e")["metadata"], rig.record("f")["metadata"]
+        assert watch.seen, "no allocation was seen"
+        assert watch.seen[f"{e['namespace']}/{e['name']}"] is True, watch.seen
+        assert watch.seen[f"{f['namespace']}/{f['name']}"] is False, watch.seen
+        with northd(nb_server) as central:
+            matrix(central, rig, [("a", "e", 80, True), ("f", "e", 80, True),
+                                  ("e", "a", 80, True)])
+    finally:
+        plugin.close()

@@ -404,6 +404,11 @@ class PolicyIndex:
                 del self._by_namespace[spec.namespace]
         self._cluster_wide.discard(key)
 
+    def selecting(self, pod: PodInfo) -> list[str]:
+        """The policies that select ``pod`` as a member."""
+        return sorted(k for k in self._by_namespace.get(pod.namespace, ())
+                      if selects(self._specs[k], pod))
+
     def for_pod(self, pods: Iterable[PodInfo | None],
                 namespace_labels: Mapping[str, str] | None) -> list[str]:
         """The policies a change of one pod can change: pass the pod as it was and as it

@@ -280,6 +280,14 @@ class NetworkPolicyReconciler:
             keys.update(k for k in said if k in self.index)
         self._add(sorted(keys))
 
+    def selecting(self, provider: str, pod: PodInfo | None) -> tuple[str, ...]:
+        """The policies that select ``pod``, for a provider that enforces them itself:
+        its new port joins them as it is made (``AllocateContext.network_policies``)."""
+        if pod is None or not self.active or provider not in self.provider_enforced:
+            return ()
+        with self._lock:
+            return tuple(self.index.selecting(pod))
+
     def _requeue_for_pod(self, pods: list[PodInfo | None], namespace: str) -> None:
         with self._lock:
             keys = self.index.for_pod(pods, self._namespace_labels.get(namespace))

@@ -114,7 +114,8 @@ class AllocatePath(PodNetworkSteps):
                               namespace_annotations=self._namespace_annotations(
                                   pn.metadata.namespace or ""),
                               subnet=choice.subnet if choice is not None else None,
-                              ip_pool=choice.ip_pool if choice is not None else None)
+                              ip_pool=choice.ip_pool if choice is not None else None,
+                              network_policies=self._policies_of(pn, pod))
         claims: list[Claim] = []
 
         def allocate(span: TransitionSpan) -> PodNetwork:

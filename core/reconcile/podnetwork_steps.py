@@ -31,6 +31,7 @@ from podnet.core.gateway import ProviderGateway
 from podnet.core.ledger import Ledger
 from podnet.core.machines import POD_NETWORK_MACHINE
 from podnet.core.models import (
+    DEFAULT_NETWORK,
     LABEL_NODE,
     LABEL_POD,
     Condition,
@@ -103,6 +104,10 @@ class PodNetworkSteps:
         #: the Subnets and IPPools declared as objects (None: a reconciler built without
         #: them serves every provider from its config, as before)
         self.networks = networks
+        #: (provider, pod) -> the NetworkPolicies selecting the pod, for a provider that
+        #: enforces them itself (set by the engine once its policy reconciler exists)
+        self.selecting_policies: Callable[[str, PodInfo | None], tuple[str, ...]] = (
+            lambda _provider, _pod: ())
         #: monotonic time each routed record is next verified at (in memory only)
         self._verify_at: dict[str, float] = {}
         #: (pod key, uid) whose record someone else deleted while the pod looked alive:
@@ -235,10 +240,17 @@ class PodNetworkSteps:
         except (Conflict, NotFound):
             return None
 
+    def _policies_of(self, pn: PodNetwork, pod: PodInfo | None) -> tuple[str, ...]:
+        """The NetworkPolicies selecting the pod of a default-network record (policy
+        applies to the default network only)."""
+        if pn.spec.network != DEFAULT_NETWORK:
+            return ()
+        return self.selecting_policies(pn.spec.provider, pod)
+
     def _route(self, pn: PodNetwork, pod: PodInfo | None) -> PodNetwork:
         provider = pn.spec.provider
         ctx = PodNetworkContext(pod_network=pn, node=self.caches.node_context(pn.spec.node_name),
-                                pod=pod)
+                                pod=pod, network_policies=self._policies_of(pn, pod))
 
         def route(span: TransitionSpan) -> PodNetwork:
             result = self.gateway.route(provider, ctx)

@@ -38,6 +38,7 @@ class PortSpec:
         "external_ids",
         "name",
         "nats",
+        "policy_groups",
         "port_groups",
         "port_security",
         "router",
@@ -51,7 +52,8 @@ class PortSpec:
                  port_groups: Sequence[str] | None = None, router: str | None = None,
                  nats: Sequence[tuple[str, str, str]] = (),
                  routes: Sequence[tuple[str, str]] = (),
-                 vips: Sequence[str] | None = None) -> None:
+                 vips: Sequence[str] | None = None,
+                 policy_groups: Sequence[str] = ()) -> None:
         self.name = name
         self.switch = switch
         self.addresses = list(addresses)
@@ -67,6 +69,10 @@ class PortSpec:
         #: None: leave the VIPs' virtual ports alone; a list: exactly these, one
         #: ``type=virtual`` port each on the switch, this port their virtual parent
         self.vips = None if vips is None else list(vips)
+        #: the port groups of the NetworkPolicies that select the pod, joined when they
+        #: exist (never left here: the policy's own writes keep its membership), so a new
+        #: port is restricted from its first packet, not once the policy's call comes
+        self.policy_groups = list(policy_groups)
 
 
 def _find_by_key(table: Any, key: str) -> list[Any]:
@@ -120,6 +126,10 @@ class EnsurePort(ovs_command.BaseCommand):
             s.external_ids[GROUPS] = ",".join(sorted(wanted))
         elif not new and GROUPS in lsp.external_ids:
             s.external_ids[GROUPS] = lsp.external_ids[GROUPS]
+        for name in sorted(set(s.policy_groups)):
+            pg = api.lookup("Port_Group", name, default=None)
+            if pg is not None:  # a policy not programmed yet adds the port itself
+                pg.addvalue("ports", lsp)
         if s.vips is not None:
             before_vips = set() if new else set(
                 filter(None, lsp.external_ids.get(VIPS, "").split(",")))

@@ -77,6 +77,7 @@ from podnet.plugins.ovn.ipam import (
     virtual_ip,
     workload_wants,
 )
+from podnet.plugins.ovn.netpol import policy_port_group
 from podnet.plugins.ovn.northbound import OvnNorthbound, log
 from podnet.plugins.ovn.objects import config_networks
 from podnet.plugins.ovn.rows import (
@@ -430,6 +431,7 @@ class OvnProvider(OvnNorthbound):
         spec = PortSpec(name, subnet.switch, [" ".join([mac, *ips])],
                         self._external_ids(pn, subnet.name, v4, v6, mac, pn.spec.node_name),
                         vips=vips) if routed is None else routed[0]
+        spec.policy_groups = [policy_port_group(k) for k in context.network_policies]
         try:
             if routed is None:
                 client.ensure_infra(switches=[subnet.switch])
@@ -555,6 +557,7 @@ class OvnProvider(OvnNorthbound):
                                 field="status.ip")
         client = self.client
         spec, groups, routers = self._desired(pn, pn.spec.node_name)
+        spec.policy_groups = [policy_port_group(k) for k in context.network_policies]
         subnet = self._known_subnet(pn)
         own = [ip for ip in (pn.status.ip, pn.status.ipv6) if ip]
         node = context.node.node if context.node is not None else None

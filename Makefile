@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # plugins (podnet-ipam's clients), containerd, runc and busybox-static for the real
 # container (test_container); prometheus for its promtool, which checks the /metrics
 # exposition (test_metrics: 19 MB, ~16 s to install).
-DEBS   ?= ovn-central ovn-host openvswitch-switch containernetworking-plugins containerd runc busybox-static prometheus
+DEBS   ?= ovn-central ovn-host openvswitch-switch containernetworking-plugins containerd runc busybox-static prometheus nftables jq curl
 
 .PHONY: demo test check lint typecheck importlint unit bench clean
 

@@ -23,7 +23,7 @@ python=${PYTHON:-$here/.venv/bin/python}
 buildah=(buildah --root "$out/storage" --runroot "$out/run" --storage-driver vfs)
 
 if [ ! -f "$out/base.tar" ]; then
-  debootstrap --variant=minbase --include=python3,python3-venv "$suite" "$out/rootfs"
+  debootstrap --variant=minbase --include=python3,python3-venv,nftables "$suite" "$out/rootfs"
   tar -C "$out/rootfs" -c . >"$out/base.tar"
   rm -rf "$out/rootfs"
 fi

@@ -245,17 +245,17 @@ class _Renderer:
                 return out
             if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
                 return [*out, _match(_payload("th", "dport"), ranges[0][0])]
-            elements = [first if first == last else {"range": [first, last]}
-                        for first, last in ranges]
+            elements: list[Any] = [first if first == last else {"range": [first, last]}
+                                   for first, last in ranges]
             return [*out, _match(_payload("th", "dport"),
                                  "@" + self.named_set("ports", "inet_service", elements))]
-        elements = []
+        pairs: list[Any] = []
         for name, protocol_ranges in by_protocol.items():
             for first, last in (protocol_ranges if protocol_ranges is not None
                                 else [(0, 65535)]):
                 port: Any = first if first == last else {"range": [first, last]}
-                elements.append({"concat": [name, port]})
-        ref = self.named_set("ports", ["inet_proto", "inet_service"], elements)
+                pairs.append({"concat": [name, port]})
+        ref = self.named_set("ports", ["inet_proto", "inet_service"], pairs)
         return [_match({"concat": [_meta("l4proto"), _payload("th", "dport")]}, "@" + ref)]
 
     def named_set(self, prefix: str, kind: Any, elements: list[Any]) -> str:

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 import attrs
+import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -405,3 +406,36 @@ def test_programming_is_traced() -> None:
         assert calls[-1].parent.span_id == spans[-1].context.span_id
     finally:
         provider.shutdown()
+
+
+def test_the_config_says_who_enforces() -> None:
+    from podnet.core.config import parse_config
+    from podnet.core.errors import ConfigError
+
+    assert parse_config({}).network_policy == "podnet"
+    assert parse_config({"networkPolicy": "none"}).network_policy == "none"
+    with pytest.raises(ConfigError, match="networkPolicy"):
+        parse_config({"networkPolicy": "calico"})
+
+
+class Sloppy(Enforcer):
+    """Answers in the wrong shapes."""
+
+    @hookimpl
+    def podnet_network_policy(self, provider: str, key: str, policy: ResolvedPolicy | None
+                              ) -> Any:
+        return "programmed"
+
+    @hookimpl
+    def podnet_network_policy_keys(self, provider: str) -> Any:
+        return "x/db"
+
+
+def test_the_gateway_checks_the_answers() -> None:
+    bed = Bed(Sloppy())
+    with pytest.raises(ProviderError, match="not a PolicyRealization") as caught:
+        bed.engine.gateway.network_policy(ENFORCER, "x/db", None)
+    assert caught.value.kind is ErrorKind.FATAL
+    with pytest.raises(ProviderError, match="not a collection of keys"):
+        bed.engine.gateway.network_policy_keys(ENFORCER)
+    assert bed.engine.stats.provider_calls[f"{ENFORCER}.network_policy"] == 1

@@ -190,6 +190,10 @@ class NetworkPolicyReconciler:
         #: found it at start): removed once the policy has none of its pods
         self._held: set[tuple[str, str]] = set()
         self._said: dict[str, _Said] = {}
+        #: each namespace's labels, kept from the namespace events: a pod's handler runs
+        #: under the pods cache's lock and must not take the namespaces cache's (whose
+        #: handlers take the records cache's, whose handlers take the pods cache's)
+        self._namespace_labels: dict[str, Mapping[str, str]] = {}
 
     def start(self) -> None:
         """Queue the sweep of what providers hold for policies gone meanwhile (handlers
@@ -236,13 +240,17 @@ class NetworkPolicyReconciler:
             self._requeue_for_pod([pod], pod.namespace)
 
     def on_namespace(self, _event: str, key: str, old: Any, new: Any) -> None:
-        if not self.active:
-            return
         before = None if old is None else old.labels
         after = None if new is None else new.labels
         if before == after:
             return
         with self._lock:
+            if after is None:
+                self._namespace_labels.pop(key, None)
+            else:
+                self._namespace_labels[key] = after
+            if not self.active:
+                return
             keys = self.index.for_namespace(key, before, after)
         self._add(keys)
 
@@ -273,9 +281,8 @@ class NetworkPolicyReconciler:
         self._add(sorted(keys))
 
     def _requeue_for_pod(self, pods: list[PodInfo | None], namespace: str) -> None:
-        labels = self.view.namespace_labels(namespace)
         with self._lock:
-            keys = self.index.for_pod(pods, labels)
+            keys = self.index.for_pod(pods, self._namespace_labels.get(namespace))
         self._add(keys)
 
     def _add(self, keys: Iterable[str]) -> None:
@@ -334,8 +341,10 @@ class NetworkPolicyReconciler:
         for provider in sorted(self.provider_enforced):
             members = tuple(m for m in resolved.members if m.provider == provider)
             share = attrs.evolve(resolved, members=members) if members else None
-            sent = self._sent.get((key, provider))
-            if share is None and sent is None and (key, provider) not in self._held:
+            with self._lock:
+                sent = self._sent.get((key, provider))
+                held = (key, provider) in self._held
+            if share is None and sent is None and not held:
                 continue  # nothing of it there, nothing to remove
             if (sent is not None and sent.policy == share and sent.answer.programmed
                     and now - sent.at < RESYNC):
@@ -348,22 +357,22 @@ class NetworkPolicyReconciler:
             except PodnetError as exc:
                 answer = PolicyRealization(programmed=False, message=one_line(str(exc)))
                 error = error or exc
-            if share is None:
-                if answer.programmed:
+            with self._lock:
+                if share is None and answer.programmed:
                     self._sent.pop((key, provider), None)
                     self._held.discard((key, provider))
                 else:
-                    self._sent[(key, provider)] = _Sent(None, answer, now)
-                continue
-            self._sent[(key, provider)] = _Sent(share, answer, now)
-            self._held.add((key, provider))
-            answers[provider] = answer
+                    self._sent[(key, provider)] = _Sent(share, answer, now)
+                    self._held.add((key, provider))
+            if share is not None:
+                answers[provider] = answer
         return answers, error
 
     def _gone(self, key: str) -> Result:
         """The policy is deleted: every provider that has it removes it."""
         error: PodnetError | None = None
-        holders = sorted({p for (k, p) in (*self._sent, *self._held) if k == key})
+        with self._lock:  # other workers file other policies meanwhile
+            holders = sorted({p for (k, p) in (*self._sent, *self._held) if k == key})
         for provider in holders:
             try:
                 answer = self.gateway.network_policy(provider, key, None)
@@ -373,8 +382,9 @@ class NetworkPolicyReconciler:
                 error = error or exc
                 continue
             if answer.programmed:
-                self._sent.pop((key, provider), None)
-                self._held.discard((key, provider))
+                with self._lock:
+                    self._sent.pop((key, provider), None)
+                    self._held.discard((key, provider))
         with self._lock:
             self._file_nodes(key, frozenset())
         self._said.pop(key, None)
@@ -417,7 +427,8 @@ class NetworkPolicyReconciler:
                 continue
             for key in sorted(keys or ()):
                 if self.enforce and key in self.caches.network_policies:
-                    self._held.add((key, provider))
+                    with self._lock:
+                        self._held.add((key, provider))
                     self.queue.add((NETPOL_KEY, key))
                     continue
                 try:

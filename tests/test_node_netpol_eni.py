@@ -37,7 +37,8 @@ def labelled(name: str, node: str, role: str) -> dict[str, Any]:
     return doc
 
 
-def enforced(bed: Bed, server: str, client: str, other: str, nodes: dict[str, Any]) -> None:
+def enforced(bed: Bed, server: str, client: str, other: str,  # noqa: F811
+             nodes: dict[str, Any]) -> None:
     assert bed.stack is not None
     bed.stack.create([labelled(server, nodes[server].name, "server"),
                       labelled(client, nodes[client].name, "client"),
@@ -56,7 +57,8 @@ def enforced(bed: Bed, server: str, client: str, other: str, nodes: dict[str, An
         wait_for("open again", lambda: probe(ns_o, ip_s, 80, timeout=TIMEOUT) == "ok")
 
 
-def test_ecs_pods_of_one_node_and_of_another_as_the_policy_says(bed: Bed) -> None:
+def test_ecs_pods_of_one_node_and_of_another_as_the_policy_says(
+        bed: Bed) -> None:  # noqa: F811
     nodes = bed.nodes("ecs-a", "ecs-b")
     # the client on the server's node (out through an ENI, back through the VPC), the
     # other pod on the other node
@@ -64,6 +66,7 @@ def test_ecs_pods_of_one_node_and_of_another_as_the_policy_says(bed: Bed) -> Non
                                         "oth": nodes["ecs-b"]})
 
 
-def test_bbc_pods_on_two_machines_as_the_policy_says(bbc_bed: Bed) -> None:
+def test_bbc_pods_on_two_machines_as_the_policy_says(
+        bbc_bed: Bed) -> None:  # noqa: F811
     node_a, node_b = bbc_bed.node("bbc-a", "i-bbca"), bbc_bed.node("bbc-b", "i-bbcb")
     enforced(bbc_bed, "srv", "cli", "oth", {"srv": node_a, "cli": node_b, "oth": node_a})

@@ -150,8 +150,9 @@ class PolicyEnforcer:
         self.netns = netns
         self.debounce = debounce
         self.resync = resync
+        # optional: a server that does not serve the kind has no policy to enforce
         self.policies: Informer[PolicySpec] = Informer(
-            cluster, NETWORK_POLICY, read_policy, name="networkpolicies")
+            cluster, NETWORK_POLICY, read_policy, name="networkpolicies", optional=True)
         self.pods: Informer[PodInfo] = Informer(cluster, POD, pod_info, name="pods-netpol")
         self.pods.add_index("namespace", lambda p: [p.namespace])
         self.namespaces: Informer[dict[str, str]] = Informer(

@@ -263,24 +263,24 @@ class PolicyEnforcer:
 
     def admit(self, pod: Obj | PodInfo) -> None:
         """Program the table with ``pod`` (just plugged, not answered yet) in it, as the
-        ADD read it, before the ADD answers: a pod a policy selects never runs open.
+        ADD read it, before the ADD answers: a pod a policy selects never runs open. A
+        pod no policy selects costs its ADD nothing (the thread adds it as a peer).
 
-        :raises NftablesError: the table could not be programmed and a policy selects
-            the pod (the ADD fails and is retried; the pod never starts unrestricted)."""
+        :raises NftablesError: a policy selects the pod and the table could not be
+            programmed (the ADD fails and is retried; the pod never starts
+            unrestricted)."""
         if not self.enforce:
             return
         info = pod if isinstance(pod, PodInfo) else pod_info(pod)
         with self._fresh_lock:
             self._fresh[info.key] = info
-        try:
-            self.program(raise_errors=True)
-        except NftablesError:
-            selected = any(selects(spec, info, self.namespaces.get(info.namespace))
-                           for spec in self.policies.values())
-            if selected:
-                raise
-            log.warning("node %s: NetworkPolicy not programmed with pod %s (no policy "
-                        "selects it)", self.node, info.key)
+        if not any(selects(spec, info) for spec in self.policies.values()):
+            # not restricted: the ADD does not wait for the table (the pod joins it as a
+            # peer at the thread's next pass; until then other members' rules do not
+            # name it, which only denies)
+            self.poke()
+            return
+        self.program(raise_errors=True)
 
     # --- programming ---------------------------------------------------------------------
 

@@ -81,19 +81,27 @@ class _View:
 
     def __init__(self, enforcer: PolicyEnforcer) -> None:
         self._e = enforcer
+        # one pass resolves every policy over one view: its pods are gathered once
+        self._fresh = enforcer.fresh_pods()
+        self._all: list[PodInfo] | None = None
+        self._in: dict[str, list[PodInfo]] = {}
 
     def pods(self) -> Iterable[PodInfo]:
-        seen = {p.key: p for p in self._e.pods.values()}
-        for key, pod in self._e.fresh_pods().items():
-            seen.setdefault(key, pod)
-        return list(seen.values())
+        if self._all is None:
+            seen = {p.key: p for p in self._e.pods.values()}
+            for key, pod in self._fresh.items():
+                seen.setdefault(key, pod)
+            self._all = list(seen.values())
+        return self._all
 
     def pods_in(self, namespace: str) -> Iterable[PodInfo]:
-        seen = {p.key: p for p in self._e.pods.by_index("namespace", namespace)}
-        for key, pod in self._e.fresh_pods().items():
-            if pod.namespace == namespace:
-                seen.setdefault(key, pod)
-        return list(seen.values())
+        if namespace not in self._in:
+            seen = {p.key: p for p in self._e.pods.by_index("namespace", namespace)}
+            for key, pod in self._fresh.items():
+                if pod.namespace == namespace:
+                    seen.setdefault(key, pod)
+            self._in[namespace] = list(seen.values())
+        return self._in[namespace]
 
     def namespace_labels(self, name: str) -> Mapping[str, str] | None:
         return self._e.namespaces.get(name)

@@ -18,6 +18,7 @@ from podnet.hookspecs.errors import ConfigError, InvalidRequest
 from podnet.hookspecs.models import (
     PodNetwork,
 )
+from podnet.hookspecs.netpol import PolicyRealization, ResolvedPolicy
 from podnet.hookspecs.networks import IPPoolInfo, Networks, SecurityGroupInfo, SubnetInfo
 from podnet.hookspecs.policy import PoolPolicy
 from podnet.hookspecs.sections import (
@@ -41,6 +42,7 @@ from podnet.plugins.ovn.ipam import (
     subnet_of,
     virtual_ip,
 )
+from podnet.plugins.ovn.netpol import policy_rows
 from podnet.plugins.ovn.objects import (
     SubnetParameters,
     check_parameters,
@@ -119,6 +121,9 @@ class OvnNorthbound:
         #: ports podnet did not make -> the addresses of theirs the IPAM holds
         self._foreign: dict[str, list[str]] = {}
         self.lock = threading.RLock()
+        #: a NetworkPolicy's products against a sync of the security groups (taken under
+        #: ``lock`` by the sync, never the other way)
+        self._policy_lock = threading.Lock()
         self._client: NbClient | None = None
         self._synced = False
         #: the node agent's dataplane (made on first use: the controller never needs it)
@@ -360,12 +365,49 @@ class OvnNorthbound:
         client.ensure_infra(port_groups=sorted(
             {g.port_group for g in good} | {port_group_of(p) for g in good
                                             for p in g.peers()}))
-        if good:
-            client.ensure_acls(acls_by_port_group(good))
+        # the NetworkPolicies' products with the groups' rules follow them (netpol.py)
+        with self._policy_lock:
+            client.ensure_acls(acls_by_port_group(good), policies=[
+                self.security_groups[n] for n in sorted(self.security_groups)])
         stale = [pg.name for pg in client.rows("Port_Group")
                  if pg.name.startswith("sg_") and pg.name not in known
                  and pg.external_ids.get(OWNER) == OWNER_VALUE and not pg.ports]
         client.delete_empty_port_groups(stale)
+
+    # --- NetworkPolicy (netpol.py: the rows; nbpolicy.py: the commands) ------------------
+
+    def program_policy(self, key: str, policy: ResolvedPolicy | None) -> PolicyRealization:
+        """Make NB hold what ``policy`` says for ``key`` (nothing for ``None``), in one
+        transaction, none when it does already."""
+        client = self.client
+        if policy is None:
+            client.delete_policy(key)
+            return PolicyRealization(programmed=True)
+        if policy.key != key:
+            raise InvalidRequest("metadata.name", f"NetworkPolicy {key}: the resolved "
+                                 f"policy is {policy.key}")
+        from podnet.plugins.ovn.nbpolicy import member_ports
+
+        with self.lock:  # where the IPAM says each address is: a lookup, not a scan
+            known = {a: held.port for m in policy.members for a in m.addresses
+                     if (held := self.ipam.used.get(a)) is not None}
+        with client.reading():
+            ports = member_ports(client.api, policy.members, known)
+        # the groups read and the products written with no sync of the groups between
+        # them (its refresh would be undone by products of the groups before it); never
+        # self.lock inside: the sync takes this lock under it
+        with self._policy_lock:
+            current = self.security_groups  # replaced whole, never changed in place
+            rows = policy_rows(policy, ports, [current[n] for n in sorted(current)])
+            client.ensure_policy(rows)
+        if rows.missing:
+            # allocate writes a pod's port before its record has an address: a member
+            # without one is a record not written yet, or a port removed meanwhile
+            return PolicyRealization(
+                programmed=False, findings=rows.findings,
+                message=f"no logical switch port in NB yet for {', '.join(rows.missing)}; "
+                        "the other members are programmed")
+        return PolicyRealization(programmed=True, findings=rows.findings)
 
     # --- networks declared as objects ------------------------------------------------------
 

@@ -11,7 +11,8 @@ distributed gateway, VIPs, EIP/SNAT with a source route); ``release`` removes it
 The provider is four modules: ``config`` (its section and the names it writes),
 ``ipam`` (subnets, routers, the in-memory IPAM and the allocations made of them),
 ``northbound`` (the client, configuration, the rebuild from Northbound, external networks
-and security groups) and this one, the hooks.
+and security groups, NetworkPolicy's rows from ``netpol`` written by ``nbpolicy``) and
+this one, the hooks.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from podnet.hookspecs.models import (
     PodNetwork,
     PodNetworkStatus,
 )
+from podnet.hookspecs.netpol import Enforcement, PolicyRealization, ResolvedPolicy
 from podnet.hookspecs.networks import IPPoolInfo, Networks, SubnetInfo, SubnetRealization, expand
 from podnet.hookspecs.types import (
     AllocateContext,
@@ -109,6 +111,7 @@ class OvnProvider(OvnNorthbound):
             name=self.name, version=__version__, uses_node_pool=False,
             manages_interfaces=False, policy=self.policy,
             sticky_kinds=("StatefulSet", "VirtualMachineInstance"),
+            network_policy=Enforcement.PROVIDER,
             description="OVN overlay: logical switch ports in the Northbound DB",
         )
 
@@ -158,6 +161,20 @@ class OvnProvider(OvnNorthbound):
         with self.lock:
             return config_networks(self.name, self.config, self._config_groups,
                                    self._declared_subnets)
+
+    # --- NetworkPolicy (netpol.py: the rows; nbpolicy.py: the commands) ------------------
+
+    @hookimpl
+    def podnet_network_policy(self, provider: str, key: str, policy: ResolvedPolicy | None
+                              ) -> PolicyRealization | None:
+        """The policy's port group, address sets and ACLs, made what ``policy`` says in
+        one transaction (none when NB has them already); ``None``: all of them removed."""
+        self.calls["network_policy"] += 1
+        return self.program_policy(key, policy)
+
+    @hookimpl
+    def podnet_network_policy_keys(self, provider: str) -> Collection[str] | None:
+        return sorted(self.client.policy_keys()) if self.remote else None
 
     # --- allocate ----------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""The demo's last stage, "on a node": two pods get real interfaces and ping each other.
+"""The demo's last stage, "on a node": two pods get real interfaces, ping each other, and
+a NetworkPolicy lets one reach the other and not back.
 
 The demo's other stages prove the control plane; this one runs the node side on one
 more node of the same in-memory cluster, served by the reference provider (the one with
@@ -13,11 +14,19 @@ a dataplane today: a Linux bridge per network, a veth pair per pod interface):
    ``podnet-cni ADD`` runs for each, as a runtime runs it (the ``CNI_*`` environment, the
    configuration on stdin, ``agentSocket`` pointing at the agent);
 3. ICMP echoes from one pod's namespace to the other's address;
-4. ``podnet-cni DEL`` for both, the pods deleted, their records released (the release
+4. NetworkPolicy: the pods' namespace denies all ingress and one pair is allowed
+   (:func:`policy_objects`); a TCP connect each way before the policies and once both
+   say Programmed: pod-a -> pod-b connects, pod-b -> pod-a gets no answer (dropped). The
+   policies are enforced as in production: the agent's own table in the node's namespace
+   (``inet podnet``), or on OVN the controller through the provider's ACLs; then deleted,
+   and what they programmed waited out;
+5. ``podnet-cni DEL`` for both, the pods deleted, their records released (the release
    handshake through the agent's report), then everything made is removed: namespaces,
    socket, agent, also when a step fails or on Ctrl-C.
 
-It needs root and network namespaces (:func:`stage_unavailable` says why not).
+It needs root and network namespaces (:func:`stage_unavailable` says why not); the policy
+part needs ``nft`` on a node whose agent enforces (:func:`nft_unavailable`; without it
+the stage says so and does not fake it).
 """
 
 from __future__ import annotations

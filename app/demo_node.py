@@ -212,6 +212,9 @@ class NodeStageReport:
     policies: list[dict[str, Any]] = attrs.field(factory=list)
     policy_programmed_ms: float = 0.0
     probes: list[PolicyProbe] = attrs.field(factory=list)
+    #: the policies the node's dataplane held once they were programmed (the agent's
+    #: table, or OVN's port groups), and whether it held none of them after their deletion
+    policies_held: list[str] = attrs.field(factory=list)
     policies_removed: bool = False
     #: the policy part ran and every pair was as the policies say
     policy_ok: bool = False
@@ -443,6 +446,7 @@ class NodeStage:
                                      self._programmed)
         self._policies_applied()
         report.policy_programmed_ms = round((time.monotonic() - started) * 1000, 1)
+        report.policies_held = sorted(self._policies_left())
         for probe in report.probes:
             probe.after = connect(probe, ALLOWED_TIMEOUT_S if probe.expected == "allowed"
                                   else DENIED_TIMEOUT_S)

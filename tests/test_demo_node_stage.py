@@ -100,6 +100,8 @@ def _assert_policy_enforced(stage: NodeStageReport, namespace: str, *,
         ("pod-a", "pod-b", POLICY_PORT, "allowed", "ok", "ok"),
         ("pod-b", "pod-a", POLICY_PORT, "denied", "ok", "timeout")]
     assert stage.policy_programmed_ms > 0 and stage.policies_removed
+    # the dataplane held both (so that it held none after is said of something)
+    assert stage.policies_held == [f"{namespace}/{ALLOW_POLICY}", f"{namespace}/{DENY_POLICY}"]
 
 
 def test_the_node_stage_plugs_two_pods_that_ping_each_other_and_leaves_nothing() -> None:

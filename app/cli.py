@@ -524,6 +524,8 @@ def _demo_with_progress(opts: DemoOptions) -> DemoReport:
     _print_node_stage(console, report.bbc_node, "on a BBC node")
     console.print("pods answering a ping: " + ", ".join(
         f"{name} {count}" for name, count in report.answering().items()), highlight=False)
+    console.print("NetworkPolicy pairs: " + "; ".join(
+        f"{name} {pairs}" for name, pairs in report.policy_pairs().items()), highlight=False)
     if report.trace_file:
         console.print(f"traces written to {report.trace_file}")
     return report
@@ -543,11 +545,40 @@ def _print_node_stage(console: Console, node: NodeStageReport, title: str) -> No
         console.print(f"  {node.ping_from} -> {node.ping_to}: "
                       f"{node.ping_replies}/{node.ping_sent} replies; pods answering a ping: "
                       f"{node.pods_answering}/{len(node.pods)}", highlight=False)
+    _print_policy_part(console, node)
     if node.error is not None:
         console.print(f"  [red]failed:[/red] {node.error}")
     else:
         console.print("  DEL both, pods deleted, records released; "
                       + ("namespaces removed" if node.cleaned else "[red]namespaces left[/red]"))
+
+
+def _print_policy_part(console: Console, node: NodeStageReport) -> None:
+    """A stage's NetworkPolicy part: the policies and their programmed state, each pair
+    before and after them."""
+    if node.policy_skipped is not None:
+        console.print(f"  NetworkPolicy [yellow]not enforced here[/yellow]: "
+                      f"{node.policy_skipped}", highlight=False)
+        return
+    if not node.policy_enforcer:
+        return  # the stage failed before
+    for row in node.policies:
+        programmed = row["programmed"] or {}
+        console.print(f"  NetworkPolicy {row['namespace']}/{row['name']}: "
+                      f"{programmed.get('reason')} ({programmed.get('message')}), "
+                      f"{row['members']} member(s)", highlight=False)
+    if node.policies:
+        console.print(f"  enforced by the {node.policy_enforcer}, programmed in "
+                      f"{node.policy_programmed_ms:g} ms", highlight=False)
+    for probe in node.probes:
+        if not probe.after:
+            continue
+        mark = "" if probe.ok else " [red]NOT AS THE POLICY SAYS[/red]"
+        console.print(f"  {probe.source} -> {probe.target} tcp/{probe.port}: before "
+                      f"{probe.before}, after {probe.after} ({probe.expected})" + mark,
+                      highlight=False)
+    if node.policies_removed:
+        console.print("  policies deleted, what they programmed removed", highlight=False)
 
 
 def _plugins() -> int:

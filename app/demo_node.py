@@ -1,4 +1,5 @@
-"""The demo's last stage, "on a node": two pods get real interfaces and ping each other.
+"""The demo's last stage, "on a node": two pods get real interfaces, ping each other, and
+a NetworkPolicy lets one reach the other and not back.
 
 The demo's other stages prove the control plane; this one runs the node side on one
 more node of the same in-memory cluster, served by the reference provider (the one with
@@ -13,11 +14,19 @@ a dataplane today: a Linux bridge per network, a veth pair per pod interface):
    ``podnet-cni ADD`` runs for each, as a runtime runs it (the ``CNI_*`` environment, the
    configuration on stdin, ``agentSocket`` pointing at the agent);
 3. ICMP echoes from one pod's namespace to the other's address;
-4. ``podnet-cni DEL`` for both, the pods deleted, their records released (the release
+4. NetworkPolicy: the pods' namespace denies all ingress and one pair is allowed
+   (:func:`policy_objects`); a TCP connect each way before the policies and once both
+   say Programmed: pod-a -> pod-b connects, pod-b -> pod-a gets no answer (dropped). The
+   policies are enforced as in production: the agent's own table in the node's namespace
+   (``inet podnet``), or on OVN the controller through the provider's ACLs; then deleted,
+   and what they programmed waited out;
+5. ``podnet-cni DEL`` for both, the pods deleted, their records released (the release
    handshake through the agent's report), then everything made is removed: namespaces,
    socket, agent, also when a step fails or on Ctrl-C.
 
-It needs root and network namespaces (:func:`stage_unavailable` says why not).
+It needs root and network namespaces (:func:`stage_unavailable` says why not); the policy
+part needs ``nft`` on a node whose agent enforces (:func:`nft_unavailable`; without it
+the stage says so and does not fake it).
 """
 
 from __future__ import annotations
@@ -42,7 +51,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Obj
+from podnet.core.cluster.port import NAMESPACE, NETWORK_POLICY, NODE, POD, POD_NETWORK, Obj
 from podnet.core.models import Phase
 from podnet.core.plugin import Providers, load_plugins, new_plugin_manager
 from podnet.core.tracing import Tracing
@@ -87,11 +96,49 @@ OVN_POD_NAMESPACE = "demo-ovn"
 #: the CNI network configuration's name and type, as ``podnet install-cni`` writes them
 CNI_NETWORK = "podnet"
 CNI_TYPE = "podnet-cni"
+#: the NetworkPolicy part of each stage, after the ping: the stage's namespace denies
+#: all ingress (:data:`DENY_POLICY`, ``podSelector: {}``) and :data:`ALLOW_POLICY` lets
+#: the client (pod-a) reach the server (pod-b) on TCP :data:`POLICY_PORT`; so pod-a ->
+#: pod-b is the allowed pair and pod-b -> pod-a the denied one (a drop: a timeout)
+ROLE_LABEL = "role"
+ROLES = {PODS[0]: "client", PODS[1]: "server"}
+DENY_POLICY = "default-deny"
+ALLOW_POLICY = "allow-client-to-server"
+POLICY_PORT = 8080
+#: an allowed connect answers at once; a denied one is never answered, so its wait is
+#: the verdict's whole cost (the same pair connected in milliseconds before the policy)
+ALLOWED_TIMEOUT_S = 5.0
+DENIED_TIMEOUT_S = 0.5
 
 
 def stage_unavailable() -> str | None:
     """Why the stage cannot run on this machine, or None."""
     return netns_unavailable()
+
+
+def policy_objects(namespace: str) -> list[dict[str, Any]]:
+    """The stage's two NetworkPolicies in ``namespace``: default deny of ingress, and
+    one allowed pair (client -> server, TCP :data:`POLICY_PORT`)."""
+    return [
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+         "metadata": {"name": DENY_POLICY, "namespace": namespace},
+         "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}},
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+         "metadata": {"name": ALLOW_POLICY, "namespace": namespace},
+         "spec": {"podSelector": {"matchLabels": {ROLE_LABEL: ROLES[PODS[1]]}},
+                  "policyTypes": ["Ingress"],
+                  "ingress": [{"from": [{"podSelector": {"matchLabels": {
+                                   ROLE_LABEL: ROLES[PODS[0]]}}}],
+                               "ports": [{"protocol": "TCP", "port": POLICY_PORT}]}]}},
+    ]
+
+
+def nft_unavailable() -> str | None:
+    """Why a node agent cannot enforce NetworkPolicy here (no ``nft``), or None."""
+    if shutil.which("nft") or any(os.path.exists(p) for p in ("/usr/sbin/nft", "/sbin/nft")):
+        return None
+    return ("nft is not installed (Debian package nftables): the node agent enforces "
+            "NetworkPolicy with it")
 
 
 def node_rule() -> dict[str, str]:
@@ -114,6 +161,28 @@ class PluggedPod:
 
 
 @attrs.define
+class PolicyProbe:
+    """One pair under the stage's policies: a TCP connect from ``source`` to ``target``'s
+    :data:`POLICY_PORT`, before the policies and once they are programmed. Verdicts:
+    ``ok`` (connected), ``timeout`` (no answer: dropped), ``refused`` (a reset or an
+    ICMP error: something answered)."""
+
+    source: str
+    target: str
+    port: int
+    #: "allowed" or "denied", as the policies say
+    expected: str
+    before: str = ""
+    after: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Open before the policies, and after them as they say (denied: dropped)."""
+        return self.before == "ok" and self.after == (
+            "ok" if self.expected == "allowed" else "timeout")
+
+
+@attrs.define
 class NodeStageReport:
     """The outcome of the stage: ``ran`` False with ``skipped`` saying why, or what it
     did; ``error`` names the step that failed."""
@@ -133,6 +202,22 @@ class NodeStageReport:
     ping_replies: int = 0
     #: of the pods, how many answered a ping from the other
     pods_answering: int = 0
+    #: the NetworkPolicy part, after the ping: why it did not run (None: it ran), who
+    #: enforced it, each policy as ``podnet status --policies`` shows it once programmed,
+    #: the milliseconds from their creation until programmed (on OVN: until the chassis
+    #: applied them), the allowed and the denied pair, and whether what they programmed
+    #: was removed with them
+    policy_skipped: str | None = None
+    policy_enforcer: str = ""
+    policies: list[dict[str, Any]] = attrs.field(factory=list)
+    policy_programmed_ms: float = 0.0
+    probes: list[PolicyProbe] = attrs.field(factory=list)
+    #: the policies the node's dataplane held once they were programmed (the agent's
+    #: table, or OVN's port groups), and whether it held none of them after their deletion
+    policies_held: list[str] = attrs.field(factory=list)
+    policies_removed: bool = False
+    #: the policy part ran and every pair was as the policies say
+    policy_ok: bool = False
     #: both pods' records released and gone after their DEL and deletion
     released: bool = False
     #: every namespace the stage made is gone
@@ -189,6 +274,22 @@ def icmp_echo(target: str, count: int, timeout: float) -> int:
     return replies
 
 
+def tcp_connect(address: str, port: int, timeout: float) -> str:
+    """A new TCP connection to ``address:port`` (the socket made in this thread's
+    namespace): ``ok`` (the handshake completed), ``timeout`` (no answer within
+    ``timeout`` seconds: dropped), ``refused`` (a reset or an ICMP error)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect((address, port))
+        except TimeoutError:
+            return "timeout"
+        except OSError:
+            return "refused"
+        return "ok"
+
+
 def interface_in_netns(name: str) -> tuple[str | None, list[str]]:
     """Interface ``name``'s MAC and IPv4 addresses (``a.b.c.d/len``) in this thread's
     namespace; (None, []) when there is no such interface."""
@@ -208,6 +309,8 @@ class NodeStage:
     """One run of the stage on ``cluster``, whose engine (serving :data:`PROVIDER` for
     nodes matching :data:`NODE_SELECTOR`) is running."""
 
+    #: who enforces NetworkPolicy on this stage's node
+    policy_enforcer = "node agent (nftables)"
     #: the provider serving the node, the node's name and label, its pods' namespace
     provider = PROVIDER
     node_name = NODE_NAME
@@ -232,6 +335,9 @@ class NodeStage:
         self.server: UnixHTTPServer | None = None
         self.serving = False
         self.uids: dict[str, str] = {}
+        #: the policy part's listening sockets (in the pods' namespaces) and policies
+        self.listeners: list[socket.socket] = []
+        self.policies: list[str] = []
 
     # --- the stage -------------------------------------------------------------------
 
@@ -250,7 +356,8 @@ class NodeStage:
         report.ok = (report.error is None and report.pods_plugged == len(PODS)
                      and report.ping_sent > 0 and report.ping_replies > 0
                      and report.pods_answering == len(PODS)
-                     and report.released and report.cleaned)
+                     and report.released and report.cleaned
+                     and (report.policy_skipped is not None or report.policy_ok))
         return report
 
     def _run(self, report: NodeStageReport) -> None:
@@ -298,6 +405,9 @@ class NodeStage:
         back = run_in_netns(netns_path(self.pod_netns[target]),
                             lambda: icmp_echo(source_ip, PING_COUNT, PING_TIMEOUT_S))
         report.pods_answering = (report.ping_replies > 0) + (back > 0)
+        report.policy_skipped = self._policy_unavailable()
+        if report.policy_skipped is None:
+            self._policy_part(report, records, deadline)
         for pod in PODS:
             self._cni("DEL", pod)
         for pod in PODS:
@@ -306,6 +416,74 @@ class NodeStage:
         self._wait("the pods' PodNetworks released", deadline,
                    lambda: None if self._records() else True)
         report.released = True
+
+    def _policy_part(self, report: NodeStageReport, records: dict[str, Obj],
+                     deadline: float) -> None:
+        """Default deny in the stage's namespace, one allowed pair: each pair probed by a
+        TCP connect before the policies and once they say Programmed; then the
+        policies deleted, and what they programmed waited out."""
+        report.policy_enforcer = self.policy_enforcer
+        address = {pod: str(records[pod]["status"]["ip"]) for pod in PODS}
+        for pod in PODS:
+            self.listeners.append(run_in_netns(
+                netns_path(self.pod_netns[pod]),
+                functools.partial(socket.create_server, (address[pod], POLICY_PORT))))
+        client, server = PODS
+        report.probes = [PolicyProbe(client, server, POLICY_PORT, "allowed"),
+                         PolicyProbe(server, client, POLICY_PORT, "denied")]
+
+        def connect(probe: PolicyProbe, timeout: float) -> str:
+            return run_in_netns(netns_path(self.pod_netns[probe.source]), functools.partial(
+                tcp_connect, address[probe.target], probe.port, timeout))
+
+        for probe in report.probes:
+            probe.before = connect(probe, ALLOWED_TIMEOUT_S)
+        started = time.monotonic()
+        for obj in policy_objects(self.pod_namespace):
+            self.policies.append(obj["metadata"]["name"])
+            self.cluster.create(NETWORK_POLICY, obj)
+        report.policies = self._wait("the NetworkPolicies Programmed", deadline,
+                                     self._programmed)
+        self._policies_applied()
+        report.policy_programmed_ms = round((time.monotonic() - started) * 1000, 1)
+        report.policies_held = sorted(self._policies_left())
+        for probe in report.probes:
+            probe.after = connect(probe, ALLOWED_TIMEOUT_S if probe.expected == "allowed"
+                                  else DENIED_TIMEOUT_S)
+        for name in self.policies:
+            self.cluster.delete(NETWORK_POLICY, name, self.pod_namespace)
+        self._wait("what the NetworkPolicies programmed removed", deadline,
+                   lambda: None if self._policies_left() else True)
+        report.policies_removed = True
+        report.policy_ok = all(p.ok for p in report.probes)
+
+    def _programmed(self) -> list[dict[str, Any]] | None:
+        """The stage's policies as ``podnet status --policies`` shows them, once each
+        says Programmed at its generation; None before."""
+        from podnet.app.status import policy_row
+
+        rows = [policy_row(self.cluster.get(NETWORK_POLICY, name, self.pod_namespace))
+                for name in self.policies]
+        if all(r["programmed"] is not None and r["programmed"]["status"] == "True"
+               and r["observed_generation"] == r["generation"] and r["members"]
+               for r in rows):
+            return rows
+        return None
+
+    def _policy_unavailable(self) -> str | None:
+        """Why the node cannot enforce NetworkPolicy here, or None."""
+        return nft_unavailable()
+
+    def _policies_applied(self) -> None:
+        """Once the policies say Programmed, what the dataplane still needs before
+        packets see them (nothing: the agent says Programmed once its table is in the
+        kernel)."""
+
+    def _policies_left(self) -> list[str]:
+        """The stage's policies the node's dataplane still holds."""
+        assert self.agent is not None
+        return [key for key in self.agent.policy.describe()["policies"]
+                if key.startswith(f"{self.pod_namespace}/")]
 
     # --- its parts ---------------------------------------------------------------------
 
@@ -394,6 +572,9 @@ class NodeStage:
         Ctrl-C meanwhile is held until the end; a step that fails does not keep the
         others from running."""
         steps: list[Callable[[], object]] = [
+            *(functools.partial(sock.close) for sock in self.listeners),
+            *(functools.partial(self.cluster.delete, NETWORK_POLICY, name,
+                                self.pod_namespace) for name in self.policies),
             *(functools.partial(self.cluster.delete, POD, pod, self.pod_namespace,
                                 grace_period_seconds=0)
               for pod in self.uids),
@@ -412,7 +593,7 @@ class NodeStage:
     def _pod_obj(self, name: str) -> dict[str, Any]:
         return {
             "metadata": {"name": name, "namespace": self.pod_namespace,
-                         "labels": {"app": "demo-node"}},
+                         "labels": {"app": "demo-node", ROLE_LABEL: ROLES[name]}},
             "spec": {"nodeName": self.node_name,
                      "containers": [{"name": "app", "image": "demo"}]},
             "status": {"phase": "Running"},
@@ -474,6 +655,7 @@ class OvnNodeStage(NodeStage):
     the demo's OVN plugin, whose ports ``ovn-controller`` binds."""
 
     provider = OVN_PROVIDER
+    policy_enforcer = "ovn provider (OVN ACLs, through the controller)"
     node_name = OVN_NODE_NAME
     label_value = OVN_LABEL_VALUE
     pod_cidr = OVN_POD_CIDR
@@ -500,6 +682,17 @@ class OvnNodeStage(NodeStage):
         pm = new_plugin_manager()
         pm.register(self.plugin, name=OVN_PROVIDER)
         return Providers(pm)
+
+    def _policy_unavailable(self) -> str | None:
+        return None  # the provider's ACLs, through core's reconciler
+
+    def _policies_applied(self) -> None:
+        # Programmed: the provider's rows are in NB; the chassis' flows follow
+        self.chassis.nbctl(f"--timeout={self.timeout_s:g}", "--wait=hv", "sync")
+
+    def _policies_left(self) -> list[str]:
+        keys = self.plugin.podnet_network_policy_keys(provider=OVN_PROVIDER) or ()
+        return [key for key in keys if key.startswith(f"{self.pod_namespace}/")]
 
     def _stop_dataplane(self) -> None:
         from podnet.plugins.ovn.provider import DEFAULT_OVS_DB

@@ -1,6 +1,8 @@
 """The demo's stage "on a node": two pods on a node served by the reference provider get
 their interfaces from the node agent through the real ``podnet-cni ADD`` and ping each
-other; afterwards nothing of the stage is left on the host.
+other; then a NetworkPolicy (default deny, one allowed pair) lets pod-a connect to pod-b
+and drops pod-b's connect to pod-a, on every dataplane's stage; afterwards nothing of the
+stage is left on the host.
 
 Needs root and network namespaces; skipped with the reason otherwise.
 """
@@ -21,7 +23,14 @@ from pathlib import Path
 import pytest
 
 from podnet.app.demo import DemoOptions, run_demo
-from podnet.app.demo_node import POD_CIDR, NodeStageReport
+from podnet.app.demo_node import (
+    ALLOW_POLICY,
+    DENY_POLICY,
+    POD_CIDR,
+    POLICY_PORT,
+    NodeStageReport,
+    nft_unavailable,
+)
 from podnet.core.tracing import read_trace_file
 from podnet.plugins.reference.dataplane import veth_names
 from podnet.testing.netns import netns_unavailable
@@ -67,6 +76,34 @@ def _assert_nothing_left(node: NodeStageReport, temp_before: set[str]) -> None:
     assert _temp_dirs() <= temp_before
 
 
+def _assert_policy_enforced(stage: NodeStageReport, namespace: str, *,
+                            by_node: bool = True) -> None:
+    """The stage's NetworkPolicy part: both policies Programmed on the stage's node, the
+    allowed pair connects, the denied pair's connect is dropped (a timeout, not a
+    refusal), both having connected before the policies; what they programmed removed
+    with them. Where the node cannot enforce (no nft), the stage says so."""
+    why = nft_unavailable() if by_node else None
+    if why is not None:
+        assert stage.policy_skipped == why and not stage.probes
+        return
+    assert stage.policy_skipped is None and stage.policy_ok
+    assert stage.policy_enforcer.startswith("node agent" if by_node else "ovn provider")
+    rows = {r["name"]: r for r in stage.policies}
+    assert set(rows) == {DENY_POLICY, ALLOW_POLICY}
+    for row in rows.values():
+        assert row["programmed"]["status"] == "True", row
+        assert row["observed_generation"] == row["generation"] and row["nodes_programmed"] == 1
+        assert row["namespace"] == namespace and row["nodes_failed"] == {}
+    assert rows[DENY_POLICY]["members"] == 2 and rows[ALLOW_POLICY]["members"] == 1
+    assert [(p.source, p.target, p.port, p.expected, p.before, p.after)
+            for p in stage.probes] == [
+        ("pod-a", "pod-b", POLICY_PORT, "allowed", "ok", "ok"),
+        ("pod-b", "pod-a", POLICY_PORT, "denied", "ok", "timeout")]
+    assert stage.policy_programmed_ms > 0 and stage.policies_removed
+    # the dataplane held both (so that it held none after is said of something)
+    assert stage.policies_held == [f"{namespace}/{ALLOW_POLICY}", f"{namespace}/{DENY_POLICY}"]
+
+
 def test_the_node_stage_plugs_two_pods_that_ping_each_other_and_leaves_nothing() -> None:
     temp_before = _temp_dirs()
     report = run_demo(DemoOptions(nodes=2, pods=10, churn=2, timeout_s=120))
@@ -76,6 +113,7 @@ def test_the_node_stage_plugs_two_pods_that_ping_each_other_and_leaves_nothing()
     assert node.pods_plugged == 2 and [p.pod for p in node.pods] == ["pod-a", "pod-b"]
     # every pod answers; a late reply on a busy host is a loss, not a failure
     assert node.ping_sent > 0 and node.ping_replies > 0 and node.pods_answering == 2
+    _assert_policy_enforced(node, "demo-node")
     assert node.released and node.cleaned
     cidr = ipaddress.ip_network(POD_CIDR)
     for plugged in node.pods:
@@ -106,6 +144,8 @@ def test_the_ecs_and_bbc_node_stages_ping_through_a_simulated_vpc_and_leave_noth
         assert stage.node == f"node-{provider}-eni"
         assert stage.pods_plugged == 2 and stage.pods_answering == 2
         assert stage.ping_sent > 0 and stage.ping_replies > 0
+        # the routed ENI dataplane: the node agent's table in the forward hook
+        _assert_policy_enforced(stage, f"demo-{provider}")
         assert all(p.address.endswith("/32") for p in stage.pods)
         assert len({p.mac for p in stage.pods}) == 2
         assert stage.released and stage.cleaned
@@ -118,6 +158,9 @@ def test_the_ecs_and_bbc_node_stages_ping_through_a_simulated_vpc_and_leave_noth
     answering = report.answering()
     assert answering["ECS"] == answering["BBC"] == "2/2"
     assert answering["OVN"] == "2/2" or answering["OVN"].startswith("skipped: ")
+    if nft_unavailable() is None:
+        pairs = report.policy_pairs()
+        assert pairs["ECS"] == pairs["BBC"] == "allowed connects, denied dropped"
     assert _temp_dirs() <= temp_before
 
 
@@ -135,6 +178,13 @@ def test_the_demo_command_prints_the_stage_and_its_json_and_traces_the_agent(
     assert node["ping_replies"] == node["ping_sent"] > 0
     assert [p["pod"] for p in node["pods"]] == ["pod-a", "pod-b"]
     assert all(p["add_ms"] > 0 and p["mac"] and p["address"] for p in node["pods"])
+    if nft_unavailable() is None:
+        assert node["policy_ok"] and node["policies_removed"]
+        assert [(p["source"], p["target"], p["expected"], p["after"])
+                for p in node["probes"]] == [("pod-a", "pod-b", "allowed", "ok"),
+                                             ("pod-b", "pod-a", "denied", "timeout")]
+        assert {p["name"]: p["programmed"]["reason"] for p in node["policies"]} == {
+            DENY_POLICY: "Programmed", ALLOW_POLICY: "Programmed"}
     # the agent's spans join each record's own trace: allocation to unplug, one trace
     spans = read_trace_file(trace)
     traces: dict[str, set[str]] = {}
@@ -157,6 +207,13 @@ def test_the_demo_command_prints_the_stage_and_its_json_and_traces_the_agent(
     assert "on a node: node-plain" in printed.stdout
     assert "pod-a -> pod-b: 3/3 replies" in printed.stdout
     assert "namespaces removed" in printed.stdout
+    if nft_unavailable() is None:
+        said = " ".join(printed.stdout.split())
+        assert f"pod-a -> pod-b tcp/{POLICY_PORT}: before ok, after ok (allowed)" in said
+        assert f"pod-b -> pod-a tcp/{POLICY_PORT}: before ok, after timeout (denied)" in said
+        assert f"NetworkPolicy demo-node/{DENY_POLICY}: Programmed" in said
+        assert ("NetworkPolicy pairs: reference allowed connects, denied dropped; BBC "
+                "skipped: only in the mixed cluster") in said
     # a single-provider run has no ECS or BBC node stage, and says why
     assert ("pods answering a ping: BBC skipped: only in the mixed cluster, ECS skipped: "
             "only in the mixed cluster, OVN skipped: ") in " ".join(printed.stdout.split())
@@ -199,6 +256,9 @@ def test_the_ovn_node_stage_plugs_two_pods_into_a_throwaway_chassis_and_leaves_n
     assert node.node == OVN_NODE_NAME and node.provider == "ovn"
     assert node.pods_plugged == 2 and node.pods_answering == 2
     assert node.ping_replies == node.ping_sent > 0
+    # OVN's ACLs, programmed by the controller through the provider
+    _assert_policy_enforced(node, "demo-ovn", by_node=False)
+    assert report.policy_pairs()["OVN"] == "allowed connects, denied dropped"
     for plugged in node.pods:
         assert ipaddress.ip_interface(plugged.address) in ipaddress.ip_network("10.16.0.0/16")
     assert node.released and node.cleaned

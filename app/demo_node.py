@@ -51,6 +51,18 @@ from typing import Any, TypeVar
 
 import attrs
 
+from podnet.app import demo_policy
+from podnet.app.demo_policy import (
+    ALLOWED_TIMEOUT_S,
+    DENIED_TIMEOUT_S,
+    POLICY_PORT,
+    ROLE_LABEL,
+    ROLES,
+    PolicyProbe,
+    nft_unavailable,
+    policy_objects,
+    tcp_connect,
+)
 from podnet.core.cluster.port import NAMESPACE, NETWORK_POLICY, NODE, POD, POD_NETWORK, Obj
 from podnet.core.models import Phase
 from podnet.core.plugin import Providers, load_plugins, new_plugin_manager
@@ -79,7 +91,7 @@ NODE_NAME = "node-plain"
 POD_CIDR = "10.63.0.0/24"
 #: the Kubernetes namespace of the stage's pods (the demo's counts look at "demo" only)
 POD_NAMESPACE = "demo-node"
-PODS = ("pod-a", "pod-b")
+PODS = demo_policy.PODS
 IF_NAME = "eth0"
 PING_COUNT = 3
 PING_TIMEOUT_S = 2.0
@@ -96,49 +108,11 @@ OVN_POD_NAMESPACE = "demo-ovn"
 #: the CNI network configuration's name and type, as ``podnet install-cni`` writes them
 CNI_NETWORK = "podnet"
 CNI_TYPE = "podnet-cni"
-#: the NetworkPolicy part of each stage, after the ping: the stage's namespace denies
-#: all ingress (:data:`DENY_POLICY`, ``podSelector: {}``) and :data:`ALLOW_POLICY` lets
-#: the client (pod-a) reach the server (pod-b) on TCP :data:`POLICY_PORT`; so pod-a ->
-#: pod-b is the allowed pair and pod-b -> pod-a the denied one (a drop: a timeout)
-ROLE_LABEL = "role"
-ROLES = {PODS[0]: "client", PODS[1]: "server"}
-DENY_POLICY = "default-deny"
-ALLOW_POLICY = "allow-client-to-server"
-POLICY_PORT = 8080
-#: an allowed connect answers at once; a denied one is never answered, so its wait is
-#: the verdict's whole cost (the same pair connected in milliseconds before the policy)
-ALLOWED_TIMEOUT_S = 5.0
-DENIED_TIMEOUT_S = 0.5
 
 
 def stage_unavailable() -> str | None:
     """Why the stage cannot run on this machine, or None."""
     return netns_unavailable()
-
-
-def policy_objects(namespace: str) -> list[dict[str, Any]]:
-    """The stage's two NetworkPolicies in ``namespace``: default deny of ingress, and
-    one allowed pair (client -> server, TCP :data:`POLICY_PORT`)."""
-    return [
-        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-         "metadata": {"name": DENY_POLICY, "namespace": namespace},
-         "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}},
-        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-         "metadata": {"name": ALLOW_POLICY, "namespace": namespace},
-         "spec": {"podSelector": {"matchLabels": {ROLE_LABEL: ROLES[PODS[1]]}},
-                  "policyTypes": ["Ingress"],
-                  "ingress": [{"from": [{"podSelector": {"matchLabels": {
-                                   ROLE_LABEL: ROLES[PODS[0]]}}}],
-                               "ports": [{"protocol": "TCP", "port": POLICY_PORT}]}]}},
-    ]
-
-
-def nft_unavailable() -> str | None:
-    """Why a node agent cannot enforce NetworkPolicy here (no ``nft``), or None."""
-    if shutil.which("nft") or any(os.path.exists(p) for p in ("/usr/sbin/nft", "/sbin/nft")):
-        return None
-    return ("nft is not installed (Debian package nftables): the node agent enforces "
-            "NetworkPolicy with it")
 
 
 def node_rule() -> dict[str, str]:
@@ -158,28 +132,6 @@ class PluggedPod:
     address: str
     #: the plugin's run, a process start included, as the runtime sees it
     add_ms: float
-
-
-@attrs.define
-class PolicyProbe:
-    """One pair under the stage's policies: a TCP connect from ``source`` to ``target``'s
-    :data:`POLICY_PORT`, before the policies and once they are programmed. Verdicts:
-    ``ok`` (connected), ``timeout`` (no answer: dropped), ``refused`` (a reset or an
-    ICMP error: something answered)."""
-
-    source: str
-    target: str
-    port: int
-    #: "allowed" or "denied", as the policies say
-    expected: str
-    before: str = ""
-    after: str = ""
-
-    @property
-    def ok(self) -> bool:
-        """Open before the policies, and after them as they say (denied: dropped)."""
-        return self.before == "ok" and self.after == (
-            "ok" if self.expected == "allowed" else "timeout")
 
 
 @attrs.define
@@ -272,22 +224,6 @@ def icmp_echo(target: str, count: int, timeout: float) -> int:
                     replies += 1
                     break
     return replies
-
-
-def tcp_connect(address: str, port: int, timeout: float) -> str:
-    """A new TCP connection to ``address:port`` (the socket made in this thread's
-    namespace): ``ok`` (the handshake completed), ``timeout`` (no answer within
-    ``timeout`` seconds: dropped), ``refused`` (a reset or an ICMP error)."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        try:
-            sock.connect((address, port))
-        except TimeoutError:
-            return "timeout"
-        except OSError:
-            return "refused"
-        return "ok"
 
 
 def interface_in_netns(name: str) -> tuple[str | None, list[str]]:

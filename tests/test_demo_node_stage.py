@@ -23,14 +23,8 @@ from pathlib import Path
 import pytest
 
 from podnet.app.demo import DemoOptions, run_demo
-from podnet.app.demo_node import (
-    ALLOW_POLICY,
-    DENY_POLICY,
-    POD_CIDR,
-    POLICY_PORT,
-    NodeStageReport,
-    nft_unavailable,
-)
+from podnet.app.demo_node import POD_CIDR, NodeStageReport
+from podnet.app.demo_policy import ALLOW_POLICY, DENY_POLICY, POLICY_PORT, nft_unavailable
 from podnet.core.tracing import read_trace_file
 from podnet.plugins.reference.dataplane import veth_names
 from podnet.testing.netns import netns_unavailable

@@ -11,7 +11,8 @@ from rich.console import Console
 
 from podnet.app.cli import _print_node_stage
 from podnet.app.demo import DemoReport
-from podnet.app.demo_node import NodeStageReport, PolicyProbe
+from podnet.app.demo_node import NodeStageReport
+from podnet.app.demo_policy import PolicyProbe
 
 
 def _probes(denied_after: str) -> list[PolicyProbe]:

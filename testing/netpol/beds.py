@@ -106,11 +106,11 @@ class PolicyBed:
              "metadata": {"name": ns, "labels": {"ns": ns}}} for ns in NAMESPACES]
         placement = {f"{ns}/{p}": nodes[i % len(nodes)]
                      for i, (ns, p) in enumerate((ns, p) for ns in NAMESPACES for p in PODS)}
-        docs += [pod_object(*key.split("/"), node=node) for key, node in placement.items()]
+        docs += [pod_object(*_split(key), node) for key, node in placement.items()]
         self.kubectl("create", "-f", "-", input=_as_list(docs))
         addresses: dict[str, tuple[str, ...]] = {}
         for key, node in placement.items():
-            netns, ips = self.plug(*key.split("/"), node=node)
+            netns, ips = self.plug(*_split(key), node)
             addresses[key] = ips
             self.endpoints[key] = Endpoint(key, netns, ips)
         families = {ipaddress.ip_address(a).version for ips in addresses.values() for a in ips}
@@ -171,6 +171,11 @@ class PolicyBed:
     def observe(self, want: Matrix, family: int, deadline: float = 30.0) -> Matrix:
         assert self.prober is not None
         return self.prober.converge(want, family, deadline)
+
+
+def _split(key: str) -> tuple[str, str]:
+    namespace, _, name = key.partition("/")
+    return namespace, name
 
 
 def _as_list(docs: Sequence[Mapping[str, Any]]) -> str:

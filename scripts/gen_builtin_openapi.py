@@ -41,6 +41,7 @@ ROOTS = (
     "io.k8s.api.events.v1.Event",
     "io.k8s.api.coordination.v1.Lease",
     "io.k8s.api.apps.v1.StatefulSet",
+    "io.k8s.api.networking.v1.NetworkPolicy",
     "io.k8s.apimachinery.pkg.apis.meta.v1.Status",
     "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions",
     "io.k8s.apimachinery.pkg.apis.meta.v1.WatchEvent",

@@ -26,16 +26,16 @@ affinity, events' involved objects, and everything behind a feature gate.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
-from podnet.core.cluster.port import LEASE, NAMESPACE, NODE, POD, Kind, Obj
+from podnet.core.cluster.port import LEASE, NAMESPACE, NETWORK_POLICY, NODE, POD, Kind, Obj
 
 from .schema import FieldError
+from .sloppy_ip import ip_family, parse_cidr, parse_ip
 
 __all__ = [
     "ANNOTATIONS_LIMIT",
@@ -178,8 +178,14 @@ def config_key(value: str) -> tuple[str, ...]:
 # --- field.Error -----------------------------------------------------------------------
 
 
+class _GoLiteral(str):
+    """A value already spelled as Go's ``%#v`` prints it (a typed slice)."""
+
+
 def _go_value(value: Any) -> str:
     """A bad value as ``field.Error`` prints it: strings quoted, numbers and bools bare."""
+    if isinstance(value, _GoLiteral):
+        return str(value)
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -406,12 +412,24 @@ def _families(errs: _Errors, path: str, values: list[str], type_: str, field: st
         seen.add(v)
 
 
-def _ip(value: str) -> Any:
-    return ipaddress.ip_address(value)
+class _Family(NamedTuple):
+    version: int
 
 
-def _cidr(value: str) -> Any:
-    return ipaddress.ip_network(value, strict=False)
+def _ip(value: str) -> _Family:
+    """``IsValidIP``: ``ParseIPSloppy`` (leading zeros allowed in v1.32); ValueError."""
+    ip = parse_ip(value)
+    if ip is None:
+        raise ValueError(value)
+    return _Family(ip_family(ip))
+
+
+def _cidr(value: str) -> _Family:
+    """``IsValidCIDR``: ``ParseCIDRSloppy`` (leading zeros and host bits allowed)."""
+    net = parse_cidr(value)
+    if net is None:
+        raise ValueError(value)
+    return _Family(net.family)
 
 
 def _pod_status(errs: _Errors, status: Mapping[str, Any]) -> None:
@@ -585,6 +603,205 @@ def _data_keys(errs: _Errors, obj: Obj) -> None:
             errs.invalid_each(f"{field}[{key}]", key, config_key(key))
 
 
+# --- network policies (pkg/apis/networking/validation) ---------------------------------
+
+_SELECTOR_OPERATORS: Final = ("In", "NotIn", "Exists", "DoesNotExist")
+_POLICY_PROTOCOLS: Final = ("TCP", "UDP", "SCTP")  # upstream's order in the message
+_POLICY_TYPES: Final = ("Ingress", "Egress")
+_PORT_NAME_CHARSET: Final = re.compile("[-a-z0-9]+")
+_PORT_NAME_LETTER: Final = re.compile("[a-z]")
+_CIDR_MESSAGE: Final = "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)"
+
+
+def port_name(value: str) -> tuple[str, ...]:
+    """``IsValidPortName`` (an IANA_SVC_NAME)."""
+    errs = []
+    if len(value) > 15:
+        errs.append(_max_len(15))
+    if not _PORT_NAME_CHARSET.fullmatch(value):
+        errs.append("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)")
+    if not _PORT_NAME_LETTER.search(value):
+        errs.append("must contain at least one letter (a-z)")
+    if "--" in value:
+        errs.append("must not contain consecutive hyphens")
+    if value.startswith("-") or value.endswith("-"):
+        errs.append("must not begin or end with a hyphen")
+    return tuple(errs)
+
+
+def _port_number(errs: _Errors, path: str, value: int) -> None:
+    if not 1 <= value <= 65535:  # IsValidPortNum
+        errs.invalid(path, value, _range_error(1, 65535))
+
+
+def label_selector(errs: _Errors, selector: Any, path: str) -> None:
+    """``ValidateLabelSelector`` (apimachinery metav1 validation): matchLabels as
+    ``ValidateLabels``, then each requirement's operator and values, key and values."""
+    selector = _dict(selector)
+    _labels(errs, selector.get("matchLabels"), f"{path}.matchLabels")
+    for i, expr in enumerate(_list(selector.get("matchExpressions"))):
+        expr = _dict(expr)
+        at = f"{path}.matchExpressions[{i}]"
+        operator, values = expr.get("operator") or "", _list(expr.get("values"))
+        if operator in ("In", "NotIn"):
+            if not values:
+                errs.required(f"{at}.values", "must be specified when `operator` is 'In' or "
+                              "'NotIn'")
+        elif operator in ("Exists", "DoesNotExist"):
+            if values:
+                errs.forbidden(f"{at}.values", "may not be specified when `operator` is "
+                               "'Exists' or 'DoesNotExist'")
+        else:
+            errs.invalid(f"{at}.operator", operator, "not a valid selector operator")
+        key = expr.get("key") or ""
+        errs.invalid_each(f"{at}.key", key, qualified_name(key))
+        for j, value in enumerate(values):
+            if isinstance(value, str):
+                errs.invalid_each(f"{at}.values[{j}]", value, label_value(value))
+
+
+def _policy_port(errs: _Errors, port: Mapping[str, Any], path: str) -> None:
+    """``ValidateNetworkPolicyPort``."""
+    protocol = port.get("protocol")
+    if protocol is not None and protocol not in _POLICY_PROTOCOLS:
+        errs.not_supported(f"{path}.protocol", protocol, _POLICY_PROTOCOLS)
+    number, end = port.get("port"), port.get("endPort")
+    if isinstance(number, int):
+        _port_number(errs, f"{path}.port", number)
+        if end is not None:
+            if end < number:
+                # upstream names the port's value here, not the endPort's
+                errs.invalid(f"{path}.endPort", number, "must be greater than or equal to `port`")
+            _port_number(errs, f"{path}.endPort", end)
+    elif isinstance(number, str):
+        if end is not None:
+            errs.invalid(f"{path}.endPort", end, "may not be specified when `port` is non-numeric")
+        errs.invalid_each(f"{path}.port", number, port_name(number))
+    elif end is not None:
+        errs.invalid(f"{path}.endPort", end, "may not be specified when `port` is not specified")
+
+
+def _ip_block(errs: _Errors, block: Mapping[str, Any], path: str) -> None:
+    """``ValidateIPBlock``: the cidr and each except entry are CIDRs as ``IsValidCIDR``
+    reads them (ParseCIDRSloppy in v1.32), each except strictly inside the cidr."""
+    cidr = block.get("cidr") or ""
+    if not cidr:
+        errs.required(f"{path}.cidr")
+        return
+    network = parse_cidr(cidr)
+    if network is None:
+        errs.invalid(f"{path}.cidr", cidr, _CIDR_MESSAGE)
+        return
+    for i, entry in enumerate(_list(block.get("except"))):
+        at = f"{path}.except[{i}]"
+        entry = entry if isinstance(entry, str) else ""
+        inner = parse_cidr(entry)
+        if inner is None:
+            errs.invalid(at, entry, _CIDR_MESSAGE)
+        elif not network.contains(inner.ip) or network.ones >= inner.ones:
+            errs.invalid(at, entry, "must be a strict subset of `cidr`")
+
+
+def _peer(errs: _Errors, peer: Mapping[str, Any], path: str) -> None:
+    """``ValidateNetworkPolicyPeer``: at least one of the three, ipBlock alone."""
+    count = 0
+    for key in ("podSelector", "namespaceSelector"):
+        if peer.get(key) is not None:
+            count += 1
+            label_selector(errs, peer[key], f"{path}.{key}")
+    if peer.get("ipBlock") is not None:
+        count += 1
+        _ip_block(errs, _dict(peer["ipBlock"]), f"{path}.ipBlock")
+    if count == 0:
+        errs.required(path, "must specify a peer")
+    elif count > 1 and peer.get("ipBlock") is not None:
+        errs.forbidden(path, "may not specify both ipBlock and another peer")
+
+
+def _network_policy(errs: _Errors, policy: Obj) -> None:
+    """``ValidateNetworkPolicySpec``: the pod selector, each rule's ports and peers (in
+    upstream's order), policyTypes."""
+    spec = _dict(policy.get("spec"))
+    label_selector(errs, spec.get("podSelector"), "spec.podSelector")
+    for direction, peers in (("ingress", "from"), ("egress", "to")):
+        for i, rule in enumerate(_list(spec.get(direction))):
+            rule = _dict(rule)
+            at = f"spec.{direction}[{i}]"
+            for j, port in enumerate(_list(rule.get("ports"))):
+                _policy_port(errs, _dict(port), f"{at}.ports[{j}]")
+            for j, peer in enumerate(_list(rule.get(peers))):
+                _peer(errs, _dict(peer), f"{at}.{peers}[{j}]")
+    types = _list(spec.get("policyTypes"))
+    if len(types) > len(_POLICY_TYPES):
+        shown = ", ".join(json.dumps(t) for t in types)
+        errs.invalid("spec.policyTypes", _GoLiteral(f"[]networking.PolicyType{{{shown}}}"),
+                     "may not specify more than two policyTypes")
+        return
+    for i, kind in enumerate(types):
+        if kind not in _POLICY_TYPES:
+            errs.not_supported(f"spec.policyTypes[{i}]", kind, _POLICY_TYPES)
+
+
+def _omit_empty(obj: Mapping[str, Any], *keys: str) -> dict[str, Any]:
+    """``obj`` without the ``omitempty`` fields that are empty: Go's encoder drops them,
+    so a stored ``ingress: []`` reads back as no ``ingress``."""
+    return {k: v for k, v in obj.items() if k not in keys or v not in ([], {}, None)}
+
+
+def _selector_defaults(selector: Any) -> Any:
+    if not isinstance(selector, dict):
+        return selector
+    out = _omit_empty(selector, "matchLabels", "matchExpressions")
+    if isinstance(out.get("matchExpressions"), list):
+        out["matchExpressions"] = [_omit_empty(e, "values") if isinstance(e, dict) else e
+                                   for e in out["matchExpressions"]]
+    return out
+
+
+def _peer_defaults(peer: Any) -> Any:
+    if not isinstance(peer, dict):
+        return peer
+    out = dict(peer)
+    for key in ("podSelector", "namespaceSelector"):
+        if key in out:
+            out[key] = _selector_defaults(out[key])
+    if isinstance(out.get("ipBlock"), dict):
+        # cidr has no omitempty: Go always writes it
+        out["ipBlock"] = _omit_empty({"cidr": "", **out["ipBlock"]}, "except")
+    return out
+
+
+def _rule_defaults(rule: Any, peers: str) -> Any:
+    if not isinstance(rule, dict):
+        return rule
+    out = _omit_empty(rule, "ports", peers)
+    if isinstance(out.get("ports"), list):
+        # SetDefaults_NetworkPolicyPort: an absent protocol is TCP (an empty one stays)
+        out["ports"] = [{**p, "protocol": p.get("protocol", "TCP")} if isinstance(p, dict)
+                        else p for p in out["ports"]]
+    if isinstance(out.get(peers), list):
+        out[peers] = [_peer_defaults(p) for p in out[peers]]
+    return out
+
+
+def network_policy_defaults(policy: Obj) -> Obj:
+    """A NetworkPolicy as a v1.32 server stores it: ``SetDefaults_NetworkPolicy``
+    (``policyTypes`` [Ingress], plus Egress when there are egress rules, when it is
+    empty) and ``SetDefaults_NetworkPolicyPort`` (protocol TCP); ``spec`` and
+    ``spec.podSelector`` always written (Go structs, not pointers); empty ``omitempty``
+    lists and maps left out, as Go's encoder does."""
+    spec = policy.get("spec")
+    spec = dict(spec) if isinstance(spec, dict) else {}
+    spec = _omit_empty(spec, "ingress", "egress", "policyTypes")
+    spec["podSelector"] = _selector_defaults(spec.get("podSelector") or {})
+    for direction, peers in (("ingress", "from"), ("egress", "to")):
+        if isinstance(spec.get(direction), list):
+            spec[direction] = [_rule_defaults(r, peers) for r in spec[direction]]
+    if not spec.get("policyTypes"):
+        spec["policyTypes"] = ["Ingress", "Egress"] if spec.get("egress") else ["Ingress"]
+    return {**policy, "spec": spec}
+
+
 # --- entry points ----------------------------------------------------------------------
 
 
@@ -622,6 +839,8 @@ def normalize(kind: Kind, obj: Obj) -> Obj:
     elif kind == NODE:
         obj = dict(obj)
         _pair(obj, "spec", "podCIDR", "podCIDRs", "")
+    elif kind == NETWORK_POLICY:
+        obj = network_policy_defaults(obj)
     return obj
 
 
@@ -653,6 +872,8 @@ def validate(kind: Kind, obj: Obj, old: Obj | None, subresource: str | None) -> 
             _node_update(errs, obj, old)
     elif kind == LEASE:
         _lease(errs, obj)
+    elif kind == NETWORK_POLICY:
+        _network_policy(errs, obj)
     elif kind.group == "" and kind.kind in ("ConfigMap", "Secret"):
         _data_keys(errs, obj)
     return errs.list

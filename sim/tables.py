@@ -4,10 +4,11 @@ built-in kinds, with kube-apiserver's columns and cells.
 Each kind's columns, their types and priorities (1: shown by ``-o wide`` only) and the
 cell rules are upstream's printers (pkg/printers/internalversion/printers.go: ``printPod``,
 ``printNode``, ``printEvent``, ``printNamespace``, ``printConfigMap``, ``printSecret``,
-``printServiceAccount``, ``printLease``, ``printService``, ``printStatefulSet``). The
-server fills every column, wide ones included (its table convertor asks for Wide), and
-kubectl hides those of priority 1 unless ``-o wide``. Descriptions are upstream's where
-printers.go spells them out; those it takes from the API's field docs are left empty.
+``printServiceAccount``, ``printLease``, ``printService``, ``printStatefulSet``,
+``printNetworkPolicy``). The server fills every column, wide ones included (its table
+convertor asks for Wide), and kubectl hides those of priority 1 unless ``-o wide``.
+Descriptions are upstream's where printers.go spells them out; those it takes from the
+API's field docs are left empty.
 """
 
 from __future__ import annotations
@@ -15,7 +16,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from podnet.core.cluster.port import EVENT, LEASE, NAMESPACE, NODE, POD, STATEFUL_SET, Kind, Obj
+from podnet.core.cluster.port import (
+    EVENT,
+    LEASE,
+    NAMESPACE,
+    NETWORK_POLICY,
+    NODE,
+    POD,
+    STATEFUL_SET,
+    Kind,
+    Obj,
+)
 
 from .kinds import CONFIG_MAP, SECRET, SERVICE, SERVICE_ACCOUNT
 
@@ -352,6 +363,34 @@ def _replicas(sts: Obj) -> str:
     return f"{_get(sts, 'status', 'readyReplicas') or 0}/{1 if want is None else want}"
 
 
+_SELECTOR_OPERATORS: Final = {"In": " in ", "NotIn": " notin ", "Exists": "",
+                                "DoesNotExist": ""}
+
+
+def format_label_selector(selector: Any) -> str:
+    """``metav1.FormatLabelSelector``: the selector as ``labels.Selector.String`` spells
+    it (requirements sorted by key, set values sorted), ``<none>`` when it selects
+    everything, ``<error>`` when it cannot be made a selector."""
+    if not isinstance(selector, dict):
+        return "<none>"
+    found: list[tuple[str, str]] = []
+    for key, value in sorted((selector.get("matchLabels") or {}).items()):
+        found.append((key, f"{key}={value}"))
+    for expr in selector.get("matchExpressions") or ():
+        if not isinstance(expr, dict):
+            return "<error>"
+        key, op = str(expr.get("key") or ""), expr.get("operator")
+        values = sorted(str(v) for v in expr.get("values") or ())
+        if op not in _SELECTOR_OPERATORS or bool(values) != (op in ("In", "NotIn")):
+            return "<error>"
+        if op in ("In", "NotIn"):
+            found.append((key, f"{key}{_SELECTOR_OPERATORS[op]}({','.join(values)})"))
+        else:
+            found.append((key, f"!{key}" if op == "DoesNotExist" else key))
+    found.sort(key=lambda r: r[0])  # labels.Selector.Add sorts by key
+    return ",".join(text for _, text in found) or "<none>"
+
+
 _TABLES: Final[dict[Kind, tuple[Sequence[Obj], Row]]] = {
     POD: (_POD_COLUMNS, _pod_row),
     NODE: (_NODE_COLUMNS, _node_row),
@@ -373,6 +412,8 @@ _TABLES: Final[dict[Kind, tuple[Sequence[Obj], Row]]] = {
                     _AGE, _col("Containers", 1), _col("Images", 1)),
                    _simple(_replicas, lambda o: _containers(o, "name"),
                            lambda o: _containers(o, "image"), age_at=2)),
+    NETWORK_POLICY: ((_NAME, _col("Pod-Selector"), _AGE),
+                     _simple(lambda o: format_label_selector(_get(o, "spec", "podSelector")))),
 }
 
 

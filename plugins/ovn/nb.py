@@ -33,6 +33,15 @@ from podnet.plugins.ovn.nbcommands import (
     holds,
     link_ok,
 )
+from podnet.plugins.ovn.nbpolicy import (
+    DeletePolicy,
+    EnsurePolicy,
+    RefreshPolicies,
+    policy_differs,
+    policy_keys,
+    refresh_needed,
+)
+from podnet.plugins.ovn.netpol import PolicyRows
 from podnet.plugins.ovn.rows import (
     GROUPS,
     KEY,
@@ -41,7 +50,7 @@ from podnet.plugins.ovn.rows import (
     ExternalNet,
     RouterLink,
 )
-from podnet.plugins.ovn.secgroups import Acl
+from podnet.plugins.ovn.secgroups import Acl, BadGroup, SecurityGroup
 
 __all__ = ["GROUPS", "KEY", "OWNER", "OWNER_VALUE", "Batcher", "ExternalNet", "NbClient",
            "PortSpec", "RouterLink", "connect"]
@@ -272,21 +281,55 @@ class NbClient:
         with self.reading():
             return not any(acls_differ(self.api, g, rows) for g, rows in acls.items())
 
-    def ensure_acls(self, acls: Mapping[str, Sequence[Acl]]) -> bool:
+    def ensure_acls(self, acls: Mapping[str, Sequence[Acl]],
+                    policies: Sequence[SecurityGroup | BadGroup] | None = None) -> bool:
         """Commit the port groups whose podnet ACLs differ, in a transaction of their own
         (before the members join: a port never is in a group without its rules).
+        ``policies``: every security group; the NetworkPolicies' products with their
+        rules are made again in the same transaction where they differ (a port under both
+        never sees a group's new rules with a policy's old products).
         :return: whether anything was written."""
-        if self.acls_ok(acls):  # the common case, without queueing behind a write
+        with self.reading():
+            stale = refresh_needed(self.api, policies) if policies is not None else []
+        if not stale and self.acls_ok(acls):  # the common case, without queueing
             return False
         with self._infra_lock:
             with self.reading():
                 wrong = {g: rows for g, rows in acls.items()
                          if acls_differ(self.api, g, rows)}
-            if not wrong:
+                if policies is not None:
+                    stale = refresh_needed(self.api, policies)
+            if not wrong and not stale:
                 return False
             self.batcher.transactions += 1
-            EnsureAcls(self.api, wrong).execute(check_error=True)
+            with self.api.transaction(check_error=True) as txn:
+                if wrong:
+                    txn.add(EnsureAcls(self.api, wrong))
+                if stale:
+                    txn.add(RefreshPolicies(self.api, stale, policies or ()))
             return True
+
+    def ensure_policy(self, rows: PolicyRows) -> bool:
+        """Commit one NetworkPolicy's rows in one transaction when NB differs from them.
+        :return: whether anything was written."""
+        with self.reading():
+            if not policy_differs(self.api, rows):
+                return False
+        self.run([EnsurePolicy(self.api, rows)])
+        return True
+
+    def delete_policy(self, key: str) -> bool:
+        """Remove every row of NetworkPolicy ``key`` (one transaction; none when NB has
+        none). :return: whether anything was written."""
+        with self.reading():
+            if key not in policy_keys(self.api):
+                return False
+        self.run([DeletePolicy(self.api, key)])
+        return True
+
+    def policy_keys(self) -> set[str]:
+        with self.reading():
+            return policy_keys(self.api)
 
     def delete_empty_port_groups(self, names: Sequence[str]) -> None:
         """Delete podnet's port groups among ``names`` that have no member."""

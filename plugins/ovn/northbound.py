@@ -360,8 +360,9 @@ class OvnNorthbound:
         client.ensure_infra(port_groups=sorted(
             {g.port_group for g in good} | {port_group_of(p) for g in good
                                             for p in g.peers()}))
-        if good:
-            client.ensure_acls(acls_by_port_group(good))
+        # the NetworkPolicies' products with the groups' rules follow them (netpol.py)
+        client.ensure_acls(acls_by_port_group(good),
+                           policies=[self.security_groups[n] for n in sorted(self.security_groups)])
         stale = [pg.name for pg in client.rows("Port_Group")
                  if pg.name.startswith("sg_") and pg.name not in known
                  and pg.external_ids.get(OWNER) == OWNER_VALUE and not pg.ports]

@@ -34,6 +34,7 @@ from podnet.hookspecs.models import (
     PodNetwork,
     PodNetworkStatus,
 )
+from podnet.hookspecs.netpol import Enforcement, PolicyRealization, ResolvedPolicy
 from podnet.hookspecs.networks import IPPoolInfo, Networks, SubnetInfo, SubnetRealization, expand
 from podnet.hookspecs.types import (
     AllocateContext,
@@ -75,6 +76,7 @@ from podnet.plugins.ovn.ipam import (
     virtual_ip,
     workload_wants,
 )
+from podnet.plugins.ovn.netpol import policy_rows
 from podnet.plugins.ovn.northbound import OvnNorthbound, log
 from podnet.plugins.ovn.objects import config_networks
 from podnet.plugins.ovn.rows import (
@@ -109,6 +111,7 @@ class OvnProvider(OvnNorthbound):
             name=self.name, version=__version__, uses_node_pool=False,
             manages_interfaces=False, policy=self.policy,
             sticky_kinds=("StatefulSet", "VirtualMachineInstance"),
+            network_policy=Enforcement.PROVIDER,
             description="OVN overlay: logical switch ports in the Northbound DB",
         )
 
@@ -158,6 +161,44 @@ class OvnProvider(OvnNorthbound):
         with self.lock:
             return config_networks(self.name, self.config, self._config_groups,
                                    self._declared_subnets)
+
+    # --- NetworkPolicy (netpol.py: the rows; nbpolicy.py: the commands) ------------------
+
+    @hookimpl
+    def podnet_network_policy(self, provider: str, key: str, policy: ResolvedPolicy | None
+                              ) -> PolicyRealization | None:
+        """The policy's port group, address sets and ACLs, made what ``policy`` says in
+        one transaction (none when NB has them already); ``None``: all of them removed."""
+        self.calls["network_policy"] += 1
+        client = self.client
+        if policy is None:
+            client.delete_policy(key)
+            return PolicyRealization(programmed=True)
+        if policy.key != key:
+            raise InvalidRequest("metadata.name", f"NetworkPolicy {key}: the resolved "
+                                 f"policy is {policy.key}")
+        from podnet.plugins.ovn.nbpolicy import member_ports
+
+        with client.reading():
+            ports = member_ports(client.api, policy.members)
+        with self.lock:
+            groups = [self.security_groups[n] for n in sorted(self.security_groups)]
+        rows = policy_rows(policy, ports, groups)
+        client.ensure_policy(rows)
+        if rows.missing:
+            # allocate writes a pod's port before its record has an address: a member
+            # without one is a record not written yet, or a port removed meanwhile
+            return PolicyRealization(
+                programmed=False, findings=rows.findings,
+                message=f"no logical switch port in NB yet for {', '.join(rows.missing)}; "
+                        "the other members are programmed")
+        return PolicyRealization(programmed=True, findings=rows.findings)
+
+    @hookimpl
+    def podnet_network_policy_keys(self, provider: str) -> Collection[str] | None:
+        if not self.remote:
+            return None
+        return sorted(self.client.policy_keys())
 
     # --- allocate ----------------------------------------------------------------------------
 

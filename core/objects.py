@@ -31,6 +31,7 @@ from podnet.core.models import (
     PodNetwork,
     WorkloadInfo,
 )
+from podnet.hookspecs.models import NamedPort
 
 # the provider contract's (providers read it there); core's modules import it from here
 from podnet.hookspecs.models import statefulset_ordinal as statefulset_ordinal
@@ -115,7 +116,30 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         annotations=_pod_annotations(meta.get("annotations")),
         owner_references=tuple(_owner(r) for r in meta.get("ownerReferences") or ()),
         host_network=bool(spec.get("hostNetwork", False)),
+        named_ports=_named_ports(spec),
     )
+
+
+def _named_ports(spec: Mapping[str, Any]) -> tuple[NamedPort, ...]:
+    """The pod's named container ports, as the API resolves a port name: its containers'
+    then its sidecars' (init containers with ``restartPolicy: Always``); the others run to
+    completion before the pod serves."""
+    out: list[NamedPort] = []
+    containers = list(spec.get("containers") or ())
+    containers += [c for c in spec.get("initContainers") or ()
+                   if isinstance(c, Mapping) and c.get("restartPolicy") == "Always"]
+    for container in containers:
+        if not isinstance(container, Mapping):
+            continue
+        for port in container.get("ports") or ():
+            if not isinstance(port, Mapping):
+                continue
+            name, number = port.get("name"), port.get("containerPort")
+            if (isinstance(name, str) and name and isinstance(number, int)
+                    and not isinstance(number, bool)):
+                out.append(NamedPort(_intern(name), number,
+                                     _intern(str(port.get("protocol") or "TCP"))))
+    return tuple(out)
 
 
 def node_info(obj: Mapping[str, Any]) -> NodeInfo:

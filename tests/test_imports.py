@@ -221,7 +221,8 @@ def test_no_core_module_is_public_to_providers() -> None:
 NODE_MODELS = {"annotations", "attachments", "errors", "models", "objects", "policy", "pool",
                "ratelimit"}
 #: core's services the node agent is a client of, as the controllers are
-NODE_SERVICES = {"clock", "cluster", "convert", "fence", "gateway", "plugin", "tracing"}
+NODE_SERVICES = {"clock", "cluster", "convert", "fence", "gateway", "netpol", "plugin",
+                 "tracing"}
 
 
 def test_every_core_module_is_open_or_forbidden_to_the_node_agent() -> None:

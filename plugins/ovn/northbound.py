@@ -18,6 +18,7 @@ from podnet.hookspecs.errors import ConfigError, InvalidRequest
 from podnet.hookspecs.models import (
     PodNetwork,
 )
+from podnet.hookspecs.netpol import PolicyRealization, ResolvedPolicy
 from podnet.hookspecs.networks import IPPoolInfo, Networks, SecurityGroupInfo, SubnetInfo
 from podnet.hookspecs.policy import PoolPolicy
 from podnet.hookspecs.sections import (
@@ -41,6 +42,7 @@ from podnet.plugins.ovn.ipam import (
     subnet_of,
     virtual_ip,
 )
+from podnet.plugins.ovn.netpol import policy_rows
 from podnet.plugins.ovn.objects import (
     SubnetParameters,
     check_parameters,
@@ -367,6 +369,35 @@ class OvnNorthbound:
                  if pg.name.startswith("sg_") and pg.name not in known
                  and pg.external_ids.get(OWNER) == OWNER_VALUE and not pg.ports]
         client.delete_empty_port_groups(stale)
+
+    # --- NetworkPolicy (netpol.py: the rows; nbpolicy.py: the commands) ------------------
+
+    def program_policy(self, key: str, policy: ResolvedPolicy | None) -> PolicyRealization:
+        """Make NB hold what ``policy`` says for ``key`` (nothing for ``None``), in one
+        transaction, none when it does already."""
+        client = self.client
+        if policy is None:
+            client.delete_policy(key)
+            return PolicyRealization(programmed=True)
+        if policy.key != key:
+            raise InvalidRequest("metadata.name", f"NetworkPolicy {key}: the resolved "
+                                 f"policy is {policy.key}")
+        from podnet.plugins.ovn.nbpolicy import member_ports
+
+        with client.reading():
+            ports = member_ports(client.api, policy.members)
+        with self.lock:
+            groups = [self.security_groups[n] for n in sorted(self.security_groups)]
+        rows = policy_rows(policy, ports, groups)
+        client.ensure_policy(rows)
+        if rows.missing:
+            # allocate writes a pod's port before its record has an address: a member
+            # without one is a record not written yet, or a port removed meanwhile
+            return PolicyRealization(
+                programmed=False, findings=rows.findings,
+                message=f"no logical switch port in NB yet for {', '.join(rows.missing)}; "
+                        "the other members are programmed")
+        return PolicyRealization(programmed=True, findings=rows.findings)
 
     # --- networks declared as objects ------------------------------------------------------
 

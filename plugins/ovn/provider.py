@@ -11,7 +11,8 @@ distributed gateway, VIPs, EIP/SNAT with a source route); ``release`` removes it
 The provider is four modules: ``config`` (its section and the names it writes),
 ``ipam`` (subnets, routers, the in-memory IPAM and the allocations made of them),
 ``northbound`` (the client, configuration, the rebuild from Northbound, external networks
-and security groups) and this one, the hooks.
+and security groups, NetworkPolicy's rows from ``netpol`` written by ``nbpolicy``) and
+this one, the hooks.
 """
 
 from __future__ import annotations
@@ -76,7 +77,6 @@ from podnet.plugins.ovn.ipam import (
     virtual_ip,
     workload_wants,
 )
-from podnet.plugins.ovn.netpol import policy_rows
 from podnet.plugins.ovn.northbound import OvnNorthbound, log
 from podnet.plugins.ovn.objects import config_networks
 from podnet.plugins.ovn.rows import (
@@ -170,35 +170,11 @@ class OvnProvider(OvnNorthbound):
         """The policy's port group, address sets and ACLs, made what ``policy`` says in
         one transaction (none when NB has them already); ``None``: all of them removed."""
         self.calls["network_policy"] += 1
-        client = self.client
-        if policy is None:
-            client.delete_policy(key)
-            return PolicyRealization(programmed=True)
-        if policy.key != key:
-            raise InvalidRequest("metadata.name", f"NetworkPolicy {key}: the resolved "
-                                 f"policy is {policy.key}")
-        from podnet.plugins.ovn.nbpolicy import member_ports
-
-        with client.reading():
-            ports = member_ports(client.api, policy.members)
-        with self.lock:
-            groups = [self.security_groups[n] for n in sorted(self.security_groups)]
-        rows = policy_rows(policy, ports, groups)
-        client.ensure_policy(rows)
-        if rows.missing:
-            # allocate writes a pod's port before its record has an address: a member
-            # without one is a record not written yet, or a port removed meanwhile
-            return PolicyRealization(
-                programmed=False, findings=rows.findings,
-                message=f"no logical switch port in NB yet for {', '.join(rows.missing)}; "
-                        "the other members are programmed")
-        return PolicyRealization(programmed=True, findings=rows.findings)
+        return self.program_policy(key, policy)
 
     @hookimpl
     def podnet_network_policy_keys(self, provider: str) -> Collection[str] | None:
-        if not self.remote:
-            return None
-        return sorted(self.client.policy_keys())
+        return sorted(self.client.policy_keys()) if self.remote else None
 
     # --- allocate ----------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -19,55 +19,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_netpol_oracle import PORTS, SETTINGS, WORLD, policies
 
-from podnet.core.netpol.resolve import resolve
-from podnet.core.netpol.wire import read_policy
-from podnet.hookspecs.models import NamedPort, PodInfo
 from podnet.hookspecs.netpol import PolicyRule, ResolvedPolicy
+from podnet.testing.netpol.beds import resolved as core_resolved
 from podnet.testing.netpol.cases import CASES, Case
 from podnet.testing.netpol.matrix import Matrix, Verdict, render
 from podnet.testing.netpol.oracle import Cluster, Pod, expected
-
-
-class View:
-    """The oracle's world as core's resolver reads it."""
-
-    def __init__(self, world: Cluster) -> None:
-        self.world = world
-        self.infos = {p.key: PodInfo(
-            namespace=p.namespace, name=p.name, uid=f"uid-{p.key}", node_name=p.node,
-            phase="Running", labels=dict(p.labels), host_network=p.host_network,
-            named_ports=tuple(NamedPort(c.name, c.port, c.protocol) for c in p.ports))
-            for p in world.pods}
-
-    def pods(self) -> Iterable[PodInfo]:
-        return self.infos.values()
-
-    def pods_in(self, namespace: str) -> Iterable[PodInfo]:
-        return [p for p in self.infos.values() if p.namespace == namespace]
-
-    def namespace_labels(self, name: str) -> Mapping[str, str] | None:
-        return self.world.namespaces.get(name)
-
-    def namespaces(self) -> Iterable[str]:
-        return self.world.namespaces
-
-    def addresses_of(self, pod: PodInfo) -> tuple[str, ...]:
-        return self.world.pod(pod.key).addresses
-
-    def provider_of(self, pod: PodInfo) -> str | None:
-        return "reference"
-
-    def node_addresses(self, node: str) -> tuple[str, ...]:
-        return tuple(self.world.node_addresses.get(node, ()))
-
-
-def _resolved(ps: Sequence[Mapping[str, Any]], world: Cluster) -> list[ResolvedPolicy]:
-    view = View(world)
-    out = []
-    for i, p in enumerate(ps):
-        obj = {**p, "metadata": {**p["metadata"], "uid": f"uid-{i}", "generation": 1}}
-        out.append(resolve(read_policy(obj), view))
-    return out
 
 
 def _clause_allows(rule: PolicyRule, member: str, other: str | None, port: int,
@@ -103,7 +59,7 @@ def _direction(resolved: list[ResolvedPolicy], member: Pod, other: str | None, p
 
 def as_a_dataplane_reads_it(ps: Sequence[Mapping[str, Any]], world: Cluster,
                             ports: Sequence[tuple[int, str]], family: int = 4) -> Matrix:
-    resolved = _resolved(ps, world)
+    resolved = core_resolved(ps, world, "reference")
     m = Matrix.of([p.key for p in world.pods], ports)
     for src_key, dst_key, port, protocol in m.judged():
         src, dst = world.pod(src_key), world.pod(dst_key)

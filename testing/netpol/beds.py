@@ -22,7 +22,7 @@ import contextlib
 import ipaddress
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from podnet.testing.netpol.cases import (
     LabelChange,
     base_cluster,
     pod_object,
+    relabelled,
 )
 from podnet.testing.netpol.matrix import Matrix
 from podnet.testing.netpol.oracle import Cluster, expected
@@ -326,38 +327,158 @@ class NodeBed(PolicyBed):
                     print(f"cleanup: {step}: {exc}")
 
 
+def _subnets(subnet: str) -> list[dict[str, Any]]:
+    return [{"name": "np", "cidr": subnet, "default": True}]
+
+
 def ovn_config(subnet: str = "10.37.0.0/24,fd00:37::/120") -> Callable[[Any], dict[str, Any]]:
     """The OVN controller configuration of :class:`OvnPolicyBed`: one dual-stack subnet."""
     def config(bed: Any) -> dict[str, Any]:
         return {"defaultProvider": "ovn",
                 "providers": {"ovn": {"remote": bed.nb_remote, "ovs_db": bed.ovs_remote,
-                                      "subnets": [{"name": "np", "cidr": subnet,
-                                                   "default": True}]}},
+                                      "subnets": _subnets(subnet)}},
                 "listen": "127.0.0.1:0"}
     return config
+
+
+class CoreView:
+    """The oracle's world as core's resolver reads it (``podnet.core.netpol.resolve
+    .PolicyView``): pods as ``PodInfo`` with their labels and named ports, the addresses
+    and node addresses as the world has them."""
+
+    def __init__(self, world: Cluster, provider: str = "ovn") -> None:
+        from podnet.hookspecs.models import NamedPort, PodInfo
+
+        self.world = world
+        self.provider = provider
+        self.infos = {p.key: PodInfo(
+            namespace=p.namespace, name=p.name, uid=f"uid-{p.key}", node_name=p.node,
+            phase="Running", labels=dict(p.labels), host_network=p.host_network,
+            named_ports=tuple(NamedPort(c.name, c.port, c.protocol) for c in p.ports))
+            for p in world.pods}
+
+    def pods(self) -> Iterable[Any]:
+        return self.infos.values()
+
+    def pods_in(self, namespace: str) -> Iterable[Any]:
+        return [p for p in self.infos.values() if p.namespace == namespace]
+
+    def namespace_labels(self, name: str) -> Mapping[str, str] | None:
+        return self.world.namespaces.get(name)
+
+    def namespaces(self) -> Iterable[str]:
+        return self.world.namespaces
+
+    def addresses_of(self, pod: Any) -> tuple[str, ...]:
+        return self.world.pod(pod.key).addresses
+
+    def provider_of(self, pod: Any) -> str | None:
+        return self.provider
+
+    def node_addresses(self, node: str) -> tuple[str, ...]:
+        return tuple(self.world.node_addresses.get(node, ()))
+
+
+def resolved(policies: Sequence[Mapping[str, Any]], world: Cluster, provider: str = "ovn"
+             ) -> list[Any]:
+    """``policies`` read and resolved by core (``podnet.core.netpol``) against ``world``."""
+    from podnet.core.netpol.resolve import resolve
+    from podnet.core.netpol.wire import read_policy
+
+    view = CoreView(world, provider)
+    out = []
+    for p in policies:
+        meta = p["metadata"]
+        obj = {**p, "metadata": {"uid": f"uid-{meta['namespace']}-{meta['name']}",
+                                 "generation": 1, **meta}}
+        out.append(resolve(read_policy(obj), view))
+    return out
 
 
 class OvnPolicyBed(PolicyBed):
     """The OVN provider on one chassis (:class:`~podnet.testing.ovnbed.OvnNodeBed`), a
     dual-stack subnet: the policies are the controller's ACLs, enforced by
-    ``ovn-controller``."""
+    ``ovn-controller``.
+
+    ``direct``: the bed resolves the policies itself with core's resolver and calls the
+    provider's ``podnet_network_policy`` on every change, waiting for the chassis
+    (``ovn-nbctl --wait=hv sync``): the OVN dataplane and core's resolver under test
+    without the controller's reconciler."""
 
     name = "ovn"
 
-    def __init__(self, tmp: Path, *, subnet: str = "10.37.0.0/24,fd00:37::/120") -> None:
+    def __init__(self, tmp: Path, *, subnet: str = "10.37.0.0/24,fd00:37::/120",
+                 direct: bool = False) -> None:
         from podnet.testing.ovnbed import OvnNodeBed
 
         super().__init__()
         self.bed: Any = None
+        self.direct = direct
+        self.provider: Any = None
+        self._applied: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self._world: Cluster | None = None
+        if direct:
+            self.name = "ovn-direct"
         try:
             started = time.monotonic()
             self.bed = OvnNodeBed(tmp, ovn_config(subnet), pod_cidr="10.98.0.0/24",
                                   underlay="192.168.82.0/24")
             self.timings["start"] = time.monotonic() - started
             self._populate()
+            if direct:
+                from podnet.plugins.ovn.provider import OvnProvider
+
+                self.provider = OvnProvider(self.bed.ovn.nb_remote, _subnets(subnet))
+                self._world = self.cluster
         except BaseException:
             self.close()
             raise
+
+    # direct: every change resolved and programmed by the bed
+    def _program(self, gone: Sequence[tuple[str, str]] = ()) -> None:
+        if not self.direct:
+            return
+        assert self._world is not None
+        for (ns, name) in gone:
+            done = self.provider.podnet_network_policy("ovn", f"{ns}/{name}", None)
+            assert done is not None and done.programmed, done
+        for policy in resolved(list(self._applied.values()), self._world):
+            policy = attrs.evolve(policy, members=tuple(
+                m for m in policy.members if m.provider == "ovn"))
+            done = self.provider.podnet_network_policy("ovn", policy.key, policy)
+            assert done is not None and done.programmed, done
+        # the chassis has applied it (a loaded machine may take long: waited, not failed)
+        self.bed.ovn.tool("ovn-nbctl", f"--db={self.bed.ovn.nb_remote}", "--timeout=120",
+                          "--wait=hv", "sync", timeout=130)
+
+    def apply(self, policies: Sequence[Mapping[str, Any]]) -> None:
+        super().apply(policies)
+        for p in policies:
+            self._applied[(p["metadata"]["namespace"], p["metadata"]["name"])] = p
+        self._program()
+
+    def delete_policy(self, namespace: str, name: str) -> None:
+        super().delete_policy(namespace, name)
+        if self._applied.pop((namespace, name), None) is not None:
+            self._program(gone=[(namespace, name)])
+
+    def label_pod(self, key: str, change: LabelChange) -> None:
+        super().label_pod(key, change)
+        if self._world is not None:
+            self._world = relabelled(self._world, {key: change}, {})
+            self._program()
+
+    def label_namespace(self, namespace: str, change: LabelChange) -> None:
+        super().label_namespace(namespace, change)
+        if self._world is not None:
+            self._world = relabelled(self._world, {}, {namespace: change})
+            self._program()
+
+    def wait_programmed(self, policies: Sequence[Mapping[str, Any]], timeout: float = 20.0
+                        ) -> str | None:
+        if self.direct:
+            return None  # programmed and synced to the chassis by the change itself
+        return super().wait_programmed(policies, timeout)
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         return str(self.bed.stack.kubectl(*args, input=input))

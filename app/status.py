@@ -54,6 +54,9 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--agent-namespace", default="kube-system",
                         help="podnet's namespace, where the node agents report "
                              "(default %(default)s)")
+    parser.add_argument("--policies", action="store_true",
+                        help="also each NetworkPolicy: its members, the nodes that "
+                             "programmed it and those pending, what of it is not enforced")
 
 
 
@@ -167,14 +170,44 @@ def _pool_row(obj: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def policy_row(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """One NetworkPolicy: what the controller's status annotation says of it (members,
+    nodes programmed, pending and failed, its conditions; None where it wrote nothing
+    yet), and what of it podnet does not enforce as written (read here, from its spec)."""
+    from podnet.core.netpol.status import ACCEPTED, PROGRAMMED, STATUS_ANNOTATION, read_status
+    from podnet.core.netpol.wire import read_policy
+
+    spec = read_policy(obj)
+    status = read_status(dig(obj, "metadata", "annotations", STATUS_ANNOTATION))
+
+    def condition(type_: str) -> dict[str, str] | None:
+        c = status.condition(type_) if status is not None else None
+        return None if c is None else {"status": c.status, "reason": c.reason,
+                                       "message": c.message}
+
+    return {
+        "namespace": spec.namespace, "name": spec.name, "generation": spec.generation,
+        "observed_generation": None if status is None else status.observed_generation,
+        "members": None if status is None else status.members,
+        "nodes_programmed": None if status is None else status.nodes_programmed,
+        "nodes_pending": [] if status is None else list(status.nodes_pending),
+        "nodes_failed": {} if status is None else dict(status.nodes_failed),
+        "accepted": condition(ACCEPTED), "programmed": condition(PROGRAMMED),
+        "findings": [{"field": f.field, "reason": f.reason.value, "message": f.message}
+                     for f in spec.findings],
+    }
+
+
 def status_report(records: Records, *, node: str | None = None,
-                  namespace: str | None = None) -> dict[str, Any]:
+                  namespace: str | None = None,
+                  policies: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """``{"nodes": [...], "pods": [...], "agents": [...], "subnets": [...],
     "ip_pools": [...]}``, rows sorted by name; every row of a list has the same keys,
     unreadable records included (their fields null, ``error`` set). ``node`` narrows the
     nodes, pods and agents, ``namespace`` the pods; pool counts always use every record.
     A Subnet's and an IPPool's counts are what their status says (the controller keeps
-    them), ``None`` where it says nothing yet."""
+    them), ``None`` where it says nothing yet. With ``policies`` (the NetworkPolicy
+    objects), ``"policies"`` too (:func:`policy_row`; ``namespace`` narrows them)."""
     owned = address_owners(records)
     nodes = [_node_row(nn, owned) for nn in records.node_networks
              if node is None or nn.metadata.name == node]
@@ -220,7 +253,14 @@ def status_report(records: Records, *, node: str | None = None,
                        "plugged": len(report.plugged),
                        "waiting_for_unplug": waiting, "reported": _time(report.renew_time),
                        "eni_dataplane": _dataplane_row(records.dataplane_of(report.node))})
+    extra: dict[str, Any] = {}
+    if policies is not None:
+        rows = [policy_row(o) for o in policies]
+        extra["policies"] = sorted(
+            (r for r in rows if namespace is None or r["namespace"] == namespace),
+            key=lambda r: (r["namespace"], r["name"]))
     return {
+        **extra,
         "agents": agents,
         "subnets": [_subnet_row(o) for o in records.subnets],
         "ip_pools": [_pool_row(o) for o in records.ip_pools],
@@ -237,19 +277,32 @@ def run_status(args: argparse.Namespace) -> int:
     from podnet.core.cluster.port import ApiError
     from podnet.core.errors import ConfigError
 
+    policies: list[Mapping[str, Any]] | None = None
     try:
         with connect(args) as cluster:
             records = read_records(cluster, agent_namespace=args.agent_namespace)
+            if args.policies:
+                policies = _read_policies(cluster, args.namespace)
     except (ConfigError, ApiError) as exc:
         print(f"podnet status: {one_line_of(exc)}", file=sys.stderr)
         return EXIT_USAGE
-    report = status_report(records, node=args.node, namespace=args.namespace)
+    report = status_report(records, node=args.node, namespace=args.namespace,
+                           policies=policies)
     if args.output == "json":
         print(json.dumps(report, sort_keys=True))
     else:
         _print_status(report)
     return EXIT_OK
 
+
+def _read_policies(cluster: Any, namespace: str | None) -> list[Mapping[str, Any]]:
+    """Every NetworkPolicy (of ``namespace``); none when the cluster does not serve them."""
+    from podnet.core.cluster.port import NETWORK_POLICY, NotFound
+
+    try:
+        return list(cluster.list(NETWORK_POLICY, namespace).items)
+    except NotFound:
+        return []
 
 
 def _problem(cond: Mapping[str, str] | None) -> str:
@@ -320,6 +373,31 @@ def _print_status(report: Mapping[str, Any]) -> None:
     console.print(pods)
     if report["agents"]:
         console.print(agents)
+    if "policies" in report:
+        console.print(_policies_table(report["policies"]))
+
+
+def _policies_table(rows: Sequence[Mapping[str, Any]]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="network policies")
+    for col in ("policy", "members", "nodes programmed", "pending", "failed", "programmed",
+                "not enforced as written"):
+        table.add_column(col, justify="right" if col in ("members", "nodes programmed")
+                         else "left")
+    for r in rows:
+        programmed = r["programmed"]
+        state = "" if programmed is None else (
+            programmed["reason"] if programmed["status"] == "True"
+            else f"{programmed['status']} {programmed['reason']}")
+        if r["observed_generation"] is not None and r["observed_generation"] != r["generation"]:
+            state += f" (generation {r['observed_generation']} of {r['generation']})"
+        findings = "\n".join(f"{f['field']}: {f['reason']}" for f in r["findings"])
+        table.add_row(f"{r['namespace']}/{r['name']}", cell(r["members"]),
+                      cell(r["nodes_programmed"]), ", ".join(r["nodes_pending"]),
+                      "\n".join(f"{n}: {m}" for n, m in sorted(r["nodes_failed"].items())),
+                      state.strip(), findings)
+    return table
 
 
 def _usage(available: Any, using: Any) -> str:

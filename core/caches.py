@@ -21,6 +21,7 @@ from podnet.core.cluster.port import (
     LEASE,
     NAD,
     NAMESPACE,
+    NETWORK_POLICY,
     NODE,
     NODE_NETWORK,
     POD,
@@ -49,10 +50,13 @@ from podnet.core.models import (
     PodNetworkStatus,
     WorkloadInfo,
 )
+from podnet.core.netpol.status import AgentPolicyReport
+from podnet.core.netpol.wire import StoredPolicy, stored_policy
 from podnet.core.networks.checks import Declared, declared
 from podnet.core.objects import (
     LABEL_AGENT_NODE,
     agent_lease_name,
+    agent_policy_report,
     agent_report,
     is_statefulset,
     namespace_annotations,
@@ -111,7 +115,7 @@ class Caches:
     """
 
     def __init__(self, cluster: Cluster, on_unreadable: Callable[[str], None], *,
-                 agent_namespace: str = "kube-system") -> None:
+                 agent_namespace: str = "kube-system", network_policy: bool = True) -> None:
         self._on_unreadable = on_unreadable
         #: records that do not parse, by key, with the error: reported, not used
         self.unreadable: dict[str, tuple[Kind, Obj, RecordError]] = {}
@@ -156,6 +160,16 @@ class Caches:
         #: (``core.attachments``): whose each is, the Subnet it names
         self.nads: Informer[NadInfo] = Informer(cluster, NAD, read_nad, name="nads",
                                                 optional=True)
+        #: NetworkPolicies, read (``core.netpol.wire``), with the status core wrote on
+        #: them; optional (a cluster that does not serve the kind lists nothing), and not
+        #: listed at all when NetworkPolicy is left to another engine
+        self.network_policies: Informer[StoredPolicy] = Informer(
+            cluster, NETWORK_POLICY, stored_policy, name="networkpolicies", optional=True)
+        #: what each node agent says of the policies it programmed (its report Lease's
+        #: ``podnet.io/network-policies``), by ``namespace/name`` of the Lease
+        self.agent_policy_reports: Informer[AgentPolicyReport] = Informer(
+            cluster, LEASE, agent_policy_report, namespace=agent_namespace,
+            label_selector=LABEL_AGENT_NODE, name="agentpolicyreports")
         self.pods.add_index("node", lambda p: [p.node_name] if p.node_name else [])
         self.pods.add_index("vm", lambda p: [f"{p.namespace}/{vm}"]
                             if (vm := vm_of(p)) is not None else [])
@@ -182,6 +196,8 @@ class Caches:
                                                    self.security_groups]
         self.all: list[Informer[Any]] = [*self.required, self.namespaces, self.statefulsets,
                                          self.agent_reports, self.nads, *self.networks]
+        if network_policy:
+            self.all += [self.network_policies, self.agent_policy_reports]
 
     def node_context(self, node_name: str) -> NodeContext:
         """What a provider is told about a node: the cached Node (a bare one if it is
@@ -197,6 +213,11 @@ class Caches:
         subnets = self.subnets_of_node
         return NodeContext(node=node, network=network,
                            subnets=subnets(node) if subnets is not None else ())
+
+    def agent_policy_report_of(self, node_name: str) -> AgentPolicyReport | None:
+        """What the node's agent last said of its NetworkPolicies; None: nothing."""
+        return self.agent_policy_reports.get(
+            f"{self.agent_namespace}/{agent_lease_name(node_name)}")
 
     def agent_report_of(self, node_name: str) -> AgentReport | None:
         """The node's agent's last report; None when the node has none (no agent)."""

@@ -18,6 +18,7 @@ YAML (or JSON, which is YAML)::
     workers: 4
     workerStallSeconds: 120     # /healthz fails when ready keys wait this long for a worker
     listen: 127.0.0.1:8080
+    networkPolicy: podnet       # or none: NetworkPolicy is left to an engine chained after podnet
     leaderElection:
       enabled: true
       namespace: kube-system
@@ -87,10 +88,16 @@ class Config:
     worker_stall_seconds: float = 120.0
     listen: str = "127.0.0.1:8080"
     leader_election: LeaderElectionConfig = LeaderElectionConfig()
+    #: who enforces NetworkPolicy: ``podnet`` (its providers and node agents), or
+    #: ``none`` (another engine chained after podnet, e.g. Cilium or Calico in
+    #: policy-only mode: podnet programs nothing and removes what it had)
+    network_policy: str = "podnet"
 
 
 _TOP_KEYS = {"defaultProvider", "nodeProviders", "networks", "providers", "policies", "workers",
-             "workerStallSeconds", "listen", "leaderElection"}
+             "workerStallSeconds", "listen", "leaderElection", "networkPolicy"}
+#: the values of ``networkPolicy``
+NETWORK_POLICY_ENGINES = ("podnet", "none")
 _LEADER_KEYS = {
     "enabled": ("enabled", bool),
     "namespace": ("namespace", str),
@@ -143,11 +150,15 @@ def parse_config(data: object) -> Config:
         raise ConfigError("workerStallSeconds", f"expected seconds > 0, got {stall!r}")
     listen = data.get("listen", "127.0.0.1:8080")
     parse_listen("listen", listen)
+    network_policy = data.get("networkPolicy", "podnet")
+    if network_policy not in NETWORK_POLICY_ENGINES:
+        raise ConfigError("networkPolicy", f"expected podnet or none, got {network_policy!r}")
     return Config(
         default_provider=default, node_providers=_node_providers(data.get("nodeProviders")),
         networks=_networks(data.get("networks")), providers=sections, policies=policies,
         workers=workers, worker_stall_seconds=float(stall), listen=listen,
         leader_election=_leader(data.get("leaderElection") or {}),
+        network_policy=network_policy,
     )
 
 

@@ -59,6 +59,7 @@ from podnet.core.plugin import Providers
 from podnet.core.pool import Pools
 from podnet.core.poolservice import PoolService
 from podnet.core.reconcile.gc import GarbageCollector
+from podnet.core.reconcile.netpol import NETPOL_KEY, NETPOL_KEYS_KEY, NetworkPolicyReconciler
 from podnet.core.reconcile.networks import (
     GROUP_KEY,
     POOL_KEY,
@@ -74,6 +75,7 @@ from podnet.core.tracing import Tracing, is_stale_read
 from podnet.core.transition import Transitions
 from podnet.core.unplug import UnplugGate
 from podnet.core.workqueue import WorkQueue
+from podnet.hookspecs.netpol import Enforcement
 from podnet.hookspecs.networks import Networks
 
 log = logging.getLogger("podnet.engine")
@@ -105,6 +107,8 @@ class EngineOptions:
     freeze_gc: bool = False
     #: podnet's namespace, where the node agents' reports (Leases) are
     agent_namespace: str = "kube-system"
+    #: who enforces NetworkPolicy: ``podnet``, or ``none`` (another engine)
+    network_policy: str = "podnet"
 
     @classmethod
     def from_config(cls, config: Config, **overrides: Any) -> EngineOptions:
@@ -115,6 +119,7 @@ class EngineOptions:
             provider_config=config.providers, workers=config.workers,
             worker_stall_seconds=config.worker_stall_seconds,
             agent_namespace=config.leader_election.namespace,
+            network_policy=config.network_policy,
         )
         values.update(overrides)
         return cls(**values)
@@ -181,8 +186,10 @@ class Engine:
             default_provider=options.default_provider, node_providers=options.node_providers,
             networks=options.networks)
         self.queue: WorkQueue[Key] = WorkQueue(self.clock, name="podnet")
+        enforce_policy = options.network_policy == "podnet"
         self.caches = Caches(cluster, lambda key: self.queue.add(("invalid", key)),
-                             agent_namespace=options.agent_namespace)
+                             agent_namespace=options.agent_namespace,
+                             network_policy=enforce_policy)
         self.records = RecordWriter(self.cluster, self.caches, self.stats.writes)
         self.enqueue = Enqueuer(self.queue, self.caches)
         self.pools = Pools()
@@ -236,6 +243,13 @@ class Engine:
             placement=self.placement, pools=self.pools, ledger=self.ledger,
             service=self.pool_service,
             lost=self.lost, clock=self.clock)
+        #: NetworkPolicies: resolved, programmed where the provider enforces them, said
+        self.netpols = NetworkPolicyReconciler(
+            caches=self.caches, cluster=self.cluster, queue=self.queue, gateway=self.gateway,
+            provider_enforced=[name for name, info in self.providers.infos.items()
+                               if info.network_policy is Enforcement.PROVIDER],
+            clock=self.clock, tracing=self.tracing, writes=self.stats.writes,
+            enforce=enforce_policy)
         self._reconcilers: dict[str, Callable[[str], Result]] = {
             "pod": self.podnetworks.reconcile,
             "node": self.nodepools.reconcile,
@@ -245,6 +259,8 @@ class Engine:
             POOL_KEY: self.networks.reconcile_pool,
             GROUP_KEY: self.networks.reconcile_group,
             STATUS_KEY[0]: self.networks.flush,
+            NETPOL_KEY: self.netpols.reconcile,
+            NETPOL_KEYS_KEY[0]: self.netpols.sweep,
         }
         self.started = False
         self._metrics: Metrics | None = None
@@ -361,11 +377,15 @@ class Engine:
     def enqueue_node(self, name: str, after: float = 0.0) -> None:
         self.enqueue.node(name, after)
 
-    def _on_pod(self, _event: str, key: str, _old: Any, _new: Any) -> None:
+    def _on_pod(self, event: str, key: str, old: Any, new: Any) -> None:
         self.enqueue.pod(key)
+        if self.netpols.active:
+            self.netpols.on_pod(event, key, old, new)
 
-    def _on_pod_network(self, _event: str, _key: str, old: PodNetwork | None,
+    def _on_pod_network(self, event: str, key: str, old: PodNetwork | None,
                         new: PodNetwork | None) -> None:
+        if self.netpols.active:
+            self.netpols.on_pod_network(event, key, old, new)
         if self.networks.usage.by_provider:  # a provider has Subnet objects: counted
             self.networks.on_record(old, new)
         if new is not None:
@@ -470,12 +490,21 @@ class Engine:
         self.caches.nads.add_handler(self._on_nad)
         for informer in self.caches.networks:
             informer.add_handler(self.networks.on_object)
+        if self.netpols.enforce:
+            netpols = self.netpols
+            self.caches.network_policies.add_handler(netpols.on_policy)
+            # pods and their records: from the engine's own handlers, and only while a
+            # policy exists (every pod event pays one test)
+            self.caches.namespaces.add_handler(netpols.on_namespace)
+            self.caches.nodes.add_handler(netpols.on_node)
+            self.caches.agent_policy_reports.add_handler(netpols.on_agent_report)
         # one pause over every list: what they load is acyclic (``gcpause``), and
         # collecting after each would walk the caches listed before it again
         with gc_paused():
             self._list_caches()
         # each provider hears what is usable before the first pod network pass
         self.networks.prime()
+        self.netpols.start()
         self.queue.add(GC_KEY)
         self.started = True
         if self.options.freeze_gc:

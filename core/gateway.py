@@ -61,6 +61,7 @@ from podnet.core.validate import (
     check_findings,
     check_inventory,
 )
+from podnet.hookspecs.netpol import PolicyRealization, ResolvedPolicy
 from podnet.hookspecs.networks import Networks, SubnetInfo, SubnetRealization
 from podnet.hookspecs.routing import ROUTING, Routing
 from podnet.hookspecs.types import (
@@ -341,6 +342,36 @@ class ProviderGateway:
         (the migration to objects), or None."""
         answer = self._call(provider, "podnet_config_networks", provider=provider)
         return cast("Networks | None", answer)
+
+    # --- routed: NetworkPolicy -------------------------------------------------------------
+
+    def network_policy(self, provider: str, key: str, policy: ResolvedPolicy | None
+                       ) -> PolicyRealization:
+        """``podnet_network_policy``: program policy ``key`` for ``provider``'s pods as
+        ``policy`` says (None: remove it). What the provider answered; no answer is
+        programmed, as the hook says."""
+        answer = self._call(provider, "podnet_network_policy", provider=provider, key=key,
+                            policy=policy)
+        if answer is None:
+            return PolicyRealization(programmed=True)
+        if not isinstance(answer, PolicyRealization):
+            raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} answered "
+                                f"podnet_network_policy with {type(answer).__name__}, "
+                                "not a PolicyRealization")
+        return answer
+
+    def network_policy_keys(self, provider: str) -> frozenset[str] | None:
+        """``podnet_network_policy_keys``: the policies ``provider`` has something
+        programmed for; None when it enforces none."""
+        answer = self._call(provider, "podnet_network_policy_keys", provider=provider)
+        if answer is None:
+            return None
+        if isinstance(answer, str | bytes) or not isinstance(answer, Collection) or not all(
+                isinstance(k, str) for k in answer):
+            raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} answered "
+                                "podnet_network_policy_keys with "
+                                f"{type(answer).__name__}, not a collection of keys")
+        return frozenset(answer)
 
     # --- routed: one pod network ------------------------------------------------------
 

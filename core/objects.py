@@ -31,6 +31,11 @@ from podnet.core.models import (
     PodNetwork,
     WorkloadInfo,
 )
+from podnet.core.netpol.status import (
+    AGENT_REPORT_ANNOTATION,
+    AgentPolicyReport,
+    read_agent_report,
+)
 from podnet.hookspecs.models import NamedPort
 
 # the provider contract's (providers read it there); core's modules import it from here
@@ -116,30 +121,49 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         annotations=_pod_annotations(meta.get("annotations")),
         owner_references=tuple(_owner(r) for r in meta.get("ownerReferences") or ()),
         host_network=bool(spec.get("hostNetwork", False)),
-        named_ports=_named_ports(spec),
+        named_ports=_named_ports(spec) if _has_ports(spec) else (),
     )
+
+
+def _has_ports(spec: Mapping[str, Any]) -> bool:
+    """Whether a pod may have named ports: a container with ``ports``, or a sidecar (the
+    common pod has neither; this runs for every pod event, so it calls next to nothing)."""
+    if "initContainers" in spec:
+        return True
+    containers = spec.get("containers")
+    if containers.__class__ is list:
+        for container in containers:
+            if container.__class__ is dict and "ports" in container:
+                return True
+    return False
 
 
 def _named_ports(spec: Mapping[str, Any]) -> tuple[NamedPort, ...]:
     """The pod's named container ports, as the API resolves a port name: its containers'
     then its sidecars' (init containers with ``restartPolicy: Always``); the others run to
-    completion before the pod serves."""
-    out: list[NamedPort] = []
-    containers = list(spec.get("containers") or ())
-    containers += [c for c in spec.get("initContainers") or ()
-                   if isinstance(c, Mapping) and c.get("restartPolicy") == "Always"]
-    for container in containers:
-        if not isinstance(container, Mapping):
+    completion before the pod serves. Lean: it runs for every pod event."""
+    out: list[NamedPort] | None = None
+    for group, sidecars in ((spec.get("containers"), False),
+                            (spec.get("initContainers"), True)):
+        if not group or group.__class__ is not list:
             continue
-        for port in container.get("ports") or ():
-            if not isinstance(port, Mapping):
+        for container in group:
+            if container.__class__ is not dict:
                 continue
-            name, number = port.get("name"), port.get("containerPort")
-            if (isinstance(name, str) and name and isinstance(number, int)
-                    and not isinstance(number, bool)):
-                out.append(NamedPort(_intern(name), number,
-                                     _intern(str(port.get("protocol") or "TCP"))))
-    return tuple(out)
+            ports = container.get("ports")
+            if not ports or ports.__class__ is not list or (
+                    sidecars and container.get("restartPolicy") != "Always"):
+                continue
+            for port in ports:
+                if port.__class__ is not dict:
+                    continue
+                name, number = port.get("name"), port.get("containerPort")
+                if name and name.__class__ is str and number.__class__ is int:
+                    if out is None:
+                        out = []
+                    out.append(NamedPort(_intern(name), number,
+                                         _intern(str(port.get("protocol") or "TCP"))))
+    return tuple(out) if out else ()
 
 
 def node_info(obj: Mapping[str, Any]) -> NodeInfo:
@@ -260,6 +284,22 @@ def agent_report(obj: Mapping[str, Any]) -> AgentReport | None:
         renew_time=_time(spec.get("renewTime")),
         lease_seconds=duration if isinstance(duration, int) else None,
         edited=edited)
+
+
+def agent_policy_report(obj: Mapping[str, Any]) -> AgentPolicyReport | None:
+    """What a node agent's Lease says of the NetworkPolicies it programmed (its
+    ``podnet.io/network-policies`` annotation); None for a Lease that is no agent's
+    report, or whose agent says nothing of policies."""
+    meta = _meta(obj)
+    node = (meta.get("labels") or {}).get(LABEL_AGENT_NODE)
+    if not isinstance(node, str) or meta.get("name") != agent_lease_name(node):
+        return None
+    text = (meta.get("annotations") or {}).get(AGENT_REPORT_ANNOTATION)
+    if not isinstance(text, str):
+        return None
+    report = read_agent_report(text)
+    return AgentPolicyReport(programmed=report.programmed, failed=report.failed,
+                             node=_intern(node))
 
 
 def agent_report_lease(report: AgentReport, namespace: str, renew_time: str) -> dict[str, Any]:

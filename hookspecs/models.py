@@ -281,8 +281,9 @@ class PodInfo:
     annotations: dict[str, str] = attrs.field(factory=dict)
     owner_references: tuple[OwnerReference, ...] = ()
     host_network: bool = False
-    #: its containers' named ports (``spec.containers[*].ports`` with a ``name``), for
-    #: NetworkPolicy ports given by name (since 0.8.0)
+    #: its containers' named ports (``spec.containers[*].ports`` with a ``name``, then
+    #: its sidecars': init containers with ``restartPolicy: Always``, as the API resolves a
+    #: port name), for NetworkPolicy ports given by name (since 0.8.0)
     named_ports: tuple[NamedPort, ...] = ()
 
     @property

@@ -81,6 +81,11 @@ def test_rbac_covers_what_the_engine_does() -> None:
         assert allowed("k8s.cni.cncf.io", "network-attachment-definitions", verb)
     for verb in ("create", "update", "patch", "delete"):
         assert not allowed("k8s.cni.cncf.io", "network-attachment-definitions", verb)
+    # NetworkPolicies: read, and patched for the status annotation only
+    for verb in ("get", "list", "watch", "patch"):
+        assert allowed("networking.k8s.io", "networkpolicies", verb)
+    for verb in ("create", "update", "delete"):
+        assert not allowed("networking.k8s.io", "networkpolicies", verb)
 
 
 def test_rbac_lets_the_engine_watch_every_kind_it_caches_and_write_none_it_only_reads(
@@ -198,10 +203,15 @@ def test_the_node_agent_reads_pods_patches_podnetworks_and_writes_only_its_repor
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
                for r in rule["resources"] for v in rule["verbs"]}
     # patch: the agent writes its host onto a record before it plugs it (the release
-    # handshake's durable half); no create, update, delete, and no status
-    assert granted == {("podnet.io", "podnetworks", "get"), ("podnet.io", "podnetworks", "list"),
-                       ("podnet.io", "podnetworks", "watch"), ("podnet.io", "podnetworks", "patch"),
-                       ("", "pods", "get")}
+    # handshake's durable half); no create, update, delete, and no status. NetworkPolicy:
+    # it resolves policies as the controller does, reading policies, pods and namespaces
+    # cluster-wide, read only
+    read = ("get", "list", "watch")
+    assert granted == {("podnet.io", "podnetworks", "patch"),
+                       *(("podnet.io", "podnetworks", v) for v in read),
+                       *(("", "pods", v) for v in read),
+                       *(("", "namespaces", v) for v in read),
+                       *(("networking.k8s.io", "networkpolicies", v) for v in read)}
     (binding,) = [d for _, d in DOCS if d["kind"] == "ClusterRoleBinding"
                   and d["roleRef"]["name"] == "podnet-node"]
     # its one write: its node's Lease, in podnet's namespace alone

@@ -146,15 +146,17 @@ class _Resolution:
     def __init__(self, spec: PolicySpec, view: PolicyView) -> None:
         self.spec = spec
         self.view = view
-        self._addresses: dict[str, tuple[str, ...]] = {}
+        #: by the pod object's identity (a key is formatted on each read): the pod is
+        #: kept with its answer, so an identity is never reused within a resolution
+        self._addresses: dict[int, tuple[PodInfo, tuple[str, ...]]] = {}
         self._ns_labels: dict[str, Mapping[str, str]] = {}
         self.findings: list[PolicyFinding] = []
 
     def addresses(self, pod: PodInfo) -> tuple[str, ...]:
-        got = self._addresses.get(pod.key)
-        if got is None:
-            got = self._addresses[pod.key] = self.view.addresses_of(pod)
-        return got
+        got = self._addresses.get(id(pod))
+        if got is None or got[0] is not pod:
+            got = self._addresses[id(pod)] = (pod, self.view.addresses_of(pod))
+        return got[1]
 
     def ns_labels(self, name: str) -> Mapping[str, str]:
         got = self._ns_labels.get(name)
@@ -194,6 +196,7 @@ class _Resolution:
                 if eligible(pod) and self.addresses(pod):
                     found[pod.key] = pod
             return [found[k] for k in sorted(found)]
+        seen: set[int] = set()
         for peer in peers:
             if not peer.selects_pods:
                 continue
@@ -207,11 +210,12 @@ class _Resolution:
             pod_sel = peer.pod_selector
             for ns in namespaces:
                 for pod in view.pods_in(ns):
-                    if pod.key in found or not eligible(pod):
+                    if id(pod) in seen or not eligible(pod):
                         continue
                     if pod_sel is not None and not pod_sel.matches(pod.labels):
                         continue
                     if self.addresses(pod):
+                        seen.add(id(pod))
                         found[pod.key] = pod
         return [found[k] for k in sorted(found)]
 

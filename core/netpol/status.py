@@ -41,10 +41,12 @@ PENDING_SHOWN = 10
 
 @attrs.frozen
 class AgentPolicyReport:
-    """One agent's word on the policies with a member on its node."""
+    """One agent's word on the policies with a member on its node (``node``: its node,
+    when read from its Lease)."""
 
     programmed: Mapping[str, int] = attrs.field(factory=dict)
     failed: Mapping[str, str] = attrs.field(factory=dict)
+    node: str = ""
 
 
 def encode_agent_report(report: AgentPolicyReport) -> str:

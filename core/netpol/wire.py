@@ -26,6 +26,7 @@ from typing import Any
 
 import attrs
 
+from podnet.core.netpol.status import STATUS_ANNOTATION
 from podnet.hookspecs.netpol import FindingReason, PolicyFinding, Protocol
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -153,6 +154,23 @@ class PolicySpec:
         if self.egress is not None:
             out.append((EGRESS, self.egress))
         return tuple(out)
+
+
+@attrs.frozen
+class StoredPolicy:
+    """A NetworkPolicy as core's cache keeps it: read, with the status annotation it
+    carries (what the controller last wrote)."""
+
+    spec: PolicySpec
+    status: str | None = None
+
+
+def stored_policy(obj: Mapping[str, Any]) -> StoredPolicy:
+    """The cache's view of a NetworkPolicy object (never raises)."""
+    meta = obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    status = annotations.get(STATUS_ANNOTATION) if isinstance(annotations, Mapping) else None
+    return StoredPolicy(read_policy(obj), status if isinstance(status, str) else None)
 
 
 class _Reader:

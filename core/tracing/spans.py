@@ -376,6 +376,15 @@ class Tracing:
                     attrs[k] = v
         return TransitionSpan(self._tracer, f"{machine}.{trigger}", attrs, traceparent)
 
+    def internal(self, name: str, attributes: Mapping[str, AttributeValue | None]
+                 ) -> AbstractContextManager[Span]:
+        """An INTERNAL span for one step of a reconcile (``netpol.program``), current
+        while the body runs; None attributes are left out."""
+        if self._tracer is None:
+            return _NOOP_SCOPE
+        return _SpanScope(self._tracer, name, SpanKind.INTERNAL,
+                          {k: v for k, v in attributes.items() if v is not None})
+
     def client(self, provider: str, api: str) -> AbstractContextManager[Span]:
         """CLIENT span for one cloud or OVN call, child of the current transition."""
         if self._tracer is None:

@@ -351,10 +351,12 @@ def _subnets(subnet: str) -> list[dict[str, Any]]:
     return [{"name": "np", "cidr": subnet, "default": True}]
 
 
-def ovn_config(subnet: str = "10.37.0.0/24,fd00:37::/120") -> Callable[[Any], dict[str, Any]]:
-    """The OVN controller configuration of :class:`OvnPolicyBed`: one dual-stack subnet."""
+def ovn_config(subnet: str = "10.37.0.0/24,fd00:37::/120", *, enforce: bool = True
+               ) -> Callable[[Any], dict[str, Any]]:
+    """The OVN controller configuration of :class:`OvnPolicyBed`: one dual-stack subnet;
+    ``enforce`` False: the controller leaves policy alone (``networkPolicy: none``)."""
     def config(bed: Any) -> dict[str, Any]:
-        return {"defaultProvider": "ovn",
+        return {"defaultProvider": "ovn", "networkPolicy": "podnet" if enforce else "none",
                 "providers": {"ovn": {"remote": bed.nb_remote, "ovs_db": bed.ovs_remote,
                                       "subnets": _subnets(subnet)}},
                 "listen": "127.0.0.1:0"}
@@ -441,7 +443,9 @@ class OvnPolicyBed(PolicyBed):
             self.name = "ovn-direct"
         try:
             started = time.monotonic()
-            self.bed = OvnNodeBed(tmp, ovn_config(subnet), pod_cidr="10.98.0.0/24",
+            # direct: the bed is the only writer of the policies' rows
+            self.bed = OvnNodeBed(tmp, ovn_config(subnet, enforce=not direct),
+                                  pod_cidr="10.98.0.0/24",
                                   underlay="192.168.82.0/24")
             self.timings["start"] = time.monotonic() - started
             self._populate()

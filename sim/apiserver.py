@@ -15,7 +15,8 @@ evictions, services with ClusterIPs, events.k8s.io/v1 and each namespace's ``def
 ServiceAccount (``kinds``), the CRDs' schemas and their ``x-kubernetes-validations`` CEL
 rules (``cel``) enforced on writes (422 naming the field), built-in objects decoded and
 validated as upstream does (``builtin_schema``: the v1.32 OpenAPI types;
-``builtin_validation``: validation.go's rules, pod update immutability included), and
+``builtin_validation``: validation.go's rules, pod update immutability included, and
+NetworkPolicy's with its defaults), and
 ``/openapi/v2`` and ``/openapi/v3`` built from the same schemas (``openapi``). Standard
 library only (plus PyYAML for the CRD files, cel-python for their rules); binds 127.0.0.1
 unless told otherwise. The CRDs are podnet's and, for attachment tests, Multus's

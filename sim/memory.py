@@ -167,22 +167,24 @@ _CONFLICT_MESSAGE: Final = (
 
 
 #: Built-in API groups whose registry strategies keep ``metadata.generation`` (v1.32: the
-#: apps workloads; core/v1 kinds, leases and events have none; pods only from v1.33).
-GENERATION_GROUPS: Final = frozenset({"apps"})
+#: apps workloads and networking.k8s.io's NetworkPolicy; core/v1 kinds, leases and events
+#: have none; pods only from v1.33).
+GENERATION_GROUPS: Final = frozenset({"apps", "networking.k8s.io"})
 
 
 def _keeps_generation(kind: Kind) -> bool:
     """Whether upstream v1.32's strategy for ``kind`` sets ``metadata.generation``: custom
     resources always (customResourceStrategy.PrepareForCreate), the apps workloads
-    (pkg/registry/apps/*/strategy.go); not pods, nodes, namespaces, configmaps, secrets,
-    services, serviceaccounts, events or leases."""
+    (pkg/registry/apps/*/strategy.go), NetworkPolicy (pkg/registry/networking/
+    networkpolicy/strategy.go: 1 on create, +1 when ``spec`` changes); not pods, nodes,
+    namespaces, configmaps, secrets, services, serviceaccounts, events or leases."""
     return kind.group in CUSTOM_GROUPS or kind.group in GENERATION_GROUPS
 
 
 def _spec_view(kind: Kind, obj: Obj) -> Any:
-    """What a change of bumps the generation: the apps strategies compare ``spec``; the
-    custom resource strategy everything but metadata (and status, with a status
-    subresource)."""
+    """What a change of bumps the generation: the apps and NetworkPolicy strategies compare
+    ``spec``; the custom resource strategy everything but metadata (and status, with a
+    status subresource)."""
     if kind.group not in CUSTOM_GROUPS:
         return obj.get("spec")
     skip = ("metadata", "status", "apiVersion", "kind") if kind in STATUS_SUBRESOURCE else (

@@ -94,7 +94,7 @@ def test_discovery_lists_kinds_verbs_and_short_names(server: ApiServer) -> None:
     _, groups, _ = request(server, "GET", "/apis")
     versions = {v["groupVersion"] for g in groups["groups"] for v in g["versions"]}
     assert versions == {"coordination.k8s.io/v1", "podnet.io/v1alpha1", "apps/v1",
-                        "events.k8s.io/v1", "k8s.cni.cncf.io/v1"}
+                        "events.k8s.io/v1", "k8s.cni.cncf.io/v1", "networking.k8s.io/v1"}
     _, ours, _ = request(server, "GET", "/apis/podnet.io/v1alpha1")
     res = {r["name"]: r for r in ours["resources"]}
     assert res["podnetworks"]["shortNames"] == ["pn"] and res["podnetworks"]["namespaced"]

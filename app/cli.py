@@ -182,6 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE") or "kube-system",
                       help="podnet's namespace, where the agent reports in its node's Lease "
                            "(default: $POD_NAMESPACE, else %(default)s)")
+    node.add_argument("--network-policy", choices=("podnet", "none"), default=None,
+                      help="who enforces NetworkPolicy for this node's pods: podnet (the "
+                           "agent, in nftables) or none (another engine chained after "
+                           "podnet: the agent removes its table); default: the config's "
+                           "networkPolicy, else podnet")
     node.add_argument("--trace-file", default=None,
                       help="write the agent's spans (OTLP JSON lines) to this file")
     node.add_argument("--otlp-endpoint", default=None,
@@ -363,6 +368,7 @@ def _node(args: argparse.Namespace) -> int:
         pm = new_plugin_manager()
         load_plugins(pm, builtins=args.provider or None)
         providers = Providers(pm)
+        config = None
         if args.config:
             config = load_config(args.config)
             # a provider this agent would plumb for (the default network's, the nodes'
@@ -372,6 +378,8 @@ def _node(args: argparse.Namespace) -> int:
             for name, section in config.providers.items():
                 if name in providers:
                     providers.configure(name, section)
+        network_policy = args.network_policy or (config.network_policy if config is not None
+                                                  else "podnet")
         cluster = KubeCluster.connect(args.kubeconfig, args.context)
         cluster.api_client.user_agent = f"podnet-node/{args.node}"
         stop = threading.Event()
@@ -387,7 +395,8 @@ def _node(args: argparse.Namespace) -> int:
         return run_node(cluster, providers, node=args.node, socket_path=args.socket,
                         add_timeout=args.add_timeout, namespace=args.namespace,
                         tracing=Tracing(tracer_provider), stop=stop,
-                        read_timeout=args.read_timeout)
+                        read_timeout=args.read_timeout,
+                        network_policy=network_policy != "none")
     except ConfigError as exc:
         print(f"podnet node: {exc}", file=sys.stderr)
         return 2

@@ -50,6 +50,7 @@ from podnet.core.tracing import (
     ATTR_POD,
     Tracing,
 )
+from podnet.hookspecs.netpol import Enforcement
 from podnet.hookspecs.types import (
     OWNER_DIGEST_PREFIX,
     Plug,
@@ -60,9 +61,11 @@ from podnet.hookspecs.types import (
 )
 from podnet.linux.hooks import ReportsAnnotations
 from podnet.linux.netns import network_namespace_id, own_network_namespaces
+from podnet.linux.nftables import HostPort, NftablesError
 from podnet.linux.veth import link_names
 from podnet.node.grants import Cancelled, IpamGrants
 from podnet.node.locks import KeyedLocks
+from podnet.node.netpol import PolicyEnforcer
 from podnet.node.protocol import (
     CHECK_FAILED,
     DEFAULT_ADD_TIMEOUT,
@@ -112,7 +115,7 @@ class NodeAgent:
                  add_timeout: float = DEFAULT_ADD_TIMEOUT,
                  tracing: Tracing | None = None, namespace: str = DEFAULT_NAMESPACE,
                  report_batch: float = DEFAULT_BATCH, state_dir: str | None = None,
-                 host_id: str | None = None) -> None:
+                 host_id: str | None = None, network_policy: bool = True) -> None:
         self.cluster = cluster
         self.providers = providers
         self.node = node
@@ -165,6 +168,12 @@ class NodeAgent:
                                      annotations=self.dataplane_annotations, host=host_id)
         #: this host's id: what the agent writes onto a record before it plugs it
         self.host = self.reporter.host
+        #: NetworkPolicy for the pods it plugged (``network_policy`` False: another
+        #: engine's, podnet's table removed)
+        self.policy = PolicyEnforcer(
+            cluster, node, ports=self.policy_ports, local_record=self._local_record,
+            enforced=self._node_enforced, changed=self.reporter.poke,
+            enforce=network_policy)
         self._reporter_thread: threading.Thread | None = None
         self._dropped_thread: threading.Thread | None = None
 
@@ -189,6 +198,9 @@ class NodeAgent:
         self._own_namespaces |= own_network_namespaces()
         self.records.start()
         self.remove_leftovers()
+        # the table rebuilt from the API before the first ADD: a restarted agent's pods
+        # are never open meanwhile (the old table stays in the kernel until replaced)
+        self.policy.start()
         # the first report before the first ADD (not ready until it is written: another
         # host's agent may hold the node's report)
         self.reporter.flush()
@@ -207,6 +219,7 @@ class NodeAgent:
         with self._changed:
             self._changed.notify_all()
         self.records.stop()
+        self.policy.stop()
         for thread in (self._thread, self._reporter_thread, self._dropped_thread):
             if thread is not None:
                 thread.join(timeout=5)
@@ -215,6 +228,54 @@ class NodeAgent:
         with self._changed:
             self._changed.notify_all()
         self.reporter.poke()
+        self.policy.poke()
+
+    # --- NetworkPolicy -------------------------------------------------------------------
+
+    def _node_enforced(self, provider: str) -> bool:
+        """Whether this agent enforces NetworkPolicy for the provider's pods."""
+        return (provider in self.providers
+                and self.providers[provider].network_policy is Enforcement.NODE)
+
+    def policy_ports(self) -> dict[str, HostPort]:
+        """Pod key -> its default network's host interface and addresses, for the pods
+        this host plugged of providers the node enforces policy for."""
+        records = {pn.key: pn for pn in self.records.values()}
+        out: dict[str, HostPort] = {}
+        for _, plug in self._plugs(raw=True):
+            pn = records.get(plug.owner or "")
+            if (pn is None or pn.spec.network != DEFAULT_NETWORK or not plug.host_interface
+                    or not self._node_enforced(pn.spec.provider)):
+                continue
+            out[f"{pn.metadata.namespace}/{pn.spec.pod_name}"] = HostPort(
+                plug.host_interface, tuple(str(a.ip) for a in record_addresses(pn)))
+        return out
+
+    def _local_record(self, pod_key: str) -> tuple[str, str, tuple[str, ...]] | None:
+        for pn in self.records.by_index("pod", pod_key):
+            if pn.spec.network == DEFAULT_NETWORK:
+                return (pod_key, pn.spec.provider,
+                        tuple(str(a.ip) for a in record_addresses(pn)))
+        return None
+
+    def _admit(self, req: CniRequest, records: list[PodNetwork]) -> None:
+        """The pod just plugged into the NetworkPolicy table before its ADD answers;
+        error 11 when a policy selects it and the table cannot be programmed."""
+        if not any(pn.spec.network == DEFAULT_NETWORK and self._node_enforced(pn.spec.provider)
+                   for pn in records):
+            return
+        assert req.namespace is not None and req.pod is not None
+        pod: Any = self.policy.pods.get(req.pod_key)
+        if pod is None or (req.uid and pod.uid != req.uid):
+            try:
+                pod = self.cluster.get(POD, req.pod, req.namespace)
+            except ApiError as exc:
+                raise CniError(TRY_AGAIN, f"pod {req.pod_key}: {exc}", status=503) from exc
+        try:
+            self.policy.admit(pod)
+        except NftablesError as exc:
+            raise CniError(TRY_AGAIN, f"pod {req.pod_key}: a NetworkPolicy selects it and "
+                                      f"could not be programmed: {exc}", status=503) from exc
 
     def report(self) -> AgentReport:
         """What the agent tells the controller: the records it has interfaces for (or is
@@ -288,6 +349,7 @@ class NodeAgent:
                 log.warning("node %s: the %s could not be read: %s", self.node,
                             kind.__name__, exc)
             said.update(self._dataplane_said.get(kind, {}))
+        said.update(self.policy.annotations())
         return said
 
     @contextlib.contextmanager
@@ -511,6 +573,7 @@ class NodeAgent:
                     with self._span("plug", pn, req, name):
                         results.append((plugged, self._provider_call(self.gateway.plug,
                                                                      context)))
+                self._admit(req, records)
         return cni_result(results)
 
     def _refuse_conflicts(self, req: CniRequest, records: list[PodNetwork], names: list[str],
@@ -672,6 +735,7 @@ class NodeAgent:
                         container_id=req.container_id, if_name=plug.if_name,
                         netns=req.netns, pod_network=pn))
                 unplugged.add(plug.if_name)
+                self.policy.poke()
             # what a plug interrupted before it was marked (the agent killed) is listed by
             # no provider: unplug the pod's interfaces by its records too (idempotent)
             for name, pn in interfaces:
@@ -853,7 +917,8 @@ class NodeAgent:
                 "conflict": self.reporter.conflict,
                 "plugged": sorted(written.plugged) if written else [],
                 "unplugged": sorted(written.unplugged) if written else [],
-                "writes": dict(self.reporter.writes)}
+                "writes": dict(self.reporter.writes),
+                "networkPolicy": self.policy.describe()}
 
     def _provider_call(self, fn: Any, *args: Any) -> Any:
         try:

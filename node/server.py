@@ -328,19 +328,21 @@ def _serve(server: UnixHTTPServer) -> None:
 def run(cluster: Cluster, providers: Providers, *, node: str, socket_path: str,
         add_timeout: float, namespace: str = DEFAULT_NAMESPACE, tracing: Tracing | None = None,
         stop: threading.Event | None = None,
-        read_timeout: float = DEFAULT_READ_TIMEOUT) -> int:
+        read_timeout: float = DEFAULT_READ_TIMEOUT, network_policy: bool = True) -> int:
     """Start the agent, serve until ``stop`` (or a signal's KeyboardInterrupt).
 
     When another agent serves at ``socket_path`` (an update's old pod), it keeps serving
     until this one is ready, which then takes the path over; when stopped, the agent
     answers the requests in flight (bounded by the ADD timeout) and unlinks the path only
-    while it is its own."""
+    while it is its own. ``network_policy`` False: NetworkPolicy is another engine's (the
+    agent removes its nftables table and programs none)."""
     directory = os.path.dirname(socket_path) or "."
     private_directory(directory, "socket")
     try:
         # the socket's directory keeps the agent's state (its IPAM grants) too
         agent = NodeAgent(cluster, providers, node, add_timeout=add_timeout,
-                          namespace=namespace, tracing=tracing, state_dir=directory)
+                          namespace=namespace, tracing=tracing, state_dir=directory,
+                          network_policy=network_policy)
         server, where = bind(agent, socket_path, read_timeout=read_timeout)
         predecessor = _serving(socket_path)
         if not predecessor:

@@ -15,6 +15,8 @@ What it gives a test (root and network namespaces needed: skip with
   router namespace that routes each node's podCIDR to it (as a cloud route table does);
   the cluster's processes run in the router namespace, each agent in its node's;
 - :func:`ping`, :class:`TcpServer` and :func:`tcp_talk` prove a dataplane with packets;
+  :class:`PortServers`, :func:`probe`, :class:`Prober` (probing again and again) and
+  :class:`HeldFlow` (an established connection) prove who may reach whom;
   :func:`addresses_in` and :func:`links_in` read what a namespace holds.
 
 A provider author puts another dataplane under test by giving :class:`Stack` the
@@ -52,9 +54,10 @@ import yaml
 from podnet.testing.waiting import wait_for
 
 __all__ = [
-    "ATTACHMENT", "NODE", "POD_CIDR", "AgentClient", "Host", "NodeNamespace", "Stack",
-    "TcpServer", "Underlay", "addresses_in", "in_netns", "links_in", "node_object", "ping",
-    "pod", "reference_config", "reference_links", "tcp_talk", "wait_for",
+    "ATTACHMENT", "NODE", "POD_CIDR", "AgentClient", "HeldFlow", "Host", "NodeNamespace",
+    "PortServers", "Prober", "Stack", "TcpServer", "Underlay", "addresses_in", "in_netns",
+    "links_in", "node_object", "ping", "pod", "probe", "reference_config", "reference_links",
+    "tcp_talk", "wait_for",
 ]
 
 #: the one node of a single-node bed, and its podCIDR
@@ -586,6 +589,179 @@ def links_in(netns: str | None = None) -> list[str]:
     with contextlib.closing(NetNS(netns) if netns else IPRoute()) as ns:
         return sorted(str(link.get_attr("IFLA_IFNAME")) for link in ns.get_links())
 
+
+
+# --- probes of who may reach whom (NetworkPolicy) ------------------------------------
+
+
+def _socket_in(netns: str, family: int, kind: int) -> socket.socket:
+    """A socket of namespace ``netns`` (a name or a path), usable from any thread."""
+    from podnet.linux.netns import netns_path, run_in_netns
+
+    path = netns if netns.startswith("/") else netns_path(netns)
+    return run_in_netns(path, lambda: socket.socket(family, kind))
+
+
+def _family(address: str) -> int:
+    return socket.AF_INET6 if ":" in address else socket.AF_INET
+
+
+class PortServers:
+    """TCP and UDP servers in namespace ``netns`` on ``address``, each port of ``ports``:
+    TCP accepts and echoes what it receives until the peer closes; UDP echoes each
+    datagram. Threads of this process (their sockets made in the namespace). Use as a
+    context manager."""
+
+    def __init__(self, netns: str, address: str, ports: Iterable[int] = (80, 81)) -> None:
+        self.netns, self.address, self.ports = netns, address, tuple(ports)
+        self._sockets: list[socket.socket] = []
+        self._stop = False
+
+    def __enter__(self) -> PortServers:
+        import threading
+
+        try:
+            for port in self.ports:
+                tcp = _socket_in(self.netns, _family(self.address), socket.SOCK_STREAM)
+                self._sockets.append(tcp)
+                tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                tcp.bind((self.address, port))
+                tcp.listen(64)
+                udp = _socket_in(self.netns, _family(self.address), socket.SOCK_DGRAM)
+                self._sockets.append(udp)
+                udp.bind((self.address, port))
+                for target, sock in ((self._accept, tcp), (self._echo, udp)):
+                    threading.Thread(target=target, args=(sock,), daemon=True).start()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _accept(self, listener: socket.socket) -> None:
+        import threading
+
+        while not self._stop:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _serve(conn: socket.socket) -> None:
+        with conn:
+            try:
+                while data := conn.recv(1024):
+                    conn.sendall(data)
+            except OSError:
+                return
+
+    def _echo(self, sock: socket.socket) -> None:
+        while not self._stop:
+            try:
+                data, peer = sock.recvfrom(1024)
+                if peer is None:  # shut down
+                    return
+                sock.sendto(data, peer)
+            except OSError:
+                return
+
+    def __exit__(self, *_: object) -> None:
+        self._stop = True
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        self._sockets.clear()
+
+
+def probe(netns: str, address: str, port: int, protocol: str = "TCP",
+          timeout: float = 1.0) -> str:
+    """One new connection from namespace ``netns`` to ``address:port``: ``"ok"`` (TCP
+    connected: the kernel's handshake, whatever the server process does; UDP echoed),
+    ``"timeout"`` (nothing came back within ``timeout``: dropped), ``"refused"`` (a reset
+    or an ICMP error: something answered that no one listens)."""
+    kind = socket.SOCK_STREAM if protocol == "TCP" else socket.SOCK_DGRAM
+    sock = _socket_in(netns, _family(address), kind)
+    sock.settimeout(timeout)
+    try:
+        sock.connect((address, port))
+        if kind == socket.SOCK_STREAM:
+            return "ok"
+        sock.send(b"probe")
+        return "ok" if sock.recv(16) == b"probe" else "refused"
+    except TimeoutError:
+        return "timeout"
+    except OSError:
+        return "refused"
+    finally:
+        sock.close()
+
+
+class Prober:
+    """Probes ``target`` from ``netns`` again and again in a thread (:func:`probe`), each
+    verdict kept in :attr:`verdicts` with its index, until stopped. Use as a context
+    manager; ``count`` probes have run once :meth:`wait` for it returns."""
+
+    def __init__(self, netns: str, address: str, port: int, protocol: str = "TCP",
+                 timeout: float = 0.5) -> None:
+        import threading
+
+        self.args = (netns, address, port, protocol, timeout)
+        self.verdicts: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.verdicts.append(probe(*self.args))
+            self._stop.wait(0.02)
+
+    def wait(self, count: int, timeout: float = 120.0) -> None:
+        start = len(self.verdicts)
+        wait_for(f"{count} probes", lambda: len(self.verdicts) >= start + count, timeout)
+
+    def __enter__(self) -> Prober:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+class HeldFlow:
+    """One TCP connection from ``netns`` to a :class:`PortServers` port, held open:
+    :meth:`talk` sends a line and waits for its echo (a flow cut shows as a timeout or
+    an error). Close it when done."""
+
+    def __init__(self, netns: str, address: str, port: int, timeout: float = 5.0) -> None:
+        self.sock = _socket_in(netns, _family(address), socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.connect((address, port))
+        except BaseException:
+            self.sock.close()
+            raise
+        self.sent = 0
+
+    def talk(self) -> bool:
+        self.sent += 1
+        data = f"{self.sent:08d}".encode()
+        try:
+            self.sock.sendall(data)
+            got = b""
+            while len(got) < len(data):
+                more = self.sock.recv(len(data) - len(got))
+                if not more:
+                    return False
+                got += more
+            return got == data
+        except OSError:
+            return False
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 # --- pytest fixtures --------------------------------------------------------------------

@@ -6,10 +6,14 @@ not a refusal), the observed matrix compared with the oracle's
 :mod:`podnet.testing.netpol.cases`; on a difference the whole matrix is printed,
 expected beside observed.
 
-Two beds, one each for the whole module (the cases applied and removed in turn): the
-reference dataplane (two node agents enforcing with nftables; IPv4) and OVN (the
-controller's ACLs on a real chassis; IPv4 and IPv6). Then the changes: a label flipped on
-a running pod, a policy deleted, a namespace relabelled — the matrix follows.
+One bed for the whole module (the cases applied and removed in turn): here the reference
+dataplane (two node agents enforcing with nftables; IPv4, the node bed has one family);
+``tests/test_netpol_truth_ovn.py`` runs the same tests on OVN (the controller's ACLs on a
+real chassis; IPv4 and IPv6). Then the changes: a label flipped on a running pod, a
+policy deleted, a namespace relabelled — the matrix follows.
+
+The module prints a summary line (cases, failures, seconds, probes) at its end;
+``PODNET_NETPOL_SUMMARY=<file>`` appends it to a file as JSON.
 
 Needs root, network namespaces and kubectl (and the OVN packages for the OVN bed);
 skipped with the reason otherwise.
@@ -25,17 +29,10 @@ from collections.abc import Iterator
 import pytest
 
 from podnet.testing.netns import netns_unavailable
-from podnet.testing.netpol.beds import (
-    CaseResult,
-    NodeBed,
-    OvnPolicyBed,
-    PolicyBed,
-    run_case,
-)
+from podnet.testing.netpol.beds import CaseResult, NodeBed, PolicyBed, run_case
 from podnet.testing.netpol.cases import CASES, Case, into_a, labels
 from podnet.testing.netpol.matrix import render
 from podnet.testing.netpol.oracle import expected
-from podnet.testing.ovnbed import bed_unavailable
 
 pytest_plugins = ["podnet.testing"]
 
@@ -46,22 +43,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(WHY is not None, reason=WHY o
 RESULTS: list[CaseResult] = []
 
 
-@pytest.fixture(scope="module", params=["node", "ovn"])
-def bed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-        ) -> Iterator[PolicyBed]:
-    tmp = tmp_path_factory.mktemp(f"netpol-{request.param}")
-    if request.param == "ovn":
-        missing = bed_unavailable()
-        if missing is not None:
-            pytest.skip(missing)
-        made: PolicyBed = OvnPolicyBed(tmp)
-    else:
-        made = NodeBed(tmp)
+def running(made: PolicyBed) -> Iterator[PolicyBed]:
     try:
         yield made
     finally:
-        made.close()
         _summary(made)
+        made.close()
+
+
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PolicyBed]:
+    yield from running(NodeBed(tmp_path_factory.mktemp("netpol-node")))
 
 
 def _summary(bed: PolicyBed) -> None:
@@ -73,7 +65,8 @@ def _summary(bed: PolicyBed) -> None:
                "mismatched_cells": sum(r.mismatches for r in mine),
                "seconds": round(sum(r.seconds for r in mine), 1),
                "start_seconds": {k: round(v, 1) for k, v in bed.timings.items()},
-               "probes": bed.prober.probes if bed.prober else None}
+               "probes": bed.prober.probes if bed.prober else None,
+               "dataplane_restarts": bed.revived}
     line = json.dumps(summary)
     print(f"\nnetpol truth table: {line}")
     out = os.environ.get("PODNET_NETPOL_SUMMARY")

@@ -252,9 +252,11 @@ class Prober:
     def converge(self, expected: Matrix, family: int = 4, deadline: float = 30.0,
                  on_round: Callable[[int, int], None] | None = None) -> Matrix:
         """Probe until the observed matrix equals ``expected`` (re-probing the cells that
-        differ) or ``deadline`` seconds pass; then probe the whole matrix once more and
-        re-probe what differs in it twice, with a longer timeout (a probe lost on a loaded
-        machine). The observed matrix the last probes gave."""
+        differ) or ``deadline`` seconds pass. When the first probe of every cell already
+        matched, that is the answer; else (the dataplane was still changing) probe the
+        whole matrix once more and re-probe what differs in it twice, with a longer
+        timeout (a probe lost on a loaded machine). The observed matrix the last probes
+        gave."""
         end = time.monotonic() + deadline
         observed = Matrix.of(expected.pods, expected.ports)
         observed.cells.update(self.probe(expected.judged(), family))
@@ -263,6 +265,8 @@ class Prober:
             wrong = [c for c in expected.judged() if observed.cells[c] != expected.cells[c]]
             if on_round is not None:
                 on_round(rounds, len(wrong))
+            if not wrong and rounds == 0:
+                return observed
             if not wrong:
                 break
             if time.monotonic() > end:

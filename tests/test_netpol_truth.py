@@ -10,8 +10,9 @@ One bed for the whole module (the cases applied and removed in turn): here the r
 dataplane (two node agents enforcing with nftables; IPv4, the node bed has one family);
 ``tests/test_netpol_truth_ovn.py`` runs the same tests on OVN (the controller's ACLs on a
 real chassis; IPv4 and IPv6), ``tests/test_netpol_truth_ecs.py`` on the dual-stack ECS
-ENI dataplane (routed pods, the agents' nftables; IPv4 and IPv6). Then the changes: a label flipped on a running pod, a
-policy deleted, a namespace relabelled — the matrix follows.
+ENI dataplane (routed pods, the agents' nftables; IPv4 and IPv6). Then the changes: a
+label flipped on a running pod, a policy deleted, a namespace relabelled — the matrix
+follows.
 
 The module prints a summary line (cases, failures, seconds, probes) at its end;
 ``PODNET_NETPOL_SUMMARY=<file>`` appends it to a file as JSON.

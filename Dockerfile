@@ -29,8 +29,10 @@ RUN python3 -m venv /opt/podnet \
  && /opt/podnet/bin/podnet --version
 
 FROM ${BASE}
-RUN command -v python3 >/dev/null || { apt-get update \
+# nft: the node agent enforces NetworkPolicy in nftables (nft -j -f -)
+RUN { command -v python3 && command -v nft; } >/dev/null || { apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 \
+      nftables \
  && rm -rf /var/lib/apt/lists/*; }
 COPY --from=build /opt/podnet /opt/podnet
 ENV PATH=/opt/podnet/bin:/usr/sbin:/usr/bin:/sbin:/bin \

@@ -37,6 +37,7 @@ podnet but the provider contract and :mod:`podnet.linux.netns`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import json
@@ -151,6 +152,14 @@ def _element(net: Network) -> Any:
     return {"prefix": {"addr": str(net.network_address), "len": net.prefixlen}}
 
 
+@functools.lru_cache(maxsize=8192)
+def _peer_networks(cidrs: tuple[str, ...]) -> tuple[tuple[Network, ...], tuple[Network, ...]]:
+    """:func:`_networks` of a clause's peers, kept: every member a clause applies to has
+    the same peers, and the table is rendered again on every change."""
+    v4, v6 = _networks(cidrs)
+    return tuple(v4), tuple(v6)
+
+
 def _networks(cidrs: Iterable[str]) -> tuple[list[Network], list[Network]]:
     """The CIDRs by family, overlaps merged (an interval set refuses overlapping
     elements)."""
@@ -192,9 +201,10 @@ def _ports_by_protocol(ports: Sequence[PolicyPort]) -> dict[str, list[tuple[int,
     return dict(sorted(out.items()))
 
 
-def _port_set(ranges: list[tuple[int, int]]) -> Any:
-    items = [first if first == last else {"range": [first, last]} for first, last in ranges]
-    return items[0] if len(items) == 1 and isinstance(items[0], int) else {"set": items}
+@functools.lru_cache(maxsize=8192)
+def _set_name(family: int, nets: tuple[Network, ...]) -> str:
+    text = ",".join(str(n) for n in nets)
+    return f"peer{family}_{hashlib.blake2s(text.encode(), digest_size=5).hexdigest()}"
 
 
 @attrs.frozen
@@ -209,15 +219,52 @@ class _Renderer:
         self.chains: list[Command] = []
         self.rules: list[Command] = []
 
-    def peer_set(self, family: int, nets: list[Network]) -> str:
-        text = ",".join(str(n) for n in nets)
-        digest = hashlib.blake2s(text.encode(), digest_size=5).hexdigest()
-        name = f"peer{family}_{digest}"
+    def peer_set(self, family: int, nets: tuple[Network, ...]) -> str:
+        name = _set_name(family, nets)
         if name not in self.sets:
             self.sets[name] = {"add": {"set": {
                 "family": FAMILY, "table": TABLE, "name": name,
                 "type": "ipv4_addr" if family == 4 else "ipv6_addr", "flags": ["interval"],
                 "elem": [_element(n) for n in nets]}}}
+        return name
+
+    def ports_match(self, by_protocol: dict[str, list[tuple[int, int]] | None]
+                    ) -> list[Command]:
+        """The ports of a clause as one match: ``meta l4proto P th dport N`` for one
+        protocol and port, ``meta l4proto P th dport @ports_<digest>`` for one protocol's
+        several, ``meta l4proto . th dport @ports_<digest>`` for several protocols (one
+        rule, not one per protocol); none for every port of every protocol. The named
+        sets are shared by every member's rule of a clause: nft's time to read a table
+        grows with its sets and rules."""
+        if not by_protocol:
+            return []
+        if len(by_protocol) == 1:
+            ((name, ranges),) = by_protocol.items()
+            out = [_match(_meta("l4proto"), name)]
+            if ranges is None:
+                return out
+            if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
+                return [*out, _match(_payload("th", "dport"), ranges[0][0])]
+            elements: list[Any] = [first if first == last else {"range": [first, last]}
+                                   for first, last in ranges]
+            return [*out, _match(_payload("th", "dport"),
+                                 "@" + self.named_set("ports", "inet_service", elements))]
+        pairs: list[Any] = []
+        for name, protocol_ranges in by_protocol.items():
+            for first, last in (protocol_ranges if protocol_ranges is not None
+                                else [(0, 65535)]):
+                port: Any = first if first == last else {"range": [first, last]}
+                pairs.append({"concat": [name, port]})
+        ref = self.named_set("ports", ["inet_proto", "inet_service"], pairs)
+        return [_match({"concat": [_meta("l4proto"), _payload("th", "dport")]}, "@" + ref)]
+
+    def named_set(self, prefix: str, kind: Any, elements: list[Any]) -> str:
+        text = json.dumps([kind, elements], separators=(",", ":"))
+        name = f"{prefix}_{hashlib.blake2s(text.encode(), digest_size=5).hexdigest()}"
+        if name not in self.sets:
+            self.sets[name] = {"add": {"set": {
+                "family": FAMILY, "table": TABLE, "name": name, "type": kind,
+                "flags": ["interval"], "elem": elements}}}
         return name
 
     def clause_rules(self, chain: str, clause: _Clause, ingress: bool, comment: str) -> int:
@@ -228,25 +275,15 @@ class _Renderer:
         if clause.peers is None:
             matches.append([])
         else:
-            v4, v6 = _networks(clause.peers)
+            v4, v6 = _peer_networks(clause.peers)
             if v4:
                 matches.append([_match(_payload("ip", field), "@" + self.peer_set(4, v4))])
             if v6:
                 matches.append([_match(_payload("ip6", field), "@" + self.peer_set(6, v6))])
-        by_protocol = _ports_by_protocol(clause.ports)
-        count = 0
+        ports = self.ports_match(_ports_by_protocol(clause.ports))
         for peer_match in matches:
-            if not by_protocol:
-                self.rules.append(_rule(chain, [*peer_match, verdict], comment))
-                count += 1
-                continue
-            for name, ranges in by_protocol.items():
-                expr = [*peer_match, _match(_meta("l4proto"), name)]
-                if ranges is not None:
-                    expr.append(_match(_payload("th", "dport"), _port_set(ranges)))
-                self.rules.append(_rule(chain, [*expr, verdict], comment))
-                count += 1
-        return count
+            self.rules.append(_rule(chain, [*peer_match, *ports, verdict], comment))
+        return len(matches)
 
 
 def _member_clauses(policies: Sequence[ResolvedPolicy], ports: Mapping[str, HostPort]

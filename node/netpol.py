@@ -81,19 +81,27 @@ class _View:
 
     def __init__(self, enforcer: PolicyEnforcer) -> None:
         self._e = enforcer
+        # one pass resolves every policy over one view: its pods are gathered once
+        self._fresh = enforcer.fresh_pods()
+        self._all: list[PodInfo] | None = None
+        self._in: dict[str, list[PodInfo]] = {}
 
     def pods(self) -> Iterable[PodInfo]:
-        seen = {p.key: p for p in self._e.pods.values()}
-        for key, pod in self._e.fresh_pods().items():
-            seen.setdefault(key, pod)
-        return list(seen.values())
+        if self._all is None:
+            seen = {p.key: p for p in self._e.pods.values()}
+            for key, pod in self._fresh.items():
+                seen.setdefault(key, pod)
+            self._all = list(seen.values())
+        return self._all
 
     def pods_in(self, namespace: str) -> Iterable[PodInfo]:
-        seen = {p.key: p for p in self._e.pods.by_index("namespace", namespace)}
-        for key, pod in self._e.fresh_pods().items():
-            if pod.namespace == namespace:
-                seen.setdefault(key, pod)
-        return list(seen.values())
+        if namespace not in self._in:
+            seen = {p.key: p for p in self._e.pods.by_index("namespace", namespace)}
+            for key, pod in self._fresh.items():
+                if pod.namespace == namespace:
+                    seen.setdefault(key, pod)
+            self._in[namespace] = list(seen.values())
+        return self._in[namespace]
 
     def namespace_labels(self, name: str) -> Mapping[str, str] | None:
         return self._e.namespaces.get(name)
@@ -150,8 +158,9 @@ class PolicyEnforcer:
         self.netns = netns
         self.debounce = debounce
         self.resync = resync
+        # optional: a server that does not serve the kind has no policy to enforce
         self.policies: Informer[PolicySpec] = Informer(
-            cluster, NETWORK_POLICY, read_policy, name="networkpolicies")
+            cluster, NETWORK_POLICY, read_policy, name="networkpolicies", optional=True)
         self.pods: Informer[PodInfo] = Informer(cluster, POD, pod_info, name="pods-netpol")
         self.pods.add_index("namespace", lambda p: [p.namespace])
         self.namespaces: Informer[dict[str, str]] = Informer(
@@ -262,24 +271,24 @@ class PolicyEnforcer:
 
     def admit(self, pod: Obj | PodInfo) -> None:
         """Program the table with ``pod`` (just plugged, not answered yet) in it, as the
-        ADD read it, before the ADD answers: a pod a policy selects never runs open.
+        ADD read it, before the ADD answers: a pod a policy selects never runs open. A
+        pod no policy selects costs its ADD nothing (the thread adds it as a peer).
 
-        :raises NftablesError: the table could not be programmed and a policy selects
-            the pod (the ADD fails and is retried; the pod never starts unrestricted)."""
+        :raises NftablesError: a policy selects the pod and the table could not be
+            programmed (the ADD fails and is retried; the pod never starts
+            unrestricted)."""
         if not self.enforce:
             return
         info = pod if isinstance(pod, PodInfo) else pod_info(pod)
         with self._fresh_lock:
             self._fresh[info.key] = info
-        try:
-            self.program(raise_errors=True)
-        except NftablesError:
-            selected = any(selects(spec, info, self.namespaces.get(info.namespace))
-                           for spec in self.policies.values())
-            if selected:
-                raise
-            log.warning("node %s: NetworkPolicy not programmed with pod %s (no policy "
-                        "selects it)", self.node, info.key)
+        if not any(selects(spec, info) for spec in self.policies.values()):
+            # not restricted: the ADD does not wait for the table (the pod joins it as a
+            # peer at the thread's next pass; until then other members' rules do not
+            # name it, which only denies)
+            self.poke()
+            return
+        self.program(raise_errors=True)
 
     # --- programming ---------------------------------------------------------------------
 

@@ -146,23 +146,50 @@ def test_no_peer_allows_nothing_and_any_peer_matches_no_address() -> None:
     assert sets(table) == {}
 
 
-def test_ports_by_protocol_numbers_ranges_merged_and_a_whole_protocol() -> None:
+def test_ports_of_several_protocols_are_one_rule_ranges_merged_a_whole_protocol() -> None:
     rule = PolicyRule(peers=None, ports=(
         PolicyPort(Protocol.TCP, 80), PolicyPort(Protocol.TCP, 81, 90),
         PolicyPort(Protocol.TCP, 85, 100), PolicyPort(Protocol.TCP, 443),
         PolicyPort(Protocol.UDP), PolicyPort(Protocol.UDP, 53),
         PolicyPort(Protocol.SCTP, 9000)))
-    found = chains(nf.render([policy(ingress=(rule,))], {"x/a": A}))
-    rules = found[nf.chain_names(A.host_interface)[0]]
+    # two members: one named set of ports for both
+    table = nf.render([policy(members=(member("x/a"), member("x/b")), ingress=(rule,))],
+                      {"x/a": A, "x/b": B})
+    found = chains(table)
     l4 = {"meta": {"key": "l4proto"}}
     dport = {"payload": {"protocol": "th", "field": "dport"}}
-    assert rules[:-1] == [
-        [{"match": {"op": "==", "left": l4, "right": "sctp"}},
-         {"match": {"op": "==", "left": dport, "right": 9000}}, {"accept": None}],
-        [{"match": {"op": "==", "left": l4, "right": "tcp"}},
-         {"match": {"op": "==", "left": dport,
-                    "right": {"set": [{"range": [80, 100]}, 443]}}}, {"accept": None}],
+    port_sets = {n: v for n, v in sets(table).items() if n.startswith("ports_")}
+    assert len(port_sets) == 1
+    ((name, port_set),) = port_sets.items()
+    assert port_set["type"] == ["inet_proto", "inet_service"]
+    assert port_set["flags"] == ["interval"]
+    assert port_set["elem"] == [
+        {"concat": ["sctp", 9000]}, {"concat": ["tcp", {"range": [80, 100]}]},
+        {"concat": ["tcp", 443]},
         # a port absent is every port of its protocol
+        {"concat": ["udp", {"range": [0, 65535]}]}]
+    for port in (A, B):
+        assert found[nf.chain_names(port.host_interface)[0]][:-1] == [[
+            {"match": {"op": "==", "left": {"concat": [l4, dport]}, "right": "@" + name}},
+            {"accept": None}]]
+
+
+def test_ports_of_one_protocol_match_the_protocol_then_the_port_or_a_set() -> None:
+    rules = (PolicyRule(peers=None, ports=(PolicyPort(Protocol.TCP, 80),
+                                           PolicyPort(Protocol.TCP, 8000, 8080))),
+             PolicyRule(peers=None, ports=(PolicyPort(Protocol.TCP, 81),)),
+             PolicyRule(peers=None, ports=(PolicyPort(Protocol.UDP),)))
+    table = nf.render([policy(ingress=rules)], {"x/a": A})
+    l4 = {"meta": {"key": "l4proto"}}
+    dport = {"payload": {"protocol": "th", "field": "dport"}}
+    ((name, port_set),) = ((n, v) for n, v in sets(table).items() if n.startswith("ports_"))
+    assert (port_set["type"], port_set["elem"]) == (
+        "inet_service", [80, {"range": [8000, 8080]}])
+    assert chains(table)[nf.chain_names(A.host_interface)[0]][:-1] == [
+        [{"match": {"op": "==", "left": l4, "right": "tcp"}},
+         {"match": {"op": "==", "left": dport, "right": "@" + name}}, {"accept": None}],
+        [{"match": {"op": "==", "left": l4, "right": "tcp"}},
+         {"match": {"op": "==", "left": dport, "right": 81}}, {"accept": None}],
         [{"match": {"op": "==", "left": l4, "right": "udp"}}, {"accept": None}],
     ]
 

@@ -206,15 +206,18 @@ def test_default_deny_ingress_times_out_replies_and_the_node_pass(node: Node,
 @FAMILIES
 @pytest.mark.usefixtures("servers")
 def test_an_allowed_peer_and_port_pass_nothing_else(node: Node, family: int) -> None:
+    # two protocols: one set of protocol . port; one protocol's range: a set of ports
     allow = PolicyRule(peers=peers(node, "a"), ports=(PolicyPort(Protocol.TCP, 80),
                                                       PolicyPort(Protocol.UDP, 81)))
-    nf.apply(nf.render([resolved("allow-a", members(node, "b"), ingress=(allow,))],
+    from_c = PolicyRule(peers=peers(node, "c"), ports=(PolicyPort(Protocol.TCP, 70, 80),
+                                                       PolicyPort(Protocol.TCP, 90)))
+    nf.apply(nf.render([resolved("allow-a", members(node, "b"), ingress=(allow, from_c))],
                        node.ports()), netns=node.path)
     cases = (("TCP", 80), ("TCP", 81), ("UDP", 80), ("UDP", 81))
     assert verdicts(node, "a", "b", family, cases) == {
         "TCP/80": "ok", "TCP/81": "timeout", "UDP/80": "timeout", "UDP/81": "ok"}
-    assert verdicts(node, "c", "b", family, cases) == dict.fromkeys(
-        ("TCP/80", "TCP/81", "UDP/80", "UDP/81"), "timeout")
+    assert verdicts(node, "c", "b", family, cases) == {
+        "TCP/80": "ok", "TCP/81": "timeout", "UDP/80": "timeout", "UDP/81": "timeout"}
 
 
 @FAMILIES

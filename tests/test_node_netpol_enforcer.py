@@ -199,3 +199,21 @@ def test_enforce_false_removes_the_table_and_programs_nothing(cluster: InMemoryC
         assert other.annotations() == {}
     finally:
         other.stop()
+
+
+def test_a_table_deleted_by_hand_is_applied_again_an_intact_one_is_left_alone(
+        cluster: InMemoryCluster, netns: str) -> None:
+    cluster.create(NETWORK_POLICY, web_policy())
+    enforcer = make(cluster, netns, resync=0.2)
+    enforcer.start()
+    try:
+        assert enforcer.applied == 1
+        checked = enforcer._checked
+        _wait_for("two looks at the kernel", lambda: enforcer._checked > checked + 0.3,
+                  timeout=20)
+        assert enforcer.applied == 1  # as programmed: not applied again
+        nf.remove(netns=netns)
+        _wait_for("the table back", lambda: nf.read(netns=netns) is not None, timeout=20)
+        assert enforcer.applied == 2
+    finally:
+        enforcer.stop()

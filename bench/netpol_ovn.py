@@ -120,6 +120,11 @@ def _scenario(server: NbServer, pods: int, policies: int, with_groups: bool,
     try:
         provider.client  # noqa: B018 - the start's sync (the group's port group)
         _ports(server, pods, "sg_web" if with_groups else None)
+        # a controller that found the ports at its start (its IPAM knows them, as it
+        # does the ports it allocated)
+        provider.close()
+        provider = OvnProvider(server.remote, seed=0,
+                               security_groups=GROUPS if with_groups else None)
         if northd:
             from podnet.plugins.ovn.chassis import OvnCentral
 

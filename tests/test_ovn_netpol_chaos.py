@@ -35,6 +35,10 @@ pytestmark = pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")
 EXAMPLES = int(os.environ.get("PODNET_CHAOS_EXAMPLES", "40"))
 PODS = {f"p{i}": (f"10.16.0.{10 + i}", f"fd00:16::{10 + i:x}") for i in range(5)}
 GROUPS = {"web": {"ingress": [{"protocol": "tcp", "port": 80}]}}
+#: what the groups become in a random history's step (and back)
+OTHER_GROUPS = {"web": {"ingress": [{"protocol": "udp", "port": "50-60", "from": "10.0.0.0/8"}],
+                        "egress": [{"protocol": "icmp"}]},
+                "db": {"ingress": [{"groups": ["web"]}], "egress": []}}
 
 
 def _nbctl(server: NbServer, *args: str) -> str:
@@ -243,8 +247,8 @@ _policies = st.builds(
         "default", "np", "u", 1, tuple(member(m) for m in sorted(set(members))),
         ingress, egress),
     st.lists(st.sampled_from(sorted(PODS)), max_size=4), _direction, _direction)
-_steps = st.lists(st.tuples(st.one_of(st.none(), _policies), st.booleans(), st.booleans()),
-                  min_size=1, max_size=5)
+_steps = st.lists(st.tuples(st.one_of(st.none(), _policies), st.booleans(), st.booleans(),
+                            st.booleans()), min_size=1, max_size=5)
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=False,
@@ -253,7 +257,9 @@ _steps = st.lists(st.tuples(st.one_of(st.none(), _policies), st.booleans(), st.b
 @given(steps=_steps)
 def test_any_history_of_a_policy_converges(nb_server: NbServer, steps: Any) -> None:
     """Each step: maybe a transaction for it that never commits, then the call, maybe a
-    second call; after it NB holds exactly the step's rows (none for ``None``)."""
+    second call, maybe the security groups' rules changing (the sync re-makes the
+    products); after it NB holds exactly the step's rows (none for ``None``), as a call
+    would write them with the groups of that moment."""
     from podnet.plugins.ovn.nbpolicy import (
         DeletePolicy,
         EnsurePolicy,
@@ -266,7 +272,8 @@ def test_any_history_of_a_policy_converges(nb_server: NbServer, steps: Any) -> N
     try:
         client = provider.client
         groups = [provider.security_groups[n] for n in sorted(provider.security_groups)]
-        for pol, crash, twice in steps:
+        other = False
+        for pol, crash, twice, regroup in steps:
             if pol is None:
                 command: Any = DeletePolicy(client.api, "default/np")
             else:
@@ -289,6 +296,19 @@ def test_any_history_of_a_policy_converges(nb_server: NbServer, steps: Any) -> N
                     wanted = policy_rows(pol, member_ports(client.api, pol.members), groups)
                     assert not policy_differs(client.api, wanted)
                 assert provider.podnet_network_policy_keys("ovn") == ["default/np"]
+            if regroup:
+                other = not other
+                provider.podnet_configure("ovn", {"security_groups": OTHER_GROUPS if other
+                                                  else GROUPS})
+                client = provider.client  # its next use writes the groups and products
+                groups = [provider.security_groups[n]
+                          for n in sorted(provider.security_groups)]
+                if pol is not None:
+                    with client.reading():
+                        wanted = policy_rows(pol, member_ports(client.api, pol.members),
+                                             groups)
+                        assert not policy_differs(client.api, wanted)
+                    rows = snapshot(provider)
             if twice:
                 count = client.transactions
                 provider.podnet_network_policy("ovn", "default/np", pol)

@@ -122,3 +122,71 @@ def test_a_policy_denies_one_pair_allows_another_follows_changes_and_goes(
             assert verdict(src, dst) == "ok", (src, dst)
     finally:
         provider.close()
+
+
+GROUPS = {"web": {"ingress": [{"protocol": "tcp", "port": "8080-8081"}]}}
+
+
+def _config_with_group(bed: OvnBed) -> dict[str, Any]:
+    config = _config(bed)
+    config["providers"]["ovn"]["security_groups"] = GROUPS
+    return config
+
+
+@pytest.fixture
+def grouped_bed(tmp_path: Path) -> Iterator[OvnNodeBed]:
+    made = OvnNodeBed(tmp_path, _config_with_group, pod_cidr="10.95.0.0/24",
+                      underlay="192.168.77.0/24")
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def test_a_pod_under_a_security_group_and_a_policy_gets_what_both_allow(
+        grouped_bed: OvnNodeBed) -> None:
+    """s is in security group web (tcp 8080-8081 in) and selected by a policy allowing
+    tcp/8081 and tcp/9090 from a: only 8081 from a connects; w, in web only, takes
+    8080 from anyone; p, under the policy only, takes 9090 from a."""
+    from podnet.plugins.ovn.provider import OvnProvider
+
+    bed = grouped_bed
+    stack, client, ovn = bed.stack, bed.client, bed.ovn
+    assert stack is not None and ovn is not None
+    web = {"podnet.io/security-groups": "web"}
+    stack.create([pod("a"), pod("s", annotations=web), pod("w", annotations=web), pod("p")])
+    pods: dict[str, dict[str, str]] = {}
+    for name in ("a", "s", "w", "p"):
+        netns, path = bed.host.netns()
+        status, result = client.add(bed.host.container(), path, name)
+        assert status == 200, result
+        pods[name] = {"netns": netns, "ip": result["ips"][0]["address"].split("/")[0]}
+
+    def verdict(src: str, dst: str, port: int) -> str:
+        with TcpServer(pods[dst]["netns"], pods[dst]["ip"], port=port):
+            return _connect(pods[src]["netns"], pods[dst]["ip"], port)
+
+    # (no pod named "n": the bed writes pods as YAML, where n is false)
+
+    provider = OvnProvider(ovn.nb_remote, SUBNETS, security_groups=GROUPS)
+    try:
+        members = tuple(PolicyMember(f"default/{n}", (pods[n]["ip"],), NODE, "ovn")
+                        for n in ("p", "s"))
+        done = provider.podnet_network_policy("ovn", "default/np", ResolvedPolicy(
+            "default", "np", "u", 1, members, ingress=(PolicyRule(
+                (f"{pods['a']['ip']}/32",), (PolicyPort(port=8081), PolicyPort(port=9090))),)))
+        assert done is not None and done.programmed, done
+        ovn.nbctl("--timeout=30", "--wait=hv", "sync")
+        got = {(src, dst, port): verdict(src, dst, port) for src, dst, port in (
+            ("a", "s", 8081), ("a", "s", 8080), ("a", "s", 9090), ("w", "s", 8081),
+            ("a", "w", 8080), ("p", "w", 8080), ("a", "w", 9090),
+            ("a", "p", 9090), ("a", "p", 8080), ("w", "p", 9090))}
+        want = {("a", "s", 8081): "ok", ("a", "s", 8080): "timeout",
+                ("a", "s", 9090): "timeout", ("w", "s", 8081): "timeout",
+                ("a", "w", 8080): "ok", ("p", "w", 8080): "ok", ("a", "w", 9090): "timeout",
+                ("a", "p", 9090): "ok", ("a", "p", 8080): "timeout",
+                ("w", "p", 9090): "timeout"}
+        assert got == want, "\n".join(f"{k}: {got[k]}, expected {want[k]}"
+                                      for k in want if got[k] != want[k])
+    finally:
+        provider.close()

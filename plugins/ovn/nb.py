@@ -39,6 +39,7 @@ from podnet.plugins.ovn.nbpolicy import (
     RefreshPolicies,
     policy_differs,
     policy_keys,
+    policy_rows_of,
     refresh_needed,
 )
 from podnet.plugins.ovn.netpol import PolicyRows
@@ -322,7 +323,7 @@ class NbClient:
         """Remove every row of NetworkPolicy ``key`` (one transaction; none when NB has
         none). :return: whether anything was written."""
         with self.reading():
-            if key not in policy_keys(self.api):
+            if not policy_rows_of(self.api, key):
                 return False
         self.run([DeletePolicy(self.api, key)])
         return True

@@ -13,36 +13,57 @@ from ovsdbapp.backend.ovs_idl import command as ovs_command
 
 from podnet.hookspecs.netpol import PolicyMember
 from podnet.plugins.ovn.config import EXT_IP, EXT_IPV6, EXT_NAMESPACE, EXT_POD
+from podnet.plugins.ovn.nbcommands import _member_uuids
 from podnet.plugins.ovn.netpol import (
     NP_CLAUSE,
+    NP_GROUPS,
     NP_KEY,
+    NP_SETS,
     PRIORITY_DROP,
     Clause,
     PolicyAcl,
     PolicyRows,
+    groups_digest,
     policy_acls,
+    policy_port_group,
 )
 from podnet.plugins.ovn.rows import OWNER, OWNER_VALUE
 from podnet.plugins.ovn.secgroups import BadGroup, SecurityGroup
 
 __all__ = ["DeletePolicy", "EnsurePolicy", "RefreshPolicies", "member_ports",
-           "policy_differs", "policy_keys", "refresh_needed"]
+           "policy_differs", "policy_keys", "policy_rows_of", "refresh_needed"]
 
 
-def member_ports(api: Any, members: Sequence[PolicyMember]) -> dict[str, str]:
+def _is_member_port(lsp: Any, key: str, addresses: set[str]) -> bool:
+    ext = lsp.external_ids
+    return bool(ext.get(OWNER) == OWNER_VALUE and EXT_POD in ext
+                and f"{ext.get(EXT_NAMESPACE, '')}/{ext[EXT_POD]}" == key
+                and (ext.get(EXT_IP) in addresses or ext.get(EXT_IPV6) in addresses))
+
+
+def member_ports(api: Any, members: Sequence[PolicyMember],
+                 known: Mapping[str, str | None] | None = None) -> dict[str, str]:
     """Member key -> the logical switch port of its default network: podnet's port of
     that pod holding one of the member's addresses (an attachment network's port holds
-    others)."""
-    wanted = {m.key: set(m.addresses) for m in members}
+    others). ``known``: address -> the port the IPAM says holds it (looked up by name,
+    checked); members it does not place are looked for in every port."""
     out: dict[str, str] = {}
-    for lsp in api.tables["Logical_Switch_Port"].rows.values():
-        ext = lsp.external_ids
-        if ext.get(OWNER) != OWNER_VALUE or EXT_POD not in ext:
-            continue
-        key = f"{ext.get(EXT_NAMESPACE, '')}/{ext[EXT_POD]}"
-        addresses = wanted.get(key)
-        if addresses and (ext.get(EXT_IP) in addresses or ext.get(EXT_IPV6) in addresses):
-            out[key] = lsp.name
+    for m in members:
+        for address in m.addresses:
+            name = (known or {}).get(address)
+            lsp = api.lookup("Logical_Switch_Port", name, default=None) if name else None
+            if lsp is not None and _is_member_port(lsp, m.key, set(m.addresses)):
+                out[m.key] = lsp.name
+                break
+    rest = {m.key: set(m.addresses) for m in members if m.key not in out}
+    if rest:
+        for lsp in api.tables["Logical_Switch_Port"].rows.values():
+            ext = lsp.external_ids
+            if ext.get(OWNER) != OWNER_VALUE or EXT_POD not in ext:
+                continue
+            key = f"{ext.get(EXT_NAMESPACE, '')}/{ext[EXT_POD]}"
+            if key in rest and _is_member_port(lsp, key, rest[key]):
+                out[key] = lsp.name
     return out
 
 
@@ -65,14 +86,27 @@ def policy_differs(api: Any, rows: PolicyRows) -> bool:
     pg = api.lookup("Port_Group", rows.port_group, default=None)
     if pg is None or not _ours(pg, rows.key):
         return True
-    if sorted(p.name for p in pg.ports) != list(rows.ports):
+    members = [api.lookup("Logical_Switch_Port", n, default=None) for n in rows.ports]
+    if any(m is None for m in members) or (
+            sorted(str(u) for u in _member_uuids(pg, "ports"))
+            != sorted(str(m.uuid) for m in members)):
         return True
     have = sorted(_acl_key(a) for a in pg.acls if _ours(a, rows.key))
     if have != sorted(_want_key(a) for a in rows.acls):
         return True
-    sets = {s.name: tuple(sorted(str(a) for a in s.addresses))
-            for s in api.tables["Address_Set"].rows.values() if _ours(s, rows.key)}
-    return sets != {n: tuple(sorted(a)) for n, a in rows.address_sets}
+    if (pg.external_ids.get(NP_SETS, "") != _set_names(rows)
+            or pg.external_ids.get(NP_GROUPS) != rows.groups):
+        return True
+    for name, addresses in rows.address_sets:
+        row = api.lookup("Address_Set", name, default=None)
+        if (row is None or not _ours(row, rows.key)
+                or sorted(str(a) for a in row.addresses) != sorted(addresses)):
+            return True
+    return False
+
+
+def _set_names(rows: PolicyRows) -> str:
+    return ",".join(n for n, _ in rows.address_sets)
 
 
 def _sync_acls(txn: Any, api: Any, pg: Any, key: str, wanted: Sequence[PolicyAcl],
@@ -116,18 +150,22 @@ class EnsurePolicy(ovs_command.BaseCommand):
     def run_idl(self, txn: Any) -> None:
         api, rows = self.api, self.rows
         marks = {OWNER: OWNER_VALUE, NP_KEY: rows.key}
+        sets = {**marks, NP_SETS: _set_names(rows), NP_GROUPS: rows.groups}
         pg = api.lookup("Port_Group", rows.port_group, default=None)
         new = pg is None
         if pg is None:
             pg = txn.insert(api.tables["Port_Group"])
             pg.name = rows.port_group
-            pg.external_ids = marks
+            pg.external_ids = sets
+            before: set[str] = set()
         elif pg.external_ids.get(NP_KEY) != rows.key:
             raise RuntimeError(f"port group {rows.port_group} belongs to "
                                f"{pg.external_ids.get(NP_KEY) or 'another owner'}, not "
                                f"NetworkPolicy {rows.key}")
-        elif dict(pg.external_ids) != {**pg.external_ids, **marks}:
-            pg.external_ids = {**pg.external_ids, **marks}
+        else:
+            before = set(filter(None, pg.external_ids.get(NP_SETS, "").split(",")))
+            if dict(pg.external_ids) != {**pg.external_ids, **sets}:
+                pg.external_ids = {**pg.external_ids, **sets}
         wanted_ports = set(rows.ports)
         have = {} if new else {p.name: p for p in pg.ports}
         for name, lsp in have.items():
@@ -140,10 +178,13 @@ class EnsurePolicy(ovs_command.BaseCommand):
                     raise RuntimeError(f"logical switch port {name} is missing")
                 pg.addvalue("ports", lsp)
         # the address sets before the ACLs naming them (one transaction: northd sees both)
+        # the policy's sets are named on its port group: no scan of every set (one left
+        # by a group deleted by hand is found by policy_keys, and goes with DeletePolicy)
         wanted_sets = dict(rows.address_sets)
-        for s in list(api.tables["Address_Set"].rows.values()):
-            if _ours(s, rows.key) and s.name not in wanted_sets:
-                s.delete()
+        for name in sorted(before - set(wanted_sets)):
+            stale = api.lookup("Address_Set", name, default=None)
+            if stale is not None and _ours(stale, rows.key):
+                stale.delete()
         for name, addresses in rows.address_sets:
             row = api.lookup("Address_Set", name, default=None)
             if row is None:
@@ -160,8 +201,21 @@ class EnsurePolicy(ovs_command.BaseCommand):
         _sync_acls(txn, api, pg, rows.key, rows.acls, new)
 
 
+def policy_rows_of(api: Any, key: str) -> list[Any]:
+    """Every row of policy ``key``: its port group and the address sets it names, or
+    (none there: deleted by hand) the sets named after it, found by name."""
+    pg_name = policy_port_group(key)
+    pg = api.lookup("Port_Group", pg_name, default=None)
+    if pg is not None and _ours(pg, key):
+        names = filter(None, pg.external_ids.get(NP_SETS, "").split(","))
+        sets = [api.lookup("Address_Set", n, default=None) for n in names]
+        return [pg, *(s for s in sets if s is not None and _ours(s, key))]
+    return [s for s in api.tables["Address_Set"].rows.values()
+            if s.name.startswith(f"{pg_name}_") and _ours(s, key)]
+
+
 class DeletePolicy(ovs_command.BaseCommand):
-    """Every row of policy ``key``: its port groups (their ACLs go with them) and address
+    """Every row of policy ``key``: its port group (its ACLs go with it) and address
     sets."""
 
     def __init__(self, api: Any, key: str) -> None:
@@ -169,10 +223,8 @@ class DeletePolicy(ovs_command.BaseCommand):
         self.key = key
 
     def run_idl(self, txn: Any) -> None:
-        for table in ("Port_Group", "Address_Set"):
-            for row in list(self.api.tables[table].rows.values()):
-                if _ours(row, self.key):
-                    row.delete()
+        for row in policy_rows_of(self.api, self.key):
+            row.delete()
 
 
 def policy_keys(api: Any) -> set[str]:
@@ -201,17 +253,13 @@ def _desired(pg: Any, key: str, groups: Iterable[SecurityGroup | BadGroup]
 
 
 def refresh_needed(api: Any, groups: Sequence[SecurityGroup | BadGroup]) -> list[str]:
-    """The policies' port groups whose products with the security groups differ from
-    ``groups``' rules."""
-    out = []
-    for pg in api.tables["Port_Group"].rows.values():
-        key = pg.external_ids.get(NP_KEY)
-        if key is None or pg.external_ids.get(OWNER) != OWNER_VALUE:
-            continue
-        have = sorted(_acl_key(a) for a in pg.acls if _ours(a, key))
-        if have != sorted(_want_key(a) for a in _desired(pg, key, groups)):
-            out.append(pg.name)
-    return out
+    """The policies' port groups whose products were made from other security groups
+    than ``groups`` (their digest on the port group: one read per policy, as the sweep
+    asks at every pass)."""
+    digest = groups_digest(groups)
+    return [pg.name for pg in api.tables["Port_Group"].rows.values()
+            if NP_KEY in (ext := pg.external_ids) and ext.get(OWNER) == OWNER_VALUE
+            and ext.get(NP_GROUPS) != digest]
 
 
 class RefreshPolicies(ovs_command.BaseCommand):
@@ -231,6 +279,7 @@ class RefreshPolicies(ovs_command.BaseCommand):
                 continue
             key = pg.external_ids[NP_KEY]
             _sync_acls(txn, self.api, pg, key, _desired(pg, key, self.groups))
+            pg.external_ids = {**pg.external_ids, NP_GROUPS: groups_digest(self.groups)}
 
 
 def groups_by_name(groups: Mapping[str, SecurityGroup | BadGroup]

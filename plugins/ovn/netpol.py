@@ -46,11 +46,13 @@ from podnet.hookspecs.netpol import (
     Protocol,
     ResolvedPolicy,
 )
-from podnet.plugins.ovn.secgroups import BadGroup, Rule, SecurityGroup
+from podnet.plugins.ovn.secgroups import BadGroup, Rule, SecurityGroup, port_group_of
 
 __all__ = [
     "NP_CLAUSE",
+    "NP_GROUPS",
     "NP_KEY",
+    "NP_SETS",
     "PRIORITY_ALLOW",
     "PRIORITY_BOTH_ALLOW",
     "PRIORITY_BOTH_DROP",
@@ -58,6 +60,7 @@ __all__ = [
     "Clause",
     "PolicyAcl",
     "PolicyRows",
+    "groups_digest",
     "policy_acls",
     "policy_port_group",
     "policy_rows",
@@ -69,6 +72,11 @@ PRIORITY_ALLOW = 2030
 PRIORITY_DROP = 2020
 #: external_ids on a policy's port group, address sets and ACLs: the policy's key
 NP_KEY = "podnet/np"
+#: on a policy's port group: the names of its address sets, comma-separated
+NP_SETS = "podnet/np-sets"
+#: on a policy's port group: a digest of the security groups its products were made from
+#: (the sync re-makes the products of the port groups whose digest is not the groups')
+NP_GROUPS = "podnet/np-groups"
 #: on a clause ACL (priority 2030): the clause as JSON (the products are made from it)
 NP_CLAUSE = "podnet/np-clause"
 
@@ -139,6 +147,14 @@ class PolicyRows:
     findings: tuple[PolicyFinding, ...] = ()
     #: members left out (no logical switch port of theirs in NB yet)
     missing: tuple[str, ...] = ()
+    #: :func:`groups_digest` of the security groups the products were made from
+    groups: str = ""
+
+
+def groups_digest(groups: Iterable[SecurityGroup | BadGroup]) -> str:
+    """A digest of the security groups' names and rules (what the products depend on)."""
+    text = repr(sorted(repr(g) for g in groups))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 # --- matches -------------------------------------------------------------------------------
@@ -196,8 +212,6 @@ class _Term:
 
 
 def _sg_terms(rule: Rule) -> list[_Term]:
-    from podnet.plugins.ovn.secgroups import port_group_of
-
     peers: list[tuple[int | None, str | None]] = []
     for version in (4, 6):
         nets = [c for c in rule.cidrs if ipaddress.ip_network(c).version == version]
@@ -269,8 +283,6 @@ def policy_acls(port_group: str, clauses: Sequence[Clause], restricted: Iterable
             add(PolicyAcl(direction, PRIORITY_ALLOW, clause_match(c, port_group),
                           "allow-related", c.to_json()))
         for group in groups:
-            from podnet.plugins.ovn.secgroups import port_group_of
-
             sg = port_group_of(group.name)
             rules = None if isinstance(group, BadGroup) else (
                 group.ingress if direction == INGRESS else group.egress)
@@ -381,9 +393,10 @@ def policy_rows(policy: ResolvedPolicy, ports: Mapping[str, str],
             clauses.extend(found[0])
             findings.extend(found[1])
     unique = list(dict.fromkeys(clauses))
+    groups = list(groups)
     acls = policy_acls(pg, unique, restricted, groups)
     return PolicyRows(policy.key, pg, member_ports, tuple(sorted(address_sets.items())),
-                      tuple(acls), tuple(findings), missing)
+                      tuple(acls), tuple(findings), missing, groups_digest(groups))
 
 
 def _rule_clauses(pg: str, where: str, direction: str, tag: str, i: int, rule: PolicyRule,

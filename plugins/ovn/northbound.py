@@ -121,6 +121,9 @@ class OvnNorthbound:
         #: ports podnet did not make -> the addresses of theirs the IPAM holds
         self._foreign: dict[str, list[str]] = {}
         self.lock = threading.RLock()
+        #: a NetworkPolicy's products against a sync of the security groups (taken under
+        #: ``lock`` by the sync, never the other way)
+        self._policy_lock = threading.Lock()
         self._client: NbClient | None = None
         self._synced = False
         #: the node agent's dataplane (made on first use: the controller never needs it)
@@ -363,8 +366,9 @@ class OvnNorthbound:
             {g.port_group for g in good} | {port_group_of(p) for g in good
                                             for p in g.peers()}))
         # the NetworkPolicies' products with the groups' rules follow them (netpol.py)
-        client.ensure_acls(acls_by_port_group(good),
-                           policies=[self.security_groups[n] for n in sorted(self.security_groups)])
+        with self._policy_lock:
+            client.ensure_acls(acls_by_port_group(good), policies=[
+                self.security_groups[n] for n in sorted(self.security_groups)])
         stale = [pg.name for pg in client.rows("Port_Group")
                  if pg.name.startswith("sg_") and pg.name not in known
                  and pg.external_ids.get(OWNER) == OWNER_VALUE and not pg.ports]
@@ -384,12 +388,18 @@ class OvnNorthbound:
                                  f"policy is {policy.key}")
         from podnet.plugins.ovn.nbpolicy import member_ports
 
+        with self.lock:  # where the IPAM says each address is: a lookup, not a scan
+            known = {a: held.port for m in policy.members for a in m.addresses
+                     if (held := self.ipam.used.get(a)) is not None}
         with client.reading():
-            ports = member_ports(client.api, policy.members)
-        with self.lock:
-            groups = [self.security_groups[n] for n in sorted(self.security_groups)]
-        rows = policy_rows(policy, ports, groups)
-        client.ensure_policy(rows)
+            ports = member_ports(client.api, policy.members, known)
+        # the groups read and the products written with no sync of the groups between
+        # them (its refresh would be undone by products of the groups before it); never
+        # self.lock inside: the sync takes this lock under it
+        with self._policy_lock:
+            current = self.security_groups  # replaced whole, never changed in place
+            rows = policy_rows(policy, ports, [current[n] for n in sorted(current)])
+            client.ensure_policy(rows)
         if rows.missing:
             # allocate writes a pod's port before its record has an address: a member
             # without one is a record not written yet, or a port removed meanwhile

@@ -543,14 +543,6 @@ def _print_node_stage(console: Console, node: NodeStageReport, title: str) -> No
         console.print(f"  {node.ping_from} -> {node.ping_to}: "
                       f"{node.ping_replies}/{node.ping_sent} replies; pods answering a ping: "
                       f"{node.pods_answering}/{len(node.pods)}", highlight=False)
-    if node.policy_allowed is not None:
-        a, b = (node.ping_from, node.ping_to)
-        enforced = ("" if node.policy_enforced_s is None
-                    else f"; both held {node.policy_enforced_s:g} s after the policies' "
-                         "creation, a drop's wait included")
-        console.print(f"  NetworkPolicy ({b} accepts {a} only, {a} accepts nothing): "
-                      f"{a} -> {b} {node.policy_allowed} (allowed pair), {b} -> {a} "
-                      f"{node.policy_denied} (denied pair){enforced}", highlight=False)
     if node.error is not None:
         console.print(f"  [red]failed:[/red] {node.error}")
     else:

@@ -13,12 +13,7 @@ a dataplane today: a Linux bridge per network, a veth pair per pod interface):
    ``podnet-cni ADD`` runs for each, as a runtime runs it (the ``CNI_*`` environment, the
    configuration on stdin, ``agentSocket`` pointing at the agent);
 3. ICMP echoes from one pod's namespace to the other's address;
-4. NetworkPolicy, with packets: both pods serve TCP on :data:`POLICY_PORT`; two policies
-   make ``pod-a`` accept nothing and ``pod-b`` accept ``pod-a`` on that port only: the
-   allowed pair (``pod-a`` to ``pod-b``) connects, the denied pair (``pod-b`` to
-   ``pod-a``) gets no answer at all (dropped, not refused) once the dataplane enforces
-   them (the node agent's nftables; OVN's ACLs on an OVN node); the policies deleted;
-5. ``podnet-cni DEL`` for both, the pods deleted, their records released (the release
+4. ``podnet-cni DEL`` for both, the pods deleted, their records released (the release
    handshake through the agent's report), then everything made is removed: namespaces,
    socket, agent, also when a step fails or on Ctrl-C.
 
@@ -47,7 +42,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from podnet.core.cluster.port import NAMESPACE, NETWORK_POLICY, NODE, POD, POD_NETWORK, Obj
+from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Obj
 from podnet.core.models import Phase
 from podnet.core.plugin import Providers, load_plugins, new_plugin_manager
 from podnet.core.tracing import Tracing
@@ -82,13 +77,6 @@ PING_TIMEOUT_S = 2.0
 #: one uncounted echo each way first, waited for this long: the first packet of a path
 #: waits on neighbour resolution (and the simulated VPC's learning), slow on a busy host
 PRIME_TIMEOUT_S = 5.0
-#: the NetworkPolicy check: the TCP port both pods serve, how long a connect waits for an
-#: answer (no answer: dropped), how long the policies may take to be enforced
-POLICY_PORT = 8080
-POLICY_CONNECT_TIMEOUT_S = 1.0
-POLICY_ENFORCED_WITHIN_S = 30.0
-#: the label naming each stage pod, which the check's policies select
-POD_LABEL = "podnet.io/demo-pod"
 #: the stage on an OVN node: its provider, node, label value, podCIDR (unused by an
 #: overlay) and its pods' namespace
 OVN_PROVIDER = "ovn"
@@ -145,11 +133,6 @@ class NodeStageReport:
     ping_replies: int = 0
     #: of the pods, how many answered a ping from the other
     pods_answering: int = 0
-    #: the NetworkPolicy check: the allowed pair's verdict (``connected``), the denied
-    #: pair's (``dropped``), and how long after the policies' creation both held
-    policy_allowed: str | None = None
-    policy_denied: str | None = None
-    policy_enforced_s: float | None = None
     #: both pods' records released and gone after their DEL and deletion
     released: bool = False
     #: every namespace the stage made is gone
@@ -206,42 +189,6 @@ def icmp_echo(target: str, count: int, timeout: float) -> int:
     return replies
 
 
-def tcp_serve(port: int) -> socket.socket:
-    """A TCP listener on ``port`` (every address of this thread's namespace) whose
-    connections a thread accepts and closes, until the listener is closed."""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("0.0.0.0", port))
-    listener.listen(16)
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:  # closed: the stage is over
-                return
-            conn.close()
-
-    threading.Thread(target=serve, name=f"podnet-demo-tcp-{port}", daemon=True).start()
-    return listener
-
-
-def tcp_verdict(target: str, port: int, timeout: float) -> str:
-    """``connected``, ``dropped`` (no answer within ``timeout``: what a policy does),
-    ``refused`` (no server) or ``error``: one connect from this thread's namespace."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        try:
-            sock.connect((target, port))
-        except TimeoutError:
-            return "dropped"
-        except ConnectionRefusedError:
-            return "refused"
-        except OSError:
-            return "error"
-        return "connected"
-
-
 def interface_in_netns(name: str) -> tuple[str | None, list[str]]:
     """Interface ``name``'s MAC and IPv4 addresses (``a.b.c.d/len``) in this thread's
     namespace; (None, []) when there is no such interface."""
@@ -285,8 +232,6 @@ class NodeStage:
         self.server: UnixHTTPServer | None = None
         self.serving = False
         self.uids: dict[str, str] = {}
-        self.listeners: list[socket.socket] = []
-        self.policies: list[str] = []
 
     # --- the stage -------------------------------------------------------------------
 
@@ -305,8 +250,6 @@ class NodeStage:
         report.ok = (report.error is None and report.pods_plugged == len(PODS)
                      and report.ping_sent > 0 and report.ping_replies > 0
                      and report.pods_answering == len(PODS)
-                     and report.policy_allowed == "connected"
-                     and report.policy_denied == "dropped"
                      and report.released and report.cleaned)
         return report
 
@@ -355,7 +298,6 @@ class NodeStage:
         back = run_in_netns(netns_path(self.pod_netns[target]),
                             lambda: icmp_echo(source_ip, PING_COUNT, PING_TIMEOUT_S))
         report.pods_answering = (report.ping_replies > 0) + (back > 0)
-        self._policy_check(report, source_ip, target_ip)
         for pod in PODS:
             self._cni("DEL", pod)
         for pod in PODS:
@@ -364,53 +306,6 @@ class NodeStage:
         self._wait("the pods' PodNetworks released", deadline,
                    lambda: None if self._records() else True)
         report.released = True
-
-    def _policy_check(self, report: NodeStageReport, source_ip: str, target_ip: str) -> None:
-        """A denied pair and an allowed pair by packets: ``pod-a`` accepts nothing,
-        ``pod-b`` accepts ``pod-a`` on :data:`POLICY_PORT`; waited for until the
-        dataplane enforces both, then the policies are deleted."""
-        source, target = PODS
-        for pod in PODS:
-            self.listeners.append(run_in_netns(netns_path(self.pod_netns[pod]),
-                                               functools.partial(tcp_serve, POLICY_PORT)))
-
-        def verdict(sender: str, to: str) -> str:
-            return run_in_netns(netns_path(self.pod_netns[sender]), functools.partial(
-                tcp_verdict, to, POLICY_PORT, POLICY_CONNECT_TIMEOUT_S))
-
-        # before: both ways open (a pod no policy selects is open)
-        if verdict(target, source_ip) != "connected":
-            raise StageError(f"{target} cannot connect to {source} before any policy")
-        started = time.monotonic()
-        for name, spec in (
-                ("demo-deny-to-a", {"podSelector": {"matchLabels": {POD_LABEL: source}},
-                                    "policyTypes": ["Ingress"]}),
-                ("demo-b-from-a", {"podSelector": {"matchLabels": {POD_LABEL: target}},
-                                   "ingress": [{"from": [{"podSelector": {"matchLabels": {
-                                       POD_LABEL: source}}}],
-                                                "ports": [{"port": POLICY_PORT}]}]})):
-            self.cluster.create(NETWORK_POLICY, {
-                "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-                "metadata": {"name": name, "namespace": self.pod_namespace}, "spec": spec})
-            self.policies.append(name)
-        deadline = started + POLICY_ENFORCED_WITHIN_S
-        while True:
-            report.policy_denied = verdict(target, source_ip)
-            report.policy_allowed = verdict(source, target_ip)
-            if report.policy_denied == "dropped" and report.policy_allowed == "connected":
-                report.policy_enforced_s = round(time.monotonic() - started, 2)
-                break
-            if time.monotonic() > deadline:
-                raise StageError(
-                    f"NetworkPolicy not enforced within {POLICY_ENFORCED_WITHIN_S:g} s: "
-                    f"{source} -> {target} {report.policy_allowed} (allowed), {target} -> "
-                    f"{source} {report.policy_denied} (denied)")
-            time.sleep(0.2)
-        self._delete_policies()
-
-    def _delete_policies(self) -> None:
-        while self.policies:
-            self.cluster.delete(NETWORK_POLICY, self.policies.pop(), self.pod_namespace)
 
     # --- its parts ---------------------------------------------------------------------
 
@@ -502,8 +397,6 @@ class NodeStage:
             *(functools.partial(self.cluster.delete, POD, pod, self.pod_namespace,
                                 grace_period_seconds=0)
               for pod in self.uids),
-            self._delete_policies,
-            *(listener.close for listener in self.listeners),
             self._stop_agent,
             self._stop_dataplane,
             *(functools.partial(del_netns, name) for name in reversed(self.made)),
@@ -519,7 +412,7 @@ class NodeStage:
     def _pod_obj(self, name: str) -> dict[str, Any]:
         return {
             "metadata": {"name": name, "namespace": self.pod_namespace,
-                         "labels": {"app": "demo-node", POD_LABEL: name}},
+                         "labels": {"app": "demo-node"}},
             "spec": {"nodeName": self.node_name,
                      "containers": [{"name": "app", "image": "demo"}]},
             "status": {"phase": "Running"},

@@ -76,8 +76,6 @@ def test_the_node_stage_plugs_two_pods_that_ping_each_other_and_leaves_nothing()
     assert node.pods_plugged == 2 and [p.pod for p in node.pods] == ["pod-a", "pod-b"]
     # every pod answers; a late reply on a busy host is a loss, not a failure
     assert node.ping_sent > 0 and node.ping_replies > 0 and node.pods_answering == 2
-    # NetworkPolicy by packets: the allowed pair connects, the denied pair is dropped
-    assert (node.policy_allowed, node.policy_denied) == ("connected", "dropped")
     assert node.released and node.cleaned
     cidr = ipaddress.ip_network(POD_CIDR)
     for plugged in node.pods:
@@ -108,7 +106,6 @@ def test_the_ecs_and_bbc_node_stages_ping_through_a_simulated_vpc_and_leave_noth
         assert stage.node == f"node-{provider}-eni"
         assert stage.pods_plugged == 2 and stage.pods_answering == 2
         assert stage.ping_sent > 0 and stage.ping_replies > 0
-        assert (stage.policy_allowed, stage.policy_denied) == ("connected", "dropped")
         assert all(p.address.endswith("/32") for p in stage.pods)
         assert len({p.mac for p in stage.pods}) == 2
         assert stage.released and stage.cleaned
@@ -202,8 +199,6 @@ def test_the_ovn_node_stage_plugs_two_pods_into_a_throwaway_chassis_and_leaves_n
     assert node.node == OVN_NODE_NAME and node.provider == "ovn"
     assert node.pods_plugged == 2 and node.pods_answering == 2
     assert node.ping_replies == node.ping_sent > 0
-    # NetworkPolicy as the controller's ACLs on the chassis: allowed connects, denied drops
-    assert (node.policy_allowed, node.policy_denied) == ("connected", "dropped")
     for plugged in node.pods:
         assert ipaddress.ip_interface(plugged.address) in ipaddress.ip_network("10.16.0.0/16")
     assert node.released and node.cleaned

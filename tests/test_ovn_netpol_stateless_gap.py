@@ -131,3 +131,40 @@ def test_a_policy_after_a_stateless_spell_judges_what_began_in_it(
         for sock in sockets:
             sock.close()
         provider.close()
+
+
+def test_a_pods_switch_gets_its_stateful_acls_once_and_keeps_them() -> None:
+    """In NB: made with the switch, written once, restored when removed behind podnet's
+    back, added to a switch made without them; an external switch gets none."""
+    from podnet.plugins.ovn.nb import NbClient
+    from podnet.plugins.ovn.nbserver import NbServer
+    from podnet.plugins.ovn.rows import STATEFUL_ACLS
+
+    def acls(client: NbClient, switch: str) -> list[tuple[Any, ...]]:
+        with client.reading() as tables:
+            ls = next(r for r in tables["Logical_Switch"].rows.values() if r.name == switch)
+            return sorted((a.direction, a.priority, a.match, a.action,
+                           a.external_ids.get("podnet/role")) for a in ls.acls)
+
+    want = sorted((*acl, "stateful") for acl in STATEFUL_ACLS)
+    with NbServer() as server:
+        client = NbClient(server.remote)
+        try:
+            client.ensure_infra(switches=["pods"])
+            assert acls(client, "pods") == want
+            assert client.infra_ok(["pods"])
+            before = client.batcher.transactions
+            client.ensure_infra(switches=["pods"])
+            assert client.batcher.transactions == before  # nothing to write
+            client.api.acl_del("pods", "to-lport", 0, "ip").execute(check_error=True)
+            assert not client.infra_ok(["pods"])
+            client.ensure_infra(switches=["pods"])
+            assert acls(client, "pods") == want
+            client.api.ls_add("older").execute(check_error=True)
+            assert not client.infra_ok(["older"])
+            client.ensure_infra(switches=["older"])
+            assert acls(client, "older") == want
+            client.ensure_infra(switches=["outside"], stateful=False)
+            assert acls(client, "outside") == []
+        finally:
+            client.close()

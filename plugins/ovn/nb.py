@@ -32,6 +32,7 @@ from podnet.plugins.ovn.nbcommands import (
     external_switches,
     holds,
     link_ok,
+    stateful_ok,
 )
 from podnet.plugins.ovn.nbpolicy import (
     DeletePolicy,
@@ -220,12 +221,13 @@ class NbClient:
         return EnsurePort(self.api, spec)
 
     def ensure_infra(self, switches: Sequence[str] = (), routers: Sequence[str] = (),
-                     port_groups: Sequence[str] = (), links: Sequence[RouterLink] = ()
-                     ) -> None:
+                     port_groups: Sequence[str] = (), links: Sequence[RouterLink] = (),
+                     stateful: bool = True) -> None:
         """Commit the missing ones now, in a transaction of their own (routes and NAT may
         not share a transaction with the router's creation), with the router links that
         are missing or differ (a link's switch and router must be among ``switches`` and
-        ``routers``, or exist)."""
+        ``routers``, or exist). ``stateful``: ``switches`` hold pods, and each gets (or
+        keeps) its ``STATEFUL_ACLS`` in the same transaction that makes it."""
         with self._infra_lock:
             with self.reading() as tables:
                 missing = [
@@ -234,29 +236,33 @@ class NbClient:
                                             ("Port_Group", port_groups))
                     for n in names if by_name(tables[t], n) is None]
                 wrong = [link for link in links if not link_ok(self.api, link)]
-            if not missing and not wrong:
+                stateless = [n for n in switches
+                             if stateful and not stateful_ok(self.api, n)]
+            if not missing and not wrong and not stateless:
                 return
             self.batcher.transactions += 1
             EnsureInfra(self.api, [n for t, n in missing if t == "Logical_Switch"],
                         [n for t, n in missing if t == "Logical_Router"],
                         [n for t, n in missing if t == "Port_Group"],
-                        wrong).execute(check_error=True)
+                        wrong, stateless).execute(check_error=True)
 
     def infra_ok(self, switches: Sequence[str] = (), port_groups: Sequence[str] = ()) -> bool:
-        """Whether these switches and port groups all exist: a read only, which (unlike
-        ``ensure_infra``) may share one ``reading()`` with other checks."""
+        """Whether these (pods') switches exist with their ``STATEFUL_ACLS`` and these
+        port groups exist: a read only, which (unlike ``ensure_infra``) may share one
+        ``reading()`` with other checks."""
         with self.reading() as tables:
-            return all(by_name(tables[t], n) is not None
-                       for t, names in (("Logical_Switch", switches),
-                                        ("Port_Group", port_groups)) for n in names)
+            return (all(stateful_ok(self.api, n) for n in switches)
+                    and all(by_name(tables["Port_Group"], n) is not None
+                            for n in port_groups))
 
     def ensure_externals(self, nets: Sequence[ExternalNet]) -> int:
         """Each router's external network as configured, and podnet's external networks
         of the other routers deleted. Writes only what differs (a restart writes nothing).
         :return: the transactions committed."""
         before = self.batcher.transactions
+        # the external switches hold no pod (no ACL of podnet's): left stateless
         self.ensure_infra(switches=[e.switch for e in nets], routers=[e.router for e in nets],
-                          links=[e.link for e in nets])
+                          links=[e.link for e in nets], stateful=False)
         keep = [e.router for e in nets]
         with self._infra_lock:
             with self.reading():

@@ -20,8 +20,10 @@ from podnet.plugins.ovn.rows import (
     ROLE,
     ROLE_EXTERNAL,
     ROLE_ROUTER_LINK,
+    ROLE_STATEFUL,
     ROLE_VIP,
     ROUTER,
+    STATEFUL_ACLS,
     VIPS,
     ExternalNet,
     RouterLink,
@@ -283,16 +285,20 @@ def _remove_port(api: Any, txn: Any, lsp: Any) -> None:
 
 
 class EnsureInfra(ovs_command.BaseCommand):
-    """Create the switches, routers and port groups ports refer to, when missing, and
-    connect each subnet's switch to its router (create or correct the pair of ports)."""
+    """Create the switches, routers and port groups ports refer to, when missing, give
+    the ``stateful`` switches (new or old) their ``STATEFUL_ACLS`` where they lack them,
+    and connect each subnet's switch to its router (create or correct the pair of
+    ports)."""
 
     def __init__(self, api: Any, switches: Sequence[str], routers: Sequence[str],
-                 port_groups: Sequence[str], links: Sequence[RouterLink] = ()) -> None:
+                 port_groups: Sequence[str], links: Sequence[RouterLink] = (),
+                 stateful: Sequence[str] = ()) -> None:
         super().__init__(api)
         self.switches = list(switches)
         self.routers = list(routers)
         self.port_groups = list(port_groups)
         self.links = list(links)
+        self.stateful = list(stateful)
 
     def run_idl(self, txn: Any) -> None:
         tables = self.api.tables
@@ -306,6 +312,22 @@ class EnsureInfra(ovs_command.BaseCommand):
                     row.name = name
                     row.external_ids = {OWNER: OWNER_VALUE}
                     made[(table, name)] = row
+        for name in self.stateful:
+            new = made.get(("Logical_Switch", name))
+            ls = new or by_name(tables["Logical_Switch"], name)
+            if ls is None:
+                raise RuntimeError(f"cannot make switch {name} stateful: it is missing")
+            have = _stateful_keys(ls) if new is None else set()  # a new row has no acls
+            for direction, priority, match, action in STATEFUL_ACLS:
+                if (direction, priority, match, action) in have:
+                    continue
+                acl = txn.insert(tables["ACL"])
+                acl.direction = direction
+                acl.priority = priority
+                acl.match = match
+                acl.action = action
+                acl.external_ids = {OWNER: OWNER_VALUE, ROLE: ROLE_STATEFUL}
+                ls.addvalue("acls", acl)
         for link in self.links:
             lr = made.get(("Logical_Router", link.router)) or by_name(
                 tables["Logical_Router"], link.router)
@@ -354,6 +376,18 @@ class EnsureInfra(ovs_command.BaseCommand):
                 lsp.options = {**lsp.options, **options}
             if any(lsp.external_ids.get(k) != v for k, v in marks.items()):
                 lsp.external_ids = {**lsp.external_ids, **marks}
+
+
+def _stateful_keys(ls: Any) -> set[tuple[str, int, str, str]]:
+    return {(a.direction, a.priority, a.match, a.action) for a in ls.acls
+            if a.external_ids.get(OWNER) == OWNER_VALUE
+            and a.external_ids.get(ROLE) == ROLE_STATEFUL}
+
+
+def stateful_ok(api: Any, switch: str) -> bool:
+    """Whether the replica's switch ``switch`` exists with all its ``STATEFUL_ACLS``."""
+    ls = by_name(api.tables["Logical_Switch"], switch)
+    return ls is not None and set(STATEFUL_ACLS) <= _stateful_keys(ls)
 
 
 def link_ok(api: Any, link: RouterLink) -> bool:

@@ -7,8 +7,8 @@ import hashlib
 from collections.abc import Sequence
 
 __all__ = ["GROUPS", "KEY", "OWNER", "OWNER_VALUE", "ROLE", "ROLE_EXTERNAL", "ROLE_ROUTER_LINK",
-           "ROLE_VIP", "ROUTER", "VIPS", "ExternalNet", "RouterLink", "link_mac",
-           "vip_port_name"]
+           "ROLE_STATEFUL", "ROLE_VIP", "ROUTER", "STATEFUL_ACLS", "VIPS", "ExternalNet",
+           "RouterLink", "link_mac", "vip_port_name"]
 
 #: external_ids key naming the PodNetwork record a row belongs to
 KEY = "podnet/key"
@@ -23,6 +23,16 @@ ROLE_ROUTER_LINK = "router-link"
 ROLE_EXTERNAL = "external"
 #: on an external switch: the router it belongs to
 ROUTER = "podnet/router"
+#: on a pods' switch: one of its two lowest-priority ``allow-related`` ACLs, which keep
+#: the switch stateful for its whole life (see ``STATEFUL_ACLS``)
+ROLE_STATEFUL = "stateful"
+#: (direction, priority, match, action) of those ACLs. northd sends a switch's traffic
+#: through conntrack only while the switch has a stateful ACL; in a stateless spell the
+#: entries made before are neither updated nor removed, and trusted again (or found
+#: invalid) once a policy or security group returns: the verdict would depend on history.
+#: Below every ACL of podnet's, they allow what the switch allows without them.
+STATEFUL_ACLS = (("from-lport", 0, "ip", "allow-related"),
+                 ("to-lport", 0, "ip", "allow-related"))
 #: a virtual port (``type=virtual``) holding one of a pod's VIPs (``podnet.io/vips``);
 #: its KEY is the record's, like the pod's own port
 ROLE_VIP = "vip"

@@ -102,6 +102,7 @@ ANNOTATION_ENI = "podnet.io/eni-dataplane"
 ORPHAN_RULE = "eni-rule"
 _NUD_PERMANENT = 0x80
 _RTNH_F_ONLINK = 4
+_IFF_UP = 1
 _IFA_F_NODAD = 0x02
 _RT_SCOPE_LINK = 253
 
@@ -202,6 +203,10 @@ class EniDataplane:
         if device is None:
             raise failure(f"ENI {eni_id} (MAC {mac}) has no device on this host",
                           field="status.interface")
+        if not ipr.get_links(device)[0]["flags"] & _IFF_UP:
+            # a hot-plugged ENI's device appears down (the attach is done, the node's
+            # network setup has not run yet): routes through it fail with ENETDOWN
+            ipr.link("set", index=device, state="up")
         table = table_of(device)
         ipr.route("replace", dst="0.0.0.0/0", table=table, gateway=gateway, oif=device,
                   flags=_RTNH_F_ONLINK, proto=PROTO)

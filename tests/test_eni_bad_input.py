@@ -1,5 +1,6 @@
 """The ENI dataplane (``podnet.linux.eni``) refuses a record it cannot plug before it
-touches the host, with an error naming the record and the field; no root needed."""
+touches the host, with an error naming the record and the field (no root needed); and an
+ENI whose device came down is brought up rather than refused (in a namespace: root)."""
 
 from __future__ import annotations
 
@@ -61,3 +62,37 @@ def test_the_derived_pod_mac_is_stable_unicast_and_locally_administered() -> Non
     assert mac == pod_mac("10.70.0.4") != pod_mac("10.70.0.5")
     first = int(mac.split(":")[0], 16)
     assert first & 0b10 and not first & 0b1
+
+
+def test_an_eni_device_that_came_down_is_brought_up_for_its_table() -> None:
+    """A hot-plugged ENI's device appears down until the node's setup runs: the ENI's
+    table is still made (its device brought up), not refused with ENETDOWN."""
+    from podnet.linux.netns import iproute
+    from podnet.testing.netns import netns_unavailable
+
+    why = netns_unavailable()
+    if why is not None:
+        pytest.skip(why)
+    import contextlib
+    import subprocess
+    import uuid
+
+    name = f"pneni-{uuid.uuid4().hex[:6]}"
+    mac = "02:00:00:aa:bb:01"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        subprocess.run(["ip", "-n", name, "link", "add", "eth1", "address", mac, "type",
+                        "veth", "peer", "name", "vpc1"], check=True)
+        # the VPC's end up, the ENI's device left down, as a fresh attach is (and the
+        # namespace's loopback up, as a node's is: the kernel checks gateways against it)
+        for link in ("vpc1", "lo"):
+            subprocess.run(["ip", "-n", name, "link", "set", link, "up"], check=True)
+        dataplane = EniDataplane("ecs", lambda pn: mac)
+        with contextlib.closing(iproute(f"/run/netns/{name}")) as ipr:
+            table = dataplane._table(ipr, RECORD, "10.70.0.1", None)
+            (link,) = ipr.get_links(ipr.link_lookup(ifname="eth1")[0])
+            assert link["flags"] & 1, "the ENI's device is still down"
+            routes = ipr.get_routes(table=table)
+            assert any(r.get_attr("RTA_GATEWAY") == "10.70.0.1" for r in routes), routes
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)

@@ -7,19 +7,28 @@ STAMP  := $(VENV)/.installed
 # the overlay (central, and a chassis: ovn-host, openvswitch-switch), the reference CNI
 # plugins (podnet-ipam's clients), containerd, runc and busybox-static for the real
 # container (test_container); prometheus for its promtool, which checks the /metrics
-# exposition (test_metrics: 19 MB, ~16 s to install).
-DEBS   ?= ovn-central ovn-host openvswitch-switch containernetworking-plugins containerd runc busybox-static prometheus nftables jq curl
+# exposition (test_metrics: 19 MB, ~16 s to install); musl-tools builds the static CNI
+# plugin (scripts/build-cni.sh); python3-openvswitch for its C JSON parser, which the
+# OVN provider's `ovs` package from pip lacks (scripts/ovs-json-parser.sh).
+DEBS   ?= ovn-central ovn-host openvswitch-switch python3-openvswitch containernetworking-plugins containerd runc busybox-static prometheus nftables jq curl musl-tools
 
-.PHONY: demo test check lint typecheck importlint unit bench clean
+.PHONY: demo test check lint typecheck importlint unit bench clean cni
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml scripts/bootstrap.sh scripts/ovs-json-parser.sh
 	@bash scripts/bootstrap.sh "$(PYTHON)" "$(VENV)" "$(DEBS)"
 	@touch $(STAMP)
 
-demo: $(STAMP)
+# The static CNI plugin beside the podnet scripts, as podnet-cni and podnet-ipam (where
+# `podnet install-cni` takes it from). Always asked: the script itself skips an
+# up-to-date build and replaces whatever else has those names (an older venv's Python
+# console scripts, which may look newer than the C source).
+cni: $(STAMP)
+	@bash scripts/build-cni.sh "$(VENV)/bin"
+
+demo: $(STAMP) cni
 	$(VENV)/bin/podnet demo $(ARGS)
 
-test: $(STAMP) lint typecheck importlint unit
+test: $(STAMP) cni lint typecheck importlint unit
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -35,10 +44,10 @@ importlint: $(STAMP)
 # PYTEST_WORKERS=0 runs in this process.
 PYTEST_WORKERS ?= 2
 
-unit: $(STAMP)
+unit: $(STAMP) cni
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
-bench: $(STAMP)
+bench: $(STAMP) cni
 	$(PY) bench/core_overhead.py
 
 clean:

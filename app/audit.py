@@ -32,10 +32,11 @@ from podnet.app.records import (
     cluster_arguments,
     connect,
     dig,
-    make_console,
+    error_line,
     one_line_of,
     owned_addresses,
     read_records,
+    show,
 )
 
 __all__ = [
@@ -277,7 +278,7 @@ def audit(records: Records, nodes: Mapping[str, Obj], providers: Providers, *,
             if chosen is not None and chosen in providers and providers[chosen].uses_node_pool:
                 to_ask.append((name, chosen, None))
     for name, provider, known in to_ask:
-        context = NodeContext(node=node_info(nodes[name]), network=known)
+        context = NodeContext(node=node_info(nodes[name]), network=known, read_only=True)
         try:
             # routed: only that provider's plugin answers for its nodes
             inventory: object = providers.hook(provider, "podnet_node_inventory")(
@@ -381,7 +382,8 @@ def _unrecorded(records: Records, nodes: Mapping[str, Obj], providers: Providers
         for machine in machines:  # type: ignore[attr-defined]
             try:
                 inventory: object = providers.hook(provider, "podnet_node_inventory")(
-                    provider=provider, node=NodeContext(node=machine, network=None))
+                    provider=provider, node=NodeContext(node=machine, network=None,
+                                                        read_only=True))
             except Exception as exc:
                 errors.append(AuditError(machine.name, provider, one_line_of(
                     f"machine no Node names: {type(exc).__name__}: {exc}")))
@@ -522,7 +524,7 @@ def run_audit(args: argparse.Namespace) -> int:
                            grace=args.grace, configured=sorted(config.providers),
                            record_exists=_record_exists(cluster))
     except (ConfigError, ApiError) as exc:
-        print(f"podnet audit: {one_line_of(exc)}", file=sys.stderr)
+        print(f"podnet audit: {error_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
     if args.output == "json":
         print(json.dumps(report.as_json(), sort_keys=True))
@@ -533,14 +535,15 @@ def run_audit(args: argparse.Namespace) -> int:
 
 def _record_exists(cluster: Cluster) -> Callable[[str], bool]:
     from podnet.core.cluster.port import POD_NETWORK, NotFound
+    from podnet.core.objects import record_finished
 
     def exists(key: str) -> bool:
         namespace, _, name = key.partition("/")
         try:
-            cluster.get(POD_NETWORK, name, namespace)
+            obj = cluster.get(POD_NETWORK, name, namespace)
         except NotFound:
             return False
-        return True
+        return not record_finished(obj)
 
     return exists
 
@@ -579,11 +582,10 @@ def _print_audit(report: AuditReport) -> None:
                       "it")
     for e in report.errors:
         table.add_row("error", cell(e.node), cell(e.provider), "", e.error)
-    console = make_console()
-    if table.row_count:
-        console.print(table)
-    for s in report.skipped:
-        console.print(f"provider {s.provider}: {s.reason}: {', '.join(s.nodes)}")
+    items: list[Any] = [table] if table.row_count else []
+    items += [f"provider {s.provider}: {s.reason}: {', '.join(s.nodes)}"
+              for s in report.skipped]
     if report.clean:
-        console.print("clean: every cloud address is owned or pooled, every record's "
-                      "address is where it says")
+        items.append("clean: every cloud address is owned or pooled, every record's "
+                     "address is where it says")
+    show(*items)

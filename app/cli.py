@@ -10,6 +10,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
+from podnet.core.version import podnet_version
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -23,6 +25,16 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _health_listen(text: str) -> str:
+    from podnet.node.health import parse_health_listen
+
+    try:
+        parse_health_listen(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _positive_int(text: str) -> int:
@@ -82,20 +94,12 @@ def _add_log_flags(parser: argparse.ArgumentParser, dest_prefix: str = "") -> No
                         dest=f"{dest_prefix}log_format", help=_LOG_FORMAT_HELP)
 
 
-def _version() -> str:
-    """The installed distribution's version (the one ``pip`` shows)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("podnet")
-    except PackageNotFoundError:  # pragma: no cover - run from a tree never installed
-        return "0+unknown"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="podnet", description="Kubernetes pod-network controller")
     _add_log_flags(parser)
-    parser.add_argument("--version", action="version", version=f"podnet {_version()}")
+    parser.add_argument("--version", action="version", version=f"podnet {podnet_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     demo = sub.add_parser("demo", help="run the engine on an embedded cluster and cloud")
@@ -135,7 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="skip the last stage, two pods plugged and pinging on a node "
                            "(it runs by default where root and network namespaces allow)")
 
-    sub.add_parser("plugins", help="list discovered plugins and the hooks they implement")
+    plugins = sub.add_parser("plugins",
+                             help="list discovered plugins and the hooks they implement")
+    plugins.add_argument("-o", "--output", choices=["table", "json"], default="table",
+                         help="a table for people, or JSON for scripts (default %(default)s)")
 
     run = sub.add_parser("run", help="run the controller against a cluster")
     run.add_argument("--kubeconfig", default=None,
@@ -187,6 +194,13 @@ def build_parser() -> argparse.ArgumentParser:
                            "agent, in nftables) or none (another engine chained after "
                            "podnet: the agent removes its table); default: the config's "
                            "networkPolicy, else podnet")
+    node.add_argument("--health-listen", default="127.0.0.1:9254", type=_health_listen,
+                      help="HOST:PORT or unix:PATH for /healthz, /readyz, /metrics (default "
+                           "%(default)s, loopback: the agent is on the host network; '' for "
+                           "none)")
+    node.add_argument("--stuck-after", type=_positive_float, default=300.0,
+                      help="seconds one of the agent's loops may go without turning before "
+                           "/healthz fails (default %(default)s)")
     node.add_argument("--trace-file", default=None,
                       help="write the agent's spans (OTLP JSON lines) to this file")
     node.add_argument("--otlp-endpoint", default=None,
@@ -197,13 +211,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     install = sub.add_parser("install-cni", help="put the CNI plugin and its conflist onto "
                              "this host (the node agent's init step)")
-    install.add_argument("--bin-dir", default="/opt/cni/bin",
-                         help="where the CNI plugin binary goes (default %(default)s)")
-    install.add_argument("--conf-dir", default="/etc/cni/net.d",
-                         help="where the conflist goes (default %(default)s)")
+    uninstall = sub.add_parser("uninstall-cni", help="remove podnet's CNI plugin and conflist "
+                               "from this host, and nothing else")
+    # the same places and modes for both, so that an uninstall finds what the install put
+    for command in (install, uninstall):
+        command.add_argument("--bin-dir", default="/opt/cni/bin",
+                             help="the CNI plugin binaries' directory (default %(default)s)")
+        command.add_argument("--conf-dir", default="/etc/cni/net.d",
+                             help="the conflist's directory (default %(default)s)")
+        command.add_argument("--mode", choices=("podnet", "ipam"), default="podnet",
+                             help="podnet: podnet-cni is the pods' plugin (podnet-cni, "
+                                  "podnet-ipam and the conflist); ipam: chaining, another "
+                                  "plugin plumbs and asks podnet-ipam for addresses "
+                                  "(podnet-ipam alone, no conflist); default %(default)s")
     install.add_argument("--network", default="podnet", help="the conflist's network name")
     install.add_argument("--socket", default="/run/podnet/agent.sock",
                          help="the agent's socket, written into the conflist")
+    install.add_argument("--plugin", default=None,
+                         help="the plugin executable to copy (default: $PODNET_CNI_PLUGIN, "
+                              "else podnet-cni beside this podnet command)")
 
     sim = sub.add_parser("sim", help="serve a cloud simulator (bbc, ecs) on loopback")
     sim.add_argument("cloud", choices=["bbc", "ecs"], help="which cloud to simulate")
@@ -211,10 +237,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the simulator's own flags, e.g. --port 0")
 
     from podnet.app.audit import add_audit_arguments
-    from podnet.app.status import add_status_arguments
+    from podnet.app.status import STATUS_EPILOG, add_status_arguments
 
     add_status_arguments(sub.add_parser(
-        "status", help="per node: pool and interfaces; per pod: its networks"))
+        "status", help="why a pod's network is not ready: the leader, each node's pool and "
+                       "agent, each pod's networks or why it has none",
+        description="What the records, the agents' reports and the leader Lease say, read "
+                    "once and never written: why a pod's network is not ready.",
+        epilog=STATUS_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter))
     add_audit_arguments(sub.add_parser(
         "audit", help="records against the cloud's inventory: leaked and lost addresses"))
 
@@ -239,25 +269,62 @@ def _configure_logging(args: argparse.Namespace) -> None:
                       default=logging.INFO if command in _DAEMONS else logging.WARNING)
 
 
+def _install_cni(args: argparse.Namespace) -> int:
+    """install-cni / uninstall-cni: each refusal is one line on stderr naming the path,
+    exit 2 (an init container's log shows it whole)."""
+    from podnet.app.install import InstallError, install_cni, uninstall_cni
+
+    prog = f"podnet {args.command}"
+
+    def warn(message: str) -> None:
+        print(f"{prog}: warning: {message}", file=sys.stderr)
+
+    try:
+        if args.command == "install-cni":
+            for path in install_cni(args.bin_dir, args.conf_dir, network=args.network,
+                                    socket_path=args.socket, plugin=args.plugin,
+                                    mode=args.mode, warn=warn):
+                print(f"installed {path}")
+            return 0
+        done = uninstall_cni(args.bin_dir, args.conf_dir, mode=args.mode)
+    except InstallError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    for path in done.removed:
+        print(f"removed {path}")
+    for line in done.left:
+        warn(line)
+    return 0
+
+
+#: exit status when the reader of our output went away (``podnet status | head``): a
+#: shell's for a command ended by SIGPIPE
+EXIT_PIPE_CLOSED = 128 + 13
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # the reader had enough: no traceback; what is still buffered goes nowhere
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_PIPE_CLOSED
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _configure_logging(args)
     if args.command == "demo":
         return _demo(parser, args)
     if args.command == "plugins":
-        return _plugins()
+        return _plugins(args.output)
     if args.command == "run":
         return _run(parser, args)
     if args.command == "node":
         return _node(args)
-    if args.command == "install-cni":
-        from podnet.app.install import install_cni
-
-        for path in install_cni(args.bin_dir, args.conf_dir, network=args.network,
-                                socket_path=args.socket):
-            print(f"installed {path}")
-        return 0
+    if args.command in ("install-cni", "uninstall-cni"):
+        return _install_cni(args)
     if args.command == "sim":
         import importlib
 
@@ -283,11 +350,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    import attrs
-
     from podnet.app.host import Host, quiet_http_retries
     from podnet.core.cluster.kube import KubeCluster
-    from podnet.core.config import Config, load_config
+    from podnet.core.config import Config, load_config, with_overrides
     from podnet.core.errors import ConfigError
     from podnet.core.plugin import load_plugins, new_plugin_manager, require_installed
     from podnet.core.tracing import Tracing, tracer_provider_from_env
@@ -295,11 +360,8 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     quiet_http_retries()
     tracer_provider = None
     try:
-        config = load_config(args.config) if args.config else Config()
-        if args.workers:
-            config = attrs.evolve(config, workers=args.workers)
-        if args.listen:
-            config = attrs.evolve(config, listen=args.listen)
+        config = with_overrides(load_config(args.config) if args.config else Config(),
+                                workers=args.workers, listen=args.listen)
         pm = new_plugin_manager()
         load_plugins(pm, builtins=args.provider or None)
         require_installed(pm, _named_providers(config))
@@ -359,8 +421,13 @@ def _node(args: argparse.Namespace) -> int:
     from podnet.core.plugin import Providers, load_plugins, new_plugin_manager, require_installed
     from podnet.core.tracing import Tracing, tracer_provider_from_env
     from podnet.node import run as run_node
+    from podnet.node.health import HealthServer, Watch
+    from podnet.node.health import serve as serve_health
+    from podnet.node.metrics import AgentMetrics
 
     quiet_http_retries()
+    health: HealthServer | None = None
+    tracer_provider = None
     try:
         tracer_provider = tracer_provider_from_env(service_name="podnet-node",
                                                    trace_file=args.trace_file,
@@ -382,25 +449,33 @@ def _node(args: argparse.Namespace) -> int:
                                                   else "podnet")
         cluster = KubeCluster.connect(args.kubeconfig, args.context)
         cluster.api_client.user_agent = f"podnet-node/{args.node}"
+        watch = Watch(AgentMetrics(podnet_version()))
+        try:
+            # before the API server is asked: a probe meanwhile says what the agent waits for
+            health = serve_health(args.health_listen, watch, wait_if_busy=True)
+        except OSError as exc:  # not an address of this host, a directory not there
+            print(f"podnet node: --health-listen {args.health_listen}: "
+                  f"{exc.strerror or exc}", file=sys.stderr)
+            return 2
+        watch.where = health.where if health is not None else None
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         # a server briefly down is waited for; a wrong address or credentials end here
-        if not wait_for_api(cluster, stop):
+        if not wait_for_api(cluster, stop, waiting=watch.waiting_for_api):
             return 0
-    except ConfigError as exc:
-        print(f"podnet node: {exc}", file=sys.stderr)
-        return 2
-    try:
         return run_node(cluster, providers, node=args.node, socket_path=args.socket,
                         add_timeout=args.add_timeout, namespace=args.namespace,
                         tracing=Tracing(tracer_provider), stop=stop,
                         read_timeout=args.read_timeout,
-                        network_policy=network_policy != "none")
+                        network_policy=network_policy != "none", watch=watch,
+                        stuck_after=args.stuck_after)
     except ConfigError as exc:
         print(f"podnet node: {exc}", file=sys.stderr)
         return 2
     finally:
+        if health is not None:
+            health.close()
         if tracer_provider is not None:
             tracer_provider.shutdown()
 
@@ -581,7 +656,7 @@ def _print_policy_part(console: Console, node: NodeStageReport) -> None:
         console.print("  policies deleted, what they programmed removed", highlight=False)
 
 
-def _plugins() -> int:
+def _plugins(output: str = "table") -> int:
     from rich.console import Console
     from rich.table import Table
 
@@ -594,6 +669,14 @@ def _plugins() -> int:
 
     pm = new_plugin_manager()
     load_plugins(pm)
+    if output == "json":
+        print(json.dumps({
+            "plugins": [{"name": r.name, "version": r.version, "source": r.source,
+                         "hooks": list(r.hooks)} for r in plugin_records(pm)],
+            "not_installed": [{"name": name, "module": m.module, "extra": m.extra}
+                              for name, m in sorted(skipped_providers(pm).items())]},
+            sort_keys=True))
+        return 0
     table = Table(title="podnet plugins")
     for col in ("name", "version", "source", "hooks"):
         table.add_column(col)

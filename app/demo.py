@@ -44,6 +44,7 @@ from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, SUBNET, 
 from podnet.core.config import parse_config
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.models import DEFAULT_NETWORK, Phase
+from podnet.core.objects import record_finished
 from podnet.core.plugin import missing_extra, new_plugin_manager
 from podnet.core.policy import RateLimit
 from podnet.core.tracing import Tracing, tracer_provider_from_env
@@ -502,7 +503,7 @@ def _subnet_usage(cluster: InMemoryCluster, deadline: float) -> list[dict[str, A
     while True:
         held: Counter[str] = Counter()
         objs = cluster.list(SUBNET).items
-        records = cluster.list(POD_NETWORK).items
+        records = [o for o in cluster.list(POD_NETWORK).items if not record_finished(o)]
         for obj in objs:
             spec = obj["spec"]
             blocks = [ipaddress.ip_network(b) for b in str(spec["cidrBlock"]).split(",")]
@@ -542,6 +543,8 @@ def _progress(cluster: InMemoryCluster) -> tuple[int, int]:
     routed_networks: dict[str, set[str]] = {}
     stray = 0
     for pn in cluster.list(POD_NETWORK, NAMESPACE_NAME).items:
+        if record_finished(pn):
+            continue
         spec, status = pn["spec"], pn.get("status", {})
         pod = pods.get(spec["podName"])
         if pod is None or pod["metadata"]["uid"] != spec["podUid"]:
@@ -574,6 +577,8 @@ def _audit(report: DemoReport, cluster: InMemoryCluster, engine: Engine,
     routed: Counter[str] = Counter()
     owners_in: dict[str, dict[str, int]] = {}
     for pn in cluster.list(POD_NETWORK).items:
+        if record_finished(pn):
+            continue
         status, provider = pn.get("status", {}), pn["spec"]["provider"]
         records[provider] += 1
         routed[provider] += status.get("phase") == Phase.ROUTED.value

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 import json
 import os
 import shutil
@@ -41,7 +40,6 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -63,8 +61,10 @@ from podnet.app.demo_policy import (
     policy_objects,
     tcp_connect,
 )
+from podnet.app.install import InstallError, plugin_binary
 from podnet.core.cluster.port import NAMESPACE, NETWORK_POLICY, NODE, POD, POD_NETWORK, Obj
 from podnet.core.models import Phase
+from podnet.core.objects import record_finished
 from podnet.core.plugin import Providers, load_plugins, new_plugin_manager
 from podnet.core.tracing import Tracing
 from podnet.hookspecs.demo import DemoCloud
@@ -182,12 +182,16 @@ class StageError(Exception):
     """A step of the stage failed; the message names it."""
 
 
-def _plugin_file() -> str:
-    """The CNI plugin's one file, as a DaemonSet installs it onto a host."""
-    spec = importlib.util.find_spec("podnet.cni.plugin")
-    if spec is None or spec.origin is None:
-        raise StageError("the CNI plugin podnet.cni.plugin is not installed")
-    return spec.origin
+def _plugin_binary() -> str:
+    """The CNI plugin's static executable, where ``podnet install-cni`` takes it from:
+    ``$PODNET_CNI_PLUGIN``, else ``podnet-cni`` beside the podnet scripts."""
+    try:
+        path = plugin_binary()
+    except InstallError as exc:
+        raise StageError(f"the CNI plugin: {exc}") from None
+    if not os.access(path, os.X_OK):
+        raise StageError(f"the CNI plugin {path} is not executable")
+    return str(path)
 
 
 def _checksum(data: bytes) -> int:
@@ -458,7 +462,8 @@ class NodeStage:
 
     def _records(self) -> dict[str, Obj]:
         return {pn["spec"]["podName"]: pn
-                for pn in self.cluster.list(POD_NETWORK, self.pod_namespace).items}
+                for pn in self.cluster.list(POD_NETWORK, self.pod_namespace).items
+                if not record_finished(pn)}
 
     def _routed(self) -> dict[str, Obj] | None:
         records = self._records()
@@ -479,7 +484,7 @@ class NodeStage:
     def _cni(self, command: str, pod: str) -> dict[str, Any] | None:
         """Run ``podnet-cni`` as a container runtime does; its result (None when it
         printed nothing)."""
-        plugin = _plugin_file()
+        plugin = _plugin_binary()
         env = {
             "PATH": os.environ.get("PATH", os.defpath),
             "CNI_COMMAND": command,
@@ -492,7 +497,7 @@ class NodeStage:
         }
         config = {"cniVersion": "1.1.0", "name": CNI_NETWORK, "type": CNI_TYPE,
                   "agentSocket": self.socket_path}
-        done = subprocess.run([sys.executable, plugin], input=json.dumps(config), env=env,
+        done = subprocess.run([plugin], input=json.dumps(config), env=env,
                               capture_output=True, text=True, timeout=90, check=False)
         out: Any = None
         with contextlib.suppress(ValueError):

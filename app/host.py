@@ -15,7 +15,7 @@ import signal
 import socket
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -27,6 +27,7 @@ from podnet.core.errors import one_line
 from podnet.core.fence import Fence
 from podnet.core.leader import LeaderElector
 from podnet.core.metrics import Metrics
+from podnet.core.probes import probe_handler
 from podnet.core.tracing import Tracing
 
 if TYPE_CHECKING:  # the kubernetes client is imported by who connects, not by this module
@@ -38,7 +39,7 @@ log = logging.getLogger("podnet.host")
 API_RETRY_PERIOD = 2.0
 #: a connection to /healthz, /readyz or /metrics that sends nothing this long is closed:
 #: the port is on the host network, and a silent connection holds a thread
-HTTP_READ_TIMEOUT = 10.0
+HTTP_READ_TIMEOUT = 10.0  # (tests shorten it)
 
 
 def quiet_http_retries() -> None:
@@ -143,7 +144,8 @@ class Host:
 
     def serve(self, listen: str) -> tuple[str, int]:
         host, port = parse_listen("listen", listen)
-        handler = _handler(self)
+        handler = probe_handler(self.unhealthy, self.not_ready, self.metrics.render, log,
+                                unhealthy_status=503, read_timeout=HTTP_READ_TIMEOUT)
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, name="http", daemon=True).start()
@@ -224,33 +226,3 @@ class Host:
 
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)
-
-
-def _handler(host: Host) -> type[BaseHTTPRequestHandler]:
-    def check(problem: str | None) -> tuple[int, str, bytes]:
-        if problem is None:
-            return 200, "text/plain", b"ok\n"
-        return 503, "text/plain", f"{problem}\n".encode()
-
-    routes: dict[str, Callable[[], tuple[int, str, bytes]]] = {
-        "/healthz": lambda: check(host.unhealthy()),
-        "/readyz": lambda: check(host.not_ready()),
-        "/metrics": lambda: (200, "text/plain; version=0.0.4", host.metrics.render()),
-    }
-
-    class Handler(BaseHTTPRequestHandler):
-        timeout = HTTP_READ_TIMEOUT
-
-        def do_GET(self) -> None:
-            route = routes.get(self.path.split("?", 1)[0])
-            code, ctype, body = route() if route else (404, "text/plain", b"not found\n")
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("http: " + format, *args)
-
-    return Handler

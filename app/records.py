@@ -33,10 +33,13 @@ __all__ = [
     "cluster_arguments",
     "connect",
     "dig",
+    "error_line",
     "make_console",
     "one_line_of",
     "owned_addresses",
+    "plain_table",
     "read_records",
+    "show",
 ]
 
 #: Exit statuses: clean, findings (audit only), usage or configuration errors.
@@ -98,6 +101,7 @@ def read_records(cluster: Cluster, agent_namespace: str | None = None) -> Record
     from podnet.core.cluster.port import NODE_NETWORK, POD_NETWORK
     from podnet.core.convert import RecordError, from_wire
     from podnet.core.models import NodeNetwork, PodNetwork
+    from podnet.core.objects import record_finished
 
     node_networks: list[NodeNetwork] = []
     pod_networks: list[PodNetwork] = []
@@ -110,6 +114,8 @@ def read_records(cluster: Cluster, agent_namespace: str | None = None) -> Record
             unreadable.append(Unreadable("NodeNetwork", name, name,
                                          dig(obj, "spec", "provider"), str(exc)))
     for obj in cluster.list(POD_NETWORK).items:
+        if record_finished(obj):
+            continue  # released, left to the garbage collector: as good as deleted
         try:
             pod_networks.append(from_wire(PodNetwork, obj))
         except RecordError as exc:
@@ -160,10 +166,37 @@ def _network_objects(cluster: Cluster, kind: str, plural: str) -> tuple[Mapping[
 
 
 def connect(args: argparse.Namespace) -> KubeCluster:
-    """The cluster as ``podnet run`` finds it; ConfigError when there is no way in."""
-    from podnet.core.cluster.kube import KubeCluster
+    """The cluster as ``podnet run`` finds it, asked once that it answers.
 
-    return KubeCluster.connect(args.kubeconfig, args.context)
+    :raises ConfigError: when there is no way in (no kubeconfig, a host that does not
+        resolve, credentials refused, no Kubernetes API there).
+    :raises ApiError: when the server does not answer, its message one short line naming
+        the server and the cause ("connection refused"), not the client's retry dump."""
+    from podnet.core.cluster.kube import KubeCluster
+    from podnet.core.cluster.port import ApiError
+
+    cluster = KubeCluster.connect(args.kubeconfig, args.context)
+    try:
+        cluster.probe()
+    except ApiError as exc:
+        cluster.close()
+        raise ApiError(f"API server {cluster.server} unreachable: {exc}",
+                       code=exc.code) from exc
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster
+
+
+def error_line(exc: BaseException) -> str:
+    """One line for a failure of ``status`` or ``audit``: a transport failure met after
+    the first answer (the server went away meanwhile) by its innermost cause."""
+    from podnet.core.cluster.kubeerrors import TRANSPORT_ERRORS, root_cause
+
+    if isinstance(exc.__cause__, TRANSPORT_ERRORS) and "API server unreachable" in str(exc):
+        what = str(exc).partition(": API server unreachable")[0]
+        return one_line_of(f"{what}: API server unreachable: {root_cause(exc.__cause__)}")
+    return one_line_of(exc)
 
 
 #: Phases in which a record owns its address, as the engine counts them when it rebuilds a pool.
@@ -214,3 +247,40 @@ def make_console() -> Any:
         return console
     # piped output is read by people and by grep: do not squeeze it to 80 columns
     return Console(width=200, markup=False, emoji=False, highlight=False)
+
+
+def show(*items: Any) -> None:
+    """Print rich tables (and lines of text): boxes on a terminal; plain columns
+    otherwise, as kubectl prints them, so a pipe to grep, awk or a file gets one row per
+    line (see :func:`plain_table`)."""
+    import sys
+
+    console = make_console()
+    if console.is_terminal:
+        for item in items:
+            console.print(item)
+        return
+    for item in items:
+        sys.stdout.write(item + "\n" if isinstance(item, str) else plain_table(item))
+
+
+def plain_table(table: Any) -> str:
+    """A rich Table as plain text: its title as a ``# title`` line, a header in capitals,
+    then one line per row, columns aligned and split by at least two spaces. An empty cell
+    is ``-`` and a cell of several lines has them joined by ``; ``: no field is empty
+    and no row spans two lines."""
+    columns = list(table.columns)
+    header = [str(c.header).upper() for c in columns]
+    cells = [["; ".join(part for part in str(v).splitlines() if part) or "-"
+              for v in c.cells] for c in columns]
+    rows = [[col[i] for col in cells] for i in range(len(table.rows))]
+    widths = [max([len(h), *(len(r[j]) for r in rows)]) for j, h in enumerate(header)]
+    right = [c.justify == "right" for c in columns]
+
+    def line(values: list[str]) -> str:
+        out = [v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right,
+                                                                     strict=True)]
+        return "  ".join(out).rstrip() + "\n"
+
+    title = f"# {table.title}\n" if table.title else ""
+    return title + line(header) + "".join(line(r) for r in rows) + "\n"

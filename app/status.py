@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from podnet.core.clock import format_time
@@ -35,9 +35,18 @@ from podnet.app.records import (
     cluster_arguments,
     connect,
     dig,
-    make_console,
-    one_line_of,
+    error_line,
     read_records,
+    show,
+)
+from podnet.app.statuswhy import (
+    EXIT_UNKNOWN,
+    Scene,
+    leader_row,
+    pod_key,
+    read_scene,
+    unknown_name,
+    why_no_record,
 )
 
 __all__ = [
@@ -49,15 +58,54 @@ __all__ = [
 
 def add_status_arguments(parser: argparse.ArgumentParser) -> None:
     cluster_arguments(parser)
-    parser.add_argument("--node", default=None, help="only this node and its pod networks")
-    parser.add_argument("--namespace", default=None, help="only pod networks in this namespace")
+    parser.add_argument("--node", default=None,
+                        help="only this node, its pods and its agent (exit 1 when no Node, "
+                             "record or agent report has that name)")
+    parser.add_argument("--namespace", default=None,
+                        help="only pods in this namespace")
+    parser.add_argument("--pod", default=None, type=_pod_name, metavar="NAMESPACE/NAME",
+                        help="only this pod: its networks, or why it has none yet (not "
+                             "scheduled, host network, its node not served, no leader), its "
+                             "node and its node's agent (exit 1 when no Pod or record has "
+                             "that name)")
     parser.add_argument("--agent-namespace", default="kube-system",
-                        help="podnet's namespace, where the node agents report "
-                             "(default %(default)s)")
+                        help="podnet's namespace, where the node agents report and the "
+                             "controller's leader Lease is (the config's "
+                             "leaderElection.namespace; default %(default)s)")
+    parser.add_argument("--leader-lease", default="podnet",
+                        help="the controller's leader Lease (the config's "
+                             "leaderElection.name; default %(default)s)")
     parser.add_argument("--policies", action="store_true",
                         help="also each NetworkPolicy: its members, the nodes that "
                              "programmed it and those pending, what of it is not enforced")
 
+
+
+STATUS_EPILOG = """\
+what it shows, and how to read it:
+  leader        which controller replica leads (the Lease): held, or missing, released
+                or expired, when no replica writes and so no pod gets a network
+  pod networks  each pod's networks and phase; a pod without a record (phase NoRecord)
+                says why: not scheduled, or not made yet (waiting); host network,
+                finished, past its deletion grace (none is due: shown with --pod only);
+                its node missing, served by no provider (the controller's Warning Event
+                on the Node), or no leader (a problem); a pod whose node agent is not
+                live says so (its sandbox cannot be plumbed)
+  node agents   live, stale (not renewed: the agent is down or cut off) or missing
+output:
+  boxes on a terminal; plain columns when piped (empty cells are -, one row a line);
+  -o json for scripts, every view included
+exit status:
+  0 shown; 1 --node or --pod names nothing; 2 a usage, kubeconfig or API server
+  problem (one line on stderr)
+"""
+
+
+def _pod_name(text: str) -> str:
+    namespace, _, name = text.partition("/")
+    if not namespace or not name or "/" in name:
+        raise argparse.ArgumentTypeError(f"expected NAMESPACE/NAME, got {text!r}")
+    return text
 
 
 def _time(value: datetime | None) -> str | None:
@@ -81,6 +129,9 @@ def _node_row(nn: NodeNetwork, owned: Mapping[tuple[str, str], object]) -> dict[
         interfaces.append({
             "id": itf.id, "state": str(itf.state), "subnet": itf.subnet, "idle": idle,
             "allocated": len(itf.ips) - idle, "inhibited_until": _time(itf.inhibited_until),
+            # what an interface holding no pool address is there for (None: the pool's)
+            "role": ("trunk" if itf.trunk else "primary" if itf.primary
+                     else None if itf.pooled else "unpooled"),
         })
     return {
         "name": nn.metadata.name, "provider": nn.spec.provider,
@@ -198,16 +249,63 @@ def policy_row(obj: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+#: seconds an agent's report stays its writer's after its last renewal, when the Lease
+#: does not say (``podnet.core.objects.AGENT_LEASE_SECONDS``: not imported at start)
+_AGENT_LEASE_SECONDS = 60
+
+
+def _agent_state(report: Any, now: datetime) -> tuple[str, str | None, str | None]:
+    """(state, when the report runs out, why it is not live): ``live`` while renewed
+    within its Lease's duration, ``stale`` once not (the agent is dead or cut off from
+    the API server: its heartbeat renews every third of the duration)."""
+    duration = report.lease_seconds or _AGENT_LEASE_SECONDS
+    if report.renew_time is None:
+        return "stale", None, "its report was never renewed (no renewTime)"
+    expires = report.renew_time + timedelta(seconds=duration)
+    if expires > now:
+        return "live", format_time(expires), None
+    ago = int((now - report.renew_time).total_seconds())
+    return "stale", format_time(expires), (
+        f"its report was last renewed {ago} s ago (renewed every {duration // 3} s, "
+        f"runs out after {duration} s): the agent is down or cannot reach the API server")
+
+
 def status_report(records: Records, *, node: str | None = None,
                   namespace: str | None = None,
-                  policies: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+                  policies: Sequence[Mapping[str, Any]] | None = None,
+                  now: datetime | None = None, scene: Scene | None = None,
+                  pod: str | None = None) -> dict[str, Any]:
     """``{"nodes": [...], "pods": [...], "agents": [...], "subnets": [...],
     "ip_pools": [...]}``, rows sorted by name; every row of a list has the same keys,
     unreadable records included (their fields null, ``error`` set). ``node`` narrows the
     nodes, pods and agents, ``namespace`` the pods; pool counts always use every record.
     A Subnet's and an IPPool's counts are what their status says (the controller keeps
     them), ``None`` where it says nothing yet. With ``policies`` (the NetworkPolicy
-    objects), ``"policies"`` too (:func:`policy_row`; ``namespace`` narrows them)."""
+    objects), ``"policies"`` too (:func:`policy_row`; ``namespace`` narrows them).
+
+    ``agents`` has a row per node agent's report and per node podnet serves (it has a
+    NodeNetwork or PodNetworks) without one: ``state`` is ``live``, ``stale`` (not
+    renewed within its Lease's duration as of ``now``, default the present) or
+    ``missing`` (no report), ``problem`` says why in a sentence.
+
+    With ``scene`` (the Pods, Nodes, Warnings and Lease), ``"leader"`` too
+    (:func:`leader_row`), and a row for each pod without a record that is due one or
+    waits for one, its ``no_record`` saying why (:func:`why_no_record`; a pod on the host
+    network or finished is listed only when ``pod`` names it). Every pod row has ``node``,
+    ``no_record`` (None: it has records) and ``agent``: its node's agent when not live
+    (``{"state", "problem"}``), else None. ``pod`` (``namespace/name``) narrows to that
+    pod, its node and its node's agent."""
+    now = now or datetime.now(UTC)
+    target: tuple[str, str] | None = None
+    if pod is not None:
+        namespace, _, pod_name = pod.partition("/")
+        target = (namespace, pod_name)
+        pod_node = next((dig(p, "spec", "nodeName") for p in (scene.pods if scene else ())
+                         if pod_key(p) == target), None) or next(
+            (pn.spec.node_name for pn in records.pod_networks
+             if (pn.metadata.namespace, pn.spec.pod_name) == target), None)
+        if node is None:
+            node = pod_node or ""  # not scheduled: no node of its own ("" names none)
     owned = address_owners(records)
     nodes = [_node_row(nn, owned) for nn in records.node_networks
              if node is None or nn.metadata.name == node]
@@ -215,8 +313,8 @@ def status_report(records: Records, *, node: str | None = None,
     for pn in records.pod_networks:
         if (node is None or pn.spec.node_name == node) and (
                 namespace is None or pn.metadata.namespace == namespace):
-            pod = (pn.metadata.namespace or "", pn.spec.pod_name)
-            pods.setdefault(pod, []).append(_network_row(pn))
+            pods.setdefault((pn.metadata.namespace or "", pn.spec.pod_name), []).append(
+                _network_row(pn))
     for bad in records.unreadable:
         if node is not None and bad.node != node:
             continue
@@ -228,9 +326,9 @@ def status_report(records: Records, *, node: str | None = None,
                           "interfaces": [], "idle": 0, "allocated": 0, "pool_not_ready": None,
                           "error": bad.error})
         else:
-            namespace, _, name = bad.name.partition("/")
+            bad_namespace, _, name = bad.name.partition("/")
             # its pod is unknown when the record does not parse: list it under its own name
-            pods.setdefault((namespace, name), []).append({
+            pods.setdefault((bad_namespace, name), []).append({
                 "record": name, "network": None, "provider": bad.provider, "phase": None,
                 "ip": None, "ipv6": None, "node": bad.node, "interface": None,
                 "not_ready": None, "error": bad.error,
@@ -238,22 +336,80 @@ def status_report(records: Records, *, node: str | None = None,
     from podnet.core.models import Phase
     from podnet.core.unplug import acknowledged
 
+    def waiting_on(name: str, report: Any) -> list[str]:
+        # Releasing records of the node whose interfaces its report does not say are gone
+        # (in the word of the host that plugged them): their addresses wait (the release
+        # handshake)
+        return sorted(pn.key for pn in records.pod_networks
+                      if pn.spec.node_name == name and pn.status.phase is Phase.RELEASING
+                      and not acknowledged(pn, report))
+
     agents = []
     for report in records.agents:
         if node is not None and report.node != node:
             continue
-        # Releasing records of the node whose interfaces its report does not say are gone
-        # (in the word of the host that plugged them): their addresses wait (the release
-        # handshake)
-        waiting = sorted(pn.key for pn in records.pod_networks
-                         if pn.spec.node_name == report.node
-                         and pn.status.phase is Phase.RELEASING
-                         and not acknowledged(pn, report))
+        state, expires, problem = _agent_state(report, now)
         agents.append({"node": report.node, "holder": report.holder, "edited": report.edited,
                        "plugged": len(report.plugged),
-                       "waiting_for_unplug": waiting, "reported": _time(report.renew_time),
-                       "eni_dataplane": _dataplane_row(records.dataplane_of(report.node))})
+                       "waiting_for_unplug": waiting_on(report.node, report),
+                       "reported": _time(report.renew_time),
+                       "eni_dataplane": _dataplane_row(records.dataplane_of(report.node)),
+                       "state": state, "expires": expires, "problem": problem})
+    # the nodes podnet serves whose agent never reported (or whose report was deleted)
+    reported = {r.node for r in records.agents}
+    served = ({nn.metadata.name for nn in records.node_networks}
+              | {pn.spec.node_name for pn in records.pod_networks if pn.spec.node_name}
+              | {bad.node for bad in records.unreadable if bad.node})
+    for name in sorted(served - reported):
+        if node is not None and name != node:
+            continue
+        agents.append({"node": name, "holder": None, "edited": False, "plugged": 0,
+                       "waiting_for_unplug": waiting_on(name, None), "reported": None,
+                       "eni_dataplane": None, "state": "missing", "expires": None,
+                       "problem": "no report: no agent has run on this node, or its "
+                                  "report was deleted"})
+    agents.sort(key=lambda a: str(a["node"]))
+    if target is not None:
+        pods = {k: v for k, v in pods.items() if k == target}
     extra: dict[str, Any] = {}
+    pod_nodes: dict[tuple[str, str], str | None] = {}
+    no_record: dict[tuple[str, str], dict[str, Any]] = {}
+    if scene is not None:
+        leader = extra["leader"] = leader_row(scene, now)
+        recorded = {(pn.metadata.namespace or "", pn.spec.pod_name)
+                    for pn in records.pod_networks} | {
+            tuple(bad.name.partition("/")[::2]) for bad in records.unreadable
+            if bad.kind == "PodNetwork"}
+        by_name = {dig(n, "metadata", "name") or "": n for n in scene.nodes}
+        for p in scene.pods:
+            key = pod_key(p)
+            pod_nodes[key] = dig(p, "spec", "nodeName")
+            if key in recorded or (target is not None and key != target) or (
+                    namespace is not None and key[0] != namespace) or (
+                    node is not None and pod_nodes[key] != node):
+                continue
+            why = why_no_record(p, by_name, scene, leader, served, now)
+            if why["state"] == "expected" and target is None:
+                continue  # no network is due: listed only when asked for by name
+            pods[key] = []
+            no_record[key] = why
+    live = {a["node"]: a for a in agents}
+
+    def agent_of(node_name: str | None) -> dict[str, Any] | None:
+        row = live.get(node_name)
+        if row is None or row["state"] == "live":
+            return None
+        return {"state": row["state"], "problem": row["problem"]}
+
+    def pod_row(key: tuple[str, str], rows: list[dict[str, Any]]) -> dict[str, Any]:
+        where = pod_nodes.get(key) or next((r["node"] for r in rows if r["node"]), None)
+        return {"namespace": key[0], "name": key[1], "node": where,
+                "networks": sorted(rows, key=lambda r: (str(r["network"]), str(r["record"]))),
+                "no_record": no_record.get(key),
+                # the agent matters once the pod is due a network
+                "agent": None if no_record.get(key, {}).get("state") == "expected"
+                else agent_of(where)}
+
     if policies is not None:
         rows = [policy_row(o) for o in policies]
         extra["policies"] = sorted(
@@ -265,11 +421,7 @@ def status_report(records: Records, *, node: str | None = None,
         "subnets": [_subnet_row(o) for o in records.subnets],
         "ip_pools": [_pool_row(o) for o in records.ip_pools],
         "nodes": sorted(nodes, key=lambda n: str(n["name"])),
-        "pods": [
-            {"namespace": ns, "name": name,
-             "networks": sorted(rows, key=lambda r: (str(r["network"]), str(r["record"])))}
-            for (ns, name), rows in sorted(pods.items())
-        ],
+        "pods": [pod_row(key, rows) for key, rows in sorted(pods.items())],
     }
 
 
@@ -277,17 +429,32 @@ def run_status(args: argparse.Namespace) -> int:
     from podnet.core.cluster.port import ApiError
     from podnet.core.errors import ConfigError
 
+    namespace = args.namespace
+    if args.pod is not None:
+        in_namespace = args.pod.partition("/")[0]
+        if namespace is not None and namespace != in_namespace:
+            print(f"podnet status: --pod {args.pod} is not in --namespace {namespace}",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        namespace = in_namespace
     policies: list[Mapping[str, Any]] | None = None
     try:
         with connect(args) as cluster:
             records = read_records(cluster, agent_namespace=args.agent_namespace)
+            scene = read_scene(cluster, namespace=namespace,
+                               lease_namespace=args.agent_namespace,
+                               lease_name=args.leader_lease)
             if args.policies:
-                policies = _read_policies(cluster, args.namespace)
+                policies = _read_policies(cluster, namespace)
     except (ConfigError, ApiError) as exc:
-        print(f"podnet status: {one_line_of(exc)}", file=sys.stderr)
+        print(f"podnet status: {error_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
-    report = status_report(records, node=args.node, namespace=args.namespace,
-                           policies=policies)
+    unknown = unknown_name(records, scene, node=args.node, pod=args.pod)
+    if unknown is not None:
+        print(f"podnet status: {unknown}", file=sys.stderr)
+        return EXIT_UNKNOWN
+    report = status_report(records, node=args.node, namespace=namespace,
+                           policies=policies, scene=scene, pod=args.pod)
     if args.output == "json":
         print(json.dumps(report, sort_keys=True))
     else:
@@ -335,7 +502,8 @@ def _print_status(report: Mapping[str, Any]) -> None:
     for n in report["nodes"]:
         head = [n["name"], cell(n["provider"]), cell(n["instance_id"])]
         for itf in n["interfaces"]:
-            nodes.add_row(*head, itf["id"], itf["state"], cell(itf["subnet"]),
+            role = f" ({itf['role']})" if itf.get("role") else ""
+            nodes.add_row(*head, f"{itf['id']}{role}", itf["state"], cell(itf["subnet"]),
                           str(itf["idle"]), str(itf["allocated"]),
                           cell(itf["inhibited_until"]), "")
             head = ["", "", ""]
@@ -350,31 +518,56 @@ def _print_status(report: Mapping[str, Any]) -> None:
         pods.add_column(col)
     for p in report["pods"]:
         pod = f"{p['namespace']}/{p['name']}"
+        agent = p.get("agent")
+        agent_said = f"node agent {agent['state']}: {agent['problem']}" if agent else ""
+        why = p.get("no_record")
+        if why is not None:
+            # one word in the phase column (plain output is split on spaces)
+            pods.add_row(pod, "", "", "NoRecord", "", "", cell(p.get("node")), "",
+                         "\n".join(x for x in (
+                             f"{why['state']}: {why['reason']}: {why['message']}",
+                             agent_said) if x))
         for net in p["networks"]:
             problem = f"invalid: {net['error']}" if net["error"] else _problem(net["not_ready"])
+            if agent_said and net["phase"] != "Releasing":
+                problem = "\n".join(x for x in (problem, agent_said) if x)
             pods.add_row(pod, cell(net["network"]), cell(net["provider"]), cell(net["phase"]),
                          cell(net["ip"]), cell(net["ipv6"]), cell(net["node"]),
                          cell(net["interface"]), problem)
             pod = ""
     agents = Table(title="node agents")
-    for col in ("node", "holder", "interfaces", "waiting for unplug", "reported",
-                "ENI devices"):
+    for col in ("node", "agent", "holder", "interfaces", "waiting for unplug", "reported",
+                "ENI devices", "problem"):
         agents.add_column(col, justify="right" if col == "interfaces" else "left")
     for a in report["agents"]:
-        holder = a["holder"] + (" (edited by hand)" if a["edited"] else "")
-        agents.add_row(a["node"], holder, str(a["plugged"]), ", ".join(a["waiting_for_unplug"]),
-                       cell(a["reported"]), _devices_cell(a["eni_dataplane"]))
-    console = make_console()
+        holder = cell(a["holder"]) + (" (edited by hand)" if a["edited"] else "")
+        agents.add_row(a["node"], a["state"], holder, str(a["plugged"]),
+                       ", ".join(a["waiting_for_unplug"]), cell(a["reported"]),
+                       _devices_cell(a["eni_dataplane"]), a["problem"] or "")
+    items: list[Any] = []
+    if "leader" in report:
+        items.append(_leader_table(report["leader"]))
     if report["subnets"]:
-        console.print(_subnets_table(report["subnets"]))
+        items.append(_subnets_table(report["subnets"]))
     if report["ip_pools"]:
-        console.print(_pools_table(report["ip_pools"]))
-    console.print(nodes)
-    console.print(pods)
+        items.append(_pools_table(report["ip_pools"]))
+    items += [nodes, pods]
     if report["agents"]:
-        console.print(agents)
+        items.append(agents)
     if "policies" in report:
-        console.print(_policies_table(report["policies"]))
+        items.append(_policies_table(report["policies"]))
+    show(*items)
+
+
+def _leader_table(row: Mapping[str, Any]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="leader")
+    for col in ("lease", "state", "holder", "renewed", "expires", "problem"):
+        table.add_column(col)
+    table.add_row(row["lease"], row["state"], cell(row["holder"]), cell(row["renewed"]),
+                  cell(row["expires"]), row["problem"] or "")
+    return table
 
 
 def _policies_table(rows: Sequence[Mapping[str, Any]]) -> Any:

@@ -48,6 +48,7 @@ from podnet.core.cluster.kube import KubeCluster
 from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.models import Phase
+from podnet.core.objects import record_finished
 from podnet.core.plugin import new_plugin_manager
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.types import TransitionEvent
@@ -232,7 +233,10 @@ def run(pods: int, nodes: int, workers: int, write_latency: float, read_latency:
             conn.recv()
             life = Counter(engine.stats.writes)
             life.subtract(writes0)
-            while kube.list(POD_NETWORK, NAMESPACE_NAME).items:
+            # a finished record stays while its pod's object does (no kubelet here
+            # confirms the deletion): as good as deleted
+            while any(not record_finished(o)
+                      for o in kube.list(POD_NETWORK, NAMESPACE_NAME).items):
                 if time.perf_counter() > deadline + 600:
                     raise RuntimeError("PodNetworks left after every finish")
                 time.sleep(0.05)

@@ -29,6 +29,7 @@ from podnet.core.cluster.port import (
     SECURITY_GROUP,
     STATEFUL_SET,
     SUBNET,
+    VMI,
     Cluster,
     Kind,
     Obj,
@@ -55,15 +56,20 @@ from podnet.core.netpol.wire import StoredPolicy, stored_policy
 from podnet.core.networks.checks import Declared, declared
 from podnet.core.objects import (
     LABEL_AGENT_NODE,
+    MigrationState,
     agent_lease_name,
     agent_policy_report,
     agent_report,
+    is_migration_target,
     is_statefulset,
     namespace_annotations,
     node_info,
     pod_info,
+    record_finished,
     statefulset_info,
     vm_of,
+    vmi_migration,
+    vmi_of,
 )
 from podnet.core.values import evolve
 from podnet.hookspecs.networks import (
@@ -160,6 +166,11 @@ class Caches:
         #: (``core.attachments``): whose each is, the Subnet it names
         self.nads: Informer[NadInfo] = Informer(cluster, NAD, read_nad, name="nads",
                                                 optional=True)
+        #: KubeVirt's VirtualMachineInstances (``namespace/name``) that say how their last
+        #: live migration went (the others stay out); optional: a cluster without
+        #: KubeVirt lists nothing, and the pods alone tell a migration's course
+        self.vmis: Informer[MigrationState] = Informer(cluster, VMI, vmi_migration,
+                                                       name="vmis", optional=True)
         #: NetworkPolicies, read (``core.netpol.wire``), with the status core wrote on
         #: them; optional (a cluster that does not serve the kind lists nothing), and not
         #: listed at all when NetworkPolicy is left to another engine
@@ -195,7 +206,8 @@ class Caches:
         self.networks: list[Informer[Declared]] = [self.subnets, self.ip_pools,
                                                    self.security_groups]
         self.all: list[Informer[Any]] = [*self.required, self.namespaces, self.statefulsets,
-                                         self.agent_reports, self.nads, *self.networks]
+                                         self.agent_reports, self.nads, self.vmis,
+                                         *self.networks]
         if network_policy:
             self.all += [self.network_policies, self.agent_policy_reports]
 
@@ -214,6 +226,15 @@ class Caches:
         return NodeContext(node=node, network=network,
                            subnets=subnets(node) if subnets is not None else ())
 
+    def migration_of(self, pod: PodInfo) -> MigrationState | None:
+        """What KubeVirt says of the live migration ``pod`` is the target of: its VMI's
+        ``status.migrationState`` when that is this migration's. None: KubeVirt's kind
+        is not served (or not listed yet), or says nothing of it yet; the pods decide."""
+        if not is_migration_target(pod):
+            return None
+        state = self.vmis.get(f"{pod.namespace}/{vmi_of(pod)}")
+        return state if state is not None and state.is_of(pod) else None
+
     def agent_policy_report_of(self, node_name: str) -> AgentPolicyReport | None:
         """What the node's agent last said of its NetworkPolicies; None: nothing."""
         return self.agent_policy_reports.get(
@@ -231,6 +252,8 @@ class Caches:
         :class:`UnreadablePodNetwork` (the addresses its raw status names stay owned); a
         NodeNetwork stays out."""
         meta = obj.get("metadata", {})
+        if kind == POD_NETWORK and record_finished(obj):
+            return None  # its release is done: as good as deleted (the cache drops it)
         key = "/".join(p for p in (kind.plural, meta.get("namespace"), meta.get("name")) if p)
         try:
             model = from_wire(cls, obj)
@@ -256,7 +279,7 @@ class Caches:
         is kept of ``sent`` reads back as itself (its times whole seconds in UTC, as the
         wire keeps them). None when that is not certain: the answer is then read as any
         other."""
-        if "metadata" not in obj:
+        if "metadata" not in obj or record_finished(obj):
             return None
         status_kept = True
         for k in wire:

@@ -117,7 +117,30 @@ def load_config(path: str | Path) -> Config:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError("--config", f"{path} is not valid YAML: {exc}") from None
-    return parse_config(data if data is not None else {})
+    if data is None:
+        # an empty file is a mount or a key gone wrong (a ConfigMap key the volume does
+        # not have), never a wish for every default: that is written ``{}``
+        raise ConfigError("--config", f"{path} is empty (no settings, only comments or "
+                          "blank lines); write {} to mean every default")
+    return parse_config(data)
+
+
+def with_overrides(config: Config, *, workers: int | None = None,
+                   listen: str | None = None) -> Config:
+    """``config`` with the command line's values over it, each checked as the file's is
+    (``--workers 0`` is refused, not read as "the config's value")."""
+    if workers is not None:
+        _check_workers("--workers", workers)
+        config = attrs.evolve(config, workers=workers)
+    if listen is not None:
+        parse_listen("--listen", listen)
+        config = attrs.evolve(config, listen=listen)
+    return config
+
+
+def _check_workers(key: str, workers: object) -> None:
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 256:
+        raise ConfigError(key, f"expected a whole number from 1 to 256, got {workers!r}")
 
 
 def parse_config(data: object) -> Config:
@@ -143,8 +166,7 @@ def parse_config(data: object) -> Config:
     policies = {str(name): policy_overrides(f"policies.{name}", raw)
                 for name, raw in policies_raw.items()}
     workers = data.get("workers", 4)
-    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 256:
-        raise ConfigError("workers", f"expected a whole number from 1 to 256, got {workers!r}")
+    _check_workers("workers", workers)
     stall = data.get("workerStallSeconds", 120.0)
     if isinstance(stall, bool) or not isinstance(stall, int | float) or not stall > 0:
         raise ConfigError("workerStallSeconds", f"expected seconds > 0, got {stall!r}")

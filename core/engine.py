@@ -53,11 +53,13 @@ from podnet.core.models import (
     set_condition,
 )
 from podnet.core.networks.migrate import Migration, migrate_networks
+from podnet.core.objects import vm_label, vm_of
 from podnet.core.ownership import AddressBook, Ownership
 from podnet.core.placement import Placement, Policies
 from podnet.core.plugin import Providers
 from podnet.core.pool import Pools
 from podnet.core.poolservice import PoolService
+from podnet.core.ratelimit import defer_cloud_waits
 from podnet.core.reconcile.gc import GarbageCollector
 from podnet.core.reconcile.netpol import NETPOL_KEY, NETPOL_KEYS_KEY, NetworkPolicyReconciler
 from podnet.core.reconcile.networks import (
@@ -139,6 +141,9 @@ class Stats:
     reconciles: Counter[str] = attrs.field(factory=Counter)
     reconcile_errors: Counter[str] = attrs.field(factory=Counter)
     writes: Counter[str] = attrs.field(factory=Counter)
+    #: a start's first look at each pod (``start_checks``): ``clean`` (nothing to do but
+    #: its record's verify, scheduled) or ``queued`` (its whole pass)
+    start_checks: Counter[str] = attrs.field(factory=Counter)
 
 
 class Engine:
@@ -253,7 +258,7 @@ class Engine:
         self.podnetworks.selecting_policies = self.netpols.selecting
         self._reconcilers: dict[str, Callable[[str], Result]] = {
             "pod": self.podnetworks.reconcile,
-            "node": self.nodepools.reconcile,
+            "node": self._node_pass,
             "gc": self.sweeper.reconcile,
             "invalid": self._report_unreadable,
             SUBNET_KEY: self.networks.reconcile_subnet,
@@ -264,6 +269,9 @@ class Engine:
             NETPOL_KEYS_KEY[0]: self.netpols.sweep,
         }
         self.started = False
+        #: node -> the pods a start looks at once that node's first pass has read its
+        #: pool (the start-up pass, :meth:`_plan_start_checks`)
+        self._start_checks: dict[str, list[str]] = {}
         self._metrics: Metrics | None = None
         #: the threads of ``run()`` while it runs, and the stop it was given
         self.threads: list[threading.Thread] = []
@@ -380,6 +388,15 @@ class Engine:
 
     def _on_pod(self, event: str, key: str, old: Any, new: Any) -> None:
         self.enqueue.pod(key)
+        pod = new or old
+        vm = vm_of(pod) if pod is not None else None
+        if vm is not None:
+            # a VM's pod came, finished or went: its other pod may hold the VM's record
+            # in a live migration (the target keeps it once the source is gone; the
+            # source takes it back when the target is)
+            for other in self.caches.pods.by_index("vm", f"{pod.namespace}/{vm}"):
+                if other.key != key:
+                    self.enqueue.pod(other.key)
         if self.netpols.active:
             self.netpols.on_pod(event, key, old, new)
 
@@ -448,6 +465,13 @@ class Engine:
         for pod in self.caches.pods.by_index("nad", key):
             self.enqueue.pod(pod.key)
 
+    def _on_vmi(self, _event: str, key: str, _old: Any, _new: Any) -> None:
+        # KubeVirt says more of a VM's live migration (it completed, failed, was
+        # aborted): the VM's pods decide again which of them holds its record
+        namespace, _, name = key.partition("/")
+        for pod in self.caches.pods.by_index("vm", f"{namespace}/{vm_label(name)}"):
+            self.enqueue.pod(pod.key)
+
     def _on_agent_report(self, _event: str, _key: str, old: AgentReport | None,
                          new: AgentReport | None) -> None:
         # a node agent says more interfaces are gone (or went away, or another writer
@@ -489,6 +513,7 @@ class Engine:
         self.caches.statefulsets.add_handler(self._on_statefulset)
         self.caches.agent_reports.add_handler(self._on_agent_report)
         self.caches.nads.add_handler(self._on_nad)
+        self.caches.vmis.add_handler(self._on_vmi)
         for informer in self.caches.networks:
             informer.add_handler(self.networks.on_object)
         if self.netpols.enforce:
@@ -499,10 +524,18 @@ class Engine:
             self.caches.namespaces.add_handler(netpols.on_namespace)
             self.caches.nodes.add_handler(netpols.on_node)
             self.caches.agent_policy_reports.add_handler(netpols.on_agent_report)
-        # one pause over every list: what they load is acyclic (``gcpause``), and
-        # collecting after each would walk the caches listed before it again
-        with gc_paused():
-            self._list_caches()
+        # the list queues every pod: they are kept aside for the start-up pass instead
+        self.enqueue.defer_pods()
+        try:
+            # one pause over every list: what they load is acyclic (``gcpause``), and
+            # collecting after each would walk the caches listed before it again
+            with gc_paused():
+                self._list_caches()
+        except BaseException:
+            for key in self.enqueue.deferred_pods():
+                self.enqueue.pod(key)
+            raise
+        self._plan_start_checks(self.enqueue.deferred_pods())
         # each provider hears what is usable before the first pod network pass
         self.networks.prime()
         self.netpols.start()
@@ -520,6 +553,63 @@ class Engine:
             # reference counting frees: at Python's 700 the young-generation pass ran every
             # few reconciles (about 7 % of a warm allocation's CPU)
             gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+
+    def _plan_start_checks(self, pod_keys: set[str]) -> None:
+        """The start-up pass: every pod the list queued is looked at once, those on a
+        cached node right after that node's first pass (its pool read from the cloud and
+        the records), the others by their whole pass now. The look
+        (:meth:`PodNetworkReconciler.check_at_start`) takes one step per pod where its
+        pass would find nothing to do but its record's verify (a restart's routed
+        records, mostly), and queues the pod's pass for anything else: a restart costs
+        one pass per node, not one per pod."""
+        by_node: dict[str, list[str]] = {}
+        for key in sorted(pod_keys):
+            pod = self.caches.pods.get(key)
+            node = pod.node_name if pod is not None else None
+            records = self.caches.pod_networks.by_index("pod", key)
+            if (node and self.caches.nodes.get(node) is not None and len(records) == 1
+                    and records[0].status.phase is Phase.ROUTED):
+                by_node.setdefault(node, []).append(key)
+            else:
+                self.enqueue.pod(key)  # something to do, surely: not held back by its node
+        self._start_checks = by_node
+        for node in by_node:
+            self.enqueue.node(node)  # queued by the list already: its first pass looks
+
+    def start_checks_pending(self) -> int:
+        """Pods a start's look waits for: their node's first pass has not run yet."""
+        return sum(len(keys) for keys in list(self._start_checks.values()))
+
+    def _node_pass(self, name: str) -> Result:
+        try:
+            return self.nodepools.reconcile(name)
+        finally:
+            # whatever the pass ended in (its pool read, or not: the pods' passes then
+            # see no pool, as they would have before its read)
+            keys = self._start_checks.pop(name, None)
+            if keys:
+                self._check_at_start(keys)
+
+    def _check_at_start(self, pod_keys: list[str]) -> None:
+        checks = self.stats.start_checks
+        #: the verify's delay -> the pods due then: queued together, one lock each
+        verify: dict[float, list[str]] = {}
+        try:
+            for key in pod_keys:
+                try:
+                    due_in = self.podnetworks.check_at_start(key)
+                except Exception:
+                    log.exception("pod %s: its start-up look failed; its pass is queued", key)
+                    due_in = None
+                if due_in is not None:
+                    checks["clean"] += 1
+                    verify.setdefault(due_in, []).append(key)
+                else:
+                    checks["queued"] += 1
+                    self.enqueue.pod(key)
+        finally:
+            for due_in, keys in verify.items():
+                self.enqueue.pods_after(keys, due_in)
 
     def _list_caches(self) -> None:
         for informer in self.caches.required:
@@ -651,6 +741,7 @@ class Engine:
     def _worker(self, stop: threading.Event) -> None:
         # only what asks the thread or the process to stop (SystemExit, KeyboardInterrupt)
         # may end a worker; anything else is logged and the loop goes on
+        defer_cloud_waits()  # a cloud token's wait is a requeue: other keys go on
         while not stop.is_set():
             try:
                 key = self.queue.get(timeout=0.2)

@@ -212,7 +212,7 @@ class Ledger:
             return
         pool = self.pools.get(pn.spec.provider, pn.spec.node_name)
         pool.stop_waiting(key)
-        pool.release_others(key, keep=pn.status.ip)
+        pool.release_others(key, keep=pn.status.ip, keep6=pn.status.ipv6)
         if pn.status.ip and reservation.taken != pn.status.ip:
             # the provider chose without the pool (a static address it added itself)
             reservation.rollback()
@@ -232,6 +232,10 @@ class Ledger:
             pool.stop_waiting(pn.key)
         back = bool(to_pool and pool is not None and pn.status.ip
                     and pool.give_back(pn.status.ip, pn.key, cooldown_until))
+        if to_pool and pool is not None and pn.status.ipv6 and pool.give_back(
+                pn.status.ipv6, pn.key, cooldown_until):
+            back = True  # the IPv6 half the pool held for it after the cloud lost the IPv4
+
         self.owned.addresses.release_owner(pn.key)
         return back
 
@@ -426,8 +430,8 @@ class Ledger:
         if lost is not None:
             self.owned.addresses.release(pn.spec.provider, lost, pn.key)
             pool = self.pools.find(pn.spec.provider, pn.spec.node_name)
-            if pool is not None and pool.owner_of(lost) == pn.key:
-                pool.remove([lost])
+            if pool is not None:
+                pool.forget_lost(lost, pn.key)
 
 
 def provider_verify(gateway: ProviderGateway, caches: Caches, served: Callable[[str], bool]

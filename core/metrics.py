@@ -6,15 +6,14 @@ read from the engine's own state at scrape time, so metrics cost nothing between
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Protocol
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import (
-    CollectorRegistry,
     Counter,
     Histogram,
-    ProcessCollector,
-    disable_created_metrics,
     generate_latest,
 )
 from prometheus_client.core import (
@@ -26,8 +25,13 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from podnet.core.histogram import CALL_BUCKETS
+from podnet.core.models import AgentReport, Phase, PodNetwork
+from podnet.core.objects import AGENT_LEASE_SECONDS, ready_condition
+from podnet.core.probes import process_registry
+from podnet.core.version import podnet_version
 
 if TYPE_CHECKING:
+    from podnet.core.clock import Clock
     from podnet.core.fence import Fence
     from podnet.core.pool import Pools
     from podnet.core.ratelimit import CloudLimiter, TokenBucket
@@ -64,6 +68,21 @@ class _Gates(Protocol):
     def cloud_limiters(self) -> Mapping[str, CloudLimiter]: ...
 
 
+class _Informer(Protocol):
+    def add_handler(self, fn: Callable[[str, str, Any, Any], None]) -> None: ...
+    def values(self) -> list[Any]: ...
+    def keys(self) -> list[str]: ...
+
+
+class _Caches(Protocol):
+    @property
+    def pod_networks(self) -> _Informer: ...
+    @property
+    def node_networks(self) -> _Informer: ...
+    @property
+    def agent_reports(self) -> _Informer: ...
+
+
 class EngineState(Protocol):
     """What the metrics read of an engine at scrape time (the Engine has all of it): a
     protocol, so that the module the engine imports imports no engine."""
@@ -78,6 +97,10 @@ class EngineState(Protocol):
     def fence(self) -> Fence: ...
     @property
     def gateway(self) -> _Gates: ...
+    @property
+    def caches(self) -> _Caches: ...
+    @property
+    def clock(self) -> Clock: ...
     def workers_alive(self) -> int: ...
 
 
@@ -93,12 +116,8 @@ class Metrics:
     """
 
     def __init__(self) -> None:
-        # no *_created series beside every counter and histogram: a scrape twice the size
-        # for a start time process_start_time_seconds already gives
-        disable_created_metrics()  # type: ignore[no-untyped-call]
-        self.registry = CollectorRegistry(auto_describe=True)
-        # the standard process_* family: CPU, memory, open fds, start time
-        ProcessCollector(registry=self.registry)
+        # which version each replica runs (the agent's podnet_agent_build_info says its)
+        self.registry = process_registry("podnet_build_info", "controller", podnet_version())
         self.reconcile_seconds = Histogram(
             "podnet_reconcile_duration_seconds", "Time spent in one reconcile.",
             ["controller", "outcome"], buckets=_BUCKETS, registry=self.registry,
@@ -129,7 +148,12 @@ class Metrics:
         )
 
     def attach(self, engine: EngineState) -> None:
+        """Read ``engine`` at scrape time; before it starts, so that its PodNetworks are
+        counted from their first list on."""
+        tally = PodNetworkTally(engine.clock)
+        engine.caches.pod_networks.add_handler(tally.changed)
         self.registry.register(_EngineCollector(engine))
+        self.registry.register(_RecordCollector(engine, tally))
 
     def attach_leader(self, lease: str, leading: Callable[[], bool]) -> None:
         """``podnet_leader{lease}``: 1 while ``leading()`` says this replica leads."""
@@ -150,6 +174,128 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _ready(pn: PodNetwork) -> str:
+    """The ``ready`` label: the Ready condition's status, lower case; ``unknown`` before
+    the controller first wrote one."""
+    cond = ready_condition(pn)
+    return cond.status.lower() if cond is not None and cond.status in (
+        "True", "False") else "unknown"
+
+
+class PodNetworkTally:
+    """PodNetworks counted by phase and readiness, and since when each one that should
+    be ready is not, kept up to date by the records' informer (one dict update per
+    change), so a scrape reads a few numbers instead of every record."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()
+        self.counts: dict[tuple[str, str], int] = {}
+        #: record key -> when it was last seen becoming not ready (seconds since the
+        #: epoch), for records of pods that are there (not Releasing) and not ready
+        self.not_ready_since: dict[str, float] = {}
+        #: node -> its records: the nodes podnet serves (whose agent should report)
+        self.per_node: dict[str, int] = {}
+
+    def changed(self, _event: str, key: str, old: PodNetwork | None,
+                new: PodNetwork | None) -> None:
+        with self._lock:
+            if old is not None:
+                self._count((str(old.status.phase), _ready(old)), -1)
+                self._count_node(old.spec.node_name, -1)
+            if new is None:
+                self.not_ready_since.pop(key, None)
+                return
+            ready = _ready(new)
+            self._count((str(new.status.phase), ready), 1)
+            self._count_node(new.spec.node_name, 1)
+            if ready == "true" or new.status.phase is Phase.RELEASING:
+                self.not_ready_since.pop(key, None)
+                return
+            cond = ready_condition(new)
+            since = (cond.last_transition_time if cond is not None else None) or \
+                new.metadata.creation_timestamp
+            if since is not None:
+                self.not_ready_since[key] = since.timestamp()
+            elif key not in self.not_ready_since:
+                # written by us and not answered yet: from when it is first seen
+                self.not_ready_since[key] = self.clock.now().timestamp()
+
+    def _count(self, label: tuple[str, str], by: int) -> None:
+        n = self.counts.get(label, 0) + by
+        if n:
+            self.counts[label] = n
+        else:
+            del self.counts[label]
+
+    def _count_node(self, node: str, by: int) -> None:
+        if not node:
+            return
+        n = self.per_node.get(node, 0) + by
+        if n:
+            self.per_node[node] = n
+        else:
+            del self.per_node[node]
+
+    def snapshot(self) -> tuple[dict[tuple[str, str], int], float | None, set[str]]:
+        """(counts by (phase, ready), the oldest not-ready time or None, the nodes)."""
+        with self._lock:
+            oldest = min(self.not_ready_since.values(), default=None)
+            return dict(self.counts), oldest, set(self.per_node)
+
+
+def agent_state(report: AgentReport | None, now: datetime) -> str:
+    """``live`` while the agent's report was renewed within its Lease's duration,
+    ``stale`` once not (the agent is down or cut off from the API server), ``missing``
+    without a report (as ``podnet status`` says)."""
+    if report is None:
+        return "missing"
+    if report.renew_time is None:
+        return "stale"
+    age = (now - report.renew_time).total_seconds()
+    return "live" if age < (report.lease_seconds or AGENT_LEASE_SECONDS) else "stale"
+
+
+class _RecordCollector(Collector):
+    """What the records say: PodNetworks by phase and readiness, and the node agents."""
+
+    def __init__(self, engine: EngineState, tally: PodNetworkTally) -> None:
+        self.engine = engine
+        self.tally = tally
+
+    def collect(self) -> Iterator[Metric]:
+        counts, oldest, served = self.tally.snapshot()
+        now = self.engine.clock.now()
+        records = GaugeMetricFamily(
+            "podnet_pod_networks", "PodNetworks by phase and readiness (ready: the Ready "
+            "condition's status, unknown before it is written).", labels=["phase", "ready"])
+        for (phase, ready), n in sorted(counts.items()):
+            records.add_metric([phase, ready], n)
+        yield records
+        longest = GaugeMetricFamily(
+            "podnet_pod_networks_longest_not_ready_seconds",
+            "Seconds the PodNetwork not ready the longest (of a pod that is there: not "
+            "Releasing) has been so; 0 when every one is ready.")
+        longest.add_metric([], max(0.0, now.timestamp() - oldest) if oldest is not None
+                           else 0.0)
+        yield longest
+        caches = self.engine.caches
+        reports: dict[str, AgentReport] = {r.node: r for r in caches.agent_reports.values()
+                                            if r is not None}
+        agents = GaugeMetricFamily(
+            "podnet_node_agents",
+            "1 per node podnet serves (it has a NodeNetwork or PodNetworks) or whose agent "
+            "reports live, labelled with its agent's state: live, stale (its report not "
+            "renewed in time) or missing (no report).", labels=["node", "state"])
+        served |= set(caches.node_networks.keys())
+        states = {node: agent_state(report, now) for node, report in reports.items()}
+        # a stale report of a node podnet no longer serves (deleted, say) is no agent
+        # anyone waits for
+        for node in sorted(served | {n for n, s in states.items() if s == "live"}):
+            agents.add_metric([node, states.get(node, "missing")], 1)
+        yield agents
 
 
 class _LeaderCollector(Collector):

@@ -8,10 +8,14 @@ Providers may import either.
 from __future__ import annotations
 
 from podnet.hookspecs.models import (
+    ANNOTATION_MIGRATION_SOURCE,
+    ANNOTATION_MIGRATION_SOURCE_NODE,
     API_VERSION,
     DEFAULT_NETWORK,
     FINALIZER,
     GROUP,
+    LABEL_MIGRATION_JOB,
+    LABEL_MIGRATION_SOURCE_NODE,
     LABEL_NODE,
     LABEL_POD,
     LABEL_VM,
@@ -40,10 +44,14 @@ from podnet.hookspecs.models import (
 )
 
 __all__ = [
+    "ANNOTATION_MIGRATION_SOURCE",
+    "ANNOTATION_MIGRATION_SOURCE_NODE",
     "API_VERSION",
     "DEFAULT_NETWORK",
     "FINALIZER",
     "GROUP",
+    "LABEL_MIGRATION_JOB",
+    "LABEL_MIGRATION_SOURCE_NODE",
     "LABEL_NODE",
     "LABEL_POD",
     "LABEL_VM",

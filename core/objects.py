@@ -18,11 +18,15 @@ from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
 
+import attrs
+
 from podnet.core.annotations import PREFIX
 from podnet.core.attachments import MULTUS_NETWORKS
 from podnet.core.clock import format_micro_time
 from podnet.core.convert import converter
 from podnet.core.models import (
+    FINALIZER,
+    LABEL_MIGRATION_JOB,
     AgentReport,
     Condition,
     NodeInfo,
@@ -183,8 +187,14 @@ def node_info(obj: Mapping[str, Any]) -> NodeInfo:
             a["address"] for a in addresses if a.get("type") == "InternalIP" and a.get("address")
         ),
         deletion_timestamp=_time(meta.get("deletionTimestamp")),
+        uninitialized=any(isinstance(t, Mapping) and t.get("key") == TAINT_UNINITIALIZED
+                          for t in spec.get("taints") or ()),
     )
 
+
+#: the taint a cloud controller manager removes once it has initialized a node (set its
+#: labels and providerID)
+TAINT_UNINITIALIZED = "node.cloudprovider.kubernetes.io/uninitialized"
 
 #: a node agent's report is the Lease ``podnet-node-<node>`` in podnet's namespace, with
 #: this label naming the node and these annotations (JSON lists) holding what it says
@@ -369,17 +379,110 @@ def pod_is_sticky(pod: PodInfo, sticky_kinds: Collection[str]) -> bool:
 
 def vm_of(pod: PodInfo) -> str | None:
     """The name of the KubeVirt ``VirtualMachineInstance`` controlling ``pod`` (its
-    virt-launcher pod), or ``None``. It becomes a label value, at most 63 characters: a
-    longer name is cut to 52 and a digest of the whole added."""
+    virt-launcher pod), or ``None``, as a label value (:func:`vm_label`)."""
+    name = vmi_of(pod)
+    return None if name is None else vm_label(name)
+
+
+def vmi_of(pod: PodInfo) -> str | None:
+    """The full name of the KubeVirt ``VirtualMachineInstance`` controlling ``pod``."""
     for ref in pod.owner_references:
         if ref.controller and ref.kind == "VirtualMachineInstance":
-            name = str(ref.name)
-            if len(name) <= 63:
-                return name
-            return f"{name[:52]}-{hashlib.sha256(name.encode()).hexdigest()[:10]}"
+            return str(ref.name)
     return None
+
+
+def vm_label(name: str) -> str:
+    """A VMI's name as a label value, at most 63 characters: a longer name is cut to 52
+    and a digest of the whole added."""
+    if len(name) <= 63:
+        return name
+    return f"{name[:52]}-{hashlib.sha256(name.encode()).hexdigest()[:10]}"
+
+
+def is_migration_target(pod: PodInfo) -> bool:
+    """Whether ``pod`` is the target virt-launcher pod of a KubeVirt live migration: a pod
+    of a VM that carries KubeVirt's migration-job label (the source pod does not)."""
+    return bool(pod.labels.get(LABEL_MIGRATION_JOB)) and vm_of(pod) is not None
+
+
+#: ``migrationState.abortStatus`` of an abort that ended with the VM on its source
+ABORT_SUCCEEDED = "Succeeded"
+
+
+@attrs.frozen
+class MigrationState:
+    """A KubeVirt VM's last live migration, as its VirtualMachineInstance's
+    ``status.migrationState`` says (virt-controller's and virt-handler's word; kept
+    after the migration ends, replaced by the next one's)."""
+
+    #: ``migrationUid``: the VirtualMachineInstanceMigration's uid, which the target
+    #: pod's ``kubevirt.io/migrationJobUID`` label carries
+    uid: str
+    target_pod: str | None = None
+    source_pod: str | None = None
+    source_node: str | None = None
+    completed: bool = False
+    failed: bool = False
+    abort_status: str | None = None
+
+    def is_of(self, pod: PodInfo) -> bool:
+        """Whether this is the migration ``pod`` is the target of."""
+        if self.uid:
+            return pod.labels.get(LABEL_MIGRATION_JOB) == self.uid
+        return self.target_pod == pod.name
+
+    @property
+    def ended_without_target(self) -> bool:
+        """The migration failed, or was aborted: the VM stays in its source pod (an
+        abort that succeeded also says ``completed``)."""
+        return self.failed or self.abort_status == ABORT_SUCCEEDED
+
+    @property
+    def moved(self) -> bool:
+        """The migration completed: the VM runs in the target pod alone."""
+        return self.completed and not self.ended_without_target
+
+    def left(self, pod: PodInfo) -> bool:
+        """Whether ``pod`` (not the target) is the source this completed migration moved
+        the VM away from, as far as the state names it."""
+        return (self.moved and pod.name != self.target_pod
+                and self.source_pod in (None, pod.name)
+                and self.source_node in (None, pod.node_name))
+
+
+def vmi_migration(obj: Mapping[str, Any]) -> MigrationState | None:
+    """The ``status.migrationState`` of a VirtualMachineInstance as the API server returns
+    it; None when it has none (never migrated) or the state names no migration."""
+    state = (obj.get("status") or {}).get("migrationState")
+    if not isinstance(state, Mapping):
+        return None
+    uid, target = state.get("migrationUid"), state.get("targetPod")
+    if not uid and not target:
+        return None
+    return MigrationState(
+        uid=_intern(str(uid or "")), target_pod=_opt(target),
+        source_pod=_opt(state.get("sourcePod")), source_node=_opt(state.get("sourceNode")),
+        completed=state.get("completed") is True, failed=state.get("failed") is True,
+        abort_status=_opt(state.get("abortStatus")))
 
 
 def is_statefulset(ref: OwnerReference) -> bool:
     """Whether an owner reference names an ``apps`` StatefulSet (the kind core caches)."""
     return ref.kind == "StatefulSet" and ref.api_version.split("/")[0] == "apps"
+
+
+#: on a PodNetwork whose release is done, set in the write that takes podnet's finalizer
+#: off where the pod's object outlives the release: the record is left to the garbage
+#: collector (its owner reference), which takes it when the pod's object goes, and every
+#: reader takes it as deleted (one write instead of the finalizer's removal and a delete)
+LABEL_FINISHED = "podnet.io/finished"
+
+
+def record_finished(obj: Mapping[str, Any]) -> bool:
+    """Whether a PodNetwork object (as the API server has it) is finished: labelled so
+    and without podnet's finalizer. A record still holding the finalizer is never
+    finished, whatever its labels say (a label set by hand hides nothing podnet owns)."""
+    meta = obj.get("metadata") or {}
+    return (LABEL_FINISHED in (meta.get("labels") or ())
+            and FINALIZER not in (meta.get("finalizers") or ()))

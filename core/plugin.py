@@ -23,6 +23,7 @@ import pluggy
 
 import podnet.hookspecs as hookspecs
 from podnet.core.errors import ConfigError, MissingExtra
+from podnet.core.version import podnet_version
 from podnet.hookspecs.routing import ROUTING, Routing
 from podnet.hookspecs.types import ProviderInfo
 
@@ -44,7 +45,8 @@ BUILTIN_PLUGINS: dict[str, str] = {
 #: They are looked up, not imported, before the provider's module is.
 BUILTIN_EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "bbc": ("bbc", ("baidubce",)),
-    "ecs": ("ecs", ("alibabacloud_ecs20140526", "alibabacloud_tea_openapi", "Tea")),
+    "ecs": ("ecs", ("alibabacloud_ecs20140526", "alibabacloud_tea_openapi", "Tea",
+                    "alibabacloud_credentials")),
     "ovn": ("ovn", ("ovsdbapp", "ovs")),
 }
 
@@ -174,10 +176,7 @@ def _version_of(plugin: Any) -> str:
         version = getattr(holder, "__version__", None)
         if isinstance(version, str):
             return version
-    try:
-        return importlib.metadata.version("podnet")
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - source checkout
-        return "0+unknown"
+    return podnet_version()
 
 
 class MisroutedCall(LookupError):

@@ -381,6 +381,7 @@ class NodePool:
     def rebuild(
         self, inventory: Inventory, owners: dict[str, str], pooled: set[str], now: float,
         pairs: Mapping[str, str] | None = None, held6: Collection[str] = (),
+        owned6: Mapping[str, str] | None = None,
     ) -> list[str]:
         """Replace the pool with ``inventory``; owners from the records.
 
@@ -395,9 +396,13 @@ class NodePool:
         the next shrink), unless a record owns it; an IPv6 address a record names is
         never paired with another address or given back. ``held6`` are IPv6 addresses
         records name whose IPv4 half another record holds: suspects (GC leaves an
-        address a record names alone), paired with nothing.
+        address a record names alone), paired with nothing. ``owned6`` (IPv6 -> the
+        record naming it) are such halves held in the pool for their record instead, as
+        a node that left needs them: no GC looks at its suspects again, and the half goes
+        back with its record (its release, or the leave's once the record is gone).
         """
         pairs = pairs or {}
+        owned6 = owned6 or {}
         with self.lock:
             self.max_interfaces = inventory.max_interfaces
             self.ips_per_interface = inventory.ips_per_interface
@@ -424,7 +429,7 @@ class NodePool:
                     held.owner if held is not None and held.owner != SHRINKING else None)
             # the IPv6 halves the records name: never anyone else's, never given back
             named6 = {pairs[ip]: ip for ip in owners if ip in pairs}
-            held6 = set(held6) - set(named6)
+            held6 = (set(held6) | set(owned6)) - set(named6)
             paired = (self._pair(inventory, kept, pooled, pairs, named6, held6)
                       if inventory.dual_stack else {})
             for ip, itf in cloud.items():
@@ -443,6 +448,20 @@ class NodePool:
             used6 = set(paired.values()) | set(named6)
             for ip6, itf in cloud6.items():
                 if ip6 in used6:
+                    self.suspects.pop(ip6, None)
+                    partner = named6.get(ip6)
+                    if partner is not None and partner not in cloud:
+                        # the cloud lost the record's IPv4 half: its IPv6 half stays the
+                        # record's, held in the pool so that it goes back (an invalid
+                        # half) when the record lets it go, never named by nothing
+                        self.addresses[ip6] = Address(address=ip6, interface=itf.id,
+                                                      subnet=itf.subnet,
+                                                      owner=owners[partner], half=True)
+                    continue
+                if ip6 in owned6 and ip6 in held6:
+                    self.addresses[ip6] = Address(address=ip6, interface=itf.id,
+                                                  subnet=itf.subnet, owner=owned6[ip6],
+                                                  half=True)
                     self.suspects.pop(ip6, None)
                     continue
                 if ip6 in held6 or (ip6 not in pooled and ip6 not in old and ip6 not in old6):
@@ -615,6 +634,21 @@ class NodePool:
                 self.addresses.pop(ip, None)
                 self.suspects.pop(ip, None)
 
+    def forget_lost(self, address: str, owner: str) -> None:
+        """The cloud lost ``owner``'s ``address`` and its record let it go: it leaves the
+        pool; its IPv6 partner, which the cloud may still have, stays as an invalid half
+        (given back by the next shrink), never named by nothing."""
+        with self.lock:
+            entry = self.addresses.get(address)
+            if entry is None or entry.owner != owner:
+                return
+            del self.addresses[address]
+            self._idle_order.pop(address, None)
+            self.suspects.pop(address, None)
+            if entry.ipv6 is not None and entry.ipv6 not in self.addresses:
+                self.addresses[entry.ipv6] = Address(entry.ipv6, entry.interface,
+                                                     entry.subnet, half=True)
+
     def give_back(self, address: str, owner: str, cooldown_until: float) -> bool:
         """The record owning ``address`` is gone: the address is idle again."""
         with self.lock:
@@ -636,12 +670,14 @@ class NodePool:
                 if a.owner is not None and a.owner != SHRINKING and gone(a.owner):
                     a.owner = None
 
-    def release_others(self, owner: str, keep: str | None) -> None:
-        """``owner``'s record now names ``keep``: any other address held for it (by a
-        write whose answer was lost) is idle again."""
+    def release_others(self, owner: str, keep: str | None, keep6: str | None = None
+                       ) -> None:
+        """``owner``'s record now names ``keep`` (and ``keep6``): any other address held
+        for it (by a write whose answer was lost, or the IPv6 half of a pair whose IPv4
+        half the cloud lost) is idle again."""
         with self.lock:
             for a in self.addresses.held_by(owner):
-                if a.address != keep:
+                if a.address not in (keep, keep6):
                     a.owner = None
                     self._released(a.address)
 

@@ -109,9 +109,10 @@ class PoolService:
         owners: dict[str, str] = {}
         #: IPv4 -> IPv6 as the records pair them (dual stack): pod networks first
         pairs: dict[str, str] = {}
-        #: IPv6 halves named by records that lost their IPv4 to another record: in use
-        #: by their pod until it is re-addressed, so neither handed out nor given back
-        held6: set[str] = set()
+        #: IPv6 halves named by records that lost their IPv4 to another record (IPv6 ->
+        #: the record): in use by their pod until it is re-addressed, so neither handed
+        #: out nor given back
+        held6: dict[str, str] = {}
         for address, named in claims.items():
             winner = Ledger.rebuild_owner(named, recorded_owner.get(address))
             owners[address] = winner.key
@@ -124,7 +125,7 @@ class PoolService:
                 self.records.event(pn, "DuplicateAddress",
                                    f"address {address} is also recorded by {winner.key}")
                 if pn.status.ipv6:
-                    held6.add(pn.status.ipv6)
+                    held6[pn.status.ipv6] = pn.key
         pooled = {ip.address for itf in recorded_interfaces for ip in itf.ips}
         named6 = set(pairs.values())
         for itf_status in recorded_interfaces:
@@ -136,7 +137,10 @@ class PoolService:
         if leaving:
             pooled |= set(inventory.all_ips()) | set(inventory.all_ipv6())
         now = self.clock.monotonic()
-        lost = pool.rebuild(inventory, owners, pooled, now, pairs, held6)
+        # a node that left: each such half is its record's in the pool, and goes back with
+        # it (as a suspect it would stay on the machine: no GC looks at the node again)
+        lost = pool.rebuild(inventory, owners, pooled, now, pairs, () if leaving else held6,
+                            owned6=held6 if leaving else None)
         pool.resume(recorded_interfaces, now, self.clock.now())
         if not leaving:
             self.lost.report(lost)

@@ -1,15 +1,24 @@
 """Rate limiters for the work queue and cloud calls: a token bucket and per-key backoff.
 
 Everything reads a ``Clock``, so on a ``FakeClock`` waits advance fake time instead of blocking.
+
+A cloud call's wait for its token need not hold a worker: on a thread that defers
+(:func:`defer_cloud_waits`, the engine's workers), the first call inside a
+:func:`deferrable` scope whose token is not there yet reserves its slot and raises
+:class:`CloudWait`; the caller requeues for the slot, and the worker serves other keys
+meanwhile (one node's pool read waiting for its bucket does not hold back another node's
+grow, whose bucket has tokens).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from typing import Self
 
 from podnet.core.clock import Clock
+from podnet.core.errors import ErrorKind, ProviderError
 from podnet.core.histogram import CALL_BUCKETS, DurationHistogram
 from podnet.core.policy import QUEUE_ITEM_BACKOFF, QUEUE_RATE, Backoff, RateLimit
 
@@ -142,6 +151,59 @@ class MaxOfRateLimiter:
         return self.item.failures(key)
 
 
+#: a token this far off or farther is not slept for on a thread that defers
+DEFER_AFTER = 0.02
+#: a slot reserved for a deferred call is kept this long past its time, for a caller that
+#: comes back late (one that never does costs its bucket that one token)
+_SLOT_KEPT = 60.0
+
+
+class CloudWait(ProviderError):
+    """The first cloud call of a :func:`deferrable` scope would wait ``retry_after``
+    seconds for its token: its slot is reserved for the scope's owner, and nothing was
+    called. A wait, not a failure (kind ``throttled``): the caller comes back then."""
+
+    def __init__(self, api: str, retry_after: float) -> None:
+        super().__init__(ErrorKind.THROTTLED, f"the {api} call waits {retry_after:.2f} s "
+                         "for its turn under the client-side rate limit")
+        self.api = api
+        self.retry_after = retry_after
+
+
+class _Deferral(threading.local):
+    #: this thread has other keys to serve: it defers rather than sleeps on a token
+    enabled = False
+    #: whose scope is open, and whether nothing was called in it yet
+    owner: Hashable | None = None
+    fresh = False
+
+
+_deferral = _Deferral()
+
+
+def defer_cloud_waits() -> None:
+    """From now on, this thread (a worker among others) defers the first call of each
+    :func:`deferrable` scope whose token is not there yet, instead of sleeping."""
+    _deferral.enabled = True
+
+
+@contextlib.contextmanager
+def deferrable(owner: Hashable) -> Iterator[None]:
+    """A scope whose first cloud call may be deferred (:class:`CloudWait`) on a thread
+    that defers, its slot kept for ``owner`` (the same scope when it comes back). Only
+    the first: once something was called, the scope's later calls wait for their tokens,
+    so nothing is left half-done."""
+    if not _deferral.enabled:
+        yield
+        return
+    saved = _deferral.owner, _deferral.fresh
+    _deferral.owner, _deferral.fresh = owner, True
+    try:
+        yield
+    finally:
+        _deferral.owner, _deferral.fresh = saved
+
+
 class CloudLimiter:
     """One provider's client-side buckets, one per cloud API (action), as clouds meter
     calls: each API has its own budget. ``default`` serves every API without an entry in
@@ -159,6 +221,9 @@ class CloudLimiter:
         #: per API: the latency of its requests, and its failures by error kind
         self._latency: dict[str, DurationHistogram] = {}
         self._errors: dict[tuple[str, str], int] = {}
+        #: (API, owner) -> the monotonic time of the slot a deferred call reserved
+        self._slots: dict[tuple[str, Hashable], float] = {}
+        self._slots_purged = clock.monotonic()
 
     def observe(self, api: str, seconds: float, error: str | None = None) -> None:
         """One request of ``api`` answered (``error`` None) or failed (``error``: its
@@ -187,8 +252,33 @@ class CloudLimiter:
             return bucket
 
     def acquire(self, api: str) -> float:
-        """Take one token of ``api``'s bucket, waiting for it; returns the wait."""
-        return self.bucket(api).acquire()
+        """Take one token of ``api``'s bucket, waiting for it; returns the wait.
+
+        Raises :class:`CloudWait` instead of waiting for the first call of a
+        :func:`deferrable` scope on a thread that defers; the call of that scope's owner
+        that comes back takes the slot reserved for it."""
+        deferral = _deferral
+        if deferral.owner is None or not deferral.fresh:
+            return self.bucket(api).acquire()
+        deferral.fresh = False
+        key = (api, deferral.owner)
+        now = self._clock.monotonic()
+        with self._lock:
+            slot = self._slots.pop(key, None)
+        if slot is None:
+            slot = now + self.bucket(api).reserve()
+        wait = slot - now
+        if wait >= DEFER_AFTER:
+            with self._lock:
+                if now >= self._slots_purged + _SLOT_KEPT:
+                    self._slots_purged = now
+                    for old in [k for k, t in self._slots.items() if t < now - _SLOT_KEPT]:
+                        del self._slots[old]
+                self._slots[key] = slot
+            raise CloudWait(api, wait)
+        if wait > 0:
+            self._clock.sleep(wait)
+        return max(wait, 0.0)
 
     def buckets(self) -> dict[str, TokenBucket]:
         with self._lock:

@@ -22,6 +22,16 @@ and the node-side library ``podnet.linux``. Nothing of ``podnet.core``.
 **The contract's version is the package's** (:data:`CONTRACT_VERSION`; a test holds them
 equal). What changed when:
 
+- 0.9.0: ``NodeContext.read_only`` (a report's read of ``podnet_node_inventory``:
+  change nothing); ``NodeInfo.uninitialized`` (the cloud controller manager has not
+  initialized the node yet: its labels may still come); ``CloudInterface.trunk`` is made
+  by the ECS provider at pool build when its ``trunk`` setting is on; KubeVirt live
+  migration: ``models.LABEL_MIGRATION_JOB`` (the target pod's label),
+  ``ANNOTATION_MIGRATION_SOURCE``/``_NODE`` (on the VM's record while it migrates: a
+  provider binds the VM's port on both nodes meanwhile, as OVN does; the source node is
+  a label too, ``LABEL_MIGRATION_SOURCE_NODE``, which the source node's agent lists);
+  ``netpol.PolicyRealization.waiting`` (not programmed yet, and no failure: the
+  dataplane has not caught up; core says Pending and asks again soon).
 - 0.8.0: NetworkPolicy (:mod:`~podnet.hookspecs.netpol`: core resolves each policy to
   :class:`~podnet.hookspecs.netpol.ResolvedPolicy`): ``podnet_network_policy`` for a
   provider that enforces it itself (``ProviderInfo.network_policy`` is
@@ -138,7 +148,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 #: the contract's version: the package's (a test holds them equal); what changed in
 #: each is listed above
-CONTRACT_VERSION = "0.8.0"
+CONTRACT_VERSION = "0.9.0"
 
 __all__ = [
     "CONTRACT_VERSION",
@@ -204,6 +214,13 @@ def podnet_cloud_limiter(provider: str, limiter: CloudLimiter) -> bool | None:
     still be classified ``throttled``. Once each request answered or failed, report it
     with ``limiter.observe(api, seconds, error_kind_or_None)``: operators see latency and
     errors per cloud API by that name (since 0.4.0).
+
+    On an engine worker, the first request of a node's pool read
+    (``podnet_node_inventory``) or grow (``podnet_pool_grow``) whose token is not there
+    yet does not wait: ``acquire`` raises a ``ProviderError`` of kind ``throttled``
+    (core's ``CloudWait``) having reserved the slot, and core calls the hook again then
+    (the worker serves other nodes meanwhile). Let it propagate as it is, before
+    anything was sent; a later request of the same hook call waits as before.
 
     :return: ``True`` when you take its tokens before each call; ``None`` when you do
         not: core then keeps limiting your
@@ -285,6 +302,10 @@ def podnet_node_inventory(provider: str, node: NodeContext) -> Inventory | None:
     it (``node`` as ``podnet_pool_shrink`` describes it for such a node): raise a
     ``not_found`` error when the cloud no longer has the instance.
 
+    ``podnet audit`` reads it too, with ``node.read_only``: report, change nothing (a
+    provider that makes something at pool build, as ECS's trunk ENI, makes it only when
+    the call is not read-only).
+
     .. versionadded:: 0.1.0
     .. versionchanged:: 0.2.0
        ``CloudInterface.pooled``; dual stack (``Inventory.dual_stack``,
@@ -294,6 +315,8 @@ def podnet_node_inventory(provider: str, node: NodeContext) -> Inventory | None:
        provider).
     .. versionchanged:: 0.5.0
        read for a node that left the cluster too.
+    .. versionchanged:: 0.9.0
+       ``NodeContext.read_only``.
     """
 
 
@@ -554,10 +577,15 @@ def podnet_network_policy(
     Raise a transient ``ProviderError`` when the dataplane cannot be reached: core retries
     with backoff and the policy's condition says it is not programmed.
 
+    Programmed means enforced where the pods are, not only accepted by a control plane:
+    a provider whose dataplane applies changes later answers ``waiting=True`` until it
+    has (core asks again soon, shows the policy ``Pending``, raises no Event).
+
     :return: programmed or why not, and what the dataplane could not enforce; ``None``:
         programmed.
 
     .. versionadded:: 0.8.0
+    .. versionchanged:: 0.9.0 ``PolicyRealization.waiting``
     """
 
 

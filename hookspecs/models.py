@@ -27,6 +27,18 @@ LABEL_POD = "podnet.io/pod"
 #: on a KubeVirt VM's sticky records: the VirtualMachineInstance's name (the VM's pods
 #: change names, and the VMI its uid, each time the VM starts)
 LABEL_VM = "podnet.io/vm"
+#: KubeVirt's label on a live migration's target virt-launcher pod (the
+#: VirtualMachineInstanceMigration's uid); the source pod never has it
+LABEL_MIGRATION_JOB = "kubevirt.io/migrationJobUID"
+#: on a VM's record while a live migration runs: the source pod (still running the VM)
+#: and its node. The record serves the target pod meanwhile; a provider binds the port on
+#: both nodes (see the OVN provider's ``requested-chassis``)
+ANNOTATION_MIGRATION_SOURCE = "podnet.io/migration-source"
+ANNOTATION_MIGRATION_SOURCE_NODE = "podnet.io/migration-source-node"
+#: the source node as a label too (the same key and value as the annotation), so the
+#: source node's agent finds the records it still holds an interface of while they name
+#: the target's node
+LABEL_MIGRATION_SOURCE_NODE = ANNOTATION_MIGRATION_SOURCE_NODE
 
 
 class Phase(enum.StrEnum):
@@ -301,6 +313,10 @@ class NodeInfo:
     annotations: dict[str, str] = attrs.field(factory=dict)
     internal_ips: tuple[str, ...] = ()
     deletion_timestamp: datetime | None = None
+    #: the cloud controller manager has not initialized it yet (its
+    #: ``node.cloudprovider.kubernetes.io/uninitialized`` taint): the labels and the
+    #: providerID it sets may still come
+    uninitialized: bool = False
 
 
 @attrs.frozen

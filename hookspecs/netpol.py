@@ -153,10 +153,21 @@ class ResolvedPolicy:
 
 @attrs.frozen
 class PolicyRealization:
-    """What ``podnet_network_policy`` did with a policy: programmed, or why not."""
+    """What ``podnet_network_policy`` did with a policy: programmed, or why not.
+
+    ``waiting`` (with ``programmed=False``): nothing is wrong, the dataplane has not
+    caught up yet (the flows are written but not installed everywhere): core shows the
+    policy ``Pending`` with ``message``, raises no Event, and asks again soon (a wait is
+    not a failure).
+
+    .. versionchanged:: 0.9.0 ``waiting``
+    """
 
     programmed: bool
-    #: on ``programmed=False``: why (it is shown on the policy's condition and Event)
+    #: on ``programmed=False``: why (it is shown on the policy's condition and, unless
+    #: waiting, in a Warning Event)
     message: str = ""
     #: what the dataplane could not enforce of it (a protocol it lacks), as core's own
     findings: tuple[PolicyFinding, ...] = ()
+    #: not programmed yet, only waiting for the dataplane to catch up
+    waiting: bool = False

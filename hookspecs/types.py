@@ -108,6 +108,9 @@ class NodeContext:
     #: the Ready Subnets of the node's provider whose ``nodeSelector`` matches the node
     #: (a pool provider grows the node's pool in their cloud subnets). Since 0.7.
     subnets: tuple[SubnetInfo, ...] = ()
+    #: the call reads for a report (``podnet audit``), not to build or use the pool:
+    #: change nothing in the cloud (e.g. make no interface the pool build would). Since 0.9.
+    read_only: bool = False
 
 
 @attrs.frozen
@@ -131,7 +134,9 @@ class CloudLimiter(Protocol):
 
     def acquire(self, api: str) -> float:
         """Take one token of ``api``'s bucket, waiting on core's clock for its slot;
-        returns the seconds waited."""
+        returns the seconds waited. May raise a ``ProviderError`` of kind ``throttled``
+        instead of waiting, for the first request of a pool read or grow on an engine
+        worker (see ``podnet_cloud_limiter``): let it propagate."""
         ...
 
     def observe(self, api: str, seconds: float, error: str | None = None) -> None:

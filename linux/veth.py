@@ -230,6 +230,9 @@ def _align(length: int) -> int:
 
 #: how long a dump that concurrent link changes keep interrupting is read again
 DUMP_PATIENCE = 2.0
+#: reads of an interrupted dump before the patience may end them: on a loaded node one
+#: dump alone can outlast the patience, and a burst of plugs interrupts several in a row
+DUMP_MIN_ATTEMPTS = 8
 
 
 def link_aliases(patience: float = DUMP_PATIENCE) -> dict[str, str]:
@@ -240,7 +243,7 @@ def link_aliases(patience: float = DUMP_PATIENCE) -> dict[str, str]:
     link (30 ms on a node of 100 pods), this about 0.02. A dump that a concurrent change
     interrupted (``NLM_F_DUMP_INTR``) is read again, after a short random pause that
     doubles each time (a burst of pods plugged at once interrupts several in a row), for
-    ``patience`` seconds at most."""
+    ``patience`` seconds at most once it has been read :data:`DUMP_MIN_ATTEMPTS` times."""
     deadline = time.monotonic() + patience
     pause, attempts = 0.001, 0
     while True:
@@ -248,7 +251,7 @@ def link_aliases(patience: float = DUMP_PATIENCE) -> dict[str, str]:
         attempts += 1
         if not interrupted:
             return found
-        if time.monotonic() + pause > deadline:
+        if attempts >= DUMP_MIN_ATTEMPTS and time.monotonic() + pause > deadline:
             raise failure(f"the link dump was interrupted by changes {attempts} times "
                           f"in a row over {patience:g} s")
         time.sleep(pause * (0.5 + random.random()))

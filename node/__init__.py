@@ -4,7 +4,9 @@ One per node (a DaemonSet on the host network). It watches its own node's PodNet
 (the server-side label selector ``podnet.io/node=<node>``), serves the CNI plugin's
 requests on a unix socket (HTTP/1.1, JSON; the protocol is in docs/node.md), and plumbs
 each pod interface through its provider's dataplane hooks, called through the same
-provider gateway the controller uses:
+provider gateway the controller uses. The plugin is a static program that forwards each
+invocation (``POST /v1/cni/exec``); the CNI specification's rules (environment,
+configuration, versions, results, chaining) are applied here (``podnet.node.cniexec``):
 
 - ``ADD`` waits, bounded, until every PodNetwork of the pod (the default network, then
   each attachment of ``podnet.io/networks``) is Routed, then plugs each one (the default

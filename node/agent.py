@@ -38,8 +38,21 @@ from podnet.core.convert import RecordError, from_wire
 from podnet.core.errors import InvalidRequest, PodnetError
 from podnet.core.fence import Fence
 from podnet.core.gateway import ProviderGateway
-from podnet.core.models import DEFAULT_NETWORK, LABEL_NODE, AgentReport, Phase, PodNetwork
-from podnet.core.objects import ANNOTATION_PLUGGED_ON, plugged_on, release_token
+from podnet.core.models import (
+    ANNOTATION_MIGRATION_SOURCE_NODE,
+    DEFAULT_NETWORK,
+    LABEL_MIGRATION_SOURCE_NODE,
+    LABEL_NODE,
+    AgentReport,
+    Phase,
+    PodNetwork,
+)
+from podnet.core.objects import (
+    ANNOTATION_PLUGGED_ON,
+    plugged_on,
+    record_finished,
+    release_token,
+)
 from podnet.core.plugin import Providers
 from podnet.core.tracing import (
     ATTR_CONTAINER,
@@ -64,7 +77,9 @@ from podnet.linux.netns import network_namespace_id, own_network_namespaces
 from podnet.linux.nftables import HostPort, NftablesError
 from podnet.linux.veth import link_names
 from podnet.node.grants import Cancelled, IpamGrants
+from podnet.node.health import DEFAULT_STUCK_AFTER, Loops
 from podnet.node.locks import KeyedLocks
+from podnet.node.metrics import CNI, IPAM, AgentMetrics, instrumented
 from podnet.node.netpol import PolicyEnforcer
 from podnet.node.protocol import (
     CHECK_FAILED,
@@ -77,6 +92,7 @@ from podnet.node.protocol import (
     CniError,
     CniRequest,
     as_plugged,
+    attachment_list,
     body_field,
     cni_result,
     interface_names,
@@ -85,10 +101,15 @@ from podnet.node.protocol import (
     only_network,
     raise_if_invalid,
     record_addresses,
+    why_not_routed,
 )
 from podnet.node.report import DEFAULT_BATCH, NodeReporter
 
 log = logging.getLogger("podnet.node")
+
+#: seconds between looks for attachments a running pod no longer asks for, beside the
+#: looks a record's change wakes
+DROPPED_PERIOD = 5.0
 
 
 def _ipam_network_given(body: Mapping[str, Any]) -> bool:
@@ -101,6 +122,8 @@ def _ipam_network_given(body: Mapping[str, Any]) -> bool:
 
 
 def _read_pod_network(obj: Obj) -> PodNetwork | None:
+    if record_finished(obj):
+        return None  # released: as good as deleted
     try:
         return from_wire(PodNetwork, obj)
     except RecordError as exc:
@@ -115,8 +138,14 @@ class NodeAgent:
                  add_timeout: float = DEFAULT_ADD_TIMEOUT,
                  tracing: Tracing | None = None, namespace: str = DEFAULT_NAMESPACE,
                  report_batch: float = DEFAULT_BATCH, state_dir: str | None = None,
-                 host_id: str | None = None, network_policy: bool = True) -> None:
+                 host_id: str | None = None, network_policy: bool = True,
+                 metrics: AgentMetrics | None = None,
+                 stuck_after: float = DEFAULT_STUCK_AFTER) -> None:
         self.cluster = cluster
+        #: its CNI requests counted and timed, its state read at scrape time
+        self.metrics = metrics or AgentMetrics()
+        #: its loops, each saying when it turns (liveness)
+        self.loops = Loops(stuck_after)
         self.providers = providers
         self.node = node
         self.add_timeout = add_timeout
@@ -173,9 +202,10 @@ class NodeAgent:
         self.policy = PolicyEnforcer(
             cluster, node, ports=self.policy_ports, local_record=self._local_record,
             enforced=self._node_enforced, changed=self.reporter.poke,
-            enforce=network_policy)
+            enforce=network_policy, loops=self.loops, observe=self.metrics.programmed)
         self._reporter_thread: threading.Thread | None = None
         self._dropped_thread: threading.Thread | None = None
+        self.metrics.attach(self)
 
     # --- life --------------------------------------------------------------------------
 
@@ -205,10 +235,13 @@ class NodeAgent:
         # host's agent may hold the node's report)
         self.reporter.flush()
         self._thread = threading.Thread(target=self.records.run, args=(self._stop, 0.5),
+                                        kwargs={"on_turn": self.loops.add("watch", 0.5).turn},
                                         name="podnet-node-informer", daemon=True)
         self._thread.start()
-        self._reporter_thread = threading.Thread(target=self.reporter.run, args=(self._stop,),
-                                                 name="podnet-node-report", daemon=True)
+        reporting = self.loops.add("reporter", 1.0 + self.reporter.batch)
+        self._reporter_thread = threading.Thread(
+            target=self.reporter.run, args=(self._stop, reporting.turn),
+            name="podnet-node-report", daemon=True)
         self._reporter_thread.start()
         self._dropped_thread = threading.Thread(target=self._follow_dropped,
                                                 name="podnet-node-dropped", daemon=True)
@@ -216,6 +249,7 @@ class NodeAgent:
 
     def stop(self) -> None:
         self._stop.set()
+        self.loops.stopped = True
         with self._changed:
             self._changed.notify_all()
         self.records.stop()
@@ -261,9 +295,10 @@ class NodeAgent:
     def _admit(self, req: CniRequest, records: list[PodNetwork]) -> None:
         """The pod just plugged into the NetworkPolicy table before its ADD answers;
         error 11 when a policy selects it and the table cannot be programmed."""
-        if not any(pn.spec.network == DEFAULT_NETWORK and self._node_enforced(pn.spec.provider)
-                   for pn in records):
-            return
+        if not self.policy.enforce or not any(
+                pn.spec.network == DEFAULT_NETWORK and self._node_enforced(pn.spec.provider)
+                for pn in records):
+            return  # another engine's policy (no pod read), or not a pod podnet enforces
         assert req.namespace is not None and req.pod is not None
         pod: Any = self.policy.pods.get(req.pod_key)
         if pod is None or (req.uid and pod.uid != req.uid):
@@ -376,10 +411,14 @@ class NodeAgent:
 
     def remove_leftovers(self) -> int:
         """Unplug what was plugged on this host for records that no longer exist or are
-        Releasing (their pod is gone: the runtime's DEL, if it ever comes, finds nothing)."""
+        Releasing (their pod is gone: the runtime's DEL, if it ever comes, finds nothing).
+        A record migrating away (a VM's live migration from this node) is this node's
+        too while it says so: the VM still runs here on its interface."""
         removed = 0
-        known = {pn.key for pn in self.records.values() if pn.status.phase is not Phase.RELEASING}
-        for provider, plug in self._plugs(raw=True):
+        migrating = self._migrating_away()
+        known = {pn.key for pn in (*self.records.values(), *migrating)
+                 if pn.status.phase is not Phase.RELEASING}
+        for provider, plug in self._plugs(raw=True, more=[pn.key for pn in migrating]):
             if plug.owner is not None and plug.owner in known:
                 continue
             log.info("removing leftover %s (%s of %s, record %s gone or Releasing)",
@@ -388,14 +427,25 @@ class NodeAgent:
                 provider=provider, network=plug.network, container_id=plug.container_id,
                 if_name=plug.if_name))
             removed += 1
-        removed += self.grants.keep_only(set(self.records.keys()))
+        removed += self.grants.keep_only({*self.records.keys(), *(pn.key for pn in migrating)})
         self.reporter.poke()
         return removed
 
-    def _plugs(self, *, raw: bool = False) -> list[tuple[str, Plug]]:
+    def _migrating_away(self) -> list[PodNetwork]:
+        """The records of VMs migrating away from this node: the controller labels and
+        annotates them with it (``podnet.io/migration-source-node``) while they serve the
+        migration's target on its node, until the migration ends."""
+        listed = self.cluster.list(POD_NETWORK, None,
+                                   f"{LABEL_MIGRATION_SOURCE_NODE}={self.node}").items
+        return [pn for obj in listed if (pn := _read_pod_network(obj)) is not None
+                and pn.metadata.annotations.get(ANNOTATION_MIGRATION_SOURCE_NODE) == self.node]
+
+    def _plugs(self, *, raw: bool = False, more: list[str] | None = None
+               ) -> list[tuple[str, Plug]]:
         """Every provider's plugs on this host, with their owners as record keys (a
         dataplane that kept a digest of a long key: taken back to the key, or None when
-        no record of this node has it). ``raw``: the gateway's errors as they are."""
+        no record of this node, nor one of the keys ``more``, has it). ``raw``: the
+        gateway's errors as they are."""
         digests: dict[str, str] | None = None
         out: list[tuple[str, Plug]] = []
         for provider in self.providers.names():
@@ -404,7 +454,7 @@ class NodeAgent:
             for plug in found:
                 if plug.owner is not None and plug.owner.startswith(OWNER_DIGEST_PREFIX):
                     if digests is None:
-                        keys = self.records.keys()
+                        keys = [*self.records.keys(), *(more or ())]
                         digests = {owner_digest(k): k for k in keys}
                     plug = attrs.evolve(plug, owner=digests.get(plug.owner))
                 out.append((provider, plug))
@@ -514,6 +564,9 @@ class NodeAgent:
         deadline = time.monotonic() + self.add_timeout
         attachments: Attachments | None = None
         missing: list[str] = []
+        found: dict[str, PodNetwork] = {}
+        # why the pod's networks are not known yet (not found, not bound)
+        waiting_for_pod = ""
         while True:
             if attachments is None:
                 try:
@@ -521,6 +574,7 @@ class NodeAgent:
                 except CniError as exc:
                     if exc.code != TRY_AGAIN:
                         raise  # it will never come: no use waiting
+                    waiting_for_pod = exc.msg
                 if attachments is not None and only is not None and not (
                         is_nad_network(attachments[0][0])
                         and (not only_given or only == attachments[0][0])):
@@ -536,15 +590,30 @@ class NodeAgent:
                     raise_if_invalid(found.get(network))
             left = deadline - time.monotonic()
             if left <= 0:
-                what = (f"networks {', '.join(missing)}" if attachments is not None
-                        else "the pod")
-                raise CniError(TRY_AGAIN, f"pod {namespace}/{pod}: {what} not Routed within "
-                                          f"{self.add_timeout:g} s", status=503)
+                raise self._not_routed(namespace, pod, missing if attachments is not None
+                                       else None, found, waiting_for_pod)
             with self._changed:
                 self._changed.wait(min(left, 1.0))
 
+    def _not_routed(self, namespace: str, pod: str, missing: list[str] | None,
+                    found: Mapping[str, PodNetwork], waiting_for_pod: str) -> CniError:
+        """Error 11 for a wait that ran out, saying why: each missing record's phase and
+        Ready condition (or that it does not exist yet), else why the pod's networks are
+        not known (``missing`` None)."""
+        if missing is None:
+            why, reasons = [waiting_for_pod or "its networks are not known yet"], ["Pod"]
+        else:
+            said = [why_not_routed(found.get(network)) for network in missing]
+            why = [f"network {network}: {text}" for network, (text, _) in zip(missing, said,
+                                                                               strict=True)]
+            reasons = [reason for _, reason in said]
+        return CniError(TRY_AGAIN, f"pod {namespace}/{pod}: not Routed within "
+                                   f"{self.add_timeout:g} s: {'; '.join(why)}",
+                        details=", ".join(reasons), status=503)
+
     # --- the protocol ------------------------------------------------------------------
 
+    @instrumented(CNI, "ADD")
     def add(self, body: Mapping[str, Any]) -> dict[str, Any]:
         req = CniRequest.parse(body)
         assert req.netns is not None and req.namespace is not None and req.pod is not None
@@ -634,13 +703,15 @@ class NodeAgent:
 
     def _follow_dropped(self) -> None:
         """:meth:`unplug_dropped` whenever the records change (and now and then)."""
+        loop = self.loops.add("dropped-attachments", DROPPED_PERIOD)
         while not self._stop.is_set():
+            loop.turn()
             try:
                 self.unplug_dropped()
             except Exception:  # the next change or the next period tries again
                 log.exception("node %s: unplugging dropped attachments failed", self.node)
             with self._changed:
-                self._changed.wait(5.0)
+                self._changed.wait(DROPPED_PERIOD)
 
     def unplug_dropped(self) -> int:
         """Unplug the interfaces of Releasing records whose pod runs on (same uid, not
@@ -709,6 +780,7 @@ class NodeAgent:
             return None
         return meta.get("uid"), networks
 
+    @instrumented(CNI, "DEL")
     def delete(self, body: Mapping[str, Any]) -> dict[str, Any]:
         req = CniRequest.parse(body, sandbox=False)
         with self._container_locks.hold(req.container_id):
@@ -763,6 +835,7 @@ class NodeAgent:
                 for (network, _), name in zip(attachments, names, strict=True)
                 if network in found]
 
+    @instrumented(CNI, "CHECK")
     def check(self, body: Mapping[str, Any]) -> dict[str, Any]:
         req = CniRequest.parse(body)
         assert req.netns is not None and req.namespace is not None and req.pod is not None
@@ -773,8 +846,8 @@ class NodeAgent:
         for (network, _), name in zip(attachments, names, strict=True):
             pn = found.get(network)
             if pn is None or pn.status.phase is not Phase.ROUTED:
-                raise CniError(CHECK_FAILED, f"network {network} of {req.pod_key} is "
-                                             "not Routed", status=409)
+                raise CniError(CHECK_FAILED, f"network {network} of {req.pod_key} is not "
+                                             f"Routed: {why_not_routed(pn)[0]}", status=409)
             context = PlugContext(pod_network=as_plugged(pn),
                                   container_id=req.container_id, if_name=name,
                                   netns=req.netns)
@@ -801,15 +874,10 @@ class NodeAgent:
                 ATTR_NODE: self.node, ATTR_POD: pn.spec.pod_name,
                 ATTR_NAMESPACE: pn.metadata.namespace, ATTR_IP: pn.status.ip})
 
+    @instrumented(CNI, "GC")
     def gc(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        valid = body.get("validAttachments")
-        if not isinstance(valid, list):
-            raise CniError(INVALID, "validAttachments: missing or not a list")
-        keep = set()
-        for i, item in enumerate(valid):
-            if not isinstance(item, dict) or not isinstance(item.get("containerID"), str):
-                raise CniError(INVALID, f"validAttachments[{i}].containerID: missing")
-            keep.add(item["containerID"])
+        keep = {item["containerID"] for item in attachment_list(body.get("validAttachments"),
+                                                                "validAttachments")}
         for provider, plug in self._plugs():
             # a listed container keeps all its interfaces (its attachments' too)
             if plug.container_id in keep:
@@ -821,6 +889,7 @@ class NodeAgent:
 
     # --- IPAM only (podnet-ipam: another plugin plumbs) ----------------------------------
 
+    @instrumented(IPAM, "ADD")
     def ipam_add(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """The addresses and routes of the pod's record of ``network``, once Routed (the
         same bounded wait as ADD); nothing is plugged."""
@@ -856,6 +925,7 @@ class NodeAgent:
                                    "came while this ADD waited for the record: nothing granted",
                         status=409)
 
+    @instrumented(IPAM, "DEL")
     def ipam_del(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """The grant goes (the calling plugin has removed its interface); the address is
         not released: the controller does that once the pod is gone, so a sandbox made
@@ -865,6 +935,7 @@ class NodeAgent:
         self.reporter.poke()
         return {}
 
+    @instrumented(IPAM, "CHECK")
     def ipam_check(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """The caller's addresses (``config.prevResult.ips``) against the record's: each of
         the record's must be there, and no other address of the record's subnets."""
@@ -892,7 +963,7 @@ class NodeAgent:
         pn = self._records_of(namespace, pod, uid).get(network)
         if pn is None or pn.status.phase is not Phase.ROUTED:
             raise CniError(CHECK_FAILED, f"network {network} of {namespace}/{pod} is not "
-                                         "Routed", status=409)
+                                         f"Routed: {why_not_routed(pn)[0]}", status=409)
         for want in record_addresses(pn):
             if want not in held:
                 raise CniError(CHECK_FAILED, f"prevResult.ips: {want} of {pn.key} is missing",
@@ -904,6 +975,7 @@ class NodeAgent:
                                status=409)
         return {}
 
+    @instrumented(CNI, "STATUS")
     def status(self) -> dict[str, Any]:
         if not self.ready:
             raise CniError(NOT_READY, self._not_ready(), status=503)
@@ -918,6 +990,7 @@ class NodeAgent:
                 "plugged": sorted(written.plugged) if written else [],
                 "unplugged": sorted(written.unplugged) if written else [],
                 "writes": dict(self.reporter.writes),
+                "renewals": self.reporter.renewals,
                 "networkPolicy": self.policy.describe()}
 
     def _provider_call(self, fn: Any, *args: Any) -> Any:

@@ -2,8 +2,15 @@
 plugged, resolved as the controller resolves them (``podnet.core.netpol``), programmed
 as the nftables table ``inet podnet`` (``podnet.linux.nftables``).
 
-- **What it reads**: NetworkPolicies, Pods, Namespaces and PodNetworks, cluster-wide and
-  read only (a peer may be any pod of the cluster), through informers of its own.
+- **What it reads**, read only, through informers of its own: NetworkPolicies and
+  Namespaces cluster-wide; the pods bound to this node (a ``spec.nodeName`` field
+  selector: the members); and the pods and PodNetworks of the namespaces where the
+  policies that select a pod of this node can find peers (:func:`peer_namespaces`:
+  their own namespace, those their ``namespaceSelector`` peers match; every namespace,
+  one cluster-wide watch, when a selector matches any namespace or more than
+  :data:`MAX_PEER_NAMESPACES` match). A node none of whose pods a policy selects
+  follows no pod of another node and no record but its own: the cluster's pod churn
+  costs it nothing.
 - **Whose pods**: the members on this node whose default network's record is of a
   provider enforced by the node (``ProviderInfo.network_policy`` is ``Enforcement.NODE``)
   and which this host plugged (their host interface from the dataplane's plugs).
@@ -30,21 +37,30 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from podnet.core.cluster.informer import Informer
-from podnet.core.cluster.port import NAMESPACE, NETWORK_POLICY, POD, POD_NETWORK, Cluster, Obj
+from podnet.core.cluster.port import (
+    NAMESPACE,
+    NETWORK_POLICY,
+    POD,
+    POD_NETWORK,
+    ApiError,
+    Cluster,
+    Obj,
+)
 from podnet.core.convert import RecordError, from_wire
 from podnet.core.models import DEFAULT_NETWORK, PodNetwork
-from podnet.core.netpol.resolve import resolve, selects
+from podnet.core.netpol.resolve import namespace_view, pod_peers, resolve, selects
 from podnet.core.netpol.status import (
     AGENT_REPORT_ANNOTATION,
     AgentPolicyReport,
     encode_agent_report,
 )
 from podnet.core.netpol.wire import PolicySpec, read_policy
-from podnet.core.objects import pod_info
+from podnet.core.objects import pod_info, record_finished
 from podnet.hookspecs.models import PodInfo
 from podnet.hookspecs.netpol import ResolvedPolicy
 from podnet.linux import nftables
 from podnet.linux.nftables import HostPort, NftablesError, Table
+from podnet.node.health import Loops
 from podnet.node.protocol import record_addresses
 
 log = logging.getLogger("podnet.node.netpol")
@@ -53,10 +69,18 @@ log = logging.getLogger("podnet.node.netpol")
 DEFAULT_DEBOUNCE = 0.05
 #: seconds between looks at the kernel's table (someone deleted or changed it)
 DEFAULT_RESYNC = 30.0
+#: more namespaces than this to follow for peers: one cluster-wide watch of pods and
+#: records instead of one per namespace
+MAX_PEER_NAMESPACES = 8
+
+Record = tuple[str, str, tuple[str, ...]]
 
 
-def _default_record(obj: Obj) -> tuple[str, str, tuple[str, ...]] | None:
-    """(pod key, provider, addresses) of a default-network PodNetwork; None for others."""
+def _default_record(obj: Obj) -> Record | None:
+    """(pod key, provider, addresses) of a default-network PodNetwork; None for others
+    (and for a finished one: as good as deleted)."""
+    if record_finished(obj):
+        return None
     try:
         pn = from_wire(PodNetwork, obj)
     except RecordError:
@@ -75,31 +99,126 @@ def _namespace_labels(obj: Obj) -> dict[str, str]:
     return {str(k): str(v) for k, v in labels.items()}
 
 
-class _View:
-    """``podnet.core.netpol.resolve.PolicyView`` over the enforcer's informers, with the
-    pods an ADD saw before the informer did."""
+def peer_namespaces(specs: Iterable[PolicySpec],
+                    namespaces: Mapping[str, Mapping[str, str]]) -> frozenset[str] | None:
+    """The namespaces whose pods can be members or peers of ``specs`` (``namespaces``:
+    every namespace's labels); None: any namespace (a ``namespaceSelector`` that matches
+    every namespace, an egress rule to any peer on a named port, or more than
+    :data:`MAX_PEER_NAMESPACES`)."""
+    out: set[str] = set()
+    for spec in specs:
+        out.add(spec.namespace)
+        for _, _, peer in pod_peers(spec):
+            if peer is None:
+                return None  # an egress named port: resolved against every pod's ports
+            selector = peer.namespace_selector
+            if selector is None:
+                out.add(spec.namespace)
+            elif selector.everything:
+                return None
+            else:
+                out.update(name for name, labels in namespaces.items()
+                           if selector.matches(namespace_view(name, labels)))
+    return frozenset(out) if len(out) <= MAX_PEER_NAMESPACES else None
+
+
+class _Peers:
+    """The pods and default records of the namespaces the enforcer follows for its
+    policies' members and peers: an informer pair per namespace, or one cluster-wide
+    pair (scope None). Changed and read under the enforcer's programming lock."""
 
     def __init__(self, enforcer: PolicyEnforcer) -> None:
         self._e = enforcer
-        # one pass resolves every policy over one view: its pods are gathered once
-        self._fresh = enforcer.fresh_pods()
+        self.scope: frozenset[str] | None = frozenset()
+        #: namespace (None: all) -> its pods and records informers
+        self._pods: dict[str | None, Informer[PodInfo]] = {}
+        self._records: dict[str | None, Informer[Record | None]] = {}
+
+    def follow(self, scope: frozenset[str] | None) -> None:
+        """Follow ``scope``: informers for namespaces it gained are listed now (a pass
+        resolves against them at once), those of namespaces it lost stop."""
+        keys: set[str | None] = {None} if scope is None else set(scope)
+        for key in [k for k in self._pods if k not in keys]:
+            for informer in (self._pods.pop(key), self._records.pop(key)):
+                informer.stop()
+                self._e.loops.remove(f"watch-{informer.name}")
+        for key in sorted(keys - self._pods.keys(), key=str):
+            where = "*" if key is None else key
+            pods: Informer[PodInfo] = Informer(self._e.cluster, POD, pod_info, namespace=key,
+                                               name=f"pods-netpol@{where}")
+            records: Informer[Record | None] = Informer(
+                self._e.cluster, POD_NETWORK, _default_record, namespace=key,
+                name=f"podnetworks-netpol@{where}")
+            if key is None:
+                pods.add_index("namespace", lambda p: [p.namespace])
+            records.add_index("pod", lambda r: [r[0]] if r else [])
+            for informer in (pods, records):
+                informer.add_handler(lambda *_: self._e.poke())
+                try:
+                    informer.start()
+                except ApiError as exc:  # its own loop lists it again
+                    log.warning("node %s: %s not listed yet: %s", self._e.node,
+                                informer.name, exc)
+                self._e.follow(informer)
+            self._pods[key], self._records[key] = pods, records
+        self.scope = scope
+
+    def _informers(self) -> list[Informer[Any]]:
+        return [*self._pods.values(), *self._records.values()]
+
+    def pump(self) -> None:
+        """What the informers have, taken now (an enforcer not started follows no
+        thread: its tests pump)."""
+        for informer in self._informers():
+            informer.pump()
+
+    def stop(self) -> None:
+        for informer in self._informers():
+            informer.stop()
+
+    def pods(self) -> list[PodInfo]:
+        return [p for informer in self._pods.values() for p in informer.values()]
+
+    def pods_in(self, namespace: str) -> list[PodInfo]:
+        informer = self._pods.get(namespace)
+        if informer is not None:
+            return informer.values()
+        every = self._pods.get(None)
+        return every.by_index("namespace", namespace) if every is not None else []
+
+    def record(self, pod_key: str) -> Record | None:
+        informer = self._records.get(pod_key.split("/", 1)[0], self._records.get(None))
+        if informer is None:
+            return None
+        found = informer.by_index("pod", pod_key)
+        return found[0] if found and found[0] is not None else None
+
+
+class _View:
+    """``podnet.core.netpol.resolve.PolicyView`` over the enforcer's informers: the pods
+    of this node (with those an ADD saw before the informer did) and the followed
+    namespaces' pods and records."""
+
+    def __init__(self, enforcer: PolicyEnforcer, known: Mapping[str, PodInfo]) -> None:
+        self._e = enforcer
+        #: this node's pods and the ADDs' fresh ones, by key
+        self._known = known
         self._all: list[PodInfo] | None = None
         self._in: dict[str, list[PodInfo]] = {}
 
     def pods(self) -> Iterable[PodInfo]:
         if self._all is None:
-            seen = {p.key: p for p in self._e.pods.values()}
-            for key, pod in self._fresh.items():
-                seen.setdefault(key, pod)
+            seen = dict(self._known)
+            for pod in self._e.peers.pods():
+                seen.setdefault(pod.key, pod)
             self._all = list(seen.values())
         return self._all
 
     def pods_in(self, namespace: str) -> Iterable[PodInfo]:
         if namespace not in self._in:
-            seen = {p.key: p for p in self._e.pods.by_index("namespace", namespace)}
-            for key, pod in self._fresh.items():
-                if pod.namespace == namespace:
-                    seen.setdefault(key, pod)
+            seen = {k: p for k, p in self._known.items() if p.namespace == namespace}
+            for pod in self._e.peers.pods_in(namespace):
+                seen.setdefault(pod.key, pod)
             self._in[namespace] = list(seen.values())
         return self._in[namespace]
 
@@ -109,11 +228,8 @@ class _View:
     def namespaces(self) -> Iterable[str]:
         return self._e.namespaces.keys()
 
-    def _record(self, pod: PodInfo) -> tuple[str, str, tuple[str, ...]] | None:
-        found = self._e.records.by_index("pod", pod.key)
-        if found and found[0] is not None:
-            return found[0]
-        return self._e.local_record(pod.key)
+    def _record(self, pod: PodInfo) -> Record | None:
+        return self._e.peers.record(pod.key) or self._e.local_record(pod.key)
 
     def addresses_of(self, pod: PodInfo) -> tuple[str, ...]:
         record = self._record(pod)
@@ -147,8 +263,14 @@ class PolicyEnforcer:
                  enforced: Callable[[str], bool] = lambda _: True,
                  changed: Callable[[], None] = lambda: None, enforce: bool = True,
                  netns: str | None = None, debounce: float = DEFAULT_DEBOUNCE,
-                 resync: float = DEFAULT_RESYNC) -> None:
+                 resync: float = DEFAULT_RESYNC, loops: Loops | None = None,
+                 observe: Callable[[str, float], None] = lambda outcome, seconds: None
+                 ) -> None:
         self.cluster = cluster
+        #: the agent's loops (liveness), and what is told each programming's outcome
+        #: (applied, unchanged, removed, failed) and duration
+        self.loops = loops or Loops()
+        self.observe = observe
         self.node = node
         self.ports = ports
         self.local_record = local_record
@@ -161,16 +283,20 @@ class PolicyEnforcer:
         # optional: a server that does not serve the kind has no policy to enforce
         self.policies: Informer[PolicySpec] = Informer(
             cluster, NETWORK_POLICY, read_policy, name="networkpolicies", optional=True)
-        self.pods: Informer[PodInfo] = Informer(cluster, POD, pod_info, name="pods-netpol")
-        self.pods.add_index("namespace", lambda p: [p.namespace])
+        #: the pods bound to this node (the members; an ADD's pod read from here)
+        self.pods: Informer[PodInfo] = Informer(
+            cluster, POD, pod_info, field_selector=f"spec.nodeName={node}",
+            name="pods-netpol")
         self.namespaces: Informer[dict[str, str]] = Informer(
             cluster, NAMESPACE, _namespace_labels, name="namespaces-netpol")
-        self.records: Informer[tuple[str, str, tuple[str, ...]] | None] = Informer(
-            cluster, POD_NETWORK, _default_record, name="podnetworks-netpol")
-        self.records.add_index("pod", lambda r: [r[0]] if r else [])
-        self._informers = (self.policies, self.pods, self.namespaces, self.records)
+        self._informers = (self.policies, self.pods, self.namespaces)
         for informer in self._informers:
             informer.add_handler(lambda *_: self.poke())
+        #: the pods and records of the namespaces its policies' peers can be in
+        self.peers = _Peers(self)
+        #: set once start() follows the informers in threads (a peer informer gets its
+        #: own then; before, a pass pumps them)
+        self._following = False
         #: one programming at a time (the thread's and an ADD's)
         self._lock = threading.Lock()
         self._dirty = threading.Event()
@@ -182,6 +308,8 @@ class PolicyEnforcer:
         #: the table in place (None: none of podnet's), and what the report says
         self.table: Table | None = None
         self._removed = False
+        #: the last programming failed (its outcome, for the metrics)
+        self._failed = False
         self.report = AgentPolicyReport()
         #: programmings that changed the kernel's table, and renders in all
         self.applied = 0
@@ -196,17 +324,29 @@ class PolicyEnforcer:
         if self.enforce:
             for informer in self._informers:
                 informer.start()
+            with self._lock:
+                self._following = True
+                for informer in self._informers:
+                    self.follow(informer)
         self.program()
         if not self.enforce:
             return
-        for informer in self._informers:
-            self._threads.append(threading.Thread(
-                target=informer.run, args=(self._stop, 0.5), daemon=True,
-                name=f"podnet-node-{informer.name}"))
-        self._threads.append(threading.Thread(target=self._run, daemon=True,
-                                              name="podnet-node-netpol"))
-        for thread in self._threads:
-            thread.start()
+        thread = threading.Thread(target=self._run, daemon=True, name="podnet-node-netpol")
+        self._threads.append(thread)
+        thread.start()
+
+    def follow(self, informer: Informer[Any]) -> None:
+        """Follow ``informer`` in a thread of its own once the enforcer follows its
+        informers (until then a pass pumps it)."""
+        if not self._following or self._stop.is_set():
+            return
+        thread = threading.Thread(
+            target=informer.run, args=(self._stop, 0.5), daemon=True,
+            kwargs={"on_turn": self.loops.add(f"watch-{informer.name}", 0.5).turn},
+            name=f"podnet-node-{informer.name}")
+        self._threads = [t for t in self._threads if t.is_alive()]
+        self._threads.append(thread)
+        thread.start()
 
     def stop(self) -> None:
         """Stop following; the table stays in the kernel (a restarted agent replaces it
@@ -215,7 +355,10 @@ class PolicyEnforcer:
         self._dirty.set()
         for informer in self._informers:
             informer.stop()
-        for thread in self._threads:
+        with self._lock:
+            self.peers.stop()
+            threads = list(self._threads)
+        for thread in threads:
             thread.join(timeout=5)
 
     def poke(self) -> None:
@@ -223,7 +366,9 @@ class PolicyEnforcer:
         self._dirty.set()
 
     def _run(self) -> None:
+        loop = self.loops.add("netpol", 1.0)
         while not self._stop.is_set():
+            loop.turn()
             if not self._dirty.wait(timeout=1.0):
                 if time.monotonic() - self._checked >= self.resync:
                     self._check_kernel()
@@ -294,55 +439,83 @@ class PolicyEnforcer:
 
     def resolved(self) -> list[ResolvedPolicy]:
         """The policies that select a pod on this node, resolved (cheap selection first:
-        only those whose pod selector matches a pod of this node are resolved)."""
-        view = _View(self)
-        local = [p for p in view.pods() if p.node_name == self.node]
+        only those whose pod selector matches a pod of this node are resolved, and only
+        the namespaces where their members and peers can be are followed). Called under
+        the programming lock."""
+        known = {p.key: p for p in self.pods.values()}
+        for key, pod in self.fresh_pods().items():
+            known.setdefault(key, pod)
         by_namespace: dict[str, list[PodInfo]] = {}
-        for pod in local:
-            by_namespace.setdefault(pod.namespace, []).append(pod)
-        out = []
-        for spec in self.policies.values():
-            if any(selects(spec, pod) for pod in by_namespace.get(spec.namespace, ())):
-                out.append(resolve(spec, view))
-        return out
+        for pod in known.values():
+            if pod.node_name == self.node:
+                by_namespace.setdefault(pod.namespace, []).append(pod)
+        specs = [spec for spec in self.policies.values()
+                 if any(selects(spec, pod) for pod in by_namespace.get(spec.namespace, ()))]
+        scope: frozenset[str] | None = frozenset()
+        if specs:
+            names = self.namespaces.keys()
+            scope = peer_namespaces(specs, {n: self.namespaces.get(n) or {} for n in names})
+        if scope != self.peers.scope:
+            self.peers.follow(scope)
+        if not self._following:
+            self.peers.pump()
+        if not specs:
+            return []
+        view = _View(self, known)
+        return [resolve(spec, view) for spec in specs]
 
     def program(self, *, raise_errors: bool = False) -> bool:
         """Render the table and apply it when it differs from the one in place; whether
         the kernel's table changed."""
         with self._lock:
-            if not self.enforce:
-                return self._remove()
-            policies = self.resolved()
-            ports = self.ports()
-            table = nftables.render(policies, ports)
-            self.rendered += 1
-            local = {p.key: p.generation for p in policies
-                     if any(m.node == self.node and self.enforced(m.provider)
-                            for m in p.members)}
-            if not table.chains:
-                # nothing restricted here: no table at all
-                changed = self._remove(raise_errors=raise_errors)
-                self._say(AgentPolicyReport(programmed=local))
-                return changed
-            if table == self.table:
-                self._say(AgentPolicyReport(programmed=local))
-                return False
+            started = time.monotonic()
+            outcome = "failed"
             try:
-                nftables.apply(table, netns=self.netns)
-            except NftablesError as exc:
-                log.error("node %s: NetworkPolicy not programmed: %s", self.node, exc)
-                self._say(AgentPolicyReport(failed=dict.fromkeys(local, str(exc))))
-                if raise_errors:
-                    raise
-                return False
-            self.table = table
-            self._removed = False
-            self.applied += 1
-            log.info("node %s: NetworkPolicy programmed: %d policies, %d members "
-                     "restricted, %d rules", self.node, len(table.policies),
-                     len(table.chains), table.rules)
+                changed = self._program(raise_errors=raise_errors)
+                outcome = ("failed" if self._failed else "applied" if changed and self.table
+                           else "removed" if changed else "unchanged")
+                return changed
+            finally:
+                self.observe(outcome, time.monotonic() - started)
+
+    def _program(self, *, raise_errors: bool) -> bool:
+        """:meth:`program`, under its lock."""
+        self._failed = False
+        if not self.enforce:
+            return self._remove()
+        policies = self.resolved()
+        # no policy selects a pod here: no table, whatever is plugged (no link dump)
+        ports = self.ports() if policies else {}
+        table = nftables.render(policies, ports)
+        self.rendered += 1
+        local = {p.key: p.generation for p in policies
+                 if any(m.node == self.node and self.enforced(m.provider)
+                        for m in p.members)}
+        if not table.chains:
+            # nothing restricted here: no table at all
+            changed = self._remove(raise_errors=raise_errors)
             self._say(AgentPolicyReport(programmed=local))
-            return True
+            return changed
+        if table == self.table:
+            self._say(AgentPolicyReport(programmed=local))
+            return False
+        try:
+            nftables.apply(table, netns=self.netns)
+        except NftablesError as exc:
+            self._failed = True
+            log.error("node %s: NetworkPolicy not programmed: %s", self.node, exc)
+            self._say(AgentPolicyReport(failed=dict.fromkeys(local, str(exc))))
+            if raise_errors:
+                raise
+            return False
+        self.table = table
+        self._removed = False
+        self.applied += 1
+        log.info("node %s: NetworkPolicy programmed: %d policies, %d members "
+                 "restricted, %d rules", self.node, len(table.policies),
+                 len(table.chains), table.rules)
+        self._say(AgentPolicyReport(programmed=local))
+        return True
 
     def _remove(self, *, raise_errors: bool = False) -> bool:
         if self._removed:

@@ -20,12 +20,17 @@ DEFAULT_ADD_TIMEOUT = 30.0
 DEFAULT_NAMESPACE = "kube-system"
 RESULT_VERSION = "1.1.0"
 
-#: CNI error codes the agent answers with
+#: CNI error codes the agent answers with (the specification's)
+INCOMPATIBLE_VERSION = 1
+INVALID_ENVIRONMENT = 4
+DECODING_FAILURE = 6
 INVALID = 7
 TRY_AGAIN = 11
 NOT_READY = 50
-#: a plugin-specific code (the spec leaves 100 and up to plugins): CHECK found a difference
+#: plugin-specific codes (the spec leaves 100 and up to plugins): CHECK found a
+#: difference; a failure of podnet's own code (the same number: neither is the caller's)
 CHECK_FAILED = 100
+INTERNAL_ERROR = 100
 
 _DEFAULT_ROUTES = frozenset({"0.0.0.0/0", "::/0"})
 #: the Ready reason the controller writes for a request it will not serve as it is
@@ -46,6 +51,13 @@ class CniError(Exception):
     def body(self) -> dict[str, Any]:
         return {"code": self.code, "msg": self.msg, "details": self.details}
 
+    def answer(self, version: str) -> dict[str, Any]:
+        """The specification's error object, as a plugin prints it for ``version``."""
+        out: dict[str, Any] = {"cniVersion": version, "code": self.code, "msg": self.msg}
+        if self.details:
+            out["details"] = self.details
+        return out
+
 
 def body_field(body: Mapping[str, Any], name: str, *, optional: bool = False) -> Any:
     value = body.get(name)
@@ -53,7 +65,7 @@ def body_field(body: Mapping[str, Any], name: str, *, optional: bool = False) ->
         return None
     if not isinstance(value, str) or not value:
         raise CniError(INVALID, f"{name}: missing or not a non-empty string")
-    _check_field(name, value)
+    check_field(name, value)
     return value
 
 
@@ -116,13 +128,40 @@ _FIELD_CHECKS: dict[str, Any] = {
 }
 
 
-def _check_field(name: str, value: str) -> None:
-    """Error 7 naming the field when ``value`` is not what ``name`` may be."""
+def field_problem(name: str, value: str) -> str | None:
+    """Why ``value`` is not what the request field ``name`` may be, or None."""
     check = _FIELD_CHECKS.get(name)
-    problem = check(value) if check is not None else None
+    return check(value) if check is not None else None
+
+
+def check_field(name: str, value: str, *, shown_as: str | None = None,
+                code: int = INVALID) -> None:
+    """Error ``code`` (7) naming the field (as ``shown_as``: the plugin's environment
+    variable that carries it) when ``value`` is not what ``name`` may be."""
+    problem = field_problem(name, value)
     if problem is not None:
         shown = value if len(value) <= 80 else value[:77] + "..."
-        raise CniError(INVALID, f"{name}: {shown!r}: {problem}")
+        raise CniError(code, f"{shown_as or name}: {shown!r}: {problem}")
+
+
+def attachment_list(found: Any, key: str) -> list[dict[str, str]]:
+    """GC's list of the attachments to keep (the configuration's
+    ``cni.dev/valid-attachments``, the request's ``validAttachments``), each reduced to
+    ``containerID`` and ``ifname``; error 7 naming ``key`` when it is missing (a GC
+    without it would remove every attachment of the network) or malformed."""
+    if found is None:
+        raise CniError(INVALID, f"{key}: missing (GC without it would remove every "
+                                "attachment of the network)")
+    if not isinstance(found, list):
+        raise CniError(INVALID, f"{key}: must be a list, got {type(found).__name__}")
+    attachments = []
+    for i, item in enumerate(found):
+        if not (isinstance(item, dict) and isinstance(item.get("containerID"), str)
+                and isinstance(item.get("ifname"), str)):
+            raise CniError(INVALID,
+                           f"{key}[{i}]: must be an object with string containerID and ifname")
+        attachments.append({"containerID": item["containerID"], "ifname": item["ifname"]})
+    return attachments
 
 
 @attrs.frozen
@@ -191,6 +230,19 @@ def raise_if_invalid(pn: PodNetwork | None) -> None:
             and ready.reason == INVALID_REQUEST:
         raise CniError(INVALID, ready.message or f"{pn.key}: invalid request",
                        details=f"PodNetwork {pn.key}: {INVALID_REQUEST}")
+
+
+def why_not_routed(pn: PodNetwork | None) -> tuple[str, str]:
+    """Why a pod's record is not Routed, as it says itself: (its phase and Ready
+    condition, or that it does not exist yet; the Ready reason alone)."""
+    if pn is None:
+        return "no PodNetwork yet (the controller has not made it)", "NoPodNetwork"
+    said = f"PodNetwork {pn.key} is {pn.status.phase.value}"
+    ready = ready_condition(pn)
+    if ready is None:
+        return f"{said}, no Ready condition yet", pn.status.phase.value
+    said += f", Ready={ready.status}" + (f" {ready.reason}" if ready.reason else "")
+    return (f"{said}: {ready.message}" if ready.message else said), ready.reason or "Ready"
 
 
 def without_default_routes(pn: PodNetwork) -> PodNetwork:

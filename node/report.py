@@ -3,13 +3,16 @@
 The controller gives a released address back only once the node's agent says the old
 interface is gone (``podnet.core.unplug``). The agent says it in one object per node, the
 Lease ``podnet-node-<node>`` in podnet's namespace (the wire format is
-``podnet.core.objects.agent_report_lease``), rewritten only when what it says changes and
-at most once per ``batch`` seconds: a burst of pods leaving one node costs a few writes,
-not one per pod.
+``podnet.core.objects.agent_report_lease``), rewritten when what it says changes, at most
+once per ``batch`` seconds (a burst of pods leaving one node costs a few writes, not one
+per pod), and renewed though nothing changed (the heartbeat, below): a Lease that runs
+out says its agent is dead or cut off, which ``podnet status`` shows.
 
 The report names its writer as a real Lease does: ``holderIdentity`` is
 ``<host id>/<instance>`` (:func:`default_host_id`, a fresh instance id per start) and
-``renewTime`` is renewed every third of ``leaseDurationSeconds``. The reporter reads the
+``renewTime`` is renewed every third of ``leaseDurationSeconds`` (3 writes a minute with
+the default 60 s; the reporter looks every ``refresh`` seconds, one GET). No failure ends
+the reporter's loop: a pass that fails is retried a second later. The reporter reads the
 Lease back on every pass and writes it again when it was deleted, unlabelled or edited. A
 Lease held by an agent of another host whose renewal is still live is not taken over: the
 reporter says so (:attr:`NodeReporter.conflict`, an error in the log) and the agent stays
@@ -108,6 +111,15 @@ class NodeReporter:
         self.refresh = refresh
         #: API writes made, by verb: what the handshake costs
         self.writes: Counter[str] = Counter()
+        #: of the updates, those that said nothing new (the heartbeat's renewals alone)
+        self.renewals = 0
+        #: report passes that failed, by stage (compute: the dataplane's state could not
+        #: be read; write: the API server refused or did not answer)
+        self.failures: Counter[str] = Counter()
+        #: why the last report could not be computed (None when it could)
+        self.compute_failure: str | None = None
+        #: when (monotonic) the Lease was last written; None before the first write
+        self.last_write: float | None = None
         self._dirty = threading.Event()
         self._written: AgentReport | None = None
         self._written_annotations: dict[str, str] | None = None
@@ -122,10 +134,14 @@ class NodeReporter:
         """Something the report says may have changed."""
         self._dirty.set()
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: threading.Event, on_turn: Callable[[], None] = lambda: None) -> None:
+        """Write the report when poked, and look again every ``refresh`` seconds (the
+        renewal, the heartbeat, is due every third of the Lease's duration) until
+        ``stop``; ``on_turn`` is called at each turn of the loop (liveness)."""
         self._dirty.set()  # the first report, at start
         looked = time.monotonic()
         while not stop.is_set():
+            on_turn()
             # poked, or time to look again (the stop seen within a second either way)
             if (not self._dirty.wait(timeout=1.0)
                     and time.monotonic() - looked < self.refresh):
@@ -136,7 +152,14 @@ class NodeReporter:
             try:
                 self.flush()
             except ApiError as exc:
+                self.failures["write"] += 1
                 log.warning("node %s: report not written, retried: %s", self.node, exc)
+                self._dirty.set()
+                stop.wait(1.0)
+            except Exception:
+                # the loop goes on, or the Lease would stop being renewed and a live
+                # agent look like a dead one (or a dead one like a quiet one)
+                log.exception("node %s: report not written, retried", self.node)
                 self._dirty.set()
                 stop.wait(1.0)
 
@@ -144,8 +167,14 @@ class NodeReporter:
         """Write the report if the Lease does not say it (changed since the last write,
         deleted, unlabelled or edited by someone else) or its renewal is due; whether it
         wrote. Another host's live report is left alone (:attr:`conflict`)."""
-        report = attrs.evolve(self.compute(), holder=self.holder)
-        more = self.annotations()
+        try:
+            report = attrs.evolve(self.compute(), holder=self.holder)
+            more = self.annotations()
+        except Exception as exc:
+            self.failures["compute"] += 1
+            self.compute_failure = f"{type(exc).__name__}: {exc}"
+            raise
+        self.compute_failure = None
         name = agent_lease_name(self.node)
         try:
             current = self.cluster.get(LEASE, name, self.namespace)
@@ -183,7 +212,10 @@ class NodeReporter:
                 self._dirty.set()  # someone else wrote it: read again, write again
                 return False
             self.writes["update"] += 1
-        self._renewed = time.monotonic()
+            if (report == self._written and more == self._written_annotations
+                    and self._says(current, report, more)):
+                self.renewals += 1
+        self._renewed = self.last_write = time.monotonic()
         self._renew_time = renew_time
         self._written = report
         self._written_annotations = more

@@ -14,7 +14,7 @@ import socket
 import socketserver
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -25,7 +25,15 @@ from podnet.core.tracing import (
     Tracing,
 )
 from podnet.node.agent import NodeAgent
-from podnet.node.protocol import DEFAULT_NAMESPACE, INVALID, TRY_AGAIN, CniError
+from podnet.node.cniexec import MAX_STDIN, exec_request, failure
+from podnet.node.health import DEFAULT_STUCK_AFTER, Watch
+from podnet.node.protocol import (
+    DECODING_FAILURE,
+    DEFAULT_NAMESPACE,
+    INVALID,
+    TRY_AGAIN,
+    CniError,
+)
 from podnet.node.statedir import private_directory
 
 log = logging.getLogger("podnet.node")
@@ -59,6 +67,9 @@ class UnixHTTPServer(ThreadingHTTPServer):
     request_queue_size = min(_BACKLOG, _somaxconn())
     max_handlers = MAX_HANDLERS
     read_timeout = DEFAULT_READ_TIMEOUT
+    #: called at each turn of the accept loop (liveness: a loop held, e.g. waiting for a
+    #: free handler slot, stops turning)
+    on_turn: Callable[[], None] = staticmethod(lambda: None)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._slots = threading.BoundedSemaphore(self.max_handlers)
@@ -72,6 +83,9 @@ class UnixHTTPServer(ThreadingHTTPServer):
         socketserver.TCPServer.server_bind(self)
         self.server_name = "podnet-node"
         self.server_port = 0
+
+    def service_actions(self) -> None:
+        self.on_turn()
 
     def get_request(self) -> tuple[socket.socket, Any]:
         conn, address = self.socket.accept()
@@ -156,7 +170,41 @@ def _handler(agent: NodeAgent) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _exec(self) -> None:
+            """``POST /v1/cni/exec``: the plugin's invocation, run here; answered 200 with
+            its exit code (``CNI-Exit-Code``) and its stdout as the body."""
+            try:
+                length = _content_length(self.headers.get("Content-Length"))
+            except CniError as exc:
+                code, out = failure(exc)
+                self.close_connection = True  # the body's end is unknown
+            else:
+                if length > MAX_STDIN:
+                    code, out = failure(CniError(
+                        DECODING_FAILURE, f"network configuration (stdin): {length} bytes, "
+                        f"more than the {MAX_STDIN} the agent reads"))
+                    self.close_connection = True  # not read
+                else:
+                    try:
+                        stdin = self.rfile.read(length)
+                    except OSError:  # the read timeout, or the caller gone
+                        self.close_connection = True
+                        return
+                    code, out = exec_request(self.headers.get("CNI-Program"),
+                                             self.headers.get_all("CNI-Env") or [], stdin,
+                                             agent)
+            data = out.encode("utf-8")
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("CNI-Exit-Code", str(code))
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
         def _serve(self, method: str) -> None:
+            if method == "POST" and self.path == "/v1/cni/exec":
+                self._exec()
+                return
             try:
                 if method == "GET" and self.path == "/v1/cni/status":
                     self._answer(200, agent.status())
@@ -320,29 +368,44 @@ def listen(agent: NodeAgent, path: str, *, read_timeout: float = DEFAULT_READ_TI
     return server
 
 
-def _serve(server: UnixHTTPServer) -> None:
+def _serve(server: UnixHTTPServer, agent: NodeAgent) -> None:
+    server.on_turn = agent.loops.add("server", 0.5).turn
     threading.Thread(target=server.serve_forever, name="podnet-node-http",
                      daemon=True).start()
+
+
+def _socket_problem(path: str, where: SocketPath) -> str | None:
+    """Why the CNI socket is not served at ``path`` (None while it is)."""
+    if not where.placed:
+        return f"the socket {path} is another agent's still (this one takes it once ready)"
+    if where.gone():
+        return f"the socket {path} was removed (served again within {PATH_CHECK_PERIOD:g} s)"
+    return None
 
 
 def run(cluster: Cluster, providers: Providers, *, node: str, socket_path: str,
         add_timeout: float, namespace: str = DEFAULT_NAMESPACE, tracing: Tracing | None = None,
         stop: threading.Event | None = None,
-        read_timeout: float = DEFAULT_READ_TIMEOUT, network_policy: bool = True) -> int:
+        read_timeout: float = DEFAULT_READ_TIMEOUT, network_policy: bool = True,
+        watch: Watch | None = None, stuck_after: float = DEFAULT_STUCK_AFTER) -> int:
     """Start the agent, serve until ``stop`` (or a signal's KeyboardInterrupt).
 
     When another agent serves at ``socket_path`` (an update's old pod), it keeps serving
     until this one is ready, which then takes the path over; when stopped, the agent
     answers the requests in flight (bounded by the ADD timeout) and unlinks the path only
     while it is its own. ``network_policy`` False: NetworkPolicy is another engine's (the
-    agent removes its nftables table and programs none)."""
+    agent removes its nftables table and programs none). ``watch``: what the health
+    listener answers from (:mod:`podnet.node.health`), given the agent and the socket's
+    state; ``stuck_after``: the bound of a loop's turn (liveness)."""
     directory = os.path.dirname(socket_path) or "."
     private_directory(directory, "socket")
     try:
         # the socket's directory keeps the agent's state (its IPAM grants) too
         agent = NodeAgent(cluster, providers, node, add_timeout=add_timeout,
                           namespace=namespace, tracing=tracing, state_dir=directory,
-                          network_policy=network_policy)
+                          network_policy=network_policy,
+                          metrics=watch.metrics if watch is not None else None,
+                          stuck_after=stuck_after)
         server, where = bind(agent, socket_path, read_timeout=read_timeout)
         predecessor = _serving(socket_path)
         if not predecessor:
@@ -351,7 +414,10 @@ def run(cluster: Cluster, providers: Providers, *, node: str, socket_path: str,
         where_failed = exc.filename or socket_path
         raise ConfigError("socket", f"{where_failed}: {exc.strerror or exc}") from None
     servers = [(server, where)]
-    _serve(server)
+    if watch is not None:
+        watch.socket_problem = lambda: _socket_problem(socket_path, servers[-1][1])
+        watch.agent = agent
+    _serve(server, agent)
     stopping = stop or threading.Event()
     try:
         agent.start()
@@ -360,7 +426,9 @@ def run(cluster: Cluster, providers: Providers, *, node: str, socket_path: str,
             log.info("node agent of %s: took %s over from the agent serving there", node,
                      socket_path)
         print(f"podnet node {node}: serving on {socket_path}", flush=True)
-        log.info("node agent of %s: records listed, serving on %s", node, socket_path)
+        log.info("node agent of %s: records listed, serving on %s%s", node, socket_path,
+                 f"; /healthz, /readyz, /metrics on {watch.where}"
+                 if watch is not None and watch.where else "")
         while not stopping.wait(PATH_CHECK_PERIOD):
             if servers[-1][1].gone():
                 # a bound socket cannot be named again: a new one, at the path unless
@@ -371,7 +439,7 @@ def run(cluster: Cluster, providers: Providers, *, node: str, socket_path: str,
                     log.warning("node agent of %s: %s was removed; serving there again",
                                 node, socket_path)
                     servers.append((again, again_where))
-                    _serve(again)
+                    _serve(again, agent)
                 else:
                     again.server_close()
                     again_where.release()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build podnet's image without a daemon, from Debian alone: a base made with debootstrap
-# (Debian's Python in it), the Dockerfile built on it by buildah, the wheels made first
+# (Debian's Python in it; the build stage's also musl-tools, for the static CNI plugin),
+# the Dockerfile built on it by buildah, the wheels made first
 # by the host's pip (the builder installs from them, reaching no index), written as an
 # OCI archive that `ctr image import` (or any registry push) takes.
 #
@@ -22,15 +23,27 @@ python=${PYTHON:-$here/.venv/bin/python}
 [ -x "$python" ] || python=python3
 buildah=(buildah --root "$out/storage" --runroot "$out/run" --storage-driver vfs)
 
-if [ ! -f "$out/base.tar" ]; then
-  debootstrap --variant=minbase --include=python3,python3-venv,nftables "$suite" "$out/rootfs"
-  tar -C "$out/rootfs" -c . >"$out/base.tar"
-  rm -rf "$out/rootfs"
-fi
-base=$("${buildah[@]}" from scratch)
-trap '"${buildah[@]}" rm "$base" >/dev/null 2>&1 || true' EXIT
-"${buildah[@]}" add "$base" "$out/base.tar" /
-"${buildah[@]}" commit -q "$base" podnet-base >/dev/null
+# two bases: the image's, and the build stage's with the C toolchain, which the image
+# does not carry
+for kind in base build-base; do
+  if [ ! -f "$out/$kind.tar" ]; then
+    # python3-openvswitch: the C JSON parser of OVSDB (the build stage gives it to the
+    # venv's `ovs`) and, in the image, the shared libraries it needs
+    include=python3,python3-venv,nftables,python3-openvswitch
+    [ "$kind" = build-base ] && include=$include,musl-tools
+    debootstrap --variant=minbase --include="$include" "$suite" "$out/rootfs"
+    tar -C "$out/rootfs" -c . >"$out/$kind.tar"
+    rm -rf "$out/rootfs"
+  fi
+done
+containers=()
+trap 'for c in "${containers[@]}"; do "${buildah[@]}" rm "$c" >/dev/null 2>&1 || true; done' EXIT
+for kind in base build-base; do
+  container=$("${buildah[@]}" from scratch)
+  containers+=("$container")
+  "${buildah[@]}" add "$container" "$out/$kind.tar" /
+  "${buildah[@]}" commit -q "$container" "podnet-$kind" >/dev/null
+done
 
 rm -rf "$out/context"
 mkdir -p "$out/context"
@@ -38,7 +51,8 @@ git -C "$here" archive HEAD | tar -x -C "$out/context"
 # podnet's own build (setuptools, wheel) too: the builder builds /src from them
 "$python" -m pip wheel -q -w "$out/context/wheelhouse" "$out/context[$extras]" setuptools wheel
 "${buildah[@]}" bud --isolation chroot --layers=false \
-  --build-arg BASE=localhost/podnet-base --build-arg EXTRAS="$extras" \
+  --build-arg BASE=localhost/podnet-base --build-arg BUILD_BASE=localhost/podnet-build-base \
+  --build-arg EXTRAS="$extras" \
   --build-arg "PIP_ARGS=--no-index --find-links /src/wheelhouse" \
   -t "podnet:$version" "$out/context"
 "${buildah[@]}" push -q "localhost/podnet:$version" "oci-archive:$out/podnet-$version.tar:podnet:$version"

@@ -5,7 +5,7 @@ set -euo pipefail
 venv=${1:-.venv}
 root=.typecheck/podnet
 mkdir -p "$root"
-for pair in app:app cni:cni core:core hookspecs:hookspecs linux:linux node:node plugins:plugins sim:sim testing:testing; do
+for pair in app:app core:core hookspecs:hookspecs linux:linux node:node plugins:plugins sim:sim testing:testing; do
   ln -sfn "../../${pair%%:*}" "$root/${pair##*:}"
 done
 cd .typecheck

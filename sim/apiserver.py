@@ -20,7 +20,8 @@ NetworkPolicy's with its defaults), and
 ``/openapi/v2`` and ``/openapi/v3`` built from the same schemas (``openapi``). Standard
 library only (plus PyYAML for the CRD files, cel-python for their rules); binds 127.0.0.1
 unless told otherwise. The CRDs are podnet's and, for attachment tests, Multus's
-NetworkAttachmentDefinition (``crds/external``).
+NetworkAttachmentDefinition, for live-migration tests KubeVirt's VirtualMachineInstance
+and VirtualMachineInstanceMigration (``crds/external``).
 
     with ApiServer() as server:
         server.write_kubeconfig("kubeconfig")

@@ -566,8 +566,12 @@ def record_update(live: Obj | None, new: Obj, shape: Shape, manager: str, sub: s
         for path in sorted(gained, key=len):
             _tree_add(own, path)
         if own:
+            # the time moves only when the write took fields (upstream's
+            # managedFieldsUpdater): a removal alone keeps it, so a PUT that changes
+            # nothing writes nothing
+            when = now if gained or mine is None else mine.get("time") or now
             entries.append({"manager": manager, "operation": "Update",
-                            "apiVersion": api_version, "time": now, "fieldsType": "FieldsV1",
+                            "apiVersion": api_version, "time": when, "fieldsType": "FieldsV1",
                             "fieldsV1": _shared(own), **({"subresource": sub} if sub else {})})
     elif mine is not None:
         entries.append(mine)

@@ -116,7 +116,7 @@ __all__ = [
 DEFAULT_TERMINATION_GRACE: Final = 30
 
 #: API groups served as custom resources (CRDs), whose strategy differs from built-ins'.
-CUSTOM_GROUPS: Final = frozenset({"podnet.io", "k8s.cni.cncf.io"})
+CUSTOM_GROUPS: Final = frozenset({"podnet.io", "k8s.cni.cncf.io", "kubevirt.io"})
 
 #: The finalizer a foreground delete puts on the owner (metav1.FinalizerDeleteDependents).
 FOREGROUND_FINALIZER: Final = "foregroundDeletion"

@@ -35,6 +35,9 @@ __all__ = ["PROTOBUF_V2", "PROTOBUF_V2_ANSWER", "OpenApi"]
 PROTOBUF_V2: Final = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
 PROTOBUF_V2_ANSWER: Final = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
 _OBJECT_META: Final = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+_METADATA_DESCRIPTION: Final = (
+    "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/"
+    "sig-architecture/api-conventions.md#metadata")
 _QUERY_PARAMETERS: Final = ("dryRun", "fieldManager", "fieldValidation", "force")
 
 
@@ -68,13 +71,15 @@ def crd_definition_name(crd: CustomResource) -> str:
 
 
 def _crd_schema(crd: CustomResource) -> dict[str, Any]:
-    """A CRD's schema as upstream publishes it: apiVersion, kind and metadata added, the
-    kind's group-version-kind attached."""
+    """A CRD's schema as upstream publishes it: apiVersion, kind and metadata (described)
+    added, the kind's group-version-kind attached."""
     body = dict(crd.schema)
     props = dict(body.get("properties") or {})
     props.setdefault("apiVersion", {"type": "string"})
     props.setdefault("kind", {"type": "string"})
-    props["metadata"] = {"$ref": f"#/definitions/{_OBJECT_META}"}
+    # upstream's builder describes it as it describes every kind's metadata
+    props["metadata"] = {"$ref": f"#/definitions/{_OBJECT_META}",
+                         "description": _METADATA_DESCRIPTION}
     body["properties"] = props
     body["x-kubernetes-group-version-kind"] = [
         {"group": crd.group, "version": crd.version, "kind": crd.kind}

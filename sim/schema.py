@@ -4,7 +4,8 @@ The CRDs are read from their YAML, the package data ``podnet.sim/crds`` (their o
 source; ``scripts/render_deploy.py`` copies them into the chart and ``deploy/crds``).
 :func:`validate` checks an object against a CRD's ``openAPIV3Schema`` the way a
 structural schema does, for the subset of OpenAPI v3 the CRDs use: ``type``,
-``properties``, ``required``, ``enum``, ``items``, ``format`` (ipv4, ipv6, cidr, mac,
+``properties``, ``required``, ``enum``, ``items``, ``anyOf`` (of value validations),
+``format`` (ipv4, ipv6, cidr, mac,
 date-time), ``additionalProperties``, ``nullable``, ``minLength``/``maxLength``,
 ``minimum``/``maximum``, ``minItems``/``maxItems``, ``pattern``,
 ``x-kubernetes-preserve-unknown-fields`` and the uniqueness rules of
@@ -51,8 +52,11 @@ CRD_FILES: Final = (
     "ippools.yaml",
     "securitygroups.yaml",
 )
-#: CRDs of other projects the emulator serves (Multus's), not part of podnet's chart
-EXTERNAL_CRD_FILES: Final = ("external/networkattachmentdefinitions.yaml",)
+#: CRDs of other projects the emulator serves (Multus's, KubeVirt's), not part of podnet's
+#: chart
+EXTERNAL_CRD_FILES: Final = ("external/networkattachmentdefinitions.yaml",
+                             "external/virtualmachineinstances.yaml",
+                             "external/virtualmachineinstancemigrations.yaml")
 
 
 @dataclass(frozen=True)
@@ -337,6 +341,11 @@ class _Walker:
                 "FieldValueNotSupported",
                 f"Unsupported value: {_show(value)}: supported values: {allowed}",
             )
+        any_of = schema.get("anyOf")
+        if any_of and not self._any_of(any_of, value, path):
+            self.error(path, "FieldValueInvalid",
+                       f"Invalid value: {_show(value)}: {path} in body must validate at "
+                       "least one schema (anyOf)")
         if isinstance(value, str):
             self._string(schema, value, path)
         elif isinstance(value, int | float) and not isinstance(value, bool):
@@ -346,6 +355,20 @@ class _Walker:
         if isinstance(value, list):
             return self._array(schema, value, path)
         return value
+
+    def _any_of(self, schemas: Iterable[Mapping[str, Any]], value: Any, path: str) -> bool:
+        """Whether ``value`` passes one of ``schemas`` (value validations only, as a
+        structural schema allows under ``anyOf``); when none, the first one's errors are
+        kept beside the anyOf's own, as upstream answers."""
+        first: list[FieldError] | None = None
+        for sub in schemas:
+            trial = _Walker(self.prune)
+            trial.walk(sub, value, path)
+            if not trial.errors:
+                return True
+            first = trial.errors if first is None else first
+        self.errors.extend(first or ())
+        return False
 
     def _string(self, schema: Mapping[str, Any], value: str, path: str) -> None:
         fmt = schema.get("format")

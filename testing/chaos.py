@@ -13,7 +13,9 @@ The API server may also commit a write of the engine and lose the answer.
 
 Invariants, after every step: no address is recorded (``status.ip``) by two PodNetworks
 at once; no two live pods are routed on one address; no allocated or routed record
-points at an address its node does not have in the cloud; every address the cloud has
+points at an address its node does not have in the cloud (a provider without node pools
+binds an address to a node when it routes it: there an allocated record, one that moved
+with its pod, needs its address in the cloud on any node); every address the cloud has
 on a node that left is named by a PodNetwork or its node's NodeNetwork still holds the
 finalizer (ownership is recorded before it is relied on). At the end, with every
 fault cleared and the clock moved past the leaked-address expiry plus two GC periods:
@@ -82,6 +84,7 @@ from podnet.testing.harness import (
     build_plugin_manager,
     provider_name_of,
 )
+from podnet.testing.kubevirt import KubeVirt
 
 
 def event(value: str) -> None:
@@ -355,6 +358,94 @@ def make_chaos_machine(
             def add_vm_pod(self, pod: str, i: int, vm: str) -> None:
                 if self.world.pod(pod) is None and self.world.has_node(i):
                     self.world.add_pod(pod, i, owner=("VirtualMachineInstance", vm))
+
+            @rule(pick=st.integers(min_value=0, max_value=pods - 1), i=node_ids,
+                  steps=st.integers(min_value=0, max_value=30),
+                  ends=st.sampled_from(["finished", "failed", "aborted"]),
+                  kubevirt=st.booleans())
+            def migrate_vm(self, pick: int, i: int, steps: int, ends: str,
+                           kubevirt: bool) -> None:
+                """A live migration of a running VM pod (the ``pick``-th, round the VM
+                pods there are; a VM started for it when none runs): its target pod
+                (KubeVirt's ``kubevirt.io/migrationJobUID`` label, the first free pod
+                name) on node ``i``, the controller restarted ``steps`` into it, then the
+                migration finishes (the source pod succeeds), fails (the target does) or is
+                aborted (the target is deleted), settled before the next rule. With
+                ``kubevirt``, KubeVirt's objects say it as virt-controller does: a
+                VirtualMachineInstanceMigration whose uid the target's label carries, the
+                VMI's migrationState begun, then ended (completed, failed, aborted) before
+                the pods follow, the controller restarted again between the two."""
+                names = [f"p{n}" for n in range(pods)]
+                # the faults armed before stay armed: they may fire anywhere in the move
+                found = {name: self.world.pod(name) for name in names}
+                vm_pods = [(name, ref["name"]) for name, obj in found.items() if obj is not None
+                           and (obj.get("status") or {}).get("phase") not in (
+                               "Succeeded", "Failed")
+                           and not obj["metadata"].get("deletionTimestamp")
+                           for ref in obj["metadata"].get("ownerReferences") or []
+                           if ref.get("kind") == "VirtualMachineInstance"]
+                free = [name for name, obj in found.items() if obj is None]
+                if not self.world.has_node(i) or len(free) < (1 if vm_pods else 2):
+                    return
+                started = not vm_pods
+                if vm_pods:
+                    source, vm = vm_pods[pick % len(vm_pods)]
+                else:
+                    # no VM runs: one starts first, on another node where there is one
+                    source, vm = free.pop(0), "vm-a"
+                    there = next((n for n in range(nodes) if n != i and self.world.has_node(n)),
+                                 i)
+                    self.world.add_pod(source, there, owner=("VirtualMachineInstance", vm))
+                # the VM runs (KubeVirt migrates a running VM only): its network settled
+                self.world.settle(advance=60.0, max_steps=_SETTLE_STEPS)
+                moved = free[0]
+                label = {"kubevirt.io/migrationJobUID": f"mig-{moved}"}
+                said = KubeVirt(self.cluster, self.world.namespace, self.world.clock)
+                migration = f"mig-{moved}-{self.world.restarts}"
+                if kubevirt:
+                    with self.world.quiet():
+                        running = self.world.pod(source)
+                        assert running is not None
+                        source_node = str(running["spec"]["nodeName"])
+                        said.running(vm, source_node)
+                        label = {"kubevirt.io/migrationJobUID": said.begin(
+                            vm, name=migration, source_pod=source, source_node=source_node,
+                            target_pod=moved, target_node=self.world.node_name(i))}
+                self.world.add_pod(moved, i, owner=("VirtualMachineInstance", vm),
+                                   labels=label)
+                self.world.step(steps)
+                self.world.restart()
+                self.world.step(steps)
+                if kubevirt:
+                    if ends == "finished":
+                        self.world.settle(advance=60.0, max_steps=_SETTLE_STEPS)
+                    with self.world.quiet():
+                        said.end(vm, migration, {"finished": "completed"}.get(ends, ends))
+                    # KubeVirt's word first, the pods later: a restart in between
+                    self.world.step(steps)
+                    self.world.restart()
+                    self.world.step(steps)
+                if ends == "finished":
+                    # KubeVirt finishes only once the target runs, with the VM's network
+                    self.world.settle(advance=60.0, max_steps=_SETTLE_STEPS)
+                    self.world.finish_pod(source, "Succeeded")
+                elif ends == "failed":
+                    self.world.finish_pod(moved, "Failed")
+                elif ends == "aborted":
+                    self.world.delete_pod(moved)
+                # the record's move (to the target, or back to the source) done before
+                # the next rule, as far as the faults still armed let it
+                self.world.settle(advance=60.0, max_steps=_SETTLE_STEPS)
+                if started:
+                    # the VM started for this migration stops and its address goes: VMs
+                    # stay as frequent as add_vm_pod makes them
+                    for name in (source, moved):
+                        if self.world.pod(name) is not None:
+                            self.world.delete_pod(name)
+                    self.world.settle(advance=self.world.policy().sticky_hold + 10.0,
+                                      max_steps=_SETTLE_STEPS)
+                event(f"live migration with a controller restart: {ends}"
+                      + (", KubeVirt's migrationState first" if kubevirt else ""))
 
         @rule(pod=pod_names, graceful=st.booleans())
         def delete_pod(self, pod: str, graceful: bool) -> None:

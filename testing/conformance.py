@@ -56,6 +56,7 @@ from podnet.core.models import (
     PodNetwork,
     PodNetworkSpec,
 )
+from podnet.core.objects import record_finished
 from podnet.core.plugin import Providers
 from podnet.core.tracing import (
     ATTR_ERROR_TYPE,
@@ -334,6 +335,13 @@ class ProviderConformance(abc.ABC):
             again = world.record_of("p0")
             assert again is not None and again.metadata.uid != pn.metadata.uid
             assert again.status.phase is Phase.ROUTED
+        elif how in ("pod terminal", "pod deleted with grace"):
+            # the pod's object stays: the finalizer's removal said the record is
+            # finished (as good as deleted), and the garbage collector takes it with
+            # the pod
+            left = cluster.get(POD_NETWORK, name, ns)
+            assert record_finished(left), left["metadata"]
+            assert world.record_of("p0") is None
         else:
             with pytest.raises(NotFound):
                 cluster.get(POD_NETWORK, name, ns)
@@ -406,7 +414,8 @@ class ProviderConformance(abc.ABC):
         interfaces = self.cloud_interfaces(provider_plugin)
         with world.quiet():
             owners = frozenset(f"{o['metadata']['namespace']}/{o['metadata']['name']}"
-                               for o in world.cluster.list(POD_NETWORK).items)
+                               for o in world.cluster.list(POD_NETWORK).items
+                               if not record_finished(o))
         sweep = Providers(plugin_manager).hook(self.provider_name, "podnet_sweep")
         found = sweep(provider=self.provider_name, owners=owners, remove=frozenset())
         everything = {*(found or ()), *truth, *(interfaces or {}), *owners}

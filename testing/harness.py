@@ -39,7 +39,15 @@ from podnet.core.cluster.port import (
 from podnet.core.convert import RecordError, from_wire, salvage_pod_network
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.fence import Fence
-from podnet.core.models import DEFAULT_NETWORK, FINALIZER, Phase, PodNetwork
+from podnet.core.models import (
+    ANNOTATION_MIGRATION_SOURCE,
+    ANNOTATION_MIGRATION_SOURCE_NODE,
+    DEFAULT_NETWORK,
+    FINALIZER,
+    Phase,
+    PodNetwork,
+)
+from podnet.core.objects import record_finished
 from podnet.core.plugin import Providers, new_plugin_manager
 from podnet.core.policy import PoolPolicy
 from podnet.core.tracing import Tracing
@@ -165,7 +173,8 @@ class EngineRig:
     def records(self, pod: str | None = None) -> list[Obj]:
         """The PodNetworks (of the pod named ``pod``)."""
         items = self.cluster.list(POD_NETWORK).items
-        return [r for r in items if pod is None or r["spec"]["podName"] == pod]
+        return [r for r in items if (pod is None or r["spec"]["podName"] == pod)
+                and not record_finished(r)]
 
     def record(self, pod: str) -> Obj:
         """The one PodNetwork of the pod named ``pod``."""
@@ -397,11 +406,14 @@ class World:
         return True
 
     def add_pod(self, name: str, node: int | str, annotations: Mapping[str, str] | None = None,
-                owner: tuple[str, str] | None = None) -> Obj:
+                owner: tuple[str, str] | None = None,
+                labels: Mapping[str, str] | None = None) -> Obj:
         """Create a running pod bound to ``node``; ``owner`` is its controller as
-        ``(kind, name)``, e.g. ``("StatefulSet", "web")`` for a sticky pod."""
+        ``(kind, name)``, e.g. ``("StatefulSet", "web")`` for a sticky pod; ``labels``
+        added to the test's own (KubeVirt's ``kubevirt.io/migrationJobUID`` on a live
+        migration's target pod, say)."""
         meta: dict[str, Any] = {"name": name, "namespace": self.namespace,
-                                "labels": {"app": "podnet-test"}}
+                                "labels": {"app": "podnet-test", **(labels or {})}}
         if annotations:
             meta["annotations"] = dict(annotations)
         if owner is not None:
@@ -480,11 +492,14 @@ class World:
     # --- ground truth -------------------------------------------------------------------
 
     def records(self) -> list[PodNetwork]:
-        """Every PodNetwork as the API server holds it."""
+        """Every PodNetwork as the API server holds it, less the finished ones (released,
+        left to the garbage collector: as good as deleted)."""
         with self.quiet():
             items = self.cluster.list(POD_NETWORK).items
         out: list[PodNetwork] = []
         for obj in items:
+            if record_finished(obj):
+                continue
             try:
                 out.append(from_wire(PodNetwork, obj))
             except RecordError as exc:  # made unreadable on purpose: as far as it reads
@@ -590,9 +605,19 @@ class World:
 
     def dangling_problems(self) -> list[str]:
         """Allocated or routed records on live nodes whose address (either half of a
-        dual-stack pair the cloud reports) the cloud lacks."""
+        dual-stack pair the cloud reports) the cloud lacks. A provider without node pools
+        binds an address to a node when it routes it: its Allocated record (a record
+        that moved with its pod, its route still to come) needs its address in the cloud,
+        on whichever node; its Routed record needs it on the record's node."""
         cloud = self.cloud_addresses()
         nodes = self.live_nodes()
+        node_pool = self.engine.providers[self.provider].uses_node_pool
+
+        def dangles(pn: PodNetwork, address: str) -> bool:
+            if node_pool or pn.status.phase is Phase.ROUTED:
+                return cloud.get(address) != pn.spec.node_name
+            return address not in cloud
+
         return [
             f"{pn.key} is {pn.status.phase.value} on {address}, which the cloud does "
             f"not have on {pn.spec.node_name} (cloud: {cloud.get(address)})"
@@ -601,7 +626,7 @@ class World:
             and pn.spec.node_name in nodes
             for address in (pn.status.ip, pn.status.ipv6)
             if address and (address == pn.status.ip or _cloud_has_ipv6(cloud))
-            and cloud.get(address) != pn.spec.node_name
+            and dangles(pn, address)
         ]
 
     def convergence_problems(self) -> list[str]:
@@ -609,9 +634,22 @@ class World:
         wanted = self.wanted_pods()
         records = self.records()
         by_pod: dict[str, list[PodNetwork]] = {}
+        lent: dict[str, PodNetwork] = {}
         for pn in records:
             by_pod.setdefault(f"{pn.metadata.namespace}/{pn.spec.pod_name}", []).append(pn)
+            source = pn.metadata.annotations.get(ANNOTATION_MIGRATION_SOURCE)
+            if source is not None:
+                lent[f"{pn.metadata.namespace}/{source}"] = pn
         for key, pod in sorted(wanted.items()):
+            if key not in by_pod and key in lent:
+                # a live migration's source: the VM's record serves its target meanwhile
+                pn = lent[key]
+                if pn.metadata.annotations.get(ANNOTATION_MIGRATION_SOURCE_NODE) != pod[
+                        "spec"]["nodeName"] or pn.status.phase is not Phase.ROUTED:
+                    problems.append(f"pod {key}: its VM's record {pn.key} is "
+                                    f"{pn.status.phase.value}, its source node "
+                                    f"{pn.metadata.annotations.get(ANNOTATION_MIGRATION_SOURCE_NODE)}")
+                continue
             mine = [pn for pn in by_pod.get(key, ())
                     if pn.spec.network == DEFAULT_NETWORK and pn.spec.pod_uid == _pod_uid(pod)]
             if len(mine) != 1:

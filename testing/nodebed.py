@@ -228,10 +228,17 @@ class Stack:
         ``agent-<node>`` otherwise), in ``netns``, its socket at :meth:`socket_of`; ``args``
         are more of its flags."""
         provider_args = [a for p in (providers or [self.provider]) for a in ("--provider", p)]
-        return self.spawn(name or self.agent_name(node), [
+        name = name or self.agent_name(node)
+        # a health socket of its own (beds run at once); one in ``args`` comes after, and wins
+        return self.spawn(name, [
             "node", "--node", node, "--kubeconfig", str(self.kubeconfig), *provider_args,
-            "--socket", self.socket_of(node), "--add-timeout", f"{add_timeout:g}", *args],
-            netns=netns)
+            "--socket", self.socket_of(node), "--add-timeout", f"{add_timeout:g}",
+            "--health-listen", f"unix:{self.health_socket(name)}", *args], netns=netns)
+
+    def health_socket(self, name: str) -> str:
+        """Where agent process ``name`` serves /healthz, /readyz and /metrics (a unix
+        socket, unless its ``args`` chose another ``--health-listen``)."""
+        return str(self.tmp / f"{name}.health.sock")
 
     @staticmethod
     def agent_name(node: str) -> str:

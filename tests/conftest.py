@@ -92,11 +92,37 @@ def core(api: client.ApiClient) -> client.CoreV1Api:
     return client.CoreV1Api(api)
 
 
-def _weight(item: pytest.Item) -> int:
-    """0 for a chaos machine's file, 1 for a file with a slow test, 2 for the rest."""
+#: the longest files and roughly the seconds each takes on a loaded 2-core machine (the
+#: netpol truth modules timed alone, the others their tests' sum in a CI run's slowest
+#: list; refresh from the "slowest files" a ``--durations`` run prints): handed out first,
+#: longest first, so that no long file starts when the other worker is nearly out of files
+LONG_FILES = {
+    "tests/test_netpol_truth_ecs.py": 325,
+    "tests/test_netpol_truth_ovn.py": 300,
+    "tests/test_netpol_truth.py": 220,
+    "tests/test_ovn_chaos.py": 130,
+    "tests/test_ecs_chaos.py": 115,
+    "tests/test_eni_dataplane.py": 100,
+    "tests/test_e2e_run.py": 90,
+    "tests/test_node_agent.py": 65,
+    "tests/test_e2e_restarts.py": 60,
+    "tests/test_reference_chaos.py": 55,
+    "tests/test_cni_ipam.py": 55,
+    "tests/test_bbc_chaos.py": 45,
+    "tests/test_ovn_netpol_dataplane.py": 35,
+    "tests/test_ovn_dataplane.py": 30,
+}
+
+
+def _weight(item: pytest.Item) -> tuple[int, float]:
+    """A file's place in the hand-out order: the :data:`LONG_FILES` by their seconds,
+    then a chaos machine's file, a file with a slow test, the rest."""
+    seconds = LONG_FILES.get(item.nodeid.split("::", 1)[0])
+    if seconds is not None:
+        return (0, -seconds)
     if "chaos" in item.path.name:
-        return 0
-    return 1 if item.get_closest_marker("slow") else 2
+        return (1, 0.0)
+    return (2 if item.get_closest_marker("slow") else 3, 0.0)
 
 
 # A chaos machine runs 200 random histories: 110-260 s on 2 cores shared with the other
@@ -116,6 +142,30 @@ def chaos_timeout(config: pytest.Config) -> float | None:
     return CHAOS_TIMEOUT
 
 
+#: test file -> seconds its tests took (setup, call and teardown; a module fixture's start
+#: is in its first test's setup), summed from the reports, the workers' ones included
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    file = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[file] = _FILE_SECONDS.get(file, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config
+                            ) -> None:
+    """With ``--durations``: the slowest files too (what a worker holds while it runs one:
+    the lever of the run's length, and the order :func:`pytest_collection_modifyitems`
+    hands them out in)."""
+    if config.getoption("durations", None) is None or not _FILE_SECONDS:
+        return
+    slowest = sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])
+    terminalreporter.write_sep("=", f"slowest 25 files of {len(slowest)} "
+                                    f"({sum(_FILE_SECONDS.values()):.0f} s in all)")
+    for file, seconds in slowest[:25]:
+        terminalreporter.write_line(f"{seconds:8.1f}s {file}")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     timeout = chaos_timeout(config)
     for item in items:
@@ -124,9 +174,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.timeout(timeout))
     if "PYTEST_XDIST_WORKER" not in os.environ:
         return
-    weight: dict[str, int] = {}
+    weight: dict[str, tuple[int, float]] = {}
     for item in items:
         file = str(item.path)
-        weight[file] = min(weight.get(file, 2), _weight(item))
+        weight[file] = min(weight.get(file, (3, 0.0)), _weight(item))
     # stable: files keep their order within a weight, tests theirs within a file
     items.sort(key=lambda item: weight[str(item.path)])

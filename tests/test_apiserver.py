@@ -21,7 +21,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from podnet.core import models
-from podnet.core.cluster.port import NODE, POD, POD_NETWORK
+from podnet.core.cluster.port import NODE, POD, POD_NETWORK, VMI
 from podnet.core.convert import to_wire
 from podnet.sim import schema
 from podnet.sim.apiserver import ApiServer
@@ -94,7 +94,8 @@ def test_discovery_lists_kinds_verbs_and_short_names(server: ApiServer) -> None:
     _, groups, _ = request(server, "GET", "/apis")
     versions = {v["groupVersion"] for g in groups["groups"] for v in g["versions"]}
     assert versions == {"coordination.k8s.io/v1", "podnet.io/v1alpha1", "apps/v1",
-                        "events.k8s.io/v1", "k8s.cni.cncf.io/v1", "networking.k8s.io/v1"}
+                        "events.k8s.io/v1", "k8s.cni.cncf.io/v1", "networking.k8s.io/v1",
+                        "kubevirt.io/v1"}
     _, ours, _ = request(server, "GET", "/apis/podnet.io/v1alpha1")
     res = {r["name"]: r for r in ours["resources"]}
     assert res["podnetworks"]["shortNames"] == ["pn"] and res["podnetworks"]["namespaced"]
@@ -470,7 +471,7 @@ def test_crd_schema_rejects_bad_records_naming_the_field(api: client.ApiClient) 
     assert '"Bogus"' in status_of(err.value)["message"]
     with pytest.raises(ApiException) as err:
         co.patch_namespaced_custom_object_status(
-            GROUP, VERSION, "default", "podnetworks", "web", {"status": {"ip": "fd00::1"}},
+            GROUP, VERSION, "default", "podnetworks", "web", {"status": {"ip": "10.0.0.300"}},
             _content_type=MERGE,
         )
     assert err.value.status == 422 and "status.ip" in status_of(err.value)["message"]
@@ -780,8 +781,10 @@ def test_schema_validator_subset() -> None:
 def test_crd_files_match_models_and_install_form() -> None:
     crds = {c.plural: c for c in schema.load_crds()}
     assert set(crds) == {"podnetworks", "nodenetworks", "subnets", "ippools", "securitygroups",
-                         "network-attachment-definitions"}
+                         "network-attachment-definitions", "virtualmachineinstances",
+                         "virtualmachineinstancemigrations"}
     assert crds["podnetworks"].ref == POD_NETWORK
+    assert crds["virtualmachineinstances"].ref == VMI  # the kind core reads
     assert crds["podnetworks"].schema["properties"]["status"]["properties"]["phase"]["enum"] == [
         p.value for p in models.Phase
     ]

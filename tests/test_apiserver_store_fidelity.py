@@ -5,6 +5,7 @@ through the official client; each docstring names the upstream behaviour asserte
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -39,6 +40,20 @@ def test_a_put_is_defaulted_as_a_create_is(core: client.CoreV1Api) -> None:
     assert put.spec.containers[0].termination_message_policy == "File"
     assert put.spec.containers[0].image_pull_policy == "IfNotPresent"
     assert put.metadata.resource_version == made.metadata.resource_version
+
+
+def test_a_put_that_changes_nothing_a_second_later_keeps_the_resource_version(
+        core: client.CoreV1Api) -> None:
+    """managedFields' time moves only when the write took fields: the fields the server
+    sets itself (uid, creationTimestamp), absent from a PUT's body, are no change, so
+    the same PUT in a later second is still no write (a loaded CI run found it)."""
+    made = core.create_namespaced_pod(NS, pod("later"))
+    time.sleep(1.1)  # managedFields' times have seconds
+    body = pod("later")
+    body["metadata"]["resourceVersion"] = made.metadata.resource_version
+    put = core.replace_namespaced_pod("later", NS, body)
+    assert put.metadata.resource_version == made.metadata.resource_version
+    assert put.metadata.managed_fields == made.metadata.managed_fields
 
 
 def test_a_merge_patch_result_is_defaulted(core: client.CoreV1Api) -> None:

@@ -39,12 +39,13 @@ def _simulator() -> BbcSimulator:
     return _SIM
 
 
-def _provider(ip_cap: int = 40, cloud_cap: int | None = None, **policy: Any) -> BbcProvider:
+def _provider(ip_cap: int = 40, cloud_cap: int | None = None, ip_stack: str = "ipv4",
+              **policy: Any) -> BbcProvider:
     sim = _simulator()
     sim.reset()
     register_nodes(sim, [World.node_name(i) for i in range(NODES)],
                    ip_cap=cloud_cap if cloud_cap is not None else ip_cap)
-    provider = provider_for(sim, ip_cap=ip_cap,
+    provider = provider_for(sim, ip_cap=ip_cap, ip_stack=ip_stack,
                             policy=attrs.evolve(default_policy(), **policy) if policy else None)
     provider.sim = sim  # type: ignore[attr-defined]
     return provider
@@ -84,6 +85,23 @@ TightBbcChaos = make_chaos_machine(
 TestTightBbcChaos = TightBbcChaos.TestCase
 TestTightBbcChaos.settings = chaos_settings(max(1, _examples() // 2))
 
+#: dual stack on the same tight instances: every pool entry is an IPv4/IPv6 pair (two
+#: batchAddIp calls per grow; a failed IPv6 call gives the IPv4 halves back), the cloud's
+#: IPv6 cap below the provider's cap as the IPv4 one is, and a cloud that forgets IPv4
+#: addresses records hold; the machine's leak and double-owner checks count both halves
+#: (the simulator's ground truth holds both)
+DualBbcChaos = make_chaos_machine(
+    lambda: _provider(ip_cap=12, cloud_cap=9, ip_stack="dual", min_idle=1, max_idle=2,
+                      batch_size=2, max_batch_size=4, reuse_cooldown=0.0),
+    _addresses, cloud_fault_rate=_fault_rate, cloud_forget=_forget, nodes=NODES, pods=8,
+    name="DualBbcChaos")
+TestDualBbcChaos = DualBbcChaos.TestCase
+#: fewer examples by default (two batchAddIp calls per grow); PODNET_CHAOS_EXAMPLES sets
+#: the count as for the others
+DUAL_EXAMPLES = 40
+TestDualBbcChaos.settings = chaos_settings(int(os.environ.get(EXAMPLES_ENV,
+                                                              str(DUAL_EXAMPLES))))
+
 
 def test_a_node_registered_again_then_deleted_in_its_records_gap_keeps_its_addresses(
 ) -> None:
@@ -104,6 +122,64 @@ def test_a_node_registered_again_then_deleted_in_its_records_gap_keeps_its_addre
         state.settle(seconds=0.0)
         state.node_deleted(i=0, kill="node_inventory", pods_on_it=0, steps=1, when="before")
         state.every_cloud_address_has_a_record()
+        state.teardown()
+    finally:
+        state.world.close()
+
+
+def test_a_dual_stack_record_readdressed_after_the_cloud_lost_its_ipv4_half_leaks_nothing(
+) -> None:
+    """Found by the dual-stack machine with a cloud that forgets: the cloud loses a routed
+    record's IPv4 half; the record is re-addressed and its lost address leaves the pool,
+    which took the pair's IPv6 half (still on the machine) with it: named by nothing, held
+    by no pool, never given back. Now the IPv6 half stays in the pool as an invalid half,
+    and the next shrink gives it back."""
+    state = DualBbcChaos()
+    try:
+        state.populate(up=3, running=8)
+        state.node_deleted(i=0, kill=None, pods_on_it=0, steps=14, when="before")
+        state.pause_leader_past_lease(late=0.0, stale_steps=1, steps=22)
+        state.cloud_forgets(count=1, i=1)
+        state.teardown()
+    finally:
+        state.world.close()
+
+
+def test_a_dual_stack_node_that_leaves_after_a_hand_edit_gave_a_record_anothers_ipv4_leaks_nothing(
+) -> None:
+    """Found by the dual-stack machine (CI): a record's status.ip edited by hand to
+    another record's address on the same node, and the Node deleted before the record was
+    re-addressed. The leave's fresh read of the pool made the edited record's IPv6 half a
+    suspect (named by a record whose IPv4 another holds); a node that left has no GC to
+    look at suspects again, so the half stayed on the machine when the leave was done.
+    Now a leaving node's pool holds that half for its record, and it goes back with it."""
+    state = DualBbcChaos()
+    try:
+        state.populate(up=3, running=8)
+        state.pause_leader_past_lease(late=0.0, stale_steps=16, steps=21)
+        state.edit_record_ip(a="p3", b="p0")
+        state.delete_node(i=0)
+        state.teardown()
+    finally:
+        state.world.close()
+
+
+def test_a_dual_stack_node_that_leaves_after_the_cloud_lost_ipv4_halves_leaks_nothing(
+) -> None:
+    """Found by a run of the dual-stack machine with a cloud that forgets: the cloud loses
+    the IPv4 halves of two records' pairs on node-0001, and the Node is deleted. The
+    leave's fresh read of the pool counts the records' IPv6 halves as theirs (suspects,
+    not the pool's); the records then let their addresses go, the IPv4 halves count as
+    given back (the cloud has none), and the leave finishes with the IPv6 halves still on
+    the machine, named by nothing. Now the pool holds such an IPv6 half for its record,
+    and it goes back with the record."""
+    state = DualBbcChaos()
+    try:
+        state.populate(up=3, running=6)
+        state.settle(seconds=0.0)
+        state.cloud_forgets(count=2, i=1)
+        state.delete_node(i=1)
+        state.settle(seconds=1.0)
         state.teardown()
     finally:
         state.world.close()

@@ -64,3 +64,13 @@ class TestBbcConformance(ProviderConformance):
             (BceHttpClientError("Unable to execute HTTP request", ConnectionRefusedError()),
              ErrorKind.TRANSIENT),
         ]
+
+
+class TestBbcDualStackConformance(TestBbcConformance):
+    """The same suite with ``ipStack: dual``: every pool address an IPv4/IPv6 pair."""
+
+    @pytest.fixture
+    def provider_plugin(self, bbc_sim: BbcSimulator) -> BbcProvider:
+        provider = provider_for(bbc_sim, policy=default_policy(), ip_stack="dual")
+        provider.sim = bbc_sim  # type: ignore[attr-defined]
+        return provider

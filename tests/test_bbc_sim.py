@@ -19,7 +19,8 @@ from baidubce.services.bbc.bbc_client import BbcClient
 from baidubce.services.subnet.subnet_client import SubnetClient
 
 from podnet.core.errors import ErrorKind
-from podnet.plugins.bbc.provider import BbcApi, classify, error_code
+from podnet.plugins.bbc.api import BbcApi, classify
+from podnet.plugins.bbc.credentials import error_code
 from podnet.plugins.bbc.sim import API_ADD, API_DEL, API_PORT, BbcSimulator
 
 

@@ -1,11 +1,13 @@
 """The Helm chart in deploy/chart/, rendered by Helm's own engine: every manifest of every
-provider's values validates against Kubernetes' schemas, the pod specs are a network
-add-on's, and deploy/'s plain manifests are the chart's defaults."""
+provider's values validates against Kubernetes' schemas at the oldest version the chart
+claims and at the newest kubernetes-validate knows, the pod specs are a network add-on's,
+and deploy/'s plain manifests are the chart's defaults."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,20 @@ from podnet.core.config import parse_config
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "deploy" / "chart"
-K8S_VERSION = "1.30"
+
+def oldest_claimed() -> str:
+    """The Kubernetes version Chart.yaml's kubeVersion starts at (">=1.30.0-0": 1.30)."""
+    claim = yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"]
+    match = re.fullmatch(r">=\s*v?(\d+)\.(\d+)(\.\d+)?(-0)?", claim)
+    assert match, f"Chart.yaml's kubeVersion {claim!r}: say the oldest version with >="
+    return f"{match[1]}.{match[2]}"
+
+
+#: the oldest the chart claims and the newest kubernetes-validate has schemas of
+K8S_VERSIONS = (oldest_claimed(), kubernetes_validate.latest_version())
+#: kinds of CRDs the cluster may not have (prometheus-operator's): no schema to validate
+#: them against here, their own tests check them
+OPTIONAL_KINDS = {"ServiceMonitor", "PrometheusRule"}
 
 _spec = importlib.util.spec_from_file_location("render_deploy", ROOT / "scripts" /
                                                "render_deploy.py")
@@ -51,25 +66,55 @@ def one(rendered: list[dict[str, Any]], kind: str, name: str | None = None) -> d
     return doc
 
 
-def test_helm_lints_the_chart_clean() -> None:
+def test_the_versions_checked_are_two() -> None:
+    oldest, newest = K8S_VERSIONS
+    assert tuple(map(int, oldest.split("."))) < tuple(map(int, newest.split(".")))
+
+
+def with_everything_on(values: dict[str, Any] | None) -> dict[str, Any]:
+    """A provider's values with every optional object and setting of the chart on."""
+    return {**(values or {}),
+            "imagePullSecrets": [{"name": "regcred"}],
+            "metrics": {"serviceMonitor": {"enabled": True}},
+            "monitoring": {"prometheusRule": {"enabled": True, "labels": {}},
+                           "dashboard": {"enabled": True,
+                                         "labels": {"grafana_dashboard": "1"}}},
+            "cni": {"uninstall": True},
+            "controller": {"extraArgs": ["-v"], "podAnnotations": {"a": "b"},
+                           "extraEnv": [{"name": "OTEL_SERVICE_NAME", "value": "podnet"}],
+                           "serviceAccount": {"annotations": {"a": "b"}}},
+            "node": {**(values or {}).get("node", {}), "extraArgs": ["-v"],
+                     "podLabels": {"a": "b"}}}
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_helm_lints_the_chart_clean(version: str) -> None:
     for provider in PROVIDER_VALUES:
-        report = helm_python.lint(str(CHART), values_of(provider), strict=True,
-                                  kube_version=f"v{K8S_VERSION}.0")
-        problems = [m for m in report["messages"] if m["severity"] >= 2]
-        assert report["errors"] == [] and problems == [], (provider, problems)
+        for values in (values_of(provider), with_everything_on(values_of(provider))):
+            report = helm_python.lint(str(CHART), values, strict=True,
+                                      kube_version=f"v{version}.0")
+            problems = [m for m in report["messages"] if m["severity"] >= 2]
+            assert report["errors"] == [] and problems == [], (provider, problems)
 
 
+@pytest.mark.parametrize("version", K8S_VERSIONS)
 @pytest.mark.parametrize("provider", sorted(PROVIDER_VALUES))
-def test_every_rendered_manifest_validates_strictly(provider: str) -> None:
-    rendered = docs(values_of(provider), namespace="podnet-system")
-    for doc in rendered:
-        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
-        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
-            assert doc["metadata"]["namespace"] == "podnet-system", doc["metadata"]
-    # the CRDs are the chart's crds/ (Helm installs them before the templates)
+def test_every_rendered_manifest_validates_strictly(provider: str, version: str) -> None:
+    for values in (values_of(provider), with_everything_on(values_of(provider))):
+        rendered = docs(values, namespace="podnet-system")
+        for doc in rendered:
+            if doc["kind"] not in OPTIONAL_KINDS:
+                kubernetes_validate.validate(doc, version, strict=True)
+            if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+                assert doc["metadata"]["namespace"] == "podnet-system", doc["metadata"]
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_the_crds_validate_at_every_version_the_chart_claims(version: str) -> None:
+    """The chart's crds/ (Helm installs them before the templates): a field newer than
+    Chart.yaml's kubeVersion (PodNetwork's selectableFields is 1.30's) fails here."""
     for crd in sorted((CHART / "crds").glob("*.yaml")):
-        kubernetes_validate.validate(yaml.safe_load(crd.read_text()), K8S_VERSION,
-                                     strict=True)
+        kubernetes_validate.validate(yaml.safe_load(crd.read_text()), version, strict=True)
 
 
 @pytest.mark.parametrize("provider", sorted(PROVIDER_VALUES))
@@ -172,6 +217,38 @@ def test_the_node_agent_runs_on_every_node_with_the_cni_install_step() -> None:
     # the Role the agent writes its report with, bound to its account
     report = one(rendered, "RoleBinding", "podnet-node-report")
     assert report["subjects"][0]["name"] == spec["serviceAccountName"] == "podnet-node"
+
+
+def test_the_node_agent_is_probed_on_its_loopback_health_port() -> None:
+    """The agent is on the host network: it listens on the node's loopback only, and the
+    kubelet (on the host too) probes it there; the port is one value."""
+    for values, port in ((None, 9254), ({"node": {"health": {"port": 9300}}}, 9300)):
+        (agent,) = one(docs(values), "DaemonSet")["spec"]["template"]["spec"]["containers"]
+        args = agent["args"]
+        assert args[args.index("--health-listen") + 1] == f"127.0.0.1:{port}"
+        assert float(args[args.index("--stuck-after") + 1]) == 300
+        for probe, path in (("startupProbe", "/healthz"), ("livenessProbe", "/healthz"),
+                            ("readinessProbe", "/readyz")):
+            assert agent[probe]["httpGet"] == {"host": "127.0.0.1", "path": path,
+                                               "port": port}, probe
+        # liveness counts only once the start is over, after several failures in a row
+        assert agent["startupProbe"]["failureThreshold"] * agent["startupProbe"][
+            "periodSeconds"] >= 120
+        assert agent["livenessProbe"]["failureThreshold"] >= 3
+        assert "ports" not in agent, "nothing to reach from outside the node"
+
+
+def test_the_agents_listener_opens_to_the_nodes_addresses_only_when_asked() -> None:
+    """``node.health.host: 0.0.0.0`` lets a Prometheus scrape the agents; the probes still
+    ask the loopback, where such a listener answers too; any other host is refused (the
+    probes would miss it)."""
+    values = {"node": {"health": {"host": "0.0.0.0"}}}
+    (agent,) = one(docs(values), "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    args = agent["args"]
+    assert args[args.index("--health-listen") + 1] == "0.0.0.0:9254"
+    assert agent["livenessProbe"]["httpGet"]["host"] == "127.0.0.1"
+    with pytest.raises(Exception, match="host"):
+        docs({"node": {"health": {"host": "10.0.0.5"}}})
 
 
 def test_deploy_holds_the_charts_defaults() -> None:

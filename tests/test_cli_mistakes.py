@@ -234,6 +234,47 @@ def test_a_busy_listen_port(api: Path, busy_port: int) -> None:
     assert line == f"podnet run: --listen 127.0.0.1:{busy_port}: Address already in use"
 
 
+# --- start-up: the config and the flags over it -------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# all commented out\n# workers: 4\n"])
+@pytest.mark.parametrize("command", ["run", "node", "audit"])
+def test_an_empty_config_file_is_refused(api: Path, tmp_path: Path, text: str,
+                                         command: str) -> None:
+    """An empty file is a mount gone wrong (a ConfigMap key the volume lacks), never a
+    wish for every default: before anything starts, one line naming the file."""
+    config = tmp_path / "config.yaml"
+    config.write_text(text)
+    extra = {"run": ["--no-leader-elect", "--listen", "127.0.0.1:0"], "node": ["--node", "n1"],
+             "audit": []}[command]
+    line = one_line(podnet(command, "--kubeconfig", str(api), "--config", str(config),
+                           "--provider", "reference", *extra))
+    assert f"podnet {command}:" in line and str(config) in line and "is empty" in line
+
+
+def test_an_explicit_empty_mapping_means_every_default(tmp_path: Path) -> None:
+    from podnet.core.config import Config, load_config
+
+    config = tmp_path / "config.yaml"
+    config.write_text("{}\n")
+    assert load_config(config) == Config()
+
+
+@pytest.mark.parametrize(("flags", "needle"), [
+    (["--workers", "0"], "--workers: expected a whole number from 1 to 256, got 0"),
+    (["--workers", "257"], "--workers: expected a whole number from 1 to 256, got 257"),
+    (["--listen", "nowhere"], "--listen: expected HOST:PORT, got 'nowhere'"),
+    (["--listen", "127.0.0.1:99999"], "--listen: bad port in '127.0.0.1:99999'"),
+])
+def test_a_flag_over_the_config_is_checked_as_the_config_is(
+        api: Path, flags: list[str], needle: str) -> None:
+    """``--workers 0`` is refused, not read as "the config's value"; a flag is held to
+    the config key's rule."""
+    line = one_line(podnet("run", "--kubeconfig", str(api), "--no-leader-elect",
+                           "--provider", "reference", *flags))
+    assert line.startswith("podnet run:") and needle in line
+
+
 @pytest.mark.parametrize("leader_elect", [False, True])
 def test_an_api_server_that_is_down_is_waited_for_and_said_once(
     tmp_path: Path, leader_elect: bool
@@ -306,7 +347,8 @@ def test_node_with_a_socket_directory_it_cannot_make(api: Path, tmp_path: Path) 
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     line = one_line(podnet("node", "--node", "n1", "--kubeconfig", str(api),
-                           "--provider", "reference", "--socket", str(blocker / "agent.sock")))
+                           "--provider", "reference", "--socket", str(blocker / "agent.sock"),
+                           "--health-listen", "127.0.0.1:0"))
     assert line.startswith("podnet node: ") and str(blocker) in line
     assert "Not a directory" in line
 
@@ -321,7 +363,8 @@ def test_node_with_a_garbage_kubeconfig(tmp_path: Path) -> None:
 def test_node_waits_for_an_api_server_that_is_down(tmp_path: Path) -> None:
     config = kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{free_port()}")
     proc = spawn("node", "--node", "n1", "--kubeconfig", str(config),
-                 "--provider", "reference", "--socket", str(tmp_path / "s" / "agent.sock"))
+                 "--provider", "reference", "--socket", str(tmp_path / "s" / "agent.sock"),
+                 "--health-listen", "127.0.0.1:0")
     stderr = Stderr(proc)
     try:
         wait_for("the agent to say the API server does not answer",
@@ -360,3 +403,34 @@ def test_demo_of_ovn_without_ovsdb_server() -> None:
                            "--no-node-stage", env=env))
     assert line.startswith("podnet demo: --provider ovn: ovsdb-server is not installed")
     assert "ovn-central" in line
+
+
+# --- output: JSON for every view; a reader that goes away ----------------------------------
+
+
+def test_every_command_that_prints_a_table_has_json_output() -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for command in ("status", "audit", "plugins"):
+        [output] = [a for a in sub.choices[command]._actions if "--output" in a.option_strings]
+        assert output.choices == ["table", "json"], command
+
+
+def test_plugins_as_json() -> None:
+    run = podnet("plugins", "-o", "json")
+    assert run.returncode == 0, run.stderr
+    listed = json.loads(run.stdout)
+    by_name = {p["name"]: p for p in listed["plugins"]}
+    assert "reference" in by_name and "podnet_allocate" in by_name["reference"]["hooks"]
+    assert all(set(p) == {"name", "version", "source", "hooks"} for p in listed["plugins"])
+
+
+def test_a_reader_that_stops_reading_is_no_traceback() -> None:
+    """``podnet plugins | head -1``: the pipe closes under the command, which ends with
+    the status a shell gives a command ended by SIGPIPE, and says nothing."""
+    proc = subprocess.Popen([sys.executable, "-m", "podnet.app.cli", "plugins", "-o", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before it writes a byte
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and err == ""

@@ -337,3 +337,30 @@ def test_list_follows_continue_tokens_and_survives_their_expiry(
     again = emu.kube.list(POD)
     assert [next(iter(o)) for o in again.items] == ["a", "b", "c"]
     assert again.resource_version == "7"
+
+
+# --- decoding -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("body", [
+    b'{"items":[{"metadata":{"name":"p","annotations":{"a":"\\u00e9t\\u00e9 \\ud83d\\ude00"}}}]}',
+    # integers of any size, as Python's own: a 64-bit decoder would refuse or round them
+    b'{"spec":{"big":123456789012345678901234567890,"neg":-9223372036854775809}}',
+    b'{"f":1.5,"e":1e-7,"t":true,"n":null,"l":[1,"x",[]]}',
+    b'{"a":1,"a":2}',  # the last of duplicate keys, as json.loads keeps it
+    b'{"items":[' + b",".join(b'{"n":%d,"s":"%s"}' % (i, b"x" * 100) for i in range(12000))
+    + b"]}",  # past the size decoded with the collector paused
+])
+def test_answers_decode_to_what_json_loads_gives(body: bytes) -> None:
+    from podnet.core.cluster.kube import _loads
+
+    assert _loads(body) == json.loads(body)
+
+
+def test_an_undecodable_answer_is_a_value_error() -> None:
+    # what the callers catch (a watch skips the line; an error answer is read as text)
+    from podnet.core.cluster.kube import _loads
+
+    for body in (b'{"a":', b"\xff", b'{"a":1} x'):
+        with pytest.raises(ValueError):
+            _loads(body)

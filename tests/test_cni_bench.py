@@ -19,26 +19,33 @@ def test_bench_smoke() -> None:
     out = subprocess.run([sys.executable, str(BENCH), "--runs", "3"], check=True,
                          capture_output=True, text=True, timeout=120)
     report = json.loads(out.stdout)
-    assert report["benchmark"] == "cni_startup" and report["target_ms"] == 50.0
+    assert report["benchmark"] == "cni_startup" and report["target_ms"] == 5.0
     assert isinstance(report["met"], bool)
-    assert isinstance(report["plugin_over_python_p50_ms"], float)
-    for form in ("file", "file_without_site", "python_alone"):
+    # the Python plugin it replaced, from the checkout's history (a shallow clone may
+    # not have it: said), beside it
+    old = ["python_plugin"] if report["python_plugin_revision"] else []
+    assert old or report["python_plugin_skipped"]
+    for form in ("static", *old, "python_alone"):
         assert report[form]["runs"] == 3
         assert 0 < report[form]["p50_ms"] <= report[form]["p99_ms"]
+        assert 0 <= report[form]["cpu_p50_ms"] <= report[form]["cpu_p99_ms"]
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(netns_unavailable() is not None, reason=netns_unavailable() or "")
 def test_add_bench_smoke() -> None:
-    """``--add``: the agent and the controller as processes, a few pods; the shape, and
+    """``--add``: the agent and the controller as processes, a few pods per form (the
+    static plugin, and the Python plugin through the routes it used); the shape, and
     nothing left on the node after the DELs."""
     out = subprocess.run([sys.executable, str(BENCH), "--add", "--pods", "3"], check=True,
                          capture_output=True, text=True, timeout=300)
     report = json.loads(out.stdout)
-    assert report["benchmark"] == "cni_add" and report["target_add_p99_ms"] == 250.0
+    assert report["benchmark"] == "cni_add" and report["target_add_p99_ms"] == 100.0
     assert report["veths_left_after_del"] == 0
     assert isinstance(report["met"], bool)
-    for what in ("add", "del"):
-        assert report[what]["runs"] == 3
-        assert 0 < report[what]["p50_ms"] <= report[what]["p99_ms"]
-    assert report["startup"]["runs"] == 20
+    old = ["python_plugin"] if report["python_plugin_revision"] else []
+    for form in ("static", *old):
+        for what in ("add", "del"):
+            assert report[form][what]["runs"] == 3
+            assert 0 < report[form][what]["p50_ms"] <= report[form][what]["p99_ms"]
+        assert report[form]["startup"]["runs"] == 20

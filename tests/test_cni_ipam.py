@@ -27,8 +27,7 @@ from typing import Any
 import pytest
 
 from podnet.app.install import IPAM_NAME, install_cni
-from podnet.cni.plugin import acts_as_ipam
-from podnet.testing.cni import CniResult, pod_args, run_cni
+from podnet.testing.cni import CniResult, ExecStandIn, plugin_path, pod_args, run_cni
 from podnet.testing.netns import netns_unavailable
 from podnet.testing.nodebed import (
     ATTACHMENT,
@@ -70,8 +69,10 @@ class Node:
         try:
             # the apiserver listens on the node's loopback
             self.ip("link", "set", "lo", "up")
-            # podnet-ipam installed as install-cni installs it; the Debian plugins find
-            # their IPAM plugin on CNI_PATH
+            # podnet-ipam installed as install-cni installs it (the static plugin built
+            # first, beside the podnet scripts, where install-cni takes it from); the
+            # Debian plugins find their IPAM plugin on CNI_PATH
+            plugin_path()
             self.bin_dir = tmp / "cni-bin"
             install_cni(self.bin_dir, tmp / "net.d")
             self.cni_path = f"{self.bin_dir}:{DEBIAN_PLUGINS}"
@@ -282,11 +283,11 @@ def test_bad_input_is_a_cni_error_naming_the_field(
                            "ips": [{"address": address, "gateway": st["gateway"]}],
                            "routes": [{"dst": "0.0.0.0/0", "gw": st["gateway"]}], "dns": {}}
 
-    run_cni("ADD", base, env, argv=[str(node.bin_dir / IPAM_NAME)]).check_error(7, "ipam")
-    ipam("ADD", "podnet-ipam").check_error(7, "ipam")
+    # (an ipam section missing, no object, or with an agentSocket that is no string: the
+    # plugin asks the agent on the default socket, which answers error 7 naming it;
+    # tests/test_cni_exec.py, and tests/test_cni_static.py for the default socket)
     ipam("ADD", {**good, "network": 5}).check_error(7, "ipam.network")
     ipam("ADD", {**good, "network": ""}).check_error(7, "ipam.network")
-    ipam("ADD", {**good, "agentSocket": 3}).check_error(7, "ipam.agentSocket")
     ipam("ADD", {**good, "agentTimeout": "soon"}).check_error(7, "ipam.agentTimeout")
     # a network the pod does not have: no wait, the field named
     ipam("ADD", {**good, "network": "green"}).check_error(7, "ipam.network", "green")
@@ -320,23 +321,18 @@ def test_bad_input_is_a_cni_error_naming_the_field(
     assert ipam("DEL", gone).ok
 
 
-def test_the_role_comes_from_the_name_else_the_config(tmp_path: Path) -> None:
-    as_ipam = {"cniVersion": "1.0.0", "name": "n", "type": "bridge",
-               "ipam": {"type": IPAM_NAME}}
-    as_cni = {"cniVersion": "1.0.0", "name": "n", "type": "podnet-cni"}
-    # the installed names decide, whatever the config says
-    assert acts_as_ipam("/opt/cni/bin/podnet-ipam", as_cni)
-    assert not acts_as_ipam("/opt/cni/bin/podnet-cni", as_ipam)
-    # any other name (python -m, the source file): the config
-    assert acts_as_ipam("/src/podnet/cni/plugin.py", as_ipam)
-    assert not acts_as_ipam("/src/podnet/cni/plugin.py", as_cni)
-    assert not acts_as_ipam("/src/podnet/cni/__main__.py", {"name": "n"})
-    # the installed file under the IPAM name reads the ipam section, even of a podnet-cni
-    # config: error 7 naming it
+def test_the_installed_ipam_name_takes_the_ipam_role(tmp_path: Path) -> None:
+    """The installed file under the IPAM name reads the ipam section even of a podnet-cni
+    config: its socket (the role's choice by name and config: tests/test_cni_plugin.py)."""
+    plugin_path()
     install_cni(tmp_path / "bin", tmp_path / "net.d")
-    done = run_cni("ADD", as_cni, {"CNI_CONTAINERID": "c1", "CNI_NETNS": "/x"},
-                   argv=[str(tmp_path / "bin" / IPAM_NAME)])
-    done.check_error(7, "ipam")
+    with ExecStandIn(str(tmp_path / "ipam.sock")) as agent:
+        as_cni = {"cniVersion": "1.0.0", "name": "n", "type": "podnet-cni",
+                  "agentSocket": str(tmp_path / "none.sock"),
+                  "ipam": {"agentSocket": agent.path}}
+        done = run_cni("STATUS", as_cni, argv=[str(tmp_path / "bin" / IPAM_NAME)])
+        assert done.ok, done
+        assert [r.program for r in agent.requests] == [IPAM_NAME]
 
 
 @pytest.mark.slow

@@ -27,6 +27,7 @@ from podnet.app.demo_node import POD_CIDR, NodeStageReport
 from podnet.app.demo_policy import ALLOW_POLICY, DENY_POLICY, POLICY_PORT, nft_unavailable
 from podnet.core.tracing import read_trace_file
 from podnet.plugins.reference.dataplane import veth_names
+from podnet.testing.cni import plugin_path
 from podnet.testing.netns import netns_unavailable
 from podnet.testing.nodebed import links_in
 
@@ -52,6 +53,13 @@ def _own_temp(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         yield
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _the_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stage runs the static plugin: built now when pytest runs without make, and
+    named to the stage (and to the demo command's process) wherever it was built."""
+    monkeypatch.setenv("PODNET_CNI_PLUGIN", str(plugin_path()))
 
 
 def _temp_dirs() -> set[str]:

@@ -15,7 +15,7 @@ import attrs
 import pytest
 from hypothesis import reproduce_failure
 from hypothesis.errors import DidNotReproduce
-from hypothesis.stateful import run_state_machine_as_test
+from hypothesis.stateful import invariant, run_state_machine_as_test
 
 from podnet.core.cluster.port import POD_NETWORK
 from podnet.core.errors import ErrorKind
@@ -142,13 +142,80 @@ TestTightEcsChaos.settings = chaos_settings(
     int(os.environ.get(EXAMPLES_ENV, str(DEFAULT_EXAMPLES))))
 
 #: the dual-stack machine runs fewer examples by default (it adds a second SDK call per
-#: grow and per shrink)
+#: grow and per shrink); its cloud forgets addresses records hold, as the IPv4 machine's
 DUAL_EXAMPLES = 40
 DualEcsChaos = make_chaos_machine(_dual, _addresses, cloud_fault_rate=_fault_rate, pods=8,
-                                  name="DualEcsChaos", **KILL_KWARGS)
+                                  cloud_forget=_forget, name="DualEcsChaos", **KILL_KWARGS)
 TestDualEcsChaos = DualEcsChaos.TestCase
 TestDualEcsChaos.settings = chaos_settings(
     int(os.environ.get(EXAMPLES_ENV, str(DUAL_EXAMPLES))))
+
+
+def _trunked() -> EcsProvider:
+    """Trunking on, tiny instances: each node's first pool build makes its trunk ENI (the
+    3rd of 4 adapters), leaving 2 secondary ENIs of 3 pod addresses: 6 pods, so that all
+    of them fit on one node at the end."""
+    policy = attrs.evolve(KIT_POLICY, min_idle=1, max_idle=2, batch_size=2, max_batch_size=4,
+                          reuse_cooldown=0.0)
+    world = EcsWorld(policy=policy, instance_type="ecs.sim.tiny", trunk=True)
+    for n in range(3):
+        world.add_node(f"node-{n:04d}", "ecs.sim.tiny")
+    world.plugin.podnet_configure("ecs", {**world.config, "instance_ids": {
+        f"node-{n:04d}": f"i-node{n:04d}" for n in range(3)}})
+    return _new(world)
+
+
+#: the trunk's own deaths: after its CreateNetworkInterface (made, never attached, found
+#: again by its tag) and after its AttachNetworkInterface (attached, never recorded)
+TRUNK_KILLS = ("after-trunk-create", "after-trunk-attach")
+
+
+def _trunk_kill(plugin: Any, point: str | None) -> None:
+    world = _WORLDS[id(plugin)]
+    if point == "after-trunk-create":
+        world.disarm()
+        world.kill_at("CreateNetworkInterface", Crash, when="after",
+                      only=lambda request: request.instance_type == "Trunk")
+    elif point == "after-trunk-attach":
+        world.disarm()
+
+        def a_trunk(request: Any) -> bool:
+            with world.sim.lock:
+                eni = world.sim.enis.get(request.network_interface_id)
+            return eni is not None and eni.kind == "Trunk"
+
+        world.kill_at("AttachNetworkInterface", Crash, when="after", only=a_trunk)
+    else:
+        _kill(plugin, point)
+
+
+class TrunkEcsChaos(make_chaos_machine(  # type: ignore[misc]
+        _trunked, _addresses, cloud_fault_rate=_fault_rate, pods=6, name="TrunkEcsChaos",
+        cloud_kills=(*KILLS, *TRUNK_KILLS), cloud_kill=_trunk_kill,
+        cloud_leftovers=_leftovers)):
+    """The tight machine with trunking on, and two invariants of the trunk: never two on
+    one instance (a trunk made and not recorded is found again, never made twice), and
+    never one deleted (not even when its node leaves: the instance keeps it)."""
+
+    @invariant()
+    def one_trunk_per_instance_and_none_deleted(self) -> None:
+        world = _WORLDS.get(id(self.plugin))
+        if world is None:
+            return
+        trunks = world.trunks()
+        twice = {i: t for i, t in trunks.items() if len(t) > 1}
+        assert not twice, f"more than one trunk ENI on an instance: {twice}"
+        now = {eni_id for found in trunks.values() for eni_id, _ in found}
+        seen: set[str] = self.__dict__.setdefault("_trunks_seen", set())
+        assert seen <= now, f"trunk ENI deleted: {sorted(seen - now)}"
+        seen |= now
+
+
+TestTrunkEcsChaos = TrunkEcsChaos.TestCase
+#: fewer examples by default (every node's first pool build makes and attaches a trunk)
+TRUNK_EXAMPLES = 40
+TestTrunkEcsChaos.settings = chaos_settings(
+    int(os.environ.get(EXAMPLES_ENV, str(TRUNK_EXAMPLES))))
 
 
 # --- histories the machine once failed on, replayed as plain tests -------------------------
@@ -210,6 +277,26 @@ def test_a_node_that_joins_again_keeps_its_pool_recorded() -> None:
         state.drop_watches()
         state.node_deleted(i=0, kill="pool_shrink", pods_on_it=0, steps=26, when="before")
         state.every_cloud_address_has_a_record()
+        state.teardown()
+    finally:
+        state.world.close()
+
+
+@pytest.mark.parametrize("point", TRUNK_KILLS)
+def test_a_kill_between_the_trunks_creation_and_its_record_makes_no_second(
+        point: str) -> None:
+    """The trunk's own deaths, armed before the nodes' first pool builds: the restart's
+    build finds the trunk (by its tag, or attached), the invariants hold, one per node."""
+    state = TrunkEcsChaos()
+    try:
+        state.cloud_kill_at(point=point)
+        state.populate(up=3, running=2)
+        state.settle(seconds=0.0)
+        assert state.world.crashes == 1
+        trunks = _WORLDS[id(state.plugin)].trunks()
+        assert sorted(trunks) == [f"i-node{n:04d}" for n in range(3)], trunks
+        assert all(len(t) == 1 and t[0][1] == "InUse" for t in trunks.values()), trunks
+        state.one_trunk_per_instance_and_none_deleted()
         state.teardown()
     finally:
         state.world.close()
@@ -314,3 +401,26 @@ def test_dual_stack_histories_that_left_a_pod_without_a_slot_converge(blob: byte
     with pytest.raises(DidNotReproduce):
         run_state_machine_as_test(reproduce_failure("6.170.27", blob)(DualEcsChaos),
                                   settings=chaos_settings())
+
+
+def test_a_pod_being_deleted_gets_no_new_record_after_its_node_came_back() -> None:
+    """Found by the tight machine (CI): a pod deleted gracefully (still in its grace
+    period) on a node that left and joined again. Its record was released when the node
+    left and, its pod being deleted, left to the garbage collector finished (hidden from
+    the caches, its name still taken). The pod's pass then saw no record and created one
+    under that name: a conflict, and the key came back at once, for as long as the pod's
+    object stayed (the engine never settled). A pod being deleted now gets no new record."""
+    state = TightEcsChaos()
+    try:
+        state.populate(up=1, running=1)
+        state.provider_fault(kind=ErrorKind.THROTTLED, times=1, where=("release", "before"))
+        state.cluster_fail_next(conflict=True, times=1, what=("create", POD_NETWORK))
+        state.kubelet_confirms(pod="p0")
+        state.node_deleted(i=0, kill=None, pods_on_it=1, steps=13, when="before")
+        state.crash_at(hook="allocate", when="before")
+        state.delete_pod(graceful=True, pod="p0")
+        state.add_node(i=0)
+        state.settle(seconds=0.0)
+        state.teardown()
+    finally:
+        state.world.close()

@@ -294,10 +294,10 @@ def test_pool_rebuild_pairs_records_first_then_zips_and_keeps_halves_out() -> No
     assert pool.addresses[v6[2]].half and pool.total() == 1
 
 
-def test_pool_rebuild_holds_the_ipv6_half_of_a_record_that_lost_its_ipv4() -> None:
-    """Two records name one IPv4 address (a hand edit); the loser's IPv6 half is still
-    its pod's: not paired with its old IPv4 partner (the last recorded pool's pair),
-    not idle, not a half to give back, but a suspect GC leaves alone while named."""
+def _rebuilt_after_a_hand_edit(**halves: Any) -> Any:
+    """A pool rebuilt where the winner holds 10.0.0.1 with 2408::1 and the loser named
+    10.0.0.1 with 2408::2, the last recorded pool pairing 2408::2 with 10.0.0.2 (the
+    loser's before the edit); ``halves``: the rebuild's ``held6`` or ``owned6``."""
     from podnet.core.pool import NodePool
     from podnet.hookspecs.types import CloudInterface, Inventory
 
@@ -306,17 +306,35 @@ def test_pool_rebuild_holds_the_ipv6_half_of_a_record_that_lost_its_ipv4() -> No
                        ipv6=("2408::1", "2408::2")),
     ), max_interfaces=2, ips_per_interface=9, dual_stack=True)
     pool = NodePool("n", "ecs")
-    # the winner holds 10.0.0.1 with 2408::1; the loser named 10.0.0.1 with 2408::2, and
-    # the last recorded pool paired 2408::2 with 10.0.0.2 (the loser's before the edit)
-    pooled = {"10.0.0.1", "10.0.0.2", "2408::1", "2408::2"}
-    pairs = {"10.0.0.1": "2408::1", "10.0.0.2": "2408::2"}
-    pool.rebuild(inventory, {"10.0.0.1": "ns/winner"}, pooled, 0.0, pairs,
-                 held6={"2408::2"})
+    pool.rebuild(inventory, {"10.0.0.1": "ns/winner"},
+                 {"10.0.0.1", "10.0.0.2", "2408::1", "2408::2"}, 0.0,
+                 {"10.0.0.1": "2408::1", "10.0.0.2": "2408::2"}, **halves)
+    return pool
+
+
+def test_pool_rebuild_holds_the_ipv6_half_of_a_record_that_lost_its_ipv4() -> None:
+    """Two records name one IPv4 address (a hand edit); the loser's IPv6 half is still
+    its pod's: not paired with its old IPv4 partner (the last recorded pool's pair),
+    not idle, not a half to give back, but a suspect GC leaves alone while named."""
+    pool = _rebuilt_after_a_hand_edit(held6={"2408::2"})
     assert pool.addresses["10.0.0.1"].ipv6 == "2408::1"
     assert pool.addresses["10.0.0.2"].ipv6 is None and pool.addresses["10.0.0.2"].half
     assert "2408::2" not in pool.addresses and "2408::2" in pool.suspects
     assert all(a.address != "2408::2" for a in pool.halves())
     assert pool.expired_suspects(PoolPolicy(leaked_ip_expiry=0.0), 10.0, {"2408::2"}) == []
+
+
+def test_a_leaving_pool_holds_such_an_ipv6_half_for_its_record() -> None:
+    """The same hand edit on a node that left: no GC will look at its suspects again, so
+    the loser's IPv6 half is held in the pool for the loser (an invalid half, never
+    handed out) and goes back when the loser lets it go."""
+    pool = _rebuilt_after_a_hand_edit(owned6={"2408::2": "ns/loser"})
+    held = pool.addresses["2408::2"]
+    assert held.owner == "ns/loser" and held.half and "2408::2" not in pool.suspects
+    assert pool.addresses["10.0.0.2"].ipv6 is None
+    assert all(a.address != "2408::2" for a in pool.idle_addresses(float("inf")))
+    assert pool.give_back("2408::2", "ns/loser", 0.0)
+    assert [a.address for a in pool.halves() if a.address == "2408::2"] == ["2408::2"]
 
 
 def test_a_static_pair_is_served_when_the_node_holds_it_idle(world: World,

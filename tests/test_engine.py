@@ -24,6 +24,7 @@ from podnet.core.cluster.port import (
 )
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.models import FINALIZER
+from podnet.core.objects import record_finished
 from podnet.core.plugin import new_plugin_manager
 from podnet.core.policy import PoolPolicy
 from podnet.core.reconcile.podnetwork import WAIT_SAID_AFTER
@@ -116,7 +117,14 @@ class Rig:
                  "uid": sts["metadata"]["uid"], "controller": True}]
 
     def records(self) -> list[Obj]:
-        return self.cluster.list(POD_NETWORK).items
+        """The PodNetworks, less the finished ones (as good as deleted)."""
+        return [o for o in self.cluster.list(POD_NETWORK).items if not record_finished(o)]
+
+    def finished(self) -> list[str]:
+        """The pods whose records are finished: released, their finalizer off, left to
+        the garbage collector while the pod's object stays."""
+        return sorted(o["spec"]["podName"] for o in self.cluster.list(POD_NETWORK).items
+                      if record_finished(o))
 
     def record_of(self, pod: Obj) -> Obj:
         uid = pod["metadata"]["uid"]
@@ -289,6 +297,7 @@ def test_terminating_pod_keeps_its_address_until_its_grace_period_ends() -> None
     rig.engine.enqueue_pod(f"{NS}/web")
     rig.settle()
     assert [r for r in rig.records() if r["spec"]["podName"] == "web"] == []
+    assert rig.finished() == ["web"]  # its pod's object stays: no delete of podnet's
 
 
 def test_terminating_pod_on_a_lost_node_is_released_at_its_deadline_not_a_verify_later() -> None:
@@ -308,6 +317,7 @@ def test_terminating_pod_on_a_lost_node_is_released_at_its_deadline_not_a_verify
     # the fake clock moves only to keys due within 31 s: the deadline's, if requeued
     rig.settle(advance=31)
     assert [r for r in rig.records() if r["spec"]["podName"] == "web"] == []
+    assert rig.finished() == ["web"]
     rig.assert_no_leak()
 
 
@@ -326,6 +336,7 @@ def test_a_terminating_pod_whose_request_is_invalid_is_released_at_its_deadline(
     rig.cluster.delete(POD, "bad", NS, grace_period_seconds=30)
     rig.settle(advance=31)
     assert [r for r in rig.records() if r["spec"]["podName"] == "bad"] == []
+    assert rig.finished() == ["bad"]
     rig.assert_no_leak()
 
 
@@ -341,6 +352,7 @@ def test_terminal_pod_releases_its_network(terminal_phase: str) -> None:
     rig.cluster.update_status(POD, pod)
     rig.settle()
     assert rig.records() == []
+    assert rig.finished() == ["job"]
     rig.assert_no_leak()
 
 
@@ -816,4 +828,48 @@ def test_a_corrupted_pool_is_dropped_and_rebuilt() -> None:
     assert pool.total() <= pool.capacity
     assert not any(a.startswith("10.250.") for a in pool.addresses)
     assert pool.owner_of(rig.record_of(pod)["status"]["ip"]) is not None
+    rig.assert_no_leak()
+
+
+def test_a_pool_that_nothing_changed_is_not_passed_again_by_the_clock() -> None:
+    # a restart's node passes every refill period, over pools the restart changes not
+    rig = Rig()
+    nodes = [rig.node(i) for i in range(2)]
+    web = rig.pod("web", nodes[0])
+    for _ in range(3):  # the pod's owner reaches node-0000's record a refill period later
+        rig.settle(advance=rig.policy.refill_period)
+    passes: list[str] = []
+    real = rig.engine.nodepools._grow
+
+    def grow(node: Any, *args: Any, **kwargs: Any) -> Any:
+        passes.append(node.name)
+        return real(node, *args, **kwargs)
+
+    rig.engine.nodepools._grow = grow  # type: ignore[method-assign]
+    reconciles = rig.engine.stats.reconciles["node"]
+    for _ in range(3):
+        rig.settle(advance=rig.policy.refill_period)
+    assert rig.engine.stats.reconciles["node"] > reconciles  # the clock's passes came
+    assert passes == []  # and found the state their last pass left: nothing to do
+    # a change of the pool no node pass hears of (a pod takes an idle address): the next
+    # timed pass is a whole one, and refills the pool to min_idle
+    pool = rig.engine.pools.get("reference", nodes[1])
+    idle = pool.idle_count()
+    for i in range(idle - 1):
+        rig.pod(f"p{i}", nodes[1])
+    rig.settle()
+    assert pool.idle_count() < rig.policy.min_idle
+    rig.settle(advance=rig.policy.refill_period)
+    assert nodes[1] in passes and nodes[0] not in passes
+    assert pool.idle_count() >= rig.policy.min_idle
+    # the records say who owns what: the quiet pool's record too
+    rig.settle(advance=rig.policy.refill_period)
+    for node in nodes:
+        nn = rig.cluster.get(NODE_NETWORK, node)
+        written = {ip["address"]: ip.get("owner") for itf in nn["status"]["interfaces"]
+                   for ip in itf.get("ips", [])}
+        owners = {a.address: a.owner for a in rig.engine.pools.get("reference", node)
+                  .addresses.values()}
+        assert written == owners
+    assert rig.record_of(web)["status"]["phase"] == "Routed"
     rig.assert_no_leak()

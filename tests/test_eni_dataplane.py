@@ -17,6 +17,7 @@ Needs root, network namespaces and kubectl; skipped with the reason otherwise.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import shutil
 import socket
@@ -69,6 +70,7 @@ BBC_CIDR = "10.71.0.0/24"
 TYPE = "ecs.sim.tiny"
 TYPE6 = "ecs.sim.tiny6"
 CIDR6 = "fd70:0:0:1::/64"
+BBC_CIDR6 = "fd71:0:0:1::/64"
 #: the simulator never checks signatures
 CREDENTIALS = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "test", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "test",
                "BCE_ACCESS_KEY_ID": "test", "BCE_SECRET_ACCESS_KEY": "test"}
@@ -84,7 +86,7 @@ class Bed:
 
     def __init__(self, tmp: Path, *clouds: str, dual: bool = False) -> None:
         self.clouds = clouds or ("ecs",)
-        #: dual-stack ECS: a vSwitch with an IPv6 CIDR, instances with IPv6 on their ENIs
+        #: dual stack: a vSwitch (ECS) or subnet (BBC) with an IPv6 CIDR, pods with pairs
         self.dual = dual
         #: pod name -> the IPv6 address its ADD gave it (dual stack)
         self.ipv6: dict[str, str] = {}
@@ -105,8 +107,9 @@ class Bed:
                                        "vswitches": [VSWITCH], "security_groups": ["sg-1"],
                                        "timeout": 5, **({"ip_stack": "dual"} if dual else {})}
                 else:
-                    sim.add_subnet(SUBNET, BBC_CIDR)
-                    sections[cloud] = {"endpoint": sim.endpoint, "subnets": [SUBNET]}
+                    sim.add_subnet(SUBNET, BBC_CIDR, ipv6_cidr=BBC_CIDR6 if dual else None)
+                    sections[cloud] = {"endpoint": sim.endpoint, "subnets": [SUBNET],
+                                       **({"ipStack": "dual"} if dual else {})}
             self.sim = self.sims[self.clouds[0]]
             self.vpc = VpcBed(self.underlay, lambda: [
                 eni for sim in self.sims.values() for eni in attached_state(sim)])
@@ -278,6 +281,17 @@ def bbc_bed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bed]:
     for key, value in CREDENTIALS.items():
         monkeypatch.setenv(key, value)
     b = Bed(tmp_path, "bbc")
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+@pytest.fixture
+def bbc_dual_bed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bed]:
+    for key, value in CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    b = Bed(tmp_path, "bbc", dual=True)
     try:
         yield b
     finally:
@@ -542,6 +556,7 @@ def test_dual_stack_ecs_pods_ping_over_ipv6_through_the_eni_that_holds_the_addre
     bed.stack.create([pod("a0", "dual-a"), pod(b, "dual-b")])
     (ns_a, _, ip_a), (ns_b, cid_b, ip_b) = bed.add("a0", node_a), bed.add(b, node_b)
     v6_a, v6_b = bed.ipv6["a0"], bed.ipv6[b]
+    bed.vpc.sync()  # the VPC follows the cloud on its own thread: read it caught up
     assert bed.vpc.routes()[v6_a] == bed.eni_of(ip_a), "the cloud has a0's pair on two ENIs"
     device = device_index(node_a.netns, bed.vpc.devices("dual-a")[bed.eni_of(ip_a)])
     assert rules_in(node_a.netns, socket.AF_INET6) == {v6_a: [table_of(device)]}
@@ -562,6 +577,45 @@ def test_dual_stack_ecs_pods_ping_over_ipv6_through_the_eni_that_holds_the_addre
     assert host_routes(node_b.netns, v6_b) == []
     bed.stack.kubectl("delete", "pod", b, "--wait=false")
     wait_for("b0's IPv6 address unassigned", lambda: v6_b not in bed.sim.addresses())
+    bed.vpc.sync()
+    assert v6_b not in bed.vpc.routes()
+    assert not ping(ns_a, v6_b, count=2), "a released IPv6 address answered"
+    assert bed.vpc.errors == []
+
+
+def test_dual_stack_bbc_pods_ping_over_ipv6_through_the_machines_one_eni(
+        bbc_dual_bed: Bed) -> None:
+    """BBC dual stack: each pod gets an IPv4/IPv6 pair on its machine's one ENI (the IPv6
+    half from batchAddIp's IPv6 form), a rule from each half to the ENI's table, whose
+    IPv6 default route goes to the subnet's IPv6 gateway; pods on two machines talk over
+    IPv6; a deleted pod's pair leaves the cloud and its IPv6 address stops answering."""
+    bed = bbc_dual_bed
+    assert bed.stack is not None and bed.vpc is not None
+    node_a, node_b = bed.node("bbc6-a", "i-bbc6a"), bed.node("bbc6-b", "i-bbc6b")
+    bed.stack.create([pod("p0", "bbc6-a"), pod("q0", "bbc6-b")])
+    (ns_a, _, ip_a), (ns_b, cid_b, ip_b) = bed.add("p0", node_a), bed.add("q0", node_b)
+    v6_a, v6_b = bed.ipv6["p0"], bed.ipv6["q0"]
+    held = bed.sim.addresses()
+    assert held[ip_a] == held[v6_a] == "i-bbc6a" and held[ip_b] == held[v6_b] == "i-bbc6b"
+    assert all(ipaddress.ip_address(a) in ipaddress.ip_network(BBC_CIDR6) for a in (v6_a, v6_b))
+    bed.vpc.sync()
+    assert bed.vpc.routes()[v6_a] == bed.vpc.routes()[ip_a], "a pair on two ENIs"
+    (eni_a,) = bed.vpc.devices("bbc6-a").values()
+    device = device_index(node_a.netns, eni_a)
+    assert rules_in(node_a.netns, socket.AF_INET6) == {v6_a: [table_of(device)]}
+    assert default_route(node_a.netns, table_of(device), socket.AF_INET6) == [
+        ("fd71:0:0:1::1", device)]
+    assert ping(ns_a, v6_b), "p0 cannot ping q0 over IPv6"
+    assert ping(ns_b, v6_a), "q0 cannot ping p0 over IPv6"
+    assert ping(ns_a, ip_b), "the IPv4 half does not work beside it"
+
+    status, body = AgentClient(bed.stack.socket_of("bbc6-b")).delete(cid_b, None, "q0")
+    assert status == 200, body
+    assert rules_in(node_b.netns, socket.AF_INET6) == {}
+    assert host_routes(node_b.netns, v6_b) == []
+    bed.stack.kubectl("delete", "pod", "q0", "--wait=false")
+    wait_for("q0's pair deleted from the machine",
+             lambda: not {ip_b, v6_b} & set(bed.sim.addresses()))
     bed.vpc.sync()
     assert v6_b not in bed.vpc.routes()
     assert not ping(ns_a, v6_b, count=2), "a released IPv6 address answered"

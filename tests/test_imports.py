@@ -221,8 +221,8 @@ def test_no_core_module_is_public_to_providers() -> None:
 NODE_MODELS = {"annotations", "attachments", "errors", "models", "objects", "policy", "pool",
                "ratelimit"}
 #: core's services the node agent is a client of, as the controllers are
-NODE_SERVICES = {"clock", "cluster", "convert", "fence", "gateway", "netpol", "plugin",
-                 "tracing"}
+NODE_SERVICES = {"clock", "cluster", "convert", "fence", "gateway", "netpol", "plugin", "probes",
+                 "tracing", "version"}
 
 
 def test_every_core_module_is_open_or_forbidden_to_the_node_agent() -> None:
@@ -297,11 +297,13 @@ def test_the_engine_imports_its_controllers_at_module_level() -> None:
         assert (f"podnet.core.reconcile.{controller}", "module") in kinds
 
 
-def test_the_cni_plugin_imports_no_podnet_module() -> None:
-    """``podnet-cni`` is installed onto hosts as its one file (``cni/plugin.py``): it
-    imports the standard library only (``tests/test_cni_plugin.py`` proves the rest)."""
-    plugin = {m for m in MODULES if m == "podnet.cni" or m.startswith("podnet.cni.")}
-    assert {"podnet.cni", "podnet.cni.plugin", "podnet.cni.__main__"} <= plugin
-    for module in plugin - {"podnet.cni.__main__"}:
-        assert imports_of(module) == [], module
-    assert {i.imported for i in imports_of("podnet.cni.__main__")} == {"podnet.cni.plugin"}
+def test_the_cni_plugin_is_no_python_module() -> None:
+    """``podnet-cni`` is a static executable built from ``cni/podnet-cni.c``
+    (``tests/test_cni_static.py``): no ``podnet.cni`` package ships, and ``cni/`` holds
+    no Python a distribution could pick up."""
+    assert not any(m == "podnet.cni" or m.startswith("podnet.cni.") for m in MODULES)
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))
+    assert "podnet.cni" not in setup["tool"]["setuptools"]["package-dir"]
+    assert not any("podnet.cni" in target for target in setup["project"]["scripts"].values())
+    assert not list((ROOT / "cni").glob("*.py"))
+    assert (ROOT / "cni" / "podnet-cni.c").is_file()

@@ -1,4 +1,5 @@
-"""The manifests in deploy/ validate against Kubernetes' schemas and keep least privilege."""
+"""The manifests in deploy/ validate against Kubernetes' schemas (at the oldest version the
+chart claims and the newest kubernetes-validate knows) and keep least privilege."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from test_chart import K8S_VERSIONS
 
 from podnet.core.config import load_config, parse_config
 from podnet.core.networks.migrate import MARKER
 from podnet.core.plugin import BUILTIN_PLUGINS
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
-K8S_VERSION = "1.30"
 
 
 def documents() -> list[tuple[str, dict[str, Any]]]:
@@ -34,9 +35,10 @@ def documents() -> list[tuple[str, dict[str, Any]]]:
 DOCS = documents()
 
 
+@pytest.mark.parametrize("version", K8S_VERSIONS)
 @pytest.mark.parametrize("name, doc", DOCS, ids=[n for n, _ in DOCS])
-def test_manifest_validates_strictly(name: str, doc: dict[str, Any]) -> None:
-    kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+def test_manifest_validates_strictly(name: str, doc: dict[str, Any], version: str) -> None:
+    kubernetes_validate.validate(doc, version, strict=True)
 
 
 def test_every_kind_we_ship_is_there() -> None:

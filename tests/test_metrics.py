@@ -8,20 +8,25 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from podnet.app.demo import NAMESPACE_NAME as NS_DEMO
 from podnet.app.demo import node_obj, pod_obj
-from podnet.core.clock import FakeClock, SystemClock
+from podnet.core.clock import FakeClock, SystemClock, format_micro_time, format_time
 from podnet.core.cluster.kube import KubeCluster
-from podnet.core.cluster.port import NAMESPACE, NODE, POD, NotFound
+from podnet.core.cluster.port import LEASE, NAMESPACE, NODE, POD, POD_NETWORK, NotFound
 from podnet.core.engine import Engine, EngineOptions
-from podnet.core.metrics import Metrics
+from podnet.core.metrics import Metrics, PodNetworkTally
+from podnet.core.models import AgentReport, Condition, Phase, PodNetwork
+from podnet.core.objects import agent_report_lease, ready_condition
 from podnet.core.plugin import new_plugin_manager
 from podnet.core.policy import RateLimit
 from podnet.core.ratelimit import CloudLimiter
+from podnet.core.values import evolve
 from podnet.core.workqueue import WorkQueue
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 from podnet.sim.apiserver import ApiServer
@@ -169,17 +174,138 @@ def test_unconfigured_ovn_sweep_is_no_error() -> None:
     assert provider.podnet_sweep(provider="ovn", owners=(), remove=()) is None
 
 
-def test_the_readme_lists_every_metric(engine: Engine) -> None:
+def test_the_docs_list_every_metric(engine: Engine) -> None:
     assert engine.metrics is not None
     engine.metrics.attach_leader("kube-system/podnet", lambda: False)
     engine.metrics.kube_request("get", "200", 0.001)
     engine.gateway.cloud_limiters["reference"].observe("Describe", 0.01, "transient")
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    root = Path(__file__).parent.parent
+    readme = (root / "README.md").read_text()
     listed = set(re.findall(r"`([a-z_]+)`", readme.split("### Metrics", 1)[1]
                             .split("###", 1)[0]))
+    # what the alerts and the dashboard read first: listed with them
+    monitoring = (root / "docs" / "monitoring.md").read_text()
+    listed |= set(re.findall(r"`([a-z_]+)`", monitoring.split("## Metrics", 1)[1]
+                             .split("\n## ", 1)[0]))
     exposed = set()
     for family in text_string_to_metric_families(engine.metrics.render().decode()):
         # the parser names a counter without its _total; the exposition has it
         exposed.add(family.name + ("_total" if family.type == "counter" else ""))
     assert exposed - listed == set()
     assert {m for m in listed if m.startswith(("podnet_", "workqueue_"))} <= exposed
+
+
+# --- records and agents, read from the caches ------------------------------------------------
+
+
+def _record_counts(engine: Engine) -> dict[tuple[str, str], float]:
+    """podnet_pod_networks by (phase, ready), as rendered."""
+    assert engine.metrics is not None
+    out: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(engine.metrics.render().decode()):
+        if family.name == "podnet_pod_networks":
+            for s in family.samples:
+                out[s.labels["phase"], s.labels["ready"]] = s.value
+    return out
+
+
+def _recount(engine: Engine) -> dict[tuple[str, str], float]:
+    """The same, counted from every record in the cache."""
+    out: dict[tuple[str, str], float] = {}
+    for pn in engine.caches.pod_networks.values():
+        cond = ready_condition(pn)
+        label = (str(pn.status.phase), cond.status.lower() if cond else "unknown")
+        out[label] = out.get(label, 0) + 1
+    return out
+
+
+def test_pod_networks_are_counted_by_phase_and_readiness(engine: Engine) -> None:
+    assert _record_counts(engine) == {("Routed", "true"): 6} == _recount(engine)
+    # pods go: their records are released, then deleted; the tally follows each change
+    for i in range(3):
+        engine.cluster.delete(POD, f"web-{i}", NS_DEMO)
+    engine.run_until_idle(advance=1.0)
+    assert _record_counts(engine) == _recount(engine)
+    engine.run_until_idle(advance=60.0)
+    assert _record_counts(engine) == _recount(engine) == {("Routed", "true"): 3}
+
+
+def test_the_longest_not_ready_record_is_timed_from_its_ready_condition(
+        engine: Engine) -> None:
+    clock = FakeClock()
+    tally = PodNetworkTally(clock)
+    routed = engine.caches.pod_networks.values()[:3]
+    since = clock.now()
+
+    def not_ready(pn: PodNetwork, phase: Phase, at: datetime) -> PodNetwork:
+        return evolve(pn, status=evolve(pn.status, phase=phase, conditions=(Condition(
+            type="Ready", status="False", reason="Waiting", last_transition_time=at),)))
+
+    a, b, c = (not_ready(pn, Phase.PENDING, since + timedelta(seconds=i))
+               for i, pn in enumerate(routed))
+    for pn in (a, b, c):
+        tally.changed("ADDED", pn.key, None, pn)
+    counts, oldest, served = tally.snapshot()
+    assert counts == {("Pending", "false"): 3} and oldest == since.timestamp()
+    assert served == {pn.spec.node_name for pn in routed}
+    # the oldest one becomes ready, the next one's pod goes: the third is the oldest
+    tally.changed("MODIFIED", a.key, a, routed[0])
+    tally.changed("MODIFIED", b.key, b, not_ready(b, Phase.RELEASING, since))
+    counts, oldest, _ = tally.snapshot()
+    assert counts == {("Routed", "true"): 1, ("Releasing", "false"): 1,
+                      ("Pending", "false"): 1}
+    assert oldest == since.timestamp() + 2
+    for pn in (routed[0], not_ready(b, Phase.RELEASING, since), c):
+        tally.changed("DELETED", pn.key, pn, None)
+    assert tally.snapshot() == ({}, None, set())
+
+
+def test_the_gauge_says_how_long_the_oldest_has_waited(engine: Engine) -> None:
+    assert engine.metrics is not None
+    assert isinstance(engine.clock, FakeClock)
+    text = engine.metrics.render().decode()
+    assert value(text, "podnet_pod_networks_longest_not_ready_seconds") == 0
+    # a record someone says is not ready since now (the controller has no reason to
+    # write it again: nothing changed that it reads)
+    pn = engine.caches.pod_networks.values()[0]
+    wire = engine.cluster.get(POD_NETWORK, pn.metadata.name, pn.metadata.namespace)
+    wire["status"]["conditions"] = [{"type": "Ready", "status": "False", "reason": "Test",
+                                     "message": "", "lastTransitionTime":
+                                     format_time(engine.clock.now())}]
+    engine.cluster.update_status(POD_NETWORK, wire)
+    engine.run_until_idle(advance=1.0)
+    cond = ready_condition(engine.caches.pod_networks.values()[0])
+    assert cond is not None and cond.status == "False"
+    engine.clock.advance(400)
+    text = engine.metrics.render().decode()
+    # since its condition's lastTransitionTime (whole seconds on the wire)
+    assert 400 <= value(text, "podnet_pod_networks_longest_not_ready_seconds") <= 401
+    assert value(text, "podnet_pod_networks", phase="Routed", ready="false") == 1
+
+
+def test_node_agents_are_live_stale_or_missing(engine: Engine) -> None:
+    assert engine.metrics is not None
+    assert isinstance(engine.clock, FakeClock)
+    nodes = [node_obj(i)["metadata"]["name"] for i in range(2)]
+
+    def states() -> dict[str, str]:
+        assert engine.metrics is not None
+        return {s.labels["node"]: s.labels["state"]
+                for f in text_string_to_metric_families(engine.metrics.render().decode())
+                if f.name == "podnet_node_agents" for s in f.samples}
+
+    assert states() == {nodes[0]: "missing", nodes[1]: "missing"}
+    report = AgentReport(node=nodes[0], holder="host-a/1", lease_seconds=30)
+    engine.cluster.create(LEASE, agent_report_lease(
+        report, "kube-system", format_micro_time(engine.clock.now())))
+    engine.run_until_idle(advance=1.0)
+    assert states() == {nodes[0]: "live", nodes[1]: "missing"}
+    # an agent on a node podnet serves nothing on yet is live too
+    elsewhere = AgentReport(node="node-idle", holder="host-b/1", lease_seconds=30)
+    engine.cluster.create(LEASE, agent_report_lease(
+        elsewhere, "kube-system", format_micro_time(engine.clock.now())))
+    engine.run_until_idle(advance=1.0)
+    assert states() == {nodes[0]: "live", nodes[1]: "missing", "node-idle": "live"}
+    engine.clock.advance(30)
+    # stale where podnet serves the node; where it serves nothing, no agent is waited for
+    assert states() == {nodes[0]: "stale", nodes[1]: "missing"}

@@ -47,6 +47,8 @@ class Enforcer(ReferenceProvider):
         self.programmed: dict[str, ResolvedPolicy | None] = {}
         self.failure: str | None = None
         self.refusal: str | None = None
+        #: the dataplane catching up: answered waiting with this message
+        self.waiting: str | None = None
 
     @hookimpl
     def podnet_register_provider(self) -> ProviderInfo:
@@ -61,6 +63,8 @@ class Enforcer(ReferenceProvider):
             raise ProviderError(ErrorKind.TRANSIENT, self.failure)
         if self.refusal is not None:
             return PolicyRealization(programmed=False, message=self.refusal)
+        if self.waiting is not None and policy is not None:
+            return PolicyRealization(programmed=False, waiting=True, message=self.waiting)
         if policy is None:
             self.programmed.pop(key, None)
         else:
@@ -330,6 +334,27 @@ def test_a_refusal_is_not_programmed() -> None:
     programmed = bed.condition("db", "Programmed")
     assert (programmed["status"], programmed["reason"]) == ("False", "Failed")
     assert "SCTP is not supported" in programmed["message"]
+
+
+def test_a_provider_waiting_for_its_dataplane_is_pending_without_a_warning() -> None:
+    bed = Bed()
+    three_pods(bed)
+    bed.enforcer.waiting = "the chassis have not installed the flows yet"
+    bed.policy("db", DENY_DB)
+    bed.settle()
+    programmed = bed.condition("db", "Programmed")
+    assert (programmed["status"], programmed["reason"]) == ("Unknown", "Pending")
+    assert "the chassis have not installed the flows yet" in programmed["message"]
+    assert bed.status("db")["nodes"].get("failed", {}) == {}
+    assert bed.warnings("db") == []  # a wait is no failure
+    # asked again soon, not at the next resync: the dataplane caught up meanwhile
+    calls = len(bed.enforcer.calls)
+    bed.enforcer.waiting = None
+    bed.settle(advance=5.0)  # well within the 600 s resync
+    assert bed.status("db")["nodes"]["programmed"] == 1
+    assert "flows" not in bed.condition("db", "Programmed")["message"]
+    assert len(bed.enforcer.calls) > calls
+    assert bed.warnings("db") == []
 
 
 def test_a_deleted_policy_is_removed_from_the_provider() -> None:

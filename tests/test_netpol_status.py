@@ -88,6 +88,19 @@ def test_provider_answers_count_for_their_members_nodes() -> None:
     assert status.nodes_pending == ("n3",)
 
 
+def test_a_provider_waiting_for_its_dataplane_is_pending_with_its_reason() -> None:
+    policy = resolved(member("a", "n1", "ovn"))
+    status = policy_status(
+        policy, provider_enforced={"ovn"},
+        provider_answers={"ovn": PolicyRealization(programmed=False, waiting=True,
+                                                   message="hv_cfg 3 of 4")},
+        reports={}, previous=None, now="T1")
+    done = status.condition("Programmed")
+    assert done is not None and (done.status, done.reason) == ("Unknown", "Pending")
+    assert "n1: provider ovn: hv_cfg 3 of 4" in done.message
+    assert status.nodes_pending == ("n1",) and status.nodes_failed == {}
+
+
 def test_no_members_is_programmed() -> None:
     status = policy_status(resolved(), provider_enforced=(), provider_answers={}, reports={},
                            previous=None, now="T1")

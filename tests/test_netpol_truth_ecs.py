@@ -24,6 +24,7 @@ from test_netpol_truth import (  # the same tests, collected here on this module
     test_a_deleted_policy_opens_what_it_closed,
     test_a_label_flipped_on_a_running_pod_moves_it_in_and_out,
     test_a_relabelled_namespace_moves_its_pods_in_and_out,
+    test_the_bed_reads_the_policies_as_kubectl_does,
     test_the_matrix_is_the_oracles,
 )
 
@@ -35,7 +36,8 @@ pytest_plugins = ["podnet.testing"]
 __all__ = [
     "pytestmark", "test_a_deleted_policy_opens_what_it_closed",
     "test_a_label_flipped_on_a_running_pod_moves_it_in_and_out",
-    "test_a_relabelled_namespace_moves_its_pods_in_and_out", "test_the_matrix_is_the_oracles",
+    "test_a_relabelled_namespace_moves_its_pods_in_and_out",
+    "test_the_bed_reads_the_policies_as_kubectl_does", "test_the_matrix_is_the_oracles",
 ]
 
 
@@ -61,6 +63,10 @@ class EcsPolicyBed(PolicyBed):
     def kubectl(self, *args: str, input: str | None = None) -> str:
         assert self.eni is not None and self.eni.stack is not None
         return self.eni.stack.kubectl(*args, input=input)
+
+    def policies(self) -> list[dict[str, Any]]:
+        assert self.eni is not None and self.eni.stack is not None
+        return self._stack_policies(self.eni.stack)
 
     def nodes(self) -> Sequence[str]:
         return self.NODES

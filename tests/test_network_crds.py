@@ -504,3 +504,29 @@ def test_status_writes_do_not_touch_spec_rules(objects: Any) -> None:
                                                    {"status": {"phase": "Broken"}})
     assert caught.value.status == 422
     assert "status.phase" in json.loads(caught.value.body)["message"]
+
+
+@pytest.mark.parametrize(("ip", "prefix", "accepted"), [
+    ("10.0.0.5", 24, True), ("fd00:10::5", 64, True), ("fd00:10::5", 128, True),
+    ("10.0.0.5/24", 24, False), ("pod-a", 24, False), ("fd00:10::5", 129, False)])
+def test_a_pod_network_records_an_address_of_either_family(
+        objects: Any, ip: str, prefix: int, accepted: bool) -> None:
+    """``status.ip`` is IPv6 where the pod's subnet has no IPv4 (an OVN IPv6-only
+    subnet), with its prefix length up to 128; anything but an address is refused
+    naming the field."""
+    name = unique("pn")
+    objects.create_namespaced_custom_object(GROUP, VERSION, "default", "podnetworks", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "PodNetwork", "metadata": {"name": name},
+        "spec": {"podName": "a", "podUid": "u-1", "nodeName": "n-1", "provider": "ovn"}})
+    status = {"status": {"phase": "Routed", "ip": ip, "prefixLength": prefix}}
+    if accepted:
+        done = objects.patch_namespaced_custom_object_status(
+            GROUP, VERSION, "default", "podnetworks", name, status)
+        assert done["status"]["ip"] == ip and done["status"]["prefixLength"] == prefix
+        return
+    with pytest.raises(ApiException) as caught:
+        objects.patch_namespaced_custom_object_status(
+            GROUP, VERSION, "default", "podnetworks", name, status)
+    assert caught.value.status == 422
+    message = json.loads(caught.value.body)["message"]
+    assert ("status.prefixLength" if prefix > 128 else "status.ip") in message, message

@@ -217,3 +217,105 @@ def test_a_table_deleted_by_hand_is_applied_again_an_intact_one_is_left_alone(
         assert enforcer.applied == 2
     finally:
         enforcer.stop()
+
+
+def in_namespace(doc: dict[str, Any], namespace: str) -> dict[str, Any]:
+    doc["metadata"]["namespace"] = namespace
+    return doc
+
+
+def peers_policy() -> dict[str, Any]:
+    """role=server takes port 80 from role=client of its namespace and of the namespaces
+    labelled team=blue."""
+    client = {"matchLabels": {"role": "client"}}
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "peers", "namespace": "default"},
+            "spec": {"podSelector": {"matchLabels": {"role": "server"}},
+                     "policyTypes": ["Ingress"],
+                     "ingress": [{"from": [{"podSelector": client},
+                                           {"namespaceSelector": {
+                                               "matchLabels": {"team": "blue"}},
+                                            "podSelector": client}],
+                                  "ports": [{"port": 80}]}]}}
+
+
+def test_a_node_follows_its_own_pods_until_a_policy_selects_one_then_its_peers_on_any_node(
+        cluster: InMemoryCluster, netns: str) -> None:
+    """No policy selects a pod of this node: it follows no pod of another node and no
+    record (the cluster's churn costs it nothing). Once one does, the peers the policy
+    names on other nodes, in its namespace and in a namespace its selector matches, are
+    in the table, and follow their pods' changes; the policy gone, it follows them no
+    more."""
+    cluster.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace",
+                               "metadata": {"name": "blue", "labels": {"team": "blue"}}})
+    cluster.create(NAMESPACE, {"apiVersion": "v1", "kind": "Namespace",
+                               "metadata": {"name": "red", "labels": {"team": "red"}}})
+    for namespace, name, ip in (("blue", "bc", "10.0.2.2"), ("red", "rc", "10.0.3.2")):
+        cluster.create(POD, in_namespace(pod(name, "n2", role="client"), namespace))
+        made = cluster.create(POD_NETWORK, in_namespace(record(name, ip, "n2"), namespace))
+        cluster.update_status(POD_NETWORK, {**made, "status": record(name, ip, "n2")["status"]})
+    enforcer = make(cluster, netns)
+    enforcer.start()
+    try:
+        assert sorted(enforcer.pods.keys()) == ["default/a", "default/b"]
+        assert enforcer.peers.scope == frozenset() and not enforcer.peers.pods()
+        assert nf.read(netns=netns) is None
+
+        def in_table(ip: str) -> bool:
+            return f'"{ip}"' in json.dumps(nf.read(netns=netns) or [])
+
+        cluster.create(NETWORK_POLICY, peers_policy())
+        _wait_for("the policy's table", lambda: in_table("10.0.0.3"), timeout=20)
+        assert enforcer.peers.scope == frozenset({"default", "blue"})
+        assert in_table("10.0.2.2")  # blue's client, on n2
+        assert not in_table("10.0.3.2")  # red's is not a peer
+        assert not in_table("10.0.1.2")  # far (n2) is a server, not a client
+        # a peer made on another node after the start joins; relabelled, it leaves
+        cluster.create(POD, pod("late", "n2", role="client"))
+        routed(cluster, "late", "10.0.1.7", "n2")
+        _wait_for("the late peer in the table", lambda: in_table("10.0.1.7"), timeout=20)
+        late = cluster.get(POD, "late", "default")
+        late["metadata"]["labels"] = {"role": "other"}
+        cluster.update(POD, late)
+        _wait_for("the relabelled peer out", lambda: not in_table("10.0.1.7"), timeout=20)
+        # a namespace relabelled into the selector brings its pods
+        red = cluster.get(NAMESPACE, "red")
+        red["metadata"]["labels"] = {"team": "blue"}
+        cluster.update(NAMESPACE, red)
+        _wait_for("red's client in the table", lambda: in_table("10.0.3.2"), timeout=20)
+        assert enforcer.peers.scope == frozenset({"default", "blue", "red"})
+        cluster.delete(NETWORK_POLICY, "peers", "default")
+        _wait_for("the table removed", lambda: nf.read(netns=netns) is None, timeout=20)
+        assert enforcer.peers.scope == frozenset() and not enforcer.peers.pods()
+    finally:
+        enforcer.stop()
+
+
+def test_the_namespaces_followed_are_those_a_policys_members_and_peers_can_be_in() -> None:
+    from podnet.core.netpol.wire import read_policy
+    from podnet.node.netpol import MAX_PEER_NAMESPACES, peer_namespaces
+
+    def spec(rules: dict[str, Any]) -> Any:
+        return read_policy({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                            "metadata": {"name": "p", "namespace": "home"},
+                            "spec": {"podSelector": {}, **rules}})
+
+    labels = {"home": {}, "blue": {"team": "blue"}, "red": {"team": "red"}}
+    ingress_from = lambda *peers: spec({"ingress": [{"from": list(peers)}]})  # noqa: E731
+    # deny all, an ipBlock, any peer: the policy's own namespace only
+    assert peer_namespaces([spec({"policyTypes": ["Ingress"]})], labels) == {"home"}
+    assert peer_namespaces([ingress_from({"ipBlock": {"cidr": "10.0.0.0/8"}})],
+                           labels) == {"home"}
+    assert peer_namespaces([spec({"ingress": [{}]})], labels) == {"home"}
+    # a namespaceSelector: the namespaces it matches (by name too)
+    assert peer_namespaces([ingress_from({"namespaceSelector": {
+        "matchLabels": {"team": "blue"}}})], labels) == {"home", "blue"}
+    assert peer_namespaces([ingress_from({"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "red"}}})], labels) == {"home", "red"}
+    # every namespace: one cluster-wide watch
+    assert peer_namespaces([ingress_from({"namespaceSelector": {}})], labels) is None
+    assert peer_namespaces([spec({"policyTypes": ["Egress"], "egress": [
+        {"ports": [{"port": "http"}]}]})], labels) is None
+    many = {f"ns{i}": {"team": "blue"} for i in range(MAX_PEER_NAMESPACES)}
+    assert peer_namespaces([ingress_from({"namespaceSelector": {
+        "matchLabels": {"team": "blue"}}})], {**labels, **many}) is None

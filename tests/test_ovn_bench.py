@@ -29,6 +29,21 @@ def test_bench_smoke() -> None:
     assert {"speedup_create", "speedup_delete", "goal_met"} <= set(result)
 
 
+def test_bench_bound_only() -> None:
+    """``--no-nbctl``: podnet against the bulk bound only; the bound writes the external
+    ids podnet writes (and the thin bound of before, two ids, beside it)."""
+    out = subprocess.run([sys.executable, str(BENCH), "--ports", "20", "--workers", "4",
+                          "--plug-pods", "0", "--no-nbctl", "--json"], check=True,
+                         capture_output=True, text=True, timeout=120)
+    result = json.loads(out.stdout)
+    assert "ovn_nbctl" not in result and "speedup" not in result
+    assert set(result["goal_met"]) == {"vs_bulk"}
+    for bound in ("bulk", "bulk_thin"):
+        assert result[bound]["create_s"] > 0 and result[bound]["cpu_s"] > 0
+    assert result["vs_bulk"] > 0 and result["vs_bulk_thin"] > 0
+    assert result["podnet"]["cpu_s"] > 0
+
+
 @pytest.mark.slow
 def test_bench_plug_smoke() -> None:
     """The plug phase on a real chassis, a few pods: every ADD answered with the port up,

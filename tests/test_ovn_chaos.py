@@ -33,10 +33,7 @@ def _provider() -> Any:
 
     server = _Server.server
     assert server is not None
-    server.stop()
-    if server.db.exists():
-        server.db.unlink()
-    server.start()
+    server.restart_fresh()
     # reconnect within ~0.1 s of a restart (ovs' own first backoff is a second)
     return OvnProvider(server.remote, seed=0, timeout=10.0, reconnect_backoff_ms=(20, 200))
 

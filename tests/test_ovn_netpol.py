@@ -9,6 +9,7 @@ The hooks are called with hand-made ResolvedPolicy values (core resolves selecto
 from __future__ import annotations
 
 import ipaddress
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -377,3 +378,44 @@ def test_removal_keys_and_findings(world: World, provider_plugin: Any,
         assert list(keys("ovn")) == []
         assert acls_of(provider_plugin, "default/bad") == []
         check(central, world, [("a", "b", {"dport": 80}, True)])
+
+
+def test_programmed_once_every_chassis_has_installed_the_change(
+        world: World, provider_plugin: Any, nb_server: NbServer) -> None:
+    """The answer follows ``NB_Global.hv_cfg``: with no chassis northd sets it to
+    ``nb_cfg`` (programmed once northd has the change); a registered chassis that has not
+    installed the change (its ``Chassis_Private.nb_cfg`` behind) holds the policy at
+    waiting, without a failure, until it catches up."""
+    world.add_node(0)
+    pods(world, "a", "b")
+    world.settle()
+    hook = provider_plugin.podnet_network_policy
+    provider_plugin._configure({"flows_timeout": 0.5})
+    with northd(nb_server) as central:
+        done = hook("ovn", "default/b-in", policy("b-in", [member(world, "b")], ingress=[]))
+        assert done.programmed and not done.waiting, done
+        first = int(central.nbctl("get", "NB_Global", ".", "nb_cfg"))
+        assert first >= 1  # the policy's transaction counted
+        central.sbctl("chassis-add", "slow", "geneve", "127.0.0.9")
+        chassis = central.sbctl("--bare", "--columns=_uuid", "find", "Chassis",
+                                "name=slow").strip()
+        central.sbctl("create", "Chassis_Private", "name=slow", f"chassis={chassis}",
+                      f"nb_cfg={first}")
+        changed = policy("b-in", [member(world, "b")], ingress=[
+            PolicyRule(peers=(host(world, "a"),), ports=(PolicyPort(TCP, 80),))])
+        done = hook("ovn", "default/b-in", changed)
+        assert not done.programmed and done.waiting, done
+        assert f"hv_cfg {first}" in done.message, done
+        second = int(central.nbctl("get", "NB_Global", ".", "nb_cfg"))
+        assert second == first + 1  # one transaction, one count
+        # asked again with nothing changed: still the change the chassis lacks
+        again = hook("ovn", "default/b-in", changed)
+        assert not again.programmed and again.waiting, again
+        assert int(central.nbctl("get", "NB_Global", ".", "nb_cfg")) == second
+        central.sbctl("set", "Chassis_Private", "slow", f"nb_cfg={second}")
+        deadline = time.monotonic() + 60  # northd follows the chassis (a loaded machine)
+        while (int(central.nbctl("get", "NB_Global", ".", "hv_cfg")) < second
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
+        done = hook("ovn", "default/b-in", changed)
+        assert done.programmed and not done.waiting, done

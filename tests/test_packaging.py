@@ -53,10 +53,6 @@ def test_wheel_installs_and_imports(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=True,
                          capture_output=True, text=True, timeout=60).stdout
     assert str(target) in out
-    # the CNI plugin ships as the one file a DaemonSet copies onto a host, runnable alone
-    plugin = target / "podnet" / "cni" / "plugin.py"
-    assert plugin.read_text("utf-8").startswith("#!/usr/bin/env python3\n")
-    version = subprocess.run([sys.executable, "-S", str(plugin)], cwd=tmp_path,
-                             env={"CNI_COMMAND": "VERSION"}, input="{}", check=True,
-                             capture_output=True, text=True, timeout=60).stdout
-    assert '"supportedVersions"' in version
+    # the CNI plugin is no Python: the static program make and the image build from
+    # cni/podnet-cni.c (install-cni copies that file), nothing of it in the wheel
+    assert not (target / "podnet" / "cni").exists()

@@ -7,15 +7,24 @@ from collections.abc import Callable
 import pytest
 
 from podnet.core.clock import FakeClock
+from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK
 from podnet.core.engine import Engine, EngineOptions
 from podnet.core.errors import ErrorKind
 from podnet.core.models import NodeInfo
 from podnet.core.plugin import new_plugin_manager
 from podnet.core.policy import QUEUE_ITEM_BACKOFF, QUEUE_RATE, Backoff, RateLimit
-from podnet.core.ratelimit import ItemBackoff, MaxOfRateLimiter, TokenBucket
+from podnet.core.ratelimit import (
+    CloudLimiter,
+    CloudWait,
+    ItemBackoff,
+    MaxOfRateLimiter,
+    TokenBucket,
+    defer_cloud_waits,
+    deferrable,
+)
 from podnet.hookspecs.types import NodeContext
 from podnet.plugins.bbc.demo import provider_for, register_nodes, start_simulator
-from podnet.plugins.bbc.provider import classify
+from podnet.plugins.bbc.provider import DEFAULT_TYPE_LABEL, classify
 from podnet.plugins.ecs.demo import INSTANCE_TYPE, EcsWorld, instance_id_for, node_name
 from podnet.sim.memory import InMemoryCluster
 
@@ -295,3 +304,117 @@ def test_a_key_failing_thousands_of_times_keeps_getting_a_capped_delay() -> None
     # the shared bucket's debt grows linearly with the retries: no overflow there either
     assert delays[-1] == pytest.approx(max(QUEUE_ITEM_BACKOFF.cap, (3000 - QUEUE_RATE.burst)
                                            / QUEUE_RATE.rate))
+
+
+# --- a token's wait is a requeue on a worker, not a sleep (issue 32, P2) ---------------
+
+
+def _on_a_deferring_thread(body: Callable[[], object]) -> None:
+    """``body`` on a thread of its own that defers cloud waits, as an engine worker
+    does (the setting is the thread's: the test's own thread keeps sleeping)."""
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        defer_cloud_waits()
+        try:
+            body()
+        except BaseException as exc:  # carried to the test's thread
+            failures.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if failures:
+        raise failures[0]
+
+
+def test_a_deferred_call_keeps_its_slot_and_nothing_sleeps() -> None:
+    """On a deferring thread, the first call of a ``deferrable`` scope whose token is not
+    there raises CloudWait with the wait, and the fake clock does not move (nobody
+    slept). The owner coming back at the slot takes it without a second token; another
+    owner queues behind it; a later call of a scope that already called waits as before
+    (nothing half-done); off a deferring thread, the same scope sleeps as before."""
+    clock = FakeClock()
+    limiter = CloudLimiter(RateLimit(rate=1.0, burst=1), clock)
+    start = clock.monotonic()
+
+    def body() -> None:
+        with deferrable("a"):
+            assert limiter.acquire("read") == 0.0  # the burst's token
+        with deferrable("b"), pytest.raises(CloudWait) as waited:
+            limiter.acquire("read")
+        assert waited.value.retry_after == pytest.approx(1.0)
+        assert waited.value.kind is ErrorKind.THROTTLED
+        assert clock.monotonic() == start
+        with deferrable("c"), pytest.raises(CloudWait) as behind:
+            limiter.acquire("read")
+        assert behind.value.retry_after == pytest.approx(2.0)  # after b's slot
+        clock.advance(1.0)
+        with deferrable("b"):
+            assert limiter.acquire("read") == 0.0  # its slot: no new token taken
+        assert limiter.bucket("read").available() == pytest.approx(-1.0)  # c's only
+        with deferrable("d"):
+            assert limiter.acquire("write") == 0.0
+            assert limiter.acquire("write") == pytest.approx(1.0)  # slept: not the first
+        assert clock.monotonic() == pytest.approx(start + 2.0)
+
+    _on_a_deferring_thread(body)
+    with deferrable("e"):  # this thread does not defer: it sleeps for its token
+        assert limiter.acquire("other") == 0.0
+        before = clock.monotonic()
+        with deferrable("f"):
+            assert limiter.acquire("other") == pytest.approx(1.0)
+        assert clock.monotonic() == pytest.approx(before + 1.0)
+
+
+def _bbc_node(name: str) -> dict[str, object]:
+    return {"metadata": {"name": name, "labels": {DEFAULT_TYPE_LABEL: "BBC"}},
+            "spec": {"providerID": f"cce://{name}"}}
+
+
+def test_a_node_waiting_for_its_read_does_not_hold_back_another_nodes_grow() -> None:
+    """Two BBC nodes whose pool reads share a bucket of one token (vpcPort, 1/s) while
+    grows have plenty: the second node's read waits for its slot as a requeue, and in
+    the same pass the first node grows and its pod is routed, the fake clock unmoved
+    (before, the worker slept a second on the read, every other key behind it). At the
+    slot the second node is read once (the slot reserved for it) and its pod routed."""
+    sim = start_simulator()
+    clock = FakeClock()
+    try:
+        names = ["node-0000", "node-0001"]
+        register_nodes(sim, names)
+        plugin = provider_for(sim, subnets=["sbn-demo-a"])
+        pm = new_plugin_manager()
+        pm.register(plugin, name="bbc")
+        cluster = InMemoryCluster(clock=clock)
+        policy = {"cloud_rate": RateLimit(rate=1000.0, burst=1000),
+                  "cloud_rates": (("vpcPort", RateLimit(rate=1.0, burst=1)),)}
+        engine = Engine(cluster, pm, clock=clock, options=EngineOptions(
+            default_provider="bbc", policies={"bbc": policy}))
+        cluster.create(NAMESPACE, {"metadata": {"name": "default"}})
+        for name in names:
+            cluster.create(NODE, _bbc_node(name))
+            cluster.create(POD, {
+                "metadata": {"name": f"pod-on-{name}", "namespace": "default"},
+                "spec": {"nodeName": name, "containers": [{"name": "c", "image": "i"}]},
+                "status": {"phase": "Running"}})
+        start = clock.monotonic()
+
+        def phases() -> dict[str, str | None]:
+            return {pn["spec"]["nodeName"]: pn.get("status", {}).get("phase")
+                    for pn in cluster.list(POD_NETWORK, "default").items}
+
+        def body() -> None:
+            engine.start()
+            engine.run_until_idle()
+            assert clock.monotonic() == start  # no worker slept on a token
+            routed = [n for n, phase in phases().items() if phase == "Routed"]
+            assert len(routed) == 1, phases()
+            assert sim.calls["vpcPort"] == 1
+            engine.run_until_idle(advance=10.0)
+            assert set(phases().values()) == {"Routed"}, phases()
+            assert sim.calls["vpcPort"] == 2  # each node read once
+
+        _on_a_deferring_thread(body)
+    finally:
+        sim.stop()

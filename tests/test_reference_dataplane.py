@@ -239,3 +239,25 @@ def test_the_dataplane_hooks_through_the_gateway(netns, dataplane) -> None:
     assert [p for p in gateway.plugs("reference", "n1") if p.container_id == cid] == []
     assert calls["reference.plug"] == 1 and calls["reference.unplug"] == 1
     assert calls["reference.check_plug"] == 1 and calls["reference.plugs"] == 2
+
+
+def test_an_interrupted_link_dump_slower_than_the_patience_is_read_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a loaded node one dump alone can outlast the patience: a dump interrupted by a
+    burst of plugs is still read again (a few times) before the DEL fails with error 11.
+    The kernel's side of it is the churn test above; this is the retry rule's timing."""
+    import time
+
+    from podnet.linux import veth
+
+    answers = iter([({}, True), ({}, True), ({}, True), ({"pnv1": "podnet:1"}, False)])
+
+    def slow_dump() -> tuple[dict[str, str], bool]:
+        time.sleep(0.03)  # longer than the patience below
+        return next(answers)
+
+    monkeypatch.setattr(veth, "_dump_aliases", slow_dump)
+    assert veth.link_aliases(patience=0.01) == {"pnv1": "podnet:1"}
+    with pytest.raises(Exception, match="interrupted by changes 8 times"):
+        monkeypatch.setattr(veth, "_dump_aliases", lambda: ({}, True))
+        veth.link_aliases(patience=0.0)

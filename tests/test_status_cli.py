@@ -489,14 +489,22 @@ def test_status_shows_each_node_agent_and_the_releases_waiting_for_it(
         "kube-system",
         "2026-12-01T10:00:00.000000Z"))
 
-    _, report = site.podnet(capsys, "status")
+    _, report = site.podnet(capsys, "status", "--node", node)
+    (problem,) = [a.pop("problem") for a in report["agents"]]
     assert report["agents"] == [{"node": node, "holder": "agent", "edited": False,
                                  "plugged": len(keys) - 1,
                                  "waiting_for_unplug": [keys[0]],
                                  "reported": "2026-12-01T10:00:00Z",
-                                 "eni_dataplane": None}]
-    _, other = site.podnet(capsys, "status", "--agent-namespace", "elsewhere")
-    assert other["agents"] == []
+                                 "eni_dataplane": None,
+                                 # renewed long ago (the agent is no longer writing)
+                                 "state": "stale", "expires": "2026-12-01T10:01:00Z"}]
+    assert "last renewed" in problem
+    # its Lease is not where the agents report: the node's agent is missing; both of the
+    # Releasing records wait for an agent's word
+    _, other = site.podnet(capsys, "status", "--agent-namespace", "elsewhere",
+                           "--node", node)
+    assert [(a["node"], a["state"], a["waiting_for_unplug"]) for a in other["agents"]] == [
+        (node, "missing", keys[:2])]
     assert main(["status", "--kubeconfig", str(site.kubeconfig)]) == 0
     table = capsys.readouterr().out
     assert "node agents" in table and keys[0] in table
@@ -519,7 +527,7 @@ def test_a_malformed_eni_summary_in_an_agents_lease_is_shown_as_such(
     lease["metadata"]["annotations"][ANNOTATION_ENI] = json.dumps(
         {"devices": [{"mac": "02:00:00:00:00:01", "name": "eni1"}], "rules": {}})
     site.store.create(LEASE, lease)
-    _, report = site.podnet(capsys, "status")
+    _, report = site.podnet(capsys, "status", "--node", node)
     (agent,) = report["agents"]
     error = agent["eni_dataplane"]["error"]
     assert error.startswith(f"{ANNOTATION_ENI}: devices[0]:") and "table" in error, error
@@ -574,3 +582,42 @@ def test_audit_finds_an_interface_an_agent_holds_for_a_record_that_is_gone(
     assert code == 1
     assert [e["node"] for e in found["errors"]] == [node]
     assert "edited" in found["errors"][0]["error"]
+
+
+def test_status_names_the_nodes_whose_agent_is_missing_or_stale(
+        site: Site, capsys: pytest.CaptureFixture[str]) -> None:
+    """A dead agent does not look like a quiet one: its report Lease runs out (renewed
+    every third of its duration while the agent runs), and a node podnet serves whose
+    agent never reported has no Lease at all."""
+    from datetime import UTC, datetime, timedelta
+
+    from podnet.core.clock import format_micro_time
+    from podnet.core.cluster.port import LEASE, NAMESPACE
+    from podnet.core.models import AgentReport
+    from podnet.core.objects import agent_lease_name, agent_report_lease
+
+    live, quiet = sorted({r["spec"]["nodeName"] for r in site.records(POD_NETWORK)})
+    site.store.create(NAMESPACE, {"metadata": {"name": "kube-system"}})
+    site.store.create(LEASE, agent_report_lease(
+        AgentReport(node=live, holder="host-a/1"), "kube-system",
+        format_micro_time(datetime.now(UTC))))
+    _, report = site.podnet(capsys, "status")
+    states = {a["node"]: (a["state"], a["holder"]) for a in report["agents"]}
+    assert states == {live: ("live", "host-a/1"), quiet: ("missing", None)}
+    assert main(["status", "--kubeconfig", str(site.kubeconfig)]) == 0
+    table = capsys.readouterr().out
+    assert "missing" in table and "no report" in table
+
+    # the quiet node's agent reported once, 61 s ago, and stopped: stale
+    site.store.create(LEASE, agent_report_lease(
+        AgentReport(node=quiet, holder="host-b/1"), "kube-system",
+        format_micro_time(datetime.now(UTC) - timedelta(seconds=61))))
+    _, report = site.podnet(capsys, "status")
+    rows = {a["node"]: a for a in report["agents"]}
+    assert rows[live]["state"] == "live" and rows[live]["problem"] is None
+    assert rows[quiet]["state"] == "stale", rows[quiet]
+    assert rows[quiet]["problem"].startswith("its report was last renewed 6"), rows[quiet]
+    lease = site.store.get(LEASE, agent_lease_name(quiet), "kube-system")
+    assert rows[quiet]["reported"] == lease["spec"]["renewTime"][:19] + "Z"
+    assert main(["status", "--kubeconfig", str(site.kubeconfig)]) == 0
+    assert "stale" in capsys.readouterr().out

@@ -177,6 +177,15 @@ class HandshakeMachine(RuleBasedStateMachine):
         agent.reporter.flush()
         return agent
 
+    def _records_of_running_pod(self, i: int) -> set[str]:
+        """The keys of the records of the pod now named ``p{i}`` (its uid's)."""
+        try:
+            uid = self.cluster.get(POD, f"p{i}", NS)["metadata"]["uid"]
+        except Exception:
+            return set()  # no pod by that name now
+        return {f"{NS}/{obj['metadata']['name']}" for obj in self.cluster.list(POD_NETWORK).items
+                if obj["spec"].get("podUid") == uid}
+
     def _body(self, i: int, container: str) -> dict[str, Any]:
         return {"cniVersion": "1.1.0", "containerId": container, "netns": self.netns,
                 "ifName": "eth0", "podNamespace": NS, "podName": f"p{i}", "podUid": None,
@@ -468,10 +477,12 @@ class HandshakeMachine(RuleBasedStateMachine):
                 if bad != "eth0 taken" or exc.code != 11:  # 11: not Routed yet
                     assert exc.code == 7, (bad, exc.msg)
             else:
-                # a taken name with no other sandbox to unplug: the provider's plug
-                # decides (the dict dataplane plugs into no namespace)
-                live = [p for p, _ in before.values()
-                        if (p.owner or "").startswith(f"{NS}/p{i}.")]
+                # a taken name with no other sandbox of this pod to unplug: the
+                # provider's plug decides (the dict dataplane plugs into no namespace).
+                # A pod made again under its name has records of its own: its old
+                # instance's sandbox is not this one's to unplug or to guard
+                mine = self._records_of_running_pod(i)
+                live = [p for p, _ in before.values() if p.owner in mine]
                 assert bad == "eth0 taken" and not live, (bad, live)
                 self.agent.delete(body)
                 return

@@ -98,3 +98,37 @@ def test_a_claim_for_a_provider_not_registered_is_said_with_its_name() -> None:
     [event] = cluster.events_for(node, reason="UnknownProvider")
     assert event["type"] == "Warning" and int(event.get("count") or 1) == 1
     assert "'retired', which is not registered" in event["message"]
+
+
+def test_a_node_its_cloud_has_not_initialized_waits_without_a_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Waiting is not failing: a node still tainted uninitialized has no labels from its
+    cloud controller manager yet, so no rule can match it; it is no Warning. Once the
+    taint goes and still no rule matches, it is said as any unserved node."""
+    clock = FakeClock()
+    cluster = InMemoryCluster(clock=clock)
+    cluster.create(NAMESPACE, {"metadata": {"name": NAMESPACE_NAME}})
+    pm = new_plugin_manager()
+    pm.register(ReferenceProvider(ReferenceCloud()), name="reference")
+    rule = NodeProviderRule(provider="reference", selector=parse_label_selector("pool=a"),
+                            text="pool=a")
+    engine = Engine(cluster, pm, clock=clock,
+                    options=EngineOptions(default_provider=None, node_providers=(rule,)))
+    engine.start()
+    obj = node_obj(0)
+    obj["spec"]["taints"] = [{"key": "node.cloudprovider.kubernetes.io/uninitialized",
+                              "value": "true", "effect": "NoSchedule"}]
+    node = cluster.create(NODE, obj)
+    name = node["metadata"]["name"]
+    cluster.create(POD, pod_obj("p0", name))
+    caplog.set_level(logging.INFO)
+    engine.run_until_idle(advance=5)
+    assert no_provider_events(cluster, node) == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING
+                and name in r.getMessage()]
+    assert len([r for r in caplog.records if "waits for its cloud controller manager"
+                in r.getMessage()]) == 1
+
+    cluster.patch(NODE, name, {"spec": {"taints": None}})  # initialized, no rule matches
+    engine.run_until_idle(advance=5)
+    assert no_provider_events(cluster, node) == 1

@@ -188,6 +188,21 @@ def test_add_after_non_positive_delay_adds_now() -> None:
     assert [q.get_nowait(), q.get_nowait()] == ["a", "b"]
 
 
+def test_add_all_after_schedules_each_key_as_add_after_does() -> None:
+    q, clock = _queue()
+    now = clock.monotonic()
+    q.add_after("b", 2.0)
+    q.add_all_after(["a", "b", "c"], 5.0)  # b's earlier due time wins
+    assert q.pending_delayed() == 3
+    assert q.next_due() == pytest.approx(now + 2.0)
+    clock.advance(2.0)
+    assert q.get_nowait() == "b" and q.get_nowait() is None
+    clock.advance(3.0)
+    assert sorted([q.get_nowait(), q.get_nowait()]) == ["a", "c"]
+    q.add_all_after(["d", "e"], 0.0)  # not later: now, in order
+    assert [q.get_nowait(), q.get_nowait()] == ["d", "e"]
+
+
 def test_delayed_keys_become_ready_in_due_order() -> None:
     q, clock = _queue()
     q.add_after("late", 3.0)

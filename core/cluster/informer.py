@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 from .gcpause import gc_paused
-from .port import ApiError, Cluster, Gone, Kind, NotFound, Obj, Watch
+from .port import ApiError, Cluster, Forbidden, Gone, Kind, NotFound, Obj, Watch
 
 __all__ = ["EventType", "Handler", "Informer"]
 
@@ -53,8 +53,9 @@ Handler = Callable[[EventType, str, T | None, T | None], None]
 #: How many keys the controller saw deleted are remembered until their DELETED event
 #: arrives, so a late event (or a stale ``assume``) cannot bring them back.
 TOMBSTONES = 10_000
-#: an optional kind the API server does not serve (its CRD is not installed) is listed
-#: again this often (seconds): installed later, it is picked up without a restart
+#: an optional kind the API server does not serve (its CRD is not installed), or does not
+#: let podnet read (403), is listed again this often (seconds): installed or granted
+#: later, it is picked up without a restart
 ABSENT_RELIST = 30.0
 
 
@@ -491,6 +492,16 @@ class Informer(Generic[T]):
                 self._need_relist = True
                 return 0
             return self._absent(exc)
+        except Forbidden as exc:
+            if not self.optional:
+                if raise_errors:
+                    raise
+                log.debug("informer %s: re-list refused, will retry: %s", self.name, exc)
+                self._need_relist = True
+                return 0
+            # an optional kind podnet may not read (a role without it): as one not
+            # served, looked at again now and then, not at every pump
+            return self._absent(exc)
         except ApiError as exc:
             if raise_errors:
                 raise
@@ -612,9 +623,13 @@ class Informer(Generic[T]):
                 timeout = 0.0  # the new watch's backlog: no waiting for more
             return applied
 
-    def run(self, stop: threading.Event, poll_interval: float = 0.5) -> None:
-        """Follow the cluster until ``stop`` (or :meth:`stop`) is set; for a thread."""
+    def run(self, stop: threading.Event, poll_interval: float = 0.5,
+            on_turn: Callable[[], None] | None = None) -> None:
+        """Follow the cluster until ``stop`` (or :meth:`stop`) is set; for a thread.
+        ``on_turn`` is called at each turn of the loop (a liveness check's witness)."""
         while not stop.is_set() and not self._stopped.is_set():
+            if on_turn is not None:
+                on_turn()
             try:
                 self.pump(timeout=poll_interval)
             except Exception:

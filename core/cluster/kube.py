@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
+import msgspec
 import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
@@ -106,13 +107,20 @@ _VERBS: Final = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patc
 _ENCODE: Final = json.JSONEncoder(separators=(",", ":")).encode
 
 
+#: the answers' decoder: the same objects as ``json.loads`` (dicts, lists, Python ints of
+#: any size, the last of duplicate keys), a third faster on a page of 500 PodNetworks and
+#: twice as fast on one of pods (a restart lists 300,000 objects); its errors are
+#: ValueErrors too
+_DECODE: Final = msgspec.json.decode
+
+
 def _loads(data: bytes) -> Any:
     if len(data) < _GC_PAUSE_BYTES:
-        return json.loads(data)
-    # a big answer makes millions of containers (json.loads ~4x slower with the
+        return _DECODE(data)
+    # a big answer makes millions of containers (decoding ~4x slower with the
     # collector walking them: 110 µs a pod against 26)
     with gc_paused():
-        return json.loads(data)
+        return _DECODE(data)
 
 
 def _typed(obj: Obj, kind: Kind) -> Obj:
@@ -189,7 +197,7 @@ class KubeWatch:
     def _decode(self, line: bytes) -> bool:
         """Queue one event line; False once the stream must end (ERROR, overflow)."""
         try:
-            ev = json.loads(line)
+            ev = _DECODE(line)
             type_, obj = ev["type"], ev["object"]
         except (ValueError, KeyError, TypeError):
             log.debug("watch %s: undecodable line skipped", self.kind.plural)

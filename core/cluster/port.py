@@ -53,6 +53,9 @@ NETWORK_POLICY = Kind("networking.k8s.io", "v1", "NetworkPolicy", "networkpolici
 #: Multus's attachment networks (not podnet's CRD: served where Multus is installed)
 NAD = Kind("k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition",
            "network-attachment-definitions", True)
+#: KubeVirt's VMs (not podnet's CRD: served where KubeVirt is installed), read for the
+#: state of their live migrations
+VMI = Kind("kubevirt.io", "v1", "VirtualMachineInstance", "virtualmachineinstances", True)
 
 
 class ApiError(Exception):

@@ -326,7 +326,7 @@ def resolve(spec: PolicySpec, view: PolicyView) -> ResolvedPolicy:
 # --- requeue ---------------------------------------------------------------------------
 
 
-def _pod_peers(spec: PolicySpec) -> list[tuple[str, RuleSpec, PeerSpec | None]]:
+def pod_peers(spec: PolicySpec) -> list[tuple[str, RuleSpec, PeerSpec | None]]:
     """Each (direction, rule, peer) by which a pod can be a peer of ``spec``: selector
     peers, and ``None`` for an egress rule to any peer with a named port (every pod's
     named ports count)."""
@@ -348,7 +348,7 @@ def affects(spec: PolicySpec, pod: PodInfo, namespace_labels: Mapping[str, str] 
     member, or as a peer."""
     if selects(spec, pod):
         return True
-    for _, _, peer in _pod_peers(spec):
+    for _, _, peer in pod_peers(spec):
         if peer is None:
             if eligible(pod):
                 return True
@@ -358,7 +358,7 @@ def affects(spec: PolicySpec, pod: PodInfo, namespace_labels: Mapping[str, str] 
 
 
 def _selectors_of_namespaces(spec: PolicySpec) -> list[Selector]:
-    return [p.namespace_selector for _, _, p in _pod_peers(spec)
+    return [p.namespace_selector for _, _, p in pod_peers(spec)
             if p is not None and p.namespace_selector is not None]
 
 
@@ -390,7 +390,7 @@ class PolicyIndex:
         self._specs[spec.key] = spec
         self._by_namespace[spec.namespace].add(spec.key)
         if any(peer is None or peer.namespace_selector is not None
-               for _, _, peer in _pod_peers(spec)):
+               for _, _, peer in pod_peers(spec)):
             self._cluster_wide.add(spec.key)
 
     def remove(self, key: str) -> None:

@@ -151,6 +151,8 @@ def policy_status(resolved: ResolvedPolicy, *,
     key, generation = resolved.key, resolved.generation
     programmed: set[str] = set()
     pending: set[str] = set()
+    #: pending nodes whose provider said why it waits
+    waiting: dict[str, str] = {}
     failed: dict[str, str] = {}
     for member in resolved.members:
         node = member.node
@@ -158,6 +160,10 @@ def policy_status(resolved: ResolvedPolicy, *,
             answer = provider_answers.get(member.provider)
             if answer is None:
                 pending.add(node)
+            elif answer.waiting and not answer.programmed:
+                pending.add(node)
+                waiting.setdefault(node, f"provider {member.provider}: {answer.message}"
+                                   if answer.message else "")
             elif answer.programmed:
                 programmed.add(node)
             else:
@@ -186,8 +192,10 @@ def policy_status(resolved: ResolvedPolicy, *,
         done = (PROGRAMMED, "False", "Failed",
                 f"{len(failed)} node(s) failed, {first}: {failed[first]}")
     elif pending:
+        said = sorted(n for n, why in waiting.items() if why and n in pending)
+        why = f"; {said[0]}: {waiting[said[0]]}" if said else ""
         done = (PROGRAMMED, "Unknown", "Pending",
-                f"{len(pending)} node(s) not programmed yet, {min(pending)} first")
+                f"{len(pending)} node(s) not programmed yet, {min(pending)} first{why}")
     elif resolved.members:
         done = (PROGRAMMED, "True", PROGRAMMED,
                 f"programmed on {len(programmed)} node(s)")

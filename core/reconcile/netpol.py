@@ -75,6 +75,8 @@ NETPOL_KEYS_KEY: Key = ("netpolkeys", "")
 RESYNC = 600.0
 #: while the policies are not listed yet, the sweep waits this long (seconds)
 SWEEP_WAIT = 5.0
+#: a provider waiting for its dataplane to catch up is asked again this soon (seconds)
+WAIT_AGAIN = 1.0
 #: the pods' index by namespace, added when the first policy is seen
 NAMESPACE_INDEX = "namespace"
 SPAN_NAME = "netpol.program"
@@ -337,6 +339,8 @@ class NetworkPolicyReconciler:
         self._say(stored, seen, answers, previous)
         if error is not None:
             raise error  # retried with backoff; the status says it is not programmed
+        if any(a is not None and a.waiting and not a.programmed for a in answers.values()):
+            return Result(WAIT_AGAIN)  # the dataplane catching up: asked again soon
         return Result(RESYNC)
 
     def _program(self, key: str, resolved: ResolvedPolicy
@@ -488,8 +492,8 @@ class NetworkPolicyReconciler:
                 said.tags.add(tag)
                 self._event(involved, f.reason.value, f"{f.field}: {f.message}")
         for provider, answer in sorted(answers.items()):
-            if answer is None or answer.programmed:
-                continue
+            if answer is None or answer.programmed or answer.waiting:
+                continue  # a wait is no failure: no Warning Event
             tag = f"provider/{provider}/{answer.message}"
             if tag not in said.tags:
                 said.tags.add(tag)

@@ -19,6 +19,11 @@ idle addresses were podnet's). Then, each pass:
 - interfaces the inventory marks ``pooled=False`` hold no pod address: never grown on,
   counted against ``max_interfaces`` or disposed;
 - the pool is written to the NodeNetwork's status whenever its membership changed;
+- a pass over a pool in the state its last pass changed nothing in (addresses, owners,
+  interfaces, the record, the policy, the node's Subnets; nothing waiting on the clock:
+  no waiter, cooldown, inhibited or disposing interface, suspect, failed grow) is
+  skipped: the timed passes a restart makes every refill period found nothing to do;
+  any change, and the node check when due, bring the whole pass back;
 - at most every ``node_check_period``, after a successful pass on a synced pool, the
   provider's ``podnet_node_check``: each new finding is a Warning Event on the Node and
   the NodeNetwork, and the ``ProviderCheck`` condition lists what is still found.
@@ -63,11 +68,14 @@ from podnet.core.models import (
     Phase,
     set_condition,
 )
+from podnet.core.objects import TAINT_UNINITIALIZED
 from podnet.core.placement import Placement
 from podnet.core.policy import PoolPolicy
 from podnet.core.pool import Deferred, GrowPlan, Interface, NodePool, Pools
 from podnet.core.poolservice import POOL_READY, PoolService
+from podnet.core.ratelimit import CloudWait, deferrable
 from podnet.core.reconcile.nodeleave import NodeLeave
+from podnet.core.reconcile.nodepool_quiet import QuietPasses
 from podnet.core.reconcile.result import DONE, Result
 from podnet.core.records import RecordWriter
 from podnet.core.transition import Transitions
@@ -102,7 +110,7 @@ _MACHINE_UNKNOWN_WAIT = 5.0
 _BUSY_WRITE_DELAY = 30.0
 
 
-class NodePoolReconciler:
+class NodePoolReconciler(QuietPasses):
     """Takes the parts it uses: the caches it reads, the writer of its records and
     Events, the queue, the provider gateway and the transition runner, which provider and
     policy serve what, the node pools, the ledger and the pool service (lent to a node's
@@ -142,6 +150,9 @@ class NodePoolReconciler:
         self._machine_unknown: set[str] = set()
         #: node -> why no provider serves it, as said (once per node and reason)
         self._unserved: dict[str, str] = {}
+        #: node -> the state its last pass found nothing to do in (``_quiet_state``):
+        #: passes on the same state are skipped until it changes or the clock says
+        self._quiet: dict[str, tuple[Any, ...]] = {}
 
     def reconcile(self, name: str) -> Result:
         node = self.caches.nodes.get(name)
@@ -192,9 +203,17 @@ class NodePoolReconciler:
             # more is made for the node
             nn = self._add_finalizer(nn)
         policy = self.policy_for(provider, nn, pool)
+        quiet = self._quiet_state(node, nn, pool, policy)
+        if quiet is not None and self._quiet.get(name) == quiet:
+            due = self._timer(name, policy)
+            if due > 0:
+                # nothing the last pass looked at changed since it found nothing to do:
+                # this pass would find the same (a restart's timed passes, mostly)
+                return Result(requeue_after=due)
+        self._quiet.pop(name, None)
+        results: list[Result] = []
         with pool.lock:
             before = self._snapshot(pool)
-        results: list[Result] = []
         if pool.synced and pool.capacity and pool.total() > pool.capacity:
             # more addresses than the node can hold: the bookkeeping is wrong, not the
             # cloud. Drop it and rebuild from the inventory and the records.
@@ -205,10 +224,13 @@ class NodePoolReconciler:
         try:
             if not pool.synced:
                 reading = True
-                self.service.rebuild(node, nn, provider, pool)
+                with deferrable(("inventory", name)):
+                    self.service.rebuild(node, nn, provider, pool)
                 reading = False
                 self.problems.by_node.pop(name, None)
                 policy = self.policy_for(provider, nn, pool)
+                # what the rest of this pass starts from
+                quiet = self._quiet_state(node, nn, pool, policy)
             self._recover(node, pool, provider)
             if pool.waiting:
                 # a disposal under way is finished while pods wait, first: its interface
@@ -225,6 +247,10 @@ class NodePoolReconciler:
                 # pool would not grow past them)
                 results.append(self._shrink(node, nn, provider, pool, policy,
                                             halves_only=True))
+        except CloudWait as turn:
+            # the read waits for its turn under the rate limit (nothing was called): its
+            # slot is kept, and the worker serves other nodes (their grows) meanwhile
+            return Result(requeue_after=turn.retry_after)
         except Exception as exc:
             if reading and self._read_throttled(name, provider, exc):
                 # the cloud slows the read down, it does not refuse it: read again soon,
@@ -236,12 +262,16 @@ class NodePoolReconciler:
             self._report(nn, problem)
             raise
         self._throttled_since.pop(name, None)
-        results.append(self._record_pool(nn, pool, policy, self._snapshot(pool) != before))
+        record_result, listed = self._record_pool(nn, pool, policy, self._snapshot(pool) != before)
+        results.append(record_result)
         self._report(nn, pool.last_error)
         if pool.synced:
             results.append(self._check(node, nn, provider, policy))
         results.append(Result(requeue_after=policy.refill_period))
-        return Result.soonest(results)
+        result = Result.soonest(results)
+        if listed:
+            self._remember_quiet(name, node, pool, quiet, result)
+        return result
 
     def node_removed(self, name: str, provider: str | None = None) -> None:
         """A node left and everything podnet made for it was given back: its pools
@@ -256,6 +286,7 @@ class NodePoolReconciler:
         self._machine_unknown.discard(name)
         self.service.last_seen.pop(name, None)
         self._forget_checks(name)
+        self._quiet.pop(name, None)
         for each in sorted(providers):
             self.gateway.node_removed(each, name)
 
@@ -278,6 +309,15 @@ class NodePoolReconciler:
         """A node no provider serves: its pods get no network (their records are never
         made). Said once per node and reason, on the Node and in the log, not per pod."""
         reason, message = self.placement.why_unserved(node)
+        if node.uninitialized:
+            # waiting, not failing: the rules may match the labels its cloud controller
+            # manager has yet to set; its removal of the taint brings the node back here
+            if self._unserved.get(node.name) != "Uninitialized":
+                self._unserved[node.name] = "Uninitialized"
+                log.info("node %s: no provider serves it yet; it waits for its cloud "
+                         "controller manager to initialize it (taint %s)", node.name,
+                         TAINT_UNINITIALIZED)
+            return
         if self._unserved.get(node.name) == reason:
             return
         self._unserved[node.name] = reason
@@ -453,42 +493,43 @@ class NodePoolReconciler:
                        for a in pool.addresses.values())
 
     def _record_pool(self, nn: NodeNetwork, pool: NodePool, policy: PoolPolicy,
-                     changed: bool) -> Result:
+                     changed: bool) -> tuple[Result, bool]:
         """The pool written to the record at the end of a pass, or later: what a restart
         needs of it (an address podnet added that no record names, an interface in any
         state but ready) at once, or within :data:`_UNNAMED_GRACE` while pod networks wait
         for those addresses; the rest once nobody waits, or after
         :data:`_BUSY_WRITE_DELAY` (a burst's grows become one write). Owners alone catch
-        up as before (:meth:`_owners_stale`). :return: when to look again."""
+        up as before (:meth:`_owners_stale`). :return: when to look again, and whether the
+        record listed the pool as it is already (nothing written)."""
         name = nn.metadata.name
         current = self.caches.node_networks.get(name) or nn
         interfaces = self.service.status(pool)
         if (current.status.last_inventory_sync is not None
                 and current.status.interfaces == interfaces):
             self.service.unwritten.pop(name, None)
-            return DONE
+            return DONE, True
         if (current.status.last_inventory_sync is not None and name not in self.service.unwritten
                 and _without_owners(current.status.interfaces) == _without_owners(interfaces)):
             if changed or self._owners_stale(current, pool, policy):
                 self.service.write(nn, pool, interfaces)
-            return DONE
+            return DONE, False
         now = self.clock.monotonic()
         since = self.service.unwritten.setdefault(name, now)
         if _restart_states(current.status.interfaces) != _restart_states(interfaces):
             self.service.write(nn, pool, interfaces)
-            return DONE
+            return DONE, False
         unnamed = self._unnamed(current, pool)
         if unnamed is not None:
             if not pool.waiting or now >= unnamed + _UNNAMED_GRACE:
                 self.service.write(nn, pool, interfaces)
-                return DONE
-            return Result(requeue_after=unnamed + _UNNAMED_GRACE - now)
+                return DONE, False
+            return Result(requeue_after=unnamed + _UNNAMED_GRACE - now), False
         if current.status.last_inventory_sync is None and now < since + _FIRST_WRITE_DELAY:
-            return Result(requeue_after=since + _FIRST_WRITE_DELAY - now)
+            return Result(requeue_after=since + _FIRST_WRITE_DELAY - now), False
         if pool.waiting and now < since + _BUSY_WRITE_DELAY:
-            return Result(requeue_after=since + _BUSY_WRITE_DELAY - now)
+            return Result(requeue_after=since + _BUSY_WRITE_DELAY - now), False
         self.service.write(nn, pool, interfaces)
-        return DONE
+        return DONE, False
 
     def _unnamed(self, current: NodeNetwork, pool: NodePool) -> float | None:
         """When the oldest address of the pool that neither the record lists nor a
@@ -551,10 +592,14 @@ class NodePoolReconciler:
                 created, entries = self._new_interface(node, nn, provider, pool, plan)
             else:
                 ctx = self.caches.context(node, nn)
-                entries = self.gateway.pool_grow(
-                    provider, ctx,
-                    itf.cloud(pool.ipv4_on(itf.id), pool.ipv6_on(itf.id)) if itf else None,
-                    count, subnet)
+                with deferrable(("grow", node.name)):
+                    entries = self.gateway.pool_grow(
+                        provider, ctx,
+                        itf.cloud(pool.ipv4_on(itf.id), pool.ipv6_on(itf.id)) if itf else None,
+                        count, subnet)
+        except CloudWait as turn:
+            # nothing was called: planned again at its slot, with what waits by then
+            return Result(requeue_after=turn.retry_after)
         except Exception as exc:
             return self._grow_failed(node, provider, pool, policy, plan, exc, nn)
         pool.grew(entries, now, created)

@@ -30,7 +30,10 @@ from podnet.core.cluster.port import POD, POD_NETWORK, Conflict, NotFound
 from podnet.core.convert import UnreadablePodNetwork
 from podnet.core.errors import InvalidRequest, one_line
 from podnet.core.models import (
+    ANNOTATION_MIGRATION_SOURCE,
+    ANNOTATION_MIGRATION_SOURCE_NODE,
     FINALIZER,
+    LABEL_MIGRATION_SOURCE_NODE,
     LABEL_NODE,
     LABEL_POD,
     LABEL_VM,
@@ -44,7 +47,7 @@ from podnet.core.models import (
 )
 from podnet.core.networks.select import NONE as NO_CHOICE
 from podnet.core.networks.select import Choice, choose
-from podnet.core.objects import vm_of
+from podnet.core.objects import is_migration_target, record_finished, vm_of
 from podnet.core.reconcile.networks import ADDRESS_EXCLUDED
 from podnet.core.reconcile.podnetwork_allocate import AllocatePath, Unwritten
 from podnet.core.reconcile.podnetwork_desired import Desired, record_name, sticky_owner
@@ -130,6 +133,11 @@ class PodNetworkReconciler(AllocatePath, ReleasePath):
                 assert pod is not None
                 results.append(self._advance(pn, pod, desired[pn.spec.network]))
             else:
+                handed = self._hand_back(pn, pod)
+                if handed is not None:
+                    covered.add(pn.spec.network)
+                    results.append(handed)
+                    continue
                 if pod is not None and pn.spec.pod_uid == pod.uid:
                     # this pod's record is going away (deleted, or the pod is leaving):
                     # a new one waits for a pass that sees the record gone and the pod
@@ -144,6 +152,49 @@ class PodNetworkReconciler(AllocatePath, ReleasePath):
                 results.append(self._create(pod, network, want))
         return Result.soonest(results)
 
+    def check_at_start(self, pod_key: str) -> float | None:
+        """A restart's first look at a pod, in one step with its node's pool: when its
+        pass would find nothing to do but wait for the record's verify (one record,
+        Routed, its pod's and as the pod wants it, its address its own in the ledger and
+        in its node's pool), the verify's due time is set as the pass would set it, and
+        the seconds until then returned (the caller queues the pod for then); None when
+        the pod needs its whole pass (the caller queues it now). Reads only, but for
+        that due time: anything the ledger would settle (a conflict, a lost address) is
+        left to the whole pass."""
+        records = self.caches.pod_networks.by_index("pod", pod_key)
+        if len(records) != 1 or self.ledger.any_vanished or pod_key in self._maybe_gone:
+            return None
+        pn = records[0]
+        pod = self.caches.pods.get(pod_key)
+        if (pod is None or isinstance(pn, UnreadablePodNetwork)
+                or pn.status.phase is not Phase.ROUTED or pod.deletion_timestamp is not None
+                or pn.metadata.deletion_timestamp is not None
+                or FINALIZER not in pn.metadata.finalizers
+                or pn.spec.pod_uid != pod.uid or pn.spec.node_name != pod.node_name
+                or LABEL_VM in pn.metadata.labels or vm_of(pod) is not None
+                or ANNOTATION_MIGRATION_SOURCE in pn.metadata.annotations
+                or ANNOTATION_MIGRATION_SOURCE_NODE in pn.metadata.annotations
+                or pn.key in self._verify_at):
+            return None
+        desired = self.desired(pod)
+        want = desired.get(pn.spec.network)
+        if (len(desired) != 1 or want is None or not self.wants.wanted(pn, pod, desired)
+                or want.invalid is not None or want.warnings
+                or condition_of(pn, ANNOTATIONS) is not None
+                or pn.spec.requests != want.request or frozen_said(pn)):
+            return None
+        if self.networks is not None and (self.networks.outside
+                                          or len(pn.status.conditions) > 1):
+            return None
+        ledger = self.ledger
+        if (not (pn.status.ip or pn.status.ipv6) or ledger.conflict(pn.key) is not None
+                or pn.key in ledger.lost or ledger.pool_disagrees(pn) is not None):
+            return None
+        # as the pass's verify step: a record's first look only sets when it is due
+        period = self.placement.policy(pn.spec.provider).verify_period
+        self._verify_at[pn.key] = self.clock.monotonic() + period
+        return period
+
     def _settle_vanished(self, pod_key: str) -> None:
         """Records of this pod that left the cache without podnet removing them. Gone
         from the API server too (its finalizer was taken off by hand): nothing may stay
@@ -153,8 +204,10 @@ class PodNetworkReconciler(AllocatePath, ReleasePath):
             key = pn.key
             if self.caches.pod_networks.get(key) is None:
                 try:
-                    self.records.cluster.get(POD_NETWORK, pn.metadata.name, pn.metadata.namespace)
-                    continue  # still there: the cache catches up (a later event settles it)
+                    obj = self.records.cluster.get(POD_NETWORK, pn.metadata.name,
+                                                   pn.metadata.namespace)
+                    if not record_finished(obj):  # finished: as good as gone
+                        continue  # still there: the cache catches up (a later event settles it)
                 except NotFound:
                     pass
             if self.caches.pod_networks.get(key) is not None:
@@ -174,6 +227,13 @@ class PodNetworkReconciler(AllocatePath, ReleasePath):
         return self.wants.desired(pod)
 
     def _create(self, pod: PodInfo, network: str, want: Desired) -> Result:
+        if pod.deletion_timestamp is not None:
+            # a pod being deleted gets no new record: it never wants one again (the rule
+            # that leaves a released record of such a pod to the garbage collector,
+            # finished and hidden from the caches, under the name a new one would take:
+            # creating it would conflict until the pod's object goes). Its deletion's
+            # last event wakes the key
+            return DONE
         if self._maybe_gone.get(pod.key) == pod.uid:
             # the pod's last record was deleted from outside while the cache still showed
             # the pod: ask the API server whether this pod is still there
@@ -186,8 +246,21 @@ class PodNetworkReconciler(AllocatePath, ReleasePath):
             del self._maybe_gone[pod.key]  # alive: only its record was removed
         sticky = want.sticky
         vm = vm_of(pod) if sticky else None
-        if vm is not None and self.caches.pod_networks.get(
-                f"{pod.namespace}/{record_name(pod, network, True)}") is not None:
+        vm_record = self.caches.pod_networks.get(
+            f"{pod.namespace}/{record_name(pod, network, True)}") if vm is not None else None
+        if (vm_record is not None
+                and vm_record.metadata.annotations.get(ANNOTATION_MIGRATION_SOURCE) == pod.name):
+            # a live migration's source: its address serves the target now, and comes
+            # back if the migration fails (the record's change wakes this pod)
+            return DONE
+        if (vm is not None and is_migration_target(pod)
+                and not self.placement.providers[want.provider].uses_node_pool
+                and (vm_record is not None or self._migration_source_of(pod, vm))):
+            # a live migration's target whose VM's record cannot be handed over yet (not
+            # made or routed yet, or another migration holds it): it waits for the
+            # record's change
+            return DONE
+        if vm_record is not None:
             # the VM's record still serves its other pod (a live migration's source) or
             # cannot follow this one to its node: this pod gets an address of its own
             sticky, vm = False, None
@@ -229,6 +302,76 @@ class PodNetworkReconciler(AllocatePath, ReleasePath):
             return DONE  # namespace going away
         return self._advance(created, pod, want)
 
+    def _migration_source_of(self, pod: PodInfo, vm: str) -> bool:
+        """Whether another running pod of the VM (not a migration's target) is there:
+        the source of the migration ``pod`` is the target of."""
+        return any(other.key != pod.key and not is_migration_target(other)
+                   and self.migration_source_runs(other.namespace, other.name) is not None
+                   for other in self.caches.pods.by_index("vm", f"{pod.namespace}/{vm}"))
+
+    def _hand_back(self, pn: PodNetwork, pod: PodInfo | None) -> Result | None:
+        """A live migration's target that no longer wants the VM's record (the migration
+        failed or was aborted, its pod went): the source still runs the VM, and gets the
+        record back as it is, address and port, nothing released."""
+        if (ANNOTATION_MIGRATION_SOURCE_NODE not in pn.metadata.annotations
+                or pn.metadata.deletion_timestamp is not None
+                or pn.status.phase not in (Phase.ALLOCATED, Phase.ROUTED)):
+            return None
+        source = self.migration_source(pn)
+        if source is None or not self.desired(source).get(pn.spec.network):
+            return None
+        target = pn.spec.pod_name
+        pn = self._move(pn, source, f"pod {source.key} keeps the VM: its migration to "
+                        f"pod {target} ended")
+        log.info("live migration of VM %s/%s to pod %s ended without it: pod %s keeps %s",
+                 pn.metadata.namespace, pn.metadata.labels.get(LABEL_VM), target,
+                 source.key, pn.key)
+        self.enqueue.pod(source.key)
+        return DONE
+
+    def _settle_migration(self, pn: PodNetwork, pod: PodInfo) -> PodNetwork:
+        """The record of a live migration's target once the migration finished: its
+        source stopped, or KubeVirt says it completed. The source's node goes from the
+        record (the port is bound to this pod's node alone, the source node's agent lets
+        the VM's interface there go); the source's name stays while that pod still runs
+        (it ends soon, and takes no address of its own meanwhile)."""
+        annotations = pn.metadata.annotations
+        if ANNOTATION_MIGRATION_SOURCE not in annotations:
+            return pn
+        runs = self.migration_source(pn) is not None
+        bound_both = ANNOTATION_MIGRATION_SOURCE_NODE in annotations
+        if runs and not bound_both:
+            return pn  # completed; the source pod has not ended yet
+        if runs:
+            state = self.caches.migration_of(pod)
+            if state is None or not state.moved:
+                # the migration runs; a record an earlier version wrote has no label of
+                # the source node: its agent would not find it
+                node = annotations[ANNOTATION_MIGRATION_SOURCE_NODE]
+                if pn.metadata.labels.get(LABEL_MIGRATION_SOURCE_NODE) != node:
+                    pn = self.records.update(POD_NETWORK, attrs.evolve(
+                        pn, metadata=attrs.evolve(pn.metadata, labels={
+                            **pn.metadata.labels, LABEL_MIGRATION_SOURCE_NODE: node})))
+                return pn
+        source = annotations[ANNOTATION_MIGRATION_SOURCE]
+        reroute = bound_both and pn.status.phase is Phase.ROUTED
+        if reroute:
+            # Allocated first: a routed record without the source node's marks says its
+            # port is bound to this node alone, which only the route that follows makes true
+            unrouted = self._unroute(pn, f"live migration from pod {source} finished")
+            if unrouted is None:
+                return pn
+            pn = unrouted
+        gone = (ANNOTATION_MIGRATION_SOURCE_NODE,) if runs else (
+            ANNOTATION_MIGRATION_SOURCE, ANNOTATION_MIGRATION_SOURCE_NODE)
+        labels = {k: v for k, v in pn.metadata.labels.items()
+                  if k != LABEL_MIGRATION_SOURCE_NODE}
+        pn = self.records.update(POD_NETWORK, attrs.evolve(pn, metadata=attrs.evolve(
+            pn.metadata, annotations={k: v for k, v in pn.metadata.annotations.items()
+                                      if k not in gone},
+            labels=labels)))
+        return self._route(pn, pod) if reroute else pn
+
     def _advance(self, pn: PodNetwork, pod: PodInfo, want: Desired) -> Result:
         if FINALIZER not in pn.metadata.finalizers:
             pn = self._restore_finalizer(pn, pod)
@@ -239,11 +382,13 @@ class PodNetworkReconciler(AllocatePath, ReleasePath):
         if pn.spec.pod_uid != pod.uid or pn.spec.node_name != pod.node_name:
             moved = pn.spec.node_name != pod.node_name
             renamed = pn.spec.pod_name != pod.name  # a VM's next pod took its record
-            pn = self._adopt_pod(pn, pod)
-            if (moved or renamed) and pn.status.phase is Phase.ROUTED:
+            if moved or renamed:
                 # an address that follows its pod: the dataplane is rewritten for it
-                pn = self._repair(pn, pod, f"pod {pod.key} moved to node {pod.node_name}"
-                                  if moved else f"pod {pod.key} took the record over")
+                pn = self._move(pn, pod, f"pod {pod.key} moved to node {pod.node_name}"
+                                if moved else f"pod {pod.key} took the record over")
+            else:
+                pn = self._adopt_pod(pn, pod)
+        pn = self._settle_migration(pn, pod)
         if want.invalid is not None:
             return self._invalid(pn, pod, want.invalid)
         pn = self._report_warnings(pn, pod, want)
@@ -352,6 +497,10 @@ class PodNetworkReconciler(AllocatePath, ReleasePath):
     def _address_problem(self, pn: PodNetwork) -> tuple[str, str, str | None] | None:
         """Why the record's address cannot stay its own, as the ledger says: (Event
         reason, message, the address to hand it first), or None."""
+        if not pn.status.ip and not pn.status.ipv6:
+            # nothing to route (a record reclaimed before it ever had an address, the
+            # controller gone before the write that sent it back to Pending)
+            return ("NoAddress", f"it is {pn.status.phase.value} without an address", None)
         problem = self.ledger.problem(pn)
         if problem is None:
             return None
@@ -363,13 +512,20 @@ class PodNetworkReconciler(AllocatePath, ReleasePath):
         are adopted and written (``repair`` → ``route``, for a routed record); address
         fields never move the address, which a ``RequestsApplied`` condition says."""
         change = compare_requests(pn.spec.requests, wanted)
+        routed = bool(change.applied) and pn.status.phase is Phase.ROUTED
+        if routed:
+            # Allocated before the spec names what route has not written yet: a failure
+            # between the two writes leaves the change to be seen again, not a record
+            # Routed with requests its dataplane lacks
+            unrouted = self._unroute(pn, f"requests changed: {', '.join(change.applied)}")
+            if unrouted is None:
+                return pn
+            pn = unrouted
         if change.applied:
             pn = self.records.update(POD_NETWORK, attrs.evolve(
                 pn, spec=attrs.evolve(pn.spec, requests=change.merged)))
         pn = self._say_frozen(pn, pod, change.frozen)
-        if change.applied and pn.status.phase is Phase.ROUTED:
-            pn = self._repair(pn, pod, f"requests changed: {', '.join(change.applied)}")
-        return pn
+        return self._route(pn, pod) if routed else pn
 
     def _say_frozen(self, pn: PodNetwork, pod: PodInfo, frozen: tuple[str, ...]
                     ) -> PodNetwork:

@@ -25,6 +25,7 @@ from podnet.core.cluster.port import NODE, NotFound
 from podnet.core.errors import InvalidRequest
 from podnet.core.gateway import ProviderGateway
 from podnet.core.models import (
+    ANNOTATION_MIGRATION_SOURCE,
     DEFAULT_NETWORK,
     NetworkRequest,
     NodeInfo,
@@ -33,7 +34,7 @@ from podnet.core.models import (
     PodInfo,
     PodNetwork,
 )
-from podnet.core.objects import pod_is_sticky, pod_is_terminal, vm_of
+from podnet.core.objects import is_migration_target, pod_is_sticky, pod_is_terminal, vm_of
 from podnet.core.placement import Placement
 from podnet.core.reconcile.podnetwork_wording import pod_ref
 from podnet.core.records import RecordWriter
@@ -98,10 +99,15 @@ class Wants:
     def held_for_vm(self, pod: PodInfo, have: list[PodNetwork],
                      desired: dict[str, Desired]) -> list[PodNetwork]:
         """The held records of the VM whose pod ``pod`` is, for networks it has no record
-        of: a VM's new pod takes its addresses back."""
+        of: a VM's new pod takes its addresses back. A live migration's target takes the
+        record of its running source once routed (the VM keeps its address across the
+        move); one migration at a time."""
         vm = vm_of(pod)
         if vm is None:
             return []
+        state = self.caches.migration_of(pod)
+        if state is not None and state.ended_without_target:
+            return []  # KubeVirt says its migration failed or was aborted: the VM stays
         mine = {pn.spec.network for pn in have}
         out = []
         for pn in self.caches.pod_networks.by_index("vm", f"{pod.namespace}/{vm}"):
@@ -110,8 +116,11 @@ class Wants:
                     or want.provider != pn.spec.provider
                     or pn.metadata.deletion_timestamp is not None):
                 continue
-            if pn.status.phase is not Phase.RELEASING and not self._pod_gone(pn):
-                continue  # its pod still runs (a live migration's source): not to take
+            if (pn.status.phase is not Phase.RELEASING and not self._pod_gone(pn)
+                    and not (is_migration_target(pod) and pn.spec.pod_name != pod.name
+                             and pn.status.phase is Phase.ROUTED
+                             and ANNOTATION_MIGRATION_SOURCE not in pn.metadata.annotations)):
+                continue  # its pod still runs and this one is no migration's target
             if (self.placement.providers[pn.spec.provider].uses_node_pool
                     and pn.spec.node_name != pod.node_name):
                 continue  # a node pool's address cannot follow the VM to another node
@@ -280,6 +289,12 @@ class Wants:
         if (pn.spec.node_name != pod.node_name
                 and self.placement.providers[pn.spec.provider].uses_node_pool):
             return False  # an address from one node's pool cannot follow its pod elsewhere
+        if ANNOTATION_MIGRATION_SOURCE in pn.metadata.annotations:
+            state = self.caches.migration_of(pod)
+            if state is not None and state.ended_without_target:
+                # KubeVirt says the migration failed or was aborted while its target
+                # pod still runs: the source gets the record back
+                return False
         if pn.spec.pod_uid == pod.uid:
             return pn.status.phase is not Phase.RELEASING or pn.spec.sticky
         # another pod under the same name: only a sticky record carries over

@@ -9,7 +9,12 @@ import attrs
 
 from podnet.core.cluster.port import POD, POD_NETWORK, NotFound
 from podnet.core.models import FINALIZER, Phase, PodInfo, PodNetwork, WorkloadInfo
-from podnet.core.objects import is_statefulset, pod_is_terminal, statefulset_ordinal
+from podnet.core.objects import (
+    LABEL_FINISHED,
+    is_statefulset,
+    pod_is_terminal,
+    statefulset_ordinal,
+)
 from podnet.core.reconcile.podnetwork_steps import PodNetworkSteps
 from podnet.core.reconcile.podnetwork_wording import pod_ref, release_reason
 from podnet.core.reconcile.result import DONE, Result
@@ -119,7 +124,7 @@ class ReleasePath(PodNetworkSteps):
             nonlocal released
             released = (self.gateway.release(provider, ctx) if provider in self.placement.providers
                         else ReleaseResult())
-            self._remove_record(pn)
+            self._remove_record(pn, pod)
             return pn  # as it was last written: the event names its address
 
         # the cache's delete is ours: the address is given back here
@@ -152,22 +157,46 @@ class ReleasePath(PodNetworkSteps):
                    "takes it back where it can")
         self.records.event(pod_ref(pod), "PodNetworkDeleted", message)
 
-    def _remove_record(self, pn: PodNetwork) -> None:
-        """Finalizer off and record gone; each step may be redone after a crash."""
+    def _remove_record(self, pn: PodNetwork, pod: PodInfo | None = None) -> None:
+        """Finalizer off and record gone; each step may be redone after a crash. Where
+        the garbage collector will take the record (:func:`_left_to_owner`), the
+        finalizer's removal says the record is finished in the same write, and no
+        delete follows."""
         current = pn
+        finished = _left_to_owner(pn, pod)
         if FINALIZER in current.metadata.finalizers:
             meta = attrs.evolve(current.metadata, finalizers=tuple(
                 f for f in current.metadata.finalizers if f != FINALIZER))
+            if finished:
+                meta = attrs.evolve(meta, labels={**meta.labels, LABEL_FINISHED: "true"})
             try:
                 current = self.records.update(POD_NETWORK, attrs.evolve(current, metadata=meta))
             except NotFound:
                 return
-        if pn.metadata.deletion_timestamp is None:
+        else:
+            finished = False  # a record without it (an older podnet's): deleted as before
+        if pn.metadata.deletion_timestamp is None and not finished:
             try:
                 self.records.delete(POD_NETWORK, current)
             except NotFound:
                 pass
         self.caches.pod_networks.forget(pn.key)
+
+
+def _left_to_owner(pn: PodNetwork, pod: PodInfo | None) -> bool:
+    """Whether a released record may be left to the garbage collector, finished: not
+    being deleted already (then the finalizer's removal deletes it), not sticky (named
+    after the pod alone, a pod coming back under the name would find it), and its own
+    pod instance, its owner, known and done for good (terminal or being deleted: it never
+    wants the record again, and the record's name carries its uid, so no other pod's
+    record is ever named so). The garbage collector takes the record when the pod's
+    object goes."""
+    if pn.metadata.deletion_timestamp is not None or pn.spec.sticky or pod is None:
+        return False
+    if pod.uid != pn.spec.pod_uid or not any(
+            o.uid == pod.uid for o in pn.metadata.owner_references):
+        return False
+    return pod.deletion_timestamp is not None or pod_is_terminal(pod)
 
 
 def workload_gave_up(pn: PodNetwork, workload: WorkloadInfo | None) -> bool:

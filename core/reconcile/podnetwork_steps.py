@@ -31,7 +31,10 @@ from podnet.core.gateway import ProviderGateway
 from podnet.core.ledger import Ledger
 from podnet.core.machines import POD_NETWORK_MACHINE
 from podnet.core.models import (
+    ANNOTATION_MIGRATION_SOURCE,
+    ANNOTATION_MIGRATION_SOURCE_NODE,
     DEFAULT_NETWORK,
+    LABEL_MIGRATION_SOURCE_NODE,
     LABEL_NODE,
     LABEL_POD,
     Condition,
@@ -40,7 +43,7 @@ from podnet.core.models import (
     PodNetwork,
     set_condition,
 )
-from podnet.core.objects import READY, ready_condition
+from podnet.core.objects import READY, is_migration_target, pod_is_terminal, ready_condition
 from podnet.core.placement import Placement
 from podnet.core.pool import NodePool, Pools
 from podnet.core.reconcile.networks import NetworksReconciler
@@ -292,12 +295,34 @@ class PodNetworkSteps:
         return Result(requeue_after=period if pn.status.phase is Phase.ROUTED else 0.0)
 
     def _repair(self, pn: PodNetwork, pod: PodInfo, why: str) -> PodNetwork:
-        """Drift (or a move): back to allocated, then route writes the dataplane again."""
-        repaired = self._run(pn, "repair", lambda span: self._write_phase(
-            pn, Phase.ALLOCATED, span, reason="Repairing", message=why), drift=why)
+        """Drift: back to allocated, then route writes the dataplane again."""
+        repaired = self._unroute(pn, why)
         if repaired is None:
             return pn
         return self._route(repaired, pod)
+
+    def _unroute(self, pn: PodNetwork, why: str) -> PodNetwork | None:
+        """A routed record back to Allocated (``repair``), nothing else changed: what
+        route wrote for it is no longer to be relied on. :return: the record written, or
+        None when that failed (said on the record)."""
+        return self._run(pn, "repair", lambda span: self._write_phase(
+            pn, Phase.ALLOCATED, span, reason="Repairing", message=why), drift=why)
+
+    def _move(self, pn: PodNetwork, pod: PodInfo, why: str) -> PodNetwork:
+        """The record follows ``pod`` (to its node, or from another pod of its VM). Its
+        spec and its status are two writes (the status subresource), so their order is the
+        rule: a routed record is written Allocated first, where it is (its dataplane
+        still there), then it names the pod and its node, then route binds the dataplane
+        there and writes Routed. A failure between any two leaves a record that says
+        nothing untrue: Allocated where it was, or Allocated on the new node with its
+        route to come (its address its own, bound nowhere else); never Routed on a node
+        whose dataplane is not written for it. The next pass goes on from there."""
+        if pn.status.phase is not Phase.ROUTED:
+            return self._adopt_pod(pn, pod)  # route comes after, as for any allocated record
+        unrouted = self._unroute(pn, why)
+        if unrouted is None:
+            return pn
+        return self._route(self._adopt_pod(unrouted, pod), pod)
 
     def _readdress(self, pn: PodNetwork, pod: PodInfo, reason: str, why: str,
                    prefer: str | None) -> PodNetwork:
@@ -333,11 +358,53 @@ class PodNetworkSteps:
         """A sticky record serves the pod now running under its name (on whichever node,
         for providers whose addresses are not tied to a node's pool)."""
         node = pod.node_name or pn.spec.node_name
-        meta = attrs.evolve(pn.metadata, labels={**pn.metadata.labels, LABEL_NODE: node,
-                                                 LABEL_POD: pod.name})
+        annotations = {k: v for k, v in pn.metadata.annotations.items()
+                       if k not in (ANNOTATION_MIGRATION_SOURCE, ANNOTATION_MIGRATION_SOURCE_NODE)}
+        if (is_migration_target(pod) and pn.spec.pod_name != pod.name
+                and self.migration_source_runs(pn.metadata.namespace or "", pn.spec.pod_name,
+                                               pn.spec.pod_uid)):
+            # a live migration: the VM still runs in the source pod, which keeps the
+            # address until the move ends (the record names it, so a restart finds it).
+            # One KubeVirt says completed is over: the source pod, not ended yet, is
+            # named (it takes no address of its own), its node not (no port there)
+            annotations[ANNOTATION_MIGRATION_SOURCE] = pn.spec.pod_name
+            state = self.caches.migration_of(pod)
+            if state is None or not state.moved:
+                annotations[ANNOTATION_MIGRATION_SOURCE_NODE] = pn.spec.node_name
+        labels = {k: v for k, v in pn.metadata.labels.items()
+                  if k != LABEL_MIGRATION_SOURCE_NODE}
+        if ANNOTATION_MIGRATION_SOURCE_NODE in annotations:
+            # the source node's agent lists the records by it: it keeps the VM's
+            # interface there, whatever the record's node says meanwhile
+            labels[LABEL_MIGRATION_SOURCE_NODE] = annotations[ANNOTATION_MIGRATION_SOURCE_NODE]
+        meta = attrs.evolve(pn.metadata, annotations=annotations,
+                            labels={**labels, LABEL_NODE: node, LABEL_POD: pod.name})
         return self.records.update(POD_NETWORK, attrs.evolve(
             pn, metadata=meta, spec=attrs.evolve(pn.spec, pod_uid=pod.uid, node_name=node,
                                                  pod_name=pod.name)))
+
+    def migration_source_runs(self, namespace: str, name: str, uid: str | None = None
+                              ) -> PodInfo | None:
+        """The pod ``name`` when it still runs (not terminal, not past its deletion; of
+        ``uid`` when given): a live migration's source still holding the VM."""
+        pod = self.caches.pods.get(f"{namespace}/{name}")
+        if pod is None or (uid is not None and pod.uid != uid) or pod_is_terminal(pod):
+            return None
+        if pod.deletion_timestamp is not None and self.clock.now() >= pod.deletion_timestamp:
+            return None
+        return pod
+
+    def migration_source(self, pn: PodNetwork) -> PodInfo | None:
+        """The running source pod of the live migration ``pn`` is in (or has just
+        finished: no source node named), if any."""
+        name = pn.metadata.annotations.get(ANNOTATION_MIGRATION_SOURCE)
+        if name is None:
+            return None
+        pod = self.migration_source_runs(pn.metadata.namespace or "", name)
+        node = pn.metadata.annotations.get(ANNOTATION_MIGRATION_SOURCE_NODE)
+        if pod is None or (node is not None and pod.node_name != node):
+            return None
+        return pod
 
     def _milestone(self, pn: PodNetwork, reason: str, done: str) -> None:
         """A Normal Event on the record: the address it got, was routed with, or gave

@@ -22,6 +22,8 @@ __all__ = ["DEMO", "WRITE_APIS", "build", "min_calls"]
 #: the demo's subnets: the ENIs' own, and a second candidate
 SUBNETS = {"sbn-demo-a": "10.128.0.0/14", "sbn-demo-b": "10.132.0.0/14"}
 PRIMARY_SUBNET = "sbn-demo-a"
+#: their IPv6 CIDRs (an instance's IPv6 addresses come from its ENI's subnet's)
+SUBNETS_V6 = {"sbn-demo-a": "fd00:bbc:a::/64", "sbn-demo-b": "fd00:bbc:b::/64"}
 #: simulator credentials: it never checks signatures
 DEMO_AK, DEMO_SK = "demo-ak", "demo-sk"
 
@@ -30,7 +32,7 @@ def start_simulator(*, latency: float = 0.0, rate: float | None = None,
                     fault_rate: float = 0.0, seed: int = 0) -> BbcSimulator:
     sim = BbcSimulator(latency=latency, rate=rate, fault_rate=fault_rate, seed=seed)
     for subnet, cidr in SUBNETS.items():
-        sim.add_subnet(subnet, cidr)
+        sim.add_subnet(subnet, cidr, ipv6_cidr=SUBNETS_V6.get(subnet))
     return sim.start()
 
 

@@ -10,13 +10,37 @@ Config section (``providers.bbc`` in the config file, or constructor keywords)::
 
     endpoint: bbc.bj.baidubce.com       # host[:port]; http unless protocol: https
     vpcEndpoint: bcc.bj.baidubce.com     # the subnet API (default: endpoint)
+    credentials: access_key              # or sts, instance_role (below)
     accessKeyId / secretAccessKey        # or env BCE_ACCESS_KEY_ID / BCE_SECRET_ACCESS_KEY
+    sessionToken                         # access_key only: the key is a temporary one (env
+                                         # BCE_SESSION_TOKEN); sent as x-bce-security-token
+    stsEndpoint: sts.bj.baidubce.com     # sts only
+    stsSessionDuration: 3600             # sts only: seconds a session token lasts
+    metadataEndpoint: 169.254.169.254    # instance_role only
     subnets: [sbn-a, sbn-b]              # candidate subnets for new addresses
     instanceTypeLabel: node.kubernetes.io/instance-type
     instanceTypePrefix: BBC              # label values starting so are BBC nodes
     instanceIdLabel: ...                 # else the instance id is the providerID's tail
     maxIpsPerNode: 40                    # secondary addresses one instance can hold
+    ipStack: ipv4                        # or dual: an IPv4/IPv6 pair per pod (below)
     timeoutMs: 10000
+
+Several subnets on the one ENI: the ENI's own subnet through ``batchAddIp``, any other
+candidate through ``batchAddIpCrossSubnet``, most free addresses first; a subnet the cloud
+reports empty is tried last, after a free-address check; every pool entry names the
+subnet its address came from, so a release deletes it there and the record says it.
+
+``ipStack: dual`` (the subnet of the instance's ENI must have an IPv6 CIDR): every pool
+entry is a pair, the IPv4 half as above and the IPv6 half from ``batchAddIp`` with
+``allocateMultiIpv6Addr`` (the count then counts IPv6 addresses; BBC adds IPv6 ones to
+the ENI's own subnet only, there is no cross-subnet form), as many of each; an IPv6 call
+that fails gives the IPv4 halves back at once. ``batchDelIp`` deletes both halves; the
+vpcPort reply lists the IPv6 ones apart (``ipv6PrivateIpSet``). The pod gets both
+addresses, the IPv6 one a /128 with the subnet's IPv6 gateway (its CIDR's first host).
+
+Credentials: ``credentials: access_key`` (a key, maybe a temporary one with its
+``sessionToken``), ``sts`` (session tokens from BCE STS) or ``instance_role`` (the
+instance's IAM role): plugins/bbc/credentials.py.
 
 On a node the plug hooks are the ENI dataplane (``podnet.linux.eni``): a routed veth per
 pod and a rule from its address to the table of the machine's one ENI, the ENI's device
@@ -27,22 +51,13 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import json
-import logging
 import os
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
-from baidubce.auth.bce_credentials import BceCredentials
-from baidubce.bce_client_configuration import BceClientConfiguration
-from baidubce.exception import BceError, BceHttpClientError, BceServerError
-from baidubce.http import http_methods
-from baidubce.retry.retry_policy import NoRetryPolicy
-from baidubce.services.bbc.bbc_client import BbcClient
-from baidubce.services.subnet.subnet_client import SubnetClient
+from baidubce.exception import BceError
 
 from podnet.hookspecs import hookimpl
 from podnet.hookspecs.errors import ConfigError, ErrorKind, ProviderError
@@ -53,6 +68,7 @@ from podnet.hookspecs.sections import (
     between,
     config_key,
     ids,
+    invalid,
     one_of,
     read_section,
     section,
@@ -75,41 +91,58 @@ from podnet.hookspecs.types import (
     Subnet,
     VerifyResult,
 )
-from podnet.linux.eni import POD_ROUTES, EniDataplane
+from podnet.linux.eni import POD_ROUTES, POD_ROUTES_DUAL, EniDataplane
 from podnet.linux.hooks import DataplaneHooks
+from podnet.plugins.bbc.api import (
+    BbcApi,
+    classify,
+    has_code,
+)
+from podnet.plugins.bbc.credentials import (
+    METADATA_ENDPOINT,
+    InstanceRoleKeys,
+    StaticKeys,
+    StsKeys,
+    error_code,
+)
+from podnet.plugins.bbc.replies import (
+    Port,
+    SubnetInfo,
+)
 from podnet.plugins.bbc.subnets import BbcSubnets, node_subnet_ids
 
 NAME = "bbc"
-#: the APIs as BBC meters them (one bucket each): the names core's limiter keys on
-API_ADD = "batchAddIp"
-API_DEL = "batchDelIp"
-API_ADD_CROSS = "batchAddIpCrossSubnet"
-API_PORT = "vpcPort"
-API_SUBNET = "getSubnet"
-API_LIST = "listInstances"
 __version__ = "0.1.0"
 
 DEFAULT_TYPE_LABEL = "node.kubernetes.io/instance-type"
 DEFAULT_TYPE_PREFIX = "BBC"
 DEFAULT_MAX_IPS = 40
 
-#: BBC error codes (matched as substrings of the answer's code, as the reference does)
-ERROR_CODES: tuple[tuple[str, ErrorKind], ...] = (
-    ("ExceedLimitException", ErrorKind.QUOTA_EXCEEDED),
-    ("VmMemoryCanNotAttachMoreIpException", ErrorKind.QUOTA_EXCEEDED),
-    ("QuotaLimitExceeded", ErrorKind.QUOTA_EXCEEDED),
-    ("SubnetHasNoMoreIpException", ErrorKind.SUBNET_EXHAUSTED),
-    ("RateLimit", ErrorKind.THROTTLED),
-    ("PrivateIPNotExistException", ErrorKind.NOT_FOUND),
-    ("PrivateIpInUseException", ErrorKind.CONFLICT),
-    ("EniIdException", ErrorKind.CONFLICT),
-    ("InstanceNotFound", ErrorKind.NOT_FOUND),
-    ("NoSuchObject", ErrorKind.NOT_FOUND),
-    ("InvalidSubnetId", ErrorKind.SUBNET_EXHAUSTED),
-)
+#: the keys each ``credentials`` mode reads (attribute, as written); any other mode
+#: refuses them
+MODE_KEYS: dict[str, tuple[tuple[str, str], ...]] = {
+    "access_key": (("access_key_id", "accessKeyId"), ("secret_access_key", "secretAccessKey"),
+                   ("session_token", "sessionToken")),
+    "sts": (("access_key_id", "accessKeyId"), ("secret_access_key", "secretAccessKey"),
+            ("sts_endpoint", "stsEndpoint")),
+    "instance_role": (("metadata_endpoint", "metadataEndpoint"),),
+}
 
 
-@section(camel=True)
+def _check_config(cfg: BbcConfig) -> None:
+    mine = MODE_KEYS[cfg.credentials]
+    for mode, keys in MODE_KEYS.items():
+        for attr, key in keys:
+            if (attr, key) not in mine and getattr(cfg, attr) is not None:
+                raise invalid(f"only read with credentials: {mode} (credentials is "
+                              f"{cfg.credentials})", key)
+
+
+#: BCE STS's endpoint when none is configured
+DEFAULT_STS_ENDPOINT = "sts.bj.baidubce.com"
+
+
+@section(camel=True, check=_check_config)
 @attrs.frozen
 class BbcConfig:
     """The section ``providers.bbc`` (camelCase keys, as the module docstring shows)."""
@@ -117,262 +150,31 @@ class BbcConfig:
     endpoint: str | None = attrs.field(default=None, metadata=text())
     vpc_endpoint: str | None = attrs.field(default=None, metadata=text())
     protocol: str = attrs.field(default="http", metadata=one_of("http", "https"))
+    #: ``access_key``: requests signed with the key given; ``sts``: with session tokens
+    #: BCE STS issues for it; ``instance_role``: with the key of the IAM role bound to the
+    #: instance, from its metadata service
+    credentials: str = attrs.field(default="access_key",
+                                   metadata=one_of("access_key", "sts", "instance_role"))
     access_key_id: str | None = attrs.field(default=None, repr=False,
                                             metadata=text(secret=True))
     secret_access_key: str | None = attrs.field(default=None, repr=False,
                                                 metadata=text(secret=True))
+    #: access_key: the key is a temporary one, this its token (else env BCE_SESSION_TOKEN)
+    session_token: str | None = attrs.field(default=None, repr=False,
+                                            metadata=text(secret=True))
+    #: sts: where session tokens are asked for (host[:port], or a URL)
+    sts_endpoint: str | None = attrs.field(default=None, metadata=text())
+    sts_session_duration: int = attrs.field(default=3600, metadata=between(1, 129_600))
+    #: instance_role: the metadata service (host[:port], or a URL; 169.254.169.254)
+    metadata_endpoint: str | None = attrs.field(default=None, metadata=text())
     subnets: tuple[str, ...] = attrs.field(default=(), metadata=ids(what="subnet ids"))
     instance_type_label: str = attrs.field(default=DEFAULT_TYPE_LABEL, metadata=text())
     instance_type_prefix: str = attrs.field(default=DEFAULT_TYPE_PREFIX, metadata=text())
     instance_id_label: str | None = attrs.field(default=None, metadata=text())
     max_ips_per_node: int = attrs.field(default=DEFAULT_MAX_IPS, metadata=between(1, 4096))
+    #: ``ipv4`` | ``dual`` (an IPv4/IPv6 pair per pod)
+    ip_stack: str = attrs.field(default="ipv4", metadata=one_of("ipv4", "dual"))
     timeout_ms: int = attrs.field(default=10_000, metadata=at_least(1))
-
-
-def error_code(error: BaseException) -> tuple[str | None, int | None]:
-    """The BBC code and HTTP status of an SDK error (``None`` when it has none)."""
-    inner: BaseException | None = error
-    if isinstance(error, BceHttpClientError):
-        inner = error.last_error
-    if isinstance(inner, BceServerError):
-        code = inner.code
-        if isinstance(code, bytes):
-            code = code.decode(errors="replace")
-        return (str(code) if code is not None else None), inner.status_code
-    return None, None
-
-
-def classify(error: BaseException) -> ErrorKind | None:
-    """The kind of an SDK error; ``None`` for what is not an SDK error."""
-    if isinstance(error, ProviderError):
-        return error.kind
-    if not isinstance(error, BceError):
-        return None
-    code, status = error_code(error)
-    if code:
-        for needle, kind in ERROR_CODES:
-            if needle in code:
-                return kind
-    if status is not None and status >= 500:
-        return ErrorKind.TRANSIENT
-    if status == 429:
-        return ErrorKind.THROTTLED
-    return ErrorKind.TRANSIENT
-
-
-def _has_code(error: BaseException, needle: str) -> bool:
-    code, _ = error_code(error)
-    return bool(code) and needle in str(code)
-
-
-@attrs.frozen
-class PortIp:
-    address: str
-    subnet: str
-    primary: bool
-
-
-@attrs.frozen
-class Port:
-    """What ``GET /v1/vpcPort/{instanceId}`` says: the instance's one ENI."""
-
-    eni_id: str
-    mac: str | None
-    subnet: str
-    status: str
-    ips: tuple[PortIp, ...]
-
-    def secondary(self) -> list[PortIp]:
-        return [ip for ip in self.ips if not ip.primary]
-
-
-@attrs.frozen
-class SubnetInfo:
-    id: str
-    cidr: str
-    available: int
-    zone: str = ""
-
-
-def _bad_reply(what: str, field: str, detail: str) -> ProviderError:
-    return ProviderError(ErrorKind.FATAL, f"malformed {what} reply: {detail}",
-                         field=f"{what}.{field}", code="MalformedReply")
-
-
-def parse_port(data: Any) -> Port:
-    """Validate a vpcPort reply; a malformed one is a ProviderError naming the field."""
-    what = "vpcPort"
-    if not isinstance(data, dict):
-        raise _bad_reply(what, "", f"expected an object, got {type(data).__name__}")
-    eni = data.get("eniId")
-    if not isinstance(eni, str) or not eni:
-        raise _bad_reply(what, "eniId", f"expected an ENI id, got {eni!r}")
-    subnet = data.get("subnetId")
-    if not isinstance(subnet, str) or not subnet:
-        raise _bad_reply(what, "subnetId", f"expected a subnet id, got {subnet!r}")
-    mac = data.get("macAddress")
-    if mac is not None and not isinstance(mac, str):
-        raise _bad_reply(what, "macAddress", f"expected a MAC, got {mac!r}")
-    items = data.get("privateIpSet")
-    if not isinstance(items, list):
-        raise _bad_reply(what, "privateIpSet", f"expected a list, got {items!r}")
-    ips: list[PortIp] = []
-    seen: set[str] = set()
-    for i, item in enumerate(items):
-        where = f"privateIpSet[{i}]"
-        if not isinstance(item, dict):
-            raise _bad_reply(what, where, f"expected an object, got {item!r}")
-        address = item.get("privateIpAddress")
-        try:
-            parsed = ipaddress.ip_address(address if isinstance(address, str) else "")
-        except ValueError:
-            raise _bad_reply(what, f"{where}.privateIpAddress",
-                             f"not an IP address: {address!r}") from None
-        if str(parsed) in seen:
-            raise _bad_reply(what, f"{where}.privateIpAddress", f"{address} listed twice")
-        seen.add(str(parsed))
-        ip_subnet = item.get("subnetId") or subnet
-        if not isinstance(ip_subnet, str):
-            raise _bad_reply(what, f"{where}.subnetId", f"expected a subnet id, got {ip_subnet!r}")
-        ips.append(PortIp(str(parsed), ip_subnet, item.get("primary") is True))
-    return Port(eni_id=eni, mac=mac, subnet=subnet, status=str(data.get("status") or ""),
-                ips=tuple(ips))
-
-
-def parse_added(data: Any, what: str) -> list[str]:
-    if not isinstance(data, dict) or not isinstance(data.get("privateIps"), list):
-        raise _bad_reply(what, "privateIps", f"expected a list, got {data!r}")
-    out = []
-    for i, ip in enumerate(data["privateIps"]):
-        try:
-            out.append(str(ipaddress.ip_address(ip if isinstance(ip, str) else "")))
-        except ValueError:
-            raise _bad_reply(what, f"privateIps[{i}]", f"not an IP address: {ip!r}") from None
-    return out
-
-
-def parse_subnet(data: Any, subnet_id: str) -> SubnetInfo:
-    what = "subnet"
-    body = data.get("subnet") if isinstance(data, dict) else None
-    if not isinstance(body, dict):
-        raise _bad_reply(what, "subnet", f"expected an object for {subnet_id}")
-    cidr, available = body.get("cidr"), body.get("availableIp")
-    try:
-        ipaddress.ip_network(cidr if isinstance(cidr, str) else "", strict=False)
-    except ValueError:
-        raise _bad_reply(what, "cidr", f"not a CIDR: {cidr!r}") from None
-    if isinstance(available, bool) or not isinstance(available, int) or available < 0:
-        raise _bad_reply(what, "availableIp", f"expected a count, got {available!r}")
-    zone = body.get("zoneName")
-    return SubnetInfo(id=str(body.get("subnetId") or subnet_id), cidr=str(cidr),
-                      available=available, zone=zone if isinstance(zone, str) else "")
-
-
-class BbcApi:
-    """The BBC and VPC calls podnet makes, through bce-python-sdk, retries off."""
-
-    def __init__(self, endpoint: str, access_key_id: str, secret_access_key: str, *,
-                 vpc_endpoint: str | None = None, protocol: str = "http",
-                 timeout_ms: int = 10_000) -> None:
-        def config(host: str) -> BceClientConfiguration:
-            return BceClientConfiguration(
-                credentials=BceCredentials(access_key_id, secret_access_key),
-                endpoint=host if "://" in host else f"{protocol}://{host}",
-                retry_policy=NoRetryPolicy(), connection_timeout_in_mills=timeout_ms)
-
-        # the SDK logs request headers and signing input (the Authorization header names the
-        # access key) at DEBUG: keep it quiet unless someone set its level on purpose
-        sdk_log = logging.getLogger("baidubce")
-        if sdk_log.level == logging.NOTSET:
-            sdk_log.setLevel(logging.INFO)
-        self.bbc = BbcClient(config(endpoint))
-        self.vpc = SubnetClient(config(vpc_endpoint or endpoint))
-        #: core's buckets per API (``podnet_cloud_limiter``): one token before each request
-        self.limiter: CloudLimiter | None = None
-
-    @contextlib.contextmanager
-    def _request(self, api: str) -> Iterator[None]:
-        """One SDK request of ``api``: its token first, then its latency and failure
-        reported per API (``limiter.observe``)."""
-        limiter = self.limiter
-        if limiter is None:
-            yield
-            return
-        limiter.acquire(api)
-        started = time.perf_counter()
-        try:
-            yield
-        except Exception as exc:
-            kind = exc.kind if isinstance(exc, ProviderError) else classify(exc)
-            limiter.observe(api, time.perf_counter() - started,
-                            (kind or ErrorKind.TRANSIENT).value)
-            raise
-        limiter.observe(api, time.perf_counter() - started)
-
-    def __repr__(self) -> str:  # never the credentials
-        return "BbcApi()"
-
-    @staticmethod
-    def _json(response: Any) -> Any:
-        raw = getattr(response, "raw_data", None)
-        if raw is None:
-            return {}
-        try:
-            return json.loads(raw)
-        except ValueError:
-            raise ProviderError(ErrorKind.TRANSIENT, "reply is not JSON",
-                                code="MalformedReply") from None
-
-    def add_ips(self, instance_id: str, count: int | None = None,
-                ips: Sequence[str] | None = None) -> list[str]:
-        with self._request(API_ADD):
-            reply = self.bbc.batch_add_ip(
-                instance_id, private_ips=list(ips) if ips is not None else None,
-                secondary_private_ip_address_count=count)
-        return parse_added(self._json(reply), "batchAddIp")
-
-    def add_ips_cross_subnet(self, instance_id: str, eni_id: str, subnet_id: str,
-                             count: int) -> list[str]:
-        body = {"instanceId": instance_id, "singleEniAndSubentIps": [
-            {"eniId": eni_id, "subnetId": subnet_id, "secondaryPrivateIpAddressCount": count}]}
-        with self._request(API_ADD_CROSS):
-            reply = self.bbc._send_request(http_methods.PUT,
-                                           b"/instance/batchAddIpCrossSubnet", json.dumps(body))
-        return parse_added(self._json(reply), "batchAddIpCrossSubnet")
-
-    def delete_ips(self, instance_id: str, ips: Sequence[str]) -> None:
-        with self._request(API_DEL):
-            self.bbc.batch_delete_ip(instance_id, list(ips))
-
-    def port(self, instance_id: str) -> Port:
-        path = b"/vpcPort/" + instance_id.encode()
-        with self._request(API_PORT):
-            reply = self.bbc._send_request(http_methods.GET, path)
-        return parse_port(self._json(reply))
-
-    def instances(self) -> list[str]:
-        """The ids of every instance the credentials see, page by page."""
-        found: list[str] = []
-        marker: str | None = None
-        while True:
-            with self._request(API_LIST):
-                reply = self._json(self.bbc.list_instances(marker=marker))
-            page = reply.get("instances") if isinstance(reply, dict) else None
-            if not isinstance(page, list):
-                raise _bad_reply("listInstances", "instances", "not a list")
-            for item in page:
-                ident = item.get("id") if isinstance(item, dict) else None
-                if not isinstance(ident, str) or not ident:
-                    raise _bad_reply("listInstances", "instances[].id", "missing")
-                found.append(ident)
-            marker = reply.get("nextMarker")
-            if not reply.get("isTruncated") or not marker:
-                return found
-
-    def subnet(self, subnet_id: str) -> SubnetInfo:
-        with self._request(API_SUBNET):
-            reply = self.vpc.get_subnet(subnet_id)
-        return parse_subnet(self._json(reply), subnet_id)
 
 
 @attrs.define
@@ -394,7 +196,7 @@ class BbcProvider(BbcSubnets, DataplaneHooks):
                  subnets: Sequence[str] = (), instance_type_label: str = DEFAULT_TYPE_LABEL,
                  instance_type_prefix: str = DEFAULT_TYPE_PREFIX,
                  instance_id_label: str | None = None, max_ips_per_node: int = DEFAULT_MAX_IPS,
-                 policy: PoolPolicy | None = None, name: str = NAME,
+                 ip_stack: str = "ipv4", policy: PoolPolicy | None = None, name: str = NAME,
                  api_factory: Callable[..., BbcApi] = BbcApi) -> None:
         self.name = name
         self.policy = policy or default_policy()
@@ -403,6 +205,8 @@ class BbcProvider(BbcSubnets, DataplaneHooks):
         self.instance_type_prefix = instance_type_prefix
         self.instance_id_label = instance_id_label
         self.max_ips = max_ips_per_node
+        #: ``ipv4`` or ``dual``
+        self.ip_stack = ip_stack
         self._api_factory = api_factory
         self._api: BbcApi | None = None
         self._limiter: CloudLimiter | None = None
@@ -425,15 +229,32 @@ class BbcProvider(BbcSubnets, DataplaneHooks):
         return f"BbcProvider(name={self.name!r})"
 
     def _connect(self, endpoint: str, ak: str | None, sk: str | None, vpc: str | None,
-                 protocol: str, timeout_ms: int) -> None:
+                 protocol: str, timeout_ms: int, cfg: BbcConfig | None = None) -> None:
+        if cfg is not None and cfg.credentials == "instance_role":
+            role = InstanceRoleKeys(cfg.metadata_endpoint or METADATA_ENDPOINT, timeout_ms)
+            self._api = self._api_factory(endpoint, "", "", vpc_endpoint=vpc,
+                                          protocol=protocol, timeout_ms=timeout_ms, keys=role)
+            self._api.limiter = self._limiter
+            return
         ak = ak or os.environ.get("BCE_ACCESS_KEY_ID")
         sk = sk or os.environ.get("BCE_SECRET_ACCESS_KEY")
-        if not ak or not sk:
-            raise ConfigError(config_key(self.name, "accessKeyId"),
-                              "credentials missing (config or BCE_ACCESS_KEY_ID / "
-                              "BCE_SECRET_ACCESS_KEY)")
+        for key, value, env in (("accessKeyId", ak, "BCE_ACCESS_KEY_ID"),
+                                ("secretAccessKey", sk, "BCE_SECRET_ACCESS_KEY")):
+            if not value:
+                raise ConfigError(config_key(self.name, key), "credentials missing (config "
+                                  f"or {env})")
+        assert ak is not None and sk is not None
+        keys: StaticKeys | StsKeys
+        if cfg is not None and cfg.credentials == "sts":
+            keys = StsKeys(ak, sk, endpoint=cfg.sts_endpoint or DEFAULT_STS_ENDPOINT,
+                           duration=cfg.sts_session_duration, protocol=protocol,
+                           timeout_ms=timeout_ms)
+        else:
+            token = (cfg.session_token if cfg is not None else None) or os.environ.get(
+                "BCE_SESSION_TOKEN") or None
+            keys = StaticKeys(ak, sk, token)
         self._api = self._api_factory(endpoint, ak, sk, vpc_endpoint=vpc, protocol=protocol,
-                                      timeout_ms=timeout_ms)
+                                      timeout_ms=timeout_ms, keys=keys)
         self._api.limiter = self._limiter
 
     @property
@@ -460,16 +281,17 @@ class BbcProvider(BbcSubnets, DataplaneHooks):
         base = BbcConfig(subnets=self.subnets, max_ips_per_node=self.max_ips,
                          instance_type_label=self.instance_type_label,
                          instance_type_prefix=self.instance_type_prefix,
-                         instance_id_label=self.instance_id_label)
+                         instance_id_label=self.instance_id_label, ip_stack=self.ip_stack)
         cfg = read_section(BbcConfig, provider, config, base)
         self.subnets = cfg.subnets
         self.max_ips = cfg.max_ips_per_node
         self.instance_type_label = cfg.instance_type_label
         self.instance_type_prefix = cfg.instance_type_prefix
         self.instance_id_label = cfg.instance_id_label
+        self.ip_stack = cfg.ip_stack
         if cfg.endpoint is not None:
             self._connect(cfg.endpoint, cfg.access_key_id, cfg.secret_access_key,
-                          cfg.vpc_endpoint, cfg.protocol, cfg.timeout_ms)
+                          cfg.vpc_endpoint, cfg.protocol, cfg.timeout_ms, cfg)
 
     @hookimpl
     def podnet_cloud_limiter(self, provider: str, limiter: CloudLimiter) -> bool | None:
@@ -547,6 +369,22 @@ class BbcProvider(BbcSubnets, DataplaneHooks):
             cached = self._subnet_cache[subnet] = self.api.subnet(subnet)
         return cached
 
+    @property
+    def dual(self) -> bool:
+        return self.ip_stack == "dual"
+
+    def _ipv6_cidr(self, port: Port) -> ipaddress.IPv6Network:
+        """The IPv6 CIDR of the ENI's subnet, where every IPv6 half comes from.
+        :raises ProviderError: FATAL, naming ``ipStack``, when the subnet has none."""
+        cidr = self._subnet(port.subnet).ipv6_cidr
+        if cidr is None:
+            cidr = self._subnet(port.subnet, fresh=True).ipv6_cidr  # enabled since read?
+        if cidr is None:
+            raise ProviderError(ErrorKind.FATAL, f"ipStack dual: subnet {port.subnet} of ENI "
+                                f"{port.eni_id} has no IPv6 CIDR",
+                                field=config_key(self.name, "ipStack"), subject=port.subnet)
+        return ipaddress.IPv6Network(cidr, strict=False)
+
     def _by_free(self, subnets: Sequence[str]) -> list[str]:
         """Candidate subnets, most free addresses first; unreadable ones last."""
         scored: list[tuple[int, int, str]] = []
@@ -566,8 +404,9 @@ class BbcProvider(BbcSubnets, DataplaneHooks):
         return Inventory(
             interfaces=(CloudInterface(
                 id=port.eni_id, mac=port.mac, subnet=port.subnet, primary=True,
-                ips=tuple(ip.address for ip in port.secondary())),),
-            max_interfaces=1, ips_per_interface=self.max_ips)
+                ips=tuple(ip.address for ip in port.secondary()),
+                ipv6=tuple(ip.address for ip in port.secondary_ipv6()) if self.dual else ()),),
+            max_interfaces=1, ips_per_interface=self.max_ips, dual_stack=self.dual)
 
     @hookimpl
     def podnet_unknown_machines(self, provider: str, known: Sequence[NodeInfo]
@@ -607,6 +446,8 @@ class BbcProvider(BbcSubnets, DataplaneHooks):
         port = self._port(instance)
         count = max(1, min(count, self.max_ips))
         subnets = self.subnets_named(node, subnet) if subnet else list(self.candidates(node))
+        if self.dual:
+            self._ipv6_cidr(port)  # no IPv4 half added for a pair that cannot be made
         try:
             if not subnets:
                 if state.suspect:
@@ -615,10 +456,12 @@ class BbcProvider(BbcSubnets, DataplaneHooks):
                 entries = [PoolEntry(ip, port.eni_id, port.subnet) for ip in added]
             else:
                 entries = self._grow_cross(instance, port, subnets, count, state.suspect)
+            if self.dual:
+                entries = self._pair(instance, entries)
         except Exception as exc:
             if classify(exc) in (ErrorKind.QUOTA_EXCEEDED, ErrorKind.SUBNET_EXHAUSTED):
                 state.suspect = True
-            if _has_code(exc, "EniIdException"):
+            if has_code(exc, "EniIdException"):
                 state.port = None  # the ENI changed: read it again next time
             raise
         state.suspect = False
@@ -645,23 +488,42 @@ class BbcProvider(BbcSubnets, DataplaneHooks):
         assert last is not None
         raise last
 
+    def _pair(self, instance: str, entries: list[PoolEntry]) -> list[PoolEntry]:
+        """An IPv6 half for each new IPv4 one. Fails whole: the IPv4 halves are given
+        back before the error goes on (a crash between the calls leaves them to core's
+        inventory, which hands unpaired halves back through ``podnet_pool_shrink``)."""
+        try:
+            v6 = self.api.add_ipv6(instance, count=len(entries))
+        except Exception:
+            with contextlib.suppress(Exception):
+                self.api.delete_ips(instance, [e.address for e in entries])
+            raise
+        pairs = [attrs.evolve(e, ipv6=a) for e, a in zip(entries, v6, strict=False)]
+        # fewer IPv6 ones than asked (never more): the rest of either family goes back
+        extra = [e.address for e in entries[len(v6):]] + v6[len(entries):]
+        if extra:
+            with contextlib.suppress(Exception):
+                self.api.delete_ips(instance, extra)
+        return pairs
+
     @hookimpl
     def podnet_pool_shrink(self, provider: str, node: NodeContext,
                            entries: Sequence[PoolEntry]) -> Sequence[str] | None:
-        wanted = [e.address for e in entries]
+        # a pair goes whole: both halves in one call (batchDelIp takes either family)
+        wanted = [ip for e in entries for ip in (e.address, e.ipv6) if ip is not None]
         if not wanted:
             return []
         instance = self.instance_id(node.node)
         try:
             self.api.delete_ips(instance, wanted)
         except Exception as exc:
-            if _has_code(exc, "InstanceNotFound"):
+            if has_code(exc, "InstanceNotFound"):
                 self.forget(instance)
                 return wanted  # the instance is gone, and its addresses with it
-            if not _has_code(exc, "PrivateIPNotExistException"):
+            if not has_code(exc, "PrivateIPNotExistException"):
                 raise
             # some are gone already: delete the rest
-            present = {ip.address for ip in self._port(instance, fresh=True).secondary()}
+            present = self._port(instance, fresh=True).held()
             rest = [ip for ip in wanted if ip in present]
             if rest:
                 self.api.delete_ips(instance, rest)
@@ -689,7 +551,8 @@ class BbcProvider(BbcSubnets, DataplaneHooks):
             subnets.append(Subnet.first_host_gateway(
                 s, info.cidr if info else None, takes_static=False,
                 free=info.available if info else None))
-        return AddressSpace(subnets=tuple(subnets))
+        # dual stack: a static pair is served from the node's idle pairs
+        return AddressSpace(subnets=tuple(subnets), pairs=self.dual)
 
     @hookimpl
     def podnet_allocate(self, context: AllocateContext) -> Allocation | None:
@@ -701,6 +564,14 @@ class BbcProvider(BbcSubnets, DataplaneHooks):
         port = self._port(instance)
         entry = request.entry or self._add_static(context, request, instance, port)
         subnet = entry.subnet or port.subnet
+        if self.dual and entry.ipv6 is None:
+            raise ProviderError(ErrorKind.TRANSIENT, f"pool entry {entry.address} of node "
+                                f"{context.node.node.name} has no IPv6 half (ipStack dual)",
+                                field="status.ipv6")
+        gateway6 = None
+        if entry.ipv6 is not None:
+            net6 = self._ipv6_cidr(port)
+            gateway6 = str(next(net6.hosts()))
         gateway = cidr_text = None
         try:
             cidr = ipaddress.ip_network(self._subnet(subnet).cidr, strict=False)
@@ -711,17 +582,24 @@ class BbcProvider(BbcSubnets, DataplaneHooks):
         # gateway; ``gateway`` stays the subnet's, the ENI's table's next hop
         return Allocation(ip=entry.address, mac=port.mac, subnet=subnet, gateway=gateway,
                           interface=port.eni_id, cidr=cidr_text, prefix_length=32,
-                          routes=POD_ROUTES)
+                          ipv6=entry.ipv6, ipv6_gateway=gateway6,
+                          ipv6_prefix_length=128 if entry.ipv6 else None,
+                          routes=POD_ROUTES_DUAL if entry.ipv6 else POD_ROUTES)
 
     def _add_static(self, context: AllocateContext, request: ResolvedRequest, instance: str,
                     port: Port) -> PoolEntry:
         """Add the requested address core found outside the pool to the instance's ENI."""
         address = request.address
         assert address is not None
+        if self.dual:
+            # its IPv6 partner would be chosen outside the pool: not served
+            raise request.refuse(f"{address} is not an idle pair on node "
+                                 f"{context.node.node.name} (ipStack dual: a static "
+                                 "address must be one the node's pool holds)")
         try:
             self.api.add_ips(instance, ips=[address])
         except Exception as exc:
-            if not _has_code(exc, "PrivateIpInUseException"):
+            if not has_code(exc, "PrivateIpInUseException"):
                 raise
             fresh = self._port(instance, fresh=True)
             if address not in {ip.address for ip in fresh.secondary()}:
@@ -740,23 +618,28 @@ class BbcProvider(BbcSubnets, DataplaneHooks):
             return RouteResult()
         instance = self.instance_id(node)
         state = self._state(instance)
-        if ip in state.missing:
-            # a verify found it gone from the ENI (maybe another record's, before the cloud
-            # handed it out again): put it back unless the instance has it now. An address
-            # in use elsewhere is not this pod's: never routed as if it were (GC finds it
-            # lost and the record is re-addressed)
-            if ip not in {a.address for a in self._port(instance, fresh=True).secondary()}:
-                try:
-                    self.api.add_ips(instance, ips=[ip])
-                except Exception as exc:
-                    if not _has_code(exc, "PrivateIpInUseException"):
-                        raise
-                    if ip not in {a.address
-                                  for a in self._port(instance, fresh=True).secondary()}:
-                        raise ProviderError(ErrorKind.CONFLICT, f"{ip} is in use outside "
-                                            f"instance {instance}", field="status.ip") from None
-            state.missing.discard(ip)
+        for address in (ip, pn.status.ipv6):
+            if address is not None and address in state.missing:
+                self._restore(instance, address)
+                state.missing.discard(address)
         return RouteResult(interface=state.port.eni_id if state.port else None)
+
+    def _restore(self, instance: str, ip: str) -> None:
+        """A verify found ``ip`` gone from the ENI (maybe another record's, before the
+        cloud handed it out again): put it back unless the instance has it now. An
+        address in use elsewhere is not this pod's: never routed as if it were (GC finds
+        it lost and the record is re-addressed)."""
+        if ip in self._port(instance, fresh=True).held():
+            return
+        add = self.api.add_ipv6 if ipaddress.ip_address(ip).version == 6 else self.api.add_ips
+        try:
+            add(instance, ips=[ip])
+        except Exception as exc:
+            if not has_code(exc, "PrivateIpInUseException"):
+                raise
+            if ip not in self._port(instance, fresh=True).held():
+                raise ProviderError(ErrorKind.CONFLICT, f"{ip} is in use outside "
+                                    f"instance {instance}", field="status.ip") from None
 
     @hookimpl
     def podnet_verify(self, context: PodNetworkContext) -> VerifyResult | None:
@@ -768,6 +651,10 @@ class BbcProvider(BbcSubnets, DataplaneHooks):
         if pn.status.ip not in {ip.address for ip in port.secondary()}:
             self._state(instance).missing.add(pn.status.ip)
             return VerifyResult(ok=False, reason=f"{pn.status.ip} is not on {port.eni_id}")
+        if pn.status.ipv6 and pn.status.ipv6 not in {
+                ip.address for ip in port.secondary_ipv6()}:
+            self._state(instance).missing.add(pn.status.ipv6)
+            return VerifyResult(ok=False, reason=f"{pn.status.ipv6} is not on {port.eni_id}")
         return VerifyResult(ok=True)
 
     @hookimpl

@@ -1,27 +1,37 @@
 """A loopback Baidu BBC simulator that speaks the wire format bce-python-sdk sends.
 
-Routes (the SDK adds ``/v1``; signatures are never checked):
+Routes (the SDK adds ``/v1``; signatures are never checked; with an ``auth`` hook,
+``podnet.sim.cloudauth.CredentialAuthority``, the ``bce-auth-v1/<access key>/...`` key and
+the ``x-bce-security-token`` header are: an unknown key is refused 403
+``InvalidAccessKeyId``, a temporary key without its own token or past its expiry 403
+``AccessDenied``; with ``secret_of`` too, the ``bce-auth-v1`` signature is checked, 400
+``SignatureDoesNotMatch``):
 
-- ``PUT /v1/instance/batchAddIp`` ``{instanceId, privateIps?, secondaryPrivateIpAddressCount?}``
-  -> ``{privateIps: [...]}``
+- ``PUT /v1/instance/batchAddIp`` ``{instanceId, privateIps?, secondaryPrivateIpAddressCount?,
+  allocateMultiIpv6Addr?}`` -> ``{privateIps: [...]}``; with ``allocateMultiIpv6Addr: true``
+  the count (or the named addresses) are IPv6 ones, from the IPv6 CIDR of the ENI's subnet
+  (a subnet without one: 400 ``BadRequest``), held up to the instance's IPv6 cap
+  (``ExceedLimitException``); ``batchDelIp`` takes addresses of either family
 - ``PUT /v1/instance/batchDelIp`` ``{instanceId, privateIps}``
 - ``PUT /v1/instance/batchAddIpCrossSubnet``
   ``{instanceId, singleEniAndSubentIps: [{eniId, subnetId, secondaryPrivateIpAddressCount}]}``
-- ``GET /v1/vpcPort/{instanceId}`` -> ``{eniId, macAddress, subnetId, status, privateIpSet}``
+- ``GET /v1/vpcPort/{instanceId}`` -> ``{eniId, macAddress, subnetId, status, privateIpSet,
+  ipv6PrivateIpSet}`` (the IPv6 addresses apart, as BCE's ENI replies list them)
 - ``GET /v1/subnet/{subnetId}`` -> ``{subnet: {subnetId, zoneName, cidr, ..., availableIp}}``
   (an unknown id: 404 ``NoSuchObject``) and ``GET /v1/subnet`` (``marker`` / ``maxKeys``
   pages, ``subnetIds`` / ``zoneName`` / ``vpcId`` filters)
 
-The model: instances with one primary ENI and a cap on secondary addresses, subnets with
-a CIDR and finite free addresses. Errors are ``{code, message, requestId}`` with BBC's
-codes. Latency, per-API token buckets, random and scripted faults; :meth:`addresses` is
-the ground truth.
+The model: instances with one primary ENI and a cap on secondary addresses of each family,
+subnets with a CIDR (maybe an IPv6 CIDR too) and finite free addresses. Errors are
+``{code, message, requestId}`` with BBC's codes. Latency, per-API token buckets, random
+and scripted faults; :meth:`addresses` is the ground truth (both families).
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import hmac
 import ipaddress
 import json
 import random
@@ -29,10 +39,10 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, parse_qsl, quote, urlsplit
 
 import attrs
 
@@ -62,6 +72,10 @@ class _Subnet:
     network: ipaddress.IPv4Network
     used: set[str] = attrs.field(factory=set)
     zone: str = "cn-bj-a"
+    #: the subnet's IPv6 CIDR (a /64), None: the subnet has no IPv6
+    network6: ipaddress.IPv6Network | None = None
+    #: IPv6 addresses the subnet still hands out (a /64 is never full; tests shrink it)
+    free6: int = 1 << 16
 
     def hosts_free(self) -> int:
         # the network address, the gateway (first host) and broadcast are never handed out
@@ -80,6 +94,24 @@ class _Subnet:
         self.used.update(out)
         return out
 
+    def hosts6_free(self) -> int:
+        return self.free6 if self.network6 is not None else 0
+
+    def take6(self, count: int) -> list[str]:
+        assert self.network6 is not None
+        out: list[str] = []
+        hosts = self.network6.hosts()
+        next(hosts, None)  # the gateway
+        for host in hosts:
+            if len(out) >= count:
+                break
+            ip = str(host)
+            if ip not in self.used:
+                out.append(ip)
+        self.used.update(out)
+        self.free6 -= len(out)
+        return out
+
 
 @attrs.define
 class _Instance:
@@ -89,8 +121,16 @@ class _Instance:
     subnet: str
     primary_ip: str
     ip_cap: int
-    #: secondary address -> its subnet, in the order added
+    #: secondary address (either family) -> its subnet, in the order added
     ips: dict[str, str] = attrs.field(factory=dict)
+    #: IPv6 addresses the instance can hold (None: as many as IPv4 ones)
+    ipv6_cap: int | None = None
+
+    def held(self, v6: bool) -> int:
+        return sum(1 for ip in self.ips if (":" in ip) == v6)
+
+    def cap(self, v6: bool) -> int:
+        return (self.ip_cap if self.ipv6_cap is None else self.ipv6_cap) if v6 else self.ip_cap
 
 
 class _Bucket:
@@ -114,8 +154,16 @@ class BbcSimulator:
     """The simulated cloud; :meth:`start` serves it on loopback HTTP."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, latency: float = 0.0,
-                 rate: float | None = None, fault_rate: float = 0.0, seed: int = 0) -> None:
+                 rate: float | None = None, fault_rate: float = 0.0, seed: int = 0,
+                 auth: Callable[[str, str | None], str] | None = None,
+                 secret_of: Callable[[str], str | None] | None = None) -> None:
         self.host = host
+        #: checks each HTTP request's access key and session token (None: all pass)
+        self.auth = auth
+        #: a key's secret, to check the request's signature with (None: not checked)
+        self.secret_of = secret_of
+        #: access key ids of the requests that passed ``auth``, in order
+        self.callers: list[str] = []
         self.port = port
         self.latency = latency
         #: per-API requests per second (burst = max(1, rate)); None: unlimited
@@ -179,14 +227,20 @@ class BbcSimulator:
 
     # --- the model, for tests --------------------------------------------------------
 
-    def add_subnet(self, subnet_id: str, cidr: str, zone: str = "cn-bj-a") -> None:
+    def add_subnet(self, subnet_id: str, cidr: str, zone: str = "cn-bj-a",
+                   ipv6_cidr: str | None = None) -> None:
         with self.lock:
             network = ipaddress.ip_network(cidr, strict=True)
             if not isinstance(network, ipaddress.IPv4Network):
                 raise ValueError("IPv4 subnets only")
-            self.subnets[subnet_id] = _Subnet(subnet_id, network, zone=zone)
+            network6 = ipaddress.ip_network(ipv6_cidr, strict=True) if ipv6_cidr else None
+            if network6 is not None and not isinstance(network6, ipaddress.IPv6Network):
+                raise ValueError(f"ipv6_cidr {ipv6_cidr} is not an IPv6 network")
+            self.subnets[subnet_id] = _Subnet(subnet_id, network, zone=zone,
+                                              network6=network6)
 
-    def add_instance(self, instance_id: str, subnet_id: str, ip_cap: int = 40) -> None:
+    def add_instance(self, instance_id: str, subnet_id: str, ip_cap: int = 40,
+                     ipv6_cap: int | None = None) -> None:
         """An instance with its primary ENI in ``subnet_id`` (idempotent)."""
         with self.lock:
             if instance_id in self.instances:
@@ -199,7 +253,7 @@ class BbcSimulator:
             self.instances[instance_id] = _Instance(
                 id=instance_id, eni_id=f"eni-{digest.hex()[:10]}",
                 mac="fa:" + ":".join(f"{b:02x}" for b in digest), subnet=subnet_id,
-                primary_ip=got[0], ip_cap=ip_cap)
+                primary_ip=got[0], ip_cap=ip_cap, ipv6_cap=ipv6_cap)
 
     def remove_instance(self, instance_id: str) -> None:
         with self.lock:
@@ -207,13 +261,14 @@ class BbcSimulator:
             if inst is None:
                 return
             for ip, sid in [(inst.primary_ip, inst.subnet), *inst.ips.items()]:
-                self.subnets[sid].used.discard(ip)
+                self._free(sid, ip)
 
     def reset(self) -> None:
         """Forget every instance, address, fault and count; subnets stay (empty)."""
         with self.lock:
             self.instances.clear()
             for subnet in self.subnets.values():
+                subnet.free6 += sum(1 for ip in subnet.used if ":" in ip)
                 subnet.used.clear()
             self.calls.clear()
             self.throttled.clear()
@@ -236,13 +291,18 @@ class BbcSimulator:
 
     def attached(self) -> list[dict[str, Any]]:
         """Ground truth for a simulated VPC (``podnet.sim.vpc``): each instance's
-        one ENI with its MAC, its subnet's gateway and its addresses (the primary
-        first)."""
+        one ENI with its MAC, its subnet's gateway and its IPv4 addresses (the primary
+        first), its IPv6 addresses and its subnet's IPv6 gateway."""
         with self.lock:
-            return [{"id": i.eni_id, "instance": i.id, "mac": i.mac,
-                     "gateway": str(next(self.subnets[i.subnet].network.hosts())),
-                     "addresses": [i.primary_ip, *i.ips]}
-                    for i in self.instances.values()]
+            out = []
+            for i in self.instances.values():
+                net6 = self.subnets[i.subnet].network6
+                out.append({"id": i.eni_id, "instance": i.id, "mac": i.mac,
+                            "gateway": str(next(self.subnets[i.subnet].network.hosts())),
+                            "addresses": [i.primary_ip, *(a for a in i.ips if ":" not in a)],
+                            "ipv6": [a for a in i.ips if ":" in a],
+                            "gateway6": str(next(net6.hosts())) if net6 is not None else None})
+            return out
 
     def script(self, api: str, code: str, status: int = 400, times: int = 1) -> None:
         """Answer the next ``times`` calls of ``api`` with the error ``code``."""
@@ -261,7 +321,14 @@ class BbcSimulator:
         with self.lock:
             for inst in self.instances.values():
                 for ip in [ip for ip in inst.ips if ip in gone]:
-                    self.subnets[inst.ips.pop(ip)].used.discard(ip)
+                    self._free(inst.ips.pop(ip), ip)
+
+    def _free(self, subnet_id: str, ip: str) -> None:
+        subnet = self.subnets[subnet_id]
+        if ip in subnet.used:
+            subnet.used.discard(ip)
+            if ":" in ip:
+                subnet.free6 += 1
 
     def eni_of(self, instance_id: str) -> str:
         with self.lock:
@@ -311,17 +378,24 @@ class BbcSimulator:
             raise SimError(400, "MalformedJSON", f"{name} must be a positive integer")
         return value
 
-    def _room(self, inst: _Instance, count: int) -> None:
-        if len(inst.ips) + count > inst.ip_cap:
+    def _room(self, inst: _Instance, count: int, v6: bool = False) -> None:
+        held, cap = inst.held(v6), inst.cap(v6)
+        if held + count > cap:
+            family = "IPv6" if v6 else "secondary"
             raise SimError(400, "ExceedLimitException",
-                           f"instance {inst.id} can hold {inst.ip_cap} secondary IPs, has "
-                           f"{len(inst.ips)}, asked for {count} more")
+                           f"instance {inst.id} can hold {cap} {family} IPs, has "
+                           f"{held}, asked for {count} more")
 
     def batch_add(self, body: dict[str, Any]) -> dict[str, Any]:
         self._gate(API_ADD)
         with self.lock:
             inst = self._instance(body)
             subnet = self.subnets[inst.subnet]
+            v6 = body.get("allocateMultiIpv6Addr")
+            if v6 is not None and not isinstance(v6, bool):
+                raise SimError(400, "MalformedJSON", "allocateMultiIpv6Addr must be a boolean")
+            if v6:
+                return self._batch_add_v6(inst, subnet, body)
             wanted = body.get("privateIps")
             if wanted is not None:
                 if not isinstance(wanted, list) or not all(isinstance(i, str) for i in wanted):
@@ -351,6 +425,40 @@ class BbcSimulator:
             for ip in got:
                 inst.ips[ip] = subnet.id
             return {"privateIps": got}
+
+    def _batch_add_v6(self, inst: _Instance, subnet: _Subnet,
+                      body: dict[str, Any]) -> dict[str, Any]:
+        if subnet.network6 is None:
+            raise SimError(400, "BadRequest", f"subnet {subnet.id} has no IPv6 CIDR")
+        wanted = body.get("privateIps")
+        if wanted is not None:
+            if not isinstance(wanted, list) or not all(isinstance(i, str) for i in wanted):
+                raise SimError(400, "MalformedJSON", "privateIps must be a list of IPs")
+            self._room(inst, len(wanted), v6=True)
+            for ip in wanted:
+                try:
+                    addr = ipaddress.ip_address(ip)
+                except ValueError:
+                    raise SimError(400, "InvalidPrivateIp", f"{ip} is not an IP") from None
+                if addr not in subnet.network6:
+                    raise SimError(400, "InvalidPrivateIp",
+                                   f"{ip} is outside the IPv6 CIDR of subnet {subnet.id}")
+                if str(addr) in subnet.used:
+                    raise SimError(400, "PrivateIpInUseException", f"{ip} is in use")
+            got = [str(ipaddress.ip_address(ip)) for ip in wanted]
+            subnet.used.update(got)
+            subnet.free6 -= len(got)
+        else:
+            count = self._count(body.get("secondaryPrivateIpAddressCount"),
+                                "secondaryPrivateIpAddressCount")
+            self._room(inst, count, v6=True)
+            if subnet.hosts6_free() < count:
+                raise SimError(400, "SubnetHasNoMoreIpException",
+                               f"subnet {subnet.id} has {subnet.hosts6_free()} free IPv6 IPs")
+            got = subnet.take6(count)
+        for ip in got:
+            inst.ips[ip] = subnet.id
+        return {"privateIps": got}
 
     def batch_add_cross(self, body: dict[str, Any]) -> dict[str, Any]:
         self._gate(API_ADD_CROSS)
@@ -396,8 +504,7 @@ class BbcSimulator:
                 raise SimError(400, "PrivateIPNotExistException",
                                f"{', '.join(missing)} not on instance {inst.id}")
             for ip in ips:
-                sid = inst.ips.pop(ip)
-                self.subnets[sid].used.discard(ip)
+                self._free(inst.ips.pop(ip), ip)
             return {}
 
     def vpc_port(self, instance_id: str) -> dict[str, Any]:
@@ -407,9 +514,11 @@ class BbcSimulator:
             ips = [{"privateIpAddress": inst.primary_ip, "subnetId": inst.subnet,
                     "primary": True}]
             ips += [{"privateIpAddress": ip, "subnetId": sid, "primary": False}
-                    for ip, sid in inst.ips.items()]
+                    for ip, sid in inst.ips.items() if ":" not in ip]
+            ips6 = [{"privateIpAddress": ip, "subnetId": sid, "primary": False}
+                    for ip, sid in inst.ips.items() if ":" in ip]
             answer = {"eniId": inst.eni_id, "macAddress": inst.mac, "subnetId": inst.subnet,
-                      "status": "available", "privateIpSet": ips}
+                      "status": "available", "privateIpSet": ips, "ipv6PrivateIpSet": ips6}
             change = self.mangle.get((API_PORT, instance_id))
             return change(answer) if change is not None else answer
 
@@ -430,7 +539,8 @@ class BbcSimulator:
     def _subnet_json(self, subnet: _Subnet) -> dict[str, Any]:
         return {"subnetId": subnet.id, "name": subnet.id, "zoneName": subnet.zone,
                 "cidr": str(subnet.network), "vpcId": "vpc-sim", "subnetType": "BCC",
-                "description": "", "availableIp": subnet.hosts_free()}
+                "description": "", "availableIp": subnet.hosts_free(),
+                "ipv6Cidr": str(subnet.network6) if subnet.network6 is not None else ""}
 
     def get_subnet(self, subnet_id: str) -> dict[str, Any]:
         self._gate(API_SUBNET)
@@ -472,6 +582,29 @@ class BbcSimulator:
                     "isTruncated": bool(rest), "nextMarker": rest[0].id if rest else "",
                     "maxKeys": keys}
 
+    def authenticate(self, headers: Mapping[str, str], method: str = "GET",
+                     target: str = "/") -> None:
+        """Refuse a request whose key or session token ``auth`` does not accept, or (with
+        ``secret_of``) whose signature is not the key's (``headers``: names in lower
+        case; ``target``: the request line's path and query)."""
+        if self.auth is None:
+            return
+        parts = (headers.get("authorization") or "").split("/")
+        key = parts[1] if len(parts) > 2 and parts[0] == "bce-auth-v1" else ""
+        verdict = self.auth(key, headers.get("x-bce-security-token") or None)
+        if verdict == "unknown-key":
+            raise SimError(403, "InvalidAccessKeyId", "the access key id does not exist")
+        if verdict == "expired":
+            raise SimError(403, "AccessDenied", "the session token has expired")
+        if verdict != "ok":
+            raise SimError(403, "AccessDenied", "the session token is not the access key's")
+        if self.secret_of is not None:
+            secret = self.secret_of(key)
+            if secret is None or not _signed_v1(method, target, headers, secret):
+                raise SimError(400, "SignatureDoesNotMatch", "the signature does not match")
+        with self.lock:
+            self.callers.append(key)
+
     def handle(self, method: str, path: str, query: dict[str, list[str]],
                body: dict[str, Any]) -> dict[str, Any]:
         if method == "PUT" and path == "/v1/instance/batchAddIp":
@@ -489,6 +622,36 @@ class BbcSimulator:
         if method == "GET" and path.startswith("/v1/subnet/"):
             return self.get_subnet(path.removeprefix("/v1/subnet/"))
         raise SimError(404, "NotFound", f"no route {method} {path}")
+
+
+def _normalized(text: str) -> str:
+    """BCE's encoding: every byte but ``A-Za-z0-9-_.~`` as ``%XX``."""
+    return quote(text, safe="-_.~")
+
+
+#: the headers a ``bce-auth-v1`` signature covers when it names none (and every x-bce-)
+_SIGNED_BY_DEFAULT = frozenset({"host", "content-md5", "content-length", "content-type"})
+
+
+def _signed_v1(method: str, target: str, headers: Mapping[str, str], secret: str) -> bool:
+    """Whether the ``bce-auth-v1/<key>/<time>/<seconds>/<headers>/<signature>``
+    Authorization header signs this request with ``secret``."""
+    parts = (headers.get("authorization") or "").split("/")
+    if len(parts) != 6 or parts[0] != "bce-auth-v1":
+        return False
+    named = [h for h in parts[4].split(";") if h]
+    key_info = "/".join(parts[:4])
+    signing_key = hmac.new(secret.encode(), key_info.encode(), hashlib.sha256).hexdigest()
+    path, _, query = target.partition("?")
+    canonical_query = "&".join(sorted(f"{_normalized(k)}={_normalized(v)}" for k, v in
+                                      parse_qsl(query, keep_blank_values=True)))
+    canonical_headers = "\n".join(sorted(
+        f"{_normalized(k)}:{_normalized(v.strip())}" for k, v in headers.items()
+        if v.strip() and (k in named if named else
+                          k.startswith("x-bce-") or k in _SIGNED_BY_DEFAULT)))
+    to_sign = "\n".join([method, path, canonical_query, canonical_headers])
+    expected = hmac.new(signing_key.encode(), to_sign.encode(), hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected, parts[5])
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -510,6 +673,8 @@ class _Handler(BaseHTTPRequestHandler):
                 raise SimError(400, "MalformedJSON", "the body is not JSON") from None
             if not isinstance(body, dict):
                 raise SimError(400, "MalformedJSON", "the body is not an object")
+            self.simulator.authenticate({k.lower(): v for k, v in self.headers.items()},
+                                        method, self.path)
             answer = self.simulator.handle(method, parts.path, parse_qs(parts.query), body)
             status = 200
         except SimError as exc:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import random
 import re
 import threading
@@ -16,21 +17,25 @@ from typing import Any
 
 import attrs
 
-from podnet.hookspecs.errors import ErrorKind, ProviderError
+from podnet.hookspecs.errors import ConfigError, ErrorKind, ProviderError
 from podnet.hookspecs.models import PodNetwork
 from podnet.hookspecs.policy import PoolPolicy
+from podnet.hookspecs.sections import config_key
 from podnet.hookspecs.types import (
     CloudLimiter,
     NodeContext,
 )
 from podnet.plugins.ecs.config import (
     DESCRIPTION_PREFIX,
+    ENVIRONMENT,
     INSTANCE_LABEL,
     INSTANCE_TAG,
     MAX_INSTANCE_IDS,
     NAME,
+    OIDC_PROVIDER_ARN,
     POLICY,
     PROVIDER_ID,
+    ROLE_ARN,
     SETTLED_GRACE,
     TRANSITIONAL,
     TYPE_LABEL,
@@ -46,6 +51,9 @@ class Limits:
     enis: int
     ipv4: int
     ipv6: int
+    #: DescribeInstanceTypes' ``EniTrunkSupported``, and room for member ENIs beside the
+    #: adapters (``EniTotalQuantity`` over ``EniQuantity``): a trunk ENI is worth making
+    trunk: bool = False
 
 
 @attrs.frozen
@@ -97,7 +105,9 @@ class EcsCloud:
         self.name = name
         self.policy = policy or POLICY
         self.config = EcsConfig()
-        self._credentials: tuple[str, str] | None = None
+        #: the credentials client (``alibabacloud_credentials``) every SDK client asks for
+        #: the current key before each request: it refreshes temporary ones itself
+        self._credentials: Any = None
         self._local = threading.local()
         self._lock = threading.Lock()
         self._limits: dict[str, Limits] = {}
@@ -107,6 +117,9 @@ class EcsCloud:
         self._orphans: dict[str, set[str]] = {}
         #: ENIs this process created and is attaching now: never swept
         self._creating: set[str] = set()
+        #: instance types whose instances refused a trunk ENI (the catalogue said they
+        #: take one): no trunk is made for them again
+        self._no_trunk: set[str] = set()
         self._random = random.Random(0)
         #: what the cloud last said is on each instance: instance -> (when, ip -> ENI
         #: status); kept up to date by the provider's own writes, so that route does not
@@ -129,15 +142,15 @@ class EcsCloud:
             return client
         if self._credentials is None:
             raise ProviderError(ErrorKind.FATAL, "the ecs provider is not configured "
-                                                 "(no access key)")
+                                                 "(no credentials)")
         from alibabacloud_ecs20140526.client import Client
         from alibabacloud_tea_openapi import models as open_api_models
 
-        key_id, secret = self._credentials
         cfg = self.config
         ms = int(cfg.timeout * 1000)
+        # the credentials client, not its current key: a temporary key is renewed there
         client = Client(open_api_models.Config(
-            access_key_id=key_id, access_key_secret=secret, region_id=cfg.region,
+            credential=self._credentials, region_id=cfg.region,
             endpoint=cfg.endpoint, protocol=cfg.protocol, read_timeout=ms,
             connect_timeout=ms))
         self._local.client = client
@@ -177,6 +190,11 @@ class EcsCloud:
             if limiter is not None:
                 limiter.observe(api, time.perf_counter() - started, kind.value)
             code = error_code(exc) or type(exc).__name__
+            missing = _credential_error(exc)
+            if missing is not None:
+                # the key could not be had (metadata service, STS, token file): the SDK's
+                # message names the source and its answer, never a key
+                code = f"no credentials ({self.config.credentials}): {missing}"
             raise ProviderError(kind, f"{api}: {code}{f' ({subject})' if subject else ''}",
                                 subject=subject) from None
         if limiter is not None:
@@ -230,13 +248,17 @@ class EcsCloud:
                 zone = self._zones.get(instance)
         return zone
 
-    def limits(self, node: NodeContext) -> Limits:
+    def instance_type_of(self, node: NodeContext) -> str:
         n = node.node
         itype = self.config.instance_type or n.labels.get(TYPE_LABEL)
         if not itype:
             raise ProviderError(ErrorKind.FATAL, f"node {n.name}: no instance type (label "
                                 f"{TYPE_LABEL} or the config's instance_type)",
                                 field=f"metadata.labels[{TYPE_LABEL}]")
+        return itype
+
+    def limits(self, node: NodeContext) -> Limits:
+        itype = self.instance_type_of(node)
         with self._lock:
             cached = self._limits.get(itype)
         if cached is not None:
@@ -256,40 +278,49 @@ class EcsCloud:
         if not isinstance(enis, int) or not isinstance(ipv4, int) or enis < 1 or ipv4 < 1:
             raise ProviderError(ErrorKind.TRANSIENT, f"DescribeInstanceTypes: malformed reply "
                                 f"for {itype} (EniQuantity / EniPrivateIpAddressQuantity)")
+        total = getattr(t, "eni_total_quantity", None)
+        members = total - enis if isinstance(total, int) else 0
         limits = Limits(enis=enis, ipv4=ipv4, ipv6=int(getattr(t, "eni_ipv_6address_quantity",
-                                                                0) or 0))
+                                                                0) or 0),
+                        trunk=getattr(t, "eni_trunk_supported", None) is True and members > 0)
         with self._lock:
             self._limits[itype] = limits
         return limits
 
-    def max_interfaces(self, limits: Limits) -> int:
+    def max_interfaces(self, limits: Limits, *, trunk: bool = False) -> int:
         """Terway's secondary-ENI count ``EniQuantity * ratio + shift - 1`` (capped by
         ``max_enis``): the pool's interfaces. The primary ENI is reported
-        ``pooled=False`` and core does not count it."""
+        ``pooled=False`` and core does not count it; nor a trunk ENI (``trunk``: one is
+        attached), whose adapter is taken out of the count instead, as Terway's trunk
+        takes one of its ENI slots: its pods are member ENIs, not pool addresses."""
         cfg = self.config
         secondary = int(limits.enis * cfg.eni_cap_ratio) + cfg.eni_cap_shift - 1
         if cfg.max_enis:
             secondary = min(secondary, cfg.max_enis)
-        return max(1, secondary)
+        return max(1, secondary - (1 if trunk else 0))
 
     def describe_enis(self, *, instance: str | None = None, ids: Sequence[str] = (),
-                      status: str | None = None, kind: str | None = None) -> list[_Eni]:
+                      status: str | None = None, kind: str | None = None,
+                      tag: tuple[str, str] | None = None) -> list[_Eni]:
         from alibabacloud_ecs20140526 import models as m
 
         out: list[_Eni] = []
         token: str | None = None
+        tags = ([m.DescribeNetworkInterfacesRequestTag(key=tag[0], value=tag[1])]
+                if tag is not None else None)
         for _ in range(100):
             req = m.DescribeNetworkInterfacesRequest(
                 region_id=self.config.region, instance_id=instance,
                 network_interface_id=list(ids) or None, status=status, type=kind,
-                max_results=500, next_token=token)
+                tag=tags, max_results=500, next_token=token)
             body = self._call("DescribeNetworkInterfaces", req, subject=instance)
             for raw in _items(body, "network_interface_sets", "network_interface_set"):
                 out.append(_eni_of(raw))
             token = getattr(body, "next_token", None) or None
             if not token:
                 break
-        if instance is not None and not ids and status is None and kind is None:
+        if (instance is not None and not ids and status is None and kind is None
+                and tag is None):
             view = {ip: eni.status for eni in out for ip in (*eni.secondary, *eni.ipv6)}
             zone = next((eni.zone for eni in out if eni.zone), None)
             with self._lock:
@@ -472,6 +503,82 @@ class EcsCloud:
 
 
 # --- helpers ------------------------------------------------------------------------------
+
+
+def credentials_client(cfg: EcsConfig, provider: str) -> Any:
+    """The ``alibabacloud_credentials`` client of ``cfg.credentials``, its keys resolved
+    (the section's, else the environment's).
+
+    :raise ConfigError: naming the key that is missing or wrong.
+    """
+    from alibabacloud_credentials.client import Client
+    from alibabacloud_credentials.http import HttpOptions
+    from alibabacloud_credentials.models import Config
+    from alibabacloud_credentials.provider import (
+        EcsRamRoleCredentialsProvider,
+        OIDCRoleArnCredentialsProvider,
+    )
+
+    def given(key: str) -> str:
+        value = getattr(cfg, key) or os.environ.get(ENVIRONMENT[key], "").strip()
+        if not value:
+            raise ConfigError(config_key(provider, key), "missing: set it or the "
+                              f"environment's {ENVIRONMENT[key]}")
+        return str(value)
+
+    ms = int(cfg.timeout * 1000)
+    http = HttpOptions(proxy=cfg.credentials_proxy, connect_timeout=ms, read_timeout=ms)
+    mode = cfg.credentials
+    try:
+        if mode == "access_key":
+            return Client(Config(type="access_key", access_key_id=given("access_key_id"),
+                                 access_key_secret=given("access_key_secret")))
+        if mode == "default":
+            return Client()
+        if mode == "ecs_ram_role":
+            # refreshed by the caller that finds it stale (15 min before it expires),
+            # not by a scheduler thread of its own per configure
+            return Client(provider=EcsRamRoleCredentialsProvider(
+                role_name=cfg.role_name, http_options=http, async_update_enabled=False))
+        token_file = given("oidc_token_file")
+        role_arn, oidc_arn = given("role_arn"), given("oidc_provider_arn")
+        for key, value, pattern in (("role_arn", role_arn, ROLE_ARN),
+                                    ("oidc_provider_arn", oidc_arn, OIDC_PROVIDER_ARN)):
+            if not pattern.match(value):  # from the environment: not checked yet
+                raise ConfigError(config_key(provider, key), f"{ENVIRONMENT[key]} is not "
+                                  "an ARN of the expected form")
+        try:
+            with open(token_file, encoding="utf-8") as f:
+                readable = bool(f.read(1))
+        except OSError as exc:
+            raise ConfigError(config_key(provider, "oidc_token_file"),
+                              f"cannot read {token_file}: {exc.strerror}") from None
+        if not readable:
+            raise ConfigError(config_key(provider, "oidc_token_file"),
+                              f"{token_file} is empty")
+        return Client(provider=OIDCRoleArnCredentialsProvider(
+            role_arn=role_arn, oidc_provider_arn=oidc_arn, oidc_token_file_path=token_file,
+            role_session_name=cfg.role_session_name, duration_seconds=cfg.session_duration,
+            sts_endpoint=cfg.sts_endpoint, http_options=http))
+    except ValueError as exc:
+        # the SDK refuses what its environment forbids (ALIBABA_CLOUD_ECS_METADATA_DISABLED)
+        raise ConfigError(config_key(provider, "credentials"), str(exc)) from None
+
+
+def _credential_error(exc: BaseException) -> BaseException | None:
+    """The credentials client's failure, when that is what ``exc`` is (the SDK's runtime
+    wraps what a request raises before it is sent in an ``UnretryableException``)."""
+    try:
+        from alibabacloud_credentials.exceptions import CredentialException
+    except ImportError:  # pragma: no cover - the SDK is a dependency
+        return None
+    inner: BaseException | None = getattr(exc, "inner_exception", None)
+    for candidate in (exc, inner):
+        if isinstance(candidate, CredentialException):
+            found: BaseException = candidate
+            return found
+    return None
+
 
 
 def _snake(api: str) -> str:

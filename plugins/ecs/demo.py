@@ -68,15 +68,20 @@ def provider_config(sim: EcsSimulator, **overrides: Any) -> dict[str, Any]:
 class EcsWorld:
     """A started simulator and a configured provider talking to it: ``vswitches_in_cloud``
     (id -> CIDR) are the simulator's; ``ipv6`` gives them IPv6 CIDRs (``ipv6_cidrs``, id
-    -> CIDR, else :data:`VSWITCHES_V6` or a made-up one); ``config`` overrides the
-    provider's section (its ``vswitches`` default to all of them)."""
+    -> CIDR, else :data:`VSWITCHES_V6` or a made-up one); ``auth`` / ``secret_of`` have
+    it check each request's key, token and signature (:class:`EcsSimulator`); ``config``
+    overrides the provider's section (its ``vswitches`` default to all of them)."""
 
     def __init__(self, *, nodes: int = 0, latency: float = 0.0,
                  rate: float | Mapping[str, float] | None = None, fault_rate: float = 0.0,
                  seed: int = 0, vswitches_in_cloud: Mapping[str, str] | None = None,
                  policy: PoolPolicy | None = None, ipv6: bool = False,
-                 ipv6_cidrs: Mapping[str, str] | None = None, **config: Any) -> None:
-        self.sim = EcsSimulator(latency=latency, rate=rate, fault_rate=fault_rate, seed=seed)
+                 ipv6_cidrs: Mapping[str, str] | None = None,
+                 auth: Callable[[str, str | None], str] | None = None,
+                 secret_of: Callable[[str], str | None] | None = None,
+                 **config: Any) -> None:
+        self.sim = EcsSimulator(latency=latency, rate=rate, fault_rate=fault_rate, seed=seed,
+                                auth=auth, secret_of=secret_of)
         for i, (vid, cidr) in enumerate((vswitches_in_cloud or VSWITCHES).items()):
             v6 = None
             if ipv6 or ipv6_cidrs:
@@ -112,18 +117,20 @@ class EcsWorld:
         return {ip: node_of.get(iid, iid) for ip, iid in self.sim.addresses().items()}
 
     def kill_at(self, api: str, death: Callable[[], BaseException], *,
-                when: str = "after", nth: int = 1) -> None:
+                when: str = "after", nth: int = 1,
+                only: Callable[[Any], bool] | None = None) -> None:
         """The controller process dies at its ``nth`` next ``api`` request (``after``: the
         cloud did it and the answer was never read; ``before``: never sent): ``death()``
         is raised from the SDK call, past the provider's own error handling, and the
         provider forgets what a process keeps only in memory (the ENIs whose rollback
-        failed, its views). One shot."""
+        failed, its views). ``only``: counts only the requests it says yes to (e.g. a
+        trunk ENI's create). One shot."""
         plugin = self.plugin
         real = EcsProvider._call
         left = [nth]
 
         def call(api_now: str, request: Any, subject: str | None = None) -> Any:
-            if api_now != api:
+            if api_now != api or (only is not None and not only(request)):
                 return real(plugin, api_now, request, subject)
             left[0] -= 1
             if left[0] > 0:
@@ -156,6 +163,18 @@ class EcsWorld:
             return {e.id: [*e.secondary, *e.ipv6] for e in self.sim.enis.values()
                     if e.kind == "Secondary" and e.status == "Available"
                     and ("podnet.io/instance" in e.tags or e.description.startswith("podnet:"))}
+
+    def trunks(self) -> dict[str, list[tuple[str, str]]]:
+        """Ground truth: every trunk ENI -> (id, status) by the instance it is attached to
+        or was made for (its tag)."""
+        out: dict[str, list[tuple[str, str]]] = {}
+        with self.sim.lock:
+            self.sim._settle_all()
+            for e in sorted(self.sim.enis.values(), key=lambda e: e.id):
+                if e.kind == "Trunk":
+                    owner = e.instance_id or e.tags.get("podnet.io/instance") or ""
+                    out.setdefault(owner, []).append((e.id, e.status))
+        return out
 
     def attach_by_hand(self, instance: str, count: int, *, mark: str | None = "tag"
                        ) -> tuple[str, list[str]]:

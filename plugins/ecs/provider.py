@@ -27,13 +27,16 @@ the node label ``podnet.io/ecs-instance-id``. Its instance type from the ``insta
 config key, else the label ``node.kubernetes.io/instance-type``.
 
 Config section (``providers.ecs``): ``endpoint``, ``region``, ``protocol`` (https),
-``access_key_id`` / ``access_key_secret`` (or the environment's
-``ALIBABA_CLOUD_ACCESS_KEY_ID`` / ``ALIBABA_CLOUD_ACCESS_KEY_SECRET``), ``vswitches`` (list;
+``credentials`` and its keys (below), ``vswitches`` (list;
 may be empty when Subnet objects name the vSwitches, plugins/ecs/subnets.py),
 ``vswitch_policy`` (``ordered`` | ``most`` | ``random``), ``security_groups`` (list),
 ``instance_type``, ``instance_ids``, ``eni_cap_ratio`` (1.0), ``eni_cap_shift`` (0),
 ``max_enis`` (0: no cap), ``attach_timeout`` (s), ``poll_interval`` (s), ``timeout`` (s),
-``ip_stack`` (``ipv4`` | ``dual``).
+``ip_stack`` (``ipv4`` | ``dual``), ``trunk`` (false).
+
+``trunk: true`` (Terway's ``enable_eni_trunking``) gives each node a trunk ENI at its
+pool build, never pooled nor disposed, its adapter out of the multi-IP count: see
+plugins/ecs/trunk.py.
 
 Every ENI podnet creates carries the tag ``podnet.io/instance=<instance id>`` (and, as
 before 0.5.0, the description ``podnet:<instance id>``). The garbage collector's sweep
@@ -55,8 +58,29 @@ ENIs are created with the configured ``security_groups``; every ``node_check_per
 node check (``podnet_node_check``, one DescribeNetworkInterfaces per node) reports each
 ENI podnet made whose security groups differ from them as a ``SecurityGroupDrift``
 finding, which core turns into a Warning Event on the Node.
-Credentials are kept only inside the SDK's config: never logged, traced or put in a
-message.
+Credentials come through ``alibabacloud_credentials``, by ``credentials``:
+
+- ``access_key`` (the default): ``access_key_id`` / ``access_key_secret``, or the
+  environment's ``ALIBABA_CLOUD_ACCESS_KEY_ID`` / ``ALIBABA_CLOUD_ACCESS_KEY_SECRET``;
+- ``default``: the SDK's default chain, read from the process's environment when the SDK
+  is imported: those two variables (and ``ALIBABA_CLOUD_SECURITY_TOKEN``), RRSA's three
+  variables below, the CLI's and the SDK's profile files, then the instance's RAM role
+  (unless ``ALIBABA_CLOUD_ECS_METADATA_DISABLED=true``);
+- ``ecs_ram_role``: the instance's RAM role, from the metadata service
+  (100.100.100.200; IMDSv2 token first, v1 unless ``ALIBABA_CLOUD_IMDSV1_DISABLED``):
+  ``role_name``, else the role the service names (``ALIBABA_CLOUD_ECS_METADATA``);
+- ``oidc_role_arn`` (RRSA): AssumeRoleWithOIDC with the service account's token:
+  ``role_arn``, ``oidc_provider_arn``, ``oidc_token_file`` (else the environment's
+  ``ALIBABA_CLOUD_ROLE_ARN``, ``ALIBABA_CLOUD_OIDC_PROVIDER_ARN``,
+  ``ALIBABA_CLOUD_OIDC_TOKEN_FILE``, as ACK's pod identity webhook sets them),
+  ``sts_endpoint``, ``role_session_name`` (podnet), ``session_duration`` (3600 s).
+
+``credentials_proxy`` is the HTTP proxy the SDK reaches the metadata service and STS
+through. A key of another mode is refused, naming it. The SDK client is handed the
+credentials client, not a key: temporary keys are renewed 15 minutes before they expire,
+by the call that finds them due, and every request signs with the current one. A key that
+cannot be had fails the call (transient) with the SDK's account of why, never a key.
+Keys live only in the credentials client: never logged, traced or put in a message.
 
 On a node (``podnet node --config``, the same section) the plug hooks are the ENI
 dataplane of ``plugins/ecs/dataplane.py``: a routed veth per pod and a policy rule from
@@ -72,7 +96,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import os
 import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -80,7 +103,7 @@ from typing import Any
 import attrs
 
 from podnet.hookspecs import hookimpl
-from podnet.hookspecs.errors import ConfigError, ErrorKind, PoolEmpty, ProviderError
+from podnet.hookspecs.errors import ErrorKind, PoolEmpty, ProviderError
 from podnet.hookspecs.models import NodeInfo
 from podnet.hookspecs.networks import Networks, SubnetInfo, SubnetRealization
 from podnet.hookspecs.policy import PoolPolicy
@@ -107,7 +130,7 @@ from podnet.hookspecs.types import (
     VerifyResult,
 )
 from podnet.linux.hooks import DataplaneHooks
-from podnet.plugins.ecs.cloud import EcsCloud
+from podnet.plugins.ecs.cloud import credentials_client
 from podnet.plugins.ecs.config import (
     DESCRIPTION_PREFIX,
     INSTANCE_TAG,
@@ -129,13 +152,14 @@ from podnet.plugins.ecs.subnets import (
     vswitch_ids,
     zone_vswitches,
 )
+from podnet.plugins.ecs.trunk import EcsTrunks, builds_pool, interfaces_of
 
 __version__ = "0.1.0"
 
 log = logging.getLogger(__name__)
 
 
-class EcsProvider(EcsCloud, DataplaneHooks):
+class EcsProvider(EcsTrunks, DataplaneHooks):
     """The plugin. One instance per controller process."""
 
     def __init__(self, *, name: str = NAME, policy: PoolPolicy | None = None) -> None:
@@ -158,19 +182,12 @@ class EcsProvider(EcsCloud, DataplaneHooks):
     @hookimpl
     def podnet_configure(self, provider: str, config: Mapping[str, Any]) -> None:
         cfg = read_section(EcsConfig, provider, config)
-        credentials = []
-        for key, value in (("access_key_id", cfg.access_key_id),
-                           ("access_key_secret", cfg.access_key_secret)):
-            value = value or os.environ.get(f"ALIBABA_CLOUD_{key.upper()}")
-            if not value:
-                raise ConfigError(config_key(provider, key), "missing: set it or the "
-                                  f"environment's ALIBABA_CLOUD_{key.upper()}")
-            credentials.append(value)
+        credentials = credentials_client(cfg, provider)
         self._random.seed(cfg.seed)
         with self._lock:
-            # the credentials live on in the SDK's config only
+            # the keys live on in the credentials client only
             self.config = attrs.evolve(cfg, access_key_id=None, access_key_secret=None)
-            self._credentials = (credentials[0], credentials[1])
+            self._credentials = credentials
             self._generation += 1
             self._limits.clear()
             self._cidrs.clear()
@@ -287,7 +304,6 @@ class EcsProvider(EcsCloud, DataplaneHooks):
                                 "(EniIpv6AddressQuantity 0): set ipv4, or use an instance "
                                 "type with IPv6", field=key)
         self._drop_orphans(instance)
-        interfaces = []
         enis = self.describe_enis(instance=instance)
         if not any(eni.kind == "Primary" for eni in enis):
             # every instance has its primary ENI: ECS answers an unknown InstanceId with an
@@ -295,18 +311,12 @@ class EcsProvider(EcsCloud, DataplaneHooks):
             raise ProviderError(ErrorKind.NOT_FOUND, f"node {node.node.name}: ECS has no "
                                 f"instance {instance} (no primary ENI is attached to it)",
                                 field="spec.providerID", subject=instance)
-        for eni in enis:
-            if eni.status not in ("InUse", "Attaching"):
-                continue  # detaching: on its way out, nothing to pool on it
-            primary = eni.kind == "Primary"
-            # Terway never puts pod addresses on the primary ENI: not pooled
-            interfaces.append(CloudInterface(
-                id=eni.id, mac=eni.mac, subnet=eni.vswitch, primary=primary,
-                trunk=eni.kind == "Trunk", ips=eni.secondary, pooled=not primary,
-                ipv6=eni.ipv6 if dual else ()))
-        interfaces.sort(key=lambda i: (not i.primary, i.id))
+        if self.config.trunk and builds_pool(node):
+            enis = self.ensure_trunk(node, instance, limits, enis,
+                                     lambda: self.where_to_grow(node, None))
+        interfaces, trunked = interfaces_of(enis, dual)
         return Inventory(interfaces=tuple(interfaces),
-                         max_interfaces=self.max_interfaces(limits),
+                         max_interfaces=self.max_interfaces(limits, trunk=trunked),
                          ips_per_interface=self.ips_per_eni(limits), dual_stack=dual)
 
     @hookimpl
@@ -318,7 +328,10 @@ class EcsProvider(EcsCloud, DataplaneHooks):
         instance = self.instance_id(node)
         expected = set(self.config.security_groups)
         findings = []
-        for eni in self.describe_enis(instance=instance):
+        enis = self.describe_enis(instance=instance)
+        if self.config.trunk:
+            findings.extend(self.trunk_findings(node, instance, enis))
+        for eni in enis:
             if not eni.made_by_podnet:
                 continue  # the primary ENI, a trunk, or an ENI someone else made
             actual = set(eni.security_groups)

@@ -4,9 +4,17 @@
 Wire: ``POST /`` with the action in the ``x-acs-action`` header, every parameter in the
 query string (lists flattened as ``Name.1``, ``Name.2``), JSON replies, errors as
 ``{"RequestId", "Code", "Message"}`` with the HTTP status ECS uses. Signatures are never
-checked.
+checked; with an ``auth`` hook (``podnet.sim.cloudauth.CredentialAuthority``) the request's
+access key (``Authorization: ACS3-HMAC-SHA256 Credential=<id>,...``, or the older forms)
+and security token (``x-acs-security-token``, or ``SecurityToken``) are: an unknown key is
+refused ``InvalidAccessKeyId.NotFound``, a temporary key without its token
+``MissingSecurityToken``, with another's ``InvalidSecurityToken.MismatchWithAccessKey``,
+an expired one ``InvalidSecurityToken.Expired``. With ``secret_of`` too (the key's secret),
+the V3 signature (``ACS3-HMAC-SHA256``: the canonical request of the method, path, sorted
+query, signed headers and payload hash) is checked: ``SignatureDoesNotMatch``.
 
-Modelled: instance types with their ENI, IPv4-per-ENI and IPv6-per-ENI limits, instances
+Modelled: instance types with their ENI, IPv4-per-ENI and IPv6-per-ENI limits and trunk
+support (:data:`TRUNK_TYPES`), instances
 with a primary ENI, vSwitches with a CIDR (and optionally an IPv6 CIDR) and a finite number
 of free addresses, IPv6 addresses (AssignIpv6Addresses / UnassignIpv6Addresses, and
 CreateNetworkInterface's ``Ipv6AddressCount``), ENI states (Available,
@@ -38,6 +46,8 @@ Split by action, each part would reach into the same state and lock.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import hmac
 import ipaddress
 import itertools
 import json
@@ -51,7 +61,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, quote, urlsplit
 
 import attrs
 
@@ -71,6 +81,25 @@ INSTANCE_TYPES: dict[str, tuple[int, int, int]] = {
     #: the same, with IPv6 (3 secondary IPv4 and 3 IPv6 per ENI): dual-stack tests
     "ecs.sim.tiny6": (4, 4, 3),
 }
+
+#: the instance types that take a trunk ENI (``EniTrunkSupported``), with their
+#: ``EniTotalQuantity``: every network interface they take, member ENIs included (the
+#: burstable t6 takes none; the totals are of the catalogue's shape, not its values). A
+#: trunk ENI is made with CreateNetworkInterface's ``InstanceType=Trunk``, listed with
+#: ``Type: Trunk``, and refused at AttachNetworkInterface on another type:
+#: ``InvalidOperation.InstanceTypeNotSupportEniTrunking`` (403)
+TRUNK_TYPES: dict[str, int] = {
+    "ecs.g7.large": 8,
+    "ecs.g7.xlarge": 12,
+    "ecs.g7.2xlarge": 16,
+    "ecs.g7.4xlarge": 24,
+    "ecs.c7.large": 8,
+    "ecs.sim.tiny": 8,
+    "ecs.sim.tiny6": 8,
+}
+#: CreateNetworkInterface's ``InstanceType``: the kinds of ENI it makes (Secondary the
+#: default)
+CREATABLE_KINDS = ("Secondary", "Trunk")
 
 #: how many tags an ENI (and a DescribeNetworkInterfaces filter) takes
 MAX_TAGS = 20
@@ -92,6 +121,7 @@ STATUS: dict[str, int] = {
     "InvalidVSwitchId.NotFound": 404,
     "InvalidOperation.InvalidEniState": 400,
     "InvalidOperation.InvalidEniType": 400,
+    "InvalidOperation.InstanceTypeNotSupportEniTrunking": 403,
     "InvalidIp.IpUnassigned": 400,
     "InvalidPrivateIpAddress.Duplicated": 400,
     "IdempotentFailed": 400,
@@ -104,7 +134,40 @@ STATUS: dict[str, int] = {
     "Duplicate.TagKey": 400,
     "InternalError": 500,
     "ServiceUnavailable": 503,
+    "InvalidAccessKeyId.NotFound": 404,
+    "MissingSecurityToken": 400,
+    "InvalidSecurityToken.MismatchWithAccessKey": 400,
+    "InvalidSecurityToken.Expired": 400,
+    "SignatureDoesNotMatch": 400,
 }
+
+#: the ``auth`` hook's verdicts (``podnet.sim.cloudauth.Verdict`` values) -> ECS's answer
+AUTH_ERRORS: dict[str, tuple[str, str]] = {
+    "unknown-key": ("InvalidAccessKeyId.NotFound", "Specified access key is not found."),
+    "token-missing": ("MissingSecurityToken", "SecurityToken is mandatory for this key."),
+    "token-mismatch": ("InvalidSecurityToken.MismatchWithAccessKey",
+                       "Specified SecurityToken mismatch with the AccessKey."),
+    "expired": ("InvalidSecurityToken.Expired", "Specified SecurityToken is expired."),
+}
+
+
+def request_credentials(headers: Mapping[str, str], params: Mapping[str, str]
+                        ) -> tuple[str, str | None]:
+    """The access key id and security token an SDK request carries (``""`` / None when
+    it carries none): the V3 ``Authorization`` header, ``acs <id>:<signature>``, or the
+    RPC query's ``AccessKeyId`` / ``SecurityToken``."""
+    auth = headers.get("authorization") or ""
+    key = ""
+    if auth.startswith("ACS3-"):
+        for part in auth.split(" ", 1)[-1].split(","):
+            name, _, value = part.strip().partition("=")
+            if name == "Credential":
+                key = value
+    elif auth.startswith("acs "):
+        key = auth[4:].rpartition(":")[0]
+    key = key or params.get("AccessKeyId", "")
+    token = headers.get("x-acs-security-token") or params.get("SecurityToken") or None
+    return key, token
 
 APIS = ("DescribeInstanceTypes", "DescribeNetworkInterfaces", "CreateNetworkInterface",
         "AttachNetworkInterface", "AssignPrivateIpAddresses", "UnassignPrivateIpAddresses",
@@ -291,8 +354,16 @@ class EcsSimulator:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, latency: float = 0.0,
                  rate: float | Mapping[str, float] | None = None, fault_rate: float = 0.0,
-                 seed: int = 0, region: str = "cn-hangzhou") -> None:
+                 seed: int = 0, region: str = "cn-hangzhou",
+                 auth: Callable[[str, str | None], str] | None = None,
+                 secret_of: Callable[[str], str | None] | None = None) -> None:
         self.host = host
+        #: checks each HTTP request's access key and token (None: every request passes)
+        self.auth = auth
+        #: a key's secret, to check the request's signature with (None: not checked)
+        self.secret_of = secret_of
+        #: access key ids of the requests that passed ``auth``, in order
+        self.callers: list[str] = []
         self.port = port
         self.latency = latency
         #: seconds an ENI stays Attaching / Detaching (defaults to the call latency)
@@ -604,6 +675,7 @@ class EcsSimulator:
         action = req.headers.get("x-acs-action") or params.get("Action") or ""
         request_id = str(uuid.UUID(int=self.random.getrandbits(128)))
         try:
+            self._authenticate(req, params, body)
             reply = self.dispatch(action, params)
             status = 200
             reply = {"RequestId": request_id, **reply}
@@ -618,6 +690,23 @@ class EcsSimulator:
         req.send_header("x-acs-request-id", request_id)
         req.end_headers()
         req.wfile.write(data)
+
+    def _authenticate(self, req: BaseHTTPRequestHandler, params: Mapping[str, str],
+                      body: bytes) -> None:
+        if self.auth is None:
+            return
+        headers = {k.lower(): v for k, v in req.headers.items()}
+        key, token = request_credentials(headers, params)
+        verdict = self.auth(key, token)
+        if verdict in AUTH_ERRORS:
+            raise EcsError(*AUTH_ERRORS[verdict])
+        secret = self.secret_of(key) if self.secret_of is not None else None
+        if self.secret_of is not None and (
+                secret is None or not _signed_v3(req.command, req.path, headers, body, secret)):
+            raise EcsError("SignatureDoesNotMatch", "The request signature does not conform "
+                           "to Aliyun standards.")
+        with self.lock:
+            self.callers.append(key)
 
     def dispatch(self, action: str, params: Mapping[str, str]) -> dict[str, Any]:
         """One API call, without HTTP: what the server answers (raises :class:`EcsError`)."""
@@ -664,8 +753,9 @@ class EcsSimulator:
             if wanted and name not in wanted:
                 continue
             out.append({"InstanceTypeId": name, "EniQuantity": enis,
-                        "EniTotalQuantity": enis, "EniPrivateIpAddressQuantity": ips,
-                        "EniIpv6AddressQuantity": ipv6, "EniTrunkSupported": True})
+                        "EniTotalQuantity": TRUNK_TYPES.get(name, enis),
+                        "EniPrivateIpAddressQuantity": ips,
+                        "EniIpv6AddressQuantity": ipv6, "EniTrunkSupported": name in TRUNK_TYPES})
         return {"InstanceTypes": {"InstanceType": out}}
 
     def _eni_view(self, eni: Eni) -> dict[str, Any]:
@@ -784,8 +874,12 @@ class EcsSimulator:
         if (count6 or explicit6) and vsw.ipv6_cidr is None:
             raise EcsError("InvalidOperation.Ipv6NotEnabled",
                            f"The vSwitch {vsw.id} has no IPv6 CIDR block.")
+        kind = p.get("InstanceType") or "Secondary"
+        if kind not in CREATABLE_KINDS:
+            raise EcsError("InvalidParameter", f"The specified InstanceType {kind} is not "
+                                               f"valid ({' or '.join(CREATABLE_KINDS)}).")
         tags = _tags(p)
-        eni = self._new_eni(vsw, explicit or count)
+        eni = self._new_eni(vsw, explicit or count, kind=kind)
         eni.tags = tags
         eni.created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         if explicit6:
@@ -809,6 +903,10 @@ class EcsSimulator:
         if eni.status != "Available":
             raise EcsError("InvalidOperation.InvalidEniState",
                            f"The ENI {eni.id} is {eni.status}.")
+        if eni.kind == "Trunk" and inst.type not in TRUNK_TYPES:
+            raise EcsError("InvalidOperation.InstanceTypeNotSupportEniTrunking",
+                           f"The instance type {inst.type} of {inst.id} does not support "
+                           "ENI trunking.")
         self._settle_all()
         attached = [e for e in self.enis.values() if e.instance_id == inst.id]
         if len(attached) >= INSTANCE_TYPES[inst.type][0]:
@@ -820,7 +918,7 @@ class EcsSimulator:
 
     def _api_DetachNetworkInterface(self, p: Mapping[str, str]) -> dict[str, Any]:
         eni = self._eni(p.get("NetworkInterfaceId"))
-        if eni.kind != "Secondary":
+        if eni.kind == "Primary":
             raise EcsError("InvalidOperation.InvalidEniType", f"{eni.id} is a {eni.kind} ENI")
         if eni.status == "Detaching":
             return {}
@@ -834,7 +932,7 @@ class EcsSimulator:
 
     def _api_DeleteNetworkInterface(self, p: Mapping[str, str]) -> dict[str, Any]:
         eni = self._eni(p.get("NetworkInterfaceId"))
-        if eni.kind != "Secondary":
+        if eni.kind == "Primary":
             raise EcsError("InvalidOperation.InvalidEniType", f"{eni.id} is a {eni.kind} ENI")
         if eni.status != "Available":
             raise EcsError("InvalidOperation.InvalidEniState",
@@ -940,6 +1038,30 @@ class EcsSimulator:
         eni.secondary = [ip for ip in eni.secondary if ip not in ips]
         self.vswitches[eni.vswitch].used.difference_update(ips)
         return {}
+
+
+def _signed_v3(method: str, target: str, headers: Mapping[str, str], body: bytes,
+               secret: str) -> bool:
+    """Whether an ``ACS3-HMAC-SHA256`` Authorization header signs this request with
+    ``secret`` (``headers``: names in lower case)."""
+    scheme, _, rest = (headers.get("authorization") or "").partition(" ")
+    if scheme != "ACS3-HMAC-SHA256":
+        return False
+    fields = dict(part.strip().partition("=")[::2] for part in rest.split(","))
+    signed = [h for h in fields.get("SignedHeaders", "").split(";") if h]
+    payload = headers.get("x-acs-content-sha256", "")
+    if not signed or payload != hashlib.sha256(body).hexdigest():
+        return False
+    parts = urlsplit(target)
+    query = sorted(parse_qsl(parts.query, keep_blank_values=True))
+    canonical = "\n".join([
+        method, parts.path or "/",
+        "&".join(f"{k}={quote(v, safe='~')}" for k, v in query),
+        "".join(f"{h}:{headers.get(h, '').strip()}\n" for h in signed),
+        ";".join(signed), payload])
+    to_sign = f"{scheme}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
+    expected = hmac.new(secret.encode(), to_sign.encode(), hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected, fields.get("Signature", ""))
 
 
 def _owner_of(description: str, tags: Mapping[str, str]) -> str | None:

@@ -13,6 +13,7 @@ from ovs.db import types as ovs_types
 from ovsdbapp.backend.ovs_idl import command as ovs_command
 
 from podnet.plugins.ovn.rows import (
+    BINDING_OPTIONS,
     GROUPS,
     KEY,
     OWNER,
@@ -27,6 +28,7 @@ from podnet.plugins.ovn.rows import (
     VIPS,
     ExternalNet,
     RouterLink,
+    binding_options,
     vip_port_name,
 )
 from podnet.plugins.ovn.secgroups import ACL_GROUP, Acl
@@ -40,6 +42,7 @@ class PortSpec:
         "external_ids",
         "name",
         "nats",
+        "options",
         "policy_groups",
         "port_groups",
         "port_security",
@@ -55,7 +58,8 @@ class PortSpec:
                  nats: Sequence[tuple[str, str, str]] = (),
                  routes: Sequence[tuple[str, str]] = (),
                  vips: Sequence[str] | None = None,
-                 policy_groups: Sequence[str] = ()) -> None:
+                 policy_groups: Sequence[str] = (),
+                 options: Mapping[str, str] | None = None) -> None:
         self.name = name
         self.switch = switch
         self.addresses = list(addresses)
@@ -75,6 +79,9 @@ class PortSpec:
         #: exist (never left here: the policy's own writes keep its membership), so a new
         #: port is restricted from its first packet, not once the policy's call comes
         self.policy_groups = list(policy_groups)
+        #: the port's binding options podnet owns (:data:`BINDING_OPTIONS`), exactly these;
+        #: other options of the port are left alone
+        self.options = dict(options or {})
 
 
 def _find_by_key(table: Any, key: str) -> list[Any]:
@@ -111,6 +118,11 @@ class EnsurePort(ovs_command.BaseCommand):
                 lsp.addresses = s.addresses
             if list(lsp.port_security) != s.port_security:
                 lsp.port_security = s.port_security
+        if new and s.options:
+            lsp.options = s.options
+        elif not new and binding_options(lsp) != s.options:
+            lsp.options = {**{k: v for k, v in dict(lsp.options).items()
+                              if k not in BINDING_OPTIONS}, **s.options}
         if s.port_groups is not None:
             # memberships podnet gave the port are remembered on it: no scan of the groups
             before = set() if new else set(

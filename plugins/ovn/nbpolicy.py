@@ -30,7 +30,7 @@ from podnet.plugins.ovn.netpol import (
 from podnet.plugins.ovn.rows import OWNER, OWNER_VALUE
 from podnet.plugins.ovn.secgroups import BadGroup, SecurityGroup
 
-__all__ = ["DeletePolicy", "EnsurePolicy", "RefreshPolicies", "member_ports",
+__all__ = ["DeletePolicy", "EnsurePolicy", "RefreshPolicies", "bump_nb_cfg", "member_ports",
            "policy_differs", "policy_keys", "policy_rows_of", "refresh_needed"]
 
 
@@ -140,15 +140,33 @@ def _sync_acls(txn: Any, api: Any, pg: Any, key: str, wanted: Sequence[PolicyAcl
         pg.addvalue("acls", acl)
 
 
+def bump_nb_cfg(api: Any, txn: Any) -> None:
+    """Have ``txn`` increment ``NB_Global.nb_cfg`` (once: the IDL takes one increment per
+    transaction, which several commands may share). northd copies it to the chassis and
+    sets ``NB_Global.hv_cfg`` to the least value every chassis has reached: the flows of
+    this transaction are on every chassis once ``hv_cfg`` reaches the new value."""
+    nb_global = next(iter(api.tables["NB_Global"].rows.values()), None)
+    if nb_global is not None and getattr(txn, "_inc_row", None) is None:
+        nb_global.increment("nb_cfg")
+
+
 class EnsurePolicy(ovs_command.BaseCommand):
-    """One policy's port group (its members), address sets and ACLs as ``rows`` say."""
+    """One policy's port group (its members), address sets and ACLs as ``rows`` say; the
+    transaction bumps ``NB_Global.nb_cfg`` (``nb_cfg``: its new value once committed)."""
 
     def __init__(self, api: Any, rows: PolicyRows) -> None:
         super().__init__(api)
         self.rows = rows
+        self.nb_cfg: int | None = None
+
+    def post_commit(self, txn: Any) -> None:
+        # set only where the transaction had an NB_Global row to increment
+        value = getattr(txn, "_inc_new_value", None)
+        self.nb_cfg = value if isinstance(value, int) and value >= 0 else None
 
     def run_idl(self, txn: Any) -> None:
         api, rows = self.api, self.rows
+        bump_nb_cfg(api, txn)
         marks = {OWNER: OWNER_VALUE, NP_KEY: rows.key}
         sets = {**marks, NP_SETS: _set_names(rows), NP_GROUPS: rows.groups}
         pg = api.lookup("Port_Group", rows.port_group, default=None)

@@ -18,7 +18,7 @@ from podnet.hookspecs.errors import ConfigError, InvalidRequest
 from podnet.hookspecs.models import (
     PodNetwork,
 )
-from podnet.hookspecs.netpol import PolicyRealization, ResolvedPolicy
+from podnet.hookspecs.netpol import PolicyFinding, PolicyRealization, ResolvedPolicy
 from podnet.hookspecs.networks import IPPoolInfo, Networks, SecurityGroupInfo, SubnetInfo
 from podnet.hookspecs.policy import PoolPolicy
 from podnet.hookspecs.sections import (
@@ -141,6 +141,8 @@ class OvnNorthbound:
         self._sg_dirty = True
         #: the routers' external networks are to be written (and removed ones deleted)
         self._ext_dirty = True
+        #: NetworkPolicy key -> the nb_cfg of the last transaction that changed its rows
+        self._flows_target: dict[str, int] = {}
         self.config = OvnConfig()
         self._configure({"subnets": list(subnets) or [DEFAULT_SUBNET],
                          "routers": list(routers), "networks": dict(networks or {}),
@@ -149,6 +151,10 @@ class OvnNorthbound:
 
     @property
     def client(self) -> NbClient:
+        client = self._client
+        if (client is not None and self._synced and not self._sg_dirty
+                and not self._ext_dirty and not client.has_port_changes()):
+            return client  # nothing to bring up to date: no wait for the provider's lock
         with self.lock:
             if self._client is None:
                 if not self.remote:
@@ -382,6 +388,8 @@ class OvnNorthbound:
         client = self.client
         if policy is None:
             client.delete_policy(key)
+            with self.lock:
+                self._flows_target.pop(key, None)
             return PolicyRealization(programmed=True)
         if policy.key != key:
             raise InvalidRequest("metadata.name", f"NetworkPolicy {key}: the resolved "
@@ -399,7 +407,7 @@ class OvnNorthbound:
         with self._policy_lock:
             current = self.security_groups  # replaced whole, never changed in place
             rows = policy_rows(policy, ports, [current[n] for n in sorted(current)])
-            client.ensure_policy(rows)
+            written = client.ensure_policy(rows)
         if rows.missing:
             # allocate writes a pod's port before its record has an address: a member
             # without one is a record not written yet, or a port removed meanwhile
@@ -407,7 +415,36 @@ class OvnNorthbound:
                 programmed=False, findings=rows.findings,
                 message=f"no logical switch port in NB yet for {', '.join(rows.missing)}; "
                         "the other members are programmed")
-        return PolicyRealization(programmed=True, findings=rows.findings)
+        return self._installed(key, written, rows.findings)
+
+    def _installed(self, key: str, written: int | None,
+                   findings: tuple[PolicyFinding, ...]) -> PolicyRealization:
+        """Programmed once the chassis have installed the flows of ``key``'s last change
+        (``written``: the nb_cfg of this call's transaction; ``None``: NB held the rows
+        already, the last one this provider made for it counts, or NB's current one):
+        a committed transaction is not yet a flow on a chassis."""
+        timeout = self.config.flows_timeout
+        if written is not None:
+            with self.lock:
+                self._flows_target[key] = written
+        if not timeout:
+            return PolicyRealization(programmed=True, findings=findings)
+        client = self.client
+        with self.lock:
+            target = self._flows_target.get(key)
+        if target is None:
+            target = client.flows_state().nb_cfg
+        # only the call that wrote waits: a call asking again looks once (core asks again
+        # a second later), so a chassis that is down does not hold the workers
+        state = client.wait_installed(target, timeout if written is not None else 0.0)
+        if state.installed(target):
+            return PolicyRealization(programmed=True, findings=findings)
+        where = ("ovn-northd has not put it in the Southbound database yet"
+                 if state.sb_cfg < target else "not every chassis has installed its flows")
+        return PolicyRealization(
+            programmed=False, waiting=True, findings=findings,
+            message=f"written to NB (nb_cfg {target}); {where} (sb_cfg {state.sb_cfg}, "
+                    f"hv_cfg {state.hv_cfg})")
 
     # --- networks declared as objects ------------------------------------------------------
 

@@ -89,7 +89,9 @@ from podnet.plugins.ovn.rows import (
     ROLE_VIP,
     VIPS,
     RouterLink,
+    binding_options,
     vip_port_name,
+    vm_binding,
 )
 from podnet.plugins.ovn.secgroups import (
     Acl,
@@ -396,8 +398,10 @@ class OvnProvider(OvnNorthbound):
         self.calls["allocate"] += 1
         client = self.client
         name = port_name(pn)
+        # read before the provider's lock: other callers' allocations need not wait for
+        # the replica (only this record's allocate makes its port)
+        existing = client.port(name)
         with self.lock:
-            existing = client.port(name)
             if existing is not None and existing.external_ids.get(KEY) == pn.key:
                 found = self._allocation_of(existing)
                 if found is not None:
@@ -438,13 +442,10 @@ class OvnProvider(OvnNorthbound):
             else:
                 # the port as route makes it: the route that follows finds it in place and
                 # writes nothing (one transaction per pod network instead of two). Its
-                # groups and their rules first; checked in one read, which waits for the
-                # transaction in flight, as each read does
+                # groups and their rules first (what was confirmed is not read again)
                 groups, acls = routed[1], routed[2]
-                with client.reading():
-                    ready = (client.infra_ok([subnet.switch], groups)
-                             and (not acls or client.acls_ok(acls)))
-                if not ready:
+                if not (client.infra_ok([subnet.switch], groups)
+                        and (not acls or client.acls_ok(acls))):
                     client.ensure_infra(switches=[subnet.switch], port_groups=groups)
                     if acls:
                         client.ensure_acls(acls)
@@ -476,20 +477,23 @@ class OvnProvider(OvnNorthbound):
     @staticmethod
     def _routed_in_place(client: NbClient, spec: PortSpec, groups: Sequence[str],
                          acls: Mapping[str, Sequence[Acl]]) -> bool:
-        """Whether NB (the replica, in one read) holds what route would write for a port
-        without a router: the switch, the port groups (the port's and its peers') with
-        their ACLs, and the port exactly as ``spec`` (exactly its podnet groups)."""
+        """Whether NB (the replica) holds what route would write for a port without a
+        router: the switch, the port groups (the port's and its peers') with their ACLs
+        (not read again while nothing changed them), and the port exactly as ``spec``
+        (exactly its podnet groups, in one read)."""
         assert spec.port_groups is not None
+        if not client.infra_ok([spec.switch], groups):
+            return False
+        if acls and not client.acls_ok(acls):
+            return False
         with client.reading():
-            if not client.infra_ok([spec.switch], groups):
-                return False
-            if acls and not client.acls_ok(acls):
-                return False
             lsp = client.port(spec.name)
-            if lsp is None or (lsp.external_ids.get(GROUPS, "")
-                               != ",".join(sorted(set(spec.port_groups)))):
+            if lsp is None:
                 return False
-            return OvnProvider._compare(client, spec, spec.port_groups, None).ok
+            ext = dict(lsp.external_ids)
+            if ext.get(GROUPS, "") != ",".join(sorted(set(spec.port_groups))):
+                return False
+            return OvnProvider._compare(client, spec, spec.port_groups, None, (lsp, ext)).ok
 
     def _allocation_of(self, lsp: Any) -> Allocation | None:
         ext = lsp.external_ids
@@ -545,7 +549,8 @@ class OvnProvider(OvnNorthbound):
             self._external_ids(pn, subnet.name, v4, v6, mac, node),
             port_security=security,
             port_groups=groups, router=router.name if router else None,
-            nats=nats, routes=routes, vips=list(req.vips))
+            nats=nats, routes=routes, vips=list(req.vips),
+            options=vm_binding(pn, node))
         return spec, groups, [router.name] if router else []
 
     @hookimpl
@@ -611,17 +616,25 @@ class OvnProvider(OvnNorthbound):
 
     @staticmethod
     def _compare(client: NbClient, spec: PortSpec, groups: Sequence[str],
-                 link: RouterLink | None) -> VerifyResult:
-        lsp = client.port(spec.name)
+                 link: RouterLink | None, read: tuple[Any, dict[str, str]] | None = None
+                 ) -> VerifyResult:
+        """``read``: the port and its external ids, already read under the same lock
+        (reading a column of the replica converts all of it, each time)."""
+        lsp, ext = read if read is not None else (client.port(spec.name), None)
         if lsp is None:
             return VerifyResult(ok=False, reason=f"logical switch port {spec.name} is missing")
+        if ext is None:
+            ext = dict(lsp.external_ids)
         if list(lsp.addresses) != spec.addresses:
             return VerifyResult(ok=False, reason=f"port {spec.name} has addresses "
                                 f"{list(lsp.addresses)}, wants {spec.addresses}")
         if list(lsp.port_security) != spec.port_security:
             return VerifyResult(ok=False, reason=f"port {spec.name} has port security "
                                 f"{list(lsp.port_security)}, wants {spec.port_security}")
-        recorded = dict(lsp.external_ids)
+        if binding_options(lsp) != spec.options:
+            return VerifyResult(ok=False, reason=f"port {spec.name} is bound by "
+                                f"{binding_options(lsp)}, wants {spec.options}")
+        recorded = dict(ext)
         recorded.pop(GROUPS, None)
         had_vips = recorded.pop(VIPS, "")
         if recorded != spec.external_ids:
@@ -642,8 +655,7 @@ class OvnProvider(OvnNorthbound):
         if missing:
             return VerifyResult(ok=False, reason=f"port {spec.name} is not in {missing}")
         # podnet's groups it should have left (a Subnet's gateway type changed, say)
-        extra = sorted(set(filter(None, lsp.external_ids.get(GROUPS, "").split(",")))
-                       - set(groups))
+        extra = sorted(set(filter(None, ext.get(GROUPS, "").split(","))) - set(groups))
         if extra and any(client.in_port_group(g, lsp) for g in extra):
             return VerifyResult(ok=False, reason=f"port {spec.name} is still in {extra}")
         # the subnet's way out: route re-makes it (shared, so the first repair mends it)

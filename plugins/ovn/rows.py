@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from typing import Any
+
+from podnet.hookspecs.models import ANNOTATION_MIGRATION_SOURCE_NODE, LABEL_VM, PodNetwork
 
 __all__ = ["GROUPS", "KEY", "OWNER", "OWNER_VALUE", "ROLE", "ROLE_EXTERNAL", "ROLE_ROUTER_LINK",
            "ROLE_STATEFUL", "ROLE_VIP", "ROUTER", "STATEFUL_ACLS", "VIPS", "ExternalNet",
@@ -116,3 +119,27 @@ class ExternalNet:
     def __repr__(self) -> str:
         return (f"ExternalNet({self.link!r} via {self.gateway}, {self.localnet} on "
                 f"{self.network_name}, chassis {self.chassis})")
+
+
+#: ``Logical_Switch_Port.options`` keys podnet writes on a pod's port: where OVN may bind
+#: it (a VM's node; both nodes while it live-migrates, the target blocked until its first
+#: RARP — QEMU announces the moved VM with one — under ``activation-strategy=rarp``)
+BINDING_OPTIONS = ("requested-chassis", "activation-strategy")
+
+
+def binding_options(lsp: Any) -> dict[str, str]:
+    """The port's options podnet owns, as NB has them."""
+    return {k: v for k, v in dict(lsp.options).items() if k in BINDING_OPTIONS}
+
+
+def vm_binding(pn: PodNetwork, node: str) -> dict[str, str]:
+    """Where a KubeVirt VM's port may be bound (its chassis named after its node, as
+    Kube-OVN's are): its node; during a live migration the source's node first (the main
+    chassis, where the VM runs) and the target's, which OVN keeps blocked until the VM's
+    RARP comes from there. Other pods' ports bind wherever their interface is."""
+    if LABEL_VM not in pn.metadata.labels or not node:
+        return {}
+    source = pn.metadata.annotations.get(ANNOTATION_MIGRATION_SOURCE_NODE)
+    if source and source != node:
+        return {"requested-chassis": f"{source},{node}", "activation-strategy": "rarp"}
+    return {"requested-chassis": node}

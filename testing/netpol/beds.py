@@ -19,9 +19,13 @@ seconds: a test module keeps one for all its cases.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import ipaddress
 import json
+import re
+import socket
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +42,7 @@ from podnet.testing.netpol.cases import (
     pod_object,
     relabelled,
 )
-from podnet.testing.netpol.matrix import Matrix
+from podnet.testing.netpol.matrix import Cell, Matrix, Verdict
 from podnet.testing.netpol.oracle import Cluster, expected
 from podnet.testing.netpol.prober import Endpoint, Prober, protocols
 
@@ -80,6 +84,14 @@ class PolicyBed:
         self.timings: dict[str, float] = {}
         #: what :meth:`revive` found dead and restarted
         self.revived: list[str] = []
+        #: the reports of cases whose first attempt differed and whose second did not
+        #: (:attr:`second_attempts`), printed in the module's summary
+        self.flaked: list[str] = []
+
+    #: a case whose matrix differs is applied once more from scratch on this bed, and
+    #: passes only when that attempt matches in full (the first report is kept in
+    #: :attr:`flaked`, never dropped): 0 on every bed (OVN's had 1, see there)
+    second_attempts = 0
 
     # what a subclass gives
     def kubectl(self, *args: str, input: str | None = None) -> str:
@@ -103,6 +115,16 @@ class PolicyBed:
     def revive(self) -> None:
         """Restart what :meth:`trouble` found dead (where the bed knows how)."""
         raise AssertionError(self.trouble())
+
+    def between_cases(self) -> None:
+        """Clear what the dataplane keeps of a case once it is undone (none here), so the
+        next case starts from the bed's base state."""
+
+    def diagnose(self, wrong: Mapping[int, Mapping[Cell, Verdict]]) -> str | None:
+        """What the dataplane holds for the cells a case got wrong (per IP version, each
+        with its expected verdict), while the case is still applied; for the report
+        only, never a verdict."""
+        return None
 
     def close(self) -> None:
         if self.prober is not None:
@@ -158,6 +180,14 @@ class PolicyBed:
         return list(json.loads(self.kubectl("get", "networkpolicies", "-A", "-o", "json"))
                     ["items"])
 
+    def _stack_policies(self, stack: Any) -> list[dict[str, Any]]:
+        """The policies read from ``stack``'s apiserver over HTTP, in its namespace: the
+        wait polls them every 0.2 s, and a kubectl run per poll (a process, its decoding
+        and printing) made the polls slower than that and took the CPU of the agents
+        and the controller being waited for."""
+        answer = _get_json(stack.netns, stack.url, "/apis/networking.k8s.io/v1/networkpolicies")
+        return list(answer["items"])
+
     def wait_programmed(self, policies: Sequence[Mapping[str, Any]], timeout: float = 20.0
                         ) -> str | None:
         """Wait until every policy of ``policies`` (as applied) says it is programmed;
@@ -183,6 +213,40 @@ class PolicyBed:
     def observe(self, want: Matrix, family: int, deadline: float = 30.0) -> Matrix:
         assert self.prober is not None
         return self.prober.converge(want, family, deadline)
+
+
+def _get_json(netns: str | None, url: str, path: str) -> Any:
+    """GET ``path`` of the server at ``url``, from network namespace ``netns`` (a name
+    of ``ip netns``; None: this one); its JSON."""
+    from podnet.linux.netns import run_in_netns
+
+    where = urllib.parse.urlsplit(url)
+    host, port = where.hostname or "127.0.0.1", where.port or 80
+
+    def connect() -> socket.socket:
+        return socket.create_connection((host, port), timeout=20)
+
+    conn = http.client.HTTPConnection(host, port, timeout=20)
+    conn.sock = run_in_netns(f"/run/netns/{netns}", connect) if netns else connect()
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        body = response.read()
+        assert response.status == 200, f"GET {path}: {response.status} {body[:300]!r}"
+        return json.loads(body)
+    finally:
+        conn.close()
+
+
+def _naming(text: str, a: str, b: str, *, both: bool) -> list[str]:
+    """The lines of ``text`` naming address ``a`` and (``both``) or ``b``."""
+    def named(address: str) -> re.Pattern[str]:
+        return re.compile(rf"(?<![0-9a-fA-F.:]){re.escape(address)}(?![0-9a-fA-F.:])")
+
+    first, second = named(a), named(b)
+    join = all if both else any
+    return [line for line in text.splitlines()
+            if join((first.search(line), second.search(line)))]
 
 
 def _split(key: str) -> tuple[str, str]:
@@ -214,6 +278,8 @@ class CaseResult:
     #: what the policies' status said when it did not say programmed in time (or None)
     status: str | None
     seconds: float
+    #: what the bed found in its dataplane for the wrong cells (:meth:`PolicyBed.diagnose`)
+    diagnosis: str | None = None
 
     @property
     def mismatches(self) -> int:
@@ -227,6 +293,8 @@ class CaseResult:
             parts.append(f"not programmed in time: {self.status}")
         for family, (want, got) in sorted(self.matrices.items()):
             parts.append(render(want, got, f"IPv{family}"))
+        if self.diagnosis:
+            parts.append(self.diagnosis)
         return "\n".join(parts)
 
 
@@ -251,27 +319,49 @@ def applied(bed: PolicyBed, case: Case) -> Iterator[tuple[Cluster, list[dict[str
             bed.label_pod(key, _undo(bed.cluster.pod(key).labels, change))
         for ns, change in case.namespace_labels.items():
             bed.label_namespace(ns, _undo(bed.cluster.namespaces[ns], change))
+        bed.between_cases()
 
 
 def run_case(bed: PolicyBed, case: Case, deadline: float = 30.0) -> CaseResult:
-    """Apply ``case``, wait for it, probe every family's matrix; undo it after."""
+    """Apply ``case``, wait for it, probe every family's matrix; undo it after. On a bed
+    with :attr:`PolicyBed.second_attempts`, a case whose matrix differs is run once more
+    from scratch; its first report is kept in :attr:`PolicyBed.flaked`."""
+    result = _run_case(bed, case, deadline)
+    for _ in range(bed.second_attempts):
+        if not result.mismatches:
+            break
+        first = result.report()
+        result = _run_case(bed, case, deadline)
+        if not result.mismatches:
+            bed.flaked.append(first)
+    return result
+
+
+def _run_case(bed: PolicyBed, case: Case, deadline: float) -> CaseResult:
     started = time.monotonic()
     for attempt in range(2):
         if bed.trouble() is not None:
             bed.revive()
         matrices: dict[int, tuple[Matrix, Matrix]] = {}
+        diagnosis = None
         with applied(bed, case) as (world, policies):
             status = bed.wait_programmed(policies)
             for family in bed.families:
                 want = expected(policies, world, bed.ports, family, pods=list(bed.endpoints))
                 matrices[family] = (want, bed.observe(want, family, deadline))
             broken = bed.trouble()
+            wrong = {family: {(m.src, m.dst, m.port, m.protocol): m.expected
+                              for m in want.mismatches(got)}
+                     for family, (want, got) in matrices.items()}
+            if broken is None and any(wrong.values()):
+                diagnosis = bed.diagnose({f: cells for f, cells in wrong.items() if cells})
         if broken is None:
             break
         # the dataplane's own daemon died under the probes: its matrix says nothing of
         # podnet; once more on a revived one
         assert attempt == 0, f"the bed broke twice during case {case.name}: {broken}"
-    return CaseResult(case.name, bed.name, matrices, status, time.monotonic() - started)
+    return CaseResult(case.name, bed.name, matrices, status, time.monotonic() - started,
+                      diagnosis)
 
 
 # --- the beds --------------------------------------------------------------------------------
@@ -322,6 +412,9 @@ class NodeBed(PolicyBed):
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         return str(self.stack.kubectl(*args, input=input))
+
+    def policies(self) -> list[dict[str, Any]]:
+        return self._stack_policies(self.stack)
 
     def nodes(self) -> Sequence[str]:
         return [n for n, _ in self.NODES]
@@ -428,6 +521,14 @@ class OvnPolicyBed(PolicyBed):
     without the controller's reconciler."""
 
     name = "ovn"
+    #: none: about one full run in two had a case with one or two cells wrong for the
+    #: whole 30 s the prober re-probes them (seen: egress-ipblock-except x/a -> z/c
+    #: TCP/80 passing; ingress-tcp-any-port z/a -> x/a TCP/80 dropped), never the same
+    #: twice, and ran it once more: a stale megaflow of the userspace datapath, not
+    #: conntrack (a flush left the cell wrong, a datapath flow purge made it right),
+    #: which the bed now purges before probing (:meth:`purge_datapath_flows`). A case
+    #: with wrong cells has its chassis' state in its report (:meth:`diagnose`)
+    second_attempts = 0
 
     def __init__(self, tmp: Path, *, subnet: str = "10.37.0.0/24,fd00:37::/120",
                  direct: bool = False) -> None:
@@ -540,8 +641,127 @@ class OvnPolicyBed(PolicyBed):
         ovn.tool("ovn-nbctl", f"--db={ovn.nb_remote}", "--timeout=120", "--wait=hv", "sync",
                  timeout=130)
 
+    def between_cases(self) -> None:
+        """Nothing of a case outlives it in the chassis: its connections (conntrack
+        flushed) and its datapath flows (purged, see :meth:`purge_datapath_flows`)."""
+        if self.bed is not None and self.bed.ovn is not None and self.trouble() is None:
+            said = self._appctl("dpctl/flush-conntrack")
+            assert not said.startswith("(") or self.trouble() is not None, (
+                f"the chassis' conntrack was not flushed: {said}")
+            self.purge_datapath_flows()
+
+    def purge_datapath_flows(self) -> None:
+        """Drop every datapath flow (megaflow) of ``ovs-vswitchd``: the next packets are
+        translated afresh by the OpenFlow tables ``ovn-controller`` holds now.
+
+        Open vSwitch 3.1.0's userspace datapath can keep a megaflow translated by tables
+        that changed while the upcall was translated (a probe sent while
+        ``ovn-controller`` was still installing a case's flows): its revalidators take it
+        for current, and it decides its cell until the tables change again, which they do
+        not while a case is probed (seen: x/c -> x/a UDP/81 dropped for the whole 30 s by
+        a megaflow ``ct_state(+new+trk),udp(dst=81) actions:drop``, with the right
+        OpenFlow tables and no conntrack entry to blame; ``revalidator/purge`` made it
+        right). The matrix is the OpenFlow tables' verdict, which podnet's ACLs decide,
+        never a stale cache's: purged before a matrix is probed and before each
+        re-probe of cells that differ."""
+        said = self._appctl("revalidator/purge")
+        # a vswitchd that died meanwhile is the case's trouble (revived, the case run again)
+        assert not said.startswith("(") or self.trouble() is not None, (
+            f"the chassis' datapath flows were not purged: {said}")
+
+    def observe(self, want: Matrix, family: int, deadline: float = 30.0) -> Matrix:
+        assert self.prober is not None
+        if self.trouble() is None:
+            self.purge_datapath_flows()
+
+        def purge(rounds: int, wrong: int) -> None:
+            if wrong and self.trouble() is None:
+                self.purge_datapath_flows()
+
+        return self.prober.converge(want, family, deadline, on_round=purge)
+
+    def _appctl(self, *args: str, target: str = "ovs-vswitchd") -> str:
+        """``ovs-appctl`` (``ovn-appctl`` for ``ovn-controller``) to a daemon of the
+        chassis: its control socket is named after its pid, whose file the bed names
+        after it (``vswitchd.pid``, ``controller.pid``); what it printed, or its error."""
+        ovn = self.bed.ovn
+        folder = Path(ovn.folder)
+        daemon = "controller" if target == "ovn-controller" else "vswitchd"
+        tool = "ovn-appctl" if target == "ovn-controller" else "ovs-appctl"
+        try:
+            pid = int((folder / f"{daemon}.pid").read_text().strip())
+        except (OSError, ValueError) as exc:
+            return f"({' '.join(args)}: no pid of {target}: {exc})"
+        done = ovn.tool(tool, "-t", str(folder / f"{target}.{pid}.ctl"), *args, check=False,
+                        timeout=60)
+        return done.stdout if done.returncode == 0 else f"({' '.join(args)}: {done.stderr})"
+
+    def diagnose(self, wrong: Mapping[int, Mapping[Cell, Verdict]]) -> str | None:
+        """The chassis' state for the wrong cells: their conntrack entries, datapath flows
+        and OpenFlow flows naming their addresses (the whole dumps in a file of the bed's
+        folder), then which clearing makes the cells right, step by step (each step
+        re-probes them three times): none (they were slow), a conntrack flush (stale
+        connection state), a datapath flow purge (stale megaflows), ``ovn-controller``
+        recomputing every flow (its incremental processing)."""
+        assert self.prober is not None
+        ovn = self.bed.ovn
+        dumps = {
+            "conntrack": self._appctl("dpctl/dump-conntrack", "-m"),
+            "datapath flows": self._appctl("dpctl/dump-flows", "-m"),
+            "openflow": ovn.tool("ovs-ofctl", "-O", "OpenFlow15", "dump-flows", ovn.bridge,
+                                 check=False, timeout=60).stdout,
+        }
+        folder = Path(ovn.folder)
+        path = folder / f"diagnosis-{len(list(folder.glob('diagnosis-*')))}.txt"
+        path.write_text("\n\n".join(f"== {k}\n{v}" for k, v in dumps.items()))
+        lines = [f"diagnosis (whole dumps in {path}):"]
+        for family, cells in sorted(wrong.items()):
+            for (src, dst, port, protocol), verdict in cells.items():
+                a = self.endpoints[src].address(family) or "?"
+                b = self.endpoints[dst].address(family) or "?"
+                lines.append(f"  {src} ({a}) -> {dst} ({b}) {protocol}/{port}, expected "
+                             f"{verdict}:")
+                for name, text in dumps.items():
+                    # OpenFlow's ACL flows are conjunctions: one address a line
+                    hits = _naming(text, a, b, both=name != "openflow")
+                    lines.append(f"    {name}: {len(hits)} lines naming "
+                                 f"{'both addresses' if name != 'openflow' else 'either'}")
+                    lines += [f"      {h.strip()}" for h in hits[:30]]
+        def recompute() -> str:
+            said = self._appctl("recompute", target="ovn-controller")
+            ovn.tool("ovn-nbctl", f"--db={ovn.nb_remote}", "--timeout=60", "--wait=hv",
+                     "sync", check=False, timeout=70)
+            return said
+
+        steps: list[tuple[str, Callable[[], str]]] = [
+            ("nothing cleared", lambda: ""),
+            ("conntrack flushed", lambda: self._appctl("dpctl/flush-conntrack")),
+            ("datapath flows purged", lambda: self._appctl("revalidator/purge")),
+            ("ovn-controller recomputed", recompute),
+        ]
+        left = {f: list(c) for f, c in wrong.items()}
+        for step, clear in steps:
+            said = clear()
+            if said.startswith("("):
+                lines.append(f"  {step} failed: {said}")
+            for family in list(left):
+                for _ in range(3):
+                    got = self.prober.probe(left[family], family, timeout=2.0)
+                    left[family] = [c for c in left[family] if got[c] != wrong[family][c]]
+                    if not left[family]:
+                        break
+                if not left[family]:
+                    del left[family]
+            lines.append(f"  after {step}: {sum(len(c) for c in left.values())} cells wrong")
+            if not left:
+                break
+        return "\n".join(lines)
+
     def kubectl(self, *args: str, input: str | None = None) -> str:
         return str(self.bed.stack.kubectl(*args, input=input))
+
+    def policies(self) -> list[dict[str, Any]]:
+        return self._stack_policies(self.bed.stack)
 
     def nodes(self) -> Sequence[str]:
         from podnet.testing.nodebed import NODE

@@ -1,0 +1,120 @@
+"""A restart's start-up pass: each pod the list finds is looked at once, right after its
+node's first pass has read the node's pool; a routed record with nothing to do costs that
+look alone (no pod pass), anything else (a conflict, an address its pool holds for another
+record, a record whose pod is gone) still gets its pod's whole pass."""
+
+from __future__ import annotations
+
+from podnet.core.cluster.port import POD, POD_NETWORK, Obj
+from podnet.core.engine import Engine
+from tests.test_engine import NS, Rig, phase
+
+
+def routed(rig: Rig, count: int) -> tuple[list[str], list[Obj]]:
+    nodes = [rig.node(i) for i in range(2)]
+    pods = [rig.pod(f"p{i}", nodes[i % 2]) for i in range(count)]
+    rig.settle(advance=rig.policy.refill_period)
+    assert all(phase(rig.record_of(p)) == "Routed" for p in pods)
+    return nodes, pods
+
+
+def writes_of(rig: Rig) -> dict[tuple[str, str], int]:
+    return {k: v for k, v in rig.cluster.stats.items() if k[0] not in ("list", "watch", "get")}
+
+
+def ips(rig: Rig) -> dict[str, str]:
+    return {r["spec"]["podName"]: r["status"]["ip"] for r in rig.records()}
+
+
+def test_a_restart_looks_at_each_routed_pod_once_and_runs_no_pod_pass() -> None:
+    rig = Rig()
+    routed(rig, 8)
+    before = ips(rig)
+    writes = writes_of(rig)
+    rig.restart()
+    rig.settle()
+    engine: Engine = rig.engine
+    assert engine.stats.reconciles["pod"] == 0, "no pod's pass: the nodes' passes looked"
+    assert engine.stats.reconciles["node"] == 2
+    assert dict(engine.stats.start_checks) == {"clean": 8}
+    assert engine.start_checks_pending() == 0
+    assert ips(rig) == before and writes_of(rig) == writes
+    assert "reference.verify" not in engine.stats.provider_calls
+    # each record is still verified when its period is due, as after its first pass
+    rig.settle(advance=rig.policy.verify_period)
+    assert engine.stats.provider_calls["reference.verify"] == 8
+    assert engine.stats.reconciles["pod"] == 8
+    rig.assert_no_leak()
+
+
+def test_a_route_lost_while_the_controller_was_down_is_repaired_at_its_verify() -> None:
+    rig = Rig()
+    _, pods = routed(rig, 4)
+    record = rig.record_of(pods[1])
+    ip = record["status"]["ip"]
+    rig.cloud.delete_route(ip, f"{NS}/{record['metadata']['name']}")
+    rig.restart()
+    rig.settle()
+    assert rig.engine.stats.start_checks["clean"] == 4  # the look reads no dataplane
+    rig.settle(advance=rig.policy.verify_period)
+    assert rig.engine.stats.transitions["pod_network.repair"] == 1
+    assert rig.cloud.routes[ip] == f"{NS}/{record['metadata']['name']}"
+    assert phase(rig.record_of(pods[1])) == "Routed"
+
+
+def test_a_hand_edit_that_gave_a_record_anothers_address_is_found_by_the_start() -> None:
+    """Both records go to their pods' whole passes: the one listed first holds the
+    address in the book, but its node's pool (rebuilt with the owner the node's record
+    names) holds it for the other; the other's claim is a conflict. The edited record is
+    given an address of its own again; the real owner keeps its address."""
+    rig = Rig()
+    _, pods = routed(rig, 4)
+    real, edited = rig.record_of(pods[2]), rig.record_of(pods[0])  # p0 is listed first
+    assert real["spec"]["nodeName"] == edited["spec"]["nodeName"]
+    taken = real["status"]["ip"]
+    edited["status"]["ip"] = taken
+    rig.cluster.update_status(POD_NETWORK, edited)
+    rig.restart()
+    rig.settle()
+    assert rig.engine.stats.start_checks == {"clean": 2, "queued": 2}
+    after = ips(rig)
+    assert after["p2"] == taken, "the pool's owner keeps its address"
+    assert after["p0"] != taken and phase(rig.record_of(pods[0])) == "Routed"
+    assert rig.cloud.routes[after["p0"]] == f"{NS}/{edited['metadata']['name']}"
+    rig.assert_no_leak()
+
+
+def test_a_record_whose_pod_went_while_the_controller_was_down_is_released() -> None:
+    rig = Rig()
+    nodes, pods = routed(rig, 4)
+    gone = rig.record_of(pods[3])
+    ip = gone["status"]["ip"]
+    rig.restart()
+    # the pod goes before the new controller looked: the deletion queues its pass
+    rig.cluster.delete(POD, "p3", NS, grace_period_seconds=0)
+    rig.settle()
+    assert "p3" not in ips(rig)
+    pool = rig.engine.pools.find("reference", nodes[1])
+    assert pool is not None and pool.addresses[ip].owner is None
+    assert ip not in rig.cloud.routes
+    rig.assert_no_leak()
+
+
+def test_a_record_whose_pod_is_gone_at_the_restart_gets_its_pass_and_is_released() -> None:
+    rig = Rig()
+    nodes, pods = routed(rig, 4)
+    gone = rig.record_of(pods[3])
+    ip = gone["status"]["ip"]
+    rig.engine = None  # type: ignore[assignment]  # the controller is down
+    rig.cluster.delete(POD, "p3", NS, grace_period_seconds=0)
+    rig.restart()
+    # its pod is not in the cache: nothing for a node's pass to look at, its own pass runs
+    assert rig.engine.start_checks_pending() == 3
+    rig.settle()
+    assert rig.engine.stats.start_checks == {"clean": 3}
+    assert rig.engine.stats.reconciles["pod"] >= 1
+    assert "p3" not in ips(rig)
+    pool = rig.engine.pools.find("reference", nodes[1])
+    assert pool is not None and pool.addresses[ip].owner is None
+    assert ip not in rig.cloud.routes
+    rig.assert_no_leak()

@@ -292,6 +292,9 @@ class NodePool:
         self._queued: dict[str, None] = {}
         #: addresses the cloud has that nobody owns and no pool record holds: first seen
         self.suspects: dict[str, float] = {}
+        #: addresses a grow brought that the pool held already (a record's the cloud lost
+        #: and handed out again before the record let it go): the pool's, not lost
+        self._returned: set[str] = set()
         #: batch policy state (halved on quota errors, reset on success)
         self.batch: int = 0
         self.grow_failures = 0
@@ -417,6 +420,7 @@ class NodePool:
                     state=prev.state if prev else InterfaceState.READY,
                     inhibited_until=prev.inhibited_until if prev else 0.0,
                 )
+            self._returned.clear()  # the inventory says what the cloud has now
             old = self.addresses
             old6 = {a.ipv6: a for a in old.values() if a.ipv6}
             cloud, cloud6 = inventory.all_ips(), inventory.all_ipv6()
@@ -547,6 +551,8 @@ class NodePool:
                     continue
                 if entry.owner is None:
                     del self.addresses[ip]
+                    if entry.ipv6 is not None and entry.ipv6 in cloud6:
+                        self._keep_partner(entry)
                 elif entry.owner in owners.values():
                     lost.append(entry.owner)
             for ip in list(self.suspects):
@@ -559,11 +565,21 @@ class NodePool:
         half."""
         with self.lock:
             for e in entries:
-                if e.address not in self.addresses:
+                held = self.addresses.get(e.address)
+                if held is None:
                     self.addresses[e.address] = Address(
                         e.address, e.interface, e.subnet, added_at=now, ipv6=e.ipv6,
                         half=self.dual_stack and e.ipv6 is None)
                     self._idle_order[e.address] = None
+                else:
+                    # handed out again while the pool holds it (the cloud lost it from a
+                    # record): the record keeps it for now; the new partner is an invalid
+                    # half, never named by nothing
+                    self._returned.add(e.address)
+                    if (e.ipv6 is not None and e.ipv6 != held.ipv6
+                            and e.ipv6 not in self.addresses):
+                        self.addresses[e.ipv6] = Address(e.ipv6, e.interface, e.subnet,
+                                                         added_at=now, half=True)
                 self.suspects.pop(e.address, None)
                 if e.ipv6 is not None:
                     self.suspects.pop(e.ipv6, None)
@@ -629,10 +645,21 @@ class NodePool:
                 entry.cooldown_until = max(entry.cooldown_until, until)
 
     def remove(self, addresses: Iterable[str]) -> None:
+        """``addresses`` left the cloud (a pair's IPv4 address: both halves, as
+        ``podnet_pool_shrink`` answers)."""
         with self.lock:
             for ip in addresses:
                 self.addresses.pop(ip, None)
                 self.suspects.pop(ip, None)
+
+    def _keep_partner(self, entry: Address) -> None:
+        """``entry`` left the pool while the cloud may still have its IPv6 partner: that
+        stays as an invalid half (given back by the next shrink), never named by nothing
+        (a leak no check would find: not a suspect, since the pool knew it)."""
+        if entry.ipv6 is not None and entry.ipv6 not in self.addresses:
+            self.addresses[entry.ipv6] = Address(entry.ipv6, entry.interface, entry.subnet,
+                                                 half=True)
+            self.suspects.pop(entry.ipv6, None)
 
     def forget_lost(self, address: str, owner: str) -> None:
         """The cloud lost ``owner``'s ``address`` and its record let it go: it leaves the
@@ -642,12 +669,17 @@ class NodePool:
             entry = self.addresses.get(address)
             if entry is None or entry.owner != owner:
                 return
+            self._keep_partner(entry)
+            if address in self._returned:
+                # a grow brought it back meanwhile: the pool's again (without the
+                # record's IPv6 partner: an invalid half on a dual-stack node)
+                self._returned.discard(address)
+                entry.owner, entry.ipv6, entry.half = None, None, self.dual_stack
+                self._released(address)
+                return
             del self.addresses[address]
             self._idle_order.pop(address, None)
             self.suspects.pop(address, None)
-            if entry.ipv6 is not None and entry.ipv6 not in self.addresses:
-                self.addresses[entry.ipv6] = Address(entry.ipv6, entry.interface,
-                                                     entry.subnet, half=True)
 
     def give_back(self, address: str, owner: str, cooldown_until: float) -> bool:
         """The record owning ``address`` is gone: the address is idle again."""

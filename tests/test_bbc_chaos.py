@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import atexit
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import attrs
@@ -66,6 +67,18 @@ def _forget(plugin: Any, _node: str, addresses: list[str]) -> None:
     sim.forget(addresses)
 
 
+@contextmanager
+def _history(machine: Any) -> Iterator[Any]:
+    """A replayed history of ``machine``: the steps run in the block, then the machine's
+    teardown (its convergence check); the world closed whatever happens."""
+    state = machine()
+    try:
+        yield state
+        state.teardown()
+    finally:
+        state.world.close()
+
+
 def _examples() -> int:
     return int(os.environ.get(EXAMPLES_ENV, str(DEFAULT_EXAMPLES)))
 
@@ -111,8 +124,7 @@ def test_a_node_registered_again_then_deleted_in_its_records_gap_keeps_its_addre
     inventory: no record named the node's addresses, and the restarted controller never
     learnt of them. Now the record of a machine that still runs is not let go: being
     deleted, it keeps recording the pool until the node leaves."""
-    state = BbcChaos()
-    try:
+    with _history(BbcChaos) as state:
         state.populate(up=1, running=1)
         state.settle(seconds=0.0)
         state.delete_node(i=0)
@@ -122,9 +134,6 @@ def test_a_node_registered_again_then_deleted_in_its_records_gap_keeps_its_addre
         state.settle(seconds=0.0)
         state.node_deleted(i=0, kill="node_inventory", pods_on_it=0, steps=1, when="before")
         state.every_cloud_address_has_a_record()
-        state.teardown()
-    finally:
-        state.world.close()
 
 
 def test_a_dual_stack_record_readdressed_after_the_cloud_lost_its_ipv4_half_leaks_nothing(
@@ -134,15 +143,11 @@ def test_a_dual_stack_record_readdressed_after_the_cloud_lost_its_ipv4_half_leak
     which took the pair's IPv6 half (still on the machine) with it: named by nothing, held
     by no pool, never given back. Now the IPv6 half stays in the pool as an invalid half,
     and the next shrink gives it back."""
-    state = DualBbcChaos()
-    try:
+    with _history(DualBbcChaos) as state:
         state.populate(up=3, running=8)
         state.node_deleted(i=0, kill=None, pods_on_it=0, steps=14, when="before")
         state.pause_leader_past_lease(late=0.0, stale_steps=1, steps=22)
         state.cloud_forgets(count=1, i=1)
-        state.teardown()
-    finally:
-        state.world.close()
 
 
 def test_a_dual_stack_node_that_leaves_after_a_hand_edit_gave_a_record_anothers_ipv4_leaks_nothing(
@@ -153,15 +158,11 @@ def test_a_dual_stack_node_that_leaves_after_a_hand_edit_gave_a_record_anothers_
     suspect (named by a record whose IPv4 another holds); a node that left has no GC to
     look at suspects again, so the half stayed on the machine when the leave was done.
     Now a leaving node's pool holds that half for its record, and it goes back with it."""
-    state = DualBbcChaos()
-    try:
+    with _history(DualBbcChaos) as state:
         state.populate(up=3, running=8)
         state.pause_leader_past_lease(late=0.0, stale_steps=16, steps=21)
         state.edit_record_ip(a="p3", b="p0")
         state.delete_node(i=0)
-        state.teardown()
-    finally:
-        state.world.close()
 
 
 def test_a_dual_stack_node_that_leaves_after_the_cloud_lost_ipv4_halves_leaks_nothing(
@@ -173,16 +174,12 @@ def test_a_dual_stack_node_that_leaves_after_the_cloud_lost_ipv4_halves_leaks_no
     given back (the cloud has none), and the leave finishes with the IPv6 halves still on
     the machine, named by nothing. Now the pool holds such an IPv6 half for its record,
     and it goes back with the record."""
-    state = DualBbcChaos()
-    try:
+    with _history(DualBbcChaos) as state:
         state.populate(up=3, running=6)
         state.settle(seconds=0.0)
         state.cloud_forgets(count=2, i=1)
         state.delete_node(i=1)
         state.settle(seconds=1.0)
-        state.teardown()
-    finally:
-        state.world.close()
 
 
 def test_a_dual_stack_pair_the_cloud_dropped_the_ipv4_of_after_its_record_let_go_leaks_nothing(
@@ -193,16 +190,12 @@ def test_a_dual_stack_pair_the_cloud_dropped_the_ipv4_of_after_its_record_let_go
     GC's look at the cloud then dropped the idle IPv4 half from the pool and its IPv6
     partner with it, still on the machine and named by nothing (no suspect either: the
     pool had known it). Now the partner stays as an invalid half, given back."""
-    state = DualBbcChaos()
-    try:
+    with _history(DualBbcChaos) as state:
         state.populate(up=3, running=8)
         state.step(n=10)
         state.recreate_pod(i=0, pod="p0", same_node=True)
         state.pause_leader_past_lease(late=0.0, stale_steps=23, steps=3)
         state.cloud_forgets(count=3, i=0)
-        state.teardown()
-    finally:
-        state.world.close()
 
 
 def test_a_dual_stack_address_the_cloud_handed_out_again_before_its_record_let_go_leaks_nothing(
@@ -213,8 +206,7 @@ def test_a_dual_stack_address_the_cloud_handed_out_again_before_its_record_let_g
     on the floor; the record then let the address go as lost, and the cloud's address and
     its new partner were on the machine with no pool holding them. Now the new partner is
     an invalid half and the address is the pool's again once the record lets it go."""
-    state = DualBbcChaos()
-    try:
+    with _history(DualBbcChaos) as state:
         state.populate(up=3, running=8)
         state.pause_leader_past_lease(late=0.0, stale_steps=16, steps=21)
         state.advance_clock(seconds=700.0)
@@ -222,6 +214,3 @@ def test_a_dual_stack_address_the_cloud_handed_out_again_before_its_record_let_g
         state.recreate_pod(i=0, pod="p0", same_node=True)
         state.pause_leader_past_lease(late=0.0, stale_steps=23, steps=3)
         state.cloud_forgets(count=3, i=0)
-        state.teardown()
-    finally:
-        state.world.close()

@@ -200,6 +200,9 @@ class NodeReporter:
                 self._dirty.set()  # someone else made it meanwhile: read again
                 return False
             self.writes["create"] += 1
+            # nobody held it and this agent made it: its own again (a conflict seen
+            # before the other host's report was deleted is over)
+            self.conflict = None
         else:
             if self._written is not None and not self._says(current, self._written,
                                                             self._written_annotations or {}):

@@ -499,13 +499,18 @@ class HandshakeMachine(RuleBasedStateMachine):
     @rule()
     def dropped_attachments_are_released(self) -> None:
         """Both sides caught up: an attachment taken off a running pod does not wait for
-        the unplug timeout (the agent took its interface away and said so)."""
+        the unplug timeout (the agent took its interface away and said so). Not while an
+        agent of another host holds the node's report (it won the race for a deleted
+        one): this agent cannot say so, and its records wait, as the unplug timeout is
+        for."""
         for _ in range(3):
             self.engine.run_until_idle(advance=1.0)
             self.agent.records.pump(0)
             self.agent.unplug_dropped()
             self.agent.reporter.flush()
         self.engine.run_until_idle(advance=1.0)
+        if self.agent.reporter.conflict is not None:
+            return
         for obj in self.cluster.list(POD_NETWORK).items:
             if obj["spec"].get("network") != ATTACHMENT:
                 continue
@@ -577,5 +582,46 @@ def test_the_agent_writes_its_host_onto_a_record_before_it_plugs_it() -> None:
                     if obj["spec"]["podName"] == "p1"]
         assert all(ANNOTATION_PLUGGED_ON not in (obj["metadata"].get("annotations") or {})
                    for obj in released)
+    finally:
+        machine.teardown()
+
+
+def test_an_agent_that_lost_its_report_to_another_host_takes_it_back_once_deleted() -> None:
+    """Found by the machine (CI): the node's report deleted by hand, a second agent under
+    the node's name on another host made it first, so this agent stood aside (not
+    ready); the report deleted again, this agent wrote it anew — and still said it stood
+    aside, not ready for good. Now a report it made itself is its own again."""
+    machine = _Machine()
+    try:
+        machine.report_tampered(how="deleted")
+        machine.second_agent(stop=False)
+        machine.agent_reports()
+        assert not machine.agent.ready and machine.agent.reporter.conflict
+        machine.report_tampered(how="deleted")
+        machine.agent_reports()
+        assert machine.agent.ready, machine.agent.reporter.conflict
+        machine.the_end()
+    finally:
+        machine.teardown()
+
+
+def test_a_dropped_attachment_waits_while_another_host_holds_the_report() -> None:
+    """Found by the machine (CI): a second agent won the race for a deleted report, then
+    an attachment was taken off a running pod. This agent unplugged it but cannot say so
+    in a report it does not hold: the record waits Releasing (never released on the
+    word of a host that has nothing plugged); once the second agent stops and its report
+    runs out, this agent takes the report back and the record goes."""
+    machine = _Machine()
+    try:
+        machine.create_pod_with_attachment(i=0)
+        machine.pod_runs(i=0)
+        machine.report_tampered(how="deleted")
+        machine.second_agent(stop=False)
+        machine.take_attachment_off(i=0)
+        machine.dropped_attachments_are_released()
+        phases = {obj["spec"]["network"]: (obj.get("status") or {}).get("phase")
+                  for obj in machine.cluster.list(POD_NETWORK).items}
+        assert phases.get(ATTACHMENT) == "Releasing", phases
+        machine.the_end()
     finally:
         machine.teardown()

@@ -92,25 +92,29 @@ def core(api: client.ApiClient) -> client.CoreV1Api:
     return client.CoreV1Api(api)
 
 
-#: the longest files and roughly the seconds each takes on a loaded 2-core machine (the
-#: netpol truth modules timed alone, the others their tests' sum in a CI run's slowest
-#: list; refresh from the "slowest files" a ``--durations`` run prints): handed out first,
-#: longest first, so that no long file starts when the other worker is nearly out of files
+#: the longest files and the seconds each took in a fresh-clone CI run with three workers
+#: on the 2-core machine (their tests' sum from the "slowest files" list the unit target's
+#: ``--durations`` prints; refresh from there): handed out first, longest first, so that
+#: no long file starts when the other workers are nearly out of files
 LONG_FILES = {
-    "tests/test_netpol_truth_ecs.py": 325,
-    "tests/test_netpol_truth_ovn.py": 300,
-    "tests/test_netpol_truth.py": 220,
-    "tests/test_ovn_chaos.py": 130,
-    "tests/test_ecs_chaos.py": 115,
-    "tests/test_eni_dataplane.py": 100,
-    "tests/test_e2e_run.py": 90,
-    "tests/test_node_agent.py": 65,
-    "tests/test_e2e_restarts.py": 60,
+    "tests/test_netpol_truth_ecs.py": 220,
+    "tests/test_netpol_truth_ovn.py": 155,
+    "tests/test_netpol_truth.py": 150,
+    "tests/test_node_agent.py": 145,
+    "tests/test_ovn_chaos.py": 125,
+    "tests/test_eni_dataplane.py": 125,
+    "tests/test_node_agent_requests.py": 110,
+    "tests/test_ecs_chaos.py": 100,
+    "tests/test_cni_ipam.py": 90,
+    "tests/test_e2e_run.py": 85,
+    "tests/test_ovn_dataplane.py": 85,
+    "tests/test_nftables_packets.py": 65,
+    "tests/test_bbc_chaos.py": 60,
     "tests/test_reference_chaos.py": 55,
-    "tests/test_cni_ipam.py": 55,
-    "tests/test_bbc_chaos.py": 45,
-    "tests/test_ovn_netpol_dataplane.py": 35,
-    "tests/test_ovn_dataplane.py": 30,
+    "tests/test_cli_mistakes.py": 50,
+    "tests/test_ovn_netpol_dataplane.py": 45,
+    "tests/test_node_agent_lifecycle.py": 40,
+    "tests/test_e2e_ownership.py": 40,
 }
 
 

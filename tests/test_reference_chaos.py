@@ -205,6 +205,28 @@ def test_a_node_the_cloud_never_read_leaves_after_a_restart() -> None:
         state.world.close()
 
 
+
+def test_a_migration_kubevirt_says_is_of_another_pod_leaves_the_vms_record_alone() -> None:
+    """Found by the machine (a sweep before a stop): two pods of one VM ran (the second
+    got an address of its own, the VM's record serving the first), and KubeVirt migrated
+    the second. Its target took the VM's record from the first pod as if that were the
+    migration's source; when KubeVirt said the migration completed and the real source
+    ended, the first pod ran on, lending its record for good. Now a target takes the
+    VM's record only from the pod KubeVirt names as the source (the pods decide when
+    KubeVirt says nothing): here it gets an address of its own."""
+    state = VmChaos()
+    try:
+        state.populate(up=3, running=0)
+        state.add_vm_pod(i=1, pod="p0", vm="vm-a")
+        state.add_vm_pod(i=0, pod="p1", vm="vm-a")
+        state.migrate_vm(ends="finished", i=1, kubevirt=True, pick=1, steps=0)
+        record = state.world.record_of("p0")
+        assert record is not None and record.spec.sticky, "the VM's record stays p0's"
+        state.teardown()
+    finally:
+        state.world.close()
+
+
 # --- histories CI printed as blobs, replayed as the machine that found them drew them ----
 
 #: the fault the machines left out while the re-registration gap was open: the blobs

@@ -253,12 +253,17 @@ class PodNetworkReconciler(AllocatePath, ReleasePath):
             # a live migration's source: its address serves the target now, and comes
             # back if the migration fails (the record's change wakes this pod)
             return DONE
+        state = self.caches.migration_of(pod) if vm is not None else None
         if (vm is not None and is_migration_target(pod)
                 and not self.placement.providers[want.provider].uses_node_pool
-                and (vm_record is not None or self._migration_source_of(pod, vm))):
+                and (vm_record is not None or self._migration_source_of(pod, vm))
+                and not (vm_record is not None and state is not None
+                         and state.source_pod is not None
+                         and state.source_pod != vm_record.spec.pod_name)):
             # a live migration's target whose VM's record cannot be handed over yet (not
             # made or routed yet, or another migration holds it): it waits for the
-            # record's change
+            # record's change. Not when KubeVirt names another pod as the source: the
+            # record serves a pod of the VM that stays, and this one gets its own
             return DONE
         if vm_record is not None:
             # the VM's record still serves its other pod (a live migration's source) or

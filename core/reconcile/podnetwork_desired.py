@@ -116,6 +116,11 @@ class Wants:
                     or want.provider != pn.spec.provider
                     or pn.metadata.deletion_timestamp is not None):
                 continue
+            if (state is not None and state.source_pod is not None
+                    and state.source_pod != pn.spec.pod_name and not self._pod_gone(pn)):
+                # KubeVirt names another pod as the migration's source: this record
+                # serves a pod of the VM that stays (it is not the one that moves)
+                continue
             if (pn.status.phase is not Phase.RELEASING and not self._pod_gone(pn)
                     and not (is_migration_target(pod) and pn.spec.pod_name != pod.name
                              and pn.status.phase is Phase.ROUTED

@@ -271,21 +271,15 @@ class _AgentCollector(Collector):
 
     @staticmethod
     def _report(reporter: _Reporter) -> Iterator[Metric]:
-        writes = CounterMetricFamily("podnet_agent_report_writes",
-                                     "Writes of the node's report Lease, by verb (create, "
-                                     "update): what the handshake and the heartbeat cost.",
-                                     labels=["verb"])
-        for verb in ("create", "update"):
-            writes.add_metric([verb], reporter.writes.get(verb, 0))
-        yield writes
-        failures = CounterMetricFamily(
-            "podnet_agent_report_failures",
-            "Report passes that failed, by stage: compute (the dataplane's state could not "
-            "be read) or write (the API server refused or did not answer).",
-            labels=["stage"])
-        for stage in ("compute", "write"):
-            failures.add_metric([stage], reporter.failures.get(stage, 0))
-        yield failures
+        yield _by_label("podnet_agent_report_writes",
+                        "Writes of the node's report Lease, by verb (create, update): what "
+                        "the handshake and the heartbeat cost.",
+                        "verb", ("create", "update"), reporter.writes)
+        yield _by_label("podnet_agent_report_failures",
+                        "Report passes that failed, by stage: compute (the dataplane's state "
+                        "could not be read) or write (the API server refused or did not "
+                        "answer).",
+                        "stage", ("compute", "write"), reporter.failures)
         age = GaugeMetricFamily(
             "podnet_agent_report_last_write_age_seconds",
             "Seconds since the report Lease was last written (renewed at least every "
@@ -319,3 +313,13 @@ class _AgentCollector(Collector):
             gauge = GaugeMetricFamily(name, help_)
             gauge.add_metric([], value)
             yield gauge
+
+
+def _by_label(name: str, help_: str, label: str, keys: tuple[str, ...],
+              counts: Mapping[str, int]) -> CounterMetricFamily:
+    """A counter with one sample per key (0 for a key not counted yet, so that every
+    series exists from the first scrape)."""
+    family = CounterMetricFamily(name, help_, labels=[label])
+    for key in keys:
+        family.add_metric([key], counts.get(key, 0))
+    return family

@@ -680,9 +680,10 @@ class NodePoolReconciler(QuietPasses):
         subnets = self.caches.context(node, nn).subnets
         unusable = None if not subnets else functools.partial(_excluded_by, subnets)
         coming = 0
-        if (not halves_only and self.placement.providers[provider].manages_interfaces
-                and pool.idle_count() > policy.max_idle):
-            coming = self._coming(node, pool)
+        if not halves_only and self.placement.providers[provider].manages_interfaces:
+            with pool.lock:
+                crowded = pool.idle_count() > policy.max_idle
+            coming = self._coming(node, pool) if crowded else 0
         # one hold of the lock from the plan until its victims are out of the pool
         with pool.lock:
             plan = pool.plan_shrink(policy, now, halves_only, unusable, coming)

@@ -418,3 +418,44 @@ def test_a_node_waiting_for_its_read_does_not_hold_back_another_nodes_grow() -> 
         _on_a_deferring_thread(body)
     finally:
         sim.stop()
+
+
+def test_a_node_back_for_its_read_slot_goes_before_the_pods_ready_then() -> None:
+    """The second node's read, put off to its slot, comes back before the pods that
+    became ready meanwhile (a burst's 1,000 pod keys held the slots of 40 reads back by
+    seconds, the bucket idle): at the slot, the next key a worker takes is its node's."""
+    sim = start_simulator()
+    clock = FakeClock()
+    try:
+        names = ["node-0000", "node-0001"]
+        register_nodes(sim, names)
+        plugin = provider_for(sim, subnets=["sbn-demo-a"])
+        pm = new_plugin_manager()
+        pm.register(plugin, name="bbc")
+        cluster = InMemoryCluster(clock=clock)
+        policy = {"cloud_rate": RateLimit(rate=1000.0, burst=1000),
+                  "cloud_rates": (("vpcPort", RateLimit(rate=1.0, burst=1)),)}
+        engine = Engine(cluster, pm, clock=clock, options=EngineOptions(
+            default_provider="bbc", policies={"bbc": policy}))
+        cluster.create(NAMESPACE, {"metadata": {"name": "default"}})
+        for name in names:
+            cluster.create(NODE, _bbc_node(name))
+
+        def body() -> None:
+            engine.start()
+            engine.run_until_idle()
+            assert sim.calls["vpcPort"] == 1  # the second node's read waits for its slot
+            for i in range(5):
+                cluster.create(POD, {
+                    "metadata": {"name": f"pod-{i}", "namespace": "default"},
+                    "spec": {"nodeName": names[0], "containers": [{"name": "c", "image": "i"}]},
+                    "status": {"phase": "Running"}})
+            engine.pump()
+            assert len(engine.queue) >= 5
+            clock.advance(1.0)
+            assert engine.step()
+            assert sim.calls["vpcPort"] == 2
+
+        _on_a_deferring_thread(body)
+    finally:
+        sim.stop()

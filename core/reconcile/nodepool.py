@@ -253,7 +253,7 @@ class NodePoolReconciler(QuietPasses):
         except CloudWait as turn:
             # the read waits for its turn under the rate limit (nothing was called): its
             # slot is kept, and the worker serves other nodes (their grows) meanwhile
-            return Result(requeue_after=turn.retry_after)
+            return Result(requeue_after=turn.retry_after, at_slot=True)
         except Exception as exc:
             if reading and self._read_throttled(name, provider, exc):
                 # the cloud slows the read down, it does not refuse it: read again soon,
@@ -604,7 +604,7 @@ class NodePoolReconciler(QuietPasses):
                         count, subnet)
         except CloudWait as turn:
             # nothing was called: planned again at its slot, with what waits by then
-            return Result(requeue_after=turn.retry_after)
+            return Result(requeue_after=turn.retry_after, at_slot=True)
         except Exception as exc:
             return self._grow_failed(node, provider, pool, policy, plan, exc, nn)
         pool.grew(entries, now, created)

@@ -459,3 +459,33 @@ def test_a_node_back_for_its_read_slot_goes_before_the_pods_ready_then() -> None
         _on_a_deferring_thread(body)
     finally:
         sim.stop()
+
+
+def test_a_call_holding_its_worker_takes_a_put_off_slot_once() -> None:
+    """A call that waits holding its worker (an ENI's attach poll) trades its slot for
+    the earliest one a put-off call holds: it waits 1 s, not 2, and the put-off call,
+    back at its old time, is put off once more to the later slot. That slot is not
+    traded again: the next holding call waits for its own."""
+    clock = FakeClock()
+    limiter = CloudLimiter(RateLimit(rate=1.0, burst=1), clock)
+    start = clock.monotonic()
+
+    def body() -> None:
+        with deferrable("a"):
+            assert limiter.acquire("read") == 0.0
+        with deferrable("b"), pytest.raises(CloudWait) as waited:
+            limiter.acquire("read")
+        assert waited.value.retry_after == pytest.approx(1.0)
+        with deferrable("create"):
+            assert limiter.acquire("attach") == 0.0  # called: the scope's next call holds
+            assert limiter.acquire("read") == pytest.approx(1.0)  # b's slot, not 2.0
+        assert clock.monotonic() == pytest.approx(start + 1.0)
+        with deferrable("b"), pytest.raises(CloudWait) as again:
+            limiter.acquire("read")
+        assert again.value.retry_after == pytest.approx(1.0)  # the slot it was given
+        assert limiter._acquire_holding("read") == pytest.approx(2.0)  # b's kept now
+        with deferrable("b"):
+            assert limiter.acquire("read") == 0.0  # its slot passed: no new token
+        assert clock.monotonic() == pytest.approx(start + 3.0)
+
+    _on_a_deferring_thread(body)

@@ -681,7 +681,7 @@ class Engine:
             outcome = "success"
             self.queue.forget(key)
             if result.requeue_after is not None:
-                self.queue.add_after(key, result.requeue_after)
+                self.queue.add_after(key, result.requeue_after, first=result.at_slot)
         finally:
             logcontext.current.key = None
             self.queue.done(key)

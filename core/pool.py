@@ -780,8 +780,8 @@ class NodePool:
 
     # --- plans: the next call, decided from the pool, the policy and the time ---------
 
-    def plan_grow(self, policy: PoolPolicy, now: float, *, manages_interfaces: bool
-                  ) -> GrowPlan | Deferred:
+    def plan_grow(self, policy: PoolPolicy, now: float, *, manages_interfaces: bool,
+                  coming: int = 0) -> GrowPlan | Deferred:
         """The grow call to make now, or why none.
 
         Demand is the pod networks waiting plus ``min_idle``, less what is idle; a pod
@@ -789,6 +789,10 @@ class NodePool:
         call adds at most a batch to an interface (the fewest addresses first, when the
         provider ``manages_interfaces``); a new interface is created with all that is
         still needed, up to what it holds (one create instead of several adds).
+
+        ``coming``: pods of the node that will ask for an address and do not wait yet. A
+        grow that is due anyway brings theirs too (one call, not a top-up each); they
+        never start one alone.
         """
         with self.lock:
             waiting = dict(self.waiting)
@@ -826,7 +830,7 @@ class NodePool:
             if waiting and now < window_end and len(waiting) < per_call:
                 return Deferred(DeferReason.WINDOW, retry_after=window_end - now)
             batch = self.batch or policy.batch_size
-            count = min(max(need, batch), per_call, free)
+            count = min(max(need + max(coming, 0), batch), per_call, free)
             if self.batch and self.batch < policy.batch_size:
                 count = min(count, self.batch)  # halved after quota errors: stay small
             no_interface = None
@@ -862,12 +866,14 @@ class NodePool:
                 + (f" ({blocked})" if blocked else ""))
 
     def plan_shrink(self, policy: PoolPolicy, now: float, halves_only: bool = False,
-                    unusable: Callable[[str], bool] | None = None) -> ShrinkPlan | Deferred:
+                    unusable: Callable[[str], bool] | None = None, coming: int = 0
+                    ) -> ShrinkPlan | Deferred:
         """The shrink call to make now, or why none: idle addresses beyond ``max_idle``
         go back to the cloud, and every invalid half of a dual-stack pair with them
         (``halves_only``: just those), and every idle address ``unusable`` names (the
         node's Subnet excludes it: no pod may take it, and it would keep the pool from
-        growing for the pods that wait).
+        growing for the pods that wait). ``coming`` more than ``max_idle`` stay idle:
+        pods of the node that will ask for them (a grow brought theirs).
 
         Hold the lock from the plan to :meth:`shrinking`: nobody may take a victim
         between being chosen and leaving the pool.
@@ -875,7 +881,7 @@ class NodePool:
         with self.lock:
             idle = [] if halves_only else [a for a in self.addresses.values()
                                            if a.owner is None and not a.half]
-            excess = len(idle) - policy.max_idle
+            excess = len(idle) - policy.max_idle - max(coming, 0)
             # a cloud may not yet know an address it just added (replica lag): its "not
             # found" on delete would be believed, so the youngest addresses stay a while
             young = [a.added_at + policy.min_ip_lifetime - now for a in idle

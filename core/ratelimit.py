@@ -223,6 +223,8 @@ class CloudLimiter:
         self._errors: dict[tuple[str, str], int] = {}
         #: (API, owner) -> the monotonic time of the slot a deferred call reserved
         self._slots: dict[tuple[str, Hashable], float] = {}
+        #: put-off slots a call that holds its worker took once: not taken again
+        self._moved: set[tuple[str, Hashable]] = set()
         self._slots_purged = clock.monotonic()
 
     def observe(self, api: str, seconds: float, error: str | None = None) -> None:
@@ -259,7 +261,7 @@ class CloudLimiter:
         that comes back takes the slot reserved for it."""
         deferral = _deferral
         if deferral.owner is None or not deferral.fresh:
-            return self.bucket(api).acquire()
+            return self._acquire_holding(api)
         deferral.fresh = False
         key = (api, deferral.owner)
         now = self._clock.monotonic()
@@ -274,11 +276,37 @@ class CloudLimiter:
                     self._slots_purged = now
                     for old in [k for k, t in self._slots.items() if t < now - _SLOT_KEPT]:
                         del self._slots[old]
+                        self._moved.discard(old)
                 self._slots[key] = slot
             raise CloudWait(api, wait)
+        with self._lock:
+            self._moved.discard(key)  # its slot taken: a later one may be traded again
         if wait > 0:
             self._clock.sleep(wait)
         return max(wait, 0.0)
+
+    def _acquire_holding(self, api: str) -> float:
+        """A call that waits for its token holding its worker (one inside a scope that
+        called already: an ENI's attach poll) trades its slot for the earliest slot a
+        put-off call holds, when that comes sooner: the put-off call has no worker while
+        it waits, this one holds one, and behind the put-off slots every worker could be
+        held so, no worker left to serve them when they come. The put-off call takes the
+        later slot (it comes back and is put off once more); a slot is traded once."""
+        now = self._clock.monotonic()
+        wait = self.bucket(api).reserve()
+        if wait >= DEFER_AFTER:
+            mine = now + wait
+            with self._lock:
+                sooner = [(t, k) for k, t in self._slots.items()
+                          if k[0] == api and now <= t < mine and k not in self._moved]
+                if sooner:
+                    slot, key = min(sooner, key=lambda item: item[0])
+                    self._slots[key] = mine
+                    self._moved.add(key)
+                    wait = slot - now
+        if wait > 0:
+            self._clock.sleep(wait)
+        return wait
 
     def buckets(self) -> dict[str, TokenBucket]:
         with self._lock:

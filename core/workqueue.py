@@ -68,6 +68,13 @@ class WorkQueue(Generic[K]):
         # Live due time per delayed key; the heap may hold stale entries, skipped lazily.
         self._delayed: dict[K, float] = {}
         self._heap: list[tuple[float, int, K]] = []
+        # Delayed keys that go to the front once due (their due time): a key coming back
+        # for a slot reserved for it (a cloud call's) is not put behind what is ready then.
+        self._first: dict[K, float] = {}
+        # Keys re-added that way while being processed: to the front when done.
+        self._front: set[K] = set()
+        # How many keys at the front of _queue went there so (in the order they came).
+        self._firsts = 0
         # Tie-breaker so the heap never compares keys (they need only be hashable).
         self._seq = itertools.count()
         self._shutting_down = False
@@ -85,21 +92,61 @@ class WorkQueue(Generic[K]):
         with self._cond:
             self._add_locked(key)
 
-    def _add_locked(self, key: K) -> None:
-        if self._shutting_down or key in self._dirty:
+    def _add_locked(self, key: K, first: bool = False) -> None:
+        if self._shutting_down:
+            return
+        if key in self._dirty:
+            if first and key in self._processing:
+                self._front.add(key)
+            elif first:
+                # ready already, maybe behind others: its turn is now
+                at = self._queue.index(key)
+                if at >= self._firsts:
+                    del self._queue[at]
+                    self._put_first(key)
             return
         self.adds += 1
         self._dirty.add(key)
         if key in self._processing:
             # done() re-queues it; handing it out now would let two workers hold it.
+            if first:
+                self._front.add(key)
             return
-        self._queue.append(key)
+        if first:
+            self._put_first(key)
+        else:
+            self._queue.append(key)
         self._queued_at[key] = time.monotonic()
         self._cond.notify()
 
-    def add_after(self, key: K, delay: float) -> None:
-        """Add ``key`` once ``delay`` seconds have passed; an earlier pending due time wins."""
-        self.add_all_after((key,), delay)
+    def _put_first(self, key: K) -> None:
+        """Before the keys ready, after those that went first already."""
+        self._queue.insert(self._firsts, key)
+        self._firsts += 1
+
+    def add_after(self, key: K, delay: float, *, first: bool = False) -> None:
+        """Add ``key`` once ``delay`` seconds have passed; an earlier pending due time wins.
+        ``first``: then it goes before the keys ready (it comes back for something
+        reserved for it at that time, a rate limiter's slot)."""
+        if not first:
+            self.add_all_after((key,), delay)
+            return
+        with self._cond:
+            if self._shutting_down:
+                return
+            if delay <= 0:
+                self._promote_locked()  # keys whose slots came sooner go before it
+                self._add_locked(key, first=True)
+                return
+            due = self._clock.monotonic() + delay
+            current = self._delayed.get(key)
+            if current is not None and current <= due:
+                return
+            self._delayed[key] = due
+            self._first[key] = due
+            heapq.heappush(self._heap, (due, next(self._seq), key))
+            self._maybe_compact_locked()
+            self._cond.notify()
 
     def add_all_after(self, keys: Iterable[K], delay: float) -> None:
         """:meth:`add_after` for each of ``keys``, under one lock, one getter woken (a
@@ -170,6 +217,7 @@ class WorkQueue(Generic[K]):
         if not self._queue:
             return None
         key = self._queue.popleft()
+        self._firsts = max(self._firsts - 1, 0)
         now = time.monotonic()
         self._processing[key] = now
         self.queue_duration.observe(now - self._queued_at.pop(key, now))
@@ -188,9 +236,13 @@ class WorkQueue(Generic[K]):
             now = time.monotonic()
             self.work_duration.observe(now - started)
             if key in self._dirty:
-                self._queue.append(key)
+                if key in self._front:
+                    self._put_first(key)
+                else:
+                    self._queue.append(key)
                 self._queued_at[key] = now
                 self._cond.notify()
+            self._front.discard(key)
 
     # -- delayed keys ---------------------------------------------------------------------
 
@@ -202,7 +254,7 @@ class WorkQueue(Generic[K]):
             due, _, key = heapq.heappop(self._heap)
             if self._delayed.get(key) == due:
                 del self._delayed[key]
-                self._add_locked(key)
+                self._add_locked(key, first=self._first.pop(key, None) == due)
 
     def _next_due_locked(self) -> float | None:
         while self._heap:
@@ -279,6 +331,7 @@ class WorkQueue(Generic[K]):
             # Delayed keys would be adds after shutdown, which are ignored anyway.
             self._delayed.clear()
             self._heap.clear()
+            self._first.clear()
             self._cond.notify_all()
 
     def __repr__(self) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 import pytest
 
-from podnet.core.cluster.port import POD_NETWORK
+from podnet.core.cluster.port import POD, POD_NETWORK
 from podnet.core.models import InterfaceState, Phase
 from podnet.core.policy import PoolPolicy
 from podnet.core.reconcile.podnetwork import WAIT_SAID_AFTER
@@ -420,3 +420,33 @@ def test_a_disposal_under_way_is_finished_while_pods_wait_for_its_slot(
     record = world.record_of("late")
     assert record is not None and record.status.phase is not Phase.PENDING, record.status
     world.assert_converged()
+
+
+@pytest.mark.parametrize("policy", [POLICY])
+def test_the_pods_of_a_node_that_have_yet_to_ask_are_counted_as_coming(
+        world: World, ecs: EcsWorld) -> None:
+    """A node's first pod waits (the provider's aggregation window) while the node's
+    other pods have no record yet, as in a burst: those are the pods a grow due now
+    brings addresses for. Pods that will not ask the pool (host network, asking for
+    something of their own, deleting, finished) are not counted."""
+    world.add_node(0)
+    world.settle()
+    node = World.node_name(0)
+    world.add_pod("first", 0)
+    world.step(50)  # the pod's record waits; the pool's grow is not made yet
+    record = world.record_of("first")
+    assert record is not None and record.status.phase is Phase.PENDING
+    for i in range(6):
+        world.add_pod(f"later{i}", 0)
+    world.add_pod("own-address", 0, annotations={"podnet.io/ip-pool": "elsewhere"})
+    host = world.add_pod("host", 0)
+    host["spec"]["hostNetwork"] = True
+    world.cluster.update(POD, host)
+    world.add_pod("done", 0)
+    world.finish_pod("done")
+    world.add_pod("leaving", 0)
+    world.delete_pod("leaving", grace=30)
+    world.engine.pump()  # the caches see the pods; none of them was reconciled yet
+    pool = world.engine.pools.find(world.provider, node)
+    assert pool is not None
+    assert world.engine.nodepools._coming(world.engine.caches.nodes.get(node), pool) == 6

@@ -217,6 +217,27 @@ def test_a_new_interface_when_none_has_room_with_what_it_holds_at_most() -> None
     assert (plan.count, plan.need, plan.no_interface) == (8, 10, None)
 
 
+def test_a_grow_due_brings_the_addresses_of_the_pods_still_to_ask() -> None:
+    # a node read early: 3 of its pods wait, 12 more have yet to ask
+    pool = pool_of(CloudInterface(id="primary", pooled=False), max_interfaces=2,
+                   ips_per_interface=20)
+    for key in ("ns/a", "ns/b", "ns/c"):
+        pool.wait_for_address(key, None, 0.0)
+    policy = PoolPolicy(min_idle=0, max_idle=5, batch_size=10, max_batch_size=10)
+    plan = pool.plan_grow(policy, 0.0, manages_interfaces=True, coming=12)
+    assert isinstance(plan, GrowPlan) and plan.new_interface
+    # one interface made with all 15 (not 10, topped up later), still what it holds at most
+    assert (plan.count, plan.need) == (15, 3)
+    plan = pool.plan_grow(policy, 0.0, manages_interfaces=True, coming=40)
+    assert isinstance(plan, GrowPlan) and plan.count == 20
+
+
+def test_pods_still_to_ask_never_start_a_grow_alone() -> None:
+    pool = pool_of(CloudInterface(id="eth0", ips=ips("10.0.0", 2)), ips_per_interface=20)
+    plan = pool.plan_grow(EXACT, 0.0, manages_interfaces=True, coming=12)
+    assert isinstance(plan, Deferred) and plan.reason is DeferReason.NOTHING_TO_DO
+
+
 def test_with_every_interface_slot_taken_the_plan_says_why_none_is_made() -> None:
     pool = pool_of(CloudInterface(id="eth0", ips=ips("10.0.0", 4)),
                    CloudInterface(id="eth1", ips=ips("10.0.1", 1)),
@@ -350,6 +371,15 @@ def test_idle_addresses_beyond_max_idle_go_a_batch_at_a_time() -> None:
     assert (len(plan.victims), plan.leaves_excess) == (3, False)
     nothing = pool.plan_shrink(PoolPolicy(max_idle=7), 100.0)
     assert isinstance(nothing, Deferred) and nothing.reason is DeferReason.NOTHING_TO_DO
+
+
+def test_a_shrink_keeps_the_addresses_of_the_pods_still_to_ask() -> None:
+    pool = pool_of(CloudInterface(id="eth0", ips=ips("10.0.0", 7)))
+    policy = PoolPolicy(max_idle=2, batch_size=1, max_batch_size=10)
+    kept = pool.plan_shrink(policy, 100.0, coming=5)
+    assert isinstance(kept, Deferred) and kept.reason is DeferReason.NOTHING_TO_DO
+    plan = pool.plan_shrink(policy, 100.0, coming=3)
+    assert isinstance(plan, ShrinkPlan) and len(plan.victims) == 2
 
 
 def test_young_addresses_stay_and_the_next_look_is_when_the_first_is_old_enough() -> None:

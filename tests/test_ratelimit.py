@@ -418,3 +418,74 @@ def test_a_node_waiting_for_its_read_does_not_hold_back_another_nodes_grow() -> 
         _on_a_deferring_thread(body)
     finally:
         sim.stop()
+
+
+def test_a_node_back_for_its_read_slot_goes_before_the_pods_ready_then() -> None:
+    """The second node's read, put off to its slot, comes back before the pods that
+    became ready meanwhile (a burst's 1,000 pod keys held the slots of 40 reads back by
+    seconds, the bucket idle): at the slot, the next key a worker takes is its node's."""
+    sim = start_simulator()
+    clock = FakeClock()
+    try:
+        names = ["node-0000", "node-0001"]
+        register_nodes(sim, names)
+        plugin = provider_for(sim, subnets=["sbn-demo-a"])
+        pm = new_plugin_manager()
+        pm.register(plugin, name="bbc")
+        cluster = InMemoryCluster(clock=clock)
+        policy = {"cloud_rate": RateLimit(rate=1000.0, burst=1000),
+                  "cloud_rates": (("vpcPort", RateLimit(rate=1.0, burst=1)),)}
+        engine = Engine(cluster, pm, clock=clock, options=EngineOptions(
+            default_provider="bbc", policies={"bbc": policy}))
+        cluster.create(NAMESPACE, {"metadata": {"name": "default"}})
+        for name in names:
+            cluster.create(NODE, _bbc_node(name))
+
+        def body() -> None:
+            engine.start()
+            engine.run_until_idle()
+            assert sim.calls["vpcPort"] == 1  # the second node's read waits for its slot
+            for i in range(5):
+                cluster.create(POD, {
+                    "metadata": {"name": f"pod-{i}", "namespace": "default"},
+                    "spec": {"nodeName": names[0], "containers": [{"name": "c", "image": "i"}]},
+                    "status": {"phase": "Running"}})
+            engine.pump()
+            assert len(engine.queue) >= 5
+            clock.advance(1.0)
+            assert engine.step()
+            assert sim.calls["vpcPort"] == 2
+
+        _on_a_deferring_thread(body)
+    finally:
+        sim.stop()
+
+
+def test_a_call_holding_its_worker_takes_a_put_off_slot_once() -> None:
+    """A call that waits holding its worker (an ENI's attach poll) trades its slot for
+    the earliest one a put-off call holds: it waits 1 s, not 2, and the put-off call,
+    back at its old time, is put off once more to the later slot. That slot is not
+    traded again: the next holding call waits for its own."""
+    clock = FakeClock()
+    limiter = CloudLimiter(RateLimit(rate=1.0, burst=1), clock)
+    start = clock.monotonic()
+
+    def body() -> None:
+        with deferrable("a"):
+            assert limiter.acquire("read") == 0.0
+        with deferrable("b"), pytest.raises(CloudWait) as waited:
+            limiter.acquire("read")
+        assert waited.value.retry_after == pytest.approx(1.0)
+        with deferrable("create"):
+            assert limiter.acquire("attach") == 0.0  # called: the scope's next call holds
+            assert limiter.acquire("read") == pytest.approx(1.0)  # b's slot, not 2.0
+        assert clock.monotonic() == pytest.approx(start + 1.0)
+        with deferrable("b"), pytest.raises(CloudWait) as again:
+            limiter.acquire("read")
+        assert again.value.retry_after == pytest.approx(1.0)  # the slot it was given
+        assert limiter._acquire_holding("read") == pytest.approx(2.0)  # b's kept now
+        with deferrable("b"):
+            assert limiter.acquire("read") == 0.0  # its slot passed: no new token
+        assert clock.monotonic() == pytest.approx(start + 3.0)
+
+    _on_a_deferring_thread(body)

@@ -215,6 +215,69 @@ def test_delayed_keys_become_ready_in_due_order() -> None:
     assert [q.get_nowait() for _ in range(3)] == ["now", "early", "late"]
 
 
+def test_a_key_back_for_its_slot_goes_before_the_keys_ready_then() -> None:
+    q, clock = _queue()
+    q.add_after("node", 1.0, first=True)
+    for i in range(3):
+        q.add(f"pod{i}")
+    clock.advance(1.0)
+    assert [q.get_nowait() for _ in range(4)] == ["node", "pod0", "pod1", "pod2"]
+    # only the time it was put off for goes first: a plain add of it later does not
+    q.done("node")
+    q.add("pod3")
+    q.add("node")
+    assert [q.get_nowait() for _ in range(2)] == ["pod3", "node"]
+
+
+def test_keys_back_for_their_slots_go_first_in_the_order_of_their_slots() -> None:
+    q, clock = _queue()
+    q.add("pod0")
+    for i, node in enumerate(("a", "b", "c")):
+        q.add_after(node, 1.0 + i / 10, first=True)
+    clock.advance(0.5)
+    q.add("pod1")
+    clock.advance(1.0)
+    assert [q.get_nowait() for _ in range(5)] == ["a", "b", "c", "pod0", "pod1"]
+    q.add_after("d", 1.0, first=True)
+    q.add("pod2")
+    clock.advance(1.0)
+    q.add_after("e", 0.0, first=True)
+    assert [q.get_nowait() for _ in range(3)] == ["d", "e", "pod2"]
+
+
+def test_a_key_back_for_its_slot_that_is_ready_already_moves_to_the_front() -> None:
+    q, clock = _queue()
+    q.add_after("node", 1.0, first=True)
+    q.add("pod0")
+    q.add("node")  # woken meanwhile: behind pod0
+    q.add("pod1")
+    clock.advance(1.0)
+    assert [q.get_nowait() for _ in range(3)] == ["node", "pod0", "pod1"]
+    assert q.get_nowait() is None
+
+
+def test_a_key_back_for_its_slot_while_it_runs_goes_first_once_done() -> None:
+    q, clock = _queue()
+    q.add("node")
+    assert q.get_nowait() == "node"
+    q.add_after("node", 1.0, first=True)
+    q.add("pod0")
+    clock.advance(1.0)
+    assert q.get_nowait() == "pod0"
+    q.done("node")
+    q.add("pod1")
+    assert [q.get_nowait() for _ in range(2)] == ["node", "pod1"]
+
+
+def test_an_earlier_plain_due_time_wins_over_a_slot_and_is_not_first() -> None:
+    q, clock = _queue()
+    q.add_after("node", 2.0, first=True)
+    q.add_after("node", 1.0)
+    q.add("pod0")
+    clock.advance(1.0)
+    assert [q.get_nowait() for _ in range(2)] == ["pod0", "node"]
+
+
 def test_delayed_key_that_is_already_waiting_is_deduped() -> None:
     q, clock = _queue()
     q.add("a")

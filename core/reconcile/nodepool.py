@@ -68,10 +68,10 @@ from podnet.core.models import (
     Phase,
     set_condition,
 )
-from podnet.core.objects import TAINT_UNINITIALIZED
+from podnet.core.objects import TAINT_UNINITIALIZED, pod_is_terminal, vm_of
 from podnet.core.placement import Placement
 from podnet.core.policy import PoolPolicy
-from podnet.core.pool import Deferred, GrowPlan, Interface, NodePool, Pools
+from podnet.core.pool import DeferReason, Deferred, GrowPlan, Interface, NodePool, Pools
 from podnet.core.poolservice import POOL_READY, PoolService
 from podnet.core.ratelimit import CloudWait, deferrable
 from podnet.core.reconcile.nodeleave import NodeLeave
@@ -105,6 +105,9 @@ _FIRST_WRITE_DELAY = 1.0
 #: a Node that does not name its machine yet is looked at again this often (its update
 #: to spec.providerID queues it at once)
 _MACHINE_UNKNOWN_WAIT = 5.0
+#: a shrink that kept idle addresses for pods still to ask looks again this soon: a pod
+#: deleted before it asked lets its address go
+_COMING_RECHECK = 1.0
 #: while pod networks wait, what a restart does not need (owners, addresses records name,
 #: addresses given back) is written once the pool is quiet, or after this long
 _BUSY_WRITE_DELAY = 30.0
@@ -250,7 +253,7 @@ class NodePoolReconciler(QuietPasses):
         except CloudWait as turn:
             # the read waits for its turn under the rate limit (nothing was called): its
             # slot is kept, and the worker serves other nodes (their grows) meanwhile
-            return Result(requeue_after=turn.retry_after)
+            return Result(requeue_after=turn.retry_after, at_slot=True)
         except Exception as exc:
             if reading and self._read_throttled(name, provider, exc):
                 # the cloud slows the read down, it does not refuse it: read again soon,
@@ -572,7 +575,9 @@ class NodePoolReconciler(QuietPasses):
             if waiter is None or waiter.status.phase is not Phase.PENDING:
                 pool.stop_waiting(key)
         info = self.placement.providers[provider]
-        plan = pool.plan_grow(policy, now, manages_interfaces=info.manages_interfaces)
+        coming = self._coming(node, pool) if info.manages_interfaces and pool.waiting else 0
+        plan = pool.plan_grow(policy, now, manages_interfaces=info.manages_interfaces,
+                              coming=coming)
         if isinstance(plan, Deferred):
             if plan.problem is not None:
                 pool.cannot_grow(plan.problem)
@@ -599,7 +604,7 @@ class NodePoolReconciler(QuietPasses):
                         count, subnet)
         except CloudWait as turn:
             # nothing was called: planned again at its slot, with what waits by then
-            return Result(requeue_after=turn.retry_after)
+            return Result(requeue_after=turn.retry_after, at_slot=True)
         except Exception as exc:
             return self._grow_failed(node, provider, pool, policy, plan, exc, nn)
         pool.grew(entries, now, created)
@@ -649,6 +654,22 @@ class NodePoolReconciler(QuietPasses):
             self.enqueue.wake(dict(pool.waiting))  # waiting pod networks record the reason
         return Result(requeue_after=retry.after)
 
+    def _coming(self, node: NodeInfo, pool: NodePool) -> int:
+        """How many of the node's pods will ask this pool for an address and have no
+        record yet: running, not host-network, not deleting, asking for nothing in
+        particular (no podnet or Multus annotation), no VM's pod (its address may be
+        held for it). A guess that only sizes a grow already due, and what a shrink
+        keeps: pods that never ask cost idle addresses, never one given twice."""
+        if self.placement.provider_for_node(node) != pool.provider:
+            return 0
+        recorded = {(pn.metadata.namespace, pn.spec.pod_name)
+                    for pn in self.caches.pod_networks.by_index("node", node.name)}
+        return sum(1 for pod in self.caches.pods.by_index("node", node.name)
+                   if not (pod.host_network or pod.annotations
+                           or pod.deletion_timestamp is not None or pod_is_terminal(pod)
+                           or vm_of(pod) is not None
+                           or (pod.namespace, pod.name) in recorded))
+
     # --- shrink and dispose -----------------------------------------------------------
 
     def _shrink(self, node: NodeInfo, nn: NodeNetwork, provider: str, pool: NodePool,
@@ -658,10 +679,19 @@ class NodePoolReconciler(QuietPasses):
         now = self.clock.monotonic()
         subnets = self.caches.context(node, nn).subnets
         unusable = None if not subnets else functools.partial(_excluded_by, subnets)
+        coming = 0
+        if not halves_only and self.placement.providers[provider].manages_interfaces:
+            with pool.lock:
+                crowded = pool.idle_count() > policy.max_idle
+            coming = self._coming(node, pool) if crowded else 0
         # one hold of the lock from the plan until its victims are out of the pool
         with pool.lock:
-            plan = pool.plan_shrink(policy, now, halves_only, unusable)
+            plan = pool.plan_shrink(policy, now, halves_only, unusable, coming)
             if isinstance(plan, Deferred):
+                if coming and plan.reason is DeferReason.NOTHING_TO_DO:
+                    # kept for pods still to ask: looked at again soon, in case they
+                    # never do (deleted first), and never a quiet pass meanwhile
+                    return Result(requeue_after=_COMING_RECHECK)
                 return _deferred(plan)
             wait = self.gateway.admit(provider)
             if wait:

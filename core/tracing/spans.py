@@ -270,7 +270,7 @@ class TransitionSpan(AbstractContextManager["TransitionSpan"]):
         The one given if it was valid, else this (root) span's own; None with tracing off
         and no stored value.
         """
-        if self._traceparent is None:
+        if self._traceparent is None and self._tracer is not None:  # off: nothing to give
             ctx = self._span.get_span_context()
             if ctx.is_valid:
                 self._traceparent = format_traceparent(ctx)
@@ -282,12 +282,13 @@ class TransitionSpan(AbstractContextManager["TransitionSpan"]):
 
     def set(self, key: str, value: AttributeValue | None) -> None:
         """Set an attribute; None is skipped so callers can pass optional fields as they are."""
-        if value is not None:
+        if value is not None and self._tracer is not None:  # off: a no-op span's call saved
             self._span.set_attribute(key, value)
 
     def succeeded(self, dest: str) -> None:
         """Record the state the transition reached."""
-        self._span.set_attribute(ATTR_TO, dest)
+        if self._tracer is not None:
+            self._span.set_attribute(ATTR_TO, dest)
 
     def waiting(self, what: str, reason: str) -> None:
         """The attempt waits for ``what`` (``address``) rather than failing: the span

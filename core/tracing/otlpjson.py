@@ -184,6 +184,27 @@ def _span_json(span: ReadableSpan) -> str:
             f'{parent_json}{attributes_json}{links_json},"status":{status_json}}}')
 
 
+# A batch's resource and scope, written once per batch: a provider has one of each, and a
+# quiet controller exports a few spans a batch, where json.dumps' encoder (made anew per
+# call) and the resource's attributes cost more than the spans. The resource's text is
+# kept with the resource itself (immutable), so an id reused by another is not mistaken.
+_RESOURCES: Final[dict[int, tuple[Any, str]]] = {}
+_SCOPES: Final[dict[tuple[str, str | None], str]] = {}
+
+
+def _resource_head(resource: Any) -> str:
+    cached = _RESOURCES.get(id(resource))
+    if cached is not None and cached[0] is resource:
+        return cached[1]
+    head = ('{"resource":{"attributes":'
+            + _attributes_json(resource.attributes if resource else None)
+            + '},"scopeSpans":[')
+    if len(_RESOURCES) >= 64:
+        _RESOURCES.clear()
+    _RESOURCES[id(resource)] = (resource, head)
+    return head
+
+
 def encode_json_line(spans: Sequence[ReadableSpan]) -> str:
     """One ExportTraceServiceRequest in OTLP/JSON (ids as lowercase hex), without newline.
 
@@ -213,11 +234,14 @@ def encode_json_line(spans: Sequence[ReadableSpan]) -> str:
     for resource, scopes in by_resource.values():
         if len(parts) > 1:
             parts.append(",")
-        parts.append('{"resource":{"attributes":'
-                     + _attributes_json(resource.attributes if resource else None)
-                     + '},"scopeSpans":[')
+        parts.append(_resource_head(resource))
         for i, ((name, version), encoded) in enumerate(scopes.items()):
-            scope_json = _dumps({"name": name, **({"version": version} if version else {})})
+            scope_json = _SCOPES.get((name, version))
+            if scope_json is None:
+                if len(_SCOPES) >= _KEY_VALUES_MAX:
+                    _SCOPES.clear()
+                scope_json = _SCOPES[(name, version)] = _dumps(
+                    {"name": name, **({"version": version} if version else {})})
             parts.append(f'{"," if i else ""}{{"scope":{scope_json},"spans":[')
             parts.append(",".join(encoded))
             parts.append("]}")

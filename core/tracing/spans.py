@@ -283,12 +283,20 @@ class TransitionSpan(AbstractContextManager["TransitionSpan"]):
     def set(self, key: str, value: AttributeValue | None) -> None:
         """Set an attribute; None is skipped so callers can pass optional fields as they are."""
         if value is not None and self._tracer is not None:  # off: a no-op span's call saved
-            self._span.set_attribute(key, value)
+            span = self._span
+            if type(span) is LeanSpan and span.end_time is None:
+                span.attributes[key] = value  # its set_attribute, inline
+            else:
+                span.set_attribute(key, value)
 
     def succeeded(self, dest: str) -> None:
         """Record the state the transition reached."""
         if self._tracer is not None:
-            self._span.set_attribute(ATTR_TO, dest)
+            span = self._span
+            if type(span) is LeanSpan and span.end_time is None:
+                span.attributes[ATTR_TO] = dest  # its set_attribute, inline
+            else:
+                span.set_attribute(ATTR_TO, dest)
 
     def waiting(self, what: str, reason: str) -> None:
         """The attempt waits for ``what`` (``address``) rather than failing: the span

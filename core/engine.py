@@ -215,7 +215,8 @@ class Engine:
             self.tracing, succeeded=self.stats.transitions,
             failed=self.stats.failed_transitions, waited=self.stats.waited_transitions,
             conflicted=self.stats.conflicted_transitions,
-            notify=self.gateway.notify_transition)
+            notify=self.gateway.notify_transition,
+            listened=self.gateway.transition_listened)
 
         #: the Subnets, IPPools and SecurityGroups: checked, kept, published to providers
         self.networks = NetworksReconciler(

@@ -468,6 +468,11 @@ class ProviderGateway:
             self._select_networks(pod=pod, node=node))
         return [attachment for answer in answers for attachment in answer or ()]
 
+    def transition_listened(self) -> bool:
+        """Whether any plugin listens to ``podnet_transition`` now (one may register at
+        any time): the event is built only then."""
+        return bool(self._transition.get_hookimpls())
+
     def notify_transition(self, event: TransitionEvent) -> None:
         """``podnet_transition`` to every listener, each on its own: one that raises must
         not keep the event from the others (a plain hook call stops at the first error)."""

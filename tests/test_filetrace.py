@@ -116,3 +116,66 @@ def test_a_span_ended_twice_or_changed_after_its_end_is_written_once_as_it_ended
     tp.shutdown()
     spans = read_trace_file(path)
     assert [(s["name"], s["attributes"]) for s in spans] == [("x", {"a": 1})]
+
+
+def test_scopes_set_the_current_context_the_api_reads(tmp_path: Path) -> None:
+    """The lean scopes get, set and reset OpenTelemetry's own ContextVar: what the API
+    calls current is each scope's span inside it, and the one before after it."""
+    from opentelemetry import context as context_api
+    from opentelemetry import trace
+
+    from podnet.core.filetrace import CONTEXT_VAR
+
+    assert CONTEXT_VAR is not None  # the default runtime context: found and proved
+    tracing = Tracing(make_tracer_provider(trace_file=str(tmp_path / "t.jsonl")))
+    before = context_api.get_current()
+    with tracing.reconcile("pod", "ns/a") as reconcile:
+        assert trace.get_current_span() is reconcile
+        with tracing.transition("pod_network", "allocate", source="pending", provider="ref",
+                                obj="ns/a", traceparent=None) as t:
+            assert trace.get_current_span() is t.span
+            with tracing.client("ref", "allocate") as client:
+                assert trace.get_current_span() is client
+                assert client.parent == t.span.get_span_context()  # type: ignore[attr-defined]
+            assert trace.get_current_span() is t.span
+        assert trace.get_current_span() is reconcile
+    assert context_api.get_current() is before
+
+
+def test_start_under_continues_the_parents_trace_and_keeps_the_attributes(
+        tmp_path: Path) -> None:
+    from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
+
+    from podnet.core.filetrace import LeanTracer
+
+    provider = make_tracer_provider(trace_file=str(tmp_path / "t.jsonl"))
+    tracer = provider.get_tracer("podnet")
+    assert type(tracer) is LeanTracer
+    parent = SpanContext(0xABC, 0xDEF, True, TraceFlags(1))
+    attributes = {"podnet.object": "ns/a"}
+    child = tracer.start_under("child", parent, SpanKind.INTERNAL, attributes)
+    context = child.get_span_context()
+    assert child.parent is parent
+    assert context.trace_id == 0xABC and context.span_id != 0xDEF
+    # the same tuple SpanContext's own constructor makes
+    assert context == SpanContext(0xABC, context.span_id, False, TraceFlags(1))
+    assert context.is_valid and not context.is_remote and context.trace_flags.sampled
+    assert child.attributes is attributes
+    root = tracer.start_under("root", None, SpanKind.CLIENT, {})
+    assert root.parent is None and root.kind is SpanKind.CLIENT
+    assert root.get_span_context().trace_id not in (0, 0xABC)
+    provider.shutdown()
+
+
+def test_a_scope_ended_in_another_context_is_logged_not_raised(
+        tmp_path: Path, caplog: Any) -> None:
+    """As the API's detach: a scope entered in one Context and left in another (a
+    generator moved between them) logs the failure and does not raise."""
+    import contextvars
+
+    tracing = Tracing(make_tracer_provider(trace_file=str(tmp_path / "t.jsonl")))
+    scope = tracing.reconcile("pod", "ns/a")
+    contextvars.copy_context().run(scope.__enter__)
+    with caplog.at_level("ERROR"):
+        scope.__exit__(None, None, None)
+    assert "Failed to detach context" in caplog.text

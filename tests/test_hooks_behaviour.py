@@ -111,6 +111,23 @@ def test_podnet_transition_reports_every_attempt_in_order_to_a_listener() -> Non
     assert len(listener.events) == counted
 
 
+def test_a_podnet_transition_listener_registered_after_start_hears_what_follows() -> None:
+    """With no listener no event is built (the warm path's transitions); one registered
+    while the engine runs hears the next transitions."""
+    rig = Rig()
+    node = rig.node(0)
+    rig.pod("web", node)
+    rig.settle()
+    assert not rig.engine.gateway.transition_listened()
+    listener = Listener()
+    rig.pm.register(listener, name="late-listener")
+    assert rig.engine.gateway.transition_listened()
+    rig.cluster.delete(POD, "web", NS, grace_period_seconds=0)
+    rig.settle()
+    assert [(e.trigger, e.ok) for e in listener.events if e.machine == "pod_network"] == [
+        ("release", True), ("finish", True)]
+
+
 def test_a_failing_podnet_transition_listener_does_not_stop_the_engine() -> None:
     rig = Rig(BrokenListener())
     node = rig.node(0)

@@ -894,3 +894,37 @@ def test_json_line_is_byte_for_byte_what_json_dumps_writes(kind: str) -> None:
     wide = ReadableSpan("wide", trace.SpanContext(2**130, 2**70, False), resource=resource)
     for batch in (spans, spans[:1], spans[::-1], [], [wide, *spans[:3]]):
         assert encode_json_line(batch) == _reference_json_line(batch)
+
+
+def test_json_line_of_each_batch_names_its_own_resource_and_scope() -> None:
+    """A batch's resource and scope text is kept between batches: a batch of another
+    resource (even one made where a freed one was, at the same id) or scope writes its
+    own, byte for byte as json.dumps would."""
+    import gc
+
+    from podnet.core.tracing import encode_json_line
+
+    def batch(service: str, scope: str, version: str | None) -> list[Any]:
+        memory = InMemorySpanExporter()
+        tp = LeanTracerProvider(memory, Resource.create({SERVICE_NAME: service}))
+        with tp.get_tracer(scope, version).start_as_current_span("work"):
+            pass
+        tp.force_flush()
+        spans = list(memory.get_finished_spans())
+        tp.shutdown()
+        return spans
+
+    seen = []
+    for i in range(6):
+        spans = batch(f"service-{i % 3}", f"scope-{i % 2}", "1.0" if i % 4 else None)
+        for _ in range(2):
+            line = encode_json_line(spans)
+            assert line == _reference_json_line(spans)
+            seen.append(json.loads(line)["resourceSpans"][0])
+        del spans
+        gc.collect()  # the next provider's resource may take the freed one's id
+    services = [{kv["key"]: kv["value"]["stringValue"] for kv in r["resource"]["attributes"]}
+                [SERVICE_NAME] for r in seen]
+    assert services == [f"service-{i % 3}" for i in range(6) for _ in range(2)]
+    assert [r["scopeSpans"][0]["scope"] for r in seen[::2]] == [
+        {"name": f"scope-{i % 2}", **({"version": "1.0"} if i % 4 else {})} for i in range(6)]

@@ -136,3 +136,34 @@ def test_one_map_between_recorded_and_machine_states() -> None:
         assert recorded_as(InterfaceState, state_of(state)) is state
     assert state_of(Phase.RELEASING) == "releasing"
     assert recorded_as(InterfaceState, "disposing") is InterfaceState.DISPOSING
+
+
+def test_with_no_listener_no_event_is_built_and_one_that_comes_later_hears(
+        exporter: InMemorySpanExporter) -> None:
+    """``listened`` is asked at each attempt: while it says no, neither the event nor the
+    settled subject is made (the warm path's two transitions), and the counters and span
+    are as always; once it says yes, the events come again."""
+    listening = [False]
+    events: list[TransitionEvent] = []
+    settled_calls: list[object] = []
+    succeeded: Counter[str] = Counter()
+    failed: Counter[str] = Counter()
+    transitions = Transitions(Tracing(None), succeeded=succeeded, failed=failed,
+                              notify=events.append, listened=lambda: listening[0])
+
+    def settled(result: object) -> Subject:
+        settled_calls.append(result)
+        return SUBJECT
+
+    assert transitions.run(POD_NETWORK_MACHINE, SUBJECT, "allocate", lambda _: 1,
+                           settled=settled) == 1
+    with pytest.raises(TransitionRefused):
+        transitions.run(POD_NETWORK_MACHINE, SUBJECT, "finish", lambda _: 2)
+    assert events == [] and settled_calls == []
+    assert succeeded == Counter({"pod_network.allocate": 1})
+    assert failed == Counter({"pod_network.finish": 1})
+    listening[0] = True
+    transitions.run(POD_NETWORK_MACHINE, SUBJECT, "allocate", lambda _: 3, settled=settled)
+    assert settled_calls == [3]
+    assert [(e.trigger, e.ok) for e in events] == [("allocate", True)]
+

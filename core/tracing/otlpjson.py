@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 from opentelemetry.trace import (
+    SpanKind,
     Status,
     StatusCode,
 )
@@ -98,6 +99,8 @@ def _status_dict(status: Status) -> dict[str, Any]:
 # on the thread that competes with the engine for the GIL. Rare values (floats, sequences,
 # subclasses, ids out of range) go through the dicts and json.dumps, so the text is the same.
 _SEPARATORS: Final = (",", ":")
+_INTERNAL: Final = SpanKind.INTERNAL
+_CLIENT: Final = SpanKind.CLIENT
 _json_str: Final = json.encoder.encode_basestring_ascii  # what json.dumps uses (C)
 _BOOL_VALUES: Final = ('{"boolValue":false}', '{"boolValue":true}')
 # (key, value) -> its KeyValue text, for string values: most repeat (machine, trigger,
@@ -154,26 +157,52 @@ def _span_json(span: ReadableSpan) -> str:
     if type(name) is not str or events:  # rare (failures): the reference form
         return _dumps(_span_dict(span))
     # bytes.hex of the fixed-width id: what f"{id:032x}" gives, at half the cost (an id
-    # too wide raises OverflowError, and the caller takes the reference form)
+    # too wide raises OverflowError, and the caller takes the reference form). A
+    # SpanContext is a tuple (trace_id, span_id, is_remote, trace_flags, ...): indexed,
+    # not through its properties, a Python call each
     parent_json = ("" if parent is None else
-                   f',"parentSpanId":"{parent.span_id.to_bytes(8, "big").hex()}"')
+                   f',"parentSpanId":"{parent[1].to_bytes(8, "big").hex()}"')
     attributes_json = ',"attributes":' + _attributes_json(attributes) if attributes else ""
     links_json = "" if not links else ',"links":[' + ",".join([
-        f'{{"traceId":"{link.context.trace_id.to_bytes(16, "big").hex()}",'
-        f'"spanId":"{link.context.span_id.to_bytes(8, "big").hex()}",'
+        f'{{"traceId":"{linked[0].to_bytes(16, "big").hex()}",'
+        f'"spanId":"{linked[1].to_bytes(8, "big").hex()}",'
         f'"attributes":{_attributes_json(link.attributes) if link.attributes else "[]"}}}'
-        for link in links]) + "]"
+        for link in links for linked in (link.context,)]) + "]"
     status_json = ("{}" if status is UNSET_STATUS
                    or (status.status_code is StatusCode.UNSET and not status.description)
                    else _dumps(_status_dict(status)))
+    kind = span.kind
+    # OTLP numbers kinds from 1, the API from 0; an Enum's value is a Python call
+    kind_number = 1 if kind is _INTERNAL else 3 if kind is _CLIENT else kind.value + 1
     # one f-string: each + would copy the span's text so far again
-    return (f'{{"traceId":"{ctx.trace_id.to_bytes(16, "big").hex()}",'
-            f'"spanId":"{ctx.span_id.to_bytes(8, "big").hex()}",'
-            f'"name":{_json_str(name)},"kind":{span.kind.value + 1},'
+    return (f'{{"traceId":"{ctx[0].to_bytes(16, "big").hex()}",'
+            f'"spanId":"{ctx[1].to_bytes(8, "big").hex()}",'
+            f'"name":{_json_str(name)},"kind":{kind_number},'
             f'"startTimeUnixNano":"{span.start_time or 0}",'
             f'"endTimeUnixNano":"{span.end_time or 0}",'
-            f'"flags":{0x100 | int(ctx.trace_flags)}'
+            f'"flags":{0x100 | ctx[3]}'
             f'{parent_json}{attributes_json}{links_json},"status":{status_json}}}')
+
+
+# A batch's resource and scope, written once per batch: a provider has one of each, and a
+# quiet controller exports a few spans a batch, where json.dumps' encoder (made anew per
+# call) and the resource's attributes cost more than the spans. The resource's text is
+# kept with the resource itself (immutable), so an id reused by another is not mistaken.
+_RESOURCES: Final[dict[int, tuple[Any, str]]] = {}
+_SCOPES: Final[dict[tuple[str, str | None], str]] = {}
+
+
+def _resource_head(resource: Any) -> str:
+    cached = _RESOURCES.get(id(resource))
+    if cached is not None and cached[0] is resource:
+        return cached[1]
+    head = ('{"resource":{"attributes":'
+            + _attributes_json(resource.attributes if resource else None)
+            + '},"scopeSpans":[')
+    if len(_RESOURCES) >= 64:
+        _RESOURCES.clear()
+    _RESOURCES[id(resource)] = (resource, head)
+    return head
 
 
 def encode_json_line(spans: Sequence[ReadableSpan]) -> str:
@@ -205,11 +234,14 @@ def encode_json_line(spans: Sequence[ReadableSpan]) -> str:
     for resource, scopes in by_resource.values():
         if len(parts) > 1:
             parts.append(",")
-        parts.append('{"resource":{"attributes":'
-                     + _attributes_json(resource.attributes if resource else None)
-                     + '},"scopeSpans":[')
+        parts.append(_resource_head(resource))
         for i, ((name, version), encoded) in enumerate(scopes.items()):
-            scope_json = _dumps({"name": name, **({"version": version} if version else {})})
+            scope_json = _SCOPES.get((name, version))
+            if scope_json is None:
+                if len(_SCOPES) >= _KEY_VALUES_MAX:
+                    _SCOPES.clear()
+                scope_json = _SCOPES[(name, version)] = _dumps(
+                    {"name": name, **({"version": version} if version else {})})
             parts.append(f'{"," if i else ""}{{"scope":{scope_json},"spans":[')
             parts.append(",".join(encoded))
             parts.append("]}")

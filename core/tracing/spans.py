@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from contextvars import Token
 from types import TracebackType
@@ -23,6 +23,7 @@ from opentelemetry.trace import (
     Link,
     NoOpTracerProvider,
     Span,
+    SpanContext,
     SpanKind,
     Status,
     StatusCode,
@@ -30,7 +31,7 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import AttributeValue
 
-from podnet.core.filetrace import SPAN_KEY, LeanSpan
+from podnet.core.filetrace import CONTEXT_VAR, SPAN_KEY, LeanSpan, LeanTracer
 from podnet.core.redaction import redact
 from podnet.core.tracing.attributes import (
     ATTR_ERROR_TYPE,
@@ -105,6 +106,32 @@ def _mark_failed(span: Span, exc: BaseException, *, event: bool) -> None:
 
 
 
+# The current Context: read, set and reset on its ContextVar when OpenTelemetry's runtime
+# context is the default one (bound methods of C: no Python frame), else through the API.
+_get_current: Callable[[], Context]
+_attach: Callable[[Context], Token[Context]]
+_reset: Callable[[Token[Context]], None]
+if CONTEXT_VAR is not None:
+    _get_current = CONTEXT_VAR.get
+    _attach = CONTEXT_VAR.set
+    _reset = CONTEXT_VAR.reset
+else:  # pragma: no cover - another runtime context configured
+    _get_current = context_api.get_current
+    _attach = context_api.attach
+    _reset = context_api.detach
+
+
+def _current_parent(current: Context) -> SpanContext | None:
+    """The valid span context of ``current``'s span, or None (a new trace)."""
+    span = current.get(SPAN_KEY)
+    if type(span) is LeanSpan:
+        return span.context
+    if span is None:
+        return None
+    ctx = trace.get_current_span(current).get_span_context()
+    return ctx if ctx.is_valid else None
+
+
 class _NoopScope(AbstractContextManager[Span]):
     """Shared, stateless: what reconcile() and client() return when tracing is off."""
 
@@ -152,20 +179,29 @@ class _SpanScope(AbstractContextManager[Span]):
 
     def __enter__(self) -> Span:
         # the current context read once, for the parent and for the new one
-        current = context_api.get_current()
-        span = self._tracer.start_span(
-            self._name,
-            context=current,
-            kind=self._kind,
-            attributes=self._attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        )
+        current = _get_current()
+        tracer = self._tracer
+        span: Span
+        if type(tracer) is LeanTracer:  # the attributes dict is this scope's own
+            parent = current.get(SPAN_KEY)
+            span = tracer.start_under(
+                self._name,
+                parent.context if type(parent) is LeanSpan else _current_parent(current),
+                self._kind, self._attributes)
+        else:
+            span = tracer.start_span(
+                self._name,
+                context=current,
+                kind=self._kind,
+                attributes=self._attributes,
+                record_exception=False,
+                set_status_on_exception=False,
+            )
         self._span = span
         # trace.set_span_in_context(span, current), without its two calls
         values = current.copy()
         values[SPAN_KEY] = span
-        self._token = context_api.attach(Context(values))
+        self._token = _attach(Context(values))
         return span
 
     def __exit__(
@@ -175,7 +211,10 @@ class _SpanScope(AbstractContextManager[Span]):
         tb: TracebackType | None,
     ) -> None:
         if self._token is not None:
-            context_api.detach(self._token)
+            try:
+                _reset(self._token)
+            except (ValueError, RuntimeError):  # left in another Context than entered
+                context_api.detach(self._token)  # the API's own handling: it logs
         span = self._span
         # like OpenTelemetry's use_span: BaseException (cancel, exit) is not a failure;
         # nor is a provider finding no idle address (its transition waits)
@@ -231,7 +270,7 @@ class TransitionSpan(AbstractContextManager["TransitionSpan"]):
         The one given if it was valid, else this (root) span's own; None with tracing off
         and no stored value.
         """
-        if self._traceparent is None:
+        if self._traceparent is None and self._tracer is not None:  # off: nothing to give
             ctx = self._span.get_span_context()
             if ctx.is_valid:
                 self._traceparent = format_traceparent(ctx)
@@ -243,12 +282,21 @@ class TransitionSpan(AbstractContextManager["TransitionSpan"]):
 
     def set(self, key: str, value: AttributeValue | None) -> None:
         """Set an attribute; None is skipped so callers can pass optional fields as they are."""
-        if value is not None:
-            self._span.set_attribute(key, value)
+        if value is not None and self._tracer is not None:  # off: a no-op span's call saved
+            span = self._span
+            if type(span) is LeanSpan and span.end_time is None:
+                span.attributes[key] = value  # its set_attribute, inline
+            else:
+                span.set_attribute(key, value)
 
     def succeeded(self, dest: str) -> None:
         """Record the state the transition reached."""
-        self._span.set_attribute(ATTR_TO, dest)
+        if self._tracer is not None:
+            span = self._span
+            if type(span) is LeanSpan and span.end_time is None:
+                span.attributes[ATTR_TO] = dest  # its set_attribute, inline
+            else:
+                span.set_attribute(ATTR_TO, dest)
 
     def waiting(self, what: str, reason: str) -> None:
         """The attempt waits for ``what`` (``address``) rather than failing: the span
@@ -265,34 +313,35 @@ class TransitionSpan(AbstractContextManager["TransitionSpan"]):
         tracer = self._tracer
         if tracer is None:
             return self
-        current_ctx = context_api.get_current()
-        current_span = current_ctx.get(SPAN_KEY)
-        if type(current_span) is LeanSpan:  # the reconcile's: valid, no API calls needed
-            links: tuple[Link, ...] = (Link(current_span.context),)
-        else:
-            current = trace.get_current_span(current_ctx).get_span_context()
-            links = (Link(current),) if current.is_valid else ()
+        current_ctx = _get_current()
+        current_span = current_ctx.get(SPAN_KEY)  # the reconcile's span: linked
+        current = (current_span.context if type(current_span) is LeanSpan
+                   else _current_parent(current_ctx))
+        links: tuple[Link, ...] = (Link(current),) if current is not None else ()
         parent = parse_traceparent(self._traceparent) if self._traceparent else None
         if parent is None:
             # first transition (or an unusable stored value): a new root, so the lifecycle
             # trace does not hang under one reconcile
             self._traceparent = None
-            parent_ctx = Context()
+        span: Span
+        if type(tracer) is LeanTracer:  # the attributes dict is this span's own
+            span = tracer.start_under(self._name, parent, SpanKind.INTERNAL,
+                                      self._attributes, links)
         else:
-            parent_ctx = trace.set_span_in_context(trace.NonRecordingSpan(parent), current_ctx)
-        span = tracer.start_span(
-            self._name,
-            context=parent_ctx,
-            kind=SpanKind.INTERNAL,
-            attributes=self._attributes,
-            links=links,
-            record_exception=False,
-            set_status_on_exception=False,
-        )
+            span = tracer.start_span(
+                self._name,
+                context=Context() if parent is None else trace.set_span_in_context(
+                    trace.NonRecordingSpan(parent), current_ctx),
+                kind=SpanKind.INTERNAL,
+                attributes=self._attributes,
+                links=links,
+                record_exception=False,
+                set_status_on_exception=False,
+            )
         self._span = span
         values = current_ctx.copy()  # as trace.set_span_in_context(span, current_ctx)
         values[SPAN_KEY] = span
-        self._token = context_api.attach(Context(values))
+        self._token = _attach(Context(values))
         return self
 
     def __exit__(
@@ -304,7 +353,10 @@ class TransitionSpan(AbstractContextManager["TransitionSpan"]):
         if self._tracer is None:
             return None
         if self._token is not None:
-            context_api.detach(self._token)
+            try:
+                _reset(self._token)
+            except (ValueError, RuntimeError):  # left in another Context than entered
+                context_api.detach(self._token)  # the API's own handling: it logs
         span = self._span
         if isinstance(exc, Exception) and not self._waiting:
             if is_stale_read(exc):

@@ -16,12 +16,11 @@ _TRACEPARENT_RE: Final = re.compile(
 
 def format_traceparent(span_context: SpanContext) -> str:
     """W3C ``traceparent`` (version 00) of a span context; ValueError if it is invalid."""
-    if not span_context.is_valid:
+    # SpanContext is a tuple (trace_id, span_id, is_remote, trace_flags, trace_state,
+    # is_valid): indexed, not through its properties (a Python call each), once per record
+    if not span_context[5]:
         raise ValueError("cannot format an invalid span context as traceparent")
-    return (
-        f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}"
-        f"-{span_context.trace_flags & 0xFF:02x}"
-    )
+    return f"00-{span_context[0]:032x}-{span_context[1]:016x}-{span_context[3] & 0xFF:02x}"
 
 
 def parse_traceparent(value: str) -> SpanContext | None:

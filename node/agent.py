@@ -209,6 +209,9 @@ class NodeAgent:
             cluster, node, ports=self.policy_ports, local_record=self._local_record,
             enforced=self._node_enforced, changed=self.reporter.poke,
             enforce=network_policy, loops=self.loops, observe=self.metrics.programmed)
+        #: pods read from the API server for their networks (the node's pod informer did
+        #: not have them)
+        self.pod_reads = 0
         self._reporter_thread: threading.Thread | None = None
         self._dropped_thread: threading.Thread | None = None
         self.metrics.attach(self)
@@ -545,25 +548,36 @@ class NodeAgent:
             7 when its records never will: a host-network pod, a pod bound to another
             node, another pod than the sandbox's (``podUid``), a malformed
             ``podnet.io/networks`` (or one naming the runtime's own interface)."""
-        try:
-            obj = self.cluster.get(POD, pod, namespace)
-        except NotFound:
-            raise CniError(TRY_AGAIN, f"pod {namespace}/{pod} not found", status=503) from None
-        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+        cached = self.policy.pods.get(f"{namespace}/{pod}")
+        pod_uid: str | None
+        if cached is not None and uid and cached.uid == uid:
+            # the node's pod informer has this very pod (bound here: its field selector):
+            # no API read; any other case (not there yet, an earlier pod of that name,
+            # no uid to tell them apart) asks the API server
+            pod_uid, host_network = cached.uid, cached.host_network
+            bound, annotations = cached.node_name, cached.annotations
+        else:
+            self.pod_reads += 1
+            try:
+                obj = self.cluster.get(POD, pod, namespace)
+            except NotFound:
+                raise CniError(TRY_AGAIN, f"pod {namespace}/{pod} not found",
+                               status=503) from None
+            meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+            pod_uid, host_network = meta.get("uid"), bool(spec.get("hostNetwork"))
+            bound, annotations = spec.get("nodeName"), meta.get("annotations") or {}
         who = f"pod {namespace}/{pod}"
-        if spec.get("hostNetwork"):
+        if host_network:
             raise CniError(INVALID, f"{who}: spec.hostNetwork is true: podnet serves no "
                                     "host-network pod (it needs no CNI ADD)")
-        if uid and meta.get("uid") and meta["uid"] != uid:
-            raise CniError(INVALID, f"podUid: {uid} is not {who}'s uid {meta['uid']} (the "
+        if uid and pod_uid and pod_uid != uid:
+            raise CniError(INVALID, f"podUid: {uid} is not {who}'s uid {pod_uid} (the "
                                     "sandbox is an earlier pod's of that name)")
-        bound = spec.get("nodeName")
         if not bound:
             raise CniError(TRY_AGAIN, f"{who} is not bound to a node yet", status=503)
         if bound != self.node:
             raise CniError(INVALID, f"{who}: spec.nodeName is {bound}, not this node "
                                     f"{self.node}: its networks are set up there")
-        annotations = meta.get("annotations") or {}
         try:
             attachments = parse_attachments(annotations)
             selections = parse_selections(annotations, namespace)
@@ -1038,6 +1052,7 @@ class NodeAgent:
                 "writes": dict(self.reporter.writes),
                 "renewals": self.reporter.renewals,
                 "hostReads": self.plug_view.reads,
+                "podReads": self.pod_reads,
                 "networkPolicy": self.policy.describe()}
 
     def _provider_call(self, fn: Any, *args: Any) -> Any:

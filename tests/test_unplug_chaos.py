@@ -696,3 +696,33 @@ def test_add_and_del_read_the_agents_view_not_the_host() -> None:
                     for _, plug in machine.agent.plug_view.plugs()})
     finally:
         machine.teardown()
+
+
+def test_an_add_takes_its_pod_from_the_nodes_pod_informer() -> None:
+    """The pod an ADD names is read from the node's pod informer (the NetworkPolicy
+    enforcer's, bound to this node) when it has that very pod (its uid); the API server
+    is asked only when it does not (not there yet, an earlier pod of that name)."""
+    machine = HandshakeMachine()
+    pods = machine.agent.policy.pods
+    try:
+        pods.start()
+        for i in range(2):
+            machine.create_pod(i)
+        machine.engine.run_until_idle()
+        machine.agent.records.pump(0)
+        pods.pump(0)
+        uid = machine.cluster.get(POD, "p0", NS)["metadata"]["uid"]
+        gets = machine.cluster.stats[("get", "pods")]
+        machine.agent.add({**machine._body(0, "c1"), "podUid": uid})
+        assert len(machine.dataplane.plugged) == 1
+        assert machine.cluster.stats[("get", "pods")] == gets, "the pod was read again"
+
+        # a uid the informer has not seen: the API server says whose sandbox it is
+        with pytest.raises(CniError) as refused:
+            machine.agent.add({**machine._body(1, "c2"), "podUid": "an-earlier-pod"})
+        assert refused.value.code == 7 and "podUid" in refused.value.msg
+        assert machine.cluster.stats[("get", "pods")] == gets + 1
+        assert machine.agent.pod_reads == 1
+    finally:
+        pods.stop()
+        machine.teardown()

@@ -551,15 +551,18 @@ class ModeRun:
 
     def agent_counts(self, nodes: list[Any]) -> dict[str, float]:
         """What the agents did so far, summed (``GET /v1/agent/report``): their report
-        Lease writes, and their NetworkPolicy enforcers' table renders and applies."""
+        Lease writes, their NetworkPolicy enforcers' table renders and applies, and how
+        often they read what is plugged from the host (``hostReads``)."""
         from podnet.testing.nodebed import AgentClient
 
-        out = {"report_writes": 0.0, "netpol_renders": 0.0, "netpol_applied": 0.0}
+        out = {"report_writes": 0.0, "netpol_renders": 0.0, "netpol_applied": 0.0,
+               "host_reads": 0.0}
         for n in nodes:
             with contextlib.suppress(Exception):
                 _, body = AgentClient(self.stack.socket_of(n.name)).request(
                     "GET", "/v1/agent/report")
                 out["report_writes"] += sum((body.get("writes") or {}).values())
+                out["host_reads"] += body.get("hostReads", 0)
                 policy = body.get("networkPolicy") or {}
                 out["netpol_renders"] += policy.get("rendered", 0)
                 out["netpol_applied"] += policy.get("applied", 0)

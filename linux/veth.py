@@ -113,21 +113,27 @@ def delete_link(ipr: Any, name: str) -> None:
             raise
 
 
-def configure_pod_end(ns: Any, index: int, status: PodNetworkStatus, prefix: int) -> None:
+def configure_pod_end(ns: Any, index: int, status: PodNetworkStatus, prefix: int, *,
+                      made: bool = False) -> None:
     """Give the pod's interface what its record says: up with its MAC and MTU, its
     addresses (``prefix`` for the IPv4 one) and nothing else but link-local ones, its
-    routes; the namespace's loopback up. Idempotent."""
+    routes; the namespace's loopback up. Idempotent. ``made``: the interface was just
+    made by :func:`make_pair` with the record's MAC and MTU, so it has no address yet
+    and is brought up without being taken down first (two requests fewer, and no dump
+    of its addresses)."""
     settings: dict[str, Any] = {"state": "up"}
     if status.mac:
         settings["address"] = status.mac
     if status.mtu:
         settings["mtu"] = status.mtu
-    ns.link("set", index=index, state="down")
+    if not made:
+        ns.link("set", index=index, state="down")
     ns.link("set", index=index, **settings)
     lo = link_index(ns, "lo")
     if lo is not None:
         ns.link("set", index=lo, state="up")
-    have = {(a.get_attr("IFA_ADDRESS"), a["prefixlen"]) for a in ns.get_addr(index=index)}
+    have: set[tuple[str, int]] = set() if made else {
+        (a.get_attr("IFA_ADDRESS"), a["prefixlen"]) for a in ns.get_addr(index=index)}
     wanted = {(status.ip, prefix)} if status.ip else set()
     if status.ipv6:
         wanted.add((status.ipv6, status.ipv6_prefix_length or 128))

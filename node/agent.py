@@ -81,6 +81,7 @@ from podnet.node.health import DEFAULT_STUCK_AFTER, Loops
 from podnet.node.locks import KeyedLocks
 from podnet.node.metrics import CNI, IPAM, AgentMetrics, instrumented
 from podnet.node.netpol import PolicyEnforcer
+from podnet.node.plugview import PlugView
 from podnet.node.protocol import (
     CHECK_FAILED,
     DEFAULT_ADD_TIMEOUT,
@@ -195,6 +196,11 @@ class NodeAgent:
         self._dataplane_said: dict[type, Mapping[str, str]] = {}
         self.reporter = NodeReporter(cluster, node, namespace, self.report, batch=report_batch,
                                      annotations=self.dataplane_annotations, host=host_id)
+        #: what is plugged on this host: read from it at start, on the report's period
+        #: and after a failure; between, as this agent's own plugs and unplugs left it
+        self.plug_view = PlugView(self.providers.names,
+                                  lambda p: self.gateway.plugs(p, self.node),
+                                  period=self.reporter.refresh)
         #: this host's id: what the agent writes onto a record before it plugs it
         self.host = self.reporter.host
         #: NetworkPolicy for the pods it plugged (``network_policy`` False: another
@@ -203,6 +209,9 @@ class NodeAgent:
             cluster, node, ports=self.policy_ports, local_record=self._local_record,
             enforced=self._node_enforced, changed=self.reporter.poke,
             enforce=network_policy, loops=self.loops, observe=self.metrics.programmed)
+        #: pods read from the API server for their networks (the node's pod informer did
+        #: not have them)
+        self.pod_reads = 0
         self._reporter_thread: threading.Thread | None = None
         self._dropped_thread: threading.Thread | None = None
         self.metrics.attach(self)
@@ -318,8 +327,11 @@ class NodeAgent:
         with self._report_lock:
             with self._state_lock:
                 start = self._plug_seq
-            # the slow part, outside the lock every ADD takes
-            listed = {plug.owner for _, plug in self._plugs(raw=True) if plug.owner}
+            # the slow part, outside the lock every ADD takes: the host itself is read
+            # on the report's period (and while the view is stale), else the view
+            listed = {plug.owner for _, plug in self._plugs(raw=True,
+                                                            fresh=self.plug_view.due())
+                      if plug.owner}
             granted = self.grants.owners()
             with self._state_lock:
                 plugged = listed | granted | set(self._plugging)
@@ -418,14 +430,15 @@ class NodeAgent:
         migrating = self._migrating_away()
         known = {pn.key for pn in (*self.records.values(), *migrating)
                  if pn.status.phase is not Phase.RELEASING}
-        for provider, plug in self._plugs(raw=True, more=[pn.key for pn in migrating]):
+        for provider, plug in self._plugs(raw=True, fresh=True,
+                                          more=[pn.key for pn in migrating]):
             if plug.owner is not None and plug.owner in known:
                 continue
             log.info("removing leftover %s (%s of %s, record %s gone or Releasing)",
                      plug.host_interface, plug.if_name, plug.container_id, plug.owner)
-            self.gateway.unplug(UnplugContext(
+            self._unplug(UnplugContext(
                 provider=provider, network=plug.network, container_id=plug.container_id,
-                if_name=plug.if_name))
+                if_name=plug.if_name), raw=True)
             removed += 1
         removed += self.grants.keep_only({*self.records.keys(), *(pn.key for pn in migrating)})
         self.reporter.poke()
@@ -440,25 +453,57 @@ class NodeAgent:
         return [pn for obj in listed if (pn := _read_pod_network(obj)) is not None
                 and pn.metadata.annotations.get(ANNOTATION_MIGRATION_SOURCE_NODE) == self.node]
 
-    def _plugs(self, *, raw: bool = False, more: list[str] | None = None
-               ) -> list[tuple[str, Plug]]:
+    def _plugs(self, *, raw: bool = False, fresh: bool = False,
+               more: list[str] | None = None) -> list[tuple[str, Plug]]:
         """Every provider's plugs on this host, with their owners as record keys (a
         dataplane that kept a digest of a long key: taken back to the key, or None when
-        no record of this node, nor one of the keys ``more``, has it). ``raw``: the
-        gateway's errors as they are."""
+        no record of this node, nor one of the keys ``more``, has it): the agent's view
+        (:class:`PlugView`), the host read again when ``fresh``. ``raw``: the gateway's
+        errors as they are."""
         digests: dict[str, str] | None = None
         out: list[tuple[str, Plug]] = []
-        for provider in self.providers.names():
-            found = (self.gateway.plugs(provider, self.node) if raw
-                     else self._provider_call(self.gateway.plugs, provider, self.node))
-            for plug in found:
-                if plug.owner is not None and plug.owner.startswith(OWNER_DIGEST_PREFIX):
-                    if digests is None:
-                        keys = [*self.records.keys(), *(more or ())]
-                        digests = {owner_digest(k): k for k in keys}
-                    plug = attrs.evolve(plug, owner=digests.get(plug.owner))
-                out.append((provider, plug))
+        found = (self.plug_view.plugs(fresh=fresh) if raw
+                 else self._provider_call(lambda: self.plug_view.plugs(fresh=fresh)))
+        for provider, plug in found:
+            if plug.owner is not None and plug.owner.startswith(OWNER_DIGEST_PREFIX):
+                if digests is None:
+                    keys = [*self.records.keys(), *(more or ())]
+                    digests = {owner_digest(k): k for k in keys}
+                plug = attrs.evolve(plug, owner=digests.get(plug.owner))
+            out.append((provider, plug))
         return out
+
+    def _plug(self, context: PlugContext) -> PlugResult:
+        """The record's provider plugs the interface; the view learns it (stale when the
+        plug failed halfway, or says no host interface: the host's read will)."""
+        pn = context.pod_network
+        try:
+            result: PlugResult = self._provider_call(self.gateway.plug, context)
+        except BaseException:
+            self.plug_view.failed()
+            raise
+        if result.host_interface is None:
+            self.plug_view.failed()
+        else:
+            self.plug_view.plugged(pn.spec.provider, Plug(
+                container_id=context.container_id, if_name=context.if_name,
+                network=pn.spec.network, owner=pn.key,
+                host_interface=result.host_interface))
+        return result
+
+    def _unplug(self, context: UnplugContext, *, raw: bool = False) -> None:
+        """The provider unplugs the interface; the view learns it (stale when the
+        unplug failed: what is left is not known). ``raw``: the gateway's errors as they
+        are."""
+        try:
+            if raw:
+                self.gateway.unplug(context)
+            else:
+                self._provider_call(self.gateway.unplug, context)
+        except BaseException:
+            self.plug_view.failed()
+            raise
+        self.plug_view.unplugged(context.provider, context.container_id, context.if_name)
 
     def _check_sandbox(self, netns: str) -> None:
         """Error 7 naming ``netns`` unless it is a network namespace other than the
@@ -503,25 +548,36 @@ class NodeAgent:
             7 when its records never will: a host-network pod, a pod bound to another
             node, another pod than the sandbox's (``podUid``), a malformed
             ``podnet.io/networks`` (or one naming the runtime's own interface)."""
-        try:
-            obj = self.cluster.get(POD, pod, namespace)
-        except NotFound:
-            raise CniError(TRY_AGAIN, f"pod {namespace}/{pod} not found", status=503) from None
-        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+        cached = self.policy.pods.get(f"{namespace}/{pod}")
+        pod_uid: str | None
+        if cached is not None and uid and cached.uid == uid:
+            # the node's pod informer has this very pod (bound here: its field selector):
+            # no API read; any other case (not there yet, an earlier pod of that name,
+            # no uid to tell them apart) asks the API server
+            pod_uid, host_network = cached.uid, cached.host_network
+            bound, annotations = cached.node_name, cached.annotations
+        else:
+            self.pod_reads += 1
+            try:
+                obj = self.cluster.get(POD, pod, namespace)
+            except NotFound:
+                raise CniError(TRY_AGAIN, f"pod {namespace}/{pod} not found",
+                               status=503) from None
+            meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+            pod_uid, host_network = meta.get("uid"), bool(spec.get("hostNetwork"))
+            bound, annotations = spec.get("nodeName"), meta.get("annotations") or {}
         who = f"pod {namespace}/{pod}"
-        if spec.get("hostNetwork"):
+        if host_network:
             raise CniError(INVALID, f"{who}: spec.hostNetwork is true: podnet serves no "
                                     "host-network pod (it needs no CNI ADD)")
-        if uid and meta.get("uid") and meta["uid"] != uid:
-            raise CniError(INVALID, f"podUid: {uid} is not {who}'s uid {meta['uid']} (the "
+        if uid and pod_uid and pod_uid != uid:
+            raise CniError(INVALID, f"podUid: {uid} is not {who}'s uid {pod_uid} (the "
                                     "sandbox is an earlier pod's of that name)")
-        bound = spec.get("nodeName")
         if not bound:
             raise CniError(TRY_AGAIN, f"{who} is not bound to a node yet", status=503)
         if bound != self.node:
             raise CniError(INVALID, f"{who}: spec.nodeName is {bound}, not this node "
                                     f"{self.node}: its networks are set up there")
-        annotations = meta.get("annotations") or {}
         try:
             attachments = parse_attachments(annotations)
             selections = parse_selections(annotations, namespace)
@@ -632,6 +688,11 @@ class NodeAgent:
                     self._plugging_of(records), \
                     self._span("add", records[0], req, req.if_name):
                 plugs = self._plugs()
+                keys = {pn.key for pn in records}
+                if any(plug.owner in keys for _, plug in plugs):
+                    # these records have an interface already: what is refused or
+                    # unplugged for it is decided on the host's word, not the view's
+                    plugs = self._plugs(fresh=True)
                 self._refuse_conflicts(req, records, names, plugs)
                 self._unplug_older_sandboxes(records, req, plugs)
                 for pn, name in zip(records, names, strict=True):
@@ -640,8 +701,7 @@ class NodeAgent:
                     context = PlugContext(pod_network=plugged, container_id=req.container_id,
                                           if_name=name, netns=req.netns)
                     with self._span("plug", pn, req, name):
-                        results.append((plugged, self._provider_call(self.gateway.plug,
-                                                                     context)))
+                        results.append((plugged, self._plug(context)))
                 self._admit(req, records)
         return cni_result(results)
 
@@ -694,7 +754,7 @@ class NodeAgent:
                      req.pod_key, req.container_id, plug.container_id, plug.if_name,
                      plug.owner)
             with self._span("unplug", mine[plug.owner], req, plug.if_name):
-                self._provider_call(self.gateway.unplug, UnplugContext(
+                self._unplug(UnplugContext(
                     provider=provider, network=plug.network,
                     container_id=plug.container_id, if_name=plug.if_name,
                     pod_network=mine[plug.owner]))
@@ -751,7 +811,7 @@ class NodeAgent:
                         traceparent=pn.status.traceparent,
                         attributes={ATTR_CONTAINER: plug.container_id,
                                     ATTR_INTERFACE: plug.if_name, ATTR_NODE: self.node}):
-                    self._provider_call(self.gateway.unplug, UnplugContext(
+                    self._unplug(UnplugContext(
                         provider=provider, network=plug.network,
                         container_id=plug.container_id, if_name=plug.if_name,
                         pod_network=pn))
@@ -802,7 +862,7 @@ class NodeAgent:
                     continue
                 pn = records.get(plug.owner or "")
                 with self._span("unplug", pn, req, plug.if_name):
-                    self._provider_call(self.gateway.unplug, UnplugContext(
+                    self._unplug(UnplugContext(
                         provider=provider, network=plug.network,
                         container_id=req.container_id, if_name=plug.if_name,
                         netns=req.netns, pod_network=pn))
@@ -813,7 +873,7 @@ class NodeAgent:
             for name, pn in interfaces:
                 if name not in unplugged and (not delegate or name == req.if_name):
                     with self._span("unplug", pn, req, name):
-                        self._provider_call(self.gateway.unplug, UnplugContext(
+                        self._unplug(UnplugContext(
                             provider=pn.spec.provider, network=pn.spec.network,
                             container_id=req.container_id, if_name=name, netns=req.netns,
                             pod_network=pn))
@@ -878,11 +938,11 @@ class NodeAgent:
     def gc(self, body: Mapping[str, Any]) -> dict[str, Any]:
         keep = {item["containerID"] for item in attachment_list(body.get("validAttachments"),
                                                                 "validAttachments")}
-        for provider, plug in self._plugs():
+        for provider, plug in self._plugs(fresh=True):
             # a listed container keeps all its interfaces (its attachments' too)
             if plug.container_id in keep:
                 continue
-            self._provider_call(self.gateway.unplug, UnplugContext(
+            self._unplug(UnplugContext(
                 provider=provider, network=plug.network, container_id=plug.container_id,
                 if_name=plug.if_name))
         return {}
@@ -991,6 +1051,8 @@ class NodeAgent:
                 "unplugged": sorted(written.unplugged) if written else [],
                 "writes": dict(self.reporter.writes),
                 "renewals": self.reporter.renewals,
+                "hostReads": self.plug_view.reads,
+                "podReads": self.pod_reads,
                 "networkPolicy": self.policy.describe()}
 
     def _provider_call(self, fn: Any, *args: Any) -> Any:

@@ -60,6 +60,9 @@ log = logging.getLogger("podnet.node")
 DEFAULT_BATCH = 0.2
 #: seconds after which the report is computed again though nothing poked it
 DEFAULT_REFRESH = 5.0
+#: seconds after its last write that a report whose only news is more plugged records
+#: waits (nothing waits for those: the controller releases on the unplugged tokens)
+DEFAULT_HOLD = 2.0
 
 
 def default_host_id() -> str:
@@ -89,7 +92,8 @@ class NodeReporter:
                  compute: Callable[[], AgentReport], *, batch: float = DEFAULT_BATCH,
                  annotations: Callable[[], dict[str, str]] | None = None,
                  refresh: float = DEFAULT_REFRESH, host: str | None = None,
-                 lease_seconds: int = AGENT_LEASE_SECONDS) -> None:
+                 lease_seconds: int = AGENT_LEASE_SECONDS, hold: float = DEFAULT_HOLD
+                 ) -> None:
         self.cluster = cluster
         self.node = node
         self.namespace = namespace
@@ -109,6 +113,9 @@ class NodeReporter:
         self.annotations = annotations or dict
         self.batch = batch
         self.refresh = refresh
+        self.hold = hold
+        #: when (monotonic) a report held back for adding plugged records alone is due
+        self._held_until: float | None = None
         #: API writes made, by verb: what the handshake costs
         self.writes: Counter[str] = Counter()
         #: of the updates, those that said nothing new (the heartbeat's renewals alone)
@@ -142,15 +149,19 @@ class NodeReporter:
         looked = time.monotonic()
         while not stop.is_set():
             on_turn()
-            # poked, or time to look again (the stop seen within a second either way)
-            if (not self._dirty.wait(timeout=1.0)
-                    and time.monotonic() - looked < self.refresh):
+            held = self._held_until
+            wait = 1.0 if held is None else min(1.0, max(0.0, held - time.monotonic()))
+            # poked, a held report due, or time to look again (the stop seen within a
+            # second either way)
+            if (not self._dirty.wait(timeout=wait)
+                    and time.monotonic() - looked < self.refresh
+                    and (held is None or time.monotonic() < held)):
                 continue
             looked = time.monotonic()
             stop.wait(self.batch)  # let the rest of a burst arrive
             self._dirty.clear()
             try:
-                self.flush()
+                self.flush(hold=self.hold)
             except ApiError as exc:
                 self.failures["write"] += 1
                 log.warning("node %s: report not written, retried: %s", self.node, exc)
@@ -163,10 +174,13 @@ class NodeReporter:
                 self._dirty.set()
                 stop.wait(1.0)
 
-    def flush(self) -> bool:
+    def flush(self, *, hold: float = 0.0) -> bool:
         """Write the report if the Lease does not say it (changed since the last write,
         deleted, unlabelled or edited by someone else) or its renewal is due; whether it
-        wrote. Another host's live report is left alone (:attr:`conflict`)."""
+        wrote. Another host's live report is left alone (:attr:`conflict`). ``hold``:
+        a report whose only news is more plugged records is not written (nor the Lease
+        read) until ``hold`` seconds after the last write; a new release token, a record
+        no longer plugged or new annotations are written at once."""
         try:
             report = attrs.evolve(self.compute(), holder=self.holder)
             more = self.annotations()
@@ -175,6 +189,15 @@ class NodeReporter:
             self.compute_failure = f"{type(exc).__name__}: {exc}"
             raise
         self.compute_failure = None
+        written, last = self._written, self.last_write
+        if (hold > 0 and written is not None and last is not None
+                and report.unplugged == written.unplugged and report.plugged > written.plugged
+                and more == self._written_annotations and self.conflict is None
+                and time.monotonic() - self._renewed < self.lease_seconds / 3
+                and (due := last + hold) > time.monotonic()):
+            self._held_until = due
+            return False
+        self._held_until = None
         name = agent_lease_name(self.node)
         try:
             current = self.cluster.get(LEASE, name, self.namespace)

@@ -106,3 +106,50 @@ def test_the_heartbeat_goes_on_after_a_pass_that_failed(
     wait_for("a renewal after the failure", renewed_after(cluster, last))
     assert reporter.failures["compute"] == 1
     assert reporter.compute_failure is None
+
+
+def test_a_report_that_only_adds_plugged_records_waits_a_release_token_does_not(
+        cluster: InMemoryCluster) -> None:
+    """A burst of ADDs grows the report's plugged list at every pass: those passes are
+    held back until ``hold`` after the last write (one write for many ADDs; nothing
+    waits for them). A release token, a record no longer plugged, is written at once:
+    the controller gives an address back on it."""
+    says = [AgentReport(node=NODE_NAME, plugged=frozenset({"default/a"}))]
+    reporter = NodeReporter(cluster, NODE_NAME, DEFAULT_NAMESPACE, lambda: says[-1],
+                            batch=0.0, lease_seconds=LEASE_SECONDS * 100)
+    assert reporter.flush(hold=60.0)  # the first report: nothing to hold it for
+    says.append(AgentReport(node=NODE_NAME, plugged=frozenset({"default/a", "default/b"})))
+    assert not reporter.flush(hold=60.0)
+    assert not reporter.flush(hold=60.0)
+    assert reporter.written is not None and reporter.written.plugged == {"default/a"}
+    assert sum(reporter.writes.values()) == 1
+
+    says.append(AgentReport(node=NODE_NAME, plugged=frozenset({"default/a", "default/b"}),
+                            unplugged=frozenset({"token-of-c"})))
+    assert reporter.flush(hold=60.0)
+    says.append(AgentReport(node=NODE_NAME, plugged=frozenset({"default/b"}),
+                            unplugged=frozenset({"token-of-c"})))
+    assert reporter.flush(hold=60.0)
+    assert reporter.written == AgentReport(
+        node=NODE_NAME, holder=reporter.holder, plugged=frozenset({"default/b"}),
+        unplugged=frozenset({"token-of-c"}))
+    assert sum(reporter.writes.values()) == 3
+
+
+def test_a_held_report_is_written_once_its_hold_ends(cluster: InMemoryCluster) -> None:
+    says = [AgentReport(node=NODE_NAME, plugged=frozenset({"default/a"}))]
+    reporter = NodeReporter(cluster, NODE_NAME, DEFAULT_NAMESPACE, lambda: says[-1],
+                            batch=0.0, hold=0.3, lease_seconds=LEASE_SECONDS * 100)
+    stop = threading.Event()
+    thread = threading.Thread(target=reporter.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_for("the first report", lambda: reporter.written is not None)
+        says.append(AgentReport(node=NODE_NAME,
+                                plugged=frozenset({"default/a", "default/b"})))
+        reporter.poke()
+        wait_for("the held report written", lambda: reporter.written is not None
+                 and reporter.written.plugged == {"default/a", "default/b"})
+    finally:
+        stop.set()
+        thread.join(timeout=10)

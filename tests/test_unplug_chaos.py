@@ -54,6 +54,7 @@ from podnet.core.objects import (
 from podnet.core.plugin import Providers, new_plugin_manager
 from podnet.core.policy import PoolPolicy
 from podnet.hookspecs import hookimpl
+from podnet.hookspecs.errors import ErrorKind, ProviderError
 from podnet.hookspecs.types import Plug, PlugContext, PlugResult, ProviderInfo, UnplugContext
 from podnet.node import CniError, NodeAgent
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
@@ -84,6 +85,12 @@ class DictDataplane:
         self.doubled: list[str] = []
         #: called once, inside the next plug (a second request arriving meanwhile)
         self.during_plug: Callable[[], None] | None = None
+        #: the next plug fails once its interface is made; the next unplug fails before
+        #: it removes anything (a dataplane that fails halfway)
+        self.plug_fails_halfway = False
+        self.unplug_fails = False
+        #: how often the agent read what is plugged (a netlink dump on a real host)
+        self.listed = 0
 
     @hookimpl
     def podnet_register_provider(self) -> ProviderInfo:
@@ -100,18 +107,27 @@ class DictDataplane:
         self.doubled += [f"{pn.status.ip} plugged on {here} while {where} has it"
                          for where, (_, ip) in list(self.plugged.items())
                          if ip == pn.status.ip and where != here]
+        # a host end named as a veth's is (the agent keeps it in its view of the host)
+        host = f"h{context.container_id[:8]}{context.if_name}"
         self.plugged[here] = (
             Plug(container_id=context.container_id, if_name=context.if_name,
-                 network=pn.spec.network, owner=pn.key), pn.status.ip)
+                 network=pn.spec.network, owner=pn.key, host_interface=host), pn.status.ip)
+        if self.plug_fails_halfway:
+            self.plug_fails_halfway = False
+            raise ProviderError(ErrorKind.TRANSIENT, f"{host}: made, then the plug failed")
         return PlugResult(name=context.if_name, mac=pn.status.mac,
-                          sandbox=context.netns or "")
+                          sandbox=context.netns or "", host_interface=host)
 
     @hookimpl
     def podnet_unplug(self, context: UnplugContext) -> None:
+        if self.unplug_fails:
+            self.unplug_fails = False
+            raise ProviderError(ErrorKind.TRANSIENT, "the unplug failed")
         self.plugged.pop((context.container_id, context.if_name), None)
 
     @hookimpl
     def podnet_plugs(self, provider: str, node: str) -> list[Plug]:
+        self.listed += 1
         return [plug for plug, _ in self.plugged.values()]
 
 
@@ -391,6 +407,29 @@ class HandshakeMachine(RuleBasedStateMachine):
         self.agent.unplug_dropped()
 
     @rule(i=st.integers(0, PODS - 1))
+    def plug_fails_halfway(self, i: int) -> None:
+        """A new sandbox's ADD whose plug made the interface, then failed: the agent's
+        view of the host cannot know what is left, and reads the host again."""
+        self.dataplane.plug_fails_halfway = True
+        self.add(i, fresh=True)
+        self.dataplane.plug_fails_halfway = False
+
+    @precondition(lambda self: bool(self.sandboxes))
+    @rule(data=st.data())
+    def unplug_fails(self, data: st.DataObject) -> None:
+        """A DEL whose unplug fails: the interface stays, the runtime retries the DEL
+        later (here, at once or at the end)."""
+        i = data.draw(st.sampled_from(sorted(self.sandboxes)))
+        self.dataplane.unplug_fails = True
+        try:
+            self.agent.delete(self._body(i, self.sandboxes[i]))
+        except CniError:
+            pass  # the sandbox stays the pod's: its DEL comes again
+        else:
+            self.sandboxes.pop(i)
+        self.dataplane.unplug_fails = False
+
+    @rule(i=st.integers(0, PODS - 1))
     def concurrent_adds(self, i: int) -> None:
         """Two sandboxes of one pod ADDed at the same moment (the second arrives while
         the first is plugging); the runtime keeps the one that holds the interface and
@@ -624,4 +663,66 @@ def test_a_dropped_attachment_waits_while_another_host_holds_the_report() -> Non
         assert phases.get(ATTACHMENT) == "Releasing", phases
         machine.the_end()
     finally:
+        machine.teardown()
+
+
+
+def test_add_and_del_read_the_agents_view_not_the_host() -> None:
+    """An ADD, a DEL and the NetworkPolicy's ports take what is plugged from the agent's
+    view of the host (read at start, then kept by its own plugs and unplugs): one dump of
+    every link per request made a burst quadratic in the node's pods. A record that has
+    an interface already (its pod's sandbox made again) is decided on the host's word."""
+    machine = HandshakeMachine()
+    try:
+        for i in range(PODS):
+            machine.create_pod(i)
+        machine.engine.run_until_idle()
+        machine.agent.records.pump(0)
+        listed = machine.dataplane.listed
+        for i in range(PODS):
+            machine.add(i, fresh=True)
+        assert len(machine.dataplane.plugged) == PODS
+        assert len(machine.agent.policy_ports()) == PODS
+        machine.agent.delete(machine._body(0, machine.sandboxes.pop(0)))
+        assert len(machine.dataplane.plugged) == PODS - 1
+        assert machine.dataplane.listed == listed, "the host was read for every request"
+
+        machine.add(1, fresh=True)  # pod 1's new sandbox: its old one's interface goes
+        assert machine.dataplane.listed == listed + 1
+        assert sorted(c for c, _ in machine.dataplane.plugged) == ["c3", "c4"]
+        # what the view says is what the host has
+        assert ({(c, plug.owner) for c, (plug, _) in machine.dataplane.plugged.items()}
+                == {((plug.container_id, plug.if_name), plug.owner)
+                    for _, plug in machine.agent.plug_view.plugs()})
+    finally:
+        machine.teardown()
+
+
+def test_an_add_takes_its_pod_from_the_nodes_pod_informer() -> None:
+    """The pod an ADD names is read from the node's pod informer (the NetworkPolicy
+    enforcer's, bound to this node) when it has that very pod (its uid); the API server
+    is asked only when it does not (not there yet, an earlier pod of that name)."""
+    machine = HandshakeMachine()
+    pods = machine.agent.policy.pods
+    try:
+        pods.start()
+        for i in range(2):
+            machine.create_pod(i)
+        machine.engine.run_until_idle()
+        machine.agent.records.pump(0)
+        pods.pump(0)
+        uid = machine.cluster.get(POD, "p0", NS)["metadata"]["uid"]
+        gets = machine.cluster.stats[("get", "pods")]
+        machine.agent.add({**machine._body(0, "c1"), "podUid": uid})
+        assert len(machine.dataplane.plugged) == 1
+        assert machine.cluster.stats[("get", "pods")] == gets, "the pod was read again"
+
+        # a uid the informer has not seen: the API server says whose sandbox it is
+        with pytest.raises(CniError) as refused:
+            machine.agent.add({**machine._body(1, "c2"), "podUid": "an-earlier-pod"})
+        assert refused.value.code == 7 and "podUid" in refused.value.msg
+        assert machine.cluster.stats[("get", "pods")] == gets + 1
+        assert machine.agent.pod_reads == 1
+    finally:
+        pods.stop()
         machine.teardown()

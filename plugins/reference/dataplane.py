@@ -101,6 +101,7 @@ class BridgeDataplane:
             bridge = self._bridge(ipr, pn.spec.network, st.gateway, prefix, st.mtu)
             inside = link_index(ns, context.if_name)
             host_index = link_index(ipr, host)
+            made = False
             if host_index is not None and inside is None:
                 # half made (the agent died between the steps, or an older version's
                 # peer was never renamed; the peer goes with it): made again
@@ -115,6 +116,7 @@ class BridgeDataplane:
                 delete_link(ipr, peer)  # a peer left on the host by an older version
                 host_index = make_pair(ipr, host, context.netns, context.if_name, st.mac,
                                        st.mtu)
+                made = True
                 inside = link_index(ns, context.if_name)
                 if inside is None:
                     raise failure(f"veth {host} was not created")
@@ -125,7 +127,7 @@ class BridgeDataplane:
                 settings["mtu"] = st.mtu
             ipr.link("set", index=host_index, **settings)
             assert inside is not None  # found, or just made
-            configure_pod_end(ns, inside, st, prefix)
+            configure_pod_end(ns, inside, st, prefix, made=made)
         return PlugResult(name=context.if_name, mac=st.mac.lower(), sandbox=context.netns,
                           host_interface=host)
 
@@ -140,13 +142,13 @@ class BridgeDataplane:
             if index is None:
                 raise failure(f"bridge {name} was not created")
         if gateway:
-            have = {a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(index=index)}
-            if gateway not in have:
-                try:
-                    ipr.addr("add", index=index, address=gateway, prefixlen=prefix)
-                except Exception as exc:
-                    if getattr(exc, "code", None) != errno.EEXIST:
-                        raise
+            # added on every plug, "exists" taken as done: one request, where reading
+            # the addresses back first (a dump) cost the plug more than its veth
+            try:
+                ipr.addr("add", index=index, address=gateway, prefixlen=prefix)
+            except Exception as exc:
+                if getattr(exc, "code", None) != errno.EEXIST:
+                    raise
         ipr.link("set", index=index, state="up")
         return index
 

@@ -247,12 +247,28 @@ class Informer(Generic[T]):
     def _reindex(self, key: str, value: T) -> None:
         """Index ``key``'s new value; an index whose values for it stay the same (most of
         them on most writes: a record's pod, node, namespace) is left as it is."""
+        indexes = self._indexes
         for name, fn in self._index_fns.items():
             values = fn(value)
             indexed = self._indexed[name]
             was = indexed.get(key)
             if was is None:
                 if not values:
+                    continue
+                if values.__class__ is list and len(values) == 1:
+                    # a new key's one value (a list's every record, most indexes): filed
+                    # here, as _file would, without its call and loop
+                    v = values[0]
+                    indexed[key] = v
+                    buckets = indexes[name]
+                    bucket = buckets.get(v)
+                    if bucket is None:
+                        buckets[v] = key
+                    elif isinstance(bucket, str):
+                        if bucket != key:
+                            buckets[v] = {bucket, key}
+                    else:
+                        bucket.add(key)
                     continue
             elif values == [was] if was.__class__ is str else values == list(was):
                 continue  # the usual case: nothing to look up or build
@@ -324,8 +340,10 @@ class Informer(Generic[T]):
         """List transform: the lean value, computed as each page arrives."""
         meta = obj.get("metadata") or {}
         uid = meta.get("uid")
+        name = str(meta.get("name", ""))  # as key_of, without its second look-up
+        key = f"{meta.get('namespace', '')}/{name}" if self.kind.namespaced else name
         # as _digest, built once (a namedtuple's _replace costs more than the tuple)
-        return _Digest(sys.intern(self.key_of(obj)), str(meta.get("resourceVersion") or ""),
+        return _Digest(sys.intern(key), str(meta.get("resourceVersion") or ""),
                        uid if isinstance(uid, str) else None, None, self._transform(obj), True)
 
     def _store(self, digest: _Digest[T]) -> bool:

@@ -56,6 +56,7 @@ from podnet.core.netpol.wire import StoredPolicy, stored_policy
 from podnet.core.networks.checks import Declared, declared
 from podnet.core.objects import (
     LABEL_AGENT_NODE,
+    POD_FIELDS,
     MigrationState,
     agent_lease_name,
     agent_policy_report,
@@ -126,7 +127,8 @@ class Caches:
         #: records that do not parse, by key, with the error: reported, not used
         self.unreadable: dict[str, tuple[Kind, Obj, RecordError]] = {}
         self._reported: dict[str, str] = {}
-        self.pods: Informer[PodInfo] = Informer(cluster, POD, pod_info, name="pods")
+        self.pods: Informer[PodInfo] = Informer(cluster, POD, pod_info, name="pods",
+                                                fields=POD_FIELDS)
         self.nodes: Informer[NodeInfo] = Informer(cluster, NODE, node_info, name="nodes")
         self.pod_networks: Informer[PodNetwork] = Informer(
             cluster, POD_NETWORK, lambda o: self._read(POD_NETWORK, PodNetwork, o),

@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 from .gcpause import gc_paused
-from .port import ApiError, Cluster, Forbidden, Gone, Kind, NotFound, Obj, Watch
+from .port import ApiError, Cluster, Fields, Forbidden, Gone, Kind, NotFound, Obj, Watch
 
 __all__ = ["EventType", "Handler", "Informer"]
 
@@ -73,6 +73,19 @@ class _Digest(NamedTuple, Generic[T]):
     transformed: bool
 
 
+#: what the informer itself reads of a listed object
+_IDENTITY: dict[str, Any] = {"name": True, "namespace": True, "uid": True,
+                             "resourceVersion": True}
+
+
+def _with_identity(fields: Fields) -> Fields:
+    """``fields`` and the metadata the informer reads (the key, uid and version)."""
+    meta = fields.get("metadata", {})
+    if meta is True:
+        return fields
+    return {**fields, "metadata": {**meta, **_IDENTITY}}
+
+
 def _ended_by(obj: Obj, kind: Kind) -> bool:
     """Whether ``obj``, a write's answer, says the write deleted it: being deleted, its
     last finalizer gone and no grace period left to wait (as the API server decides
@@ -95,8 +108,13 @@ class Informer(Generic[T]):
         field_selector: str | None = None,
         name: str | None = None,
         optional: bool = False,
+        fields: Fields | None = None,
     ) -> None:
         self.cluster = cluster
+        #: the parts of each object ``transform`` reads: a list may leave out the rest
+        #: (the informer's own parts added)
+        self._list_options: dict[str, Any] = (
+            {} if fields is None else {"fields": _with_identity(fields)})
         #: a kind that may not be served (a CRD not installed): a 404 list is an empty,
         #: synced cache, listed again every ABSENT_RELIST seconds
         self.optional = optional
@@ -500,7 +518,7 @@ class Informer(Generic[T]):
         try:
             result = self.cluster.list(
                 self.kind, self._namespace, self._label_selector, self._field_selector,
-                transform=self._listed,
+                transform=self._listed, **self._list_options,
             )
         except NotFound as exc:
             if not self.optional:

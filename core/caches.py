@@ -56,6 +56,7 @@ from podnet.core.netpol.wire import StoredPolicy, stored_policy
 from podnet.core.networks.checks import Declared, declared
 from podnet.core.objects import (
     LABEL_AGENT_NODE,
+    POD_FIELDS,
     MigrationState,
     agent_lease_name,
     agent_policy_report,
@@ -126,7 +127,8 @@ class Caches:
         #: records that do not parse, by key, with the error: reported, not used
         self.unreadable: dict[str, tuple[Kind, Obj, RecordError]] = {}
         self._reported: dict[str, str] = {}
-        self.pods: Informer[PodInfo] = Informer(cluster, POD, pod_info, name="pods")
+        self.pods: Informer[PodInfo] = Informer(cluster, POD, pod_info, name="pods",
+                                                fields=POD_FIELDS)
         self.nodes: Informer[NodeInfo] = Informer(cluster, NODE, node_info, name="nodes")
         self.pod_networks: Informer[PodNetwork] = Informer(
             cluster, POD_NETWORK, lambda o: self._read(POD_NETWORK, PodNetwork, o),
@@ -251,13 +253,12 @@ class Caches:
         itself, and nothing acts on it. A PodNetwork is kept in the cache as an
         :class:`UnreadablePodNetwork` (the addresses its raw status names stay owned); a
         NodeNetwork stays out."""
-        meta = obj.get("metadata", {})
         if kind == POD_NETWORK and record_finished(obj):
             return None  # its release is done: as good as deleted (the cache drops it)
-        key = "/".join(p for p in (kind.plural, meta.get("namespace"), meta.get("name")) if p)
         try:
             model = from_wire(cls, obj)
         except RecordError as exc:
+            key = _record_key(kind, obj)
             # our own condition patch brings the object back here: report each error once
             if self._reported.get(key) != str(exc):
                 self._reported[key] = str(exc)
@@ -267,7 +268,8 @@ class Caches:
                 salvaged: Any = salvage_pod_network(obj, exc)
                 return salvaged  # type: ignore[no-any-return]
             return None
-        self._reported.pop(key, None)
+        if self._reported:  # the key is built only when a record was reported (rare)
+            self._reported.pop(_record_key(kind, obj), None)
         return model
 
     def as_written(self, obj: Obj, sent: PodNetwork, wire: Obj) -> PodNetwork | None:
@@ -329,6 +331,12 @@ class Caches:
         """Keys (``namespace/name``) of records of ``kind`` that exist but do not parse."""
         prefix = f"{kind.plural}/"
         return {key[len(prefix):] for key in list(self._reported) if key.startswith(prefix)}
+
+
+def _record_key(kind: Kind, obj: Obj) -> str:
+    """``plural/namespace/name``: what an unreadable record is reported under."""
+    meta = obj.get("metadata", {})
+    return "/".join(p for p in (kind.plural, meta.get("namespace"), meta.get("name")) if p)
 
 
 def _statefulset_of(pn: PodNetwork) -> list[str]:

@@ -71,6 +71,7 @@ from podnet.core.reconcile.networks import (
 )
 from podnet.core.reconcile.nodepool import NodePoolReconciler
 from podnet.core.reconcile.podnetwork import PodNetworkReconciler
+from podnet.core.reconcile.podnetwork_desired import NodeProviders
 from podnet.core.reconcile.result import Result
 from podnet.core.records import RecordWriter
 from podnet.core.tracing import Tracing, is_stale_read
@@ -595,10 +596,12 @@ class Engine:
         checks = self.stats.start_checks
         #: the verify's delay -> the pods due then: queued together, one lock each
         verify: dict[float, list[str]] = {}
+        # the node's provider, asked once for its pods rather than once a pod
+        providers: NodeProviders = {}
         try:
             for key in pod_keys:
                 try:
-                    due_in = self.podnetworks.check_at_start(key)
+                    due_in = self.podnetworks.check_at_start(key, providers)
                 except Exception:
                     log.exception("pod %s: its start-up look failed; its pass is queued", key)
                     due_in = None

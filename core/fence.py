@@ -25,7 +25,15 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from podnet.core.clock import Clock, SystemClock
-from podnet.core.cluster.port import Cluster, Kind, ListResult, Obj, Propagation, Watch
+from podnet.core.cluster.port import (
+    Cluster,
+    Fields,
+    Kind,
+    ListResult,
+    Obj,
+    Propagation,
+    Watch,
+)
 from podnet.core.errors import NotLeader
 
 log = logging.getLogger("podnet.fence")
@@ -89,8 +97,12 @@ class FencedCluster:
 
     def list(self, kind: Kind, namespace: str | None = None, label_selector: str | None = None,
              field_selector: str | None = None,
-             transform: Callable[[Obj], Any] | None = None) -> ListResult:
-        return self.inner.list(kind, namespace, label_selector, field_selector, transform)
+             transform: Callable[[Obj], Any] | None = None, *,
+             fields: Fields | None = None) -> ListResult:
+        if fields is None:
+            return self.inner.list(kind, namespace, label_selector, field_selector, transform)
+        return self.inner.list(kind, namespace, label_selector, field_selector, transform,
+                               fields=fields)
 
     def watch(self, kind: Kind, resource_version: str, namespace: str | None = None,
               label_selector: str | None = None, field_selector: str | None = None,

@@ -16,13 +16,14 @@ import sys
 import weakref
 from collections.abc import Collection, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
 from podnet.core.annotations import PREFIX
 from podnet.core.attachments import MULTUS_NETWORKS
 from podnet.core.clock import format_micro_time
+from podnet.core.cluster.port import Fields
 from podnet.core.convert import converter
 from podnet.core.models import (
     FINALIZER,
@@ -103,6 +104,20 @@ def _owner(raw: Mapping[str, Any]) -> OwnerReference:
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta: Mapping[str, Any] = obj.get("metadata") or {}
     return meta
+
+
+#: what :func:`pod_info` reads of a Pod: a list of pods need not build the rest (its
+#: managedFields, volumes, env and status are most of a pod's bytes)
+POD_FIELDS: Final[Fields] = {
+    "metadata": {"name": True, "namespace": True, "uid": True, "resourceVersion": True,
+                 "deletionTimestamp": True, "deletionGracePeriodSeconds": True,
+                 "labels": True, "annotations": True, "ownerReferences": True,
+                 "finalizers": True},
+    "spec": {"nodeName": True, "restartPolicy": True, "hostNetwork": True,
+             "containers": [{"ports": True}],
+             "initContainers": [{"ports": True, "restartPolicy": True}]},
+    "status": {"phase": True, "reason": True},
+}
 
 
 def pod_info(obj: Mapping[str, Any]) -> PodInfo:

@@ -77,6 +77,7 @@ from podnet.core.cluster.port import (
     AlreadyExists,
     ApiError,
     Conflict,
+    Fields,
     Forbidden,
     Gone,
     Invalid,
@@ -611,14 +612,16 @@ class InMemoryCluster:
         transform: Callable[[Obj], Any] | None = None,
         *,
         resource_version: str | None = None,
+        fields: Fields | None = None,
     ) -> ListResult:
-        """List (see the Cluster port); with ``resource_version``, the objects as they were
+        """List (see the Cluster port; ``fields`` changes nothing: each object is given
+        whole, which the port allows); with ``resource_version``, the objects as they were
         at exactly that resourceVersion (upstream's ``resourceVersionMatch=Exact``, and
         how it serves a ``continue`` page): Gone once history before it is compacted."""
         with self._lock:
             self._begin("list", kind)
             labels = parse_label_selector(label_selector)
-            fields = parse_field_selector(field_selector, kind)
+            selector = parse_field_selector(field_selector, kind)
             buckets, spaces = self._spaces(kind, namespace, resource_version)
             items: list[Obj] = []
             for ns in spaces:
@@ -626,7 +629,7 @@ class InMemoryCluster:
                 for name in sorted(bucket):
                     obj = bucket[name]
                     if (labels.empty or labels.matches(obj["metadata"].get("labels"))) and (
-                        fields.empty or fields.matches(obj)
+                        selector.empty or selector.matches(obj)
                     ):
                         items.append(obj)
             rv = str(self._rv) if resource_version is None else resource_version

@@ -364,3 +364,97 @@ def test_an_undecodable_answer_is_a_value_error() -> None:
     for body in (b'{"a":', b"\xff", b'{"a":1} x'):
         with pytest.raises(ValueError):
             _loads(body)
+
+
+# --- lists of the parts a reader uses ---------------------------------------------------------
+
+
+def busy_pod(name: str, **meta: Any) -> Obj:
+    """A pod as controllers and kubelets leave it: most of its bytes are parts podnet does
+    not read (managedFields, env, volumes, most of its status)."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": name, "namespace": NS, "uid": f"uid-{name}", "resourceVersion": "4",
+            "labels": {"app": "web", "kubevirt.io/domain": "vm1"},
+            "annotations": {"podnet.io/networks": "blue", "k8s.v1.cni.cncf.io/networks": "nad-a",
+                            "example.com/other": "x"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1",
+                                 "uid": "rs", "controller": True, "blockOwnerDeletion": True}],
+            "finalizers": ["example.com/keep"],
+            "managedFields": [{"manager": "kubectl", "operation": "Update",
+                               "fieldsV1": {"f:spec": {"f:containers": {}}}}],
+            **meta,
+        },
+        "spec": {
+            "nodeName": "n1", "restartPolicy": "OnFailure", "hostNetwork": False,
+            "containers": [{"name": "app", "image": "demo", "env": [{"name": "E", "value": "1"}],
+                            "ports": [{"name": "http", "containerPort": 8080},
+                                      {"name": "dns", "containerPort": 53, "protocol": "UDP"},
+                                      {"containerPort": 9090}]}],
+            "initContainers": [
+                {"name": "proxy", "image": "p", "restartPolicy": "Always",
+                 "ports": [{"name": "admin", "containerPort": 15000}]},
+                {"name": "setup", "image": "s", "ports": [{"name": "once", "containerPort": 1}]},
+            ],
+            "volumes": [{"name": "v", "emptyDir": {}}],
+        },
+        "status": {"phase": "Failed", "reason": "Evicted", "podIP": "10.0.0.9",
+                   "conditions": [{"type": "Ready", "status": "False"}]},
+    }
+
+
+def test_a_pod_read_from_its_listed_parts_is_the_pod_read_whole() -> None:
+    from podnet.core.cluster.kube import _list_decoder
+    from podnet.core.objects import POD_FIELDS, pod_info
+
+    page = {"metadata": {"resourceVersion": "5", "continue": "t"}, "items": [
+        busy_pod("a"),
+        busy_pod("b", deletionTimestamp="2026-12-07T01:02:03Z", deletionGracePeriodSeconds=30),
+        {**busy_pod("c"), "spec": {"nodeName": "n2", "hostNetwork": True, "containers": []}},
+        {"metadata": {"name": "d", "namespace": NS}},  # no spec, no status
+    ]}
+    body = json.dumps(page).encode()
+    lean, whole = _list_decoder(POD_FIELDS)(body), json.loads(body)
+    assert lean["metadata"] == whole["metadata"]
+    assert [pod_info(o) for o in lean["items"]] == [pod_info(o) for o in whole["items"]]
+    first = lean["items"][0]
+    assert "managedFields" not in first["metadata"] and "volumes" not in first["spec"]
+    assert first["spec"]["containers"][0] == {"ports": whole["items"][0]["spec"]["containers"][0][
+        "ports"]}
+    assert first["status"] == {"phase": "Failed", "reason": "Evicted"}
+
+
+@pytest.mark.parametrize("body", [
+    b'{"items":[{"metadata":{"name":"p"},"spec":{"containers":"odd"}}]}',
+    b'{"items":[{"metadata":"odd"}]}',
+    b'{"items":{"not":"a list"}}',
+])
+def test_a_list_whose_items_are_not_shaped_as_its_fields_say_is_read_whole(body: bytes) -> None:
+    from podnet.core.cluster.kube import _list_decoder
+    from podnet.core.objects import POD_FIELDS
+
+    assert _list_decoder(POD_FIELDS)(body) == json.loads(body)
+
+
+def test_the_pods_informer_lists_only_what_it_reads(emu: Emulated) -> None:
+    from podnet.core.caches import Caches
+
+    obj = busy_pod("a")
+    for key in ("uid", "resourceVersion", "managedFields"):
+        del obj["metadata"][key]
+    created = emu.store.create(POD, obj)
+    listed: list[Obj] = []
+    pods = Caches(emu.kube, lambda _: None).pods
+    transform = pods._transform
+    pods._transform = lambda o: listed.append(o) or transform(o)
+    pods.start()
+    try:
+        assert [o["metadata"]["name"] for o in listed] == ["a"]
+        spec, meta = listed[0]["spec"], listed[0]["metadata"]
+        assert "volumes" not in spec and "env" not in spec["containers"][0]
+        assert listed[0]["kind"] == "Pod" and meta["uid"] == created["metadata"]["uid"]
+        assert pods.get(f"{NS}/a") == transform(emu.store.get(POD, "a", NS))
+        assert pods.resource_version(f"{NS}/a") == created["metadata"]["resourceVersion"]
+    finally:
+        pods.stop()

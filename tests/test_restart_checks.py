@@ -5,8 +5,11 @@ record, a record whose pod is gone) still gets its pod's whole pass."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 from podnet.core.cluster.port import POD, POD_NETWORK, Obj
 from podnet.core.engine import Engine
+from podnet.core.models import NodeInfo
 from tests.test_engine import NS, Rig, phase
 
 
@@ -45,6 +48,38 @@ def test_a_restart_looks_at_each_routed_pod_once_and_runs_no_pod_pass() -> None:
     assert engine.stats.provider_calls["reference.verify"] == 8
     assert engine.stats.reconciles["pod"] == 8
     rig.assert_no_leak()
+
+
+def test_the_looks_at_one_nodes_pods_ask_for_its_provider_once() -> None:
+    """A node's provider (its config rules, then the plugins' ``podnet_select_provider``)
+    is asked once for the looks at all its pods, not once a pod (150,000 asks, two hook
+    calls each, at a restart of 150,000 pods)."""
+    rig = Rig()
+    nodes, _ = routed(rig, 8)
+    rig.restart()
+    engine: Engine = rig.engine
+    placement = engine.placement
+    looking: list[bool] = [False]
+    asked: Counter[str] = Counter()
+    ask, look = placement.provider_for_node, engine._check_at_start
+
+    def counted_ask(node: NodeInfo) -> str | None:
+        if looking[0]:
+            asked[node.name] += 1
+        return ask(node)
+
+    def counted_look(keys: list[str]) -> None:
+        looking[0] = True
+        try:
+            look(keys)
+        finally:
+            looking[0] = False
+
+    placement.provider_for_node = counted_ask  # type: ignore[method-assign]
+    engine._check_at_start = counted_look  # type: ignore[method-assign]
+    rig.settle()
+    assert dict(engine.stats.start_checks) == {"clean": 8}
+    assert asked == dict.fromkeys(nodes, 1)
 
 
 def test_a_route_lost_while_the_controller_was_down_is_repaired_at_its_verify() -> None:

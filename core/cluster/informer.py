@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 from .gcpause import gc_paused
-from .port import ApiError, Cluster, Forbidden, Gone, Kind, NotFound, Obj, Watch
+from .port import ApiError, Cluster, Fields, Forbidden, Gone, Kind, NotFound, Obj, Watch
 
 __all__ = ["EventType", "Handler", "Informer"]
 
@@ -73,6 +73,19 @@ class _Digest(NamedTuple, Generic[T]):
     transformed: bool
 
 
+#: what the informer itself reads of a listed object
+_IDENTITY: dict[str, Any] = {"name": True, "namespace": True, "uid": True,
+                             "resourceVersion": True}
+
+
+def _with_identity(fields: Fields) -> Fields:
+    """``fields`` and the metadata the informer reads (the key, uid and version)."""
+    meta = fields.get("metadata", {})
+    if meta is True:
+        return fields
+    return {**fields, "metadata": {**meta, **_IDENTITY}}
+
+
 def _ended_by(obj: Obj, kind: Kind) -> bool:
     """Whether ``obj``, a write's answer, says the write deleted it: being deleted, its
     last finalizer gone and no grace period left to wait (as the API server decides
@@ -95,8 +108,13 @@ class Informer(Generic[T]):
         field_selector: str | None = None,
         name: str | None = None,
         optional: bool = False,
+        fields: Fields | None = None,
     ) -> None:
         self.cluster = cluster
+        #: the parts of each object ``transform`` reads: a list may leave out the rest
+        #: (the informer's own parts added)
+        self._list_options: dict[str, Any] = (
+            {} if fields is None else {"fields": _with_identity(fields)})
         #: a kind that may not be served (a CRD not installed): a 404 list is an empty,
         #: synced cache, listed again every ABSENT_RELIST seconds
         self.optional = optional
@@ -247,12 +265,28 @@ class Informer(Generic[T]):
     def _reindex(self, key: str, value: T) -> None:
         """Index ``key``'s new value; an index whose values for it stay the same (most of
         them on most writes: a record's pod, node, namespace) is left as it is."""
+        indexes = self._indexes
         for name, fn in self._index_fns.items():
             values = fn(value)
             indexed = self._indexed[name]
             was = indexed.get(key)
             if was is None:
                 if not values:
+                    continue
+                if values.__class__ is list and len(values) == 1:
+                    # a new key's one value (a list's every record, most indexes): filed
+                    # here, as _file would, without its call and loop
+                    v = values[0]
+                    indexed[key] = v
+                    buckets = indexes[name]
+                    bucket = buckets.get(v)
+                    if bucket is None:
+                        buckets[v] = key
+                    elif isinstance(bucket, str):
+                        if bucket != key:
+                            buckets[v] = {bucket, key}
+                    else:
+                        bucket.add(key)
                     continue
             elif values == [was] if was.__class__ is str else values == list(was):
                 continue  # the usual case: nothing to look up or build
@@ -324,8 +358,10 @@ class Informer(Generic[T]):
         """List transform: the lean value, computed as each page arrives."""
         meta = obj.get("metadata") or {}
         uid = meta.get("uid")
+        name = str(meta.get("name", ""))  # as key_of, without its second look-up
+        key = f"{meta.get('namespace', '')}/{name}" if self.kind.namespaced else name
         # as _digest, built once (a namedtuple's _replace costs more than the tuple)
-        return _Digest(sys.intern(self.key_of(obj)), str(meta.get("resourceVersion") or ""),
+        return _Digest(sys.intern(key), str(meta.get("resourceVersion") or ""),
                        uid if isinstance(uid, str) else None, None, self._transform(obj), True)
 
     def _store(self, digest: _Digest[T]) -> bool:
@@ -482,7 +518,7 @@ class Informer(Generic[T]):
         try:
             result = self.cluster.list(
                 self.kind, self._namespace, self._label_selector, self._field_selector,
-                transform=self._listed,
+                transform=self._listed, **self._list_options,
             )
         except NotFound as exc:
             if not self.optional:

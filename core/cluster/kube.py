@@ -39,7 +39,7 @@ import urllib.parse
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Final, Literal, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict, cast
 
 import msgspec
 import urllib3
@@ -61,6 +61,7 @@ from .kubeerrors import (
 from .port import (
     EVENT,
     ApiError,
+    Fields,
     Gone,
     Invalid,
     Kind,
@@ -114,13 +115,44 @@ _ENCODE: Final = json.JSONEncoder(separators=(",", ":")).encode
 _DECODE: Final = msgspec.json.decode
 
 
-def _loads(data: bytes) -> Any:
+def _loads(data: bytes, decode: Callable[[bytes], Any] = _DECODE) -> Any:
     if len(data) < _GC_PAUSE_BYTES:
-        return _DECODE(data)
+        return decode(data)
     # a big answer makes millions of containers (decoding ~4x slower with the
     # collector walking them: 110 µs a pod against 26)
     with gc_paused():
-        return _DECODE(data)
+        return decode(data)
+
+
+def _parts_type(fields: Fields, name: str) -> Any:
+    """A TypedDict of the parts ``fields`` names (msgspec skips every other key, in C,
+    without building its value)."""
+    annotations: dict[str, Any] = {}
+    for key, part in fields.items():
+        if part is True:
+            annotations[key] = Any
+        elif isinstance(part, list):
+            (each,) = part
+            annotations[key] = list[_parts_type(each, f"{name}_{key}")] | None  # type: ignore[misc]
+        else:
+            annotations[key] = _parts_type(part, f"{name}_{key}") | None
+    return TypedDict(name, annotations, total=False)  # type: ignore[operator]
+
+
+def _list_decoder(fields: Fields) -> Callable[[bytes], Any]:
+    """A list answer's decoder that builds only the parts of each item ``fields`` names
+    (a realistic pod, ~4 KB with its managedFields: 3.5 µs against 25); an answer whose
+    items are not shaped as they say is decoded whole, as without them."""
+    lean = msgspec.json.Decoder(
+        _parts_type({"metadata": True, "items": [fields]}, "ListAnswer")).decode
+
+    def decode(data: bytes) -> Any:
+        try:
+            return lean(data)
+        except msgspec.ValidationError:
+            return _DECODE(data)
+
+    return decode
 
 
 def _typed(obj: Obj, kind: Kind) -> Obj:
@@ -539,6 +571,7 @@ class KubeCluster:
         body: Any = None,
         content_type: str | None = None,
         verb: str | None = None,
+        decode: Callable[[bytes], Any] = _DECODE,
     ) -> Any:
         """Send a request and decode its JSON answer; HTTP errors become port errors."""
         if body is not None and query is None and verb is None:
@@ -555,7 +588,7 @@ class KubeCluster:
             resp.release_conn()
         if not 200 <= resp.status < 300:
             raise answer_error(resp.status, data, f"{method} {path}")
-        return _loads(data) if data else {}
+        return _loads(data, decode) if data else {}
 
     # --- reads -----------------------------------------------------------------------
 
@@ -570,8 +603,12 @@ class KubeCluster:
         label_selector: str | None = None,
         field_selector: str | None = None,
         transform: Callable[[Obj], Any] | None = None,
+        *,
+        fields: Fields | None = None,
     ) -> ListResult:
         path = self._path(kind, namespace)
+        decode = _DECODE if fields is None else _list_decoder(
+            {"apiVersion": True, "kind": True, **fields})
         base: builtins.list[tuple[str, Any]] = []
         if label_selector:
             base.append(("labelSelector", label_selector))
@@ -584,7 +621,7 @@ class KubeCluster:
                 query.append(("limit", self.page_size))
             if token:
                 query.append(("continue", token))
-            return self._call("GET", path, query=query, verb="list")
+            return self._call("GET", path, query=query, verb="list", decode=decode)
 
         items: builtins.list[Any] = []
         # the next page is asked for as soon as its token is known, and read on a thread
@@ -608,7 +645,7 @@ class KubeCluster:
                 except Gone:
                     # the continue token outlived its snapshot: take the list whole, once
                     log.debug("list %s: continue token expired, listing unpaged", kind.plural)
-                    page = self._call("GET", path, query=base, verb="list")
+                    page = self._call("GET", path, query=base, verb="list", decode=decode)
                     items.clear()
 
     def watch(

@@ -122,6 +122,14 @@ class Invalid(ApiError):
     reason = "Invalid"
 
 
+#: The parts of an object a reader uses, for a list that need not build the rest: each
+#: key the reader reads -> ``True`` (its whole value), the parts of the object it holds
+#: (a nested ``Fields``), or a list of one ``Fields`` (a list of objects, those parts of
+#: each). A list given ``fields`` may leave out whatever they do not name (an adapter
+#: that reads every object whole, or finds an object not shaped so, gives it whole).
+Fields = Mapping[str, Any]
+
+
 @attrs.frozen
 class ListResult:
     #: the objects, or what ``transform`` made of each
@@ -186,10 +194,13 @@ class Cluster(Protocol):
         label_selector: str | None = None,
         field_selector: str | None = None,
         transform: Callable[[Obj], Any] | None = None,
+        *,
+        fields: Fields | None = None,
     ) -> ListResult:
         """All matching objects. With ``transform``, ``items`` holds what it returned for
         each object, applied as pages arrive, so a large list never holds every raw
-        object at once (100,000 raw pods are ~2 GiB; their cache entries ~0.1 GiB)."""
+        object at once (100,000 raw pods are ~2 GiB; their cache entries ~0.1 GiB).
+        With ``fields``, each object may hold only those parts (see ``Fields``)."""
 
     def watch(
         self,

@@ -50,7 +50,12 @@ from podnet.core.networks.select import Choice, choose
 from podnet.core.objects import is_migration_target, record_finished, vm_of
 from podnet.core.reconcile.networks import ADDRESS_EXCLUDED
 from podnet.core.reconcile.podnetwork_allocate import AllocatePath, Unwritten
-from podnet.core.reconcile.podnetwork_desired import Desired, record_name, sticky_owner
+from podnet.core.reconcile.podnetwork_desired import (
+    Desired,
+    NodeProviders,
+    record_name,
+    sticky_owner,
+)
 from podnet.core.reconcile.podnetwork_release import ReleasePath
 from podnet.core.reconcile.podnetwork_steps import (
     WAIT_RECHECK,
@@ -152,7 +157,8 @@ class PodNetworkReconciler(AllocatePath, ReleasePath):
                 results.append(self._create(pod, network, want))
         return Result.soonest(results)
 
-    def check_at_start(self, pod_key: str) -> float | None:
+    def check_at_start(self, pod_key: str,
+                       providers: NodeProviders | None = None) -> float | None:
         """A restart's first look at a pod, in one step with its node's pool: when its
         pass would find nothing to do but wait for the record's verify (one record,
         Routed, its pod's and as the pod wants it, its address its own in the ledger and
@@ -160,7 +166,8 @@ class PodNetworkReconciler(AllocatePath, ReleasePath):
         the seconds until then returned (the caller queues the pod for then); None when
         the pod needs its whole pass (the caller queues it now). Reads only, but for
         that due time: anything the ledger would settle (a conflict, a lost address) is
-        left to the whole pass."""
+        left to the whole pass. ``providers``: shared by the looks at one node's pods
+        (its provider asked once, as :meth:`Wants.desired` says)."""
         records = self.caches.pod_networks.by_index("pod", pod_key)
         if len(records) != 1 or self.ledger.any_vanished or pod_key in self._maybe_gone:
             return None
@@ -176,7 +183,7 @@ class PodNetworkReconciler(AllocatePath, ReleasePath):
                 or ANNOTATION_MIGRATION_SOURCE_NODE in pn.metadata.annotations
                 or pn.key in self._verify_at):
             return None
-        desired = self.desired(pod)
+        desired = self.wants.desired(pod, providers)
         want = desired.get(pn.spec.network)
         if (len(desired) != 1 or want is None or not self.wants.wanted(pn, pod, desired)
                 or want.invalid is not None or want.warnings

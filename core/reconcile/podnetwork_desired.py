@@ -76,6 +76,10 @@ def record_name(pod: PodInfo, network: str, sticky: bool) -> str:
     return f"{base[:242].rstrip('.-')}.{digest}"
 
 
+#: node name -> (the cached node asked about, the provider the placement named for it)
+NodeProviders = dict[str, tuple[NodeInfo, str | None]]
+
+
 class Wants:
     """The networks each pod wants, as the caches, the placement and the plugins say.
     Takes the caches, the writer (an Event on a pod bound to a missing node), the
@@ -138,8 +142,11 @@ class Wants:
         old = self.caches.pods.get(pod_key_of(pn))
         return old is None or old.uid != pn.spec.pod_uid or pod_is_terminal(old)
 
-    def desired(self, pod: PodInfo | None) -> dict[str, Desired]:
-        """The networks a pod should have now; empty when its networks must go."""
+    def desired(self, pod: PodInfo | None,
+                providers: NodeProviders | None = None) -> dict[str, Desired]:
+        """The networks a pod should have now; empty when its networks must go.
+        ``providers``: the nodes' providers as asked for looks taken together (a start's
+        look at one node's pods), asked again only for a node whose cached value changed."""
         if pod is None or pod.host_network or not pod.node_name:
             return {}
         if pod_is_terminal(pod):
@@ -153,7 +160,13 @@ class Wants:
         self._said.pop(pod.key, None)
         if node.deletion_timestamp is not None:
             return {}
-        provider = self.placement.provider_for_node(node)
+        if providers is None:
+            provider = self.placement.provider_for_node(node)
+        else:
+            asked = providers.get(node.name)
+            if asked is None or asked[0] is not node:
+                asked = providers[node.name] = (node, self.placement.provider_for_node(node))
+            provider = asked[1]
         if provider is None:
             return {}
         invalid = None

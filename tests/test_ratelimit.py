@@ -25,6 +25,7 @@ from podnet.core.ratelimit import (
 from podnet.hookspecs.types import NodeContext
 from podnet.plugins.bbc.demo import provider_for, register_nodes, start_simulator
 from podnet.plugins.bbc.provider import DEFAULT_TYPE_LABEL, classify
+from podnet.plugins.bbc.sim import BbcSimulator
 from podnet.plugins.ecs.demo import INSTANCE_TYPE, EcsWorld, instance_id_for, node_name
 from podnet.sim.memory import InMemoryCluster
 
@@ -372,6 +373,24 @@ def _bbc_node(name: str) -> dict[str, object]:
             "spec": {"providerID": f"cce://{name}"}}
 
 
+def _one_read_token(sim: BbcSimulator, clock: FakeClock, names: list[str]
+                    ) -> tuple[InMemoryCluster, Engine]:
+    """An engine on BBC nodes ``names`` whose pool reads share a bucket of one token
+    (vpcPort, 1/s) while every other call has plenty; the nodes made, no pod yet."""
+    register_nodes(sim, names)
+    pm = new_plugin_manager()
+    pm.register(provider_for(sim, subnets=["sbn-demo-a"]), name="bbc")
+    cluster = InMemoryCluster(clock=clock)
+    policy = {"cloud_rate": RateLimit(rate=1000.0, burst=1000),
+              "cloud_rates": (("vpcPort", RateLimit(rate=1.0, burst=1)),)}
+    engine = Engine(cluster, pm, clock=clock, options=EngineOptions(
+        default_provider="bbc", policies={"bbc": policy}))
+    cluster.create(NAMESPACE, {"metadata": {"name": "default"}})
+    for name in names:
+        cluster.create(NODE, _bbc_node(name))
+    return cluster, engine
+
+
 def test_a_node_waiting_for_its_read_does_not_hold_back_another_nodes_grow() -> None:
     """Two BBC nodes whose pool reads share a bucket of one token (vpcPort, 1/s) while
     grows have plenty: the second node's read waits for its slot as a requeue, and in
@@ -382,18 +401,8 @@ def test_a_node_waiting_for_its_read_does_not_hold_back_another_nodes_grow() -> 
     clock = FakeClock()
     try:
         names = ["node-0000", "node-0001"]
-        register_nodes(sim, names)
-        plugin = provider_for(sim, subnets=["sbn-demo-a"])
-        pm = new_plugin_manager()
-        pm.register(plugin, name="bbc")
-        cluster = InMemoryCluster(clock=clock)
-        policy = {"cloud_rate": RateLimit(rate=1000.0, burst=1000),
-                  "cloud_rates": (("vpcPort", RateLimit(rate=1.0, burst=1)),)}
-        engine = Engine(cluster, pm, clock=clock, options=EngineOptions(
-            default_provider="bbc", policies={"bbc": policy}))
-        cluster.create(NAMESPACE, {"metadata": {"name": "default"}})
+        cluster, engine = _one_read_token(sim, clock, names)
         for name in names:
-            cluster.create(NODE, _bbc_node(name))
             cluster.create(POD, {
                 "metadata": {"name": f"pod-on-{name}", "namespace": "default"},
                 "spec": {"nodeName": name, "containers": [{"name": "c", "image": "i"}]},
@@ -428,18 +437,7 @@ def test_a_node_back_for_its_read_slot_goes_before_the_pods_ready_then() -> None
     clock = FakeClock()
     try:
         names = ["node-0000", "node-0001"]
-        register_nodes(sim, names)
-        plugin = provider_for(sim, subnets=["sbn-demo-a"])
-        pm = new_plugin_manager()
-        pm.register(plugin, name="bbc")
-        cluster = InMemoryCluster(clock=clock)
-        policy = {"cloud_rate": RateLimit(rate=1000.0, burst=1000),
-                  "cloud_rates": (("vpcPort", RateLimit(rate=1.0, burst=1)),)}
-        engine = Engine(cluster, pm, clock=clock, options=EngineOptions(
-            default_provider="bbc", policies={"bbc": policy}))
-        cluster.create(NAMESPACE, {"metadata": {"name": "default"}})
-        for name in names:
-            cluster.create(NODE, _bbc_node(name))
+        cluster, engine = _one_read_token(sim, clock, names)
 
         def body() -> None:
             engine.start()

@@ -96,3 +96,18 @@ def test_the_interpreter_is_not_trivially_open() -> None:
     m = as_a_dataplane_reads_it(deny, WORLD, PORTS[:1])
     assert m.count(Verdict.DROP) == sum(1 for s, d in itertools.permutations(WORLD.pods, 2)
                                         if d.namespace == "x")
+
+
+def test_an_except_outside_its_block_opens_nothing_in_the_oracle_or_the_core() -> None:
+    """An ipBlock whose except is not inside its CIDR (the API server refuses it; one
+    stored anyway is read as matching nothing) restricts x's egress to no peer at all,
+    in the oracle as in the core (found by the random policies above)."""
+    ps = [{"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+           "metadata": {"name": "p0", "namespace": "x"},
+           "spec": {"podSelector": {}, "egress": [{"to": [{"ipBlock": {
+               "cidr": "10.60.1.0/24", "except": ["10.60.2.0/24"]}}]}]}}]
+    want = expected(ps, WORLD, PORTS, 4)
+    got = as_a_dataplane_reads_it(ps, WORLD, PORTS, 4)
+    assert want.mismatches(got) == [], render(want, got, "except outside its block")
+    assert all(want[(src, dst, port, proto)] is Verdict.DROP
+               for src, dst, port, proto in want.judged() if src.startswith("x/"))

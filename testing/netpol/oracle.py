@@ -166,11 +166,15 @@ def _in_block(block: Mapping[str, Any], address: str | None) -> bool:
         return False
     ip = ipaddress.ip_address(address)
     cidr = ipaddress.ip_network(block["cidr"], strict=False)
+    excepts = [ipaddress.ip_network(e, strict=False) for e in block.get("except") or ()]
+    if any(e.version != cidr.version or e == cidr or not e.subnet_of(cidr)  # type: ignore[arg-type]
+           for e in excepts):
+        # the API server refuses an except that is not a strict subset of its block; one
+        # stored anyway matches nothing (what cannot be read never opens traffic)
+        return False
     if ip.version != cidr.version or ip not in cidr:
         return False
-    return not any(ip in ipaddress.ip_network(e, strict=False)
-                   for e in block.get("except") or ()
-                   if ipaddress.ip_network(e, strict=False).version == ip.version)
+    return not any(ip in e for e in excepts)
 
 
 def _peer_matches(peer: Mapping[str, Any], policy_ns: str, other: Pod, address: str | None,

@@ -157,6 +157,14 @@ def own_network_namespaces() -> set[tuple[int, int]]:
 _NETLINK_ROUTE = 0
 
 
+def load_netlink() -> None:
+    """Import pyroute2 now. It is imported on first use (a command that never plugs
+    does without its 0.2 s); an agent calls this before it says ready, so the first
+    ADDs of a burst do not queue behind one another on the import's lock (1-3 s each
+    on a loaded host, where the plug itself takes milliseconds)."""
+    import pyroute2  # noqa: F401
+
+
 def iproute(path: str | None = None) -> Any:
     """A pyroute2 ``IPRoute`` speaking to the namespace at ``path`` (this thread's when
     None); close it when done.

@@ -73,7 +73,7 @@ from podnet.hookspecs.types import (
     owner_digest,
 )
 from podnet.linux.hooks import ReportsAnnotations
-from podnet.linux.netns import network_namespace_id, own_network_namespaces
+from podnet.linux.netns import load_netlink, network_namespace_id, own_network_namespaces
 from podnet.linux.nftables import HostPort, NftablesError
 from podnet.linux.veth import link_names
 from podnet.node.grants import Cancelled, IpamGrants
@@ -235,6 +235,7 @@ class NodeAgent:
         # the namespace it serves in too (started inside a node's namespace, as the
         # demo does, it is not the one it was made in)
         self._own_namespaces |= own_network_namespaces()
+        load_netlink()
         self.records.start()
         self.remove_leftovers()
         # the table rebuilt from the API before the first ADD: a restarted agent's pods

@@ -4,6 +4,8 @@ writes what it says into its node's report (the Lease)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -110,3 +112,28 @@ def test_no_capability_no_annotation(cluster: InMemoryCluster) -> None:
         assert agent.reporter.flush()
         lease = cluster.get(LEASE, agent_lease_name(NODE_NAME), DEFAULT_NAMESPACE)
         assert SUMMARY not in lease["metadata"]["annotations"]
+
+
+_STARTED_AGENT = """
+import sys, tempfile
+from podnet.core.plugin import Providers, new_plugin_manager
+from podnet.node import NodeAgent
+from podnet.sim.memory import InMemoryCluster
+agent = NodeAgent(InMemoryCluster(), Providers(new_plugin_manager()), "node-a",
+                  add_timeout=0, state_dir=tempfile.mkdtemp())
+print("pyroute2" in sys.modules, end=" ")
+agent.start()
+try:
+    print("pyroute2" in sys.modules, agent.ready)
+finally:
+    agent.stop()
+"""
+
+
+def test_a_started_agent_has_its_netlink_library_loaded_before_the_first_add() -> None:
+    """A burst's first ADDs would otherwise all wait on one import's lock (seconds on a
+    loaded host); a fresh interpreter, since this one may have imported it already."""
+    done = subprocess.run([sys.executable, "-c", _STARTED_AGENT], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True", "True"]

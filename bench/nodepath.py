@@ -28,9 +28,13 @@ defaults (kubeAPIQPS 50, kubeAPIBurst 100).
 The pods are what a ReplicaSet makes (``ownerReferences`` to their ReplicaSet, the
 ``app`` and ``pod-template-hash`` labels, generated names), ``--pods`` (1,000) in
 Deployments of ``--per-deployment`` (10), bound round robin over the nodes (a
-scheduler's spread) and created as fast as ``--creators`` (4) threads can: no
-Deployment or ReplicaSet controller is emulated (nor its create rate limit), no
-scheduler, no image pull and no container start.
+scheduler's spread) and created by ``--creators`` (4) threads through one token bucket
+of kube-controller-manager's client defaults (``--create-qps`` 20, ``--create-burst``
+30): the pace at which a ReplicaSet controller can create them, so each pod's stages are
+timed as a cluster sees them. ``--create-qps 0`` creates them as fast as the threads can
+(a burst no real control plane sends; the stages then time a queue, not a pod). No
+Deployment or ReplicaSet controller is emulated beyond that rate (nor its slow-start
+batches), no scheduler, no image pull and no container start.
 
 Two runs, each on a fresh bed: ``exact``, where the cloud gives each node as many
 addresses as it has pods (the provider's interface capacity: one interface of exactly
@@ -85,6 +89,10 @@ IF_NAME = "eth0"
 #: the kubelet's defaults (KubeletConfiguration kubeAPIQPS, kubeAPIBurst)
 KUBELET_QPS = 50.0
 KUBELET_BURST = 100
+#: kube-controller-manager's client defaults (--kube-api-qps, --kube-api-burst): the
+#: ReplicaSet controller creates a Deployment's pods through them
+CONTROLLER_MANAGER_QPS = 20.0
+CONTROLLER_MANAGER_BURST = 30
 #: Spiderpool's published figures (its IPAM performance document), seconds from creating
 #: 100 Deployments of 10 until all 1,000 pods are Running, on 10 nodes of 3 cores
 #: (Kubernetes 1.26, containerd 1.7): addresses equal to pods, and sufficient
@@ -449,8 +457,10 @@ class ModeRun:
                                         "metadata": {"name": NAMESPACE}})
         for n in nodes:
             cluster.create(NODE, node_object(n.name, n.pod_cidr, n.address))
+            traces = ([] if args.trace_dir is None else ["--trace-file", str(
+                Path(args.trace_dir) / f"{self.mode}-agent-{n.name}.jsonl")])
             stack.agent(n.name, netns=n.netns, add_timeout=self.add_timeout,
-                        args=["--network-policy", args.network_policy])
+                        args=["--network-policy", args.network_policy, *traces])
         for n in nodes:
             wait_for(f"the agent of {n.name} ready",
                      AgentClient(stack.socket_of(n.name)).ready, 120)
@@ -480,7 +490,12 @@ class ModeRun:
         started = time.monotonic()
         create_errors: list[str] = []
 
+        pace = (TokenBucket(args.create_qps, args.create_burst) if args.create_qps > 0
+                else None)
+
         def create(p: dict[str, Any]) -> None:
+            if pace is not None:
+                pace.take()
             try:
                 cluster.create(POD, p)
                 self.times[p["metadata"]["name"]].created = time.monotonic()
@@ -748,6 +763,12 @@ def main() -> int:
                         help="sandboxes a kubelet stand-in makes at once (default 10)")
     parser.add_argument("--creators", type=int, default=4,
                         help="threads creating the pods (default 4)")
+    parser.add_argument("--create-qps", type=float, default=CONTROLLER_MANAGER_QPS,
+                        help="pods created a second, as the ReplicaSet controller's client "
+                        "allows (default 20, kube-controller-manager's; 0: as fast as "
+                        "the creators can)")
+    parser.add_argument("--create-burst", type=int, default=CONTROLLER_MANAGER_BURST,
+                        help="creates at once before the rate applies (default 30)")
     parser.add_argument("--add-timeout", type=float, default=30.0,
                         help="the agents' --add-timeout (seconds; default 30, theirs: "
                         "below the plugin's own 60 s)")
@@ -759,6 +780,9 @@ def main() -> int:
                         "enforces NetworkPolicy for its node's pods) or none")
     parser.add_argument("--per-pod", action="store_true",
                         help="each pod's stamps too (seconds from the first create)")
+    parser.add_argument("--trace-dir", default=None,
+                        help="a folder where each agent writes its spans (OTLP JSON lines, "
+                        "<mode>-agent-<node>.jsonl): where an ADD's time went")
     parser.add_argument("--settle-timeout", type=float, default=120.0,
                         help="seconds the node pools may take to write that their "
                         "addresses' records are gone, before the leak check")
@@ -789,6 +813,8 @@ def main() -> int:
                   "per_deployment": args.per_deployment,
                   "deployments": -(-args.pods // args.per_deployment)},
         "agent_network_policy": args.network_policy,
+        "creates": {"qps": args.create_qps, "burst": args.create_burst,
+                    "creators": args.creators},
         "kubelet": {"workers_per_node": args.workers_per_node, "api_qps": KUBELET_QPS,
                     "api_burst": KUBELET_BURST, "add_tries": args.add_tries},
         "provider": "reference",

@@ -52,7 +52,7 @@ from podnet.core.metrics import Metrics
 from podnet.core.models import NodeInfo, PodInfo
 from podnet.core.plugin import MisroutedCall, Providers
 from podnet.core.policy import PoolPolicy
-from podnet.core.ratelimit import CloudLimiter, TokenBucket
+from podnet.core.ratelimit import CloudLimiter, CloudWait, TokenBucket
 from podnet.core.tracing import Tracing
 from podnet.core.validate import (
     check_address_space,
@@ -169,8 +169,10 @@ class ProviderGateway:
                 return answer
             except PodnetError as exc:
                 kind = getattr(exc, "kind", None)
-                if kind is ErrorKind.POOL_EMPTY:
-                    outcome = "waiting"  # nothing idle to take yet: a wait, not a failure
+                if kind is ErrorKind.POOL_EMPTY or isinstance(exc, CloudWait):
+                    # nothing idle to take yet, or the call put off to its slot under the
+                    # client's rate limit (nothing was called): a wait, not a failure
+                    outcome = "waiting"
                 elif kind is ErrorKind.TRANSIENT:
                     self._unanswered(provider, api, exc)
                 raise

@@ -125,7 +125,8 @@ class Metrics:
         self.provider_call_seconds = Histogram(
             "podnet_provider_hook_duration_seconds",
             "Latency of provider hook calls (outcome ok, error, or waiting: no idle "
-            "address yet).", ["provider", "hook", "outcome"], buckets=_BUCKETS,
+            "address yet, or the call put off to its turn under the rate limit).",
+            ["provider", "hook", "outcome"], buckets=_BUCKETS,
             registry=self.registry,
         )
         self.kube_requests = Counter(

@@ -487,3 +487,31 @@ def test_a_call_holding_its_worker_takes_a_put_off_slot_once() -> None:
         assert clock.monotonic() == pytest.approx(start + 3.0)
 
     _on_a_deferring_thread(body)
+
+
+def test_a_call_put_off_to_its_slot_is_measured_as_waiting_not_as_an_error() -> None:
+    """Waiting is not failing: the second node's read, put off to its slot (nothing was
+    called), is a ``waiting`` outcome of the provider-call histogram, never ``error``."""
+    from podnet.core.metrics import Metrics
+
+    sim = start_simulator()
+    clock = FakeClock()
+    try:
+        _, engine = _one_read_token(sim, clock, ["node-0000", "node-0001"])
+        metrics = Metrics()
+        engine.metrics = metrics  # as the controller's host does
+
+        def body() -> None:
+            engine.start()
+            engine.run_until_idle()
+            assert sim.calls["vpcPort"] == 1  # the second node's read waits for its slot
+            text = metrics.render().decode()
+            calls = [line for line in text.splitlines()
+                     if line.startswith("podnet_provider_hook_duration_seconds_count")
+                     and 'hook="node_inventory"' in line]
+            assert any('outcome="waiting"' in line for line in calls), calls
+            assert not any('outcome="error"' in line for line in calls), calls
+
+        _on_a_deferring_thread(body)
+    finally:
+        sim.stop()

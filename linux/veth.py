@@ -52,6 +52,15 @@ def link_index(ipr: Any, name: str) -> int | None:
     return int(found[0]) if found else None
 
 
+def link_of(ipr: Any, name: str) -> tuple[int, str] | None:
+    """Link ``name``'s index and MAC (lower case), in one request; None when there is no
+    such link."""
+    found = ipr.get_links(ifname=name)
+    if not found:
+        return None
+    return int(found[0]["index"]), str(found[0].get_attr("IFLA_ADDRESS") or "").lower()
+
+
 @contextlib.contextmanager
 def closing(obj: Any) -> Iterator[Any]:
     try:

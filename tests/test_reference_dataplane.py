@@ -261,3 +261,82 @@ def test_an_interrupted_link_dump_slower_than_the_patience_is_read_again(
     with pytest.raises(Exception, match="interrupted by changes 8 times"):
         monkeypatch.setattr(veth, "_dump_aliases", lambda: ({}, True))
         veth.link_aliases(patience=0.0)
+
+
+def _bridge_mac_now() -> str:
+    from pyroute2 import IPRoute
+
+    from podnet.plugins.reference.dataplane import bridge_name
+
+    with IPRoute() as ipr:
+        (link,) = ipr.get_links(ifname=bridge_name(NETWORK))
+        return str(link.get_attr("IFLA_ADDRESS")).lower()
+
+
+def _gateway_mac_seen_from(netns: str) -> str | None:
+    from pyroute2 import NetNS
+
+    with NetNS(netns) as ns:
+        for entry in ns.get_neighbours(dst="10.77.0.1"):
+            return str(entry.get_attr("NDA_LLADDR")).lower()
+    return None
+
+
+def test_the_bridge_keeps_one_mac_as_pods_come_and_go(dataplane) -> None:
+    """The bridge is the pods' gateway: its MAC is set when it is made and stays while
+    ports come and go, the last one included (an unset one follows the lowest port's
+    and is zeroed with the last: every pod's cached gateway went stale). By packets: a
+    pod that learned the gateway's MAC still reaches it after another pod came and went,
+    and a pod plugged after the bridge had no port at all reaches it too."""
+    from podnet.app.demo_node import icmp_echo
+    from podnet.linux.netns import run_in_netns
+    from podnet.plugins.reference.dataplane import bridge_mac, bridge_name
+
+    names = [f"pntest-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    plugged: list[UnplugContext] = []
+
+    def plug(i: int, ip: str) -> str:
+        path = f"/run/netns/{names[i]}"
+        cid = uuid.uuid4().hex
+        dataplane.plug(PlugContext(pod_network=record(ip), container_id=cid, if_name="eth0",
+                                   netns=path))
+        plugged.append(UnplugContext(provider="reference", network=NETWORK, container_id=cid,
+                                     if_name="eth0", netns=path))
+        return path
+
+    def gateway_answers(path: str) -> bool:
+        return run_in_netns(path, lambda: icmp_echo("10.77.0.1", 1, 1.0)) == 1
+
+    for name in names:
+        subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        a = plug(0, "10.77.0.5")
+        mac = _bridge_mac_now()
+        assert mac == bridge_mac(bridge_name(NETWORK))
+        assert gateway_answers(a)
+        assert _gateway_mac_seen_from(a) == mac
+        plug(1, "10.77.0.6")
+        dataplane.unplug(plugged.pop())
+        assert _bridge_mac_now() == mac
+        assert _gateway_mac_seen_from(a) == mac and gateway_answers(a)
+        dataplane.unplug(plugged.pop())  # the bridge's last port
+        c = plug(2, "10.77.0.7")
+        assert _bridge_mac_now() == mac
+        assert gateway_answers(c) and _gateway_mac_seen_from(c) == mac
+    finally:
+        for ctx in plugged:
+            dataplane.unplug(ctx)
+        for name in names:
+            subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def test_a_bridge_made_without_a_mac_of_its_own_gets_one_at_the_next_plug(dataplane,
+                                                                           netns) -> None:
+    """A bridge an older version made (its MAC the kernel's) is given its own at the
+    next plug, once."""
+    from podnet.plugins.reference.dataplane import bridge_mac, bridge_name
+
+    subprocess.run(["ip", "link", "add", bridge_name(NETWORK), "type", "bridge"], check=True)
+    dataplane.plug(PlugContext(pod_network=record(), container_id=uuid.uuid4().hex,
+                               if_name="eth0", netns=netns))
+    assert _bridge_mac_now() == bridge_mac(bridge_name(NETWORK))

@@ -2,7 +2,10 @@
 interface.
 
 The host end of each pair sits on the network's bridge (``pnbr-<network>``), which holds
-the gateway address; the pod end is made in the pod's network namespace (never moved
+the gateway address under a MAC of its own, set when it is made (:func:`bridge_mac`):
+the kernel keeps a set MAC, where a bridge's unset one follows the lowest of its ports'
+and is zeroed with its last, changing the gateway's MAC under every pod that cached it.
+The pod end is made in the pod's network namespace (never moved
 there: a move waits for the kernel's RCU grace periods), named as the runtime asked and
 given the record's MAC and MTU, then its address, prefix and routes. Everything goes
 through netlink (pyroute2); the pod namespace's netlink socket is made by a thread that
@@ -41,6 +44,7 @@ from podnet.linux.veth import (
     failure,
     link_aliases,
     link_index,
+    link_of,
     make_pair,
     pod_end_differs,
     pod_namespace,
@@ -53,6 +57,14 @@ HOST_PREFIX = "pnv"
 PEER_PREFIX = "pnp"
 ALIAS_MARK = "podnet:"
 BRIDGE_PREFIX = "pnbr-"
+
+
+def bridge_mac(bridge: str) -> str:
+    """The MAC of bridge ``bridge``: locally administered unicast, derived from its name
+    (so the same after the bridge is made again), first octet 0x0e where the reference
+    provider's pod MACs have 0x0a."""
+    digest = hashlib.blake2s(f"bridge/{bridge}".encode(), digest_size=5).digest()
+    return "0e:" + ":".join(f"{b:02x}" for b in digest)
 
 
 def bridge_name(network: str) -> str:
@@ -134,13 +146,19 @@ class BridgeDataplane:
     def _bridge(self, ipr: Any, network: str, gateway: str | None, prefix: int,
                 mtu: int | None) -> int:
         name = bridge_name(network)
-        index = link_index(ipr, name)
-        if index is None:
+        mac = bridge_mac(name)
+        found = link_of(ipr, name)
+        if found is None:
             with contextlib.suppress(Exception):  # another plug made it meanwhile
-                ipr.link("add", ifname=name, kind="bridge")
-            index = link_index(ipr, name)
-            if index is None:
+                ipr.link("add", ifname=name, kind="bridge", address=mac)
+            found = link_of(ipr, name)
+            if found is None:
                 raise failure(f"bridge {name} was not created")
+        index, current = found
+        if current != mac:
+            # made by an older version (or by hand) without a MAC of its own: set once,
+            # it no longer changes as ports come and go
+            ipr.link("set", index=index, address=mac)
         if gateway:
             # added on every plug, "exists" taken as done: one request, where reading
             # the addresses back first (a dump) cost the plug more than its veth

@@ -55,10 +55,14 @@ def link_index(ipr: Any, name: str) -> int | None:
 def link_of(ipr: Any, name: str) -> tuple[int, str] | None:
     """Link ``name``'s index and MAC (lower case), in one request; None when there is no
     such link."""
-    found = ipr.get_links(ifname=name)
-    if not found:
-        return None
-    return int(found[0]["index"]), str(found[0].get_attr("IFLA_ADDRESS") or "").lower()
+    try:
+        # a GET by name: pyroute2's get_links(ifname=) dumps every link and filters
+        (link,) = ipr.link("get", ifname=name)
+    except Exception as exc:
+        if getattr(exc, "code", None) == errno.ENODEV:
+            return None
+        raise
+    return int(link["index"]), str(link.get_attr("IFLA_ADDRESS") or "").lower()
 
 
 @contextlib.contextmanager

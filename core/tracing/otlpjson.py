@@ -145,12 +145,12 @@ def _attributes_json(attributes: Mapping[str, Any] | None) -> str:
         return "[]"
     try:
         # the cached texts looked up in C (map); only the misses in Python
-        texts = list(map(_KEY_VALUES.get, attributes.items()))
+        cached: list[Any] = list(map(_KEY_VALUES.get, attributes.items()))
     except TypeError:  # an unhashable value (a list): not for the cache
         return "[" + ",".join([_key_value_json(item) for item in attributes.items()]) + "]"
-    if None in texts:
-        texts = [text or _key_value_json(item)
-                 for text, item in zip(texts, attributes.items(), strict=True)]
+    texts: list[str] = ([text or _key_value_json(item)
+                         for text, item in zip(cached, attributes.items(), strict=True)]
+                        if None in cached else cached)
     return "[" + ",".join(texts) + "]"
 
 

@@ -50,7 +50,7 @@ from podnet.core.errors import ErrorKind, NotLeader, PodnetError, ProviderError,
 from podnet.core.fence import Fence
 from podnet.core.metrics import Metrics
 from podnet.core.models import NodeInfo, PodInfo
-from podnet.core.plugin import MisroutedCall, Providers
+from podnet.core.plugin import DirectHook, MisroutedCall, Providers
 from podnet.core.policy import PoolPolicy
 from podnet.core.ratelimit import CloudLimiter, CloudWait, TokenBucket
 from podnet.core.tracing import Tracing
@@ -105,8 +105,10 @@ class ProviderGateway:
                           if entry.routing is Routing.ROUTED}
         # broadcast hooks' callers, their routing checked once (plugins registered later
         # join them: pluggy keeps one caller per hook)
-        self._select_provider = providers.broadcast("podnet_select_provider")
-        self._select_networks = providers.broadcast("podnet_select_networks")
+        self._select_provider = DirectHook(providers.pm,
+                                           providers.broadcast("podnet_select_provider"))
+        self._select_networks = DirectHook(providers.pm,
+                                           providers.broadcast("podnet_select_networks"))
         self._transition = providers.broadcast("podnet_transition")
         self._policy = policy
         self.clock = clock
@@ -147,7 +149,7 @@ class ProviderGateway:
         api = hook.removeprefix("podnet_")
         # the hook's routing, as its hookspec declares it: a routed hook (else this
         # raises), called for the provider its arguments name
-        route = self.providers.hook(provider, hook)
+        route = self.providers.direct(provider, hook)
         head, through = self._named_by[hook]  # routed: providers.hook raised otherwise
         named = kwargs[head] if through is None else through(kwargs[head])
         if named != provider:

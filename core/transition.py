@@ -62,6 +62,9 @@ class Transitions:
                  conflicted: Counter[str] | None = None,
                  listened: Callable[[], bool] | None = None) -> None:
         self._tracing = tracing
+        #: whether transitions' spans are recorded (a Tracing never changes): a subject's
+        #: span attributes are built only then
+        self.traced = tracing.enabled
         self._succeeded = succeeded
         self._failed = failed
         self._waited: Counter[str] = waited if waited is not None else Counter()

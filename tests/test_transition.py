@@ -21,7 +21,15 @@ from podnet.core.machines import (
     recorded_as,
     state_of,
 )
-from podnet.core.models import InterfaceState, Phase
+from podnet.core.models import (
+    InterfaceState,
+    ObjectMeta,
+    Phase,
+    PodNetwork,
+    PodNetworkSpec,
+    PodNetworkStatus,
+)
+from podnet.core.reconcile.podnetwork_wording import subject_of
 from podnet.core.tracing import ATTR_ERROR_TYPE, ATTR_FROM, ATTR_NODE, ATTR_TO, Tracing
 from podnet.core.transition import Subject, Transitions
 from podnet.hookspecs.types import TransitionEvent
@@ -167,3 +175,21 @@ def test_with_no_listener_no_event_is_built_and_one_that_comes_later_hears(
     assert settled_calls == [3]
     assert [(e.trigger, e.ok) for e in events] == [("allocate", True)]
 
+
+
+def test_a_pod_networks_span_attributes_are_built_only_when_its_spans_are_recorded() -> None:
+    pn = PodNetwork(
+        metadata=ObjectMeta(name="web.default.00000000", namespace="demo"),
+        spec=PodNetworkSpec(pod_name="web", pod_uid="u1", node_name="node-0",
+                            provider="reference"),
+        status=PodNetworkStatus(phase=Phase.ALLOCATED, ip="10.0.0.5", interface="eth0"))
+    traced = subject_of(pn)
+    assert traced.span_attributes[ATTR_NODE] == "node-0"
+    assert traced.span_attributes["podnet.ip"] == "10.0.0.5"
+    untraced = subject_of(pn, traced=False)
+    assert dict(untraced.span_attributes) == {}
+    # the event's are the same either way: a listener may come at any time
+    assert untraced.event_attributes == traced.event_attributes == {
+        "ip": "10.0.0.5", "node": "node-0"}
+    assert Transitions(Tracing(None), succeeded=Counter(), failed=Counter(),
+                       notify=lambda _event: None).traced is False

@@ -143,8 +143,10 @@ class PodNetworkSteps:
                 undo(exc)
             self._failed(pn, trigger, exc, span)
 
-        return self.transitions.run(POD_NETWORK_MACHINE, subject_of(pn, drift), trigger,
-                                    action, settled=settled_subject, failed=failed)
+        transitions = self.transitions
+        return transitions.run(POD_NETWORK_MACHINE,
+                               subject_of(pn, drift, traced=transitions.traced), trigger,
+                               action, settled=settled_subject, failed=failed)
 
     def _write_phase(self, pn: PodNetwork, phase: Phase, span: TransitionSpan, *,
                      reason: str | None = None, message: str = "", **fields: Any) -> PodNetwork:

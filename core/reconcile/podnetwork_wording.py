@@ -70,8 +70,12 @@ def release_reason(pn: PodNetwork, pod: PodInfo | None) -> str:
     return f"pod {pod.key} no longer runs on a served node"
 
 
-def subject_of(pn: PodNetwork, drift: str | None = None) -> Subject:
-    """A pod network as its transitions' spans and events name it."""
+_NO_ATTRIBUTES: Mapping[str, str | int | bool | None] = MappingProxyType({})
+
+
+def subject_of(pn: PodNetwork, drift: str | None = None, *, traced: bool = True) -> Subject:
+    """A pod network as its transitions' spans and events name it. ``traced=False``: its
+    spans are not recorded, so their attributes are not built (twice per pod network)."""
     spec, status = pn.spec, pn.status
     return Subject(
         pn.key, spec.provider, state_of(status.phase), status.traceparent,
@@ -82,12 +86,9 @@ def subject_of(pn: PodNetwork, drift: str | None = None) -> Subject:
             ATTR_IP: status.ip,
             ATTR_INTERFACE: status.interface,
             ATTR_DRIFT: drift,
-        },
+        } if traced else _NO_ATTRIBUTES,
         {"ip": status.ip, "node": spec.node_name},
     )
-
-
-_NO_ATTRIBUTES: Mapping[str, str | int | bool | None] = MappingProxyType({})
 
 
 def settled_subject(pn: PodNetwork) -> Subject:

@@ -108,6 +108,8 @@ _BOOL_VALUES: Final = ('{"boolValue":false}', '{"boolValue":true}')
 # long. Exporter threads may share it: get, set and clear are atomic, a lost entry is redone.
 _KEY_VALUES: Final[dict[tuple[str, str], str]] = {}
 _KEY_VALUES_MAX: Final = 4096
+#: an attribute key -> its KeyValue's text up to its string value
+_KEY_HEADS: Final[dict[str, str]] = {}
 
 
 def _dumps(value: Any) -> str:
@@ -117,7 +119,12 @@ def _dumps(value: Any) -> str:
 def _key_value_json(item: tuple[Any, Any]) -> str:
     key, value = item
     if type(key) is str and type(value) is str:
-        out = f'{{"key":{_json_str(key)},"value":{{"stringValue":{_json_str(value)}}}}}'
+        head = _KEY_HEADS.get(key)
+        if head is None:
+            if len(_KEY_HEADS) >= _KEY_VALUES_MAX:
+                _KEY_HEADS.clear()
+            head = _KEY_HEADS[key] = f'{{"key":{_json_str(key)},"value":{{"stringValue":'
+        out = f"{head}{_json_str(value)}}}}}"
         if len(_KEY_VALUES) >= _KEY_VALUES_MAX:
             _KEY_VALUES.clear()
         _KEY_VALUES[item] = out
@@ -136,12 +143,24 @@ def _attributes_json(attributes: Mapping[str, Any] | None) -> str:
     """The JSON array of OTLP KeyValues, as json.dumps(_to_attributes(attributes))."""
     if not attributes:
         return "[]"
-    cached = _KEY_VALUES.get
     try:
-        return "[" + ",".join([cached(item) or _key_value_json(item)
-                               for item in attributes.items()]) + "]"
+        # the cached texts looked up in C (map); only the misses in Python
+        cached: list[Any] = list(map(_KEY_VALUES.get, attributes.items()))
     except TypeError:  # an unhashable value (a list): not for the cache
         return "[" + ",".join([_key_value_json(item) for item in attributes.items()]) + "]"
+    texts: list[str] = ([text or _key_value_json(item)
+                         for text, item in zip(cached, attributes.items(), strict=True)]
+                        if None in cached else cached)
+    return "[" + ",".join(texts) + "]"
+
+
+def _link_json(link: Any) -> str:
+    """One OTLP Link's text (the fast path's ids: see :func:`_span_json`)."""
+    linked = link.context
+    attributes = link.attributes
+    return (f'{{"traceId":"{linked[0].to_bytes(16, "big").hex()}",'
+            f'"spanId":"{linked[1].to_bytes(8, "big").hex()}",'
+            f'"attributes":{_attributes_json(attributes) if attributes else "[]"}}}')
 
 
 def _span_json(span: ReadableSpan) -> str:
@@ -163,11 +182,8 @@ def _span_json(span: ReadableSpan) -> str:
     parent_json = ("" if parent is None else
                    f',"parentSpanId":"{parent[1].to_bytes(8, "big").hex()}"')
     attributes_json = ',"attributes":' + _attributes_json(attributes) if attributes else ""
-    links_json = "" if not links else ',"links":[' + ",".join([
-        f'{{"traceId":"{linked[0].to_bytes(16, "big").hex()}",'
-        f'"spanId":"{linked[1].to_bytes(8, "big").hex()}",'
-        f'"attributes":{_attributes_json(link.attributes) if link.attributes else "[]"}}}'
-        for link in links for linked in (link.context,)]) + "]"
+    links_json = ("" if not links else ',"links":[' + (
+        _link_json(links[0]) if len(links) == 1 else ",".join(map(_link_json, links))) + "]")
     status_json = ("{}" if status is UNSET_STATUS
                    or (status.status_code is StatusCode.UNSET and not status.description)
                    else _dumps(_status_dict(status)))

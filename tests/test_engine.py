@@ -14,6 +14,7 @@ from opentelemetry.trace import StatusCode
 from podnet.app.demo import node_obj, pod_obj
 from podnet.core.clock import FakeClock, format_time
 from podnet.core.cluster.port import (
+    EVENT,
     NAMESPACE,
     NODE,
     NODE_NETWORK,
@@ -236,6 +237,56 @@ def test_node_record_owners_catch_up_within_a_refill_period_without_a_write_per_
     rig.cluster.delete(POD, "web", NS, grace_period_seconds=0)
     rig.settle(advance=rig.policy.refill_period)
     assert record["status"]["ip"] not in {ip for ip, o in written_owners().items() if o}
+
+
+def _pool_ready(rig: Rig, node: str) -> str:
+    nn = rig.cluster.get(NODE_NETWORK, node)
+    return {c["type"]: c["status"] for c in nn["status"]["conditions"]}["PoolReady"]
+
+
+def _pool_errors(rig: Rig) -> list[Obj]:
+    return [e for e in rig.cluster.list(EVENT, NS).items + rig.cluster.list(EVENT).items
+            if e.get("reason") == "PoolError"]
+
+
+def _full_node_rig() -> Rig:
+    """One node whose instance holds 4 addresses, its pool kept at 4 idle."""
+    return Rig(policy=PoolPolicy(min_idle=4, max_idle=4, batch_size=4, max_batch_size=4,
+                                 reuse_cooldown=0.0),
+               cloud=ReferenceCloud(max_interfaces=1, ips_per_interface=4))
+
+
+def test_a_pool_at_capacity_short_only_of_min_idle_still_serves_and_says_no_problem() -> None:
+    rig = _full_node_rig()
+    node = rig.node(0)
+    rig.settle()
+    rig.pod("a", node)
+    rig.pod("b", node)
+    rig.settle(advance=3 * rig.policy.refill_period)
+    # two idle addresses left and no room for more: below min_idle, but no pod waits
+    assert all(phase(r) == "Routed" for r in rig.records())
+    assert _pool_ready(rig, node) == "True"
+    assert _pool_errors(rig) == []
+
+
+def test_a_pool_that_left_pods_waiting_at_capacity_is_ready_again_once_none_waits() -> None:
+    rig = _full_node_rig()
+    node = rig.node(0)
+    rig.settle()
+    for i in range(5):
+        rig.pod(f"p{i}", node)
+    rig.settle(advance=rig.policy.refill_period)
+    waiting = [r for r in rig.records() if phase(r) != "Routed"]
+    assert len(waiting) == 1 and _pool_ready(rig, node) == "False"
+    assert len(_pool_errors(rig)) == 1
+    routed = next(r for r in rig.records() if phase(r) == "Routed")
+    rig.cluster.delete(POD, routed["spec"]["podName"], NS, grace_period_seconds=0)
+    rig.settle(advance=rig.policy.refill_period)
+    # the waiter took the address given back: no pod waits, the limit is no problem
+    assert phase(rig.record_of(rig.cluster.get(POD, waiting[0]["spec"]["podName"], NS))) \
+        == "Routed"
+    assert _pool_ready(rig, node) == "True"
+    rig.assert_no_leak()
 
 
 def test_a_restart_on_an_unchanged_cloud_rewrites_no_node_record() -> None:

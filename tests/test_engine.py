@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -212,6 +213,68 @@ def test_a_pod_networks_own_writes_do_not_queue_it_again_but_others_changes_do()
     again = rig.record_of(web)
     assert phase(again) == "Routed" and again["metadata"]["uid"] != record["metadata"]["uid"]
     assert again["status"]["ip"] == record["status"]["ip"]
+    rig.assert_no_leak()
+
+
+class EchoFirst(InMemoryCluster):
+    """Delivers a PodNetwork write's own watch event to the engine (from a thread of its
+    own, as an informer's) before the write answers, as a stream ahead of an HTTP answer
+    does; ``meddle``: someone else changes the record first."""
+
+    engine: Engine | None = None
+    meddle = False
+
+    def create(self, kind: Any, obj: Obj) -> Obj:
+        return self._deliver(kind, super().create(kind, obj))
+
+    def update_status(self, kind: Any, obj: Obj) -> Obj:
+        return self._deliver(kind, super().update_status(kind, obj))
+
+    def _deliver(self, kind: Any, answer: Obj) -> Obj:
+        if kind == POD_NETWORK and self.engine is not None:
+            if self.meddle:
+                self.meddle = False
+                meta = answer["metadata"]
+                self.patch(POD_NETWORK, meta["name"], {"metadata": {"labels": {"team": "a"}}},
+                           meta["namespace"])
+            pump = threading.Thread(target=self.engine.pump)
+            pump.start()
+            pump.join()
+        return answer
+
+
+def _echo_rig(meddle: bool) -> tuple[Rig, EchoFirst]:
+    rig = Rig()
+    cluster = EchoFirst(clock=rig.clock)
+    cluster.create(NAMESPACE, {"metadata": {"name": NS}})
+    rig.cluster = cluster
+    rig.engine = rig._engine()
+    cluster.engine = rig.engine
+    cluster.meddle = meddle
+    return rig, cluster
+
+
+def test_a_writes_own_event_heard_before_its_answer_queues_no_second_pass() -> None:
+    rig, _ = _echo_rig(meddle=False)
+    node = rig.node(0)
+    rig.settle()
+    before = rig.engine.stats.reconciles["pod"]
+    web = rig.pod("web", node)
+    rig.settle()
+    assert phase(rig.record_of(web)) == "Routed"
+    assert rig.engine.stats.reconciles["pod"] == before + 1  # create and Routed: one pass
+
+
+def test_another_change_heard_while_a_write_is_in_flight_still_queues_the_pod() -> None:
+    rig, _ = _echo_rig(meddle=True)
+    node = rig.node(0)
+    rig.settle()
+    before = rig.engine.stats.reconciles["pod"]
+    web = rig.pod("web", node)
+    rig.settle()
+    record = rig.record_of(web)
+    assert phase(record) == "Routed" and record["metadata"]["labels"]["team"] == "a"
+    assert rig.engine.stats.reconciles["pod"] >= before + 2  # looked at again for it
     rig.assert_no_leak()
 
 

@@ -73,7 +73,7 @@ from podnet.core.reconcile.nodepool import NodePoolReconciler
 from podnet.core.reconcile.podnetwork import PodNetworkReconciler
 from podnet.core.reconcile.podnetwork_desired import NodeProviders
 from podnet.core.reconcile.result import Result
-from podnet.core.records import RecordWriter
+from podnet.core.records import Echoes, RecordWriter
 from podnet.core.tracing import Tracing, is_stale_read
 from podnet.core.transition import Transitions
 from podnet.core.unplug import UnplugGate
@@ -196,8 +196,10 @@ class Engine:
         self.caches = Caches(cluster, lambda key: self.queue.add(("invalid", key)),
                              agent_namespace=options.agent_namespace,
                              network_policy=enforce_policy)
-        self.records = RecordWriter(self.cluster, self.caches, self.stats.writes)
         self.enqueue = Enqueuer(self.queue, self.caches)
+        self.records = RecordWriter(self.cluster, self.caches, self.stats.writes, Echoes(
+            lambda pn: getattr(logcontext.current, "key", None) == ("pod", pod_key_of(pn)),
+            self.enqueue.pod_of))
         self.pools = Pools()
         self.owned = Ownership()
         self.lost = LostAddresses(self.caches, self.policy, self.clock, self.enqueue)
@@ -424,7 +426,10 @@ class Engine:
             # the stream and other passes' writes still queue it
             if not (self.caches.pod_networks.own_write
                     and getattr(logcontext.current, "key", None) == ("pod", pod_key)):
-                self.enqueue.pod(pod_key)
+                # the stream ahead of the pass's own write's answer: the answer decides
+                echoes = self.records.echoes
+                if new is None or echoes is None or not echoes.heard(new):
+                    self.enqueue.pod(pod_key)
             vm = pn.metadata.labels.get(LABEL_VM)
             if vm is not None:  # a VM's held record: its new pod may take it back now
                 for pod in self.caches.pods.by_index("vm", f"{pn.metadata.namespace}/{vm}"):

@@ -300,6 +300,8 @@ class NodePool:
         self.grow_failures = 0
         self.grow_blocked_until = 0.0
         self.last_error: str | None = None
+        #: ``last_error`` is a limit a plan said (:meth:`cannot_grow`), not a failed call
+        self.blocked = False
 
     # --- queries ----------------------------------------------------------------------
 
@@ -816,10 +818,15 @@ class NodePool:
             free = self.capacity - self.total()
             if need <= 0:
                 return Deferred(DeferReason.NOTHING_TO_DO, waiting=waiting)
+            # a pool short of min_idle alone still serves: only pods left without an
+            # address make a limit a problem (PoolReady=False, a Warning)
+            starved = anywhere > available or bool(short)
             if free <= 0:
                 return Deferred(
                     DeferReason.AT_CAPACITY, retry_after=policy.refill_period,
-                    problem=f"node {self.node} is at its capacity of {self.capacity} addresses")
+                    problem=(f"node {self.node} is at its capacity of {self.capacity} "
+                             "addresses") if starved else None,
+                    waiting={} if starved else waiting)
             if now < self.grow_blocked_until:
                 return Deferred(DeferReason.BACKOFF, retry_after=self.grow_blocked_until - now)
             subnet = max(short, key=lambda s: short[s]) if short else None
@@ -836,6 +843,9 @@ class NodePool:
             no_interface = None
             if creating:
                 no_interface = self._no_interface_slot()
+                if no_interface is not None and not starved:
+                    return Deferred(DeferReason.AT_CAPACITY, retry_after=policy.refill_period,
+                                    waiting=waiting)
             elif itf is not None:
                 count = min(count, self.ips_per_interface - len(self.ipv4_on(itf.id)))
             return GrowPlan(count=count, need=need, subnet=subnet, interface=itf,
@@ -950,11 +960,17 @@ class NodePool:
             self.grow_failures = 0
             self.grow_blocked_until = 0.0
             self.last_error = None
+            self.blocked = False
 
-    def cannot_grow(self, problem: str) -> None:
-        """No grow call can be made (at capacity, no interface slot): why."""
+    def cannot_grow(self, problem: str | None) -> None:
+        """No grow call can be made for pods that wait (at capacity, no interface slot):
+        why; None: the plan says no limit keeps a pod waiting (any more), so a limit said
+        before is over (a failed call's problem stays until a grow succeeds)."""
         with self.lock:
-            self.last_error = problem
+            if problem is not None:
+                self.last_error, self.blocked = problem, True
+            elif self.blocked:
+                self.last_error, self.blocked = None, False
 
     def grow_failed(self, plan: GrowPlan, kind: ErrorKind, problem: str, policy: PoolPolicy,
                     now: float, subnets: int = 1) -> GrowRetry:
@@ -965,7 +981,7 @@ class NodePool:
         the node may grow in (``backoff_cap_per_try`` shares the cap among them).
         """
         with self.lock:
-            self.last_error = problem
+            self.last_error, self.blocked = problem, False
             if kind is ErrorKind.THROTTLED:
                 return GrowRetry(after=None)
             quota = kind in (ErrorKind.QUOTA_EXCEEDED, ErrorKind.SUBNET_EXHAUSTED)

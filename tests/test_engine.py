@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -14,6 +15,7 @@ from opentelemetry.trace import StatusCode
 from podnet.app.demo import node_obj, pod_obj
 from podnet.core.clock import FakeClock, format_time
 from podnet.core.cluster.port import (
+    EVENT,
     NAMESPACE,
     NODE,
     NODE_NETWORK,
@@ -214,6 +216,68 @@ def test_a_pod_networks_own_writes_do_not_queue_it_again_but_others_changes_do()
     rig.assert_no_leak()
 
 
+class EchoFirst(InMemoryCluster):
+    """Delivers a PodNetwork write's own watch event to the engine (from a thread of its
+    own, as an informer's) before the write answers, as a stream ahead of an HTTP answer
+    does; ``meddle``: someone else changes the record first."""
+
+    engine: Engine | None = None
+    meddle = False
+
+    def create(self, kind: Any, obj: Obj) -> Obj:
+        return self._deliver(kind, super().create(kind, obj))
+
+    def update_status(self, kind: Any, obj: Obj) -> Obj:
+        return self._deliver(kind, super().update_status(kind, obj))
+
+    def _deliver(self, kind: Any, answer: Obj) -> Obj:
+        if kind == POD_NETWORK and self.engine is not None:
+            if self.meddle:
+                self.meddle = False
+                meta = answer["metadata"]
+                self.patch(POD_NETWORK, meta["name"], {"metadata": {"labels": {"team": "a"}}},
+                           meta["namespace"])
+            pump = threading.Thread(target=self.engine.pump)
+            pump.start()
+            pump.join()
+        return answer
+
+
+def _echo_rig(meddle: bool) -> tuple[Rig, EchoFirst]:
+    rig = Rig()
+    cluster = EchoFirst(clock=rig.clock)
+    cluster.create(NAMESPACE, {"metadata": {"name": NS}})
+    rig.cluster = cluster
+    rig.engine = rig._engine()
+    cluster.engine = rig.engine
+    cluster.meddle = meddle
+    return rig, cluster
+
+
+def test_a_writes_own_event_heard_before_its_answer_queues_no_second_pass() -> None:
+    rig, _ = _echo_rig(meddle=False)
+    node = rig.node(0)
+    rig.settle()
+    before = rig.engine.stats.reconciles["pod"]
+    web = rig.pod("web", node)
+    rig.settle()
+    assert phase(rig.record_of(web)) == "Routed"
+    assert rig.engine.stats.reconciles["pod"] == before + 1  # create and Routed: one pass
+
+
+def test_another_change_heard_while_a_write_is_in_flight_still_queues_the_pod() -> None:
+    rig, _ = _echo_rig(meddle=True)
+    node = rig.node(0)
+    rig.settle()
+    before = rig.engine.stats.reconciles["pod"]
+    web = rig.pod("web", node)
+    rig.settle()
+    record = rig.record_of(web)
+    assert phase(record) == "Routed" and record["metadata"]["labels"]["team"] == "a"
+    assert rig.engine.stats.reconciles["pod"] >= before + 2  # looked at again for it
+    rig.assert_no_leak()
+
+
 def test_node_record_owners_catch_up_within_a_refill_period_without_a_write_per_pod() -> None:
     rig = Rig()
     node = rig.node(0)
@@ -236,6 +300,56 @@ def test_node_record_owners_catch_up_within_a_refill_period_without_a_write_per_
     rig.cluster.delete(POD, "web", NS, grace_period_seconds=0)
     rig.settle(advance=rig.policy.refill_period)
     assert record["status"]["ip"] not in {ip for ip, o in written_owners().items() if o}
+
+
+def _pool_ready(rig: Rig, node: str) -> str:
+    nn = rig.cluster.get(NODE_NETWORK, node)
+    return {c["type"]: c["status"] for c in nn["status"]["conditions"]}["PoolReady"]
+
+
+def _pool_errors(rig: Rig) -> list[Obj]:
+    return [e for e in rig.cluster.list(EVENT, NS).items + rig.cluster.list(EVENT).items
+            if e.get("reason") == "PoolError"]
+
+
+def _full_node_rig() -> Rig:
+    """One node whose instance holds 4 addresses, its pool kept at 4 idle."""
+    return Rig(policy=PoolPolicy(min_idle=4, max_idle=4, batch_size=4, max_batch_size=4,
+                                 reuse_cooldown=0.0),
+               cloud=ReferenceCloud(max_interfaces=1, ips_per_interface=4))
+
+
+def test_a_pool_at_capacity_short_only_of_min_idle_still_serves_and_says_no_problem() -> None:
+    rig = _full_node_rig()
+    node = rig.node(0)
+    rig.settle()
+    rig.pod("a", node)
+    rig.pod("b", node)
+    rig.settle(advance=3 * rig.policy.refill_period)
+    # two idle addresses left and no room for more: below min_idle, but no pod waits
+    assert all(phase(r) == "Routed" for r in rig.records())
+    assert _pool_ready(rig, node) == "True"
+    assert _pool_errors(rig) == []
+
+
+def test_a_pool_that_left_pods_waiting_at_capacity_is_ready_again_once_none_waits() -> None:
+    rig = _full_node_rig()
+    node = rig.node(0)
+    rig.settle()
+    for i in range(5):
+        rig.pod(f"p{i}", node)
+    rig.settle(advance=rig.policy.refill_period)
+    waiting = [r for r in rig.records() if phase(r) != "Routed"]
+    assert len(waiting) == 1 and _pool_ready(rig, node) == "False"
+    assert len(_pool_errors(rig)) == 1
+    routed = next(r for r in rig.records() if phase(r) == "Routed")
+    rig.cluster.delete(POD, routed["spec"]["podName"], NS, grace_period_seconds=0)
+    rig.settle(advance=rig.policy.refill_period)
+    # the waiter took the address given back: no pod waits, the limit is no problem
+    assert phase(rig.record_of(rig.cluster.get(POD, waiting[0]["spec"]["podName"], NS))) \
+        == "Routed"
+    assert _pool_ready(rig, node) == "True"
+    rig.assert_no_leak()
 
 
 def test_a_restart_on_an_unchanged_cloud_rewrites_no_node_record() -> None:

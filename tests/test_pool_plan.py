@@ -105,6 +105,35 @@ def test_at_capacity_it_says_so_and_looks_again_a_refill_period_later() -> None:
     assert plan.problem == "node n is at its capacity of 4 addresses"
 
 
+def test_at_capacity_short_only_of_min_idle_it_says_no_problem() -> None:
+    pool = pool_of(CloudInterface(id="eth0", ips=ips("10.0.0", 4)), max_interfaces=1,
+                   ips_per_interface=4)
+    own(pool, *ips("10.0.0", 2))
+    plan = deferred(pool, attrs.evolve(EXACT, min_idle=4))
+    # two idle addresses still serve: below min_idle is no problem while no pod waits
+    assert plan.reason is DeferReason.AT_CAPACITY and plan.problem is None
+    # every interface slot taken, none with room (a provider managing interfaces)
+    slots = pool_of(CloudInterface(id="eth0", ips=ips("10.0.0", 4)),
+                    CloudInterface(id="eth1", ips=ips("10.0.1", 1)), ips_per_interface=4)
+    own(slots, *ips("10.0.0", 3))
+    slots.interfaces["eth1"].state = InterfaceState.INHIBITED
+    plan = deferred(slots, attrs.evolve(EXACT, min_idle=3), manages_interfaces=True)
+    assert plan.reason is DeferReason.AT_CAPACITY and plan.problem is None
+
+
+def test_a_limit_said_is_over_once_a_plan_says_none_a_failed_grow_is_not() -> None:
+    pool = pool_of(CloudInterface(id="eth0", ips=ips("10.0.0", 1)), max_interfaces=1,
+                   ips_per_interface=1)
+    pool.cannot_grow("node n is at its capacity of 1 addresses")
+    pool.cannot_grow(None)
+    assert pool.last_error is None
+    failed = GrowPlan(count=1, need=1, subnet=None, interface=None, new_interface=False,
+                      waiting={})
+    pool.grow_failed(failed, ErrorKind.QUOTA_EXCEEDED, "quota", EXACT, 0.0)
+    pool.cannot_grow(None)
+    assert pool.last_error == "quota"  # a failed call's problem waits for a grow
+
+
 # --- grow: the aggregation window and batches ------------------------------------------
 
 def test_the_aggregation_window_gathers_demand_until_it_ends_or_fills_a_call() -> None:

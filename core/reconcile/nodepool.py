@@ -579,8 +579,8 @@ class NodePoolReconciler(QuietPasses):
         plan = pool.plan_grow(policy, now, manages_interfaces=info.manages_interfaces,
                               coming=coming)
         if isinstance(plan, Deferred):
-            if plan.problem is not None:
-                pool.cannot_grow(plan.problem)
+            if plan.reason in (DeferReason.AT_CAPACITY, DeferReason.NOTHING_TO_DO):
+                pool.cannot_grow(plan.problem)  # None: a limit said before is over
             if plan.waiting:
                 self.enqueue.wake(plan.waiting)
             return _deferred(plan)

@@ -426,3 +426,95 @@ def test_the_client_is_handed_out_without_the_providers_lock_when_nothing_is_due
         assert plugin.ipam.owner("10.45.0.9") == "a port podnet does not own"
     finally:
         plugin.close()
+
+
+def test_a_columns_value_is_read_from_its_datum_as_the_attribute_gives_it(
+        nb_server: NbServer) -> None:
+    """``column`` gives what reading the attribute gives (maps, sets, scalars, row
+    references), without the attribute's two extra conversions; a column a transaction
+    under way changes is read as the attribute (with the change)."""
+    from ovs.db import idl as ovs_idl
+
+    from podnet.plugins.ovn.nb import KEY, OWNER, OWNER_VALUE, NbClient, PortSpec
+    from podnet.plugins.ovn.nbcommands import named
+    from podnet.plugins.ovn.rows import column
+
+    nb_server.restart_fresh()
+    client = NbClient(nb_server.remote)
+    try:
+        client.ensure_infra(switches=["cols"], port_groups=["pg_cols"])
+        entry = "0a:00:00:00:0a:01 10.35.0.2"
+        spec = PortSpec("cols-1", "cols", [entry], {KEY: "demo/cols-1", OWNER: OWNER_VALUE},
+                        port_security=[entry], port_groups=["pg_cols"],
+                        options={"requested-chassis": "node-0"})
+        client.run([client.ensure_port(spec)])
+        with client.reading() as tables:
+            lsp = named(tables["Logical_Switch_Port"], "cols-1")
+            pg = named(tables["Port_Group"], "pg_cols")
+            assert lsp is client.api.lookup("Logical_Switch_Port", "cols-1")
+            assert named(tables["Logical_Switch_Port"], "no-such-port") is None
+            for row, names in ((lsp, ["external_ids", "addresses", "port_security", "options",
+                                      "type", "up", "enabled", "tag"]),
+                               (pg, ["ports", "acls", "name", "external_ids"])):
+                for name in names:
+                    assert column(row, name) == getattr(row, name), name
+            assert column(pg, "ports") == [lsp]
+            txn = ovs_idl.Transaction(client.api.idl)
+            try:
+                lsp.addresses = ["0a:00:00:00:0a:02 10.35.0.3"]
+                pg.delvalue("ports", lsp)
+                assert column(lsp, "addresses") == ["0a:00:00:00:0a:02 10.35.0.3"]
+                assert column(pg, "ports") == []
+            finally:
+                txn.abort()
+            assert column(lsp, "addresses") == [entry]
+    finally:
+        client.close()
+
+
+def test_route_finds_a_port_in_place_without_converting_its_columns_twice(
+        nb_server: NbServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """route after allocate reads the port (its addresses, port security, options,
+    external ids), its group and the port's membership: each read converted the column
+    three times (the attribute goes through a datum checked atom by atom) and each lookup
+    by name went through ovsdbapp's, which parses the name as a UUID first. Now no
+    attribute of the port or its group is read that way, and no lookup is ovsdbapp's."""
+    from ovs.db import idl as ovs_idl
+
+    from podnet.plugins.ovn.provider import OvnProvider
+
+    nb_server.restart_fresh()
+    plugin = OvnProvider(nb_server.remote, [{"name": "inplace", "cidr": "10.46.0.0/24"}],
+                         seed=4, security_groups={GROUP: {"ingress": [{"protocol": "tcp",
+                                                                       "port": 80}]}})
+    try:
+        routed = _create(plugin, _record(0))
+        client = plugin.client
+        before = client.transactions
+        read: list[str] = []
+        row_getattr = ovs_idl.Row.__getattr__
+
+        def counted(row: Any, name: str) -> Any:
+            if row._table.name in ("Logical_Switch_Port", "Port_Group"):
+                read.append(f"{row._table.name}.{name}")
+            return row_getattr(row, name)
+
+        lookups: list[str] = []
+        api_lookup = type(client.api).lookup
+
+        def lookup(api: Any, table: str, record: Any, *args: Any, **kwargs: Any) -> Any:
+            lookups.append(table)
+            return api_lookup(api, table, record, *args, **kwargs)
+
+        monkeypatch.setattr(ovs_idl.Row, "__getattr__", counted)
+        monkeypatch.setattr(type(client.api), "lookup", lookup)
+        plugin.podnet_route(context=PodNetworkContext(pod_network=routed, node=NODE))
+        monkeypatch.undo()
+        assert client.transactions == before, "route wrote a port already in place"
+        assert read == []
+        assert lookups == []
+        result = plugin.podnet_verify(context=PodNetworkContext(pod_network=routed, node=NODE))
+        assert result is not None and result.ok, result
+    finally:
+        plugin.close()
+

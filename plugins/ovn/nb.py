@@ -37,6 +37,7 @@ from podnet.plugins.ovn.nbcommands import (
     external_switches,
     holds,
     link_ok,
+    named,
     stateful_ok,
 )
 from podnet.plugins.ovn.nbpolicy import (
@@ -623,14 +624,14 @@ class NbClient:
 
     def port(self, name: str) -> Any:
         with self.reading():
-            return self.api.lookup("Logical_Switch_Port", name, default=None)
+            return named(self.api.tables["Logical_Switch_Port"], name)
 
     def ports(self) -> list[Any]:
         return self.rows("Logical_Switch_Port")
 
     def in_port_group(self, group: str, lsp: Any) -> bool:
         with self.reading():
-            pg = self.api.lookup("Port_Group", group, default=None)
+            pg = named(self.api.tables["Port_Group"], group)
             return pg is not None and holds(pg, "ports", lsp)
 
     def link_ok(self, link: RouterLink) -> bool:

@@ -518,3 +518,35 @@ def test_route_finds_a_port_in_place_without_converting_its_columns_twice(
     finally:
         plugin.close()
 
+
+def test_a_groups_acls_are_made_once_per_group_as_configured() -> None:
+    """allocate and route each made every pod's groups' ACLs from their rules; a group is
+    a frozen value, so they are made once per group as configured (and a caller's list
+    is its own: changing it changes nothing for the next)."""
+    from podnet.plugins.ovn import secgroups
+    from podnet.plugins.ovn.secgroups import Rule, SecurityGroup, acls_by_port_group
+
+    made: list[Any] = []
+    rule_matches = secgroups._rule_matches
+
+    def counted(rule: Any, port: str, side: str) -> list[str]:
+        made.append(rule)
+        return rule_matches(rule, port, side)
+
+    group = SecurityGroup("memo", ingress=(Rule("tcp", (80, 80), ("10.0.0.0/8",)),),
+                          egress=(Rule("udp", (53, 53)),))
+    secgroups._rule_matches = counted  # type: ignore[assignment]
+    try:
+        first = acls_by_port_group([group])
+        count = len(made)
+        assert count
+        first["sg_memo"].clear()
+        again = acls_by_port_group([SecurityGroup("memo", ingress=group.ingress,
+                                                  egress=group.egress)])
+        assert len(made) == count, "the same group's ACLs were made again"
+        assert again == acls_by_port_group([group]) and again["sg_memo"]
+        changed = SecurityGroup("memo", ingress=(Rule("tcp", (81, 81), ("10.0.0.0/8",)),))
+        assert acls_by_port_group([changed]) != again
+        assert len(made) > count
+    finally:
+        secgroups._rule_matches = rule_matches  # type: ignore[assignment]

@@ -550,3 +550,66 @@ def test_a_groups_acls_are_made_once_per_group_as_configured() -> None:
         assert len(made) > count
     finally:
         secgroups._rule_matches = rule_matches  # type: ignore[assignment]
+
+
+def test_a_delete_finds_its_ports_switch_without_a_pass_over_every_port(
+        nb_server: NbServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each transaction of deletes made an index of every port of every switch (a
+    burst's 60 transactions over a switch of 1,000 ports: 60 passes over it); the switch
+    holding a port is now found in each switch's set as the server sent it, or among the
+    ports the same transaction adds. Ports on two switches, one moved to the other
+    behind podnet's back, all go."""
+    import uuid as uuid_module
+
+    from podnet.plugins.ovn import nbcommands
+    from podnet.plugins.ovn.nb import KEY, NbClient, PortSpec
+
+    nb_server.restart_fresh()
+    client = NbClient(nb_server.remote)
+    try:
+        client.ensure_infra(switches=["del-a", "del-b"])
+        many = [PortSpec(f"del-a-{i}", "del-a", [f"0a:00:00:01:{i >> 8:02x}:{i & 255:02x} "
+                                                   f"10.36.{i >> 8}.{i & 255}"],
+                         {KEY: f"demo/del-a-{i}"}) for i in range(600)]
+        client.run([client.ensure_port(s) for s in many])
+        client.run([client.ensure_port(PortSpec("del-b-0", "del-b", ["0a:00:00:02:00:01"],
+                                                {KEY: "demo/del-b-0"}))])
+        # del-a-1 moved to del-b behind podnet's back
+        with client.api.transaction(check_error=True) as txn:
+            txn.add(client.api.db_remove("Logical_Switch", "del-a", "ports",
+                                         client.port("del-a-1").uuid))
+            txn.add(client.api.db_add("Logical_Switch", "del-b", "ports",
+                                      client.port("del-a-1").uuid))
+        hashed: list[int] = []
+        deleting = threading.local()
+        uuid_hash = uuid_module.UUID.__hash__
+
+        def counted(self: Any) -> int:
+            if getattr(deleting, "on", False):
+                hashed.append(1)
+            return uuid_hash(self)
+
+        run_idl = nbcommands.DeletePort.run_idl
+
+        def delete(self: Any, txn: Any) -> None:
+            deleting.on = True
+            try:
+                run_idl(self, txn)
+            finally:
+                deleting.on = False
+
+        monkeypatch.setattr(uuid_module.UUID, "__hash__", counted)
+        monkeypatch.setattr(nbcommands.DeletePort, "run_idl", delete)
+        client.run([client.delete_port(f"del-a-{i}", f"demo/del-a-{i}") for i in range(3)]
+                   + [client.delete_port("del-b-0", "demo/del-b-0")])
+        monkeypatch.undo()
+        assert len(hashed) < 100, f"{len(hashed)} uuids hashed for 4 deletes"
+        names = {p.name for p in client.ports()}
+        assert not names & {"del-a-0", "del-a-1", "del-a-2", "del-b-0"}
+        assert len(names) == 597
+        with client.reading() as tables:
+            a = nbcommands.named(tables["Logical_Switch"], "del-a")
+            b = nbcommands.named(tables["Logical_Switch"], "del-b")
+            assert len(a.ports) == 597 and b.ports == []
+    finally:
+        client.close()

@@ -613,3 +613,60 @@ def test_a_delete_finds_its_ports_switch_without_a_pass_over_every_port(
             assert len(a.ports) == 597 and b.ports == []
     finally:
         client.close()
+
+
+def test_the_leader_gathering_is_woken_once_all_it_waits_for_are_there(
+        nb_server: NbServer) -> None:
+    """A leader gathering its batch was woken by every caller arriving (a burst's 16
+    workers: 15 times a transaction, each a handover of the GIL); it now sleeps until
+    as many wait as it waits for, or its window is over."""
+    from podnet.plugins.ovn.nb import NbClient
+
+    nb_server.restart_fresh()
+    client = NbClient(nb_server.remote, window=1.0)
+    errors: list[BaseException] = []
+
+    def one(i: int, third: int) -> None:
+        try:
+            client.run([client.ensure_port(_port_spec(f"wake{third}", "wake", i, third))])
+        except BaseException as exc:
+            errors.append(exc)
+
+    try:
+        client.ensure_infra(switches=["wake"])
+        start = threading.Barrier(6)
+
+        def first(i: int) -> None:
+            start.wait(10)
+            one(i, 8)
+
+        threads = [threading.Thread(target=first, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert client.batcher._expected == 6, "the first six did not share a transaction"
+        client.batcher.window = 60.0
+        arrival = client.batcher._arrival
+        wakes: list[int] = []
+        wait = arrival.wait
+
+        def counted(timeout: float | None = None) -> bool:
+            woken = wait(timeout)
+            wakes.append(1)
+            return woken
+
+        arrival.wait = counted  # type: ignore[method-assign]
+        threads = []
+        for i in range(6):  # one after the other, well inside the window
+            threads.append(threading.Thread(target=one, args=(i, 9)))
+            threads[-1].start()
+            time.sleep(0.05)
+        for t in threads:
+            t.join(30)
+        assert errors == []
+        assert client.batcher._expected == 6
+        assert len(wakes) == 1, f"the leader was woken {len(wakes)} times"
+        assert len(client.ports()) == 12
+    finally:
+        client.close()

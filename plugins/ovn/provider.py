@@ -253,6 +253,8 @@ class OvnProvider(OvnNorthbound):
         this port's VIP. :return: the VIPs newly taken (to give back if the write fails).
         """
         vips = list(pn.spec.requests.vips)
+        if not vips:
+            return []  # nothing to check or take (VIPs dropped are route's drop_vips)
         blocked = self._blocked(subnet, node, vips=True)
         held = self.ipam.vips_of(name)
         for vip in vips:

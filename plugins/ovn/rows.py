@@ -142,7 +142,7 @@ def column(row: Any, name: str) -> Any:
     """A row's column as reading the attribute gives it (a value, a sorted list or a
     dict of its own), converted once from its settled datum: the attribute converts the
     datum to Python, back to a datum checking every atom, and to Python again (a port's
-    external ids: six times the cost, on every read of a port route and verify make)."""
+    external ids: 15 times the cost, on every read of a port route and verify make)."""
     datum = settled_datum(row, name)
     return getattr(row, name) if datum is None else datum.to_python(row._uuid_to_row)
 

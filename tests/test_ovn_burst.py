@@ -426,3 +426,247 @@ def test_the_client_is_handed_out_without_the_providers_lock_when_nothing_is_due
         assert plugin.ipam.owner("10.45.0.9") == "a port podnet does not own"
     finally:
         plugin.close()
+
+
+def test_a_columns_value_is_read_from_its_datum_as_the_attribute_gives_it(
+        nb_server: NbServer) -> None:
+    """``column`` gives what reading the attribute gives (maps, sets, scalars, row
+    references), without the attribute's two extra conversions; a column a transaction
+    under way changes is read as the attribute (with the change)."""
+    from ovs.db import idl as ovs_idl
+
+    from podnet.plugins.ovn.nb import KEY, OWNER, OWNER_VALUE, NbClient, PortSpec
+    from podnet.plugins.ovn.nbcommands import named
+    from podnet.plugins.ovn.rows import column
+
+    nb_server.restart_fresh()
+    client = NbClient(nb_server.remote)
+    try:
+        client.ensure_infra(switches=["cols"], port_groups=["pg_cols"])
+        entry = "0a:00:00:00:0a:01 10.35.0.2"
+        spec = PortSpec("cols-1", "cols", [entry], {KEY: "demo/cols-1", OWNER: OWNER_VALUE},
+                        port_security=[entry], port_groups=["pg_cols"],
+                        options={"requested-chassis": "node-0"})
+        client.run([client.ensure_port(spec)])
+        with client.reading() as tables:
+            lsp = named(tables["Logical_Switch_Port"], "cols-1")
+            pg = named(tables["Port_Group"], "pg_cols")
+            assert lsp is client.api.lookup("Logical_Switch_Port", "cols-1")
+            assert named(tables["Logical_Switch_Port"], "no-such-port") is None
+            for row, names in ((lsp, ["external_ids", "addresses", "port_security", "options",
+                                      "type", "up", "enabled", "tag"]),
+                               (pg, ["ports", "acls", "name", "external_ids"])):
+                for name in names:
+                    assert column(row, name) == getattr(row, name), name
+            assert column(pg, "ports") == [lsp]
+            txn = ovs_idl.Transaction(client.api.idl)
+            try:
+                lsp.addresses = ["0a:00:00:00:0a:02 10.35.0.3"]
+                pg.delvalue("ports", lsp)
+                assert column(lsp, "addresses") == ["0a:00:00:00:0a:02 10.35.0.3"]
+                assert column(pg, "ports") == []
+            finally:
+                txn.abort()
+            assert column(lsp, "addresses") == [entry]
+    finally:
+        client.close()
+
+
+def test_route_finds_a_port_in_place_without_converting_its_columns_twice(
+        nb_server: NbServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """route after allocate reads the port (its addresses, port security, options,
+    external ids), its group and the port's membership: each read converted the column
+    three times (the attribute goes through a datum checked atom by atom) and each lookup
+    by name went through ovsdbapp's, which parses the name as a UUID first. Now no
+    attribute of the port or its group is read that way, and no lookup is ovsdbapp's."""
+    from ovs.db import idl as ovs_idl
+
+    from podnet.plugins.ovn.provider import OvnProvider
+
+    nb_server.restart_fresh()
+    plugin = OvnProvider(nb_server.remote, [{"name": "inplace", "cidr": "10.46.0.0/24"}],
+                         seed=4, security_groups={GROUP: {"ingress": [{"protocol": "tcp",
+                                                                       "port": 80}]}})
+    try:
+        routed = _create(plugin, _record(0))
+        client = plugin.client
+        before = client.transactions
+        read: list[str] = []
+        row_getattr = ovs_idl.Row.__getattr__
+
+        def counted(row: Any, name: str) -> Any:
+            if row._table.name in ("Logical_Switch_Port", "Port_Group"):
+                read.append(f"{row._table.name}.{name}")
+            return row_getattr(row, name)
+
+        lookups: list[str] = []
+        api_lookup = type(client.api).lookup
+
+        def lookup(api: Any, table: str, record: Any, *args: Any, **kwargs: Any) -> Any:
+            lookups.append(table)
+            return api_lookup(api, table, record, *args, **kwargs)
+
+        monkeypatch.setattr(ovs_idl.Row, "__getattr__", counted)
+        monkeypatch.setattr(type(client.api), "lookup", lookup)
+        plugin.podnet_route(context=PodNetworkContext(pod_network=routed, node=NODE))
+        monkeypatch.undo()
+        assert client.transactions == before, "route wrote a port already in place"
+        assert read == []
+        assert lookups == []
+        result = plugin.podnet_verify(context=PodNetworkContext(pod_network=routed, node=NODE))
+        assert result is not None and result.ok, result
+    finally:
+        plugin.close()
+
+
+def test_a_groups_acls_are_made_once_per_group_as_configured() -> None:
+    """allocate and route each made every pod's groups' ACLs from their rules; a group is
+    a frozen value, so they are made once per group as configured (and a caller's list
+    is its own: changing it changes nothing for the next)."""
+    from podnet.plugins.ovn import secgroups
+    from podnet.plugins.ovn.secgroups import Rule, SecurityGroup, acls_by_port_group
+
+    made: list[Any] = []
+    rule_matches = secgroups._rule_matches
+
+    def counted(rule: Any, port: str, side: str) -> list[str]:
+        made.append(rule)
+        return rule_matches(rule, port, side)
+
+    group = SecurityGroup("memo", ingress=(Rule("tcp", (80, 80), ("10.0.0.0/8",)),),
+                          egress=(Rule("udp", (53, 53)),))
+    secgroups._rule_matches = counted  # type: ignore[assignment]
+    try:
+        first = acls_by_port_group([group])
+        count = len(made)
+        assert count
+        first["sg_memo"].clear()
+        again = acls_by_port_group([SecurityGroup("memo", ingress=group.ingress,
+                                                  egress=group.egress)])
+        assert len(made) == count, "the same group's ACLs were made again"
+        assert again == acls_by_port_group([group]) and again["sg_memo"]
+        changed = SecurityGroup("memo", ingress=(Rule("tcp", (81, 81), ("10.0.0.0/8",)),))
+        assert acls_by_port_group([changed]) != again
+        assert len(made) > count
+    finally:
+        secgroups._rule_matches = rule_matches  # type: ignore[assignment]
+
+
+def test_a_delete_finds_its_ports_switch_without_a_pass_over_every_port(
+        nb_server: NbServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each transaction of deletes made an index of every port of every switch (a
+    burst's 60 transactions over a switch of 1,000 ports: 60 passes over it); the switch
+    holding a port is now found in each switch's set as the server sent it, or among the
+    ports the same transaction adds. Ports on two switches, one moved to the other
+    behind podnet's back, all go."""
+    import uuid as uuid_module
+
+    from podnet.plugins.ovn import nbcommands
+    from podnet.plugins.ovn.nb import KEY, NbClient, PortSpec
+
+    nb_server.restart_fresh()
+    client = NbClient(nb_server.remote)
+    try:
+        client.ensure_infra(switches=["del-a", "del-b"])
+        many = [PortSpec(f"del-a-{i}", "del-a", [f"0a:00:00:01:{i >> 8:02x}:{i & 255:02x} "
+                                                   f"10.36.{i >> 8}.{i & 255}"],
+                         {KEY: f"demo/del-a-{i}"}) for i in range(600)]
+        client.run([client.ensure_port(s) for s in many])
+        client.run([client.ensure_port(PortSpec("del-b-0", "del-b", ["0a:00:00:02:00:01"],
+                                                {KEY: "demo/del-b-0"}))])
+        # del-a-1 moved to del-b behind podnet's back
+        with client.api.transaction(check_error=True) as txn:
+            txn.add(client.api.db_remove("Logical_Switch", "del-a", "ports",
+                                         client.port("del-a-1").uuid))
+            txn.add(client.api.db_add("Logical_Switch", "del-b", "ports",
+                                      client.port("del-a-1").uuid))
+        hashed: list[int] = []
+        deleting = threading.local()
+        uuid_hash = uuid_module.UUID.__hash__
+
+        def counted(self: Any) -> int:
+            if getattr(deleting, "on", False):
+                hashed.append(1)
+            return uuid_hash(self)
+
+        run_idl = nbcommands.DeletePort.run_idl
+
+        def delete(self: Any, txn: Any) -> None:
+            deleting.on = True
+            try:
+                run_idl(self, txn)
+            finally:
+                deleting.on = False
+
+        monkeypatch.setattr(uuid_module.UUID, "__hash__", counted)
+        monkeypatch.setattr(nbcommands.DeletePort, "run_idl", delete)
+        client.run([client.delete_port(f"del-a-{i}", f"demo/del-a-{i}") for i in range(3)]
+                   + [client.delete_port("del-b-0", "demo/del-b-0")])
+        monkeypatch.undo()
+        assert len(hashed) < 100, f"{len(hashed)} uuids hashed for 4 deletes"
+        names = {p.name for p in client.ports()}
+        assert not names & {"del-a-0", "del-a-1", "del-a-2", "del-b-0"}
+        assert len(names) == 597
+        with client.reading() as tables:
+            a = nbcommands.named(tables["Logical_Switch"], "del-a")
+            b = nbcommands.named(tables["Logical_Switch"], "del-b")
+            assert len(a.ports) == 597 and b.ports == []
+    finally:
+        client.close()
+
+
+def test_the_leader_gathering_is_woken_once_all_it_waits_for_are_there(
+        nb_server: NbServer) -> None:
+    """A leader gathering its batch was woken by every caller arriving (a burst's 16
+    workers: 15 times a transaction, each a handover of the GIL); it now sleeps until
+    as many wait as it waits for, or its window is over."""
+    from podnet.plugins.ovn.nb import NbClient
+
+    nb_server.restart_fresh()
+    client = NbClient(nb_server.remote, window=1.0)
+    errors: list[BaseException] = []
+
+    def one(i: int, third: int) -> None:
+        try:
+            client.run([client.ensure_port(_port_spec(f"wake{third}", "wake", i, third))])
+        except BaseException as exc:
+            errors.append(exc)
+
+    try:
+        client.ensure_infra(switches=["wake"])
+        start = threading.Barrier(6)
+
+        def first(i: int) -> None:
+            start.wait(10)
+            one(i, 8)
+
+        threads = [threading.Thread(target=first, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert client.batcher._expected == 6, "the first six did not share a transaction"
+        client.batcher.window = 60.0
+        arrival = client.batcher._arrival
+        wakes: list[int] = []
+        wait = arrival.wait
+
+        def counted(timeout: float | None = None) -> bool:
+            woken = wait(timeout)
+            wakes.append(1)
+            return woken
+
+        arrival.wait = counted  # type: ignore[method-assign]
+        threads = []
+        for i in range(6):  # one after the other, well inside the window
+            threads.append(threading.Thread(target=one, args=(i, 9)))
+            threads[-1].start()
+            time.sleep(0.05)
+        for t in threads:
+            t.join(30)
+        assert errors == []
+        assert client.batcher._expected == 6
+        assert len(wakes) == 1, f"the leader was woken {len(wakes)} times"
+        assert len(client.ports()) == 12
+    finally:
+        client.close()

@@ -37,6 +37,7 @@ from podnet.plugins.ovn.nbcommands import (
     external_switches,
     holds,
     link_ok,
+    named,
     stateful_ok,
 )
 from podnet.plugins.ovn.nbpolicy import (
@@ -257,10 +258,13 @@ class Batcher:
         self.window = window
         self.max_batch = max_batch
         self._lock = threading.Lock()
-        #: notified on every arrival, for the leader gathering its batch
+        #: notified when the leader gathering its batch has all it waits for
         self._arrival = threading.Condition(self._lock)
         self._pending: list[_Call] = []
         self._committing = False
+        #: while the leader gathers: the callers it waits for (an arrival that makes them
+        #: all wakes it; the others it counts when its window is over)
+        self._gathering: int | None = None
         #: callers the last transaction had: in a burst, as many come back
         self._expected = 0
         #: transactions committed; callers whose commands shared one with others; shared
@@ -276,7 +280,8 @@ class Batcher:
         with self._lock:
             self._pending.append(call)
             if self._committing:
-                self._arrival.notify()
+                if self._gathering is not None and len(self._pending) >= self._gathering:
+                    self._arrival.notify()
             else:
                 self._committing = True
                 call.lead = True
@@ -295,14 +300,20 @@ class Batcher:
         deadline = time.monotonic() + self.window * self.LINGER_WINDOWS
         wanted = self.max_batch if self._expected <= 1 else min(self._expected,
                                                                   self.max_batch)
-        while len(self._pending) < wanted:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            waiting = len(self._pending)
-            self._arrival.wait(min(self.window, left))
-            if len(self._pending) == waiting:
-                return  # a window without an arrival
+        self._gathering = wanted
+        try:
+            while len(self._pending) < wanted:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                waiting = len(self._pending)
+                # woken by the arrival that makes them all, not by each (a burst's
+                # leader was woken 15 times a transaction, the GIL handed to it and back)
+                self._arrival.wait(min(self.window, left))
+                if len(self._pending) == waiting:
+                    return  # a window without an arrival
+        finally:
+            self._gathering = None
         if wanted < self.max_batch:
             self.gathered_expected += 1
 
@@ -623,14 +634,14 @@ class NbClient:
 
     def port(self, name: str) -> Any:
         with self.reading():
-            return self.api.lookup("Logical_Switch_Port", name, default=None)
+            return named(self.api.tables["Logical_Switch_Port"], name)
 
     def ports(self) -> list[Any]:
         return self.rows("Logical_Switch_Port")
 
     def in_port_group(self, group: str, lsp: Any) -> bool:
         with self.reading():
-            pg = self.api.lookup("Port_Group", group, default=None)
+            pg = named(self.api.tables["Port_Group"], group)
             return pg is not None and holds(pg, "ports", lsp)
 
     def link_ok(self, link: RouterLink) -> bool:

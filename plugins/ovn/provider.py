@@ -90,6 +90,7 @@ from podnet.plugins.ovn.rows import (
     VIPS,
     RouterLink,
     binding_options,
+    column,
     vip_port_name,
     vm_binding,
 )
@@ -252,6 +253,8 @@ class OvnProvider(OvnNorthbound):
         this port's VIP. :return: the VIPs newly taken (to give back if the write fails).
         """
         vips = list(pn.spec.requests.vips)
+        if not vips:
+            return []  # nothing to check or take (VIPs dropped are route's drop_vips)
         blocked = self._blocked(subnet, node, vips=True)
         held = self.ipam.vips_of(name)
         for vip in vips:
@@ -402,7 +405,7 @@ class OvnProvider(OvnNorthbound):
         # the replica (only this record's allocate makes its port)
         existing = client.port(name)
         with self.lock:
-            if existing is not None and existing.external_ids.get(KEY) == pn.key:
+            if existing is not None and column(existing, "external_ids").get(KEY) == pn.key:
                 found = self._allocation_of(existing)
                 if found is not None:
                     return found
@@ -490,13 +493,13 @@ class OvnProvider(OvnNorthbound):
             lsp = client.port(spec.name)
             if lsp is None:
                 return False
-            ext = dict(lsp.external_ids)
+            ext = column(lsp, "external_ids")
             if ext.get(GROUPS, "") != ",".join(sorted(set(spec.port_groups))):
                 return False
             return OvnProvider._compare(client, spec, spec.port_groups, None, (lsp, ext)).ok
 
     def _allocation_of(self, lsp: Any) -> Allocation | None:
-        ext = lsp.external_ids
+        ext = column(lsp, "external_ids")
         v4, v6, mac = ext.get(EXT_IP), ext.get(EXT_IPV6), ext.get(EXT_MAC)
         subnet = self._record_subnet(ext.get(EXT_SUBNET, ""))
         if not (v4 or v6) or subnet is None:
@@ -624,13 +627,15 @@ class OvnProvider(OvnNorthbound):
         if lsp is None:
             return VerifyResult(ok=False, reason=f"logical switch port {spec.name} is missing")
         if ext is None:
-            ext = dict(lsp.external_ids)
-        if list(lsp.addresses) != spec.addresses:
+            ext = column(lsp, "external_ids")
+        addresses = column(lsp, "addresses")
+        if addresses != spec.addresses:
             return VerifyResult(ok=False, reason=f"port {spec.name} has addresses "
-                                f"{list(lsp.addresses)}, wants {spec.addresses}")
-        if list(lsp.port_security) != spec.port_security:
+                                f"{addresses}, wants {spec.addresses}")
+        security = column(lsp, "port_security")
+        if security != spec.port_security:
             return VerifyResult(ok=False, reason=f"port {spec.name} has port security "
-                                f"{list(lsp.port_security)}, wants {spec.port_security}")
+                                f"{security}, wants {spec.port_security}")
         if binding_options(lsp) != spec.options:
             return VerifyResult(ok=False, reason=f"port {spec.name} is bound by "
                                 f"{binding_options(lsp)}, wants {spec.options}")

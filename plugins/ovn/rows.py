@@ -11,7 +11,7 @@ from podnet.hookspecs.models import ANNOTATION_MIGRATION_SOURCE_NODE, LABEL_VM, 
 
 __all__ = ["GROUPS", "KEY", "OWNER", "OWNER_VALUE", "ROLE", "ROLE_EXTERNAL", "ROLE_ROUTER_LINK",
            "ROLE_STATEFUL", "ROLE_VIP", "ROUTER", "STATEFUL_ACLS", "VIPS", "ExternalNet",
-           "RouterLink", "link_mac", "vip_port_name"]
+           "RouterLink", "column", "link_mac", "settled_datum", "vip_port_name"]
 
 #: external_ids key naming the PodNetwork record a row belongs to
 KEY = "podnet/key"
@@ -127,9 +127,29 @@ class ExternalNet:
 BINDING_OPTIONS = ("requested-chassis", "activation-strategy")
 
 
+def settled_datum(row: Any, column: str) -> Any:
+    """The column's datum as the server last sent it, or None when a transaction under
+    way changes it (then only reading the column sees the change)."""
+    data = row._data
+    changes = row._changes
+    if (data is None or column not in data or changes is None
+            or changes.get(column) is not None or row._mutations):
+        return None
+    return data[column]  # a column at its default is made on reading: not .get
+
+
+def column(row: Any, name: str) -> Any:
+    """A row's column as reading the attribute gives it (a value, a sorted list or a
+    dict of its own), converted once from its settled datum: the attribute converts the
+    datum to Python, back to a datum checking every atom, and to Python again (a port's
+    external ids: 15 times the cost, on every read of a port route and verify make)."""
+    datum = settled_datum(row, name)
+    return getattr(row, name) if datum is None else datum.to_python(row._uuid_to_row)
+
+
 def binding_options(lsp: Any) -> dict[str, str]:
     """The port's options podnet owns, as NB has them."""
-    return {k: v for k, v in dict(lsp.options).items() if k in BINDING_OPTIONS}
+    return {k: v for k, v in column(lsp, "options").items() if k in BINDING_OPTIONS}
 
 
 def vm_binding(pn: PodNetwork, node: str) -> dict[str, str]:

@@ -21,6 +21,7 @@ without a second membership per port).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Mapping, Sequence
@@ -297,6 +298,13 @@ def _rule_matches(rule: Rule, port: str, side: str) -> list[str]:
 def group_acls(group: SecurityGroup) -> list[Acl]:
     """The ACLs of one group's port group, in a stable order, without duplicates: the
     drop of what no rule allows, and its rules above it."""
+    return list(_group_acls(group))
+
+
+@functools.lru_cache(maxsize=256)
+def _group_acls(group: SecurityGroup) -> tuple[Acl, ...]:
+    """``group_acls``, made once per group as configured (a group is a frozen value):
+    allocate and route each asked for every pod's groups' rules again."""
     pg = group.port_group
     out: list[Acl] = [
         Acl("to-lport", PRIORITY_DENY, f"outport == @{pg} && ip", "drop"),
@@ -312,7 +320,7 @@ def group_acls(group: SecurityGroup) -> list[Acl]:
                 acl = Acl(direction, PRIORITY_ALLOW, match, "allow-related")
                 if acl not in out:
                     out.append(acl)
-    return out
+    return tuple(out)
 
 
 def acls_by_port_group(groups: Sequence[SecurityGroup]) -> dict[str, list[Acl]]:

@@ -1138,3 +1138,71 @@ def test_the_gateway_is_never_a_pods_address(world: World, nb_server: NbServer,
            if pn.status.subnet == "small-r" and pn.status.phase is Phase.ROUTED}
     assert got == {f"10.23.0.{i}" for i in range(2, 7)}
     assert "10.23.0.1" not in world.cloud_addresses()
+
+
+def test_an_allocate_whose_answer_timed_out_keeps_its_address_from_other_pods(
+        nb_server: NbServer) -> None:
+    """NB stopped while a pod's port is written: the write times out, yet NB commits it
+    once it runs again. Its address stays the record's: the other pods of the subnet get
+    the others (before, it was freed at the timeout and given to one of them, two ports
+    on one address), and the record asking again gets its port's address back."""
+    import os
+    import signal
+
+    from podnet.core.errors import ProviderError
+    from podnet.core.models import (
+        NetworkRequest,
+        NodeInfo,
+        ObjectMeta,
+        PodNetwork,
+        PodNetworkSpec,
+    )
+    from podnet.hookspecs.types import AllocateContext, NodeContext
+    from podnet.plugins.ovn.ipam import port_name
+    from podnet.plugins.ovn.nb import outcome_unknown
+    from podnet.plugins.ovn.provider import OvnProvider
+
+    node = NodeContext(node=NodeInfo(name="node-0", uid="n0"))
+
+    def record(i: int) -> PodNetwork:
+        return PodNetwork(
+            metadata=ObjectMeta(name=f"t{i}.default.{i:08x}", namespace="late"),
+            spec=PodNetworkSpec(pod_name=f"t{i}", pod_uid=f"{i:08x}", node_name="node-0",
+                                provider="ovn", requests=NetworkRequest(subnets=("tiny",))))
+
+    def allocate(pn: PodNetwork) -> Any:
+        return plugin.podnet_allocate(context=AllocateContext(pod_network=pn, node=node))
+
+    nb_server.restart_fresh()
+    plugin = OvnProvider(nb_server.remote, SUBNETS, routers=ROUTERS, seed=1, timeout=1.0)
+    assert nb_server.process is not None
+    pid = nb_server.process.pid
+    try:
+        allocate(record(0))  # the subnet's switch made, one address taken
+        late = record(1)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(Exception) as timed_out:
+                allocate(late)
+            assert outcome_unknown(timed_out.value), timed_out.value
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        _wait(lambda: plugin.client.port(port_name(late)) is not None,
+              "NB to commit the late port", timeout=20.0)
+        others: list[str] = []
+        for i in range(2, 8):
+            try:
+                others.append(allocate(record(i)).ip)
+            except ProviderError:
+                break  # the subnet is full
+        ports = plugin.client.ports()
+        addresses = [ip for lsp in ports for a in lsp.addresses for ip in a.split()[1:]]
+        assert len(addresses) == len(set(addresses)), sorted(addresses)
+        again = allocate(late)
+        assert again.ip not in others
+        assert plugin.client.port(port_name(late)) is not None
+        addresses = [ip for lsp in plugin.client.ports() for a in lsp.addresses
+                     for ip in a.split()[1:]]
+        assert len(addresses) == len(set(addresses)), sorted(addresses)
+    finally:
+        plugin.close()

@@ -237,6 +237,17 @@ class _Call:
         self.wake.set()
 
 
+class BatchLeaderDied(RuntimeError):
+    """The caller committing a batch died with it: whether the batch was committed is
+    not known."""
+
+
+def outcome_unknown(exc: BaseException) -> bool:
+    """Whether a transaction that raised ``exc`` may be committed all the same: its
+    answer did not come in time (the request was sent), or its batch's leader died."""
+    return isinstance(exc, (TimeoutException, BatchLeaderDied))
+
+
 class Batcher:
     """Group commit: a caller whose commands find no transaction in flight commits them,
     once ``window`` seconds passed without another caller's arriving (at most
@@ -336,7 +347,7 @@ class Batcher:
                 left, self._pending = self._pending, []
             for one in [*batch, *left]:
                 if not one.done:
-                    one.finish(RuntimeError("batch leader died"))
+                    one.finish(BatchLeaderDied("batch leader died"))
             raise
         with self._lock:
             if self._pending:

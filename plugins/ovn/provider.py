@@ -431,7 +431,7 @@ class OvnProvider(OvnNorthbound):
             except BaseException:
                 self.ipam.free(name)
                 raise
-        from podnet.plugins.ovn.nb import PortSpec
+        from podnet.plugins.ovn.nb import PortSpec, outcome_unknown
 
         allocation = allocation_of(subnet, v4, v6, mac, name, self.config.mtu)
         routed = self._routed_port(pn, allocation)
@@ -453,9 +453,14 @@ class OvnProvider(OvnNorthbound):
                     if acls:
                         client.ensure_acls(acls)
             client.run([client.ensure_port(spec)])
-        except BaseException:
-            with self.lock:
-                self.ipam.free(name)
+        except BaseException as exc:
+            # a write whose answer never came may still be committed: its address stays
+            # held for this record, which takes it back when it asks again or frees it
+            # when it is released (freed, another pod could take it meanwhile and sit on
+            # one address with this record's port once NB applies the write)
+            if not outcome_unknown(exc):
+                with self.lock:
+                    self.ipam.free(name)
             raise
         return allocation
 

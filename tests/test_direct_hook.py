@@ -90,10 +90,8 @@ def test_none_answer_of_a_list_hook_is_left_out_as_pluggy_does() -> None:
     assert both(pm, "podnet_select_networks", pod=_pod(), node=NODE) == ([], [])
 
 
-def test_one_implementation_is_called_without_pluggy(monkeypatch: pytest.MonkeyPatch) -> None:
-    pm = new_plugin_manager()
-    claims = Claims("reference")
-    pm.register(claims)
+def _count_pluggy_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the hooks called through pluggy's HookCaller from now on."""
     through_pluggy: list[str] = []
     original = pluggy.HookCaller.__call__
 
@@ -102,6 +100,14 @@ def test_one_implementation_is_called_without_pluggy(monkeypatch: pytest.MonkeyP
         return original(self, **kwargs)
 
     monkeypatch.setattr(pluggy.HookCaller, "__call__", counted)
+    return through_pluggy
+
+
+def test_one_implementation_is_called_without_pluggy(monkeypatch: pytest.MonkeyPatch) -> None:
+    pm = new_plugin_manager()
+    claims = Claims("reference")
+    pm.register(claims)
+    through_pluggy = _count_pluggy_calls(monkeypatch)
     direct = DirectHook(pm, pm.hook.podnet_select_provider)
     assert direct(node=NODE) == "reference"
     assert claims.asked == [NODE]
@@ -177,14 +183,7 @@ def test_the_warm_path_calls_provider_hooks_without_pluggy(
     rig = EngineRig([("reference", ReferenceProvider(cloud, policy=POLICY))])
     node = rig.node(0)
     rig.settle()
-    through_pluggy: list[str] = []
-    original = pluggy.HookCaller.__call__
-
-    def counted(self: pluggy.HookCaller, **kwargs: object) -> Any:
-        through_pluggy.append(self.name)
-        return original(self, **kwargs)
-
-    monkeypatch.setattr(pluggy.HookCaller, "__call__", counted)
+    through_pluggy = _count_pluggy_calls(monkeypatch)
     rig.pod("p1", node)
     rig.settle()
     assert rig.record("p1")["status"]["phase"] == "Routed"

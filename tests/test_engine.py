@@ -254,24 +254,25 @@ def _echo_rig(meddle: bool) -> tuple[Rig, EchoFirst]:
     return rig, cluster
 
 
-def test_a_writes_own_event_heard_before_its_answer_queues_no_second_pass() -> None:
-    rig, _ = _echo_rig(meddle=False)
+def _one_pod_through_an_echo_rig(meddle: bool) -> tuple[Rig, Any, int]:
+    """A pod made Routed on an echo rig: the rig, the pod, and the pod passes before."""
+    rig, _ = _echo_rig(meddle=meddle)
     node = rig.node(0)
     rig.settle()
     before = rig.engine.stats.reconciles["pod"]
     web = rig.pod("web", node)
     rig.settle()
+    return rig, web, before
+
+
+def test_a_writes_own_event_heard_before_its_answer_queues_no_second_pass() -> None:
+    rig, web, before = _one_pod_through_an_echo_rig(meddle=False)
     assert phase(rig.record_of(web)) == "Routed"
     assert rig.engine.stats.reconciles["pod"] == before + 1  # create and Routed: one pass
 
 
 def test_another_change_heard_while_a_write_is_in_flight_still_queues_the_pod() -> None:
-    rig, _ = _echo_rig(meddle=True)
-    node = rig.node(0)
-    rig.settle()
-    before = rig.engine.stats.reconciles["pod"]
-    web = rig.pod("web", node)
-    rig.settle()
+    rig, web, before = _one_pod_through_an_echo_rig(meddle=True)
     record = rig.record_of(web)
     assert phase(record) == "Routed" and record["metadata"]["labels"]["team"] == "a"
     assert rig.engine.stats.reconciles["pod"] >= before + 2  # looked at again for it

@@ -771,3 +771,23 @@ def salvage_pod_network(data: Mapping[str, Any], error: RecordError) -> Unreadab
                                        interface=text(status, "interface")),
         error=str(error),
     )
+
+
+def readable_ready(obj: Mapping[str, Any]) -> tuple[models.Condition, ...]:
+    """The Ready condition of a record that does not parse, if that much of it does (its
+    transition time is kept while it stays False)."""
+    status = obj.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    for raw in conditions if isinstance(conditions, list) else ():
+        if isinstance(raw, Mapping) and raw.get("type") == "Ready":
+            try:
+                return (from_wire(models.Condition, raw),)
+            except RecordError:
+                return ()
+    return ()
+
+
+def readable_generation(meta: Mapping[str, Any]) -> int | None:
+    """``metadata.generation`` of a record that does not parse, if it is a number."""
+    generation = meta.get("generation")
+    return generation if isinstance(generation, int) and not isinstance(generation, bool) else None

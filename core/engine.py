@@ -13,7 +13,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -24,9 +24,9 @@ from podnet.core.caches import Caches, NamespaceInfo, pod_key_of
 from podnet.core.clock import Clock, SystemClock
 from podnet.core.cluster.gcpause import gc_paused
 from podnet.core.cluster.informer import Informer
-from podnet.core.cluster.port import ApiError, Cluster, Kind, Obj
+from podnet.core.cluster.port import ApiError, Cluster, Kind
 from podnet.core.config import Config, NodeProviderRule
-from podnet.core.convert import RecordError, from_wire, to_wire
+from podnet.core.convert import RecordError, readable_generation, readable_ready, to_wire
 from podnet.core.drift import LostAddresses, PoolProblems, too_young
 from podnet.core.enqueue import Enqueuer, Key
 from podnet.core.errors import (
@@ -371,9 +371,9 @@ class Engine:
         message = one_line(f"{name} is invalid: {exc}", limit=2 * MAX_MESSAGE)
         log.warning("%s", message)
         self.records.event(obj, "InvalidRecord", message)
-        ready = set_condition(_readable_ready(obj), Condition(
+        ready = set_condition(readable_ready(obj), Condition(
             type="Ready", status="False", reason="InvalidRecord", message=message,
-            last_transition_time=self.clock.now(), observed_generation=_generation(meta)))
+            last_transition_time=self.clock.now(), observed_generation=readable_generation(meta)))
         patch = {"status": {"conditions": [to_wire(c) for c in ready]}}
         try:
             self.cluster.patch(kind, meta.get("name", ""), patch, meta.get("namespace"),
@@ -784,22 +784,3 @@ class Engine:
     def is_idle(self) -> bool:
         return self.queue.is_idle()
 
-
-def _readable_ready(obj: Obj) -> tuple[Condition, ...]:
-    """The Ready condition of a record that does not parse, if that much of it does (its
-    transition time is kept while it stays False)."""
-    status = obj.get("status")
-    conditions = status.get("conditions") if isinstance(status, Mapping) else None
-    for raw in conditions if isinstance(conditions, list) else ():
-        if isinstance(raw, Mapping) and raw.get("type") == "Ready":
-            try:
-                return (from_wire(Condition, raw),)
-            except RecordError:
-                return ()
-    return ()
-
-
-def _generation(meta: Mapping[str, Any]) -> int | None:
-    """``metadata.generation`` of a record that does not parse, if it is a number."""
-    generation = meta.get("generation")
-    return generation if isinstance(generation, int) and not isinstance(generation, bool) else None

@@ -27,6 +27,9 @@ from podnet.hookspecs.sections import (
 )
 from podnet.plugins.ovn.config import (
     DEFAULT_BATCH_WINDOW,
+    EXT_IP,
+    EXT_IPV6,
+    EXT_NODE,
     EXT_SUBNET,
     NAME,
     OvnConfig,
@@ -148,6 +151,19 @@ class OvnNorthbound:
                          "routers": list(routers), "networks": dict(networks or {}),
                          "security_groups": dict(security_groups or {})},
                         initial=True)
+
+    def nb_addresses(self) -> dict[str, str]:
+        """The primary address (IPv4, or IPv6 on a v6-only subnet) of every podnet port in
+        NB -> the node its external_ids name: what records carry in ``status.ip``."""
+        out: dict[str, str] = {}
+        for lsp in self.client.ports():
+            ext = lsp.external_ids
+            if ext.get(OWNER) != OWNER_VALUE:
+                continue
+            ip = ext.get(EXT_IP) or ext.get(EXT_IPV6)
+            if ip:
+                out[ip] = ext.get(EXT_NODE, "")
+        return out
 
     @property
     def client(self) -> NbClient:

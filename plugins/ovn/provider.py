@@ -787,19 +787,6 @@ class OvnProvider(OvnNorthbound):
 
     # --- ground truth, for tests and the demo ----------------------------------------------
 
-    def nb_addresses(self) -> dict[str, str]:
-        """The primary address (IPv4, or IPv6 on a v6-only subnet) of every podnet port in
-        NB -> the node its external_ids name: what records carry in ``status.ip``."""
-        out: dict[str, str] = {}
-        for lsp in self.client.ports():
-            ext = lsp.external_ids
-            if ext.get(OWNER) != OWNER_VALUE:
-                continue
-            ip = ext.get(EXT_IP) or ext.get(EXT_IPV6)
-            if ip:
-                out[ip] = ext.get(EXT_NODE, "")
-        return out
-
 
 #: what the host registers as the built-in ``ovn`` plugin
 plugin = OvnProvider()

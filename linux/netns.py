@@ -159,9 +159,9 @@ _NETLINK_ROUTE = 0
 
 def load_netlink() -> None:
     """Import pyroute2 now. It is imported on first use (a command that never plugs
-    does without its 0.2 s); an agent calls this before it says ready, so the first
-    ADDs of a burst do not queue behind one another on the import's lock (1-3 s each
-    on a loaded host, where the plug itself takes milliseconds)."""
+    does without its 0.2 s); an agent calls this as it is made, before its socket is
+    served, so the first ADDs of a burst do not queue behind one another on the
+    import's lock (1-3 s each on a loaded host, where the plug takes milliseconds)."""
     import pyroute2  # noqa: F401
 
 

@@ -171,6 +171,9 @@ class NodeAgent:
         self._record_locks = KeyedLocks()
         #: the node's own network namespaces (the agent's, the host's): never a pod's
         self._own_namespaces = own_network_namespaces()
+        # loaded now, before its socket is served: on first use a burst's first ADDs
+        # would queue on the import's lock (seconds on a loaded host)
+        load_netlink()
         #: records being plugged right now (key -> how many requests), and the lock under
         #: which a plug is decided and the report computed: once the report says a
         #: Releasing record has no interface, no plug for it may start
@@ -235,7 +238,6 @@ class NodeAgent:
         # the namespace it serves in too (started inside a node's namespace, as the
         # demo does, it is not the one it was made in)
         self._own_namespaces |= own_network_namespaces()
-        load_netlink()
         self.records.start()
         self.remove_leftovers()
         # the table rebuilt from the API before the first ADD: a restarted agent's pods

@@ -46,3 +46,22 @@ def test_an_unknown_goal_or_base_is_refused_by_name() -> None:
     assert done.returncode == 2 and "unknown goal 'P99'" in done.stderr
     done = _sweep("--base-tree", str(ROOT / "bench"), "--goals", "P3")
     assert done.returncode == 2 and "not a podnet checkout" in done.stderr
+
+
+def test_a_figure_is_read_through_lists_and_is_none_where_it_is_not() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sweep", BENCH)
+    assert spec is not None and spec.loader is not None
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    report = {"http": {"runs": [{"memory": {"rss_mib_rebuilt": 799.5}}], "ok": True}}
+    assert sweep._get(report, "http.runs.0.memory.rss_mib_rebuilt") == 799.5
+    assert sweep._get(report, "http.runs.1.memory.rss_mib_rebuilt") is None
+    assert sweep._get(report, "http.ok") is None  # a boolean is no figure
+    assert sweep._get(report, "http.runs.x") is None
+    # P4 rides on P5's run
+    _, read = sweep.GOALS["P5"]
+    assert read({"http": {"median": {"total_s": 24.0}, "runs": [
+        {"memory": {"rss_mib_rebuilt": 801.0, "peak_mib_list": 690.0}}]}})[
+        "p4_rss_mib_rebuilt"] == 801.0

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import attrs
 import pytest
 
 from podnet.core.cluster.port import NAMESPACE, POD, POD_NETWORK, STATEFUL_SET
@@ -1140,6 +1141,39 @@ def test_the_gateway_is_never_a_pods_address(world: World, nb_server: NbServer,
     assert "10.23.0.1" not in world.cloud_addresses()
 
 
+_LATE_NODE = "node-0"
+
+
+def _late_record(prefix: str, i: int, subnet: str) -> Any:
+    """A pod network on ``subnet`` for the tests that stop NB mid-write."""
+    from podnet.core.models import NetworkRequest, ObjectMeta, PodNetwork, PodNetworkSpec
+
+    return PodNetwork(
+        metadata=ObjectMeta(name=f"{prefix}{i}.default.{i:08x}", namespace="late"),
+        spec=PodNetworkSpec(pod_name=f"{prefix}{i}", pod_uid=f"{i:08x}",
+                            node_name=_LATE_NODE, provider="ovn",
+                            requests=NetworkRequest(subnets=(subnet,))))
+
+
+def _node_context() -> Any:
+    from podnet.core.models import NodeInfo
+    from podnet.hookspecs.types import NodeContext
+
+    return NodeContext(node=NodeInfo(name=_LATE_NODE, uid="n0"))
+
+
+def _allocate(plugin: Any, pn: Any) -> Any:
+    from podnet.hookspecs.types import AllocateContext
+
+    return plugin.podnet_allocate(context=AllocateContext(pod_network=pn,
+                                                          node=_node_context()))
+
+
+def _addresses_on_ports(plugin: Any) -> list[str]:
+    return [ip for lsp in plugin.client.ports() for a in lsp.addresses
+            for ip in a.split()[1:]]
+
+
 def test_an_allocate_whose_answer_timed_out_keeps_its_address_from_other_pods(
         nb_server: NbServer) -> None:
     """NB stopped while a pod's port is written: the write times out, yet NB commits it
@@ -1150,28 +1184,15 @@ def test_an_allocate_whose_answer_timed_out_keeps_its_address_from_other_pods(
     import signal
 
     from podnet.core.errors import ProviderError
-    from podnet.core.models import (
-        NetworkRequest,
-        NodeInfo,
-        ObjectMeta,
-        PodNetwork,
-        PodNetworkSpec,
-    )
-    from podnet.hookspecs.types import AllocateContext, NodeContext
     from podnet.plugins.ovn.ipam import port_name
     from podnet.plugins.ovn.nb import outcome_unknown
     from podnet.plugins.ovn.provider import OvnProvider
 
-    node = NodeContext(node=NodeInfo(name="node-0", uid="n0"))
+    def record(i: int) -> Any:
+        return _late_record("t", i, "tiny")
 
-    def record(i: int) -> PodNetwork:
-        return PodNetwork(
-            metadata=ObjectMeta(name=f"t{i}.default.{i:08x}", namespace="late"),
-            spec=PodNetworkSpec(pod_name=f"t{i}", pod_uid=f"{i:08x}", node_name="node-0",
-                                provider="ovn", requests=NetworkRequest(subnets=("tiny",))))
-
-    def allocate(pn: PodNetwork) -> Any:
-        return plugin.podnet_allocate(context=AllocateContext(pod_network=pn, node=node))
+    def allocate(pn: Any) -> Any:
+        return _allocate(plugin, pn)
 
     nb_server.restart_fresh()
     plugin = OvnProvider(nb_server.remote, SUBNETS, routers=ROUTERS, seed=1, timeout=1.0)
@@ -1195,14 +1216,141 @@ def test_an_allocate_whose_answer_timed_out_keeps_its_address_from_other_pods(
                 others.append(allocate(record(i)).ip)
             except ProviderError:
                 break  # the subnet is full
-        ports = plugin.client.ports()
-        addresses = [ip for lsp in ports for a in lsp.addresses for ip in a.split()[1:]]
+        addresses = _addresses_on_ports(plugin)
         assert len(addresses) == len(set(addresses)), sorted(addresses)
         again = allocate(late)
         assert again.ip not in others
         assert plugin.client.port(port_name(late)) is not None
-        addresses = [ip for lsp in plugin.client.ports() for a in lsp.addresses
-                     for ip in a.split()[1:]]
+        addresses = _addresses_on_ports(plugin)
+        assert len(addresses) == len(set(addresses)), sorted(addresses)
+    finally:
+        plugin.close()
+
+
+def test_a_route_whose_answer_timed_out_keeps_its_new_vip_from_other_pods(
+        nb_server: NbServer) -> None:
+    """A routed pod asks for a VIP; NB is stopped while its port is written with it, and
+    commits the write once it runs again. The VIP stays the pod's: another pod asking for
+    it is refused (before, the VIP was given back at the timeout and the other pod's
+    port took it too)."""
+    import os
+    import signal
+
+    from podnet.core.errors import ProviderError
+    from podnet.hookspecs.types import PodNetworkContext
+    from podnet.plugins.ovn.ipam import port_name
+    from podnet.plugins.ovn.nb import outcome_unknown
+    from podnet.plugins.ovn.provider import OvnProvider
+
+    vip = "10.21.0.200"
+
+    def routed(i: int) -> Any:
+        pn = _late_record("v", i, "storage")
+        got = _allocate(plugin, pn)
+        return attrs.evolve(pn, status=attrs.evolve(
+            pn.status, ip=got.ip, mac=got.mac, subnet=got.subnet, gateway=got.gateway))
+
+    def route(pn: Any) -> Any:
+        return plugin.podnet_route(context=PodNetworkContext(pod_network=pn,
+                                                             node=_node_context()))
+
+    nb_server.restart_fresh()
+    plugin = OvnProvider(nb_server.remote, SUBNETS, routers=ROUTERS, seed=1, timeout=1.0)
+    assert nb_server.process is not None
+    pid = nb_server.process.pid
+    try:
+        first = routed(1)
+        route(first)
+        other = routed(2)
+        route(other)
+        first = attrs.evolve(first, spec=attrs.evolve(
+            first.spec, requests=attrs.evolve(first.spec.requests, vips=(vip,))))
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(Exception) as timed_out:
+                route(first)
+            assert outcome_unknown(timed_out.value), timed_out.value
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        _wait(lambda: vip in str(plugin.client.port(port_name(first)).external_ids),
+              "NB to commit the late VIP", timeout=20.0)
+        other = attrs.evolve(other, spec=attrs.evolve(
+            other.spec, requests=attrs.evolve(other.spec.requests, vips=(vip,))))
+        with pytest.raises(ProviderError) as refused:
+            route(other)
+        assert "already a VIP of" in str(refused.value), refused.value
+        route(first)  # the pod asking again keeps it
+        assert vip in str(plugin.client.port(port_name(first)).external_ids)
+    finally:
+        plugin.close()
+
+def test_an_allocate_whose_batch_leader_died_keeps_its_address_from_other_pods(
+        nb_server: NbServer) -> None:
+    """Two pods' ports ride in one transaction; the caller committing it is interrupted
+    (a crash) once NB has it. Neither caller can know whether its port was written: each
+    address stays its record's, no later pod gets it, and each record asking again gets
+    it back (before, the interrupted leader freed its own address)."""
+    from podnet.core.errors import ProviderError
+    from podnet.plugins.ovn.ipam import port_name
+    from podnet.plugins.ovn.nb import outcome_unknown
+    from podnet.plugins.ovn.provider import OvnProvider
+    from podnet.testing.faults import Crash
+
+    def record(i: int) -> Any:
+        return _late_record("b", i, "tiny")
+
+    def allocate(pn: Any) -> Any:
+        return _allocate(plugin, pn)
+
+    nb_server.restart_fresh()
+    plugin = OvnProvider(nb_server.remote, SUBNETS, routers=ROUTERS, seed=1, timeout=5.0)
+    batcher = plugin.client.batcher
+    commit_one = batcher._commit_one
+
+    def dies_after_a_shared_commit(commands: list[Any]) -> None:
+        commit_one(commands)
+        if len(commands) > 1:
+            raise Crash("the leader's worker dies with the transaction sent")
+
+    try:
+        allocate(record(0))  # the subnet's switch made: each allocate below is one port
+        batcher.window = 0.2  # the two callers below share one transaction
+        batcher._commit_one = dies_after_a_shared_commit  # type: ignore[method-assign]
+        pair = [record(1), record(2)]
+        raised: dict[str, BaseException] = {}
+
+        def run(pn: Any) -> None:
+            try:
+                allocate(pn)
+            except BaseException as exc:
+                raised[pn.metadata.name] = exc
+
+        threads = [threading.Thread(target=run, args=(pn,)) for pn in pair]
+        for thread in threads:
+            thread.start()
+            time.sleep(0.02)
+        for thread in threads:
+            thread.join(10)
+        batcher._commit_one = commit_one  # type: ignore[method-assign]
+        batcher.window = 0.0
+        kinds = sorted(type(exc).__name__ for exc in raised.values())
+        assert kinds == ["BatchLeaderDied", "Crash"], raised
+        assert all(outcome_unknown(exc) for exc in raised.values())
+        held: dict[str, str] = {}
+        for pn in pair:
+            port = plugin.client.port(port_name(pn))
+            assert port is not None  # committed: the answer was what never came
+            held[pn.metadata.name] = port.addresses[0].split()[1]
+        others: list[str] = []
+        for i in range(3, 10):
+            try:
+                others.append(allocate(record(i)).ip)
+            except ProviderError:
+                break  # the subnet is full
+        assert not set(held.values()) & set(others), (held, others)
+        for pn in pair:
+            assert allocate(pn).ip == held[pn.metadata.name]
+        addresses = _addresses_on_ports(plugin)
         assert len(addresses) == len(set(addresses)), sorted(addresses)
     finally:
         plugin.close()

@@ -244,8 +244,11 @@ class BatchLeaderDied(RuntimeError):
 
 def outcome_unknown(exc: BaseException) -> bool:
     """Whether a transaction that raised ``exc`` may be committed all the same: its
-    answer did not come in time (the request was sent), or its batch's leader died."""
-    return isinstance(exc, (TimeoutException, BatchLeaderDied))
+    answer did not come in time (the request was sent), its batch's leader died, or the
+    caller itself was interrupted (not an ``Exception``: a crash, an exit) at a point
+    that may be after the request went out."""
+    return (isinstance(exc, (TimeoutException, BatchLeaderDied))
+            or not isinstance(exc, Exception))
 
 
 class Batcher:

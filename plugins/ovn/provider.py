@@ -592,10 +592,14 @@ class OvnProvider(OvnNorthbound):
                     client.ensure_acls(acls)
                 self._repair_external(client, routers)
                 client.run([client.ensure_port(spec)])
-        except BaseException:
-            with self.lock:
-                for vip in taken:
-                    self.ipam.used.pop(vip, None)
+        except BaseException as exc:
+            from podnet.plugins.ovn.nb import outcome_unknown
+
+            # the VIPs go back only when the port write surely did not land (see allocate)
+            if not outcome_unknown(exc):
+                with self.lock:
+                    for vip in taken:
+                        self.ipam.used.pop(vip, None)
             raise
         with self.lock:
             self.ipam.drop_vips(spec.name, keep=pn.spec.requests.vips)

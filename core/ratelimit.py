@@ -188,6 +188,18 @@ def defer_cloud_waits() -> None:
 
 
 @contextlib.contextmanager
+def deferring_cloud_waits() -> Iterator[None]:
+    """:func:`defer_cloud_waits` for the block only (a thread that drives an engine by
+    hand, as the test kit's machines do, and goes on to other work after it)."""
+    before = _deferral.enabled
+    _deferral.enabled = True
+    try:
+        yield
+    finally:
+        _deferral.enabled = before
+
+
+@contextlib.contextmanager
 def deferrable(owner: Hashable) -> Iterator[None]:
     """A scope whose first cloud call may be deferred (:class:`CloudWait`) on a thread
     that defers, its slot kept for ``owner`` (the same scope when it comes back). Only
@@ -226,6 +238,10 @@ class CloudLimiter:
         #: put-off slots a call that holds its worker took once: not taken again
         self._moved: set[tuple[str, Hashable]] = set()
         self._slots_purged = clock.monotonic()
+        #: calls put off to their slot (:class:`CloudWait`) and slots traded to a call
+        #: that holds its worker, since start
+        self.deferred = 0
+        self.traded = 0
 
     def observe(self, api: str, seconds: float, error: str | None = None) -> None:
         """One request of ``api`` answered (``error`` None) or failed (``error``: its
@@ -278,6 +294,7 @@ class CloudLimiter:
                         del self._slots[old]
                         self._moved.discard(old)
                 self._slots[key] = slot
+                self.deferred += 1
             raise CloudWait(api, wait)
         with self._lock:
             self._moved.discard(key)  # its slot taken: a later one may be traded again
@@ -303,6 +320,7 @@ class CloudLimiter:
                     slot, key = min(sooner, key=lambda item: item[0])
                     self._slots[key] = mine
                     self._moved.add(key)
+                    self.traded += 1
                     wait = slot - now
         if wait > 0:
             self._clock.sleep(wait)

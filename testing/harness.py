@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import attrs
@@ -50,6 +50,7 @@ from podnet.core.models import (
 from podnet.core.objects import record_finished
 from podnet.core.plugin import Providers, new_plugin_manager
 from podnet.core.policy import PoolPolicy
+from podnet.core.ratelimit import deferring_cloud_waits
 from podnet.core.tracing import Tracing
 from podnet.sim.memory import InMemoryCluster
 from podnet.testing.faults import (
@@ -255,6 +256,10 @@ class World:
         self.namespace = namespace
         self.start_attempts = start_attempts
         self._engine: Engine | None = None
+        #: whether the engine, as its workers do, puts a cloud call whose token is not
+        #: there off to its slot (CloudWait, a requeue) rather than sleeping the fake
+        #: clock forward (:meth:`step`, :meth:`settle`)
+        self.defer_cloud_waits = False
         #: controller deaths (Crash) survived, and restarts done (crashes included)
         self.crashes = 0
         self.restarts = 0
@@ -335,14 +340,18 @@ class World:
         """Process at most ``n`` ready keys (fewer when the queue runs dry); a Crash
         restarts the engine and counts as a step."""
         done = 0
-        for _ in range(n):
-            try:
-                if not self.engine.step():
-                    break
-            except Crash:
-                self._crashed()
-            done += 1
+        with self._deferral():
+            for _ in range(n):
+                try:
+                    if not self.engine.step():
+                        break
+                except Crash:
+                    self._crashed()
+                done += 1
         return done
+
+    def _deferral(self) -> AbstractContextManager[None]:
+        return deferring_cloud_waits() if self.defer_cloud_waits else nullcontext()
 
     def settle(self, advance: float = 0.0, *, max_steps: int = 50_000) -> int:
         """Run until idle, moving the fake clock up to ``advance`` seconds ahead to each
@@ -353,7 +362,9 @@ class World:
         while True:
             left = max(0.0, deadline - self.clock.monotonic())
             try:
-                steps += self.engine.run_until_idle(advance=left, max_steps=max_steps - steps)
+                with self._deferral():
+                    steps += self.engine.run_until_idle(advance=left,
+                                                        max_steps=max_steps - steps)
             except Crash:
                 steps += 1
                 self._crashed()

@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 
 from podnet.core.cluster.port import NODE_NETWORK, ApiError
+from podnet.hookspecs.policy import RateLimit
 from podnet.plugins.bbc.demo import provider_for, register_nodes, start_simulator
 from podnet.plugins.bbc.provider import BbcProvider, default_policy
 from podnet.plugins.bbc.sim import BbcSimulator
@@ -83,6 +84,9 @@ def _examples() -> int:
     return int(os.environ.get(EXAMPLES_ENV, str(DEFAULT_EXAMPLES)))
 
 
+#: one call a second per cloud API, one at once: calls put off to their slots
+TIGHT_CLOUD_RATE = RateLimit(rate=1.0, burst=1)
+
 BbcChaos = make_chaos_machine(_provider, _addresses, cloud_fault_rate=_fault_rate,
                               cloud_forget=_forget,
                               nodes=NODES, name="BbcChaos")
@@ -90,10 +94,12 @@ TestBbcChaos = BbcChaos.TestCase
 TestBbcChaos.settings = chaos_settings(_examples())
 
 #: a small pool, and instances that refuse more addresses (ExceedLimitException) before
-#: the cap the provider was told (as a memory limit does): halving, backoff and shrink
+#: the cap the provider was told (as a memory limit does): halving, backoff and shrink;
+#: a cloud budget of one call a second per API, so the nodes' inventories and grows are
+#: put off to their slots (CloudWait) and come back
 TightBbcChaos = make_chaos_machine(
     lambda: _provider(ip_cap=12, cloud_cap=9, min_idle=1, max_idle=2, batch_size=2,
-                      max_batch_size=4, reuse_cooldown=0.0),
+                      max_batch_size=4, reuse_cooldown=0.0, cloud_rate=TIGHT_CLOUD_RATE),
     _addresses, cloud_fault_rate=_fault_rate, nodes=NODES, pods=8, name="TightBbcChaos")
 TestTightBbcChaos = TightBbcChaos.TestCase
 TestTightBbcChaos.settings = chaos_settings(max(1, _examples() // 2))

@@ -19,6 +19,7 @@ from hypothesis.stateful import invariant, run_state_machine_as_test
 
 from podnet.core.cluster.port import POD_NETWORK
 from podnet.core.errors import ErrorKind
+from podnet.hookspecs.policy import RateLimit
 from podnet.plugins.ecs.demo import KIT_POLICY, EcsWorld
 from podnet.plugins.ecs.provider import EcsProvider
 from podnet.testing.chaos import EXAMPLES_ENV, chaos_settings, make_chaos_machine
@@ -47,9 +48,11 @@ def _factory() -> EcsProvider:
 
 def _tight() -> EcsProvider:
     """Tiny instances (4 ENIs of 3 secondary addresses) and tight pool bounds: new ENIs,
-    disposal, rollbacks and the ENI limit all happen with a handful of pods."""
+    disposal, rollbacks and the ENI limit all happen with a handful of pods. One cloud
+    call a second per API: inventories and grows are put off to their slots (CloudWait),
+    and an attach's polls, which hold their worker, trade slots with them."""
     policy = attrs.evolve(KIT_POLICY, min_idle=1, max_idle=2, batch_size=2, max_batch_size=4,
-                          reuse_cooldown=0.0)
+                          reuse_cooldown=0.0, cloud_rate=RateLimit(rate=1.0, burst=1))
     world = EcsWorld(policy=policy, instance_type="ecs.sim.tiny")
     for n in range(3):
         world.add_node(f"node-{n:04d}", "ecs.sim.tiny")
@@ -219,6 +222,24 @@ TestTrunkEcsChaos.settings = chaos_settings(
 
 
 # --- histories the machine once failed on, replayed as plain tests -------------------------
+
+
+def test_the_tight_machine_puts_cloud_calls_off_and_trades_their_slots() -> None:
+    """The machine's engine defers as the engine's workers do: on the tight machine's
+    budget (one call a second per API) three nodes' inventories and grows are put off to
+    their slots (CloudWait), an attach's poll trades its slot with one of them, and every
+    pod is routed in the end. A guard that the random runs go through both."""
+    state = TightEcsChaos()
+    try:
+        state.populate(up=3, running=8)
+        state.settle(seconds=0.0)
+        limiters = state.world.engine.gateway.cloud_limiters.values()
+        assert sum(limiter.deferred for limiter in limiters) > 0
+        assert sum(limiter.traded for limiter in limiters) > 0
+        state.teardown()
+        assert len(state.world.live_pod_ips()) == 8
+    finally:
+        state.world.close()
 
 
 def test_a_shrink_throttled_after_the_cloud_did_it_hands_out_no_gone_address() -> None:

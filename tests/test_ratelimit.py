@@ -21,6 +21,7 @@ from podnet.core.ratelimit import (
     TokenBucket,
     defer_cloud_waits,
     deferrable,
+    deferring_cloud_waits,
 )
 from podnet.hookspecs.types import NodeContext
 from podnet.plugins.bbc.demo import provider_for, register_nodes, start_simulator
@@ -366,6 +367,25 @@ def test_a_deferred_call_keeps_its_slot_and_nothing_sleeps() -> None:
         with deferrable("f"):
             assert limiter.acquire("other") == pytest.approx(1.0)
         assert clock.monotonic() == pytest.approx(before + 1.0)
+
+
+def test_deferring_for_a_block_counts_the_calls_put_off_and_ends_with_the_block() -> None:
+    """``deferring_cloud_waits`` (a thread that drives an engine by hand): inside the
+    block a scope's first call whose token is not there is put off and counted; after
+    the block the same thread sleeps for its token again (and, holding its thread,
+    trades for the put-off call's sooner slot: counted too)."""
+    clock = FakeClock()
+    limiter = CloudLimiter(RateLimit(rate=1.0, burst=1), clock)
+    assert limiter.acquire("read") == 0.0
+    with deferring_cloud_waits(), deferrable("a"), pytest.raises(CloudWait):
+        limiter.acquire("read")
+    assert limiter.deferred == 1
+    before = clock.monotonic()
+    with deferrable("b"):
+        # slept, holding its thread: it takes a's sooner slot, a the later one
+        assert limiter.acquire("read") == pytest.approx(1.0)
+    assert clock.monotonic() == pytest.approx(before + 1.0)
+    assert (limiter.deferred, limiter.traded) == (1, 1)
 
 
 def _bbc_node(name: str) -> dict[str, object]:

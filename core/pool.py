@@ -964,12 +964,13 @@ class NodePool:
 
     def cannot_grow(self, problem: str | None) -> None:
         """No grow call can be made for pods that wait (at capacity, no interface slot):
-        why; None: the plan says no limit keeps a pod waiting (any more), so a limit said
-        before is over (a failed call's problem stays until a grow succeeds)."""
+        why; None: the plan needs no grow for a pod (nothing to do, or only ``min_idle``
+        short at capacity), so no problem is left to say: a limit said before is over,
+        and so is a failed call's (its backoff stays, should a grow be needed again)."""
         with self.lock:
             if problem is not None:
                 self.last_error, self.blocked = problem, True
-            elif self.blocked:
+            else:
                 self.last_error, self.blocked = None, False
 
     def grow_failed(self, plan: GrowPlan, kind: ErrorKind, problem: str, policy: PoolPolicy,

@@ -824,6 +824,26 @@ def test_grow_failure_leaves_the_pod_pending_with_a_condition_naming_why() -> No
     assert phase(rig.record_of(pod)) == "Routed"
 
 
+def test_a_failed_grow_nothing_needs_any_more_leaves_no_problem_on_the_pool() -> None:
+    """A grow for a waiting pod fails (the cloud's internal error, again and again):
+    PoolReady=False names why. The pod goes away, and nothing needs a grow any more (no
+    pod waits, min_idle 0): the pool says it is ready again, rather than the old failure
+    for ever (a limit already cleared so; a failed call's problem did not)."""
+    rig = Rig(cloud=ReferenceCloud(max_interfaces=1),
+              policy=PoolPolicy(min_idle=0, max_idle=4, reuse_cooldown=0.0))
+    node = rig.node(0)
+    rig.settle()
+    rig.cloud.scripted["AddAddresses"] = ["InternalError"] * 50
+    rig.pod("web", node)
+    rig.settle(advance=WAIT_SAID_AFTER + 1)
+    assert _pool_ready(rig, node) == "False"
+    rig.cluster.delete(POD, "web", NS, grace_period_seconds=0)
+    rig.settle(advance=rig.policy.refill_period)
+    assert rig.records() == []
+    assert _pool_ready(rig, node) == "True"
+    assert not rig.engine.stats.failed_transitions
+    rig.assert_no_leak()
+
 def test_address_added_outside_podnet_is_deleted_after_the_expiry_and_not_before() -> None:
     rig = Rig()
     node = rig.node(0)

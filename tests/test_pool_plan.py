@@ -121,7 +121,7 @@ def test_at_capacity_short_only_of_min_idle_it_says_no_problem() -> None:
     assert plan.reason is DeferReason.AT_CAPACITY and plan.problem is None
 
 
-def test_a_limit_said_is_over_once_a_plan_says_none_a_failed_grow_is_not() -> None:
+def test_a_plan_that_needs_no_grow_ends_a_limit_said_and_a_failed_calls_problem() -> None:
     pool = pool_of(CloudInterface(id="eth0", ips=ips("10.0.0", 1)), max_interfaces=1,
                    ips_per_interface=1)
     pool.cannot_grow("node n is at its capacity of 1 addresses")
@@ -129,9 +129,11 @@ def test_a_limit_said_is_over_once_a_plan_says_none_a_failed_grow_is_not() -> No
     assert pool.last_error is None
     failed = GrowPlan(count=1, need=1, subnet=None, interface=None, new_interface=False,
                       waiting={})
-    pool.grow_failed(failed, ErrorKind.QUOTA_EXCEEDED, "quota", EXACT, 0.0)
-    pool.cannot_grow(None)
-    assert pool.last_error == "quota"  # a failed call's problem waits for a grow
+    pool.grow_failed(failed, ErrorKind.TRANSIENT, "internal error", EXACT, 0.0)
+    assert pool.last_error == "internal error"
+    pool.cannot_grow(None)  # nothing needs a grow any more: nothing to say
+    assert pool.last_error is None
+    assert pool.grow_failures == 1  # the backoff stays, should a grow be needed again
 
 
 # --- grow: the aggregation window and batches ------------------------------------------

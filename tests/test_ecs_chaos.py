@@ -340,6 +340,37 @@ def test_a_kill_between_create_and_attach_leaves_no_eni() -> None:
         state.world.close()
 
 
+def test_a_kill_right_after_the_attach_rolls_nothing_back_and_the_next_process_cleans_up(
+) -> None:
+    """The controller dies right after AttachNetworkInterface went through. A dead
+    process rolls nothing back (before, the provider's rollback ran on the way out of the
+    kill, as no killed process does, so the machine never saw this state): the ENI stays
+    attached with the addresses it was made with, named by no record. The restarted
+    controller gives it up through the pool (recorded as disposing first), makes what
+    its pods need, and in the end every pod is routed and nothing leaked."""
+    state = TightEcsChaos()
+    try:
+        state.populate(up=1, running=0)
+        state.settle(seconds=0.0)
+        sim = _WORLDS[id(state.plugin)].sim
+        before, calls = set(sim.enis), sim.calls.copy()
+        state.cloud_kill_at(point="after-attach")
+        for i in range(8):
+            state.add_pod(pod=f"p{i}", i=0, stateful=False)
+        while state.world.crashes == 0:
+            assert state.world.step(1) == 1, "the kill was never reached"
+        calls = sim.calls - calls
+        assert (calls["AttachNetworkInterface"], calls["DetachNetworkInterface"],
+                calls["DeleteNetworkInterface"]) == (1, 0, 0)
+        (made,) = set(sim.enis) - before
+        assert sim.enis[made].instance_id == "i-node0000"
+        state.teardown()
+        assert len(state.world.live_pod_ips()) == 8
+        assert made not in sim.enis
+    finally:
+        state.world.close()
+
+
 def test_a_failed_rollback_then_a_kill_on_a_leaving_node_leaves_no_eni() -> None:
     """The rollback of a new ENI fails and the process dies before retrying it; then the
     node leaves: the ENI's addresses are the sweep's, not the node's, and go too."""

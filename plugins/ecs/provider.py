@@ -526,7 +526,7 @@ class EcsProvider(EcsTrunks, DataplaneHooks):
                 raise ProviderError(ErrorKind.TRANSIENT, f"ENI {eni_id} came with "
                                     f"{len(eni.secondary)} IPv4 and {len(eni.ipv6)} IPv6 "
                                     "addresses: rolled back", subject=eni_id)
-        except BaseException:
+        except Exception:  # a process that dies (a kill) rolls nothing back: the sweep does
             self._rollback(instance, eni_id)
             raise
         self._note(instance, added=(*eni.secondary, *eni.ipv6))

@@ -22,6 +22,7 @@ from podnet.core.cluster.port import (
     POD,
     POD_NETWORK,
     STATEFUL_SET,
+    ApiError,
     Obj,
 )
 from podnet.core.engine import Engine, EngineOptions
@@ -842,6 +843,32 @@ def test_a_failed_grow_nothing_needs_any_more_leaves_no_problem_on_the_pool() ->
     assert rig.records() == []
     assert _pool_ready(rig, node) == "True"
     assert not rig.engine.stats.failed_transitions
+    rig.assert_no_leak()
+
+def test_a_record_whose_allocation_writes_went_unanswered_asks_again_with_what_it_holds(
+) -> None:
+    """Every write naming a new record's address fails with a server error for a while
+    (sent: each may have landed, so the record keeps its address). Asking again, it is
+    handed what it holds, not one more idle address: on a node of two addresses it is
+    routed once the writes go through, holding one address. Before, each try held one
+    more, the two held filled the node, and the record waited for ever for a third
+    (found by the tight BBC chaos machine)."""
+    rig = Rig(cloud=ReferenceCloud(max_interfaces=1, ips_per_interface=2),
+              policy=PoolPolicy(min_idle=2, max_idle=2, batch_size=2, max_batch_size=2,
+                                reuse_cooldown=0.0))
+    node = rig.node(0)
+    rig.settle(advance=rig.policy.refill_period)
+    rig.cluster.faults.fail_next("update_status", POD_NETWORK,
+                                 ApiError("injected server error"), times=4)
+    pod = rig.pod("web", node)
+    rig.settle(advance=60)
+    record = rig.record_of(pod)
+    assert phase(record) == "Routed"
+    pool = rig.engine.pools.find("reference", node)
+    assert pool is not None
+    key = f"{NS}/{record['metadata']['name']}"
+    held = {a for a, entry in pool.addresses.items() if entry.owner == key}
+    assert held == {record["status"]["ip"]}
     rig.assert_no_leak()
 
 def test_address_added_outside_podnet_is_deleted_after_the_expiry_and_not_before() -> None:

@@ -117,6 +117,7 @@ class AllocatePath(PodNetworkSteps):
                               ip_pool=choice.ip_pool if choice is not None else None,
                               network_policies=self._policies_of(pn, pod))
         claims: list[Claim] = []
+        given: list[str] = []
 
         def allocate(span: TransitionSpan) -> PodNetwork:
             answer = self._take_back(pn, ctx, reservation)
@@ -126,6 +127,7 @@ class AllocatePath(PodNetworkSteps):
                 raise ProviderError(ErrorKind.FATAL, f"provider {provider!r} did not allocate")
             allocation = answer
             claims.append(self._claim(pn, allocation, reservation))
+            given.append(allocation.ip)
             return self._phase_record(pn, Phase.ALLOCATED, span, ip=allocation.ip,
                                       ipv6=allocation.ipv6, mac=allocation.mac,
                                       subnet=allocation.subnet, gateway=allocation.gateway,
@@ -142,6 +144,11 @@ class AllocatePath(PodNetworkSteps):
                     claim.undo()
                 if reservation is not None:
                     reservation.rollback()
+            elif given:
+                # asking again, it is handed the address it holds, not one more idle one
+                # (each unanswered try held another, until they filled the node and the
+                # record waited for ever for one more)
+                self._prefer[key] = given[-1]
             if reservation is not None and not isinstance(exc, PoolEmpty):
                 # not waiting for the pool (that is PoolEmpty's answer): a stale waiter
                 # would keep the node's idle addresses from ever being trimmed, and a

@@ -24,17 +24,18 @@ def warm_rig() -> tuple[EngineRig, str]:
     return rig, node
 
 
-def spy(monkeypatch: pytest.MonkeyPatch, cls: type, name: str) -> list[Any]:
-    """Each call of ``cls.name`` while the test runs: its answer."""
+def spy(monkeypatch: pytest.MonkeyPatch, target: object, name: str) -> list[Any]:
+    """Each call of ``target.name`` (a class's method, or one object's) while the test
+    runs: its answer."""
     answers: list[Any] = []
-    real = getattr(cls, name)
+    real = getattr(target, name)
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         answer = real(*args, **kwargs)
         answers.append(answer)
         return answer
 
-    monkeypatch.setattr(cls, name, counted)
+    monkeypatch.setattr(target, name, counted)
     return answers
 
 
@@ -57,3 +58,27 @@ def test_a_clock_with_microseconds_still_takes_writes_back_from_their_answers(
     assert cached.status.last_transition_time.microsecond == 0
     assert all(c.last_transition_time is not None and c.last_transition_time.microsecond == 0
                for c in cached.status.conditions)
+
+
+def test_the_route_is_told_the_node_as_the_allocation_was(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rig, node = warm_rig()
+    contexts = spy(monkeypatch, Caches, "node_context")
+    rig.pod("p1", node)
+    rig.engine.run_until_idle()
+    assert rig.record("p1")["status"]["phase"] == "Routed"
+    assert len(contexts) == 1
+
+
+def test_a_pass_goes_on_from_the_pod_and_records_it_read_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pod and its records, read to find whether a VM's stripe is due, are what the
+    pass goes on from (a pod of no VM waits for no stripe)."""
+    rig, node = warm_rig()
+    rig.pod("p1", node)
+    pod_reads = spy(monkeypatch, rig.engine.caches.pods, "get")
+    record_reads = spy(monkeypatch, rig.engine.caches.pod_networks, "by_index")
+    rig.engine.run_until_idle()
+    assert rig.record("p1")["status"]["phase"] == "Routed"
+    assert record_reads == [[]]  # the pod's records: none yet
+    assert len(pod_reads) == 1

@@ -62,7 +62,7 @@ from podnet.core.tracing import ATTR_INTERFACE, ATTR_IP, TransitionSpan
 from podnet.core.transition import Transitions
 from podnet.core.unplug import UnplugGate
 from podnet.core.values import evolve
-from podnet.hookspecs.types import PodNetworkContext
+from podnet.hookspecs.types import NodeContext, PodNetworkContext
 
 log = logging.getLogger("podnet.podnetwork")
 
@@ -261,10 +261,15 @@ class PodNetworkSteps:
             return ()
         return self.selecting_policies(pn.spec.provider, pod)
 
-    def _route(self, pn: PodNetwork, pod: PodInfo | None) -> PodNetwork:
+    def _route(self, pn: PodNetwork, pod: PodInfo | None,
+               node: NodeContext | None = None) -> PodNetwork:
+        """``node``: the node's context as the allocation just made was told it (else read
+        from the caches)."""
         provider = pn.spec.provider
-        ctx = PodNetworkContext(pod_network=pn, node=self.caches.node_context(pn.spec.node_name),
-                                pod=pod, network_policies=self._policies_of(pn, pod))
+        if node is None:
+            node = self.caches.node_context(pn.spec.node_name)
+        ctx = PodNetworkContext(pod_network=pn, node=node, pod=pod,
+                                network_policies=self._policies_of(pn, pod))
 
         def route(span: TransitionSpan) -> PodNetwork:
             result = self.gateway.route(provider, ctx)

@@ -35,9 +35,11 @@ from podnet.core.cluster.port import (
     Obj,
 )
 from podnet.core.convert import (
+    META_ATTRS,
     RecordError,
     from_wire,
     metadata_as_answered,
+    read_time,
     salvage_pod_network,
 )
 from podnet.core.models import (
@@ -45,6 +47,7 @@ from podnet.core.models import (
     AgentReport,
     NodeInfo,
     NodeNetwork,
+    ObjectMeta,
     Phase,
     PodInfo,
     PodNetwork,
@@ -317,8 +320,10 @@ class Caches:
         if (isinstance(rv, str) and "resourceVersion" in sent_meta
                 and meta == {**sent_meta, "resourceVersion": rv}):
             # an update's answer: only the version is new
-            read_meta = evolve(sent.metadata, resource_version=rv)
+            read_meta: ObjectMeta | None = evolve(sent.metadata, resource_version=rv)
         else:
+            read_meta = _created_metadata(sent.metadata, sent_meta, meta)
+        if read_meta is None:
             try:
                 read_meta = metadata_as_answered(sent.metadata, sent_meta, meta)
             except RecordError:
@@ -331,6 +336,37 @@ class Caches:
         """Keys (``namespace/name``) of records of ``kind`` that exist but do not parse."""
         prefix = f"{kind.plural}/"
         return {key[len(prefix):] for key in list(self._reported) if key.startswith(prefix)}
+
+
+#: what a create's answer adds to the metadata sent, each as the type the converter takes
+#: as it is (a string, a string, an int, a timestamp's text)
+_ADDED_BY_CREATE = {"uid": str, "resourceVersion": str, "generation": int,
+                    "creationTimestamp": str}
+
+
+def _created_metadata(sent: ObjectMeta, sent_wire: Obj, answer: Obj) -> ObjectMeta | None:
+    """``metadata_as_answered`` of a create's usual answer, without the converter: what
+    the server added read as it reads it (keys podnet does not read left out, as it
+    leaves them). None when anything else is new, or not of its plain type."""
+    added: dict[str, Any] = {}
+    for k, v in answer.items():
+        if k in sent_wire and sent_wire[k] == v:
+            continue
+        plain = _ADDED_BY_CREATE.get(k)
+        if plain is None:
+            if k in META_ATTRS:
+                return None  # a field podnet reads changed: the converter reads it
+            continue  # managedFields and the like
+        if v.__class__ is not plain:
+            return None
+        added[META_ATTRS[k]] = v
+    created = added.get("creation_timestamp")
+    if created is not None:
+        try:
+            added["creation_timestamp"] = read_time(created)
+        except Exception:  # not a timestamp: the converter says why
+            return None
+    return evolve(sent, **added) if added else sent
 
 
 def _record_key(kind: Kind, obj: Obj) -> str:

@@ -695,8 +695,9 @@ def from_wire(cls: type[T], data: Mapping[str, Any]) -> T:
         raise RecordError(path, message) from exc
 
 
-#: ObjectMeta's wire keys -> attribute names
-_META_ATTRS = {wire: name for name, wire in _WIRE_NAMES[models.ObjectMeta].items()}
+#: ObjectMeta's wire keys -> attribute names; a timestamp as the converter reads one
+_META_ATTRS = META_ATTRS = {wire: name for name, wire in _WIRE_NAMES[models.ObjectMeta].items()}
+read_time = _parse_time
 
 
 def metadata_as_answered(sent: models.ObjectMeta, sent_wire: Mapping[str, Any],

@@ -126,17 +126,19 @@ class Ownership:
         """A record was seen: every address it names is its owner's in the book, unless
         the book gave it to another record first. Then the conflict is kept and the
         holder's key returned (the caller wakes it: it may be the one to re-address)."""
+        key = pn.key
         for address in (pn.status.ip, pn.status.ipv6):
             if not address:
                 continue
-            other = self.addresses.claim(pn.spec.provider, address, pn.key)
+            other = self.addresses.claim(pn.spec.provider, address, key)
             if other is not None:
-                if self.conflicts.get(pn.key) != (address, other):
+                if self.conflicts.get(key) != (address, other):
                     log.error("PodNetwork %s names address %s, which %s holds",
-                              pn.key, address, other)
-                self.conflicts[pn.key] = (address, other)
+                              key, address, other)
+                self.conflicts[key] = (address, other)
                 return other
-        self.conflicts.pop(pn.key, None)
+        if self.conflicts:  # none, almost always: nothing to look up
+            self.conflicts.pop(key, None)
         return None
 
     def gone(self, pn: PodNetwork) -> None:

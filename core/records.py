@@ -129,7 +129,8 @@ class RecordWriter:
         (an update carries it), which orders it after that version."""
         caches = self._caches
         cls = type(sent)
-        informer: Informer[Any] = (caches.pod_networks if kind == POD_NETWORK
+        informer: Informer[Any] = (caches.pod_networks
+                                   if kind is POD_NETWORK or kind == POD_NETWORK
                                    else caches.node_networks)
         # a PodNetwork answered as sent is not parsed again (a sixth of a warm pod
         # network's CPU): only its metadata is new

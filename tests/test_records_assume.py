@@ -9,9 +9,10 @@ from datetime import UTC, datetime
 import attrs
 import pytest
 
+from podnet.core import convert
 from podnet.core.caches import Caches
 from podnet.core.cluster.port import NAMESPACE, POD_NETWORK
-from podnet.core.convert import from_wire, to_wire
+from podnet.core.convert import RecordError, from_wire, to_wire
 from podnet.core.models import (
     FINALIZER,
     Condition,
@@ -111,3 +112,44 @@ def test_a_create_answer_is_read_from_what_the_server_added(rig: tuple) -> None:
                                    if k != "labels"}}
     assert caches.as_written(lost, sent, wire) is None
     assert caches.as_written({**answer, "extra": 1}, sent, wire) is None
+
+
+def test_a_create_answer_is_read_without_the_converter(
+        rig: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a create's answer usually adds (uid, version, generation, creation time) is
+    read as the converter reads it, without it; what podnet does not read (managedFields)
+    is left out as the converter leaves it."""
+    cluster, caches, _records = rig
+    sent = record()
+    wire = to_wire(sent)
+    answer = cluster.create(POD_NETWORK, wire)
+    answer = {**answer, "metadata": {**answer["metadata"], "managedFields": [{"manager": "x"}]}}
+    expected = from_wire(PodNetwork, answer)
+    read: list[type] = []
+    real = convert.from_wire
+
+    def counted(cls: type, data: dict) -> object:
+        read.append(cls)
+        return real(cls, data)
+
+    monkeypatch.setattr(convert, "from_wire", counted)
+    taken = caches.as_written(answer, sent, wire)
+    assert taken == expected and read == []
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("generation", True), ("uid", None), ("creationTimestamp", "yesterday"),
+    ("labels", {"a": "c"}),
+])
+def test_a_create_answer_of_another_shape_is_read_by_the_converter(
+        rig: tuple, key: str, value: object) -> None:
+    cluster, caches, _records = rig
+    sent = record()
+    wire = to_wire(sent)
+    answer = cluster.create(POD_NETWORK, wire)
+    odd = {**answer, "metadata": {**answer["metadata"], key: value}}
+    try:
+        expected: PodNetwork | None = from_wire(PodNetwork, odd)
+    except RecordError:
+        expected = None
+    assert caches.as_written(odd, sent, wire) == expected

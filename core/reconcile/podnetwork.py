@@ -91,30 +91,35 @@ class PodNetworkReconciler(AllocatePath, ReleasePath):
     it asks the ledger."""
 
     def reconcile(self, pod_key: str) -> Result:
+        records = self.caches.pod_networks.by_index("pod", pod_key)
         vms = {f"{pn.metadata.namespace}/{pn.metadata.labels[LABEL_VM]}"
-               for pn in self.caches.pod_networks.by_index("pod", pod_key)
-               if LABEL_VM in pn.metadata.labels}
+               for pn in records if LABEL_VM in pn.metadata.labels}
         pod = self.caches.pods.get(pod_key)
         vm = vm_of(pod) if pod is not None else None
         if pod is not None and vm is not None:
             vms.add(f"{pod.namespace}/{vm}")
         if not vms:
-            return self._reconcile(pod_key)
+            # no stripe to wait for: the pass goes on from what was just read
+            return self._reconcile(pod_key, (pod, records))
         with ExitStack() as held:
             for stripe in sorted({hash(v) % len(self._vm_stripes) for v in vms}):
                 held.enter_context(self._vm_stripes[stripe])
+            # read again: another pod of the VM may have moved its records meanwhile
             return self._reconcile(pod_key)
 
-    def _reconcile(self, pod_key: str) -> Result:
+    def _reconcile(self, pod_key: str,
+                   read: tuple[PodInfo | None, list[PodNetwork]] | None = None) -> Result:
+        """``read``: the pod and its records as the caller read them a moment before."""
         if self.ledger.any_vanished:
             self._settle_vanished(pod_key)
-        pod = self.caches.pods.get(pod_key)
+            read = None  # it may have asked the API server: read the caches again
+        pod, records = read if read is not None else (
+            self.caches.pods.get(pod_key), self.caches.pod_networks.by_index("pod", pod_key))
         if pod is None or self._maybe_gone.get(pod_key, pod.uid) != pod.uid:
             self._maybe_gone.pop(pod_key, None)  # the cache caught up
         if pod is None:
             self.wants.forget(pod_key)
-        records = sorted(self.caches.pod_networks.by_index("pod", pod_key),
-                         key=lambda r: r.metadata.name)
+        records = sorted(records, key=lambda r: r.metadata.name)
         desired = self.desired(pod)
         if pod is not None and desired and pod.deletion_timestamp is not None:
             # a terminating pod (its deletionTimestamp includes the grace): released once
@@ -406,11 +411,12 @@ class PodNetworkReconciler(AllocatePath, ReleasePath):
         pn = self._report_warnings(pn, pod, want)
         if pn.status.phase is Phase.PENDING:
             pn = self._report_unavailable(pn, pod)
-        if pn.status.phase is Phase.PENDING and pn.spec.requests != want.request:
+        # the same object, most often (the record was made from it): no field compared
+        same_requests = pn.spec.requests is want.request or pn.spec.requests == want.request
+        if pn.status.phase is Phase.PENDING and not same_requests:
             pn = self.records.update(POD_NETWORK, attrs.evolve(
                 pn, spec=attrs.evolve(pn.spec, requests=want.request)))
-        elif pn.status.phase is not Phase.PENDING and (
-                pn.spec.requests != want.request or frozen_said(pn)):
+        elif pn.status.phase is not Phase.PENDING and (not same_requests or frozen_said(pn)):
             pn = self._changed_requests(pn, pod, want.request)
         if pn.status.phase in (Phase.ALLOCATED, Phase.ROUTED):
             problem = self._address_problem(pn)

@@ -25,7 +25,7 @@ from podnet.core.resolve import resolve
 from podnet.core.tracing import TransitionSpan
 from podnet.core.values import evolve
 from podnet.hookspecs.networks import SubnetInfo
-from podnet.hookspecs.types import AddressSpace, AllocateContext, Allocation
+from podnet.hookspecs.types import AddressSpace, AllocateContext, Allocation, NodeContext
 
 log = logging.getLogger("podnet.podnetwork")
 
@@ -40,6 +40,8 @@ class Unwritten:
     recorded: Callable[[PodNetwork], None]
     #: no write carried it: (the failure, whether a write was sent) undoes the claims
     not_recorded: Callable[[BaseException, bool], None]
+    #: the node as the allocation was made on it: its route is told the same
+    node: NodeContext | None = None
 
 
 class AllocatePath(PodNetworkSteps):
@@ -159,14 +161,15 @@ class AllocatePath(PodNetworkSteps):
         if updated is None:
             return pn
         return Unwritten(updated, functools.partial(self._allocation_recorded, reservation),
-                          not_allocated)
+                         not_allocated, node_ctx)
 
     def _allocation_recorded(self, reservation: Reservation | None, updated: PodNetwork
                              ) -> None:
         """A write naming the allocation landed: what earlier, unanswered writes held for
         the record is free, and the pool knows the address the record names."""
-        self._prefer.pop(updated.key, None)
-        self._first_trace.pop(updated.key, None)
+        key = updated.key
+        self._prefer.pop(key, None)
+        self._first_trace.pop(key, None)
         self.ledger.recorded(updated, reservation)
 
     def _route_unwritten(self, allocated: Unwritten, pod: PodInfo) -> PodNetwork:
@@ -176,7 +179,7 @@ class AllocatePath(PodNetworkSteps):
         undone."""
         staged = allocated.record
         try:
-            routed = self._route(staged, pod)
+            routed = self._route(staged, pod, allocated.node)
         except BaseException as exc:
             current = self.caches.pod_networks.get(staged.key)
             if (current is not None and current.status.phase is Phase.ALLOCATED

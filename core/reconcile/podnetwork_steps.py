@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import attrs
@@ -61,7 +62,7 @@ from podnet.core.tracing import ATTR_INTERFACE, ATTR_IP, TransitionSpan
 from podnet.core.transition import Transitions
 from podnet.core.unplug import UnplugGate
 from podnet.core.values import evolve
-from podnet.hookspecs.types import PodNetworkContext
+from podnet.hookspecs.types import NodeContext, PodNetworkContext
 
 log = logging.getLogger("podnet.podnetwork")
 
@@ -160,7 +161,7 @@ class PodNetworkSteps:
                       ) -> PodNetwork:
         """``pn`` in ``phase``, with its Ready condition and ``fields``, not written; the
         span names the address it has."""
-        now = self.clock.now()
+        now = self._record_time()
         ready = phase is Phase.ROUTED
         condition = Condition(
             type=READY, status="True" if ready else "False",
@@ -177,6 +178,14 @@ class PodNetworkSteps:
         span.set(ATTR_IP, updated.status.ip)
         span.set(ATTR_INTERFACE, updated.status.interface)
         return updated
+
+    def _record_time(self) -> datetime:
+        """Now, as a record's times read back from the wire: whole seconds. A write whose
+        times already read so is taken back from its answer without parsing it again
+        (``Caches.as_written``); with the clock's microseconds every status write was
+        parsed in full."""
+        now = self.clock.now()
+        return now.replace(microsecond=0) if now.microsecond else now
 
     def _failed(self, pn: PodNetwork, trigger: str, exc: BaseException,
                 span: TransitionSpan) -> PodNetwork:
@@ -217,7 +226,7 @@ class PodNetworkSteps:
         ) and traceparent == pn.status.traceparent:
             return False
         condition = Condition(type=READY, status=status, reason=reason, message=message,
-                              last_transition_time=self.clock.now(),
+                              last_transition_time=self._record_time(),
                               observed_generation=pn.metadata.generation)
         try:
             self.records.update_status(POD_NETWORK, attrs.evolve(pn, status=attrs.evolve(
@@ -237,7 +246,7 @@ class PodNetworkSteps:
                 status, reason, message):
             return None
         condition = Condition(type=kind, status=status, reason=reason, message=message,
-                              last_transition_time=self.clock.now(),
+                              last_transition_time=self._record_time(),
                               observed_generation=pn.metadata.generation)
         try:
             return self.records.update_status(POD_NETWORK, attrs.evolve(pn, status=attrs.evolve(
@@ -252,10 +261,15 @@ class PodNetworkSteps:
             return ()
         return self.selecting_policies(pn.spec.provider, pod)
 
-    def _route(self, pn: PodNetwork, pod: PodInfo | None) -> PodNetwork:
+    def _route(self, pn: PodNetwork, pod: PodInfo | None,
+               node: NodeContext | None = None) -> PodNetwork:
+        """``node``: the node's context as the allocation just made was told it (else read
+        from the caches)."""
         provider = pn.spec.provider
-        ctx = PodNetworkContext(pod_network=pn, node=self.caches.node_context(pn.spec.node_name),
-                                pod=pod, network_policies=self._policies_of(pn, pod))
+        if node is None:
+            node = self.caches.node_context(pn.spec.node_name)
+        ctx = PodNetworkContext(pod_network=pn, node=node, pod=pod,
+                                network_policies=self._policies_of(pn, pod))
 
         def route(span: TransitionSpan) -> PodNetwork:
             result = self.gateway.route(provider, ctx)

@@ -214,19 +214,27 @@ def _span_json(span: ReadableSpan) -> str:
     parent = span.parent
     parent_json = ("" if parent is None else
                    f',"parentSpanId":"{parent[1].to_bytes(8, "big").hex()}"')
+    # each part's text between its opening and its closing, all joined once by the
+    # f-string below: a + would copy the part's text again
     if not attributes:
-        attributes_json = ""
+        attributes_open = attributes_json = attributes_close = ""
     else:
         try:
             # string values (nearly all): each KeyValue its key's cached head and its value
             # escaped, joined, all in C (map); a key or value of another type raises
-            attributes_json = ',"attributes":[' + "}},".join(map(
+            attributes_json = "}},".join(map(
                 _concat, map(_string_head, attributes),
-                map(_string_json_or_raise, attributes.values()))) + "}}]"
+                map(_string_json_or_raise, attributes.values())))
+            attributes_open, attributes_close = ',"attributes":[', "}}]"
         except (KeyError, TypeError):
-            attributes_json = ',"attributes":' + _attributes_json(attributes)
-    links_json = ("" if not links else ',"links":[' + (
-        _link_json(links[0]) if len(links) == 1 else ",".join(map(_link_json, links))) + "]")
+            attributes_json = _attributes_json(attributes)
+            attributes_open, attributes_close = ',"attributes":', ""
+    if not links:
+        links_open = links_json = links_close = ""
+    else:
+        links_json = (_link_json(links[0]) if len(links) == 1
+                      else ",".join(map(_link_json, links)))
+        links_open, links_close = ',"links":[', "]"
     status_json = ("{}" if status is UNSET_STATUS
                    or (status.status_code is StatusCode.UNSET and not status.description)
                    else _dumps(_status_dict(status)))
@@ -235,7 +243,8 @@ def _span_json(span: ReadableSpan) -> str:
             f'"spanId":"{ctx[1].to_bytes(8, "big").hex()}"{name_kind}'
             f'{span.start_time or 0}","endTimeUnixNano":"{span.end_time or 0}",'
             f'"flags":{0x100 | ctx[3]}'
-            f'{parent_json}{attributes_json}{links_json},"status":{status_json}}}')
+            f'{parent_json}{attributes_open}{attributes_json}{attributes_close}'
+            f'{links_open}{links_json}{links_close},"status":{status_json}}}')
 
 
 # A batch's resource and scope, written once per batch: a provider has one of each, and a

@@ -973,3 +973,12 @@ def test_a_formatted_traceparent_parses_as_its_text_does() -> None:
         assert parsed.is_remote and parsed.is_valid
         assert parsed.trace_state == text_parsed.trace_state
         assert format_traceparent(parsed) == value
+
+
+def test_a_formatted_traceparent_the_parse_refuses_is_not_kept() -> None:
+    """An id wider than its field (no SpanContext's checks made it, yet it says valid)
+    formats to a value the parse refuses: kept or not, parsing it still gives None."""
+    ctx = tuple.__new__(trace.SpanContext, (2**130, 5, False, trace.TraceFlags(1),
+                                            trace.DEFAULT_TRACE_STATE, True))
+    value = format_traceparent(ctx)
+    assert parse_traceparent(value) is None

@@ -285,8 +285,11 @@ class TransitionSpan(AbstractContextManager["TransitionSpan"]):
         and no stored value.
         """
         if self._traceparent is None and self._tracer is not None:  # off: nothing to give
-            ctx = self._span.get_span_context()
-            if ctx.is_valid:
+            span = self._span
+            # a lean span's context read as a field, its validity by index (a SpanContext
+            # is a tuple): the API's method and property are a Python call each
+            ctx = span.context if type(span) is LeanSpan else span.get_span_context()
+            if ctx[5]:
                 self._traceparent = format_traceparent(ctx)
         return self._traceparent
 

@@ -928,3 +928,57 @@ def test_json_line_of_each_batch_names_its_own_resource_and_scope() -> None:
     assert services == [f"service-{i % 3}" for i in range(6) for _ in range(2)]
     assert [r["scopeSpans"][0]["scope"] for r in seen[::2]] == [
         {"name": f"scope-{i % 2}", **({"version": "1.0"} if i % 4 else {})} for i in range(6)]
+
+
+def test_json_line_of_a_name_under_several_kinds_and_value_types() -> None:
+    """The encoder keeps a span name's text with its kind, and a key's text for string
+    values: the same name under another kind, the same key with a value of another type
+    (or a key the cache was full of) write their own, byte for byte as json.dumps would."""
+    from podnet.core.tracing import encode_json_line, otlpjson
+
+    memory = InMemorySpanExporter()
+    tp = LeanTracerProvider(memory, Resource.create({SERVICE_NAME: "podnet"}))
+    tracer = tp.get_tracer("podnet")
+    kinds = list(SpanKind)
+    values: list[Any] = ["text", 3, True, "ünï ☃", 0.5, ["a"], "", ErrorKind.THROTTLED]
+    for i in range(3 * len(kinds) * len(values)):
+        tracer.start_span("same name", kind=kinds[i % len(kinds)],
+                          attributes={"k": values[i % len(values)], f"k{i % 5}": "v",
+                                      "é": values[(i + 1) % len(values)]}).end()
+    tp.force_flush()
+    spans = list(memory.get_finished_spans())
+    tp.shutdown()
+    for batch in (spans, spans[::-1], spans[1::2]):
+        assert encode_json_line(batch) == _reference_json_line(batch)
+    # a full cache starts again
+    for i in range(otlpjson._KEY_VALUES_MAX + 1):
+        otlpjson._string_head(f"filler {i}")
+    assert encode_json_line(spans) == _reference_json_line(spans)
+
+
+def test_a_formatted_traceparent_parses_as_its_text_does() -> None:
+    """A traceparent this process formatted is parsed from what formatting it kept: the
+    same span context as parsing its text, field by field and type by type."""
+    from podnet.core.tracing import traceparent
+
+    for flags in (0, 1, 0x80 | 1, 0xFF):
+        ctx = trace.SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331,
+                                is_remote=False, trace_flags=trace.TraceFlags(flags))
+        value = format_traceparent(ctx)
+        parsed = parse_traceparent(value)
+        text_parsed = traceparent._parse_traceparent.__wrapped__(value)
+        assert parsed is not None and text_parsed is not None
+        assert parsed == text_parsed
+        assert [type(f) for f in parsed] == [type(f) for f in text_parsed]
+        assert parsed.is_remote and parsed.is_valid
+        assert parsed.trace_state == text_parsed.trace_state
+        assert format_traceparent(parsed) == value
+
+
+def test_a_formatted_traceparent_the_parse_refuses_is_not_kept() -> None:
+    """An id wider than its field (no SpanContext's checks made it, yet it says valid)
+    formats to a value the parse refuses: kept or not, parsing it still gives None."""
+    ctx = tuple.__new__(trace.SpanContext, (2**130, 5, False, trace.TraceFlags(1),
+                                            trace.DEFAULT_TRACE_STATE, True))
+    value = format_traceparent(ctx)
+    assert parse_traceparent(value) is None

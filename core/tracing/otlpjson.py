@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import base64
 import json
+import operator
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any, Final
 
 from opentelemetry.sdk.resources import SERVICE_NAME
@@ -99,8 +100,6 @@ def _status_dict(status: Status) -> dict[str, Any]:
 # on the thread that competes with the engine for the GIL. Rare values (floats, sequences,
 # subclasses, ids out of range) go through the dicts and json.dumps, so the text is the same.
 _SEPARATORS: Final = (",", ":")
-_INTERNAL: Final = SpanKind.INTERNAL
-_CLIENT: Final = SpanKind.CLIENT
 _json_str: Final = json.encoder.encode_basestring_ascii  # what json.dumps uses (C)
 _BOOL_VALUES: Final = ('{"boolValue":false}', '{"boolValue":true}')
 # (key, value) -> its KeyValue text, for string values: most repeat (machine, trigger,
@@ -163,41 +162,89 @@ def _link_json(link: Any) -> str:
             f'"attributes":{_attributes_json(attributes) if attributes else "[]"}}}')
 
 
+class _StringHeads(dict[str, str]):
+    """An attribute key -> its KeyValue's text up to its string value, made on first use."""
+
+    def __missing__(self, key: object) -> str:
+        if type(key) is not str:  # the reference form takes it
+            raise KeyError(key)
+        if len(self) >= _KEY_VALUES_MAX:
+            self.clear()
+        head = self[key] = f'{{"key":{_json_str(key)},"value":{{"stringValue":'
+        return head
+
+
+_string_head: Final = _StringHeads().__getitem__
+#: _json_str for any value: a string's JSON text; TypeError for anything else
+_string_json_or_raise: Final[Callable[[Any], str]] = _json_str
+_concat: Final = operator.add
+#: a span's name and kind -> the text between its ids and its start time
+_NAME_KINDS: Final[dict[str, tuple[SpanKind, str]]] = {}
+
+
+def _name_kind_json(name: str, kind: SpanKind) -> str:
+    cached = _NAME_KINDS.get(name)
+    if cached is not None and cached[0] is kind:
+        return cached[1]
+    # OTLP numbers kinds from 1, the API from 0
+    text = f',"name":{_json_str(name)},"kind":{kind.value + 1},"startTimeUnixNano":"'
+    if len(_NAME_KINDS) >= _KEY_VALUES_MAX:
+        _NAME_KINDS.clear()
+    _NAME_KINDS[name] = (kind, text)
+    return text
+
+
 def _span_json(span: ReadableSpan) -> str:
     """json.dumps(_span_dict(span)), written directly."""
     ctx = span.context
     assert ctx is not None
     name = span.name
-    parent = span.parent
     attributes = span.attributes
-    events = span.events
     links = span.links
     status = span.status
-    if type(name) is not str or events:  # rare (failures): the reference form
+    if type(name) is not str or span.events:  # rare (failures): the reference form
         return _dumps(_span_dict(span))
+    cached = _NAME_KINDS.get(name)
+    name_kind = (cached[1] if cached is not None and cached[0] is span.kind
+                 else _name_kind_json(name, span.kind))
     # bytes.hex of the fixed-width id: what f"{id:032x}" gives, at half the cost (an id
     # too wide raises OverflowError, and the caller takes the reference form). A
     # SpanContext is a tuple (trace_id, span_id, is_remote, trace_flags, ...): indexed,
     # not through its properties, a Python call each
+    parent = span.parent
     parent_json = ("" if parent is None else
                    f',"parentSpanId":"{parent[1].to_bytes(8, "big").hex()}"')
-    attributes_json = ',"attributes":' + _attributes_json(attributes) if attributes else ""
-    links_json = ("" if not links else ',"links":[' + (
-        _link_json(links[0]) if len(links) == 1 else ",".join(map(_link_json, links))) + "]")
+    # each part's text between its opening and its closing, all joined once by the
+    # f-string below: a + would copy the part's text again
+    if not attributes:
+        attributes_open = attributes_json = attributes_close = ""
+    else:
+        try:
+            # string values (nearly all): each KeyValue its key's cached head and its value
+            # escaped, joined, all in C (map); a key or value of another type raises
+            attributes_json = "}},".join(map(
+                _concat, map(_string_head, attributes),
+                map(_string_json_or_raise, attributes.values())))
+            attributes_open, attributes_close = ',"attributes":[', "}}]"
+        except (KeyError, TypeError):
+            attributes_json = _attributes_json(attributes)
+            attributes_open, attributes_close = ',"attributes":', ""
+    if not links:
+        links_open = links_json = links_close = ""
+    else:
+        links_json = (_link_json(links[0]) if len(links) == 1
+                      else ",".join(map(_link_json, links)))
+        links_open, links_close = ',"links":[', "]"
     status_json = ("{}" if status is UNSET_STATUS
                    or (status.status_code is StatusCode.UNSET and not status.description)
                    else _dumps(_status_dict(status)))
-    kind = span.kind
-    # OTLP numbers kinds from 1, the API from 0; an Enum's value is a Python call
-    kind_number = 1 if kind is _INTERNAL else 3 if kind is _CLIENT else kind.value + 1
     # one f-string: each + would copy the span's text so far again
     return (f'{{"traceId":"{ctx[0].to_bytes(16, "big").hex()}",'
-            f'"spanId":"{ctx[1].to_bytes(8, "big").hex()}",'
-            f'"name":{_json_str(name)},"kind":{kind_number},'
-            f'"startTimeUnixNano":"{span.start_time or 0}",'
-            f'"endTimeUnixNano":"{span.end_time or 0}",'
+            f'"spanId":"{ctx[1].to_bytes(8, "big").hex()}"{name_kind}'
+            f'{span.start_time or 0}","endTimeUnixNano":"{span.end_time or 0}",'
             f'"flags":{0x100 | ctx[3]}'
-            f'{parent_json}{attributes_json}{links_json},"status":{status_json}}}')
+            f'{parent_json}{attributes_open}{attributes_json}{attributes_close}'
+            f'{links_open}{links_json}{links_close},"status":{status_json}}}')
 
 
 # A batch's resource and scope, written once per batch: a provider has one of each, and a

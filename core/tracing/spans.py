@@ -20,6 +20,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import (
     INVALID_SPAN,
+    INVALID_SPAN_CONTEXT,
     Link,
     NoOpTracerProvider,
     Span,
@@ -130,6 +131,19 @@ def _current_parent(current: Context) -> SpanContext | None:
         return None
     ctx = trace.get_current_span(current).get_span_context()
     return ctx if ctx.is_valid else None
+
+
+def _plain_link_fields() -> bool:
+    """Whether a Link is its span context in ``_context`` and its attributes in
+    ``_attributes`` and nothing else (as the installed API makes it): then one can be
+    made without Link's and its base's ``__init__``, two Python calls a transition."""
+    probe = Link(INVALID_SPAN_CONTEXT)
+    return (type(probe).__init__ is Link.__init__ and getattr(probe, "__dict__", None)
+            == {"_context": INVALID_SPAN_CONTEXT, "_attributes": None})
+
+
+_PLAIN_LINKS: Final = _plain_link_fields()
+_new_object = object.__new__
 
 
 class _NoopScope(AbstractContextManager[Span]):
@@ -271,8 +285,11 @@ class TransitionSpan(AbstractContextManager["TransitionSpan"]):
         and no stored value.
         """
         if self._traceparent is None and self._tracer is not None:  # off: nothing to give
-            ctx = self._span.get_span_context()
-            if ctx.is_valid:
+            span = self._span
+            # a lean span's context read as a field, its validity by index (a SpanContext
+            # is a tuple): the API's method and property are a Python call each
+            ctx = span.context if type(span) is LeanSpan else span.get_span_context()
+            if ctx[5]:
                 self._traceparent = format_traceparent(ctx)
         return self._traceparent
 
@@ -317,7 +334,16 @@ class TransitionSpan(AbstractContextManager["TransitionSpan"]):
         current_span = current_ctx.get(SPAN_KEY)  # the reconcile's span: linked
         current = (current_span.context if type(current_span) is LeanSpan
                    else _current_parent(current_ctx))
-        links: tuple[Link, ...] = (Link(current),) if current is not None else ()
+        links: tuple[Link, ...]
+        if current is None:
+            links = ()
+        elif _PLAIN_LINKS:  # Link(current), without its two __init__ calls
+            link: Link = _new_object(Link)
+            link._context = current
+            link._attributes = None
+            links = (link,)
+        else:  # pragma: no cover - another API's Link
+            links = (Link(current),)
         parent = parse_traceparent(self._traceparent) if self._traceparent else None
         if parent is None:
             # first transition (or an unusable stored value): a new root, so the lifecycle

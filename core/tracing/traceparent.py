@@ -7,7 +7,7 @@ import functools
 import re
 from typing import Final
 
-from opentelemetry.trace import SpanContext, TraceFlags
+from opentelemetry.trace import DEFAULT_TRACE_STATE, SpanContext, TraceFlags
 
 _TRACEPARENT_RE: Final = re.compile(
     r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-[^\s]*)?"
@@ -20,14 +20,36 @@ def format_traceparent(span_context: SpanContext) -> str:
     # is_valid): indexed, not through its properties (a Python call each), once per record
     if not span_context[5]:
         raise ValueError("cannot format an invalid span context as traceparent")
-    return f"00-{span_context[0]:032x}-{span_context[1]:016x}-{span_context[3] & 0xFF:02x}"
+    trace_id, span_id, trace_flags = span_context[0], span_context[1], span_context[3]
+    flags = trace_flags & 0xFF
+    value = f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
+    # what parsing the value gives, without the parse: a record's next transition reads
+    # back the value its first one formatted (once per pod network, every one unique).
+    # Only a value the parse takes (each field its width)
+    if len(value) == _VALUE_LENGTH:
+        if len(_FORMATTED) >= _FORMATTED_MAX:
+            _FORMATTED.clear()
+        _FORMATTED[value] = tuple.__new__(SpanContext, (
+            trace_id, span_id, True,
+            trace_flags if type(trace_flags) is TraceFlags and trace_flags == flags
+            else TraceFlags(flags), DEFAULT_TRACE_STATE, True))
+    return value
+
+
+#: the values this process formatted -> their parse (the span context as remote). Threads
+#: may share it: get, set and clear are atomic, a lost entry is parsed
+_FORMATTED: Final[dict[str, SpanContext]] = {}
+_FORMATTED_MAX: Final = 4096
+#: "00-" 32 hex digits "-" 16 "-" 2
+_VALUE_LENGTH: Final = 55
 
 
 def parse_traceparent(value: str) -> SpanContext | None:
     """The remote span context in a W3C ``traceparent``; None when it is not valid."""
     if not isinstance(value, str) or len(value) > 512:
         return None
-    return _parse_traceparent(value)
+    known = _FORMATTED.get(value)
+    return known if known is not None else _parse_traceparent(value)
 
 
 # A record's later transitions all parse the same stored value; SpanContext is an

@@ -17,6 +17,7 @@ from podnet.core.cluster.port import NODE, NODE_NETWORK, NotFound
 from podnet.core.errors import ErrorKind, ProviderError
 from podnet.core.models import FINALIZER, Phase
 from podnet.core.policy import PoolPolicy
+from podnet.hookspecs import hookimpl
 from podnet.plugins.ecs.demo import KIT_POLICY, EcsWorld, instance_id_for
 from podnet.plugins.reference.provider import ReferenceCloud, ReferenceProvider
 from podnet.testing.harness import FaultInjector, HookRecorder, World
@@ -442,3 +443,45 @@ def test_what_no_record_names_is_not_given_back_when_the_node_leaves(
     world.settle(advance=world.gc_grace())
     assert on_node(world, node) == held
     assert world.engine.nodepools.pools.find("reference", node) is None
+
+
+class GivesNothingBack(ReferenceProvider):
+    """The reference provider whose first ``refusals`` shrinks give nothing back (a cloud
+    that answers without deleting, a provider that cannot give these addresses back)."""
+
+    refusals = 0
+
+    @hookimpl
+    def podnet_pool_shrink(self, provider: str, node: Any, entries: Any) -> Any:
+        if self.refusals:
+            self.refusals -= 1
+            return []
+        return super().podnet_pool_shrink(provider, node, entries)
+
+
+class TestAShrinkThatGivesNothingBack:
+    @pytest.fixture
+    def provider_plugin(self) -> ReferenceProvider:
+        return GivesNothingBack(ReferenceCloud(max_interfaces=3, ips_per_interface=4),
+                                policy=POLICY)
+
+    def test_a_leaving_node_tries_again_later_not_at_once(
+            self, world: World, provider_plugin: GivesNothingBack,
+            hook_calls: HookRecorder) -> None:
+        """A leaving node's shrink that gives nothing back is tried again a refill
+        period later: before, the pass came back at once and chose the same addresses
+        again, for ever (a hot loop: the settle below never ended)."""
+        node = world.add_node(0)
+        world.add_pod("p0", 0)
+        world.settle(advance=5)
+        world.delete_pod("p0")
+        world.settle(advance=5)
+        provider_plugin.refusals = 3
+        hook_calls.clear()
+        world.delete_node(0)
+        world.settle()  # the clock does not move: one call, then a wait
+        assert len(hook_calls.of("pool_shrink")) == 1
+        world.settle(advance=world.gc_grace())
+        assert provider_plugin.refusals == 0
+        assert on_node(world, node) == [] and not has_record(world, node)
+        world.assert_converged()

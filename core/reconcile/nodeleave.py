@@ -202,7 +202,8 @@ class NodeLeave:
                  if now - a.added_at < policy.min_ip_lifetime]
         victims = [a for a in idle if now - a.added_at >= policy.min_ip_lifetime]
         if victims:
-            return self._shrink(name, provider, pool, ctx, victims, policy.max_batch_size)
+            return self._shrink(name, provider, pool, ctx, victims, policy.max_batch_size,
+                                policy.refill_period)
         if owned or young:
             # their records give them back (and queue this key); the youngest wait for
             # the cloud to know them before a "not found" on delete may be believed
@@ -228,7 +229,10 @@ class NodeLeave:
         return DONE
 
     def _shrink(self, name: str, provider: str, pool: NodePool, ctx: NodeContext,
-                victims: list[Address], batch: int) -> Result:
+                victims: list[Address], batch: int, stalled: float) -> Result:
+        """Give ``victims`` back, a batch a call; at once again while that goes on, after
+        ``stalled`` seconds when a call gave nothing back (a hot loop otherwise: the same
+        idle addresses chosen again on every pass)."""
         wait = self.gateway.admit(provider)
         if wait:
             return Result(requeue_after=wait)
@@ -241,7 +245,7 @@ class NodeLeave:
                               excess=len(victims))
             entries = pool.shrinking(plan)
         if not entries:
-            return Result(requeue_after=0.0)
+            return Result(requeue_after=stalled)
         try:
             gone = self.gateway.pool_shrink(provider, ctx, entries)
         except Exception as exc:
@@ -250,7 +254,11 @@ class NodeLeave:
             return self._wait(name, provider, "giving its addresses back", exc)
         pool.shrunk(plan, gone or ())
         self._errors.pop(name, None)
-        return Result(requeue_after=0.0)
+        if not gone:
+            log.warning("node %s left the cluster: %s gave none of %s back; trying again "
+                        "in %g s", name, provider, ", ".join(e.address for e in entries),
+                        stalled)
+        return Result(requeue_after=0.0 if gone else stalled)
 
     def _dispose(self, node: NodeInfo, nn: NodeNetwork | None, provider: str, pool: NodePool,
                  ctx: NodeContext) -> Result | None:

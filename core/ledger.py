@@ -24,7 +24,8 @@ Each rule of ownership lives in one named method:
 - the provider's verify decides for the others (:meth:`Ledger.provider_backs`,
   :meth:`Ledger.provider_disowns`): its dataplane carries the address for one record;
 - after a restart two records naming one address on a node: the owner the last recorded
-  pool names, else the first listed (:meth:`Ledger.rebuild_owner`);
+  pool names, else the first whose dual-stack pair the recorded pool does not
+  contradict, else the first listed (:meth:`Ledger.rebuild_owner`);
 - an address the pool thought idle but the book gives to another is held off
   (:meth:`Ledger.hold_off`) until the holder's pass settled who owns it.
 
@@ -38,7 +39,7 @@ from __future__ import annotations
 import enum
 import functools
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
 
@@ -397,11 +398,24 @@ class Ledger:
         return not self._uses_node_pool(key) and self._verified(key, address) is False
 
     @staticmethod
-    def rebuild_owner(named: Sequence[PodNetwork], recorded_owner: str | None) -> PodNetwork:
+    def rebuild_owner(named: Sequence[PodNetwork], recorded_owner: str | None,
+                      recorded_pairs: Mapping[str, str] | None = None) -> PodNetwork:
         """Rule, when a node's pool is rebuilt (after a restart) and several records name
         one of its addresses (a hand edit): the owner the last recorded pool names, so a
-        restart keeps the owner podnet gave; else the first listed."""
-        return next((pn for pn in named if pn.key == recorded_owner), named[0])
+        restart keeps the owner podnet gave; else (its owners not caught up yet) the
+        first listed of those whose pair the last recorded pool does not contradict
+        (``recorded_pairs``: IPv6 -> the IPv4 it was paired with; a hand edit of
+        ``status.ip`` leaves the record's IPv6 beside an IPv4 it was never paired with);
+        else the first listed."""
+        listed = next((pn for pn in named if pn.key == recorded_owner), None)
+        if listed is not None:
+            return listed
+        if recorded_pairs:
+            for pn in named:
+                paired = recorded_pairs.get(pn.status.ipv6 or "")
+                if paired is None or paired == pn.status.ip:
+                    return pn
+        return named[0]
 
     def _uses_node_pool(self, key: str) -> bool:
         pn = self._record(key)

@@ -100,6 +100,10 @@ class PoolService:
         #: records name one address (a hand edit), so a restart keeps the owner podnet gave
         recorded_owner = {ip.address: ip.owner for itf in recorded_interfaces
                           for ip in itf.ips if ip.owner}
+        #: and, while the owners lag (they catch up a refill period late), the IPv4 each
+        #: IPv6 was paired with (dual stack): what a hand edit of status.ip contradicts
+        recorded_pairs = {ip.ipv6: ip.address for itf in recorded_interfaces
+                          for ip in itf.ips if ip.ipv6}
         claims: dict[str, list[PodNetwork]] = {}
         for pn in self.caches.pod_networks.by_index("node", node.name):
             if pn.spec.provider == provider and pn.status.ip and pn.status.phase in (
@@ -114,7 +118,8 @@ class PoolService:
         #: out nor given back
         held6: dict[str, str] = {}
         for address, named in claims.items():
-            winner = Ledger.rebuild_owner(named, recorded_owner.get(address))
+            winner = Ledger.rebuild_owner(named, recorded_owner.get(address),
+                                          recorded_pairs)
             owners[address] = winner.key
             if winner.status.ipv6:
                 pairs[address] = winner.status.ipv6

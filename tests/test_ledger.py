@@ -4,6 +4,7 @@ an Allocated write whose answer was lost, a restart that listed the wrong record
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from podnet.core.annotations import IP_ADDRESS, annotation_field
@@ -413,6 +414,25 @@ def test_a_rebuilt_pool_keeps_the_owner_its_last_record_named() -> None:
     assert Ledger.rebuild_owner([first, second], "ns/zz-real") is second
     assert Ledger.rebuild_owner([first, second], None) is first, "else the first listed"
     assert Ledger.rebuild_owner([first, second], "ns/gone") is first
+
+
+def test_a_rebuilt_dual_stack_pool_whose_owners_lag_keeps_the_owner_its_pair_names() -> None:
+    """No owner listed yet (the catch-up lags): a record whose IPv6 the recorded pool
+    paired with another IPv4 (a hand edit of ``status.ip`` left it there) loses to one
+    whose pair it backs, or does not know (its address not recorded yet)."""
+    def with_v6(name: str, ipv6: str) -> PodNetwork:
+        pn = record(name, "10.0.0.1")
+        return attrs.evolve(pn, status=attrs.evolve(pn.status, ipv6=ipv6))
+
+    edited, real = with_v6("aa-edited", "fd00::2"), with_v6("zz-real", "fd00::3")
+    pairs = {"fd00::2": "10.0.0.5", "fd00::3": "10.0.0.1"}
+    assert Ledger.rebuild_owner([edited, real], None, pairs) is real
+    assert Ledger.rebuild_owner([edited, real], None, {"fd00::2": "10.0.0.5"}) is real, (
+        "the real one's pair not recorded yet: not contradicted")
+    assert Ledger.rebuild_owner([edited, real], "ns/aa-edited", pairs) is edited, (
+        "a listed owner decides first")
+    assert Ledger.rebuild_owner([edited, real], None, {}) is edited, (
+        "nothing recorded: the first listed")
 
 
 # --- records leaving -------------------------------------------------------------------

@@ -305,7 +305,9 @@ def test_the_bridge_keeps_one_mac_as_pods_come_and_go(dataplane) -> None:
         return path
 
     def gateway_answers(path: str) -> bool:
-        return run_in_netns(path, lambda: icmp_echo("10.77.0.1", 1, 1.0)) == 1
+        # any of three echoes: a port just added to a bridge that had none may lose the
+        # first while the bridge comes up (a loaded machine's CI once did)
+        return run_in_netns(path, lambda: icmp_echo("10.77.0.1", 3, 1.0)) >= 1
 
     for name in names:
         subprocess.run(["ip", "netns", "add", name], check=True)

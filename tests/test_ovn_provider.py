@@ -1169,6 +1169,19 @@ def _allocate(plugin: Any, pn: Any) -> Any:
                                                           node=_node_context()))
 
 
+def _allocate_until_full(plugin: Any, prefix: str, indexes: range) -> list[str]:
+    """The addresses of "tiny" the pods ``prefix<i>`` get, until the subnet is full."""
+    from podnet.core.errors import ProviderError
+
+    got: list[str] = []
+    for i in indexes:
+        try:
+            got.append(_allocate(plugin, _late_record(prefix, i, "tiny")).ip)
+        except ProviderError:
+            break  # the subnet is full
+    return got
+
+
 def _addresses_on_ports(plugin: Any) -> list[str]:
     return [ip for lsp in plugin.client.ports() for a in lsp.addresses
             for ip in a.split()[1:]]
@@ -1183,7 +1196,6 @@ def test_an_allocate_whose_answer_timed_out_keeps_its_address_from_other_pods(
     import os
     import signal
 
-    from podnet.core.errors import ProviderError
     from podnet.plugins.ovn.ipam import port_name
     from podnet.plugins.ovn.nb import outcome_unknown
     from podnet.plugins.ovn.provider import OvnProvider
@@ -1210,12 +1222,7 @@ def test_an_allocate_whose_answer_timed_out_keeps_its_address_from_other_pods(
             os.kill(pid, signal.SIGCONT)
         _wait(lambda: plugin.client.port(port_name(late)) is not None,
               "NB to commit the late port", timeout=20.0)
-        others: list[str] = []
-        for i in range(2, 8):
-            try:
-                others.append(allocate(record(i)).ip)
-            except ProviderError:
-                break  # the subnet is full
+        others = _allocate_until_full(plugin, "t", range(2, 8))
         addresses = _addresses_on_ports(plugin)
         assert len(addresses) == len(set(addresses)), sorted(addresses)
         again = allocate(late)
@@ -1290,7 +1297,6 @@ def test_an_allocate_whose_batch_leader_died_keeps_its_address_from_other_pods(
     (a crash) once NB has it. Neither caller can know whether its port was written: each
     address stays its record's, no later pod gets it, and each record asking again gets
     it back (before, the interrupted leader freed its own address)."""
-    from podnet.core.errors import ProviderError
     from podnet.plugins.ovn.ipam import port_name
     from podnet.plugins.ovn.nb import outcome_unknown
     from podnet.plugins.ovn.provider import OvnProvider
@@ -1341,12 +1347,7 @@ def test_an_allocate_whose_batch_leader_died_keeps_its_address_from_other_pods(
             port = plugin.client.port(port_name(pn))
             assert port is not None  # committed: the answer was what never came
             held[pn.metadata.name] = port.addresses[0].split()[1]
-        others: list[str] = []
-        for i in range(3, 10):
-            try:
-                others.append(allocate(record(i)).ip)
-            except ProviderError:
-                break  # the subnet is full
+        others = _allocate_until_full(plugin, "b", range(3, 10))
         assert not set(held.values()) & set(others), (held, others)
         for pn in pair:
             assert allocate(pn).ip == held[pn.metadata.name]

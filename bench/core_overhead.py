@@ -34,6 +34,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
@@ -83,6 +84,8 @@ EVENT_WRITES = "events"
 P3_PODS_PER_NODE = 100
 #: idle addresses beyond the pods a node will get, so no pool ever runs dry
 P3_SPARE = 10
+#: P3's wall clock: a quarter past a whole second, as a production clock reads
+P3_WALL_START = datetime(2026, 1, 1, 0, 0, 0, 250_000, tzinfo=UTC)
 #: P4: one interface holding this many addresses per node (a /24 has 252 usable)
 P4_IPS_PER_NODE = 250
 
@@ -277,7 +280,9 @@ def p3_build(pods: int, warmup: int, trace_file: str | None, seed: int, metered:
     """An engine with every pool holding enough idle addresses for all pods to come."""
     nodes = max(1, math.ceil((pods + warmup) / P3_PODS_PER_NODE))
     idle = P3_PODS_PER_NODE + P3_SPARE
-    clock = FakeClock()
+    # a wall clock between whole seconds, as a real one reads: the wire keeps whole
+    # seconds, and a time written with its microseconds would not read back as sent
+    clock = FakeClock(start=P3_WALL_START)
     cluster = (MeteredCluster if metered else InMemoryCluster)(clock=clock, seed=seed)
     cloud = ReferenceCloud(seed=seed, max_interfaces=1, ips_per_interface=idle)
     pm = new_plugin_manager()

@@ -314,7 +314,9 @@ class EcsProvider(EcsTrunks, DataplaneHooks):
         if self.config.trunk and builds_pool(node):
             enis = self.ensure_trunk(node, instance, limits, enis,
                                      lambda: self.where_to_grow(node, None))
-        interfaces, trunked = interfaces_of(enis, dual)
+        with self._lock:
+            unsettled = self._creating | self._orphans.get(instance, set())
+        interfaces, trunked = interfaces_of(enis, dual, instance, unsettled)
         return Inventory(interfaces=tuple(interfaces),
                          max_interfaces=self.max_interfaces(limits, trunk=trunked),
                          ips_per_interface=self.ips_per_eni(limits), dual_stack=dual)

@@ -101,7 +101,8 @@ class PoolService:
         been handed out before the death, its record then removed by hand (a pool's
         write waits while pods wait): they are idle after ``cooldown`` (the policy's
         reuse cooldown), as a running pool gives back the address of a record removed by
-        hand."""
+        hand. So is an address the last recorded pool says a record owns that no record
+        names now."""
         if inventory is None:
             inventory = self.inventory(node, nn, provider)
         recorded_interfaces = nn.status.interfaces if nn is not None else ()
@@ -152,6 +153,10 @@ class PoolService:
         cooling = {ip for itf in inventory.interfaces
                    if itf.made and itf.pooled and itf.id not in listed
                    for ip in (*itf.ips, *itf.ipv6)} - pooled
+        # and a listed address its recorded owner no longer names: that record may have
+        # been removed by hand while no controller ran
+        cooling |= {ip.address for itf in recorded_interfaces for ip in itf.ips
+                    if ip.owner and ip.address not in owners}
         if leaving:
             pooled |= set(inventory.all_ips()) | set(inventory.all_ipv6())
             cooling = set()  # given back, never handed out

@@ -45,7 +45,8 @@ Available secondary ENIs) reports those podnet marked, tag or description, and d
 each once it has stayed Available for ``leaked_ip_expiry``: an ENI made and never
 attached (the controller killed between CreateNetworkInterface and
 AttachNetworkInterface), or detached and never deleted (killed in a rollback or a
-dispose, or a rollback that failed before a restart). No inventory lists them.
+dispose, or a rollback that failed before a restart). No inventory lists them. An
+attached one naming the node's instance is ``made``: pooled again after a crash.
 
 ``podnet audit`` asks the provider for the instances no Node and no NodeNetwork names
 (``podnet_unknown_machines``): those an ENI podnet made (tag or description) is attached

@@ -95,14 +95,14 @@ class PoolService:
         owns is the pool's (to give back: nothing will hand it out), and no record is
         said to have lost its address (they are all released).
 
-        An interface the provider made for the pool (``CloudInterface.made``) that the
-        last recorded pool does not list was made by a run that died before writing the
-        pool: every address on it is podnet's, so none is a suspect. One of them may have
-        been handed out before the death, its record then removed by hand (a pool's
-        write waits while pods wait): they are idle after ``cooldown`` (the policy's
-        reuse cooldown), as a running pool gives back the address of a record removed by
-        hand. So is an address the last recorded pool says a record owns that no record
-        names now."""
+        Every address on an interface the provider made for the pool
+        (``CloudInterface.made``) is podnet's: one the last recorded pool does not list
+        (on an interface made, or grown, by a run that died before writing the pool) is
+        no suspect. It may have been handed out before the death, its record then removed
+        by hand (a pool's write waits while pods wait): it is idle after ``cooldown``
+        (the policy's reuse cooldown), as a running pool gives back the address of a
+        record removed by hand. So is an address the last recorded pool says a record
+        owns that no record names now."""
         if inventory is None:
             inventory = self.inventory(node, nn, provider)
         recorded_interfaces = nn.status.interfaces if nn is not None else ()
@@ -149,9 +149,7 @@ class PoolService:
                     pooled.add(ip.ipv6)
                     if ip.address not in pairs and ip.ipv6 not in named6:
                         pairs[ip.address] = ip.ipv6  # the last recorded pool's pairs
-        listed = {itf.id for itf in recorded_interfaces}
-        cooling = {ip for itf in inventory.interfaces
-                   if itf.made and itf.pooled and itf.id not in listed
+        cooling = {ip for itf in inventory.interfaces if itf.made and itf.pooled
                    for ip in (*itf.ips, *itf.ipv6)} - pooled
         # and a listed address its recorded owner no longer names: that record may have
         # been removed by hand while no controller ran

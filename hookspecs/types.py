@@ -68,9 +68,10 @@ class CloudInterface:
     ipv6: tuple[str, ...] = ()
     #: True: the provider made it for this node's pool (the ECS provider: an ENI with its
     #: tag), so every address on it is podnet's, and it is not being rolled back. A
-    #: rebuild takes the addresses no record names on one the last recorded pool does
-    #: not list (a crash between its making and the pool's write) as idle after the
-    #: reuse cooldown, not as suspects. Default False: such addresses are suspects
+    #: rebuild takes an address on it that no record names and the last recorded pool
+    #: does not list (a crash between a grow or its making and the pool's write) as idle
+    #: after the reuse cooldown, not as a suspect. Default False: such addresses are
+    #: suspects
     made: bool = False
 
 

@@ -383,6 +383,33 @@ def test_a_kill_right_after_the_attach_leaves_an_eni_the_next_process_pools() ->
         state.world.close()
 
 
+def test_a_kill_right_after_an_assign_on_a_podnet_eni_leaves_no_suspect() -> None:
+    """The controller dies right after AssignPrivateIpAddresses added an address to an
+    ENI podnet made, before the pool was written: every address on such an ENI is
+    podnet's, so the restarted controller pools it (idle after the reuse cooldown, 0
+    here) and its pods take it; before, it was a suspect the GC unassigned after the
+    leaked-address expiry."""
+    state = TightEcsChaos()
+    try:
+        state.populate(up=1, running=0)
+        state.settle(seconds=0.0)
+        sim = _WORLDS[id(state.plugin)].sim
+        state.cloud_kill_at(point="after-assign")
+        for i in range(8):
+            state.add_pod(pod=f"p{i}", i=0, stateful=False)
+        while state.world.crashes == 0:
+            assert state.world.step(1) == 1, "the kill was never reached"
+        assert sim.calls["AssignPrivateIpAddresses"] >= 1
+        state.world.settle(advance=10.0)
+        pool = state.world.engine.pools.find("ecs", "node-0000")
+        assert pool is not None and not pool.suspects
+        assert len(state.world.live_pod_ips()) == 8
+        state.teardown()
+        assert state.world.engine.sweeper.swept == 0
+    finally:
+        state.world.close()
+
+
 def test_a_failed_rollback_then_a_kill_on_a_leaving_node_leaves_no_eni() -> None:
     """The rollback of a new ENI fails and the process dies before retrying it; then the
     node leaves: the ENI's addresses are the sweep's, not the node's, and go too."""

@@ -1,9 +1,9 @@
-"""What a restart makes of cloud addresses no record names: those of an interface the
-provider made for the pool (``made``) that the last recorded pool does not list are the
+"""What a restart makes of cloud addresses no record names: one on an interface the
+provider made for the pool (``made``) that the last recorded pool does not list is the
 pool's, idle after the reuse cooldown; one the recorded pool lists with an owner whose
 record is gone is idle after the cooldown too; every other one the recorded pool does
-not list is a suspect, as before (an address added to a listed interface: an
-interrupted grow, or someone else's)."""
+not list is a suspect, as before (on an interface podnet did not make: an interrupted
+grow, or someone else's address)."""
 
 from __future__ import annotations
 
@@ -124,17 +124,50 @@ def test_an_unrecorded_interfaces_address_whose_record_was_removed_by_hand_cools
     rig.assert_no_leak()
 
 
-def test_an_address_added_to_a_listed_interface_is_still_a_suspect() -> None:
-    """An address on an interface podnet made, which the last recorded pool lists, but
-    not the address itself (a grow on it interrupted, or an address someone else added):
-    nothing proves no pod used it, so the restart holds it as a suspect, as before."""
+def test_an_address_a_grow_added_to_a_listed_interface_podnet_made_is_pooled() -> None:
+    """The controller dies right after a grow added an address to an interface podnet
+    made, which the recorded pool lists: every address on such an interface is podnet's,
+    so the restart pools it rather than holding it as a suspect (before: deleted by the
+    GC after the leaked-address expiry)."""
     rig = _rig(per=3)
     node = rig.node(0)
     for i in range(4):
         rig.pod(f"a{i}", node)
     rig.settle(advance=60)
     assert "eth1" in _listed(rig, node) and len(rig.cloud.nodes[node].interfaces["eth1"]) < 3
-    (stray,) = rig.cloud.add(node, None, "eth1", 1)
+    pool = rig.engine.pools.find("reference", node)
+    assert pool is not None
+    rig.plugin.crash_after = {"pool_grow"}
+    for i in range(pool.idle_count() + 1):  # one more than the idle ones: a grow on eth1
+        rig.pod(f"b{i}", node)
+    try:
+        rig.settle()
+    except BaseException as exc:
+        assert type(exc).__name__ == "Crash"
+    else:
+        raise AssertionError("no grow was made")
+    added = set(rig.cloud.nodes[node].interfaces["eth1"]) - set(_listed(rig, node)["eth1"])
+    assert added
+    rig.restart()
+    rig.settle(advance=rig.policy.leaked_ip_expiry + 2 * rig.policy.gc_period)
+    pool = rig.engine.pools.find("reference", node)
+    assert pool is not None and not pool.suspects and rig.engine.sweeper.swept == 0
+    assert added <= set(pool.addresses)
+    rig.assert_no_leak()
+
+
+def test_an_address_added_to_an_interface_podnet_did_not_make_is_still_a_suspect() -> None:
+    """An address on the node's own interface (eth0: not ``made``) that no record names
+    and the recorded pool does not list (someone else's, or a grow on it interrupted):
+    nothing proves no other party uses it, so the restart holds it as a suspect, as
+    before."""
+    rig = _rig(per=3)
+    node = rig.node(0)
+    for i in range(2):
+        rig.pod(f"a{i}", node)
+    rig.settle(advance=60)
+    assert "eth0" in _listed(rig, node) and len(rig.cloud.nodes[node].interfaces["eth0"]) < 3
+    (stray,) = rig.cloud.add(node, None, "eth0", 1)
     rig.restart()
     rig.settle()
     pool = rig.engine.pools.find("reference", node)

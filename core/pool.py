@@ -453,7 +453,7 @@ class NodePool:
                 self.addresses[ip] = Address(
                     address=ip, interface=itf.id, subnet=itf.subnet, owner=owner,
                     cooldown_until=prev_addr.cooldown_until if prev_addr else (
-                        cooling_until if ip in cooling else 0.0),
+                        cooling_until if ip in cooling and owner is None else 0.0),
                     ipv6=ipv6, half=inventory.dual_stack and ipv6 is None and owner is None,
                 )
                 self.suspects.pop(ip, None)

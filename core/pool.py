@@ -386,13 +386,18 @@ class NodePool:
     def rebuild(
         self, inventory: Inventory, owners: dict[str, str], pooled: set[str], now: float,
         pairs: Mapping[str, str] | None = None, held6: Collection[str] = (),
-        owned6: Mapping[str, str] | None = None,
+        owned6: Mapping[str, str] | None = None, cooling: Collection[str] = (),
+        cooling_until: float = 0.0,
     ) -> list[str]:
         """Replace the pool with ``inventory``; owners from the records.
 
         Addresses the cloud has that no record owns and the last recorded pool did not
         hold become suspects, not idle: whoever added them, podnet must not hand them out
         until GC decides. :return: record owners whose address the cloud lacks.
+
+        ``cooling``: addresses of ``pooled`` new to this pool that are idle only from
+        monotonic time ``cooling_until`` (those of an interface podnet made that the last
+        recorded pool does not list: a record removed by hand may have named one).
 
         On a dual-stack node each interface's IPv4 and IPv6 addresses are paired: as
         ``pairs`` (IPv4 -> IPv6: the pod network records', then the last recorded
@@ -447,7 +452,8 @@ class NodePool:
                 ipv6 = paired.get(ip)
                 self.addresses[ip] = Address(
                     address=ip, interface=itf.id, subnet=itf.subnet, owner=owner,
-                    cooldown_until=prev_addr.cooldown_until if prev_addr else 0.0,
+                    cooldown_until=prev_addr.cooldown_until if prev_addr else (
+                        cooling_until if ip in cooling and owner is None else 0.0),
                     ipv6=ipv6, half=inventory.dual_stack and ipv6 is None and owner is None,
                 )
                 self.suspects.pop(ip, None)

@@ -87,12 +87,22 @@ class PoolService:
 
 
     def rebuild(self, node: NodeInfo, nn: NodeNetwork | None, provider: str, pool: NodePool,
-                 inventory: Inventory | None = None, *, leaving: bool = False) -> None:
+                 inventory: Inventory | None = None, *, leaving: bool = False,
+                 cooldown: float = 0.0) -> None:
         """Inventory (what exists) + records (who owns it) + last pool (what was idle).
 
         ``leaving``: the node left the cluster; every address of the inventory no record
         owns is the pool's (to give back: nothing will hand it out), and no record is
-        said to have lost its address (they are all released)."""
+        said to have lost its address (they are all released).
+
+        Every address on an interface the provider made for the pool
+        (``CloudInterface.made``) is podnet's: one the last recorded pool does not list
+        (on an interface made, or grown, by a run that died before writing the pool) is
+        no suspect. It may have been handed out before the death, its record then removed
+        by hand (a pool's write waits while pods wait): it is idle after ``cooldown``
+        (the policy's reuse cooldown), as a running pool gives back the address of a
+        record removed by hand. So is an address the last recorded pool says a record
+        owns that no record names now."""
         if inventory is None:
             inventory = self.inventory(node, nn, provider)
         recorded_interfaces = nn.status.interfaces if nn is not None else ()
@@ -139,13 +149,21 @@ class PoolService:
                     pooled.add(ip.ipv6)
                     if ip.address not in pairs and ip.ipv6 not in named6:
                         pairs[ip.address] = ip.ipv6  # the last recorded pool's pairs
+        cooling = {ip for itf in inventory.interfaces if itf.made and itf.pooled
+                   for ip in (*itf.ips, *itf.ipv6)} - pooled
+        # and a listed address its recorded owner no longer names: that record may have
+        # been removed by hand while no controller ran
+        cooling |= {ip.address for itf in recorded_interfaces for ip in itf.ips
+                    if ip.owner and ip.address not in owners}
         if leaving:
             pooled |= set(inventory.all_ips()) | set(inventory.all_ipv6())
+            cooling = set()  # given back, never handed out
         now = self.clock.monotonic()
         # a node that left: each such half is its record's in the pool, and goes back with
         # it (as a suspect it would stay on the machine: no GC looks at the node again)
-        lost = pool.rebuild(inventory, owners, pooled, now, pairs, () if leaving else held6,
-                            owned6=held6 if leaving else None)
+        lost = pool.rebuild(inventory, owners, pooled | cooling, now, pairs,
+                            () if leaving else held6, owned6=held6 if leaving else None,
+                            cooling=cooling, cooling_until=now + cooldown)
         pool.resume(recorded_interfaces, now, self.clock.now())
         if not leaving:
             self.lost.report(lost)

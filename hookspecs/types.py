@@ -66,6 +66,13 @@ class CloudInterface:
     #: IPv6 addresses on it, for a dual-stack inventory (:attr:`Inventory.dual_stack`);
     #: reported as the cloud has them, unpaired: core pairs them with ``ips``
     ipv6: tuple[str, ...] = ()
+    #: True: the provider made it for this node's pool (the ECS provider: an ENI with its
+    #: tag), so every address on it is podnet's, and it is not being rolled back. A
+    #: rebuild takes an address on it that no record names and the last recorded pool
+    #: does not list (a crash between a grow or its making and the pool's write) as idle
+    #: after the reuse cooldown, not as a suspect. Default False: such addresses are
+    #: suspects
+    made: bool = False
 
 
 @attrs.frozen

@@ -340,14 +340,14 @@ def test_a_kill_between_create_and_attach_leaves_no_eni() -> None:
         state.world.close()
 
 
-def test_a_kill_right_after_the_attach_rolls_nothing_back_and_the_next_process_cleans_up(
-) -> None:
+def test_a_kill_right_after_the_attach_leaves_an_eni_the_next_process_pools() -> None:
     """The controller dies right after AttachNetworkInterface went through. A dead
-    process rolls nothing back (before, the provider's rollback ran on the way out of the
-    kill, as no killed process does, so the machine never saw this state): the ENI stays
-    attached with the addresses it was made with, named by no record. The restarted
-    controller gives it up through the pool (recorded as disposing first), makes what
-    its pods need, and in the end every pod is routed and nothing leaked."""
+    process rolls nothing back: the ENI stays attached with the addresses it was made
+    with, which no record names and the recorded pool does not list. It is podnet's (its
+    tag names the instance), so the restarted controller pools its addresses, idle after
+    the reuse cooldown (0 here), rather than holding them as suspects: its pods are
+    routed on it, and no call disposes of it (before: a grow on it refused with
+    Ipv4CountExceeded, its detach and delete, and a second ENI made in its place)."""
     state = TightEcsChaos()
     try:
         state.populate(up=1, running=0)
@@ -359,14 +359,53 @@ def test_a_kill_right_after_the_attach_rolls_nothing_back_and_the_next_process_c
             state.add_pod(pod=f"p{i}", i=0, stateful=False)
         while state.world.crashes == 0:
             assert state.world.step(1) == 1, "the kill was never reached"
-        calls = sim.calls - calls
+        calls, killed = sim.calls - calls, sim.calls.copy()
         assert (calls["AttachNetworkInterface"], calls["DetachNetworkInterface"],
                 calls["DeleteNetworkInterface"]) == (1, 0, 0)
         (made,) = set(sim.enis) - before
         assert sim.enis[made].instance_id == "i-node0000"
+        on_it = set(sim.enis[made].secondary)
+        assert len(on_it) == 3
+        state.world.settle(advance=10.0)
+        routed = state.world.live_pod_ips()
+        assert len(routed) == 8
+        assert on_it <= set(routed.values())  # its pods are on it
+        calls = sim.calls - killed
+        # the 8 pods need a third ENI (3 pod addresses each): one more create, not two
+        assert (calls["CreateNetworkInterface"], calls["DetachNetworkInterface"],
+                calls["DeleteNetworkInterface"]) == (1, 0, 0)
+        pool = state.world.engine.pools.find("ecs", "node-0000")
+        assert pool is not None and not pool.suspects
         state.teardown()
         assert len(state.world.live_pod_ips()) == 8
-        assert made not in sim.enis
+        assert made in sim.enis
+    finally:
+        state.world.close()
+
+
+def test_a_kill_right_after_an_assign_on_a_podnet_eni_leaves_no_suspect() -> None:
+    """The controller dies right after AssignPrivateIpAddresses added an address to an
+    ENI podnet made, before the pool was written: every address on such an ENI is
+    podnet's, so the restarted controller pools it (idle after the reuse cooldown, 0
+    here) and its pods take it; before, it was a suspect the GC unassigned after the
+    leaked-address expiry."""
+    state = TightEcsChaos()
+    try:
+        state.populate(up=1, running=0)
+        state.settle(seconds=0.0)
+        sim = _WORLDS[id(state.plugin)].sim
+        state.cloud_kill_at(point="after-assign")
+        for i in range(8):
+            state.add_pod(pod=f"p{i}", i=0, stateful=False)
+        while state.world.crashes == 0:
+            assert state.world.step(1) == 1, "the kill was never reached"
+        assert sim.calls["AssignPrivateIpAddresses"] >= 1
+        state.world.settle(advance=10.0)
+        pool = state.world.engine.pools.find("ecs", "node-0000")
+        assert pool is not None and not pool.suspects
+        assert len(state.world.live_pod_ips()) == 8
+        state.teardown()
+        assert state.world.engine.sweeper.swept == 0
     finally:
         state.world.close()
 

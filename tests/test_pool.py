@@ -106,3 +106,20 @@ def test_release_others_frees_every_other_address_however_the_owner_got_it() -> 
         ips[6]: "ns/a", ips[3]: "ns/b"}
     pool.release_others("ns/a", keep=None)
     assert pool.owner_of(ips[6]) is None and pool.owner_of(ips[3]) == "ns/b"
+
+
+def test_a_rebuild_holds_cooling_addresses_until_their_time_and_no_owned_one() -> None:
+    """``cooling`` addresses new to the pool are idle only from ``cooling_until``; one a
+    record owns takes no cooldown (its release sets its own)."""
+    pool = NodePool("n", "p")
+    inventory = Inventory(interfaces=(CloudInterface(id="eni-1", ips=tuple(IPS[:3]),
+                                                     made=True),),
+                          max_interfaces=1, ips_per_interface=3)
+    pool.rebuild(inventory, owners={IPS[0]: "ns/a"}, pooled=set(IPS[:3]), now=0.0,
+                 cooling=set(IPS[:2]), cooling_until=30.0)
+    assert not pool.suspects
+    assert pool.addresses[IPS[0]].cooldown_until == 0.0
+    assert take(pool, "ns/b") == IPS[2]
+    with pytest.raises(PoolEmpty):
+        take(pool, "ns/c", now=29.0)
+    assert take(pool, "ns/c", now=30.0) == IPS[1]

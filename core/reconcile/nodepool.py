@@ -228,7 +228,7 @@ class NodePoolReconciler(QuietPasses):
             if not pool.synced:
                 reading = True
                 with deferrable(("inventory", name)):
-                    self.service.rebuild(node, nn, provider, pool)
+                    self.service.rebuild(node, nn, provider, pool, cooldown=policy.reuse_cooldown)
                 reading = False
                 self.problems.by_node.pop(name, None)
                 policy = self.policy_for(provider, nn, pool)

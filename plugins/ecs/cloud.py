@@ -97,6 +97,13 @@ class _Eni:
             any(k == INSTANCE_TAG for k, _ in self.tags)
             or self.description.startswith(DESCRIPTION_PREFIX))
 
+    def made_for(self, instance: str) -> bool:
+        """A secondary ENI podnet created for ``instance``'s pool (its tag's value, or
+        an older ENI's description, names it)."""
+        return self.kind == "Secondary" and (
+            (INSTANCE_TAG, instance) in self.tags
+            or self.description == f"{DESCRIPTION_PREFIX}{instance}")
+
 
 class EcsCloud:
     """The SDK, and the provider's reads and memory of the cloud. One per plugin."""

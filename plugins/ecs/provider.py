@@ -45,7 +45,8 @@ Available secondary ENIs) reports those podnet marked, tag or description, and d
 each once it has stayed Available for ``leaked_ip_expiry``: an ENI made and never
 attached (the controller killed between CreateNetworkInterface and
 AttachNetworkInterface), or detached and never deleted (killed in a rollback or a
-dispose, or a rollback that failed before a restart). No inventory lists them.
+dispose, or a rollback that failed before a restart). No inventory lists them. An
+attached one naming the node's instance is ``made``: pooled again after a crash.
 
 ``podnet audit`` asks the provider for the instances no Node and no NodeNetwork names
 (``podnet_unknown_machines``): those an ENI podnet made (tag or description) is attached
@@ -314,7 +315,9 @@ class EcsProvider(EcsTrunks, DataplaneHooks):
         if self.config.trunk and builds_pool(node):
             enis = self.ensure_trunk(node, instance, limits, enis,
                                      lambda: self.where_to_grow(node, None))
-        interfaces, trunked = interfaces_of(enis, dual)
+        with self._lock:
+            unsettled = self._creating | self._orphans.get(instance, set())
+        interfaces, trunked = interfaces_of(enis, dual, instance, unsettled)
         return Inventory(interfaces=tuple(interfaces),
                          max_interfaces=self.max_interfaces(limits, trunk=trunked),
                          ips_per_interface=self.ips_per_eni(limits), dual_stack=dual)

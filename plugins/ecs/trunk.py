@@ -24,7 +24,7 @@ trunk) are not made yet.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from podnet.hookspecs.errors import ErrorKind, ProviderError
 from podnet.hookspecs.sections import config_key
@@ -45,9 +45,11 @@ def builds_pool(node: NodeContext) -> bool:
             and node.node.deletion_timestamp is None)
 
 
-def interfaces_of(enis: Sequence[_Eni], dual: bool) -> tuple[list[CloudInterface], bool]:
+def interfaces_of(enis: Sequence[_Eni], dual: bool, instance: str,
+                  unsettled: Collection[str] = ()) -> tuple[list[CloudInterface], bool]:
     """The inventory's interfaces (the attached ENIs, the primary first), and whether a
-    trunk is among them."""
+    trunk is among them. An ENI podnet made for ``instance`` is ``made`` (every address
+    on it is podnet's), unless it is ``unsettled``: being made, or rolled back."""
     interfaces, trunked = [], False
     for eni in enis:
         if eni.status not in ("InUse", "Attaching"):
@@ -58,7 +60,8 @@ def interfaces_of(enis: Sequence[_Eni], dual: bool) -> tuple[list[CloudInterface
         # (its pods are member ENIs): neither is pooled
         interfaces.append(CloudInterface(
             id=eni.id, mac=eni.mac, subnet=eni.vswitch, primary=primary, trunk=trunk,
-            ips=eni.secondary, pooled=not (primary or trunk), ipv6=eni.ipv6 if dual else ()))
+            ips=eni.secondary, pooled=not (primary or trunk), ipv6=eni.ipv6 if dual else (),
+            made=eni.made_for(instance) and eni.id not in unsettled))
     interfaces.sort(key=lambda i: (not i.primary, i.id))
     return interfaces, trunked
 

@@ -192,8 +192,10 @@ class ReferenceProvider(DataplaneHooks):
         bound = self.cloud.interface_subnets(n.name)
         return Inventory(
             interfaces=tuple(
+                # every interface but eth0 is one podnet_interface_create made
                 CloudInterface(id=itf, subnet=bound.get(itf, n.pod_cidr), primary=itf == "eth0",
-                               ips=tuple(ips), mac=_mac_for(f"{n.name}/{itf}"))
+                               ips=tuple(ips), mac=_mac_for(f"{n.name}/{itf}"),
+                               made=itf != "eth0")
                 for itf, ips in sorted(interfaces.items())
             ),
             max_interfaces=max_itf, ips_per_interface=per,

@@ -413,6 +413,8 @@ class Ledger:
         (``recorded_pairs``: IPv6 -> the IPv4 it was paired with; a hand edit of
         ``status.ip`` leaves the record's IPv6 beside an IPv4 it was never paired with);
         else the first listed."""
+        if len(named) == 1:
+            return named[0]  # the common case: no tie, no digest (a restart: every address)
         ranks = [_SEAL_RANK[sealed(pn)] for pn in named]
         best = min(ranks)
         named = [pn for pn, rank in zip(named, ranks, strict=True) if rank == best]

@@ -20,7 +20,7 @@ import attrs
 if TYPE_CHECKING:
     from podnet.core.cluster.port import Cluster, Obj
     from podnet.core.config import Config
-    from podnet.core.models import NodeInfo, NodeNetwork
+    from podnet.core.models import NodeInfo, NodeNetwork, PodNetwork
     from podnet.core.plugin import Providers
 from podnet.app.records import (
     EXIT_FOUND,
@@ -117,11 +117,14 @@ class Misplaced:
 
 @attrs.frozen
 class Duplicate:
-    """One address recorded by two or more PodNetworks: two pods would share it."""
+    """One address recorded by two or more PodNetworks: two pods would share it.
+    ``edited``: those whose seal says podnet did not give them the addresses they name (a
+    hand edit); a record an older podnet wrote has no seal and is never listed there."""
 
     provider: str
     ip: str
     pod_networks: tuple[str, ...]
+    edited: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -452,12 +455,15 @@ def _wrong_enis(records: Records) -> tuple[WrongEni, ...]:
 
 def _duplicates(records: Records) -> tuple[Duplicate, ...]:
     """Addresses (per provider) that more than one record owns."""
-    holders: dict[tuple[str, str], list[str]] = {}
+    from podnet.core.ledger import sealed
+
+    holders: dict[tuple[str, str], list[PodNetwork]] = {}
     for pn in records.pod_networks:
         for address in owned_addresses(pn):
-            holders.setdefault((pn.spec.provider, address), []).append(pn.key)
-    return tuple(Duplicate(provider, ip, tuple(sorted(keys)))
-                 for (provider, ip), keys in sorted(holders.items()) if len(keys) > 1)
+            holders.setdefault((pn.spec.provider, address), []).append(pn)
+    return tuple(Duplicate(provider, ip, tuple(sorted(pn.key for pn in pns)),
+                           tuple(sorted(pn.key for pn in pns if sealed(pn) is False)))
+                 for (provider, ip), pns in sorted(holders.items()) if len(pns) > 1)
 
 
 def _gone(records: Records, pods: Mapping[str, Obj] | None, now: datetime,
@@ -567,8 +573,10 @@ def _print_audit(report: AuditReport) -> None:
         table.add_row("misplaced", m.node, "", m.ip,
                       f"{m.pod_network}: the cloud has it on {m.cloud_node} ({m.interface})")
     for d in report.duplicates:
+        edited = (f"; not given by podnet (edited): {', '.join(d.edited)}" if d.edited
+                  else "")
         table.add_row("duplicate", "", d.provider, d.ip,
-                      f"recorded by {', '.join(d.pod_networks)}")
+                      f"recorded by {', '.join(d.pod_networks)}{edited}")
     for g in report.gone:
         table.add_row("gone", cell(g.node), "", cell(g.ip), f"{g.pod_network}: {g.reason}")
     for w in report.wrong_eni:

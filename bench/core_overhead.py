@@ -45,6 +45,7 @@ from podnet.core.clock import FakeClock
 from podnet.core.cluster.port import NAMESPACE, NODE, POD, POD_NETWORK, Kind, Obj
 from podnet.core.convert import to_wire
 from podnet.core.engine import Engine, EngineOptions
+from podnet.core.ledger import address_seal
 from podnet.core.models import (
     FINALIZER,
     LABEL_NODE,
@@ -623,9 +624,10 @@ def p4_records(cluster: InMemoryCluster, cloud: ReferenceCloud, pods: int, nodes
         )
         wire = to_wire(record)
         created = cluster.create(POD_NETWORK, wire)
-        if created.get("status", {}).get("phase") != Phase.ROUTED.value:
-            created["status"] = wire["status"]  # a server that drops status on create
-            cluster.update_status(POD_NETWORK, created)
+        # the seal the allocation writes with the address names the uid the create gave
+        seal = address_seal(created["metadata"].get("uid"), ip, None)
+        created["status"] = {**wire["status"], "addressSeal": seal}
+        cluster.update_status(POD_NETWORK, created)
         if (i + 1) % 20_000 == 0:
             progress(i + 1)
 

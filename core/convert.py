@@ -769,7 +769,8 @@ def salvage_pod_network(data: Mapping[str, Any], error: RecordError) -> Unreadab
             network=text(spec, "network") or models.DEFAULT_NETWORK,
         ),
         status=models.PodNetworkStatus(phase=parsed, ip=ip, ipv6=ipv6,
-                                       interface=text(status, "interface")),
+                                       interface=text(status, "interface"),
+                                       address_seal=text(status, "addressSeal")),
         error=str(error),
     )
 

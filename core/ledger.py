@@ -23,7 +23,9 @@ Each rule of ownership lives in one named method:
   :meth:`Ledger.pool_disagrees`): the pool is rebuilt from the node's cloud inventory;
 - the provider's verify decides for the others (:meth:`Ledger.provider_backs`,
   :meth:`Ledger.provider_disowns`): its dataplane carries the address for one record;
-- after a restart two records naming one address on a node: the owner the last recorded
+- after a restart two records naming one address on a node: those whose seal says podnet
+  gave them the addresses they name (:func:`address_seal`) over those it does not know
+  of, over those whose seal a hand edit broke; among them the owner the last recorded
   pool names, else the first whose dual-stack pair the recorded pool does not
   contradict, else the first listed (:meth:`Ledger.rebuild_owner`);
 - an address the pool thought idle but the book gives to another is held off
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import hashlib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -401,12 +404,20 @@ class Ledger:
     def rebuild_owner(named: Sequence[PodNetwork], recorded_owner: str | None,
                       recorded_pairs: Mapping[str, str] | None = None) -> PodNetwork:
         """Rule, when a node's pool is rebuilt (after a restart) and several records name
-        one of its addresses (a hand edit): the owner the last recorded pool names, so a
-        restart keeps the owner podnet gave; else (its owners not caught up yet) the
-        first listed of those whose pair the last recorded pool does not contradict
+        one of its addresses (a hand edit): first the records whose seal says podnet gave
+        them the addresses they name, else those without a seal (an older podnet's: no
+        evidence either way), else the rest (:func:`sealed`; written with the address, so
+        it never lags). Among them the owner the last recorded pool names, so a restart
+        keeps the owner podnet gave; else (its owners not caught up yet) the first listed
+        of those whose pair the last recorded pool does not contradict
         (``recorded_pairs``: IPv6 -> the IPv4 it was paired with; a hand edit of
         ``status.ip`` leaves the record's IPv6 beside an IPv4 it was never paired with);
         else the first listed."""
+        if len(named) == 1:
+            return named[0]  # the common case: no tie, no digest (a restart: every address)
+        ranks = [_SEAL_RANK[sealed(pn)] for pn in named]
+        best = min(ranks)
+        named = [pn for pn, rank in zip(named, ranks, strict=True) if rank == best]
         listed = next((pn for pn in named if pn.key == recorded_owner), None)
         if listed is not None:
             return listed
@@ -446,6 +457,32 @@ class Ledger:
             pool = self.pools.find(pn.spec.provider, pn.spec.node_name)
             if pool is not None:
                 pool.forget_lost(lost, pn.key)
+
+
+def address_seal(uid: str | None, ip: str | None, ipv6: str | None) -> str | None:
+    """The seal podnet writes with the addresses it gives a record (``status.addressSeal``,
+    in the same write): 12 hex digits of a digest of the record's uid and the addresses.
+    A hand edit of the addresses leaves it naming the old ones, and a seal copied from
+    another record names that record's uid. None with no address."""
+    if not ip and not ipv6:
+        return None
+    text = f"{uid or ''} {ip or ''} {ipv6 or ''}".encode()
+    return hashlib.blake2b(text, digest_size=6).hexdigest()
+
+
+def sealed(pn: PodNetwork) -> bool | None:
+    """Whether podnet gave the record the addresses it names, as its seal says: True, False
+    (its addresses were edited since), or None (no seal: a record an older podnet wrote
+    the addresses of)."""
+    seal = pn.status.address_seal
+    if seal is None:
+        return None
+    return seal == address_seal(pn.metadata.uid, pn.status.ip, pn.status.ipv6)
+
+
+#: the tie-break's order: what the seal proves, then what it cannot tell, then what it
+#: disproves
+_SEAL_RANK: dict[bool | None, int] = {True: 0, None: 1, False: 2}
 
 
 def provider_verify(gateway: ProviderGateway, caches: Caches, served: Callable[[str], bool]

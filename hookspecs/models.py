@@ -183,6 +183,10 @@ class PodNetworkStatus:
     last_transition_time: datetime | None = None
     #: W3C traceparent of the lifecycle's first transition: later ones join its trace.
     traceparent: str | None = None
+    #: a digest of the record's uid and the addresses podnet gave it, written with them
+    #: (absent on records an older podnet wrote): a hand edit of ``ip`` does not carry it
+    #: along, so after a restart the record podnet gave an address to keeps it
+    address_seal: str | None = None
 
 
 @attrs.frozen

@@ -73,6 +73,7 @@ from podnet.core.leader import LeaderElector
 from podnet.core.models import FINALIZER
 from podnet.core.ratelimit import deferring_cloud_waits
 from podnet.sim.memory import InMemoryCluster
+from podnet.testing.chaosedits import edits_that_took_an_address, unsealed_addresses
 from podnet.testing.chaosreport import mark_chaos
 from podnet.testing.harness import (
     Crash,
@@ -299,6 +300,9 @@ def make_chaos_machine(
             #: invariants while they still name it (podnet fixes it, or the end's
             #: convergence check says it did not)
             self.edited: dict[str, str] = {}
+            #: record name -> every address a hand edit gave it (kept: a rebuild's choice
+            #: is judged by the Event it leaves, read after the rule)
+            self.edited_ever: dict[str, set[str]] = {}
             #: addresses the cloud forgot: their records are re-addressed by the end
             self.forgotten: set[str] = set()
             #: record name -> the requests it had before it was made unreadable
@@ -674,6 +678,7 @@ def make_chaos_machine(
                 edited = self.cluster.patch(POD_NETWORK, pa.metadata.name, {"status": {
                     "ip": pb.status.ip}}, pa.metadata.namespace, subresource="status")
             self.edited[pa.metadata.name] = edited["status"]["ip"]
+            self.edited_ever.setdefault(pa.metadata.name, set()).add(edited["status"]["ip"])
 
         @rule(pod=pod_names)
         def remove_record_by_hand(self, pod: str) -> None:
@@ -702,6 +707,18 @@ def make_chaos_machine(
         def no_address_owned_twice(self) -> None:
             problems = self._excused(self.world.double_owner_problems())
             assert not problems, "double assignment:\n  " + "\n  ".join(problems)
+
+        @invariant()
+        def a_hand_edit_takes_no_address_from_its_owner(self) -> None:
+            """Whatever the owners' lag, a restart or a node leaving keeps an address for
+            the record podnet gave it to, not for one edited to name it."""
+            problems = edits_that_took_an_address(self.world, self.edited, self.edited_ever)
+            assert not problems, "an edit took an address: " + "; ".join(problems)
+
+        @invariant()
+        def every_address_podnet_gave_is_sealed(self) -> None:
+            unsealed = unsealed_addresses(self.world, self.edited_ever)
+            assert not unsealed, "addresses without their seal: " + ", ".join(unsealed)
 
         @invariant()
         def records_point_at_real_addresses(self) -> None:

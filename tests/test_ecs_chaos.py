@@ -19,6 +19,7 @@ from hypothesis.stateful import invariant, run_state_machine_as_test
 
 from podnet.core.cluster.port import POD_NETWORK
 from podnet.core.errors import ErrorKind
+from podnet.core.ledger import address_seal
 from podnet.hookspecs.policy import RateLimit
 from podnet.plugins.ecs.demo import KIT_POLICY, EcsWorld
 from podnet.plugins.ecs.provider import EcsProvider
@@ -254,6 +255,23 @@ def test_a_shrink_throttled_after_the_cloud_did_it_hands_out_no_gone_address() -
         state.step(n=7)
         state.records_point_at_real_addresses()
         state.no_address_owned_twice()
+    finally:
+        state.world.close()
+
+
+def test_a_dual_stack_record_is_sealed_with_both_its_addresses() -> None:
+    """The seal names the pair: a hand edit of either half breaks it."""
+    state = DualEcsChaos()
+    try:
+        state.populate(up=1, running=3)
+        state.settle(seconds=0.0)
+        records = state.world.records()
+        assert len(records) == 3
+        for pn in records:
+            assert pn.status.ip and pn.status.ipv6
+            assert pn.status.address_seal == address_seal(pn.metadata.uid, pn.status.ip,
+                                                          pn.status.ipv6)
+            assert pn.status.address_seal != address_seal(pn.metadata.uid, pn.status.ip, None)
     finally:
         state.world.close()
 

@@ -9,7 +9,7 @@ import pytest
 
 from podnet.core.annotations import IP_ADDRESS, annotation_field
 from podnet.core.errors import ErrorKind, ProviderError
-from podnet.core.ledger import Ledger, ProblemKind
+from podnet.core.ledger import Ledger, ProblemKind, address_seal, sealed
 from podnet.core.models import (
     NetworkRequest,
     ObjectMeta,
@@ -433,6 +433,67 @@ def test_a_rebuilt_dual_stack_pool_whose_owners_lag_keeps_the_owner_its_pair_nam
         "a listed owner decides first")
     assert Ledger.rebuild_owner([edited, real], None, {}) is edited, (
         "nothing recorded: the first listed")
+
+
+def sealed_record(name: str, ip: str, *, given: str | None = None,
+                  ipv6: str | None = None) -> PodNetwork:
+    """A record with the seal podnet wrote when it gave it ``given`` (default: ``ip``, the
+    address it names; another one: ``ip`` is a hand edit made since)."""
+    pn = record(name, ip, ipv6=ipv6)
+    meta = attrs.evolve(pn.metadata, uid=f"uid-of-record-{name}")
+    seal = address_seal(meta.uid, given or ip, ipv6)
+    return attrs.evolve(pn, metadata=meta, status=attrs.evolve(pn.status, address_seal=seal))
+
+
+def test_a_seal_names_the_record_and_every_address_podnet_gave_it() -> None:
+    seal = address_seal("uid-1", "10.0.0.1", None)
+    assert seal is not None and len(seal) == 12 and int(seal, 16) >= 0
+    assert seal == address_seal("uid-1", "10.0.0.1", None), "the same for the same"
+    assert len({seal, address_seal("uid-2", "10.0.0.1", None),
+                address_seal("uid-1", "10.0.0.2", None),
+                address_seal("uid-1", "10.0.0.1", "fd00::1")}) == 4
+    assert address_seal("uid-1", None, None) is None, "no address, no seal"
+    # a seal copied from another record with the address names that record's uid
+    real = sealed_record("real", "10.0.0.1")
+    copied = attrs.evolve(record("copied", "10.0.0.1"), status=real.status)
+    assert sealed(real) is True and sealed(copied) is False
+    assert sealed(sealed_record("edited", "10.0.0.1", given="10.0.0.9")) is False
+    assert sealed(record("old", "10.0.0.1")) is None, "an older podnet's record: no seal"
+
+
+def test_a_rebuilt_pool_whose_owners_lag_keeps_the_owner_the_seal_names() -> None:
+    """No owner listed yet: the record whose seal names the address beats the one a hand
+    edit gave it, whichever is listed first, and the seal (written with the address, so
+    never behind) goes before the listed owner (which lags)."""
+    real = sealed_record("zz-real", "10.0.0.1")
+    edited = sealed_record("aa-edited", "10.0.0.1", given="10.0.0.7")
+    assert Ledger.rebuild_owner([edited, real], None) is real
+    assert Ledger.rebuild_owner([real, edited], None) is real
+    assert Ledger.rebuild_owner([edited, real], "ns/aa-edited") is real
+    # dual stack: the seal decides before the pairs do
+    real6 = sealed_record("zz-real", "10.0.0.1", ipv6="fd00::3")
+    edited6 = sealed_record("aa-edited", "10.0.0.1", given="10.0.0.7", ipv6="fd00::2")
+    assert Ledger.rebuild_owner([edited6, real6], None, {"fd00::3": "10.0.0.9"}) is real6
+
+
+def test_a_rebuilt_pool_takes_a_record_without_a_seal_as_neither_proof_nor_disproof(
+) -> None:
+    """A record an older podnet wrote (an upgrade) has no seal: it beats one whose seal a
+    hand edit broke, loses to one whose seal names the address, and among records
+    without one the owner rule decides as before."""
+    old, other_old = record("mm-old", "10.0.0.1"), record("nn-old", "10.0.0.1")
+    real = sealed_record("zz-real", "10.0.0.1")
+    edited = sealed_record("aa-edited", "10.0.0.1", given="10.0.0.7")
+    assert Ledger.rebuild_owner([edited, old], None) is old
+    assert Ledger.rebuild_owner([edited, old], "ns/aa-edited") is old
+    assert Ledger.rebuild_owner([old, real], "ns/mm-old") is real
+    assert Ledger.rebuild_owner([edited, old, other_old], "ns/nn-old") is other_old
+    assert Ledger.rebuild_owner([edited, old, other_old], None) is old
+    # every seal broken (records restored under new uids): the owner rule as before
+    restored = [sealed_record("aa", "10.0.0.1", given="10.0.0.5"),
+                sealed_record("zz", "10.0.0.1", given="10.0.0.6")]
+    assert Ledger.rebuild_owner(restored, "ns/zz") is restored[1]
+    assert Ledger.rebuild_owner(restored, None) is restored[0]
 
 
 # --- records leaving -------------------------------------------------------------------

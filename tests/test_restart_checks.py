@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pytest
-
-from podnet.core.cluster.port import POD, POD_NETWORK, Obj
+from podnet.core.cluster.port import POD, POD_NETWORK, ApiError, Kind, Obj
+from podnet.core.convert import from_wire
 from podnet.core.engine import Engine
-from podnet.core.models import NodeInfo
+from podnet.core.ledger import address_seal, sealed
+from podnet.core.models import NodeInfo, Phase, PodNetwork
 from tests.test_engine import NS, Rig, phase
 
 
@@ -121,14 +121,11 @@ def test_a_hand_edit_that_gave_a_record_anothers_address_is_found_by_the_start()
     rig.assert_no_leak()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "open: the rebuild's tie-break reads the owner the node's record lists, and owners catch "
-    "up only a refill period after an allocation; a controller that stopped inside that "
-    "lag left none, so the first listed record wins, here the hand-edited one"))
 def test_a_hand_edit_after_a_stop_inside_the_owners_lag_leaves_the_real_owner_its_address(
 ) -> None:
     """As above, but the controller stopped right after the pods were routed, before their
-    node's record listed them as owners."""
+    node's record listed them as owners: the seal each record got with its address says
+    which one podnet gave it to."""
     rig = Rig()
     nodes = [rig.node(i) for i in range(2)]
     rig.settle(advance=3 * rig.policy.refill_period)  # the pools written, nobody on them
@@ -144,6 +141,67 @@ def test_a_hand_edit_after_a_stop_inside_the_owners_lag_leaves_the_real_owner_it
     after = ips(rig)
     assert after["p2"] == taken, "the pool's owner keeps its address"
     assert after["p0"] != taken and phase(rig.record_of(pods[0])) == "Routed"
+    rig.assert_no_leak()
+
+
+def read_record(rig: Rig, pod: Obj) -> PodNetwork:
+    return from_wire(PodNetwork, rig.record_of(pod))
+
+
+def test_a_readdress_takes_the_seal_off_with_the_address_and_seals_the_next_one() -> None:
+    """A record edited to another's address while the controller runs is re-addressed:
+    the Pending write lets the seal go with the address, and the record's next address
+    (its own again, held for it in the book) is sealed in the write that names it."""
+    rig = Rig()
+    _, pods = routed(rig, 4)
+    assert all(sealed(read_record(rig, p)) is True for p in pods)
+    real, edited = rig.record_of(pods[2]), rig.record_of(pods[0])
+    edited["status"]["ip"] = real["status"]["ip"]
+    rig.cluster.update_status(POD_NETWORK, edited)
+    assert sealed(read_record(rig, pods[0])) is False, "the edit did not carry it along"
+    statuses: list[Obj] = []
+    write = rig.cluster.update_status
+
+    def watched(kind: Kind, obj: Obj) -> Obj:
+        if kind == POD_NETWORK and obj["metadata"]["name"] == edited["metadata"]["name"]:
+            statuses.append(dict(obj["status"]))
+        return write(kind, obj)
+
+    rig.cluster.update_status = watched  # type: ignore[method-assign]
+    rig.settle()
+    pending = [s for s in statuses if s["phase"] == "Pending"]
+    assert pending and all("addressSeal" not in s and "ip" not in s for s in pending)
+    after = read_record(rig, pods[0])
+    assert after.status.phase is Phase.ROUTED and after.status.ip != real["status"]["ip"]
+    assert after.status.address_seal == address_seal(after.metadata.uid, after.status.ip, None)
+    assert sealed(read_record(rig, pods[2])) is True and ips(rig)["p2"] == real["status"]["ip"]
+
+
+def test_a_lost_answer_to_the_write_naming_an_address_leaves_it_sealed_after_the_retry(
+) -> None:
+    """The write naming the address landed and its answer was lost: the retry, handed
+    the address the record holds, writes it with the same seal."""
+    rig = Rig()
+    node = rig.node(0)
+    rig.settle(advance=3 * rig.policy.refill_period)
+    write = rig.cluster.update_status
+    landed: list[Obj] = []
+
+    def losing(kind: Kind, obj: Obj) -> Obj:
+        answer = write(kind, obj)
+        if kind == POD_NETWORK and "ip" in (obj.get("status") or {}) and not landed:
+            landed.append(answer)
+            raise ApiError("the answer was lost")
+        return answer
+
+    rig.cluster.update_status = losing  # type: ignore[method-assign]
+    pod = rig.pod("p0", node)
+    rig.settle(advance=5.0)
+    assert landed and landed[0]["status"]["addressSeal"]
+    after = read_record(rig, pod)
+    assert after.status.phase is Phase.ROUTED and sealed(after) is True
+    assert after.status.ip == landed[0]["status"]["ip"]
+    assert after.status.address_seal == landed[0]["status"]["addressSeal"]
     rig.assert_no_leak()
 
 

@@ -15,7 +15,7 @@ import attrs
 from podnet.core.caches import NamespaceInfo, namespace_info
 from podnet.core.cluster.port import NAMESPACE, POD_NETWORK, Conflict, NotFound
 from podnet.core.errors import ErrorKind, PodnetError, PoolEmpty, ProviderError
-from podnet.core.ledger import Claim
+from podnet.core.ledger import Claim, address_seal
 from podnet.core.models import Phase, PodInfo, PodNetwork, Route
 from podnet.core.networks.select import Choice
 from podnet.core.objects import namespace_annotations
@@ -130,8 +130,12 @@ class AllocatePath(PodNetworkSteps):
             allocation = answer
             claims.append(self._claim(pn, allocation, reservation))
             given.append(allocation.ip)
+            # sealed in the write that names the addresses: the restart's tie-break's
+            # evidence of who podnet gave them to, never behind the record
+            seal = address_seal(pn.metadata.uid, allocation.ip, allocation.ipv6)
             return self._phase_record(pn, Phase.ALLOCATED, span, ip=allocation.ip,
-                                      ipv6=allocation.ipv6, mac=allocation.mac,
+                                      ipv6=allocation.ipv6, address_seal=seal,
+                                      mac=allocation.mac,
                                       subnet=allocation.subnet, gateway=allocation.gateway,
                                       interface=allocation.interface,
                                       **pod_interface_fields(allocation))

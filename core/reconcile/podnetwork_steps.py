@@ -350,7 +350,7 @@ class PodNetworkSteps:
         conflict = self.ledger.conflict(pn.key)
         readdressed = self._run(pn, "readdress", lambda span: self._write_phase(
             pn, Phase.PENDING, span, reason=reason, message=why, ip=None, ipv6=None,
-            subnet=None, gateway=None, interface=None, prefix_length=None,
+            address_seal=None, subnet=None, gateway=None, interface=None, prefix_length=None,
             ipv6_prefix_length=None, ipv6_gateway=None, routes=(), mtu=None), drift=why)
         if readdressed is None:
             return pn

@@ -53,8 +53,8 @@ __all__ = [
 NO_NODE_POOL = "not audited (no node pool)"
 NOT_LOADED = "not audited (provider not loaded)"
 NODE_GONE = "not audited (Node object is gone)"
-#: how long a record may outlive its pod, or a pool keep an address for a record that is
-#: gone, before audit calls it a finding (the controller releases both within seconds)
+#: how long a record may outlive its pod before audit calls it a finding (the controller
+#: releases it within seconds)
 DEFAULT_GRACE = 300.0
 
 
@@ -68,8 +68,8 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
                         help="podnet's namespace, where the node agents report what their "
                              "ENI dataplane has in place (default %(default)s)")
     parser.add_argument("--grace", type=float, default=DEFAULT_GRACE,
-                        help="seconds a record may outlive its pod, or a pool keep a gone "
-                        f"record's address, before it is a finding (default {DEFAULT_GRACE:g})")
+                        help="seconds a record may outlive its pod before it is a finding "
+                        f"(default {DEFAULT_GRACE:g})")
 
 
 
@@ -129,8 +129,7 @@ class Duplicate:
 
 @attrs.frozen
 class Gone:
-    """An owner that is gone: a record whose pod no longer exists (past the grace), or a
-    node pool still holding an address for a record that no longer exists."""
+    """An owner that is gone: a record whose pod no longer exists (past the grace)."""
 
     pod_network: str
     node: str | None
@@ -468,41 +467,29 @@ def _duplicates(records: Records) -> tuple[Duplicate, ...]:
 
 def _gone(records: Records, pods: Mapping[str, Obj] | None, now: datetime,
           grace: float) -> tuple[Gone, ...]:
-    """Owners that are gone, each past ``grace``: records whose pod no longer exists (not
-    sticky ones: those are held for a pod that may come back, by design), and addresses
-    a NodeNetwork lists as owned by a record that does not exist (its finalizer removed
-    by hand, say: the pool would keep the address for nobody)."""
-    from podnet.core.pool import SHRINKING
-
+    """Records whose pod no longer exists, each past ``grace`` (not sticky ones: those are
+    held for a pod that may come back, by design). A record deleted by hand, its
+    finalizer removed, leaves nothing to find here: its interface, while its pod still
+    has it, is what its node's agent reports (``still_plugged``), and its address is the
+    pool's again at the controller's next start."""
     found: list[Gone] = []
-    if pods is not None:
-        for pn in records.pod_networks:
-            if pn.spec.sticky:
-                continue
-            pod = pods.get(f"{pn.metadata.namespace}/{pn.spec.pod_name}")
-            if pod is not None and dig(pod, "metadata", "uid") == pn.spec.pod_uid:
-                continue
-            since = pn.status.last_transition_time or pn.metadata.creation_timestamp
-            if since is None or (now - since).total_seconds() < grace:
-                continue
-            reason = ("its pod is gone" if pod is None
-                      else f"its pod was replaced (uid {dig(pod, 'metadata', 'uid')})")
-            ips: list[str | None] = [*owned_addresses(pn)] or [None]
-            found.extend(Gone(pn.key, pn.spec.node_name, ip,
-                              f"{reason} and the record is still here after {grace:g}s")
-                         for ip in ips)
-    keys = {pn.key for pn in records.pod_networks} | {
-        bad.name for bad in records.unreadable if bad.kind == "PodNetwork"}
-    for nn in records.node_networks:
-        synced = nn.status.last_inventory_sync
-        if synced is None or (now - synced).total_seconds() < grace:
-            continue  # owner fields lag: they catch up at most once a refill period
-        for itf in nn.status.interfaces:
-            for ip in itf.ips:
-                if ip.owner and ip.owner != SHRINKING and ip.owner not in keys:
-                    found.append(Gone(ip.owner, nn.metadata.name, ip.address,
-                                      "the node's pool holds the address for a record that "
-                                      "no longer exists"))
+    if pods is None:
+        return ()
+    for pn in records.pod_networks:
+        if pn.spec.sticky:
+            continue
+        pod = pods.get(f"{pn.metadata.namespace}/{pn.spec.pod_name}")
+        if pod is not None and dig(pod, "metadata", "uid") == pn.spec.pod_uid:
+            continue
+        since = pn.status.last_transition_time or pn.metadata.creation_timestamp
+        if since is None or (now - since).total_seconds() < grace:
+            continue
+        reason = ("its pod is gone" if pod is None
+                  else f"its pod was replaced (uid {dig(pod, 'metadata', 'uid')})")
+        ips: list[str | None] = [*owned_addresses(pn)] or [None]
+        found.extend(Gone(pn.key, pn.spec.node_name, ip,
+                          f"{reason} and the record is still here after {grace:g}s")
+                     for ip in ips)
     return tuple(sorted(found, key=lambda g: (g.pod_network, g.ip or "")))
 
 

@@ -176,8 +176,10 @@ class PoolService:
         with pool.lock:
             by_itf: dict[str | None, list[IpStatus]] = {}
             for a in sorted(pool.addresses.values(), key=lambda a: a.address):
+                # no owner: the PodNetworks name theirs, and listing them here cost the
+                # node's record a write after each change (two a node for a pod's life)
                 by_itf.setdefault(a.interface, []).append(
-                    IpStatus(address=a.address, owner=a.owner, subnet=a.subnet, ipv6=a.ipv6))
+                    IpStatus(address=a.address, subnet=a.subnet, ipv6=a.ipv6))
             interfaces = []
             for itf in pool.interfaces.values():
                 until = None

@@ -223,7 +223,9 @@ class NodeNetworkSpec:
 
 @attrs.frozen
 class IpStatus:
-    """One address on an interface: owned by a PodNetwork (``namespace/name``) or idle.
+    """One address on an interface. ``owner`` (a PodNetwork's ``namespace/name``) is read
+    from records older podnets wrote and written no more since 0.9.0: the PodNetwork that
+    owns an address names it, and the pool's ``owner_of`` answers in the controller.
 
     On a dual-stack node ``address`` is the IPv4 half and ``ipv6`` the IPv6 half of a
     pair; an entry without ``ipv6`` there is an invalid half (of either family) waiting to

@@ -265,7 +265,7 @@ class NodePoolReconciler(QuietPasses):
             self._report(nn, problem)
             raise
         self._throttled_since.pop(name, None)
-        record_result, listed = self._record_pool(nn, pool, policy, self._snapshot(pool) != before)
+        record_result, listed = self._record_pool(nn, pool, self._snapshot(pool) != before)
         results.append(record_result)
         self._report(nn, pool.last_error)
         if pool.synced:
@@ -482,28 +482,17 @@ class NodePoolReconciler(QuietPasses):
             tuple(sorted((i.id, i.state, i.inhibited_until) for i in pool.interfaces.values())),
         )
 
-    def _owners_stale(self, nn: NodeNetwork, pool: NodePool, policy: PoolPolicy) -> bool:
-        """Whether the record's owner fields differ from the pool's and were last written
-        a refill period ago or more. Allocations and releases change owners without a
-        node pass; writing the record for each would double the API writes per pod, so
-        the owners catch up at most once a refill period (the PodNetworks are the truth)."""
-        last = nn.status.last_inventory_sync
-        if last is None or (self.clock.now() - last).total_seconds() < policy.refill_period:
-            return False
-        written = {ip.address: ip.owner for itf in nn.status.interfaces for ip in itf.ips}
-        with pool.lock:
-            return any(written.get(a.address, a.owner) != a.owner
-                       for a in pool.addresses.values())
-
-    def _record_pool(self, nn: NodeNetwork, pool: NodePool, policy: PoolPolicy,
+    def _record_pool(self, nn: NodeNetwork, pool: NodePool,
                      changed: bool) -> tuple[Result, bool]:
         """The pool written to the record at the end of a pass, or later: what a restart
         needs of it (an address podnet added that no record names, an interface in any
         state but ready) at once, or within :data:`_UNNAMED_GRACE` while pod networks wait
         for those addresses; the rest once nobody waits, or after
-        :data:`_BUSY_WRITE_DELAY` (a burst's grows become one write). Owners alone catch
-        up as before (:meth:`_owners_stale`). :return: when to look again, and whether the
-        record listed the pool as it is already (nothing written)."""
+        :data:`_BUSY_WRITE_DELAY` (a burst's grows become one write). The record lists no
+        owners (the PodNetworks name their addresses): an allocation or a release writes
+        nothing here; the owners a record written by an older podnet lists go with the
+        next write. :return: when to look again, and whether the record listed the pool
+        as it is already (nothing written)."""
         name = nn.metadata.name
         current = self.caches.node_networks.get(name) or nn
         interfaces = self.service.status(pool)
@@ -513,7 +502,7 @@ class NodePoolReconciler(QuietPasses):
             return DONE, True
         if (current.status.last_inventory_sync is not None and name not in self.service.unwritten
                 and _without_owners(current.status.interfaces) == _without_owners(interfaces)):
-            if changed or self._owners_stale(current, pool, policy):
+            if changed:
                 self.service.write(nn, pool, interfaces)
             return DONE, False
         now = self.clock.monotonic()

@@ -407,8 +407,8 @@ class Ledger:
         one of its addresses (a hand edit): first the records whose seal says podnet gave
         them the addresses they name, else those without a seal (an older podnet's: no
         evidence either way), else the rest (:func:`sealed`; written with the address, so
-        it never lags). Among them the owner the last recorded pool names, so a restart
-        keeps the owner podnet gave; else (its owners not caught up yet) the first listed
+        it never lags). Among them the owner the last recorded pool names (only a pool an
+        older podnet wrote names owners); else the first listed
         of those whose pair the last recorded pool does not contradict
         (``recorded_pairs``: IPv6 -> the IPv4 it was paired with; a hand edit of
         ``status.ip`` leaves the record's IPv6 beside an IPv4 it was never paired with);

@@ -101,17 +101,16 @@ class PoolService:
         no suspect. It may have been handed out before the death, its record then removed
         by hand (a pool's write waits while pods wait): it is idle after ``cooldown``
         (the policy's reuse cooldown), as a running pool gives back the address of a
-        record removed by hand. So is an address the last recorded pool says a record
-        owns that no record names now."""
+        record removed by hand."""
         if inventory is None:
             inventory = self.inventory(node, nn, provider)
         recorded_interfaces = nn.status.interfaces if nn is not None else ()
-        #: who the last recorded pool says owns each address: the tie-break when two
-        #: records name one address (a hand edit), so a restart keeps the owner podnet gave
+        #: who the last recorded pool says owns each address, where an older podnet wrote
+        #: owners (this one writes none): a tie-break among records without a seal
         recorded_owner = {ip.address: ip.owner for itf in recorded_interfaces
                           for ip in itf.ips if ip.owner}
-        #: and, while the owners lag (they catch up a refill period late), the IPv4 each
-        #: IPv6 was paired with (dual stack): what a hand edit of status.ip contradicts
+        #: and the IPv4 each IPv6 was paired with (dual stack): what a hand edit of
+        #: status.ip contradicts
         recorded_pairs = {ip.ipv6: ip.address for itf in recorded_interfaces
                           for ip in itf.ips if ip.ipv6}
         claims: dict[str, list[PodNetwork]] = {}
@@ -151,10 +150,6 @@ class PoolService:
                         pairs[ip.address] = ip.ipv6  # the last recorded pool's pairs
         cooling = {ip for itf in inventory.interfaces if itf.made and itf.pooled
                    for ip in (*itf.ips, *itf.ipv6)} - pooled
-        # and a listed address its recorded owner no longer names: that record may have
-        # been removed by hand while no controller ran
-        cooling |= {ip.address for itf in recorded_interfaces for ip in itf.ips
-                    if ip.owner and ip.address not in owners}
         if leaving:
             pooled |= set(inventory.all_ips()) | set(inventory.all_ipv6())
             cooling = set()  # given back, never handed out

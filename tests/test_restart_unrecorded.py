@@ -172,35 +172,3 @@ def test_an_address_added_to_an_interface_podnet_did_not_make_is_still_a_suspect
     rig.settle()
     pool = rig.engine.pools.find("reference", node)
     assert pool is not None and stray in pool.suspects and stray not in pool.addresses
-
-
-def test_a_listed_address_whose_record_was_removed_by_hand_while_down_cools_first(
-) -> None:
-    """The recorded pool lists an address with its owner; that record is removed by hand
-    (its finalizer taken off) while no controller runs. The restarted controller hands it
-    out only after the reuse cooldown, as a running one does once it sees the record
-    gone; before, the restart made it idle at once."""
-    rig = UnrecordedRig(cloud=ReferenceCloud(max_interfaces=1, ips_per_interface=2),
-                        policy=PoolPolicy(min_idle=0, max_idle=2, batch_size=2,
-                                          max_batch_size=2, reuse_cooldown=30.0))
-    node = rig.node(0)
-    first = rig.pod("a", node)
-    rig.pod("b", node)
-    rig.settle(advance=60)
-    record = rig.record_of(first)
-    address = record["status"]["ip"]
-    nn = rig.cluster.get(NODE_NETWORK, node)
-    owners = {ip["address"]: ip.get("owner") for itf in nn["status"]["interfaces"]
-              for ip in itf.get("ips", [])}
-    assert owners[address] == f"{NS}/{record['metadata']['name']}"
-    rig.cluster.patch(POD_NETWORK, record["metadata"]["name"], {"metadata": {"finalizers": []}},
-                      NS)
-    rig.cluster.delete(POD_NETWORK, record["metadata"]["name"], NS)
-    rig.cluster.delete(POD, "a", NS, grace_period_seconds=0)
-    rig.restart()  # the old controller never saw it
-    late = rig.pod("late", node)
-    rig.settle()
-    assert phase(rig.record_of(late)) == "Pending"  # the node's only other address is b's
-    rig.settle(advance=31)
-    assert rig.record_of(late)["status"]["ip"] == address
-    rig.assert_no_leak()

@@ -400,8 +400,9 @@ class _ApiTransition(AbstractContextManager["_ApiTransition"]):
 
 
 # The lean tracer's spans are their own scopes: one object a span (not a scope, a span,
-# its SpanContext, a Link and a tuple), made by Tracing without a Python call, started
-# on enter, ended into the provider's queue on exit without one either. One class for
+# its SpanContext, a Link and a tuple), made by Tracing's reconcile, client and transition
+# without a Python call, started on enter, ended into the provider's queue on exit
+# without one either. One class for
 # reconciles, steps, provider calls and transitions alike: the encoder reads every span's
 # fields at the same places, which stay specialised only while every span has one type.
 

@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Any, Protocol
 
 from opentelemetry import context as context_api
@@ -42,8 +42,8 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import Attributes, AttributeValue
 
-__all__ = ["CONTEXT_VAR", "SPAN_KEY", "UNSET_STATUS", "LeanSpan", "LeanTracer",
-           "LeanTracerProvider"]
+__all__ = ["CONTEXT_VAR", "LEAN_SPAN_TYPES", "SPAN_KEY", "UNSET_STATUS", "LeanSpan",
+           "LeanTracer", "LeanTracerProvider"]
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 #: The status every lean span starts with, shared (the encoder knows it at a glance).
@@ -84,14 +84,6 @@ def _runtime_context_var() -> ContextVar[Context] | None:
 CONTEXT_VAR: ContextVar[Context] | None = _runtime_context_var()
 
 _new_tuple = tuple.__new__
-_new_object = object.__new__
-
-
-def _sampled_context(trace_id: int, span_id: int) -> SpanContext:
-    """SpanContext(trace_id, span_id, False, sampled) for ids known valid (non-zero and in
-    range), without the validity check of SpanContext.__new__: the same tuple, built in C."""
-    return _new_tuple(SpanContext, (trace_id, span_id, False, _SAMPLED, DEFAULT_TRACE_STATE,
-                                    True))
 
 
 class _Exporter(Protocol):
@@ -111,32 +103,64 @@ class _Event:
         self.timestamp = timestamp
 
 
+#: LeanSpan and its subclasses (the tracing package's scopes, each its own span): what
+#: ``type(span) in LEAN_SPAN_TYPES`` takes for one of ours, without an ABC's isinstance
+LEAN_SPAN_TYPES: set[type[Any]] = set()
+
+
 class LeanSpan(trace.Span):
-    """One span; read by the encoder through the same fields as the SDK's ReadableSpan."""
+    """One span; read by the encoder through the same fields as the SDK's ReadableSpan.
 
-    __slots__ = ("_provider", "attributes", "context", "end_time", "events",
-                 "instrumentation_scope", "kind", "links", "name", "parent", "resource",
-                 "start_time", "status")
+    Its ids are plain ints and its parent the parent span itself (or a remote parent's
+    SpanContext): the SpanContext the API asks for (``context``, ``parent``) is made when
+    asked, so a span is one object to make, queue and free, not a span and its contexts.
+    """
 
-    def __init__(self, provider: LeanTracerProvider, scope: InstrumentationScope, name: str,
-                 context: SpanContext, parent: SpanContext | None, kind: SpanKind,
-                 attributes: Attributes, links: Sequence[Link] | None,
-                 start_time: int | None) -> None:
-        self._provider = provider
+    __slots__ = ("_linked", "_parent", "_span_id", "_token", "_trace_id", "_tracer",
+                 "attributes", "end_time", "events", "instrumentation_scope", "kind",
+                 "links", "name", "resource", "start_time", "status")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        LEAN_SPAN_TYPES.add(cls)
+
+    def __init__(self, tracer: LeanTracer, name: str, trace_id: int, span_id: int,
+                 parent: SpanContext | None, kind: SpanKind, attributes: Attributes,
+                 links: Sequence[Link] | None, start_time: int | None) -> None:
+        self._tracer = tracer
         self.name = name
-        self.context = context
-        self.parent = parent
+        self._trace_id = trace_id
+        self._span_id = span_id
+        #: the parent: a LeanSpan (its ids read as they are), a SpanContext or None
+        self._parent: Any = parent
+        self._token: Token[Context] | None = None
         self.kind = kind
         # copied: callers may reuse their dict, and the span must not change under export
         self.attributes: dict[str, Any] = dict(attributes) if attributes else {}
-        self.links: tuple[Link, ...] = tuple(links) if links else ()
+        self.links: Sequence[Link] = tuple(links) if links else ()
+        #: the one span linked by the tracing package's transitions: a LeanSpan, a
+        #: SpanContext or None (``links`` reads it)
+        self._linked: Any = None
         # most spans have none: a list only once one comes (fewer objects for the collector)
         self.events: Sequence[_Event] = ()
-        self.status = UNSET_STATUS
+        self.status: Status = UNSET_STATUS
         self.start_time = start_time if start_time is not None else time.time_ns()
         self.end_time: int | None = None
-        self.resource = provider.resource
-        self.instrumentation_scope = scope
+        self.resource = tracer._resource
+        self.instrumentation_scope = tracer._scope
+
+    @property
+    def context(self) -> SpanContext:
+        """SpanContext(trace_id, span_id, False, sampled), made in C (ids known valid)."""
+        return _new_tuple(SpanContext, (self._trace_id, self._span_id, False, _SAMPLED,
+                                        DEFAULT_TRACE_STATE, True))
+
+    @property
+    def parent(self) -> SpanContext | None:
+        parent = self._parent
+        context: SpanContext | None = (parent.context if type(parent) in LEAN_SPAN_TYPES
+                                       else parent)
+        return context
 
     def get_span_context(self) -> SpanContext:
         return self.context
@@ -188,7 +212,7 @@ class LeanSpan(trace.Span):
         if self.end_time is not None:
             return
         self.end_time = end_time if end_time is not None else time.time_ns()
-        provider = self._provider
+        provider = self._tracer._provider
         if provider._stopped:
             return
         queue = provider._queue
@@ -197,12 +221,18 @@ class LeanSpan(trace.Span):
             provider._wake.set()
 
 
+LEAN_SPAN_TYPES.add(LeanSpan)
+
+
 class LeanTracer(trace.Tracer):
-    __slots__ = ("_provider", "_random", "_scope")
+    __slots__ = ("_bits", "_provider", "_random", "_resource", "_scope")
 
     def __init__(self, provider: LeanTracerProvider, scope: InstrumentationScope) -> None:
         self._provider = provider
         self._random = provider.random
+        #: a span's new id: getrandbits, bound once (a C call a span)
+        self._bits = provider.random.getrandbits
+        self._resource = provider.resource
         self._scope = scope
 
     def start_span(self, name: str, context: Context | None = None,
@@ -211,18 +241,17 @@ class LeanTracer(trace.Tracer):
                    record_exception: bool = True,
                    set_status_on_exception: bool = True) -> trace.Span:
         rand = self._random
-        current = (context if context is not None else get_current()).get(SPAN_KEY)
-        parent: SpanContext
-        if type(current) is LeanSpan:  # ours: valid, no checks needed
+        current: Any = (context if context is not None else get_current()).get(SPAN_KEY)
+        parent: SpanContext | None
+        if type(current) in LEAN_SPAN_TYPES:  # ours: valid, no checks needed
             parent = current.context
-            trace_id, parent_ctx = parent[0], parent
         elif current is not None and (
                 parent := trace.get_current_span(context).get_span_context()).is_valid:
-            trace_id, parent_ctx = parent.trace_id, parent
+            pass
         else:  # no current span (a reconcile, a first transition): a new trace
-            trace_id, parent_ctx = rand.getrandbits(128) or 1, None
-        span_ctx = _sampled_context(trace_id, rand.getrandbits(64) or 1)
-        return LeanSpan(self._provider, self._scope, name, span_ctx, parent_ctx, kind,
+            parent = None
+        trace_id = parent[0] if parent is not None else rand.getrandbits(128) or 1
+        return LeanSpan(self, name, trace_id, rand.getrandbits(64) or 1, parent, kind,
                         attributes, links, start_time)
 
     def start_under(self, name: str, parent: SpanContext | None, kind: SpanKind,
@@ -231,26 +260,10 @@ class LeanTracer(trace.Tracer):
         new trace): :meth:`start_span` for callers that hold the parent's context rather
         than a Context around it. The span keeps ``attributes`` as it is (a dict made for
         this span alone; start_span copies the caller's)."""
-        rand = self._random
-        provider = self._provider
-        # LeanSpan.__init__'s work, inline (once per span, five times per pod network)
-        span: LeanSpan = _new_object(LeanSpan)
-        span._provider = provider
-        span.name = name
-        # _sampled_context, inline
-        span.context = _new_tuple(SpanContext, (
-            parent[0] if parent is not None else rand.getrandbits(128) or 1,
-            rand.getrandbits(64) or 1, False, _SAMPLED, DEFAULT_TRACE_STATE, True))
-        span.parent = parent
-        span.kind = kind
+        bits = self._bits
+        span = LeanSpan(self, name, parent[0] if parent is not None else bits(128) or 1,
+                        bits(64) or 1, parent, kind, None, links, None)
         span.attributes = attributes
-        span.links = links
-        span.events = ()
-        span.status = UNSET_STATUS
-        span.start_time = time.time_ns()
-        span.end_time = None
-        span.resource = provider.resource
-        span.instrumentation_scope = self._scope
         return span
 
     # the API types it with a private decorator's class; a plain context manager behaves alike

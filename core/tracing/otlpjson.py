@@ -25,7 +25,7 @@ from opentelemetry.trace import (
     StatusCode,
 )
 
-from podnet.core.filetrace import UNSET_STATUS
+from podnet.core.filetrace import LEAN_SPAN_TYPES, UNSET_STATUS, LeanSpan
 
 _ID_FIELDS: Final = ("traceId", "spanId", "parentSpanId")
 
@@ -196,11 +196,8 @@ def _name_kind_json(name: str, kind: SpanKind) -> str:
 
 def _span_json(span: ReadableSpan) -> str:
     """json.dumps(_span_dict(span)), written directly."""
-    ctx = span.context
-    assert ctx is not None
     name = span.name
     attributes = span.attributes
-    links = span.links
     status = span.status
     if type(name) is not str or span.events:  # rare (failures): the reference form
         return _dumps(_span_dict(span))
@@ -211,9 +208,38 @@ def _span_json(span: ReadableSpan) -> str:
     # too wide raises OverflowError, and the caller takes the reference form). A
     # SpanContext is a tuple (trace_id, span_id, is_remote, trace_flags, ...): indexed,
     # not through its properties, a Python call each
-    parent = span.parent
-    parent_json = ("" if parent is None else
-                   f',"parentSpanId":"{parent[1].to_bytes(8, "big").hex()}"')
+    links_json: str | None
+    if type(span) in LEAN_SPAN_TYPES:
+        # a lean span's ids are its own fields, its parent a lean span or a SpanContext,
+        # its one link (a transition's reconcile) the linked span: no SpanContext made
+        lean: Any = span
+        trace_id, span_id, flags = lean._trace_id, lean._span_id, 0x101
+        parent = lean._parent
+        parent_id = (None if parent is None else parent._span_id
+                     if type(parent) in LEAN_SPAN_TYPES else parent[1])
+        linked = lean._linked
+        if linked is not None:
+            if type(linked) in LEAN_SPAN_TYPES:
+                linked_trace, linked_span = linked._trace_id, linked._span_id
+            else:
+                linked_trace, linked_span = linked[0], linked[1]
+            links_json = (f'{{"traceId":"{linked_trace.to_bytes(16, "big").hex()}",'
+                          f'"spanId":"{linked_span.to_bytes(8, "big").hex()}",'
+                          '"attributes":[]}')
+        else:  # the tracing package's spans link only so; LeanSpan's API takes any
+            links = lean.links if type(lean) is LeanSpan else None
+            links_json = None if not links else ",".join(map(_link_json, links))
+    else:
+        ctx = span.context
+        assert ctx is not None
+        trace_id, span_id, flags = ctx[0], ctx[1], 0x100 | ctx[3]
+        parent = span.parent
+        parent_id = None if parent is None else parent[1]
+        links = span.links
+        links_json = (None if not links else _link_json(links[0]) if len(links) == 1
+                      else ",".join(map(_link_json, links)))
+    parent_json = ("" if parent_id is None else
+                   f',"parentSpanId":"{parent_id.to_bytes(8, "big").hex()}"')
     # each part's text between its opening and its closing, all joined once by the
     # f-string below: a + would copy the part's text again
     if not attributes:
@@ -229,20 +255,18 @@ def _span_json(span: ReadableSpan) -> str:
         except (KeyError, TypeError):
             attributes_json = _attributes_json(attributes)
             attributes_open, attributes_close = ',"attributes":', ""
-    if not links:
+    if links_json is None:
         links_open = links_json = links_close = ""
     else:
-        links_json = (_link_json(links[0]) if len(links) == 1
-                      else ",".join(map(_link_json, links)))
         links_open, links_close = ',"links":[', "]"
     status_json = ("{}" if status is UNSET_STATUS
                    or (status.status_code is StatusCode.UNSET and not status.description)
                    else _dumps(_status_dict(status)))
     # one f-string: each + would copy the span's text so far again
-    return (f'{{"traceId":"{ctx[0].to_bytes(16, "big").hex()}",'
-            f'"spanId":"{ctx[1].to_bytes(8, "big").hex()}"{name_kind}'
+    return (f'{{"traceId":"{trace_id.to_bytes(16, "big").hex()}",'
+            f'"spanId":"{span_id.to_bytes(8, "big").hex()}"{name_kind}'
             f'{span.start_time or 0}","endTimeUnixNano":"{span.end_time or 0}",'
-            f'"flags":{0x100 | ctx[3]}'
+            f'"flags":{flags}'
             f'{parent_json}{attributes_open}{attributes_json}{attributes_close}'
             f'{links_open}{links_json}{links_close},"status":{status_json}}}')
 

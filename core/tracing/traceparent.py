@@ -20,7 +20,15 @@ def format_traceparent(span_context: SpanContext) -> str:
     # is_valid): indexed, not through its properties (a Python call each), once per record
     if not span_context[5]:
         raise ValueError("cannot format an invalid span context as traceparent")
-    trace_id, span_id, trace_flags = span_context[0], span_context[1], span_context[3]
+    return format_ids(span_context[0], span_context[1], span_context[3])
+
+
+_SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
+
+
+def format_ids(trace_id: int, span_id: int, trace_flags: int = _SAMPLED) -> str:
+    """W3C ``traceparent`` (version 00) of valid ids: :func:`format_traceparent` for a
+    caller that holds the ids (a lean span) rather than a SpanContext."""
     flags = trace_flags & 0xFF
     value = f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
     # what parsing the value gives, without the parse: a record's next transition reads
@@ -42,6 +50,9 @@ _FORMATTED: Final[dict[str, SpanContext]] = {}
 _FORMATTED_MAX: Final = 4096
 #: "00-" 32 hex digits "-" 16 "-" 2
 _VALUE_LENGTH: Final = 55
+#: a value this process formatted -> its parse, else None: :func:`parse_traceparent`'s
+#: first look, for a caller that looks there before calling it (no Python call)
+formatted_parse: Final = _FORMATTED.get
 
 
 def parse_traceparent(value: str) -> SpanContext | None:

@@ -744,11 +744,33 @@ class NodePool:
         since = self._waiting_from.get(key)
         return 0.0 if since is None else now - since
 
+    def usable_for(self, entry: Address, subnet: str | None,
+                   refuse: Callable[[str], bool] | None = None) -> bool:
+        """Whether ``entry`` may be handed out (in ``subnet``): a whole address, not
+        refused, not on an interface being disposed of."""
+        if entry.half or (subnet is not None and entry.subnet != subnet):
+            return False
+        if refuse is not None and refuse(entry.address):
+            return False
+        itf = self.interfaces.get(entry.interface) if entry.interface else None
+        return itf is None or itf.state is not InterfaceState.DISPOSING
+
+    def held_for(self, owner: str, subnet: str | None,
+                 refuse: Callable[[str], bool] | None = None) -> Address | None:
+        """The first address the pool holds for ``owner`` that may be handed to it."""
+        for entry in sorted(self.addresses.held_by(owner), key=lambda a: a.address):
+            if self.usable_for(entry, subnet, refuse):
+                return entry
+        return None
+
     def serves_next(self, key: str, subnet: str | None, now: float) -> bool:
         """Whether an idle address (in ``subnet``) is there for ``key`` once the queued
         waiters ahead of it took theirs: pod networks are served in the order they
-        arrived, and one that would find nothing makes no provider call."""
+        arrived, and one that would find nothing makes no provider call. An address the
+        pool still holds for ``key`` serves it, whoever waits ahead."""
         with self.lock:
+            if self.addresses.by_owner.get(key) and self.held_for(key, subnet) is not None:
+                return True
             if not self._queued:
                 return self.first_idle(now, subnet) is not None
             anywhere = 0  # waiters ahead that take any idle address
@@ -1144,20 +1166,19 @@ class Reservation:
             return entry.entry()
 
     def _preferred(self, subnet: str | None) -> Address | None:
-        if self._prefer is None:
-            return None
+        """The address this pod network had, if it may have it again; else one the pool
+        still holds for it (a hand edit made its record name another pod's address, and
+        it was re-addressed; its pod may still use its own): neither counts as idle, and
+        nobody else is ever handed it while held."""
         pool = self._pool
-        entry = pool.addresses.get(self._prefer)
-        if entry is None or entry.half or entry.owner not in (None, self._owner):
-            return None
-        if subnet is not None and entry.subnet != subnet:
-            return None
-        if self._refuse is not None and self._refuse(entry.address):
-            return None
-        itf = pool.interfaces.get(entry.interface) if entry.interface else None
-        if itf is not None and itf.state is InterfaceState.DISPOSING:
-            return None
-        return entry
+        if self._prefer is not None:
+            entry = pool.addresses.get(self._prefer)
+            if (entry is not None and entry.owner in (None, self._owner)
+                    and pool.usable_for(entry, subnet, self._refuse)):
+                return entry
+        if not pool.addresses.by_owner.get(self._owner):
+            return None  # the usual case: it holds nothing yet
+        return pool.held_for(self._owner, subnet, self._refuse)
 
     def owner_of(self, address: str) -> str | None:
         return self._pool.owner_of(address)

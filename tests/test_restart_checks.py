@@ -239,3 +239,31 @@ def test_a_record_whose_pod_is_gone_at_the_restart_gets_its_pass_and_is_released
     assert pool is not None and pool.addresses[ip].owner is None
     assert ip not in rig.cloud.routes
     rig.assert_no_leak()
+
+
+def test_a_hand_edited_record_on_a_full_node_gets_back_the_address_it_still_holds() -> None:
+    """As above on a node at its capacity: the edited record's own address is still held
+    for it in the rebuilt pool (its pod may well still use it), and no other address is
+    idle. Re-addressed, it is handed that address back; before, it waited for an idle
+    one for ever (found by the ECS trunk chaos machine at 400 examples)."""
+    from podnet.core.policy import PoolPolicy
+    from podnet.plugins.reference.provider import ReferenceCloud
+
+    rig = Rig(policy=PoolPolicy(min_idle=4, max_idle=4, batch_size=4, max_batch_size=4,
+                                reuse_cooldown=30.0),
+              cloud=ReferenceCloud(max_interfaces=1, ips_per_interface=4))
+    node = rig.node(0)
+    rig.settle(advance=3 * rig.policy.refill_period)
+    pods = [rig.pod(f"p{i}", node) for i in range(4)]
+    rig.settle(advance=3 * rig.policy.refill_period)
+    assert all(phase(rig.record_of(p)) == "Routed" for p in pods)
+    real, edited = rig.record_of(pods[2]), rig.record_of(pods[0])
+    own, taken = edited["status"]["ip"], real["status"]["ip"]
+    edited["status"]["ip"] = taken
+    rig.cluster.update_status(POD_NETWORK, edited)
+    rig.restart()
+    rig.settle(advance=3 * rig.policy.refill_period)
+    after = ips(rig)
+    assert after["p2"] == taken, "the real owner keeps its address"
+    assert phase(rig.record_of(pods[0])) == "Routed" and after["p0"] == own
+    rig.assert_no_leak()
